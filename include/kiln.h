@@ -1,0 +1,260 @@
+/*
+ * kiln.h - the one public header of libkiln, a local LLM inference engine.
+ *
+ * An application links libkiln and generates text in-process. The kiln CLI and server are built on
+ * exactly this header. Conventions:
+ *   - Opaque handles with create/free pairs: kiln_model (weights + tokenizer, immutable once loaded,
+ *     shareable between sessions) and kiln_session (one generation context: KV cache, sampler state,
+ *     scratch buffers; used by one thread at a time).
+ *   - Params structs are obtained from kiln_*_default_params() and then edited field by field, so new
+ *     fields can be added without breaking callers.
+ *   - Every fallible call returns a kiln_status. The message describing the last failure is available
+ *     from the handle (kiln_model_last_error / kiln_session_last_error) or, for calls that create a
+ *     handle, from kiln_last_error() on the calling thread.
+ *   - Ownership: a pointer returned by the library stays owned by the library and is valid until the
+ *     handle it came from is freed (or until the next call on that handle when stated). Buffers passed
+ *     in stay owned by the caller.
+ *   - The library never prints to stdout and never exits the process; diagnostics go through the log
+ *     callback (default: warnings and errors to stderr).
+ */
+#ifndef KILN_H
+#define KILN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KILN_VERSION_MAJOR 0
+#define KILN_VERSION_MINOR 1
+#define KILN_VERSION_PATCH 0
+#define KILN_VERSION_STRING "0.1.0"
+
+/* ---- status codes ---------------------------------------------------------------------------- */
+
+typedef enum kiln_status {
+    KILN_OK = 0,
+    KILN_ERR_INVALID_ARG,   /* a parameter is out of range or NULL where not allowed */
+    KILN_ERR_IO,            /* a file is missing, unreadable, or not a regular file */
+    KILN_ERR_FORMAT,        /* a file is truncated, corrupt, or inconsistent */
+    KILN_ERR_UNSUPPORTED,   /* a valid file uses something kiln does not implement */
+    KILN_ERR_NOMEM,         /* an allocation failed */
+    KILN_ERR_BUFFER_SMALL,  /* an output buffer is too small; the needed size was reported */
+    KILN_ERR_CONTEXT_FULL,  /* the tokens do not fit in the session's context */
+    KILN_ERR_CANCELLED,     /* the caller's callback asked to stop */
+    KILN_ERR_INTERNAL,      /* a bug in kiln */
+    KILN_STATUS_COUNT
+} kiln_status;
+
+/* A short constant English description of a status, e.g. "file format error". Never NULL. */
+const char *kiln_status_str(kiln_status status);
+
+/* The message of the last failure of a call made on this thread, "" if none. Valid until the next
+ * kiln call on this thread. */
+const char *kiln_last_error(void);
+
+/* Library version string, e.g. "0.1.0". */
+const char *kiln_version(void);
+
+/* ---- logging --------------------------------------------------------------------------------- */
+
+typedef enum kiln_log_level {
+    KILN_LOG_ERROR = 0,
+    KILN_LOG_WARN,
+    KILN_LOG_INFO,
+    KILN_LOG_DEBUG
+} kiln_log_level;
+
+/* msg is one line without a trailing newline. Called from any thread that runs kiln code. */
+typedef void (*kiln_log_fn)(kiln_log_level level, const char *msg, void *user);
+
+/* Replaces the process-wide log sink. fn == NULL restores the default (stderr) sink; max_level
+ * filters: messages above it are dropped. */
+void kiln_set_log(kiln_log_fn fn, void *user, kiln_log_level max_level);
+
+/* ---- model ----------------------------------------------------------------------------------- */
+
+typedef struct kiln_model kiln_model;
+typedef int32_t kiln_token;
+
+typedef struct kiln_model_params {
+    bool vocab_only;    /* load metadata and tokenizer only (works on files without tensors) */
+    bool use_mmap;      /* keep weights in the file mapping instead of copying them to memory */
+} kiln_model_params;
+
+kiln_model_params kiln_model_default_params(void);
+
+/* Loads a GGUF model from path. On success *out owns the model; on failure *out is NULL and
+ * kiln_last_error() names what is wrong (e.g. which tensor is missing or which offset is out of
+ * range). Status: KILN_ERR_IO, KILN_ERR_FORMAT, KILN_ERR_UNSUPPORTED, KILN_ERR_NOMEM. */
+kiln_status kiln_model_load(const char *path, const kiln_model_params *params, kiln_model **out);
+
+void kiln_model_free(kiln_model *model);
+
+const char *kiln_model_last_error(const kiln_model *model);
+
+/* Architecture name from the file ("llama", "qwen2", "qwen3"). */
+const char *kiln_model_arch(const kiln_model *model);
+/* A one-line human description, e.g. "llama 64d 5L 8H/4KV F32, vocab 512". */
+const char *kiln_model_desc(const kiln_model *model);
+/* Hex SHA-256 (64 characters) over the architecture metadata and the tensor table (names, types,
+ * shapes). Equal files give equal fingerprints; caches are keyed on it. */
+const char *kiln_model_fingerprint(const kiln_model *model);
+
+int32_t kiln_model_n_vocab(const kiln_model *model);
+int32_t kiln_model_n_ctx_train(const kiln_model *model);
+int32_t kiln_model_n_embd(const kiln_model *model);
+int32_t kiln_model_n_layer(const kiln_model *model);
+uint64_t kiln_model_n_params(const kiln_model *model);
+uint64_t kiln_model_size_bytes(const kiln_model *model);
+
+/* ---- tokenizer ------------------------------------------------------------------------------- */
+
+/* Special tokens; -1 when the model has none. */
+kiln_token kiln_token_bos(const kiln_model *model);
+kiln_token kiln_token_eos(const kiln_model *model);
+kiln_token kiln_token_eot(const kiln_model *model);
+/* True for tokens that end a generation (EOS, EOT and other end-of-generation tokens). */
+bool kiln_token_is_eog(const kiln_model *model, kiln_token token);
+/* Whether the model's metadata asks for BOS to be prepended. */
+bool kiln_model_add_bos(const kiln_model *model);
+
+/* Tokenizes len bytes of text. add_special: prepend BOS (and append EOS) as the model's metadata
+ * says. parse_special: text such as "<|eot_id|>" becomes the special token instead of plain text.
+ * Writes up to cap ids to out and the total count to *n_out. KILN_ERR_BUFFER_SMALL when cap is too
+ * small (*n_out then holds the needed count). */
+kiln_status kiln_tokenize(const kiln_model *model, const char *text, size_t len, bool add_special,
+                          bool parse_special, kiln_token *out, size_t cap, size_t *n_out);
+
+/* The bytes a token stands for in decoded text (a byte token gives its byte, which may be part of a
+ * UTF-8 character). Special tokens give their text only when render_special. Writes up to cap bytes
+ * (no terminator) and the full length to *n_out; KILN_ERR_BUFFER_SMALL when cap is too small. */
+kiln_status kiln_token_piece(const kiln_model *model, kiln_token token, bool render_special,
+                             char *buf, size_t cap, size_t *n_out);
+
+/* ---- sampling -------------------------------------------------------------------------------- */
+
+typedef struct kiln_logit_bias {
+    kiln_token token;
+    float bias;          /* added to the logit; -INFINITY bans the token */
+} kiln_logit_bias;
+
+/* The sampler chain, applied in this order:
+ *   1. repetition, presence and frequency penalties over the last penalty_last_n tokens
+ *   2. logit bias
+ *   3. temperature <= 0: greedy (highest logit, lowest id on ties) and the rest is skipped
+ *   4. top-k, 5. temperature, 6. softmax, 7. top-p, 8. min-p, 9. draw with the seeded RNG. */
+typedef struct kiln_sampler_params {
+    float temperature;          /* default 0.8; <= 0 means greedy */
+    int32_t top_k;              /* default 40; <= 0 disables */
+    float top_p;                /* default 0.95; >= 1 disables */
+    float min_p;                /* default 0.05; <= 0 disables */
+    float repeat_penalty;       /* default 1.0 (off); llama.cpp's multiplicative penalty */
+    float presence_penalty;     /* default 0 (off) */
+    float frequency_penalty;    /* default 0 (off) */
+    int32_t penalty_last_n;     /* default 64; window of recent tokens the penalties look at */
+    uint64_t seed;              /* default 0xFFFFFFFF...: choose a random seed */
+    const kiln_logit_bias *logit_bias;  /* borrowed for the duration of the generate call */
+    size_t n_logit_bias;
+} kiln_sampler_params;
+
+#define KILN_SEED_RANDOM UINT64_MAX
+
+kiln_sampler_params kiln_sampler_default_params(void);
+
+/* ---- session (one generation context) -------------------------------------------------------- */
+
+typedef struct kiln_session kiln_session;
+
+typedef enum kiln_kv_type { KILN_KV_F16 = 0, KILN_KV_F32 = 1 } kiln_kv_type;
+
+typedef struct kiln_session_params {
+    int32_t n_ctx;       /* context length in tokens; 0 = the model's training length, capped at 4096 */
+    int32_t n_batch;     /* prompt tokens per forward chunk (prefill); default 256 */
+    int32_t n_threads;   /* 0 = number of physical cores */
+    kiln_kv_type kv_type;  /* default F16 */
+    bool logits_all;     /* keep logits for every position of an eval chunk (n_batch x n_vocab
+                            floats); needed by kiln_session_eval(..., all_logits = true) */
+} kiln_session_params;
+
+kiln_session_params kiln_session_default_params(void);
+
+/* Creates a session on model (which must outlive it). Every buffer the generation loop needs (KV,
+ * activations, logits) is allocated here; the token loop allocates nothing. */
+kiln_status kiln_session_new(kiln_model *model, const kiln_session_params *params,
+                             kiln_session **out);
+void kiln_session_free(kiln_session *session);
+const char *kiln_session_last_error(const kiln_session *session);
+int32_t kiln_session_n_ctx(const kiln_session *session);
+
+/* Forgets every token in the session (the KV cache becomes empty). */
+void kiln_session_reset(kiln_session *session);
+/* Number of tokens currently held in the session's KV cache. */
+int32_t kiln_session_n_past(const kiln_session *session);
+
+/* Low-level evaluation: appends n tokens after the ones already in the session and runs the
+ * forward pass in chunks of n_batch. If all_logits (the session must have been created with
+ * logits_all, and n must be <= n_batch), the logits of every one of the n positions are kept;
+ * otherwise only the last. KILN_ERR_CONTEXT_FULL when the tokens do not fit and
+ * KILN_ERR_INVALID_ARG for a token outside the vocabulary (the session is left unchanged). */
+kiln_status kiln_session_eval(kiln_session *session, const kiln_token *tokens, size_t n,
+                              bool all_logits);
+/* Logits [n_vocab] of position i of the last eval (i = -1: its last position). NULL when that
+ * position's logits were not kept. Valid until the next call on the session. */
+const float *kiln_session_logits(const kiln_session *session, int32_t i);
+
+/* One generated token, as given to the token callback. */
+typedef struct kiln_token_event {
+    kiln_token token;
+    const char *text;   /* text that became complete with this token: whole UTF-8 characters */
+    size_t text_len;    /* may be 0 (e.g. the first half of a multi-byte character) */
+} kiln_token_event;
+
+/* Called for every generated token; returning non-zero stops the generation (KILN_ERR_CANCELLED). */
+typedef int (*kiln_token_fn)(const kiln_token_event *event, void *user);
+
+typedef enum kiln_stop_reason {
+    KILN_STOP_NONE = 0,
+    KILN_STOP_EOS,        /* the model produced an end-of-generation token */
+    KILN_STOP_LENGTH,     /* max_tokens reached */
+    KILN_STOP_CONTEXT,    /* the context is full */
+    KILN_STOP_CANCELLED   /* the token callback asked to stop */
+} kiln_stop_reason;
+
+typedef struct kiln_generate_params {
+    int32_t max_tokens;        /* new tokens at most; default 256; < 0 = until EOS or context end */
+    bool ignore_eos;           /* keep going past end-of-generation tokens */
+    bool add_special;          /* prepend BOS per the model's metadata; default true */
+    bool parse_special;        /* parse special-token text in the prompt; default false */
+    kiln_sampler_params sampling;
+    kiln_token_fn on_token;    /* may be NULL */
+    void *user;
+} kiln_generate_params;
+
+kiln_generate_params kiln_generate_default_params(void);
+
+typedef struct kiln_generate_result {
+    int32_t n_prompt;          /* prompt tokens evaluated */
+    int32_t n_generated;       /* tokens generated */
+    double prompt_ms;          /* wall time of prefill */
+    double gen_ms;             /* wall time of generation (from the first sampled token on) */
+    kiln_stop_reason stop;
+} kiln_generate_result;
+
+/* Resets the session, tokenizes prompt, evaluates it and generates until a stop condition, calling
+ * on_token for each token. result may be NULL. An empty prompt starts from BOS alone. */
+kiln_status kiln_generate(kiln_session *session, const char *prompt,
+                          const kiln_generate_params *params, kiln_generate_result *result);
+
+/* Same as kiln_generate but from token ids (used as given: no BOS is added). */
+kiln_status kiln_generate_tokens(kiln_session *session, const kiln_token *prompt, size_t n_prompt,
+                                 const kiln_generate_params *params, kiln_generate_result *result);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KILN_H */

@@ -1,0 +1,35 @@
+/*
+ * kv.h - the active key/value cache of one row (one sequence).
+ *
+ * Layout per tensor: [n_layer][n_ctx][kv_dim] in F16 (default) or F32, where kv_dim =
+ * n_head_kv * head_dim and keys are stored after RoPE. A row owns its KV; a batch is several rows,
+ * each with its own KV and position (n_past).
+ */
+#ifndef KN_KV_H
+#define KN_KV_H
+
+#include "base/base.h"
+#include "tensor/dtype.h"
+
+typedef struct kn_kv {
+    kn_dtype type;        /* KN_F16 or KN_F32 */
+    int32_t n_layer;
+    int32_t n_ctx;        /* capacity in positions */
+    int32_t kv_dim;
+    int32_t n_past;       /* positions filled */
+    size_t elt;           /* bytes per element */
+    uint8_t *k, *v;       /* [n_layer][n_ctx][kv_dim] */
+} kn_kv;
+
+/* Allocates the cache. KILN_ERR_NOMEM (with the size in the message) on failure. */
+kiln_status kn_kv_init(kn_kv *kv, kn_dtype type, int32_t n_layer, int32_t n_ctx, int32_t kv_dim);
+void kn_kv_free(kn_kv *kv);
+size_t kn_kv_bytes(const kn_kv *kv);
+
+/* Stores k[kv_dim] and v[kv_dim] of layer l at position pos (converting to the cache type). */
+void kn_kv_store(kn_kv *kv, int32_t l, int32_t pos, const float *k, const float *v);
+/* Reads kv_dim-wide rows back: dst[kv_dim] = K or V of (l, pos), head slice [off, off+n). */
+void kn_kv_read_k(const kn_kv *kv, int32_t l, int32_t pos, int32_t off, int32_t n, float *dst);
+void kn_kv_read_v(const kn_kv *kv, int32_t l, int32_t pos, int32_t off, int32_t n, float *dst);
+
+#endif

@@ -1,0 +1,231 @@
+/*
+ * common.c - argument parsing, usage texts and model loading shared by the CLI verbs.
+ */
+#include "cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct usage_entry {
+    const char *verb;
+    const char *text;
+} usage_entry;
+
+#define SAMPLING_FLAGS                                                                          \
+    "  --temp T             temperature (default 0.8; 0 = greedy)\n"                             \
+    "  --top-k K            keep the K most likely tokens (default 40; 0 = off)\n"             \
+    "  --top-p P            nucleus sampling mass (default 0.95; 1 = off)\n"                   \
+    "  --min-p P            drop tokens below P x the best probability (default 0.05)\n"       \
+    "  --repeat-penalty R   penalize recent tokens (default 1.0 = off)\n"                      \
+    "  --repeat-last-n N    window of the penalties (default 64)\n"                            \
+    "  --presence-penalty P, --frequency-penalty F   OpenAI-style penalties (default 0)\n"     \
+    "  -s, --seed S         RNG seed (default: random)\n"
+
+#define MODEL_FLAGS                                                                             \
+    "  -m, --model FILE     GGUF model file\n"                                                 \
+    "  -t, --threads N      worker threads (default: physical cores)\n"                        \
+    "  -c, --ctx-size N     context length (default: the model's, at most 4096)\n"             \
+    "  -b, --batch-size N   prompt tokens per forward chunk (default 256)\n"                   \
+    "  --kv-type f16|f32    KV cache precision (default f16)\n"                                \
+    "  --mmap               keep weights in the file mapping instead of memory\n"              \
+    "  -v, --verbose        log more to stderr\n"
+
+static const usage_entry usages[] = {
+    {"run",
+     "usage: kiln run -m MODEL [-p PROMPT | -f FILE] [-n N] [options]\n"
+     "Prints the prompt, then streams the model's continuation to stdout; a summary of prompt and\n"
+     "generation speed goes to stderr.\n"
+     "  -p, --prompt TEXT    prompt text (default: empty, start from BOS)\n"
+     "  -f, --file FILE      read the prompt from FILE\n"
+     "  -n, --n-predict N    new tokens at most (default 256; -1 = until end of text)\n"
+     "  --ignore-eos         keep generating past end-of-text tokens\n" MODEL_FLAGS SAMPLING_FLAGS},
+    {"perplexity",
+     "usage: kiln perplexity -m MODEL -f TEXT [-c CTX] [options]\n"
+     "Perplexity of the model on a text, by llama.cpp's llama-perplexity method: the tokens are split\n"
+     "into chunks of CTX, each starting with BOS; the second half of each chunk is scored. Prints the\n"
+     "running value per chunk and the final estimate with its error.\n"
+     "  -f, --file FILE      the text (needs at least 2 x CTX tokens)\n" MODEL_FLAGS},
+    {"tokenize",
+     "usage: kiln tokenize -m MODEL [-p TEXT | -f FILE] [--ids] [--no-bos] [--parse-special]\n"
+     "Prints the tokens of a text, one 'id -> 'piece'' per line (works on vocab-only files).\n"
+     "  -p, --prompt TEXT    the text\n"
+     "  -f, --file FILE      read the text from FILE\n"
+     "  --ids                print only the ids, space-separated, on one line\n"
+     "  --no-bos             do not add BOS / EOS\n"
+     "  --parse-special      turn special-token text such as <|eot_id|> into special tokens\n"
+     "  -m, --model FILE     GGUF model or vocabulary file\n"},
+};
+
+void cli_usage(const char *verb, bool to_stderr) {
+    FILE *f = to_stderr ? stderr : stdout;
+    if (verb) {
+        for (size_t i = 0; i < sizeof usages / sizeof usages[0]; i++) {
+            if (strcmp(usages[i].verb, verb) == 0) {
+                fputs(usages[i].text, f);
+                return;
+            }
+        }
+        fprintf(f, "kiln: unknown command '%s'\n", verb);
+    }
+    fputs("usage: kiln COMMAND [options]\n"
+          "kiln " KILN_VERSION_STRING ": local LLM inference.\n\n"
+          "commands:\n"
+          "  run          generate text from a prompt\n"
+          "  perplexity   measure a model's perplexity on a text\n"
+          "  tokenize     show how a text is tokenized\n"
+          "  help [CMD]   show help for a command\n\n"
+          "  --version    print the version\n",
+          f);
+}
+
+void cli_common_init(cli_common *c) {
+    memset(c, 0, sizeof *c);
+    c->n_predict = 256;
+    c->batch = 256;
+    c->kv_type = KILN_KV_F16;
+    c->sp = kiln_sampler_default_params();
+}
+
+bool cli_int(const char *name, const char *v, long lo, long hi, int *out) {
+    if (!v) {
+        fprintf(stderr, "kiln: %s needs a value\n", name);
+        return false;
+    }
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || end == v || *end || x < lo || x > hi) {
+        fprintf(stderr, "kiln: %s must be an integer in [%ld, %ld], got '%s'\n", name, lo, hi, v);
+        return false;
+    }
+    *out = (int)x;
+    return true;
+}
+
+bool cli_float(const char *name, const char *v, double lo, double hi, float *out) {
+    if (!v) {
+        fprintf(stderr, "kiln: %s needs a value\n", name);
+        return false;
+    }
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (errno || end == v || *end || !(x >= lo && x <= hi)) {
+        fprintf(stderr, "kiln: %s must be a number in [%g, %g], got '%s'\n", name, lo, hi, v);
+        return false;
+    }
+    *out = (float)x;
+    return true;
+}
+
+static bool is(const char *a, const char *s, const char *l) { return (s && strcmp(a, s) == 0) || (l && strcmp(a, l) == 0); }
+
+int cli_parse_common(int argc, char **argv, int *i, cli_common *c) {
+    const char *a = argv[*i];
+    const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
+#define TAKE(ok) do { if (!(ok)) return -1; (*i)++; return 1; } while (0)
+    if (is(a, "-m", "--model")) { if (!v) { fprintf(stderr, "kiln: %s needs a value\n", a); return -1; } c->model = v; (*i)++; return 1; }
+    if (is(a, "-p", "--prompt")) { if (!v) { fprintf(stderr, "kiln: %s needs a value\n", a); return -1; } c->prompt = v; (*i)++; return 1; }
+    if (is(a, "-f", "--file")) { if (!v) { fprintf(stderr, "kiln: %s needs a value\n", a); return -1; } c->file = v; (*i)++; return 1; }
+    if (is(a, "-n", "--n-predict")) TAKE(cli_int(a, v, -1, 1 << 30, &c->n_predict));
+    if (is(a, "-t", "--threads")) TAKE(cli_int(a, v, 1, 1024, &c->threads));
+    if (is(a, "-c", "--ctx-size")) TAKE(cli_int(a, v, 1, 1 << 24, &c->ctx));
+    if (is(a, "-b", "--batch-size")) TAKE(cli_int(a, v, 1, 65536, &c->batch));
+    if (is(a, NULL, "--temp")) TAKE(cli_float(a, v, 0, 100, &c->sp.temperature));
+    if (is(a, NULL, "--top-k")) TAKE(cli_int(a, v, 0, 1 << 30, &c->sp.top_k));
+    if (is(a, NULL, "--top-p")) TAKE(cli_float(a, v, 0, 1, &c->sp.top_p));
+    if (is(a, NULL, "--min-p")) TAKE(cli_float(a, v, 0, 1, &c->sp.min_p));
+    if (is(a, NULL, "--repeat-penalty")) TAKE(cli_float(a, v, 1e-3, 1e3, &c->sp.repeat_penalty));
+    if (is(a, NULL, "--repeat-last-n")) TAKE(cli_int(a, v, 0, 1 << 20, &c->sp.penalty_last_n));
+    if (is(a, NULL, "--presence-penalty")) TAKE(cli_float(a, v, -100, 100, &c->sp.presence_penalty));
+    if (is(a, NULL, "--frequency-penalty")) TAKE(cli_float(a, v, -100, 100, &c->sp.frequency_penalty));
+    if (is(a, "-s", "--seed")) {
+        if (!v) { fprintf(stderr, "kiln: %s needs a value\n", a); return -1; }
+        char *end;
+        errno = 0;
+        unsigned long long s = strtoull(v, &end, 10);
+        if (errno || end == v || *end || v[0] == '-') {
+            fprintf(stderr, "kiln: %s must be a non-negative integer, got '%s'\n", a, v);
+            return -1;
+        }
+        c->sp.seed = s;
+        (*i)++;
+        return 1;
+    }
+    if (is(a, NULL, "--kv-type")) {
+        if (v && strcmp(v, "f16") == 0) c->kv_type = KILN_KV_F16;
+        else if (v && strcmp(v, "f32") == 0) c->kv_type = KILN_KV_F32;
+        else { fprintf(stderr, "kiln: --kv-type must be f16 or f32\n"); return -1; }
+        (*i)++;
+        return 1;
+    }
+    if (is(a, NULL, "--ignore-eos")) { c->ignore_eos = true; return 1; }
+    if (is(a, NULL, "--mmap")) { c->mmap = true; return 1; }
+    if (is(a, "-v", "--verbose")) { c->verbose = true; return 1; }
+#undef TAKE
+    return 0;
+}
+
+char *cli_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "kiln: cannot open '%s': %s\n", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap + 1);
+    while (buf) {
+        size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (n < cap) break;
+        if (cap > ((size_t)1 << 32)) { free(buf); buf = NULL; fprintf(stderr, "kiln: '%s' is too large\n", path); break; }
+        cap *= 2;
+        char *nb = realloc(buf, cap + 1);
+        if (!nb) { free(buf); buf = NULL; }
+        buf = nb;
+    }
+    if (buf && ferror(f)) {
+        fprintf(stderr, "kiln: cannot read '%s': %s\n", path, strerror(errno));
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    if (!buf) return NULL;
+    buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
+static bool g_verbose;
+
+static void log_sink(kiln_log_level level, const char *msg, void *user) {
+    (void)user;
+    static const char *const tags[] = {"error", "warning", "info", "debug"};
+    fprintf(stderr, "kiln: %s: %s\n", tags[level], msg);
+}
+
+void cli_setup_log(bool verbose) {
+    g_verbose = verbose;
+    kiln_set_log(log_sink, NULL, verbose ? KILN_LOG_DEBUG : KILN_LOG_WARN);
+}
+
+kiln_model *cli_load_model(const cli_common *c, bool vocab_only) {
+    if (!c->model) {
+        fprintf(stderr, "kiln: no model given (use -m FILE)\n");
+        return NULL;
+    }
+    kiln_model_params mp = kiln_model_default_params();
+    mp.vocab_only = vocab_only;
+    mp.use_mmap = c->mmap;
+    kiln_model *m = NULL;
+    kiln_status st = kiln_model_load(c->model, &mp, &m);
+    if (st) {
+        fprintf(stderr, "kiln: cannot load model: %s (%s)\n", kiln_last_error(), kiln_status_str(st));
+        return NULL;
+    }
+    if (g_verbose) fprintf(stderr, "kiln: loaded %s\n", kiln_model_desc(m));
+    return m;
+}

@@ -1,0 +1,29 @@
+/*
+ * main.c - the kiln command: dispatches to one verb per file in src/cli/.
+ */
+#include "cli.h"
+
+#include <stdio.h>
+#include <string.h>
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        cli_usage(NULL, true);
+        return CLI_EXIT_USAGE;
+    }
+    const char *verb = argv[1];
+    if (strcmp(verb, "--version") == 0 || strcmp(verb, "version") == 0) {
+        printf("kiln %s\n", kiln_version());
+        return 0;
+    }
+    if (strcmp(verb, "help") == 0 || strcmp(verb, "--help") == 0 || strcmp(verb, "-h") == 0) {
+        cli_usage(argc > 2 ? argv[2] : NULL, false);
+        return 0;
+    }
+    if (strcmp(verb, "run") == 0) return cli_run(argc - 1, argv + 1);
+    if (strcmp(verb, "perplexity") == 0) return cli_perplexity(argc - 1, argv + 1);
+    if (strcmp(verb, "tokenize") == 0) return cli_tokenize(argc - 1, argv + 1);
+    fprintf(stderr, "kiln: unknown command '%s'\n", verb);
+    cli_usage(NULL, true);
+    return CLI_EXIT_USAGE;
+}

@@ -1,0 +1,88 @@
+/*
+ * run.c - `kiln run`: print the prompt, stream the continuation to stdout, summarize on stderr.
+ */
+#include "cli.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int on_token(const kiln_token_event *ev, void *user) {
+    (void)user;
+    if (ev->text_len) {
+        fwrite(ev->text, 1, ev->text_len, stdout);
+        fflush(stdout);
+    }
+    return 0;
+}
+
+int cli_run(int argc, char **argv) {
+    cli_common c;
+    cli_common_init(&c);
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+            cli_usage("run", false);
+            return 0;
+        }
+        int r = cli_parse_common(argc, argv, &i, &c);
+        if (r == 1) continue;
+        if (r == 0) fprintf(stderr, "kiln run: unknown option '%s'\n", argv[i]);
+        cli_usage("run", true);
+        return CLI_EXIT_USAGE;
+    }
+    if (c.prompt && c.file) {
+        fprintf(stderr, "kiln run: give either -p or -f, not both\n");
+        return CLI_EXIT_USAGE;
+    }
+    cli_setup_log(c.verbose);
+    char *file_text = NULL;
+    size_t flen = 0;
+    if (c.file && !(file_text = cli_read_file(c.file, &flen))) return CLI_EXIT_FAIL;
+    if (file_text && strlen(file_text) != flen) {
+        fprintf(stderr, "kiln run: '%s' contains a NUL byte\n", c.file);
+        free(file_text);
+        return CLI_EXIT_FAIL;
+    }
+    const char *prompt = file_text ? file_text : (c.prompt ? c.prompt : "");
+    kiln_model *m = cli_load_model(&c, false);
+    if (!m) {
+        free(file_text);
+        return CLI_EXIT_FAIL;
+    }
+    kiln_session_params sp = kiln_session_default_params();
+    sp.n_ctx = c.ctx;
+    sp.n_batch = c.batch;
+    sp.n_threads = c.threads;
+    sp.kv_type = c.kv_type;
+    kiln_session *s = NULL;
+    kiln_status st = kiln_session_new(m, &sp, &s);
+    if (st) {
+        fprintf(stderr, "kiln run: cannot create a session: %s\n", kiln_last_error());
+        kiln_model_free(m);
+        free(file_text);
+        return CLI_EXIT_FAIL;
+    }
+    kiln_generate_params gp = kiln_generate_default_params();
+    gp.max_tokens = c.n_predict;
+    gp.ignore_eos = c.ignore_eos;
+    gp.sampling = c.sp;
+    gp.on_token = on_token;
+    fputs(prompt, stdout);
+    fflush(stdout);
+    kiln_generate_result res;
+    st = kiln_generate(s, prompt, &gp, &res);
+    printf("\n");
+    int rc = 0;
+    if (st) {
+        fprintf(stderr, "kiln run: %s\n", kiln_session_last_error(s));
+        rc = CLI_EXIT_FAIL;
+    } else {
+        fprintf(stderr, "kiln: prompt %d tokens, %.1f tok/s | generated %d tokens, %.1f tok/s\n", res.n_prompt,
+                res.prompt_ms > 0 ? res.n_prompt * 1000.0 / res.prompt_ms : 0.0, res.n_generated,
+                res.gen_ms > 0 ? res.n_generated * 1000.0 / res.gen_ms : 0.0);
+    }
+    kiln_session_free(s);
+    kiln_model_free(m);
+    free(file_text);
+    return rc;
+}

@@ -1,0 +1,29 @@
+/*
+ * text_api.c - the public tokenizer functions of kiln.h, forwarding to the model's tokenizer.
+ */
+#include "model/model.h"
+
+kiln_token kiln_token_bos(const kiln_model *m) { return kn_tok_bos(m->tok); }
+kiln_token kiln_token_eos(const kiln_model *m) { return kn_tok_eos(m->tok); }
+kiln_token kiln_token_eot(const kiln_model *m) { return kn_tok_eot(m->tok); }
+bool kiln_token_is_eog(const kiln_model *m, kiln_token t) { return kn_tok_is_eog(m->tok, t); }
+bool kiln_model_add_bos(const kiln_model *m) { return kn_tok_add_bos(m->tok); }
+
+kiln_status kiln_tokenize(const kiln_model *m, const char *text, size_t len, bool add_special, bool parse_special,
+                          kiln_token *out, size_t cap, size_t *n_out) {
+    kn_error_clear();
+    if (!m || !n_out || (!text && len) || (!out && cap))
+        return kn_error(KILN_ERR_INVALID_ARG, "kiln_tokenize: NULL argument");
+    return kn_tokenize(m->tok, text ? text : "", len, add_special, parse_special, out, cap, n_out);
+}
+
+kiln_status kiln_token_piece(const kiln_model *m, kiln_token token, bool render_special, char *buf, size_t cap,
+                             size_t *n_out) {
+    kn_error_clear();
+    if (!m || !n_out || (!buf && cap)) return kn_error(KILN_ERR_INVALID_ARG, "kiln_token_piece: NULL argument");
+    if (token < 0 || token >= m->hp.n_vocab)
+        return kn_error(KILN_ERR_INVALID_ARG, "token %d is outside the vocabulary [0, %d)", token, m->hp.n_vocab);
+    *n_out = kn_token_piece(m->tok, token, render_special, buf, cap);
+    return *n_out > cap ? kn_error(KILN_ERR_BUFFER_SMALL, "piece of %zu bytes does not fit in %zu", *n_out, cap)
+                        : KILN_OK;
+}

@@ -1,0 +1,53 @@
+/*
+ * forward.h - the batched forward pass of the Llama family (llama, qwen2, qwen3).
+ *
+ * A forward call advances B rows by T_b tokens each. Each row has its own KV cache and position
+ * (kv->n_past); the tokens of all rows are stacked into one [N = sum T_b][n_embd] activation matrix
+ * so that every weight matrix is read once per call, while attention runs per row over that row's
+ * own KV. Prefill is a row with many tokens; decode is a row with one; a batch of one is a batch.
+ */
+#ifndef KN_FORWARD_H
+#define KN_FORWARD_H
+
+#include "cache/kv.h"
+#include "model/model.h"
+
+typedef struct kn_batch_row {
+    kn_kv *kv;               /* the row's cache; its tokens go to positions kv->n_past, ... */
+    const int32_t *tokens;   /* [n_tokens], each in [0, n_vocab) */
+    int32_t n_tokens;
+    int32_t logits_from;     /* logits are produced for tokens [logits_from, n_tokens) */
+} kn_batch_row;
+
+/* Activation buffers for up to n_max tokens per call, attention over up to n_ctx positions, with
+ * n_threads workers. Allocated once (per session); forward calls allocate nothing. */
+typedef struct kn_scratch {
+    int32_t n_max;
+    int32_t n_ctx;
+    int n_threads;
+    float *x;        /* [n_max][n_embd]   residual stream */
+    float *xb;       /* [n_max][n_embd]   normed input of a sub-block */
+    float *xb2;      /* [n_max][n_embd]   sub-block output */
+    float *q;        /* [n_max][q_dim] */
+    float *k;        /* [n_max][kv_dim] */
+    float *v;        /* [n_max][kv_dim] */
+    float *att;      /* [n_max][q_dim]    attention output */
+    float *hb;       /* [n_max][n_ff]     gate, then gated product */
+    float *hb2;      /* [n_max][n_ff]     up */
+    float *att_tmp;  /* [n_threads][n_ctx + 2*head_dim] scores and a K/V row per worker */
+    void *qbuf;      /* activations converted to a weight's vec_dot format */
+    int32_t *tok_row;  /* [n_max] row index of each stacked token */
+    int32_t *tok_pos;  /* [n_max] position of each stacked token */
+} kn_scratch;
+
+kiln_status kn_scratch_init(kn_scratch *s, const kiln_model *m, int32_t n_max, int32_t n_ctx, int n_threads);
+void kn_scratch_free(kn_scratch *s);
+
+/* Runs the forward pass for n_rows rows. The logits of the requested tokens are written to
+ * logits[i][n_vocab] in row order, then token order (logits_cap rows available). Caller guarantees:
+ * total tokens <= s->n_max, each row's n_past + n_tokens <= its kv->n_ctx <= s->n_ctx, tokens in
+ * range, requested logits <= logits_cap. On return each row's kv->n_past has advanced. */
+void kn_forward(const kiln_model *m, kn_scratch *s, kn_batch_row *rows, int n_rows, float *logits,
+                int32_t logits_cap);
+
+#endif

@@ -1,0 +1,376 @@
+/*
+ * model.c - kiln_model: loads a GGUF file into hyperparameters, weight views and a tokenizer.
+ *
+ * Loading order: open and validate the GGUF container; read and check the architecture's metadata;
+ * build the tokenizer; find every tensor the architecture needs and check its type and shape; copy
+ * the weight matrices into anonymous memory (reads through a file mapping measured several times
+ * slower on our machines) unless use_mmap; compute the fingerprint; close the file. Every failure
+ * path releases everything and leaves a message naming the problem.
+ */
+#include "model/model.h"
+
+#include "base/sha256.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+kiln_model_params kiln_model_default_params(void) {
+    kiln_model_params p = {.vocab_only = false, .use_mmap = false};
+    return p;
+}
+
+/* ---- metadata ---------------------------------------------------------------------------------- */
+
+/* Reads `{arch}.{suffix}` as an integer in [lo, hi]; `required` decides whether absence fails. */
+static kiln_status arch_int(const kn_gguf *g, const char *arch, const char *suffix, bool required,
+                            int64_t lo, int64_t hi, int32_t *out) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    int64_t v;
+    if (!kn_gguf_get_i64(g, key, &v)) {
+        if (kn_gguf_find(g, key))
+            return kn_error(KILN_ERR_FORMAT, "metadata '%s' is not an integer", key);
+        if (required) return kn_error(KILN_ERR_FORMAT, "missing metadata '%s'", key);
+        return KILN_OK;
+    }
+    if (v < lo || v > hi)
+        return kn_error(KILN_ERR_FORMAT, "metadata '%s' = %lld is out of range [%lld, %lld]", key, (long long)v,
+                        (long long)lo, (long long)hi);
+    *out = (int32_t)v;
+    return KILN_OK;
+}
+
+static kiln_status arch_float(const kn_gguf *g, const char *arch, const char *suffix, float *out) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    double v;
+    if (!kn_gguf_get_f64(g, key, &v)) {
+        if (kn_gguf_find(g, key)) return kn_error(KILN_ERR_FORMAT, "metadata '%s' is not a number", key);
+        return KILN_OK;
+    }
+    if (!(v > 0 && v < 1e30)) return kn_error(KILN_ERR_FORMAT, "metadata '%s' = %g is out of range", key, v);
+    *out = (float)v;
+    return KILN_OK;
+}
+
+/* Fills m->hp from the metadata of the architecture named by general.architecture. */
+static kiln_status read_hparams(kiln_model *m) {
+    const kn_gguf *g = &m->gguf;
+    kn_hparams *hp = &m->hp;
+    kn_str arch;
+    if (!kn_gguf_get_str(g, "general.architecture", &arch))
+        return kn_error(KILN_ERR_FORMAT, "missing metadata 'general.architecture'");
+    snprintf(m->arch_name, sizeof m->arch_name, "%.*s", (int)KN_MIN(arch.len, 31), arch.ptr);
+    for (char *p = m->arch_name; *p; p++)
+        if (*p < 0x20 || *p > 0x7e) *p = '?';
+    if (kn_str_eq(arch, "llama")) {
+        hp->arch = KN_ARCH_LLAMA;
+        hp->rope_style = KN_ROPE_NORM;
+    } else if (kn_str_eq(arch, "qwen2")) {
+        hp->arch = KN_ARCH_QWEN2;
+        hp->rope_style = KN_ROPE_NEOX;
+        hp->qkv_bias = true;
+    } else if (kn_str_eq(arch, "qwen3")) {
+        hp->arch = KN_ARCH_QWEN3;
+        hp->rope_style = KN_ROPE_NEOX;
+        hp->qk_norm = true;
+    } else if (!m->vocab_only) {
+        return kn_error(KILN_ERR_UNSUPPORTED,
+                        "architecture '%s' is not supported (kiln runs llama, qwen2 and qwen3)", m->arch_name);
+    }
+    if (m->vocab_only) return KILN_OK;
+
+    const char *a = m->arch_name;
+    kiln_status st;
+    hp->n_ctx_train = 4096;
+    if ((st = arch_int(g, a, "context_length", false, 1, 1 << 24, &hp->n_ctx_train))) return st;
+    if ((st = arch_int(g, a, "embedding_length", true, 1, 1 << 16, &hp->n_embd))) return st;
+    if ((st = arch_int(g, a, "block_count", true, 1, 4096, &hp->n_layer))) return st;
+    if ((st = arch_int(g, a, "feed_forward_length", true, 1, 1 << 20, &hp->n_ff))) return st;
+    if ((st = arch_int(g, a, "attention.head_count", true, 1, 4096, &hp->n_head))) return st;
+    hp->n_head_kv = hp->n_head;
+    if ((st = arch_int(g, a, "attention.head_count_kv", false, 1, 4096, &hp->n_head_kv))) return st;
+    if (hp->n_head % hp->n_head_kv != 0)
+        return kn_error(KILN_ERR_FORMAT, "head count %d is not a multiple of the KV head count %d", hp->n_head,
+                        hp->n_head_kv);
+    hp->head_dim = hp->n_embd / hp->n_head;
+    if ((st = arch_int(g, a, "attention.key_length", false, 2, 4096, &hp->head_dim))) return st;
+    int32_t vdim = hp->head_dim;
+    if ((st = arch_int(g, a, "attention.value_length", false, 2, 4096, &vdim))) return st;
+    if (vdim != hp->head_dim)
+        return kn_error(KILN_ERR_UNSUPPORTED, "key length %d differs from value length %d", hp->head_dim, vdim);
+    if (hp->head_dim < 2 || hp->head_dim % 2 != 0)
+        return kn_error(KILN_ERR_FORMAT, "head dimension %d must be even and positive", hp->head_dim);
+    hp->n_rot = hp->head_dim;
+    if ((st = arch_int(g, a, "rope.dimension_count", false, 2, hp->head_dim, &hp->n_rot))) return st;
+    if (hp->n_rot % 2 != 0) return kn_error(KILN_ERR_FORMAT, "rope dimension count %d is odd", hp->n_rot);
+    hp->norm_eps = hp->arch == KN_ARCH_LLAMA ? 1e-5f : 1e-6f;
+    if ((st = arch_float(g, a, "attention.layer_norm_rms_epsilon", &hp->norm_eps))) return st;
+    hp->rope_base = hp->arch == KN_ARCH_LLAMA ? 10000.0f : 1000000.0f;
+    if ((st = arch_float(g, a, "rope.freq_base", &hp->rope_base))) return st;
+    hp->rope_scale = 1.0f;
+    char key[128];
+    kn_str stype;
+    snprintf(key, sizeof key, "%s.rope.scaling.type", a);
+    if (kn_gguf_get_str(g, key, &stype) && !kn_str_eq(stype, "none")) {
+        float factor = 1.0f;
+        if ((st = arch_float(g, a, "rope.scaling.factor", &factor))) return st;
+        if (kn_str_eq(stype, "linear")) {
+            hp->rope_scale = 1.0f / factor;
+        } else if (!kn_str_eq(stype, "llama3")) {
+            KN_LOGW("rope scaling '%.*s' is not implemented; positions beyond the original context will degrade",
+                    (int)KN_MIN(stype.len, 32), stype.ptr);
+        }
+    }
+    return KILN_OK;
+}
+
+/* ---- tensors ----------------------------------------------------------------------------------- */
+
+typedef struct loader {
+    kiln_model *m;
+    bool force_f32;                /* dequantize every matrix to F32 (the reference path) */
+    size_t vec_used, vec_cap;      /* floats */
+    size_t mat_used;               /* bytes of matrices copied so far */
+} loader;
+
+static const kn_gguf_tensor *find_tensor(const kn_gguf *g, const char *name) {
+    return kn_gguf_find_tensor(g, name);
+}
+
+/* Checks the shape of t against {ne0, ne1} (ne1 = 1 for vectors). */
+static kiln_status check_shape(const kn_gguf_tensor *t, const char *name, int64_t ne0, int64_t ne1) {
+    if (t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != 1 || t->ne[3] != 1)
+        return kn_error(KILN_ERR_FORMAT, "tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]",
+                        name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3],
+                        (long long)ne0, (long long)ne1);
+    return KILN_OK;
+}
+
+/* A weight matrix [rows][cols] stored with ne = {cols, rows}. Pass 1 (copy == false) only checks
+ * and counts bytes; pass 2 points the view at the copied (or mapped) bytes. */
+static kiln_status get_matrix(loader *L, const char *name, int64_t cols, int64_t rows, kn_weight *w, bool copy) {
+    const kn_gguf_tensor *t = find_tensor(&L->m->gguf, name);
+    if (!t) return kn_error(KILN_ERR_FORMAT, "missing tensor '%s'", name);
+    kiln_status st = check_shape(t, name, cols, rows);
+    if (st) return st;
+    if (!kn_dtype_is_weight(t->type))
+        return kn_error(KILN_ERR_UNSUPPORTED, "tensor '%s' has type %s, which kiln cannot use as a weight", name,
+                        kn_dtype_name(t->type));
+    w->type = L->force_f32 ? KN_F32 : t->type;
+    w->rows = rows;
+    w->cols = cols;
+    w->row_bytes = kn_row_bytes(w->type, cols);
+    const size_t nbytes = w->row_bytes * (size_t)rows;
+    size_t aligned = (nbytes + 63) & ~(size_t)63;
+    if (L->m->weight_mem) {
+        uint8_t *dst = L->m->weight_mem + L->mat_used;
+        if (copy && L->force_f32) {
+            const kn_type_traits *tr = kn_type_traits_get(t->type);
+            size_t src_rb = kn_row_bytes(t->type, cols);
+            for (int64_t r = 0; r < rows; r++)
+                tr->to_float(t->data + (size_t)r * src_rb, (float *)(dst + (size_t)r * w->row_bytes), cols);
+        } else if (copy) {
+            memcpy(dst, t->data, nbytes);
+        }
+        w->data = dst;
+    } else {
+        w->data = t->data;
+    }
+    L->mat_used += aligned;
+    L->m->n_params += (uint64_t)(rows * cols);
+    return KILN_OK;
+}
+
+/* A vector of n elements (any float or quantized type), converted to F32 in model memory. Absent
+ * and optional: *out = NULL. */
+static kiln_status get_vector(loader *L, const char *name, int64_t n, bool required, const float **out) {
+    *out = NULL;
+    const kn_gguf_tensor *t = find_tensor(&L->m->gguf, name);
+    if (!t) return required ? kn_error(KILN_ERR_FORMAT, "missing tensor '%s'", name) : KILN_OK;
+    kiln_status st = check_shape(t, name, n, 1);
+    if (st) return st;
+    const kn_type_traits *tr = kn_type_traits_get(t->type);
+    if (!tr || !tr->to_float)
+        return kn_error(KILN_ERR_UNSUPPORTED, "tensor '%s' has unsupported type %s", name, kn_dtype_name(t->type));
+    if (L->m->vec_mem) {
+        float *dst = L->m->vec_mem + L->vec_used;
+        tr->to_float(t->data, dst, n);
+        for (int64_t i = 0; i < n; i++)
+            if (dst[i] != dst[i] || dst[i] - dst[i] != 0)
+                return kn_error(KILN_ERR_FORMAT, "tensor '%s' holds a non-finite value at %lld", name, (long long)i);
+        *out = dst;
+    }
+    L->vec_used += (size_t)((n + 15) & ~15);
+    L->m->n_params += (uint64_t)n;
+    return KILN_OK;
+}
+
+/* Walks every tensor of the architecture. Called twice: to size the buffers, then to fill them. */
+static kiln_status map_tensors(loader *L, bool fill) {
+    kiln_model *m = L->m;
+    const kn_hparams *hp = &m->hp;
+    const int64_t d = hp->n_embd, qd = (int64_t)hp->n_head * hp->head_dim,
+                  kvd = (int64_t)hp->n_head_kv * hp->head_dim, ff = hp->n_ff, V = hp->n_vocab;
+    kiln_status st;
+    L->vec_used = 0;
+    L->mat_used = 0;
+    m->n_params = 0;
+    if ((st = get_matrix(L, "token_embd.weight", d, V, &m->tok_embd, fill))) return st;
+    if ((st = get_vector(L, "output_norm.weight", d, true, &m->output_norm))) return st;
+    if (find_tensor(&m->gguf, "output.weight")) {
+        if ((st = get_matrix(L, "output.weight", d, V, &m->output, fill))) return st;
+        m->hp.tied_output = false;
+    } else {
+        m->output = m->tok_embd;
+        m->hp.tied_output = true;
+    }
+    if ((st = get_vector(L, "rope_freqs.weight", hp->n_rot / 2, false, &m->rope_freqs))) return st;
+    char name[96];
+#define LNAME(fmt) (snprintf(name, sizeof name, "blk.%d." fmt, l), name)
+    for (int l = 0; l < hp->n_layer; l++) {
+        kn_layer *ly = &m->layers[l];
+        if ((st = get_vector(L, LNAME("attn_norm.weight"), d, true, &ly->attn_norm))) return st;
+        if ((st = get_matrix(L, LNAME("attn_q.weight"), d, qd, &ly->wq, fill))) return st;
+        if ((st = get_matrix(L, LNAME("attn_k.weight"), d, kvd, &ly->wk, fill))) return st;
+        if ((st = get_matrix(L, LNAME("attn_v.weight"), d, kvd, &ly->wv, fill))) return st;
+        if ((st = get_matrix(L, LNAME("attn_output.weight"), qd, d, &ly->wo, fill))) return st;
+        if ((st = get_vector(L, LNAME("attn_q.bias"), qd, hp->qkv_bias, &ly->bq))) return st;
+        if ((st = get_vector(L, LNAME("attn_k.bias"), kvd, hp->qkv_bias, &ly->bk))) return st;
+        if ((st = get_vector(L, LNAME("attn_v.bias"), kvd, hp->qkv_bias, &ly->bv))) return st;
+        if ((st = get_vector(L, LNAME("attn_q_norm.weight"), hp->head_dim, hp->qk_norm, &ly->q_norm))) return st;
+        if ((st = get_vector(L, LNAME("attn_k_norm.weight"), hp->head_dim, hp->qk_norm, &ly->k_norm))) return st;
+        if ((st = get_vector(L, LNAME("ffn_norm.weight"), d, true, &ly->ffn_norm))) return st;
+        if ((st = get_matrix(L, LNAME("ffn_gate.weight"), d, ff, &ly->w_gate, fill))) return st;
+        if ((st = get_matrix(L, LNAME("ffn_up.weight"), d, ff, &ly->w_up, fill))) return st;
+        if ((st = get_matrix(L, LNAME("ffn_down.weight"), ff, d, &ly->w_down, fill))) return st;
+    }
+#undef LNAME
+    return KILN_OK;
+}
+
+/* ---- fingerprint ------------------------------------------------------------------------------- */
+
+/* SHA-256 over general.architecture, every `{arch}.*` key with its value, the tensor table (name,
+ * type, shape) and the first and last 4 KiB of every tensor's bytes (so that two fine-tunes of one
+ * architecture differ without hashing gigabytes). */
+static void compute_fingerprint(kiln_model *m) {
+    const kn_gguf *g = &m->gguf;
+    kn_sha256 h;
+    kn_sha256_init(&h);
+    size_t alen = strlen(m->arch_name);
+    for (uint64_t i = 0; i < g->n_kv; i++) {
+        const kn_gguf_kv *kv = &g->kv[i];
+        bool arch_key = kv->key.len > alen && memcmp(kv->key.ptr, m->arch_name, alen) == 0 && kv->key.ptr[alen] == '.';
+        if (!arch_key && !kn_str_eq(kv->key, "general.architecture")) continue;
+        kn_sha256_update(&h, kv->key.ptr, kv->key.len);
+        kn_sha256_update(&h, &kv->type, sizeof kv->type);
+        if (kv->type == KN_GGUF_STRING) {
+            kn_sha256_update(&h, kv->str.ptr, kv->str.len);
+        } else if (kv->type == KN_GGUF_ARRAY) {
+            kn_sha256_update(&h, &kv->arr_n, sizeof kv->arr_n);
+            if (kv->arr_type != KN_GGUF_STRING)
+                kn_sha256_update(&h, kv->arr_data, kv->arr_n * kn_gguf_type_size(kv->arr_type));
+        } else {
+            kn_sha256_update(&h, &kv->v, sizeof kv->v);
+        }
+    }
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        const kn_gguf_tensor *t = &g->tensors[i];
+        kn_sha256_update(&h, t->name.ptr, t->name.len);
+        kn_sha256_update(&h, &t->type, sizeof t->type);
+        kn_sha256_update(&h, t->ne, sizeof t->ne);
+        size_t head = KN_MIN(t->nbytes, 4096);
+        kn_sha256_update(&h, t->data, head);
+        if (t->nbytes > 4096) kn_sha256_update(&h, t->data + t->nbytes - KN_MIN(t->nbytes - 4096, 4096), KN_MIN(t->nbytes - 4096, 4096));
+    }
+    kn_sha256_hex(&h, m->fingerprint);
+}
+
+/* ---- load -------------------------------------------------------------------------------------- */
+
+static kiln_status load(kiln_model *m, const char *path, const kiln_model_params *p, bool force_f32) {
+    kiln_status st = kn_gguf_open(path, &m->gguf);
+    if (st) return st;
+    if ((st = read_hparams(m))) return st;
+    if ((st = kn_tokenizer_load(&m->gguf, &m->tok))) return st;
+    m->hp.n_vocab = kn_tok_n_vocab(m->tok);
+    compute_fingerprint(m);
+    if (m->vocab_only) {
+        snprintf(m->desc, sizeof m->desc, "%s vocabulary, %d tokens", m->arch_name, m->hp.n_vocab);
+        return KILN_OK;
+    }
+    m->layers = kn_calloc((size_t)m->hp.n_layer, sizeof *m->layers);
+    if (!m->layers) return KILN_ERR_NOMEM;
+    loader L = {.m = m, .force_f32 = force_f32};
+    const bool keep_mapping = p->use_mmap && !force_f32;
+    if ((st = map_tensors(&L, false))) return st;             /* pass 1: check and size */
+    m->vec_mem = kn_alloc_aligned(KN_MAX(L.vec_used, 1) * sizeof(float));
+    if (!m->vec_mem) return KILN_ERR_NOMEM;
+    if (!keep_mapping) {
+        m->weight_bytes = L.mat_used;
+        m->weight_mem = kn_alloc_aligned(KN_MAX(L.mat_used, 1));
+        if (!m->weight_mem) return KILN_ERR_NOMEM;
+    }
+    if ((st = map_tensors(&L, true))) return st;              /* pass 2: convert and copy */
+    if (!keep_mapping) {
+        kn_gguf_close(&m->gguf);                              /* everything needed was copied */
+    } else {
+        m->weight_bytes = L.mat_used;
+    }
+    const char *wtype = kn_dtype_name(m->layers[0].wq.type);
+    snprintf(m->desc, sizeof m->desc, "%s %dd %dL %dH/%dKV ff%d %s, vocab %d, %.2f M params", m->arch_name,
+             m->hp.n_embd, m->hp.n_layer, m->hp.n_head, m->hp.n_head_kv, m->hp.n_ff, wtype, m->hp.n_vocab,
+             (double)m->n_params / 1e6);
+    return KILN_OK;
+}
+
+kiln_status kiln_model_load(const char *path, const kiln_model_params *params, kiln_model **out) {
+    return kn_model_load_ex(path, params, false, out);
+}
+
+kiln_status kn_model_load_ex(const char *path, const kiln_model_params *params, bool force_f32, kiln_model **out) {
+    kn_error_clear();
+    if (!out) return kn_error(KILN_ERR_INVALID_ARG, "kiln_model_load: out is NULL");
+    *out = NULL;
+    kiln_model_params p = params ? *params : kiln_model_default_params();
+    kiln_model *m = kn_calloc(1, sizeof *m);
+    if (!m) return KILN_ERR_NOMEM;
+    m->vocab_only = p.vocab_only;
+    kiln_status st = load(m, path ? path : "", &p, force_f32);
+    if (st) {
+        kn_error_prefix("%s", path ? path : "(null)");
+        kiln_model_free(m);
+        return st;
+    }
+    *out = m;
+    return KILN_OK;
+}
+
+void kiln_model_free(kiln_model *m) {
+    if (!m) return;
+    kn_tokenizer_free(m->tok);
+    kn_gguf_close(&m->gguf);
+    kn_free_aligned(m->weight_mem);
+    kn_free_aligned(m->vec_mem);
+    free(m->layers);
+    free(m);
+}
+
+void kn_weight_row_f32(const kn_weight *w, int64_t r, float *out) {
+    kn_type_traits_get(w->type)->to_float(w->data + (size_t)r * w->row_bytes, out, w->cols);
+}
+
+/* ---- accessors --------------------------------------------------------------------------------- */
+
+const char *kiln_model_last_error(const kiln_model *m) { return m ? m->err : kn_error_msg(); }
+const char *kiln_model_arch(const kiln_model *m) { return m->arch_name; }
+const char *kiln_model_desc(const kiln_model *m) { return m->desc; }
+const char *kiln_model_fingerprint(const kiln_model *m) { return m->fingerprint; }
+int32_t kiln_model_n_vocab(const kiln_model *m) { return m->hp.n_vocab; }
+int32_t kiln_model_n_ctx_train(const kiln_model *m) { return m->hp.n_ctx_train; }
+int32_t kiln_model_n_embd(const kiln_model *m) { return m->hp.n_embd; }
+int32_t kiln_model_n_layer(const kiln_model *m) { return m->hp.n_layer; }
+uint64_t kiln_model_n_params(const kiln_model *m) { return m->n_params; }
+uint64_t kiln_model_size_bytes(const kiln_model *m) { return m->weight_bytes; }

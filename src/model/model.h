@@ -1,0 +1,92 @@
+/*
+ * model.h - the loaded model: hyperparameters, weight views and tokenizer behind kiln_model.
+ *
+ * One struct describes the whole Llama family kiln runs (llama, qwen2, qwen3): they share the
+ * pre-norm decoder block and differ in flags (QKV bias, per-head q/k RMSNorm, RoPE pairing). Weights
+ * are views: matrices keep their file type (quantized or float) and are read by the kernels in
+ * place; vectors (norms, biases, RoPE factors) are converted to F32 at load.
+ */
+#ifndef KN_MODEL_H
+#define KN_MODEL_H
+
+#include "base/base.h"
+#include "model/gguf.h"
+#include "tensor/dtype.h"
+#include "text/tokenizer.h"
+
+typedef enum kn_arch { KN_ARCH_LLAMA, KN_ARCH_QWEN2, KN_ARCH_QWEN3 } kn_arch;
+
+/* How RoPE pairs dimensions: NORM rotates (x[2i], x[2i+1]); NEOX rotates (x[i], x[i + n_rot/2]). */
+typedef enum kn_rope_style { KN_ROPE_NORM, KN_ROPE_NEOX } kn_rope_style;
+
+typedef struct kn_hparams {
+    kn_arch arch;
+    int32_t n_vocab;
+    int32_t n_ctx_train;
+    int32_t n_embd;        /* model width (dim) */
+    int32_t n_layer;
+    int32_t n_head;        /* query heads */
+    int32_t n_head_kv;     /* key/value heads (GQA: n_head % n_head_kv == 0) */
+    int32_t head_dim;      /* per-head width of q, k and v */
+    int32_t n_ff;          /* FFN hidden width */
+    int32_t n_rot;         /* rotated dims per head (<= head_dim, even) */
+    float norm_eps;
+    float rope_base;
+    float rope_scale;      /* linear position scale (1 = none) */
+    kn_rope_style rope_style;
+    bool qkv_bias;         /* qwen2 */
+    bool qk_norm;          /* qwen3 */
+    bool tied_output;      /* output projection shares token_embd */
+} kn_hparams;
+
+/* A weight matrix W [rows = out features][cols = in features], row-major, each row in `type`. */
+typedef struct kn_weight {
+    kn_dtype type;
+    int64_t rows;
+    int64_t cols;
+    size_t row_bytes;
+    const uint8_t *data;
+} kn_weight;
+
+typedef struct kn_layer {
+    const float *attn_norm;   /* [n_embd] */
+    kn_weight wq;             /* [n_head*head_dim][n_embd] */
+    kn_weight wk;             /* [n_head_kv*head_dim][n_embd] */
+    kn_weight wv;             /* [n_head_kv*head_dim][n_embd] */
+    kn_weight wo;             /* [n_embd][n_head*head_dim] */
+    const float *bq, *bk, *bv;        /* qwen2 biases [q_dim], [kv_dim], [kv_dim]; else NULL */
+    const float *q_norm, *k_norm;     /* qwen3 per-head RMSNorm weights [head_dim]; else NULL */
+    const float *ffn_norm;    /* [n_embd] */
+    kn_weight w_gate;         /* [n_ff][n_embd] */
+    kn_weight w_up;           /* [n_ff][n_embd] */
+    kn_weight w_down;         /* [n_embd][n_ff] */
+} kn_layer;
+
+struct kiln_model {
+    kn_hparams hp;
+    kn_gguf gguf;             /* open only while loading, or for the model's life with use_mmap */
+    uint8_t *weight_mem;      /* anonymous copy of the matrices (NULL with use_mmap) */
+    size_t weight_bytes;
+    float *vec_mem;           /* F32 vectors (norms, biases, rope factors) */
+    kn_weight tok_embd;       /* [n_vocab][n_embd] */
+    kn_weight output;         /* [n_vocab][n_embd]; = tok_embd when tied */
+    const float *output_norm; /* [n_embd] */
+    const float *rope_freqs;  /* [n_rot/2] llama3 frequency divisors, or NULL */
+    kn_layer *layers;         /* [n_layer] */
+    kn_tokenizer *tok;
+    bool vocab_only;
+    uint64_t n_params;
+    char arch_name[32];
+    char desc[160];
+    char fingerprint[65];
+    char err[KN_ERRMSG_MAX];
+};
+
+/* kiln_model_load, optionally dequantizing every weight matrix to F32 at load: the F32 reference
+ * path that quantized kernels are compared against. */
+kiln_status kn_model_load_ex(const char *path, const kiln_model_params *params, bool force_f32, kiln_model **out);
+
+/* Dequantizes row `r` of w into out[w->cols]. */
+void kn_weight_row_f32(const kn_weight *w, int64_t r, float *out);
+
+#endif

@@ -1,0 +1,66 @@
+/*
+ * dtype.h - tensor element types and the type-traits table that dispatches to their kernels.
+ *
+ * The enum values equal GGUF's ggml_type ids, so a type read from a file indexes the table directly.
+ * Each supported type has a scalar reference implementation (the source of truth) of:
+ *   to_float   dequantize n elements (n a multiple of block_size)
+ *   from_float quantize n elements (the reference quantizer, used by the model generator and to
+ *              quantize activations for vec_dot)
+ *   vec_dot    dot product of n elements of a weight row of this type with an activation row already
+ *              converted to vec_dot_type (Q8_0 / Q8_1 / Q8_K blocks, or F32 for float weights)
+ * Block layouts are byte-compatible with GGUF files; see quant.h.
+ */
+#ifndef KN_DTYPE_H
+#define KN_DTYPE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum kn_dtype {
+    KN_F32 = 0,
+    KN_F16 = 1,
+    KN_Q4_0 = 2,
+    KN_Q4_1 = 3,
+    KN_Q5_0 = 6,
+    KN_Q5_1 = 7,
+    KN_Q8_0 = 8,
+    KN_Q8_1 = 9,
+    KN_Q4_K = 12,
+    KN_Q5_K = 13,
+    KN_Q6_K = 14,
+    KN_Q8_K = 15,
+    KN_BF16 = 30,
+    KN_DTYPE_COUNT = 40
+} kn_dtype;
+
+typedef void (*kn_to_float_fn)(const void *src, float *dst, int64_t n);
+typedef void (*kn_from_float_fn)(const float *src, void *dst, int64_t n);
+typedef float (*kn_vec_dot_fn)(int64_t n, const void *w, const void *x);
+
+typedef struct kn_type_traits {
+    const char *name;          /* "Q4_K", as in GGUF tooling */
+    int32_t block_size;        /* elements per block (1 for float types) */
+    size_t block_bytes;        /* bytes per block */
+    kn_dtype vec_dot_type;     /* format the activation row must be in for vec_dot */
+    kn_to_float_fn to_float;
+    kn_from_float_fn from_float;
+    kn_vec_dot_fn vec_dot;     /* NULL for activation-only types (Q8_1, Q8_K) */
+} kn_type_traits;
+
+/* Traits of t, or NULL when t is unknown or not supported by kiln. */
+const kn_type_traits *kn_type_traits_get(int32_t t);
+/* Name of t even when unsupported ("type 17"), for error messages; never NULL. */
+const char *kn_dtype_name(int32_t t);
+/* Bytes of a row of n elements of type t; 0 if n is not a multiple of the block size. */
+size_t kn_row_bytes(kn_dtype t, int64_t n);
+/* True if t may be a weight type (has vec_dot). */
+bool kn_dtype_is_weight(int32_t t);
+
+/* Scalar conversions (IEEE binary16 and bfloat16, round to nearest even). */
+float kn_fp16_to_fp32(uint16_t h);
+uint16_t kn_fp32_to_fp16(float f);
+float kn_bf16_to_fp32(uint16_t h);
+uint16_t kn_fp32_to_bf16(float f);
+
+#endif

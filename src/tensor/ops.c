@@ -1,0 +1,98 @@
+/*
+ * ops.c - reference implementations of the forward-pass operations (see ops.h).
+ *
+ * Parallelism is over independent output elements only (weight rows in matmul), so the value of
+ * each output never depends on the thread count.
+ */
+#include "tensor/ops.h"
+
+#include <math.h>
+#include <string.h>
+
+size_t kn_matmul_scratch(kn_dtype wtype, int64_t cols, int64_t N) {
+    const kn_type_traits *tr = kn_type_traits_get(wtype);
+    if (!tr || tr->vec_dot_type == KN_F32) return 0;
+    return kn_row_bytes(tr->vec_dot_type, cols) * (size_t)N;
+}
+
+void kn_matmul(const kn_weight *w, const float *x, float *y, int64_t N, void *qbuf, int n_threads) {
+    const kn_type_traits *tr = kn_type_traits_get(w->type);
+    const int64_t rows = w->rows, cols = w->cols;
+    const uint8_t *act = (const uint8_t *)x;
+    size_t act_stride = (size_t)cols * sizeof(float);
+    if (tr->vec_dot_type != KN_F32) {
+        const kn_type_traits *qt = kn_type_traits_get(tr->vec_dot_type);
+        act_stride = kn_row_bytes(tr->vec_dot_type, cols);
+        for (int64_t n = 0; n < N; n++) qt->from_float(x + n * cols, (uint8_t *)qbuf + (size_t)n * act_stride, cols);
+        act = qbuf;
+    }
+    const kn_vec_dot_fn dot = tr->vec_dot;
+    const uint8_t *wd = w->data;
+    const size_t rb = w->row_bytes;
+    /* Weight rows outer, tokens inner: each weight row is read from memory once for all N tokens. */
+    #pragma omp parallel for num_threads(n_threads) schedule(static) if (rows * N * cols > 200000 && n_threads > 1)
+    for (int64_t r = 0; r < rows; r++) {
+        const uint8_t *wr = wd + (size_t)r * rb;
+        for (int64_t n = 0; n < N; n++) y[n * rows + r] = dot(cols, wr, act + (size_t)n * act_stride);
+    }
+}
+
+void kn_rmsnorm(float *out, const float *x, const float *weight, int64_t N, int64_t n, float eps) {
+    for (int64_t t = 0; t < N; t++) {
+        const float *xr = x + t * n;
+        float *o = out + t * n;
+        float ss = 0.0f;
+        for (int64_t i = 0; i < n; i++) ss += xr[i] * xr[i];
+        ss /= (float)n;
+        ss += eps;
+        ss = 1.0f / sqrtf(ss);
+        for (int64_t i = 0; i < n; i++) o[i] = weight[i] * (ss * xr[i]);
+    }
+}
+
+void kn_add_bias(float *x, const float *b, int64_t N, int64_t n) {
+    for (int64_t t = 0; t < N; t++)
+        for (int64_t i = 0; i < n; i++) x[t * n + i] += b[i];
+}
+
+void kn_add(float *x, const float *y, int64_t n_total) {
+    for (int64_t i = 0; i < n_total; i++) x[i] += y[i];
+}
+
+void kn_swiglu(float *gate, const float *up, int64_t n_total) {
+    for (int64_t i = 0; i < n_total; i++) {
+        float g = gate[i];
+        gate[i] = g * (1.0f / (1.0f + expf(-g))) * up[i];
+    }
+}
+
+void kn_rope(float *x, int n_heads, int head_dim, int n_rot, int32_t pos, float base, float pos_scale,
+             const float *freq_div, kn_rope_style style) {
+    const int half = n_rot / 2;
+    for (int j = 0; j < half; j++) {
+        float freq = 1.0f / powf(base, (float)(2 * j) / (float)n_rot);
+        if (freq_div) freq /= freq_div[j];
+        float theta = (float)pos * pos_scale * freq;
+        float c = cosf(theta), s = sinf(theta);
+        for (int h = 0; h < n_heads; h++) {
+            float *v = x + (int64_t)h * head_dim;
+            int i0 = style == KN_ROPE_NORM ? 2 * j : j;
+            int i1 = style == KN_ROPE_NORM ? 2 * j + 1 : j + half;
+            float a = v[i0], b = v[i1];
+            v[i0] = a * c - b * s;
+            v[i1] = a * s + b * c;
+        }
+    }
+}
+
+void kn_softmax(float *x, int64_t n) {
+    float max = x[0];
+    for (int64_t i = 1; i < n; i++)
+        if (x[i] > max) max = x[i];
+    float sum = 0.0f;
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = expf(x[i] - max);
+        sum += x[i];
+    }
+    for (int64_t i = 0; i < n; i++) x[i] /= sum;
+}

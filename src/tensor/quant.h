@@ -1,0 +1,245 @@
+/*
+ * quant.h - the quantized block formats kiln reads from GGUF files, and their scalar reference kernels.
+ *
+ * Every block struct is byte-compatible with the block of the same name in GGUF/ggml files: same field
+ * order, same size (checked by _Static_assert), same bit layout. fp16 fields are stored as raw IEEE
+ * binary16 bits (kn_half) and decoded with kn_fp16_to_fp32. Multi-byte fields are little-endian in files;
+ * kiln assumes a little-endian host, as GGUF tooling does.
+ *
+ * The layout of each format is documented at its struct below, in terms of "element e of the block"
+ * (e = 0 .. block_size-1, the order of the dequantized floats). The reference kernels in quant_legacy.c
+ * and quant_k.c implement exactly that documentation; SIMD kernels must match them (see dtype.h).
+ *
+ * Kernel conventions, shared by every function declared here:
+ *   n is a count of elements and must be a non-negative multiple of the format's block size; whole
+ *   blocks are processed (a partial tail, which callers must not pass, is ignored, never over-read).
+ *   to_float  writes n floats.
+ *   from_float reads n floats and writes n/block_size blocks. Non-finite input never causes undefined
+ *             behaviour; scales that would overflow fp16 saturate to +-65504.
+ *   vec_dot   returns the dot product of a weight row with an activation row of the stated format.
+ */
+#ifndef KN_QUANT_H
+#define KN_QUANT_H
+
+#include "tensor/dtype.h"
+
+#include <math.h>
+#include <stdint.h>
+
+/* Raw IEEE binary16 bits, as stored in GGUF blocks. */
+typedef uint16_t kn_half;
+
+#define KN_QK4_0 32
+#define KN_QK4_1 32
+#define KN_QK5_0 32
+#define KN_QK5_1 32
+#define KN_QK8_0 32
+#define KN_QK8_1 32
+#define KN_QK_K 256 /* super-block size of the K formats */
+
+/* ---------------------------------------------------------------------------------------------------
+ * Legacy formats: blocks of 32 elements with one (or two) fp16 scales.
+ * Nibble layout shared by Q4_0, Q4_1, Q5_0, Q5_1: element e < 16 is the LOW nibble of qs[e], element
+ * e >= 16 is the HIGH nibble of qs[e - 16].
+ * 5-bit formats: bit 4 of element e is bit (e % 8) of qh[e / 8] (i.e. bit e of qh read as a little-endian
+ * uint32).
+ * ------------------------------------------------------------------------------------------------- */
+
+/* Q4_0: x[e] = d * (q[e] - 8), q in 0..15. 18 bytes / 32 elements. */
+typedef struct kn_block_q4_0 {
+    kn_half d;
+    uint8_t qs[KN_QK4_0 / 2];
+} kn_block_q4_0;
+_Static_assert(sizeof(kn_block_q4_0) == 18, "Q4_0 block must be 18 bytes");
+
+/* Q4_1: x[e] = d * q[e] + m, q in 0..15. 20 bytes / 32 elements. */
+typedef struct kn_block_q4_1 {
+    kn_half d;
+    kn_half m;
+    uint8_t qs[KN_QK4_1 / 2];
+} kn_block_q4_1;
+_Static_assert(sizeof(kn_block_q4_1) == 20, "Q4_1 block must be 20 bytes");
+
+/* Q5_0: x[e] = d * (q[e] - 16), q in 0..31 (low 4 bits in qs, bit 4 in qh). 22 bytes / 32 elements. */
+typedef struct kn_block_q5_0 {
+    kn_half d;
+    uint8_t qh[4];
+    uint8_t qs[KN_QK5_0 / 2];
+} kn_block_q5_0;
+_Static_assert(sizeof(kn_block_q5_0) == 22, "Q5_0 block must be 22 bytes");
+
+/* Q5_1: x[e] = d * q[e] + m, q in 0..31. 24 bytes / 32 elements. */
+typedef struct kn_block_q5_1 {
+    kn_half d;
+    kn_half m;
+    uint8_t qh[4];
+    uint8_t qs[KN_QK5_1 / 2];
+} kn_block_q5_1;
+_Static_assert(sizeof(kn_block_q5_1) == 24, "Q5_1 block must be 24 bytes");
+
+/* Q8_0: x[e] = d * qs[e]. 34 bytes / 32 elements. A weight format and the activation format of
+ * Q4_0 / Q5_0 / Q8_0 weights. */
+typedef struct kn_block_q8_0 {
+    kn_half d;
+    int8_t qs[KN_QK8_0];
+} kn_block_q8_0;
+_Static_assert(sizeof(kn_block_q8_0) == 34, "Q8_0 block must be 34 bytes");
+
+/* Q8_1: x[e] = d * qs[e], and s = d * sum(qs) (both fp16). 36 bytes / 32 elements. Activation format of
+ * Q4_1 / Q5_1 weights: s lets the weight's offset m be applied once per block (m * s). */
+typedef struct kn_block_q8_1 {
+    kn_half d;
+    kn_half s;
+    int8_t qs[KN_QK8_1];
+} kn_block_q8_1;
+_Static_assert(sizeof(kn_block_q8_1) == 36, "Q8_1 block must be 36 bytes");
+
+/* ---------------------------------------------------------------------------------------------------
+ * K formats: super-blocks of 256 elements made of sub-blocks, each sub-block with its own small integer
+ * scale (and min) that is itself scaled by the fp16 super-block scale d (and dmin).
+ * ------------------------------------------------------------------------------------------------- */
+
+/*
+ * Q4_K: 8 sub-blocks of 32. x[e] = d * sc[j] * q[e] - dmin * m[j], j = e / 32, q in 0..15, and
+ * sc[j], m[j] are 6-bit values packed into scales[12] (see kn_k_scale_min).
+ * Quants: the block is 4 chunks of 64 elements; chunk c (elements 64c .. 64c+63) uses qs[32c .. 32c+31]:
+ * element 64c + l (l < 32) is the LOW nibble of qs[32c + l], element 64c + 32 + l is its HIGH nibble.
+ * Equivalently element 32j + l of sub-block j is nibble (j & 1) of qs[32(j / 2) + l].
+ * 144 bytes / 256 elements.
+ */
+typedef struct kn_block_q4_k {
+    kn_half d;
+    kn_half dmin;
+    uint8_t scales[12];
+    uint8_t qs[KN_QK_K / 2];
+} kn_block_q4_k;
+_Static_assert(sizeof(kn_block_q4_k) == 144, "Q4_K block must be 144 bytes");
+
+/*
+ * Q5_K: as Q4_K with 5-bit quants, q in 0..31. Low 4 bits are laid out exactly as Q4_K's qs; bit 4 of
+ * element 32j + l (sub-block j, l < 32) is bit j of qh[l] (so chunk c's low-nibble half uses bit 2c and
+ * its high-nibble half bit 2c+1).
+ * 176 bytes / 256 elements.
+ */
+typedef struct kn_block_q5_k {
+    kn_half d;
+    kn_half dmin;
+    uint8_t scales[12];
+    uint8_t qh[KN_QK_K / 8];
+    uint8_t qs[KN_QK_K / 2];
+} kn_block_q5_k;
+_Static_assert(sizeof(kn_block_q5_k) == 176, "Q5_K block must be 176 bytes");
+
+/*
+ * Q6_K: 16 sub-blocks of 16. x[e] = d * scales[e / 16] * (q[e] - 32), q in 0..63, scales signed 8-bit.
+ * The block is 2 halves of 128; write element e = 128h + 32k + l (h in 0..1, k in 0..3, l in 0..31):
+ *   low 4 bits of q[e]: ql[64h + 32(k & 1) + l], the LOW nibble for k = 0, 1 and the HIGH nibble for
+ *                       k = 2, 3;
+ *   high 2 bits of q[e]: bits 2k, 2k+1 of qh[32h + l].
+ * 210 bytes / 256 elements.
+ */
+typedef struct kn_block_q6_k {
+    uint8_t ql[KN_QK_K / 2];
+    uint8_t qh[KN_QK_K / 4];
+    int8_t scales[KN_QK_K / 16];
+    kn_half d;
+} kn_block_q6_k;
+_Static_assert(sizeof(kn_block_q6_k) == 210, "Q6_K block must be 210 bytes");
+
+/* Q8_K: x[e] = d * qs[e] with an fp32 d; bsums[j] = sum of qs[16j .. 16j+15]. Activation format of the K
+ * weight formats (bsums apply Q4_K/Q5_K mins and Q6_K's -32 offset per sub-block). 292 bytes / 256. */
+typedef struct kn_block_q8_k {
+    float d;
+    int8_t qs[KN_QK_K];
+    int16_t bsums[KN_QK_K / 16];
+} kn_block_q8_k;
+_Static_assert(sizeof(kn_block_q8_k) == 292, "Q8_K block must be 292 bytes");
+
+/*
+ * The 6-bit scale sc and min m of sub-block j (0..7) of a Q4_K / Q5_K block, from its packed scales[12]:
+ *   j < 4:  sc = low 6 bits of scales[j],  m = low 6 bits of scales[j + 4];
+ *   j >= 4: sc = low nibble of scales[j + 4] | (top 2 bits of scales[j - 4]) << 4,
+ *           m  = high nibble of scales[j + 4] | (top 2 bits of scales[j]) << 4.
+ */
+static inline void kn_k_scale_min(int j, const uint8_t scales[12], uint8_t *sc, uint8_t *m) {
+    if (j < 4) {
+        *sc = (uint8_t)(scales[j] & 63);
+        *m = (uint8_t)(scales[j + 4] & 63);
+    } else {
+        *sc = (uint8_t)((scales[j + 4] & 0x0F) | ((scales[j - 4] >> 6) << 4));
+        *m = (uint8_t)((scales[j + 4] >> 4) | ((scales[j] >> 6) << 4));
+    }
+}
+
+/* Inverse of kn_k_scale_min: packs 6-bit sc[8] and m[8] (each 0..63) into scales[12]. */
+static inline void kn_k_pack_scale_min(const uint8_t sc[8], const uint8_t m[8], uint8_t scales[12]) {
+    for (int j = 0; j < 4; j++) {
+        scales[j] = (uint8_t)((sc[j] & 63) | ((sc[j + 4] >> 4) << 6));
+        scales[j + 4] = (uint8_t)((m[j] & 63) | ((m[j + 4] >> 4) << 6));
+        scales[j + 8] = (uint8_t)((sc[j + 4] & 0x0F) | ((m[j + 4] & 0x0F) << 4));
+    }
+}
+
+/* ---- reference kernels (see the conventions at the top of this file) ---- */
+
+/* quant_legacy.c */
+void kn_q4_0_to_float(const void *src, float *dst, int64_t n);
+void kn_q4_0_from_float(const float *src, void *dst, int64_t n);
+float kn_q4_0_vec_dot_q8_0(int64_t n, const void *w, const void *x);
+
+void kn_q4_1_to_float(const void *src, float *dst, int64_t n);
+void kn_q4_1_from_float(const float *src, void *dst, int64_t n);
+float kn_q4_1_vec_dot_q8_1(int64_t n, const void *w, const void *x);
+
+void kn_q5_0_to_float(const void *src, float *dst, int64_t n);
+void kn_q5_0_from_float(const float *src, void *dst, int64_t n);
+float kn_q5_0_vec_dot_q8_0(int64_t n, const void *w, const void *x);
+
+void kn_q5_1_to_float(const void *src, float *dst, int64_t n);
+void kn_q5_1_from_float(const float *src, void *dst, int64_t n);
+float kn_q5_1_vec_dot_q8_1(int64_t n, const void *w, const void *x);
+
+void kn_q8_0_to_float(const void *src, float *dst, int64_t n);
+void kn_q8_0_from_float(const float *src, void *dst, int64_t n);
+float kn_q8_0_vec_dot_q8_0(int64_t n, const void *w, const void *x);
+
+void kn_q8_1_to_float(const void *src, float *dst, int64_t n);
+void kn_q8_1_from_float(const float *src, void *dst, int64_t n);
+
+/* quant_k.c */
+void kn_q4_k_to_float(const void *src, float *dst, int64_t n);
+void kn_q4_k_from_float(const float *src, void *dst, int64_t n);
+float kn_q4_k_vec_dot_q8_k(int64_t n, const void *w, const void *x);
+
+void kn_q5_k_to_float(const void *src, float *dst, int64_t n);
+void kn_q5_k_from_float(const float *src, void *dst, int64_t n);
+float kn_q5_k_vec_dot_q8_k(int64_t n, const void *w, const void *x);
+
+void kn_q6_k_to_float(const void *src, float *dst, int64_t n);
+void kn_q6_k_from_float(const float *src, void *dst, int64_t n);
+float kn_q6_k_vec_dot_q8_k(int64_t n, const void *w, const void *x);
+
+void kn_q8_k_to_float(const void *src, float *dst, int64_t n);
+void kn_q8_k_from_float(const float *src, void *dst, int64_t n);
+
+/* ---- helpers shared by the quantizers ---- */
+
+/* fp16 bits of v, with finite values beyond the fp16 range saturated to +-65504 instead of becoming
+ * infinite (a block scale must stay finite). NaN stays NaN. */
+kn_half kn_fp32_to_fp16_sat(float v); /* dtype.c */
+
+/* fp16 bits for a block scale: v rounded to nearest, except where that loses more than 2^-11 of |v|
+ * (only possible when the scale is an fp16 subnormal, where one step is a large relative change): then
+ * the next value away from zero, so the element that set the scale does not clip. Finite values beyond
+ * the fp16 range saturate to +-65504. */
+kn_half kn_fp32_to_fp16_scale(float v); /* dtype.c */
+
+/* v rounded to the nearest integer (halves away from zero) and clamped to [lo, hi]; NaN gives lo.
+ * Never undefined behaviour, whatever v is. */
+static inline int kn_round_clamp(float v, int lo, int hi) {
+    if (!(v > (float)lo)) return lo; /* also catches NaN */
+    if (v >= (float)hi) return hi;
+    return (int)roundf(v); /* lo < v < hi, so the result fits an int */
+}
+
+#endif /* KN_QUANT_H */

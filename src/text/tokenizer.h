@@ -1,0 +1,68 @@
+/*
+ * tokenizer.h - text <-> token ids for every vocabulary a GGUF file can describe.
+ *
+ * Built from the file's tokenizer.ggml.* metadata: SentencePiece-style (`llama`: scores, byte
+ * fallback), byte-level BPE (`gpt2`: merges, a pre-tokenizer chosen by tokenizer.ggml.pre) and
+ * WordPiece (`bert`). The tokenizer is immutable after load and safe to use from several threads.
+ */
+#ifndef KN_TOKENIZER_H
+#define KN_TOKENIZER_H
+
+#include "base/base.h"
+#include "model/gguf.h"
+
+typedef struct kn_tokenizer kn_tokenizer;
+
+/* Builds the tokenizer from g's metadata (g may be freed afterwards: everything is copied).
+ * KILN_ERR_FORMAT / KILN_ERR_UNSUPPORTED with a message on bad or unknown metadata. */
+kiln_status kn_tokenizer_load(const kn_gguf *g, kn_tokenizer **out);
+void kn_tokenizer_free(kn_tokenizer *t);
+
+int32_t kn_tok_n_vocab(const kn_tokenizer *t);
+int32_t kn_tok_bos(const kn_tokenizer *t);   /* -1 if none */
+int32_t kn_tok_eos(const kn_tokenizer *t);
+int32_t kn_tok_eot(const kn_tokenizer *t);
+int32_t kn_tok_unk(const kn_tokenizer *t);
+bool kn_tok_add_bos(const kn_tokenizer *t);
+bool kn_tok_add_eos(const kn_tokenizer *t);
+/* True for EOS, EOT and any other end-of-generation token of the vocabulary. */
+bool kn_tok_is_eog(const kn_tokenizer *t, int32_t id);
+/* True for control/special tokens (never shown unless rendered explicitly). */
+bool kn_tok_is_special(const kn_tokenizer *t, int32_t id);
+/* The id of the token whose vocabulary text is exactly s[0..n) (e.g. "<|im_end|>"), -1 if none. */
+int32_t kn_tok_find(const kn_tokenizer *t, const char *s, size_t n);
+
+/* The longest piece (decoded bytes of one token) a vocabulary may have; kn_tokenizer_load rejects
+ * a vocabulary with a longer token, so kn_detok.out always has room for one piece. */
+#define KN_TOK_MAX_PIECE 1024
+
+/* Encodes len bytes of text; see kiln_tokenize for add_special / parse_special and the
+ * KILN_ERR_BUFFER_SMALL contract. Invalid UTF-8 in text is tokenized byte-wise, never rejected. */
+kiln_status kn_tokenize(const kn_tokenizer *t, const char *text, size_t len, bool add_special,
+                        bool parse_special, int32_t *out, size_t cap, size_t *n_out);
+
+/* The bytes token id decodes to (see kiln_token_piece). Returns the full length; writes at most cap
+ * bytes. An id out of range decodes to 0 bytes. */
+size_t kn_token_piece(const kn_tokenizer *t, int32_t id, bool render_special, char *buf, size_t cap);
+
+/* Incremental detokenizer: turns a stream of token ids into text that never splits a UTF-8
+ * character. Handles the SentencePiece rule that the leading space of the first piece after BOS
+ * (or at the start of the stream) is dropped. Fixed capacity: allocates nothing after init. */
+typedef struct kn_detok {
+    const kn_tokenizer *tok;
+    bool at_start;          /* no text emitted yet and the previous token was BOS or nothing */
+    bool render_special;
+    uint8_t pending[8];     /* bytes of an incomplete UTF-8 character */
+    size_t n_pending;
+    char out[3 * (KN_TOK_MAX_PIECE + 8)]; /* text produced by the last push (each invalid byte
+                                             can become a 3-byte U+FFFD) */
+} kn_detok;
+
+/* at_start: the stream begins a text (so an SPM leading space is stripped from its first piece). */
+void kn_detok_init(kn_detok *d, const kn_tokenizer *t, bool at_start, bool render_special);
+/* Feeds one token; returns the bytes now complete (pointer into d->out) and their length in *len. */
+const char *kn_detok_push(kn_detok *d, int32_t id, size_t *len);
+/* Flushes bytes of a trailing incomplete character (as U+FFFD replacement). */
+const char *kn_detok_flush(kn_detok *d, size_t *len);
+
+#endif

@@ -1,0 +1,66 @@
+# test_run.sh - `kiln run` end to end: golden greedy output of the real stories260K model, seeded
+# sampling, and every kind of bad input (bad flags exit 2; bad files exit 1 with a message).
+. tests/cli/lib.sh
+M="$DATA/models/stories260K/stories260K.gguf"
+G="$DATA/models/stories260K/golden"
+if [ ! -f "$M" ]; then skip run_golden "no $M"; exit 0; fi
+
+"$KILN" run -m "$M" -p "Once upon a time" -n 200 --temp 0 >"$TMP/a" 2>"$TMP/a.err"
+starts_with golden_once_upon_a_time "$TMP/a" "$G/greedy_once_upon_a_time_n64.txt"
+"$KILN" run -m "$M" -p "" -n 300 --temp 0 >"$TMP/b" 2>"$TMP/b.err"
+starts_with golden_noprompt "$TMP/b" "$G/greedy_noprompt_n256.txt"
+grep -q "prompt .* tokens.*generated .* tokens" "$TMP/a.err" && pass run_summary_line || fail run_summary_line "$(cat "$TMP/a.err")"
+
+# greedy output is the same with one and two threads, F16 and F32 KV, small prefill chunks, mmap
+"$KILN" run -m "$M" -p "Once upon a time" -n 100 --temp 0 -t 1 >"$TMP/t1" 2>/dev/null
+"$KILN" run -m "$M" -p "Once upon a time" -n 100 --temp 0 -t 2 -b 3 >"$TMP/t2" 2>/dev/null
+"$KILN" run -m "$M" -p "Once upon a time" -n 100 --temp 0 --mmap >"$TMP/t3" 2>/dev/null
+cmp -s "$TMP/t1" "$TMP/t2" && cmp -s "$TMP/t1" "$TMP/t3" && pass greedy_same_threads_chunks_mmap || fail greedy_same_threads_chunks_mmap
+"$KILN" run -m "$M" -p "Once upon a time" -n 100 --temp 0 --kv-type f32 >"$TMP/t4" 2>/dev/null
+[ -s "$TMP/t4" ] && pass kv_f32_runs || fail kv_f32_runs
+
+# seeds: same seed, same text; different seeds, different text
+"$KILN" run -m "$M" -p "Lily" -n 64 --temp 1 --seed 42 >"$TMP/s1" 2>/dev/null
+"$KILN" run -m "$M" -p "Lily" -n 64 --temp 1 --seed 42 >"$TMP/s2" 2>/dev/null
+"$KILN" run -m "$M" -p "Lily" -n 64 --temp 1 --seed 43 >"$TMP/s3" 2>/dev/null
+cmp -s "$TMP/s1" "$TMP/s2" && pass same_seed_same_text || fail same_seed_same_text
+cmp -s "$TMP/s1" "$TMP/s3" && fail different_seed_different_text || pass different_seed_different_text
+
+# -n counts new tokens; -f reads the prompt from a file
+printf 'Once upon a time' >"$TMP/prompt.txt"
+"$KILN" run -m "$M" -f "$TMP/prompt.txt" -n 200 --temp 0 >"$TMP/f" 2>/dev/null
+cmp -s "$TMP/f" "$TMP/a" && pass prompt_from_file || fail prompt_from_file
+"$KILN" run -m "$M" -p "Once" -n 5 --temp 0 --ignore-eos 2>"$TMP/n.err" >/dev/null
+grep -q "generated 5 tokens" "$TMP/n.err" && pass n_counts_new_tokens || fail n_counts_new_tokens "$(cat "$TMP/n.err")"
+
+# bad usage: exit 2
+expect_exit bad_flag 2 "$KILN" run -m "$M" --no-such-flag
+expect_exit missing_value 2 "$KILN" run -m "$M" -n
+expect_exit bad_number 2 "$KILN" run -m "$M" -n abc
+expect_exit bad_temp 2 "$KILN" run -m "$M" --temp -1
+expect_exit unknown_verb 2 "$KILN" frobnicate
+expect_exit no_args 2 "$KILN"
+expect_exit version 0 "$KILN" --version
+expect_exit help 0 "$KILN" help run
+
+# bad files: exit 1 with a message
+expect_exit missing_file 1 "$KILN" run -m "$TMP/nope.gguf" -p hi
+expect_exit directory 1 "$KILN" run -m "$TMP" -p hi
+: >"$TMP/empty.gguf"
+expect_exit empty_file 1 "$KILN" run -m "$TMP/empty.gguf" -p hi
+head -c 5000 "$M" >"$TMP/trunc.gguf"
+expect_exit truncated_file 1 "$KILN" run -m "$TMP/trunc.gguf" -p hi
+head -c 1100000 "$M" >"$TMP/trunc2.gguf"
+expect_exit truncated_in_tensors 1 "$KILN" run -m "$TMP/trunc2.gguf" -p hi
+printf 'not a model at all' >"$TMP/text.gguf"
+expect_exit not_gguf 1 "$KILN" run -m "$TMP/text.gguf" -p hi
+expect_exit no_model_flag 1 "$KILN" run -p hi
+expect_exit prompt_too_long 1 "$KILN" run -m "$M" -c 8 -p "Once upon a time there was a little girl named Lily who loved to play"
+
+# the other real model (F16 weights, full Llama-2 vocabulary) loads and generates
+R="$DATA/models/llama-2-tiny-random/llama-2-tiny-random.gguf"
+if [ -f "$R" ]; then
+  expect_exit tiny_random_f16_runs 0 "$KILN" run -m "$R" -p "Hello world" -n 16 --temp 0
+else
+  skip tiny_random_f16_runs "no $R"
+fi

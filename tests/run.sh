@@ -1,0 +1,33 @@
+#!/bin/sh
+# Runs every unit-test program in $BUILD/tests and every CLI test script in tests/cli, then prints
+# the totals. Each program prints PASS/FAIL/SKIP lines; a program that exits non-zero without
+# printing a FAIL line (a crash) counts as one failure. The last line reads
+# "N passed, N failed, N skipped"; the exit status is non-zero when anything failed.
+BUILD=${BUILD:-build}
+export BUILD
+log=$(mktemp)
+one=$(mktemp)
+trap 'rm -f "$log" "$one"' EXIT
+run_one() {
+  echo "== $*"
+  "$@" >"$one" 2>&1
+  st=$?
+  cat "$one"
+  cat "$one" >>"$log"
+  if [ $st -ne 0 ] && ! grep -q '^FAIL ' "$one"; then
+    echo "FAIL $* (exit status $st)" | tee -a "$log"
+  fi
+}
+for t in "$BUILD"/tests/test_*; do
+  [ -x "$t" ] && run_one "$t"
+done
+for t in tests/cli/*.sh; do
+  [ -f "$t" ] && run_one sh "$t"
+done
+pass=$(grep -c '^PASS ' "$log")
+fail=$(grep -c '^FAIL ' "$log")
+skip=$(grep -c '^SKIP ' "$log")
+echo
+grep '^FAIL ' "$log" | sed 's/^/  /'
+echo "$pass passed, $fail failed, $skip skipped"
+[ "$fail" -eq 0 ]

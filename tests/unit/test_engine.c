@@ -1,0 +1,186 @@
+/*
+ * test_engine.c - the public API on the real stories260K model: load errors, fingerprints,
+ * evaluation bookkeeping, prefill chunking and batch-of-rows invariance, cancellation.
+ */
+#include "harness.h"
+
+#include "engine/session.h"
+#include "kiln.h"
+#include "model/forward.h"
+
+static const char *model_path(void) { return kt_data("models/stories260K/stories260K.gguf"); }
+
+static void test_load_errors(void) {
+    kiln_model *m = (kiln_model *)1;
+    CHECK(kiln_model_load("/nonexistent/x.gguf", NULL, &m) == KILN_ERR_IO);
+    CHECK(m == NULL);
+    CHECK(strstr(kiln_last_error(), "/nonexistent/x.gguf") != NULL);
+    CHECK(kiln_model_load("/tmp", NULL, &m) == KILN_ERR_IO);
+    CHECK(strstr(kiln_last_error(), "directory") != NULL);
+    CHECK(kiln_model_load(NULL, NULL, &m) != KILN_OK);
+    CHECK(kiln_model_load("x", NULL, NULL) == KILN_ERR_INVALID_ARG);
+    for (int s = 0; s < KILN_STATUS_COUNT; s++) CHECK(strlen(kiln_status_str((kiln_status)s)) > 0);
+    CHECK(strcmp(kiln_status_str((kiln_status)999), "unknown status") == 0);
+}
+
+static void test_model_info_and_fingerprint(void) {
+    if (!kt_exists(model_path())) SKIP("no model");
+    kiln_model *a = NULL, *b = NULL, *v = NULL;
+    CHECK(kiln_model_load(model_path(), NULL, &a) == KILN_OK);
+    kiln_model_params mp = kiln_model_default_params();
+    mp.use_mmap = true;
+    CHECK(kiln_model_load(model_path(), &mp, &b) == KILN_OK);
+    CHECK(strcmp(kiln_model_arch(a), "llama") == 0);
+    CHECK(kiln_model_n_vocab(a) == 512);
+    CHECK(kiln_model_n_embd(a) == 64);
+    CHECK(kiln_model_n_layer(a) == 5);
+    CHECK(strlen(kiln_model_fingerprint(a)) == 64);
+    CHECK(strcmp(kiln_model_fingerprint(a), kiln_model_fingerprint(b)) == 0);
+    const char *r = kt_data("models/llama-2-tiny-random/llama-2-tiny-random.gguf");
+    if (kt_exists(r)) {
+        CHECK(kiln_model_load(r, NULL, &v) == KILN_OK);
+        CHECK(strcmp(kiln_model_fingerprint(a), kiln_model_fingerprint(v)) != 0);
+        CHECK(kiln_model_n_vocab(v) == 32000);
+        kiln_model_free(v);
+    }
+    kiln_model_free(a);
+    kiln_model_free(b);
+}
+
+static void test_eval_bookkeeping(void) {
+    if (!kt_exists(model_path())) SKIP("no model");
+    kiln_model *m = NULL;
+    CHECK(kiln_model_load(model_path(), NULL, &m) == KILN_OK);
+    kiln_session_params sp = kiln_session_default_params();
+    sp.n_ctx = 16;
+    sp.n_batch = 4;
+    sp.logits_all = true;
+    kiln_session *s = NULL;
+    CHECK(kiln_session_new(m, &sp, &s) == KILN_OK);
+    kiln_token t[20];
+    for (int i = 0; i < 20; i++) t[i] = 1 + i * 7;
+    CHECK(kiln_session_eval(s, t, 10, false) == KILN_OK);
+    CHECK(kiln_session_n_past(s) == 10);
+    CHECK(kiln_session_eval(s, t, 7, false) == KILN_ERR_CONTEXT_FULL);
+    CHECK(kiln_session_n_past(s) == 10);
+    CHECK(strlen(kiln_session_last_error(s)) > 0);
+    kiln_token bad = 512;
+    CHECK(kiln_session_eval(s, &bad, 1, false) == KILN_ERR_INVALID_ARG);
+    CHECK(kiln_session_n_past(s) == 10);
+    CHECK(kiln_session_eval(s, t, 5, true) == KILN_ERR_INVALID_ARG);   /* more than n_batch */
+    kiln_session_reset(s);
+    CHECK(kiln_session_n_past(s) == 0);
+    CHECK(kiln_session_logits(s, -1) == NULL);
+    kiln_session_free(s);
+    kiln_model_free(m);
+}
+
+/* Prefill of 12 tokens in one chunk, in chunks of 5, and token by token: bit-identical logits. */
+static void test_chunking_bit_identical(void) {
+    if (!kt_exists(model_path())) SKIP("no model");
+    kiln_model *m = NULL;
+    CHECK(kiln_model_load(model_path(), NULL, &m) == KILN_OK);
+    const int n = 12, V = kiln_model_n_vocab(m);
+    kiln_token t[12];
+    for (int i = 0; i < n; i++) t[i] = (kiln_token)(1 + (i * 37) % 500);
+    float ref[512], got[512];
+    int batches[] = {12, 5, 1};
+    for (int bi = 0; bi < 3; bi++) {
+        kiln_session_params sp = kiln_session_default_params();
+        sp.n_ctx = 32;
+        sp.n_batch = batches[bi];
+        sp.n_threads = bi == 1 ? 2 : 1;
+        kiln_session *s = NULL;
+        CHECK(kiln_session_new(m, &sp, &s) == KILN_OK);
+        CHECK(kiln_session_eval(s, t, (size_t)n, false) == KILN_OK);
+        memcpy(bi == 0 ? ref : got, kiln_session_logits(s, -1), sizeof(float) * (size_t)V);
+        kiln_session_free(s);
+        if (bi > 0) CHECKF(memcmp(ref, got, sizeof(float) * (size_t)V) == 0, "n_batch %d differs", batches[bi]);
+    }
+    kiln_model_free(m);
+}
+
+/* Two rows through one forward call give the same logits as each row alone. */
+static void test_batch_rows_bit_identical(void) {
+    if (!kt_exists(model_path())) SKIP("no model");
+    kiln_model *m = NULL;
+    CHECK(kiln_model_load(model_path(), NULL, &m) == KILN_OK);
+    const int V = kiln_model_n_vocab(m);
+    kiln_token a[6] = {1, 400, 261, 300, 99, 7}, b[3] = {1, 42, 17};
+    kn_kv kva, kvb;
+    kn_scratch sc;
+    CHECK(kn_kv_init(&kva, KN_F16, m->hp.n_layer, 16, m->hp.n_head_kv * m->hp.head_dim) == KILN_OK);
+    CHECK(kn_kv_init(&kvb, KN_F16, m->hp.n_layer, 16, m->hp.n_head_kv * m->hp.head_dim) == KILN_OK);
+    CHECK(kn_scratch_init(&sc, m, 16, 16, 1) == KILN_OK);
+    float *both = malloc(sizeof(float) * 2 * (size_t)V), *alone = malloc(sizeof(float) * (size_t)V);
+    kn_batch_row rows[2] = {{&kva, a, 6, 5}, {&kvb, b, 3, 2}};
+    kn_forward(m, &sc, rows, 2, both, 2);
+    CHECK(kva.n_past == 6 && kvb.n_past == 3);
+    kva.n_past = 0;
+    kn_batch_row ra = {&kva, a, 6, 5};
+    kn_forward(m, &sc, &ra, 1, alone, 1);
+    int same_a = memcmp(alone, both, sizeof(float) * (size_t)V) == 0;
+    kvb.n_past = 0;
+    kn_batch_row rb = {&kvb, b, 3, 2};
+    kn_forward(m, &sc, &rb, 1, alone, 1);
+    int same_b = memcmp(alone, both + V, sizeof(float) * (size_t)V) == 0;
+    free(both);
+    free(alone);
+    kn_scratch_free(&sc);
+    kn_kv_free(&kva);
+    kn_kv_free(&kvb);
+    kiln_model_free(m);
+    CHECK(same_a);
+    CHECK(same_b);
+}
+
+static int cancel_after_3(const kiln_token_event *ev, void *user) {
+    (void)ev;
+    return ++*(int *)user >= 3;
+}
+
+static void test_cancel_and_limits(void) {
+    if (!kt_exists(model_path())) SKIP("no model");
+    kiln_model *m = NULL;
+    kiln_session *s = NULL;
+    CHECK(kiln_model_load(model_path(), NULL, &m) == KILN_OK);
+    CHECK(kiln_session_new(m, NULL, &s) == KILN_OK);
+    kiln_generate_params gp = kiln_generate_default_params();
+    int n = 0;
+    gp.on_token = cancel_after_3;
+    gp.user = &n;
+    gp.ignore_eos = true;
+    kiln_generate_result r;
+    CHECK(kiln_generate(s, "Once", &gp, &r) == KILN_ERR_CANCELLED);
+    CHECK(r.stop == KILN_STOP_CANCELLED);
+    CHECK(r.n_generated == 3);
+    gp.on_token = NULL;
+    gp.max_tokens = 7;
+    gp.sampling.temperature = 0;
+    CHECK(kiln_generate(s, "Once", &gp, &r) == KILN_OK);
+    CHECK(r.stop == KILN_STOP_LENGTH && r.n_generated == 7);
+    gp.sampling.temperature = NAN;
+    CHECK(kiln_generate(s, "Once", &gp, &r) == KILN_ERR_INVALID_ARG);
+    CHECK(strstr(kiln_session_last_error(s), "temperature") != NULL);
+    kiln_session_free(s);
+    /* a context of 8 fills up: generation stops with KILN_STOP_CONTEXT */
+    kiln_session_params sp = kiln_session_default_params();
+    sp.n_ctx = 8;
+    CHECK(kiln_session_new(m, &sp, &s) == KILN_OK);
+    gp.sampling.temperature = 0;
+    gp.max_tokens = -1;
+    CHECK(kiln_generate(s, "Once", &gp, &r) == KILN_OK);
+    CHECK(r.stop == KILN_STOP_CONTEXT);
+    kiln_session_free(s);
+    kiln_model_free(m);
+}
+
+int main(void) {
+    RUN(test_load_errors);
+    RUN(test_model_info_and_fingerprint);
+    RUN(test_eval_bookkeeping);
+    RUN(test_chunking_bit_identical);
+    RUN(test_batch_rows_bit_identical);
+    RUN(test_cancel_and_limits);
+    return kt_summary();
+}

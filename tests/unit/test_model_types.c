@@ -1,0 +1,131 @@
+/*
+ * test_model_types.c - every architecture variant and weight type on generated tiny models: the
+ * logits of the quantized path agree with the F32 reference path (the same file with every weight
+ * matrix dequantized to F32 at load) within a per-type tolerance, and generation is deterministic.
+ *
+ * Tolerances are on the relative RMS difference of the last position's logits,
+ * rms(quant - ref) / rms(ref). Float weight types run their dot products on F32 activations and
+ * must agree to rounding; quantized types also quantize the activations (to Q8_0 / Q8_1 / Q8_K),
+ * which adds a small error that grows with fewer weight bits.
+ */
+#include "harness.h"
+
+#include "engine/session.h"
+#include "model/model.h"
+
+typedef struct type_case {
+    const char *name;
+    double tol;
+} type_case;
+
+static const type_case types[] = {
+    {"F32", 1e-6}, {"F16", 1e-5}, {"BF16", 1e-5}, {"Q8_0", 0.02}, {"Q4_0", 0.05}, {"Q4_1", 0.05},
+    {"Q5_0", 0.04}, {"Q5_1", 0.04}, {"Q4_K", 0.05}, {"Q5_K", 0.04}, {"Q6_K", 0.03},
+};
+static const char *archs[] = {"tiny-llama", "tiny-qwen2", "tiny-qwen3"};
+
+static const char *gen_path(void) {
+    static char p[512];
+    const char *b = getenv("BUILD");
+    snprintf(p, sizeof p, "%s/kiln-gen", b && *b ? b : "build");
+    return p;
+}
+
+/* Generates preset in type into dir; returns the path (static buffer) or NULL. */
+static const char *generate(const char *preset, const char *type) {
+    static char out[512];
+    char cmd[1536];
+    snprintf(out, sizeof out, "%s/%s-%s.gguf", kt_tmpdir(), preset, type);
+    if (kt_exists(out)) return out;
+    snprintf(cmd, sizeof cmd, "%s --preset %s --type %s --seed 7 -o %s >/dev/null 2>&1", gen_path(), preset, type, out);
+    return system(cmd) == 0 ? out : NULL;
+}
+
+/* Last-position logits of a fixed token sequence (into out[n_vocab]). */
+static int last_logits(kiln_model *m, float *out) {
+    kiln_session_params sp = kiln_session_default_params();
+    sp.n_ctx = 64;
+    sp.n_batch = 5;
+    sp.n_threads = 1;
+    kiln_session *s = NULL;
+    if (kiln_session_new(m, &sp, &s)) return -1;
+    const int V = kiln_model_n_vocab(m);
+    kiln_token t[12];
+    for (int i = 0; i < 12; i++) t[i] = (kiln_token)((i * 131 + 17) % V);
+    int rc = kiln_session_eval(s, t, 12, false) == KILN_OK ? 0 : -1;
+    if (!rc) memcpy(out, kiln_session_logits(s, -1), sizeof(float) * (size_t)V);
+    kiln_session_free(s);
+    return rc;
+}
+
+static void check_arch(const char *arch) {
+    if (!kt_exists(gen_path())) SKIP("no %s", gen_path());
+    for (size_t i = 0; i < KN_ARRAY_LEN(types); i++) {
+        const char *path = generate(arch, types[i].name);
+        CHECKF(path, "kiln-gen failed for %s %s", arch, types[i].name);
+        kiln_model *q = NULL, *r = NULL;
+        CHECKF(kiln_model_load(path, NULL, &q) == KILN_OK, "%s", kiln_last_error());
+        CHECKF(kn_model_load_ex(path, NULL, true, &r) == KILN_OK, "%s", kiln_last_error());
+        const int V = kiln_model_n_vocab(q);
+        float *a = malloc(sizeof(float) * (size_t)V), *b = malloc(sizeof(float) * (size_t)V);
+        int ok = last_logits(q, a) == 0 && last_logits(r, b) == 0;
+        double d2 = 0, r2 = 0;
+        int finite = 1;
+        for (int k = 0; ok && k < V; k++) {
+            d2 += (double)(a[k] - b[k]) * (a[k] - b[k]);
+            r2 += (double)b[k] * b[k];
+            if (!isfinite(a[k])) finite = 0;
+        }
+        free(a);
+        free(b);
+        kiln_model_free(q);
+        kiln_model_free(r);
+        CHECK(ok);
+        CHECK(finite);
+        double rel = sqrt(d2 / (r2 > 0 ? r2 : 1));
+        printf("  %s %-5s rel. RMS logit difference %.2e (tolerance %.0e)\n", arch, types[i].name, rel, types[i].tol);
+        CHECKF(r2 > 0, "reference logits are all zero");
+        CHECKF(rel <= types[i].tol, "%s %s: %.3e > %.0e", arch, types[i].name, rel, types[i].tol);
+    }
+}
+
+static void test_llama_all_types(void) { check_arch(archs[0]); }
+static void test_qwen2_all_types(void) { check_arch(archs[1]); }
+static void test_qwen3_all_types(void) { check_arch(archs[2]); }
+
+/* Greedy generation on a quantized model is deterministic and identical with 1 and 2 threads. */
+static void test_greedy_threads_q4k(void) {
+    const char *path = generate("tiny-qwen3", "Q4_K");
+    if (!path) SKIP("kiln-gen unavailable");
+    kiln_model *m = NULL;
+    CHECK(kiln_model_load(path, NULL, &m) == KILN_OK);
+    kiln_token out[2][24];
+    for (int t = 0; t < 2; t++) {
+        kiln_session_params sp = kiln_session_default_params();
+        sp.n_threads = t + 1;
+        sp.n_ctx = 64;
+        kiln_session *s = NULL;
+        CHECK(kiln_session_new(m, &sp, &s) == KILN_OK);
+        kiln_token p[3] = {1, 2, 3};
+        CHECK(kiln_session_eval(s, p, 3, false) == KILN_OK);
+        for (int i = 0; i < 24; i++) {
+            const float *l = kiln_session_logits(s, -1);
+            int best = 0;
+            for (int k = 1; k < kiln_model_n_vocab(m); k++)
+                if (l[k] > l[best]) best = k;
+            out[t][i] = best;
+            CHECK(kiln_session_eval(s, &out[t][i], 1, false) == KILN_OK);
+        }
+        kiln_session_free(s);
+    }
+    kiln_model_free(m);
+    CHECK(memcmp(out[0], out[1], sizeof out[0]) == 0);
+}
+
+int main(void) {
+    RUN(test_llama_all_types);
+    RUN(test_qwen2_all_types);
+    RUN(test_qwen3_all_types);
+    RUN(test_greedy_threads_q4k);
+    return kt_summary();
+}
