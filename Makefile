@@ -66,7 +66,7 @@ asan: setup
 	@$(MAKE) --no-print-directory all BUILD=build-asan OPT=-O1 \
 	  CFLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
 	  LIBS="$(LIBS) -fsanitize=address,undefined"
-	@BUILD=build-asan ASAN_OPTIONS=detect_leaks=1 tests/run.sh
+	@BUILD=build-asan KILN_TEST_CFLAGS="-fsanitize=address,undefined" ASAN_OPTIONS=detect_leaks=1 tests/run.sh
 
 clean:
 	rm -rf build build-asan

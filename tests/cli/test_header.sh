@@ -15,5 +15,5 @@ cat >"$TMP/app.c" <<'EOC'
 #include <stdio.h>
 int main(void) { printf("%s %s\n", kiln_version(), kiln_status_str(KILN_ERR_FORMAT)); return 0; }
 EOC
-if cc -std=c11 -Iinclude "$TMP/app.c" -L"$BUILD" -Wl,-rpath,"$PWD/$BUILD" -lkiln -o "$TMP/app" 2>"$TMP/err" && "$TMP/app" >/dev/null; then
+if cc -std=c11 $KILN_TEST_CFLAGS -Iinclude "$TMP/app.c" -L"$BUILD" -Wl,-rpath,"$PWD/$BUILD" -lkiln -o "$TMP/app" 2>"$TMP/err" && "$TMP/app" >/dev/null; then
   pass link_shared_library; else fail link_shared_library "$(cat "$TMP/err")"; fi
