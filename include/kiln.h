@@ -80,9 +80,14 @@ void kiln_set_log(kiln_log_fn fn, void *user, kiln_log_level max_level);
 typedef struct kiln_model kiln_model;
 typedef int32_t kiln_token;
 
+/* Which compute kernels run the model: the fastest the CPU supports, or the scalar reference
+ * kernels (the source of truth, for checking). Both give the same greedy tokens. */
+typedef enum kiln_kernels { KILN_KERNELS_AUTO = 0, KILN_KERNELS_REF = 1 } kiln_kernels;
+
 typedef struct kiln_model_params {
     bool vocab_only;    /* load metadata and tokenizer only (works on files without tensors) */
     bool use_mmap;      /* keep weights in the file mapping instead of copying them to memory */
+    kiln_kernels kernels;  /* default AUTO */
 } kiln_model_params;
 
 kiln_model_params kiln_model_default_params(void);
@@ -98,6 +103,8 @@ const char *kiln_model_last_error(const kiln_model *model);
 
 /* Architecture name from the file ("llama", "qwen2", "qwen3"). */
 const char *kiln_model_arch(const kiln_model *model);
+/* Name of the kernel set the model runs with ("ref", "avx2", "avx512"). */
+const char *kiln_model_kernels(const kiln_model *model);
 /* A one-line human description, e.g. "llama 64d 5L 8H/4KV F32, vocab 512". */
 const char *kiln_model_desc(const kiln_model *model);
 /* Hex SHA-256 (64 characters) over the architecture metadata and the tensor table (names, types,

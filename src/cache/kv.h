@@ -28,6 +28,14 @@ size_t kn_kv_bytes(const kn_kv *kv);
 
 /* Stores k[kv_dim] and v[kv_dim] of layer l at position pos (converting to the cache type). */
 void kn_kv_store(kn_kv *kv, int32_t l, int32_t pos, const float *k, const float *v);
+/* Raw pointers to the K or V row of (l, pos), head slice starting at element off. */
+static inline const void *kn_kv_k_at(const kn_kv *kv, int32_t l, int32_t pos, int32_t off) {
+    return kv->k + (((size_t)l * (size_t)kv->n_ctx + (size_t)pos) * (size_t)kv->kv_dim + (size_t)off) * kv->elt;
+}
+static inline const void *kn_kv_v_at(const kn_kv *kv, int32_t l, int32_t pos, int32_t off) {
+    return kv->v + (((size_t)l * (size_t)kv->n_ctx + (size_t)pos) * (size_t)kv->kv_dim + (size_t)off) * kv->elt;
+}
+
 /* Reads kv_dim-wide rows back: dst[kv_dim] = K or V of (l, pos), head slice [off, off+n). */
 void kn_kv_read_k(const kn_kv *kv, int32_t l, int32_t pos, int32_t off, int32_t n, float *dst);
 void kn_kv_read_v(const kn_kv *kv, int32_t l, int32_t pos, int32_t off, int32_t n, float *dst);

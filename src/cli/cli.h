@@ -25,6 +25,7 @@ typedef struct cli_common {
     bool ignore_eos;
     bool verbose;
     bool mmap;
+    kiln_kernels kernels;
     kiln_kv_type kv_type;
     kiln_sampler_params sp;
 } cli_common;

@@ -162,6 +162,13 @@ int cli_parse_common(int argc, char **argv, int *i, cli_common *c) {
         (*i)++;
         return 1;
     }
+    if (is(a, NULL, "--kernels")) {
+        if (v && strcmp(v, "auto") == 0) c->kernels = KILN_KERNELS_AUTO;
+        else if (v && strcmp(v, "ref") == 0) c->kernels = KILN_KERNELS_REF;
+        else { fprintf(stderr, "kiln: --kernels must be auto or ref\n"); return -1; }
+        (*i)++;
+        return 1;
+    }
     if (is(a, NULL, "--ignore-eos")) { c->ignore_eos = true; return 1; }
     if (is(a, NULL, "--mmap")) { c->mmap = true; return 1; }
     if (is(a, "-v", "--verbose")) { c->verbose = true; return 1; }
@@ -220,12 +227,13 @@ kiln_model *cli_load_model(const cli_common *c, bool vocab_only) {
     kiln_model_params mp = kiln_model_default_params();
     mp.vocab_only = vocab_only;
     mp.use_mmap = c->mmap;
+    mp.kernels = c->kernels;
     kiln_model *m = NULL;
     kiln_status st = kiln_model_load(c->model, &mp, &m);
     if (st) {
         fprintf(stderr, "kiln: cannot load model: %s (%s)\n", kiln_last_error(), kiln_status_str(st));
         return NULL;
     }
-    if (g_verbose) fprintf(stderr, "kiln: loaded %s\n", kiln_model_desc(m));
+    if (g_verbose) fprintf(stderr, "kiln: loaded %s (kernels: %s)\n", kiln_model_desc(m), kiln_model_kernels(m));
     return m;
 }

@@ -34,7 +34,6 @@ typedef struct kn_scratch {
     float *att;      /* [n_max][q_dim]    attention output */
     float *hb;       /* [n_max][n_ff]     gate, then gated product */
     float *hb2;      /* [n_max][n_ff]     up */
-    float *att_tmp;  /* [n_threads][n_ctx + 2*head_dim] scores and a K/V row per worker */
     void *qbuf;      /* activations converted to a weight's vec_dot format */
     int32_t *tok_row;  /* [n_max] row index of each stacked token */
     int32_t *tok_pos;  /* [n_max] position of each stacked token */

@@ -8,7 +8,6 @@
 #include "tensor/ops.h"
 
 #include <math.h>
-#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,11 +40,10 @@ kiln_status kn_scratch_init(kn_scratch *s, const kiln_model *m, int32_t n_max, i
     s->att = kn_alloc_aligned(N * qd * sizeof(float));
     s->hb = kn_alloc_aligned(N * hp->n_ff * sizeof(float));
     s->hb2 = kn_alloc_aligned(N * hp->n_ff * sizeof(float));
-    s->att_tmp = kn_alloc_aligned((size_t)n_threads * ((size_t)n_ctx + 2 * hp->head_dim) * sizeof(float));
     s->qbuf = kn_alloc_aligned(KN_MAX(max_qbuf(m, n_max), 64));
     s->tok_row = kn_alloc_aligned(N * sizeof(int32_t));
     s->tok_pos = kn_alloc_aligned(N * sizeof(int32_t));
-    if (!s->x || !s->xb || !s->xb2 || !s->q || !s->k || !s->v || !s->att || !s->hb || !s->hb2 || !s->att_tmp ||
+    if (!s->x || !s->xb || !s->xb2 || !s->q || !s->k || !s->v || !s->att || !s->hb || !s->hb2 ||
         !s->qbuf || !s->tok_row || !s->tok_pos) {
         kn_scratch_free(s);
         return kn_error(KILN_ERR_NOMEM, "cannot allocate activation buffers for %d tokens", n_max);
@@ -54,32 +52,38 @@ kiln_status kn_scratch_init(kn_scratch *s, const kiln_model *m, int32_t n_max, i
 }
 
 void kn_scratch_free(kn_scratch *s) {
-    void *bufs[] = {s->x, s->xb, s->xb2, s->q, s->k, s->v, s->att, s->hb, s->hb2, s->att_tmp, s->qbuf,
+    void *bufs[] = {s->x, s->xb, s->xb2, s->q, s->k, s->v, s->att, s->hb, s->hb2, s->qbuf,
                     s->tok_row, s->tok_pos};
     for (size_t i = 0; i < KN_ARRAY_LEN(bufs); i++) kn_free_aligned(bufs[i]);
     memset(s, 0, sizeof *s);
 }
 
-/* Causal attention of one query head of one token over its row's KV positions [0, pos].
- * q[head_dim] -> out[head_dim]; tmp holds [pos+1] scores and a [head_dim] K/V row. */
-static void attend_head(const kn_kv *kv, int l, int32_t pos, int kv_off, int hd, const float *q, float *out,
-                        float *tmp) {
-    float *scores = tmp;
-    float *row = tmp + kv->n_ctx;
+/* Causal attention of one query head of one token over its row's KV positions [0, pos], fused
+ * with an online softmax (one pass over K and V, no score vector):
+ *   m = running max score, l = running sum of exp(score - m), out = running sum of exp(...) * v.
+ * q[hd] -> out[hd]. */
+static void attend_head(const kn_kernels *ks, const kn_kv *kv, int l, int32_t pos, int kv_off, int hd,
+                        const float *q, float *out) {
+    const bool f16 = kv->type == KN_F16;
+    const kn_kv_dot_fn dot = f16 ? ks->kv_dot_f16 : ks->kv_dot_f32;
+    const kn_kv_axpy_fn axpy = f16 ? ks->kv_axpy_f16 : ks->kv_axpy_f32;
     const float scale = 1.0f / sqrtf((float)hd);
-    for (int32_t p = 0; p <= pos; p++) {
-        kn_kv_read_k(kv, l, p, kv_off, hd, row);
-        float dot = 0.0f;
-        for (int i = 0; i < hd; i++) dot += q[i] * row[i];
-        scores[p] = dot * scale;
-    }
-    kn_softmax(scores, pos + 1);
+    float m = -INFINITY, sum = 0.0f;
     memset(out, 0, (size_t)hd * sizeof(float));
     for (int32_t p = 0; p <= pos; p++) {
-        kn_kv_read_v(kv, l, p, kv_off, hd, row);
-        const float a = scores[p];
-        for (int i = 0; i < hd; i++) out[i] += a * row[i];
+        const float sc = dot(kn_kv_k_at(kv, l, p, kv_off), q, hd) * scale;
+        if (sc > m) {
+            const float c = expf(m - sc);      /* rescale what was accumulated under the old max */
+            sum *= c;
+            for (int i = 0; i < hd; i++) out[i] *= c;
+            m = sc;
+        }
+        const float w = expf(sc - m);
+        sum += w;
+        axpy(w, kn_kv_v_at(kv, l, p, kv_off), out, hd);
     }
+    const float inv = 1.0f / sum;
+    for (int i = 0; i < hd; i++) out[i] *= inv;
 }
 
 /* One decoder block over the N stacked tokens in s->x. */
@@ -92,9 +96,9 @@ static void block(const kiln_model *m, kn_scratch *s, kn_batch_row *rows, int l,
 
     /* attention: xb[N][d] = norm(x); q[N][qd], k[N][kvd], v[N][kvd] */
     kn_rmsnorm(s->xb, s->x, ly->attn_norm, N, d, hp->norm_eps);
-    kn_matmul(&ly->wq, s->xb, s->q, N, s->qbuf, nt);
-    kn_matmul(&ly->wk, s->xb, s->k, N, s->qbuf, nt);
-    kn_matmul(&ly->wv, s->xb, s->v, N, s->qbuf, nt);
+    kn_matmul(&ly->wq, s->xb, s->q, N, s->qbuf, nt, m->kernels);
+    kn_matmul(&ly->wk, s->xb, s->k, N, s->qbuf, nt, m->kernels);
+    kn_matmul(&ly->wv, s->xb, s->v, N, s->qbuf, nt, m->kernels);
     if (ly->bq) {
         kn_add_bias(s->q, ly->bq, N, qd);
         kn_add_bias(s->k, ly->bk, N, kvd);
@@ -113,24 +117,23 @@ static void block(const kiln_model *m, kn_scratch *s, kn_batch_row *rows, int l,
     }
     /* att[N][qd]: every (token, head) pair is independent */
     const int64_t pairs = N * nh;
-    const size_t tmp_stride = (size_t)s->n_ctx + 2 * (size_t)hd;
-    #pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1 && pairs > 1)
+    const int64_t work = pairs * (s->tok_pos[N - 1] + 1) * hd;   /* multiply-adds, roughly */
+    #pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1 && pairs > 1 && work > 200000)
     for (int64_t i = 0; i < pairs; i++) {
         const int64_t t = i / nh;
         const int h = (int)(i % nh);
-        float *tmp = s->att_tmp + (size_t)omp_get_thread_num() * tmp_stride;
-        attend_head(rows[s->tok_row[t]].kv, l, s->tok_pos[t], (h / gqa) * hd, hd, s->q + t * qd + (int64_t)h * hd,
-                    s->att + t * qd + (int64_t)h * hd, tmp);
+        attend_head(m->kernels, rows[s->tok_row[t]].kv, l, s->tok_pos[t], (h / gqa) * hd, hd,
+                    s->q + t * qd + (int64_t)h * hd, s->att + t * qd + (int64_t)h * hd);
     }
-    kn_matmul(&ly->wo, s->att, s->xb2, N, s->qbuf, nt);
+    kn_matmul(&ly->wo, s->att, s->xb2, N, s->qbuf, nt, m->kernels);
     kn_add(s->x, s->xb2, N * d);
 
     /* FFN: x += down(silu(gate(xb)) * up(xb)) */
     kn_rmsnorm(s->xb, s->x, ly->ffn_norm, N, d, hp->norm_eps);
-    kn_matmul(&ly->w_gate, s->xb, s->hb, N, s->qbuf, nt);
-    kn_matmul(&ly->w_up, s->xb, s->hb2, N, s->qbuf, nt);
+    kn_matmul(&ly->w_gate, s->xb, s->hb, N, s->qbuf, nt, m->kernels);
+    kn_matmul(&ly->w_up, s->xb, s->hb2, N, s->qbuf, nt, m->kernels);
     kn_swiglu(s->hb, s->hb2, N * ff);
-    kn_matmul(&ly->w_down, s->hb, s->xb2, N, s->qbuf, nt);
+    kn_matmul(&ly->w_down, s->hb, s->xb2, N, s->qbuf, nt, m->kernels);
     kn_add(s->x, s->xb2, N * d);
 }
 
@@ -160,5 +163,5 @@ void kn_forward(const kiln_model *m, kn_scratch *s, kn_batch_row *rows, int n_ro
     }
     if (n_out == 0) return;
     kn_rmsnorm(s->xb, s->xb, m->output_norm, n_out, d, hp->norm_eps);
-    kn_matmul(&m->output, s->xb, logits, n_out, s->qbuf, s->n_threads);
+    kn_matmul(&m->output, s->xb, logits, n_out, s->qbuf, s->n_threads, m->kernels);
 }

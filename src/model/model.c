@@ -16,7 +16,7 @@
 #include <string.h>
 
 kiln_model_params kiln_model_default_params(void) {
-    kiln_model_params p = {.vocab_only = false, .use_mmap = false};
+    kiln_model_params p = {.vocab_only = false, .use_mmap = false, .kernels = KILN_KERNELS_AUTO};
     return p;
 }
 
@@ -338,6 +338,11 @@ kiln_status kn_model_load_ex(const char *path, const kiln_model_params *params, 
     kiln_model *m = kn_calloc(1, sizeof *m);
     if (!m) return KILN_ERR_NOMEM;
     m->vocab_only = p.vocab_only;
+    if (p.kernels != KILN_KERNELS_AUTO && p.kernels != KILN_KERNELS_REF) {
+        kiln_model_free(m);
+        return kn_error(KILN_ERR_INVALID_ARG, "unknown kernels choice %d", (int)p.kernels);
+    }
+    m->kernels = kn_kernels_get(p.kernels == KILN_KERNELS_REF ? KN_KERNELS_REF : KN_KERNELS_AUTO);
     kiln_status st = load(m, path ? path : "", &p, force_f32);
     if (st) {
         kn_error_prefix("%s", path ? path : "(null)");
@@ -367,6 +372,7 @@ void kn_weight_row_f32(const kn_weight *w, int64_t r, float *out) {
 const char *kiln_model_last_error(const kiln_model *m) { return m ? m->err : kn_error_msg(); }
 const char *kiln_model_arch(const kiln_model *m) { return m->arch_name; }
 const char *kiln_model_desc(const kiln_model *m) { return m->desc; }
+const char *kiln_model_kernels(const kiln_model *m) { return m->kernels->name; }
 const char *kiln_model_fingerprint(const kiln_model *m) { return m->fingerprint; }
 int32_t kiln_model_n_vocab(const kiln_model *m) { return m->hp.n_vocab; }
 int32_t kiln_model_n_ctx_train(const kiln_model *m) { return m->hp.n_ctx_train; }

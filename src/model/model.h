@@ -12,6 +12,7 @@
 #include "base/base.h"
 #include "model/gguf.h"
 #include "tensor/dtype.h"
+#include "tensor/kernels.h"
 #include "text/tokenizer.h"
 
 typedef enum kn_arch { KN_ARCH_LLAMA, KN_ARCH_QWEN2, KN_ARCH_QWEN3 } kn_arch;
@@ -74,6 +75,7 @@ struct kiln_model {
     const float *rope_freqs;  /* [n_rot/2] llama3 frequency divisors, or NULL */
     kn_layer *layers;         /* [n_layer] */
     kn_tokenizer *tok;
+    const kn_kernels *kernels; /* compute kernels chosen at load */
     bool vocab_only;
     uint64_t n_params;
     char arch_name[32];

@@ -108,9 +108,9 @@ static void f32_from_float(const float *src, void *dst, int64_t n) {
 
 static float f32_vec_dot(int64_t n, const void *w, const void *x) {
     const float *a = w, *b = x;
-    double sum = 0.0;
-    for (int64_t i = 0; i < n; i++) sum += (double)a[i] * (double)b[i];
-    return (float)sum;
+    float acc[16] = {0};   /* canonical order: 16 lanes, see quant.h */
+    for (int64_t i = 0; i < n; i++) acc[i & 15] = fmaf(a[i], b[i], acc[i & 15]);
+    return kn_reduce16(acc);
 }
 
 static void f16_to_float(const void *src, float *dst, int64_t n) {
@@ -126,9 +126,9 @@ static void f16_from_float(const float *src, void *dst, int64_t n) {
 static float f16_vec_dot(int64_t n, const void *w, const void *x) {
     const uint16_t *a = w;
     const float *b = x;
-    double sum = 0.0;
-    for (int64_t i = 0; i < n; i++) sum += (double)kn_fp16_to_fp32(a[i]) * (double)b[i];
-    return (float)sum;
+    float acc[16] = {0};   /* canonical order: 16 lanes, see quant.h */
+    for (int64_t i = 0; i < n; i++) acc[i & 15] = fmaf(kn_fp16_to_fp32(a[i]), b[i], acc[i & 15]);
+    return kn_reduce16(acc);
 }
 
 static void bf16_to_float(const void *src, float *dst, int64_t n) {
@@ -144,9 +144,9 @@ static void bf16_from_float(const float *src, void *dst, int64_t n) {
 static float bf16_vec_dot(int64_t n, const void *w, const void *x) {
     const uint16_t *a = w;
     const float *b = x;
-    double sum = 0.0;
-    for (int64_t i = 0; i < n; i++) sum += (double)kn_bf16_to_fp32(a[i]) * (double)b[i];
-    return (float)sum;
+    float acc[16] = {0};   /* canonical order: 16 lanes, see quant.h */
+    for (int64_t i = 0; i < n; i++) acc[i & 15] = fmaf(kn_bf16_to_fp32(a[i]), b[i], acc[i & 15]);
+    return kn_reduce16(acc);
 }
 
 /* ---- the table ---- */

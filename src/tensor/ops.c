@@ -7,6 +7,7 @@
 #include "tensor/ops.h"
 
 #include <math.h>
+#include <omp.h>
 #include <string.h>
 
 size_t kn_matmul_scratch(kn_dtype wtype, int64_t cols, int64_t N) {
@@ -15,25 +16,47 @@ size_t kn_matmul_scratch(kn_dtype wtype, int64_t cols, int64_t N) {
     return kn_row_bytes(tr->vec_dot_type, cols) * (size_t)N;
 }
 
-void kn_matmul(const kn_weight *w, const float *x, float *y, int64_t N, void *qbuf, int n_threads) {
+/* Tokens per cache block: the activations of one block stay in L2 while the weight rows of a
+ * thread stream past them. */
+#define TOKEN_BLOCK 64
+
+void kn_matmul(const kn_weight *w, const float *x, float *y, int64_t N, void *qbuf, int n_threads,
+               const kn_kernels *ks) {
     const kn_type_traits *tr = kn_type_traits_get(w->type);
     const int64_t rows = w->rows, cols = w->cols;
     const uint8_t *act = (const uint8_t *)x;
     size_t act_stride = (size_t)cols * sizeof(float);
+    const bool par = n_threads > 1 && rows * N * cols > 100000;
     if (tr->vec_dot_type != KN_F32) {
-        const kn_type_traits *qt = kn_type_traits_get(tr->vec_dot_type);
+        const kn_from_float_fn quant = kn_kernels_quantize(ks, tr->vec_dot_type);
         act_stride = kn_row_bytes(tr->vec_dot_type, cols);
-        for (int64_t n = 0; n < N; n++) qt->from_float(x + n * cols, (uint8_t *)qbuf + (size_t)n * act_stride, cols);
+        #pragma omp parallel for num_threads(n_threads) schedule(static) if (par && N > 1)
+        for (int64_t n = 0; n < N; n++) quant(x + n * cols, (uint8_t *)qbuf + (size_t)n * act_stride, cols);
         act = qbuf;
     }
-    const kn_vec_dot_fn dot = tr->vec_dot;
+    const kn_gemm_fn gemm = kn_kernels_gemm(ks, w->type);
+    const int TR = ks->tile_r, TT = ks->tile_t;
+    const int64_t n_tiles = (rows + TR - 1) / TR;
     const uint8_t *wd = w->data;
     const size_t rb = w->row_bytes;
-    /* Weight rows outer, tokens inner: each weight row is read from memory once for all N tokens. */
-    #pragma omp parallel for num_threads(n_threads) schedule(static) if (rows * N * cols > 200000 && n_threads > 1)
-    for (int64_t r = 0; r < rows; r++) {
-        const uint8_t *wr = wd + (size_t)r * rb;
-        for (int64_t n = 0; n < N; n++) y[n * rows + r] = dot(cols, wr, act + (size_t)n * act_stride);
+    /* Each thread owns a contiguous range of weight-row tiles (so decode streams disjoint parts of
+     * the matrix); within it, token blocks outer, row tiles, then token tiles. */
+    #pragma omp parallel num_threads(n_threads) if (par)
+    {
+        const int64_t tid = par ? omp_get_thread_num() : 0, nth = par ? omp_get_num_threads() : 1;
+        const int64_t t0 = n_tiles * tid / nth, t1 = n_tiles * (tid + 1) / nth;
+        for (int64_t b0 = 0; b0 < N; b0 += TOKEN_BLOCK) {
+            const int64_t b1 = KN_MIN(N, b0 + TOKEN_BLOCK);
+            for (int64_t ti = t0; ti < t1; ti++) {
+                const int64_t r0 = ti * TR;
+                const int nr = (int)KN_MIN((int64_t)TR, rows - r0);
+                for (int64_t n = b0; n < b1; n += TT) {
+                    const int nt = (int)KN_MIN((int64_t)TT, b1 - n);
+                    gemm(cols, wd + (size_t)r0 * rb, rb, nr, act + (size_t)n * act_stride, act_stride, nt,
+                         y + n * rows + r0, (size_t)rows);
+                }
+            }
+        }
     }
 }
 

@@ -10,13 +10,16 @@
 #define KN_OPS_H
 
 #include "model/model.h"
+#include "tensor/kernels.h"
 
 /* Bytes of scratch kn_matmul needs to hold N activation rows of width cols converted for w. */
 size_t kn_matmul_scratch(kn_dtype wtype, int64_t cols, int64_t N);
 
-/* y[N][w->rows] = x[N][w->cols] . W^T. qbuf: kn_matmul_scratch bytes (activations converted to the
- * weight's vec_dot format). Parallel over weight rows with n_threads. */
-void kn_matmul(const kn_weight *w, const float *x, float *y, int64_t N, void *qbuf, int n_threads);
+/* y[N][w->rows] = x[N][w->cols] . W^T with the kernels of set ks. qbuf: kn_matmul_scratch bytes
+ * (activations converted to the weight's vec_dot format). Parallel over weight rows with n_threads;
+ * each output depends only on its weight row and token row (see the tile contract in kernels.h). */
+void kn_matmul(const kn_weight *w, const float *x, float *y, int64_t N, void *qbuf, int n_threads,
+               const kn_kernels *ks);
 
 /* out[N][n] = x / sqrt(mean(x^2) + eps) * weight, row by row. out may equal x. */
 void kn_rmsnorm(float *out, const float *x, const float *weight, int64_t N, int64_t n, float eps);

@@ -337,7 +337,7 @@ void kn_q4_k_from_float(const float *src, void *dst, int64_t n) {
 float kn_q4_k_vec_dot_q8_k(int64_t n, const void *w, const void *x) {
     const kn_block_q4_k *a = w;
     const kn_block_q8_k *b = x;
-    float sum = 0.0f;
+    float sa = 0.0f, sm = 0.0f;  /* canonical order: quant.h */
     for (int64_t i = 0; i < n / KN_QK_K; i++) {
         int32_t sumi = 0, summ = 0;
         for (int j = 0; j < 8; j++) {
@@ -348,9 +348,10 @@ float kn_q4_k_vec_dot_q8_k(int64_t n, const void *w, const void *x) {
             sumi += (int32_t)sc * s;
             summ += (int32_t)m * (b[i].bsums[2 * j] + b[i].bsums[2 * j + 1]);
         }
-        sum += kn_fp16_to_fp32(a[i].d) * b[i].d * (float)sumi - kn_fp16_to_fp32(a[i].dmin) * b[i].d * (float)summ;
+        sa = fmaf((float)sumi, kn_fp16_to_fp32(a[i].d) * b[i].d, sa);
+        sm = fmaf((float)summ, kn_fp16_to_fp32(a[i].dmin) * b[i].d, sm);
     }
-    return sum;
+    return sa - sm;
 }
 
 /* ---- Q5_K ---- */
@@ -386,7 +387,7 @@ void kn_q5_k_from_float(const float *src, void *dst, int64_t n) {
 float kn_q5_k_vec_dot_q8_k(int64_t n, const void *w, const void *x) {
     const kn_block_q5_k *a = w;
     const kn_block_q8_k *b = x;
-    float sum = 0.0f;
+    float sa = 0.0f, sm = 0.0f;  /* canonical order: quant.h */
     for (int64_t i = 0; i < n / KN_QK_K; i++) {
         int32_t sumi = 0, summ = 0;
         for (int j = 0; j < 8; j++) {
@@ -400,9 +401,10 @@ float kn_q5_k_vec_dot_q8_k(int64_t n, const void *w, const void *x) {
             sumi += (int32_t)sc * s;
             summ += (int32_t)m * (b[i].bsums[2 * j] + b[i].bsums[2 * j + 1]);
         }
-        sum += kn_fp16_to_fp32(a[i].d) * b[i].d * (float)sumi - kn_fp16_to_fp32(a[i].dmin) * b[i].d * (float)summ;
+        sa = fmaf((float)sumi, kn_fp16_to_fp32(a[i].d) * b[i].d, sa);
+        sm = fmaf((float)summ, kn_fp16_to_fp32(a[i].dmin) * b[i].d, sm);
     }
-    return sum;
+    return sa - sm;
 }
 
 /* ---- Q6_K ---- */
@@ -460,7 +462,7 @@ void kn_q6_k_from_float(const float *src, void *dst, int64_t n) {
 float kn_q6_k_vec_dot_q8_k(int64_t n, const void *w, const void *x) {
     const kn_block_q6_k *a = w;
     const kn_block_q8_k *b = x;
-    float sum = 0.0f;
+    float sa = 0.0f;  /* canonical order: quant.h */
     for (int64_t i = 0; i < n / KN_QK_K; i++) {
         int32_t sumi = 0;
         for (int j = 0; j < 16; j++) {
@@ -468,9 +470,9 @@ float kn_q6_k_vec_dot_q8_k(int64_t n, const void *w, const void *x) {
             for (int l = 0; l < 16; l++) s += q6k_get(&a[i], 16 * j + l) * b[i].qs[16 * j + l];
             sumi += (int32_t)a[i].scales[j] * (s - 32 * (int32_t)b[i].bsums[j]);
         }
-        sum += kn_fp16_to_fp32(a[i].d) * b[i].d * (float)sumi;
+        sa = fmaf((float)sumi, kn_fp16_to_fp32(a[i].d) * b[i].d, sa);
     }
-    return sum;
+    return sa;
 }
 
 /* ---- Q8_K (activations) ---- */

@@ -26,6 +26,16 @@ static inline int nib32(const uint8_t qs[16], int e) { return e < 16 ? (qs[e] & 
 /* Bit 4 of element e of a 5-bit legacy block: bit e of qh as a little-endian uint32. */
 static inline int hbit32(const uint8_t qh[4], int e) { return (qh[e >> 3] >> (e & 7)) & 1; }
 
+/* The canonical legacy accumulation (numerics contract in quant.h): block i's 32 integer codes
+ * against its 32 activation quants, with the block's scale s. */
+static inline void legacy_accumulate(float acc[16], int64_t i, const int8_t codes[32], const int8_t xq[32], float s) {
+    for (int j = 0; j < 8; j++) {
+        int32_t p = 0;
+        for (int e = 4 * j; e < 4 * j + 4; e++) p += codes[e] * xq[e];
+        acc[(i & 1) * 8 + j] = fmaf((float)p, s, acc[(i & 1) * 8 + j]);
+    }
+}
+
 /* Packs 32 values (each 0..15 in its low 4 bits) into the nibble layout. */
 static void pack_nibbles32(const uint8_t L[32], uint8_t qs[16]) {
     for (int j = 0; j < 16; j++) qs[j] = (uint8_t)((L[j] & 0x0F) | ((L[j + 16] & 0x0F) << 4));
@@ -132,13 +142,13 @@ void kn_q4_0_from_float(const float *src, void *dst, int64_t n) {
 float kn_q4_0_vec_dot_q8_0(int64_t n, const void *w, const void *x) {
     const kn_block_q4_0 *a = w;
     const kn_block_q8_0 *b = x;
-    float sum = 0.0f;
+    float acc[16] = {0};
+    int8_t c[32];
     for (int64_t i = 0; i < n / KN_QK4_0; i++) {
-        int32_t sumi = 0;
-        for (int e = 0; e < 32; e++) sumi += (nib32(a[i].qs, e) - 8) * b[i].qs[e];
-        sum += (float)sumi * (kn_fp16_to_fp32(a[i].d) * kn_fp16_to_fp32(b[i].d));
+        for (int e = 0; e < 32; e++) c[e] = (int8_t)(nib32(a[i].qs, e) - 8);
+        legacy_accumulate(acc, i, c, b[i].qs, kn_fp16_to_fp32(a[i].d) * kn_fp16_to_fp32(b[i].d));
     }
-    return sum;
+    return kn_reduce16(acc);
 }
 
 /* ---- Q4_1 ---- */
@@ -165,14 +175,14 @@ void kn_q4_1_from_float(const float *src, void *dst, int64_t n) {
 float kn_q4_1_vec_dot_q8_1(int64_t n, const void *w, const void *x) {
     const kn_block_q4_1 *a = w;
     const kn_block_q8_1 *b = x;
-    float sum = 0.0f;
+    float acc[16] = {0}, mt = 0.0f;
+    int8_t c[32];
     for (int64_t i = 0; i < n / KN_QK4_1; i++) {
-        int32_t sumi = 0;
-        for (int e = 0; e < 32; e++) sumi += nib32(a[i].qs, e) * b[i].qs[e];
-        sum += (float)sumi * (kn_fp16_to_fp32(a[i].d) * kn_fp16_to_fp32(b[i].d)) +
-               kn_fp16_to_fp32(a[i].m) * kn_fp16_to_fp32(b[i].s);
+        for (int e = 0; e < 32; e++) c[e] = (int8_t)nib32(a[i].qs, e);
+        legacy_accumulate(acc, i, c, b[i].qs, kn_fp16_to_fp32(a[i].d) * kn_fp16_to_fp32(b[i].d));
+        mt = fmaf(kn_fp16_to_fp32(a[i].m), kn_fp16_to_fp32(b[i].s), mt);
     }
-    return sum;
+    return kn_reduce16(acc) + mt;
 }
 
 /* ---- Q5_0 ---- */
@@ -199,13 +209,13 @@ void kn_q5_0_from_float(const float *src, void *dst, int64_t n) {
 float kn_q5_0_vec_dot_q8_0(int64_t n, const void *w, const void *x) {
     const kn_block_q5_0 *a = w;
     const kn_block_q8_0 *b = x;
-    float sum = 0.0f;
+    float acc[16] = {0};
+    int8_t c[32];
     for (int64_t i = 0; i < n / KN_QK5_0; i++) {
-        int32_t sumi = 0;
-        for (int e = 0; e < 32; e++) sumi += ((nib32(a[i].qs, e) | (hbit32(a[i].qh, e) << 4)) - 16) * b[i].qs[e];
-        sum += (float)sumi * (kn_fp16_to_fp32(a[i].d) * kn_fp16_to_fp32(b[i].d));
+        for (int e = 0; e < 32; e++) c[e] = (int8_t)((nib32(a[i].qs, e) | (hbit32(a[i].qh, e) << 4)) - 16);
+        legacy_accumulate(acc, i, c, b[i].qs, kn_fp16_to_fp32(a[i].d) * kn_fp16_to_fp32(b[i].d));
     }
-    return sum;
+    return kn_reduce16(acc);
 }
 
 /* ---- Q5_1 ---- */
@@ -232,14 +242,14 @@ void kn_q5_1_from_float(const float *src, void *dst, int64_t n) {
 float kn_q5_1_vec_dot_q8_1(int64_t n, const void *w, const void *x) {
     const kn_block_q5_1 *a = w;
     const kn_block_q8_1 *b = x;
-    float sum = 0.0f;
+    float acc[16] = {0}, mt = 0.0f;
+    int8_t c[32];
     for (int64_t i = 0; i < n / KN_QK5_1; i++) {
-        int32_t sumi = 0;
-        for (int e = 0; e < 32; e++) sumi += (nib32(a[i].qs, e) | (hbit32(a[i].qh, e) << 4)) * b[i].qs[e];
-        sum += (float)sumi * (kn_fp16_to_fp32(a[i].d) * kn_fp16_to_fp32(b[i].d)) +
-               kn_fp16_to_fp32(a[i].m) * kn_fp16_to_fp32(b[i].s);
+        for (int e = 0; e < 32; e++) c[e] = (int8_t)(nib32(a[i].qs, e) | (hbit32(a[i].qh, e) << 4));
+        legacy_accumulate(acc, i, c, b[i].qs, kn_fp16_to_fp32(a[i].d) * kn_fp16_to_fp32(b[i].d));
+        mt = fmaf(kn_fp16_to_fp32(a[i].m), kn_fp16_to_fp32(b[i].s), mt);
     }
-    return sum;
+    return kn_reduce16(acc) + mt;
 }
 
 /* ---- Q8_0 ---- */
@@ -262,13 +272,10 @@ void kn_q8_0_from_float(const float *src, void *dst, int64_t n) {
 float kn_q8_0_vec_dot_q8_0(int64_t n, const void *w, const void *x) {
     const kn_block_q8_0 *a = w;
     const kn_block_q8_0 *b = x;
-    float sum = 0.0f;
-    for (int64_t i = 0; i < n / KN_QK8_0; i++) {
-        int32_t sumi = 0;
-        for (int e = 0; e < 32; e++) sumi += a[i].qs[e] * b[i].qs[e];
-        sum += (float)sumi * (kn_fp16_to_fp32(a[i].d) * kn_fp16_to_fp32(b[i].d));
-    }
-    return sum;
+    float acc[16] = {0};
+    for (int64_t i = 0; i < n / KN_QK8_0; i++)
+        legacy_accumulate(acc, i, a[i].qs, b[i].qs, kn_fp16_to_fp32(a[i].d) * kn_fp16_to_fp32(b[i].d));
+    return kn_reduce16(acc);
 }
 
 /* ---- Q8_1 (activations) ---- */

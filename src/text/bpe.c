@@ -43,7 +43,7 @@ static bool add_bigram(bpe_state *st, int32_t l, int32_t r) {
     const char *w = st->word.v;
     int32_t rank = kn_bpe_rank(st->t, w + a->off, a->n, w + b->off, b->n);
     if (rank < 0) return true;
-    kn_bigram bg = {.prio = -(double)rank, .left = l, .right = r, .size = a->n + b->n};
+    kn_bigram bg = {.prio = -rank, .left = l, .right = r, .size = a->n + b->n};
     return kn_heap_push(&st->heap, bg);
 }
 

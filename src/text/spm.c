@@ -34,8 +34,44 @@ static bool try_add(spm_state *st, int32_t l, int32_t r) {
     uint32_t n = a->n + b->n;
     int32_t id = kn_tok_lookup(st->t, st->s + a->off, n);
     if (id < 0) return true;
-    kn_bigram bg = {.prio = st->t->tok[id].score, .left = l, .right = r, .size = n};
+    kn_bigram bg = {.prio = kn_score_key(st->t->tok[id].score), .left = l, .right = r, .size = n};
     return kn_heap_push(&st->heap, bg);
+}
+
+static bool is_mark(const char *s, const kn_symbol *y) {
+    return y->n == 3 && memcmp(s + y->off, "\xe2\x96\x81", 3) == 0;
+}
+
+/* Runs the merges over symbols [a, b) and appends their tokens. */
+static kiln_status merge_segment(spm_state *st, int32_t a, int32_t b, kn_ivec *out) {
+    kn_symbol *sym = st->sym;
+    const kn_tokenizer *t = st->t;
+    sym[a].prev = -1;
+    sym[b - 1].next = -1;
+    st->heap.n = 0;
+    for (int32_t i = a + 1; i < b; i++)
+        if (!try_add(st, i - 1, i)) return KILN_ERR_NOMEM;
+    while (st->heap.n) {
+        kn_bigram bg = kn_heap_pop(&st->heap);
+        kn_symbol *l = &sym[bg.left], *r = &sym[bg.right];
+        if (l->n == 0 || r->n == 0 || l->n + r->n != bg.size) continue;   /* stale */
+        l->n += r->n;
+        r->n = 0;
+        l->next = r->next;
+        if (r->next >= 0) sym[r->next].prev = bg.left;
+        if (!try_add(st, l->prev, bg.left) || !try_add(st, bg.left, l->next)) return KILN_ERR_NOMEM;
+    }
+    for (int32_t i = a; i != -1; i = sym[i].next) {
+        const kn_symbol *y = &sym[i];
+        int32_t id = kn_tok_lookup(t, st->s + y->off, y->n);
+        if (id >= 0) {
+            if (!kn_ivec_push(out, id)) return KILN_ERR_NOMEM;
+            continue;
+        }
+        for (uint32_t j = 0; j < y->n; j++)
+            if (!kn_tok_push_byte(t, (uint8_t)st->s[y->off + j], out)) return KILN_ERR_NOMEM;
+    }
+    return KILN_OK;
 }
 
 kiln_status kn_spm_encode(const kn_tokenizer *t, const char *text, size_t len, bool prefix_space,
@@ -69,34 +105,13 @@ kiln_status kn_spm_encode(const kn_tokenizer *t, const char *text, size_t len, b
         n_sym++;
         off += cl;
     }
-    sym[n_sym - 1].next = -1;
 
-    for (int32_t i = 1; i < n_sym; i++)
-        if (!try_add(&st, i - 1, i)) { rc = KILN_ERR_NOMEM; goto done; }
-
-    while (st.heap.n) {
-        kn_bigram bg = kn_heap_pop(&st.heap);
-        kn_symbol *l = &sym[bg.left], *r = &sym[bg.right];
-        if (l->n == 0 || r->n == 0 || l->n + r->n != bg.size) continue;   /* stale */
-        l->n += r->n;
-        r->n = 0;
-        l->next = r->next;
-        if (r->next >= 0) sym[r->next].prev = bg.left;
-        if (!try_add(&st, l->prev, bg.left) || !try_add(&st, bg.left, l->next)) {
-            rc = KILN_ERR_NOMEM;
-            goto done;
-        }
-    }
-
-    for (int32_t i = 0; i != -1; i = sym[i].next) {
-        const kn_symbol *y = &sym[i];
-        int32_t id = kn_tok_lookup(t, s + y->off, y->n);
-        if (id >= 0) {
-            if (!kn_ivec_push(out, id)) { rc = KILN_ERR_NOMEM; goto done; }
-            continue;
-        }
-        for (uint32_t j = 0; j < y->n; j++)
-            if (!kn_tok_push_byte(t, (uint8_t)s[y->off + j], out)) { rc = KILN_ERR_NOMEM; goto done; }
+    /* Merge segment by segment: a segment ends before a "▁" that follows another character when
+     * no token could span that point (t->spm_split_ok); otherwise the text is one segment. */
+    for (int32_t a = 0, b; a < n_sym; a = b) {
+        for (b = a + 1; b < n_sym; b++)
+            if (t->spm_split_ok && is_mark(s, &sym[b]) && !is_mark(s, &sym[b - 1])) break;
+        if ((rc = merge_segment(&st, a, b, out))) goto done;
     }
 done:
     free(s);

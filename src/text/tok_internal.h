@@ -8,6 +8,7 @@
  *   pretok.c      the BPE pre-tokenizer regex sets (PCRE2), chosen by tokenizer.ggml.pre
  *   wordpiece.c   BERT WordPiece (normalization, greedy longest match)
  *   detok.c       the incremental detokenizer
+ *   unicode.c     UTF-8 and Unicode lookups (tables in unicode_data.c, made by tools/gen_unicode_data.py)
  * Nothing here is visible outside src/text.
  */
 #ifndef KN_TOK_INTERNAL_H
@@ -49,9 +50,8 @@ typedef struct kn_tok_info {
 
 /* ---- tok_util.c ------------------------------------------------------------------------------ */
 
-/* 64-bit FNV-1a, continuable: kn_hash_bytes(kn_hash_bytes(KN_HASH_SEED, a), b) hashes a then b. */
-#define KN_HASH_SEED 0xcbf29ce484222325ull
-uint64_t kn_hash_bytes(uint64_t h, const void *p, size_t n);
+/* A fast 64-bit hash of n bytes (8 bytes per step) for the tables below; not cryptographic. */
+uint64_t kn_hash_bytes(const void *p, size_t n);
 
 /* Open-addressing map from token text to id over the tokenizer's text pool. */
 typedef struct kn_strmap {
@@ -81,10 +81,17 @@ bool kn_reserve(void **p, size_t *cap, size_t need, size_t elem);
 
 /* Candidate merge of two adjacent symbols; the heap pops the highest prio, then the lowest left. */
 typedef struct kn_bigram {
-    double prio;        /* SPM: token score; BPE: -rank */
+    int32_t prio;       /* SPM: kn_score_key(score); BPE: -rank */
     int32_t left, right;
     uint32_t size;      /* byte length of the merged text, to detect stale entries */
 } kn_bigram;
+
+/* Maps a float score to an int32 with the same order (-0 and +0 equal; NaN must not occur). */
+static inline int32_t kn_score_key(float f) {
+    union { float f; uint32_t u; } v = {f == 0.0f ? 0.0f : f};
+    uint32_t u = (v.u & 0x80000000u) ? ~v.u : (v.u | 0x80000000u);
+    return (int32_t)(u ^ 0x80000000u);
+}
 typedef struct kn_heap { kn_bigram *v; size_t n, cap; } kn_heap;
 bool kn_heap_push(kn_heap *h, kn_bigram b);
 kn_bigram kn_heap_pop(kn_heap *h);   /* h->n > 0 */
@@ -124,6 +131,8 @@ struct kn_tokenizer {
     char *pieces;           /* decoded pieces */
     kn_strmap by_text;
     uint32_t max_token_len; /* longest token text in bytes */
+    bool spm_split_ok;      /* no token has a U+2581 after another character: SPM merges never
+                               cross the start of a "▁word", so words can be merged separately */
 
     int32_t bos, eos, eot, eom, unk, sep, pad;   /* -1 when absent */
     bool add_bos, add_eos, add_sep;
@@ -140,6 +149,7 @@ struct kn_tokenizer {
     uint32_t *merge_a_len;  /* [n_merges] length of A */
     uint32_t *merge_len;    /* [n_merges] total length */
     uint32_t n_merges;
+    uint32_t max_merge_len; /* longest merge string ("A B") */
     int32_t *merge_slots;   /* open addressing: rank or -1 */
     uint64_t merge_mask;
 

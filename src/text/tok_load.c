@@ -171,6 +171,7 @@ static kiln_status read_merges(kn_tokenizer *t, const kn_gguf *g) {
         t->merge_off[i] = (uint32_t)total;
         t->merge_a_len[i] = (uint32_t)(sp - s.ptr);
         t->merge_len[i] = (uint32_t)s.len;
+        if (s.len > t->max_merge_len) t->max_merge_len = (uint32_t)s.len;
         total += s.len;
     }
     t->merge_text = malloc(total ? total : 1);
@@ -402,6 +403,19 @@ static kiln_status build_specials(kn_tokenizer *t) {
     return KILN_OK;
 }
 
+/* True if some token has a U+2581 preceded by something other than U+2581 (then SPM merges can
+ * cross word starts and the text must be merged as a whole). */
+static bool has_inner_space_mark(const kn_tokenizer *t) {
+    for (int32_t id = 0; id < t->n_vocab; id++) {
+        const char *s = t->text + t->tok[id].text_off;
+        uint32_t n = t->tok[id].text_len;
+        for (uint32_t k = 1; k + 3 <= n; k++)
+            if (memcmp(s + k, "\xe2\x96\x81", 3) == 0 && (k < 3 || memcmp(s + k - 3, "\xe2\x96\x81", 3) != 0))
+                return true;
+    }
+    return false;
+}
+
 /* ---- load ------------------------------------------------------------------------------------- */
 
 static kiln_status load(kn_tokenizer *t, const kn_gguf *g) {
@@ -437,7 +451,8 @@ static kiln_status load(kn_tokenizer *t, const kn_gguf *g) {
     if (t->kind == KN_TOK_BPE) {
         if ((st = read_merges(t, g))) return st;
         kn_str pre = {NULL, 0};
-        kn_gguf_get_str(g, KEY("pre"), &pre);
+        if (!kn_gguf_get_str(g, KEY("pre"), &pre))
+            KN_LOGW("tokenizer: no " KEY("pre") "; using the default BPE pre-tokenizer");
         kn_pretok_traits traits;
         if ((st = kn_pretok_create(pre.ptr, pre.len, &t->pretok, &traits))) return st;
         t->ignore_merges = traits.ignore_merges;
@@ -496,6 +511,7 @@ static kiln_status load(kn_tokenizer *t, const kn_gguf *g) {
         }
     }
 
+    if (t->kind == KN_TOK_SPM) t->spm_split_ok = !has_inner_space_mark(t);
     apply_name_rules(t, g);
     if ((st = build_pieces(t))) return st;
     return build_specials(t);

@@ -9,13 +9,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-uint64_t kn_hash_bytes(uint64_t h, const void *p, size_t n) {
+uint64_t kn_hash_bytes(const void *p, size_t n) {
     const uint8_t *s = p;
-    for (size_t i = 0; i < n; i++) {
-        h ^= s[i];
-        h *= 0x100000001b3ull;
+    uint64_t h = 0x9E3779B97F4A7C15ull ^ (n * 0xc4ceb9fe1a85ec53ull);
+    for (; n >= 8; s += 8, n -= 8) {
+        uint64_t w;
+        memcpy(&w, s, 8);
+        h = (h ^ w) * 0xff51afd7ed558ccdull;
+        h ^= h >> 32;
     }
-    return h;
+    uint64_t w = 0;
+    memcpy(&w, s, n);
+    h = (h ^ w) * 0xc4ceb9fe1a85ec53ull;
+    return h ^ (h >> 29);
 }
 
 /* Final avalanche so that the low bits used for the slot index depend on every input byte. */
@@ -82,7 +88,7 @@ kiln_status kn_tok_build_index(kn_tokenizer *t) {
         const kn_tok_info *ti = &t->tok[id];
         if (ti->text_len == 0) continue;     /* an empty text can never be looked up */
         const char *s = t->text + ti->text_off;
-        uint64_t i = mix(kn_hash_bytes(KN_HASH_SEED, s, ti->text_len)) & t->by_text.mask;
+        uint64_t i = mix(kn_hash_bytes(s, ti->text_len)) & t->by_text.mask;
         for (;;) {
             int32_t other = t->by_text.slots[i];
             if (other < 0) { t->by_text.slots[i] = id; break; }
@@ -101,7 +107,7 @@ kiln_status kn_tok_build_index(kn_tokenizer *t) {
 
 int32_t kn_tok_lookup(const kn_tokenizer *t, const char *s, size_t n) {
     if (n == 0 || n > t->max_token_len) return -1;
-    uint64_t i = mix(kn_hash_bytes(KN_HASH_SEED, s, n)) & t->by_text.mask;
+    uint64_t i = mix(kn_hash_bytes(s, n)) & t->by_text.mask;
     for (;;) {
         int32_t id = t->by_text.slots[i];
         if (id < 0) return -1;
@@ -113,12 +119,10 @@ int32_t kn_tok_lookup(const kn_tokenizer *t, const char *s, size_t n) {
 
 /* ---- merge pair -> rank ----------------------------------------------------------------------- */
 
-/* A merge is stored as the string "A B"; the pair hash covers A, a space and B, so a lookup from
- * two separate symbols computes the same value without building the string. */
+/* The hash of a merge pair combines the hashes of its two parts, so a lookup from two separate
+ * symbols needs no concatenated string. */
 static uint64_t pair_hash(const char *a, size_t an, const char *b, size_t bn) {
-    uint64_t h = kn_hash_bytes(KN_HASH_SEED, a, an);
-    h = kn_hash_bytes(h, " ", 1);
-    return mix(kn_hash_bytes(h, b, bn));
+    return mix(kn_hash_bytes(a, an) * 0x9E3779B97F4A7C15ull + kn_hash_bytes(b, bn));
 }
 
 static bool merge_is(const kn_tokenizer *t, int32_t rank, const char *a, size_t an, const char *b,
@@ -151,7 +155,7 @@ kiln_status kn_bpe_build_index(kn_tokenizer *t) {
 }
 
 int32_t kn_bpe_rank(const kn_tokenizer *t, const char *a, size_t an, const char *b, size_t bn) {
-    if (!t->merge_slots) return -1;
+    if (!t->merge_slots || an + bn + 1 > t->max_merge_len) return -1;
     uint64_t i = pair_hash(a, an, b, bn) & t->merge_mask;
     for (;;) {
         int32_t r = t->merge_slots[i];

@@ -60,7 +60,10 @@ typedef struct kn_detok {
 
 /* at_start: the stream begins a text (so an SPM leading space is stripped from its first piece). */
 void kn_detok_init(kn_detok *d, const kn_tokenizer *t, bool at_start, bool render_special);
-/* Feeds one token; returns the bytes now complete (pointer into d->out) and their length in *len. */
+/* Feeds one token; returns the bytes now complete (pointer into d->out, valid until the next call)
+ * and their length in *len. Control tokens give no text unless render_special. BOS starts a new
+ * text: for an SPM vocabulary with add_space_prefix, the leading space of the next piece is
+ * dropped. An id outside the vocabulary gives no text. */
 const char *kn_detok_push(kn_detok *d, int32_t id, size_t *len);
 /* Flushes bytes of a trailing incomplete character (as U+FFFD replacement). */
 const char *kn_detok_flush(kn_detok *d, size_t *len);

@@ -7,7 +7,8 @@
  * removal of nonspacing marks (strip_accents), lowercasing, dropping of NUL, U+FFFD and control
  * characters, splitting at whitespace, and punctuation, ASCII symbols and CJK ideographs each made a
  * word of their own. Each word, prefixed with U+2581, is then cut greedily into the longest
- * vocabulary tokens from the left; a word that cannot be covered becomes the unknown token.
+ * vocabulary tokens from the left; a word that cannot be covered (or has more than 100
+ * characters) becomes the unknown token.
  */
 #include "text/tok_internal.h"
 #include "text/unicode.h"
@@ -24,16 +25,20 @@ static bool is_cjk(uint32_t cp) {
            (cp >= 0xF900 && cp <= 0xFAFF) || (cp >= 0x2F800 && cp <= 0x2FA1F);
 }
 
+/* Words longer than this many characters become the unknown token (BERT's max_input_chars_per_word;
+ * it also bounds the work per word). */
+#define MAX_WORD_CHARS 100
+
 /* Greedy longest-match of "▁" + word; appends the tokens, or the unknown token if the word
  * cannot be covered completely. */
-static kiln_status encode_word(const kn_tokenizer *t, kn_bvec *w, kn_ivec *out) {
+static kiln_status encode_word(const kn_tokenizer *t, kn_bvec *w, size_t n_chars, kn_ivec *out) {
     static const char MARK[3] = {'\xe2', '\x96', '\x81'};
     if (w->n == 0) return KILN_OK;
     /* w->v holds 3 reserved bytes in front of the word for the mark */
     memcpy(w->v, MARK, 3);
     const char *s = w->v;
     size_t n = w->n, start = out->n;
-    for (size_t i = 0; i < n;) {
+    for (size_t i = 0; i < n && n_chars <= MAX_WORD_CHARS;) {
         size_t j = KN_MIN(n, i + t->max_token_len);
         int32_t id = -1;
         for (; j > i; j--)
@@ -48,9 +53,10 @@ static kiln_status encode_word(const kn_tokenizer *t, kn_bvec *w, kn_ivec *out) 
 
 kiln_status kn_wpm_encode(const kn_tokenizer *t, const char *text, size_t len, kn_ivec *out) {
     kn_bvec w = {0};
+    size_t n_chars = 0;
     kiln_status rc = KILN_OK;
-#define WORD_RESET() (w.n = 3)          /* keep room for the U+2581 prefix */
-#define FLUSH() do { if (w.n > 3 && (rc = encode_word(t, &w, out))) goto done; WORD_RESET(); } while (0)
+#define WORD_RESET() (w.n = 3, n_chars = 0)     /* keep room for the U+2581 prefix */
+#define FLUSH() do { if (w.n > 3 && (rc = encode_word(t, &w, n_chars, out))) goto done; WORD_RESET(); } while (0)
     if (!kn_reserve((void **)&w.v, &w.cap, 64, 1)) return KILN_ERR_NOMEM;
     WORD_RESET();
     const uint8_t *p = (const uint8_t *)text;
@@ -75,6 +81,7 @@ kiln_status kn_wpm_encode(const kn_tokenizer *t, const char *text, size_t len, k
             bool alone = (fl & KN_UCD_PUNCT) || (cp < 0x7F && (fl & KN_UCD_SYMBOL)) || is_cjk(cp);
             if (alone) FLUSH();
             if (!kn_bvec_append(&w, enc, en)) { rc = KILN_ERR_NOMEM; goto done; }
+            n_chars++;
             if (alone) FLUSH();
         }
     }

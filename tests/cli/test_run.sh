@@ -19,6 +19,11 @@ cmp -s "$TMP/t1" "$TMP/t2" && cmp -s "$TMP/t1" "$TMP/t3" && pass greedy_same_thr
 "$KILN" run -m "$M" -p "Once upon a time" -n 100 --temp 0 --kv-type f32 >"$TMP/t4" 2>/dev/null
 [ -s "$TMP/t4" ] && pass kv_f32_runs || fail kv_f32_runs
 
+# the scalar reference kernels give the same greedy tokens as the SIMD ones
+"$KILN" run -m "$M" -p "Once upon a time" -n 100 --temp 0 --kernels ref >"$TMP/k1" 2>/dev/null
+cmp -s "$TMP/t1" "$TMP/k1" && pass kernels_ref_equals_auto || fail kernels_ref_equals_auto
+expect_exit bad_kernels 2 "$KILN" run -m "$M" --kernels fast
+
 # seeds: same seed, same text; different seeds, different text
 "$KILN" run -m "$M" -p "Lily" -n 64 --temp 1 --seed 42 >"$TMP/s1" 2>/dev/null
 "$KILN" run -m "$M" -p "Lily" -n 64 --temp 1 --seed 42 >"$TMP/s2" 2>/dev/null

@@ -1,0 +1,145 @@
+/*
+ * kernels.c - CPU feature detection, the reference kernel set and the choice of the best set.
+ */
+#include "tensor/kernels.h"
+
+#include <pthread.h>
+#include <string.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+
+static uint64_t xgetbv0(void) {
+    uint32_t lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return ((uint64_t)hi << 32) | lo;
+}
+
+static void detect(kn_cpu *c) {
+    unsigned a, b, cx, d;
+    if (!__get_cpuid(1, &a, &b, &cx, &d)) return;
+    bool osxsave = cx & (1u << 27);
+    c->fma = cx & (1u << 12);
+    c->f16c = cx & (1u << 29);
+    uint64_t xcr0 = osxsave ? xgetbv0() : 0;
+    bool ymm_ok = (xcr0 & 0x6) == 0x6;            /* XMM and YMM state */
+    bool zmm_ok = (xcr0 & 0xe6) == 0xe6;          /* plus opmask and ZMM state */
+    if (!ymm_ok) { c->fma = c->f16c = false; return; }
+    if (!__get_cpuid_count(7, 0, &a, &b, &cx, &d)) return;
+    c->avx2 = b & (1u << 5);
+    if (zmm_ok) {
+        c->avx512f = b & (1u << 16);
+        c->avx512bw = b & (1u << 30);
+        c->avx512vl = b & (1u << 31);
+        c->avx512vnni = cx & (1u << 11);
+    }
+    unsigned a1, b1, c1, d1;
+    if (__get_cpuid_count(7, 1, &a1, &b1, &c1, &d1)) {
+        c->avxvnni = a1 & (1u << 4);
+        c->avx512bf16 = zmm_ok && (a1 & (1u << 5));
+    }
+}
+#else
+static void detect(kn_cpu *c) { (void)c; }
+#endif
+
+static kn_cpu g_cpu;
+static kn_kernels g_ref, g_best;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+/* The reference GEMM: the scalar vec_dot of the type-traits table for each (row, token). */
+#define REF_GEMM(NAME, TYPE)                                                                         \
+    static void NAME(int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, \
+                     float *out, size_t ldo) {                                                       \
+        const kn_vec_dot_fn dot = kn_type_traits_get(TYPE)->vec_dot;                                \
+        for (int t = 0; t < nt; t++)                                                                 \
+            for (int r = 0; r < nr; r++) out[(size_t)t * ldo + (size_t)r] = dot(n, w + (size_t)r * ws, x + (size_t)t * xs); \
+    }
+REF_GEMM(gemm_ref_f32, KN_F32)
+REF_GEMM(gemm_ref_f16, KN_F16)
+REF_GEMM(gemm_ref_bf16, KN_BF16)
+REF_GEMM(gemm_ref_q4_0, KN_Q4_0)
+REF_GEMM(gemm_ref_q4_1, KN_Q4_1)
+REF_GEMM(gemm_ref_q5_0, KN_Q5_0)
+REF_GEMM(gemm_ref_q5_1, KN_Q5_1)
+REF_GEMM(gemm_ref_q8_0, KN_Q8_0)
+REF_GEMM(gemm_ref_q4_k, KN_Q4_K)
+REF_GEMM(gemm_ref_q5_k, KN_Q5_K)
+REF_GEMM(gemm_ref_q6_k, KN_Q6_K)
+
+static float kv_dot_f16_ref(const void *k, const float *q, int n) {
+    const uint16_t *h = k;
+    float s = 0.0f;
+    for (int i = 0; i < n; i++) s += kn_fp16_to_fp32(h[i]) * q[i];
+    return s;
+}
+static float kv_dot_f32_ref(const void *k, const float *q, int n) {
+    const float *f = k;
+    float s = 0.0f;
+    for (int i = 0; i < n; i++) s += f[i] * q[i];
+    return s;
+}
+static void kv_axpy_f16_ref(float a, const void *v, float *y, int n) {
+    const uint16_t *h = v;
+    for (int i = 0; i < n; i++) y[i] += a * kn_fp16_to_fp32(h[i]);
+}
+static void kv_axpy_f32_ref(float a, const void *v, float *y, int n) {
+    const float *f = v;
+    for (int i = 0; i < n; i++) y[i] += a * f[i];
+}
+
+static void init_ref(kn_kernels *k) {
+    memset(k, 0, sizeof *k);
+    k->name = "ref";
+    k->kv_dot_f16 = kv_dot_f16_ref;
+    k->kv_dot_f32 = kv_dot_f32_ref;
+    k->kv_axpy_f16 = kv_axpy_f16_ref;
+    k->kv_axpy_f32 = kv_axpy_f32_ref;
+    k->tile_r = 4;
+    k->tile_t = 4;
+    k->gemm[KN_F32] = gemm_ref_f32;
+    k->gemm[KN_F16] = gemm_ref_f16;
+    k->gemm[KN_BF16] = gemm_ref_bf16;
+    k->gemm[KN_Q4_0] = gemm_ref_q4_0;
+    k->gemm[KN_Q4_1] = gemm_ref_q4_1;
+    k->gemm[KN_Q5_0] = gemm_ref_q5_0;
+    k->gemm[KN_Q5_1] = gemm_ref_q5_1;
+    k->gemm[KN_Q8_0] = gemm_ref_q8_0;
+    k->gemm[KN_Q4_K] = gemm_ref_q4_k;
+    k->gemm[KN_Q5_K] = gemm_ref_q5_k;
+    k->gemm[KN_Q6_K] = gemm_ref_q6_k;
+    const kn_dtype acts[] = {KN_Q8_0, KN_Q8_1, KN_Q8_K};
+    for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++) k->quantize[acts[i]] = kn_type_traits_get(acts[i])->from_float;
+}
+
+static void init_all(void) {
+    detect(&g_cpu);
+    init_ref(&g_ref);
+    g_best = g_ref;
+#if defined(__x86_64__)
+    if (g_cpu.avx2 && g_cpu.fma && g_cpu.f16c) kn_kernels_init_avx2(&g_best);
+    if (g_cpu.avx2 && g_cpu.fma && g_cpu.f16c && g_cpu.avx512f && g_cpu.avx512bw && g_cpu.avx512vl &&
+        g_cpu.avx512vnni)
+        kn_kernels_init_avx512(&g_best);
+#endif
+}
+
+const kn_cpu *kn_cpu_features(void) {
+    pthread_once(&g_once, init_all);
+    return &g_cpu;
+}
+
+const kn_kernels *kn_kernels_get(kn_kernel_choice choice) {
+    pthread_once(&g_once, init_all);
+    return choice == KN_KERNELS_REF ? &g_ref : &g_best;
+}
+
+kn_gemm_fn kn_kernels_gemm(const kn_kernels *k, kn_dtype t) {
+    if ((unsigned)t < KN_DTYPE_COUNT && k->gemm[t]) return k->gemm[t];
+    return kn_kernels_get(KN_KERNELS_REF)->gemm[t];
+}
+
+kn_from_float_fn kn_kernels_quantize(const kn_kernels *k, kn_dtype t) {
+    if ((unsigned)t < KN_DTYPE_COUNT && k->quantize[t]) return k->quantize[t];
+    return kn_type_traits_get(t)->from_float;
+}

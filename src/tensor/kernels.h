@@ -1,0 +1,69 @@
+/*
+ * kernels.h - CPU-feature detection and the dispatch table of compute kernels.
+ *
+ * A kernel set supplies, per weight type, a GEMM tile kernel (weight rows x activation rows), and per
+ * activation type (Q8_0, Q8_1, Q8_K) a quantizer. The reference set wraps the scalar kernels of the
+ * type-traits table (dtype.h), which stay the source of truth; SIMD sets (AVX2+FMA, AVX-512 with
+ * VNNI/BF16) are tested against it. `--kernels ref` selects the reference set.
+ *
+ * Tile contract (what makes greedy output independent of batch size and of the tile shape): every
+ * output of a tile call is bit-identical to the output of a 1x1 call on the same weight row and
+ * activation row; and for a given kernel set, a kernel's value for (row, token) never depends on
+ * which other rows or tokens share the call.
+ */
+#ifndef KN_KERNELS_H
+#define KN_KERNELS_H
+
+#include "tensor/dtype.h"
+
+typedef struct kn_cpu {
+    bool avx2, fma, f16c;
+    bool avx512f, avx512bw, avx512vl, avx512vnni, avx512bf16;
+    bool avxvnni;
+} kn_cpu;
+
+/* Features of the running CPU (detected once; also honours OS support for the register state). */
+const kn_cpu *kn_cpu_features(void);
+
+/* GEMM tile: for r < nr and t < nt,
+ *   out[t * ldo + r] = dot(weight row r, activation row t)
+ * over n elements, where weight row r starts at w + r * w_stride and activation row t (already in
+ * the weight type's vec_dot_type) at x + t * x_stride. 1 <= nr <= set->tile_r, 1 <= nt <= set->tile_t. */
+typedef void (*kn_gemm_fn)(int64_t n, const uint8_t *w, size_t w_stride, int nr, const uint8_t *x,
+                           size_t x_stride, int nt, float *out, size_t ldo);
+
+/* Attention helpers over one KV row of n elements in F16 (raw binary16 bits) or F32:
+ *   dot:  returns sum_i k[i] * q[i]
+ *   axpy: y[i] += a * v[i] */
+typedef float (*kn_kv_dot_fn)(const void *k, const float *q, int n);
+typedef void (*kn_kv_axpy_fn)(float a, const void *v, float *y, int n);
+
+typedef struct kn_kernels {
+    const char *name;                             /* "ref", "avx2", "avx512" */
+    kn_kv_dot_fn kv_dot_f16, kv_dot_f32;
+    kn_kv_axpy_fn kv_axpy_f16, kv_axpy_f32;
+    int tile_r, tile_t;                           /* largest tile the gemm kernels take */
+    kn_gemm_fn gemm[KN_DTYPE_COUNT];              /* per weight type; NULL: use the reference */
+    kn_from_float_fn quantize[KN_DTYPE_COUNT];    /* per activation type; NULL: use the reference */
+} kn_kernels;
+
+typedef enum kn_kernel_choice { KN_KERNELS_AUTO = 0, KN_KERNELS_REF = 1 } kn_kernel_choice;
+
+/* The kernel set to use: the reference set, or the best this CPU supports. Never NULL. */
+const kn_kernels *kn_kernels_get(kn_kernel_choice choice);
+
+/* The GEMM kernel of set k for weight type t (falls back to the reference one). */
+kn_gemm_fn kn_kernels_gemm(const kn_kernels *k, kn_dtype t);
+/* The quantizer of set k for activation type t (falls back to the reference one). */
+kn_from_float_fn kn_kernels_quantize(const kn_kernels *k, kn_dtype t);
+
+/* SIMD sets, each in its own files; each init fills the entries it implements and leaves the others.
+ * The tile is 4x4 for every set (tile_r = tile_t = 4); a kernel may process sub-tiles internally. */
+void kn_kernels_init_avx2(kn_kernels *k);           /* kernels_avx2.c: attention helpers, then the two below */
+void kn_avx2_init_legacy(kn_kernels *k);            /* kernels_avx2_legacy.c: F32/F16/BF16, Q4_0..Q8_0, Q8_0/Q8_1 quantizers */
+void kn_avx2_init_kquants(kn_kernels *k);           /* kernels_avx2_k.c: Q4_K, Q5_K, Q6_K, Q8_K quantizer */
+void kn_kernels_init_avx512(kn_kernels *k);         /* kernels_avx512.c: calls the two below */
+void kn_avx512_init_legacy(kn_kernels *k);          /* kernels_avx512_legacy.c */
+void kn_avx512_init_kquants(kn_kernels *k);         /* kernels_avx512_k.c */
+
+#endif

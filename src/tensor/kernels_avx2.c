@@ -1,0 +1,78 @@
+/*
+ * kernels_avx2.c - assembles the AVX2+FMA kernel set (x86-64): the attention helpers over F16/F32
+ * KV rows (here), the legacy and float formats (kernels_avx2_legacy.c) and the K formats
+ * (kernels_avx2_k.c). The AVX-512 set starts from this one.
+ */
+#include "tensor/kernels.h"
+
+#if defined(__x86_64__)
+#pragma GCC target("avx2,fma,f16c")
+#include <immintrin.h>
+
+static float hsum256(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* dot of n F16 values with n floats: two 8-wide FMA chains, scalar tail. */
+static float kv_dot_f16(const void *k, const float *q, int n) {
+    const uint16_t *h = k;
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        a0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))), _mm256_loadu_ps(q + i), a0);
+        a1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i + 8))), _mm256_loadu_ps(q + i + 8), a1);
+    }
+    for (; i + 8 <= n; i += 8)
+        a0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))), _mm256_loadu_ps(q + i), a0);
+    float s = hsum256(_mm256_add_ps(a0, a1));
+    for (; i < n; i++) s += kn_fp16_to_fp32(h[i]) * q[i];
+    return s;
+}
+
+static float kv_dot_f32(const void *k, const float *q, int n) {
+    const float *f = k;
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(f + i), _mm256_loadu_ps(q + i), a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(f + i + 8), _mm256_loadu_ps(q + i + 8), a1);
+    }
+    for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(f + i), _mm256_loadu_ps(q + i), a0);
+    float s = hsum256(_mm256_add_ps(a0, a1));
+    for (; i < n; i++) s += f[i] * q[i];
+    return s;
+}
+
+static void kv_axpy_f16(float a, const void *v, float *y, int n) {
+    const uint16_t *h = v;
+    const __m256 av = _mm256_set1_ps(a);
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))),
+                                                _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] += a * kn_fp16_to_fp32(h[i]);
+}
+
+static void kv_axpy_f32(float a, const void *v, float *y, int n) {
+    const float *f = v;
+    const __m256 av = _mm256_set1_ps(a);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(f + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] += a * f[i];
+}
+#endif
+
+void kn_kernels_init_avx2(kn_kernels *k) {
+    k->name = "avx2";
+#if defined(__x86_64__)
+    k->kv_dot_f16 = kv_dot_f16;
+    k->kv_dot_f32 = kv_dot_f32;
+    k->kv_axpy_f16 = kv_axpy_f16;
+    k->kv_axpy_f32 = kv_axpy_f32;
+#endif
+    kn_avx2_init_legacy(k);
+    kn_avx2_init_kquants(k);
+}

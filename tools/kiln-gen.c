@@ -1,0 +1,838 @@
+/*
+ * kiln-gen.c - the synthetic model generator: writes GGUF models of a supported architecture (llama,
+ * qwen2, qwen3) and any shape, with deterministic random weights in any supported weight type, plus a
+ * small byte-level BPE tokenizer.
+ *
+ * Speed work needs models shaped like real ones (Llama-3.2-1B, Qwen2.5-0.5B, ...) but does not depend
+ * on weight values, and tests need tiny models of every architecture and weight type. This tool makes
+ * both without downloading anything. The same arguments and seed always give a byte-identical file:
+ * every weight row is drawn from its own RNG stream (seed, tensor name, row), so the result does not
+ * depend on the thread count.
+ *
+ * File conventions follow llama.cpp's (metadata keys, tensor names, ne[0] = row length); see
+ * usage() for the options. The tokenizer is GPT-2 style byte-level BPE ("gpt2" / pre "gpt-2"): the 256
+ * byte characters, merges learned by BPE training on a small built-in English text, control tokens
+ * (<|begin_of_text|>, <|end_of_text|>, <|eot_id|>, ...) and <|reserved_N|> filler up to the vocab size.
+ */
+#include "base/base.h"
+#include "model/gguf_write.h"
+#include "tensor/dtype.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+/* ---- configuration ----------------------------------------------------------------------------- */
+
+typedef struct gen_cfg {
+    const char *arch;           /* "llama", "qwen2", "qwen3" */
+    const char *name;           /* general.name */
+    int64_t vocab, dim, layers, heads, kv_heads, ffn, head_dim, ctx;  /* head_dim 0: dim / heads */
+    int tied;                   /* 1 tied (no output.weight), 0 untied */
+    double rope_base;
+    double norm_eps;            /* 0: the architecture's default */
+    int llama3_rope;            /* write rope_freqs.weight (llama3 rope scaling) */
+    double rope_factor, rope_low, rope_high;
+    int64_t rope_orig_ctx;
+    kn_dtype type;
+    uint64_t seed;
+} gen_cfg;
+
+typedef struct preset {
+    const char *name;
+    const char *desc;
+    gen_cfg cfg;
+} preset;
+
+#define L3ROPE .llama3_rope = 1, .rope_factor = 32, .rope_low = 1, .rope_high = 4, .rope_orig_ctx = 8192
+
+static const preset presets[] = {
+    {"stories15m", "llama2.c stories15M shape (untied, vocab 32000)",
+     {.arch = "llama", .vocab = 32000, .dim = 288, .layers = 6, .heads = 6, .kv_heads = 6, .ffn = 768,
+      .ctx = 256, .tied = 0, .rope_base = 10000}},
+    {"llama-3.2-1b", "Llama-3.2-1B shape (GQA 32/8, tied, llama3 rope scaling)",
+     {.arch = "llama", .vocab = 128256, .dim = 2048, .layers = 16, .heads = 32, .kv_heads = 8, .ffn = 8192,
+      .ctx = 131072, .tied = 1, .rope_base = 500000, L3ROPE}},
+    {"qwen2.5-0.5b", "Qwen2.5-0.5B shape (GQA 14/2, QKV bias, tied)",
+     {.arch = "qwen2", .vocab = 151936, .dim = 896, .layers = 24, .heads = 14, .kv_heads = 2, .ffn = 4864,
+      .ctx = 32768, .tied = 1, .rope_base = 1e6}},
+    {"qwen3-0.6b", "Qwen3-0.6B shape (GQA 16/8, head_dim 128, q/k norm, tied)",
+     {.arch = "qwen3", .vocab = 151936, .dim = 1024, .layers = 28, .heads = 16, .kv_heads = 8, .head_dim = 128,
+      .ffn = 3072, .ctx = 40960, .tied = 1, .rope_base = 1e6}},
+    {"tiny-llama", "test model: llama, dim 256, 2 layers, GQA 8/2, untied, llama3 rope scaling",
+     {.arch = "llama", .vocab = 512, .dim = 256, .layers = 2, .heads = 8, .kv_heads = 2, .ffn = 512,
+      .ctx = 512, .tied = 0, .rope_base = 10000, .llama3_rope = 1, .rope_factor = 8, .rope_low = 1,
+      .rope_high = 4, .rope_orig_ctx = 128}},
+    {"tiny-llama-plain", "test model: llama, dim 256, 2 layers, GQA 8/2, tied, plain rope",
+     {.arch = "llama", .vocab = 512, .dim = 256, .layers = 2, .heads = 8, .kv_heads = 2, .ffn = 512,
+      .ctx = 512, .tied = 1, .rope_base = 10000}},
+    {"tiny-qwen2", "test model: qwen2, dim 256, 2 layers, GQA 8/2, QKV bias, tied",
+     {.arch = "qwen2", .vocab = 512, .dim = 256, .layers = 2, .heads = 8, .kv_heads = 2, .ffn = 512,
+      .ctx = 512, .tied = 1, .rope_base = 1e6}},
+    {"tiny-qwen3", "test model: qwen3, dim 256, 2 layers, GQA 4/2, head_dim 128 (q is 512 wide), q/k norm, tied",
+     {.arch = "qwen3", .vocab = 512, .dim = 256, .layers = 2, .heads = 4, .kv_heads = 2, .head_dim = 128,
+      .ffn = 512, .ctx = 512, .tied = 1, .rope_base = 1e6}},
+};
+
+static const kn_dtype weight_types[] = {KN_F32, KN_F16, KN_BF16, KN_Q4_0, KN_Q4_1, KN_Q5_0,
+                                        KN_Q5_1, KN_Q8_0, KN_Q4_K, KN_Q5_K, KN_Q6_K};
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: kiln-gen --preset NAME [options] -o out.gguf\n"
+            "       kiln-gen --arch llama|qwen2|qwen3 --vocab V --dim D --layers L --heads H --kv-heads KV\n"
+            "                --ffn F [options] -o out.gguf\n"
+            "Writes a GGUF model with deterministic random weights and a byte-level BPE tokenizer.\n"
+            "Options given after or without --preset override the preset's values.\n"
+            "  --type T          weight type of 2-D matrices (default Q8_0): F32 F16 BF16 Q4_0 Q4_1 Q5_0\n"
+            "                    Q5_1 Q8_0 Q4_K Q5_K Q6_K; a matrix whose row length is not a multiple of\n"
+            "                    T's block falls back to Q8_0 (or F16). Norms and biases are always F32.\n"
+            "  --seed N          RNG seed (default 1); same arguments + seed = byte-identical file\n"
+            "  --head-dim HD     per-head dimension (default dim/heads)\n"
+            "  --ctx N           context_length (default 2048)\n"
+            "  --tied|--untied   share token_embd as the output matrix, or write output.weight\n"
+            "  --rope-base B     rope.freq_base (default 10000)\n"
+            "  --norm-eps E      RMSNorm epsilon (default 1e-5 llama, 1e-6 qwen)\n"
+            "  --llama3-rope     write rope_freqs.weight for llama3 rope scaling (factor 32, low 1, high 4,\n"
+            "                    original context 8192 unless given below)\n"
+            "  --rope-factor F --rope-low F --rope-high F --rope-orig-ctx N   llama3 scaling parameters\n"
+            "  --no-llama3-rope  no rope scaling (overrides a preset)\n"
+            "  --name S          general.name (default: the preset or arch)\n"
+            "  --chat-template FILE   store FILE's text as tokenizer.chat_template\n"
+            "  --threads N       quantization threads (default: all cores)\n"
+            "  --list-presets    print the presets and exit\n"
+            "Presets:");
+    for (size_t i = 0; i < KN_ARRAY_LEN(presets); i++) fprintf(f, " %s", presets[i].name);
+    fprintf(f, "\n");
+}
+
+static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void die(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "kiln-gen: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    exit(1);
+}
+
+static void *xcalloc(size_t n, size_t size) {
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    if (!p) die("out of memory");
+    return p;
+}
+
+static char *xstrdup(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *p = xcalloc(1, n);
+    memcpy(p, s, n);
+    return p;
+}
+
+static int64_t parse_int(const char *opt, const char *v, int64_t lo, int64_t hi) {
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 0);
+    if (errno || end == v || *end || x < lo || x > hi)
+        die("%s: '%s' is not an integer from %lld to %lld", opt, v, (long long)lo, (long long)hi);
+    return x;
+}
+
+static double parse_double(const char *opt, const char *v) {
+    char *end;
+    double x = strtod(v, &end);
+    if (end == v || *end || !isfinite(x) || x <= 0) die("%s: '%s' is not a positive number", opt, v);
+    return x;
+}
+
+static kn_dtype parse_type(const char *v) {
+    for (size_t i = 0; i < KN_ARRAY_LEN(weight_types); i++)
+        if (strcasecmp(v, kn_dtype_name((int32_t)weight_types[i])) == 0) return weight_types[i];
+    die("--type: unknown weight type '%s' (F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K)", v);
+}
+
+/* llama.cpp's general.file_type (LLAMA_FTYPE_*) for a model whose matrices are all of type t. */
+static uint32_t file_type_of(kn_dtype t) {
+    switch (t) {
+    case KN_F32: return 0;
+    case KN_F16: return 1;
+    case KN_Q4_0: return 2;
+    case KN_Q4_1: return 3;
+    case KN_Q8_0: return 7;
+    case KN_Q5_0: return 8;
+    case KN_Q5_1: return 9;
+    case KN_Q4_K: return 14; /* Q4_K_S */
+    case KN_Q5_K: return 16; /* Q5_K_S */
+    case KN_Q6_K: return 18;
+    case KN_BF16: return 32;
+    default: return 0;
+    }
+}
+
+/* ---- deterministic random numbers -------------------------------------------------------------- */
+
+static uint64_t splitmix64(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t fnv1a(const char *s) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (; *s; s++) h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
+    return h;
+}
+
+/* Natural log of a positive, finite, normal x using only IEEE +, -, *, / (no libm), so that the
+ * generated weights are the same bits on every machine and libm version: x = m * 2^e with m in
+ * [sqrt(1/2), sqrt(2)], log(m) = 2 atanh(t) with t = (m - 1) / (m + 1), |t| <= 0.172, whose series to
+ * t^13 is accurate to about 1e-12. */
+static double det_log(double x) {
+    uint64_t b;
+    memcpy(&b, &x, 8);
+    int e = (int)((b >> 52) & 0x7FF) - 1023;
+    b = (b & 0x000FFFFFFFFFFFFFull) | 0x3FF0000000000000ull;
+    double m;
+    memcpy(&m, &b, 8);
+    if (m > 1.4142135623730951) {
+        m *= 0.5;
+        e++;
+    }
+    double t = (m - 1.0) / (m + 1.0), t2 = t * t;
+    double s = t * (2.0 + t2 * (2.0 / 3 + t2 * (2.0 / 5 + t2 * (2.0 / 7 + t2 * (2.0 / 9 + t2 * (2.0 / 11 + t2 * (2.0 / 13)))))));
+    return s + (double)e * 0.69314718055994530942;
+}
+
+/* Fills x[0..n) with gaussian samples of the given mean and std from the stream identified by
+ * (key, row): Marsaglia's polar form of Box-Muller over splitmix64, in double precision with only
+ * correctly rounded operations (det_log, sqrt), so the result is bit-reproducible everywhere. */
+static void gaussian_row(uint64_t key, int64_t row, float mean, float std, float *x, int64_t n) {
+    uint64_t s = key ^ ((uint64_t)row * 0xD1B54A32D192ED03ull);
+    splitmix64(&s);
+    for (int64_t i = 0; i < n; i += 2) {
+        double u, v, q;
+        do {
+            uint64_t r = splitmix64(&s);
+            u = (double)(int32_t)(uint32_t)(r >> 32) * (1.0 / 2147483648.0);   /* [-1, 1) */
+            v = (double)(int32_t)(uint32_t)r * (1.0 / 2147483648.0);
+            q = u * u + v * v;
+        } while (q >= 1.0 || q == 0.0);
+        double f = sqrt(-2.0 * det_log(q) / q) * (double)std;
+        x[i] = (float)((double)mean + u * f);
+        if (i + 1 < n) x[i + 1] = (float)((double)mean + v * f);
+    }
+}
+
+/* ---- tensors ----------------------------------------------------------------------------------- */
+
+typedef struct gen_tensor {
+    char name[96];
+    uint32_t n_dims;
+    int64_t ne[2];
+    kn_dtype type;
+    float mean, std;            /* gaussian parameters */
+    const float *values;        /* fixed values instead (rope_freqs), [ne[0]] */
+    uint64_t key;               /* RNG stream key */
+    const kn_type_traits *tr;
+    uint64_t row_bytes;
+    int *fail;                  /* set when a worker could not allocate */
+} gen_tensor;
+
+/* kn_gguf_fill_fn: generates rows [row0, row0+n) and converts them to the tensor's type. Rows are
+ * independent, so they are spread over threads without changing the result. */
+static kiln_status fill_tensor(void *user, int64_t row0, int64_t n, void *dst) {
+    const gen_tensor *t = user;
+    const int64_t ne0 = t->ne[0];
+    int failed = 0;
+    /* threads only pay off for big chunks (and spin-waiting costs on a busy machine) */
+    const bool par = (uint64_t)n * (uint64_t)ne0 >= ((uint64_t)1 << 20);
+#pragma omp parallel if (par) reduction(| : failed)
+    {
+        float *buf = t->type == KN_F32 ? NULL : malloc((size_t)ne0 * sizeof(float));
+        if (t->type != KN_F32 && !buf) failed = 1;
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < n; r++) {
+            if (failed) continue;
+            uint8_t *out = (uint8_t *)dst + (uint64_t)r * t->row_bytes;
+            float *x = t->type == KN_F32 ? (float *)(void *)out : buf;
+            if (t->values) memcpy(x, t->values, (size_t)ne0 * sizeof(float));
+            else gaussian_row(t->key, row0 + r, t->mean, t->std, x, ne0);
+            if (t->type != KN_F32) t->tr->from_float(x, out, ne0);
+        }
+        free(buf);
+    }
+    if (failed) return kn_error(KILN_ERR_NOMEM, "out of memory generating '%s'", t->name);
+    return KILN_OK;
+}
+
+typedef struct fallback_note {
+    int64_t row_len;
+    kn_dtype to;
+    int count;
+} fallback_note;
+
+typedef struct gen_state {
+    gen_cfg cfg;
+    gen_tensor *t;
+    int n, cap;
+    float *rope_freqs;
+    fallback_note notes[16];
+    int n_notes;
+    uint64_t total_bytes;
+} gen_state;
+
+static gen_tensor *add(gen_state *g, const char *name, int64_t ne0, int64_t ne1, bool matrix) {
+    if (g->n == g->cap) die("internal: too many tensors");
+    gen_tensor *t = &g->t[g->n++];
+    memset(t, 0, sizeof *t);
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->n_dims = ne1 > 0 ? 2 : 1;
+    t->ne[0] = ne0;
+    t->ne[1] = ne1 > 0 ? ne1 : 1;
+    t->key = fnv1a(name) ^ (g->cfg.seed * 0x9E3779B97F4A7C15ull);
+    kn_dtype type = KN_F32;
+    if (matrix) {
+        type = g->cfg.type;
+        const kn_type_traits *tr = kn_type_traits_get((int32_t)type);
+        if (!tr) die("weight type %s is not supported by this build", kn_dtype_name((int32_t)type));
+        if (ne0 % tr->block_size != 0) {
+            type = ne0 % 32 == 0 ? KN_Q8_0 : KN_F16;
+            int k = 0;
+            while (k < g->n_notes && (g->notes[k].row_len != ne0 || g->notes[k].to != type)) k++;
+            if (k == g->n_notes && k < (int)KN_ARRAY_LEN(g->notes)) {
+                g->notes[k].row_len = ne0;
+                g->notes[k].to = type;
+                g->n_notes++;
+            }
+            if (k < (int)KN_ARRAY_LEN(g->notes)) g->notes[k].count++;
+        }
+        t->mean = 0;
+        t->std = 1.0f / sqrtf((float)ne0);
+    }
+    t->type = type;
+    t->tr = kn_type_traits_get((int32_t)type);
+    if (!t->tr || !t->tr->from_float) die("type %s has no reference quantizer in this build", kn_dtype_name((int32_t)type));
+    t->row_bytes = kn_row_bytes(type, ne0);
+    return t;
+}
+
+static void add_norm(gen_state *g, const char *name, int64_t n) {
+    gen_tensor *t = add(g, name, n, 0, false);
+    t->mean = 1.0f;
+    t->std = 0.1f;
+}
+
+static void add_bias(gen_state *g, const char *name, int64_t n) {
+    gen_tensor *t = add(g, name, n, 0, false);
+    t->mean = 0.0f;
+    t->std = 0.1f;
+}
+
+/* llama.cpp's converter (LlamaModel, rope_type "llama3"): per rotary frequency pair i the divisor
+ * 1 (high frequencies), factor (low frequencies) or 1 / ((1 - smooth) / factor + smooth) between. */
+static float *llama3_rope_freqs(const gen_cfg *c, int64_t hd) {
+    float *f = xcalloc((size_t)(hd / 2), sizeof(float));
+    const double low_wavelen = (double)c->rope_orig_ctx / c->rope_low;
+    const double high_wavelen = (double)c->rope_orig_ctx / c->rope_high;
+    for (int64_t i = 0; i < hd / 2; i++) {
+        float freq = 1.0f / powf((float)c->rope_base, (float)(2 * i) / (float)hd);
+        double wavelen = 2.0 * M_PI / (double)freq;
+        double v;
+        if (wavelen < high_wavelen) v = 1.0;
+        else if (wavelen > low_wavelen) v = c->rope_factor;
+        else {
+            double smooth = ((double)c->rope_orig_ctx / wavelen - c->rope_low) / (c->rope_high - c->rope_low);
+            v = 1.0 / ((1.0 - smooth) / c->rope_factor + smooth);
+        }
+        f[i] = (float)v;
+    }
+    return f;
+}
+
+static void build_tensors(gen_state *g) {
+    const gen_cfg *c = &g->cfg;
+    const int64_t hd = c->head_dim, qd = c->heads * hd, kvd = c->kv_heads * hd;
+    const bool qwen2 = strcmp(c->arch, "qwen2") == 0, qwen3 = strcmp(c->arch, "qwen3") == 0;
+    g->cap = (int)(c->layers * 16 + 8);
+    g->t = xcalloc((size_t)g->cap, sizeof *g->t);
+    char nm[96];
+    add(g, "token_embd.weight", c->dim, c->vocab, true);
+    if (c->llama3_rope) {
+        g->rope_freqs = llama3_rope_freqs(c, hd);
+        gen_tensor *t = add(g, "rope_freqs.weight", hd / 2, 0, false);
+        t->values = g->rope_freqs;
+    }
+#define NM(fmt) (snprintf(nm, sizeof nm, "blk.%d." fmt, (int)l), nm)
+    for (int64_t l = 0; l < c->layers; l++) {
+        add_norm(g, NM("attn_norm.weight"), c->dim);
+        add(g, NM("attn_q.weight"), c->dim, qd, true);
+        add(g, NM("attn_k.weight"), c->dim, kvd, true);
+        add(g, NM("attn_v.weight"), c->dim, kvd, true);
+        if (qwen2) {
+            add_bias(g, NM("attn_q.bias"), qd);
+            add_bias(g, NM("attn_k.bias"), kvd);
+            add_bias(g, NM("attn_v.bias"), kvd);
+        }
+        if (qwen3) {
+            add_norm(g, NM("attn_q_norm.weight"), hd);
+            add_norm(g, NM("attn_k_norm.weight"), hd);
+        }
+        add(g, NM("attn_output.weight"), qd, c->dim, true);
+        add_norm(g, NM("ffn_norm.weight"), c->dim);
+        add(g, NM("ffn_gate.weight"), c->dim, c->ffn, true);
+        add(g, NM("ffn_up.weight"), c->dim, c->ffn, true);
+        add(g, NM("ffn_down.weight"), c->ffn, c->dim, true);
+    }
+#undef NM
+    add_norm(g, "output_norm.weight", c->dim);
+    if (!c->tied) add(g, "output.weight", c->dim, c->vocab, true);
+}
+
+/* ---- tokenizer --------------------------------------------------------------------------------- */
+
+/* The text the BPE merges are learned from (written for this tool). */
+static const char corpus[] =
+    "Once upon a time, there was a little girl named Lily. She lived in a small house near the woods "
+    "with her mother and her father. Every morning she went outside to play in the garden. She liked to "
+    "look at the flowers and the birds, and she liked to run in the grass with her dog, Max.\n"
+    "One day, Lily saw a big red ball under a tree. \"What is this?\" she asked. Her mother smiled and "
+    "said, \"It is a ball. You can play with it, but you have to share it with your friends.\" Lily was "
+    "very happy. She took the ball and ran to the park to find her friends Tom and Sara.\n"
+    "Tom and Sara were playing in the sand. They wanted to build a castle, but the sand was too dry. "
+    "Lily said, \"Let us play with my ball instead!\" They played all day long. They threw the ball "
+    "high into the sky and they laughed and laughed. When the sun went down, they were tired but happy.\n"
+    "The next day it was raining. Lily could not go outside, so she sat by the window and looked at "
+    "the rain. She felt sad. Then her father came into the room with a book. \"Do you want me to read "
+    "you a story?\" he asked. Lily nodded. The story was about a brave little bird who wanted to fly "
+    "over the mountains. The bird was small, but it was strong and it never gave up. At the end of the "
+    "story the bird found a new home, and it made many new friends.\n"
+    "Lily loved the story. She thought about the bird all day. In the evening, the rain stopped and "
+    "the sky was full of stars. Lily went to bed and she dreamed that she could fly, just like the "
+    "little bird. She flew over the house, over the park and over the woods, and she was not afraid.\n"
+    "The model reads the text, one token at a time, and it writes the next word. It is fast because "
+    "the weights are small and the numbers are simple. This is a test of the engine, the tokenizer and "
+    "the server: 1, 2, 3, 10, 42, 100, 2024. Can you count to ten? One, two, three, four, five, six, "
+    "seven, eight, nine, ten!\n";
+
+/* GPT-2's byte-to-unicode map: the UTF-8 text of the character standing for byte b. */
+static void byte_char(int b, char out[4]) {
+    int cp;
+    if ((b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF)) {
+        cp = b;
+    } else {
+        int n = 0;
+        for (int x = 0; x < b; x++)
+            if (!((x >= '!' && x <= '~') || (x >= 0xA1 && x <= 0xAC) || (x >= 0xAE && x <= 0xFF))) n++;
+        cp = 256 + n;
+    }
+    if (cp < 0x80) {
+        out[0] = (char)cp;
+        out[1] = 0;
+    } else {
+        out[0] = (char)(0xC0 | (cp >> 6));
+        out[1] = (char)(0x80 | (cp & 0x3F));
+        out[2] = 0;
+    }
+}
+
+typedef struct word {
+    int32_t *sym;
+    int n;
+    int count;
+} word;
+
+typedef struct pair_w {
+    int32_t a, b;
+    int count;
+} pair_w;
+
+static int cmp_pair(const void *x, const void *y) {
+    const pair_w *p = x, *q = y;
+    if (p->a != q->a) return p->a < q->a ? -1 : 1;
+    if (p->b != q->b) return p->b < q->b ? -1 : 1;
+    return 0;
+}
+
+static int char_class(unsigned char c) {
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) return 1;
+    if (c >= '0' && c <= '9') return 2;
+    if (c == ' ' || c == '\n' || c == '\t') return 0;
+    return 3;
+}
+
+typedef struct vocab {
+    char **tok;
+    int32_t *type;
+    int n;                      /* tokens so far */
+    char **merges;
+    int n_merges;
+    int32_t bos, eos, eot;
+} vocab;
+
+static bool word_eq(const word *w, const char *s, int len) {
+    if (w->n != len) return false;
+    for (int q = 0; q < len; q++)
+        if (w->sym[q] != (uint8_t)s[q]) return false;
+    return true;
+}
+
+/* Splits the corpus like GPT-2's pre-tokenizer (optional leading space + a run of letters, digits or
+ * punctuation; whitespace runs) and collects the distinct words with their counts. */
+static int split_words(word *words, int cap) {
+    int n = 0;
+    const char *s = corpus;
+    size_t len = strlen(corpus);
+    for (size_t i = 0; i < len;) {
+        size_t j = i;
+        unsigned char c = (unsigned char)s[i];
+        if (c == ' ' && i + 1 < len && char_class((unsigned char)s[i + 1]) != 0) j++;
+        int cls = char_class((unsigned char)s[j]);
+        size_t k = j + 1;
+        while (k < len && char_class((unsigned char)s[k]) == cls && (cls != 0 || s[k] == s[j])) k++;
+        int wl = (int)(k - i);
+        int w = 0;
+        while (w < n && !word_eq(&words[w], &s[i], wl)) w++;
+        if (w == n) {
+            if (n == cap) die("internal: corpus has too many words");
+            words[n].sym = xcalloc((size_t)wl, sizeof(int32_t));
+            for (int q = 0; q < wl; q++) words[n].sym[q] = (uint8_t)s[i + (size_t)q];
+            words[n].n = wl;
+            words[n].count = 0;
+            n++;
+        }
+        words[w].count++;
+        i = k;
+    }
+    return n;
+}
+
+static int find_token(const vocab *v, const char *s) {
+    for (int i = 0; i < v->n; i++)
+        if (strcmp(v->tok[i], s) == 0) return i;
+    return -1;
+}
+
+static const char *const specials[] = {
+    "<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>", "<|start_header_id|>", "<|end_header_id|>",
+    "<|im_start|>", "<|im_end|>",
+};
+
+/* Builds the vocabulary: 256 byte tokens (id = byte value), then tokens from up to
+ * n_vocab - 256 - specials BPE merges learned on the corpus, then the control tokens, then filler. */
+static void build_vocab(vocab *v, int64_t n_vocab) {
+    const int n_spec = (int)KN_ARRAY_LEN(specials);
+    v->tok = xcalloc((size_t)n_vocab, sizeof(char *));
+    v->type = xcalloc((size_t)n_vocab, sizeof(int32_t));
+    v->merges = xcalloc((size_t)n_vocab, sizeof(char *));
+    for (int b = 0; b < 256; b++) {
+        char c[4];
+        byte_char(b, c);
+        v->tok[b] = xstrdup(c);
+        v->type[b] = 1; /* normal */
+    }
+    v->n = 256;
+    int max_merges = (int)(n_vocab - 256 - n_spec);
+    word words[1024];
+    int n_words = split_words(words, (int)KN_ARRAY_LEN(words));
+    size_t max_pairs = 0;
+    for (int w = 0; w < n_words; w++) max_pairs += (size_t)words[w].n;
+    pair_w *pairs = xcalloc(max_pairs, sizeof *pairs);
+    while (v->n_merges < max_merges) {
+        size_t np = 0;
+        for (int w = 0; w < n_words; w++)
+            for (int i = 0; i + 1 < words[w].n; i++)
+                pairs[np++] = (pair_w){words[w].sym[i], words[w].sym[i + 1], words[w].count};
+        if (np == 0) break;
+        qsort(pairs, np, sizeof *pairs, cmp_pair);
+        pair_w best = {0, 0, 0};
+        for (size_t i = 0; i < np;) {
+            size_t j = i;
+            int cnt = 0;
+            while (j < np && pairs[j].a == pairs[i].a && pairs[j].b == pairs[i].b) cnt += pairs[j++].count;
+            if (cnt > best.count) best = (pair_w){pairs[i].a, pairs[i].b, cnt};
+            i = j;
+        }
+        const char *sa = v->tok[best.a], *sb = v->tok[best.b];
+        size_t la = strlen(sa), lb = strlen(sb);
+        char *joined = xcalloc(1, la + lb + 1);
+        memcpy(joined, sa, la);
+        memcpy(joined + la, sb, lb + 1);
+        int id = find_token(v, joined);
+        if (id < 0) {
+            id = v->n++;
+            v->tok[id] = joined;
+            v->type[id] = 1;
+        } else {
+            free(joined);
+        }
+        char *m = xcalloc(1, la + lb + 2);
+        memcpy(m, sa, la);
+        m[la] = ' ';
+        memcpy(m + la + 1, sb, lb + 1);
+        v->merges[v->n_merges++] = m;
+        for (int w = 0; w < n_words; w++) {
+            int o = 0;
+            for (int i = 0; i < words[w].n; i++) {
+                if (i + 1 < words[w].n && words[w].sym[i] == best.a && words[w].sym[i + 1] == best.b) {
+                    words[w].sym[o++] = id;
+                    i++;
+                } else {
+                    words[w].sym[o++] = words[w].sym[i];
+                }
+            }
+            words[w].n = o;
+        }
+    }
+    free(pairs);
+    for (int w = 0; w < n_words; w++) free(words[w].sym);
+    for (int s = 0; s < n_spec; s++) {
+        v->tok[v->n] = xstrdup(specials[s]);
+        v->type[v->n] = 3; /* control */
+        v->n++;
+    }
+    v->bos = find_token(v, "<|begin_of_text|>");
+    v->eos = find_token(v, "<|end_of_text|>");
+    v->eot = find_token(v, "<|eot_id|>");
+    for (int r = 0; v->n < n_vocab; r++) {
+        char buf[48];
+        snprintf(buf, sizeof buf, "<|reserved_%d|>", r);
+        v->tok[v->n] = xstrdup(buf);
+        v->type[v->n] = 5; /* unused */
+        v->n++;
+    }
+}
+
+static void free_vocab(vocab *v) {
+    for (int i = 0; i < v->n; i++) free(v->tok[i]);
+    for (int i = 0; i < v->n_merges; i++) free(v->merges[i]);
+    free(v->tok);
+    free(v->type);
+    free(v->merges);
+}
+
+/* ---- main -------------------------------------------------------------------------------------- */
+
+static void check(kiln_status st) {
+    if (st) die("%s", kn_error_msg()[0] ? kn_error_msg() : kiln_status_str(st));
+}
+
+static char *read_text_file(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) die("cannot open '%s'", path);
+    size_t cap = 4096, n = 0;
+    char *p = xcalloc(1, cap);
+    for (;;) {
+        if (n + 1 >= cap) {
+            if (cap > ((size_t)1 << 26)) die("'%s' is too large for a chat template", path);
+            cap *= 2;
+            char *q = realloc(p, cap);
+            if (!q) die("out of memory");
+            p = q;
+        }
+        size_t k = fread(p + n, 1, cap - 1 - n, f);
+        n += k;
+        if (k == 0) break;
+    }
+    if (ferror(f)) die("cannot read '%s'", path);
+    fclose(f);
+    p[n] = 0;
+    return p;
+}
+
+int main(int argc, char **argv) {
+    gen_cfg c;
+    memset(&c, 0, sizeof c);
+    c.ctx = 2048;
+    c.tied = -1;
+    c.rope_base = 10000;
+    c.type = KN_Q8_0;
+    c.seed = 1;
+    c.rope_factor = 32;
+    c.rope_low = 1;
+    c.rope_high = 4;
+    c.rope_orig_ctx = 8192;
+    const char *out = NULL, *tmpl_path = NULL, *preset_name = NULL;
+    int threads = 0;
+
+    /* the preset first, so that every other option overrides it wherever it appears */
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--preset") == 0 && i + 1 < argc) preset_name = argv[i + 1];
+        if (strcmp(argv[i], "--list-presets") == 0) {
+            for (size_t p = 0; p < KN_ARRAY_LEN(presets); p++) printf("%-18s %s\n", presets[p].name, presets[p].desc);
+            return 0;
+        }
+        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+            usage(stdout);
+            return 0;
+        }
+    }
+    if (preset_name) {
+        size_t p = 0;
+        while (p < KN_ARRAY_LEN(presets) && strcmp(presets[p].name, preset_name) != 0) p++;
+        if (p == KN_ARRAY_LEN(presets)) die("unknown preset '%s' (see --list-presets)", preset_name);
+        c = presets[p].cfg;
+        c.type = KN_Q8_0;
+        c.seed = 1;
+        c.name = presets[p].name;
+    }
+    const int64_t BIG = (int64_t)1 << 31;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+#define VAL() (v ? (i++, v) : (die("%s needs a value", a), v))
+        if (strcmp(a, "--preset") == 0) VAL();
+        else if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) out = VAL();
+        else if (strcmp(a, "--arch") == 0) c.arch = VAL();
+        else if (strcmp(a, "--name") == 0) c.name = VAL();
+        else if (strcmp(a, "--vocab") == 0) c.vocab = parse_int(a, VAL(), 1, BIG);
+        else if (strcmp(a, "--dim") == 0) c.dim = parse_int(a, VAL(), 1, 1 << 20);
+        else if (strcmp(a, "--layers") == 0) c.layers = parse_int(a, VAL(), 1, 4096);
+        else if (strcmp(a, "--heads") == 0) c.heads = parse_int(a, VAL(), 1, 4096);
+        else if (strcmp(a, "--kv-heads") == 0) c.kv_heads = parse_int(a, VAL(), 1, 4096);
+        else if (strcmp(a, "--ffn") == 0) c.ffn = parse_int(a, VAL(), 1, 1 << 22);
+        else if (strcmp(a, "--head-dim") == 0) c.head_dim = parse_int(a, VAL(), 2, 1 << 16);
+        else if (strcmp(a, "--ctx") == 0) c.ctx = parse_int(a, VAL(), 1, BIG - 1);
+        else if (strcmp(a, "--tied") == 0) c.tied = 1;
+        else if (strcmp(a, "--untied") == 0) c.tied = 0;
+        else if (strcmp(a, "--rope-base") == 0) c.rope_base = parse_double(a, VAL());
+        else if (strcmp(a, "--norm-eps") == 0) c.norm_eps = parse_double(a, VAL());
+        else if (strcmp(a, "--llama3-rope") == 0) c.llama3_rope = 1;
+        else if (strcmp(a, "--no-llama3-rope") == 0) c.llama3_rope = 0;
+        else if (strcmp(a, "--rope-factor") == 0) c.rope_factor = parse_double(a, VAL());
+        else if (strcmp(a, "--rope-low") == 0) c.rope_low = parse_double(a, VAL());
+        else if (strcmp(a, "--rope-high") == 0) c.rope_high = parse_double(a, VAL());
+        else if (strcmp(a, "--rope-orig-ctx") == 0) c.rope_orig_ctx = parse_int(a, VAL(), 1, BIG);
+        else if (strcmp(a, "--type") == 0) c.type = parse_type(VAL());
+        else if (strcmp(a, "--seed") == 0) c.seed = (uint64_t)parse_int(a, VAL(), 0, INT64_MAX);
+        else if (strcmp(a, "--chat-template") == 0) tmpl_path = VAL();
+        else if (strcmp(a, "--threads") == 0) threads = (int)parse_int(a, VAL(), 1, 1024);
+        else {
+            usage(stderr);
+            die("unknown option '%s'", a);
+        }
+#undef VAL
+    }
+    if (!out) {
+        usage(stderr);
+        die("no output file (-o out.gguf)");
+    }
+    if (!c.arch) die("no architecture: give --preset or --arch");
+    if (strcmp(c.arch, "llama") != 0 && strcmp(c.arch, "qwen2") != 0 && strcmp(c.arch, "qwen3") != 0)
+        die("--arch: '%s' is not llama, qwen2 or qwen3", c.arch);
+    if (!c.vocab || !c.dim || !c.layers || !c.heads || !c.ffn)
+        die("the shape is incomplete: --vocab, --dim, --layers, --heads and --ffn are needed");
+    if (!c.kv_heads) c.kv_heads = c.heads;
+    if (c.heads % c.kv_heads != 0) die("--heads %lld is not a multiple of --kv-heads %lld", (long long)c.heads,
+                                       (long long)c.kv_heads);
+    if (!c.head_dim) {
+        if (c.dim % c.heads != 0) die("--dim %lld is not a multiple of --heads %lld (give --head-dim)", (long long)c.dim,
+                                      (long long)c.heads);
+        c.head_dim = c.dim / c.heads;
+    }
+    if (c.head_dim % 2 != 0) die("head_dim %lld must be even for rope", (long long)c.head_dim);
+    if (c.vocab < 256 + (int64_t)KN_ARRAY_LEN(specials))
+        die("--vocab must be at least %d (256 byte tokens + %d control tokens)", 256 + (int)KN_ARRAY_LEN(specials),
+            (int)KN_ARRAY_LEN(specials));
+    if (c.vocab > ((int64_t)1 << 24)) die("--vocab is too large");
+    if (c.tied < 0) c.tied = 0;
+    if (!c.norm_eps) c.norm_eps = strcmp(c.arch, "llama") == 0 ? 1e-5 : 1e-6;
+    if (c.llama3_rope) {
+        /* a preset without scaling leaves these at 0: use Llama 3.2's values */
+        if (!c.rope_factor) c.rope_factor = 32;
+        if (!c.rope_low) c.rope_low = 1;
+        if (!c.rope_high) c.rope_high = 4;
+        if (!c.rope_orig_ctx) c.rope_orig_ctx = 8192;
+        if (c.rope_high <= c.rope_low) die("--rope-high must be greater than --rope-low");
+    }
+    if (!c.name) c.name = c.arch;
+#ifdef _OPENMP
+    if (threads > 0) omp_set_num_threads(threads);
+#else
+    (void)threads;
+#endif
+
+    double t0 = kn_now_ms();
+    gen_state g;
+    memset(&g, 0, sizeof g);
+    g.cfg = c;
+    build_tensors(&g);
+    vocab v;
+    memset(&v, 0, sizeof v);
+    build_vocab(&v, c.vocab);
+
+    kn_gguf_writer *w;
+    check(kn_gguf_writer_create(&w));
+    char key[128];
+#define K(suffix) (snprintf(key, sizeof key, "%s.%s", c.arch, suffix), key)
+    check(kn_gguf_writer_set_str(w, "general.architecture", c.arch));
+    check(kn_gguf_writer_set_str(w, "general.name", c.name));
+    check(kn_gguf_writer_set_u32(w, "general.file_type", file_type_of(c.type)));
+    check(kn_gguf_writer_set_u32(w, "general.quantization_version", 2));
+    check(kn_gguf_writer_set_u32(w, K("vocab_size"), (uint32_t)c.vocab));
+    check(kn_gguf_writer_set_u32(w, K("context_length"), (uint32_t)c.ctx));
+    check(kn_gguf_writer_set_u32(w, K("embedding_length"), (uint32_t)c.dim));
+    check(kn_gguf_writer_set_u32(w, K("block_count"), (uint32_t)c.layers));
+    check(kn_gguf_writer_set_u32(w, K("feed_forward_length"), (uint32_t)c.ffn));
+    check(kn_gguf_writer_set_u32(w, K("attention.head_count"), (uint32_t)c.heads));
+    check(kn_gguf_writer_set_u32(w, K("attention.head_count_kv"), (uint32_t)c.kv_heads));
+    check(kn_gguf_writer_set_f32(w, K("attention.layer_norm_rms_epsilon"), (float)c.norm_eps));
+    check(kn_gguf_writer_set_f32(w, K("rope.freq_base"), (float)c.rope_base));
+    check(kn_gguf_writer_set_u32(w, K("rope.dimension_count"), (uint32_t)c.head_dim));
+    if (c.head_dim * c.heads != c.dim || strcmp(c.arch, "qwen3") == 0) {
+        check(kn_gguf_writer_set_u32(w, K("attention.key_length"), (uint32_t)c.head_dim));
+        check(kn_gguf_writer_set_u32(w, K("attention.value_length"), (uint32_t)c.head_dim));
+    }
+#undef K
+    check(kn_gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2"));
+    check(kn_gguf_writer_set_str(w, "tokenizer.ggml.pre", "gpt-2"));
+    check(kn_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v.tok, (uint64_t)v.n));
+    check(kn_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", KN_GGUF_INT32, v.type, (uint64_t)v.n));
+    check(kn_gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", (const char *const *)v.merges,
+                                     (uint64_t)v.n_merges));
+    check(kn_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)v.bos));
+    check(kn_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)v.eos));
+    check(kn_gguf_writer_set_u32(w, "tokenizer.ggml.eot_token_id", (uint32_t)v.eot));
+    check(kn_gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", true));
+    check(kn_gguf_writer_set_bool(w, "tokenizer.ggml.add_eos_token", false));
+    char *tmpl = NULL;
+    if (tmpl_path) {
+        tmpl = read_text_file(tmpl_path);
+        check(kn_gguf_writer_set_str(w, "tokenizer.chat_template", tmpl));
+    }
+
+    uint64_t n_params = 0;
+    for (int i = 0; i < g.n; i++) {
+        gen_tensor *t = &g.t[i];
+        n_params += (uint64_t)(t->ne[0] * t->ne[1]);
+        g.total_bytes += t->row_bytes * (uint64_t)t->ne[1];
+        check(kn_gguf_writer_add_tensor_fn(w, t->name, t->n_dims, t->ne, t->type, fill_tensor, t));
+    }
+    for (int k = 0; k < g.n_notes; k++)
+        fprintf(stderr, "kiln-gen: note: %d matrices with row length %lld (not a multiple of the %s block of %d) "
+                        "are stored as %s\n",
+                g.notes[k].count, (long long)g.notes[k].row_len, kn_dtype_name((int32_t)c.type),
+                kn_type_traits_get((int32_t)c.type)->block_size, kn_dtype_name((int32_t)g.notes[k].to));
+    check(kn_gguf_writer_write(w, out));
+    double secs = (kn_now_ms() - t0) / 1000.0;
+    fprintf(stderr,
+            "kiln-gen: wrote %s: %s %lldd %lldL %lldH/%lldKV hd %lld ffn %lld vocab %lld (%d merges) %s, "
+            "%d tensors, %.1fM params, %.1f MB of weights, %.1f s\n",
+            out, c.arch, (long long)c.dim, (long long)c.layers, (long long)c.heads, (long long)c.kv_heads,
+            (long long)c.head_dim, (long long)c.ffn, (long long)c.vocab, v.n_merges, kn_dtype_name((int32_t)c.type),
+            g.n, (double)n_params / 1e6, (double)g.total_bytes / 1e6, secs);
+    kn_gguf_writer_free(w);
+    free(tmpl);
+    free_vocab(&v);
+    free(g.rope_freqs);
+    free(g.t);
+    return 0;
+}
