@@ -17,14 +17,16 @@ LIB_SRC  := $(sort $(wildcard src/base/*.c src/tensor/*.c src/model/*.c src/text
 CLI_SRC  := $(sort $(wildcard src/cli/*.c))
 TOOL_SRC := $(sort $(wildcard tools/*.c))
 TEST_SRC := $(sort $(wildcard tests/unit/test_*.c))
+BENCH_SRC := $(sort $(wildcard bench/*.c))
 
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
 TOOLS    := $(TOOL_SRC:tools/%.c=$(BUILD)/%)
 TESTS    := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+BENCHES  := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
 .PHONY: all run test asan setup clean check-header
-all: $(BUILD)/kiln $(BUILD)/libkiln.a $(BUILD)/libkiln.so $(TOOLS) $(TESTS)
+all: $(BUILD)/kiln $(BUILD)/libkiln.a $(BUILD)/libkiln.so $(TOOLS) $(TESTS) $(BENCHES)
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -49,6 +51,10 @@ $(BUILD)/tests/%: tests/unit/%.c tests/unit/harness.h $(BUILD)/libkiln.a
 
 # test_noalloc counts every allocation the library makes: it links with the allocator wrapped.
 $(BUILD)/tests/test_noalloc: TEST_LDFLAGS = -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=posix_memalign,--wrap=free
+
+$(BUILD)/bench/%: bench/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALLCFLAGS) -o $@ $< $(LIBS)
 
 setup:
 	@scripts/setup

@@ -196,6 +196,8 @@ kiln_status kiln_session_new(kiln_model *model, const kiln_session_params *param
 void kiln_session_free(kiln_session *session);
 const char *kiln_session_last_error(const kiln_session *session);
 int32_t kiln_session_n_ctx(const kiln_session *session);
+/* Worker threads the session runs with (the resolved value when n_threads was 0). */
+int32_t kiln_session_n_threads(const kiln_session *session);
 
 /* Forgets every token in the session (the KV cache becomes empty). */
 void kiln_session_reset(kiln_session *session);

@@ -57,5 +57,6 @@ void cli_setup_log(bool verbose);
 int cli_run(int argc, char **argv);
 int cli_perplexity(int argc, char **argv);
 int cli_tokenize(int argc, char **argv);
+int cli_bench(int argc, char **argv);
 
 #endif

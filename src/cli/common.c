@@ -48,6 +48,16 @@ static const usage_entry usages[] = {
      "into chunks of CTX, each starting with BOS; the second half of each chunk is scored. Prints the\n"
      "running value per chunk and the final estimate with its error.\n"
      "  -f, --file FILE      the text (needs at least 2 x CTX tokens)\n" MODEL_FLAGS},
+    {"bench",
+     "usage: kiln bench -m MODEL [-p 512] [-n 128] [-t 1,2] [-r 5] [--json] [options]\n"
+     "Measures prompt processing (ppP: P prompt tokens in one pass) and token generation (tgN: N\n"
+     "tokens one at a time), each after a warm-up run, R times; prints the median and the spread in\n"
+     "tokens/s, one row per thread count and test (or one JSON object per line with --json).\n"
+     "  -p, --n-prompt P     prompt tokens (default 512; 0 skips the pp test)\n"
+     "  -n, --n-gen N        generated tokens (default 128; 0 skips the tg test)\n"
+     "  -t, --threads LIST   thread counts, comma-separated (default: physical cores)\n"
+     "  -r, --repetitions R  measured runs per test (default 5)\n"
+     "  --json               JSON lines instead of a table\n" MODEL_FLAGS},
     {"tokenize",
      "usage: kiln tokenize -m MODEL [-p TEXT | -f FILE] [--ids] [--no-bos] [--parse-special]\n"
      "Prints the tokens of a text, one 'id -> 'piece'' per line (works on vocab-only files).\n"
@@ -76,6 +86,7 @@ void cli_usage(const char *verb, bool to_stderr) {
           "  run          generate text from a prompt\n"
           "  perplexity   measure a model's perplexity on a text\n"
           "  tokenize     show how a text is tokenized\n"
+          "  bench        measure prompt and generation speed\n"
           "  help [CMD]   show help for a command\n\n"
           "  --version    print the version\n",
           f);

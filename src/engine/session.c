@@ -79,6 +79,7 @@ void kiln_session_free(kiln_session *s) {
 
 const char *kiln_session_last_error(const kiln_session *s) { return s ? s->err : kn_error_msg(); }
 int32_t kiln_session_n_ctx(const kiln_session *s) { return s->p.n_ctx; }
+int32_t kiln_session_n_threads(const kiln_session *s) { return s->p.n_threads; }
 int32_t kiln_session_n_past(const kiln_session *s) { return s->kv.n_past; }
 
 void kiln_session_reset(kiln_session *s) {

@@ -174,6 +174,47 @@ static kiln_status read_tensor_info(cursor *c, kn_gguf_tensor *t, uint64_t idx) 
     return KILN_OK;
 }
 
+static int cmp_str(const void *a, const void *b) {
+    const kn_str *x = *(const kn_str *const *)a, *y = *(const kn_str *const *)b;
+    int c = memcmp(x->ptr, y->ptr, KN_MIN(x->len, y->len));
+    return c ? c : (x->len > y->len) - (x->len < y->len);
+}
+
+/* Finds a duplicate among n strings (sorting pointers to them: O(n log n), so a file with a
+ * million keys cannot stall the parser). Returns the duplicate or NULL; NULL too on NOMEM, with
+ * *nomem set. */
+static const kn_str *find_duplicate(const kn_str *const *v, uint64_t n, const kn_str **scratch, bool *nomem) {
+    *nomem = false;
+    if (n < 2) return NULL;
+    if (!scratch) { *nomem = true; return NULL; }
+    memcpy(scratch, v, n * sizeof *scratch);
+    qsort(scratch, n, sizeof *scratch, cmp_str);
+    for (uint64_t i = 1; i < n; i++)
+        if (cmp_str(&scratch[i - 1], &scratch[i]) == 0) return scratch[i];
+    return NULL;
+}
+
+/* Metadata keys and tensor names must each be unique. */
+static kiln_status check_unique(const kn_gguf *g) {
+    uint64_t n = KN_MAX(g->n_kv, g->n_tensors);
+    const kn_str **ptrs = kn_calloc(n ? n : 1, sizeof *ptrs), **scratch = kn_calloc(n ? n : 1, sizeof *scratch);
+    kiln_status st = KILN_OK;
+    bool nomem = !ptrs || !scratch;
+    if (!nomem) {
+        for (uint64_t i = 0; i < g->n_kv; i++) ptrs[i] = &g->kv[i].key;
+        const kn_str *d = find_duplicate(ptrs, g->n_kv, scratch, &nomem);
+        if (d) st = kn_error(KILN_ERR_FORMAT, "duplicate metadata key '%.*s'", (int)KN_MIN(d->len, 200), d->ptr);
+    }
+    if (!st && !nomem) {
+        for (uint64_t i = 0; i < g->n_tensors; i++) ptrs[i] = &g->tensors[i].name;
+        const kn_str *d = find_duplicate(ptrs, g->n_tensors, scratch, &nomem);
+        if (d) st = kn_error(KILN_ERR_FORMAT, "duplicate tensor name '%.*s'", (int)KN_MIN(d->len, 200), d->ptr);
+    }
+    free(ptrs);
+    free(scratch);
+    return nomem ? KILN_ERR_NOMEM : st;
+}
+
 void kn_gguf_close(kn_gguf *g) {
     if (!g) return;
     free(g->kv);
@@ -219,14 +260,6 @@ kiln_status kn_gguf_parse(kn_mapping map, kn_gguf *g) {
     g->alignment = GGUF_DEFAULT_ALIGNMENT;
     for (uint64_t i = 0; i < g->n_kv; i++) {
         if ((st = read_kv(&c, &g->kv[i], i))) goto fail;
-        for (uint64_t j = 0; j < i; j++) {
-            if (g->kv[j].key.len == g->kv[i].key.len &&
-                memcmp(g->kv[j].key.ptr, g->kv[i].key.ptr, g->kv[i].key.len) == 0) {
-                st = kn_error(KILN_ERR_FORMAT, "duplicate metadata key '%.*s'", (int)KN_MIN(g->kv[i].key.len, 200),
-                              g->kv[i].key.ptr);
-                goto fail;
-            }
-        }
         if (kn_str_eq(g->kv[i].key, "general.alignment")) {
             const kn_gguf_kv *a = &g->kv[i];
             uint64_t al = a->v.u;
@@ -242,17 +275,7 @@ kiln_status kn_gguf_parse(kn_mapping map, kn_gguf *g) {
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         if ((st = read_tensor_info(&c, &g->tensors[i], i))) goto fail;
     }
-    /* Duplicate tensor names (quadratic only in the tensor count, which is small). */
-    for (uint64_t i = 0; i < g->n_tensors; i++) {
-        for (uint64_t j = i + 1; j < g->n_tensors; j++) {
-            if (g->tensors[i].name.len == g->tensors[j].name.len &&
-                memcmp(g->tensors[i].name.ptr, g->tensors[j].name.ptr, g->tensors[i].name.len) == 0) {
-                st = kn_error(KILN_ERR_FORMAT, "duplicate tensor name '%.*s'", (int)g->tensors[i].name.len,
-                              g->tensors[i].name.ptr);
-                goto fail;
-            }
-        }
-    }
+    if ((st = check_unique(g))) goto fail;
     g->data_offset = (c.pos + g->alignment - 1) / g->alignment * g->alignment;
     uint64_t data_size = g->data_offset <= map.size ? map.size - g->data_offset : 0;
     for (uint64_t i = 0; i < g->n_tensors; i++) {

@@ -95,7 +95,7 @@ static void block(const kiln_model *m, kn_scratch *s, kn_batch_row *rows, int l,
     const int nt = s->n_threads;
 
     /* attention: xb[N][d] = norm(x); q[N][qd], k[N][kvd], v[N][kvd] */
-    kn_rmsnorm(s->xb, s->x, ly->attn_norm, N, d, hp->norm_eps);
+    kn_rmsnorm(s->xb, s->x, ly->attn_norm, N, d, hp->norm_eps, nt);
     kn_matmul(&ly->wq, s->xb, s->q, N, s->qbuf, nt, m->kernels);
     kn_matmul(&ly->wk, s->xb, s->k, N, s->qbuf, nt, m->kernels);
     kn_matmul(&ly->wv, s->xb, s->v, N, s->qbuf, nt, m->kernels);
@@ -104,11 +104,13 @@ static void block(const kiln_model *m, kn_scratch *s, kn_batch_row *rows, int l,
         kn_add_bias(s->k, ly->bk, N, kvd);
         kn_add_bias(s->v, ly->bv, N, kvd);
     }
+    /* per token: q/k norm (qwen3), RoPE, append k and v to the row's cache */
+    #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1 && N >= 16)
     for (int64_t t = 0; t < N; t++) {
         float *q = s->q + t * qd, *k = s->k + t * kvd;
         if (ly->q_norm) {
-            kn_rmsnorm(q, q, ly->q_norm, nh, hd, hp->norm_eps);
-            kn_rmsnorm(k, k, ly->k_norm, nkv, hd, hp->norm_eps);
+            kn_rmsnorm(q, q, ly->q_norm, nh, hd, hp->norm_eps, 1);
+            kn_rmsnorm(k, k, ly->k_norm, nkv, hd, hp->norm_eps, 1);
         }
         const int32_t pos = s->tok_pos[t];
         kn_rope(q, nh, hd, hp->n_rot, pos, hp->rope_base, hp->rope_scale, m->rope_freqs, hp->rope_style);
@@ -129,10 +131,10 @@ static void block(const kiln_model *m, kn_scratch *s, kn_batch_row *rows, int l,
     kn_add(s->x, s->xb2, N * d);
 
     /* FFN: x += down(silu(gate(xb)) * up(xb)) */
-    kn_rmsnorm(s->xb, s->x, ly->ffn_norm, N, d, hp->norm_eps);
+    kn_rmsnorm(s->xb, s->x, ly->ffn_norm, N, d, hp->norm_eps, nt);
     kn_matmul(&ly->w_gate, s->xb, s->hb, N, s->qbuf, nt, m->kernels);
     kn_matmul(&ly->w_up, s->xb, s->hb2, N, s->qbuf, nt, m->kernels);
-    kn_swiglu(s->hb, s->hb2, N * ff);
+    kn_swiglu(s->hb, s->hb2, N * ff, nt);
     kn_matmul(&ly->w_down, s->hb, s->xb2, N, s->qbuf, nt, m->kernels);
     kn_add(s->x, s->xb2, N * d);
 }
@@ -162,6 +164,6 @@ void kn_forward(const kiln_model *m, kn_scratch *s, kn_batch_row *rows, int n_ro
         rows[r].kv->n_past += rows[r].n_tokens;
     }
     if (n_out == 0) return;
-    kn_rmsnorm(s->xb, s->xb, m->output_norm, n_out, d, hp->norm_eps);
+    kn_rmsnorm(s->xb, s->xb, m->output_norm, n_out, d, hp->norm_eps, s->n_threads);
     kn_matmul(&m->output, s->xb, logits, n_out, s->qbuf, s->n_threads, m->kernels);
 }

@@ -26,7 +26,7 @@ void kn_matmul(const kn_weight *w, const float *x, float *y, int64_t N, void *qb
     const int64_t rows = w->rows, cols = w->cols;
     const uint8_t *act = (const uint8_t *)x;
     size_t act_stride = (size_t)cols * sizeof(float);
-    const bool par = n_threads > 1 && rows * N * cols > 100000;
+    const bool par = n_threads > 1 && rows * N * cols > (1 << 20);   /* ~1M multiply-adds per region */
     if (tr->vec_dot_type != KN_F32) {
         const kn_from_float_fn quant = kn_kernels_quantize(ks, tr->vec_dot_type);
         act_stride = kn_row_bytes(tr->vec_dot_type, cols);
@@ -60,7 +60,8 @@ void kn_matmul(const kn_weight *w, const float *x, float *y, int64_t N, void *qb
     }
 }
 
-void kn_rmsnorm(float *out, const float *x, const float *weight, int64_t N, int64_t n, float eps) {
+void kn_rmsnorm(float *out, const float *x, const float *weight, int64_t N, int64_t n, float eps, int n_threads) {
+    #pragma omp parallel for num_threads(n_threads) schedule(static) if (n_threads > 1 && N * n >= (1 << 16))
     for (int64_t t = 0; t < N; t++) {
         const float *xr = x + t * n;
         float *o = out + t * n;
@@ -82,7 +83,8 @@ void kn_add(float *x, const float *y, int64_t n_total) {
     for (int64_t i = 0; i < n_total; i++) x[i] += y[i];
 }
 
-void kn_swiglu(float *gate, const float *up, int64_t n_total) {
+void kn_swiglu(float *gate, const float *up, int64_t n_total, int n_threads) {
+    #pragma omp parallel for num_threads(n_threads) schedule(static) if (n_threads > 1 && n_total >= (1 << 16))
     for (int64_t i = 0; i < n_total; i++) {
         float g = gate[i];
         gate[i] = g * (1.0f / (1.0f + expf(-g))) * up[i];

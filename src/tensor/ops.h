@@ -21,8 +21,9 @@ size_t kn_matmul_scratch(kn_dtype wtype, int64_t cols, int64_t N);
 void kn_matmul(const kn_weight *w, const float *x, float *y, int64_t N, void *qbuf, int n_threads,
                const kn_kernels *ks);
 
-/* out[N][n] = x / sqrt(mean(x^2) + eps) * weight, row by row. out may equal x. */
-void kn_rmsnorm(float *out, const float *x, const float *weight, int64_t N, int64_t n, float eps);
+/* out[N][n] = x / sqrt(mean(x^2) + eps) * weight, row by row (rows in parallel when there are
+ * many). out may equal x. */
+void kn_rmsnorm(float *out, const float *x, const float *weight, int64_t N, int64_t n, float eps, int n_threads);
 
 /* x[N][n] += b[n] */
 void kn_add_bias(float *x, const float *b, int64_t N, int64_t n);
@@ -31,7 +32,7 @@ void kn_add_bias(float *x, const float *b, int64_t N, int64_t n);
 void kn_add(float *x, const float *y, int64_t n_total);
 
 /* gate[n] = silu(gate[n]) * up[n] */
-void kn_swiglu(float *gate, const float *up, int64_t n_total);
+void kn_swiglu(float *gate, const float *up, int64_t n_total, int n_threads);
 
 /* Rotates the first n_rot dims of each of n_heads heads of width head_dim in x[n_heads*head_dim],
  * at position pos. freq_div: per-frequency divisors (llama3 scaling) or NULL. */

@@ -167,11 +167,50 @@ static void test_kernels_ref_equals_auto(void) {
     }
 }
 
+static long rss_kib(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kib = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmRSS: %ld kB", &kib) == 1) break;
+    if (f) fclose(f);
+    return kib;
+}
+
+/* Weights are copied into anonymous memory and the file mapping is released: the resident set
+ * grows by at most 1.1 x (weights + KV) plus the activation buffers. */
+static void test_rss_bounded(void) {
+    const char *path = generate("stories15m", "Q8_0");
+    if (!path) SKIP("kiln-gen unavailable");
+    long before = rss_kib();
+    if (before < 0) SKIP("no /proc/self/status");
+    kiln_model *m = NULL;
+    CHECK(kiln_model_load(path, NULL, &m) == KILN_OK);
+    kiln_session_params sp = kiln_session_default_params();
+    sp.n_ctx = 256;
+    sp.n_batch = 64;
+    kiln_session *s = NULL;
+    CHECK(kiln_session_new(m, &sp, &s) == KILN_OK);
+    kiln_token t[64];
+    for (int i = 0; i < 64; i++) t[i] = i + 1;
+    for (int i = 0; i < 4; i++) CHECK(kiln_session_eval(s, t, 64, false) == KILN_OK);   /* touch the whole KV */
+    long grew = rss_kib() - before;
+    double weights = (double)kiln_model_size_bytes(m) / 1024.0;
+    double kv = 2.0 * 6 * 256 * 288 * 2 / 1024.0;   /* layers x ctx x kv_dim x F16, K and V */
+    /* activations [64 tokens][5 x dim + 2 x ffn] F32, one row of logits, 2 MiB of slack */
+    double scratch = 64.0 * (288 * 5 + 768 * 2) * 4 / 1024.0 + 32000 * 4 / 1024.0 + 2048;
+    kiln_session_free(s);
+    kiln_model_free(m);
+    printf("  RSS grew by %ld KiB for %.0f KiB of weights and %.0f KiB of KV\n", grew, weights, kv);
+    CHECKF(grew <= 1.1 * (weights + kv) + scratch, "%ld KiB > 1.1 x %.0f KiB + %.0f KiB", grew, weights + kv, scratch);
+}
+
 int main(void) {
     RUN(test_llama_all_types);
     RUN(test_qwen2_all_types);
     RUN(test_qwen3_all_types);
     RUN(test_greedy_threads_q4k);
     RUN(test_kernels_ref_equals_auto);
+    RUN(test_rss_bounded);
     return kt_summary();
 }

@@ -1,0 +1,137 @@
+/*
+ * probe.c - measures this machine's ceilings for kiln's benchmarks: DRAM read bandwidth on 1 and
+ * 2 threads (a buffer far larger than the caches), and the peak int8 dot-product rate (vpdpbusd,
+ * 512-bit where available) and fp32 FMA rate of one core. Prints one JSON object.
+ *
+ * Each figure is the median of several runs; bandwidth uses 512-bit (or 256-bit) loads summed into
+ * independent registers so the loop is bound by memory, not by the adds.
+ */
+#include <immintrin.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp);
+    return v[n / 2];
+}
+
+__attribute__((target("avx2"))) static uint64_t read_range(const uint8_t *p, size_t n) {
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+    for (size_t i = 0; i + 128 <= n; i += 128) {
+        a0 = _mm256_xor_si256(a0, _mm256_load_si256((const __m256i *)(p + i)));
+        a1 = _mm256_xor_si256(a1, _mm256_load_si256((const __m256i *)(p + i + 32)));
+        a2 = _mm256_xor_si256(a2, _mm256_load_si256((const __m256i *)(p + i + 64)));
+        a3 = _mm256_xor_si256(a3, _mm256_load_si256((const __m256i *)(p + i + 96)));
+    }
+    __m256i s = _mm256_xor_si256(_mm256_xor_si256(a0, a1), _mm256_xor_si256(a2, a3));
+    return (uint64_t)_mm256_extract_epi64(s, 0) ^ (uint64_t)_mm256_extract_epi64(s, 3);
+}
+
+/* GB/s reading `size` bytes with `threads` threads, median of `reps`. */
+static double bandwidth(const uint8_t *buf, size_t size, int threads, int reps) {
+    double r[16];
+    volatile uint64_t sink = 0;
+    for (int k = 0; k < reps; k++) {
+        double t0 = now_s();
+        uint64_t acc = 0;
+        #pragma omp parallel num_threads(threads) reduction(^ : acc)
+        {
+            int t = omp_get_thread_num(), nt = omp_get_num_threads();
+            size_t chunk = size / (size_t)nt / 128 * 128;
+            acc ^= read_range(buf + (size_t)t * chunk, chunk);
+        }
+        r[k] = (double)size / (now_s() - t0) / 1e9;
+        sink ^= acc;
+    }
+    (void)sink;
+    return median(r, reps);
+}
+
+/* int8 dot-product ops (2 per multiply-add) per second on one core with vpdpbusd on 512 bits. */
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) static double int8_peak(void) {
+    double r[5];
+    const long iters = 20000000;
+    for (int k = 0; k < 5; k++) {
+        __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(5);
+        __m512i c0 = _mm512_setzero_si512(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0,
+                c8 = c0, c9 = c0, c10 = c0, c11 = c0;
+        double t0 = now_s();
+        for (long i = 0; i < iters; i++) {
+            c0 = _mm512_dpbusd_epi32(c0, a, b); c1 = _mm512_dpbusd_epi32(c1, a, b);
+            c2 = _mm512_dpbusd_epi32(c2, a, b); c3 = _mm512_dpbusd_epi32(c3, a, b);
+            c4 = _mm512_dpbusd_epi32(c4, a, b); c5 = _mm512_dpbusd_epi32(c5, a, b);
+            c6 = _mm512_dpbusd_epi32(c6, a, b); c7 = _mm512_dpbusd_epi32(c7, a, b);
+            c8 = _mm512_dpbusd_epi32(c8, a, b); c9 = _mm512_dpbusd_epi32(c9, a, b);
+            c10 = _mm512_dpbusd_epi32(c10, a, b); c11 = _mm512_dpbusd_epi32(c11, a, b);
+            __asm__ volatile("" : "+v"(c0), "+v"(c1), "+v"(c2), "+v"(c3), "+v"(c4), "+v"(c5));
+        }
+        double dt = now_s() - t0;
+        __m512i s = _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(c0, c1), _mm512_add_epi32(c2, c3)),
+                                     _mm512_add_epi32(_mm512_add_epi32(c4, c5), _mm512_add_epi32(c6, c7)));
+        s = _mm512_add_epi32(s, _mm512_add_epi32(_mm512_add_epi32(c8, c9), _mm512_add_epi32(c10, c11)));
+        volatile int sink = _mm512_reduce_add_epi32(s);
+        (void)sink;
+        r[k] = (double)iters * 12 * 64 * 2 / dt;
+    }
+    return median(r, 5);
+}
+
+/* fp32 FLOP/s (2 per FMA) on one core with 512-bit FMAs. */
+__attribute__((target("avx512f"))) static double fp32_peak(void) {
+    double r[5];
+    const long iters = 20000000;
+    for (int k = 0; k < 5; k++) {
+        __m512 a = _mm512_set1_ps(1.0000001f), b = _mm512_set1_ps(0.9999999f);
+        __m512 c0 = _mm512_setzero_ps(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0, c8 = c0,
+               c9 = c0, c10 = c0, c11 = c0;
+        double t0 = now_s();
+        for (long i = 0; i < iters; i++) {
+            c0 = _mm512_fmadd_ps(a, b, c0); c1 = _mm512_fmadd_ps(a, b, c1); c2 = _mm512_fmadd_ps(a, b, c2);
+            c3 = _mm512_fmadd_ps(a, b, c3); c4 = _mm512_fmadd_ps(a, b, c4); c5 = _mm512_fmadd_ps(a, b, c5);
+            c6 = _mm512_fmadd_ps(a, b, c6); c7 = _mm512_fmadd_ps(a, b, c7); c8 = _mm512_fmadd_ps(a, b, c8);
+            c9 = _mm512_fmadd_ps(a, b, c9); c10 = _mm512_fmadd_ps(a, b, c10); c11 = _mm512_fmadd_ps(a, b, c11);
+            __asm__ volatile("" : "+v"(c0), "+v"(c1), "+v"(c2), "+v"(c3), "+v"(c4), "+v"(c5));
+        }
+        double dt = now_s() - t0;
+        __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(c0, c1), _mm512_add_ps(c2, c3)),
+                                 _mm512_add_ps(_mm512_add_ps(c4, c5), _mm512_add_ps(c6, c7)));
+        s = _mm512_add_ps(s, _mm512_add_ps(_mm512_add_ps(c8, c9), _mm512_add_ps(c10, c11)));
+        volatile float sink = _mm512_reduce_add_ps(s);
+        (void)sink;
+        r[k] = (double)iters * 12 * 16 * 2 / dt;
+    }
+    return median(r, 5);
+}
+
+int main(void) {
+    const size_t size = (size_t)1 << 30;
+    uint8_t *buf = aligned_alloc(64, size);
+    if (!buf) {
+        fprintf(stderr, "probe: cannot allocate 1 GiB\n");
+        return 1;
+    }
+    memset(buf, 1, size);
+    __builtin_cpu_init();
+    int avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vnni");
+    double bw1 = bandwidth(buf, size, 1, 7), bw2 = bandwidth(buf, size, 2, 7);
+    double i8 = avx512 ? int8_peak() : 0.0, f32 = avx512 ? fp32_peak() : 0.0;
+    printf("{\"read_gbs_1t\": %.1f, \"read_gbs_2t\": %.1f, \"int8_gops_1core\": %.0f, \"fp32_gflops_1core\": %.0f}\n",
+           bw1, bw2, i8 / 1e9, f32 / 1e9);
+    free(buf);
+    return 0;
+}

@@ -1,0 +1,161 @@
+/*
+ * bench.c - `kiln bench`: prompt-processing (pp) and token-generation (tg) throughput, reported like
+ * llama-bench: for each thread count, a pp test (one forward pass over P prompt tokens from an
+ * empty context) and a tg test (N tokens decoded one at a time from an empty context), each run once
+ * as a warm-up and then R times; the table gives the median and the min..max spread of tokens/s.
+ * Token ids are fixed pseudo-random values, so runs are comparable.
+ */
+#include "cli.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Parses "1,2,4" into up to cap positive ints; returns the count, or -1 when malformed. */
+static int parse_list(const char *s, int *out, int cap) {
+    int n = 0;
+    while (*s) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || v < 1 || v > 1024 || n == cap) return -1;
+        out[n++] = (int)v;
+        s = end;
+        if (*s == ',') s++;
+        else if (*s) return -1;
+    }
+    return n;
+}
+
+/* One timed run: tokens/s of a pp run (pp > 0) or a tg run (tg > 0). -1 on failure. */
+static double run_once(kiln_session *s, const kiln_token *toks, int pp, int tg) {
+    kiln_session_reset(s);
+    double t0 = now_s();
+    if (pp > 0) {
+        if (kiln_session_eval(s, toks, (size_t)pp, false)) return -1;
+        return pp / (now_s() - t0);
+    }
+    for (int i = 0; i < tg; i++)
+        if (kiln_session_eval(s, &toks[i], 1, false)) return -1;
+    return tg / (now_s() - t0);
+}
+
+int cli_bench(int argc, char **argv) {
+    cli_common c;
+    cli_common_init(&c);
+    int pp = 512, tg = 128, reps = 5, threads[16], n_threads = 0;
+    bool json = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) { cli_usage("bench", false); return 0; }
+        if (strcmp(a, "--json") == 0) { json = true; continue; }
+        if (strcmp(a, "-p") == 0 || strcmp(a, "--n-prompt") == 0) {
+            if (!cli_int(a, v, 0, 1 << 16, &pp)) return CLI_EXIT_USAGE;
+            i++;
+            continue;
+        }
+        if (strcmp(a, "-n") == 0 || strcmp(a, "--n-gen") == 0) {
+            if (!cli_int(a, v, 0, 1 << 16, &tg)) return CLI_EXIT_USAGE;
+            i++;
+            continue;
+        }
+        if (strcmp(a, "-r") == 0 || strcmp(a, "--repetitions") == 0) {
+            if (!cli_int(a, v, 1, 1000, &reps)) return CLI_EXIT_USAGE;
+            i++;
+            continue;
+        }
+        if (strcmp(a, "-t") == 0 || strcmp(a, "--threads") == 0) {
+            if (!v || (n_threads = parse_list(v, threads, 16)) < 1) {
+                fprintf(stderr, "kiln bench: -t takes a comma-separated list of thread counts, e.g. 1,2\n");
+                return CLI_EXIT_USAGE;
+            }
+            i++;
+            continue;
+        }
+        int r = cli_parse_common(argc, argv, &i, &c);
+        if (r == 1) continue;
+        if (r == 0) fprintf(stderr, "kiln bench: unknown option '%s'\n", a);
+        cli_usage("bench", true);
+        return CLI_EXIT_USAGE;
+    }
+    if (pp == 0 && tg == 0) {
+        fprintf(stderr, "kiln bench: nothing to do (-p 0 and -n 0)\n");
+        return CLI_EXIT_USAGE;
+    }
+    cli_setup_log(c.verbose);
+    kiln_model *m = cli_load_model(&c, false);
+    if (!m) return CLI_EXIT_FAIL;
+    if (n_threads == 0) threads[n_threads++] = 0;   /* the library default */
+    const int n_ctx = (pp > tg ? pp : tg) + 1;
+    const int V = kiln_model_n_vocab(m);
+    kiln_token *toks = malloc(sizeof *toks * (size_t)n_ctx);
+    double *tps = malloc(sizeof *tps * (size_t)reps);
+    int rc = 0;
+    if (!toks || !tps) { rc = CLI_EXIT_FAIL; goto done; }
+    uint32_t x = 12345;
+    for (int i = 0; i < n_ctx; i++) {
+        x = x * 1664525u + 1013904223u;
+        toks[i] = (kiln_token)((x >> 8) % (uint32_t)V);
+    }
+    const char *name = strrchr(c.model, '/') ? strrchr(c.model, '/') + 1 : c.model;
+    if (!json) {
+        printf("| model | size | params | kernels | threads | test | t/s (median) | min .. max |\n");
+        printf("| --- | ---: | ---: | --- | ---: | --- | ---: | ---: |\n");
+    }
+    for (int ti = 0; ti < n_threads; ti++) {
+        kiln_session_params sp = kiln_session_default_params();
+        sp.n_ctx = n_ctx;
+        sp.n_batch = pp > 0 ? pp : 1;
+        sp.n_threads = threads[ti];
+        sp.kv_type = c.kv_type;
+        kiln_session *s = NULL;
+        if (kiln_session_new(m, &sp, &s)) {
+            fprintf(stderr, "kiln bench: cannot create a session: %s\n", kiln_last_error());
+            rc = CLI_EXIT_FAIL;
+            goto done;
+        }
+        const int nt = kiln_session_n_threads(s);
+        for (int test = 0; test < 2; test++) {
+            int p = test == 0 ? pp : 0, g = test == 1 ? tg : 0;
+            if (p == 0 && g == 0) continue;
+            if (run_once(s, toks, p, g) < 0) {   /* warm-up */
+                fprintf(stderr, "kiln bench: %s\n", kiln_session_last_error(s));
+                rc = CLI_EXIT_FAIL;
+                kiln_session_free(s);
+                goto done;
+            }
+            for (int r = 0; r < reps; r++) tps[r] = run_once(s, toks, p, g);
+            qsort(tps, (size_t)reps, sizeof *tps, cmp_double);
+            double med = reps % 2 ? tps[reps / 2] : 0.5 * (tps[reps / 2 - 1] + tps[reps / 2]);
+            char testname[32];
+            snprintf(testname, sizeof testname, "%s%d", test == 0 ? "pp" : "tg", test == 0 ? p : g);
+            if (json) {
+                printf("{\"model\": \"%s\", \"kernels\": \"%s\", \"test\": \"%s\", \"threads\": %d, \"reps\": %d, "
+                       "\"tps_median\": %.3f, \"tps_min\": %.3f, \"tps_max\": %.3f}\n",
+                       name, kiln_model_kernels(m), testname, nt, reps, med, tps[0], tps[reps - 1]);
+            } else {
+                printf("| %s | %.1f MiB | %.2f M | %s | %d | %s | %.2f | %.2f .. %.2f |\n", name,
+                       (double)kiln_model_size_bytes(m) / 1048576.0, (double)kiln_model_n_params(m) / 1e6,
+                       kiln_model_kernels(m), nt, testname, med, tps[0], tps[reps - 1]);
+            }
+            fflush(stdout);
+        }
+        kiln_session_free(s);
+    }
+done:
+    free(toks);
+    free(tps);
+    kiln_model_free(m);
+    return rc;
+}
