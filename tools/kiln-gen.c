@@ -9,10 +9,11 @@
  * every weight row is drawn from its own RNG stream (seed, tensor name, row), so the result does not
  * depend on the thread count.
  *
- * File conventions follow llama.cpp's (metadata keys, tensor names, ne[0] = row length); see
- * usage() for the options. The tokenizer is GPT-2 style byte-level BPE ("gpt2" / pre "gpt-2"): the 256
- * byte characters, merges learned by BPE training on a small built-in English text, control tokens
- * (<|begin_of_text|>, <|end_of_text|>, <|eot_id|>, ...) and <|reserved_N|> filler up to the vocab size.
+ * File conventions follow llama.cpp's (metadata keys, tensor names, ne[0] = row length); see usage()
+ * for the options. The tokenizer is GPT-2 style byte-level BPE ("gpt2", with the pre-tokenizer of the
+ * family's real models: "llama-bpe" or "qwen2"): the 256 byte characters (token id = byte value), the
+ * tokens of BPE merges learned on a small built-in English text, control tokens (<|begin_of_text|>,
+ * <|end_of_text|>, <|eot_id|>, ...) and <|reserved_N|> filler (type unused) up to the vocab size.
  */
 #include "base/base.h"
 #include "model/gguf_write.h"
@@ -106,6 +107,7 @@ static void usage(FILE *f) {
             "  --no-llama3-rope  no rope scaling (overrides a preset)\n"
             "  --name S          general.name (default: the preset or arch)\n"
             "  --chat-template FILE   store FILE's text as tokenizer.chat_template\n"
+            "  --pre NAME        tokenizer.ggml.pre (default: llama-bpe for llama, qwen2 for qwen2/qwen3)\n"
             "  --threads N       quantization threads (default: all cores)\n"
             "  --list-presets    print the presets and exit\n"
             "Presets:");
@@ -660,7 +662,7 @@ int main(int argc, char **argv) {
     c.rope_low = 1;
     c.rope_high = 4;
     c.rope_orig_ctx = 8192;
-    const char *out = NULL, *tmpl_path = NULL, *preset_name = NULL;
+    const char *out = NULL, *tmpl_path = NULL, *preset_name = NULL, *pre = NULL;
     int threads = 0;
 
     /* the preset first, so that every other option overrides it wherever it appears */
@@ -714,6 +716,7 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--type") == 0) c.type = parse_type(VAL());
         else if (strcmp(a, "--seed") == 0) c.seed = (uint64_t)parse_int(a, VAL(), 0, INT64_MAX);
         else if (strcmp(a, "--chat-template") == 0) tmpl_path = VAL();
+        else if (strcmp(a, "--pre") == 0) pre = VAL();
         else if (strcmp(a, "--threads") == 0) threads = (int)parse_int(a, VAL(), 1, 1024);
         else {
             usage(stderr);
@@ -793,7 +796,9 @@ int main(int argc, char **argv) {
     }
 #undef K
     check(kn_gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2"));
-    check(kn_gguf_writer_set_str(w, "tokenizer.ggml.pre", "gpt-2"));
+    /* the pre-tokenizer of the real models of each family (llama.cpp's names) */
+    if (!pre) pre = strcmp(c.arch, "llama") == 0 ? "llama-bpe" : "qwen2";
+    check(kn_gguf_writer_set_str(w, "tokenizer.ggml.pre", pre));
     check(kn_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v.tok, (uint64_t)v.n));
     check(kn_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", KN_GGUF_INT32, v.type, (uint64_t)v.n));
     check(kn_gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", (const char *const *)v.merges,

@@ -44,7 +44,9 @@ kiln_status kn_gguf_writer_create(kn_gguf_writer **out);
 /* Frees w and everything it owns; NULL is allowed. */
 void kn_gguf_writer_free(kn_gguf_writer *w);
 
-/* Scalar metadata. The key must be non-empty, at most KN_GGUFW_MAX_KEY_LEN bytes, and not yet set. */
+/* Scalar metadata. The key must be non-empty, at most KN_GGUFW_MAX_KEY_LEN bytes, and not yet set.
+ * "general.alignment" is reserved for kn_gguf_writer_set_alignment (set_u32 forwards to it; every
+ * other setter rejects the key), so the written key always matches the offsets the writer uses. */
 kiln_status kn_gguf_writer_set_u8(kn_gguf_writer *w, const char *key, uint8_t v);
 kiln_status kn_gguf_writer_set_i8(kn_gguf_writer *w, const char *key, int8_t v);
 kiln_status kn_gguf_writer_set_u16(kn_gguf_writer *w, const char *key, uint16_t v);

@@ -47,7 +47,7 @@
  *                   sa = fmaf((float)S, fp16(w.d) * x.d, sa);        result = sa
  *  kn_reduce16 adds the upper half of the lanes onto the lower half, 8 then 4, 2 and 1 wide (the
  *  order of a 512 -> 256 -> 128 -> 64 -> 32-bit horizontal reduction).
- * Activation quantizers round to nearest with ties to even (the default mode of cvtps2dq).
+ * Activation quantizers round to nearest with ties away from zero (roundf), which SIMD code emulates.
  */
 static inline float kn_reduce16(float acc[16]) {
     for (int w = 8; w >= 1; w /= 2)
@@ -273,7 +273,7 @@ kn_half kn_fp32_to_fp16_scale(float v); /* dtype.c */
 static inline int kn_round_clamp(float v, int lo, int hi) {
     if (!(v > (float)lo)) return lo; /* also catches NaN */
     if (v >= (float)hi) return hi;
-    return (int)nearbyintf(v); /* lo < v < hi, so the result fits an int; ties to even */
+    return (int)roundf(v); /* lo < v < hi, so the result fits an int; ties away from zero */
 }
 
 #endif /* KN_QUANT_H */
