@@ -37,10 +37,6 @@ size_t kn_kv_bytes(const kn_kv *kv) {
     return 2 * (size_t)kv->n_layer * (size_t)kv->n_ctx * (size_t)kv->kv_dim * kv->elt;
 }
 
-static size_t offset(const kn_kv *kv, int32_t l, int32_t pos) {
-    return (((size_t)l * (size_t)kv->n_ctx + (size_t)pos) * (size_t)kv->kv_dim) * kv->elt;
-}
-
 static void put(const kn_kv *kv, uint8_t *dst, const float *src) {
     if (kv->type == KN_F32) {
         memcpy(dst, src, (size_t)kv->kv_dim * 4);
@@ -50,25 +46,7 @@ static void put(const kn_kv *kv, uint8_t *dst, const float *src) {
     for (int32_t i = 0; i < kv->kv_dim; i++) h[i] = kn_fp32_to_fp16(src[i]);
 }
 
-static void get(const kn_kv *kv, const uint8_t *src, int32_t n, float *dst) {
-    if (kv->type == KN_F32) {
-        memcpy(dst, src, (size_t)n * 4);
-        return;
-    }
-    const uint16_t *h = (const uint16_t *)src;
-    for (int32_t i = 0; i < n; i++) dst[i] = kn_fp16_to_fp32(h[i]);
-}
-
 void kn_kv_store(kn_kv *kv, int32_t l, int32_t pos, const float *k, const float *v) {
-    size_t off = offset(kv, l, pos);
-    put(kv, kv->k + off, k);
-    put(kv, kv->v + off, v);
-}
-
-void kn_kv_read_k(const kn_kv *kv, int32_t l, int32_t pos, int32_t off, int32_t n, float *dst) {
-    get(kv, kv->k + offset(kv, l, pos) + (size_t)off * kv->elt, n, dst);
-}
-
-void kn_kv_read_v(const kn_kv *kv, int32_t l, int32_t pos, int32_t off, int32_t n, float *dst) {
-    get(kv, kv->v + offset(kv, l, pos) + (size_t)off * kv->elt, n, dst);
+    put(kv, (uint8_t *)kn_kv_k_at(kv, l, pos, 0), k);
+    put(kv, (uint8_t *)kn_kv_v_at(kv, l, pos, 0), v);
 }

@@ -36,8 +36,4 @@ static inline const void *kn_kv_v_at(const kn_kv *kv, int32_t l, int32_t pos, in
     return kv->v + (((size_t)l * (size_t)kv->n_ctx + (size_t)pos) * (size_t)kv->kv_dim + (size_t)off) * kv->elt;
 }
 
-/* Reads kv_dim-wide rows back: dst[kv_dim] = K or V of (l, pos), head slice [off, off+n). */
-void kn_kv_read_k(const kn_kv *kv, int32_t l, int32_t pos, int32_t off, int32_t n, float *dst);
-void kn_kv_read_v(const kn_kv *kv, int32_t l, int32_t pos, int32_t off, int32_t n, float *dst);
-
 #endif

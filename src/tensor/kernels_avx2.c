@@ -5,6 +5,8 @@
  */
 #include "tensor/kernels.h"
 
+#include <math.h>
+
 #if defined(__x86_64__)
 #pragma GCC target("avx2,fma,f16c")
 #include <immintrin.h>
@@ -16,7 +18,8 @@ static float hsum256(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-/* dot of n F16 values with n floats: two 8-wide FMA chains, scalar tail. */
+/* dot of n F16 values with n floats, in the reference's order (kernels.c): two 8-wide FMA chains
+ * holding lanes index % 16, reduced as kn_reduce16, then the tail one product at a time. */
 static float kv_dot_f16(const void *k, const float *q, int n) {
     const uint16_t *h = k;
     __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
@@ -53,7 +56,7 @@ static void kv_axpy_f16(float a, const void *v, float *y, int n) {
     for (; i + 8 <= n; i += 8)
         _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))),
                                                 _mm256_loadu_ps(y + i)));
-    for (; i < n; i++) y[i] += a * kn_fp16_to_fp32(h[i]);
+    for (; i < n; i++) y[i] = fmaf(a, kn_fp16_to_fp32(h[i]), y[i]);
 }
 
 static void kv_axpy_f32(float a, const void *v, float *y, int n) {
@@ -61,7 +64,7 @@ static void kv_axpy_f32(float a, const void *v, float *y, int n) {
     const __m256 av = _mm256_set1_ps(a);
     int i = 0;
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(f + i), _mm256_loadu_ps(y + i)));
-    for (; i < n; i++) y[i] += a * f[i];
+    for (; i < n; i++) y[i] = fmaf(a, f[i], y[i]);
 }
 #endif
 

@@ -22,22 +22,21 @@
 #define KN_QUANT_H
 
 /*
- * Numerics contract of the dot products. The reference vec_dot functions define the exact order of
- * every floating-point operation, chosen so that SIMD kernels can follow it at full speed; every
- * kernel set (kernels.h) then returns results bit-identical to the reference, and greedy output is
- * the same with `--kernels ref` and `auto`. Integer partial sums are exact, so only the float steps
- * are specified. fmaf is a fused multiply-add (one rounding), as vfmadd*ps computes it.
+ * Order of operations of the reference dot products. Integer partial sums are exact; the float steps
+ * follow an order chosen so that SIMD kernels can reproduce it at full speed (fmaf is a fused
+ * multiply-add, one rounding, as vfmadd*ps computes it). SIMD kernel sets are tested against these
+ * functions with explicit tolerances (tests/unit/test_kernels_*.c); most agree to the last bits.
  *
  *  Float weights (F32, F16, BF16) x F32 activations: 16 lanes, lane = element index % 16,
  *      acc[e % 16] = fmaf(w[e], x[e], acc[e % 16])   for e = 0, 1, ..., n-1 in order,
  *    then kn_reduce16(acc).
- *  Legacy blocks (Q4_0, Q5_0, Q8_0 x Q8_0; Q4_1, Q5_1 x Q8_1), block b of 32 elements:
- *      p[j] = sum of code[e] * xq[e] over e = 4j .. 4j+3   (j = 0..7, exact integers; code is the
- *             signed value q-8 / q-16 / q for Q4_0 / Q5_0 / Q8_0, the unsigned q for Q4_1 / Q5_1)
+ *  Q4_0, Q5_0, Q8_0 x Q8_0, block b of 32 elements:
+ *      p[j] = sum of code[e] * xq[e] over e = 4j .. 4j+3   (j = 0..7; code = q-8, q-16, q)
  *      s    = fp16(w.d) * fp16(x.d)
  *      acc[(b & 1) * 8 + j] = fmaf((float)p[j], s, acc[(b & 1) * 8 + j])   for b in order,
- *    result kn_reduce16(acc); Q4_1 / Q5_1 add the min term of a separate chain after the reduction:
- *      mt = fmaf(fp16(w.m), fp16(x.s), mt) for b in order; result = kn_reduce16(acc) + mt.
+ *    result kn_reduce16(acc).
+ *  Q4_1, Q5_1 x Q8_1: their scale and min terms nearly cancel, so they are combined per block
+ *    before accumulating: sum += (float)sumi * (fp16(w.d) * fp16(x.d)) + fp16(w.m) * fp16(x.s).
  *  K formats x Q8_K, super-block i:
  *      Q4_K / Q5_K: S1 = sum_j sc[j] * (sum over sub-block j of q[e] * xq[e]),
  *                   S2 = sum_j m[j] * (x.bsums[2j] + x.bsums[2j+1])            (exact integers)
@@ -273,7 +272,12 @@ kn_half kn_fp32_to_fp16_scale(float v); /* dtype.c */
 static inline int kn_round_clamp(float v, int lo, int hi) {
     if (!(v > (float)lo)) return lo; /* also catches NaN */
     if (v >= (float)hi) return hi;
-    return (int)roundf(v); /* lo < v < hi, so the result fits an int; ties away from zero */
+    /* roundf without the library call: lo < v < hi, so truncation fits an int and v - t is exact */
+    int t = (int)v;
+    float f = v - (float)t;
+    if (f >= 0.5f) t++;
+    else if (f <= -0.5f) t--;
+    return t;
 }
 
 #endif /* KN_QUANT_H */

@@ -175,14 +175,15 @@ void kn_q4_1_from_float(const float *src, void *dst, int64_t n) {
 float kn_q4_1_vec_dot_q8_1(int64_t n, const void *w, const void *x) {
     const kn_block_q4_1 *a = w;
     const kn_block_q8_1 *b = x;
-    float acc[16] = {0}, mt = 0.0f;
-    int8_t c[32];
+    float sum = 0.0f;
     for (int64_t i = 0; i < n / KN_QK4_1; i++) {
-        for (int e = 0; e < 32; e++) c[e] = (int8_t)nib32(a[i].qs, e);
-        legacy_accumulate(acc, i, c, b[i].qs, kn_fp16_to_fp32(a[i].d) * kn_fp16_to_fp32(b[i].d));
-        mt = fmaf(kn_fp16_to_fp32(a[i].m), kn_fp16_to_fp32(b[i].s), mt);
+        int32_t sumi = 0;
+        for (int e = 0; e < 32; e++) sumi += nib32(a[i].qs, e) * b[i].qs[e];
+        /* the scale and min terms nearly cancel: combine them per block (quant.h) */
+        sum += (float)sumi * (kn_fp16_to_fp32(a[i].d) * kn_fp16_to_fp32(b[i].d)) +
+               kn_fp16_to_fp32(a[i].m) * kn_fp16_to_fp32(b[i].s);
     }
-    return kn_reduce16(acc) + mt;
+    return sum;
 }
 
 /* ---- Q5_0 ---- */
@@ -242,14 +243,15 @@ void kn_q5_1_from_float(const float *src, void *dst, int64_t n) {
 float kn_q5_1_vec_dot_q8_1(int64_t n, const void *w, const void *x) {
     const kn_block_q5_1 *a = w;
     const kn_block_q8_1 *b = x;
-    float acc[16] = {0}, mt = 0.0f;
-    int8_t c[32];
+    float sum = 0.0f;
     for (int64_t i = 0; i < n / KN_QK5_1; i++) {
-        for (int e = 0; e < 32; e++) c[e] = (int8_t)(nib32(a[i].qs, e) | (hbit32(a[i].qh, e) << 4));
-        legacy_accumulate(acc, i, c, b[i].qs, kn_fp16_to_fp32(a[i].d) * kn_fp16_to_fp32(b[i].d));
-        mt = fmaf(kn_fp16_to_fp32(a[i].m), kn_fp16_to_fp32(b[i].s), mt);
+        int32_t sumi = 0;
+        for (int e = 0; e < 32; e++) sumi += (nib32(a[i].qs, e) | (hbit32(a[i].qh, e) << 4)) * b[i].qs[e];
+        /* the scale and min terms nearly cancel: combine them per block (quant.h) */
+        sum += (float)sumi * (kn_fp16_to_fp32(a[i].d) * kn_fp16_to_fp32(b[i].d)) +
+               kn_fp16_to_fp32(a[i].m) * kn_fp16_to_fp32(b[i].s);
     }
-    return kn_reduce16(acc) + mt;
+    return sum;
 }
 
 /* ---- Q8_0 ---- */

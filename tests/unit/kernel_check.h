@@ -3,9 +3,10 @@
  * test_kernels_*.c. For a weight type and sizes it builds random weight rows (quantized with the
  * reference quantizer) and random activation rows, then checks:
  *   1. the set's activation quantizer against the reference quantizer (dequantized values within
- *      one quantization step; exact bytes when `exact_quant`);
+ *      one quantization step; identical bytes when tol == 0);
  *   2. every output of the set's GEMM tile against the reference GEMM on the same bytes, within
- *      tol x |w| x |x| (the scale of the dot product);
+ *      tol x |w| x |x| (the scale of the dot product); bit-identical when tol == 0, which is what
+ *      the numerics contract of quant.h promises;
  *   3. the tile contract: a 4x4 (or partial) tile call is bit-identical to 1x1 calls.
  */
 #ifndef KT_KERNEL_CHECK_H
@@ -56,6 +57,11 @@ static int kc_check_gemm(const kn_kernels *set, kn_dtype wtype, int64_t n, int n
         } else {
             att->from_float(xf + t * n, xr + (size_t)t * arb, n);
             q(xf + t * n, xs + (size_t)t * arb, n);
+            if (tol == 0 && memcmp(xr + (size_t)t * arb, xs + (size_t)t * arb, arb) != 0) {
+                printf("  %s quantizer of %s: bytes differ from the reference (n=%lld)\n", set->name, att->name, (long long)n);
+                rc = -1;
+                goto done;
+            }
             /* the set's quantizer: within one step of the reference's dequantized values */
             att->to_float(xr + (size_t)t * arb, xd, n);
             att->to_float(xs + (size_t)t * arb, xd2, n);
@@ -81,7 +87,8 @@ static int kc_check_gemm(const kn_kernels *set, kn_dtype wtype, int64_t n, int n
         for (int r = 0; r < nr; r++) {
             double scale = sqrt(wn[r] * xn[t]) + 1e-30;
             double err = fabs((double)out_set[t * 4 + r] - out_ref[t * 4 + r]) / scale;
-            if (!(err <= tol)) {
+            bool bad = tol == 0 ? memcmp(&out_set[t * 4 + r], &out_ref[t * 4 + r], sizeof(float)) != 0 : !(err <= tol);
+            if (bad) {
                 printf("  %s gemm %s n=%lld tile %dx%d (r=%d t=%d): set %.9g ref %.9g, err %.3g > tol %.3g\n", set->name,
                        wt->name, (long long)n, nr, nt, r, t, out_set[t * 4 + r], out_ref[t * 4 + r], err, tol);
                 rc = -1;

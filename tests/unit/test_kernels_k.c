@@ -6,16 +6,18 @@
  * CPU has it) and the AVX2 set, built locally on top of the reference set so that it is tested even on
  * an AVX-512 machine. A set whose ISA the CPU lacks is SKIPped. One RUN per (set, type):
  *   - kc_check_type (kernel_check.h): reference-quantized random rows, every tile shape up to 4x4,
- *     sizes of 1..9 super-blocks and 2048; the set's gemm within TOL of the reference's, and every
- *     tile output bit-identical to the 1x1 call;
+ *     sizes of 1..9 super-blocks and 2048; the set's gemm equal to the reference's (TOL = 0), and
+ *     every tile output bit-identical to the 1x1 call;
  *   - the same on raw random block bytes (every scale / min / quant bit pattern, Q6_K scale -128,
- *     activation quants -128), which reference-quantized data never reach;
+ *     activation quants -128), which reference-quantized data never reach, with a leading dimension
+ *     larger than the tile (nothing written outside it), and n = 0 and a partial tail;
  *   - the Q8_K quantizer: byte-identical to the reference (d, quants, bsums) on random, zero, huge,
  *     tiny, non-finite and exactly-half inputs.
  *
- * Tolerance: |set - ref| <= TOL * |w| * |x| (the norms of the dequantized weight row and of the
- * activation row). The integer sums of both are exact; only the float combination of the
- * per-super-block terms differs in order and rounding (a few ulps of each term), far below 1e-6.
+ * Tolerance: none. quant.h fixes the order of every float operation of the K-format dot products
+ * (exact integer sums per super-block, then one fma per super-block into sa and sm, in order), and
+ * the SIMD kernels follow it lane by lane, so every output must equal the reference bit for bit
+ * (TOL = 0 in kc_check_type, memcmp elsewhere); the quantizer must write the reference's bytes.
  */
 #include "harness.h"
 #include "kernel_check.h"
@@ -24,7 +26,7 @@
 
 #include <float.h>
 
-#define TOL 1e-6
+#define TOL 0.0 /* relative to |w| |x|: bit-identical, see above */
 
 static kn_kernels g_avx2;
 static const kn_kernels *g_best;
@@ -86,8 +88,9 @@ static void random_q8k_blocks(kn_block_q8_k *b, int64_t nb) {
     }
 }
 
-/* Every tile shape on raw random bytes of nb super-blocks: within tol of the reference, and every
- * tile output bit-identical to the 1x1 call. Returns 0 or -1 (after printing the failure). */
+/* Every tile shape on raw random bytes of nb super-blocks: bit-identical to the reference (within tol,
+ * and memcmp), every tile output bit-identical to the 1x1 call, nothing written outside the tile;
+ * then n = 0 and a partial tail. Returns 0 or -1 (after printing the failure). */
 static int check_raw(const kn_kernels *set, kn_dtype wt, int64_t nb, double tol) {
     const int64_t n = nb * KN_QK_K;
     const size_t wrb = kn_row_bytes(wt, n), xrb = kn_row_bytes(KN_Q8_K, n);
@@ -104,26 +107,51 @@ static int check_raw(const kn_kernels *set, kn_dtype wt, int64_t nb, double tol)
         for (int64_t i = 0; i < n; i++) xn[r] += (double)tmp[i] * tmp[i];
     }
     kn_gemm_fn ref = kn_kernels_gemm(kn_kernels_get(KN_KERNELS_REF), wt), g = kn_kernels_gemm(set, wt);
-    float out_ref[16], out[16], one;
+    enum { LDO = 6 }; /* a leading dimension larger than the tile: entries r >= nr must stay untouched */
+    float out_ref[4 * LDO], out[4 * LDO], one;
     for (int nr = 1; nr <= 4 && !rc; nr++) {
         for (int nt = 1; nt <= 4 && !rc; nt++) {
-            ref(n, w, wrb, nr, x, xrb, nt, out_ref, 4);
-            g(n, w, wrb, nr, x, xrb, nt, out, 4);
+            for (int k = 0; k < 4 * LDO; k++) out[k] = out_ref[k] = -12345.0f;
+            ref(n, w, wrb, nr, x, xrb, nt, out_ref, LDO);
+            g(n, w, wrb, nr, x, xrb, nt, out, LDO);
+            if (memcmp(out, out_ref, sizeof out) != 0) {
+                int k = 0;
+                while (k < 4 * LDO && !memcmp(&out[k], &out_ref[k], sizeof out[k])) k++;
+                printf("  %s raw %s nb=%lld tile %dx%d: out[%d] = %.9g, reference %.9g\n", set->name, kn_dtype_name(wt),
+                       (long long)nb, nr, nt, k, out[k], out_ref[k]);
+                rc = -1;
+            }
             for (int t = 0; t < nt && !rc; t++) {
                 for (int r = 0; r < nr && !rc; r++) {
-                    double err = fabs((double)out[t * 4 + r] - out_ref[t * 4 + r]) / (sqrt(wn[r] * xn[t]) + 1e-30);
+                    double err = fabs((double)out[t * LDO + r] - out_ref[t * LDO + r]) / (sqrt(wn[r] * xn[t]) + 1e-30);
                     g(n, w + (size_t)r * wrb, wrb, 1, x + (size_t)t * xrb, xrb, 1, &one, 1);
                     if (!(err <= tol)) {
                         printf("  %s raw %s nb=%lld tile %dx%d (r=%d t=%d): set %.9g ref %.9g err %.3g\n", set->name,
-                               kn_dtype_name(wt), (long long)nb, nr, nt, r, t, out[t * 4 + r], out_ref[t * 4 + r], err);
+                               kn_dtype_name(wt), (long long)nb, nr, nt, r, t, out[t * LDO + r], out_ref[t * LDO + r], err);
                         rc = -1;
-                    } else if (memcmp(&one, &out[t * 4 + r], sizeof one) != 0) {
+                    } else if (memcmp(&one, &out[t * LDO + r], sizeof one) != 0) {
                         printf("  %s raw %s: tile %dx%d output (r=%d t=%d) %.9g differs from the 1x1 call %.9g\n",
-                               set->name, kn_dtype_name(wt), nr, nt, r, t, out[t * 4 + r], one);
+                               set->name, kn_dtype_name(wt), nr, nt, r, t, out[t * LDO + r], one);
                         rc = -1;
                     }
                 }
             }
+        }
+    }
+    /* n = 0 and a partial tail (ignored, never read): as the reference */
+    const int64_t odd[] = {0, n - 100};
+    for (size_t k = 0; k < 2 && !rc; k++) {
+        ref(odd[k], w, wrb, 4, x, xrb, 4, out_ref, 4);
+        g(odd[k], w, wrb, 4, x, xrb, 4, out, 4);
+        if (memcmp(out, out_ref, sizeof(float) * 16) != 0) {
+            printf("  %s raw %s n=%lld differs from the reference\n", set->name, kn_dtype_name(wt), (long long)odd[k]);
+            rc = -1;
+        }
+        ref(odd[k], w, wrb, 4, x, xrb, 1, out_ref, 4);
+        g(odd[k], w, wrb, 4, x, xrb, 1, out, 4);
+        if (memcmp(out, out_ref, sizeof(float) * 4) != 0) {
+            printf("  %s raw %s n=%lld (decode) differs from the reference\n", set->name, kn_dtype_name(wt), (long long)odd[k]);
+            rc = -1;
         }
     }
     free(w);
@@ -216,7 +244,7 @@ static void check_q8k(const char *which) {
     for (int i = KN_QK_K + 1; i < 2 * KN_QK_K; i++) x[i] = (i & 1) ? -FLT_TRUE_MIN : 0.0f;
     for (int i = 2 * KN_QK_K; i < 3 * KN_QK_K; i++) x[i] = (float)(kc_gauss() * 1e-37);
     CHECK(same_q8k(set, x, N, "tiny") == 0);
-    /* exact halves: amax 127 makes the scale 1, so k + 0.5 must round away from zero */
+    /* exact halves: amax 127 makes the scale 1, so k + 0.5 must round as the reference does (roundf) */
     for (int i = 0; i < N; i++) x[i] = (float)((int)(rnd32() % 254) - 127) + ((i & 2) ? 0.5f : -0.5f);
     for (int b = 0; b < N / KN_QK_K; b++) x[b * KN_QK_K] = 127.0f;
     for (int i = 0; i < N; i++) x[i] = x[i] > 127.0f ? 126.5f : x[i] < -127.0f ? -126.5f : x[i];
