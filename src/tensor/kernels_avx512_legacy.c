@@ -17,7 +17,9 @@
  *     acc = fma(float(lanes), fp32(dw) * fp32(dx), acc)          (scales expanded to lanes 2b, 2b+1)
  *     acc = fma(m, s, acc)                                       (Q4_1 / Q5_1 only; m in even lanes)
  * and the result is the horizontal sum of acc. Within a tile the weight group of a row is unpacked
- * once and reused for every token, and the activation group of a token once for every row.
+ * once and reused for every token, and the activation group of a token once for every row. With one
+ * token (decode) the kernels also prefetch the rows after the tile as one sequential stream (see
+ * prefetch_next_tile).
  *
  * Float formats: per (row, token) one 16-lane fp32 accumulator, fma over chunks of 16 elements (a
  * masked chunk for the tail), horizontal sum at the end. BF16 weights are widened exactly (shift) and
@@ -43,23 +45,30 @@
 
 #define AI static inline __attribute__((always_inline))
 #define UNROLL _Pragma("GCC unroll 4")
-#ifndef PF_DIST
-#define PF_DIST 1024 /* software prefetch distance (bytes) of the weight rows */
-#endif
 
 /* ---- loads and layout helpers ---- */
 
-/* Prefetches the cache line PF_DIST bytes after p (which may lie past the end of the rows: a prefetch
- * never faults, and the address is formed as an integer). */
-static inline void prefetch_ahead(const uint8_t *p) {
-    _mm_prefetch((const char *)(uintptr_t)((uintptr_t)p + PF_DIST), _MM_HINT_T0);
+/* Decode (one token) streams each weight row once, and the rows of a tile are adjacent: reading the nr
+ * rows side by side is several interleaved streams, which DRAM serves at ~60% of the rate of one
+ * sequential stream here. So while a tile with one token is computed, the rows that follow it
+ * (where the caller's next tile lies, w + nr * w_stride) are prefetched as one sequential stream:
+ * bytes [off, off + len) of that region at each step, off proportional to progress (measured: +35%
+ * decode throughput from DRAM for Q4_0 and Q8_0). Prefetches never fault; the addresses are formed as
+ * integers, as they may lie past the end of the matrix. Always inlined: GCC deems a function that only
+ * prefetches free of side effects and deletes calls to it. */
+AI void prefetch_next_tile(const uint8_t *w, size_t ws, int nr, size_t off, int len) {
+    const uintptr_t p = (uintptr_t)w + (uintptr_t)nr * ws + off;
+    for (int l = 0; l < len; l += 64) _mm_prefetch((const char *)(p + (uintptr_t)l), _MM_HINT_T0);
 }
 
+/* Unaligned little-endian loads of 4 and 64 bytes. */
 static inline uint32_t ld32(const uint8_t *p) {
     uint32_t v;
     memcpy(&v, p, 4);
     return v;
 }
+
+AI __m512i ld64(const uint8_t *p) { return _mm512_loadu_si512(p); }
 
 /* Block scales: the fp16 values at p + k * S + o (k < 8; S, o even constants) as fp32, each in lanes
  * 2k and 2k + 1, read without touching bytes outside the group's 8 * S bytes. Each value is picked by
@@ -91,13 +100,13 @@ typedef struct sc_table {
     uint16_t idx[32];
 } sc_table;
 
+/* The tables of each block format: scales d (and m, Q8_1 s) of weights and activations. */
 static const sc_table sc_q4_0_d = {SC_TABLE(18, 0)}, sc_q5_0_d = {SC_TABLE(22, 0)}, sc_q8_0_d = {SC_TABLE(34, 0)};
 static const sc_table sc_q4_1_d = {SC_TABLE(20, 0)}, sc_q4_1_m = {SC_TABLE(20, 2)};
 static const sc_table sc_q5_1_d = {SC_TABLE(24, 0)}, sc_q5_1_m = {SC_TABLE(24, 2)};
 static const sc_table sc_q8_1_d = {SC_TABLE(36, 0)}, sc_q8_1_s = {SC_TABLE(36, 2)};
 
-AI __m512i ld64(const uint8_t *p) { return _mm512_loadu_si512(p); }
-
+/* The block scales of the group at p (format with S-byte blocks, scale at offset o), see above. */
 #define SCALES8(p, S, o, table) scales8(p, &(table), SC_B(S, o), SC_MASK(S, o))
 AI __m512 scales8(const uint8_t *p, const sc_table *t, int b, __mmask32 kb) {
     const __m512i idx = _mm512_loadu_si512(t->idx);
@@ -200,6 +209,7 @@ typedef struct xgrp {
 static const uint16_t q4_0_lo[32] = {1, 2, 3, 4, 10, 11, 12, 13, 19, 20, 21, 22, 28, 29, 30, 31, 37, 38, 39, 40, 46, 47, 48, 49, 55, 56, 57, 58, 0, 0, 0, 0};
 static const uint16_t q4_0_hi[32] = {5, 6, 7, 8, 14, 15, 16, 17, 23, 24, 25, 26, 32, 33, 34, 35, 41, 42, 43, 44, 50, 51, 52, 53, 59, 60, 61, 62, 0, 0, 0, 0};
 
+/* Weight loaders: unpack the group of 8 blocks at p into W (codes unsigned, group layout). */
 AI void w_q4_0(const uint8_t *p, wgrp *W) {
     const __m512i A0 = ld64(p), A1 = ld64(p + 64);
     __m512i P0 = _mm512_permutex2var_epi16(A0, _mm512_loadu_si512(q4_0_lo), A1);
@@ -249,6 +259,7 @@ AI void x_q8_0(const uint8_t *p, xgrp *X, int off) {
     X->d = SCALES8(p, 34, 0, sc_q8_0_d);
 }
 
+/* Q8_1 activations (for Q4_1 / Q5_1 weights, whose codes carry no offset): no correction; s for m * s. */
 AI void x_q8_1(const uint8_t *p, xgrp *X) {
     group_q8(p + 4, sizeof(kn_block_q8_1), X->q);
     X->c = _mm512_setzero_si512();
@@ -263,6 +274,7 @@ AI __m512 dot_grp(const wgrp *W, const xgrp *X, __m512 acc) {
     return _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(W->d, X->d), acc);
 }
 
+/* dot_grp plus the offset term m * s of each block (Q4_1, Q5_1). */
 AI __m512 dot_grp_m(const wgrp *W, const xgrp *X, __m512 acc) {
     return _mm512_fmadd_ps(W->m, X->s, dot_grp(W, X, acc));
 }
@@ -305,9 +317,7 @@ AI __m512 dot_grp_m(const wgrp *W, const xgrp *X, __m512 acc) {
         const int rem = (int)(nb % 8);                                                              \
         for (int64_t g = 0; g < ng; g++) {                                                          \
             const uint8_t *wg = w + (size_t)g * 8 * (WB);                                           \
-            UNROLL for (int r = 0; r < NR; r++)                                                     \
-                UNROLL for (int l = 0; l < 8 * (WB); l += 64)                                       \
-                    prefetch_ahead(wg + (size_t)r * ws + l);                                        \
+            if (NT == 1) prefetch_next_tile(w, ws, NR, (size_t)g * NR * 8 * (WB), NR * 8 * (WB));   \
             NAME##_group(wg, ws, x + (size_t)g * 8 * (XB), xs, acc, NR, NT);                        \
         }                                                                                           \
         if (rem) {                                                                                  \
@@ -345,6 +355,7 @@ DEFINE_GEMM_BLOCKS(gemm_q5_1, 24, 36, w_q5_1, LOADX_Q8_1, dot_grp_m)
 
 /* ---- float weights x F32 activations ---- */
 
+/* Float weight loaders: elements i .. i+15 of the row at p as fp32 (exact); _m: masked (zeros). */
 AI __m512 w_f32(const uint8_t *p, int64_t i) { return _mm512_loadu_ps((const float *)p + i); }
 AI __m512 w_f32_m(const uint8_t *p, int64_t i, __mmask16 k) { return _mm512_maskz_loadu_ps(k, (const float *)p + i); }
 AI __m512 w_f16(const uint8_t *p, int64_t i) {
@@ -367,9 +378,9 @@ AI __m512 w_bf16_m(const uint8_t *p, int64_t i, __mmask16 k) { return bf16x16(_m
         UNROLL for (int r = 0; r < NR; r++) UNROLL for (int t = 0; t < NT; t++) acc[r][t] = _mm512_setzero_ps(); \
         int64_t i = 0;                                                                              \
         for (; i + 16 <= n; i += 16) {                                                              \
+            if (NT == 1) prefetch_next_tile(w, ws, NR, (size_t)i * NR * (ES), NR * 16 * (ES));      \
             UNROLL for (int t = 0; t < NT; t++) X[t] = _mm512_loadu_ps((const float *)(x + (size_t)t * xs) + i); \
             UNROLL for (int r = 0; r < NR; r++) {                                                   \
-                prefetch_ahead(w + (size_t)r * ws + i * (ES));                                      \
                 const __m512 W = LOADW(w + (size_t)r * ws, i);                                      \
                 UNROLL for (int t = 0; t < NT; t++) acc[r][t] = _mm512_fmadd_ps(W, X[t], acc[r][t]); \
             }                                                                                       \
@@ -403,6 +414,7 @@ DEFINE_GEMM_FLOAT(gemm_bf16, 2, w_bf16, w_bf16_m)
  * rounded to bf16 (round to nearest even), one accumulator per (row, token) as above. */
 #define BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx512bf16,avx2,fma,f16c")))
 
+/* F32 activations i .. i+31 of the row at x rounded to bf16 (nearest even); _m: under masks. */
 BF16_TARGET AI __m512bh x_bf16(const uint8_t *x, int64_t i) {
     const float *p = (const float *)x + i;
     return _mm512_cvtne2ps_pbh(_mm512_loadu_ps(p + 16), _mm512_loadu_ps(p));
@@ -420,9 +432,9 @@ BF16_TARGET AI void gemm_bf16_dp_tile(int64_t n, const uint8_t *w, size_t ws, co
     UNROLL for (int r = 0; r < NR; r++) UNROLL for (int t = 0; t < NT; t++) acc[r][t] = _mm512_setzero_ps();
     int64_t i = 0;
     for (; i + 32 <= n; i += 32) {
+        if (NT == 1) prefetch_next_tile(w, ws, NR, (size_t)i * NR * 2, NR * 64);
         UNROLL for (int t = 0; t < NT; t++) X[t] = x_bf16(x + (size_t)t * xs, i);
         UNROLL for (int r = 0; r < NR; r++) {
-            prefetch_ahead(w + (size_t)r * ws + 2 * i);
             const __m512bh W = (__m512bh)_mm512_loadu_si512(w + (size_t)r * ws + 2 * i);
             UNROLL for (int t = 0; t < NT; t++) acc[r][t] = _mm512_dpbf16_ps(acc[r][t], W, X[t]);
         }
@@ -480,6 +492,8 @@ AI kn_half quant_block_q8(const float *x, int8_t *qs, int *sum) {
     return dh;
 }
 
+/* kn_from_float_fn for Q8_0 / Q8_1 activations: byte-identical to kn_q8_0_from_float /
+ * kn_q8_1_from_float (quant.h conventions; a partial block is ignored). */
 static void quantize_q8_0(const float *src, void *dst, int64_t n) {
     kn_block_q8_0 *b = dst;
     int sum;
@@ -512,6 +526,7 @@ bool kn__avx512_legacy_bf16_dot(kn_kernels *k, bool use_dot) {
     return dot;
 }
 
+/* Fills k with this file's kernels (kernels.h). Called only on CPUs with AVX-512 F/BW/VL/VNNI. */
 void kn_avx512_init_legacy(kn_kernels *k) {
     k->gemm[KN_F32] = gemm_f32;
     k->gemm[KN_F16] = gemm_f16;
