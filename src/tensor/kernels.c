@@ -48,7 +48,9 @@ static void detect(kn_cpu *c) { (void)c; }
 
 static kn_cpu g_cpu;
 static kn_kernels g_ref, g_best;
-static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static pthread_once_t g_cpu_once = PTHREAD_ONCE_INIT, g_once = PTHREAD_ONCE_INIT;
+
+static void detect_cpu(void) { detect(&g_cpu); }
 
 /* The reference GEMM: the scalar vec_dot of the type-traits table for each (row, token). */
 #define REF_GEMM(NAME, TYPE)                                                                         \
@@ -123,7 +125,7 @@ static void init_ref(kn_kernels *k) {
 }
 
 static void init_all(void) {
-    detect(&g_cpu);
+    pthread_once(&g_cpu_once, detect_cpu);   /* its own once: the set inits may ask for features */
     init_ref(&g_ref);
     g_best = g_ref;
 #if defined(__x86_64__)
@@ -135,7 +137,7 @@ static void init_all(void) {
 }
 
 const kn_cpu *kn_cpu_features(void) {
-    pthread_once(&g_once, init_all);
+    pthread_once(&g_cpu_once, detect_cpu);
     return &g_cpu;
 }
 

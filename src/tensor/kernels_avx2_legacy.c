@@ -37,7 +37,6 @@
 #pragma GCC target("avx2,fma,f16c")
 #include "tensor/quant.h"
 
-#include <cpuid.h>
 #include <immintrin.h>
 #include <string.h>
 
@@ -479,19 +478,12 @@ static void quantize_q8_1(const float *src, void *dst, int64_t n) {
     }
 }
 
-/* AVX-VNNI support (with the YMM state, which the set's precondition includes), read directly:
- * kn_cpu_features() cannot be called from an init, which runs inside its pthread_once. */
-static bool cpu_avxvnni(void) {
-    unsigned a, b, c, d;
-    return __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 4));
-}
-
 /* Test hook (tests/unit/test_kernels_legacy.c): selects the block-format kernels of set k with
  * AVX-VNNI (use_vnni, honoured only on CPUs with AVX-VNNI) or without. Returns whether the VNNI ones
  * are selected. Both give bit-identical results. */
 bool kn__avx2_legacy_vnni(kn_kernels *k, bool use_vnni);
 bool kn__avx2_legacy_vnni(kn_kernels *k, bool use_vnni) {
-    const bool v = use_vnni && cpu_avxvnni();
+    const bool v = use_vnni && kn_cpu_features()->avxvnni;
     k->gemm[KN_Q4_0] = v ? gemm_q4_0_vnni : gemm_q4_0;
     k->gemm[KN_Q4_1] = v ? gemm_q4_1_vnni : gemm_q4_1;
     k->gemm[KN_Q5_0] = v ? gemm_q5_0_vnni : gemm_q5_0;

@@ -39,7 +39,6 @@
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")
 #include "tensor/quant.h"
 
-#include <cpuid.h>
 #include <immintrin.h>
 #include <string.h>
 
@@ -509,19 +508,12 @@ static void quantize_q8_1(const float *src, void *dst, int64_t n) {
     }
 }
 
-/* AVX512-BF16 support, read directly (kn_cpu_features() cannot be called from an init: the init runs
- * inside its pthread_once). Only called when the AVX-512 state is enabled (the set's precondition). */
-static bool cpu_avx512bf16(void) {
-    unsigned a, b, c, d;
-    return __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 5));
-}
-
 /* Selects the BF16 kernel of set k: the vdpbf16ps one (use_dot, honoured only on CPUs with
  * AVX512-BF16) or the exact shift-convert + fma one (the default). Returns whether the vdpbf16ps
  * kernel is selected. Used by tests/unit/test_kernels_legacy.c. */
 bool kn__avx512_legacy_bf16_dot(kn_kernels *k, bool use_dot);
 bool kn__avx512_legacy_bf16_dot(kn_kernels *k, bool use_dot) {
-    const bool dot = use_dot && cpu_avx512bf16();
+    const bool dot = use_dot && kn_cpu_features()->avx512bf16;
     k->gemm[KN_BF16] = dot ? gemm_bf16_dp : gemm_bf16;
     return dot;
 }
