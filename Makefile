@@ -8,13 +8,17 @@ OPT      ?= -O2
 CFLAGS   ?=
 WERROR   ?= -Werror
 BASEFLAGS = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Wno-unused-parameter $(WERROR) \
-            -fPIC -fopenmp -Iinclude -Isrc $(OPT) -g $(shell pkg-config --cflags libpcre2-8 2>/dev/null)
+            -fPIC -fopenmp -Iinclude -Isrc $(OPT) -g \
+            $(shell pkg-config --cflags libpcre2-8 jansson libmicrohttpd 2>/dev/null)
 ALLCFLAGS = $(BASEFLAGS) $(CFLAGS)
-LIBS      = $(shell pkg-config --libs libpcre2-8 2>/dev/null || echo -lpcre2-8) -fopenmp -lm -lpthread
+LIBS      = $(shell pkg-config --libs libpcre2-8 jansson 2>/dev/null || echo -lpcre2-8 -ljansson) \
+            -fopenmp -lm -lpthread
+# The HTTP server lives in the kiln binary only; the library does not depend on libmicrohttpd.
+CLI_LIBS  = $(shell pkg-config --libs libmicrohttpd 2>/dev/null || echo -lmicrohttpd)
 
 LIB_SRC  := $(sort $(wildcard src/base/*.c src/tensor/*.c src/model/*.c src/text/*.c \
                               src/sample/*.c src/engine/*.c src/cache/*.c))
-CLI_SRC  := $(sort $(wildcard src/cli/*.c))
+CLI_SRC  := $(sort $(wildcard src/cli/*.c src/server/*.c))
 TOOL_SRC := $(sort $(wildcard tools/*.c))
 TEST_SRC := $(sort $(wildcard tests/unit/test_*.c))
 BENCH_SRC := $(sort $(wildcard bench/*.c))
@@ -40,7 +44,7 @@ $(BUILD)/libkiln.so: $(LIB_OBJ)
 	$(CC) $(ALLCFLAGS) -shared -o $@ $^ $(LIBS)
 
 $(BUILD)/kiln: $(CLI_OBJ) $(BUILD)/libkiln.a
-	$(CC) $(ALLCFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libkiln.a $(LIBS)
+	$(CC) $(ALLCFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libkiln.a $(LIBS) $(CLI_LIBS)
 
 $(BUILD)/%: tools/%.c $(BUILD)/libkiln.a
 	$(CC) $(ALLCFLAGS) -o $@ $< $(BUILD)/libkiln.a $(LIBS)

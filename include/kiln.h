@@ -142,6 +142,33 @@ kiln_status kiln_tokenize(const kiln_model *model, const char *text, size_t len,
 kiln_status kiln_token_piece(const kiln_model *model, kiln_token token, bool render_special,
                              char *buf, size_t cap, size_t *n_out);
 
+/* ---- chat templates -------------------------------------------------------------------------- */
+
+/* The model's chat template (GGUF tokenizer.chat_template), or NULL when the file has none. */
+const char *kiln_model_chat_template(const kiln_model *model);
+
+/* Renders a Jinja2 template with a context given as a JSON object, the way Hugging Face's
+ * apply_chat_template does: trim_blocks and lstrip_blocks on, loop controls (break/continue), the
+ * globals raise_exception(msg) and strftime_now(fmt), and tojson as Python's
+ * json.dumps(ensure_ascii=False). On success *out is a NUL-terminated string owned by the caller
+ * (release it with kiln_free) and *out_len its length. A template error (syntax, runtime error or
+ * raise_exception) returns KILN_ERR_FORMAT with kiln_last_error() reading "line L, column C: ...";
+ * a context that is not a JSON object returns KILN_ERR_INVALID_ARG. */
+kiln_status kiln_template_render(const char *tmpl, size_t tmpl_len, const char *context_json,
+                                 size_t context_len, char **out, size_t *out_len);
+
+/* Renders a chat for the model: chat_json is a JSON object with "messages" (required) and optional
+ * "tools", "add_generation_prompt" (default true) and any further keys, which the template sees as
+ * variables (e.g. "enable_thinking"). bos_token and eos_token come from the model unless given.
+ * A model without a chat template gets the plain fallback: the messages' contents joined by "\n\n",
+ * with no role markers and no generation prompt, so a base model continues the text. Output and
+ * errors as kiln_template_render. */
+kiln_status kiln_chat_apply(const kiln_model *model, const char *chat_json, size_t len, char **out,
+                            size_t *out_len);
+
+/* Releases memory the library handed to the caller (kiln_template_render, kiln_chat_apply). */
+void kiln_free(void *p);
+
 /* ---- sampling -------------------------------------------------------------------------------- */
 
 typedef struct kiln_logit_bias {

@@ -288,6 +288,18 @@ static void compute_fingerprint(kiln_model *m) {
     kn_sha256_hex(&h, m->fingerprint);
 }
 
+/* Keeps a NUL-terminated copy of tokenizer.chat_template (the file mapping may close). A template
+ * containing a NUL byte is a format error rather than silently truncated. */
+static kiln_status copy_chat_template(kiln_model *m) {
+    kn_str t;
+    if (!kn_gguf_get_str(&m->gguf, "tokenizer.chat_template", &t)) return KILN_OK;
+    if (memchr(t.ptr, 0, t.len)) return kn_error(KILN_ERR_FORMAT, "tokenizer.chat_template contains a NUL byte");
+    if (!(m->chat_template = malloc(t.len + 1))) return KILN_ERR_NOMEM;
+    memcpy(m->chat_template, t.ptr, t.len);
+    m->chat_template[t.len] = 0;
+    return KILN_OK;
+}
+
 /* ---- load -------------------------------------------------------------------------------------- */
 
 static kiln_status load(kiln_model *m, const char *path, const kiln_model_params *p, bool force_f32) {
@@ -296,6 +308,7 @@ static kiln_status load(kiln_model *m, const char *path, const kiln_model_params
     if ((st = read_hparams(m))) return st;
     if ((st = kn_tokenizer_load(&m->gguf, &m->tok))) return st;
     m->hp.n_vocab = kn_tok_n_vocab(m->tok);
+    if ((st = copy_chat_template(m))) return st;
     compute_fingerprint(m);
     if (m->vocab_only) {
         snprintf(m->desc, sizeof m->desc, "%s vocabulary, %d tokens", m->arch_name, m->hp.n_vocab);
@@ -356,6 +369,7 @@ kiln_status kn_model_load_ex(const char *path, const kiln_model_params *params, 
 void kiln_model_free(kiln_model *m) {
     if (!m) return;
     kn_tokenizer_free(m->tok);
+    free(m->chat_template);
     kn_gguf_close(&m->gguf);
     kn_free_aligned(m->weight_mem);
     kn_free_aligned(m->vec_mem);

@@ -75,6 +75,7 @@ struct kiln_model {
     const float *rope_freqs;  /* [n_rot/2] llama3 frequency divisors, or NULL */
     kn_layer *layers;         /* [n_layer] */
     kn_tokenizer *tok;
+    char *chat_template;      /* tokenizer.chat_template (NUL-terminated copy), or NULL */
     const kn_kernels *kernels; /* compute kernels chosen at load */
     bool vocab_only;
     uint64_t n_params;
