@@ -242,11 +242,26 @@ kiln_status kiln_session_eval(kiln_session *session, const kiln_token *tokens, s
  * position's logits were not kept. Valid until the next call on the session. */
 const float *kiln_session_logits(const kiln_session *session, int32_t i);
 
+/* One of the most likely tokens at a generation step. */
+typedef struct kiln_top_logprob {
+    kiln_token token;
+    float logprob;
+} kiln_top_logprob;
+
+#define KILN_MAX_TOP_LOGPROBS 20
+
 /* One generated token, as given to the token callback. */
 typedef struct kiln_token_event {
-    kiln_token token;
-    const char *text;   /* text that became complete with this token: whole UTF-8 characters */
+    kiln_token token;   /* -1 for the final event that only flushes held-back text */
+    const char *text;   /* text released with this token: whole UTF-8 characters. With stop
+                           strings, text that could begin a stop string is held back and released
+                           with a later token (or dropped when it turns out to be a stop string). */
     size_t text_len;    /* may be 0 (e.g. the first half of a multi-byte character) */
+    float logprob;      /* natural-log probability of token under the model's distribution (the
+                           softmax of the raw logits); 0 when logprobs were not requested */
+    const kiln_top_logprob *top;  /* the n_top most likely tokens, most likely first (lowest id on
+                                     ties); valid during the callback only */
+    size_t n_top;
 } kiln_token_event;
 
 /* Called for every generated token; returning non-zero stops the generation (KILN_ERR_CANCELLED). */
@@ -257,8 +272,12 @@ typedef enum kiln_stop_reason {
     KILN_STOP_EOS,        /* the model produced an end-of-generation token */
     KILN_STOP_LENGTH,     /* max_tokens reached */
     KILN_STOP_CONTEXT,    /* the context is full */
-    KILN_STOP_CANCELLED   /* the token callback asked to stop */
+    KILN_STOP_CANCELLED,  /* the token callback asked to stop */
+    KILN_STOP_STRING      /* a stop string appeared in the output */
 } kiln_stop_reason;
+
+#define KILN_MAX_STOP 16          /* stop strings per generation */
+#define KILN_MAX_STOP_LEN 1024    /* bytes per stop string */
 
 typedef struct kiln_generate_params {
     int32_t max_tokens;        /* new tokens at most; default 256; < 0 = until EOS or context end */
@@ -266,6 +285,12 @@ typedef struct kiln_generate_params {
     bool add_special;          /* prepend BOS per the model's metadata; default true */
     bool parse_special;        /* parse special-token text in the prompt; default false */
     kiln_sampler_params sampling;
+    const char *const *stop;   /* stop strings (non-empty, NUL-terminated), matched on the decoded
+                                  text; the output ends before the first match, which is never
+                                  emitted. Borrowed for the call. */
+    size_t n_stop;             /* at most KILN_MAX_STOP */
+    int32_t logprobs;          /* -1 (default): none; 0: the chosen token's logprob in each event;
+                                  N in 1..KILN_MAX_TOP_LOGPROBS: also the N most likely tokens */
     kiln_token_fn on_token;    /* may be NULL */
     void *user;
 } kiln_generate_params;
@@ -278,6 +303,7 @@ typedef struct kiln_generate_result {
     double prompt_ms;          /* wall time of prefill */
     double gen_ms;             /* wall time of generation (from the first sampled token on) */
     kiln_stop_reason stop;
+    int32_t stop_index;        /* with KILN_STOP_STRING: which stop string matched; else -1 */
 } kiln_generate_result;
 
 /* Resets the session, tokenizes prompt, evaluates it and generates until a stop condition, calling

@@ -7,6 +7,8 @@
  * session is created (the sampler's when a generation starts); the token loop allocates nothing.
  */
 #include "engine/session.h"
+#include "engine/stop.h"
+#include "sample/logprobs.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +21,8 @@ kiln_session_params kiln_session_default_params(void) {
 kiln_generate_params kiln_generate_default_params(void) {
     kiln_generate_params p = {
         .max_tokens = 256, .ignore_eos = false, .add_special = true, .parse_special = false,
-        .sampling = kiln_sampler_default_params(), .on_token = NULL, .user = NULL,
+        .sampling = kiln_sampler_default_params(), .stop = NULL, .n_stop = 0, .logprobs = -1,
+        .on_token = NULL, .user = NULL,
     };
     return p;
 }
@@ -128,33 +131,54 @@ const float *kiln_session_logits(const kiln_session *s, int32_t i) {
     return s->logits + (size_t)(i - s->logits_first) * (size_t)s->model->hp.n_vocab;
 }
 
-/* Emits the text of token `tok` through the callback; returns non-zero if the caller cancels. */
-static int emit(kiln_session *s, const kiln_generate_params *p, kiln_token tok) {
-    size_t len;
+/* Per-generation output state: stop strings and logprobs, between the sampler and the callback. */
+typedef struct gen_out {
+    const kiln_generate_params *p;
+    kn_stopper stop;
+    kiln_top_logprob top[KILN_MAX_TOP_LOGPROBS];
+} gen_out;
+
+/* Emits token `tok` (sampled from `logits`) with the text it releases; returns non-zero if the
+ * caller cancels. */
+static int emit(kiln_session *s, gen_out *o, kiln_token tok, const float *logits) {
+    size_t len, n_rel;
     const char *text = kn_detok_push(&s->detok, tok, &len);
-    if (!p->on_token) return 0;
-    kiln_token_event ev = {.token = tok, .text = text, .text_len = len};
-    return p->on_token(&ev, p->user);
+    const char *rel = kn_stopper_push(&o->stop, text, len, &n_rel);
+    if (!o->p->on_token) return 0;
+    kiln_token_event ev = {.token = tok, .text = rel, .text_len = n_rel, .top = o->top};
+    if (o->p->logprobs >= 0) {
+        ev.n_top = (size_t)o->p->logprobs;
+        ev.logprob = kn_logprobs(logits, s->model->hp.n_vocab, tok, ev.n_top, o->top);
+    }
+    return o->p->on_token(&ev, o->p->user);
 }
 
 kiln_status kiln_generate_tokens(kiln_session *s, const kiln_token *prompt, size_t n_prompt,
                                  const kiln_generate_params *params, kiln_generate_result *result) {
     kn_error_clear();
     kiln_generate_params p = params ? *params : kiln_generate_default_params();
-    kiln_generate_result res = {0};
+    kiln_generate_result res = {.stop_index = -1};
     const kiln_model *m = s->model;
     if (n_prompt == 0) return fail(s, kn_error(KILN_ERR_INVALID_ARG, "the prompt is empty and the model has no BOS token"));
     if (n_prompt >= (size_t)s->p.n_ctx)
         return fail(s, kn_error(KILN_ERR_CONTEXT_FULL, "the prompt has %zu tokens; the context holds %d", n_prompt,
                                 s->p.n_ctx));
-    kn_sampler smp;
-    kiln_status st = kn_sampler_init(&smp, &p.sampling, m->hp.n_vocab);
+    if (p.logprobs < -1 || p.logprobs > KILN_MAX_TOP_LOGPROBS)
+        return fail(s, kn_error(KILN_ERR_INVALID_ARG, "logprobs %d is outside [-1, %d]", p.logprobs, KILN_MAX_TOP_LOGPROBS));
+    gen_out o = {.p = &p};
+    kiln_status st = kn_stopper_init(&o.stop, p.stop, p.n_stop, sizeof s->detok.out);
     if (st) return fail(s, st);
+    kn_sampler smp;
+    if ((st = kn_sampler_init(&smp, &p.sampling, m->hp.n_vocab))) {
+        kn_stopper_free(&o.stop);
+        return fail(s, st);
+    }
     kiln_session_reset(s);
     double t0 = kn_now_ms();
     st = kiln_session_eval(s, prompt, n_prompt, false);
     if (st) {
         kn_sampler_free(&smp);
+        kn_stopper_free(&o.stop);
         return st;
     }
     for (size_t i = 0; i < n_prompt; i++) kn_sampler_accept(&smp, prompt[i]);
@@ -167,22 +191,32 @@ kiln_status kiln_generate_tokens(kiln_session *s, const kiln_token *prompt, size
 
     for (;;) {
         if (p.max_tokens >= 0 && res.n_generated >= p.max_tokens) { res.stop = KILN_STOP_LENGTH; break; }
-        kiln_token tok = kn_sampler_sample(&smp, kiln_session_logits(s, -1));
+        const float *logits = kiln_session_logits(s, -1);
+        kiln_token tok = kn_sampler_sample(&smp, logits);
         if (!p.ignore_eos && kn_tok_is_eog(m->tok, tok)) { res.stop = KILN_STOP_EOS; break; }
         kn_sampler_accept(&smp, tok);
         res.n_generated++;
-        if (emit(s, &p, tok)) { res.stop = KILN_STOP_CANCELLED; st = KILN_ERR_CANCELLED; break; }
+        if (emit(s, &o, tok, logits)) { res.stop = KILN_STOP_CANCELLED; st = KILN_ERR_CANCELLED; break; }
+        if (o.stop.matched >= 0) { res.stop = KILN_STOP_STRING; res.stop_index = o.stop.matched; break; }
         if (s->kv.n_past >= s->kv.n_ctx) { res.stop = KILN_STOP_CONTEXT; break; }
         if ((st = kiln_session_eval(s, &tok, 1, false))) break;
     }
-    size_t tail_len;
+    /* Bytes of an unfinished character, then the text held back for stop strings. */
+    size_t tail_len, held_len;
     const char *tail = kn_detok_flush(&s->detok, &tail_len);
+    const char *rel = kn_stopper_push(&o.stop, tail, tail_len, &tail_len);
     if (tail_len && p.on_token && st == KILN_OK) {
-        kiln_token_event ev = {.token = -1, .text = tail, .text_len = tail_len};
+        kiln_token_event ev = {.token = -1, .text = rel, .text_len = tail_len};
+        p.on_token(&ev, p.user);
+    }
+    const char *held = kn_stopper_flush(&o.stop, &held_len);
+    if (held_len && p.on_token && st == KILN_OK) {
+        kiln_token_event ev = {.token = -1, .text = held, .text_len = held_len};
         p.on_token(&ev, p.user);
     }
     res.gen_ms = kn_now_ms() - t1;
     kn_sampler_free(&smp);
+    kn_stopper_free(&o.stop);
     if (result) *result = res;
     if (st == KILN_ERR_CANCELLED) kn_error(st, "generation cancelled by the caller");
     return st ? fail(s, st) : KILN_OK;
