@@ -199,6 +199,10 @@ typedef struct kiln_sampler_params {
 
 kiln_sampler_params kiln_sampler_default_params(void);
 
+/* The library defaults overridden by the settings the model file recommends (GGUF keys
+ * general.sampling.temp, top_k, top_p, min_p, penalty_repeat, penalty_last_n). */
+kiln_sampler_params kiln_model_sampler_params(const kiln_model *model);
+
 /* ---- session (one generation context) -------------------------------------------------------- */
 
 typedef struct kiln_session kiln_session;

@@ -27,8 +27,19 @@ typedef struct cli_common {
     bool mmap;
     kiln_kernels kernels;
     kiln_kv_type kv_type;
-    kiln_sampler_params sp;
+    kiln_sampler_params sp;   /* sampling flags as given (see sp_set) */
+    unsigned sp_set;          /* CLI_SP_* bits of the sampling flags given on the command line */
 } cli_common;
+
+enum {
+    CLI_SP_TEMP = 1u << 0, CLI_SP_TOP_K = 1u << 1, CLI_SP_TOP_P = 1u << 2, CLI_SP_MIN_P = 1u << 3,
+    CLI_SP_REPEAT = 1u << 4, CLI_SP_REPEAT_N = 1u << 5, CLI_SP_PRESENCE = 1u << 6,
+    CLI_SP_FREQUENCY = 1u << 7, CLI_SP_SEED = 1u << 8
+};
+
+/* The sampling settings to use: the model's recommended ones (kiln_model_sampler_params), with
+ * every flag the user gave on top. */
+kiln_sampler_params cli_sampler_params(const cli_common *c, const kiln_model *m);
 
 void cli_common_init(cli_common *c);
 

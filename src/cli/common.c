@@ -138,6 +138,7 @@ int cli_parse_common(int argc, char **argv, int *i, cli_common *c) {
     const char *a = argv[*i];
     const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
 #define TAKE(ok) do { if (!(ok)) return -1; (*i)++; return 1; } while (0)
+#define TAKE_SP(bit, ok) do { if (!(ok)) return -1; c->sp_set |= (bit); (*i)++; return 1; } while (0)
     if (is(a, "-m", "--model")) { if (!v) { fprintf(stderr, "kiln: %s needs a value\n", a); return -1; } c->model = v; (*i)++; return 1; }
     if (is(a, "-p", "--prompt")) { if (!v) { fprintf(stderr, "kiln: %s needs a value\n", a); return -1; } c->prompt = v; (*i)++; return 1; }
     if (is(a, "-f", "--file")) { if (!v) { fprintf(stderr, "kiln: %s needs a value\n", a); return -1; } c->file = v; (*i)++; return 1; }
@@ -145,14 +146,14 @@ int cli_parse_common(int argc, char **argv, int *i, cli_common *c) {
     if (is(a, "-t", "--threads")) TAKE(cli_int(a, v, 1, 1024, &c->threads));
     if (is(a, "-c", "--ctx-size")) TAKE(cli_int(a, v, 1, 1 << 24, &c->ctx));
     if (is(a, "-b", "--batch-size")) TAKE(cli_int(a, v, 1, 65536, &c->batch));
-    if (is(a, NULL, "--temp")) TAKE(cli_float(a, v, 0, 100, &c->sp.temperature));
-    if (is(a, NULL, "--top-k")) TAKE(cli_int(a, v, 0, 1 << 30, &c->sp.top_k));
-    if (is(a, NULL, "--top-p")) TAKE(cli_float(a, v, 0, 1, &c->sp.top_p));
-    if (is(a, NULL, "--min-p")) TAKE(cli_float(a, v, 0, 1, &c->sp.min_p));
-    if (is(a, NULL, "--repeat-penalty")) TAKE(cli_float(a, v, 1e-3, 1e3, &c->sp.repeat_penalty));
-    if (is(a, NULL, "--repeat-last-n")) TAKE(cli_int(a, v, 0, 1 << 20, &c->sp.penalty_last_n));
-    if (is(a, NULL, "--presence-penalty")) TAKE(cli_float(a, v, -100, 100, &c->sp.presence_penalty));
-    if (is(a, NULL, "--frequency-penalty")) TAKE(cli_float(a, v, -100, 100, &c->sp.frequency_penalty));
+    if (is(a, NULL, "--temp")) TAKE_SP(CLI_SP_TEMP, cli_float(a, v, 0, 100, &c->sp.temperature));
+    if (is(a, NULL, "--top-k")) TAKE_SP(CLI_SP_TOP_K, cli_int(a, v, 0, 1 << 30, &c->sp.top_k));
+    if (is(a, NULL, "--top-p")) TAKE_SP(CLI_SP_TOP_P, cli_float(a, v, 0, 1, &c->sp.top_p));
+    if (is(a, NULL, "--min-p")) TAKE_SP(CLI_SP_MIN_P, cli_float(a, v, 0, 1, &c->sp.min_p));
+    if (is(a, NULL, "--repeat-penalty")) TAKE_SP(CLI_SP_REPEAT, cli_float(a, v, 1e-3, 1e3, &c->sp.repeat_penalty));
+    if (is(a, NULL, "--repeat-last-n")) TAKE_SP(CLI_SP_REPEAT_N, cli_int(a, v, 0, 1 << 20, &c->sp.penalty_last_n));
+    if (is(a, NULL, "--presence-penalty")) TAKE_SP(CLI_SP_PRESENCE, cli_float(a, v, -100, 100, &c->sp.presence_penalty));
+    if (is(a, NULL, "--frequency-penalty")) TAKE_SP(CLI_SP_FREQUENCY, cli_float(a, v, -100, 100, &c->sp.frequency_penalty));
     if (is(a, "-s", "--seed")) {
         if (!v) { fprintf(stderr, "kiln: %s needs a value\n", a); return -1; }
         char *end;
@@ -163,6 +164,7 @@ int cli_parse_common(int argc, char **argv, int *i, cli_common *c) {
             return -1;
         }
         c->sp.seed = s;
+        c->sp_set |= CLI_SP_SEED;
         (*i)++;
         return 1;
     }
@@ -184,7 +186,23 @@ int cli_parse_common(int argc, char **argv, int *i, cli_common *c) {
     if (is(a, NULL, "--mmap")) { c->mmap = true; return 1; }
     if (is(a, "-v", "--verbose")) { c->verbose = true; return 1; }
 #undef TAKE
+#undef TAKE_SP
     return 0;
+}
+
+kiln_sampler_params cli_sampler_params(const cli_common *c, const kiln_model *m) {
+    kiln_sampler_params p = kiln_model_sampler_params(m);
+    const kiln_sampler_params *f = &c->sp;
+    if (c->sp_set & CLI_SP_TEMP) p.temperature = f->temperature;
+    if (c->sp_set & CLI_SP_TOP_K) p.top_k = f->top_k;
+    if (c->sp_set & CLI_SP_TOP_P) p.top_p = f->top_p;
+    if (c->sp_set & CLI_SP_MIN_P) p.min_p = f->min_p;
+    if (c->sp_set & CLI_SP_REPEAT) p.repeat_penalty = f->repeat_penalty;
+    if (c->sp_set & CLI_SP_REPEAT_N) p.penalty_last_n = f->penalty_last_n;
+    if (c->sp_set & CLI_SP_PRESENCE) p.presence_penalty = f->presence_penalty;
+    if (c->sp_set & CLI_SP_FREQUENCY) p.frequency_penalty = f->frequency_penalty;
+    if (c->sp_set & CLI_SP_SEED) p.seed = f->seed;
+    return p;
 }
 
 char *cli_read_file(const char *path, size_t *len) {

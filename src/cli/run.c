@@ -65,7 +65,7 @@ int cli_run(int argc, char **argv) {
     kiln_generate_params gp = kiln_generate_default_params();
     gp.max_tokens = c.n_predict;
     gp.ignore_eos = c.ignore_eos;
-    gp.sampling = c.sp;
+    gp.sampling = cli_sampler_params(&c, m);
     gp.on_token = on_token;
     fputs(prompt, stdout);
     fflush(stdout);

@@ -300,6 +300,39 @@ static kiln_status copy_chat_template(kiln_model *m) {
     return KILN_OK;
 }
 
+/* The generation settings a model's author recommends (general.sampling.*), over the library's
+ * defaults. Values outside the sampler's ranges are ignored with a warning. */
+static void read_sampling_defaults(kiln_model *m) {
+    kiln_sampler_params *sp = &m->sampling;
+    *sp = kiln_sampler_default_params();
+    double f;
+    int64_t i;
+    if (kn_gguf_get_f64(&m->gguf, "general.sampling.temp", &f)) {
+        if (f >= 0 && f <= 100) sp->temperature = (float)f;
+        else kn_log(KILN_LOG_WARN, "ignoring general.sampling.temp = %g", f);
+    }
+    if (kn_gguf_get_f64(&m->gguf, "general.sampling.top_p", &f)) {
+        if (f >= 0 && f <= 1) sp->top_p = (float)f;
+        else kn_log(KILN_LOG_WARN, "ignoring general.sampling.top_p = %g", f);
+    }
+    if (kn_gguf_get_f64(&m->gguf, "general.sampling.min_p", &f)) {
+        if (f >= 0 && f <= 1) sp->min_p = (float)f;
+        else kn_log(KILN_LOG_WARN, "ignoring general.sampling.min_p = %g", f);
+    }
+    if (kn_gguf_get_f64(&m->gguf, "general.sampling.penalty_repeat", &f)) {
+        if (f > 0 && f <= 1000) sp->repeat_penalty = (float)f;
+        else kn_log(KILN_LOG_WARN, "ignoring general.sampling.penalty_repeat = %g", f);
+    }
+    if (kn_gguf_get_i64(&m->gguf, "general.sampling.top_k", &i)) {
+        if (i >= 0 && i <= (1 << 30)) sp->top_k = (int32_t)i;
+        else kn_log(KILN_LOG_WARN, "ignoring general.sampling.top_k = %lld", (long long)i);
+    }
+    if (kn_gguf_get_i64(&m->gguf, "general.sampling.penalty_last_n", &i)) {
+        if (i >= 0 && i <= (1 << 20)) sp->penalty_last_n = (int32_t)i;
+        else kn_log(KILN_LOG_WARN, "ignoring general.sampling.penalty_last_n = %lld", (long long)i);
+    }
+}
+
 /* ---- load -------------------------------------------------------------------------------------- */
 
 static kiln_status load(kiln_model *m, const char *path, const kiln_model_params *p, bool force_f32) {
@@ -309,6 +342,7 @@ static kiln_status load(kiln_model *m, const char *path, const kiln_model_params
     if ((st = kn_tokenizer_load(&m->gguf, &m->tok))) return st;
     m->hp.n_vocab = kn_tok_n_vocab(m->tok);
     if ((st = copy_chat_template(m))) return st;
+    read_sampling_defaults(m);
     compute_fingerprint(m);
     if (m->vocab_only) {
         snprintf(m->desc, sizeof m->desc, "%s vocabulary, %d tokens", m->arch_name, m->hp.n_vocab);
@@ -388,6 +422,7 @@ const char *kiln_model_arch(const kiln_model *m) { return m->arch_name; }
 const char *kiln_model_desc(const kiln_model *m) { return m->desc; }
 const char *kiln_model_kernels(const kiln_model *m) { return m->kernels->name; }
 const char *kiln_model_fingerprint(const kiln_model *m) { return m->fingerprint; }
+kiln_sampler_params kiln_model_sampler_params(const kiln_model *m) { return m->sampling; }
 int32_t kiln_model_n_vocab(const kiln_model *m) { return m->hp.n_vocab; }
 int32_t kiln_model_n_ctx_train(const kiln_model *m) { return m->hp.n_ctx_train; }
 int32_t kiln_model_n_embd(const kiln_model *m) { return m->hp.n_embd; }

@@ -76,6 +76,7 @@ struct kiln_model {
     kn_layer *layers;         /* [n_layer] */
     kn_tokenizer *tok;
     char *chat_template;      /* tokenizer.chat_template (NUL-terminated copy), or NULL */
+    kiln_sampler_params sampling;  /* library defaults overridden by general.sampling.* */
     const kn_kernels *kernels; /* compute kernels chosen at load */
     bool vocab_only;
     uint64_t n_params;
