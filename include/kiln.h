@@ -46,6 +46,7 @@ typedef enum kiln_status {
     KILN_ERR_CONTEXT_FULL,  /* the tokens do not fit in the session's context */
     KILN_ERR_CANCELLED,     /* the caller's callback asked to stop */
     KILN_ERR_INTERNAL,      /* a bug in kiln */
+    KILN_ERR_BUSY,          /* the engine's queue is full; retry later */
     KILN_STATUS_COUNT
 } kiln_status;
 
@@ -135,6 +136,12 @@ bool kiln_model_add_bos(const kiln_model *model);
  * small (*n_out then holds the needed count). */
 kiln_status kiln_tokenize(const kiln_model *model, const char *text, size_t len, bool add_special,
                           bool parse_special, kiln_token *out, size_t cap, size_t *n_out);
+
+/* Tokenizes a rendered chat prompt (the output of kiln_chat_apply): special-token text is parsed,
+ * and BOS is prepended when the model asks for it unless the text already starts with it (chat
+ * templates often write bos_token themselves). Same buffer contract as kiln_tokenize. */
+kiln_status kiln_tokenize_chat(const kiln_model *model, const char *text, size_t len, kiln_token *out,
+                               size_t cap, size_t *n_out);
 
 /* The bytes a token stands for in decoded text (a byte token gives its byte, which may be part of a
  * UTF-8 character). Special tokens give their text only when render_special. Writes up to cap bytes
@@ -283,6 +290,11 @@ typedef enum kiln_stop_reason {
 #define KILN_MAX_STOP 16          /* stop strings per generation */
 #define KILN_MAX_STOP_LEN 1024    /* bytes per stop string */
 
+struct kiln_generate_result;
+/* Called once at the end of every generation, after its last token event, with the final status
+ * (KILN_OK, KILN_ERR_CANCELLED, ...) and result. */
+typedef void (*kiln_done_fn)(kiln_status status, const struct kiln_generate_result *result, void *user);
+
 typedef struct kiln_generate_params {
     int32_t max_tokens;        /* new tokens at most; default 256; < 0 = until EOS or context end */
     bool ignore_eos;           /* keep going past end-of-generation tokens */
@@ -296,7 +308,8 @@ typedef struct kiln_generate_params {
     int32_t logprobs;          /* -1 (default): none; 0: the chosen token's logprob in each event;
                                   N in 1..KILN_MAX_TOP_LOGPROBS: also the N most likely tokens */
     kiln_token_fn on_token;    /* may be NULL */
-    void *user;
+    kiln_done_fn on_done;      /* may be NULL; called once when the generation ends */
+    void *user;                /* passed to on_token and on_done */
 } kiln_generate_params;
 
 kiln_generate_params kiln_generate_default_params(void);
@@ -318,6 +331,69 @@ kiln_status kiln_generate(kiln_session *session, const char *prompt,
 /* Same as kiln_generate but from token ids (used as given: no BOS is added). */
 kiln_status kiln_generate_tokens(kiln_session *session, const kiln_token *prompt, size_t n_prompt,
                                  const kiln_generate_params *params, kiln_generate_result *result);
+
+/* ---- engine: many generations on one model, continuously batched ------------------------------ */
+
+/* An engine owns a scheduler thread that advances up to max_rows generations together: each step
+ * reads every weight once for all rows (one decode token per running row, plus prompt chunks of
+ * rows that are joining). Requests join at step boundaries and leave the moment they finish or are
+ * cancelled. Greedy output of a request is bit-identical whether it runs alone or in any batch. */
+typedef struct kiln_engine kiln_engine;
+typedef struct kiln_request kiln_request;
+
+typedef struct kiln_engine_params {
+    int32_t n_ctx;          /* context per row; 0 = the model's training length, at most 4096 */
+    int32_t max_rows;       /* generations advanced together; default 8 (1 = one at a time) */
+    int32_t max_queue;      /* requests waiting for a row; default 64; beyond: KILN_ERR_BUSY */
+    int32_t prefill_chunk;  /* prompt tokens a joining row adds per step; default 256 */
+    int32_t n_threads;      /* 0 = number of physical cores */
+    kiln_kv_type kv_type;   /* default F16 */
+    uint64_t kv_budget;     /* bytes of KV all rows may hold together; 0 = max_rows full rows. A
+                               budget below one row still runs one row (estimates are advisory) */
+} kiln_engine_params;
+
+kiln_engine_params kiln_engine_default_params(void);
+
+kiln_status kiln_engine_new(kiln_model *model, const kiln_engine_params *params, kiln_engine **out);
+
+/* Stops taking requests, cancels the queued ones, gives running ones up to grace_ms to finish,
+ * cancels the rest and joins the scheduler. Their on_done callbacks have run when it returns.
+ * Idempotent; kiln_engine_free calls it with grace 0. */
+void kiln_engine_shutdown(kiln_engine *engine, int grace_ms);
+void kiln_engine_free(kiln_engine *engine);
+
+int32_t kiln_engine_n_ctx(const kiln_engine *engine);
+int32_t kiln_engine_n_threads(const kiln_engine *engine);
+
+/* Queues a generation of prompt[n_prompt] (copied; used as given, no BOS added). params is copied,
+ * including its stop strings and logit bias; on_token and on_done are called on the engine's
+ * thread (keep them short), on_token returning non-zero cancels this request only. On success
+ * *out is a handle the caller must release with kiln_request_free. KILN_ERR_BUSY when the queue
+ * is full; KILN_ERR_INVALID_ARG / KILN_ERR_CONTEXT_FULL for a bad prompt or parameters (checked
+ * here, so an accepted request fails only by cancellation). */
+kiln_status kiln_engine_submit(kiln_engine *engine, const kiln_token *prompt, size_t n_prompt,
+                               const kiln_generate_params *params, kiln_request **out);
+
+/* Asks the engine to stop the request (thread-safe, any time): a queued request never starts, a
+ * running one leaves the batch at the next step. Its on_done reports KILN_ERR_CANCELLED. */
+void kiln_request_cancel(kiln_request *request);
+/* Blocks until the request has ended; returns its status and fills *result (may be NULL). Call it
+ * only while the engine exists (after kiln_engine_shutdown every request has ended). */
+kiln_status kiln_request_wait(kiln_request *request, kiln_generate_result *result);
+/* Releases the caller's handle; a request still running is cancelled first (without waiting).
+ * Handles may be freed before or after their engine. */
+void kiln_request_free(kiln_request *request);
+
+typedef struct kiln_engine_stats {
+    int32_t active;         /* rows generating or prefilling */
+    int32_t queued;         /* requests waiting for a row */
+    int32_t max_rows;       /* rows the KV budget allows */
+    uint64_t kv_bytes;      /* KV memory held by rows (allocated on first use, then kept) */
+    uint64_t kv_bytes_used; /* of which holding tokens of running requests */
+    uint64_t steps;         /* forward passes run */
+} kiln_engine_stats;
+
+void kiln_engine_get_stats(kiln_engine *engine, kiln_engine_stats *out);
 
 #ifdef __cplusplus
 }

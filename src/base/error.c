@@ -23,6 +23,7 @@ static const char *const status_names[KILN_STATUS_COUNT] = {
     [KILN_ERR_CONTEXT_FULL] = "context full",
     [KILN_ERR_CANCELLED] = "cancelled",
     [KILN_ERR_INTERNAL] = "internal error",
+    [KILN_ERR_BUSY] = "busy: the queue is full",
 };
 
 const char *kiln_status_str(kiln_status status) {

@@ -1,14 +1,13 @@
 /*
- * session.c - kiln_session: context creation, low-level eval, and the generation loop.
+ * session.c - kiln_session: context creation, low-level eval, and generation.
  *
- * The loop: tokenize the prompt, prefill it in n_batch chunks, then repeatedly sample one token,
- * hand its completed text to the caller's callback and evaluate it, until an end-of-generation
- * token, the token limit, a full context or cancellation. Every buffer is allocated when the
- * session is created (the sampler's when a generation starts); the token loop allocates nothing.
+ * kiln_generate runs the prompt as one row of the executor (engine/row.h): the same row state
+ * machine and executor step the batching engine uses, with a batch of one. Every buffer is
+ * allocated when the session is created (the sampler's and stop strings' when a generation
+ * starts); the token loop allocates nothing.
  */
 #include "engine/session.h"
-#include "engine/stop.h"
-#include "sample/logprobs.h"
+#include "engine/row.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -22,7 +21,7 @@ kiln_generate_params kiln_generate_default_params(void) {
     kiln_generate_params p = {
         .max_tokens = 256, .ignore_eos = false, .add_special = true, .parse_special = false,
         .sampling = kiln_sampler_default_params(), .stop = NULL, .n_stop = 0, .logprobs = -1,
-        .on_token = NULL, .user = NULL,
+        .on_token = NULL, .on_done = NULL, .user = NULL,
     };
     return p;
 }
@@ -131,93 +130,17 @@ const float *kiln_session_logits(const kiln_session *s, int32_t i) {
     return s->logits + (size_t)(i - s->logits_first) * (size_t)s->model->hp.n_vocab;
 }
 
-/* Per-generation output state: stop strings and logprobs, between the sampler and the callback. */
-typedef struct gen_out {
-    const kiln_generate_params *p;
-    kn_stopper stop;
-    kiln_top_logprob top[KILN_MAX_TOP_LOGPROBS];
-} gen_out;
-
-/* Emits token `tok` (sampled from `logits`) with the text it releases; returns non-zero if the
- * caller cancels. */
-static int emit(kiln_session *s, gen_out *o, kiln_token tok, const float *logits) {
-    size_t len, n_rel;
-    const char *text = kn_detok_push(&s->detok, tok, &len);
-    const char *rel = kn_stopper_push(&o->stop, text, len, &n_rel);
-    if (!o->p->on_token) return 0;
-    kiln_token_event ev = {.token = tok, .text = rel, .text_len = n_rel, .top = o->top};
-    if (o->p->logprobs >= 0) {
-        ev.n_top = (size_t)o->p->logprobs;
-        ev.logprob = kn_logprobs(logits, s->model->hp.n_vocab, tok, ev.n_top, o->top);
-    }
-    return o->p->on_token(&ev, o->p->user);
-}
-
 kiln_status kiln_generate_tokens(kiln_session *s, const kiln_token *prompt, size_t n_prompt,
                                  const kiln_generate_params *params, kiln_generate_result *result) {
     kn_error_clear();
     kiln_generate_params p = params ? *params : kiln_generate_default_params();
-    kiln_generate_result res = {.stop_index = -1};
-    const kiln_model *m = s->model;
-    if (n_prompt == 0) return fail(s, kn_error(KILN_ERR_INVALID_ARG, "the prompt is empty and the model has no BOS token"));
-    if (n_prompt >= (size_t)s->p.n_ctx)
-        return fail(s, kn_error(KILN_ERR_CONTEXT_FULL, "the prompt has %zu tokens; the context holds %d", n_prompt,
-                                s->p.n_ctx));
-    if (p.logprobs < -1 || p.logprobs > KILN_MAX_TOP_LOGPROBS)
-        return fail(s, kn_error(KILN_ERR_INVALID_ARG, "logprobs %d is outside [-1, %d]", p.logprobs, KILN_MAX_TOP_LOGPROBS));
-    gen_out o = {.p = &p};
-    kiln_status st = kn_stopper_init(&o.stop, p.stop, p.n_stop, sizeof s->detok.out);
+    kn_row row;
+    kiln_status st = kn_row_begin(&row, s->model, &s->kv, prompt, n_prompt, &p);
     if (st) return fail(s, st);
-    kn_sampler smp;
-    if ((st = kn_sampler_init(&smp, &p.sampling, m->hp.n_vocab))) {
-        kn_stopper_free(&o.stop);
-        return fail(s, st);
-    }
-    kiln_session_reset(s);
-    double t0 = kn_now_ms();
-    st = kiln_session_eval(s, prompt, n_prompt, false);
-    if (st) {
-        kn_sampler_free(&smp);
-        kn_stopper_free(&o.stop);
-        return st;
-    }
-    for (size_t i = 0; i < n_prompt; i++) kn_sampler_accept(&smp, prompt[i]);
-    res.n_prompt = (int32_t)n_prompt;
-    double t1 = kn_now_ms();
-    res.prompt_ms = t1 - t0;
-    /* A stream starts a text when nothing but BOS precedes it. */
-    bool at_start = n_prompt == 1 && prompt[0] == kn_tok_bos(m->tok);
-    kn_detok_init(&s->detok, m->tok, at_start, false);
-
-    for (;;) {
-        if (p.max_tokens >= 0 && res.n_generated >= p.max_tokens) { res.stop = KILN_STOP_LENGTH; break; }
-        const float *logits = kiln_session_logits(s, -1);
-        kiln_token tok = kn_sampler_sample(&smp, logits);
-        if (!p.ignore_eos && kn_tok_is_eog(m->tok, tok)) { res.stop = KILN_STOP_EOS; break; }
-        kn_sampler_accept(&smp, tok);
-        res.n_generated++;
-        if (emit(s, &o, tok, logits)) { res.stop = KILN_STOP_CANCELLED; st = KILN_ERR_CANCELLED; break; }
-        if (o.stop.matched >= 0) { res.stop = KILN_STOP_STRING; res.stop_index = o.stop.matched; break; }
-        if (s->kv.n_past >= s->kv.n_ctx) { res.stop = KILN_STOP_CONTEXT; break; }
-        if ((st = kiln_session_eval(s, &tok, 1, false))) break;
-    }
-    /* Bytes of an unfinished character, then the text held back for stop strings. */
-    size_t tail_len, held_len;
-    const char *tail = kn_detok_flush(&s->detok, &tail_len);
-    const char *rel = kn_stopper_push(&o.stop, tail, tail_len, &tail_len);
-    if (tail_len && p.on_token && st == KILN_OK) {
-        kiln_token_event ev = {.token = -1, .text = rel, .text_len = tail_len};
-        p.on_token(&ev, p.user);
-    }
-    const char *held = kn_stopper_flush(&o.stop, &held_len);
-    if (held_len && p.on_token && st == KILN_OK) {
-        kiln_token_event ev = {.token = -1, .text = held, .text_len = held_len};
-        p.on_token(&ev, p.user);
-    }
-    res.gen_ms = kn_now_ms() - t1;
-    kn_sampler_free(&smp);
-    kn_stopper_free(&o.stop);
-    if (result) *result = res;
+    s->n_logits = 0;
+    kn_row *rows[1] = {&row};
+    while (!row.finished) kn_method_step(s->model, &s->scratch, rows, 1, s->p.n_batch, s->p.n_batch, s->logits);
+    st = kn_row_end(&row, result);
     if (st == KILN_ERR_CANCELLED) kn_error(st, "generation cancelled by the caller");
     return st ? fail(s, st) : KILN_OK;
 }

@@ -1,0 +1,260 @@
+/*
+ * engine.c - kiln_engine's public API: creation, request submission, cancellation, waiting,
+ * statistics and shutdown. The scheduling loop itself is in scheduler.c.
+ */
+#include "engine/engine.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+kiln_engine_params kiln_engine_default_params(void) {
+    kiln_engine_params p = {.n_ctx = 0, .max_rows = 8, .max_queue = 64, .prefill_chunk = 256, .n_threads = 0,
+                            .kv_type = KILN_KV_F16, .kv_budget = 0};
+    return p;
+}
+
+kiln_status kiln_engine_new(kiln_model *m, const kiln_engine_params *params, kiln_engine **out) {
+    kn_error_clear();
+    if (!out) return kn_error(KILN_ERR_INVALID_ARG, "kiln_engine_new: out is NULL");
+    *out = NULL;
+    if (!m) return kn_error(KILN_ERR_INVALID_ARG, "kiln_engine_new: model is NULL");
+    if (m->vocab_only) return kn_error(KILN_ERR_INVALID_ARG, "the model was loaded vocab-only; it cannot generate");
+    kiln_engine_params p = params ? *params : kiln_engine_default_params();
+    const kn_hparams *hp = &m->hp;
+    if (p.n_ctx < 0 || p.n_ctx > (1 << 24)) return kn_error(KILN_ERR_INVALID_ARG, "context size %d is out of range", p.n_ctx);
+    if (p.n_ctx == 0) p.n_ctx = KN_MIN(hp->n_ctx_train, 4096);
+    if (p.n_ctx > hp->n_ctx_train)
+        KN_LOGW("context size %d exceeds the %d tokens the model was trained on", p.n_ctx, hp->n_ctx_train);
+    if (p.max_rows < 1 || p.max_rows > 1024) return kn_error(KILN_ERR_INVALID_ARG, "max_rows %d is outside [1, 1024]", p.max_rows);
+    if (p.max_queue < 0 || p.max_queue > (1 << 20)) return kn_error(KILN_ERR_INVALID_ARG, "max_queue %d is out of range", p.max_queue);
+    if (p.prefill_chunk < 1 || p.prefill_chunk > 65536)
+        return kn_error(KILN_ERR_INVALID_ARG, "prefill_chunk %d is outside [1, 65536]", p.prefill_chunk);
+    p.prefill_chunk = KN_MIN(p.prefill_chunk, p.n_ctx);
+    if (p.n_threads < 0 || p.n_threads > 1024) return kn_error(KILN_ERR_INVALID_ARG, "thread count %d is out of range", p.n_threads);
+    if (p.n_threads == 0) p.n_threads = kn_physical_cores();
+    if (p.kv_type != KILN_KV_F16 && p.kv_type != KILN_KV_F32) return kn_error(KILN_ERR_INVALID_ARG, "unknown KV type");
+
+    kiln_engine *e = kn_calloc(1, sizeof *e);
+    if (!e) return KILN_ERR_NOMEM;
+    e->model = m;
+    e->p = p;
+    const size_t elt = p.kv_type == KILN_KV_F16 ? 2 : 4;
+    e->row_kv_bytes = 2 * (size_t)hp->n_layer * (size_t)p.n_ctx * (size_t)(hp->n_head_kv * hp->head_dim) * elt;
+    e->row_cap = p.max_rows;
+    if (p.kv_budget) {
+        uint64_t fit = p.kv_budget / e->row_kv_bytes;
+        if (fit < 1) KN_LOGW("a KV budget of %llu bytes is below one row (%zu bytes); running one row anyway",
+                             (unsigned long long)p.kv_budget, e->row_kv_bytes);
+        e->row_cap = (int32_t)KN_MAX(1, KN_MIN((uint64_t)p.max_rows, fit));
+    }
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->wake, NULL);
+    pthread_cond_init(&e->done_cv, NULL);
+    kiln_status st = kn_scratch_init(&e->scratch, m, p.prefill_chunk + p.max_rows, p.n_ctx, p.n_threads);
+    if (!st) {
+        e->logits = kn_alloc_aligned((size_t)p.max_rows * (size_t)hp->n_vocab * sizeof(float));
+        e->slots = kn_calloc((size_t)p.max_rows, sizeof *e->slots);
+        e->queue = kn_calloc((size_t)KN_MAX(p.max_queue, 1), sizeof *e->queue);
+        if (!e->logits || !e->slots || !e->queue) st = KILN_ERR_NOMEM;
+    }
+    if (!st && pthread_create(&e->thread, NULL, kn_scheduler_main, e) != 0)
+        st = kn_error(KILN_ERR_INTERNAL, "cannot start the scheduler thread");
+    e->thread_started = st == KILN_OK;
+    if (st) {
+        kiln_engine_free(e);
+        return st;
+    }
+    *out = e;
+    return KILN_OK;
+}
+
+/* Cancels every queued request and every running one (lock held). */
+static void cancel_all_locked(kiln_engine *e, bool running) {
+    for (int i = 0; i < e->q_count; i++) atomic_store(&e->queue[(e->q_head + i) % e->p.max_queue]->cancel, true);
+    if (running)
+        for (int i = 0; i < e->p.max_rows; i++)
+            if (e->slots[i].req) atomic_store(&e->slots[i].req->cancel, true);
+    pthread_cond_broadcast(&e->wake);
+}
+
+static int n_active_locked(const kiln_engine *e) {
+    int n = 0;
+    for (int i = 0; i < e->p.max_rows; i++) n += e->slots[i].req != NULL;
+    return n;
+}
+
+void kiln_engine_shutdown(kiln_engine *e, int grace_ms) {
+    if (!e || !e->thread_started) return;
+    pthread_mutex_lock(&e->mu);
+    if (e->joined) {
+        pthread_mutex_unlock(&e->mu);
+        return;
+    }
+    e->stopping = true;
+    cancel_all_locked(e, false);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += grace_ms / 1000;
+    ts.tv_nsec += (long)(grace_ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) { ts.tv_sec++; ts.tv_nsec -= 1000000000L; }
+    while ((n_active_locked(e) || e->q_count) && pthread_cond_timedwait(&e->done_cv, &e->mu, &ts) == 0) {
+    }
+    cancel_all_locked(e, true);
+    e->joined = true;
+    pthread_mutex_unlock(&e->mu);
+    pthread_join(e->thread, NULL);
+}
+
+void kiln_engine_free(kiln_engine *e) {
+    if (!e) return;
+    kiln_engine_shutdown(e, 0);
+    if (e->slots)
+        for (int i = 0; i < e->p.max_rows; i++) kn_kv_free(&e->slots[i].kv);
+    kn_scratch_free(&e->scratch);
+    kn_free_aligned(e->logits);
+    free(e->slots);
+    free(e->queue);
+    pthread_mutex_destroy(&e->mu);
+    pthread_cond_destroy(&e->wake);
+    pthread_cond_destroy(&e->done_cv);
+    free(e);
+}
+
+int32_t kiln_engine_n_ctx(const kiln_engine *e) { return e->p.n_ctx; }
+int32_t kiln_engine_n_threads(const kiln_engine *e) { return e->p.n_threads; }
+
+/* ---- requests ---------------------------------------------------------------------------------- */
+
+void kn_request_unref(kiln_request *r) {
+    if (!r || atomic_fetch_sub(&r->refs, 1) != 1) return;
+    for (size_t i = 0; i < r->gp.n_stop; i++) free(r->stop[i]);
+    free(r->stop);
+    free(r->bias);
+    free(r->prompt);
+    free(r);
+}
+
+void kn_request_complete_locked(kiln_engine *e, kiln_request *r, kiln_status st, const kiln_generate_result *res) {
+    r->status = st;
+    if (res) r->result = *res;
+    r->done = true;
+    pthread_cond_broadcast(&e->done_cv);
+}
+
+/* Everything about a request that can be checked before it is queued, so an accepted request
+ * fails only by cancellation: prompt ids and length, logprobs, stop strings, sampler settings. */
+static kiln_status validate(const kiln_engine *e, const kiln_token *prompt, size_t n, const kiln_generate_params *gp) {
+    if (n == 0 || !prompt) return kn_error(KILN_ERR_INVALID_ARG, "the prompt is empty");
+    if (n >= (size_t)e->p.n_ctx)
+        return kn_error(KILN_ERR_CONTEXT_FULL, "the prompt has %zu tokens; the context holds %d", n, e->p.n_ctx);
+    const int32_t V = e->model->hp.n_vocab;
+    for (size_t i = 0; i < n; i++)
+        if (prompt[i] < 0 || prompt[i] >= V)
+            return kn_error(KILN_ERR_INVALID_ARG, "token %d at index %zu is outside the vocabulary [0, %d)", prompt[i], i, V);
+    if (gp->logprobs < -1 || gp->logprobs > KILN_MAX_TOP_LOGPROBS)
+        return kn_error(KILN_ERR_INVALID_ARG, "logprobs %d is outside [-1, %d]", gp->logprobs, KILN_MAX_TOP_LOGPROBS);
+    kn_stopper stop;
+    kiln_status st = kn_stopper_init(&stop, gp->stop, gp->n_stop, 16);
+    kn_stopper_free(&stop);
+    if (st) return st;
+    kn_sampler smp;
+    if ((st = kn_sampler_init(&smp, &gp->sampling, V))) return st;
+    kn_sampler_free(&smp);
+    return KILN_OK;
+}
+
+/* Copies prompt, stop strings and logit bias into r so the caller's buffers can go. */
+static kiln_status copy_inputs(kiln_request *r, const kiln_token *prompt, size_t n, const kiln_generate_params *gp) {
+    r->gp = *gp;
+    r->n_prompt = n;
+    r->prompt = malloc(n * sizeof *prompt);
+    r->stop = kn_calloc(gp->n_stop + 1, sizeof *r->stop);
+    r->bias = kn_calloc(gp->sampling.n_logit_bias + 1, sizeof *r->bias);
+    if (!r->prompt || !r->stop || !r->bias) return KILN_ERR_NOMEM;
+    memcpy(r->prompt, prompt, n * sizeof *prompt);
+    r->gp.n_stop = 0;
+    for (size_t i = 0; i < gp->n_stop; i++) {
+        if (!(r->stop[i] = kn_strdup(gp->stop[i]))) return KILN_ERR_NOMEM;
+        r->gp.n_stop++;
+    }
+    r->gp.stop = (const char *const *)r->stop;
+    if (gp->sampling.n_logit_bias) memcpy(r->bias, gp->sampling.logit_bias, gp->sampling.n_logit_bias * sizeof *r->bias);
+    r->gp.sampling.logit_bias = r->bias;
+    return KILN_OK;
+}
+
+kiln_status kiln_engine_submit(kiln_engine *e, const kiln_token *prompt, size_t n_prompt,
+                               const kiln_generate_params *params, kiln_request **out) {
+    kn_error_clear();
+    if (!e || !out) return kn_error(KILN_ERR_INVALID_ARG, "kiln_engine_submit: NULL argument");
+    *out = NULL;
+    kiln_generate_params gp = params ? *params : kiln_generate_default_params();
+    kiln_status st = validate(e, prompt, n_prompt, &gp);
+    if (st) return st;
+    kiln_request *r = kn_calloc(1, sizeof *r);
+    if (!r) return KILN_ERR_NOMEM;
+    atomic_init(&r->refs, 2);
+    atomic_init(&r->cancel, false);
+    r->engine = e;
+    if ((st = copy_inputs(r, prompt, n_prompt, &gp))) {
+        atomic_store(&r->refs, 1);
+        kn_request_unref(r);
+        return kn_error(st, "out of memory copying a request");
+    }
+    pthread_mutex_lock(&e->mu);
+    if (e->stopping) st = kn_error(KILN_ERR_BUSY, "the engine is shutting down");
+    else if (e->q_count >= e->p.max_queue)
+        st = kn_error(KILN_ERR_BUSY, "%d requests are already waiting (the queue limit)", e->q_count);
+    if (!st) {
+        e->queue[(e->q_head + e->q_count) % e->p.max_queue] = r;
+        e->q_count++;
+        pthread_cond_broadcast(&e->wake);
+    }
+    pthread_mutex_unlock(&e->mu);
+    if (st) {
+        atomic_store(&r->refs, 1);
+        kn_request_unref(r);
+        return st;
+    }
+    *out = r;
+    return KILN_OK;
+}
+
+void kiln_request_cancel(kiln_request *r) {
+    if (r) atomic_store(&r->cancel, true);
+}
+
+kiln_status kiln_request_wait(kiln_request *r, kiln_generate_result *result) {
+    kiln_engine *e = r->engine;
+    pthread_mutex_lock(&e->mu);
+    while (!r->done) pthread_cond_wait(&e->done_cv, &e->mu);
+    kiln_status st = r->status;
+    if (result) *result = r->result;
+    pthread_mutex_unlock(&e->mu);
+    return st;
+}
+
+void kiln_request_free(kiln_request *r) {
+    if (!r) return;
+    atomic_store(&r->cancel, true);   /* no effect once done */
+    kn_request_unref(r);
+}
+
+void kiln_engine_get_stats(kiln_engine *e, kiln_engine_stats *out) {
+    memset(out, 0, sizeof *out);
+    pthread_mutex_lock(&e->mu);
+    out->queued = e->q_count;
+    out->max_rows = e->row_cap;
+    out->steps = e->steps;
+    const size_t per_tok = e->row_kv_bytes / (size_t)e->p.n_ctx;
+    for (int i = 0; i < e->p.max_rows; i++) {
+        const kn_slot *s = &e->slots[i];
+        if (s->allocated) out->kv_bytes += e->row_kv_bytes;
+        if (s->req) {
+            out->active++;
+            out->kv_bytes_used += per_tok * (size_t)s->kv.n_past;
+        }
+    }
+    pthread_mutex_unlock(&e->mu);
+}

@@ -1,0 +1,63 @@
+/*
+ * engine.h - kiln_engine internals shared by engine.c (public API, requests) and scheduler.c (the
+ * thread that admits requests into rows and steps them).
+ *
+ * Locking: e->mu guards the queue, the slots' request pointers, the stopping flag and every
+ * request's done/status/result. Row state (kn_row, KV) is touched only by the scheduler thread.
+ * User callbacks run on the scheduler thread without e->mu held.
+ */
+#ifndef KN_ENGINE_H
+#define KN_ENGINE_H
+
+#include "engine/row.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+struct kiln_request {
+    kiln_engine *engine;           /* for waiting; a handle may be freed after its engine */
+    atomic_int refs;               /* the caller's handle + the engine while not done */
+    atomic_bool cancel;
+    kiln_token *prompt;            /* [n_prompt] owned copy */
+    size_t n_prompt;
+    kiln_generate_params gp;       /* stop / logit_bias point at the owned copies below */
+    char **stop;
+    kiln_logit_bias *bias;
+    bool done;                     /* under e->mu */
+    kiln_status status;
+    kiln_generate_result result;
+};
+
+typedef struct kn_slot {
+    kn_kv kv;                      /* allocated on first use, then kept for later requests */
+    bool allocated;
+    kiln_request *req;             /* running request, or NULL */
+    kn_row row;
+} kn_slot;
+
+struct kiln_engine {
+    kiln_model *model;
+    kiln_engine_params p;          /* resolved */
+    int32_t row_cap;               /* rows the KV budget allows (<= max_rows, >= 1) */
+    size_t row_kv_bytes;
+    kn_scratch scratch;
+    float *logits;                 /* [max_rows][n_vocab] */
+    kn_slot *slots;                /* [max_rows] */
+    kiln_request **queue;          /* ring [max_queue] */
+    int q_head, q_count;
+    pthread_mutex_t mu;
+    pthread_cond_t wake;           /* scheduler: new work or stopping */
+    pthread_cond_t done_cv;        /* waiters: some request ended */
+    pthread_t thread;
+    bool thread_started;
+    bool stopping;
+    bool joined;
+    uint64_t steps;
+};
+
+void *kn_scheduler_main(void *engine);
+/* Marks a request ended (lock held by the caller): records status/result, wakes waiters. */
+void kn_request_complete_locked(kiln_engine *e, kiln_request *r, kiln_status st, const kiln_generate_result *res);
+void kn_request_unref(kiln_request *r);
+
+#endif

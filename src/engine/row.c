@@ -1,0 +1,175 @@
+/*
+ * row.c - the per-row generation state machine and the executor step (see row.h).
+ *
+ * Order of events in a row, identical whether it runs alone or in a batch:
+ *   begin -> prefill chunks -> [logits of the last prompt token] -> loop:
+ *     limit reached? -> sample -> end-of-generation token? -> accept, count, emit text/logprobs
+ *     -> stop string? -> context full? -> feed the token at the next step
+ *   -> end (flush held text, result, on_done).
+ */
+#include "engine/row.h"
+
+#include "sample/logprobs.h"
+
+#include <string.h>
+
+kiln_status kn_row_begin(kn_row *r, const kiln_model *m, kn_kv *kv, const kiln_token *prompt, size_t n,
+                         const kiln_generate_params *gp) {
+    memset(r, 0, sizeof *r);
+    r->model = m;
+    r->kv = kv;
+    r->gp = *gp;
+    r->prompt = prompt;
+    r->n_prompt = n;
+    r->res.stop_index = -1;
+    if (n == 0) return kn_error(KILN_ERR_INVALID_ARG, "the prompt is empty and the model has no BOS token");
+    if (n >= (size_t)kv->n_ctx)
+        return kn_error(KILN_ERR_CONTEXT_FULL, "the prompt has %zu tokens; the context holds %d", n, kv->n_ctx);
+    const int32_t V = m->hp.n_vocab;
+    for (size_t i = 0; i < n; i++)
+        if (prompt[i] < 0 || prompt[i] >= V)
+            return kn_error(KILN_ERR_INVALID_ARG, "token %d at index %zu is outside the vocabulary [0, %d)", prompt[i], i, V);
+    if (gp->logprobs < -1 || gp->logprobs > KILN_MAX_TOP_LOGPROBS)
+        return kn_error(KILN_ERR_INVALID_ARG, "logprobs %d is outside [-1, %d]", gp->logprobs, KILN_MAX_TOP_LOGPROBS);
+    kiln_status st = kn_stopper_init(&r->stop, gp->stop, gp->n_stop, sizeof r->detok.out);
+    if (st) return st;
+    if ((st = kn_sampler_init(&r->smp, &gp->sampling, V))) {
+        kn_stopper_free(&r->stop);
+        return st;
+    }
+    for (size_t i = 0; i < n; i++) kn_sampler_accept(&r->smp, prompt[i]);
+    kv->n_past = 0;
+    r->t_start = kn_now_ms();
+    return KILN_OK;
+}
+
+void kn_row_plan(const kn_row *r, int32_t max, kn_batch_row *out) {
+    out->kv = r->kv;
+    if (r->decoding) {
+        out->tokens = &r->last;
+        out->n_tokens = 1;
+        out->logits_from = 0;
+        return;
+    }
+    const size_t left = r->n_prompt - r->n_fed;
+    const int32_t n = (int32_t)KN_MIN(left, (size_t)max);
+    out->tokens = r->prompt + r->n_fed;
+    out->n_tokens = n;
+    out->logits_from = (size_t)n == left ? n - 1 : n;   /* logits only for the prompt's last token */
+}
+
+/* Emits token tok (sampled from logits) with the text it releases; returns non-zero if the
+ * callback cancels. */
+static int emit(kn_row *r, kiln_token tok, const float *logits) {
+    size_t len, n_rel;
+    const char *text = kn_detok_push(&r->detok, tok, &len);
+    const char *rel = kn_stopper_push(&r->stop, text, len, &n_rel);
+    if (!r->gp.on_token) return 0;
+    kiln_token_event ev = {.token = tok, .text = rel, .text_len = n_rel, .top = r->top};
+    if (r->gp.logprobs >= 0) {
+        ev.n_top = (size_t)r->gp.logprobs;
+        ev.logprob = kn_logprobs(logits, r->model->hp.n_vocab, tok, ev.n_top, r->top);
+    }
+    return r->gp.on_token(&ev, r->gp.user);
+}
+
+static bool finish(kn_row *r, kiln_stop_reason why) {
+    r->res.stop = why;
+    r->finished = true;
+    return true;
+}
+
+bool kn_row_advance(kn_row *r, const kn_batch_row *planned, const float *logits) {
+    if (r->finished) return true;
+    if (!r->decoding) {
+        r->n_fed += (size_t)planned->n_tokens;
+        if (r->n_fed < r->n_prompt) return false;
+        r->decoding = true;
+        r->t_first = kn_now_ms();
+        r->res.n_prompt = (int32_t)r->n_prompt;
+        r->res.prompt_ms = r->t_first - r->t_start;
+        /* A stream starts a text when nothing but BOS precedes it. */
+        const bool at_start = r->n_prompt == 1 && r->prompt[0] == kn_tok_bos(r->model->tok);
+        kn_detok_init(&r->detok, r->model->tok, at_start, false);
+    }
+    const kiln_generate_params *p = &r->gp;
+    if (p->max_tokens >= 0 && r->res.n_generated >= p->max_tokens) return finish(r, KILN_STOP_LENGTH);
+    const kiln_token tok = kn_sampler_sample(&r->smp, logits);
+    if (!p->ignore_eos && kn_tok_is_eog(r->model->tok, tok)) return finish(r, KILN_STOP_EOS);
+    kn_sampler_accept(&r->smp, tok);
+    r->res.n_generated++;
+    if (emit(r, tok, logits)) {
+        r->status = KILN_ERR_CANCELLED;
+        return finish(r, KILN_STOP_CANCELLED);
+    }
+    if (r->stop.matched >= 0) {
+        r->res.stop_index = r->stop.matched;
+        return finish(r, KILN_STOP_STRING);
+    }
+    if (p->max_tokens >= 0 && r->res.n_generated >= p->max_tokens) return finish(r, KILN_STOP_LENGTH);
+    if (r->kv->n_past >= r->kv->n_ctx) return finish(r, KILN_STOP_CONTEXT);
+    r->last = tok;
+    return false;
+}
+
+void kn_row_cancel(kn_row *r) {
+    if (r->finished) return;
+    r->status = KILN_ERR_CANCELLED;
+    finish(r, KILN_STOP_CANCELLED);
+}
+
+/* Sends released text as a final event without a token. */
+static void emit_tail(kn_row *r, const char *text, size_t len) {
+    if (!len || !r->gp.on_token) return;
+    kiln_token_event ev = {.token = -1, .text = text, .text_len = len};
+    r->gp.on_token(&ev, r->gp.user);
+}
+
+kiln_status kn_row_end(kn_row *r, kiln_generate_result *result) {
+    if (r->status == KILN_OK && r->decoding) {
+        /* Bytes of an unfinished character, then the text held back for stop strings. */
+        size_t n;
+        const char *tail = kn_detok_flush(&r->detok, &n);
+        const char *rel = kn_stopper_push(&r->stop, tail, n, &n);
+        emit_tail(r, rel, n);
+        const char *held = kn_stopper_flush(&r->stop, &n);
+        emit_tail(r, held, n);
+    }
+    if (r->decoding) r->res.gen_ms = kn_now_ms() - r->t_first;
+    else r->res.prompt_ms = kn_now_ms() - r->t_start;
+    kn_sampler_free(&r->smp);
+    kn_stopper_free(&r->stop);
+    if (result) *result = r->res;
+    if (r->gp.on_done) r->gp.on_done(r->status, &r->res, r->gp.user);
+    return r->status;
+}
+
+int kn_method_step(const kiln_model *m, kn_scratch *s, kn_row **rows, int n, int32_t max_tokens, int32_t prefill_chunk,
+                   float *logits) {
+    kn_batch_row br[n];
+    kn_row *in[n];
+    int nb = 0;
+    int32_t budget = KN_MIN(max_tokens, s->n_max);
+    for (int i = 0; i < n && budget > 0; i++) {   /* decoding rows: one token each */
+        if (rows[i]->finished || !rows[i]->decoding) continue;
+        kn_row_plan(rows[i], 1, &br[nb]);
+        in[nb++] = rows[i];
+        budget--;
+    }
+    for (int i = 0; i < n && budget > 0; i++) {   /* prefilling rows share the rest, in order */
+        if (rows[i]->finished || rows[i]->decoding) continue;
+        kn_row_plan(rows[i], KN_MIN(budget, prefill_chunk), &br[nb]);
+        in[nb++] = rows[i];
+        budget -= br[nb - 1].n_tokens;
+    }
+    if (nb == 0) return 0;
+    kn_forward(m, s, br, nb, logits, n);
+    int done = 0;
+    size_t li = 0;
+    for (int i = 0; i < nb; i++) {
+        const bool has = br[i].logits_from < br[i].n_tokens;
+        const float *lg = has ? logits + li++ * (size_t)m->hp.n_vocab : NULL;
+        done += kn_row_advance(in[i], &br[i], lg);
+    }
+    return done;
+}

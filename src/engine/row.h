@@ -1,0 +1,70 @@
+/*
+ * row.h - one generation as a row of the executor: the state machine both a session
+ * (kiln_generate) and the batching engine drive, so a lone request and a batch of eight run the
+ * same code.
+ *
+ * A row prefills its prompt in chunks, then decodes one token per step. Each step the executor
+ * asks every active row for its tokens (kn_row_plan), runs one forward pass over all rows
+ * (kn_method_step), and hands each row the logits of its last position when it has any
+ * (kn_row_advance): the row samples with its own sampler, emits text through its detokenizer,
+ * stop-string matcher and logprobs, and decides whether it has finished. Rows never see each
+ * other; the forward pass guarantees a row's logits do not depend on the batch around it.
+ */
+#ifndef KN_ROW_H
+#define KN_ROW_H
+
+#include "engine/stop.h"
+#include "model/forward.h"
+#include "sample/sampler.h"
+#include "text/tokenizer.h"
+
+typedef struct kn_row {
+    const kiln_model *model;
+    kn_kv *kv;                       /* the row's cache (borrowed) */
+    kiln_generate_params gp;         /* stop / logit_bias pointers must outlive the row */
+    const kiln_token *prompt;        /* [n_prompt] (borrowed) */
+    size_t n_prompt;
+    size_t n_fed;                    /* prompt tokens already in the KV */
+    kiln_token last;                 /* sampled token to feed at the next decode step */
+    bool decoding;                   /* the whole prompt is in the KV */
+    bool finished;
+    kiln_status status;              /* KILN_OK, or why the row ended early */
+    kn_sampler smp;
+    kn_detok detok;
+    kn_stopper stop;
+    kiln_top_logprob top[KILN_MAX_TOP_LOGPROBS];
+    kiln_generate_result res;
+    double t_start, t_first;         /* ms: begin, prompt done */
+} kn_row;
+
+/* Starts a generation on kv (emptied) for prompt[n] with params gp. Validates the prompt (non-empty,
+ * ids in the vocabulary, shorter than the context) and parameters; allocates the sampler and
+ * stop-string buffers (the only allocations of a generation). On failure nothing is held. */
+kiln_status kn_row_begin(kn_row *r, const kiln_model *m, kn_kv *kv, const kiln_token *prompt, size_t n,
+                         const kiln_generate_params *gp);
+
+/* The row's tokens for the next forward call, at most max (>= 1): the next prompt chunk while
+ * prefilling (logits only when it completes the prompt), else the last sampled token. */
+void kn_row_plan(const kn_row *r, int32_t max, kn_batch_row *out);
+
+/* Records that the planned tokens were evaluated; logits is the row's last position (NULL when
+ * the plan asked for none). Samples and emits a token when logits are given. Returns true once the
+ * row has finished (end of generation, a limit, a stop string, or cancellation by the callback). */
+bool kn_row_advance(kn_row *r, const kn_batch_row *planned, const float *logits);
+
+/* Marks an unfinished row cancelled (the caller's cancel request). */
+void kn_row_cancel(kn_row *r);
+
+/* Ends the row: releases held-back text (unless cancelled or failed), fills *result, calls
+ * on_done, frees the row's buffers. Returns the row's status. */
+kiln_status kn_row_end(kn_row *r, kiln_generate_result *result);
+
+/* One executor step over n active rows (1 <= n): plans each row within a budget of max_tokens
+ * stacked tokens (decoding rows first, one token each; prefilling rows share the rest, at most
+ * prefill_chunk each, in the order given), runs the forward pass, and advances every row that
+ * took part. logits must hold n rows of n_vocab. Rows that got no budget simply wait. Returns the
+ * number of rows that finished this step (their `finished` flag is set). */
+int kn_method_step(const kiln_model *m, kn_scratch *s, kn_row **rows, int n, int32_t max_tokens,
+                   int32_t prefill_chunk, float *logits);
+
+#endif

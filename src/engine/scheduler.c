@@ -1,0 +1,140 @@
+/*
+ * scheduler.c - the engine's scheduling loop: WHEN and WHICH rows advance.
+ *
+ * Iteration-level scheduling. Each turn of the loop, under the engine lock: queued requests that
+ * were cancelled are dropped, and waiting requests take free rows (up to the KV budget's row cap)
+ * in arrival order. Then, without the lock: new rows get their KV (allocated on a slot's first
+ * use and kept) and begin; rows whose request was cancelled leave; one executor step advances all
+ * active rows together (kn_method_step: decode tokens first, joining prompts in chunks); finished
+ * rows end and free their slot at once. The scheduler never touches tensors itself: the numeric
+ * work is the method's (row.c), the KV layout the cache's.
+ */
+#include "engine/engine.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Ends a request that never got a row (cancelled while queued, or failed to begin). */
+static void end_unstarted(kiln_engine *e, kiln_request *r, kiln_status st) {
+    kiln_generate_result res = {.stop = KILN_STOP_CANCELLED, .stop_index = -1};
+    if (st != KILN_ERR_CANCELLED) res.stop = KILN_STOP_NONE;
+    if (r->gp.on_done) r->gp.on_done(st, &res, r->gp.user);
+    pthread_mutex_lock(&e->mu);
+    kn_request_complete_locked(e, r, st, &res);
+    pthread_mutex_unlock(&e->mu);
+    kn_request_unref(r);
+}
+
+/* Removes cancelled requests from the queue into out[] (lock held); returns how many. */
+static int drop_cancelled_locked(kiln_engine *e, kiln_request **out) {
+    int n = 0, kept = 0;
+    const int cap = e->p.max_queue;
+    for (int i = 0; i < e->q_count; i++) {
+        kiln_request *r = e->queue[(e->q_head + i) % cap];
+        if (atomic_load(&r->cancel)) out[n++] = r;
+        else e->queue[(e->q_head + kept++) % cap] = r;
+    }
+    e->q_count = kept;
+    return n;
+}
+
+/* Gives free slots (within the row cap) to waiting requests in arrival order (lock held); the
+ * slots that got one are listed in fresh[]. Returns how many. */
+static int admit_locked(kiln_engine *e, int *fresh) {
+    int n = 0;
+    for (int i = 0; i < e->row_cap && e->q_count; i++) {
+        if (e->slots[i].req) continue;
+        e->slots[i].req = e->queue[e->q_head];
+        e->q_head = (e->q_head + 1) % e->p.max_queue;
+        e->q_count--;
+        fresh[n++] = i;
+    }
+    return n;
+}
+
+/* Prepares a slot's KV and begins its row; on failure the request ends with the error. */
+static void start_row(kiln_engine *e, kn_slot *s) {
+    const kn_hparams *hp = &e->model->hp;
+    kiln_status st = KILN_OK;
+    if (!s->allocated) {
+        st = kn_kv_init(&s->kv, e->p.kv_type == KILN_KV_F16 ? KN_F16 : KN_F32, hp->n_layer, e->p.n_ctx,
+                        hp->n_head_kv * hp->head_dim);
+        s->allocated = st == KILN_OK;
+    }
+    kiln_request *r = s->req;
+    if (!st) st = kn_row_begin(&s->row, e->model, &s->kv, r->prompt, r->n_prompt, &r->gp);
+    if (!st) return;
+    KN_LOGE("a request could not start: %s", kn_error_msg());
+    pthread_mutex_lock(&e->mu);
+    s->req = NULL;
+    pthread_mutex_unlock(&e->mu);
+    end_unstarted(e, r, st);
+}
+
+/* Ends a finished row: its on_done runs, then the request completes and the slot frees. */
+static void end_row(kiln_engine *e, kn_slot *s) {
+    kiln_generate_result res;
+    kiln_status st = kn_row_end(&s->row, &res);
+    kiln_request *r = s->req;
+    pthread_mutex_lock(&e->mu);
+    kn_request_complete_locked(e, r, st, &res);
+    s->req = NULL;
+    pthread_cond_broadcast(&e->wake);
+    pthread_mutex_unlock(&e->mu);
+    kn_request_unref(r);
+}
+
+void *kn_scheduler_main(void *arg) {
+    kiln_engine *e = arg;
+    const int R = e->p.max_rows;
+    kiln_request **dropped = malloc((size_t)KN_MAX(e->p.max_queue, 1) * sizeof *dropped);
+    int *fresh = malloc((size_t)R * sizeof *fresh);
+    kn_row **rows = malloc((size_t)R * sizeof *rows);
+    kn_slot **row_slot = malloc((size_t)R * sizeof *row_slot);
+    if (!dropped || !fresh || !rows || !row_slot) {
+        KN_LOGE("the engine's scheduler is out of memory and stops");
+        free(dropped), free(fresh), free(rows), free(row_slot);
+        return NULL;
+    }
+    pthread_mutex_lock(&e->mu);
+    for (;;) {
+        const int n_drop = drop_cancelled_locked(e, dropped);
+        const int n_fresh = admit_locked(e, fresh);
+        int n_active = 0;
+        for (int i = 0; i < R; i++) n_active += e->slots[i].req != NULL;
+        if (!n_drop && !n_active) {
+            if (e->stopping && !e->q_count) break;
+            pthread_cond_wait(&e->wake, &e->mu);
+            continue;
+        }
+        pthread_mutex_unlock(&e->mu);
+
+        for (int i = 0; i < n_drop; i++) end_unstarted(e, dropped[i], KILN_ERR_CANCELLED);
+        for (int i = 0; i < n_fresh; i++) start_row(e, &e->slots[fresh[i]]);
+        int n = 0;
+        for (int i = 0; i < R; i++) {
+            kn_slot *s = &e->slots[i];
+            if (!s->req) continue;     /* only the scheduler clears req, so no lock is needed here */
+            if (atomic_load(&s->req->cancel)) kn_row_cancel(&s->row);
+            if (!s->row.finished) {
+                rows[n] = &s->row;
+                row_slot[n++] = s;
+            } else {
+                end_row(e, s);
+            }
+        }
+        if (n) {
+            kn_method_step(e->model, &e->scratch, rows, n, e->scratch.n_max, e->p.prefill_chunk, e->logits);
+            for (int i = 0; i < n; i++)
+                if (rows[i]->finished) end_row(e, row_slot[i]);
+        }
+        pthread_mutex_lock(&e->mu);
+        if (n) e->steps++;
+    }
+    pthread_mutex_unlock(&e->mu);
+    free(dropped);
+    free(fresh);
+    free(rows);
+    free(row_slot);
+    return NULL;
+}
