@@ -358,7 +358,8 @@ kiln_status kiln_engine_new(kiln_model *model, const kiln_engine_params *params,
 
 /* Stops taking requests, cancels the queued ones, gives running ones up to grace_ms to finish,
  * cancels the rest and joins the scheduler. Their on_done callbacks have run when it returns.
- * Idempotent; kiln_engine_free calls it with grace 0. */
+ * May be called again, also from another thread while a first call waits out its grace: the
+ * second call cancels what still runs at once. kiln_engine_free calls it with grace 0. */
 void kiln_engine_shutdown(kiln_engine *engine, int grace_ms);
 void kiln_engine_free(kiln_engine *engine);
 

@@ -40,8 +40,30 @@ static const usage_entry usages[] = {
      "generation speed goes to stderr.\n"
      "  -p, --prompt TEXT    prompt text (default: empty, start from BOS)\n"
      "  -f, --file FILE      read the prompt from FILE\n"
+     "  --raw                send the prompt as it is; by default a model with a chat template\n"
+     "                       gets it as a user message rendered by the template (then only the\n"
+     "                       reply is printed)\n"
+     "  --system TEXT        a system message before the prompt (with the chat template)\n"
      "  -n, --n-predict N    new tokens at most (default 256; -1 = until end of text)\n"
      "  --ignore-eos         keep generating past end-of-text tokens\n" MODEL_FLAGS SAMPLING_FLAGS},
+    {"serve",
+     "usage: kiln serve -m MODEL [--host 127.0.0.1] [--port 8080] [--api-key KEY] [options]\n"
+     "Serves the model over an OpenAI-compatible HTTP API: /v1/chat/completions, /v1/completions,\n"
+     "/v1/models, /health, /metrics, /stats, /tokenize, /detokenize, /apply-template.\n"
+     "  --host ADDR          address to listen on (default 127.0.0.1, loopback only)\n"
+     "  --port N             port (default 8080; 0 picks a free one, printed at start)\n"
+     "  --api-key KEY        require 'Authorization: Bearer KEY' on every /v1 route\n"
+     "  --max-tokens N       new tokens when a request gives no max_tokens (default -1: to the\n"
+     "                       end of text or of the context)\n"
+     "  --batch N            requests generated together, continuously batched (default 8;\n"
+     "                       1 = one at a time)\n"
+     "  --max-queue N        requests that may wait for a free row (default 64; beyond: 429)\n"
+     "  --prefill-chunk N    prompt tokens a joining request adds per step (default 256)\n"
+     "  --kv-budget GB       KV memory all rows may use together (default: --batch full rows);\n"
+     "                       -c sets the context of each row\n"
+     "  --max-body-mb N      largest request body in MiB (default 8; beyond: 413)\n"
+     "Sampling flags set the defaults of requests that do not give a value; the model's own\n"
+     "recommended settings come next, then temperature 0.8, top-p 0.95.\n" MODEL_FLAGS SAMPLING_FLAGS},
     {"perplexity",
      "usage: kiln perplexity -m MODEL -f TEXT [-c CTX] [options]\n"
      "Perplexity of the model on a text, by llama.cpp's llama-perplexity method: the tokens are split\n"
@@ -67,6 +89,15 @@ static const usage_entry usages[] = {
      "  --no-bos             do not add BOS / EOS\n"
      "  --parse-special      turn special-token text such as <|eot_id|> into special tokens\n"
      "  -m, --model FILE     GGUF model or vocabulary file\n"},
+    {"template",
+     "usage: kiln template (--template FILE | -m MODEL) [--context JSON_FILE]\n"
+     "Renders a Jinja2 chat template as Hugging Face's apply_chat_template does and prints the result\n"
+     "to stdout exactly (no newline added). The context is a JSON object whose keys become template\n"
+     "variables (messages, tools, add_generation_prompt, ...). A template error exits with status 1.\n"
+     "  --template FILE      the template to render\n"
+     "  -m, --model FILE     render this GGUF model's chat template instead: bos_token and eos_token\n"
+     "                       come from the model and add_generation_prompt defaults to true\n"
+     "  --context FILE       the JSON object of variables (default: {})\n"},
 };
 
 void cli_usage(const char *verb, bool to_stderr) {
@@ -84,9 +115,11 @@ void cli_usage(const char *verb, bool to_stderr) {
           "kiln " KILN_VERSION_STRING ": local LLM inference.\n\n"
           "commands:\n"
           "  run          generate text from a prompt\n"
+          "  serve        serve a model over an OpenAI-compatible HTTP API\n"
           "  perplexity   measure a model's perplexity on a text\n"
           "  tokenize     show how a text is tokenized\n"
           "  bench        measure prompt and generation speed\n"
+          "  template     render a chat template with a JSON context\n"
           "  help [CMD]   show help for a command\n\n"
           "  --version    print the version\n",
           f);

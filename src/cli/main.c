@@ -24,6 +24,8 @@ int main(int argc, char **argv) {
     if (strcmp(verb, "perplexity") == 0) return cli_perplexity(argc - 1, argv + 1);
     if (strcmp(verb, "tokenize") == 0) return cli_tokenize(argc - 1, argv + 1);
     if (strcmp(verb, "bench") == 0) return cli_bench(argc - 1, argv + 1);
+    if (strcmp(verb, "template") == 0) return cli_template(argc - 1, argv + 1);
+    if (strcmp(verb, "serve") == 0) return cli_serve(argc - 1, argv + 1);
     fprintf(stderr, "kiln: unknown command '%s'\n", verb);
     cli_usage(NULL, true);
     return CLI_EXIT_USAGE;

@@ -1,8 +1,12 @@
 /*
  * run.c - `kiln run`: print the prompt, stream the continuation to stdout, summarize on stderr.
+ *
+ * A model with a chat template gets the prompt as one user message rendered by the template (and
+ * only the reply is printed), as users of chat models expect; --raw sends the text as it is.
  */
 #include "cli.h"
 
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,13 +20,41 @@ static int on_token(const kiln_token_event *ev, void *user) {
     return 0;
 }
 
+/* The model's chat template applied to an optional system message and one user message. */
+static kiln_status render_chat(kiln_model *m, const char *system_prompt, const char *prompt, char **out) {
+    json_t *msgs = json_array();
+    if (system_prompt) json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "system", "content", system_prompt));
+    json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "user", "content", prompt));
+    json_t *chat = json_pack("{s:o, s:b}", "messages", msgs, "add_generation_prompt", 1);
+    char *js = chat ? json_dumps(chat, JSON_COMPACT) : NULL;
+    json_decref(chat);
+    if (!js) {
+        fprintf(stderr, "kiln run: the prompt is not valid UTF-8 text\n");
+        return KILN_ERR_INVALID_ARG;
+    }
+    size_t len;
+    kiln_status st = kiln_chat_apply(m, js, strlen(js), out, &len);
+    free(js);
+    return st;
+}
+
 int cli_run(int argc, char **argv) {
     cli_common c;
     cli_common_init(&c);
+    bool raw = false;
+    const char *system_prompt = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
             cli_usage("run", false);
             return 0;
+        }
+        if (strcmp(argv[i], "--raw") == 0) {
+            raw = true;
+            continue;
+        }
+        if (strcmp(argv[i], "--system") == 0 && i + 1 < argc) {
+            system_prompt = argv[++i];
+            continue;
         }
         int r = cli_parse_common(argc, argv, &i, &c);
         if (r == 1) continue;
@@ -67,14 +99,26 @@ int cli_run(int argc, char **argv) {
     gp.ignore_eos = c.ignore_eos;
     gp.sampling = cli_sampler_params(&c, m);
     gp.on_token = on_token;
-    fputs(prompt, stdout);
-    fflush(stdout);
     kiln_generate_result res;
-    st = kiln_generate(s, prompt, &gp, &res);
+    char *rendered = NULL;
+    if (!raw && kiln_model_chat_template(m)) {
+        st = render_chat(m, system_prompt, prompt, &rendered);
+        kiln_token *ids = NULL;
+        size_t n = 0, cap = rendered ? strlen(rendered) + 2 : 0;
+        if (!st && !(ids = malloc(cap * sizeof *ids))) st = KILN_ERR_NOMEM;
+        if (!st) st = kiln_tokenize_chat(m, rendered, cap - 2, ids, cap, &n);
+        if (!st) st = kiln_generate_tokens(s, ids, n, &gp, &res);
+        free(ids);
+    } else {
+        fputs(prompt, stdout);
+        fflush(stdout);
+        st = kiln_generate(s, prompt, &gp, &res);
+    }
+    free(rendered);
     printf("\n");
     int rc = 0;
     if (st) {
-        fprintf(stderr, "kiln run: %s\n", kiln_session_last_error(s));
+        fprintf(stderr, "kiln run: %s\n", *kiln_last_error() ? kiln_last_error() : kiln_session_last_error(s));
         rc = CLI_EXIT_FAIL;
     } else {
         fprintf(stderr, "kiln: prompt %d tokens, %.1f tok/s | generated %d tokens, %.1f tok/s\n", res.n_prompt,

@@ -87,10 +87,6 @@ static int n_active_locked(const kiln_engine *e) {
 void kiln_engine_shutdown(kiln_engine *e, int grace_ms) {
     if (!e || !e->thread_started) return;
     pthread_mutex_lock(&e->mu);
-    if (e->joined) {
-        pthread_mutex_unlock(&e->mu);
-        return;
-    }
     e->stopping = true;
     cancel_all_locked(e, false);
     struct timespec ts;
@@ -101,9 +97,11 @@ void kiln_engine_shutdown(kiln_engine *e, int grace_ms) {
     while ((n_active_locked(e) || e->q_count) && pthread_cond_timedwait(&e->done_cv, &e->mu, &ts) == 0) {
     }
     cancel_all_locked(e, true);
+    /* A concurrent call (e.g. a second signal cutting the grace short) may be joining already. */
+    const bool join = !e->joined;
     e->joined = true;
     pthread_mutex_unlock(&e->mu);
-    pthread_join(e->thread, NULL);
+    if (join) pthread_join(e->thread, NULL);
 }
 
 void kiln_engine_free(kiln_engine *e) {

@@ -1,0 +1,312 @@
+/*
+ * http.c - the HTTP layer of `kiln serve` on libmicrohttpd (see server.h).
+ *
+ * Threading: one thread per connection, so a handler may block (waiting for its generation, or
+ * feeding a stream) while /health, /v1/models and /metrics answer at once on other connections.
+ * A request body is collected into a buffer grown up to cfg.max_body; beyond that the rest is
+ * drained and the request gets 413. While a handler waits on a job it polls the connection's
+ * socket for a hang-up, so a client that goes away cancels its generation within ~50 ms.
+ */
+#include "server/server.h"
+
+#include <microhttpd.h>
+
+#include <netdb.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Per-connection request state, kept by libmicrohttpd between access-handler calls. */
+typedef struct conn_ctx {
+    char *body;
+    size_t len, cap;
+    bool too_large;
+    double t_start;
+} conn_ctx;
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* Appends an upload chunk, growing the buffer up to the cap; marks the request too large (and
+ * drops the body) when the cap would be passed. */
+static void collect(conn_ctx *c, const char *data, size_t n, size_t max) {
+    if (c->too_large) return;
+    if (n > max - c->len) {
+        c->too_large = true;
+        free(c->body);
+        c->body = NULL;
+        c->len = c->cap = 0;
+        return;
+    }
+    if (c->len + n + 1 > c->cap) {
+        size_t cap = c->cap ? c->cap : 4096;
+        while (cap < c->len + n + 1) cap *= 2;
+        char *b = realloc(c->body, cap);
+        if (!b) {
+            c->too_large = true;   /* treated like an oversized body: the request cannot be held */
+            free(c->body);
+            c->body = NULL;
+            c->len = c->cap = 0;
+            return;
+        }
+        c->body = b;
+        c->cap = cap;
+    }
+    memcpy(c->body + c->len, data, n);
+    c->len += n;
+    c->body[c->len] = 0;
+}
+
+/* Constant-time comparison of the Authorization header against "Bearer KEY". */
+static bool authorized(struct MHD_Connection *conn, const char *key) {
+    const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (!h || strncmp(h, "Bearer ", 7) != 0) return false;
+    h += 7;
+    size_t a = strlen(h), b = strlen(key);
+    unsigned diff = (unsigned)(a ^ b);
+    for (size_t i = 0; i < b; i++) diff |= (unsigned)(unsigned char)key[i] ^ (unsigned)(unsigned char)(i < a ? h[i] : 0);
+    return diff == 0;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+                                  const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+    srv *s = cls;
+    conn_ctx *c = *con_cls;
+    if (!c) {
+        if (!(c = calloc(1, sizeof *c))) return MHD_NO;
+        c->t_start = now_ms();
+        *con_cls = c;
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        collect(c, upload, *upload_size, s->cfg.max_body);
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    srv_req r = {.server = s, .conn = conn, .method = method, .url = url, .body = c->body ? c->body : "",
+                 .body_len = c->len};
+    srv_stats_request(&s->stats);
+    if (strcmp(method, "OPTIONS") == 0) {
+        srv_send_text(&r, 204, "text/plain", "", 0);    /* CORS preflight; headers added by send */
+    } else if (c->too_large) {
+        srv_send_error(&r, 413, "invalid_request_error", NULL, "request_too_large",
+                       "the request body is larger than the limit of %zu bytes", s->cfg.max_body);
+    } else if (s->cfg.api_key && strcmp(url, "/health") != 0 && strcmp(url, "/v1/health") != 0 &&
+               !authorized(conn, s->cfg.api_key)) {
+        srv_send_error(&r, 401, "invalid_request_error", NULL, "invalid_api_key",
+                       "missing or incorrect API key: send the header 'Authorization: Bearer KEY'");
+    } else {
+        srv_route(&r);
+    }
+    if (s->cfg.verbose) fprintf(stderr, "%s %s %u %.1f ms\n", method, url, r.status, now_ms() - c->t_start);
+    return MHD_YES;
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls, enum MHD_RequestTerminationCode t) {
+    conn_ctx *c = *con_cls;
+    if (!c) return;
+    free(c->body);
+    free(c);
+    *con_cls = NULL;
+}
+
+bool srv_http_start(srv *s) {
+    char port[16];
+    snprintf(port, sizeof port, "%d", s->cfg.port);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
+    struct addrinfo *ai = NULL;
+    int rc = getaddrinfo(s->cfg.host, port, &hints, &ai);
+    if (rc || !ai) {
+        fprintf(stderr, "kiln serve: cannot resolve host '%s': %s\n", s->cfg.host, gai_strerror(rc));
+        return false;
+    }
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC;
+    if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+    s->daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s,
+                                 MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+                                 MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600,
+                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)1024,
+                                 MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)256,
+                                 MHD_OPTION_END);
+    freeaddrinfo(ai);
+    if (!s->daemon) {
+        fprintf(stderr, "kiln serve: cannot listen on %s:%d (address in use or not available)\n", s->cfg.host,
+                s->cfg.port);
+        return false;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    s->bound_port = di ? di->port : s->cfg.port;
+    return true;
+}
+
+void srv_http_quiesce(srv *s) {
+    if (!s->daemon) return;
+    MHD_socket fd = MHD_quiesce_daemon(s->daemon);
+    if (fd != MHD_INVALID_SOCKET) close(fd);
+}
+
+void srv_http_stop(srv *s) {
+    if (s->daemon) MHD_stop_daemon(s->daemon);
+    s->daemon = NULL;
+}
+
+/* ---- responses --------------------------------------------------------------------------------- */
+
+static void queue(srv_req *r, unsigned status, struct MHD_Response *resp, const char *content_type) {
+    if (!resp) {
+        r->status = 500;
+        return;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_ACCESS_CONTROL_ALLOW_ORIGIN, "*");
+    MHD_add_response_header(resp, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+    MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    MHD_queue_response(r->conn, status, resp);
+    MHD_destroy_response(resp);
+    r->status = status;
+    if (status >= 400) srv_stats_error(&r->server->stats, status);
+}
+
+void srv_send_text(srv_req *r, unsigned status, const char *content_type, const char *text, size_t len) {
+    queue(r, status, MHD_create_response_from_buffer(len, (void *)text, MHD_RESPMEM_MUST_COPY), content_type);
+}
+
+void srv_send_json(srv_req *r, unsigned status, json_t *body) {
+    char *s = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    json_decref(body);
+    if (!s) {
+        static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}";
+        srv_send_text(r, 500, "application/json", oom, sizeof oom - 1);
+        return;
+    }
+    queue(r, status, MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE), "application/json");
+}
+
+void srv_send_error(srv_req *r, unsigned status, const char *type, const char *param, const char *code,
+                    const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    json_t *err = json_pack("{s:s, s:s, s:s?, s:s?}", "message", msg, "type", type, "param", param, "code", code);
+    srv_send_json(r, status, err ? json_pack("{s:o}", "error", err) : NULL);
+}
+
+/* ---- waiting on jobs and streaming ------------------------------------------------------------ */
+
+/* True when the peer closed or reset the connection. */
+static bool client_gone(struct MHD_Connection *conn) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci) return true;
+    struct pollfd p = {.fd = ci->connect_fd, .events = POLLRDHUP};
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
+}
+
+/* Waits on the job's condition for up to ms milliseconds (lock held). */
+static void timed_wait(srv_job *j, int ms) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += (long)ms * 1000000L;
+    ts.tv_sec += ts.tv_nsec / 1000000000L;
+    ts.tv_nsec %= 1000000000L;
+    pthread_cond_timedwait(&j->cv, &j->mu, &ts);
+}
+
+bool srv_wait_job(srv_req *r, srv_job *job) {
+    pthread_mutex_lock(&job->mu);
+    while (!job->done) {
+        timed_wait(job, 50);
+        if (!job->done && client_gone(r->conn)) {
+            pthread_mutex_unlock(&job->mu);
+            srv_job_cancel(job);
+            return false;
+        }
+    }
+    pthread_mutex_unlock(&job->mu);
+    return true;
+}
+
+typedef struct stream_ctx {
+    srv_job *job;
+    struct MHD_Connection *conn;
+} stream_ctx;
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    stream_ctx *sc = cls;
+    srv_job *j = sc->job;
+    pthread_mutex_lock(&j->mu);
+    for (;;) {
+        if (j->n_out) {
+            size_t n = j->n_out < max ? j->n_out : max;
+            memcpy(buf, j->out, n);
+            memmove(j->out, j->out + n, j->n_out - n);
+            j->n_out -= n;
+            pthread_mutex_unlock(&j->mu);
+            return (ssize_t)n;
+        }
+        if (j->done) {
+            pthread_mutex_unlock(&j->mu);
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        }
+        timed_wait(j, 50);
+        if (!j->n_out && !j->done && client_gone(sc->conn)) {
+            pthread_mutex_unlock(&j->mu);
+            srv_job_cancel(j);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+    }
+}
+
+static void stream_free(void *cls) {
+    stream_ctx *sc = cls;
+    srv_job_cancel(sc->job);   /* no effect once done; stops a job whose client left */
+    srv_job_unref(sc->job);
+    free(sc);
+}
+
+void srv_send_stream(srv_req *r, srv_job *job) {
+    stream_ctx *sc = malloc(sizeof *sc);
+    if (!sc) {
+        srv_job_cancel(job);
+        srv_send_error(r, 500, "server_error", NULL, NULL, "out of memory");
+        return;
+    }
+    srv_job_ref(job);
+    sc->job = job;
+    sc->conn = r->conn;
+    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, sc, stream_free);
+    if (!resp) {
+        stream_free(sc);
+        srv_send_error(r, 500, "server_error", NULL, NULL, "out of memory");
+        return;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+    queue(r, 200, resp, "text/event-stream");
+}
+
+json_t *srv_parse_body(srv_req *r) {
+    json_error_t e;
+    json_t *j = json_loadb(r->body, r->body_len, JSON_REJECT_DUPLICATES, &e);
+    if (!j) {
+        srv_send_error(r, 400, "invalid_request_error", NULL, "invalid_json",
+                       "the request body is not valid JSON: %s (line %d, column %d)", e.text, e.line, e.column);
+        return NULL;
+    }
+    if (!json_is_object(j)) {
+        json_decref(j);
+        srv_send_error(r, 400, "invalid_request_error", NULL, "invalid_json", "the request body must be a JSON object");
+        return NULL;
+    }
+    return j;
+}

@@ -1,0 +1,118 @@
+/*
+ * job.c - a generation job of `kiln serve`: what one chat or completions request hands to the
+ * engine, and the state its connection thread waits on (see server.h).
+ *
+ * A job is shared by the connection that made it and the engine (while its request runs), with a
+ * reference count. The engine's thread reports every token through job->on_event under the job's
+ * lock and wakes the connection thread; when the client goes away the connection cancels the
+ * engine request, which leaves the batch at the next step.
+ */
+#include "server/server.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+srv_job *srv_job_new(void) {
+    srv_job *j = calloc(1, sizeof *j);
+    if (!j) return NULL;
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_cond_init(&j->cv, NULL);
+    j->refs = 1;
+    j->gp = kiln_generate_default_params();
+    atomic_init(&j->cancel, false);
+    return j;
+}
+
+void srv_job_ref(srv_job *j) {
+    pthread_mutex_lock(&j->mu);
+    j->refs++;
+    pthread_mutex_unlock(&j->mu);
+}
+
+void srv_job_unref(srv_job *j) {
+    if (!j) return;
+    pthread_mutex_lock(&j->mu);
+    int left = --j->refs;
+    pthread_mutex_unlock(&j->mu);
+    if (left) return;
+    kiln_request_free(j->req);
+    free(j->prompt);
+    for (size_t i = 0; i < j->gp.n_stop; i++) free(j->stop[i]);
+    free(j->stop);
+    free(j->bias);
+    free(j->out);
+    if (j->free_user) j->free_user(j->user);
+    pthread_mutex_destroy(&j->mu);
+    pthread_cond_destroy(&j->cv);
+    free(j);
+}
+
+bool srv_job_append(srv_job *j, const char *s, size_t n) {
+    if (j->n_out + n > j->cap_out) {
+        size_t cap = j->cap_out ? j->cap_out : 1024;
+        while (cap < j->n_out + n) cap *= 2;
+        char *o = realloc(j->out, cap);
+        if (!o) return false;
+        j->out = o;
+        j->cap_out = cap;
+    }
+    memcpy(j->out + j->n_out, s, n);
+    j->n_out += n;
+    return true;
+}
+
+static int on_token(const kiln_token_event *ev, void *user) {
+    srv_job *j = user;
+    pthread_mutex_lock(&j->mu);
+    j->on_event(j, ev);
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    return atomic_load(&j->cancel) ? 1 : 0;
+}
+
+static void on_done(kiln_status st, const kiln_generate_result *res, void *user) {
+    srv_job *j = user;
+    srv_stats *stats = j->stats;
+    pthread_mutex_lock(&stats->mu);
+    stats->completions++;
+    stats->prompt_tokens += (uint64_t)res->n_prompt;
+    stats->gen_tokens += (uint64_t)res->n_generated;
+    stats->prompt_ms += res->prompt_ms;
+    stats->gen_ms += res->gen_ms;
+    pthread_mutex_unlock(&stats->mu);
+    pthread_mutex_lock(&j->mu);
+    j->status = st;
+    j->result = *res;
+    snprintf(j->error, sizeof j->error, "%s", kiln_status_str(st));
+    j->on_event(j, NULL);
+    j->done = true;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    srv_job_unref(j);   /* the engine's reference */
+}
+
+kiln_status srv_job_submit(srv *s, srv_job *j) {
+    kiln_generate_params gp = j->gp;
+    gp.on_token = on_token;
+    gp.on_done = on_done;
+    gp.user = j;
+    j->stats = &s->stats;
+    srv_job_ref(j);
+    kiln_request *req = NULL;
+    kiln_status st = kiln_engine_submit(s->engine, j->prompt, j->n_prompt, &gp, &req);
+    if (st) {
+        srv_job_unref(j);
+        return st;
+    }
+    pthread_mutex_lock(&j->mu);
+    j->req = req;
+    pthread_mutex_unlock(&j->mu);
+    return KILN_OK;
+}
+
+void srv_job_cancel(srv_job *j) {
+    atomic_store(&j->cancel, true);
+    pthread_mutex_lock(&j->mu);
+    if (j->req) kiln_request_cancel(j->req);
+    pthread_mutex_unlock(&j->mu);
+}

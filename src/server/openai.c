@@ -1,0 +1,693 @@
+/*
+ * openai.c - POST /v1/chat/completions and POST /v1/completions in OpenAI's shapes.
+ *
+ * A request is validated field by field into one immutable set of generation parameters
+ * (request value, else the server's flag, else the model's recommendation, else the library's
+ * default); any invalid field is a 400 naming it, before anything is queued. The prompt is rendered
+ * (chat: the model's template), tokenized and checked against the context here, on the
+ * connection's thread; the engine only generates. Output events are turned into the response on
+ * the engine's thread: appended to the text (non-streaming) or formatted as server-sent events
+ * ("data: {chunk}\n\n" ... "data: [DONE]\n\n") that the connection thread sends as they come.
+ */
+#include "server/server.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* What a generation job needs to shape its output. Owned by the job (freed with it). */
+typedef struct gen_out {
+    bool chat;
+    bool stream;
+    bool include_usage;
+    int logprobs;                /* -1: none; else how many top alternatives per token */
+    char id[48];
+    long created;
+    const kiln_model *model;
+    const char *model_id;
+    const char *fingerprint;
+    char *text;                  /* non-streaming: the whole completion */
+    size_t n_text, cap_text;
+    json_t *lp;                  /* non-streaming: logprob entries of every token */
+    json_t *lp_pending;          /* streaming: entries of tokens not yet sent with text */
+    size_t text_offset;          /* completions logprobs: byte offset of the next token */
+    bool oom;
+} gen_out;
+
+static void gen_out_free(void *p) {
+    gen_out *g = p;
+    if (!g) return;
+    free(g->text);
+    json_decref(g->lp);
+    json_decref(g->lp_pending);
+    free(g);
+}
+
+/* ---- ids ---------------------------------------------------------------------------------------- */
+
+static uint64_t splitmix(uint64_t *x) {
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* "prefix" + 24 random characters from [A-Za-z0-9]. */
+static void make_id(char *out, size_t cap, const char *prefix) {
+    static atomic_uint_fast64_t counter;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t x = ((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec) ^ (atomic_fetch_add(&counter, 1) << 40);
+    static const char al[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    size_t n = (size_t)snprintf(out, cap, "%s", prefix);
+    for (int i = 0; i < 24 && n + 1 < cap; i++) out[n++] = al[splitmix(&x) % 62];
+    out[n] = 0;
+}
+
+/* ---- field validation --------------------------------------------------------------------------- */
+
+#define BAD(r, param, ...) srv_send_error(r, 400, "invalid_request_error", param, "invalid_value", __VA_ARGS__)
+
+/* Sends 500 for an allocation failure; returns false so callers can `return oom(r);`. */
+static bool oom(srv_req *r) {
+    srv_send_error(r, 500, "server_error", NULL, NULL, "out of memory");
+    return false;
+}
+
+/* Each getter leaves *out unchanged when the field is absent or null, returns false after sending
+ * a 400 when it has the wrong type or range. */
+static bool get_num(srv_req *r, json_t *o, const char *key, double lo, double hi, float *out) {
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) return true;
+    if (!json_is_number(v)) {
+        BAD(r, key, "'%s' must be a number", key);
+        return false;
+    }
+    double x = json_number_value(v);
+    if (!(x >= lo && x <= hi)) {
+        BAD(r, key, "'%s' must be between %g and %g, got %g", key, lo, hi, x);
+        return false;
+    }
+    *out = (float)x;
+    return true;
+}
+
+static bool get_int(srv_req *r, json_t *o, const char *key, long long lo, long long hi, long long *out) {
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) return true;
+    if (!json_is_integer(v)) {
+        BAD(r, key, "'%s' must be an integer", key);
+        return false;
+    }
+    long long x = json_integer_value(v);
+    if (x < lo || x > hi) {
+        BAD(r, key, "'%s' must be between %lld and %lld, got %lld", key, lo, hi, x);
+        return false;
+    }
+    *out = x;
+    return true;
+}
+
+static bool get_bool(srv_req *r, json_t *o, const char *key, bool *out) {
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) return true;
+    if (!json_is_boolean(v)) {
+        BAD(r, key, "'%s' must be a boolean", key);
+        return false;
+    }
+    *out = json_is_true(v);
+    return true;
+}
+
+/* stop: a string or an array of strings; empty strings are ignored. */
+static bool get_stop(srv_req *r, json_t *o, srv_job *j) {
+    json_t *v = json_object_get(o, "stop");
+    if (!v || json_is_null(v)) return true;
+    json_t *one[1] = {v};
+    size_t n = json_is_array(v) ? json_array_size(v) : 1;
+    if (!json_is_string(v) && !json_is_array(v)) {
+        BAD(r, "stop", "'stop' must be a string or an array of strings");
+        return false;
+    }
+    if (n > KILN_MAX_STOP) {
+        BAD(r, "stop", "'stop' has %zu entries; at most %d are allowed", n, KILN_MAX_STOP);
+        return false;
+    }
+    j->stop = calloc(n ? n : 1, sizeof *j->stop);
+    if (!j->stop) return oom(r);
+    for (size_t i = 0; i < n; i++) {
+        json_t *s = json_is_array(v) ? json_array_get(v, i) : one[0];
+        if (!json_is_string(s)) {
+            BAD(r, "stop", "stop[%zu] must be a string", i);
+            return false;
+        }
+        size_t len = json_string_length(s);
+        if (len == 0) continue;
+        if (len > KILN_MAX_STOP_LEN || strlen(json_string_value(s)) != len) {
+            BAD(r, "stop", "stop[%zu] must be 1 to %d bytes without NUL characters", i, KILN_MAX_STOP_LEN);
+            return false;
+        }
+        if (!(j->stop[j->gp.n_stop] = strdup(json_string_value(s)))) return oom(r);
+        j->gp.n_stop++;
+    }
+    j->gp.stop = (const char *const *)j->stop;
+    return true;
+}
+
+/* logit_bias: {"token id": bias in [-100, 100]}; -100 bans the token. */
+static bool get_logit_bias(srv_req *r, json_t *o, srv_job *j) {
+    json_t *v = json_object_get(o, "logit_bias");
+    if (!v || json_is_null(v)) return true;
+    if (!json_is_object(v)) {
+        BAD(r, "logit_bias", "'logit_bias' must be an object mapping token ids to numbers");
+        return false;
+    }
+    int32_t n_vocab = kiln_model_n_vocab(r->server->model);
+    j->bias = calloc(json_object_size(v) + 1, sizeof *j->bias);
+    if (!j->bias) return oom(r);
+    const char *k;
+    json_t *b;
+    json_object_foreach(v, k, b) {
+        char *end;
+        long id = strtol(k, &end, 10);
+        if (!*k || *end || id < 0 || id >= n_vocab) {
+            BAD(r, "logit_bias", "logit_bias key '%s' is not a token id in [0, %d)", k, n_vocab);
+            return false;
+        }
+        double x = json_is_number(b) ? json_number_value(b) : NAN;
+        if (!(x >= -100 && x <= 100)) {
+            BAD(r, "logit_bias", "logit_bias for token %ld must be a number between -100 and 100", id);
+            return false;
+        }
+        j->bias[j->gp.sampling.n_logit_bias++] = (kiln_logit_bias){(kiln_token)id, x <= -100 ? -INFINITY : (float)x};
+    }
+    j->gp.sampling.logit_bias = j->bias;
+    return true;
+}
+
+/* The fields both endpoints share, into the job's generation parameters and g. */
+static bool parse_common(srv_req *r, json_t *req, srv_job *j, gen_out *g) {
+    const srv_config *cfg = &r->server->cfg;
+    kiln_generate_params *gp = &j->gp;
+    gp->sampling = cfg->sampling;
+    gp->max_tokens = cfg->max_tokens;
+    gp->add_special = false;
+    gp->parse_special = true;
+    long long n = 1, max_tokens = -2, top_k = -1, seed = -2;
+    if (!get_int(r, req, "n", 1, 1000000, &n)) return false;
+    if (n != 1) {
+        BAD(r, "n", "only n = 1 is supported");
+        return false;
+    }
+    if (!get_int(r, req, "max_tokens", 0, 1 << 30, &max_tokens)) return false;
+    if (!get_int(r, req, "max_completion_tokens", 0, 1 << 30, &max_tokens)) return false;
+    if (max_tokens >= 0) gp->max_tokens = (int32_t)max_tokens;
+    kiln_sampler_params *sp = &gp->sampling;
+    if (!get_num(r, req, "temperature", 0, 2, &sp->temperature) || !get_num(r, req, "top_p", 0, 1, &sp->top_p) ||
+        !get_num(r, req, "min_p", 0, 1, &sp->min_p) ||
+        !get_num(r, req, "presence_penalty", -2, 2, &sp->presence_penalty) ||
+        !get_num(r, req, "frequency_penalty", -2, 2, &sp->frequency_penalty) ||
+        !get_num(r, req, "repetition_penalty", 1e-3, 100, &sp->repeat_penalty) ||
+        !get_num(r, req, "repeat_penalty", 1e-3, 100, &sp->repeat_penalty))
+        return false;
+    if (!get_int(r, req, "top_k", 0, 1 << 30, &top_k)) return false;
+    if (top_k >= 0) sp->top_k = (int32_t)top_k;
+    if (!get_int(r, req, "seed", -1, INT64_MAX, &seed)) return false;
+    if (seed >= 0) sp->seed = (uint64_t)seed;
+    if (seed == -1) sp->seed = KILN_SEED_RANDOM;
+    if (!get_bool(r, req, "ignore_eos", &gp->ignore_eos)) return false;
+    if (!get_stop(r, req, j) || !get_logit_bias(r, req, j)) return false;
+    if (!get_bool(r, req, "stream", &g->stream)) return false;
+    json_t *so = json_object_get(req, "stream_options");
+    if (so && !json_is_null(so)) {
+        if (!json_is_object(so)) {
+            BAD(r, "stream_options", "'stream_options' must be an object");
+            return false;
+        }
+        if (!get_bool(r, so, "include_usage", &g->include_usage)) return false;
+    }
+    return true;
+}
+
+/* ---- prompt ------------------------------------------------------------------------------------- */
+
+kiln_token *srv_tokenize_prompt(srv_req *r, const char *param, const char *text, size_t len, size_t *n_out) {
+    const kiln_model *m = r->server->model;
+    size_t cap = len + 2, n = 0;
+    kiln_token *ids = malloc(cap * sizeof *ids);
+    if (!ids) {
+        oom(r);
+        return NULL;
+    }
+    if (kiln_tokenize_chat(m, text, len, ids, cap, &n) != KILN_OK) {
+        srv_send_error(r, 500, "server_error", NULL, NULL, "tokenization failed: %s", kiln_last_error());
+        free(ids);
+        return NULL;
+    }
+    if (n == 0) {
+        BAD(r, "prompt", "the prompt is empty and the model has no BOS token to start from");
+        free(ids);
+        return NULL;
+    }
+    if (n >= (size_t)r->server->n_ctx) {
+        srv_send_error(r, 400, "invalid_request_error", param, "context_length_exceeded",
+                       "this model's context holds %d tokens, but the prompt has %zu tokens (at least one token "
+                       "must be left to generate)",
+                       r->server->n_ctx, n);
+        free(ids);
+        return NULL;
+    }
+    *n_out = n;
+    return ids;
+}
+
+/* Text of a message's content: a string, null, or an array of {"type": "text", "text": ...} parts
+ * (joined with "\n"). Returns a new JSON string, or NULL after sending 400. */
+static json_t *content_text(srv_req *r, json_t *c, size_t idx) {
+    if (!c || json_is_null(c)) return json_string("");
+    if (json_is_string(c)) return json_incref(c);
+    if (!json_is_array(c)) {
+        BAD(r, "messages", "messages[%zu].content must be a string or an array of content parts", idx);
+        return NULL;
+    }
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) {
+        oom(r);
+        return NULL;
+    }
+    size_t i;
+    json_t *part;
+    bool ok = true;
+    json_array_foreach(c, i, part) {
+        json_t *type = json_object_get(part, "type"), *text = json_object_get(part, "text");
+        if (!json_is_object(part) || !json_is_string(type)) {
+            BAD(r, "messages", "messages[%zu].content[%zu] must be an object with a 'type'", idx, i);
+            ok = false;
+            break;
+        }
+        if (strcmp(json_string_value(type), "text") != 0) {
+            BAD(r, "messages", "messages[%zu].content[%zu]: content type '%s' is not supported (only 'text')", idx, i,
+                json_string_value(type));
+            ok = false;
+            break;
+        }
+        if (!json_is_string(text)) {
+            BAD(r, "messages", "messages[%zu].content[%zu].text must be a string", idx, i);
+            ok = false;
+            break;
+        }
+        if (i) fputc('\n', f);
+        fwrite(json_string_value(text), 1, json_string_length(text), f);
+    }
+    fclose(f);
+    json_t *s = ok ? json_stringn(buf, len) : NULL;
+    free(buf);
+    return s;
+}
+
+char *srv_render_chat(srv_req *r, json_t *req, size_t *len) {
+    json_t *msgs = json_object_get(req, "messages");
+    if (!json_is_array(msgs) || json_array_size(msgs) == 0) {
+        BAD(r, "messages", "'messages' must be a non-empty array");
+        return NULL;
+    }
+    static const char *const roles[] = {"system", "developer", "user", "assistant", "tool", "function"};
+    json_t *norm = json_array();
+    size_t i;
+    json_t *m;
+    json_array_foreach(msgs, i, m) {
+        json_t *role = json_object_get(m, "role");
+        bool known = false;
+        for (size_t k = 0; json_is_string(role) && k < sizeof roles / sizeof roles[0]; k++)
+            known |= strcmp(json_string_value(role), roles[k]) == 0;
+        if (!json_is_object(m) || !known) {
+            BAD(r, "messages", "messages[%zu] must be an object with a role of system, developer, user, assistant or tool", i);
+            json_decref(norm);
+            return NULL;
+        }
+        json_t *text = content_text(r, json_object_get(m, "content"), i);
+        if (!text) {
+            json_decref(norm);
+            return NULL;
+        }
+        json_t *copy = json_copy(m);   /* keeps tool_calls, name, tool_call_id, ... */
+        json_object_set_new(copy, "content", text);
+        json_array_append_new(norm, copy);
+    }
+    json_t *ctx = json_object();
+    json_t *kw = json_object_get(req, "chat_template_kwargs");
+    if (kw && !json_is_null(kw)) {
+        if (!json_is_object(kw)) {
+            BAD(r, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
+            json_decref(norm);
+            json_decref(ctx);
+            return NULL;
+        }
+        json_object_update(ctx, kw);
+    }
+    json_object_set_new(ctx, "messages", norm);
+    json_t *tools = json_object_get(req, "tools");
+    if (tools && !json_is_null(tools)) {
+        if (!json_is_array(tools)) {
+            BAD(r, "tools", "'tools' must be an array");
+            json_decref(ctx);
+            return NULL;
+        }
+        json_object_set(ctx, "tools", tools);
+    }
+    json_t *agp = json_object_get(req, "add_generation_prompt");
+    json_object_set_new(ctx, "add_generation_prompt", json_boolean(!json_is_false(agp)));
+    char *cj = json_dumps(ctx, JSON_COMPACT);
+    json_decref(ctx);
+    char *out = NULL;
+    if (!cj) {
+        oom(r);
+        return NULL;
+    }
+    kiln_status st = kiln_chat_apply(r->server->model, cj, strlen(cj), &out, len);
+    free(cj);
+    if (st == KILN_ERR_NOMEM) oom(r);
+    else if (st) BAD(r, "messages", "the chat template failed: %s", kiln_last_error());
+    return st ? NULL : out;
+}
+
+/* ---- output ------------------------------------------------------------------------------------- */
+
+/* A token's text for logprobs: its bytes as a JSON string (invalid UTF-8 replaced by U+FFFD) and
+ * as an array of byte values. */
+static void token_text(const kiln_model *m, kiln_token t, json_t **str, json_t **bytes) {
+    char buf[256], fixed[768];
+    size_t n = 0, k = 0;
+    if (kiln_token_piece(m, t, true, buf, sizeof buf, &n) != KILN_OK) n = 0;
+    *bytes = json_array();
+    for (size_t i = 0; i < n; i++) json_array_append_new(*bytes, json_integer((unsigned char)buf[i]));
+    *str = json_stringn(buf, n);
+    if (*str) return;
+    for (size_t i = 0; i < n; i++) {   /* byte-wise: ASCII kept, every other byte becomes U+FFFD */
+        if ((unsigned char)buf[i] < 0x80) fixed[k++] = buf[i];
+        else { memcpy(fixed + k, "\xEF\xBF\xBD", 3); k += 3; }
+    }
+    *str = json_stringn(fixed, k);
+}
+
+/* Records the logprobs of one token: a chat entry ({token, logprob, bytes, top_logprobs}) or a
+ * completions entry (parallel arrays) appended to dst. */
+static void add_logprob(gen_out *g, json_t *dst, const kiln_token_event *ev) {
+    json_t *tok, *bytes;
+    token_text(g->model, ev->token, &tok, &bytes);
+    if (g->chat) {
+        json_t *top = json_array();
+        for (size_t i = 0; i < ev->n_top; i++) {
+            json_t *ts, *tb;
+            token_text(g->model, ev->top[i].token, &ts, &tb);
+            json_array_append_new(top, json_pack("{s:o, s:f, s:o}", "token", ts, "logprob", (double)ev->top[i].logprob,
+                                                 "bytes", tb));
+        }
+        json_array_append_new(dst, json_pack("{s:o, s:f, s:o, s:o}", "token", tok, "logprob", (double)ev->logprob,
+                                             "bytes", bytes, "top_logprobs", top));
+        return;
+    }
+    json_decref(bytes);
+    json_t *top = json_object();
+    for (size_t i = 0; i < ev->n_top; i++) {
+        json_t *ts, *tb;
+        token_text(g->model, ev->top[i].token, &ts, &tb);
+        json_decref(tb);
+        if (!json_object_get(top, json_string_value(ts)))
+            json_object_set_new(top, json_string_value(ts), json_real((double)ev->top[i].logprob));
+        json_decref(ts);
+    }
+    json_array_append_new(json_object_get(dst, "text_offset"), json_integer((json_int_t)g->text_offset));
+    g->text_offset += strlen(json_string_value(tok));
+    json_array_append_new(json_object_get(dst, "tokens"), tok);
+    json_array_append_new(json_object_get(dst, "token_logprobs"), json_real((double)ev->logprob));
+    json_array_append_new(json_object_get(dst, "top_logprobs"), top);
+}
+
+/* An empty logprobs container: chat {"content": [], "refusal": null}'s array, or the completions
+ * object of parallel arrays. */
+static json_t *new_lp(bool chat) {
+    if (chat) return json_array();
+    return json_pack("{s:[], s:[], s:[], s:[]}", "tokens", "token_logprobs", "top_logprobs", "text_offset");
+}
+
+static json_t *lp_value(gen_out *g, json_t *lp) {
+    if (!lp) return json_null();
+    if (g->chat) return json_pack("{s:O, s:n}", "content", lp, "refusal");
+    return json_incref(lp);
+}
+
+static const char *finish_reason(kiln_stop_reason s) {
+    return (s == KILN_STOP_LENGTH || s == KILN_STOP_CONTEXT) ? "length" : "stop";
+}
+
+static json_t *usage(const kiln_generate_result *res) {
+    return json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", res->n_prompt, "completion_tokens", res->n_generated,
+                     "total_tokens", res->n_prompt + res->n_generated, "prompt_tokens_details", "cached_tokens", 0);
+}
+
+/* The envelope of a response or chunk: id, object, created, model, system_fingerprint, choices. */
+static json_t *envelope(gen_out *g, const char *object, json_t *choice) {
+    json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:s, s:[]}", "id", g->id, "object", object, "created",
+                          (json_int_t)g->created, "model", g->model_id, "system_fingerprint", g->fingerprint, "choices");
+    if (o && choice) json_array_append_new(json_object_get(o, "choices"), choice);
+    else json_decref(choice);
+    return o;
+}
+
+/* Appends one SSE event "data: <json>\n\n" to the job's output (lock held); steals obj. */
+static void emit_sse(srv_job *j, json_t *obj) {
+    gen_out *g = j->user;
+    char *s = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
+    json_decref(obj);
+    if (!s || !srv_job_append(j, "data: ", 6) || !srv_job_append(j, s, strlen(s)) || !srv_job_append(j, "\n\n", 2))
+        g->oom = true;
+    free(s);
+}
+
+/* A streaming chunk with text (and the logprobs gathered since the last one), or the final chunk
+ * with finish_reason. */
+static json_t *chunk(gen_out *g, const char *text, size_t len, const char *finish) {
+    json_t *lp = g->lp_pending;
+    g->lp_pending = NULL;
+    json_t *choice;
+    if (g->chat) {
+        json_t *delta = finish ? json_object() : json_pack("{s:s%}", "content", text, len);
+        choice = json_pack("{s:i, s:o, s:o, s:s?}", "index", 0, "delta", delta, "logprobs", lp_value(g, lp),
+                           "finish_reason", finish);
+    } else {
+        choice = json_pack("{s:s%, s:i, s:o, s:s?}", "text", finish ? "" : text, finish ? (size_t)0 : len, "index", 0,
+                           "logprobs", lp_value(g, lp), "finish_reason", finish);
+    }
+    json_decref(lp);
+    if (choice && !finish) json_object_set_new(choice, "finish_reason", json_null());
+    json_t *o = envelope(g, g->chat ? "chat.completion.chunk" : "text_completion", choice);
+    if (o && g->include_usage) json_object_set_new(o, "usage", json_null());
+    return o;
+}
+
+static void on_event(srv_job *j, const kiln_token_event *ev) {
+    gen_out *g = j->user;
+    if (ev) {
+        if (g->logprobs >= 0 && ev->token >= 0) {
+            json_t **dst = g->stream ? &g->lp_pending : &g->lp;
+            if (!*dst) *dst = new_lp(g->chat);
+            add_logprob(g, *dst, ev);
+        }
+        if (!ev->text_len) return;
+        if (g->stream) {
+            emit_sse(j, chunk(g, ev->text, ev->text_len, NULL));
+        } else if (g->n_text + ev->text_len + 1 > g->cap_text) {
+            size_t cap = g->cap_text ? g->cap_text * 2 : 4096;
+            while (cap < g->n_text + ev->text_len + 1) cap *= 2;
+            char *t = realloc(g->text, cap);
+            if (!t) { g->oom = true; return; }
+            g->text = t;
+            g->cap_text = cap;
+        }
+        if (!g->stream) {
+            memcpy(g->text + g->n_text, ev->text, ev->text_len);
+            g->n_text += ev->text_len;
+            g->text[g->n_text] = 0;
+        }
+        return;
+    }
+    /* End of the generation: the final chunk, usage, [DONE] (streaming only). */
+    if (!g->stream) return;
+    if (j->status == KILN_OK) {
+        emit_sse(j, chunk(g, NULL, 0, finish_reason(j->result.stop)));
+        if (g->include_usage) {
+            json_t *o = envelope(g, g->chat ? "chat.completion.chunk" : "text_completion", NULL);
+            if (o) json_object_set_new(o, "usage", usage(&j->result));
+            emit_sse(j, o);
+        }
+    } else {
+        const char *msg = j->status == KILN_ERR_CANCELLED ? "the generation was cancelled (server stopping)" : j->error;
+        emit_sse(j, json_pack("{s:{s:s, s:s, s:n, s:n}}", "error", "message", msg, "type", "server_error", "param",
+                              "code"));
+    }
+    if (!srv_job_append(j, "data: [DONE]\n\n", 14)) g->oom = true;
+}
+
+/* Non-streaming response once the job is done. */
+static void send_result(srv_req *r, srv_job *j) {
+    gen_out *g = j->user;
+    if (j->status != KILN_OK || g->oom) {
+        if (j->status == KILN_ERR_CANCELLED)
+            srv_send_error(r, 503, "server_error", NULL, NULL, "the generation was cancelled because the server is stopping");
+        else
+            srv_send_error(r, 500, "server_error", NULL, NULL, "generation failed: %s", g->oom ? "out of memory" : j->error);
+        return;
+    }
+    json_t *lp = g->logprobs >= 0 && !g->lp ? new_lp(g->chat) : json_incref(g->lp);
+    json_t *choice;
+    const char *finish = finish_reason(j->result.stop);
+    if (g->chat)
+        choice = json_pack("{s:i, s:{s:s, s:s%, s:n}, s:o, s:s}", "index", 0, "message", "role", "assistant", "content",
+                           g->text ? g->text : "", g->n_text, "refusal", "logprobs", lp_value(g, lp), "finish_reason",
+                           finish);
+    else
+        choice = json_pack("{s:s%, s:i, s:o, s:s}", "text", g->text ? g->text : "", g->n_text, "index", 0, "logprobs",
+                           lp_value(g, lp), "finish_reason", finish);
+    json_decref(lp);
+    json_t *o = envelope(g, g->chat ? "chat.completion" : "text_completion", choice);
+    if (o) json_object_set_new(o, "usage", usage(&j->result));
+    srv_send_json(r, 200, o);
+}
+
+/* ---- the two endpoints -------------------------------------------------------------------------- */
+
+/* Queues the job and answers: a stream at once, or the whole response when the job is done. */
+static void run(srv_req *r, srv_job *j) {
+    srv *s = r->server;
+    gen_out *g = j->user;
+    j->gp.logprobs = g->logprobs;
+    if (atomic_load(&s->stopping)) {
+        srv_send_error(r, 503, "server_error", NULL, NULL, "the server is shutting down");
+        return;
+    }
+    if (g->stream && g->chat) {   /* the role comes first, as OpenAI sends it */
+        json_t *o = envelope(g, "chat.completion.chunk",
+                             json_pack("{s:i, s:{s:s, s:s}, s:n, s:n}", "index", 0, "delta", "role", "assistant", "content",
+                                       "", "logprobs", "finish_reason"));
+        if (o && g->include_usage) json_object_set_new(o, "usage", json_null());
+        pthread_mutex_lock(&j->mu);
+        emit_sse(j, o);
+        pthread_mutex_unlock(&j->mu);
+    }
+    kiln_status st = srv_job_submit(s, j);
+    if (st == KILN_ERR_BUSY) {
+        srv_send_error(r, 429, "requests", NULL, "rate_limit_exceeded",
+                       "the server is busy: %d requests are already waiting; retry later", s->cfg.max_queue);
+        return;
+    }
+    if (st) {   /* validated already, so only an allocation can fail here */
+        srv_send_error(r, 500, "server_error", NULL, NULL, "cannot start the generation: %s", kiln_last_error());
+        return;
+    }
+    if (g->stream) {
+        srv_send_stream(r, j);
+        return;
+    }
+    if (srv_wait_job(r, j)) send_result(r, j);
+}
+
+/* A job for endpoint chat (or completions) with its output state; NULL after sending 500. */
+static srv_job *new_job(srv_req *r, bool chat) {
+    srv_job *j = srv_job_new();
+    gen_out *g = j ? calloc(1, sizeof *g) : NULL;
+    if (!g) {
+        srv_job_unref(j);
+        oom(r);
+        return NULL;
+    }
+    g->chat = chat;
+    g->logprobs = -1;
+    g->created = (long)time(NULL);
+    g->model = r->server->model;
+    g->model_id = r->server->model_id;
+    g->fingerprint = r->server->fingerprint;
+    make_id(g->id, sizeof g->id, chat ? "chatcmpl-" : "cmpl-");
+    j->user = g;
+    j->free_user = gen_out_free;
+    j->on_event = on_event;
+    return j;
+}
+
+void srv_chat_completions(srv_req *r) {
+    json_t *req = srv_parse_body(r);
+    if (!req) return;
+    srv_job *j = new_job(r, true);
+    char *prompt = NULL;
+    size_t len = 0;
+    if (!j) goto done;
+    gen_out *g = j->user;
+    bool lp = false;
+    long long top = 0;
+    if (!parse_common(r, req, j, g) || !get_bool(r, req, "logprobs", &lp) ||
+        !get_int(r, req, "top_logprobs", 0, KILN_MAX_TOP_LOGPROBS, &top))
+        goto done;
+    if (top > 0 && !lp) {
+        BAD(r, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+        goto done;
+    }
+    g->logprobs = lp ? (int)top : -1;
+    if (!(prompt = srv_render_chat(r, req, &len))) goto done;
+    if (!(j->prompt = srv_tokenize_prompt(r, "messages", prompt, len, &j->n_prompt))) goto done;
+    run(r, j);
+done:
+    free(prompt);
+    srv_job_unref(j);
+    json_decref(req);
+}
+
+void srv_completions(srv_req *r) {
+    json_t *req = srv_parse_body(r);
+    if (!req) return;
+    srv_job *j = new_job(r, false);
+    if (!j) goto done;
+    gen_out *g = j->user;
+    long long lp = -1;
+    if (!parse_common(r, req, j, g) || !get_int(r, req, "logprobs", 0, KILN_MAX_TOP_LOGPROBS, &lp)) goto done;
+    g->logprobs = (int)lp;
+    json_t *p = json_object_get(req, "prompt");
+    if (json_is_array(p) && json_array_size(p) == 1 && json_is_string(json_array_get(p, 0))) p = json_array_get(p, 0);
+    if (json_is_string(p)) {
+        if (!(j->prompt = srv_tokenize_prompt(r, "prompt", json_string_value(p), json_string_length(p), &j->n_prompt))) goto done;
+    } else if (json_is_array(p) && json_array_size(p) > 0 && json_is_integer(json_array_get(p, 0))) {
+        /* A prompt given as token ids is used as is. */
+        size_t n = json_array_size(p);
+        int32_t n_vocab = kiln_model_n_vocab(r->server->model);
+        if (n >= (size_t)r->server->n_ctx) {
+            srv_send_error(r, 400, "invalid_request_error", "prompt", "context_length_exceeded",
+                           "this model's context holds %d tokens, but the prompt has %zu tokens", r->server->n_ctx, n);
+            goto done;
+        }
+        if (!(j->prompt = malloc(n * sizeof *j->prompt))) {
+            oom(r);
+            goto done;
+        }
+        for (size_t i = 0; i < n; i++) {
+            json_t *t = json_array_get(p, i);
+            json_int_t id = json_is_integer(t) ? json_integer_value(t) : -1;
+            if (id < 0 || id >= n_vocab) {
+                BAD(r, "prompt", "prompt[%zu] is not a token id in [0, %d)", i, n_vocab);
+                goto done;
+            }
+            j->prompt[i] = (kiln_token)id;
+        }
+        j->n_prompt = n;
+    } else {
+        BAD(r, "prompt", "'prompt' must be a string, an array of one string, or an array of token ids");
+        goto done;
+    }
+    run(r, j);
+done:
+    srv_job_unref(j);
+    json_decref(req);
+}

@@ -1,0 +1,206 @@
+/*
+ * routes.c - request routing and the small routes of `kiln serve`: /health, /v1/models,
+ * /metrics, /stats, and llama-server's helpers /tokenize, /detokenize and /apply-template with
+ * llama-server's request and response shapes.
+ */
+#include "server/server.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static json_t *model_object(srv *s) {
+    return json_pack("{s:s, s:s, s:I, s:s, s:{s:s, s:i, s:i, s:I, s:I}}", "id", s->model_id, "object", "model",
+                     "created", (json_int_t)s->started, "owned_by", "kiln", "meta", "arch", kiln_model_arch(s->model),
+                     "n_ctx", s->n_ctx, "n_ctx_train", kiln_model_n_ctx_train(s->model), "n_params",
+                     (json_int_t)kiln_model_n_params(s->model), "size", (json_int_t)kiln_model_size_bytes(s->model));
+}
+
+static void models(srv_req *r) {
+    srv_send_json(r, 200, json_pack("{s:s, s:[o]}", "object", "list", "data", model_object(r->server)));
+}
+
+static void model_by_id(srv_req *r, const char *id) {
+    if (strcmp(id, r->server->model_id) != 0) {
+        srv_send_error(r, 404, "invalid_request_error", "model", "model_not_found", "the model '%s' does not exist", id);
+        return;
+    }
+    srv_send_json(r, 200, model_object(r->server));
+}
+
+/* Optional boolean field: true/false or absent (default); anything else is a 400. */
+static bool get_bool(srv_req *r, json_t *o, const char *key, bool def, bool *out) {
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) { *out = def; return true; }
+    if (!json_is_boolean(v)) {
+        srv_send_error(r, 400, "invalid_request_error", key, "invalid_type", "'%s' must be a boolean", key);
+        return false;
+    }
+    *out = json_is_true(v);
+    return true;
+}
+
+/* A token's text as a JSON value: a string when it is valid UTF-8, else its bytes as an array. */
+static json_t *piece_value(const kiln_model *m, kiln_token t) {
+    char buf[256];
+    size_t n = 0;
+    if (kiln_token_piece(m, t, true, buf, sizeof buf, &n) != KILN_OK) n = 0;
+    json_t *s = json_stringn(buf, n);
+    if (s) return s;
+    json_t *a = json_array();
+    for (size_t i = 0; i < n; i++) json_array_append_new(a, json_integer((unsigned char)buf[i]));
+    return a;
+}
+
+static void tokenize(srv_req *r) {
+    json_t *req = srv_parse_body(r);
+    if (!req) return;
+    json_t *content = json_object_get(req, "content");
+    bool add_special, parse_special, with_pieces;
+    if (!json_is_string(content)) {
+        srv_send_error(r, 400, "invalid_request_error", "content", "invalid_type", "'content' must be a string");
+    } else if (get_bool(r, req, "add_special", false, &add_special) &&
+               get_bool(r, req, "parse_special", true, &parse_special) &&
+               get_bool(r, req, "with_pieces", false, &with_pieces)) {
+        const kiln_model *m = r->server->model;
+        size_t len = json_string_length(content), n = 0;
+        kiln_token *ids = malloc((len + 2) * sizeof *ids);
+        if (!ids || kiln_tokenize(m, json_string_value(content), len, add_special, parse_special, ids, len + 2, &n)) {
+            srv_send_error(r, 500, "server_error", NULL, NULL, "tokenization failed: %s", kiln_last_error());
+        } else {
+            json_t *arr = json_array();
+            for (size_t i = 0; i < n; i++)
+                json_array_append_new(arr, with_pieces ? json_pack("{s:i, s:o}", "id", ids[i], "piece", piece_value(m, ids[i]))
+                                                       : json_integer(ids[i]));
+            srv_send_json(r, 200, json_pack("{s:o}", "tokens", arr));
+        }
+        free(ids);
+    }
+    json_decref(req);
+}
+
+static void detokenize(srv_req *r) {
+    json_t *req = srv_parse_body(r);
+    if (!req) return;
+    json_t *toks = json_object_get(req, "tokens");
+    const kiln_model *m = r->server->model;
+    int32_t n_vocab = kiln_model_n_vocab(m);
+    if (!json_is_array(toks)) {
+        srv_send_error(r, 400, "invalid_request_error", "tokens", "invalid_type", "'tokens' must be an array of token ids");
+        json_decref(req);
+        return;
+    }
+    char *out = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&out, &len);
+    size_t i;
+    json_t *v;
+    bool ok = f != NULL;
+    json_array_foreach(toks, i, v) {
+        if (!ok) break;
+        json_int_t t = json_is_integer(v) ? json_integer_value(v) : -1;
+        if (t < 0 || t >= n_vocab) {
+            srv_send_error(r, 400, "invalid_request_error", "tokens", "invalid_value",
+                           "tokens[%zu] is not a token id in [0, %d)", i, n_vocab);
+            ok = false;
+            break;
+        }
+        char buf[256];
+        size_t n = 0;
+        if (kiln_token_piece(m, (kiln_token)t, false, buf, sizeof buf, &n) == KILN_OK) fwrite(buf, 1, n, f);
+    }
+    if (f) fclose(f);
+    if (ok) {
+        /* Token bytes may not form valid UTF-8 (a split character): replace what is invalid. */
+        json_t *s = json_stringn(out, len);
+        if (!s) {
+            for (size_t k = 0; k < len; k++)
+                if ((unsigned char)out[k] >= 0x80) out[k] = '?';
+            s = json_stringn(out, len);
+        }
+        srv_send_json(r, 200, json_pack("{s:o}", "content", s));
+    } else if (!f) {
+        srv_send_error(r, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    free(out);
+    json_decref(req);
+}
+
+void srv_apply_template(srv_req *r) {
+    json_t *req = srv_parse_body(r);
+    if (!req) return;
+    size_t len;
+    char *prompt = srv_render_chat(r, req, &len);
+    if (prompt) srv_send_json(r, 200, json_pack("{s:s%}", "prompt", prompt, len));
+    free(prompt);
+    json_decref(req);
+}
+
+static void metrics(srv_req *r) {
+    kiln_engine_stats es;
+    kiln_engine_get_stats(r->server->engine, &es);
+    char *t = srv_stats_prometheus(&r->server->stats, &es);
+    if (!t) {
+        srv_send_error(r, 500, "server_error", NULL, NULL, "out of memory");
+        return;
+    }
+    srv_send_text(r, 200, "text/plain; version=0.0.4", t, strlen(t));
+    free(t);
+}
+
+static void stats(srv_req *r) {
+    srv *s = r->server;
+    kiln_engine_stats es;
+    kiln_engine_get_stats(s->engine, &es);
+    json_t *j = srv_stats_json(&s->stats, &es);
+    if (j) {
+        json_object_set_new(j, "model", json_string(s->model_id));
+        json_object_set_new(j, "n_ctx", json_integer(s->n_ctx));
+    }
+    srv_send_json(r, 200, j);
+}
+
+typedef struct route {
+    const char *method;
+    const char *path;
+    void (*fn)(srv_req *r);
+} route;
+
+static void health(srv_req *r) { srv_send_json(r, 200, json_pack("{s:s}", "status", "ok")); }
+
+static const route routes[] = {
+    {"GET", "/health", health},
+    {"GET", "/v1/health", health},
+    {"GET", "/v1/models", models},
+    {"GET", "/models", models},
+    {"POST", "/v1/chat/completions", srv_chat_completions},
+    {"POST", "/chat/completions", srv_chat_completions},
+    {"POST", "/v1/completions", srv_completions},
+    {"POST", "/completions", srv_completions},
+    {"POST", "/tokenize", tokenize},
+    {"POST", "/detokenize", detokenize},
+    {"POST", "/apply-template", srv_apply_template},
+    {"GET", "/metrics", metrics},
+    {"GET", "/stats", stats},
+};
+
+void srv_route(srv_req *r) {
+    bool path_known = false;
+    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
+        if (strcmp(r->url, routes[i].path) != 0) continue;
+        path_known = true;
+        if (strcmp(r->method, routes[i].method) == 0 || (strcmp(r->method, "HEAD") == 0 && routes[i].method[0] == 'G')) {
+            routes[i].fn(r);
+            return;
+        }
+    }
+    if (strncmp(r->url, "/v1/models/", 11) == 0 && r->url[11] && strcmp(r->method, "GET") == 0) {
+        model_by_id(r, r->url + 11);
+        return;
+    }
+    if (path_known) {
+        srv_send_error(r, 405, "invalid_request_error", NULL, "method_not_allowed", "%s is not allowed on %s", r->method,
+                       r->url);
+        return;
+    }
+    srv_send_error(r, 404, "invalid_request_error", NULL, "not_found", "unknown route: %s %s", r->method, r->url);
+}

@@ -1,0 +1,176 @@
+/*
+ * server.h - kiln's OpenAI-compatible HTTP server: the pieces and how they fit.
+ *
+ *   http.c     libmicrohttpd glue: one thread per connection, body collection under a size cap,
+ *              API-key check, routing, JSON / error / server-sent-event responses, and detection
+ *              of clients that went away.
+ *   routes.c   the small routes: /health, /v1/models, /tokenize, /detokenize, /apply-template,
+ *              /metrics, /stats.
+ *   openai.c   /v1/chat/completions and /v1/completions: request validation into generation
+ *              parameters, and the response and stream-chunk shapes.
+ *   job.c      a generation job: what a request hands to the engine (kiln_engine, continuously
+ *              batched) and the state its connection waits on.
+ *   stats.c    request / token / error counters behind /metrics and /stats.
+ *
+ * Like every kiln front end, the server uses only include/kiln.h (plus jansson and
+ * libmicrohttpd). Handlers never generate themselves: they validate, render and tokenize (the model
+ * is immutable and safe to share) and hand a job to the engine.
+ */
+#ifndef KILN_SERVER_H
+#define KILN_SERVER_H
+
+#include "kiln.h"
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+struct MHD_Connection;
+struct MHD_Daemon;
+
+/* ---- configuration (resolved once by `kiln serve`) ------------------------------------------ */
+
+typedef struct srv_config {
+    const char *host;            /* default "127.0.0.1" */
+    int port;                    /* 0: an ephemeral port (printed at start) */
+    const char *api_key;         /* NULL: no authentication; else needed on every route but /health */
+    int max_tokens;              /* default max_tokens when a request gives none; -1 = to context end */
+    size_t max_body;             /* request body cap in bytes (413 beyond) */
+    int max_queue;               /* requests waiting for a row (429 beyond) */
+    kiln_sampler_params sampling;  /* defaults: flags over the model's metadata over the library's */
+    bool verbose;                /* one log line per request */
+} srv_config;
+
+/* ---- counters -------------------------------------------------------------------------------- */
+
+typedef struct srv_stats {
+    pthread_mutex_t mu;
+    uint64_t requests;           /* every HTTP request */
+    uint64_t completions;        /* generations finished (any reason) */
+    uint64_t prompt_tokens;
+    uint64_t gen_tokens;
+    double prompt_ms;            /* summed prefill wall time */
+    double gen_ms;               /* summed generation wall time */
+    uint64_t errors[6];          /* by status: 400, 401, 404, 413, 429, 5xx */
+} srv_stats;
+
+void srv_stats_init(srv_stats *s);
+void srv_stats_destroy(srv_stats *s);
+void srv_stats_error(srv_stats *s, unsigned status);
+void srv_stats_request(srv_stats *s);
+/* Prometheus text exposition / JSON object of the counters; caller frees. */
+char *srv_stats_prometheus(srv_stats *s, const kiln_engine_stats *es);
+json_t *srv_stats_json(srv_stats *s, const kiln_engine_stats *es);
+
+/* ---- generation jobs ------------------------------------------------------------------------- */
+
+typedef struct srv_job srv_job;
+typedef struct srv srv;
+
+/* Called on the engine's thread for each token event and once at the end (ev == NULL, with
+ * status and result set), with the job's lock held. */
+typedef void (*srv_job_event_fn)(srv_job *job, const kiln_token_event *ev);
+
+struct srv_job {
+    /* set by the route, read-only once submitted */
+    kiln_token *prompt;          /* [n_prompt], owned */
+    size_t n_prompt;
+    kiln_generate_params gp;     /* stop, logit_bias point into the owned arrays below */
+    char **stop;                 /* [n_stop] owned strings */
+    kiln_logit_bias *bias;       /* owned */
+    srv_job_event_fn on_event;
+    void *user;                  /* owned by the route that made the job (freed by free_user) */
+    void (*free_user)(void *user);
+    srv_stats *stats;
+
+    /* shared state, under mu */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int refs;
+    kiln_request *req;           /* the engine's handle once submitted */
+    bool done;                   /* the engine finished with the job */
+    kiln_status status;          /* the generation's status once done */
+    char error[256];
+    kiln_generate_result result;
+    char *out;                   /* bytes produced for the client and not yet sent (streaming) */
+    size_t n_out, cap_out;
+    atomic_bool cancel;          /* the client went away */
+};
+
+/* A new job with one reference; NULL when out of memory. */
+srv_job *srv_job_new(void);
+void srv_job_ref(srv_job *j);
+void srv_job_unref(srv_job *j);
+/* Appends bytes to j->out (lock held). False when out of memory. */
+bool srv_job_append(srv_job *j, const char *s, size_t n);
+/* Hands the job to the engine (which holds a reference until it is done). KILN_ERR_BUSY when the
+ * queue is full or the server is stopping. */
+kiln_status srv_job_submit(srv *s, srv_job *j);
+/* The client went away: the request stops at the engine's next step (or never starts). */
+void srv_job_cancel(srv_job *j);
+
+/* ---- the server ------------------------------------------------------------------------------ */
+
+struct srv {
+    srv_config cfg;
+    kiln_model *model;
+    kiln_engine *engine;
+    const char *model_id;        /* file name without .gguf */
+    int32_t n_ctx;               /* context of each row */
+    char fingerprint[24];        /* system_fingerprint: "fp_" + 12 hex of the model fingerprint */
+    long started;                /* unix time the server started */
+    srv_stats stats;
+    struct MHD_Daemon *daemon;
+    int bound_port;
+    atomic_bool stopping;
+};
+
+/* One request as routes see it. */
+typedef struct srv_req {
+    srv *server;
+    struct MHD_Connection *conn;
+    const char *method;
+    const char *url;
+    const char *body;            /* NUL-terminated */
+    size_t body_len;
+    unsigned status;             /* status of the response queued (for the log line) */
+} srv_req;
+
+/* Starts listening (MHD daemon with its own threads). Prints nothing; the caller reports
+ * s->bound_port. False with a message on stderr when the address cannot be bound. */
+bool srv_http_start(srv *s);
+/* Stops accepting new connections (existing ones finish). */
+void srv_http_quiesce(srv *s);
+void srv_http_stop(srv *s);
+
+/* Responses (each queues exactly one response on the request). */
+void srv_send_json(srv_req *r, unsigned status, json_t *body);   /* steals body */
+void srv_send_text(srv_req *r, unsigned status, const char *content_type, const char *text, size_t len);
+/* OpenAI's error shape {"error": {"message", "type", "param", "code"}}; param/code may be NULL. */
+void srv_send_error(srv_req *r, unsigned status, const char *type, const char *param, const char *code,
+                    const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+/* A server-sent-event stream fed from job->out until the job is done. Takes a job reference. */
+void srv_send_stream(srv_req *r, srv_job *job);
+/* Blocks until the job is done, cancelling it if the client disconnects first. True when the
+ * client is still there. */
+bool srv_wait_job(srv_req *r, srv_job *job);
+
+/* Route handlers (routes.c, openai.c). */
+void srv_route(srv_req *r);
+void srv_chat_completions(srv_req *r);
+void srv_completions(srv_req *r);
+void srv_apply_template(srv_req *r);
+
+/* Shared helpers. */
+json_t *srv_parse_body(srv_req *r);       /* a JSON object or NULL after sending 400 */
+/* Tokenizes a rendered prompt (kiln_tokenize_chat). Returns a malloc'd array or NULL after
+ * sending the error (400 naming param when it does not leave room in the context for one new
+ * token). */
+kiln_token *srv_tokenize_prompt(srv_req *r, const char *param, const char *text, size_t len, size_t *n_out);
+/* Renders a chat request's messages with the model's template into a malloc'd prompt; NULL after
+ * sending 400. */
+char *srv_render_chat(srv_req *r, json_t *req, size_t *len);
+
+#endif

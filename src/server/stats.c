@@ -1,0 +1,97 @@
+/*
+ * stats.c - the server's counters, exposed as Prometheus text at /metrics and JSON at /stats.
+ *
+ * Counters only grow; gauges (active rows, queue, KV) come from the engine. Throughput gauges are
+ * derived from summed token counts and wall times: tokens per second over the server's life.
+ */
+#include "server/server.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const unsigned error_codes[6] = {400, 401, 404, 413, 429, 500};   /* the last: any 5xx */
+static const char *const error_names[6] = {"400", "401", "404", "413", "429", "5xx"};
+
+void srv_stats_init(srv_stats *s) {
+    memset(s, 0, sizeof *s);
+    pthread_mutex_init(&s->mu, NULL);
+}
+
+void srv_stats_destroy(srv_stats *s) { pthread_mutex_destroy(&s->mu); }
+
+void srv_stats_request(srv_stats *s) {
+    pthread_mutex_lock(&s->mu);
+    s->requests++;
+    pthread_mutex_unlock(&s->mu);
+}
+
+void srv_stats_error(srv_stats *s, unsigned status) {
+    int k = status >= 500 ? 5 : 0;   /* other 4xx codes count with 400 */
+    for (int i = 0; i < 5; i++)
+        if (error_codes[i] == status) k = i;
+    pthread_mutex_lock(&s->mu);
+    s->errors[k]++;
+    pthread_mutex_unlock(&s->mu);
+}
+
+static double rate(uint64_t n, double ms) { return ms > 0 ? (double)n * 1e3 / ms : 0.0; }
+
+char *srv_stats_prometheus(srv_stats *s, const kiln_engine_stats *es) {
+    pthread_mutex_lock(&s->mu);
+    srv_stats c = *s;
+    pthread_mutex_unlock(&s->mu);
+    char *out = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&out, &len);
+    if (!f) return NULL;
+    fprintf(f,
+            "# HELP kiln_requests_total HTTP requests received.\n# TYPE kiln_requests_total counter\n"
+            "kiln_requests_total %llu\n"
+            "# HELP kiln_completions_total Generations finished.\n# TYPE kiln_completions_total counter\n"
+            "kiln_completions_total %llu\n"
+            "# HELP kiln_prompt_tokens_total Prompt tokens processed.\n# TYPE kiln_prompt_tokens_total counter\n"
+            "kiln_prompt_tokens_total %llu\n"
+            "# HELP kiln_tokens_generated_total Tokens generated.\n# TYPE kiln_tokens_generated_total counter\n"
+            "kiln_tokens_generated_total %llu\n"
+            "# HELP kiln_prompt_tokens_per_second Prompt throughput over the server's life.\n"
+            "# TYPE kiln_prompt_tokens_per_second gauge\nkiln_prompt_tokens_per_second %.3f\n"
+            "# HELP kiln_generation_tokens_per_second Generation throughput over the server's life.\n"
+            "# TYPE kiln_generation_tokens_per_second gauge\nkiln_generation_tokens_per_second %.3f\n"
+            "# HELP kiln_requests_active Generations in the batch (rows in use).\n"
+            "# TYPE kiln_requests_active gauge\nkiln_requests_active %d\n"
+            "# HELP kiln_queue_depth Generations waiting for a row.\n# TYPE kiln_queue_depth gauge\n"
+            "kiln_queue_depth %d\n"
+            "# HELP kiln_batch_rows Rows the engine may run together.\n# TYPE kiln_batch_rows gauge\n"
+            "kiln_batch_rows %d\n"
+            "# HELP kiln_kv_bytes KV cache memory held by rows.\n# TYPE kiln_kv_bytes gauge\n"
+            "kiln_kv_bytes %llu\n"
+            "# HELP kiln_kv_bytes_used KV cache memory holding tokens of running generations.\n"
+            "# TYPE kiln_kv_bytes_used gauge\nkiln_kv_bytes_used %llu\n"
+            "# HELP kiln_errors_total Error responses by status code.\n# TYPE kiln_errors_total counter\n",
+            (unsigned long long)c.requests, (unsigned long long)c.completions, (unsigned long long)c.prompt_tokens,
+            (unsigned long long)c.gen_tokens, rate(c.prompt_tokens, c.prompt_ms), rate(c.gen_tokens, c.gen_ms),
+            es->active, es->queued, es->max_rows, (unsigned long long)es->kv_bytes,
+            (unsigned long long)es->kv_bytes_used);
+    for (int i = 0; i < 6; i++)
+        fprintf(f, "kiln_errors_total{code=\"%s\"} %llu\n", error_names[i], (unsigned long long)c.errors[i]);
+    fclose(f);
+    return out;
+}
+
+json_t *srv_stats_json(srv_stats *s, const kiln_engine_stats *es) {
+    pthread_mutex_lock(&s->mu);
+    srv_stats c = *s;
+    pthread_mutex_unlock(&s->mu);
+    json_t *errs = json_object();
+    for (int i = 0; i < 6; i++) {
+        json_object_set_new(errs, error_names[i], json_integer((json_int_t)c.errors[i]));
+    }
+    return json_pack("{s:I, s:I, s:I, s:I, s:f, s:f, s:i, s:i, s:i, s:I, s:I, s:I, s:o}", "requests",
+                     (json_int_t)c.requests, "completions", (json_int_t)c.completions, "prompt_tokens",
+                     (json_int_t)c.prompt_tokens, "generated_tokens", (json_int_t)c.gen_tokens,
+                     "prompt_tokens_per_second", rate(c.prompt_tokens, c.prompt_ms), "generation_tokens_per_second",
+                     rate(c.gen_tokens, c.gen_ms), "active", es->active, "queued", es->queued, "batch_rows",
+                     es->max_rows, "kv_bytes", (json_int_t)es->kv_bytes, "kv_bytes_used", (json_int_t)es->kv_bytes_used,
+                     "steps", (json_int_t)es->steps, "errors", errs);
+}

@@ -1,0 +1,106 @@
+# test_templates.sh - `kiln template` and the Jinja2 interpreter against the reference: every real chat
+# template in $DATA/chat-templates/llama.cpp is rendered with every context in
+# tests/conformance/contexts by kiln and by Python's jinja2 set up as Hugging Face's
+# apply_chat_template (tests/conformance/jinja_oracle.py). The outputs must be byte-identical, and a
+# template that raises in Python must fail in kiln (exit 1; the messages may differ). One PASS/FAIL
+# line per template, naming the first differing context with a diff excerpt. Then the CLI's own
+# behaviour: error positions, exit codes, --model with a GGUF that carries a template.
+. tests/cli/lib.sh
+T="$DATA/chat-templates/llama.cpp"
+C=tests/conformance/contexts
+# Both renderers take strftime_now's "now" from here (2024-07-26 00:00:00 UTC).
+SOURCE_DATE_EPOCH=1721952000
+export SOURCE_DATE_EPOCH
+
+# ---- CLI behaviour (no Python needed) ----
+printf 'Hello {{ name }}!' >"$TMP/t1.jinja"
+printf '{"name": "W\\u00f6rld"}' >"$TMP/c1.json"
+"$KILN" template --template "$TMP/t1.jinja" --context "$TMP/c1.json" >"$TMP/o1" 2>"$TMP/e1"
+printf 'Hello Wörld!' >"$TMP/w1"
+cmp -s "$TMP/o1" "$TMP/w1" && pass template_renders_exactly || fail template_renders_exactly "$(head -c 200 "$TMP/o1") $(cat "$TMP/e1")"
+printf 'line one\n{{ 1 +  }}\n' >"$TMP/bad.jinja"
+expect_exit template_syntax_error 1 "$KILN" template --template "$TMP/bad.jinja" --context "$TMP/c1.json"
+grep -q "line 2, column" "$TMP/err" && pass template_error_has_position || fail template_error_has_position "$(cat "$TMP/err")"
+printf '{{ raise_exception("no way") }}' >"$TMP/raise.jinja"
+expect_exit template_raise_exception 1 "$KILN" template --template "$TMP/raise.jinja" --context "$TMP/c1.json"
+grep -q "no way" "$TMP/err" && pass template_raise_message || fail template_raise_message "$(cat "$TMP/err")"
+printf '[1, 2]' >"$TMP/notobj.json"
+expect_exit template_context_not_object 1 "$KILN" template --template "$TMP/t1.jinja" --context "$TMP/notobj.json"
+printf '{"a": ' >"$TMP/broken.json"
+expect_exit template_context_malformed 1 "$KILN" template --template "$TMP/t1.jinja" --context "$TMP/broken.json"
+expect_exit template_missing_file 1 "$KILN" template --template "$TMP/nope.jinja"
+expect_exit template_no_source 2 "$KILN" template --context "$TMP/c1.json"
+expect_exit template_both_sources 2 "$KILN" template --template "$TMP/t1.jinja" -m "$TMP/x.gguf"
+expect_exit template_bad_flag 2 "$KILN" template --template "$TMP/t1.jinja" --frobnicate
+expect_exit template_missing_value 2 "$KILN" template --template
+expect_exit template_help 0 "$KILN" help template
+
+# --model: the template of a GGUF file, with bos/eos from its vocabulary
+P3="$DATA/tokenizer-tests/llama.cpp-vocab/ggml-vocab-phi-3.gguf"
+if [ -f "$P3" ]; then
+  printf '{"messages": [{"role": "user", "content": "Hi"}]}' >"$TMP/chat.json"
+  "$KILN" template --model "$P3" --context "$TMP/chat.json" >"$TMP/m1" 2>"$TMP/m1.err"
+  printf '<s><|user|>\nHi<|end|>\n<|assistant|>\n' >"$TMP/m1.want"
+  cmp -s "$TMP/m1" "$TMP/m1.want" && pass template_model_phi3 || fail template_model_phi3 "$(head -c 200 "$TMP/m1") $(cat "$TMP/m1.err")"
+else
+  skip template_model_phi3 "no $P3"
+fi
+S="$DATA/models/stories260K/stories260K.gguf"
+if [ -f "$S" ]; then
+  printf '{"messages": [{"role": "system", "content": "A"}, {"role": "user", "content": [{"type": "text", "text": "B"}, {"type": "text", "text": "C"}]}, {"role": "assistant", "content": null}]}' >"$TMP/chat2.json"
+  "$KILN" template --model "$S" --context "$TMP/chat2.json" >"$TMP/m2" 2>"$TMP/m2.err"
+  printf 'A\n\nBC' >"$TMP/m2.want"
+  cmp -s "$TMP/m2" "$TMP/m2.want" && pass template_model_plain_fallback || fail template_model_plain_fallback "$(head -c 200 "$TMP/m2") $(cat "$TMP/m2.err")"
+else
+  skip template_model_plain_fallback "no $S"
+fi
+
+# ---- conformance with Python's jinja2 ----
+if [ ! -d "$T" ]; then skip template_conformance "no $T"; exit 0; fi
+PY=""
+for p in python3 /usr/bin/python3; do
+  if command -v "$p" >/dev/null 2>&1 && "$p" -c 'import jinja2' >/dev/null 2>&1; then PY=$p; break; fi
+done
+if [ -z "$PY" ]; then skip template_conformance "no python3 with jinja2 (scripts/setup installs python3-jinja2)"; exit 0; fi
+
+mkdir -p "$TMP/oracle" "$TMP/kiln"
+t0=$(date +%s.%N)
+if ! "$PY" tests/conformance/jinja_oracle.py --batch "$TMP/oracle" "$T"/*.jinja -- "$C"/*.json 2>"$TMP/oracle.err"; then
+  fail template_oracle_runs "$(head -c 300 "$TMP/oracle.err")"
+  exit 0
+fi
+t1=$(date +%s.%N)
+pairs=0
+for t in "$T"/*.jinja; do
+  name=$(basename "$t" .jinja)
+  bad=""
+  for c in "$C"/*.json; do
+    cn=$(basename "$c" .json)
+    base="${name}__$cn"
+    pairs=$((pairs + 1))
+    "$KILN" template --template "$t" --context "$c" >"$TMP/kiln/$base.out" 2>"$TMP/kiln/$base.err"
+    rc=$?
+    if [ -f "$TMP/oracle/$base.raised" ]; then
+      if [ "$rc" -ne 1 ]; then
+        bad="$cn: Python raised ($(head -c 200 "$TMP/oracle/$base.raised")) but kiln exited $rc"
+        break
+      fi
+    elif [ "$rc" -ne 0 ]; then
+      bad="$cn: kiln failed: $(head -c 300 "$TMP/kiln/$base.err")"
+      break
+    elif ! cmp -s "$TMP/oracle/$base.out" "$TMP/kiln/$base.out"; then
+      bad="$cn: output differs from Python's ($(cmp "$TMP/oracle/$base.out" "$TMP/kiln/$base.out" 2>&1 | head -n 1))"
+      break
+    fi
+  done
+  if [ -z "$bad" ]; then
+    pass "template_$name"
+  else
+    fail "template_$name" "$bad"
+    if [ -f "$TMP/oracle/$base.out" ] && [ -f "$TMP/kiln/$base.out" ]; then
+      diff "$TMP/oracle/$base.out" "$TMP/kiln/$base.out" | head -n 12 | sed 's/^/  /'
+    fi
+  fi
+done
+t2=$(date +%s.%N)
+echo "# $pairs template x context pairs: python oracle $(awk "BEGIN { printf \"%.1f\", $t1 - $t0 }") s, kiln $(awk "BEGIN { printf \"%.1f\", $t2 - $t1 }") s"
