@@ -101,18 +101,24 @@ int cli_run(int argc, char **argv) {
     gp.on_token = on_token;
     kiln_generate_result res;
     char *rendered = NULL;
-    if (!raw && kiln_model_chat_template(m)) {
-        st = render_chat(m, system_prompt, prompt, &rendered);
-        kiln_token *ids = NULL;
-        size_t n = 0, cap = rendered ? strlen(rendered) + 2 : 0;
-        if (!st && !(ids = malloc(cap * sizeof *ids))) st = KILN_ERR_NOMEM;
-        if (!st) st = kiln_tokenize_chat(m, rendered, cap - 2, ids, cap, &n);
-        if (!st) st = kiln_generate_tokens(s, ids, n, &gp, &res);
-        free(ids);
-    } else {
+    const bool chat = !raw && kiln_model_chat_template(m);
+    if (chat) st = render_chat(m, system_prompt, prompt, &rendered);
+    if (!chat) {
         fputs(prompt, stdout);
         fflush(stdout);
-        st = kiln_generate(s, prompt, &gp, &res);
+    }
+    const char *text = chat ? rendered : prompt;
+    if (st) {
+        /* the template failed: reported below */
+    } else if (!*text) {
+        st = kiln_generate(s, "", &gp, &res);   /* start from BOS alone */
+    } else {
+        /* Special-token text (e.g. <|im_start|>) is parsed; BOS is added unless already there. */
+        size_t n = 0, cap = strlen(text) + 2;
+        kiln_token *ids = malloc(cap * sizeof *ids);
+        st = ids ? kiln_tokenize_chat(m, text, cap - 2, ids, cap, &n) : KILN_ERR_NOMEM;
+        if (!st) st = kiln_generate_tokens(s, ids, n, &gp, &res);
+        free(ids);
     }
     free(rendered);
     printf("\n");
