@@ -317,6 +317,7 @@ kiln_generate_params kiln_generate_default_params(void);
 typedef struct kiln_generate_result {
     int32_t n_prompt;          /* prompt tokens evaluated */
     int32_t n_generated;       /* tokens generated */
+    int32_t n_cached;          /* prompt tokens whose KV came from the prefix cache (engine only) */
     double prompt_ms;          /* wall time of prefill */
     double gen_ms;             /* wall time of generation (from the first sampled token on) */
     kiln_stop_reason stop;
@@ -350,6 +351,9 @@ typedef struct kiln_engine_params {
     kiln_kv_type kv_type;   /* default F16 */
     uint64_t kv_budget;     /* bytes of KV all rows may hold together; 0 = max_rows full rows. A
                                budget below one row still runs one row (estimates are advisory) */
+    int64_t prompt_cache;   /* bytes of the prefix cache (KV of earlier requests, reused by later
+                               ones that start with the same tokens); 0 = off; -1 (default) =
+                               an eighth of the machine's memory, at most 8 GiB */
 } kiln_engine_params;
 
 kiln_engine_params kiln_engine_default_params(void);
@@ -392,6 +396,12 @@ typedef struct kiln_engine_stats {
     uint64_t kv_bytes;      /* KV memory held by rows (allocated on first use, then kept) */
     uint64_t kv_bytes_used; /* of which holding tokens of running requests */
     uint64_t steps;         /* forward passes run */
+    int32_t cache_entries;  /* prefix cache: entries held */
+    uint64_t cache_bytes;   /* bytes they hold (of cache_budget) */
+    uint64_t cache_budget;
+    uint64_t cache_hits;    /* requests that reused a cached prefix */
+    uint64_t cache_misses;
+    uint64_t cache_hit_tokens;  /* prompt tokens not recomputed thanks to the cache */
 } kiln_engine_stats;
 
 void kiln_engine_get_stats(kiln_engine *engine, kiln_engine_stats *out);

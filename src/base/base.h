@@ -55,6 +55,8 @@ double kn_now_ms(void);
 
 /* Number of physical cores (at least 1). */
 int kn_physical_cores(void);
+/* Bytes of physical memory of the machine (0 if unknown). */
+uint64_t kn_physical_memory(void);
 
 #define KN_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define KN_MAX(a, b) ((a) > (b) ? (a) : (b))

@@ -68,3 +68,8 @@ int kn_physical_cores(void) {
     if (n < 1 || n > online) return (int)online;
     return n;
 }
+
+uint64_t kn_physical_memory(void) {
+    long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+    return pages > 0 && size > 0 ? (uint64_t)pages * (uint64_t)size : 0;
+}

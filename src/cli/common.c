@@ -62,6 +62,9 @@ static const usage_entry usages[] = {
      "  --prefill-chunk N    prompt tokens a joining request adds per step (default 256)\n"
      "  --kv-budget GB       KV memory all rows may use together (default: --batch full rows);\n"
      "                       -c sets the context of each row\n"
+     "  --prompt-cache GB    memory for the prefix cache: KV of earlier requests reused by later\n"
+     "                       ones with the same beginning (default: 1/8 of RAM, at most 8 GiB;\n"
+     "                       0 turns it off)\n"
      "  --max-body-mb N      largest request body in MiB (default 8; beyond: 413)\n"
      "Sampling flags set the defaults of requests that do not give a value; the model's own\n"
      "recommended settings come next, then temperature 0.8, top-p 0.95.\n" MODEL_FLAGS SAMPLING_FLAGS},

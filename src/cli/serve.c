@@ -56,7 +56,7 @@ int cli_serve(int argc, char **argv) {
     s.cfg.max_body = 8u << 20;
     s.cfg.max_queue = 64;
     int max_body_mb = 8, batch = 8, prefill_chunk = 256;
-    float kv_budget_gb = 0;
+    float kv_budget_gb = 0, prompt_cache_gb = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -71,6 +71,7 @@ int cli_serve(int argc, char **argv) {
         if (strcmp(a, "--batch") == 0) { if (!cli_int(a, v, 1, 1024, &batch)) return CLI_EXIT_USAGE; i++; continue; }
         if (strcmp(a, "--prefill-chunk") == 0) { if (!cli_int(a, v, 1, 65536, &prefill_chunk)) return CLI_EXIT_USAGE; i++; continue; }
         if (strcmp(a, "--kv-budget") == 0) { if (!cli_float(a, v, 0, 1 << 20, &kv_budget_gb)) return CLI_EXIT_USAGE; i++; continue; }
+        if (strcmp(a, "--prompt-cache") == 0) { if (!cli_float(a, v, 0, 1 << 20, &prompt_cache_gb)) return CLI_EXIT_USAGE; i++; continue; }
         if (strcmp(a, "--max-body-mb") == 0) { if (!cli_int(a, v, 1, 4096, &max_body_mb)) return CLI_EXIT_USAGE; i++; continue; }
         int r = cli_parse_common(argc, argv, &i, &c);
         if (r == 1) continue;
@@ -107,6 +108,7 @@ int cli_serve(int argc, char **argv) {
     ep.max_queue = s.cfg.max_queue;
     ep.prefill_chunk = prefill_chunk;
     ep.kv_budget = (uint64_t)((double)kv_budget_gb * 1e9);
+    ep.prompt_cache = prompt_cache_gb < 0 ? -1 : (int64_t)((double)prompt_cache_gb * 1e9);
     kiln_engine *engine = NULL;
     if (kiln_engine_new(m, &ep, &engine)) {
         fprintf(stderr, "kiln serve: cannot start the engine: %s\n", kiln_last_error());
@@ -130,8 +132,8 @@ int cli_serve(int argc, char **argv) {
         const bool v6 = strchr(s.cfg.host, ':') != NULL;
         kiln_engine_stats es;
         kiln_engine_get_stats(engine, &es);
-        fprintf(stderr, "kiln serve: %s, context %d per row, %d rows, %d threads\n", kiln_model_desc(m), s.n_ctx,
-                es.max_rows, kiln_engine_n_threads(engine));
+        fprintf(stderr, "kiln serve: %s, context %d per row, %d rows, %d threads, prompt cache %.2f GB\n",
+                kiln_model_desc(m), s.n_ctx, es.max_rows, kiln_engine_n_threads(engine), (double)es.cache_budget / 1e9);
         fprintf(stderr, "kiln serve: listening on http://%s%s%s:%d (model id '%s')\n", v6 ? "[" : "", s.cfg.host,
                 v6 ? "]" : "", s.bound_port, s.model_id);
         int sig = 0;

@@ -10,7 +10,7 @@
 
 kiln_engine_params kiln_engine_default_params(void) {
     kiln_engine_params p = {.n_ctx = 0, .max_rows = 8, .max_queue = 64, .prefill_chunk = 256, .n_threads = 0,
-                            .kv_type = KILN_KV_F16, .kv_budget = 0};
+                            .kv_type = KILN_KV_F16, .kv_budget = 0, .prompt_cache = -1};
     return p;
 }
 
@@ -34,6 +34,8 @@ kiln_status kiln_engine_new(kiln_model *m, const kiln_engine_params *params, kil
     if (p.n_threads < 0 || p.n_threads > 1024) return kn_error(KILN_ERR_INVALID_ARG, "thread count %d is out of range", p.n_threads);
     if (p.n_threads == 0) p.n_threads = kn_physical_cores();
     if (p.kv_type != KILN_KV_F16 && p.kv_type != KILN_KV_F32) return kn_error(KILN_ERR_INVALID_ARG, "unknown KV type");
+    if (p.prompt_cache < -1) return kn_error(KILN_ERR_INVALID_ARG, "prompt_cache %lld is out of range", (long long)p.prompt_cache);
+    if (p.prompt_cache == -1) p.prompt_cache = (int64_t)KN_MIN(kn_physical_memory() / 8, (uint64_t)8 << 30);
 
     kiln_engine *e = kn_calloc(1, sizeof *e);
     if (!e) return KILN_ERR_NOMEM;
@@ -51,6 +53,7 @@ kiln_status kiln_engine_new(kiln_model *m, const kiln_engine_params *params, kil
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->wake, NULL);
     pthread_cond_init(&e->done_cv, NULL);
+    kn_pc_init(&e->cache, (size_t)p.prompt_cache);
     kiln_status st = kn_scratch_init(&e->scratch, m, p.prefill_chunk + p.max_rows, p.n_ctx, p.n_threads);
     if (!st) {
         e->logits = kn_alloc_aligned((size_t)p.max_rows * (size_t)hp->n_vocab * sizeof(float));
@@ -110,6 +113,7 @@ void kiln_engine_free(kiln_engine *e) {
     if (e->slots)
         for (int i = 0; i < e->p.max_rows; i++) kn_kv_free(&e->slots[i].kv);
     kn_scratch_free(&e->scratch);
+    kn_pc_free(&e->cache);
     kn_free_aligned(e->logits);
     free(e->slots);
     free(e->queue);
@@ -255,4 +259,12 @@ void kiln_engine_get_stats(kiln_engine *e, kiln_engine_stats *out) {
         }
     }
     pthread_mutex_unlock(&e->mu);
+    kn_pc_stats cs;
+    kn_pc_get_stats(&e->cache, &cs);
+    out->cache_entries = cs.entries;
+    out->cache_bytes = cs.bytes;
+    out->cache_budget = cs.budget;
+    out->cache_hits = cs.hits;
+    out->cache_misses = cs.misses;
+    out->cache_hit_tokens = cs.hit_tokens;
 }

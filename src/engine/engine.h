@@ -9,6 +9,7 @@
 #ifndef KN_ENGINE_H
 #define KN_ENGINE_H
 
+#include "cache/prefix.h"
 #include "engine/row.h"
 
 #include <pthread.h>
@@ -41,6 +42,7 @@ struct kiln_engine {
     int32_t row_cap;               /* rows the KV budget allows (<= max_rows, >= 1) */
     size_t row_kv_bytes;
     kn_scratch scratch;
+    kn_prefix_cache cache;         /* KV of earlier requests, by token prefix */
     float *logits;                 /* [max_rows][n_vocab] */
     kn_slot *slots;                /* [max_rows] */
     kiln_request **queue;          /* ring [max_queue] */

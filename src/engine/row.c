@@ -11,10 +11,11 @@
 
 #include "sample/logprobs.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 kiln_status kn_row_begin(kn_row *r, const kiln_model *m, kn_kv *kv, const kiln_token *prompt, size_t n,
-                         const kiln_generate_params *gp) {
+                         int32_t n_cached, const kiln_generate_params *gp) {
     memset(r, 0, sizeof *r);
     r->model = m;
     r->kv = kv;
@@ -31,14 +32,23 @@ kiln_status kn_row_begin(kn_row *r, const kiln_model *m, kn_kv *kv, const kiln_t
             return kn_error(KILN_ERR_INVALID_ARG, "token %d at index %zu is outside the vocabulary [0, %d)", prompt[i], i, V);
     if (gp->logprobs < -1 || gp->logprobs > KILN_MAX_TOP_LOGPROBS)
         return kn_error(KILN_ERR_INVALID_ARG, "logprobs %d is outside [-1, %d]", gp->logprobs, KILN_MAX_TOP_LOGPROBS);
+    if (n_cached < 0 || (size_t)n_cached >= n) return kn_error(KILN_ERR_INVALID_ARG, "bad cached prefix length %d", n_cached);
     kiln_status st = kn_stopper_init(&r->stop, gp->stop, gp->n_stop, sizeof r->detok.out);
     if (st) return st;
     if ((st = kn_sampler_init(&r->smp, &gp->sampling, V))) {
         kn_stopper_free(&r->stop);
         return st;
     }
+    if (!(r->seq = malloc((size_t)kv->n_ctx * sizeof *r->seq))) {
+        kn_stopper_free(&r->stop);
+        kn_sampler_free(&r->smp);
+        return kn_error(KILN_ERR_NOMEM, "out of memory for a row's tokens");
+    }
+    memcpy(r->seq, prompt, n * sizeof *prompt);
     for (size_t i = 0; i < n; i++) kn_sampler_accept(&r->smp, prompt[i]);
-    kv->n_past = 0;
+    kv->n_past = n_cached;
+    r->n_fed = (size_t)n_cached;
+    r->res.n_cached = n_cached;
     r->t_start = kn_now_ms();
     return KILN_OK;
 }
@@ -109,6 +119,7 @@ bool kn_row_advance(kn_row *r, const kn_batch_row *planned, const float *logits)
     if (p->max_tokens >= 0 && r->res.n_generated >= p->max_tokens) return finish(r, KILN_STOP_LENGTH);
     if (r->kv->n_past >= r->kv->n_ctx) return finish(r, KILN_STOP_CONTEXT);
     r->last = tok;
+    r->seq[r->kv->n_past] = tok;   /* its K/V go to this position at the next step */
     return false;
 }
 
@@ -139,6 +150,8 @@ kiln_status kn_row_end(kn_row *r, kiln_generate_result *result) {
     else r->res.prompt_ms = kn_now_ms() - r->t_start;
     kn_sampler_free(&r->smp);
     kn_stopper_free(&r->stop);
+    free(r->seq);
+    r->seq = NULL;
     if (result) *result = r->res;
     if (r->gp.on_done) r->gp.on_done(r->status, &r->res, r->gp.user);
     return r->status;

@@ -23,6 +23,8 @@ typedef struct kn_row {
     kn_kv *kv;                       /* the row's cache (borrowed) */
     kiln_generate_params gp;         /* stop / logit_bias pointers must outlive the row */
     const kiln_token *prompt;        /* [n_prompt] (borrowed) */
+    kiln_token *seq;                 /* [kv->n_ctx] tokens whose K/V are in the KV: prompt, then
+                                        generated tokens as they are fed (for the prefix cache) */
     size_t n_prompt;
     size_t n_fed;                    /* prompt tokens already in the KV */
     kiln_token last;                 /* sampled token to feed at the next decode step */
@@ -37,11 +39,13 @@ typedef struct kn_row {
     double t_start, t_first;         /* ms: begin, prompt done */
 } kn_row;
 
-/* Starts a generation on kv (emptied) for prompt[n] with params gp. Validates the prompt (non-empty,
- * ids in the vocabulary, shorter than the context) and parameters; allocates the sampler and
- * stop-string buffers (the only allocations of a generation). On failure nothing is held. */
+/* Starts a generation on kv for prompt[n] with params gp. kv holds the K/V of the first n_cached
+ * prompt tokens already (restored from the prefix cache; 0: kv is emptied), so prefill starts
+ * after them. Validates the prompt (non-empty, ids in the vocabulary, shorter than the context)
+ * and parameters; allocates the sampler, stop-string and token buffers (the only allocations of a
+ * generation). On failure nothing is held. */
 kiln_status kn_row_begin(kn_row *r, const kiln_model *m, kn_kv *kv, const kiln_token *prompt, size_t n,
-                         const kiln_generate_params *gp);
+                         int32_t n_cached, const kiln_generate_params *gp);
 
 /* The row's tokens for the next forward call, at most max (>= 1): the next prompt chunk while
  * prefilling (logits only when it completes the prompt), else the last sampled token. */

@@ -4,7 +4,8 @@
  * Iteration-level scheduling. Each turn of the loop, under the engine lock: queued requests that
  * were cancelled are dropped, and waiting requests take free rows (up to the KV budget's row cap)
  * in arrival order. Then, without the lock: new rows get their KV (allocated on a slot's first
- * use and kept) and begin; rows whose request was cancelled leave; one executor step advances all
+ * use and kept), restore the longest cached prefix of their prompt from the prefix cache, and
+ * begin; rows whose request was cancelled leave; one executor step advances all
  * active rows together (kn_method_step: decode tokens first, joining prompts in chunks); finished
  * rows end and free their slot at once. The scheduler never touches tensors itself: the numeric
  * work is the method's (row.c), the KV layout the cache's.
@@ -62,7 +63,12 @@ static void start_row(kiln_engine *e, kn_slot *s) {
         s->allocated = st == KILN_OK;
     }
     kiln_request *r = s->req;
-    if (!st) st = kn_row_begin(&s->row, e->model, &s->kv, r->prompt, r->n_prompt, &r->gp);
+    if (!st) {
+        /* The longest cached prefix (leaving at least one prompt token to compute) goes into the
+         * slot's KV; prefill starts after it. */
+        const int32_t cached = kn_pc_restore(&e->cache, r->prompt, (int32_t)r->n_prompt, (int32_t)r->n_prompt - 1, &s->kv);
+        st = kn_row_begin(&s->row, e->model, &s->kv, r->prompt, r->n_prompt, cached, &r->gp);
+    }
     if (!st) return;
     KN_LOGE("a request could not start: %s", kn_error_msg());
     pthread_mutex_lock(&e->mu);
@@ -71,8 +77,11 @@ static void start_row(kiln_engine *e, kn_slot *s) {
     end_unstarted(e, r, st);
 }
 
-/* Ends a finished row: its on_done runs, then the request completes and the slot frees. */
+/* Ends a finished row: its tokens (prompt and generated, as far as their K/V were computed) are
+ * published to the prefix cache before on_done runs, so a client's next request can hit; then the
+ * request completes and the slot frees. */
 static void end_row(kiln_engine *e, kn_slot *s) {
+    if (s->row.seq) kn_pc_publish(&e->cache, s->row.seq, s->kv.n_past, &s->kv, 2);
     kiln_generate_result res;
     kiln_status st = kn_row_end(&s->row, &res);
     kiln_request *r = s->req;

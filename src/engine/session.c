@@ -135,7 +135,7 @@ kiln_status kiln_generate_tokens(kiln_session *s, const kiln_token *prompt, size
     kn_error_clear();
     kiln_generate_params p = params ? *params : kiln_generate_default_params();
     kn_row row;
-    kiln_status st = kn_row_begin(&row, s->model, &s->kv, prompt, n_prompt, &p);
+    kiln_status st = kn_row_begin(&row, s->model, &s->kv, prompt, n_prompt, 0, &p);
     if (st) return fail(s, st);
     s->n_logits = 0;
     kn_row *rows[1] = {&row};

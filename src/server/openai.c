@@ -448,7 +448,8 @@ static const char *finish_reason(kiln_stop_reason s) {
 
 static json_t *usage(const kiln_generate_result *res) {
     return json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", res->n_prompt, "completion_tokens", res->n_generated,
-                     "total_tokens", res->n_prompt + res->n_generated, "prompt_tokens_details", "cached_tokens", 0);
+                     "total_tokens", res->n_prompt + res->n_generated, "prompt_tokens_details", "cached_tokens",
+                     res->n_cached);
 }
 
 /* The envelope of a response or chunk: id, object, created, model, system_fingerprint, choices. */

@@ -35,6 +35,8 @@ void srv_stats_error(srv_stats *s, unsigned status) {
     pthread_mutex_unlock(&s->mu);
 }
 
+static json_t *cache_json(const kiln_engine_stats *es);
+
 static double rate(uint64_t n, double ms) { return ms > 0 ? (double)n * 1e3 / ms : 0.0; }
 
 char *srv_stats_prometheus(srv_stats *s, const kiln_engine_stats *es) {
@@ -68,11 +70,23 @@ char *srv_stats_prometheus(srv_stats *s, const kiln_engine_stats *es) {
             "kiln_kv_bytes %llu\n"
             "# HELP kiln_kv_bytes_used KV cache memory holding tokens of running generations.\n"
             "# TYPE kiln_kv_bytes_used gauge\nkiln_kv_bytes_used %llu\n"
+            "# HELP kiln_prompt_cache_entries Prefix cache entries.\n# TYPE kiln_prompt_cache_entries gauge\n"
+            "kiln_prompt_cache_entries %d\n"
+            "# HELP kiln_prompt_cache_bytes Prefix cache memory.\n# TYPE kiln_prompt_cache_bytes gauge\n"
+            "kiln_prompt_cache_bytes %llu\n"
+            "# HELP kiln_prompt_cache_hits_total Requests that reused a cached prefix.\n"
+            "# TYPE kiln_prompt_cache_hits_total counter\nkiln_prompt_cache_hits_total %llu\n"
+            "# HELP kiln_prompt_cache_misses_total Requests that found no cached prefix.\n"
+            "# TYPE kiln_prompt_cache_misses_total counter\nkiln_prompt_cache_misses_total %llu\n"
+            "# HELP kiln_prompt_cache_tokens_total Prompt tokens taken from the cache.\n"
+            "# TYPE kiln_prompt_cache_tokens_total counter\nkiln_prompt_cache_tokens_total %llu\n"
             "# HELP kiln_errors_total Error responses by status code.\n# TYPE kiln_errors_total counter\n",
             (unsigned long long)c.requests, (unsigned long long)c.completions, (unsigned long long)c.prompt_tokens,
             (unsigned long long)c.gen_tokens, rate(c.prompt_tokens, c.prompt_ms), rate(c.gen_tokens, c.gen_ms),
             es->active, es->queued, es->max_rows, (unsigned long long)es->kv_bytes,
-            (unsigned long long)es->kv_bytes_used);
+            (unsigned long long)es->kv_bytes_used, es->cache_entries, (unsigned long long)es->cache_bytes,
+            (unsigned long long)es->cache_hits, (unsigned long long)es->cache_misses,
+            (unsigned long long)es->cache_hit_tokens);
     for (int i = 0; i < 6; i++)
         fprintf(f, "kiln_errors_total{code=\"%s\"} %llu\n", error_names[i], (unsigned long long)c.errors[i]);
     fclose(f);
@@ -87,11 +101,20 @@ json_t *srv_stats_json(srv_stats *s, const kiln_engine_stats *es) {
     for (int i = 0; i < 6; i++) {
         json_object_set_new(errs, error_names[i], json_integer((json_int_t)c.errors[i]));
     }
-    return json_pack("{s:I, s:I, s:I, s:I, s:f, s:f, s:i, s:i, s:i, s:I, s:I, s:I, s:o}", "requests",
+    json_t *j = json_pack("{s:I, s:I, s:I, s:I, s:f, s:f, s:i, s:i, s:i, s:I, s:I, s:I, s:o}", "requests",
                      (json_int_t)c.requests, "completions", (json_int_t)c.completions, "prompt_tokens",
                      (json_int_t)c.prompt_tokens, "generated_tokens", (json_int_t)c.gen_tokens,
                      "prompt_tokens_per_second", rate(c.prompt_tokens, c.prompt_ms), "generation_tokens_per_second",
                      rate(c.gen_tokens, c.gen_ms), "active", es->active, "queued", es->queued, "batch_rows",
                      es->max_rows, "kv_bytes", (json_int_t)es->kv_bytes, "kv_bytes_used", (json_int_t)es->kv_bytes_used,
                      "steps", (json_int_t)es->steps, "errors", errs);
+    if (j) json_object_set_new(j, "prompt_cache", cache_json(es));
+    return j;
+}
+
+/* The prefix cache's figures for /stats. */
+static json_t *cache_json(const kiln_engine_stats *es) {
+    return json_pack("{s:i, s:I, s:I, s:I, s:I, s:I}", "entries", es->cache_entries, "bytes", (json_int_t)es->cache_bytes,
+                     "budget", (json_int_t)es->cache_budget, "hits", (json_int_t)es->cache_hits, "misses",
+                     (json_int_t)es->cache_misses, "hit_tokens", (json_int_t)es->cache_hit_tokens);
 }

@@ -307,6 +307,33 @@ await test('server_logprobs_completions', async () => {
   }
 });
 
+// The prefix cache: turn 2 of a chat reuses at least turn 1's prompt, with the same output as a
+// server without a cache; concurrent requests sharing a prefix both hit.
+await test('server_prompt_cache_multi_turn', async () => {
+  const system = { role: 'system', content: 'Lily and Ben were friends who liked to play in the park every day.' };
+  const turn1 = [system, { role: 'user', content: 'One day they found a big red ball under a tree.' }];
+  const r1 = await client.chat.completions.create({ model: MODEL_ID, messages: turn1, temperature: 0, max_tokens: 24 });
+  const turn2 = [...turn1, { role: 'assistant', content: r1.choices[0].message.content },
+                 { role: 'user', content: 'Then the sun went down.' }];
+  const r2 = await client.chat.completions.create({ model: MODEL_ID, messages: turn2, temperature: 0, max_tokens: 24 });
+  const cached = r2.usage.prompt_tokens_details.cached_tokens;
+  assert.ok(cached >= r1.usage.prompt_tokens, `turn 2 cached ${cached} < turn 1 prompt ${r1.usage.prompt_tokens}`);
+  const off = await startServer(['--prompt-cache', '0'], 'server --prompt-cache 0');
+  try {
+    const c2 = await off.client().chat.completions.create({ model: MODEL_ID, messages: turn2, temperature: 0, max_tokens: 24 });
+    assert.equal(c2.usage.prompt_tokens_details.cached_tokens, 0);
+    assert.equal(r2.choices[0].message.content, c2.choices[0].message.content, 'a cache hit changed the output');
+  } finally {
+    await stopCleanly(off);
+  }
+  const [a, b] = await Promise.all([0, 1].map((k) => client.chat.completions.create(
+    { model: MODEL_ID, messages: [...turn2, { role: 'user', content: k ? 'And then?' : 'What next?' }], temperature: 0, max_tokens: 8 })));
+  assert.ok(a.usage.prompt_tokens_details.cached_tokens >= r2.usage.prompt_tokens - 1, 'concurrent request a missed');
+  assert.ok(b.usage.prompt_tokens_details.cached_tokens >= r2.usage.prompt_tokens - 1, 'concurrent request b missed');
+  const st = await stats(S);
+  assert.ok(st.prompt_cache && st.prompt_cache.hits >= 3 && st.prompt_cache.entries >= 1, JSON.stringify(st.prompt_cache));
+});
+
 await test('server_error_malformed_json', async () => {
   for (const path of ['/v1/chat/completions', '/v1/completions', '/tokenize']) {
     assertHttpError(await post(S, path, '{"model": "x", "messages": ['), 400, `${path} truncated JSON`);

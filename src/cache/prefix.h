@@ -1,0 +1,57 @@
+/*
+ * prefix.h - the prefix cache, RAM tier: KV of token sequences that earlier requests computed,
+ * reused by later requests that start with the same tokens.
+ *
+ * An entry holds a token sequence and the K/V rows of its positions ([n_layer][n][kv_dim] each,
+ * in the KV type of the engine). A cache belongs to one engine, so every entry shares its key's
+ * fixed part (model fingerprint, KV format, adapter set: none yet); entries differ in tokens. A
+ * lookup finds the entry sharing the longest common prefix with the prompt (capped so at least one
+ * prompt token is always computed); any prefix of an entry is usable, because a position's K/V
+ * depend only on the tokens up to it. Hence an entry covering prompt + reply also serves the next
+ * chat turn that repeats only the prompt: the prompt boundary needs no entry of its own.
+ *
+ * Reuse copies the matched rows into the requester's KV (copy-on-use), so any number of requests
+ * can start from one entry at once and the entry stays. Publishing copies a finished row's KV into
+ * a new entry; an entry whose tokens are a prefix of the new one is superseded (dropped), and one
+ * that already covers the new tokens makes publishing a no-op. A byte budget is kept by evicting
+ * least-recently-used entries. Thread-safe; entries are reference-counted while being copied.
+ */
+#ifndef KN_PREFIX_H
+#define KN_PREFIX_H
+
+#include "cache/kv.h"
+
+#include <pthread.h>
+
+typedef struct kn_pc_entry kn_pc_entry;
+
+typedef struct kn_prefix_cache {
+    pthread_mutex_t mu;
+    kn_pc_entry *head;           /* most recently used first */
+    size_t budget;               /* bytes; 0 disables the cache */
+    size_t bytes;                /* bytes held by entries */
+    uint64_t clock;
+    uint64_t hits, misses, hit_tokens, evictions;
+    int32_t n_entries;
+} kn_prefix_cache;
+
+typedef struct kn_pc_stats {
+    int32_t entries;
+    uint64_t bytes, budget, hits, misses, hit_tokens, evictions;
+} kn_pc_stats;
+
+void kn_pc_init(kn_prefix_cache *pc, size_t budget);
+void kn_pc_free(kn_prefix_cache *pc);
+
+/* Finds the longest cached prefix of tokens[0..n) no longer than max_use tokens, copies its K/V
+ * into kv positions [0, m) (kv->n_past = m) and returns m; 0 on a miss (kv untouched). Counts a hit
+ * or a miss. kv must have the cache's layout (same layers, kv_dim and type). */
+int32_t kn_pc_restore(kn_prefix_cache *pc, const int32_t *tokens, int32_t n, int32_t max_use, kn_kv *kv);
+
+/* Stores kv positions [0, n) under tokens[0..n) (copying them), evicting LRU entries to stay
+ * within the budget. Sequences shorter than min_tokens or larger than the budget are not stored. */
+void kn_pc_publish(kn_prefix_cache *pc, const int32_t *tokens, int32_t n, const kn_kv *kv, int32_t min_tokens);
+
+void kn_pc_get_stats(kn_prefix_cache *pc, kn_pc_stats *out);
+
+#endif
