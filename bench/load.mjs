@@ -45,7 +45,7 @@ async function stream(k, maxTokens, onFirst) {
       buf = buf.slice(i + 2);
       if (!ev.startsWith('data: ') || ev === 'data: [DONE]') continue;
       const o = JSON.parse(ev.slice(6));
-      if (o.choices?.length && o.choices[0].text && ttft === null) {
+      if (o.choices?.length && ttft === null) {   // the first token's chunk (text may be empty)
         ttft = performance.now() - t0;
         if (onFirst) onFirst();
       }

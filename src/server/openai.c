@@ -500,10 +500,15 @@ static void on_event(srv_job *j, const kiln_token_event *ev) {
             if (!*dst) *dst = new_lp(g->chat);
             add_logprob(g, *dst, ev);
         }
-        if (!ev->text_len) return;
-        if (g->stream) {
+        /* A stream gets one chunk per token, as OpenAI sends them, even when the token's text is
+         * empty (part of a character, or held back as a possible stop string): clients see
+         * every token arrive. Text released without a token (the end) comes only if non-empty. */
+        if (g->stream && (ev->text_len || ev->token >= 0)) {
             emit_sse(j, chunk(g, ev->text, ev->text_len, NULL));
-        } else if (g->n_text + ev->text_len + 1 > g->cap_text) {
+            return;
+        }
+        if (g->stream || !ev->text_len) return;
+        if (g->n_text + ev->text_len + 1 > g->cap_text) {
             size_t cap = g->cap_text ? g->cap_text * 2 : 4096;
             while (cap < g->n_text + ev->text_len + 1) cap *= 2;
             char *t = realloc(g->text, cap);
@@ -511,11 +516,9 @@ static void on_event(srv_job *j, const kiln_token_event *ev) {
             g->text = t;
             g->cap_text = cap;
         }
-        if (!g->stream) {
-            memcpy(g->text + g->n_text, ev->text, ev->text_len);
-            g->n_text += ev->text_len;
-            g->text[g->n_text] = 0;
-        }
+        memcpy(g->text + g->n_text, ev->text, ev->text_len);
+        g->n_text += ev->text_len;
+        g->text[g->n_text] = 0;
         return;
     }
     /* End of the generation: the final chunk, usage, [DONE] (streaming only). */
