@@ -36,7 +36,6 @@ async function stream(prompt, maxTokens, onToken) {
 const times = Array.from({ length: R }, () => []);
 let decoding = 0, go;
 const ready = new Promise((r) => (go = r));
-let stop = false;
 const runners = Array.from({ length: R }, (_, k) => stream(ids(16, k), 400, (t) => {
   times[k].push(t);
   if (times[k].length === 3 && ++decoding === R) go();
@@ -46,7 +45,6 @@ await new Promise((r) => setTimeout(r, 1500));
 const tJoin = performance.now();
 const ttft = await stream(ids(P, 99), 2);
 const tEnd = performance.now();
-stop = true;
 await Promise.all(runners);
 const gaps = (ts, a, b) => ts.slice(1).map((t, i) => [ts[i], t - ts[i]]).filter(([t0]) => t0 >= a && t0 <= b).map(([, g]) => g);
 const during = times.flatMap((ts) => gaps(ts, tJoin - 200, tEnd));
