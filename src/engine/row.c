@@ -14,6 +14,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+kiln_status kn_row_validate(const kiln_model *m, int32_t n_ctx, const kiln_token *prompt, size_t n,
+                            const kiln_generate_params *gp) {
+    if (n == 0 || !prompt) return kn_error(KILN_ERR_INVALID_ARG, "the prompt is empty and the model has no BOS token");
+    if (n >= (size_t)n_ctx)
+        return kn_error(KILN_ERR_CONTEXT_FULL, "the prompt has %zu tokens; the context holds %d", n, n_ctx);
+    const int32_t V = m->hp.n_vocab;
+    for (size_t i = 0; i < n; i++)
+        if (prompt[i] < 0 || prompt[i] >= V)
+            return kn_error(KILN_ERR_INVALID_ARG, "token %d at index %zu is outside the vocabulary [0, %d)", prompt[i], i, V);
+    if (gp->logprobs < -1 || gp->logprobs > KILN_MAX_TOP_LOGPROBS)
+        return kn_error(KILN_ERR_INVALID_ARG, "logprobs %d is outside [-1, %d]", gp->logprobs, KILN_MAX_TOP_LOGPROBS);
+    return KILN_OK;
+}
+
 kiln_status kn_row_begin(kn_row *r, const kiln_model *m, kn_kv *kv, const kiln_token *prompt, size_t n,
                          int32_t n_cached, const kiln_generate_params *gp) {
     memset(r, 0, sizeof *r);
@@ -23,19 +37,12 @@ kiln_status kn_row_begin(kn_row *r, const kiln_model *m, kn_kv *kv, const kiln_t
     r->prompt = prompt;
     r->n_prompt = n;
     r->res.stop_index = -1;
-    if (n == 0) return kn_error(KILN_ERR_INVALID_ARG, "the prompt is empty and the model has no BOS token");
-    if (n >= (size_t)kv->n_ctx)
-        return kn_error(KILN_ERR_CONTEXT_FULL, "the prompt has %zu tokens; the context holds %d", n, kv->n_ctx);
-    const int32_t V = m->hp.n_vocab;
-    for (size_t i = 0; i < n; i++)
-        if (prompt[i] < 0 || prompt[i] >= V)
-            return kn_error(KILN_ERR_INVALID_ARG, "token %d at index %zu is outside the vocabulary [0, %d)", prompt[i], i, V);
-    if (gp->logprobs < -1 || gp->logprobs > KILN_MAX_TOP_LOGPROBS)
-        return kn_error(KILN_ERR_INVALID_ARG, "logprobs %d is outside [-1, %d]", gp->logprobs, KILN_MAX_TOP_LOGPROBS);
-    if (n_cached < 0 || (size_t)n_cached >= n) return kn_error(KILN_ERR_INVALID_ARG, "bad cached prefix length %d", n_cached);
-    kiln_status st = kn_stopper_init(&r->stop, gp->stop, gp->n_stop, sizeof r->detok.out);
+    kiln_status st = kn_row_validate(m, kv->n_ctx, prompt, n, gp);
     if (st) return st;
-    if ((st = kn_sampler_init(&r->smp, &gp->sampling, V))) {
+    if (n_cached < 0 || (size_t)n_cached >= n) return kn_error(KILN_ERR_INVALID_ARG, "bad cached prefix length %d", n_cached);
+    st = kn_stopper_init(&r->stop, gp->stop, gp->n_stop, sizeof r->detok.out);
+    if (st) return st;
+    if ((st = kn_sampler_init(&r->smp, &gp->sampling, m->hp.n_vocab))) {
         kn_stopper_free(&r->stop);
         return st;
     }

@@ -39,6 +39,11 @@ typedef struct kn_row {
     double t_start, t_first;         /* ms: begin, prompt done */
 } kn_row;
 
+/* The checks kn_row_begin makes before allocating anything: a non-empty prompt shorter than n_ctx,
+ * ids in the vocabulary, logprobs in range. */
+kiln_status kn_row_validate(const kiln_model *m, int32_t n_ctx, const kiln_token *prompt, size_t n,
+                            const kiln_generate_params *gp);
+
 /* Starts a generation on kv for prompt[n] with params gp. kv holds the K/V of the first n_cached
  * prompt tokens already (restored from the prefix cache; 0: kv is emptied), so prefill starts
  * after them. Validates the prompt (non-empty, ids in the vocabulary, shorter than the context)

@@ -1,6 +1,6 @@
 /*
  * session.h - kiln_session: one generation context (a row's KV cache, activation scratch, logits,
- * detokenizer). The generation loop drives the batched forward pass with a batch of one row.
+ * prompt buffer). Generation runs the session's KV as one row of the executor (engine/row.h).
  */
 #ifndef KN_SESSION_H
 #define KN_SESSION_H
@@ -20,7 +20,6 @@ struct kiln_session {
     int32_t n_logits;        /* positions with logits from the last eval */
     int32_t logits_first;    /* index (within the last eval) of logits row 0 */
     kiln_token *prompt_buf;  /* [n_ctx] tokenized prompt */
-    kn_detok detok;
     char err[KN_ERRMSG_MAX];
 };
 
