@@ -9,9 +9,9 @@ CFLAGS   ?=
 WERROR   ?= -Werror
 BASEFLAGS = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Wno-unused-parameter $(WERROR) \
             -fPIC -fopenmp -Iinclude -Isrc $(OPT) -g \
-            $(shell pkg-config --cflags libpcre2-8 jansson libmicrohttpd 2>/dev/null)
+            $(shell pkg-config --cflags libpcre2-8 jansson sqlite3 libmicrohttpd 2>/dev/null)
 ALLCFLAGS = $(BASEFLAGS) $(CFLAGS)
-LIBS      = $(shell pkg-config --libs libpcre2-8 jansson 2>/dev/null || echo -lpcre2-8 -ljansson) \
+LIBS      = $(shell pkg-config --libs libpcre2-8 jansson sqlite3 2>/dev/null || echo -lpcre2-8 -ljansson -lsqlite3) \
             -fopenmp -lm -lpthread
 # The HTTP server lives in the kiln binary only; the library does not depend on libmicrohttpd.
 CLI_LIBS  = $(shell pkg-config --libs libmicrohttpd 2>/dev/null || echo -lmicrohttpd)

@@ -111,6 +111,10 @@ const char *kiln_model_desc(const kiln_model *model);
 /* Hex SHA-256 (64 characters) over the architecture metadata and the tensor table (names, types,
  * shapes). Equal files give equal fingerprints; caches are keyed on it. */
 const char *kiln_model_fingerprint(const kiln_model *model);
+/* Hex SHA-256 (64 characters) over the tokenizer metadata (every tokenizer.* key and value except
+ * the chat template): equal for models that turn every text into the same token ids. Part of the
+ * key of SSD cache entries. */
+const char *kiln_model_tokenizer_hash(const kiln_model *model);
 
 int32_t kiln_model_n_vocab(const kiln_model *model);
 int32_t kiln_model_n_ctx_train(const kiln_model *model);
@@ -355,11 +359,34 @@ typedef struct kiln_engine_params {
     int64_t prompt_cache;   /* bytes of the prefix cache (KV of earlier requests, reused by later
                                ones that start with the same tokens); 0 = off; -1 (default) =
                                an eighth of the machine's memory, at most 8 GiB */
+    /* The prefix cache's SSD tier: entries leaving RAM (and entries idle in RAM) are written to
+     * files in ssd_dir by a background thread, and a later request, also after a restart of the
+     * process, restores its prefix from them instead of recomputing it. Files are keyed by model
+     * fingerprint, tokenizer hash and KV format; damaged or mismatched files are moved to
+     * ssd_dir/quarantine and never loaded. */
+    const char *ssd_dir;       /* directory (created when missing, with its parents); NULL (default)
+                                  = no SSD tier. Copied by kiln_engine_new. An unusable directory
+                                  fails kiln_engine_new with KILN_ERR_IO. */
+    uint64_t ssd_max_bytes;    /* bytes of cache files the directory may hold (all models together);
+                                  the least recently used files are deleted beyond it; default 20 GB */
+    int32_t ssd_demote_idle_s; /* seconds an entry stays unused in RAM before it is also written to
+                                  SSD (it stays in RAM); default 30; 0 = as soon as it is cached */
+    bool ssd_verify;           /* check every tensor checksum when restoring (the header checksum,
+                                  which covers the token ids, is always checked); default false */
 } kiln_engine_params;
 
 kiln_engine_params kiln_engine_default_params(void);
 
 kiln_status kiln_engine_new(kiln_model *model, const kiln_engine_params *params, kiln_engine **out);
+
+/* Makes the SSD tier durable: hands every prefix cache entry not yet on SSD to the writer and
+ * returns once every write queued before or by this call is on disk (file and directory synced,
+ * index committed). Waits at most timeout_ms (< 0: no limit); KILN_ERR_BUSY when writes are still
+ * pending then (they continue in the background). KILN_OK at once when the engine has no SSD
+ * tier. Safe from any thread, also after kiln_engine_shutdown (the entries of the requests that
+ * finished before it are flushed too). kiln_engine_free does not wait for pending writes: call
+ * this first to keep them. */
+kiln_status kiln_engine_flush_cache(kiln_engine *engine, int timeout_ms);
 
 /* Stops taking requests, cancels the queued ones, gives running ones up to grace_ms to finish,
  * cancels the rest and joins the scheduler. Their on_done callbacks have run when it returns.
@@ -403,6 +430,19 @@ typedef struct kiln_engine_stats {
     uint64_t cache_hits;    /* requests that reused a cached prefix */
     uint64_t cache_misses;
     uint64_t cache_hit_tokens;  /* prompt tokens not recomputed thanks to the cache */
+    /* SSD tier (all 0 without one) */
+    bool ssd_enabled;
+    int32_t ssd_entries;        /* files of this model and KV format */
+    uint64_t ssd_bytes;         /* bytes of all cache files in the directory (every model) */
+    uint64_t ssd_budget;        /* ssd_max_bytes */
+    uint64_t ssd_hits;          /* requests whose prefix was restored from SSD (also in cache_hits) */
+    uint64_t ssd_hit_tokens;    /* prompt tokens restored from SSD */
+    uint64_t ssd_writes;        /* files written */
+    int32_t ssd_pending;        /* writes queued or in progress */
+    uint64_t ssd_evictions;     /* files deleted to stay within ssd_max_bytes */
+    uint64_t ssd_quarantined;   /* damaged, truncated or mismatched files moved to quarantine/ */
+    uint64_t ssd_errors;        /* failed writes or reads (disk full, I/O errors); the entry is
+                                   then simply not cached */
 } kiln_engine_stats;
 
 void kiln_engine_get_stats(kiln_engine *engine, kiln_engine_stats *out);

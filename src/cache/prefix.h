@@ -15,11 +15,20 @@
  * a new entry; an entry whose tokens are a prefix of the new one is superseded (dropped), and one
  * that already covers the new tokens makes publishing a no-op. A byte budget is kept by evicting
  * least-recently-used entries. Thread-safe; entries are reference-counted while being copied.
+ *
+ * With an SSD tier attached (kn_pc_attach_ssd), the cache is the one place that decides between
+ * the tiers: an entry evicted from RAM is handed, with a reference that keeps its memory valid,
+ * to the SSD writer instead of being freed (and stays findable until its file exists; one too
+ * large for the RAM budget goes there directly); an entry left unused for demote_idle_ms is
+ * written too while it stays in RAM; a lookup takes the longer of the RAM match and the SSD
+ * match (an SSD hit comes back into RAM when its row publishes its sequence at the end). The
+ * caller (the scheduler) only asks kn_pc_restore and kn_pc_publish.
  */
 #ifndef KN_PREFIX_H
 #define KN_PREFIX_H
 
 #include "cache/kv.h"
+#include "cache/ssd.h"
 
 #include <pthread.h>
 
@@ -33,6 +42,9 @@ typedef struct kn_prefix_cache {
     uint64_t clock;
     uint64_t hits, misses, hit_tokens, evictions;
     int32_t n_entries;
+    kn_ssd *ssd;                 /* the SSD tier, or NULL */
+    kn_pc_entry *limbo;          /* evicted entries the SSD writer still holds (still findable) */
+    double demote_idle_ms;       /* write entries to SSD once unused this long */
 } kn_prefix_cache;
 
 typedef struct kn_pc_stats {
@@ -49,9 +61,21 @@ void kn_pc_free(kn_prefix_cache *pc);
 int32_t kn_pc_restore(kn_prefix_cache *pc, const int32_t *tokens, int32_t n, int32_t max_use, kn_kv *kv);
 
 /* Stores kv positions [0, n) under tokens[0..n) (copying them), evicting LRU entries to stay
- * within the budget. Sequences shorter than min_tokens or larger than the budget are not stored. */
+ * within the budget (evicted entries go to the SSD tier, if any). Sequences shorter than min_tokens
+ * are not stored; those larger than the budget go straight to the SSD tier, or nowhere. */
 void kn_pc_publish(kn_prefix_cache *pc, const int32_t *tokens, int32_t n, const kn_kv *kv, int32_t min_tokens);
 
 void kn_pc_get_stats(kn_prefix_cache *pc, kn_pc_stats *out);
+
+/* Attaches an SSD tier (before any other call from another thread). The cache does not own it:
+ * the owner closes it (kn_ssd_close, which releases the entries its writer holds and stops the
+ * idle hook), then calls kn_pc_detach_ssd, then kn_pc_free. */
+void kn_pc_attach_ssd(kn_prefix_cache *pc, kn_ssd *ssd, double demote_idle_ms);
+void kn_pc_detach_ssd(kn_prefix_cache *pc);
+
+/* Hands every entry not yet on SSD to the writer, then waits up to timeout_ms (< 0: no limit)
+ * until all queued writes are durable. KILN_OK at once without an SSD tier; KILN_ERR_BUSY when
+ * writes are still pending at the deadline. */
+kiln_status kn_pc_flush(kn_prefix_cache *pc, int timeout_ms);
 
 #endif

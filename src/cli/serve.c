@@ -7,7 +7,8 @@
  *
  * Shutdown: the first signal stops accepting connections, cancels queued generations, lets the
  * running ones finish for up to 10 s (a second signal cancels them at once), closes the remaining
- * connections and exits 0.
+ * connections, flushes the SSD cache (--ssd-cache: every cached prefix not on disk yet is written,
+ * for up to 10 s more) and exits 0.
  */
 #include "cli.h"
 #include "server/server.h"
@@ -28,6 +29,12 @@ static char *model_id(const char *path) {
     return id;
 }
 
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
 typedef struct shutdown_ctx {
     kiln_engine *engine;
     atomic_bool finished;
@@ -38,6 +45,14 @@ static void *shutdown_main(void *arg) {
     kiln_engine_shutdown(sc->engine, 10000);
     atomic_store(&sc->finished, true);
     return NULL;
+}
+
+/* --ssd-cache without a directory: ~/.cache/kiln/kv (malloc'd; NULL when HOME is unset). */
+static char *default_ssd_dir(void) {
+    const char *home = getenv("HOME");
+    if (!home || !*home) return NULL;
+    char *d = NULL;
+    return asprintf(&d, "%s/.cache/kiln/kv", home) < 0 ? NULL : d;
 }
 
 static bool is_loopback(const char *host) {
@@ -56,7 +71,10 @@ int cli_serve(int argc, char **argv) {
     s.cfg.max_body = 8u << 20;
     s.cfg.max_queue = 64;
     int max_body_mb = 8, batch = 8, prefill_chunk = 64;
-    float kv_budget_gb = 0, prompt_cache_gb = -1;
+    float kv_budget_gb = 0, prompt_cache_gb = -1, ssd_max_gb = 20;
+    int ssd_idle = 30;
+    bool ssd_on = false, ssd_verify = false;
+    const char *ssd_dir = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -72,6 +90,14 @@ int cli_serve(int argc, char **argv) {
         if (strcmp(a, "--prefill-chunk") == 0) { if (!cli_int(a, v, 1, 65536, &prefill_chunk)) return CLI_EXIT_USAGE; i++; continue; }
         if (strcmp(a, "--kv-budget") == 0) { if (!cli_float(a, v, 0, 1 << 20, &kv_budget_gb)) return CLI_EXIT_USAGE; i++; continue; }
         if (strcmp(a, "--prompt-cache") == 0) { if (!cli_float(a, v, 0, 1 << 20, &prompt_cache_gb)) return CLI_EXIT_USAGE; i++; continue; }
+        if (strcmp(a, "--ssd-cache") == 0) {   /* the directory is optional */
+            ssd_on = true;
+            if (v && v[0] != '-') { ssd_dir = v; i++; }
+            continue;
+        }
+        if (strcmp(a, "--ssd-cache-max") == 0) { if (!cli_float(a, v, 0.001, 1 << 20, &ssd_max_gb)) return CLI_EXIT_USAGE; i++; continue; }
+        if (strcmp(a, "--ssd-demote-idle") == 0) { if (!cli_int(a, v, 0, 100000000, &ssd_idle)) return CLI_EXIT_USAGE; i++; continue; }
+        if (strcmp(a, "--ssd-cache-verify") == 0) { ssd_verify = true; continue; }
         if (strcmp(a, "--max-body-mb") == 0) { if (!cli_int(a, v, 1, 4096, &max_body_mb)) return CLI_EXIT_USAGE; i++; continue; }
         int r = cli_parse_common(argc, argv, &i, &c);
         if (r == 1) continue;
@@ -98,8 +124,16 @@ int cli_serve(int argc, char **argv) {
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
+    char *ssd_default = NULL;
+    if (ssd_on && !ssd_dir && !(ssd_dir = ssd_default = default_ssd_dir())) {
+        fprintf(stderr, "kiln serve: --ssd-cache needs a directory when HOME is not set\n");
+        return CLI_EXIT_FAIL;
+    }
     kiln_model *m = cli_load_model(&c, false);
-    if (!m) return CLI_EXIT_FAIL;
+    if (!m) {
+        free(ssd_default);
+        return CLI_EXIT_FAIL;
+    }
     kiln_engine_params ep = kiln_engine_default_params();
     ep.n_ctx = c.ctx;
     ep.n_threads = c.threads;
@@ -109,9 +143,14 @@ int cli_serve(int argc, char **argv) {
     ep.prefill_chunk = prefill_chunk;
     ep.kv_budget = (uint64_t)((double)kv_budget_gb * 1e9);
     ep.prompt_cache = prompt_cache_gb < 0 ? -1 : (int64_t)((double)prompt_cache_gb * 1e9);
+    ep.ssd_dir = ssd_on ? ssd_dir : NULL;
+    ep.ssd_max_bytes = (uint64_t)((double)ssd_max_gb * 1e9);
+    ep.ssd_demote_idle_s = ssd_idle;
+    ep.ssd_verify = ssd_verify;
     kiln_engine *engine = NULL;
     if (kiln_engine_new(m, &ep, &engine)) {
         fprintf(stderr, "kiln serve: cannot start the engine: %s\n", kiln_last_error());
+        free(ssd_default);
         kiln_model_free(m);
         return CLI_EXIT_FAIL;
     }
@@ -134,6 +173,10 @@ int cli_serve(int argc, char **argv) {
         kiln_engine_get_stats(engine, &es);
         fprintf(stderr, "kiln serve: %s, context %d per row, %d rows, %d threads, prompt cache %.2f GB\n",
                 kiln_model_desc(m), s.n_ctx, es.max_rows, kiln_engine_n_threads(engine), (double)es.cache_budget / 1e9);
+        if (es.ssd_enabled)
+            fprintf(stderr, "kiln serve: SSD cache %s: %d entries of this model, %.2f of %.2f GB used%s\n",
+                    ssd_dir, es.ssd_entries, (double)es.ssd_bytes / 1e9, (double)es.ssd_budget / 1e9,
+                    es.ssd_quarantined ? " (damaged files quarantined)" : "");
         fprintf(stderr, "kiln serve: listening on http://%s%s%s:%d (model id '%s')\n", v6 ? "[" : "", s.cfg.host,
                 v6 ? "]" : "", s.bound_port, s.model_id);
         int sig = 0;
@@ -157,6 +200,16 @@ int cli_serve(int argc, char **argv) {
             }
             pthread_join(th, NULL);
         }
+        /* The engine has stopped (the last requests' prefixes are cached): make the SSD cache
+         * durable, bounded in time. */
+        kiln_engine_get_stats(engine, &es);
+        if (es.ssd_enabled) {
+            const double t0 = now_ms();
+            if (kiln_engine_flush_cache(engine, 10000) == KILN_OK)
+                fprintf(stderr, "kiln serve: SSD cache flushed in %.0f ms\n", now_ms() - t0);
+            else
+                fprintf(stderr, "kiln serve: SSD cache flush incomplete: %s\n", kiln_last_error());
+        }
     }
     kiln_engine_shutdown(engine, 0);
     srv_http_stop(&s);
@@ -164,6 +217,7 @@ int cli_serve(int argc, char **argv) {
     srv_stats_destroy(&s.stats);
     kiln_model_free(m);
     free(id);
+    free(ssd_default);
     if (!rc) fprintf(stderr, "kiln serve: stopped\n");
     return rc;
 }

@@ -10,8 +10,43 @@
 
 kiln_engine_params kiln_engine_default_params(void) {
     kiln_engine_params p = {.n_ctx = 0, .max_rows = 8, .max_queue = 64, .prefill_chunk = 64, .n_threads = 0,
-                            .kv_type = KILN_KV_F16, .kv_budget = 0, .prompt_cache = -1};
+                            .kv_type = KILN_KV_F16, .kv_budget = 0, .prompt_cache = -1, .ssd_dir = NULL,
+                            .ssd_max_bytes = 20000000000ull, .ssd_demote_idle_s = 30, .ssd_verify = false};
     return p;
+}
+
+/* Decodes 64 hex characters into 32 bytes; false on anything else. */
+static bool hex32(const char *hex, uint8_t out[32]) {
+    for (int i = 0; i < 64; i++) {
+        const char c = hex[i];
+        const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (d < 0) return false;
+        out[i / 2] = (uint8_t)(i & 1 ? out[i / 2] | d : d << 4);
+    }
+    return hex[64] == 0;
+}
+
+/* Opens the SSD tier on e->p.ssd_dir, keyed by the model's fingerprint, its tokenizer and the KV
+ * format, and attaches it to the prefix cache. */
+static kiln_status open_ssd(kiln_engine *e) {
+    const kn_hparams *hp = &e->model->hp;
+    kn_ssd_params sp;
+    memset(&sp, 0, sizeof sp);
+    sp.dir = e->p.ssd_dir;
+    sp.max_bytes = e->p.ssd_max_bytes;
+    sp.verify = e->p.ssd_verify;
+    /* Evicted entries waiting for the writer live outside the RAM budget: a quarter of it, at
+     * least 256 MiB. */
+    sp.max_pending = KN_MAX((size_t)256 << 20, (size_t)e->p.prompt_cache / 4);
+    if (!hex32(e->model->fingerprint, sp.key.model)) return kn_error(KILN_ERR_INTERNAL, "bad model fingerprint");
+    memcpy(sp.key.tokenizer, e->model->tok_hash, 32);
+    sp.key.kv_type = e->p.kv_type == KILN_KV_F16 ? KN_SSDF_F16 : KN_SSDF_F32;
+    sp.key.n_layer = (uint32_t)hp->n_layer;
+    sp.key.kv_dim = (uint32_t)(hp->n_head_kv * hp->head_dim);
+    kiln_status st = kn_ssd_open(&sp, &e->ssd);
+    if (st) return st;
+    kn_pc_attach_ssd(&e->cache, e->ssd, (double)e->p.ssd_demote_idle_s * 1000.0);
+    return KILN_OK;
 }
 
 kiln_status kiln_engine_new(kiln_model *m, const kiln_engine_params *params, kiln_engine **out) {
@@ -36,6 +71,10 @@ kiln_status kiln_engine_new(kiln_model *m, const kiln_engine_params *params, kil
     if (p.kv_type != KILN_KV_F16 && p.kv_type != KILN_KV_F32) return kn_error(KILN_ERR_INVALID_ARG, "unknown KV type");
     if (p.prompt_cache < -1) return kn_error(KILN_ERR_INVALID_ARG, "prompt_cache %lld is out of range", (long long)p.prompt_cache);
     if (p.prompt_cache == -1) p.prompt_cache = (int64_t)KN_MIN(kn_physical_memory() / 8, (uint64_t)8 << 30);
+    if (p.ssd_dir && !*p.ssd_dir) return kn_error(KILN_ERR_INVALID_ARG, "the SSD cache directory is an empty string");
+    if (p.ssd_dir && p.ssd_max_bytes == 0) return kn_error(KILN_ERR_INVALID_ARG, "ssd_max_bytes must be positive");
+    if (p.ssd_demote_idle_s < 0 || p.ssd_demote_idle_s > 100000000)
+        return kn_error(KILN_ERR_INVALID_ARG, "ssd_demote_idle_s %d is out of range", p.ssd_demote_idle_s);
 
     kiln_engine *e = kn_calloc(1, sizeof *e);
     if (!e) return KILN_ERR_NOMEM;
@@ -54,7 +93,9 @@ kiln_status kiln_engine_new(kiln_model *m, const kiln_engine_params *params, kil
     pthread_cond_init(&e->wake, NULL);
     pthread_cond_init(&e->done_cv, NULL);
     kn_pc_init(&e->cache, (size_t)p.prompt_cache);
-    kiln_status st = kn_scratch_init(&e->scratch, m, p.prefill_chunk + p.max_rows, p.n_ctx, p.n_threads);
+    kiln_status st = p.ssd_dir ? open_ssd(e) : KILN_OK;
+    e->p.ssd_dir = e->ssd ? kn_ssd_dir(e->ssd) : NULL;   /* the caller's string may go */
+    if (!st) st = kn_scratch_init(&e->scratch, m, p.prefill_chunk + p.max_rows, p.n_ctx, p.n_threads);
     if (!st) {
         e->logits = kn_alloc_aligned((size_t)p.max_rows * (size_t)hp->n_vocab * sizeof(float));
         e->slots = kn_calloc((size_t)p.max_rows, sizeof *e->slots);
@@ -113,6 +154,9 @@ void kiln_engine_free(kiln_engine *e) {
     if (e->slots)
         for (int i = 0; i < e->p.max_rows; i++) kn_kv_free(&e->slots[i].kv);
     kn_scratch_free(&e->scratch);
+    /* The SSD writer holds references to cache entries: stop it before the cache goes. */
+    kn_ssd_close(e->ssd);
+    kn_pc_detach_ssd(&e->cache);
     kn_pc_free(&e->cache);
     kn_free_aligned(e->logits);
     free(e->slots);
@@ -121,6 +165,12 @@ void kiln_engine_free(kiln_engine *e) {
     pthread_cond_destroy(&e->wake);
     pthread_cond_destroy(&e->done_cv);
     free(e);
+}
+
+kiln_status kiln_engine_flush_cache(kiln_engine *e, int timeout_ms) {
+    kn_error_clear();
+    if (!e) return kn_error(KILN_ERR_INVALID_ARG, "kiln_engine_flush_cache: engine is NULL");
+    return kn_pc_flush(&e->cache, timeout_ms);
 }
 
 int32_t kiln_engine_n_ctx(const kiln_engine *e) { return e->p.n_ctx; }
@@ -147,21 +197,14 @@ void kn_request_complete_locked(kiln_engine *e, kiln_request *r, kiln_status st,
 /* Everything about a request that can be checked before it is queued, so an accepted request
  * fails only by cancellation: prompt ids and length, logprobs, stop strings, sampler settings. */
 static kiln_status validate(const kiln_engine *e, const kiln_token *prompt, size_t n, const kiln_generate_params *gp) {
-    if (n == 0 || !prompt) return kn_error(KILN_ERR_INVALID_ARG, "the prompt is empty");
-    if (n >= (size_t)e->p.n_ctx)
-        return kn_error(KILN_ERR_CONTEXT_FULL, "the prompt has %zu tokens; the context holds %d", n, e->p.n_ctx);
-    const int32_t V = e->model->hp.n_vocab;
-    for (size_t i = 0; i < n; i++)
-        if (prompt[i] < 0 || prompt[i] >= V)
-            return kn_error(KILN_ERR_INVALID_ARG, "token %d at index %zu is outside the vocabulary [0, %d)", prompt[i], i, V);
-    if (gp->logprobs < -1 || gp->logprobs > KILN_MAX_TOP_LOGPROBS)
-        return kn_error(KILN_ERR_INVALID_ARG, "logprobs %d is outside [-1, %d]", gp->logprobs, KILN_MAX_TOP_LOGPROBS);
+    kiln_status st = kn_row_validate(e->model, e->p.n_ctx, prompt, n, gp);
+    if (st) return st;
     kn_stopper stop;
-    kiln_status st = kn_stopper_init(&stop, gp->stop, gp->n_stop, 16);
+    st = kn_stopper_init(&stop, gp->stop, gp->n_stop, 16);
     kn_stopper_free(&stop);
     if (st) return st;
     kn_sampler smp;
-    if ((st = kn_sampler_init(&smp, &gp->sampling, V))) return st;
+    if ((st = kn_sampler_init(&smp, &gp->sampling, e->model->hp.n_vocab))) return st;
     kn_sampler_free(&smp);
     return KILN_OK;
 }
@@ -267,4 +310,19 @@ void kiln_engine_get_stats(kiln_engine *e, kiln_engine_stats *out) {
     out->cache_hits = cs.hits;
     out->cache_misses = cs.misses;
     out->cache_hit_tokens = cs.hit_tokens;
+    if (e->ssd) {
+        kn_ssd_stats ss;
+        kn_ssd_get_stats(e->ssd, &ss);
+        out->ssd_enabled = true;
+        out->ssd_entries = ss.entries;
+        out->ssd_bytes = ss.bytes;
+        out->ssd_budget = ss.budget;
+        out->ssd_hits = ss.hits;
+        out->ssd_hit_tokens = ss.hit_tokens;
+        out->ssd_writes = ss.writes;
+        out->ssd_pending = ss.pending;
+        out->ssd_evictions = ss.evictions;
+        out->ssd_quarantined = ss.quarantined;
+        out->ssd_errors = ss.errors;
+    }
 }

@@ -43,6 +43,7 @@ struct kiln_engine {
     size_t row_kv_bytes;
     kn_scratch scratch;
     kn_prefix_cache cache;         /* KV of earlier requests, by token prefix */
+    kn_ssd *ssd;                   /* the cache's SSD tier, or NULL */
     float *logits;                 /* [max_rows][n_vocab] */
     kn_slot *slots;                /* [max_rows] */
     kiln_request **queue;          /* ring [max_queue] */

@@ -288,6 +288,53 @@ static void compute_fingerprint(kiln_model *m) {
     kn_sha256_hex(&h, m->fingerprint);
 }
 
+/* SHA-256 over every `tokenizer.*` key with its type and value (string arrays element by element,
+ * each with its length), in file order: the vocabulary, merges, scores, token types, special ids
+ * and pre-tokenizer name, i.e. everything that maps text to token ids. tokenizer.chat_template*
+ * keys are left out: a template renders text and does not change which ids a text becomes, so
+ * editing one must not invalidate KV caches keyed on this hash. */
+static void compute_tokenizer_hash(kiln_model *m) {
+    const kn_gguf *g = &m->gguf;
+    kn_sha256 h;
+    kn_sha256_init(&h);
+    static const char pre[] = "tokenizer.", tmpl[] = "tokenizer.chat_template";
+    for (uint64_t i = 0; i < g->n_kv; i++) {
+        const kn_gguf_kv *kv = &g->kv[i];
+        if (kv->key.len < sizeof pre - 1 || memcmp(kv->key.ptr, pre, sizeof pre - 1) != 0) continue;
+        if (kv->key.len >= sizeof tmpl - 1 && memcmp(kv->key.ptr, tmpl, sizeof tmpl - 1) == 0) continue;
+        const uint64_t klen = kv->key.len;
+        kn_sha256_update(&h, &klen, sizeof klen);
+        kn_sha256_update(&h, kv->key.ptr, kv->key.len);
+        kn_sha256_update(&h, &kv->type, sizeof kv->type);
+        if (kv->type == KN_GGUF_STRING) {
+            kn_sha256_update(&h, &kv->str.len, sizeof kv->str.len);
+            kn_sha256_update(&h, kv->str.ptr, kv->str.len);
+        } else if (kv->type == KN_GGUF_ARRAY) {
+            kn_sha256_update(&h, &kv->arr_type, sizeof kv->arr_type);
+            kn_sha256_update(&h, &kv->arr_n, sizeof kv->arr_n);
+            if (kv->arr_type == KN_GGUF_STRING) {
+                const uint8_t *cur = kv->arr_data;
+                for (uint64_t k = 0; k < kv->arr_n; k++) {
+                    const kn_str s = kn_gguf_next_str(&cur);
+                    kn_sha256_update(&h, &s.len, sizeof s.len);
+                    kn_sha256_update(&h, s.ptr, s.len);
+                }
+            } else {
+                kn_sha256_update(&h, kv->arr_data, kv->arr_n * kn_gguf_type_size(kv->arr_type));
+            }
+        } else {
+            kn_sha256_update(&h, &kv->v, sizeof kv->v);
+        }
+    }
+    kn_sha256_final(&h, m->tok_hash);
+    static const char hex[] = "0123456789abcdef";
+    for (int i = 0; i < 32; i++) {
+        m->tokenizer_hash[2 * i] = hex[m->tok_hash[i] >> 4];
+        m->tokenizer_hash[2 * i + 1] = hex[m->tok_hash[i] & 15];
+    }
+    m->tokenizer_hash[64] = 0;
+}
+
 /* Keeps a NUL-terminated copy of tokenizer.chat_template (the file mapping may close). A template
  * containing a NUL byte is a format error rather than silently truncated. */
 static kiln_status copy_chat_template(kiln_model *m) {
@@ -344,6 +391,7 @@ static kiln_status load(kiln_model *m, const char *path, const kiln_model_params
     if ((st = copy_chat_template(m))) return st;
     read_sampling_defaults(m);
     compute_fingerprint(m);
+    compute_tokenizer_hash(m);
     if (m->vocab_only) {
         snprintf(m->desc, sizeof m->desc, "%s vocabulary, %d tokens", m->arch_name, m->hp.n_vocab);
         return KILN_OK;
@@ -422,6 +470,7 @@ const char *kiln_model_arch(const kiln_model *m) { return m->arch_name; }
 const char *kiln_model_desc(const kiln_model *m) { return m->desc; }
 const char *kiln_model_kernels(const kiln_model *m) { return m->kernels->name; }
 const char *kiln_model_fingerprint(const kiln_model *m) { return m->fingerprint; }
+const char *kiln_model_tokenizer_hash(const kiln_model *m) { return m->tokenizer_hash; }
 kiln_sampler_params kiln_model_sampler_params(const kiln_model *m) { return m->sampling; }
 int32_t kiln_model_n_vocab(const kiln_model *m) { return m->hp.n_vocab; }
 int32_t kiln_model_n_ctx_train(const kiln_model *m) { return m->hp.n_ctx_train; }

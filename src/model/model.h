@@ -83,6 +83,8 @@ struct kiln_model {
     char arch_name[32];
     char desc[160];
     char fingerprint[65];
+    uint8_t tok_hash[32];     /* SHA-256 of the tokenizer.* metadata (see compute_tokenizer_hash) */
+    char tokenizer_hash[65];  /* the same in hex */
     char err[KN_ERRMSG_MAX];
 };
 

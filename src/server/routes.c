@@ -1,7 +1,7 @@
 /*
  * routes.c - request routing and the small routes of `kiln serve`: /health, /v1/models,
- * /metrics, /stats, and llama-server's helpers /tokenize, /detokenize and /apply-template with
- * llama-server's request and response shapes.
+ * /metrics, /stats, /admin/cache/flush, and llama-server's helpers /tokenize, /detokenize and
+ * /apply-template with llama-server's request and response shapes.
  */
 #include "server/server.h"
 
@@ -159,6 +159,24 @@ static void stats(srv_req *r) {
     srv_send_json(r, 200, j);
 }
 
+/* POST /admin/cache/flush: returns once every cached prefix is durable on SSD (or at once without
+ * an SSD cache): 200 {"flushed": true, "ssd_cache": bool, "entries", "bytes", "pending"}; 503
+ * when writes are still pending after a minute (they continue). The API key guards it like every
+ * route but /health. */
+static void cache_flush(srv_req *r) {
+    kiln_engine *e = r->server->engine;
+    const kiln_status st = kiln_engine_flush_cache(e, 60000);
+    kiln_engine_stats es;
+    kiln_engine_get_stats(e, &es);
+    if (st) {
+        srv_send_error(r, 503, "server_error", NULL, "flush_timeout", "the SSD cache flush did not finish: %s",
+                       kiln_last_error());
+        return;
+    }
+    srv_send_json(r, 200, json_pack("{s:b, s:b, s:i, s:I, s:i}", "flushed", 1, "ssd_cache", es.ssd_enabled, "entries",
+                                    es.ssd_entries, "bytes", (json_int_t)es.ssd_bytes, "pending", es.ssd_pending));
+}
+
 typedef struct route {
     const char *method;
     const char *path;
@@ -181,6 +199,7 @@ static const route routes[] = {
     {"POST", "/apply-template", srv_apply_template},
     {"GET", "/metrics", metrics},
     {"GET", "/stats", stats},
+    {"POST", "/admin/cache/flush", cache_flush},
 };
 
 void srv_route(srv_req *r) {

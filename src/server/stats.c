@@ -36,6 +36,7 @@ void srv_stats_error(srv_stats *s, unsigned status) {
 }
 
 static json_t *cache_json(const kiln_engine_stats *es);
+static json_t *ssd_json(const kiln_engine_stats *es);
 
 static double rate(uint64_t n, double ms) { return ms > 0 ? (double)n * 1e3 / ms : 0.0; }
 
@@ -89,6 +90,32 @@ char *srv_stats_prometheus(srv_stats *s, const kiln_engine_stats *es) {
             (unsigned long long)es->cache_hit_tokens);
     for (int i = 0; i < 6; i++)
         fprintf(f, "kiln_errors_total{code=\"%s\"} %llu\n", error_names[i], (unsigned long long)c.errors[i]);
+    if (es->ssd_enabled)
+        fprintf(f,
+                "# HELP kiln_ssd_cache_entries SSD cache files of this model.\n# TYPE kiln_ssd_cache_entries gauge\n"
+                "kiln_ssd_cache_entries %d\n"
+                "# HELP kiln_ssd_cache_bytes Bytes of SSD cache files (every model in the directory).\n"
+                "# TYPE kiln_ssd_cache_bytes gauge\nkiln_ssd_cache_bytes %llu\n"
+                "# HELP kiln_ssd_cache_budget_bytes The SSD cache's byte cap.\n"
+                "# TYPE kiln_ssd_cache_budget_bytes gauge\nkiln_ssd_cache_budget_bytes %llu\n"
+                "# HELP kiln_ssd_cache_hits_total Requests whose prefix was restored from SSD.\n"
+                "# TYPE kiln_ssd_cache_hits_total counter\nkiln_ssd_cache_hits_total %llu\n"
+                "# HELP kiln_ssd_cache_hit_tokens_total Prompt tokens restored from SSD.\n"
+                "# TYPE kiln_ssd_cache_hit_tokens_total counter\nkiln_ssd_cache_hit_tokens_total %llu\n"
+                "# HELP kiln_ssd_cache_writes_total SSD cache files written.\n"
+                "# TYPE kiln_ssd_cache_writes_total counter\nkiln_ssd_cache_writes_total %llu\n"
+                "# HELP kiln_ssd_cache_pending_writes SSD cache writes queued or in progress.\n"
+                "# TYPE kiln_ssd_cache_pending_writes gauge\nkiln_ssd_cache_pending_writes %d\n"
+                "# HELP kiln_ssd_cache_evictions_total SSD cache files deleted to stay within the cap.\n"
+                "# TYPE kiln_ssd_cache_evictions_total counter\nkiln_ssd_cache_evictions_total %llu\n"
+                "# HELP kiln_ssd_cache_quarantined_total Damaged or mismatched SSD cache files set aside.\n"
+                "# TYPE kiln_ssd_cache_quarantined_total counter\nkiln_ssd_cache_quarantined_total %llu\n"
+                "# HELP kiln_ssd_cache_errors_total Failed SSD cache writes or reads.\n"
+                "# TYPE kiln_ssd_cache_errors_total counter\nkiln_ssd_cache_errors_total %llu\n",
+                es->ssd_entries, (unsigned long long)es->ssd_bytes, (unsigned long long)es->ssd_budget,
+                (unsigned long long)es->ssd_hits, (unsigned long long)es->ssd_hit_tokens,
+                (unsigned long long)es->ssd_writes, es->ssd_pending, (unsigned long long)es->ssd_evictions,
+                (unsigned long long)es->ssd_quarantined, (unsigned long long)es->ssd_errors);
     fclose(f);
     return out;
 }
@@ -109,6 +136,7 @@ json_t *srv_stats_json(srv_stats *s, const kiln_engine_stats *es) {
                      es->max_rows, "kv_bytes", (json_int_t)es->kv_bytes, "kv_bytes_used", (json_int_t)es->kv_bytes_used,
                      "steps", (json_int_t)es->steps, "errors", errs);
     if (j) json_object_set_new(j, "prompt_cache", cache_json(es));
+    if (j) json_object_set_new(j, "ssd_cache", ssd_json(es));
     return j;
 }
 
@@ -117,4 +145,15 @@ static json_t *cache_json(const kiln_engine_stats *es) {
     return json_pack("{s:i, s:I, s:I, s:I, s:I, s:I}", "entries", es->cache_entries, "bytes", (json_int_t)es->cache_bytes,
                      "budget", (json_int_t)es->cache_budget, "hits", (json_int_t)es->cache_hits, "misses",
                      (json_int_t)es->cache_misses, "hit_tokens", (json_int_t)es->cache_hit_tokens);
+}
+
+/* The SSD tier's figures for /stats ({"enabled": false} without one). */
+static json_t *ssd_json(const kiln_engine_stats *es) {
+    if (!es->ssd_enabled) return json_pack("{s:b}", "enabled", 0);
+    return json_pack("{s:b, s:i, s:I, s:I, s:I, s:I, s:I, s:i, s:I, s:I, s:I}", "enabled", 1, "entries", es->ssd_entries,
+                     "bytes", (json_int_t)es->ssd_bytes, "budget", (json_int_t)es->ssd_budget, "hits",
+                     (json_int_t)es->ssd_hits, "hit_tokens", (json_int_t)es->ssd_hit_tokens, "writes",
+                     (json_int_t)es->ssd_writes, "pending", es->ssd_pending, "evictions",
+                     (json_int_t)es->ssd_evictions, "quarantined", (json_int_t)es->ssd_quarantined, "errors",
+                     (json_int_t)es->ssd_errors);
 }

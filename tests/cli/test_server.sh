@@ -28,3 +28,5 @@ if [ ! -f "$C/node_modules/openai/package.json" ] || [ ! -f "$C/node_modules/.pa
 fi
 
 KILN="$KILN" KILN_MODEL="$M" limit 170 node "$C/server.test.mjs"
+# The SSD tier of the prefix cache: restarts, damaged files, kill -9, the flush route.
+KILN="$KILN" KILN_MODEL="$M" limit 90 node "$C/cache.test.mjs"

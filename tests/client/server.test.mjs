@@ -523,7 +523,7 @@ await test('server_error_body_too_large', async () => {
 // ---- server 4: a queue of one ------------------------------------------------------------------------
 
 await test('server_error_queue_full', async () => {
-  const s = await startServer(['--max-queue', '1'], 'server --max-queue 1');
+  const s = await startServer(['--batch', '1', '--max-queue', '1'], 'server --batch 1 --max-queue 1');
   try {
     const c = s.client();
     const req = cmplReq(PROMPT, { max_tokens: 1500, ignore_eos: true });
