@@ -53,22 +53,15 @@ kiln_status kiln_engine_new(kiln_model *m, const kiln_engine_params *params, kil
     kn_error_clear();
     if (!out) return kn_error(KILN_ERR_INVALID_ARG, "kiln_engine_new: out is NULL");
     *out = NULL;
-    if (!m) return kn_error(KILN_ERR_INVALID_ARG, "kiln_engine_new: model is NULL");
-    if (m->vocab_only) return kn_error(KILN_ERR_INVALID_ARG, "the model was loaded vocab-only; it cannot generate");
     kiln_engine_params p = params ? *params : kiln_engine_default_params();
+    kiln_status st = kn_exec_resolve(m, &p.n_ctx, &p.n_threads, p.kv_type);
+    if (st) return st;
     const kn_hparams *hp = &m->hp;
-    if (p.n_ctx < 0 || p.n_ctx > (1 << 24)) return kn_error(KILN_ERR_INVALID_ARG, "context size %d is out of range", p.n_ctx);
-    if (p.n_ctx == 0) p.n_ctx = KN_MIN(hp->n_ctx_train, 4096);
-    if (p.n_ctx > hp->n_ctx_train)
-        KN_LOGW("context size %d exceeds the %d tokens the model was trained on", p.n_ctx, hp->n_ctx_train);
     if (p.max_rows < 1 || p.max_rows > 1024) return kn_error(KILN_ERR_INVALID_ARG, "max_rows %d is outside [1, 1024]", p.max_rows);
     if (p.max_queue < 0 || p.max_queue > (1 << 20)) return kn_error(KILN_ERR_INVALID_ARG, "max_queue %d is out of range", p.max_queue);
     if (p.prefill_chunk < 1 || p.prefill_chunk > 65536)
         return kn_error(KILN_ERR_INVALID_ARG, "prefill_chunk %d is outside [1, 65536]", p.prefill_chunk);
     p.prefill_chunk = KN_MIN(p.prefill_chunk, p.n_ctx);
-    if (p.n_threads < 0 || p.n_threads > 1024) return kn_error(KILN_ERR_INVALID_ARG, "thread count %d is out of range", p.n_threads);
-    if (p.n_threads == 0) p.n_threads = kn_physical_cores();
-    if (p.kv_type != KILN_KV_F16 && p.kv_type != KILN_KV_F32) return kn_error(KILN_ERR_INVALID_ARG, "unknown KV type");
     if (p.prompt_cache < -1) return kn_error(KILN_ERR_INVALID_ARG, "prompt_cache %lld is out of range", (long long)p.prompt_cache);
     if (p.prompt_cache == -1) p.prompt_cache = (int64_t)KN_MIN(kn_physical_memory() / 8, (uint64_t)8 << 30);
     if (p.ssd_dir && !*p.ssd_dir) return kn_error(KILN_ERR_INVALID_ARG, "the SSD cache directory is an empty string");
@@ -93,7 +86,7 @@ kiln_status kiln_engine_new(kiln_model *m, const kiln_engine_params *params, kil
     pthread_cond_init(&e->wake, NULL);
     pthread_cond_init(&e->done_cv, NULL);
     kn_pc_init(&e->cache, (size_t)p.prompt_cache);
-    kiln_status st = p.ssd_dir ? open_ssd(e) : KILN_OK;
+    st = p.ssd_dir ? open_ssd(e) : KILN_OK;
     e->p.ssd_dir = e->ssd ? kn_ssd_dir(e->ssd) : NULL;   /* the caller's string may go */
     if (!st) st = kn_scratch_init(&e->scratch, m, p.prefill_chunk + p.max_rows, p.n_ctx, p.n_threads);
     if (!st) {

@@ -14,6 +14,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+kiln_status kn_exec_resolve(const kiln_model *m, int32_t *n_ctx, int32_t *n_threads, kiln_kv_type kv_type) {
+    if (!m) return kn_error(KILN_ERR_INVALID_ARG, "the model is NULL");
+    if (m->vocab_only) return kn_error(KILN_ERR_INVALID_ARG, "the model was loaded vocab-only; it cannot generate");
+    if (*n_ctx < 0 || *n_ctx > (1 << 24)) return kn_error(KILN_ERR_INVALID_ARG, "context size %d is out of range", *n_ctx);
+    if (*n_ctx == 0) *n_ctx = KN_MIN(m->hp.n_ctx_train, 4096);
+    if (*n_ctx > m->hp.n_ctx_train)
+        KN_LOGW("context size %d exceeds the %d tokens the model was trained on", *n_ctx, m->hp.n_ctx_train);
+    if (*n_threads < 0 || *n_threads > 1024) return kn_error(KILN_ERR_INVALID_ARG, "thread count %d is out of range", *n_threads);
+    if (*n_threads == 0) *n_threads = kn_physical_cores();
+    if (kv_type != KILN_KV_F16 && kv_type != KILN_KV_F32) return kn_error(KILN_ERR_INVALID_ARG, "unknown KV type");
+    return KILN_OK;
+}
+
 kiln_status kn_row_validate(const kiln_model *m, int32_t n_ctx, const kiln_token *prompt, size_t n,
                             const kiln_generate_params *gp) {
     if (n == 0 || !prompt) return kn_error(KILN_ERR_INVALID_ARG, "the prompt is empty and the model has no BOS token");

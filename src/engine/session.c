@@ -35,25 +35,18 @@ kiln_status kiln_session_new(kiln_model *model, const kiln_session_params *param
     kn_error_clear();
     if (!out) return kn_error(KILN_ERR_INVALID_ARG, "kiln_session_new: out is NULL");
     *out = NULL;
-    if (!model) return kn_error(KILN_ERR_INVALID_ARG, "kiln_session_new: model is NULL");
-    if (model->vocab_only) return kn_error(KILN_ERR_INVALID_ARG, "the model was loaded vocab-only; it cannot generate");
     kiln_session_params p = params ? *params : kiln_session_default_params();
+    kiln_status st = kn_exec_resolve(model, &p.n_ctx, &p.n_threads, p.kv_type);
+    if (st) return st;
     const kn_hparams *hp = &model->hp;
-    if (p.n_ctx < 0 || p.n_ctx > (1 << 24)) return kn_error(KILN_ERR_INVALID_ARG, "context size %d is out of range", p.n_ctx);
-    if (p.n_ctx == 0) p.n_ctx = KN_MIN(hp->n_ctx_train, 4096);
-    if (p.n_ctx > hp->n_ctx_train)
-        KN_LOGW("context size %d exceeds the %d tokens the model was trained on", p.n_ctx, hp->n_ctx_train);
     if (p.n_batch <= 0 || p.n_batch > 65536) return kn_error(KILN_ERR_INVALID_ARG, "batch size %d is out of range", p.n_batch);
     p.n_batch = KN_MIN(p.n_batch, p.n_ctx);
-    if (p.n_threads < 0 || p.n_threads > 1024) return kn_error(KILN_ERR_INVALID_ARG, "thread count %d is out of range", p.n_threads);
-    if (p.n_threads == 0) p.n_threads = kn_physical_cores();
-    if (p.kv_type != KILN_KV_F16 && p.kv_type != KILN_KV_F32) return kn_error(KILN_ERR_INVALID_ARG, "unknown KV type");
 
     kiln_session *s = kn_calloc(1, sizeof *s);
     if (!s) return KILN_ERR_NOMEM;
     s->model = model;
     s->p = p;
-    kiln_status st = kn_kv_init(&s->kv, p.kv_type == KILN_KV_F16 ? KN_F16 : KN_F32, hp->n_layer, p.n_ctx,
+    st = kn_kv_init(&s->kv, p.kv_type == KILN_KV_F16 ? KN_F16 : KN_F32, hp->n_layer, p.n_ctx,
                                 hp->n_head_kv * hp->head_dim);
     if (!st) st = kn_scratch_init(&s->scratch, model, p.n_batch, p.n_ctx, p.n_threads);
     if (!st) {
