@@ -239,7 +239,12 @@ bool srv_wait_job(srv_req *r, srv_job *job) {
 typedef struct stream_ctx {
     srv_job *job;
     struct MHD_Connection *conn;
+    double last_ms;              /* when bytes were last handed to the connection */
 } stream_ctx;
+
+/* A stream silent this long (a long prompt being prefilled) gets an SSE comment line, which
+ * clients ignore, so proxies and clients with idle timeouts keep the connection. */
+#define KEEPALIVE_MS 10000.0
 
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     stream_ctx *sc = cls;
@@ -252,6 +257,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
             memmove(j->out, j->out + n, j->n_out - n);
             j->n_out -= n;
             pthread_mutex_unlock(&j->mu);
+            sc->last_ms = now_ms();
             return (ssize_t)n;
         }
         if (j->done) {
@@ -263,6 +269,14 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
             pthread_mutex_unlock(&j->mu);
             srv_job_cancel(j);
             return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+        /* Nothing pending means the last event went out whole: a comment may go in between. */
+        static const char ka[] = ": keep-alive\n\n";
+        if (!j->n_out && !j->done && now_ms() - sc->last_ms >= KEEPALIVE_MS && max >= sizeof ka - 1) {
+            pthread_mutex_unlock(&j->mu);
+            memcpy(buf, ka, sizeof ka - 1);
+            sc->last_ms = now_ms();
+            return (ssize_t)(sizeof ka - 1);
         }
     }
 }
@@ -284,6 +298,7 @@ void srv_send_stream(srv_req *r, srv_job *job) {
     srv_job_ref(job);
     sc->job = job;
     sc->conn = r->conn;
+    sc->last_ms = now_ms();
     struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, sc, stream_free);
     if (!resp) {
         stream_free(sc);
