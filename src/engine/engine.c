@@ -192,14 +192,9 @@ void kn_request_complete_locked(kiln_engine *e, kiln_request *r, kiln_status st,
 static kiln_status validate(const kiln_engine *e, const kiln_token *prompt, size_t n, const kiln_generate_params *gp) {
     kiln_status st = kn_row_validate(e->model, e->p.n_ctx, prompt, n, gp);
     if (st) return st;
-    kn_stopper stop;
-    st = kn_stopper_init(&stop, gp->stop, gp->n_stop, 16);
-    kn_stopper_free(&stop);
-    if (st) return st;
-    kn_sampler smp;
-    if ((st = kn_sampler_init(&smp, &gp->sampling, e->model->hp.n_vocab))) return st;
-    kn_sampler_free(&smp);
-    return KILN_OK;
+    size_t max_len;
+    if ((st = kn_stopper_check(gp->stop, gp->n_stop, &max_len))) return st;
+    return kn_sampler_check(&gp->sampling, e->model->hp.n_vocab);
 }
 
 /* Copies prompt, stop strings and logit bias into r so the caller's buffers can go. */

@@ -102,7 +102,10 @@ void *kn_scheduler_main(void *arg) {
     kn_slot **row_slot = malloc((size_t)R * sizeof *row_slot);
     if (!dropped || !fresh || !rows || !row_slot) {
         KN_LOGE("the engine's scheduler is out of memory and stops");
-        free(dropped), free(fresh), free(rows), free(row_slot);
+        free(dropped);
+        free(fresh);
+        free(rows);
+        free(row_slot);
         return NULL;
     }
     pthread_mutex_lock(&e->mu);

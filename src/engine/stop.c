@@ -9,9 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-kiln_status kn_stopper_init(kn_stopper *s, const char *const *stop, size_t n_stop, size_t max_piece) {
-    memset(s, 0, sizeof *s);
-    s->matched = -1;
+kiln_status kn_stopper_check(const char *const *stop, size_t n_stop, size_t *max_len) {
+    *max_len = 0;
     if (n_stop > KILN_MAX_STOP) return kn_error(KILN_ERR_INVALID_ARG, "%zu stop strings; at most %d are allowed", n_stop, KILN_MAX_STOP);
     if (n_stop && !stop) return kn_error(KILN_ERR_INVALID_ARG, "stop strings are NULL");
     for (size_t i = 0; i < n_stop; i++) {
@@ -19,8 +18,16 @@ kiln_status kn_stopper_init(kn_stopper *s, const char *const *stop, size_t n_sto
         if (n == 0) return kn_error(KILN_ERR_INVALID_ARG, "stop string %zu is empty", i);
         if (n > KILN_MAX_STOP_LEN)
             return kn_error(KILN_ERR_INVALID_ARG, "stop string %zu has %zu bytes; at most %d are allowed", i, n, KILN_MAX_STOP_LEN);
-        if (n > s->max_len) s->max_len = n;
+        if (n > *max_len) *max_len = n;
     }
+    return KILN_OK;
+}
+
+kiln_status kn_stopper_init(kn_stopper *s, const char *const *stop, size_t n_stop, size_t max_piece) {
+    memset(s, 0, sizeof *s);
+    s->matched = -1;
+    kiln_status st = kn_stopper_check(stop, n_stop, &s->max_len);
+    if (st) return st;
     s->stop = stop;
     s->n_stop = n_stop;
     if (n_stop == 0) return KILN_OK;

@@ -23,7 +23,11 @@ typedef struct kn_stopper {
     int matched;              /* index of the matched stop string, or -1 */
 } kn_stopper;
 
-/* Validates the stop strings (at most KILN_MAX_STOP, each 1..KILN_MAX_STOP_LEN bytes) and
+/* Validates stop strings (at most KILN_MAX_STOP, each 1..KILN_MAX_STOP_LEN bytes) without
+ * allocating; *max_len gets the longest one's length. */
+kiln_status kn_stopper_check(const char *const *stop, size_t n_stop, size_t *max_len);
+
+/* Validates the stop strings (kn_stopper_check) and
  * allocates room for pieces of up to max_piece bytes. KILN_ERR_INVALID_ARG names a bad one. */
 kiln_status kn_stopper_init(kn_stopper *s, const char *const *stop, size_t n_stop, size_t max_piece);
 void kn_stopper_free(kn_stopper *s);

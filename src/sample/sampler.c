@@ -19,8 +19,7 @@ kiln_sampler_params kiln_sampler_default_params(void) {
 
 static bool is_finite(float x) { return x == x && x - x == 0; }
 
-kiln_status kn_sampler_init(kn_sampler *s, const kiln_sampler_params *p, int32_t n_vocab) {
-    memset(s, 0, sizeof *s);
+kiln_status kn_sampler_check(const kiln_sampler_params *p, int32_t n_vocab) {
     if (!is_finite(p->temperature) || p->temperature > 100)
         return kn_error(KILN_ERR_INVALID_ARG, "temperature must be a number between 0 and 100");
     if (!(p->top_p >= 0 && p->top_p <= 1e9f)) return kn_error(KILN_ERR_INVALID_ARG, "top_p must be >= 0");
@@ -39,6 +38,13 @@ kiln_status kn_sampler_init(kn_sampler *s, const kiln_sampler_params *p, int32_t
         if (p->logit_bias[i].bias != p->logit_bias[i].bias)
             return kn_error(KILN_ERR_INVALID_ARG, "logit_bias for token %d is NaN", p->logit_bias[i].token);
     }
+    return KILN_OK;
+}
+
+kiln_status kn_sampler_init(kn_sampler *s, const kiln_sampler_params *p, int32_t n_vocab) {
+    memset(s, 0, sizeof *s);
+    kiln_status st = kn_sampler_check(p, n_vocab);
+    if (st) return st;
     s->p = *p;
     s->p.logit_bias = NULL;
     s->n_vocab = n_vocab;

@@ -31,7 +31,11 @@ typedef struct kn_sampler {
     size_t n_bias;
 } kn_sampler;
 
-/* Validates params (ranges, bias token ids) and allocates. KILN_ERR_INVALID_ARG names the field. */
+/* Validates params (ranges, bias token ids) without allocating; KILN_ERR_INVALID_ARG names the
+ * field. */
+kiln_status kn_sampler_check(const kiln_sampler_params *p, int32_t n_vocab);
+
+/* Validates params (kn_sampler_check) and allocates. */
 kiln_status kn_sampler_init(kn_sampler *s, const kiln_sampler_params *p, int32_t n_vocab);
 void kn_sampler_free(kn_sampler *s);
 

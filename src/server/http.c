@@ -310,6 +310,17 @@ void srv_send_stream(srv_req *r, srv_job *job) {
     queue(r, 200, resp, "text/event-stream");
 }
 
+bool srv_get_bool(srv_req *r, json_t *o, const char *key, bool *out) {
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) return true;
+    if (!json_is_boolean(v)) {
+        srv_send_error(r, 400, "invalid_request_error", key, "invalid_type", "'%s' must be a boolean", key);
+        return false;
+    }
+    *out = json_is_true(v);
+    return true;
+}
+
 json_t *srv_parse_body(srv_req *r) {
     json_error_t e;
     json_t *j = json_loadb(r->body, r->body_len, JSON_REJECT_DUPLICATES, &e);

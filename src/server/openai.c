@@ -111,17 +111,6 @@ static bool get_int(srv_req *r, json_t *o, const char *key, long long lo, long l
     return true;
 }
 
-static bool get_bool(srv_req *r, json_t *o, const char *key, bool *out) {
-    json_t *v = json_object_get(o, key);
-    if (!v || json_is_null(v)) return true;
-    if (!json_is_boolean(v)) {
-        BAD(r, key, "'%s' must be a boolean", key);
-        return false;
-    }
-    *out = json_is_true(v);
-    return true;
-}
-
 /* stop: a string or an array of strings; empty strings are ignored. */
 static bool get_stop(srv_req *r, json_t *o, srv_job *j) {
     json_t *v = json_object_get(o, "stop");
@@ -218,16 +207,16 @@ static bool parse_common(srv_req *r, json_t *req, srv_job *j, gen_out *g) {
     if (!get_int(r, req, "seed", -1, INT64_MAX, &seed)) return false;
     if (seed >= 0) sp->seed = (uint64_t)seed;
     if (seed == -1) sp->seed = KILN_SEED_RANDOM;
-    if (!get_bool(r, req, "ignore_eos", &gp->ignore_eos)) return false;
+    if (!srv_get_bool(r, req, "ignore_eos", &gp->ignore_eos)) return false;
     if (!get_stop(r, req, j) || !get_logit_bias(r, req, j)) return false;
-    if (!get_bool(r, req, "stream", &g->stream)) return false;
+    if (!srv_get_bool(r, req, "stream", &g->stream)) return false;
     json_t *so = json_object_get(req, "stream_options");
     if (so && !json_is_null(so)) {
         if (!json_is_object(so)) {
             BAD(r, "stream_options", "'stream_options' must be an object");
             return false;
         }
-        if (!get_bool(r, so, "include_usage", &g->include_usage)) return false;
+        if (!srv_get_bool(r, so, "include_usage", &g->include_usage)) return false;
     }
     return true;
 }
@@ -633,7 +622,7 @@ void srv_chat_completions(srv_req *r) {
     gen_out *g = j->user;
     bool lp = false;
     long long top = 0;
-    if (!parse_common(r, req, j, g) || !get_bool(r, req, "logprobs", &lp) ||
+    if (!parse_common(r, req, j, g) || !srv_get_bool(r, req, "logprobs", &lp) ||
         !get_int(r, req, "top_logprobs", 0, KILN_MAX_TOP_LOGPROBS, &top))
         goto done;
     if (top > 0 && !lp) {

@@ -27,18 +27,6 @@ static void model_by_id(srv_req *r, const char *id) {
     srv_send_json(r, 200, model_object(r->server));
 }
 
-/* Optional boolean field: true/false or absent (default); anything else is a 400. */
-static bool get_bool(srv_req *r, json_t *o, const char *key, bool def, bool *out) {
-    json_t *v = json_object_get(o, key);
-    if (!v || json_is_null(v)) { *out = def; return true; }
-    if (!json_is_boolean(v)) {
-        srv_send_error(r, 400, "invalid_request_error", key, "invalid_type", "'%s' must be a boolean", key);
-        return false;
-    }
-    *out = json_is_true(v);
-    return true;
-}
-
 /* A token's text as a JSON value: a string when it is valid UTF-8, else its bytes as an array. */
 static json_t *piece_value(const kiln_model *m, kiln_token t) {
     char buf[256];
@@ -55,12 +43,12 @@ static void tokenize(srv_req *r) {
     json_t *req = srv_parse_body(r);
     if (!req) return;
     json_t *content = json_object_get(req, "content");
-    bool add_special, parse_special, with_pieces;
+    bool add_special = false, parse_special = true, with_pieces = false;
     if (!json_is_string(content)) {
         srv_send_error(r, 400, "invalid_request_error", "content", "invalid_type", "'content' must be a string");
-    } else if (get_bool(r, req, "add_special", false, &add_special) &&
-               get_bool(r, req, "parse_special", true, &parse_special) &&
-               get_bool(r, req, "with_pieces", false, &with_pieces)) {
+    } else if (srv_get_bool(r, req, "add_special", &add_special) &&
+               srv_get_bool(r, req, "parse_special", &parse_special) &&
+               srv_get_bool(r, req, "with_pieces", &with_pieces)) {
         const kiln_model *m = r->server->model;
         size_t len = json_string_length(content), n = 0;
         kiln_token *ids = malloc((len + 2) * sizeof *ids);

@@ -165,6 +165,9 @@ void srv_apply_template(srv_req *r);
 
 /* Shared helpers. */
 json_t *srv_parse_body(srv_req *r);       /* a JSON object or NULL after sending 400 */
+/* An optional boolean field: *out is left as it is when the field is absent or null; any other
+ * type sends 400 naming the field and returns false. */
+bool srv_get_bool(srv_req *r, json_t *o, const char *key, bool *out);
 /* Tokenizes a rendered prompt (kiln_tokenize_chat). Returns a malloc'd array or NULL after
  * sending the error (400 naming param when it does not leave room in the context for one new
  * token). */
