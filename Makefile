@@ -8,13 +8,17 @@ OPT      ?= -O2
 CFLAGS   ?=
 WERROR   ?= -Werror
 BASEFLAGS = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Wno-unused-parameter $(WERROR) \
-            -fPIC -fopenmp -Iinclude -Isrc $(OPT) -g \
-            $(shell pkg-config --cflags libpcre2-8 jansson sqlite3 libmicrohttpd 2>/dev/null)
+            -fPIC -Iinclude -Isrc $(OPT) -g \
+            $(shell pkg-config --cflags libpcre2-8 jansson sqlite3 libmicrohttpd libedit 2>/dev/null)
 ALLCFLAGS = $(BASEFLAGS) $(CFLAGS)
 LIBS      = $(shell pkg-config --libs libpcre2-8 jansson sqlite3 2>/dev/null || echo -lpcre2-8 -ljansson -lsqlite3) \
-            -fopenmp -lm -lpthread
-# The HTTP server lives in the kiln binary only; the library does not depend on libmicrohttpd.
-CLI_LIBS  = $(shell pkg-config --libs libmicrohttpd 2>/dev/null || echo -lmicrohttpd)
+            -lm -lpthread
+# The library runs its threads on its own pool (src/base/pool.c); only the generator tool and the
+# bandwidth probe use OpenMP.
+OMPFLAGS  = -fopenmp
+# The HTTP server and the terminal chat live in the kiln binary only; the library does not depend
+# on libmicrohttpd or libedit.
+CLI_LIBS  = $(shell pkg-config --libs libmicrohttpd libedit 2>/dev/null || echo -lmicrohttpd -ledit)
 
 LIB_SRC  := $(sort $(wildcard src/base/*.c src/tensor/*.c src/model/*.c src/text/*.c \
                               src/sample/*.c src/engine/*.c src/cache/*.c))
@@ -25,6 +29,9 @@ BENCH_SRC := $(sort $(wildcard bench/*.c))
 
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
+# The browser chat page: web/* compiled into the kiln binary by scripts/embed.
+WEB_SRC  := $(sort $(wildcard web/*.html web/*.js web/*.css web/*.svg web/*.png web/*.ico))
+WEB_OBJ  := $(BUILD)/obj/gen/web_assets.o
 TOOLS    := $(TOOL_SRC:tools/%.c=$(BUILD)/%)
 TESTS    := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 BENCHES  := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
@@ -43,11 +50,20 @@ $(BUILD)/libkiln.a: $(LIB_OBJ)
 $(BUILD)/libkiln.so: $(LIB_OBJ)
 	$(CC) $(ALLCFLAGS) -shared -o $@ $^ $(LIBS)
 
-$(BUILD)/kiln: $(CLI_OBJ) $(BUILD)/libkiln.a
-	$(CC) $(ALLCFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libkiln.a $(LIBS) $(CLI_LIBS)
+$(BUILD)/kiln: $(CLI_OBJ) $(WEB_OBJ) $(BUILD)/libkiln.a
+	$(CC) $(ALLCFLAGS) -o $@ $(CLI_OBJ) $(WEB_OBJ) $(BUILD)/libkiln.a $(LIBS) $(CLI_LIBS)
+
+# Regenerated when a page file changes, or one is added or removed (the folder's time changes).
+$(BUILD)/gen/web_assets.c: $(WEB_SRC) scripts/embed $(wildcard web)
+	@mkdir -p $(dir $@)
+	sh scripts/embed $@ $(WEB_SRC)
+
+$(WEB_OBJ): $(BUILD)/gen/web_assets.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALLCFLAGS) -MMD -MP -c $< -o $@
 
 $(BUILD)/%: tools/%.c $(BUILD)/libkiln.a
-	$(CC) $(ALLCFLAGS) -o $@ $< $(BUILD)/libkiln.a $(LIBS)
+	$(CC) $(ALLCFLAGS) $(OMPFLAGS) -o $@ $< $(BUILD)/libkiln.a $(LIBS)
 
 $(BUILD)/tests/%: tests/unit/%.c tests/unit/harness.h $(BUILD)/libkiln.a
 	@mkdir -p $(dir $@)
@@ -56,9 +72,9 @@ $(BUILD)/tests/%: tests/unit/%.c tests/unit/harness.h $(BUILD)/libkiln.a
 # test_noalloc counts every allocation the library makes: it links with the allocator wrapped.
 $(BUILD)/tests/test_noalloc: TEST_LDFLAGS = -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=posix_memalign,--wrap=free
 
-$(BUILD)/bench/%: bench/%.c
+$(BUILD)/bench/%: bench/%.c $(BUILD)/libkiln.a
 	@mkdir -p $(dir $@)
-	$(CC) $(ALLCFLAGS) -o $@ $< $(LIBS)
+	$(CC) $(ALLCFLAGS) $(OMPFLAGS) -o $@ $< $(BUILD)/libkiln.a $(LIBS)
 
 setup:
 	@scripts/setup
@@ -81,4 +97,4 @@ asan: setup
 clean:
 	rm -rf build build-asan
 
--include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(WEB_OBJ:.o=.d)

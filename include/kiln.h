@@ -89,6 +89,12 @@ typedef struct kiln_model_params {
     bool vocab_only;    /* load metadata and tokenizer only (works on files without tensors) */
     bool use_mmap;      /* keep weights in the file mapping instead of copying them to memory */
     kiln_kernels kernels;  /* default AUTO */
+    /* Load progress: called on the loading thread as the weights are read, with the fraction done
+     * in [0, 1], non-decreasing, first 0 and last 1 (a vocab_only load makes no calls). Returning
+     * false cancels the load: kiln_model_load then returns KILN_ERR_CANCELLED and frees everything.
+     * NULL (default): no calls. */
+    bool (*progress)(float fraction, void *user);
+    void *progress_user;   /* passed to progress */
 } kiln_model_params;
 
 kiln_model_params kiln_model_default_params(void);
@@ -122,6 +128,44 @@ int32_t kiln_model_n_embd(const kiln_model *model);
 int32_t kiln_model_n_layer(const kiln_model *model);
 uint64_t kiln_model_n_params(const kiln_model *model);
 uint64_t kiln_model_size_bytes(const kiln_model *model);
+
+/* What a GGUF file's header says, read without loading the model (for listings and for choosing a
+ * model): the file is mapped, its header, metadata and tensor table are validated like a load does,
+ * and no tensor data is read. Strings are NUL-terminated, printable ASCII (other bytes become '?'),
+ * truncated to their arrays. */
+typedef struct kiln_model_info {
+    char arch[32];              /* general.architecture; "" when absent */
+    char name[128];             /* general.name; "" when absent */
+    bool runnable;              /* kiln runs this architecture and the file holds tensors (a load
+                                   may still fail on a missing or malformed tensor) */
+    int32_t n_ctx_train;        /* {arch}.context_length; 0 when absent */
+    int32_t n_embd;             /* {arch}.embedding_length; 0 when absent */
+    int32_t n_layer;            /* {arch}.block_count; 0 when absent */
+    int32_t n_head;             /* {arch}.attention.head_count; 0 when absent */
+    int32_t n_head_kv;          /* {arch}.attention.head_count_kv, else n_head */
+    int32_t head_dim;           /* {arch}.attention.key_length, else n_embd / n_head */
+    uint64_t n_tensors;         /* tensors in this file */
+    uint64_t n_params;          /* elements of every tensor in this file */
+    uint64_t tensor_bytes;      /* bytes of tensor data in this file (about the weights' memory) */
+    char weight_type[16];       /* the tensor type holding the most bytes, e.g. "Q4_0"; "" when
+                                   the file has no tensors */
+    uint64_t file_bytes;        /* size of the file */
+    int32_t split_no;           /* split.no: index of this part of a split model (0 otherwise) */
+    int32_t split_count;        /* split.count: parts of a split model (1 otherwise) */
+} kiln_model_info;
+
+/* Fills *out from the file at path. Status: KILN_ERR_IO (missing, unreadable, not a regular file),
+ * KILN_ERR_FORMAT (not a GGUF file, truncated, inconsistent), KILN_ERR_UNSUPPORTED (a GGUF version
+ * kiln does not read), KILN_ERR_NOMEM; kiln_last_error() says which. An unsupported architecture is
+ * not an error: runnable is then false. */
+kiln_status kiln_model_info_read(const char *path, kiln_model_info *out);
+
+/* ---- machine --------------------------------------------------------------------------------- */
+
+/* Physical cores of this machine (at least 1): the thread count used when a params struct says 0. */
+int32_t kiln_physical_cores(void);
+/* Bytes of physical memory of this machine; 0 when unknown. */
+uint64_t kiln_physical_memory(void);
 
 /* ---- tokenizer ------------------------------------------------------------------------------- */
 

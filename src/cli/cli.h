@@ -65,11 +65,83 @@ kiln_model *cli_load_model(const cli_common *c, bool vocab_only);
 /* Installs the CLI's log sink (stderr; debug messages with -v). */
 void cli_setup_log(bool verbose);
 
+struct json_t;
+
+/* Renders a conversation with the model's chat template (kiln_chat_apply, with
+ * add_generation_prompt; a model without a template gets the plain fallback). messages is a
+ * jansson array of {"role", "content"} objects, borrowed. On success *out is the rendered text
+ * (release it with kiln_free); on failure kiln_last_error() says why. */
+kiln_status cli_chat_render(const kiln_model *m, struct json_t *messages, char **out);
+
+/* Tokenizes a rendered chat prompt as kiln_tokenize_chat does (special-token text parsed, BOS
+ * added unless present) into a malloc'd array: *ids (caller frees) of *n tokens. */
+kiln_status cli_tokenize_chat(const kiln_model *m, const char *text, kiln_token **ids, size_t *n);
+
 int cli_run(int argc, char **argv);
+int cli_chat(int argc, char **argv);
 int cli_perplexity(int argc, char **argv);
 int cli_tokenize(int argc, char **argv);
 int cli_bench(int argc, char **argv);
 int cli_template(int argc, char **argv);
 int cli_serve(int argc, char **argv);
+int cli_ls(int argc, char **argv);
+
+/* ---- local models (models.c) ----------------------------------------------------------------- */
+
+#include <stdio.h>
+
+/* One GGUF model found on this machine. */
+typedef struct cli_model_entry {
+    char *name;            /* friendly name: path under the searched directory without .gguf, or
+                              ORG/NAME:FILE in the Hugging Face cache */
+    char *path;            /* where it was found (in the Hugging Face cache: the snapshot link) */
+    char *real;            /* the file itself, symlinks resolved; entries are unique by it */
+    const char *source;    /* "kiln" (~/.cache/kiln/models), "KILN_MODELS" or "huggingface" */
+    kiln_model_info info;  /* from the file's header */
+} cli_model_entry;
+
+typedef struct cli_model_list {
+    cli_model_entry *v;
+    size_t n, cap;
+    size_t n_skipped;      /* .gguf files left out as unreadable or invalid */
+    size_t n_split;        /* models left out because they are split into several files */
+} cli_model_list;
+
+/* Finds the models in ~/.cache/kiln/models, KILN_MODELS and the Hugging Face cache (see models.c
+ * for the order and the names), reading only each file's header. Files left out are counted, and
+ * with warn each gets a one-line reason on stderr. Missing directories are simply empty; false
+ * only when memory ran out (the list then holds what was found). Free with cli_models_free. */
+bool cli_models_find(cli_model_list *out, bool warn);
+void cli_models_free(cli_model_list *l);
+/* ~/.cache/kiln/models (malloc'd), or NULL when HOME is not set. */
+char *cli_models_dir(void);
+/* Prints the places discovery searches, one per line, indented. */
+void cli_models_print_places(FILE *f);
+/* Prints how to get a model (several lines). */
+void cli_models_print_howto(FILE *f);
+/* The entry with this friendly name, or NULL. */
+const cli_model_entry *cli_models_lookup(const cli_model_list *l, const char *name);
+/* What -m ARG names (malloc'd): ARG itself when such a file exists, else the file of the
+ * discovered model with that friendly name, else ARG (whose load then fails with a clear error). */
+char *cli_model_resolve(const char *arg, bool verbose);
+
+/* Context length at which cli_models_pick counts a model's KV (or its training length if shorter). */
+#define CLI_PICK_CTX 4096
+/* Share of the machine's memory automatic choices may plan for, in percent. */
+#define CLI_MEMORY_PCT 60
+
+/* The machine's memory for automatic choices: kiln_physical_memory(), or for tests only the
+ * environment variable KILN_TEST_MEMORY (bytes, or a number with K, M or G). */
+uint64_t cli_machine_memory(void);
+/* Bytes of KV one row of n_ctx tokens holds (f16, or f32). */
+uint64_t cli_kv_bytes(const kiln_model_info *info, int64_t n_ctx, bool f32);
+/* The runnable model with the most weight bytes whose weights plus the KV of one row at
+ * CLI_PICK_CTX tokens fit in budget bytes (*fits true); when none fits, the smallest runnable one
+ * (*fits false); NULL when there is no runnable model. */
+const cli_model_entry *cli_models_pick(const cli_model_list *l, uint64_t budget, bool *fits);
+
+/* Human forms: bytes as "1.2 GiB", counts as "1.2B" / "260K". */
+void cli_fmt_bytes(uint64_t bytes, char *buf, size_t cap);
+void cli_fmt_count(uint64_t n, char *buf, size_t cap);
 
 #endif

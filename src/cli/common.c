@@ -1,13 +1,16 @@
 /*
- * common.c - argument parsing, usage texts and model loading shared by the CLI verbs.
+ * common.c - argument parsing, usage texts, model loading and chat rendering shared by the CLI verbs.
  */
 #include "cli.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct usage_entry {
     const char *verb;
@@ -25,7 +28,7 @@ typedef struct usage_entry {
     "  -s, --seed S         RNG seed (default: random)\n"
 
 #define MODEL_FLAGS                                                                             \
-    "  -m, --model FILE     GGUF model file\n"                                                 \
+    "  -m, --model FILE     GGUF model file, or a model's name as kiln ls shows it\n"          \
     "  -t, --threads N      worker threads (default: physical cores)\n"                        \
     "  -c, --ctx-size N     context length (default: the model's, at most 4096)\n"             \
     "  -b, --batch-size N   prompt tokens per forward chunk (default 256)\n"                   \
@@ -47,13 +50,33 @@ static const usage_entry usages[] = {
      "  --system TEXT        a system message before the prompt (with the chat template)\n"
      "  -n, --n-predict N    new tokens at most (default 256; -1 = until end of text)\n"
      "  --ignore-eos         keep generating past end-of-text tokens\n" MODEL_FLAGS SAMPLING_FLAGS},
+    {"chat",
+     "usage: kiln chat -m MODEL [--system TEXT] [-n N] [options]\n"
+     "An interactive chat in the terminal: the whole conversation is rendered with the model's chat\n"
+     "template every turn (the KV of the turns before is reused) and the reply streams to stdout.\n"
+     "Line editing and history (~/.cache/kiln/chat_history). Commands: /clear, /system TEXT,\n"
+     "/set NAME VALUE (temp, top_p, top_k, min_p, repeat_penalty, seed, max_tokens), /help, /quit.\n"
+     "Ctrl-C stops a reply; Ctrl-D or /quit leaves. When stdin is not a terminal, each line is a\n"
+     "user turn (or a command) and each reply is printed followed by a newline.\n"
+     "  --system TEXT        the system prompt\n"
+     "  -n, --n-predict N    new tokens per reply at most (default -1: to the end of the turn)\n"
+     "  --ignore-eos         keep generating past end-of-text tokens\n" MODEL_FLAGS SAMPLING_FLAGS},
     {"serve",
-     "usage: kiln serve -m MODEL [--host 127.0.0.1] [--port 8080] [--api-key KEY] [options]\n"
+     "usage: kiln serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--api-key KEY] [options]\n"
+     "       kiln [options]   (the same, with automatic choices)\n"
      "Serves the model over an OpenAI-compatible HTTP API: /v1/chat/completions, /v1/completions,\n"
      "/v1/models, /health, /metrics, /stats, /tokenize, /detokenize, /apply-template,\n"
      "/admin/cache/flush (makes the SSD cache durable).\n"
+     "The model: -m, else $KILN_MODEL, else the largest model kiln ls finds whose weights and KV\n"
+     "fit in 60% of the machine's memory. Unset values come from the model and the machine:\n"
+     "threads = physical cores, context per row = the model's training length (at most 16384,\n"
+     "less when memory is short), prompt cache = 1/8 of memory.\n"
+     "  --print-config       print every resolved setting and where it came from, then exit\n"
      "  --host ADDR          address to listen on (default 127.0.0.1, loopback only)\n"
-     "  --port N             port (default 8080; 0 picks a free one, printed at start)\n"
+     "  --port N             port (default $KILN_PORT or 8080, then the next 20 when taken; an\n"
+     "                       explicit port that is taken is an error; 0 picks a free one)\n"
+     "  --no-open            do not open the browser (opened when stdin and stdout are terminals\n"
+     "                       and DISPLAY or WAYLAND_DISPLAY is set)\n"
      "  --api-key KEY        require 'Authorization: Bearer KEY' on every /v1 route\n"
      "  --max-tokens N       new tokens when a request gives no max_tokens (default -1: to the\n"
      "                       end of text or of the context)\n"
@@ -77,6 +100,16 @@ static const usage_entry usages[] = {
      "  --max-body-mb N      largest request body in MiB (default 8; beyond: 413)\n"
      "Sampling flags set the defaults of requests that do not give a value; the model's own\n"
      "recommended settings come next, then temperature 0.8, top-p 0.95.\n" MODEL_FLAGS SAMPLING_FLAGS},
+    {"ls",
+     "usage: kiln ls [--json] [-v]\n"
+     "Lists the GGUF models found on this machine, one row each: name, architecture, parameters,\n"
+     "weight type, size, training context and path. kiln looks in ~/.cache/kiln/models, in every\n"
+     "directory or file of $KILN_MODELS (colon-separated), and in the Hugging Face cache\n"
+     "($HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub). A name works as -m NAME.\n"
+     "Unusable files are left out with a reason on stderr; split models are left out too.\n"
+     "  --json               one JSON array of objects (name, path, file, source, architecture,\n"
+     "                       model_name, parameters, weight_type, size_bytes, context_length,\n"
+     "                       runnable)\n"},
     {"perplexity",
      "usage: kiln perplexity -m MODEL -f TEXT [-c CTX] [options]\n"
      "Perplexity of the model on a text, by llama.cpp's llama-perplexity method: the tokens are split\n"
@@ -128,7 +161,10 @@ void cli_usage(const char *verb, bool to_stderr) {
           "kiln " KILN_VERSION_STRING ": local LLM inference.\n\n"
           "commands:\n"
           "  run          generate text from a prompt\n"
-          "  serve        serve a model over an OpenAI-compatible HTTP API\n"
+          "  chat         chat with a model in the terminal\n"
+          "  serve        serve a model over an OpenAI-compatible HTTP API (the default: kiln alone\n"
+          "               serves the most suitable local model)\n"
+          "  ls           list the models found on this machine\n"
           "  perplexity   measure a model's perplexity on a text\n"
           "  tokenize     show how a text is tokenized\n"
           "  bench        measure prompt and generation speed\n"
@@ -294,21 +330,88 @@ void cli_setup_log(bool verbose) {
     kiln_set_log(log_sink, NULL, verbose ? KILN_LOG_DEBUG : KILN_LOG_WARN);
 }
 
+/* The load progress bar: drawn on stderr only when it is a terminal, redrawn when the percentage
+ * changes. The callback also cancels the load when SIGINT or SIGTERM is pending (`kiln serve`
+ * blocks them to take them with sigwait, so they would otherwise wait for the load to end). */
+typedef struct load_bar {
+    const char *label;
+    bool tty;
+    int shown;       /* percentage drawn last; -1 before the first */
+} load_bar;
+
+static bool load_progress(float fraction, void *user) {
+    load_bar *b = user;
+    sigset_t pending;
+    if (sigpending(&pending) == 0 && (sigismember(&pending, SIGINT) == 1 || sigismember(&pending, SIGTERM) == 1))
+        return false;
+    if (!b->tty) return true;
+    const int pct = (int)(fraction * 100.0f + 0.5f), width = 30, fill = pct * width / 100;
+    if (pct == b->shown) return true;
+    b->shown = pct;
+    fprintf(stderr, "\rkiln: loading %.40s [", b->label);
+    for (int i = 0; i < width; i++) fputc(i < fill ? '#' : '.', stderr);
+    fprintf(stderr, "] %3d%%", pct);
+    fflush(stderr);
+    return true;
+}
+
 kiln_model *cli_load_model(const cli_common *c, bool vocab_only) {
     if (!c->model) {
         fprintf(stderr, "kiln: no model given (use -m FILE)\n");
         return NULL;
     }
+    char *path = cli_model_resolve(c->model, c->verbose);    /* a file, or a name from kiln ls */
+    if (!path) {
+        fprintf(stderr, "kiln: out of memory\n");
+        return NULL;
+    }
+    const char *base = strrchr(path, '/');
+    load_bar bar = {.label = base ? base + 1 : path, .tty = isatty(STDERR_FILENO) == 1, .shown = -1};
     kiln_model_params mp = kiln_model_default_params();
     mp.vocab_only = vocab_only;
     mp.use_mmap = c->mmap;
     mp.kernels = c->kernels;
+    mp.progress = load_progress;
+    mp.progress_user = &bar;
     kiln_model *m = NULL;
-    kiln_status st = kiln_model_load(c->model, &mp, &m);
+    kiln_status st = kiln_model_load(path, &mp, &m);
+    if (bar.shown >= 0) fputs("\r\033[K", stderr);     /* clear the bar's line */
+    free(path);
+    if (st == KILN_ERR_CANCELLED) {
+        fprintf(stderr, "kiln: loading the model was cancelled by a signal\n");
+        return NULL;
+    }
     if (st) {
         fprintf(stderr, "kiln: cannot load model: %s (%s)\n", kiln_last_error(), kiln_status_str(st));
         return NULL;
     }
     if (g_verbose) fprintf(stderr, "kiln: loaded %s (kernels: %s)\n", kiln_model_desc(m), kiln_model_kernels(m));
     return m;
+}
+
+kiln_status cli_chat_render(const kiln_model *m, json_t *messages, char **out) {
+    *out = NULL;
+    json_t *chat = json_pack("{s:O, s:b}", "messages", messages, "add_generation_prompt", 1);
+    char *js = chat ? json_dumps(chat, JSON_COMPACT) : NULL;
+    json_decref(chat);
+    if (!js) return KILN_ERR_NOMEM;
+    size_t len;
+    kiln_status st = kiln_chat_apply(m, js, strlen(js), out, &len);
+    free(js);
+    return st;
+}
+
+kiln_status cli_tokenize_chat(const kiln_model *m, const char *text, kiln_token **ids, size_t *n) {
+    /* A token covers at least one byte; BOS and EOS may come on top. */
+    const size_t len = strlen(text), cap = len + 2;
+    *n = 0;
+    *ids = malloc(cap * sizeof **ids);
+    if (!*ids) return KILN_ERR_NOMEM;
+    kiln_status st = kiln_tokenize_chat(m, text, len, *ids, cap, n);
+    if (st) {
+        free(*ids);
+        *ids = NULL;
+        *n = 0;
+    }
+    return st;
 }

@@ -23,18 +23,16 @@ static int on_token(const kiln_token_event *ev, void *user) {
 /* The model's chat template applied to an optional system message and one user message. */
 static kiln_status render_chat(kiln_model *m, const char *system_prompt, const char *prompt, char **out) {
     json_t *msgs = json_array();
-    if (system_prompt) json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "system", "content", system_prompt));
-    json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "user", "content", prompt));
-    json_t *chat = json_pack("{s:o, s:b}", "messages", msgs, "add_generation_prompt", 1);
-    char *js = chat ? json_dumps(chat, JSON_COMPACT) : NULL;
-    json_decref(chat);
-    if (!js) {
+    int bad = !msgs;
+    if (system_prompt) bad |= json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "system", "content", system_prompt));
+    bad |= json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "user", "content", prompt));
+    if (bad) {
+        json_decref(msgs);
         fprintf(stderr, "kiln run: the prompt is not valid UTF-8 text\n");
         return KILN_ERR_INVALID_ARG;
     }
-    size_t len;
-    kiln_status st = kiln_chat_apply(m, js, strlen(js), out, &len);
-    free(js);
+    kiln_status st = cli_chat_render(m, msgs, out);
+    json_decref(msgs);
     return st;
 }
 
@@ -114,13 +112,13 @@ int cli_run(int argc, char **argv) {
         st = kiln_generate(s, "", &gp, &res);   /* start from BOS alone */
     } else {
         /* Special-token text (e.g. <|im_start|>) is parsed; BOS is added unless already there. */
-        size_t n = 0, cap = strlen(text) + 2;
-        kiln_token *ids = malloc(cap * sizeof *ids);
-        st = ids ? kiln_tokenize_chat(m, text, cap - 2, ids, cap, &n) : KILN_ERR_NOMEM;
+        size_t n = 0;
+        kiln_token *ids = NULL;
+        st = cli_tokenize_chat(m, text, &ids, &n);
         if (!st) st = kiln_generate_tokens(s, ids, n, &gp, &res);
         free(ids);
     }
-    free(rendered);
+    kiln_free(rendered);
     printf("\n");
     int rc = 0;
     if (st) {

@@ -1,6 +1,21 @@
 /*
- * serve.c - `kiln serve`: load a model and answer OpenAI-compatible HTTP requests until SIGINT or
- * SIGTERM (see src/server/server.h for the server itself).
+ * serve.c - `kiln serve` (and `kiln` with no command): choose a model and settings, load the
+ * model and answer OpenAI-compatible HTTP requests until SIGINT or SIGTERM (see
+ * src/server/server.h for the server itself).
+ *
+ * Every setting is resolved once, before anything is loaded, from (first match wins) a flag, an
+ * environment variable, the model file, or the machine; `--print-config` prints each value with
+ * where it came from and exits without serving. The model: -m, else KILN_MODEL, else the largest
+ * discovered model (models.c) whose weights and one row of KV fit in CLI_MEMORY_PCT of the
+ * machine's memory. Machine defaults: threads = physical cores; prompt cache = 1/8 of memory (at
+ * most 8 GiB); context per row = the model's training length, at most AUTO_CTX_MAX, halved (down to
+ * AUTO_CTX_MIN) until --batch rows of KV fit in what the planned memory leaves after weights and
+ * prompt cache; rows = --batch (default 8), fewer when even AUTO_CTX_MIN does not fit.
+ *
+ * Port: --port is used as given (taken: exit 1 before loading). Otherwise KILN_PORT or 8080 is
+ * tried first and, when taken, the next PORT_TRIES ports. When stdin and stdout are terminals and a
+ * desktop session is present (DISPLAY or WAYLAND_DISPLAY), the server's URL is opened in the
+ * browser (xdg-open, detached, output discarded) unless --no-open.
  *
  * Generation runs on one kiln_engine: up to --batch requests advance together (continuous
  * batching); more wait in a queue of --max-queue, beyond which requests get 429.
@@ -8,16 +23,31 @@
  * Shutdown: the first signal stops accepting connections, cancels queued generations, lets the
  * running ones finish for up to 10 s (a second signal cancels them at once), closes the remaining
  * connections, flushes the SSD cache (--ssd-cache: every cached prefix not on disk yet is written,
- * for up to 10 s more) and exits 0.
+ * for up to 10 s more) and exits 0. A signal while the model loads cancels the load (exit 1).
  */
 #include "cli.h"
 #include "server/server.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
+
+#define DEFAULT_PORT 8080
+#define PORT_TRIES 20            /* further ports tried when the default one is taken */
+#define DEFAULT_ROWS 8
+#define AUTO_CTX_MAX 16384       /* automatic context per row at most (longer: -c) */
+#define AUTO_CTX_MIN 2048        /* the machine cap never halves the context below this */
+
+extern char **environ;
 
 /* The model id clients see: the file name without directories and a .gguf suffix. */
 static char *model_id(const char *path) {
@@ -60,30 +90,311 @@ static bool is_loopback(const char *host) {
            strncmp(host, "127.", 4) == 0;
 }
 
+/* ---- settings: values and where they came from ----------------------------------------------- */
+
+/* Every value `kiln serve` runs with, resolved once; each *_src says where it came from. */
+typedef struct plan {
+    char *model;                /* the file to load (malloc'd) */
+    char model_src[256];
+    kiln_model_info info;
+    uint64_t mem;               /* machine memory (or KILN_TEST_MEMORY; 8 GiB when unknown) */
+    uint64_t budget;            /* CLI_MEMORY_PCT of it */
+    int threads;
+    char threads_src[64];
+    int ctx;
+    char ctx_src[160];
+    int rows;
+    char rows_src[160];
+    int64_t prompt_cache;       /* bytes */
+    char cache_src[96];
+    int port;
+    char port_src[96];
+    bool port_fixed;            /* given by --port: no fallback */
+    bool open_browser;
+    char open_src[64];
+} plan;
+
+/* Resolves the model to serve into p (model, model_src, info). Returns 0, or an exit status after
+ * printing why (nothing found: where kiln looked and how to get a model). */
+static int plan_model(const cli_common *c, plan *p) {
+    const char *env = getenv("KILN_MODEL");
+    if (c->model || (env && *env)) {
+        const char *arg = c->model ? c->model : env;
+        if (!(p->model = cli_model_resolve(arg, c->verbose))) return CLI_EXIT_FAIL;
+        snprintf(p->model_src, sizeof p->model_src, "%s%s%s", c->model ? "flag -m" : "env KILN_MODEL",
+                 strcmp(arg, p->model) ? ": " : "", strcmp(arg, p->model) ? arg : "");
+    } else {
+        cli_model_list l;
+        cli_models_find(&l, c->verbose);
+        bool fits = false;
+        const cli_model_entry *e = cli_models_pick(&l, p->budget, &fits);
+        char mem[32];
+        cli_fmt_bytes(p->mem, mem, sizeof mem);
+        if (!e) {
+            fprintf(stderr, "kiln: no model to serve: %s. kiln looked in:\n",
+                    l.n ? "none of the models found is one kiln runs" : "no GGUF model was found");
+            cli_models_print_places(stderr);
+            if (l.n_skipped || l.n_split)
+                fprintf(stderr, "(%zu unusable file(s) and %zu split model(s) were left out; kiln ls -v says why)\n",
+                        l.n_skipped, l.n_split);
+            cli_models_print_howto(stderr);
+            cli_models_free(&l);
+            return CLI_EXIT_FAIL;
+        }
+        size_t runnable = 0;
+        for (size_t k = 0; k < l.n; k++) runnable += l.v[k].info.runnable;
+        p->model = strdup(e->path);
+        if (fits)
+            snprintf(p->model_src, sizeof p->model_src, "discovered %s: the largest of %zu fitting in %d%% of %s",
+                     e->name, runnable, CLI_MEMORY_PCT, mem);
+        else
+            snprintf(p->model_src, sizeof p->model_src,
+                     "discovered %s: the smallest of %zu; none fits in %d%% of %s", e->name, runnable, CLI_MEMORY_PCT,
+                     mem);
+        if (!fits)
+            fprintf(stderr, "kiln serve: warning: no model found fits in %d%% of %s of memory; trying the smallest, %s\n",
+                    CLI_MEMORY_PCT, mem, e->name);
+        cli_models_free(&l);
+        if (!p->model) return CLI_EXIT_FAIL;
+    }
+    kiln_status st = kiln_model_info_read(p->model, &p->info);
+    if (st) {
+        fprintf(stderr, "kiln: cannot load model: %s (%s)\n", kiln_last_error(), kiln_status_str(st));
+        return CLI_EXIT_FAIL;
+    }
+    return 0;
+}
+
+/* Threads, prompt cache, context per row and rows from the flags, the model and the machine. */
+static void plan_machine(const cli_common *c, plan *p, int batch_flag, float prompt_cache_gb) {
+    char mem[32], avail_s[32];
+    cli_fmt_bytes(p->mem, mem, sizeof mem);
+    if (c->threads) {
+        p->threads = c->threads;
+        snprintf(p->threads_src, sizeof p->threads_src, "flag -t");
+    } else {
+        p->threads = kiln_physical_cores();
+        snprintf(p->threads_src, sizeof p->threads_src, "machine: physical cores");
+    }
+    if (prompt_cache_gb >= 0) {
+        p->prompt_cache = (int64_t)((double)prompt_cache_gb * 1e9);
+        snprintf(p->cache_src, sizeof p->cache_src, "flag --prompt-cache");
+    } else {
+        const uint64_t pc = p->mem / 8 < ((uint64_t)8 << 30) ? p->mem / 8 : (uint64_t)8 << 30;
+        p->prompt_cache = (int64_t)pc;
+        snprintf(p->cache_src, sizeof p->cache_src, "machine: 1/8 of %s, at most 8 GiB", mem);
+    }
+    /* KV may use what the planned memory leaves after the weights and the prompt cache. */
+    const kiln_model_info *in = &p->info;
+    const bool f32 = c->kv_type == KILN_KV_F32;
+    uint64_t used = in->tensor_bytes + (uint64_t)p->prompt_cache;
+    const uint64_t avail = p->budget > used ? p->budget - used : 0;
+    cli_fmt_bytes(avail, avail_s, sizeof avail_s);
+    const int want_rows = batch_flag > 0 ? batch_flag : DEFAULT_ROWS;
+    if (c->ctx) {
+        p->ctx = c->ctx;
+        snprintf(p->ctx_src, sizeof p->ctx_src, "flag -c");
+    } else {
+        const int train = in->n_ctx_train > 0 ? in->n_ctx_train : 4096;
+        int ctx = train < AUTO_CTX_MAX ? train : AUTO_CTX_MAX;
+        bool capped = false;
+        while (ctx > AUTO_CTX_MIN && (uint64_t)want_rows * cli_kv_bytes(in, ctx, f32) > avail) {
+            ctx = ctx / 2 > AUTO_CTX_MIN ? ctx / 2 : AUTO_CTX_MIN;
+            capped = true;
+        }
+        p->ctx = ctx;
+        if (in->n_ctx_train <= 0)
+            snprintf(p->ctx_src, sizeof p->ctx_src, "model: no context_length, 4096 assumed%s",
+                     capped ? "; capped by machine RAM" : "");
+        else if (capped)
+            snprintf(p->ctx_src, sizeof p->ctx_src, "model n_ctx_train %d, capped by machine RAM: %d rows of KV in %s",
+                     in->n_ctx_train, want_rows, avail_s);
+        else if (ctx < train)
+            snprintf(p->ctx_src, sizeof p->ctx_src, "model n_ctx_train %d, automatic limit %d (longer: -c)",
+                     in->n_ctx_train, AUTO_CTX_MAX);
+        else
+            snprintf(p->ctx_src, sizeof p->ctx_src, "model n_ctx_train %d", in->n_ctx_train);
+    }
+    if (batch_flag > 0) {
+        p->rows = batch_flag;
+        snprintf(p->rows_src, sizeof p->rows_src, "flag --batch");
+    } else {
+        const uint64_t row = cli_kv_bytes(in, p->ctx, f32);
+        const uint64_t fit = row ? avail / row : DEFAULT_ROWS;
+        if (fit >= DEFAULT_ROWS) {
+            p->rows = DEFAULT_ROWS;
+            snprintf(p->rows_src, sizeof p->rows_src, "default");
+        } else {
+            p->rows = fit > 1 ? (int)fit : 1;
+            snprintf(p->rows_src, sizeof p->rows_src, "machine: the KV of %d row(s) fits in %s", p->rows, avail_s);
+        }
+    }
+}
+
+/* Whether the server may open a browser, and why (or why not). */
+static void plan_open(plan *p, bool no_open) {
+    const char *d = getenv("DISPLAY"), *w = getenv("WAYLAND_DISPLAY");
+    p->open_browser = false;
+    if (no_open) snprintf(p->open_src, sizeof p->open_src, "flag --no-open");
+    else if (!isatty(STDIN_FILENO) || !isatty(STDOUT_FILENO)) snprintf(p->open_src, sizeof p->open_src, "not a terminal");
+    else if (!(d && *d) && !(w && *w)) snprintf(p->open_src, sizeof p->open_src, "no desktop (DISPLAY, WAYLAND_DISPLAY)");
+    else {
+        p->open_browser = true;
+        snprintf(p->open_src, sizeof p->open_src, "terminal and desktop present; --no-open to disable");
+    }
+}
+
+/* Where a sampling value came from: a flag, the model's metadata, or the library default. */
+static const char *sp_src(const cli_common *c, unsigned bit, bool differs) {
+    return (c->sp_set & bit) ? "flag" : differs ? "model" : "default";
+}
+
+/* Prints every resolved value with its source (--print-config), to stdout. */
+static void print_config(const cli_common *c, const plan *p, const srv_config *cfg, const kiln_sampler_params *sp,
+                         const kiln_sampler_params *msp, float kv_budget_gb, const char *ssd_dir, float ssd_max_gb,
+                         int prefill_chunk, bool host_given) {
+    const kiln_sampler_params def = kiln_sampler_default_params();
+    const kiln_model_info *in = &p->info;
+    char a[32], b[32], cbuf[32];
+    const char *tm = getenv("KILN_TEST_MEMORY");
+    printf("%-15s %s   (%s)\n", "model", p->model, p->model_src);
+    cli_fmt_count(in->n_params, a, sizeof a);
+    cli_fmt_bytes(in->tensor_bytes, b, sizeof b);
+    printf("%-15s %s, %s parameters, %s, %s of weights\n", "", in->arch, a, in->weight_type[0] ? in->weight_type : "-", b);
+    cli_fmt_bytes(p->mem, a, sizeof a);
+    cli_fmt_bytes(p->budget, b, sizeof b);
+    printf("%-15s %s, planning within %s   (%s)\n", "memory", a, b,
+           tm && *tm ? "env KILN_TEST_MEMORY, for tests only"
+                     : kiln_physical_memory() ? "machine: physical memory" : "unknown: 8 GiB assumed");
+    printf("%-15s %d   (%s)\n", "threads", p->threads, p->threads_src);
+    printf("%-15s %d   (%s)\n", "ctx", p->ctx, p->ctx_src);
+    printf("%-15s %d   (%s)\n", "batch", p->rows, p->rows_src);
+    printf("%-15s %s   (%s)\n", "kv-type", c->kv_type == KILN_KV_F32 ? "f32" : "f16",
+           c->kv_type == KILN_KV_F32 ? "flag --kv-type" : "default");
+    cli_fmt_bytes(cli_kv_bytes(in, p->ctx, c->kv_type == KILN_KV_F32), a, sizeof a);
+    if (kv_budget_gb > 0) printf("%-15s %.3g GB   (flag --kv-budget; one row holds %s)\n", "kv-budget", (double)kv_budget_gb, a);
+    else printf("%-15s %d full rows   (default; one row holds %s)\n", "kv-budget", p->rows, a);
+    cli_fmt_bytes((uint64_t)p->prompt_cache, cbuf, sizeof cbuf);
+    printf("%-15s %s   (%s)\n", "prompt-cache", cbuf, p->cache_src);
+    if (ssd_dir) printf("%-15s %s, at most %.3g GB   (flag --ssd-cache)\n", "ssd-cache", ssd_dir, (double)ssd_max_gb);
+    else printf("%-15s off   (default)\n", "ssd-cache");
+    printf("%-15s %d   (%s)\n", "prefill-chunk", prefill_chunk, prefill_chunk == 64 ? "default" : "flag --prefill-chunk");
+    printf("%-15s %d   (%s)\n", "max-queue", cfg->max_queue, cfg->max_queue == 64 ? "default" : "flag --max-queue");
+    printf("%-15s %d   (%s)\n", "max-tokens", cfg->max_tokens, cfg->max_tokens == -1 ? "default: to the end" : "flag --max-tokens");
+    printf("%-15s %zu MiB   (%s)\n", "max-body", cfg->max_body >> 20, cfg->max_body == (8u << 20) ? "default" : "flag --max-body-mb");
+    printf("%-15s %s   (%s)\n", "host", cfg->host, host_given ? "flag --host" : "default: loopback only");
+    printf("%-15s %d   (%s)\n", "port", p->port, p->port_src);
+    printf("%-15s %s   (%s)\n", "api-key", cfg->api_key ? "set" : "none", cfg->api_key ? "flag --api-key" : "default");
+    printf("%-15s %s   (%s)\n", "open browser", p->open_browser ? "yes" : "no", p->open_src);
+    printf("%-15s %g   (%s)\n", "temp", (double)sp->temperature, sp_src(c, CLI_SP_TEMP, msp->temperature != def.temperature));
+    printf("%-15s %d   (%s)\n", "top-k", sp->top_k, sp_src(c, CLI_SP_TOP_K, msp->top_k != def.top_k));
+    printf("%-15s %g   (%s)\n", "top-p", (double)sp->top_p, sp_src(c, CLI_SP_TOP_P, msp->top_p != def.top_p));
+    printf("%-15s %g   (%s)\n", "min-p", (double)sp->min_p, sp_src(c, CLI_SP_MIN_P, msp->min_p != def.min_p));
+    printf("%-15s %g   (%s)\n", "repeat-penalty", (double)sp->repeat_penalty,
+           sp_src(c, CLI_SP_REPEAT, msp->repeat_penalty != def.repeat_penalty));
+    printf("%-15s %d   (%s)\n", "repeat-last-n", sp->penalty_last_n,
+           sp_src(c, CLI_SP_REPEAT_N, msp->penalty_last_n != def.penalty_last_n));
+    printf("%-15s %g   (%s)\n", "presence", (double)sp->presence_penalty, sp_src(c, CLI_SP_PRESENCE, false));
+    printf("%-15s %g   (%s)\n", "frequency", (double)sp->frequency_penalty, sp_src(c, CLI_SP_FREQUENCY, false));
+    if (sp->seed == KILN_SEED_RANDOM) printf("%-15s random   (default)\n", "seed");
+    else printf("%-15s %llu   (flag)\n", "seed", (unsigned long long)sp->seed);
+}
+
+/* ---- port and browser ------------------------------------------------------------------------ */
+
+/* Whether host:port can be bound now: 0 when it can, else the errno of bind (EADDRINUSE when
+ * another socket listens there); -1 when host does not resolve (srv_http_start reports that). */
+static int port_probe(const char *host, int port) {
+    char ps[16];
+    snprintf(ps, sizeof ps, "%d", port);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
+    struct addrinfo *ai = NULL;
+    if (getaddrinfo(host, ps, &hints, &ai) || !ai) return -1;
+    int rc = 0, fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        rc = errno;
+    } else {
+        const int one = 1;    /* as the server's own socket: a port in TIME_WAIT is free */
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0) rc = errno;
+        close(fd);
+    }
+    freeaddrinfo(ai);
+    return rc;
+}
+
+/* Picks the port to listen on (p->port on success). A fixed port that is taken fails; otherwise
+ * the next PORT_TRIES ports are tried. Returns false after printing why. */
+static bool choose_port(const char *host, plan *p) {
+    if (p->port == 0) return true;
+    const int first = p->port, tries = p->port_fixed ? 0 : PORT_TRIES;
+    for (int k = 0; k <= tries && first + k <= 65535; k++) {
+        const int rc = port_probe(host, first + k);
+        if (rc == EADDRINUSE) continue;
+        if (k > 0) fprintf(stderr, "kiln serve: port %d is in use; using port %d\n", first, first + k);
+        p->port = first + k;
+        return true;           /* free, or another problem srv_http_start will report */
+    }
+    if (p->port_fixed)
+        fprintf(stderr, "kiln serve: port %d on %s is already in use (choose another with --port, or --port 0 for any "
+                        "free port)\n", first, host);
+    else
+        fprintf(stderr, "kiln serve: ports %d to %d on %s are all in use; choose one with --port\n", first,
+                first + tries > 65535 ? 65535 : first + tries, host);
+    return false;
+}
+
+/* Opens url in the desktop's browser through xdg-open, detached (its own session, output
+ * discarded) so that neither its messages nor its lifetime touch the server. Best effort. */
+static void open_browser(const char *url) {
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t at;
+    if (posix_spawn_file_actions_init(&fa)) return;
+    if (posix_spawnattr_init(&at)) {
+        posix_spawn_file_actions_destroy(&fa);
+        return;
+    }
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+    sigset_t none;
+    sigemptyset(&none);
+    posix_spawnattr_setsigmask(&at, &none);           /* the server blocks SIGINT/SIGTERM */
+    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK);
+    /* sh starts xdg-open in the background and exits at once, so nothing is left to reap */
+    char *argv[] = {"sh", "-c", "xdg-open \"$1\" &", "sh", (char *)url, NULL};
+    pid_t pid;
+    if (posix_spawnp(&pid, "sh", &fa, &at, argv, environ) == 0) waitpid(pid, NULL, 0);
+    posix_spawnattr_destroy(&at);
+    posix_spawn_file_actions_destroy(&fa);
+}
+
+/* ---- the command ----------------------------------------------------------------------------- */
+
 int cli_serve(int argc, char **argv) {
     cli_common c;
     cli_common_init(&c);
     srv s;
     memset(&s, 0, sizeof s);
     s.cfg.host = "127.0.0.1";
-    s.cfg.port = 8080;
     s.cfg.max_tokens = -1;
     s.cfg.max_body = 8u << 20;
     s.cfg.max_queue = 64;
-    int max_body_mb = 8, batch = 8, prefill_chunk = 64;
+    int max_body_mb = 8, batch = 0, prefill_chunk = 64, port_flag = -1;
     float kv_budget_gb = 0, prompt_cache_gb = -1, ssd_max_gb = 20;
     int ssd_idle = 30;
-    bool ssd_on = false, ssd_verify = false;
+    bool ssd_on = false, ssd_verify = false, print_cfg = false, no_open = false, host_given = false;
     const char *ssd_dir = NULL;
+    char *ssd_default = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             cli_usage("serve", false);
             return 0;
         }
-        if (strcmp(a, "--host") == 0 && v) { s.cfg.host = v; i++; continue; }
+        if (strcmp(a, "--host") == 0 && v) { s.cfg.host = v; host_given = true; i++; continue; }
         if (strcmp(a, "--api-key") == 0 && v) { s.cfg.api_key = v; i++; continue; }
-        if (strcmp(a, "--port") == 0) { if (!cli_int(a, v, 0, 65535, &s.cfg.port)) return CLI_EXIT_USAGE; i++; continue; }
+        if (strcmp(a, "--port") == 0) { if (!cli_int(a, v, 0, 65535, &port_flag)) return CLI_EXIT_USAGE; i++; continue; }
         if (strcmp(a, "--max-tokens") == 0) { if (!cli_int(a, v, -1, 1 << 30, &s.cfg.max_tokens)) return CLI_EXIT_USAGE; i++; continue; }
         if (strcmp(a, "--max-queue") == 0) { if (!cli_int(a, v, 1, 1 << 20, &s.cfg.max_queue)) return CLI_EXIT_USAGE; i++; continue; }
         if (strcmp(a, "--batch") == 0) { if (!cli_int(a, v, 1, 1024, &batch)) return CLI_EXIT_USAGE; i++; continue; }
@@ -99,6 +410,8 @@ int cli_serve(int argc, char **argv) {
         if (strcmp(a, "--ssd-demote-idle") == 0) { if (!cli_int(a, v, 0, 100000000, &ssd_idle)) return CLI_EXIT_USAGE; i++; continue; }
         if (strcmp(a, "--ssd-cache-verify") == 0) { ssd_verify = true; continue; }
         if (strcmp(a, "--max-body-mb") == 0) { if (!cli_int(a, v, 1, 4096, &max_body_mb)) return CLI_EXIT_USAGE; i++; continue; }
+        if (strcmp(a, "--print-config") == 0) { print_cfg = true; continue; }
+        if (strcmp(a, "--no-open") == 0) { no_open = true; continue; }
         int r = cli_parse_common(argc, argv, &i, &c);
         if (r == 1) continue;
         if (r == 0) fprintf(stderr, "kiln serve: unknown option '%s'%s\n", a, (a[0] == '-' && !v) ? " (or missing value)" : "");
@@ -112,11 +425,68 @@ int cli_serve(int argc, char **argv) {
         return CLI_EXIT_USAGE;
     }
     cli_setup_log(c.verbose);
+
+    /* ---- resolve every setting once ---- */
+    plan p;
+    memset(&p, 0, sizeof p);
+    p.mem = cli_machine_memory();
+    const bool mem_unknown = p.mem == 0;
+    if (mem_unknown) p.mem = (uint64_t)8 << 30;    /* the machine does not say: plan for a modest one */
+    p.budget = p.mem / 100 * CLI_MEMORY_PCT;
+    int rc = plan_model(&c, &p);
+    if (rc) {
+        free(p.model);
+        return rc;
+    }
+    plan_machine(&c, &p, batch, prompt_cache_gb);
+    plan_open(&p, no_open);
+    const char *env_port = getenv("KILN_PORT");
+    if (port_flag >= 0) {
+        p.port = port_flag;
+        p.port_fixed = true;
+        snprintf(p.port_src, sizeof p.port_src, "flag --port%s", port_flag == 0 ? ": any free port" : "");
+    } else if (env_port && *env_port) {
+        if (!cli_int("KILN_PORT", env_port, 1, 65535, &p.port)) {
+            free(p.model);
+            return CLI_EXIT_USAGE;
+        }
+        snprintf(p.port_src, sizeof p.port_src, "env KILN_PORT; the next %d are tried when taken", PORT_TRIES);
+    } else {
+        p.port = DEFAULT_PORT;
+        snprintf(p.port_src, sizeof p.port_src, "default; the next %d are tried when taken", PORT_TRIES);
+    }
+    if (ssd_on && !ssd_dir && !(ssd_dir = ssd_default = default_ssd_dir())) {
+        fprintf(stderr, "kiln serve: --ssd-cache needs a directory when HOME is not set\n");
+        free(p.model);
+        return CLI_EXIT_FAIL;
+    }
+    cli_common lc = c;      /* the flags, loading the resolved file */
+    lc.model = p.model;
+    if (print_cfg) {        /* the sampling defaults come from the model's metadata: load it vocab-only */
+        kiln_model *vm = cli_load_model(&lc, true);
+        if (vm) {
+            const kiln_sampler_params msp = kiln_model_sampler_params(vm), sp = cli_sampler_params(&c, vm);
+            print_config(&c, &p, &s.cfg, &sp, &msp, kv_budget_gb, ssd_on ? ssd_dir : NULL, ssd_max_gb,
+                         prefill_chunk, host_given);
+        }
+        kiln_model_free(vm);
+        free(ssd_default);
+        free(p.model);
+        return vm ? 0 : CLI_EXIT_FAIL;
+    }
     if (!is_loopback(s.cfg.host) && !s.cfg.api_key)
         fprintf(stderr, "kiln serve: warning: listening on %s without --api-key: anyone who can reach this address can "
                         "use the model\n", s.cfg.host);
+    if (!choose_port(s.cfg.host, &p)) {
+        free(ssd_default);
+        free(p.model);
+        return CLI_EXIT_FAIL;
+    }
+    s.cfg.port = p.port;
+    if (c.verbose || !c.model) fprintf(stderr, "kiln serve: model %s (%s)\n", p.model, p.model_src);
 
-    /* Signals are taken by sigwait below; every thread started from here inherits the mask. */
+    /* Signals are taken by sigwait below; every thread started from here inherits the mask. A
+     * signal that arrives while the model loads cancels the load (cli_load_model polls for it). */
     sigset_t sigs;
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGINT);
@@ -124,25 +494,21 @@ int cli_serve(int argc, char **argv) {
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    char *ssd_default = NULL;
-    if (ssd_on && !ssd_dir && !(ssd_dir = ssd_default = default_ssd_dir())) {
-        fprintf(stderr, "kiln serve: --ssd-cache needs a directory when HOME is not set\n");
-        return CLI_EXIT_FAIL;
-    }
-    kiln_model *m = cli_load_model(&c, false);
+    kiln_model *m = cli_load_model(&lc, false);
     if (!m) {
         free(ssd_default);
+        free(p.model);
         return CLI_EXIT_FAIL;
     }
     kiln_engine_params ep = kiln_engine_default_params();
-    ep.n_ctx = c.ctx;
-    ep.n_threads = c.threads;
+    ep.n_ctx = p.ctx;
+    ep.n_threads = p.threads;
     ep.kv_type = c.kv_type;
-    ep.max_rows = batch;
+    ep.max_rows = p.rows;
     ep.max_queue = s.cfg.max_queue;
     ep.prefill_chunk = prefill_chunk;
     ep.kv_budget = (uint64_t)((double)kv_budget_gb * 1e9);
-    ep.prompt_cache = prompt_cache_gb < 0 ? -1 : (int64_t)((double)prompt_cache_gb * 1e9);
+    ep.prompt_cache = p.prompt_cache;
     ep.ssd_dir = ssd_on ? ssd_dir : NULL;
     ep.ssd_max_bytes = (uint64_t)((double)ssd_max_gb * 1e9);
     ep.ssd_demote_idle_s = ssd_idle;
@@ -151,10 +517,11 @@ int cli_serve(int argc, char **argv) {
     if (kiln_engine_new(m, &ep, &engine)) {
         fprintf(stderr, "kiln serve: cannot start the engine: %s\n", kiln_last_error());
         free(ssd_default);
+        free(p.model);
         kiln_model_free(m);
         return CLI_EXIT_FAIL;
     }
-    char *id = model_id(c.model);
+    char *id = model_id(p.model);
     s.model = m;
     s.model_id = id ? id : "model";
     s.engine = engine;
@@ -164,7 +531,6 @@ int cli_serve(int argc, char **argv) {
     s.cfg.sampling = cli_sampler_params(&c, m);
     atomic_init(&s.stopping, false);
     srv_stats_init(&s.stats);
-    int rc = 0;
     if (!srv_http_start(&s)) {
         rc = CLI_EXIT_FAIL;
     } else {
@@ -179,6 +545,17 @@ int cli_serve(int argc, char **argv) {
                     es.ssd_quarantined ? " (damaged files quarantined)" : "");
         fprintf(stderr, "kiln serve: listening on http://%s%s%s:%d (model id '%s')\n", v6 ? "[" : "", s.cfg.host,
                 v6 ? "]" : "", s.bound_port, s.model_id);
+        if (p.open_browser) {
+            /* a wildcard address is reached through loopback */
+            const bool any = strcmp(s.cfg.host, "0.0.0.0") == 0 || strcmp(s.cfg.host, "::") == 0;
+            char *url = NULL;
+            if (asprintf(&url, "http://%s%s%s:%d/", v6 ? "[" : "", any ? (v6 ? "::1" : "127.0.0.1") : s.cfg.host,
+                         v6 ? "]" : "", s.bound_port) >= 0) {
+                fprintf(stderr, "kiln serve: opening %s in the browser (--no-open to skip)\n", url);
+                open_browser(url);
+                free(url);
+            }
+        }
         int sig = 0;
         sigwait(&sigs, &sig);
         fprintf(stderr, "kiln serve: %s received, shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
@@ -218,6 +595,7 @@ int cli_serve(int argc, char **argv) {
     kiln_model_free(m);
     free(id);
     free(ssd_default);
+    free(p.model);
     if (!rc) fprintf(stderr, "kiln serve: stopped\n");
     return rc;
 }

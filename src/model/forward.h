@@ -9,6 +9,7 @@
 #ifndef KN_FORWARD_H
 #define KN_FORWARD_H
 
+#include "base/pool.h"
 #include "cache/kv.h"
 #include "model/model.h"
 
@@ -19,12 +20,15 @@ typedef struct kn_batch_row {
     int32_t logits_from;     /* logits are produced for tokens [logits_from, n_tokens) */
 } kn_batch_row;
 
-/* Activation buffers for up to n_max tokens per call, attention over up to n_ctx positions, with
- * n_threads workers. Allocated once (per session); forward calls allocate nothing. */
+/* Activation buffers for up to n_max tokens per call, attention over up to n_ctx positions, and
+ * the executor's own thread pool of n_threads (the calling thread + n_threads - 1 workers; two
+ * scratches never share workers). Allocated once (per session or engine); forward calls allocate
+ * nothing. One thread at a time may run kn_forward on a scratch. */
 typedef struct kn_scratch {
     int32_t n_max;
     int32_t n_ctx;
     int n_threads;
+    kn_pool *pool;   /* NULL when n_threads == 1 (every operation runs on the caller) */
     float *x;        /* [n_max][n_embd]   residual stream */
     float *xb;       /* [n_max][n_embd]   normed input of a sub-block */
     float *xb2;      /* [n_max][n_embd]   sub-block output */

@@ -2,6 +2,12 @@
  * llama.c - the forward pass of the Llama family: pre-norm decoder blocks of grouped-query
  * attention with RoPE and a SiLU-gated FFN. qwen2 adds biases to q/k/v; qwen3 RMS-normalizes each
  * q and k head before RoPE. Shapes are noted per step; N is the number of stacked tokens of all rows.
+ *
+ * Threads: every step runs on the scratch's pool, split only over independent outputs (weight rows,
+ * tokens, (token, head) pairs), so every value is bit-identical for any thread count and any
+ * assignment of tasks to threads. A decoder block is about five pool runs for decode (q/k/v,
+ * attention, output projection, gate/up, down) and a few more for prefill (per-token RoPE, norms,
+ * activation conversions, swiglu).
  */
 #include "model/forward.h"
 
@@ -43,6 +49,13 @@ kiln_status kn_scratch_init(kn_scratch *s, const kiln_model *m, int32_t n_max, i
     s->qbuf = kn_alloc_aligned(KN_MAX(max_qbuf(m, n_max), 64));
     s->tok_row = kn_alloc_aligned(N * sizeof(int32_t));
     s->tok_pos = kn_alloc_aligned(N * sizeof(int32_t));
+    if (n_threads > 1) {
+        kiln_status st = kn_pool_new(n_threads, &s->pool);
+        if (st) {
+            kn_scratch_free(s);
+            return st;
+        }
+    }
     if (!s->x || !s->xb || !s->xb2 || !s->q || !s->k || !s->v || !s->att || !s->hb || !s->hb2 ||
         !s->qbuf || !s->tok_row || !s->tok_pos) {
         kn_scratch_free(s);
@@ -55,87 +68,131 @@ void kn_scratch_free(kn_scratch *s) {
     void *bufs[] = {s->x, s->xb, s->xb2, s->q, s->k, s->v, s->att, s->hb, s->hb2, s->qbuf,
                     s->tok_row, s->tok_pos};
     for (size_t i = 0; i < KN_ARRAY_LEN(bufs); i++) kn_free_aligned(bufs[i]);
+    kn_pool_free(s->pool);
     memset(s, 0, sizeof *s);
 }
 
-/* Causal attention of one query head of one token over its row's KV positions [0, pos], fused
- * with an online softmax (one pass over K and V, no score vector):
- *   m = running max score, l = running sum of exp(score - m), out = running sum of exp(...) * v.
- * q[hd] -> out[hd]. */
+/* Causal attention of one query head of one token over its row's KV positions [0, pos]: the kernel
+ * set's fused attention (online softmax, no score vector; see tensor/attend.c). q[hd] -> out[hd]. */
 static void attend_head(const kn_kernels *ks, const kn_kv *kv, int l, int32_t pos, int kv_off, int hd,
                         const float *q, float *out) {
-    const bool f16 = kv->type == KN_F16;
-    const kn_kv_dot_fn dot = f16 ? ks->kv_dot_f16 : ks->kv_dot_f32;
-    const kn_kv_axpy_fn axpy = f16 ? ks->kv_axpy_f16 : ks->kv_axpy_f32;
-    const float scale = 1.0f / sqrtf((float)hd);
-    float m = -INFINITY, sum = 0.0f;
-    memset(out, 0, (size_t)hd * sizeof(float));
-    for (int32_t p = 0; p <= pos; p++) {
-        const float sc = dot(kn_kv_k_at(kv, l, p, kv_off), q, hd) * scale;
-        if (sc > m) {
-            const float c = expf(m - sc);      /* rescale what was accumulated under the old max */
-            sum *= c;
-            for (int i = 0; i < hd; i++) out[i] *= c;
-            m = sc;
-        }
-        const float w = expf(sc - m);
-        sum += w;
-        axpy(w, kn_kv_v_at(kv, l, p, kv_off), out, hd);
-    }
-    const float inv = 1.0f / sum;
-    for (int i = 0; i < hd; i++) out[i] *= inv;
+    const kn_attend_fn attend = kv->type == KN_F16 ? ks->attend_f16 : ks->attend_f32;
+    attend(kn_kv_k_at(kv, l, 0, kv_off), kn_kv_v_at(kv, l, 0, kv_off), (size_t)kv->kv_dim * kv->elt, pos + 1, q, hd,
+           1.0f / sqrtf((float)hd), out);
 }
+
+/* The per-token and per-(token, head) steps of one block, as pool tasks. */
+typedef struct block_ctx {
+    const kiln_model *m;
+    kn_scratch *s;
+    kn_batch_row *rows;
+    int l;
+    int64_t N, n_tasks;
+} block_ctx;
+
+/* Tokens [t0, t1): q/k norm (qwen3), RoPE, append k and v to the row's cache. Each token writes
+ * only its own q/k rows and its own KV position. */
+static void prep_tokens(const block_ctx *c, int64_t t0, int64_t t1) {
+    const kiln_model *m = c->m;
+    const kn_hparams *hp = &m->hp;
+    const kn_layer *ly = &m->layers[c->l];
+    kn_scratch *s = c->s;
+    const int hd = hp->head_dim, nh = hp->n_head, nkv = hp->n_head_kv;
+    const int64_t qd = (int64_t)nh * hd, kvd = (int64_t)nkv * hd;
+    for (int64_t t = t0; t < t1; t++) {
+        float *q = s->q + t * qd, *k = s->k + t * kvd;
+        if (ly->q_norm) {
+            kn_rmsnorm(q, q, ly->q_norm, nh, hd, hp->norm_eps, NULL);
+            kn_rmsnorm(k, k, ly->k_norm, nkv, hd, hp->norm_eps, NULL);
+        }
+        const int32_t pos = s->tok_pos[t];
+        kn_rope(q, nh, hd, hp->n_rot, pos, hp->rope_base, hp->rope_scale, m->rope_freqs, hp->rope_style);
+        kn_rope(k, nkv, hd, hp->n_rot, pos, hp->rope_base, hp->rope_scale, m->rope_freqs, hp->rope_style);
+        kn_kv_store(c->rows[s->tok_row[t]].kv, c->l, pos, k, s->v + t * kvd);
+    }
+}
+
+static void prep_task(void *arg, int64_t task, int worker) {
+    const block_ctx *c = arg;
+    prep_tokens(c, c->N * task / c->n_tasks, c->N * (task + 1) / c->n_tasks);
+}
+
+/* (token, head) pairs [i0, i1) of att[N][qd], pair i = (token i / n_head, head i % n_head). Each
+ * pair writes only its own head of its own token. */
+static void attend_pairs(const block_ctx *c, int64_t i0, int64_t i1) {
+    const kn_hparams *hp = &c->m->hp;
+    const kn_scratch *s = c->s;
+    const int hd = hp->head_dim, nh = hp->n_head, gqa = nh / hp->n_head_kv;
+    const int64_t qd = (int64_t)nh * hd;
+    for (int64_t i = i0; i < i1; i++) {
+        const int64_t t = i / nh;
+        const int h = (int)(i % nh);
+        attend_head(c->m->kernels, c->rows[s->tok_row[t]].kv, c->l, s->tok_pos[t], (h / gqa) * hd, hd,
+                    s->q + t * qd + (int64_t)h * hd, s->att + t * qd + (int64_t)h * hd);
+    }
+}
+
+/* Task 0 takes the LAST range of pairs: later tokens attend over more positions, so the costly
+ * tasks are claimed first and the cheap ones fill the end of the run. */
+static void attend_task(void *arg, int64_t task, int worker) {
+    const block_ctx *c = arg;
+    const int64_t pairs = c->N * c->m->hp.n_head, r = c->n_tasks - 1 - task;
+    attend_pairs(c, pairs * r / c->n_tasks, pairs * (r + 1) / c->n_tasks);
+}
+
+/* Per-token steps below this many tokens, and attention below this many multiply-adds (roughly),
+ * run on the caller: a parallel run would cost more than it saves. */
+#define PREP_PAR_TOKENS 16
+#define ATTN_PAR_WORK 200000
+/* Least attention multiply-adds per task, and tasks per thread. */
+#define ATTN_TASK_WORK 32768
+#define ATTN_TASKS_PER_THREAD 16
 
 /* One decoder block over the N stacked tokens in s->x. */
 static void block(const kiln_model *m, kn_scratch *s, kn_batch_row *rows, int l, int64_t N) {
     const kn_hparams *hp = &m->hp;
     const kn_layer *ly = &m->layers[l];
-    const int hd = hp->head_dim, nh = hp->n_head, nkv = hp->n_head_kv, gqa = nh / nkv;
+    const int hd = hp->head_dim, nh = hp->n_head, nkv = hp->n_head_kv;
     const int64_t d = hp->n_embd, qd = (int64_t)nh * hd, kvd = (int64_t)nkv * hd, ff = hp->n_ff;
-    const int nt = s->n_threads;
+    kn_pool *pool = s->pool;
+    const int nt = kn_pool_threads(pool);
+    block_ctx c = {.m = m, .s = s, .rows = rows, .l = l, .N = N};
 
-    /* attention: xb[N][d] = norm(x); q[N][qd], k[N][kvd], v[N][kvd] */
-    kn_rmsnorm(s->xb, s->x, ly->attn_norm, N, d, hp->norm_eps, nt);
-    kn_matmul(&ly->wq, s->xb, s->q, N, s->qbuf, nt, m->kernels);
-    kn_matmul(&ly->wk, s->xb, s->k, N, s->qbuf, nt, m->kernels);
-    kn_matmul(&ly->wv, s->xb, s->v, N, s->qbuf, nt, m->kernels);
+    /* attention: xb[N][d] = norm(x); q[N][qd], k[N][kvd], v[N][kvd] (one conversion of xb, one run) */
+    kn_rmsnorm(s->xb, s->x, ly->attn_norm, N, d, hp->norm_eps, pool);
+    const kn_matmul_out qkv[3] = {{&ly->wq, s->q}, {&ly->wk, s->k}, {&ly->wv, s->v}};
+    kn_matmul_multi(qkv, 3, s->xb, N, s->qbuf, pool, m->kernels);
     if (ly->bq) {
         kn_add_bias(s->q, ly->bq, N, qd);
         kn_add_bias(s->k, ly->bk, N, kvd);
         kn_add_bias(s->v, ly->bv, N, kvd);
     }
     /* per token: q/k norm (qwen3), RoPE, append k and v to the row's cache */
-    #pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1 && N >= 16)
-    for (int64_t t = 0; t < N; t++) {
-        float *q = s->q + t * qd, *k = s->k + t * kvd;
-        if (ly->q_norm) {
-            kn_rmsnorm(q, q, ly->q_norm, nh, hd, hp->norm_eps, 1);
-            kn_rmsnorm(k, k, ly->k_norm, nkv, hd, hp->norm_eps, 1);
-        }
-        const int32_t pos = s->tok_pos[t];
-        kn_rope(q, nh, hd, hp->n_rot, pos, hp->rope_base, hp->rope_scale, m->rope_freqs, hp->rope_style);
-        kn_rope(k, nkv, hd, hp->n_rot, pos, hp->rope_base, hp->rope_scale, m->rope_freqs, hp->rope_style);
-        kn_kv_store(rows[s->tok_row[t]].kv, l, pos, k, s->v + t * kvd);
+    if (nt > 1 && N >= PREP_PAR_TOKENS) {
+        c.n_tasks = KN_MIN(N, (int64_t)nt * 4);
+        kn_pool_run(pool, c.n_tasks, prep_task, &c);
+    } else {
+        prep_tokens(&c, 0, N);
     }
     /* att[N][qd]: every (token, head) pair is independent */
     const int64_t pairs = N * nh;
-    const int64_t work = pairs * (s->tok_pos[N - 1] + 1) * hd;   /* multiply-adds, roughly */
-    #pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1 && pairs > 1 && work > 200000)
-    for (int64_t i = 0; i < pairs; i++) {
-        const int64_t t = i / nh;
-        const int h = (int)(i % nh);
-        attend_head(m->kernels, rows[s->tok_row[t]].kv, l, s->tok_pos[t], (h / gqa) * hd, hd,
-                    s->q + t * qd + (int64_t)h * hd, s->att + t * qd + (int64_t)h * hd);
+    int64_t work = 0;   /* multiply-adds, roughly */
+    for (int64_t t = 0; t < N; t++) work += (int64_t)(s->tok_pos[t] + 1) * nh * hd;
+    if (nt > 1 && pairs > 1 && work > ATTN_PAR_WORK) {
+        c.n_tasks = KN_MAX(1, KN_MIN(KN_MIN(pairs, (int64_t)nt * ATTN_TASKS_PER_THREAD), work / ATTN_TASK_WORK));
+        kn_pool_run(pool, c.n_tasks, attend_task, &c);
+    } else {
+        attend_pairs(&c, 0, pairs);
     }
-    kn_matmul(&ly->wo, s->att, s->xb2, N, s->qbuf, nt, m->kernels);
+    kn_matmul(&ly->wo, s->att, s->xb2, N, s->qbuf, pool, m->kernels);
     kn_add(s->x, s->xb2, N * d);
 
-    /* FFN: x += down(silu(gate(xb)) * up(xb)) */
-    kn_rmsnorm(s->xb, s->x, ly->ffn_norm, N, d, hp->norm_eps, nt);
-    kn_matmul(&ly->w_gate, s->xb, s->hb, N, s->qbuf, nt, m->kernels);
-    kn_matmul(&ly->w_up, s->xb, s->hb2, N, s->qbuf, nt, m->kernels);
-    kn_swiglu(s->hb, s->hb2, N * ff, nt);
-    kn_matmul(&ly->w_down, s->hb, s->xb2, N, s->qbuf, nt, m->kernels);
+    /* FFN: x += down(silu(gate(xb)) * up(xb)); hb[N][ff] = gate, hb2[N][ff] = up */
+    kn_rmsnorm(s->xb, s->x, ly->ffn_norm, N, d, hp->norm_eps, pool);
+    const kn_matmul_out gate_up[2] = {{&ly->w_gate, s->hb}, {&ly->w_up, s->hb2}};
+    kn_matmul_multi(gate_up, 2, s->xb, N, s->qbuf, pool, m->kernels);
+    kn_swiglu(s->hb, s->hb2, N * ff, pool);
+    kn_matmul(&ly->w_down, s->hb, s->xb2, N, s->qbuf, pool, m->kernels);
     kn_add(s->x, s->xb2, N * d);
 }
 
@@ -164,6 +221,6 @@ void kn_forward(const kiln_model *m, kn_scratch *s, kn_batch_row *rows, int n_ro
         rows[r].kv->n_past += rows[r].n_tokens;
     }
     if (n_out == 0) return;
-    kn_rmsnorm(s->xb, s->xb, m->output_norm, n_out, d, hp->norm_eps, s->n_threads);
-    kn_matmul(&m->output, s->xb, logits, n_out, s->qbuf, s->n_threads, m->kernels);
+    kn_rmsnorm(s->xb, s->xb, m->output_norm, n_out, d, hp->norm_eps, s->pool);
+    kn_matmul(&m->output, s->xb, logits, n_out, s->qbuf, s->pool, m->kernels);
 }

@@ -4,8 +4,10 @@
  * Loading order: open and validate the GGUF container; read and check the architecture's metadata;
  * build the tokenizer; find every tensor the architecture needs and check its type and shape; copy
  * the weight matrices into anonymous memory (reads through a file mapping measured several times
- * slower on our machines) unless use_mmap; compute the fingerprint; close the file. Every failure
- * path releases everything and leaves a message naming the problem.
+ * slower on our machines) unless use_mmap, repacking the matrices the kernel set has panel kernels
+ * for into 16-row panels (tensor/pack.h) on the way and telling the caller's progress callback (which
+ * may cancel) how far the copy got; compute the fingerprint; close the file. Every failure path releases
+ * everything and leaves a message naming the problem.
  */
 #include "model/model.h"
 
@@ -16,7 +18,8 @@
 #include <string.h>
 
 kiln_model_params kiln_model_default_params(void) {
-    kiln_model_params p = {.vocab_only = false, .use_mmap = false, .kernels = KILN_KERNELS_AUTO};
+    kiln_model_params p = {.vocab_only = false, .use_mmap = false, .kernels = KILN_KERNELS_AUTO,
+                           .progress = NULL, .progress_user = NULL};
     return p;
 }
 
@@ -133,7 +136,25 @@ typedef struct loader {
     bool force_f32;                /* dequantize every matrix to F32 (the reference path) */
     size_t vec_used, vec_cap;      /* floats */
     size_t mat_used;               /* bytes of matrices copied so far */
+    size_t mat_total;              /* bytes of all matrices (known after pass 1) */
+    bool (*progress)(float fraction, void *user);   /* kiln_model_params.progress, or NULL */
+    void *progress_user;
 } loader;
+
+/* Tells the caller's progress callback that done of mat_total bytes are in place;
+ * KILN_ERR_CANCELLED when it asks to stop. */
+static kiln_status report(const loader *L, size_t done) {
+    if (!L->progress) return KILN_OK;
+    float f = L->mat_total ? (float)((double)done / (double)L->mat_total) : 1.0f;
+    if (f > 1.0f) f = 1.0f;
+    if (!L->progress(f, L->progress_user))
+        return kn_error(KILN_ERR_CANCELLED, "loading was cancelled");
+    return KILN_OK;
+}
+
+/* Bytes copied between two progress reports: a large matrix (the embeddings) is reported in steps,
+ * so a progress bar moves and a cancel is honoured within a fraction of a second. */
+#define PROGRESS_STEP ((size_t)32 << 20)
 
 static const kn_gguf_tensor *find_tensor(const kn_gguf *g, const char *name) {
     return kn_gguf_find_tensor(g, name);
@@ -171,8 +192,23 @@ static kiln_status get_matrix(loader *L, const char *name, int64_t cols, int64_t
             size_t src_rb = kn_row_bytes(t->type, cols);
             for (int64_t r = 0; r < rows; r++)
                 tr->to_float(t->data + (size_t)r * src_rb, (float *)(dst + (size_t)r * w->row_bytes), cols);
+            if ((st = report(L, L->mat_used + nbytes))) return st;
+        } else if (copy && L->m->kernels->p16[w->type] && rows % KN_P16_ROWS == 0) {
+            /* repacked into 16-row panels for the set's panel kernels, a step of panels at a time */
+            const size_t pb = w->row_bytes * KN_P16_ROWS;
+            const int64_t step = (int64_t)KN_MAX(PROGRESS_STEP / pb, 1);
+            for (int64_t p0 = 0; p0 < rows / KN_P16_ROWS; p0 += step) {
+                const int64_t np = KN_MIN(step, rows / KN_P16_ROWS - p0);
+                kn_p16_pack(w->type, t->data + (size_t)p0 * pb, np * KN_P16_ROWS, cols, dst + (size_t)p0 * pb);
+                if ((st = report(L, L->mat_used + (size_t)(p0 + np) * pb))) return st;
+            }
+            w->packed = true;
         } else if (copy) {
-            memcpy(dst, t->data, nbytes);
+            for (size_t off = 0; off < nbytes; off += PROGRESS_STEP) {
+                const size_t n = KN_MIN(PROGRESS_STEP, nbytes - off);
+                memcpy(dst + off, t->data + off, n);
+                if ((st = report(L, L->mat_used + off + n))) return st;
+            }
         }
         w->data = dst;
     } else {
@@ -398,9 +434,11 @@ static kiln_status load(kiln_model *m, const char *path, const kiln_model_params
     }
     m->layers = kn_calloc((size_t)m->hp.n_layer, sizeof *m->layers);
     if (!m->layers) return KILN_ERR_NOMEM;
-    loader L = {.m = m, .force_f32 = force_f32};
+    loader L = {.m = m, .force_f32 = force_f32, .progress = p->progress, .progress_user = p->progress_user};
     const bool keep_mapping = p->use_mmap && !force_f32;
     if ((st = map_tensors(&L, false))) return st;             /* pass 1: check and size */
+    L.mat_total = L.mat_used;
+    if ((st = report(&L, 0))) return st;
     m->vec_mem = kn_alloc_aligned(KN_MAX(L.vec_used, 1) * sizeof(float));
     if (!m->vec_mem) return KILN_ERR_NOMEM;
     if (!keep_mapping) {
@@ -409,6 +447,7 @@ static kiln_status load(kiln_model *m, const char *path, const kiln_model_params
         if (!m->weight_mem) return KILN_ERR_NOMEM;
     }
     if ((st = map_tensors(&L, true))) return st;              /* pass 2: convert and copy */
+    if ((st = report(&L, L.mat_total))) return st;
     if (!keep_mapping) {
         kn_gguf_close(&m->gguf);                              /* everything needed was copied */
     } else {
@@ -460,7 +499,10 @@ void kiln_model_free(kiln_model *m) {
 }
 
 void kn_weight_row_f32(const kn_weight *w, int64_t r, float *out) {
-    kn_type_traits_get(w->type)->to_float(w->data + (size_t)r * w->row_bytes, out, w->cols);
+    if (w->packed)
+        kn_p16_row_f32(w->type, w->data, w->cols, r, out);
+    else
+        kn_type_traits_get(w->type)->to_float(w->data + (size_t)r * w->row_bytes, out, w->cols);
 }
 
 /* ---- accessors --------------------------------------------------------------------------------- */

@@ -40,13 +40,15 @@ typedef struct kn_hparams {
     bool tied_output;      /* output projection shares token_embd */
 } kn_hparams;
 
-/* A weight matrix W [rows = out features][cols = in features], row-major, each row in `type`. */
+/* A weight matrix W [rows = out features][cols = in features], each row in `type`: row-major, or
+ * (packed) in the 16-row panel layout of tensor/pack.h, which holds the same bytes per 16 rows. */
 typedef struct kn_weight {
     kn_dtype type;
     int64_t rows;
     int64_t cols;
     size_t row_bytes;
     const uint8_t *data;
+    bool packed;
 } kn_weight;
 
 typedef struct kn_layer {

@@ -99,6 +99,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     } else if (c->too_large) {
         srv_send_error(&r, 413, "invalid_request_error", NULL, "request_too_large",
                        "the request body is larger than the limit of %zu bytes", s->cfg.max_body);
+    } else if (srv_web_serve(&r)) {
+        /* the chat page and its files: public, the page itself asks for the API key */
     } else if (s->cfg.api_key && strcmp(url, "/health") != 0 && strcmp(url, "/v1/health") != 0 &&
                !authorized(conn, s->cfg.api_key)) {
         srv_send_error(&r, 401, "invalid_request_error", NULL, "invalid_api_key",

@@ -11,6 +11,7 @@
  *   job.c      a generation job: what a request hands to the engine (kiln_engine, continuously
  *              batched) and the state its connection waits on.
  *   stats.c    request / token / error counters behind /metrics and /stats.
+ *   web.c      the browser chat page at "/" (files from web/, embedded in the binary).
  *
  * Like every kiln front end, the server uses only include/kiln.h (plus jansson and
  * libmicrohttpd). Handlers never generate themselves: they validate, render and tokenize (the model
@@ -162,6 +163,21 @@ void srv_route(srv_req *r);
 void srv_chat_completions(srv_req *r);
 void srv_completions(srv_req *r);
 void srv_apply_template(srv_req *r);
+
+/* The browser chat page (web.c): its files, embedded at build time by scripts/embed into the
+ * generated web_assets.c, ending with an entry whose path is NULL. */
+typedef struct srv_web_asset {
+    const char *path;            /* "/index.html", "/app.js", ... */
+    const char *content_type;
+    const char *etag;            /* quoted, e.g. "\"123-456\"" */
+    const unsigned char *data;   /* [len] */
+    size_t len;
+} srv_web_asset;
+extern const srv_web_asset srv_web_assets[];
+/* Serves the chat page ("/" is /index.html) and its files on GET and HEAD without an API key (the
+ * page asks for it); 405 for other methods on those paths. False (nothing sent) for any other
+ * path. */
+bool srv_web_serve(srv_req *r);
 
 /* Shared helpers. */
 json_t *srv_parse_body(srv_req *r);       /* a JSON object or NULL after sending 400 */

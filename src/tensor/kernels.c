@@ -107,6 +107,8 @@ static void init_ref(kn_kernels *k) {
     k->kv_dot_f32 = kv_dot_f32_ref;
     k->kv_axpy_f16 = kv_axpy_f16_ref;
     k->kv_axpy_f32 = kv_axpy_f32_ref;
+    k->attend_f16 = kn_attend_f16_ref;
+    k->attend_f32 = kn_attend_f32_ref;
     k->tile_r = 4;
     k->tile_t = 4;
     k->gemm[KN_F32] = gemm_ref_f32;

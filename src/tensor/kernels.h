@@ -15,6 +15,7 @@
 #define KN_KERNELS_H
 
 #include "tensor/dtype.h"
+#include "tensor/pack.h"
 
 typedef struct kn_cpu {
     bool avx2, fma, f16c;
@@ -38,13 +39,35 @@ typedef void (*kn_gemm_fn)(int64_t n, const uint8_t *w, size_t w_stride, int nr,
 typedef float (*kn_kv_dot_fn)(const void *k, const float *q, int n);
 typedef void (*kn_kv_axpy_fn)(float a, const void *v, float *y, int n);
 
+/* Attention of one query head q[hd] over n cached positions of one KV head, F16 (raw binary16 bits)
+ * or F32: position p's K and V head slices at k + p * stride and v + p * stride (bytes);
+ *   out[hd] = sum_p softmax_p(scale * k_p . q) v_p
+ * with the blocked online softmax of attend.c, which every set computes bit for bit. */
+typedef void (*kn_attend_fn)(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int hd,
+                             float scale, float *out);
+void kn_attend_f16_ref(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int hd,
+                       float scale, float *out);
+void kn_attend_f32_ref(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int hd,
+                       float scale, float *out);
+
+/* e^x as every kernel set computes it in attention (attend.c): 0 below KN_EXPF_MIN (and for NaN),
+ * x clamped to KN_EXPF_MAX, else within 2 ulp of e^x through fixed float steps. */
+#define KN_EXPF_MIN (-87.0f)
+#define KN_EXPF_MAX 88.0f
+float kn_expf_ref(float x);
+
 typedef struct kn_kernels {
     const char *name;                             /* "ref", "avx2", "avx512" */
     kn_kv_dot_fn kv_dot_f16, kv_dot_f32;
     kn_kv_axpy_fn kv_axpy_f16, kv_axpy_f32;
+    kn_attend_fn attend_f16, attend_f32;
     int tile_r, tile_t;                           /* largest tile the gemm kernels take */
     kn_gemm_fn gemm[KN_DTYPE_COUNT];              /* per weight type; NULL: use the reference */
     kn_from_float_fn quantize[KN_DTYPE_COUNT];    /* per activation type; NULL: use the reference */
+    /* Panel kernels (pack.h) per weight type; NULL: matrices of that type stay in the plain layout.
+     * A model loaded with this set repacks every matrix that has one (and 16 | rows). */
+    kn_p16_fn p16[KN_DTYPE_COUNT];
+    int p16_tile_t;                               /* tokens per panel-kernel call at most */
 } kn_kernels;
 
 typedef enum kn_kernel_choice { KN_KERNELS_AUTO = 0, KN_KERNELS_REF = 1 } kn_kernel_choice;
@@ -65,5 +88,7 @@ void kn_avx2_init_kquants(kn_kernels *k);           /* kernels_avx2_k.c: Q4_K, Q
 void kn_kernels_init_avx512(kn_kernels *k);         /* kernels_avx512.c: calls the two below */
 void kn_avx512_init_legacy(kn_kernels *k);          /* kernels_avx512_legacy.c */
 void kn_avx512_init_kquants(kn_kernels *k);         /* kernels_avx512_k.c */
+void kn_avx512_init_p16(kn_kernels *k);             /* kernels_avx512_p16.c: Q4_0, Q8_0 panel kernels */
+void kn_avx512_init_attn(kn_kernels *k);            /* kernels_avx512_attn.c: attention */
 
 #endif

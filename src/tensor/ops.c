@@ -1,68 +1,185 @@
 /*
  * ops.c - reference implementations of the forward-pass operations (see ops.h).
  *
- * Parallelism is over independent output elements only (weight rows in matmul), so the value of
- * each output never depends on the thread count.
+ * Parallelism is over independent outputs only (weight rows in matmul, tokens in the activation
+ * conversion and rmsnorm, element ranges in swiglu), claimed as tasks from a kn_pool. Each output
+ * is computed by the same code in the same order in whichever task and thread it lands, so its
+ * value never depends on the thread count or on which thread ran it.
  */
 #include "tensor/ops.h"
 
 #include <math.h>
-#include <omp.h>
 #include <string.h>
 
 size_t kn_matmul_scratch(kn_dtype wtype, int64_t cols, int64_t N) {
     const kn_type_traits *tr = kn_type_traits_get(wtype);
     if (!tr || tr->vec_dot_type == KN_F32) return 0;
-    return kn_row_bytes(tr->vec_dot_type, cols) * (size_t)N;
+    size_t row = kn_row_bytes(tr->vec_dot_type, cols);
+    if (kn_p16_type(wtype)) row = KN_MAX(row, kn_q8x_row_bytes(wtype, cols));   /* a packed matrix's Q8X rows */
+    return row * (size_t)N;
 }
 
 /* Tokens per cache block: the activations of one block stay in L2 while the weight rows of a
- * thread stream past them. */
+ * task stream past them. */
 #define TOKEN_BLOCK 64
+/* A matmul below this many multiply-adds runs on the caller alone: a parallel run would cost
+ * more than it saves. */
+#define MATMUL_PAR_WORK ((int64_t)1 << 20)
+/* Tasks per thread of a parallel matmul, and the least multiply-adds per task. Several tasks per
+ * thread let the caller take over the share of a thread that is descheduled, and keep the wait at
+ * the end (for the last task in flight) short; the minimum keeps the claims cheap next to the work. */
+#define MATMUL_TASKS_PER_THREAD 8
+#define MATMUL_TASK_WORK ((int64_t)1 << 18)
+/* Element-wise work (norms, conversions, swiglu) below this many elements runs inline. */
+#define ELEM_PAR_WORK ((int64_t)1 << 16)
+/* Tasks per thread of the element-wise and per-token operations. */
+#define ELEM_TASKS_PER_THREAD 4
 
-void kn_matmul(const kn_weight *w, const float *x, float *y, int64_t N, void *qbuf, int n_threads,
-               const kn_kernels *ks) {
-    const kn_type_traits *tr = kn_type_traits_get(w->type);
-    const int64_t rows = w->rows, cols = w->cols;
-    const uint8_t *act = (const uint8_t *)x;
-    size_t act_stride = (size_t)cols * sizeof(float);
-    const bool par = n_threads > 1 && rows * N * cols > (1 << 20);   /* ~1M multiply-adds per region */
-    if (tr->vec_dot_type != KN_F32) {
-        const kn_from_float_fn quant = kn_kernels_quantize(ks, tr->vec_dot_type);
-        act_stride = kn_row_bytes(tr->vec_dot_type, cols);
-        #pragma omp parallel for num_threads(n_threads) schedule(static) if (par && N > 1)
-        for (int64_t n = 0; n < N; n++) quant(x + n * cols, (uint8_t *)qbuf + (size_t)n * act_stride, cols);
-        act = qbuf;
+/* Task count for `items` independent items of `work` total cost: at most per_thread tasks per
+ * pool thread, at least min_work per task, at most one per item, at least 1. */
+static int64_t task_count(const kn_pool *pool, int64_t items, int64_t work, int64_t min_work, int per_thread) {
+    int64_t n = KN_MIN(items, (int64_t)per_thread * kn_pool_threads(pool));
+    n = KN_MIN(n, work / KN_MAX(min_work, 1));
+    return KN_MAX(n, 1);
+}
+
+/* Activation conversion: tokens [N*task/n_tasks, N*(task+1)/n_tasks) of x[N][cols] into
+ * q[N][stride] (each token's row converted on its own). */
+typedef struct quant_ctx {
+    kn_from_float_fn quant;
+    kn_dtype q8x_for;      /* != KN_F32: panel-kernel rows for packed weights of this type (pack.h) */
+    const float *x;
+    uint8_t *q;
+    int64_t N, cols, n_tasks;
+    size_t stride;
+} quant_ctx;
+
+static void quant_task(void *arg, int64_t task, int worker) {
+    const quant_ctx *c = arg;
+    const int64_t n0 = c->N * task / c->n_tasks, n1 = c->N * (task + 1) / c->n_tasks;
+    for (int64_t n = n0; n < n1; n++) {
+        if (c->q8x_for != KN_F32)
+            kn_q8x_quantize(c->q8x_for, c->quant, c->x + n * c->cols, c->q + (size_t)n * c->stride, c->cols);
+        else
+            c->quant(c->x + n * c->cols, c->q + (size_t)n * c->stride, c->cols);
     }
-    const kn_gemm_fn gemm = kn_kernels_gemm(ks, w->type);
-    const int TR = ks->tile_r, TT = ks->tile_t;
-    const int64_t n_tiles = (rows + TR - 1) / TR;
-    const uint8_t *wd = w->data;
-    const size_t rb = w->row_bytes;
-    /* Each thread owns a contiguous range of weight-row tiles (so decode streams disjoint parts of
-     * the matrix); within it, token blocks outer, row tiles, then token tiles. */
-    #pragma omp parallel num_threads(n_threads) if (par)
-    {
-        const int64_t tid = par ? omp_get_thread_num() : 0, nth = par ? omp_get_num_threads() : 1;
-        const int64_t t0 = n_tiles * tid / nth, t1 = n_tiles * (tid + 1) / nth;
-        for (int64_t b0 = 0; b0 < N; b0 += TOKEN_BLOCK) {
-            const int64_t b1 = KN_MIN(N, b0 + TOKEN_BLOCK);
-            for (int64_t ti = t0; ti < t1; ti++) {
-                const int64_t r0 = ti * TR;
-                const int nr = (int)KN_MIN((int64_t)TR, rows - r0);
-                for (int64_t n = b0; n < b1; n += TT) {
-                    const int nt = (int)KN_MIN((int64_t)TT, b1 - n);
-                    gemm(cols, wd + (size_t)r0 * rb, rb, nr, act + (size_t)n * act_stride, act_stride, nt,
-                         y + n * rows + r0, (size_t)rows);
-                }
+}
+
+/* One parallel matmul run over several weights of the same width: their row tiles are numbered
+ * consecutively (weight 0's tiles, then weight 1's ...), and task t owns the contiguous tile range
+ * [n_tiles*t/n_tasks, n_tiles*(t+1)/n_tasks). Within it: token blocks outer, row tiles, token tiles. */
+typedef struct mm_ctx {
+    const kn_matmul_out *outs;
+    kn_gemm_fn gemm[KN_MATMUL_MAX_OUTS];
+    kn_p16_fn p16[KN_MATMUL_MAX_OUTS];        /* packed weights (all of the run's or none): panel kernels */
+    int64_t tile0[KN_MATMUL_MAX_OUTS + 1];   /* first global tile of each weight; [n_outs] = total */
+    int n_outs;
+    int TR, TT;
+    const uint8_t *act;                       /* [N][act_stride] activations in the vec_dot format */
+    size_t act_stride;
+    int64_t N, cols, n_tasks;
+} mm_ctx;
+
+static void mm_tiles(const mm_ctx *c, int64_t t0, int64_t t1) {
+    const int TR = c->TR, TT = c->TT;
+    for (int64_t b0 = 0; b0 < c->N; b0 += TOKEN_BLOCK) {
+        const int64_t b1 = KN_MIN(c->N, b0 + TOKEN_BLOCK);
+        int o = 0;
+        for (int64_t ti = t0; ti < t1; ti++) {
+            while (ti >= c->tile0[o + 1]) o++;
+            const kn_weight *w = c->outs[o].w;
+            const kn_gemm_fn gemm = c->gemm[o];
+            const kn_p16_fn p16 = c->p16[o];
+            const int64_t rows = w->rows, r0 = (ti - c->tile0[o]) * TR;
+            const int nr = (int)KN_MIN((int64_t)TR, rows - r0);
+            const uint8_t *wd = w->data;
+            const size_t rb = w->row_bytes;
+            float *y = c->outs[o].y;
+            for (int64_t n = b0; n < b1; n += TT) {
+                const int nt = (int)KN_MIN((int64_t)TT, b1 - n);
+                if (p16) /* TR = 16: one panel */
+                    p16(c->cols, wd + (size_t)r0 * rb, c->act + (size_t)n * c->act_stride, c->act_stride, nt,
+                        y + n * rows + r0, (size_t)rows);
+                else
+                    gemm(c->cols, wd + (size_t)r0 * rb, rb, nr, c->act + (size_t)n * c->act_stride, c->act_stride,
+                         nt, y + n * rows + r0, (size_t)rows);
             }
         }
     }
 }
 
-void kn_rmsnorm(float *out, const float *x, const float *weight, int64_t N, int64_t n, float eps, int n_threads) {
-    #pragma omp parallel for num_threads(n_threads) schedule(static) if (n_threads > 1 && N * n >= (1 << 16))
-    for (int64_t t = 0; t < N; t++) {
+static void mm_task(void *arg, int64_t task, int worker) {
+    const mm_ctx *c = arg;
+    const int64_t total = c->tile0[c->n_outs];
+    mm_tiles(c, total * task / c->n_tasks, total * (task + 1) / c->n_tasks);
+}
+
+/* outs[0..n) share one activation format: convert x once, then one run over all their tiles. */
+static void matmul_group(const kn_matmul_out *outs, int n, const float *x, int64_t N, void *qbuf, kn_pool *pool,
+                         const kn_kernels *ks) {
+    const kn_type_traits *tr = kn_type_traits_get(outs[0].w->type);
+    const int64_t cols = outs[0].w->cols;
+    const bool packed = outs[0].w->packed;   /* then every weight of the run is (see act_format) */
+    mm_ctx c = {.outs = outs, .n_outs = n, .TR = packed ? KN_P16_ROWS : ks->tile_r,
+                .TT = packed ? ks->p16_tile_t : ks->tile_t, .N = N, .cols = cols};
+    c.act = (const uint8_t *)x;
+    c.act_stride = (size_t)cols * sizeof(float);
+    if (tr->vec_dot_type != KN_F32) {
+        quant_ctx q = {.quant = kn_kernels_quantize(ks, tr->vec_dot_type), .x = x, .q = qbuf, .N = N, .cols = cols,
+                       .stride = packed ? kn_q8x_row_bytes(outs[0].w->type, cols) : kn_row_bytes(tr->vec_dot_type, cols),
+                       .q8x_for = packed ? outs[0].w->type : KN_F32};
+        q.n_tasks = N * cols >= ELEM_PAR_WORK ? task_count(pool, N, N * cols, ELEM_PAR_WORK / 4, ELEM_TASKS_PER_THREAD) : 1;
+        kn_pool_run(pool, q.n_tasks, quant_task, &q);
+        c.act = qbuf;
+        c.act_stride = q.stride;
+    }
+    /* tile0: running sum of the weights' tile counts */
+    int64_t all_rows = 0;
+    for (int i = 0; i < n; i++) {
+        c.gemm[i] = kn_kernels_gemm(ks, outs[i].w->type);
+        c.p16[i] = packed ? ks->p16[outs[i].w->type] : NULL;
+        c.tile0[i + 1] = c.tile0[i] + (outs[i].w->rows + c.TR - 1) / c.TR;
+        all_rows += outs[i].w->rows;
+    }
+    const int64_t work = all_rows * N * cols;
+    c.n_tasks = work > MATMUL_PAR_WORK ? task_count(pool, c.tile0[n], work, MATMUL_TASK_WORK, MATMUL_TASKS_PER_THREAD) : 1;
+    kn_pool_run(pool, c.n_tasks, mm_task, &c);
+}
+
+/* The activation format a weight's kernels read: its vec_dot type, or for a packed matrix the Q8X
+ * rows of its type (whose offsets differ by type), numbered apart from the dtypes. Weights with equal
+ * formats can share one conversion of x. */
+static int act_format(const kn_weight *w) {
+    return w->packed ? KN_DTYPE_COUNT + (int)w->type : (int)kn_type_traits_get(w->type)->vec_dot_type;
+}
+
+void kn_matmul_multi(const kn_matmul_out *outs, int n_outs, const float *x, int64_t N, void *qbuf, kn_pool *pool,
+                     const kn_kernels *ks) {
+    for (int i = 0; i < n_outs;) {
+        const int fmt = act_format(outs[i].w);
+        int j = i + 1;
+        while (j < n_outs && j - i < KN_MATMUL_MAX_OUTS && act_format(outs[j].w) == fmt) j++;
+        matmul_group(outs + i, j - i, x, N, qbuf, pool, ks);
+        i = j;
+    }
+}
+
+void kn_matmul(const kn_weight *w, const float *x, float *y, int64_t N, void *qbuf, kn_pool *pool,
+               const kn_kernels *ks) {
+    const kn_matmul_out o = {w, y};
+    matmul_group(&o, 1, x, N, qbuf, pool, ks);
+}
+
+/* rmsnorm of tokens [N*task/n_tasks, N*(task+1)/n_tasks). */
+typedef struct norm_ctx {
+    float *out;
+    const float *x, *weight;
+    int64_t N, n, n_tasks;
+    float eps;
+} norm_ctx;
+
+static void norm_rows(float *out, const float *x, const float *weight, int64_t t0, int64_t t1, int64_t n, float eps) {
+    for (int64_t t = t0; t < t1; t++) {
         const float *xr = x + t * n;
         float *o = out + t * n;
         float ss = 0.0f;
@@ -74,6 +191,21 @@ void kn_rmsnorm(float *out, const float *x, const float *weight, int64_t N, int6
     }
 }
 
+static void norm_task(void *arg, int64_t task, int worker) {
+    const norm_ctx *c = arg;
+    norm_rows(c->out, c->x, c->weight, c->N * task / c->n_tasks, c->N * (task + 1) / c->n_tasks, c->n, c->eps);
+}
+
+void kn_rmsnorm(float *out, const float *x, const float *weight, int64_t N, int64_t n, float eps, kn_pool *pool) {
+    if (N < 2 || N * n < ELEM_PAR_WORK || kn_pool_threads(pool) < 2) {
+        norm_rows(out, x, weight, 0, N, n, eps);
+        return;
+    }
+    norm_ctx c = {.out = out, .x = x, .weight = weight, .N = N, .n = n, .eps = eps};
+    c.n_tasks = task_count(pool, N, N * n, ELEM_PAR_WORK / 4, ELEM_TASKS_PER_THREAD);
+    kn_pool_run(pool, c.n_tasks, norm_task, &c);
+}
+
 void kn_add_bias(float *x, const float *b, int64_t N, int64_t n) {
     for (int64_t t = 0; t < N; t++)
         for (int64_t i = 0; i < n; i++) x[t * n + i] += b[i];
@@ -83,12 +215,38 @@ void kn_add(float *x, const float *y, int64_t n_total) {
     for (int64_t i = 0; i < n_total; i++) x[i] += y[i];
 }
 
-void kn_swiglu(float *gate, const float *up, int64_t n_total, int n_threads) {
-    #pragma omp parallel for num_threads(n_threads) schedule(static) if (n_threads > 1 && n_total >= (1 << 16))
-    for (int64_t i = 0; i < n_total; i++) {
+/* swiglu over elements [i0, i1). */
+static void swiglu_range(float *gate, const float *up, int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; i++) {
         float g = gate[i];
         gate[i] = g * (1.0f / (1.0f + expf(-g))) * up[i];
     }
+}
+
+/* Elements per swiglu task are a multiple of this (whole cache lines per task). */
+#define SWIGLU_ALIGN 16
+
+typedef struct swiglu_ctx {
+    float *gate;
+    const float *up;
+    int64_t n_total, chunk;
+} swiglu_ctx;
+
+static void swiglu_task(void *arg, int64_t task, int worker) {
+    const swiglu_ctx *c = arg;
+    const int64_t i0 = task * c->chunk;
+    swiglu_range(c->gate, c->up, i0, KN_MIN(c->n_total, i0 + c->chunk));
+}
+
+void kn_swiglu(float *gate, const float *up, int64_t n_total, kn_pool *pool) {
+    if (n_total < ELEM_PAR_WORK || kn_pool_threads(pool) < 2) {
+        swiglu_range(gate, up, 0, n_total);
+        return;
+    }
+    const int64_t tasks = task_count(pool, n_total, n_total, ELEM_PAR_WORK / 4, ELEM_TASKS_PER_THREAD);
+    swiglu_ctx c = {.gate = gate, .up = up, .n_total = n_total};
+    c.chunk = ((n_total + tasks - 1) / tasks + SWIGLU_ALIGN - 1) / SWIGLU_ALIGN * SWIGLU_ALIGN;
+    kn_pool_run(pool, (n_total + c.chunk - 1) / c.chunk, swiglu_task, &c);
 }
 
 void kn_rope(float *x, int n_heads, int head_dim, int n_rot, int32_t pos, float base, float pos_scale,

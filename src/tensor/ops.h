@@ -5,10 +5,18 @@
  * (model/model.h) in their file type. These are the reference implementations: every result of one
  * token's row depends only on that row (never on N or on other rows), which keeps greedy output
  * bit-identical across batch sizes and prefill chunking.
+ *
+ * Threads: an operation given a pool (base/pool.h) splits its outputs into tasks of whole weight
+ * rows, whole tokens or fixed element ranges. No output is written by two tasks and no task reads
+ * another's output, and each output is computed by the same code in the same order wherever it
+ * runs, so results are bit-identical for any thread count and any task-to-thread assignment. A
+ * NULL pool (or one of one thread) runs everything on the caller; small operations run inline
+ * when a parallel run would cost more than it saves.
  */
 #ifndef KN_OPS_H
 #define KN_OPS_H
 
+#include "base/pool.h"
 #include "model/model.h"
 #include "tensor/kernels.h"
 
@@ -16,14 +24,29 @@
 size_t kn_matmul_scratch(kn_dtype wtype, int64_t cols, int64_t N);
 
 /* y[N][w->rows] = x[N][w->cols] . W^T with the kernels of set ks. qbuf: kn_matmul_scratch bytes
- * (activations converted to the weight's vec_dot format). Parallel over weight rows with n_threads;
- * each output depends only on its weight row and token row (see the tile contract in kernels.h). */
-void kn_matmul(const kn_weight *w, const float *x, float *y, int64_t N, void *qbuf, int n_threads,
+ * (activations converted to the weight's vec_dot format). Parallel over weight rows on pool (NULL:
+ * the caller alone); each output depends only on its weight row and token row (see the tile
+ * contract in kernels.h). */
+void kn_matmul(const kn_weight *w, const float *x, float *y, int64_t N, void *qbuf, kn_pool *pool,
                const kn_kernels *ks);
 
-/* out[N][n] = x / sqrt(mean(x^2) + eps) * weight, row by row (rows in parallel when there are
- * many). out may equal x. */
-void kn_rmsnorm(float *out, const float *x, const float *weight, int64_t N, int64_t n, float eps, int n_threads);
+/* One product of kn_matmul_multi: y[N][w->rows] = x . W^T. */
+typedef struct kn_matmul_out {
+    const kn_weight *w;
+    float *y;
+} kn_matmul_out;
+
+/* Up to KN_MATMUL_MAX_OUTS products of the same input, every weight with x's width as cols (the
+ * q/k/v projections; gate and up): each y equals what kn_matmul gives, but consecutive weights whose
+ * activation formats agree share one conversion of x and one parallel run. qbuf: the largest
+ * kn_matmul_scratch of the weights. */
+#define KN_MATMUL_MAX_OUTS 4
+void kn_matmul_multi(const kn_matmul_out *outs, int n_outs, const float *x, int64_t N, void *qbuf, kn_pool *pool,
+                     const kn_kernels *ks);
+
+/* out[N][n] = x / sqrt(mean(x^2) + eps) * weight, row by row (rows in parallel on pool when there
+ * are many; pool may be NULL). out may equal x. */
+void kn_rmsnorm(float *out, const float *x, const float *weight, int64_t N, int64_t n, float eps, kn_pool *pool);
 
 /* x[N][n] += b[n] */
 void kn_add_bias(float *x, const float *b, int64_t N, int64_t n);
@@ -31,8 +54,8 @@ void kn_add_bias(float *x, const float *b, int64_t N, int64_t n);
 /* x[N][n] += y[N][n] */
 void kn_add(float *x, const float *y, int64_t n_total);
 
-/* gate[n] = silu(gate[n]) * up[n] */
-void kn_swiglu(float *gate, const float *up, int64_t n_total, int n_threads);
+/* gate[n] = silu(gate[n]) * up[n] (element ranges in parallel on pool when large; pool may be NULL) */
+void kn_swiglu(float *gate, const float *up, int64_t n_total, kn_pool *pool);
 
 /* Rotates the first n_rot dims of each of n_heads heads of width head_dim in x[n_heads*head_dim],
  * at position pos. freq_div: per-frequency divisors (llama3 scaling) or NULL. */

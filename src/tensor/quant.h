@@ -30,8 +30,12 @@
  *  Float weights (F32, F16, BF16) x F32 activations: 16 lanes, lane = element index % 16,
  *      acc[e % 16] = fmaf(w[e], x[e], acc[e % 16])   for e = 0, 1, ..., n-1 in order,
  *    then kn_reduce16(acc).
- *  Q4_0, Q5_0, Q8_0 x Q8_0, block b of 32 elements:
- *      p[j] = sum of code[e] * xq[e] over e = 4j .. 4j+3   (j = 0..7; code = q-8, q-16, q)
+ *  Q4_0, Q8_0 x Q8_0, block b of 32 elements (code = q-8, q):
+ *      p    = sum of code[e] * xq[e] over the block (exact)
+ *      acc  = fmaf((float)p, fp16(w.d) * fp16(x.d), acc)   for b in order, from acc = 0; result acc.
+ *    One float step per block is what the 16-row panel kernels (pack.h) compute per lane.
+ *  Q5_0 x Q8_0, block b of 32 elements (code = q-16):
+ *      p[j] = sum of code[e] * xq[e] over e = 4j .. 4j+3   (j = 0..7)
  *      s    = fp16(w.d) * fp16(x.d)
  *      acc[(b & 1) * 8 + j] = fmaf((float)p[j], s, acc[(b & 1) * 8 + j])   for b in order,
  *    result kn_reduce16(acc).

@@ -26,14 +26,23 @@ static inline int nib32(const uint8_t qs[16], int e) { return e < 16 ? (qs[e] & 
 /* Bit 4 of element e of a 5-bit legacy block: bit e of qh as a little-endian uint32. */
 static inline int hbit32(const uint8_t qh[4], int e) { return (qh[e >> 3] >> (e & 7)) & 1; }
 
-/* The canonical legacy accumulation (numerics contract in quant.h): block i's 32 integer codes
- * against its 32 activation quants, with the block's scale s. */
+/* The lane accumulation (numerics contract in quant.h, Q5_0): block i's 32 integer codes against its
+ * 32 activation quants, with the block's scale s. */
 static inline void legacy_accumulate(float acc[16], int64_t i, const int8_t codes[32], const int8_t xq[32], float s) {
     for (int j = 0; j < 8; j++) {
         int32_t p = 0;
         for (int e = 4 * j; e < 4 * j + 4; e++) p += codes[e] * xq[e];
         acc[(i & 1) * 8 + j] = fmaf((float)p, s, acc[(i & 1) * 8 + j]);
     }
+}
+
+/* The per-block accumulation (numerics contract in quant.h, Q4_0 and Q8_0): block i's exact integer
+ * dot product of its 32 codes with its 32 activation quants, added as one fused multiply-add with the
+ * block's scale s. Returns the new accumulator. */
+static inline float block_accumulate(float acc, const int8_t codes[32], const int8_t xq[32], float s) {
+    int32_t p = 0;
+    for (int e = 0; e < 32; e++) p += codes[e] * xq[e];
+    return fmaf((float)p, s, acc);
 }
 
 /* Packs 32 values (each 0..15 in its low 4 bits) into the nibble layout. */
@@ -142,13 +151,13 @@ void kn_q4_0_from_float(const float *src, void *dst, int64_t n) {
 float kn_q4_0_vec_dot_q8_0(int64_t n, const void *w, const void *x) {
     const kn_block_q4_0 *a = w;
     const kn_block_q8_0 *b = x;
-    float acc[16] = {0};
+    float acc = 0.0f;
     int8_t c[32];
     for (int64_t i = 0; i < n / KN_QK4_0; i++) {
         for (int e = 0; e < 32; e++) c[e] = (int8_t)(nib32(a[i].qs, e) - 8);
-        legacy_accumulate(acc, i, c, b[i].qs, kn_fp16_to_fp32(a[i].d) * kn_fp16_to_fp32(b[i].d));
+        acc = block_accumulate(acc, c, b[i].qs, kn_fp16_to_fp32(a[i].d) * kn_fp16_to_fp32(b[i].d));
     }
-    return kn_reduce16(acc);
+    return acc;
 }
 
 /* ---- Q4_1 ---- */
@@ -274,10 +283,10 @@ void kn_q8_0_from_float(const float *src, void *dst, int64_t n) {
 float kn_q8_0_vec_dot_q8_0(int64_t n, const void *w, const void *x) {
     const kn_block_q8_0 *a = w;
     const kn_block_q8_0 *b = x;
-    float acc[16] = {0};
+    float acc = 0.0f;
     for (int64_t i = 0; i < n / KN_QK8_0; i++)
-        legacy_accumulate(acc, i, a[i].qs, b[i].qs, kn_fp16_to_fp32(a[i].d) * kn_fp16_to_fp32(b[i].d));
-    return kn_reduce16(acc);
+        acc = block_accumulate(acc, a[i].qs, b[i].qs, kn_fp16_to_fp32(a[i].d) * kn_fp16_to_fp32(b[i].d));
+    return acc;
 }
 
 /* ---- Q8_1 (activations) ---- */

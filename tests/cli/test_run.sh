@@ -44,7 +44,10 @@ expect_exit missing_value 2 "$KILN" run -m "$M" -n
 expect_exit bad_number 2 "$KILN" run -m "$M" -n abc
 expect_exit bad_temp 2 "$KILN" run -m "$M" --temp -1
 expect_exit unknown_verb 2 "$KILN" frobnicate
-expect_exit no_args 2 "$KILN"
+# no arguments = `kiln serve` with automatic choices: with no model anywhere, exit 1 and say how
+# to get one (tests/cli/test_models.sh covers the rest)
+mkdir -p "$TMP/nohome"
+expect_exit no_args 1 env HOME="$TMP/nohome" KILN_MODEL= KILN_MODELS= HF_HUB_CACHE= HF_HOME= XDG_CACHE_HOME= "$KILN"
 expect_exit version 0 "$KILN" --version
 expect_exit help 0 "$KILN" help run
 

@@ -1,0 +1,137 @@
+/*
+ * kernels.c - micro-benchmark of the quantized GEMM kernels on one thread, side by side in one run:
+ * the plain-layout tile kernels (kn_kernels.gemm, 4 rows x 4 tokens) against the 16-row panel kernels
+ * (kn_kernels.p16) on the same Q4_0 / Q8_0 / Q4_K matrices.
+ *
+ *   decode (1 token): a stack of matrices far larger than the caches, each read once per pass;
+ *                     reported as GB/s of weights streamed.
+ *   prefill (N tokens): one matrix against N activation rows, blocked as kn_matmul does (64 tokens
+ *                     per block); reported as GOP/s (2 x rows x cols x N per call).
+ * Variants alternate within each repetition and the median of the repetitions is printed, because
+ * these machines are shared and noisy.
+ *
+ * Usage: build/bench/kernels [-r REPS] [-n PREFILL_TOKENS]
+ */
+#include "tensor/kernels.h"
+#include "tensor/pack.h"
+#include "tensor/quant.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    return v[n / 2];
+}
+
+/* y[N][rows] = W x^T with the plain tile kernel, loop order of kn_matmul (token blocks of 64). */
+static void run_plain(const kn_kernels *k, kn_dtype t, const uint8_t *w, int64_t rows, int64_t cols,
+                      const uint8_t *xq, int64_t N, float *y) {
+    const kn_gemm_fn g = kn_kernels_gemm(k, t);
+    const size_t rb = kn_row_bytes(t, cols), xs = kn_row_bytes(kn_type_traits_get(t)->vec_dot_type, cols);
+    for (int64_t b0 = 0; b0 < N; b0 += 64) {
+        const int64_t b1 = b0 + 64 < N ? b0 + 64 : N;
+        for (int64_t r0 = 0; r0 < rows; r0 += 4)
+            for (int64_t n = b0; n < b1; n += 4) {
+                const int nt = (int)(b1 - n < 4 ? b1 - n : 4);
+                g(cols, w + (size_t)r0 * rb, rb, 4, xq + (size_t)n * xs, xs, nt, y + n * rows + r0, (size_t)rows);
+            }
+    }
+}
+
+/* The same with the panel kernel on the packed matrix and Q8X activations. */
+static void run_p16(const kn_kernels *k, kn_dtype t, const uint8_t *w, int64_t rows, int64_t cols,
+                    const uint8_t *xq, int64_t N, float *y) {
+    const kn_p16_fn g = k->p16[t];
+    const size_t pb = kn_row_bytes(t, cols) * KN_P16_ROWS, xs = kn_q8x_row_bytes(t, cols);
+    const int T = k->p16_tile_t;
+    for (int64_t b0 = 0; b0 < N; b0 += 64) {
+        const int64_t b1 = b0 + 64 < N ? b0 + 64 : N;
+        for (int64_t p = 0; p < rows / KN_P16_ROWS; p++)
+            for (int64_t n = b0; n < b1; n += T) {
+                const int nt = (int)(b1 - n < T ? b1 - n : T);
+                g(cols, w + (size_t)p * pb, xq + (size_t)n * xs, xs, nt, y + n * rows + p * KN_P16_ROWS, (size_t)rows);
+            }
+    }
+}
+
+int main(int argc, char **argv) {
+    int reps = 5;
+    int64_t NP = 256;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (strcmp(argv[i], "-r") == 0) reps = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "-n") == 0) NP = atoll(argv[i + 1]);
+    }
+    if (reps < 1 || reps > 100 || NP < 1 || NP > 4096) {
+        fprintf(stderr, "usage: kernels [-r REPS 1..100] [-n TOKENS 1..4096]\n");
+        return 2;
+    }
+    extern int kn__pf_dist;
+    if (getenv("PF")) kn__pf_dist = atoi(getenv("PF"));
+    const kn_kernels *k = kn_kernels_get(KN_KERNELS_AUTO);
+    if (!k->p16[KN_Q4_0]) {
+        printf("kernel set %s has no panel kernels\n", k->name);
+        return 0;
+    }
+    const kn_dtype types[] = {KN_Q4_0, KN_Q8_0, KN_Q4_K};
+    const int64_t rows = 2048, cols = 8192, stack = 24;  /* 24 matrices: 226 MB in Q4_0 */
+    printf("kernel set %s, one thread, matrices %lld x %lld, %d repetitions (median)\n", k->name, (long long)rows,
+           (long long)cols, reps);
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const kn_dtype t = types[ti];
+        const kn_type_traits *tr = kn_type_traits_get(t);
+        const kn_dtype at = tr->vec_dot_type;
+        const kn_from_float_fn aq = kn_kernels_quantize(k, at);
+        const size_t mb = kn_row_bytes(t, cols) * (size_t)rows;
+        uint8_t *plain = malloc(mb * stack), *packed = malloc(mb * stack);
+        float *f = malloc(sizeof(float) * (size_t)cols * (size_t)NP), *y = malloc(sizeof(float) * (size_t)rows * (size_t)NP);
+        uint8_t *xq = malloc(kn_row_bytes(at, cols) * (size_t)NP), *xx = malloc(kn_q8x_row_bytes(t, cols) * (size_t)NP);
+        if (!plain || !packed || !f || !y || !xq || !xx) return 1;
+        unsigned s = 12345;
+        for (int64_t i = 0; i < cols; i++) f[i] = (float)((s = s * 1103515245u + 12345u) >> 8) / 16777216.0f - 0.5f;
+        for (int64_t r = 0; r < rows; r++) tr->from_float(f, plain + (size_t)r * kn_row_bytes(t, cols), cols);
+        for (int64_t m = 1; m < stack; m++) memcpy(plain + (size_t)m * mb, plain, mb);
+        for (int64_t m = 0; m < stack; m++) kn_p16_pack(t, plain + (size_t)m * mb, rows, cols, packed + (size_t)m * mb);
+        for (int64_t i = cols; i < cols * NP; i++) f[i] = f[i % cols] * (float)(1 + i / cols % 3);
+        for (int64_t n = 0; n < NP; n++) {
+            aq(f + n * cols, xq + (size_t)n * kn_row_bytes(at, cols), cols);
+            kn_q8x_quantize(t, aq, f + n * cols, xx + (size_t)n * kn_q8x_row_bytes(t, cols), cols);
+        }
+        double dp[100], dk[100], pp[100], pk[100];
+        for (int r = 0; r < reps; r++) {
+            double t0 = now_s();
+            for (int64_t m = 0; m < stack; m++) run_plain(k, t, plain + (size_t)m * mb, rows, cols, xq, 1, y);
+            double t1 = now_s();
+            for (int64_t m = 0; m < stack; m++) run_p16(k, t, packed + (size_t)m * mb, rows, cols, xx, 1, y);
+            double t2 = now_s();
+            dp[r] = (double)(mb * stack) / (t1 - t0) / 1e9;
+            dk[r] = (double)(mb * stack) / (t2 - t1) / 1e9;
+            t0 = now_s();
+            run_plain(k, t, plain, rows, cols, xq, NP, y);
+            t1 = now_s();
+            run_p16(k, t, packed, rows, cols, xx, NP, y);
+            t2 = now_s();
+            const double ops = 2.0 * (double)rows * (double)cols * (double)NP;
+            pp[r] = ops / (t1 - t0) / 1e9;
+            pk[r] = ops / (t2 - t1) / 1e9;
+        }
+        const double a = median(dp, reps), b = median(dk, reps), c = median(pp, reps), d = median(pk, reps);
+        printf("%s decode  (1 token):  plain %6.1f GB/s   panel %6.1f GB/s   ratio %.2f\n", tr->name, a, b, b / a);
+        printf("%s prefill (%lld tokens): plain %6.1f GOP/s  panel %6.1f GOP/s  ratio %.2f\n", tr->name, (long long)NP, c, d, d / c);
+        free(plain), free(packed), free(f), free(y), free(xq), free(xx);
+    }
+    return 0;
+}

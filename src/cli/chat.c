@@ -1,0 +1,643 @@
+/*
+ * chat.c - `kiln chat`: an interactive multi-turn chat with a model in the terminal.
+ *
+ * The conversation is a list of {role, content} messages. Each turn appends the user's line,
+ * renders the whole conversation with the model's chat template (add_generation_prompt on; a model
+ * without a template gets kiln_chat_apply's plain fallback, so a base model continues the text),
+ * tokenizes it and generates the reply, streaming it to stdout; the reply then joins the
+ * conversation as an assistant message.
+ *
+ * KV reuse across turns: generation runs on a one-row kiln_engine with a small prefix cache rather
+ * than on a kiln_session (whose generate calls always start from an empty KV). The row's tokens,
+ * prompt and reply, are published to the cache when a turn ends, so the next turn, whose rendered
+ * prompt starts with the same tokens, copies their KV instead of recomputing it and only prefills
+ * what is new. The output is the same as a full re-prefill (the engine's invariant).
+ *
+ * Input: with a terminal on stdin and stdout, lines come from libedit (editing, history kept in
+ * ~/.cache/kiln/chat_history); otherwise every line of stdin is a user turn or a /command, and
+ * every reply is printed followed by one newline, which makes the chat scriptable. Interrupts:
+ * Ctrl-C during a reply stops it (what was generated stays in the conversation, as it was shown;
+ * a reply stopped before its first token takes the user's message with it);
+ * Ctrl-C at the prompt discards the line being typed, and a second one in a row prints how to
+ * leave; Ctrl-D on an empty line or /quit leaves. Ctrl-C while reading a pipe exits with 130.
+ */
+#include "cli.h"
+
+#include <errno.h>
+#include <histedit.h>
+#include <jansson.h>
+#include <limits.h>
+#include <locale.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <wchar.h>
+
+#define HISTORY_MAX 1000          /* lines kept in the history file */
+#define REPLY_MAX ((size_t)1 << 30)  /* bytes of one reply kept for the conversation */
+
+static volatile sig_atomic_t g_sigint;
+
+static void on_sigint(int sig) {
+    (void)sig;
+    g_sigint = 1;
+}
+
+typedef struct chat {
+    kiln_model *m;
+    kiln_engine *eng;
+    int32_t n_ctx;
+    bool interactive, verbose;
+    json_t *msgs;                 /* the conversation; a system message first when one is set */
+    char *system;                 /* the system prompt (malloc'd) or NULL */
+    kiln_generate_params gp;      /* max_tokens, ignore_eos and sampling of every turn */
+    /* The reply being generated: written by the engine's thread during a turn, read by the main
+     * thread after the turn ended (kiln_request_wait orders the two). */
+    char *reply;
+    size_t reply_len, reply_cap;
+    bool reply_truncated;
+    int done_pipe[2];             /* on_done writes one byte: the main thread wakes */
+} chat;
+
+/* ---- the conversation ------------------------------------------------------------------------- */
+
+static bool add_message(json_t *msgs, const char *role, const char *content, size_t len) {
+    json_t *s = json_stringn(content, len);
+    if (!s) return false;
+    return json_array_append_new(msgs, json_pack("{s:s, s:o}", "role", role, "content", s)) == 0;
+}
+
+/* Forgets the conversation, keeping the system prompt. */
+static void clear_conversation(chat *ch) {
+    json_array_clear(ch->msgs);
+    if (ch->system) add_message(ch->msgs, "system", ch->system, strlen(ch->system));
+}
+
+/* ---- generation ------------------------------------------------------------------------------- */
+
+/* Engine thread: streams the text and keeps it for the conversation; a pending Ctrl-C stops. */
+static int on_token(const kiln_token_event *ev, void *user) {
+    chat *ch = user;
+    if (ev->text_len) {
+        fwrite(ev->text, 1, ev->text_len, stdout);
+        fflush(stdout);
+        if (ch->reply_len + ev->text_len > ch->reply_cap) {
+            size_t cap = ch->reply_cap ? ch->reply_cap : 256;
+            while (cap < ch->reply_len + ev->text_len && cap <= REPLY_MAX) cap *= 2;
+            char *nr = cap <= REPLY_MAX ? realloc(ch->reply, cap) : NULL;
+            if (nr) {
+                ch->reply = nr;
+                ch->reply_cap = cap;
+            }
+        }
+        if (ch->reply_len + ev->text_len <= ch->reply_cap) {
+            memcpy(ch->reply + ch->reply_len, ev->text, ev->text_len);
+            ch->reply_len += ev->text_len;
+        } else {
+            ch->reply_truncated = true;
+        }
+    }
+    return g_sigint ? 1 : 0;
+}
+
+/* Engine thread: the turn ended. */
+static void on_done(kiln_status st, const kiln_generate_result *res, void *user) {
+    (void)st;
+    (void)res;
+    chat *ch = user;
+    ssize_t w;
+    do w = write(ch->done_pipe[1], "x", 1);
+    while (w < 0 && errno == EINTR);
+}
+
+static void print_context_full(const chat *ch, size_t n) {
+    fprintf(stderr, "kiln chat: the conversation no longer fits the context (%zu tokens; the context holds %d); "
+                    "/clear starts a new one%s\n",
+            n, ch->n_ctx, ch->n_ctx < kiln_model_n_ctx_train(ch->m) ? " (or give a larger -c)" : "");
+}
+
+/* One turn: the user's text joins the conversation, the reply is generated and streamed, then
+ * joins it too (also when Ctrl-C stopped it, as far as it got). A turn that cannot run (template
+ * error, conversation too long) or is stopped before its first token leaves the conversation as
+ * it was, and says why on stderr. */
+static void turn(chat *ch, const char *text) {
+    const size_t n_before = json_array_size(ch->msgs);
+    if (!add_message(ch->msgs, "user", text, strlen(text))) {
+        fprintf(stderr, "kiln chat: the message is not valid UTF-8 text\n");
+        return;
+    }
+    char *rendered = NULL;
+    kiln_token *ids = NULL;
+    size_t n = 0;
+    kiln_status st = cli_chat_render(ch->m, ch->msgs, &rendered);
+    if (st) {
+        fprintf(stderr, "kiln chat: the chat template failed: %s\n", *kiln_last_error() ? kiln_last_error() : kiln_status_str(st));
+        goto undo;
+    }
+    st = cli_tokenize_chat(ch->m, rendered, &ids, &n);
+    kiln_free(rendered);
+    if (st) {
+        fprintf(stderr, "kiln chat: cannot tokenize the conversation: %s\n", kiln_last_error());
+        goto undo;
+    }
+    if (n >= (size_t)ch->n_ctx) {
+        print_context_full(ch, n);
+        goto undo;
+    }
+    if (n == 0) {
+        fprintf(stderr, "kiln chat: the conversation renders to no tokens\n");
+        goto undo;
+    }
+
+    g_sigint = 0;
+    ch->reply_len = 0;
+    ch->reply_truncated = false;
+    kiln_generate_params gp = ch->gp;
+    gp.on_token = on_token;
+    gp.on_done = on_done;
+    gp.user = ch;
+    kiln_request *req = NULL;
+    st = kiln_engine_submit(ch->eng, ids, n, &gp, &req);
+    free(ids);
+    ids = NULL;
+    if (st == KILN_ERR_CONTEXT_FULL) {
+        print_context_full(ch, n);
+        goto undo;
+    }
+    if (st) {
+        fprintf(stderr, "kiln chat: %s\n", kiln_last_error());
+        goto undo;
+    }
+    /* Wait for on_done; a Ctrl-C (the handler interrupts poll, or the next tick sees the flag)
+     * cancels the request, which also stops a long prompt between two prefill chunks. */
+    bool cancelled = false;
+    for (;;) {
+        struct pollfd pfd = {.fd = ch->done_pipe[0], .events = POLLIN};
+        int r = poll(&pfd, 1, 100);
+        if (r > 0) break;
+        if (r < 0 && errno != EINTR) {
+            fprintf(stderr, "kiln chat: poll: %s\n", strerror(errno));
+            kiln_request_cancel(req);
+            break;
+        }
+        if (g_sigint && !cancelled) {
+            kiln_request_cancel(req);
+            cancelled = true;
+        }
+    }
+    kiln_generate_result res;
+    st = kiln_request_wait(req, &res);
+    kiln_request_free(req);
+    char byte;
+    while (read(ch->done_pipe[0], &byte, 1) < 0 && errno == EINTR) {
+    }
+    fputs(ch->interactive ? "\n\n" : "\n", stdout);
+    fflush(stdout);
+    if (st && st != KILN_ERR_CANCELLED) {
+        fprintf(stderr, "kiln chat: the reply failed: %s\n", kiln_status_str(st));
+        goto undo;
+    }
+    if (st == KILN_ERR_CANCELLED) {
+        fprintf(stderr, "[reply stopped]\n");
+        if (!ch->reply_len) goto undo;
+    }
+    if (ch->reply_truncated) fprintf(stderr, "kiln chat: the reply is too long to keep whole\n");
+    if (!add_message(ch->msgs, "assistant", ch->reply ? ch->reply : "", ch->reply_len)) {
+        fprintf(stderr, "kiln chat: the reply is not valid UTF-8 text; it is kept empty\n");
+        add_message(ch->msgs, "assistant", "", 0);
+    }
+    if (res.stop == KILN_STOP_CONTEXT)
+        fprintf(stderr, "kiln chat: the context (%d tokens) is full: the reply was cut; /clear starts a new conversation\n",
+                ch->n_ctx);
+    if (ch->verbose)
+        fprintf(stderr, "kiln: prompt %d tokens (%d reused), %.1f tok/s | generated %d tokens, %.1f tok/s\n", res.n_prompt,
+                res.n_cached, res.prompt_ms > 0 ? (res.n_prompt - res.n_cached) * 1000.0 / res.prompt_ms : 0.0,
+                res.n_generated, res.gen_ms > 0 ? res.n_generated * 1000.0 / res.gen_ms : 0.0);
+    return;
+undo:
+    free(ids);
+    while (json_array_size(ch->msgs) > n_before) json_array_remove(ch->msgs, json_array_size(ch->msgs) - 1);
+}
+
+/* ---- commands --------------------------------------------------------------------------------- */
+
+static const char chat_help[] =
+    "Type a message and press Enter; the reply streams below it.\n"
+    "  /clear              forget the conversation (the system prompt stays)\n"
+    "  /system [TEXT]      set the system prompt (none without TEXT); clears the conversation\n"
+    "  /set NAME VALUE     change a setting: temp, top_p, top_k, min_p, repeat_penalty,\n"
+    "                      seed (a number or 'random'), max_tokens (or n; -1 = no limit)\n"
+    "  /set                show the settings\n"
+    "  /help               this text\n"
+    "  /quit               leave (also /exit, or Ctrl-D on an empty line)\n"
+    "  //TEXT              send a message that starts with '/'\n"
+    "Ctrl-C stops a reply (the part shown stays in the conversation); at the prompt it discards\n"
+    "the line.\n";
+
+static void show_settings(const chat *ch) {
+    const kiln_sampler_params *s = &ch->gp.sampling;
+    printf("temp %g  top_k %d  top_p %g  min_p %g  repeat_penalty %g  seed ", s->temperature, s->top_k, s->top_p, s->min_p,
+           s->repeat_penalty);
+    if (s->seed == KILN_SEED_RANDOM) printf("random");
+    else printf("%llu", (unsigned long long)s->seed);
+    printf("  max_tokens %d\n", ch->gp.max_tokens);
+}
+
+/* `/set NAME VALUE`: false (with a one-line error on stderr) for an unknown name or a bad value. */
+static bool set_setting(chat *ch, const char *name, const char *v) {
+    kiln_sampler_params *s = &ch->gp.sampling;
+    if (!strcmp(name, "temp") || !strcmp(name, "temperature")) return cli_float(name, v, 0, 100, &s->temperature);
+    if (!strcmp(name, "top_p") || !strcmp(name, "top-p")) return cli_float(name, v, 0, 1, &s->top_p);
+    if (!strcmp(name, "top_k") || !strcmp(name, "top-k")) return cli_int(name, v, 0, 1 << 30, &s->top_k);
+    if (!strcmp(name, "min_p") || !strcmp(name, "min-p")) return cli_float(name, v, 0, 1, &s->min_p);
+    if (!strcmp(name, "repeat_penalty") || !strcmp(name, "repeat-penalty"))
+        return cli_float(name, v, 1e-3, 1e3, &s->repeat_penalty);
+    if (!strcmp(name, "max_tokens") || !strcmp(name, "n")) return cli_int(name, v, -1, 1 << 30, &ch->gp.max_tokens);
+    if (!strcmp(name, "seed")) {
+        if (!strcmp(v, "random")) {
+            s->seed = KILN_SEED_RANDOM;
+            return true;
+        }
+        char *end;
+        errno = 0;
+        unsigned long long x = strtoull(v, &end, 10);
+        if (errno || end == v || *end || v[0] == '-' || x == KILN_SEED_RANDOM) {
+            fprintf(stderr, "kiln: seed must be a non-negative integer or 'random', got '%s'\n", v);
+            return false;
+        }
+        s->seed = x;
+        return true;
+    }
+    fprintf(stderr, "kiln chat: no setting '%s' (temp, top_p, top_k, min_p, repeat_penalty, seed, max_tokens)\n", name);
+    return false;
+}
+
+static char *skip_space(char *p) {
+    while (*p == ' ' || *p == '\t') p++;
+    return p;
+}
+
+/* Runs a line that starts with '/'. Returns false for /quit. */
+static bool command(chat *ch, char *line) {
+    char *p = line + 1;
+    char *name = p;
+    while (*p && *p != ' ' && *p != '\t') p++;
+    const size_t nlen = (size_t)(p - name);
+    char *arg = skip_space(p);
+#define IS(s) (nlen == strlen(s) && strncmp(name, s, nlen) == 0)
+    if (IS("quit") || IS("exit") || IS("bye")) return false;
+    if (IS("help") || IS("?")) {
+        fputs(chat_help, stdout);
+    } else if (IS("clear")) {
+        clear_conversation(ch);
+        if (ch->interactive) printf("(conversation cleared)\n");
+    } else if (IS("system")) {
+        json_t *probe = json_string(arg);
+        if (!probe) {
+            fprintf(stderr, "kiln chat: the system prompt is not valid UTF-8 text\n");
+            return true;
+        }
+        json_decref(probe);
+        free(ch->system);
+        ch->system = *arg ? strdup(arg) : NULL;
+        clear_conversation(ch);
+        if (ch->interactive) printf(*arg ? "(system prompt set; conversation cleared)\n" : "(no system prompt; conversation cleared)\n");
+    } else if (IS("set")) {
+        if (!*arg) {
+            show_settings(ch);
+            return true;
+        }
+        char *sname = arg;
+        char *q = sname;
+        while (*q && *q != ' ' && *q != '\t') q++;
+        char *value = *q ? skip_space(q) : q;
+        *q = '\0';
+        char *vend = value;
+        while (*vend && *vend != ' ' && *vend != '\t') vend++;
+        if (!*value || *skip_space(vend)) {
+            fprintf(stderr, "kiln chat: usage: /set NAME VALUE\n");
+            return true;
+        }
+        *vend = '\0';
+        set_setting(ch, sname, value);
+    } else {
+        fprintf(stderr, "kiln chat: unknown command '/%.*s' (/help lists the commands)\n", (int)nlen, name);
+    }
+#undef IS
+    return true;
+}
+
+/* Handles one input line (without its newline). Returns false when the chat should end. */
+static bool handle_line(chat *ch, char *line) {
+    char *p = skip_space(line);
+    if (!*p) return true;
+    if (p[0] == '/' && p[1] != '/') return command(ch, p);
+    turn(ch, p[0] == '/' ? p + 1 : line);
+    return true;
+}
+
+static void chomp(char *s) {
+    size_t n = strlen(s);
+    while (n && (s[n - 1] == '\n' || s[n - 1] == '\r')) s[--n] = '\0';
+}
+
+/* ---- input loops ------------------------------------------------------------------------------ */
+
+/* Lines from a pipe or file: no prompts. Returns the exit code. */
+static int loop_plain(chat *ch) {
+    char *line = NULL;
+    size_t cap = 0;
+    int rc = 0;
+    for (;;) {
+        errno = 0;
+        ssize_t got = getline(&line, &cap, stdin);
+        if (got < 0) {
+            if (g_sigint) rc = 130;
+            else if (ferror(stdin)) {
+                fprintf(stderr, "kiln chat: cannot read stdin: %s\n", strerror(errno));
+                rc = CLI_EXIT_FAIL;
+            }
+            break;
+        }
+        if (strlen(line) != (size_t)got) {
+            fprintf(stderr, "kiln chat: skipped a line with a NUL byte\n");
+            continue;
+        }
+        chomp(line);
+        if (!handle_line(ch, line)) break;
+    }
+    free(line);
+    return rc;
+}
+
+static const char *prompt_fn(EditLine *el) {
+    (void)el;
+    return ">>> ";
+}
+
+/* Waits until fd is readable: 1, or -1 with errno EINTR once a Ctrl-C is pending (also one that
+ * came just before the wait: SIGINT is blocked between the check and the wait, which ppoll ends
+ * atomically), or -1 with another errno. */
+static int wait_input(int fd) {
+    sigset_t block, orig;
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &block, &orig);
+    int ret;
+    for (;;) {
+        if (g_sigint) {
+            errno = EINTR;
+            ret = -1;
+            break;
+        }
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        int r = ppoll(&pfd, 1, NULL, &orig);
+        if (r > 0) {
+            ret = 1;
+            break;
+        }
+        if (r < 0 && errno != EINTR) {
+            ret = -1;
+            break;
+        }
+    }
+    const int e = errno;
+    pthread_sigmask(SIG_SETMASK, &orig, NULL);
+    errno = e;
+    return ret;
+}
+
+/* libedit's character reader (EL_GETCFN): one character of the locale's encoding from stdin.
+ * Returns 1 with *wc set, 0 at end of input, -1 on an error or a Ctrl-C (errno EINTR), which
+ * makes el_gets discard the line. A byte that does not decode is passed on as it is. */
+static int read_char_fn(EditLine *el, wchar_t *wc) {
+    (void)el;
+    mbstate_t mbs;
+    memset(&mbs, 0, sizeof mbs);
+    unsigned char first = 0;
+    for (int n = 0; n < (int)MB_LEN_MAX; n++) {
+        if (wait_input(STDIN_FILENO) < 0) return -1;
+        char byte;
+        ssize_t got = read(STDIN_FILENO, &byte, 1);
+        if (got == 0) return 0;
+        if (got < 0) {
+            if (errno == EINTR || errno == EAGAIN) {
+                n--;
+                continue;
+            }
+            return -1;
+        }
+        if (n == 0) first = (unsigned char)byte;
+        const size_t k = mbrtowc(wc, &byte, 1, &mbs);
+        if (k == (size_t)-2) continue;   /* more bytes of this character to come */
+        if (k == (size_t)-1) *wc = first;
+        return 1;
+    }
+    *wc = first;
+    return 1;
+}
+
+/* The history file, ~/.cache/kiln/chat_history, with its folders created; NULL without HOME or
+ * when it cannot be created (the chat then keeps history in memory only). */
+static char *history_path(void) {
+    const char *home = getenv("HOME");
+    if (!home || !*home) return NULL;
+    const char *tail = "/.cache/kiln/chat_history";
+    size_t n = strlen(home) + strlen(tail) + 1;
+    char *path = malloc(n);
+    if (!path) return NULL;
+    snprintf(path, n, "%s%s", home, tail);
+    /* create ~/.cache and ~/.cache/kiln */
+    for (char *slash = path + strlen(home) + 1; (slash = strchr(slash, '/')); slash++) {
+        *slash = '\0';
+        int r = mkdir(path, 0755);
+        int e = errno;
+        *slash = '/';
+        if (r && e != EEXIST) {
+            free(path);
+            return NULL;
+        }
+    }
+    return path;
+}
+
+/* Lines from libedit on a terminal. Returns the exit code. */
+static int loop_edit(chat *ch) {
+    EditLine *el = el_init("kiln", stdin, stdout, stderr);
+    History *hist = history_init();
+    if (!el || !hist) {
+        if (el) el_end(el);
+        if (hist) history_end(hist);
+        fprintf(stderr, "kiln chat: cannot set up line editing; reading lines without it\n");
+        return loop_plain(ch);
+    }
+    HistEvent hev;
+    history(hist, &hev, H_SETSIZE, HISTORY_MAX);
+    history(hist, &hev, H_SETUNIQUE, 1);
+    el_set(el, EL_PROMPT, prompt_fn);
+    el_set(el, EL_EDITOR, "emacs");
+    el_set(el, EL_SIGNAL, 1);
+    el_set(el, EL_GETCFN, read_char_fn);
+    el_set(el, EL_HIST, history, hist);
+    el_source(el, NULL);   /* the user's ~/.editrc, if any */
+    char *hpath = history_path();
+    if (hpath) history(hist, &hev, H_LOAD, hpath);
+
+    int interrupts = 0;
+    for (;;) {
+        g_sigint = 0;
+        int count = 0;
+        const char *got = el_gets(el, &count);
+        if (!got || count <= 0) {
+            if (count < 0 && (g_sigint || errno == EINTR)) {
+                /* Ctrl-C at the prompt: the line is discarded. */
+                fputs("\n", stdout);
+                if (++interrupts >= 2) fputs("(to leave: /quit or Ctrl-D)\n", stdout);
+                fflush(stdout);
+                continue;
+            }
+            fputs("\n", stdout);   /* Ctrl-D: end the prompt's line */
+            break;
+        }
+        interrupts = 0;
+        char *line = strdup(got);
+        if (!line) {
+            fprintf(stderr, "kiln chat: out of memory\n");
+            break;
+        }
+        chomp(line);
+        if (*skip_space(line)) {
+            history(hist, &hev, H_ENTER, line);
+            if (hpath) history(hist, &hev, H_SAVE, hpath);
+        }
+        const bool go_on = handle_line(ch, line);
+        free(line);
+        if (!go_on) break;
+    }
+    free(hpath);
+    history_end(hist);
+    el_end(el);
+    return 0;
+}
+
+/* ---- the verb --------------------------------------------------------------------------------- */
+
+/* Bytes the prefix cache may hold: two full rows of KV at most (bounded from above by n_embd, as
+ * the KV width n_head_kv x head_dim is at most that), so the previous turns' entries fit. */
+static int64_t cache_budget(const kiln_model *m, int32_t n_ctx, kiln_kv_type kv) {
+    const uint64_t elt = kv == KILN_KV_F32 ? 4 : 2;
+    const uint64_t row = 2 * (uint64_t)kiln_model_n_layer(m) * (uint64_t)n_ctx * (uint64_t)kiln_model_n_embd(m) * elt;
+    const uint64_t b = 2 * row + ((uint64_t)1 << 20);
+    return b > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)b;
+}
+
+int cli_chat(int argc, char **argv) {
+    cli_common c;
+    cli_common_init(&c);
+    c.n_predict = -1;   /* a reply runs to its end of turn unless -n says otherwise */
+    const char *system_prompt = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+            cli_usage("chat", false);
+            return 0;
+        }
+        if (strcmp(argv[i], "--system") == 0) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "kiln chat: --system needs a value\n");
+                return CLI_EXIT_USAGE;
+            }
+            system_prompt = argv[++i];
+            continue;
+        }
+        int r = cli_parse_common(argc, argv, &i, &c);
+        if (r == 1 && (c.prompt || c.file)) {
+            fprintf(stderr, "kiln chat: -p and -f are not used: type the messages, or pipe them on stdin\n");
+            r = -1;
+        }
+        if (r == 1) continue;
+        if (r == 0) fprintf(stderr, "kiln chat: unknown option '%s'\n", argv[i]);
+        cli_usage("chat", true);
+        return CLI_EXIT_USAGE;
+    }
+    cli_setup_log(c.verbose);
+
+    chat ch;
+    memset(&ch, 0, sizeof ch);
+    ch.done_pipe[0] = ch.done_pipe[1] = -1;
+    int rc = CLI_EXIT_FAIL;
+    ch.m = cli_load_model(&c, false);
+    if (!ch.m) goto out;
+    kiln_engine_params ep = kiln_engine_default_params();
+    ep.n_ctx = c.ctx ? c.ctx : (kiln_model_n_ctx_train(ch.m) < 4096 ? kiln_model_n_ctx_train(ch.m) : 4096);
+    ep.max_rows = 1;
+    ep.max_queue = 1;
+    ep.prefill_chunk = c.batch;
+    ep.n_threads = c.threads;
+    ep.kv_type = c.kv_type;
+    ep.prompt_cache = cache_budget(ch.m, ep.n_ctx, c.kv_type);
+    /* SIGINT goes to the main thread only (to interrupt its reads and waits): the engine's threads
+     * start with it blocked. Until the handler is installed, Ctrl-C ends the process (e.g. while a
+     * large model loads). */
+    sigset_t block, old;
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &block, &old);
+    kiln_status st = kiln_engine_new(ch.m, &ep, &ch.eng);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;   /* no SA_RESTART: a blocking read or poll returns EINTR */
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (st) {
+        fprintf(stderr, "kiln chat: cannot start: %s\n", kiln_last_error());
+        goto out;
+    }
+    if (pipe(ch.done_pipe)) {
+        fprintf(stderr, "kiln chat: pipe: %s\n", strerror(errno));
+        goto out;
+    }
+    ch.n_ctx = kiln_engine_n_ctx(ch.eng);
+    ch.verbose = c.verbose;
+    ch.interactive = isatty(STDIN_FILENO) && isatty(STDOUT_FILENO);
+    ch.gp = kiln_generate_default_params();
+    ch.gp.max_tokens = c.n_predict;
+    ch.gp.ignore_eos = c.ignore_eos;
+    ch.gp.sampling = cli_sampler_params(&c, ch.m);
+    ch.msgs = json_array();
+    if (!ch.msgs) goto out;
+    if (system_prompt) {
+        json_t *probe = json_string(system_prompt);
+        if (!probe) {
+            fprintf(stderr, "kiln chat: the system prompt is not valid UTF-8 text\n");
+            rc = CLI_EXIT_USAGE;
+            goto out;
+        }
+        json_decref(probe);
+        ch.system = strdup(system_prompt);
+    }
+    clear_conversation(&ch);
+    if (ch.interactive) {
+        setlocale(LC_CTYPE, "");   /* line editing of the terminal's multibyte characters */
+        printf("kiln chat: %s%s\n/help lists the commands; Ctrl-D or /quit leaves.\n\n", kiln_model_desc(ch.m),
+               kiln_model_chat_template(ch.m) ? "" : " (no chat template: the conversation goes in as plain text)");
+        fflush(stdout);
+        rc = loop_edit(&ch);
+    } else {
+        rc = loop_plain(&ch);
+    }
+out:
+    if (ch.eng) kiln_engine_free(ch.eng);
+    if (ch.m) kiln_model_free(ch.m);
+    if (ch.done_pipe[0] >= 0) close(ch.done_pipe[0]);
+    if (ch.done_pipe[1] >= 0) close(ch.done_pipe[1]);
+    json_decref(ch.msgs);
+    free(ch.system);
+    free(ch.reply);
+    return rc;
+}

@@ -1,0 +1,393 @@
+/*
+ * models.c - finding the GGUF models on this machine, for `kiln ls`, for `kiln serve` without -m
+ * and for -m NAME.
+ *
+ * Discovery order (the first place a file is found under wins; files are unique by their resolved
+ * path, so a model reachable from two places is listed once):
+ *   1. ~/.cache/kiln/models, searched recursively (4 levels of directories);
+ *   2. every entry of KILN_MODELS (colon-separated directories, searched like 1, or files);
+ *   3. the Hugging Face hub cache ($HF_HUB_CACHE, else $HF_HOME/hub, else
+ *      $XDG_CACHE_HOME/huggingface/hub, else ~/.cache/huggingface/hub):
+ *      models--ORG--NAME/snapshots/REV/ ... /FILE.gguf, symlinks into ../blobs that are followed.
+ * Only each file's header is read (kiln_model_info_read). An unreadable or invalid .gguf is left
+ * out with a one-line reason; a model split into several files (NAME-00001-of-00003.gguf) is left
+ * out too, with a note on its first part, because kiln loads single-file GGUFs.
+ *
+ * Friendly names: the path under the searched directory without ".gguf" (a file named directly
+ * in KILN_MODELS: its base name), or ORG/NAME:FILE for the Hugging Face cache.
+ */
+#include "cli.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+
+#define MAX_DEPTH 4            /* directory levels searched below a models directory */
+#define MAX_MODELS 100000      /* entries kept; beyond, the listing is cut */
+
+typedef struct walker {
+    cli_model_list *list;
+    bool warn;
+    bool nomem;
+} walker;
+
+static bool has_suffix(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcasecmp(s + n - k, suffix) == 0;
+}
+
+static bool all_digits(const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (s[i] < '0' || s[i] > '9') return false;
+    return n > 0;
+}
+
+/* Recognizes the split-file names of GGUF tools, "...-00001-of-00003.gguf": returns the part
+ * number (1-based) and sets *count, or 0 for an ordinary name. */
+static int split_part(const char *name, int *count) {
+    static const char tail[] = "-00000-of-00000.gguf";
+    size_t n = strlen(name), k = sizeof tail - 1;
+    if (n <= k) return 0;
+    const char *p = name + n - k;
+    if (p[0] != '-' || !all_digits(p + 1, 5) || strncmp(p + 6, "-of-", 4) != 0 || !all_digits(p + 10, 5) ||
+        strcasecmp(p + 15, ".gguf") != 0)
+        return 0;
+    *count = atoi(p + 10);
+    return atoi(p + 1);
+}
+
+/* Copies name without its ".gguf" suffix (malloc'd). */
+static char *strip_gguf(const char *name) {
+    size_t n = strlen(name);
+    if (has_suffix(name, ".gguf")) n -= 5;
+    return strndup(name, n);
+}
+
+/* Adds the file at path (already known to end in .gguf) under the friendly name (taken over: freed
+ * here when not kept). Reasons for leaving it out are printed when w->warn. */
+static void add_file(walker *w, const char *path, char *name, const char *source) {
+    cli_model_list *l = w->list;
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    int parts = 0, part = split_part(base, &parts);
+    if (part) {
+        if (part == 1 && w->warn)
+            fprintf(stderr, "kiln: skipping %s: a model split into %d files; kiln loads single-file GGUFs (merge the "
+                            "parts with llama-gguf-split --merge)\n", path, parts);
+        l->n_split += part == 1;
+        free(name);
+        return;
+    }
+    char *real = realpath(path, NULL);
+    if (!real) {
+        if (w->warn) fprintf(stderr, "kiln: skipping %s: %s\n", path, strerror(errno));
+        l->n_skipped++;
+        free(name);
+        return;
+    }
+    for (size_t i = 0; i < l->n; i++) {
+        if (strcmp(l->v[i].real, real) == 0) {    /* the same file seen from another place */
+            free(real);
+            free(name);
+            return;
+        }
+    }
+    kiln_model_info info;
+    kiln_status st = kiln_model_info_read(real, &info);
+    if (st) {
+        const char *msg = kiln_last_error();    /* "REAL: why": the path is printed once */
+        const size_t rl = strlen(real);
+        if (strncmp(msg, real, rl) == 0 && strncmp(msg + rl, ": ", 2) == 0) msg += rl + 2;
+        if (w->warn) fprintf(stderr, "kiln: skipping %s: %s\n", path, msg);
+        l->n_skipped++;
+        free(real);
+        free(name);
+        return;
+    }
+    if (info.split_count > 1) {
+        if (info.split_no == 0 && w->warn)
+            fprintf(stderr, "kiln: skipping %s: part of a model split into %d files; kiln loads single-file GGUFs\n",
+                    path, info.split_count);
+        l->n_split += info.split_no == 0;
+        free(real);
+        free(name);
+        return;
+    }
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 16;
+        cli_model_entry *v = l->n < MAX_MODELS ? realloc(l->v, cap * sizeof *v) : NULL;
+        if (!v) {
+            w->nomem = l->n < MAX_MODELS;
+            free(real);
+            free(name);
+            return;
+        }
+        l->v = v;
+        l->cap = cap;
+    }
+    char *p = strdup(path);
+    if (!p || !name) {
+        w->nomem = true;
+        free(p);
+        free(real);
+        free(name);
+        return;
+    }
+    l->v[l->n++] = (cli_model_entry){.name = name, .path = p, .real = real, .source = source, .info = info};
+}
+
+static int cmp_names(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* Lists the names in dir (without "." entries and hidden files), sorted, into a malloc'd array
+ * of malloc'd strings. NULL when the directory cannot be read (*n = 0). */
+static char **read_dir_sorted(const char *dir, size_t *n) {
+    *n = 0;
+    DIR *d = opendir(dir);
+    if (!d) return NULL;
+    char **names = NULL;
+    size_t cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        if (*n == cap) {
+            size_t nc = cap ? cap * 2 : 32;
+            char **nn = nc < MAX_MODELS ? realloc(names, nc * sizeof *nn) : NULL;
+            if (!nn) break;
+            names = nn;
+            cap = nc;
+        }
+        if (!(names[*n] = strdup(e->d_name))) break;
+        (*n)++;
+    }
+    closedir(d);
+    if (names) qsort(names, *n, sizeof *names, cmp_names);
+    return names;
+}
+
+static void free_names(char **names, size_t n) {
+    for (size_t i = 0; i < n; i++) free(names[i]);
+    free(names);
+}
+
+/* Searches dir for *.gguf down to depth more levels. rel is the path below the root searched
+ * ("" at the root); names are prefix + rel + file name without .gguf. */
+static void walk(walker *w, const char *dir, const char *rel, int depth, const char *prefix, const char *source) {
+    size_t n;
+    char **names = read_dir_sorted(dir, &n);
+    for (size_t i = 0; i < n && !w->nomem; i++) {
+        char *path = NULL, *sub = NULL;
+        if (asprintf(&path, "%s/%s", dir, names[i]) < 0) path = NULL;
+        if (asprintf(&sub, "%s%s%s", rel, *rel ? "/" : "", names[i]) < 0) sub = NULL;
+        struct stat st;
+        if (!path || !sub) {
+            w->nomem = true;
+        } else if (stat(path, &st) != 0) {
+            if (has_suffix(names[i], ".gguf")) {
+                if (w->warn) fprintf(stderr, "kiln: skipping %s: %s\n", path, strerror(errno));
+                w->list->n_skipped++;
+            }
+        } else if (S_ISDIR(st.st_mode)) {
+            if (depth > 0) walk(w, path, sub, depth - 1, prefix, source);
+        } else if (S_ISREG(st.st_mode) && has_suffix(names[i], ".gguf")) {
+            char *stripped = strip_gguf(sub), *name = NULL;
+            if (stripped && asprintf(&name, "%s%s", prefix, stripped) < 0) name = NULL;
+            free(stripped);
+            add_file(w, path, name, source);
+        }
+        free(path);
+        free(sub);
+    }
+    free_names(names, n);
+}
+
+/* The Hugging Face hub cache directory (malloc'd), or NULL when no HOME-like variable is set. */
+static char *hf_hub_dir(void) {
+    const char *v;
+    char *d = NULL;
+    if ((v = getenv("HF_HUB_CACHE")) && *v) return strdup(v);
+    if ((v = getenv("HF_HOME")) && *v) return asprintf(&d, "%s/hub", v) < 0 ? NULL : d;
+    if ((v = getenv("XDG_CACHE_HOME")) && *v) return asprintf(&d, "%s/huggingface/hub", v) < 0 ? NULL : d;
+    if ((v = getenv("HOME")) && *v) return asprintf(&d, "%s/.cache/huggingface/hub", v) < 0 ? NULL : d;
+    return NULL;
+}
+
+char *cli_models_dir(void) {
+    const char *home = getenv("HOME");
+    char *d = NULL;
+    if (!home || !*home) return NULL;
+    return asprintf(&d, "%s/.cache/kiln/models", home) < 0 ? NULL : d;
+}
+
+/* Walks the hub cache: models--ORG--NAME/snapshots/REV/..., named ORG/NAME:FILE. */
+static void walk_hf(walker *w, const char *hub) {
+    size_t n;
+    char **repos = read_dir_sorted(hub, &n);
+    for (size_t i = 0; i < n && !w->nomem; i++) {
+        if (strncmp(repos[i], "models--", 8) != 0 || !repos[i][8]) continue;
+        /* ORG--NAME -> ORG/NAME (a repository without an organisation is just NAME) */
+        char *repo = strdup(repos[i] + 8), *snaps = NULL;
+        if (!repo) { w->nomem = true; break; }
+        char *sep = strstr(repo, "--");
+        if (sep) {
+            *sep = '/';
+            memmove(sep + 1, sep + 2, strlen(sep + 2) + 1);
+        }
+        if (asprintf(&snaps, "%s/%s/snapshots", hub, repos[i]) < 0) {
+            free(repo);
+            w->nomem = true;
+            break;
+        }
+        size_t nr;
+        char **revs = read_dir_sorted(snaps, &nr);
+        for (size_t r = 0; r < nr && !w->nomem; r++) {
+            char *rev = NULL, *prefix = NULL;
+            if (asprintf(&rev, "%s/%s", snaps, revs[r]) < 0) rev = NULL;
+            if (asprintf(&prefix, "%s:", repo) < 0) prefix = NULL;
+            if (rev && prefix) walk(w, rev, "", MAX_DEPTH - 1, prefix, "huggingface");
+            else w->nomem = true;
+            free(rev);
+            free(prefix);
+        }
+        free_names(revs, nr);
+        free(snaps);
+        free(repo);
+    }
+    free_names(repos, n);
+}
+
+bool cli_models_find(cli_model_list *out, bool warn) {
+    memset(out, 0, sizeof *out);
+    walker w = {.list = out, .warn = warn};
+    char *kdir = cli_models_dir();
+    if (kdir) walk(&w, kdir, "", MAX_DEPTH, "", "kiln");
+    free(kdir);
+    const char *env = getenv("KILN_MODELS");
+    char *list = env ? strdup(env) : NULL, *save = NULL;
+    if (env && !list) w.nomem = true;
+    for (char *e = list ? strtok_r(list, ":", &save) : NULL; e && !w.nomem; e = strtok_r(NULL, ":", &save)) {
+        struct stat st;
+        if (stat(e, &st) != 0) {
+            if (warn) fprintf(stderr, "kiln: KILN_MODELS entry %s: %s\n", e, strerror(errno));
+        } else if (S_ISDIR(st.st_mode)) {
+            walk(&w, e, "", MAX_DEPTH, "", "KILN_MODELS");
+        } else {
+            const char *b = strrchr(e, '/');
+            add_file(&w, e, strip_gguf(b ? b + 1 : e), "KILN_MODELS");
+        }
+    }
+    free(list);
+    char *hub = hf_hub_dir();
+    if (hub && !w.nomem) walk_hf(&w, hub);
+    free(hub);
+    if (w.nomem) fprintf(stderr, "kiln: out of memory while looking for models; the list is incomplete\n");
+    return !w.nomem;
+}
+
+void cli_models_free(cli_model_list *l) {
+    for (size_t i = 0; i < l->n; i++) {
+        free(l->v[i].name);
+        free(l->v[i].path);
+        free(l->v[i].real);
+    }
+    free(l->v);
+    memset(l, 0, sizeof *l);
+}
+
+void cli_models_print_places(FILE *f) {
+    char *kdir = cli_models_dir(), *hub = hf_hub_dir();
+    const char *env = getenv("KILN_MODELS");
+    fprintf(f, "  %s\n", kdir ? kdir : "~/.cache/kiln/models (HOME is not set)");
+    fprintf(f, "  KILN_MODELS: %s\n", env && *env ? env : "(not set)");
+    fprintf(f, "  %s (the Hugging Face cache)\n", hub ? hub : "~/.cache/huggingface/hub (HOME is not set)");
+    free(kdir);
+    free(hub);
+}
+
+void cli_models_print_howto(FILE *f) {
+    fputs("To get a model:\n"
+          "  - put a GGUF file (or a link to one) in ~/.cache/kiln/models, or name files or directories in\n"
+          "    KILN_MODELS (colon-separated);\n"
+          "  - or download one with the Hugging Face CLI (huggingface-cli download ORG/NAME FILE.gguf),\n"
+          "    which kiln finds in the Hugging Face cache;\n"
+          "  - or give a file directly: kiln serve -m PATH.gguf (or set KILN_MODEL=PATH.gguf);\n"
+          "  - kiln pull ORG/NAME will download models itself when that command is available.\n"
+          "kiln runs Llama-family GGUF models (llama, qwen2, qwen3), e.g. a Q4_0 or Q8_0 file.\n",
+          f);
+}
+
+const cli_model_entry *cli_models_lookup(const cli_model_list *l, const char *s) {
+    for (size_t i = 0; i < l->n; i++)
+        if (strcmp(l->v[i].name, s) == 0) return &l->v[i];
+    return NULL;
+}
+
+char *cli_model_resolve(const char *arg, bool verbose) {
+    struct stat st;
+    if (stat(arg, &st) == 0) return strdup(arg);
+    cli_model_list l;
+    cli_models_find(&l, verbose);
+    const cli_model_entry *e = cli_models_lookup(&l, arg);
+    char *r = strdup(e ? e->path : arg);
+    if (e && verbose) fprintf(stderr, "kiln: model %s is %s\n", arg, e->path);
+    cli_models_free(&l);
+    return r;
+}
+
+uint64_t cli_machine_memory(void) {
+    const char *t = getenv("KILN_TEST_MEMORY");    /* tests only: pretend the machine has this much */
+    if (t && *t) {
+        char *end;
+        errno = 0;
+        unsigned long long v = strtoull(t, &end, 10);
+        uint64_t mul = 1;
+        if (*end == 'K' || *end == 'k') mul = 1ull << 10;
+        else if (*end == 'M' || *end == 'm') mul = 1ull << 20;
+        else if (*end == 'G' || *end == 'g') mul = 1ull << 30;
+        if (!errno && end != t && (mul == 1 ? *end == 0 : end[1] == 0) && v > 0 && v <= (UINT64_MAX >> 30))
+            return (uint64_t)v * mul;
+        fprintf(stderr, "kiln: ignoring KILN_TEST_MEMORY='%s' (expected bytes, or a number with K, M or G)\n", t);
+    }
+    return kiln_physical_memory();
+}
+
+uint64_t cli_kv_bytes(const kiln_model_info *i, int64_t n_ctx, bool f32) {
+    return 2ull * (uint64_t)i->n_layer * (uint64_t)i->n_head_kv * (uint64_t)i->head_dim * (uint64_t)n_ctx *
+           (f32 ? 4u : 2u);
+}
+
+const cli_model_entry *cli_models_pick(const cli_model_list *l, uint64_t budget, bool *fits) {
+    const cli_model_entry *best = NULL, *smallest = NULL;
+    for (size_t k = 0; k < l->n; k++) {
+        const cli_model_entry *e = &l->v[k];
+        if (!e->info.runnable) continue;
+        if (!smallest || e->info.tensor_bytes < smallest->info.tensor_bytes) smallest = e;
+        const int64_t ctx = e->info.n_ctx_train > 0 && e->info.n_ctx_train < CLI_PICK_CTX ? e->info.n_ctx_train
+                                                                                         : CLI_PICK_CTX;
+        const uint64_t need = e->info.tensor_bytes + cli_kv_bytes(&e->info, ctx, false);
+        if (need <= budget && (!best || e->info.tensor_bytes > best->info.tensor_bytes)) best = e;
+    }
+    *fits = best != NULL;
+    return best ? best : smallest;
+}
+
+void cli_fmt_bytes(uint64_t b, char *buf, size_t cap) {
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = (double)b;
+    int u = 0;
+    while (v >= 1024 && u < 4) { v /= 1024; u++; }
+    if (u == 0) snprintf(buf, cap, "%llu B", (unsigned long long)b);
+    else snprintf(buf, cap, v < 10 ? "%.1f %s" : "%.0f %s", v, units[u]);
+}
+
+void cli_fmt_count(uint64_t n, char *buf, size_t cap) {
+    static const char suffix[] = " KMBT";
+    double v = (double)n;
+    int u = 0;
+    while (v >= 1000 && u < 4) { v /= 1000; u++; }
+    if (u == 0) snprintf(buf, cap, "%llu", (unsigned long long)n);
+    else snprintf(buf, cap, v < 10 ? "%.1f%c" : "%.0f%c", v, suffix[u]);
+}

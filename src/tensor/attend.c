@@ -1,0 +1,97 @@
+/*
+ * attend.c - the reference attention kernel (kn_attend_fn, kernels.h): one query head over the
+ * cached K/V rows of positions 0 .. n-1, with an online softmax taken in blocks of 16 positions, and
+ * the exponential (kn_expf_ref) that every kernel set computes with the same float steps.
+ *
+ * The algorithm, which the SIMD versions reproduce bit for bit:
+ *   m = -inf; lsum[16] = 0; out[hd] = 0
+ *   for each block of positions p0 = 0, 16, 32, ... (the last may be partial, cnt < 16):
+ *     s[j]  = kv_dot(k[p0 + j], q) * scale            (the kv_dot order of kernels.c)
+ *     bm    = max over j < cnt of s[j]
+ *     if bm > m: c = expf(m - bm); lsum[*] *= c; out[*] *= c; m = bm
+ *     w[j]  = expf(s[j] - m)                          (j < cnt; the other lanes add 0)
+ *     lsum[j] += w[j]; then for j in order: out[i] = fmaf(w[j], v[p0 + j][i], out[i])
+ *   out[*] *= 1 / kn_reduce16(lsum)
+ * No T x T score matrix exists: a block's 16 scores live in registers.
+ */
+#include "tensor/kernels.h"
+#include "tensor/quant.h"
+
+#include <math.h>
+#include <string.h>
+
+float kn_expf_ref(float x) {
+    if (!(x >= KN_EXPF_MIN)) return 0.0f;                /* also -inf and NaN */
+    if (x > KN_EXPF_MAX) x = KN_EXPF_MAX;
+    const float n = rintf(x * 1.44269504088896341f);     /* round to nearest even */
+    float r = fmaf(n, -0.693359375f, x);                 /* x - n ln2, in two steps */
+    r = fmaf(n, 2.12194440e-4f, r);
+    float p = 1.9875691500e-4f;
+    p = fmaf(p, r, 1.3981999507e-3f);
+    p = fmaf(p, r, 8.3334519073e-3f);
+    p = fmaf(p, r, 4.1665795894e-2f);
+    p = fmaf(p, r, 1.6666665459e-1f);
+    p = fmaf(p, r, 5.0000001201e-1f);
+    float y = fmaf(p, r * r, r) + 1.0f;
+    const int32_t bits = ((int32_t)n + 127) << 23;        /* 2^n, n in -126 .. 127 */
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return y * scale;
+}
+
+/* The reference kv_dot of kernels.c over one K row. */
+static float dot_row(const uint8_t *k, const float *q, int n, bool f16) {
+    float acc[16] = {0};
+    const int body = n - n % 8;
+    for (int i = 0; i < body; i++) {
+        const float kv = f16 ? kn_fp16_to_fp32(((const uint16_t *)k)[i]) : ((const float *)k)[i];
+        acc[i & 15] = fmaf(kv, q[i], acc[i & 15]);
+    }
+    float s = kn_reduce16(acc);
+    for (int i = body; i < n; i++) {
+        const float kv = f16 ? kn_fp16_to_fp32(((const uint16_t *)k)[i]) : ((const float *)k)[i];
+        s += kv * q[i];
+    }
+    return s;
+}
+
+static void attend_ref(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int hd,
+                       float scale, float *out, bool f16) {
+    float m = -INFINITY, lsum[16] = {0}, s[16];
+    memset(out, 0, (size_t)hd * sizeof(float));
+    for (int32_t p0 = 0; p0 < n; p0 += 16) {
+        const int cnt = n - p0 < 16 ? (int)(n - p0) : 16;
+        float bm = -INFINITY;
+        for (int j = 0; j < cnt; j++) {
+            s[j] = dot_row(k + (size_t)(p0 + j) * stride, q, hd, f16) * scale;
+            bm = s[j] > bm ? s[j] : bm;
+        }
+        if (bm > m) {
+            const float c = kn_expf_ref(m - bm);
+            for (int j = 0; j < 16; j++) lsum[j] *= c;
+            for (int i = 0; i < hd; i++) out[i] *= c;
+            m = bm;
+        }
+        for (int j = 0; j < cnt; j++) {
+            const float w = kn_expf_ref(s[j] - m);
+            lsum[j] += w;
+            const uint8_t *vr = v + (size_t)(p0 + j) * stride;
+            for (int i = 0; i < hd; i++) {
+                const float vv = f16 ? kn_fp16_to_fp32(((const uint16_t *)vr)[i]) : ((const float *)vr)[i];
+                out[i] = fmaf(w, vv, out[i]);
+            }
+        }
+    }
+    const float inv = 1.0f / kn_reduce16(lsum);
+    for (int i = 0; i < hd; i++) out[i] *= inv;
+}
+
+void kn_attend_f16_ref(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int hd,
+                       float scale, float *out) {
+    attend_ref(k, v, stride, n, q, hd, scale, out, true);
+}
+
+void kn_attend_f32_ref(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int hd,
+                       float scale, float *out) {
+    attend_ref(k, v, stride, n, q, hd, scale, out, false);
+}

@@ -1,0 +1,207 @@
+/*
+ * kernels_avx512_p16.c - AVX-512 VNNI panel kernels for Q4_0, Q8_0 and Q4_K matrices in the 16-row panel
+ * layout of pack.h: one weight row per 32-bit lane, so a zmm register holds 4 consecutive codes of 16
+ * rows and one vpdpbusd against 4 activation quants broadcast to every lane advances 16 dot products.
+ *
+ * Per block column b of the panel and token t the kernel forms the exact integer dot product
+ *     p = c[t][b] + sum over the 8 dword quads j of vpdpbusd(codes quad j, x quads j broadcast)
+ * (c = -off * sum(x quants) turns the unsigned codes into the signed weights, see pack.h), then one
+ * float step acc = fma((float)p, dw * dx, acc): exactly the reference vec_dot of quant.h, bit for bit,
+ * whatever the number of tokens in the call. The weight group of a block is loaded (and for Q4_0
+ * unpacked) once and used for every token of the tile; decode (one token) reads the matrix as a single
+ * sequential stream, with the integer chain split in two so its latency hides under the loads.
+ */
+#include "tensor/kernels.h"
+
+#if defined(__x86_64__)
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")
+#include "tensor/pack.h"
+#include "tensor/quant.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#define AI static inline __attribute__((always_inline))
+#define UNROLL _Pragma("GCC unroll 8")
+#define TILE_T 8 /* tokens per kernel call at most */
+
+static inline int32_t ld_i32(const uint8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+static inline float ld_f32(const uint8_t *p) {
+    float v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+int kn__pf_dist = 4096;
+/* Decode: prefetches the bytes [g + PF, g + PF + len) where PF bytes ahead of the group being read. The
+ * addresses are formed as integers (they may lie past the matrix; prefetches never fault). */
+AI void prefetch_ahead(const uint8_t *g, size_t len) {
+    const uintptr_t p = (uintptr_t)g + (uintptr_t)kn__pf_dist;
+    for (size_t l = 0; l < len; l += 64) _mm_prefetch((const char *)(p + l), _MM_HINT_T0);
+}
+
+/* The 8 code vectors of a Q4_0 group (pack.h): W[j] holds the codes of elements 4j .. 4j+3 of each
+ * row's block, unsigned 0..15. */
+AI void codes_q4_0(const uint8_t *g, __m512i W[8]) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    UNROLL for (int j = 0; j < 4; j++) {
+        const __m512i p = _mm512_loadu_si512(g + 32 + 64 * j);
+        W[j] = _mm512_and_si512(p, m4);
+        W[j + 4] = _mm512_and_si512(_mm512_srli_epi16(p, 4), m4);
+    }
+}
+
+/* The 8 code vectors of a Q8_0 group: stored ready to use (w + 128). */
+AI void codes_q8_0(const uint8_t *g, __m512i W[8]) {
+    UNROLL for (int j = 0; j < 8; j++) W[j] = _mm512_loadu_si512(g + 32 + 64 * j);
+}
+
+/* The exact integer dot products of the 16 rows' block with the activation block at xb (Q8X). With
+ * SPLIT the chain of 8 vpdpbusd runs as two chains of 4 (integer sums: the result is the same). */
+AI __m512i block_dot(const __m512i W[8], const uint8_t *xb, const int SPLIT) {
+    __m512i s0 = _mm512_set1_epi32(ld_i32(xb + 36));
+    if (SPLIT) {
+        __m512i s1 = _mm512_setzero_si512();
+        UNROLL for (int j = 0; j < 8; j += 2) {
+            s0 = _mm512_dpbusd_epi32(s0, W[j], _mm512_set1_epi32(ld_i32(xb + 4 * j)));
+            s1 = _mm512_dpbusd_epi32(s1, W[j + 1], _mm512_set1_epi32(ld_i32(xb + 4 * j + 4)));
+        }
+        return _mm512_add_epi32(s0, s1);
+    }
+    UNROLL for (int j = 0; j < 8; j++) s0 = _mm512_dpbusd_epi32(s0, W[j], _mm512_set1_epi32(ld_i32(xb + 4 * j)));
+    return s0;
+}
+
+/* A panel (16 rows) times NT tokens; CODES unpacks one block column group of GB bytes. */
+#define DEFINE_P16(NAME, GB, CODES)                                                                 \
+    AI void NAME##_tile(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, float *out, size_t ldo, \
+                        const int NT) {                                                             \
+        __m512 acc[TILE_T];                                                                         \
+        UNROLL for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();                          \
+        const int64_t nb = n / 32;                                                                  \
+        for (int64_t b = 0; b < nb; b++) {                                                          \
+            const uint8_t *g = w + (size_t)b * (GB);                                                \
+            if (NT == 1) prefetch_ahead(g, (GB));                                                   \
+            const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g));              \
+            __m512i W[8];                                                                           \
+            CODES(g, W);                                                                            \
+            UNROLL for (int t = 0; t < NT; t++) {                                                   \
+                const uint8_t *xb = x + (size_t)t * xs + (size_t)b * KN_Q8X_BLOCK;                  \
+                const __m512i p = block_dot(W, xb, NT <= 2);                                        \
+                const __m512 s = _mm512_mul_ps(dw, _mm512_set1_ps(ld_f32(xb + 32)));                \
+                acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), s, acc[t]);                         \
+            }                                                                                       \
+        }                                                                                           \
+        UNROLL for (int t = 0; t < NT; t++) _mm512_storeu_ps(out + (size_t)t * ldo, acc[t]);       \
+    }                                                                                               \
+    static void NAME(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, int nt, float *out, size_t ldo) { \
+        switch (nt) {                                                                               \
+        case 1: NAME##_tile(n, w, x, xs, out, ldo, 1); break;                                       \
+        case 2: NAME##_tile(n, w, x, xs, out, ldo, 2); break;                                       \
+        case 3: NAME##_tile(n, w, x, xs, out, ldo, 3); break;                                       \
+        case 4: NAME##_tile(n, w, x, xs, out, ldo, 4); break;                                       \
+        case 5: NAME##_tile(n, w, x, xs, out, ldo, 5); break;                                       \
+        case 6: NAME##_tile(n, w, x, xs, out, ldo, 6); break;                                       \
+        case 7: NAME##_tile(n, w, x, xs, out, ldo, 7); break;                                       \
+        default: NAME##_tile(n, w, x, xs, out, ldo, 8); break;                                      \
+        }                                                                                           \
+    }
+
+DEFINE_P16(p16_q4_0, 16 * sizeof(kn_block_q4_0), codes_q4_0)
+DEFINE_P16(p16_q8_0, 16 * sizeof(kn_block_q8_0), codes_q8_0)
+
+/* ---- Q4_K: super-blocks of 256 with 8 sub-blocks, 6-bit scales and mins (quant.h) ---- */
+
+/* Byte k (0..3) of each dword lane of v, as int32 lanes. */
+AI __m512i byte_of(__m512i v, const int k) { return _mm512_and_si512(_mm512_srli_epi32(v, 8 * k), _mm512_set1_epi32(0xFF)); }
+
+/* Bytes k and k+1 of each dword lane of v as two int16 halves of the lane. */
+AI __m512i bytes_as_words(__m512i v, const int k) {
+    return _mm512_or_si512(byte_of(v, k), _mm512_slli_epi32(byte_of(v, k + 1), 16));
+}
+
+/* The super-block group at g (pack.h) times NT Q8KX activation rows:
+ *   sumi = sum_j sc[j] * (exact dot of sub-block j)        (vpdpbusd chains, vpmulld)
+ *   summ = sum_j m[j] * bs[j]                              (vpdpwssd on int16 pairs)
+ *   sa = fma((float)sumi, d * xd, sa); sm = fma((float)summ, dmin * xd, sm)
+ * as the reference kn_q4_k_vec_dot_q8_k, whose result is sa - sm. */
+AI void q4_k_tile(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, float *out, size_t ldo, const int NT) {
+    __m512 sa[TILE_T], sm[TILE_T];
+    UNROLL for (int t = 0; t < NT; t++) sa[t] = sm[t] = _mm512_setzero_ps();
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m6 = _mm512_set1_epi8(0x3F), m2 = _mm512_set1_epi8(0x30);
+    for (int64_t sb = 0; sb < n / 256; sb++) {
+        const uint8_t *g = w + (size_t)sb * 16 * sizeof(kn_block_q4_k);
+        if (NT == 1) prefetch_ahead(g, 16 * sizeof(kn_block_q4_k));
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g));
+        const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + 32)));
+        /* the 12 scale bytes of each row: S0 = bytes 0..3, S1 = 4..7, S2 = 8..11 (kn_k_scale_min) */
+        const __m512i S0 = _mm512_loadu_si512(g + 64), S1 = _mm512_loadu_si512(g + 128), S2 = _mm512_loadu_si512(g + 192);
+        const __m512i sc[2] = {_mm512_and_si512(S0, m6),                                   /* sc 0..3 */
+                               _mm512_or_si512(_mm512_and_si512(S2, m4),                   /* sc 4..7 */
+                                               _mm512_and_si512(_mm512_srli_epi32(S0, 2), m2))};
+        const __m512i mn[2] = {_mm512_and_si512(S1, m6),                                   /* m 0..3 */
+                               _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(S2, 4), m4), /* m 4..7 */
+                                               _mm512_and_si512(_mm512_srli_epi32(S1, 2), m2))};
+        __m512i sumi[TILE_T];
+        UNROLL for (int t = 0; t < NT; t++) sumi[t] = _mm512_setzero_si512();
+        for (int c = 0; c < 4; c++) {   /* sub-blocks 2c (low nibbles) and 2c + 1 (high nibbles) */
+            const __m512i sca = byte_of(sc[c / 2], 2 * (c % 2)), scb = byte_of(sc[c / 2], 2 * (c % 2) + 1);
+            __m512i Wl[8], Wh[8];
+            UNROLL for (int q = 0; q < 8; q++) {
+                const __m512i p = _mm512_loadu_si512(g + 256 + 64 * (8 * c + q));
+                Wl[q] = _mm512_and_si512(p, m4);
+                Wh[q] = _mm512_and_si512(_mm512_srli_epi16(p, 4), m4);
+            }
+            UNROLL for (int t = 0; t < NT; t++) {
+                const uint8_t *xq = x + (size_t)t * xs + (size_t)sb * KN_Q8KX_BLOCK + 64 * c;
+                __m512i il = _mm512_setzero_si512(), ih = _mm512_setzero_si512();
+                UNROLL for (int q = 0; q < 8; q++) {
+                    il = _mm512_dpbusd_epi32(il, Wl[q], _mm512_set1_epi32(ld_i32(xq + 4 * q)));
+                    ih = _mm512_dpbusd_epi32(ih, Wh[q], _mm512_set1_epi32(ld_i32(xq + 32 + 4 * q)));
+                }
+                sumi[t] = _mm512_add_epi32(sumi[t], _mm512_add_epi32(_mm512_mullo_epi32(il, sca), _mm512_mullo_epi32(ih, scb)));
+            }
+        }
+        const __m512i mp[4] = {bytes_as_words(mn[0], 0), bytes_as_words(mn[0], 2), bytes_as_words(mn[1], 0),
+                               bytes_as_words(mn[1], 2)};
+        UNROLL for (int t = 0; t < NT; t++) {
+            const uint8_t *xb = x + (size_t)t * xs + (size_t)sb * KN_Q8KX_BLOCK;
+            __m512i summ = _mm512_setzero_si512();
+            UNROLL for (int k = 0; k < 4; k++) summ = _mm512_dpwssd_epi32(summ, mp[k], _mm512_set1_epi32(ld_i32(xb + 260 + 4 * k)));
+            const __m512 xd = _mm512_set1_ps(ld_f32(xb + 256));
+            sa[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[t]), _mm512_mul_ps(dw, xd), sa[t]);
+            sm[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(summ), _mm512_mul_ps(dmin, xd), sm[t]);
+        }
+    }
+    UNROLL for (int t = 0; t < NT; t++) _mm512_storeu_ps(out + (size_t)t * ldo, _mm512_sub_ps(sa[t], sm[t]));
+}
+
+static void p16_q4_k(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, int nt, float *out, size_t ldo) {
+    switch (nt) {
+    case 1: q4_k_tile(n, w, x, xs, out, ldo, 1); break;
+    case 2: q4_k_tile(n, w, x, xs, out, ldo, 2); break;
+    case 3: q4_k_tile(n, w, x, xs, out, ldo, 3); break;
+    case 4: q4_k_tile(n, w, x, xs, out, ldo, 4); break;
+    case 5: q4_k_tile(n, w, x, xs, out, ldo, 5); break;
+    case 6: q4_k_tile(n, w, x, xs, out, ldo, 6); break;
+    case 7: q4_k_tile(n, w, x, xs, out, ldo, 7); break;
+    default: q4_k_tile(n, w, x, xs, out, ldo, 8); break;
+    }
+}
+
+/* Fills the panel kernels of k (kernels.h). Called only on CPUs with AVX-512 F/BW/VL/VNNI. */
+void kn_avx512_init_p16(kn_kernels *k) {
+    k->p16_tile_t = TILE_T;
+    k->p16[KN_Q4_0] = p16_q4_0;
+    k->p16[KN_Q8_0] = p16_q8_0;
+    k->p16[KN_Q4_K] = p16_q4_k;
+}
+
+#else /* not x86-64: the set is never selected */
+void kn_avx512_init_p16(kn_kernels *k) { (void)k; }
+#endif

@@ -1,0 +1,129 @@
+/*
+ * pack.c - the 16-row panel layout of Q4_0 / Q8_0 / Q4_K matrices (see pack.h): repacking at load,
+ * reading a row back, and the activation rows of the panel kernels. Plain C: the layout is a byte
+ * format, not an instruction set. The reference for the panel kernels is the plain vec_dot of quant.h
+ * on rows read back with kn_p16_row_plain (tests/unit/test_pack.c).
+ *
+ * Every format is described by its block's fields (offset and size in the plain block); packing
+ * spreads each field over the 16 rows of a panel as pack.h says, unpacking gathers it back.
+ */
+#include "tensor/pack.h"
+
+#include "base/base.h"
+#include "tensor/quant.h"
+
+#include <string.h>
+
+bool kn_p16_type(kn_dtype t) { return t == KN_Q4_0 || t == KN_Q8_0 || t == KN_Q4_K; }
+
+typedef struct field {
+    uint16_t off, size;   /* bytes in the plain block */
+    uint32_t flip;        /* xor applied to each dword (Q8_0 quants: +128) */
+} field;
+
+typedef struct layout {
+    int n_fields;
+    field f[4];
+    int block_elems;      /* elements per block */
+    size_t block_bytes;   /* bytes per plain block; a group is 16 of them */
+} layout;
+
+static layout layout_of(kn_dtype t) {
+    switch (t) {
+    case KN_Q4_0: return (layout){2, {{0, 2, 0}, {2, 16, 0}}, 32, sizeof(kn_block_q4_0)};
+    case KN_Q8_0: return (layout){2, {{0, 2, 0}, {2, 32, 0x80808080u}}, 32, sizeof(kn_block_q8_0)};
+    default: /* KN_Q4_K */
+        return (layout){4, {{0, 2, 0}, {2, 2, 0}, {4, 12, 0}, {16, 128, 0}}, 256, sizeof(kn_block_q4_k)};
+    }
+}
+
+/* Moves row l's block between plain bytes `blk` and its group `g` (to_group: plain -> group). */
+static void move_block(const layout *L, uint8_t *blk, uint8_t *g, int l, bool to_group) {
+    size_t goff = 0;
+    for (int i = 0; i < L->n_fields; i++) {
+        const field *f = &L->f[i];
+        if (f->size == 2) {
+            if (to_group) memcpy(g + goff + 2 * l, blk + f->off, 2);
+            else memcpy(blk + f->off, g + goff + 2 * l, 2);
+        } else {
+            for (int j = 0; j < f->size / 4; j++) {
+                uint8_t *gp = g + goff + 64 * j + 4 * l, *bp = blk + f->off + 4 * j;
+                uint32_t v;
+                memcpy(&v, to_group ? bp : gp, 4);
+                v ^= f->flip;
+                memcpy(to_group ? gp : bp, &v, 4);
+            }
+        }
+        goff += (size_t)KN_P16_ROWS * f->size;
+    }
+}
+
+void kn_p16_pack(kn_dtype t, const uint8_t *src, int64_t rows, int64_t cols, uint8_t *dst) {
+    const layout L = layout_of(t);
+    const int64_t nb = cols / L.block_elems;
+    const size_t rb = (size_t)nb * L.block_bytes, gb = KN_P16_ROWS * L.block_bytes;
+    for (int64_t p = 0; p < rows / KN_P16_ROWS; p++) {
+        uint8_t *panel = dst + (size_t)p * KN_P16_ROWS * rb;
+        for (int l = 0; l < KN_P16_ROWS; l++) {   /* row by row: each source row read in order */
+            const uint8_t *row = src + (size_t)(p * KN_P16_ROWS + l) * rb;
+            for (int64_t b = 0; b < nb; b++)
+                move_block(&L, (uint8_t *)(uintptr_t)(row + (size_t)b * L.block_bytes), panel + (size_t)b * gb, l, true);
+        }
+    }
+}
+
+void kn_p16_row_plain(kn_dtype t, const uint8_t *data, int64_t cols, int64_t r, uint8_t *out) {
+    const layout L = layout_of(t);
+    const int64_t nb = cols / L.block_elems;
+    const size_t rb = (size_t)nb * L.block_bytes, gb = KN_P16_ROWS * L.block_bytes;
+    const uint8_t *panel = data + (size_t)(r / KN_P16_ROWS) * KN_P16_ROWS * rb;
+    for (int64_t b = 0; b < nb; b++)
+        move_block(&L, out + (size_t)b * L.block_bytes, (uint8_t *)(uintptr_t)(panel + (size_t)b * gb),
+                   (int)(r % KN_P16_ROWS), false);
+}
+
+void kn_p16_row_f32(kn_dtype t, const uint8_t *data, int64_t cols, int64_t r, float *out) {
+    const layout L = layout_of(t);
+    const kn_type_traits *tr = kn_type_traits_get(t);
+    const size_t rb = (size_t)(cols / L.block_elems) * L.block_bytes, gb = KN_P16_ROWS * L.block_bytes;
+    const uint8_t *panel = data + (size_t)(r / KN_P16_ROWS) * KN_P16_ROWS * rb;
+    for (int64_t b = 0; b < cols / L.block_elems; b++) {   /* one block at a time: no row buffer */
+        uint8_t blk[sizeof(kn_block_q4_k)];                 /* the largest block of the formats */
+        move_block(&L, blk, (uint8_t *)(uintptr_t)(panel + (size_t)b * gb), (int)(r % KN_P16_ROWS), false);
+        tr->to_float(blk, out + (int64_t)L.block_elems * b, L.block_elems);
+    }
+}
+
+size_t kn_q8x_row_bytes(kn_dtype t, int64_t n) {
+    return t == KN_Q4_K ? (size_t)(n / KN_QK_K) * KN_Q8KX_BLOCK : (size_t)(n / 32) * KN_Q8X_BLOCK;
+}
+
+void kn_q8x_quantize(kn_dtype t, kn_from_float_fn q, const float *x, uint8_t *dst, int64_t n) {
+    if (t == KN_Q4_K) {
+        for (int64_t b = 0; b < n / KN_QK_K; b++) {
+            kn_block_q8_k k;
+            q(x + b * KN_QK_K, &k, KN_QK_K);
+            uint8_t *o = dst + (size_t)b * KN_Q8KX_BLOCK;
+            memcpy(o, k.qs, KN_QK_K);
+            memcpy(o + KN_QK_K, &k.d, 4);
+            for (int j = 0; j < 8; j++) {
+                const int16_t bs = (int16_t)(k.bsums[2 * j] + k.bsums[2 * j + 1]);   /* |bs| <= 32 * 128 */
+                memcpy(o + KN_QK_K + 4 + 2 * j, &bs, 2);
+            }
+        }
+        return;
+    }
+    const int32_t off = t == KN_Q4_0 ? 8 : 128;
+    for (int64_t b = 0; b < n / 32; b++) {
+        kn_block_q8_0 k;
+        q(x + b * 32, &k, 32);
+        uint8_t *o = dst + (size_t)b * KN_Q8X_BLOCK;
+        int32_t sum = 0;
+        for (int e = 0; e < 32; e++) sum += k.qs[e];
+        const float d = kn_fp16_to_fp32(k.d);
+        const int32_t c = -off * sum;
+        memcpy(o, k.qs, 32);
+        memcpy(o + 32, &d, 4);
+        memcpy(o + 36, &c, 4);
+    }
+}

@@ -1,0 +1,75 @@
+/*
+ * pack.h - the 16-row panel layout ("P16") of Q4_0, Q8_0 and Q4_K weight matrices, and the activation
+ * formats of the panel kernels.
+ *
+ * SIMD kernels that put one weight row in each 32-bit lane of a 512-bit register want the 16 rows of a
+ * panel side by side: then one sequential stream of bytes feeds a whole panel (decode reads the matrix
+ * front to back once), and one vpdpbusd multiplies 4 consecutive weights of 16 rows by 4 activation
+ * quants broadcast to every lane. Matrices whose kernel set has panel kernels (kn_kernels.p16) and whose
+ * row count is a multiple of 16 are repacked into this layout when the model is copied into memory; the
+ * packed matrix has exactly the bytes of the plain one (kn_weight.packed says which layout it holds).
+ *
+ * Layout. A panel is rows 16p .. 16p+15 and occupies the bytes of those 16 plain rows. Inside it, block
+ * column b (block b of every row: 32 elements, 256 for Q4_K) is a group of bytes, groups in order of b.
+ * A group holds the fields of the format's block in their order, each field spread over the 16 rows:
+ * a 2-byte field (an fp16 scale) as 16 lanes of 2 bytes (lane l = row 16p+l); a field of 4k bytes as k
+ * vectors of 64 bytes, dword l of vector j holding bytes 4j .. 4j+3 of row l's field.
+ *   Q4_0 (288 bytes): d | qs (4 vectors: low nibbles elements 4j .. 4j+3, high nibbles 16+4j ..)
+ *   Q8_0 (544 bytes): d | qs (8 vectors) stored with the top bit flipped: unsigned codes w + 128
+ *   Q4_K (2304 bytes): d | dmin | scales (3 vectors) | qs (32 vectors: vector 8c + q holds
+ *        qs[32c + 4q .. +3]: low nibbles are elements 4q .. 4q+3 of sub-block 2c, high nibbles of 2c+1)
+ *
+ * Activation rows for panel kernels:
+ *   Q8X (Q4_0, Q8_0 weights), per 32 elements: {int8 qs[32]; float d; int32 c} (40 bytes): qs and d are
+ *     exactly the Q8_0 quantization (d the stored fp16 scale as fp32), c = -off * sum(qs) with the
+ *     weight codes' offset off (8 for Q4_0, 128 for Q8_0): a chain of vpdpbusd started at c yields the
+ *     exact integer dot product of the signed weights with the quants.
+ *   Q8KX (Q4_K weights), per 256 elements: {int8 qs[256]; float d; int16 bs[8]} (276 bytes): the Q8_K
+ *     quantization, with bs[j] = bsums[2j] + bsums[2j + 1] (the sum of sub-block j's 32 quants).
+ *
+ * Numerics: a panel kernel's output for (row, token) is exactly the reference vec_dot of quant.h, bit
+ * for bit (the integer sums are exact, and the float steps per block are the reference's).
+ */
+#ifndef KN_PACK_H
+#define KN_PACK_H
+
+#include "tensor/dtype.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define KN_P16_ROWS 16
+#define KN_Q8X_BLOCK 40   /* bytes of a Q8X activation block of 32: qs[32], float d, int32 c */
+#define KN_Q8KX_BLOCK 276 /* bytes of a Q8KX activation block of 256: qs[256], float d, int16 bs[8] */
+
+/* Panel kernel: for t < nt and l < 16,
+ *   out[t * ldo + l] = dot(row l of the panel at w, activation row t at x + t * xs)
+ * over n elements (n a multiple of the block size); activation rows in the weight type's format.
+ * 1 <= nt <= the set's p16_tile_t. */
+typedef void (*kn_p16_fn)(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, int nt, float *out,
+                          size_t ldo);
+
+/* True when matrices of type t have a panel layout (Q4_0, Q8_0, Q4_K). */
+bool kn_p16_type(kn_dtype t);
+
+/* Repacks a rows x cols matrix of type t (kn_p16_type(t), rows % 16 == 0, whole blocks) from the
+ * plain row-major bytes at src into the panel layout at dst (the same number of bytes; src and dst must
+ * not overlap). */
+void kn_p16_pack(kn_dtype t, const uint8_t *src, int64_t rows, int64_t cols, uint8_t *dst);
+
+/* Dequantizes row r of a packed rows x cols matrix of type t at data into out[cols]. */
+void kn_p16_row_f32(kn_dtype t, const uint8_t *data, int64_t cols, int64_t r, float *out);
+
+/* Copies row r of a packed matrix back into plain blocks (row_bytes bytes at out). */
+void kn_p16_row_plain(kn_dtype t, const uint8_t *data, int64_t cols, int64_t r, uint8_t *out);
+
+/* Bytes of one activation row of n elements for panel kernels of weight type t. */
+size_t kn_q8x_row_bytes(kn_dtype t, int64_t n);
+
+/* Quantizes n floats (whole blocks) into an activation row for panel kernels of weight type t, with q
+ * the quantizer of t's vec_dot type (Q8_0 or Q8_K; the reference one or a SIMD one: both give
+ * identical bytes). dst holds kn_q8x_row_bytes(t, n) bytes. */
+void kn_q8x_quantize(kn_dtype t, kn_from_float_fn q, const float *x, uint8_t *dst, int64_t n);
+
+#endif

@@ -1,0 +1,248 @@
+# test_chat.sh - `kiln chat`: scripted turns on piped stdin (greedy replies equal to `kiln run` on
+# the same rendered conversation, with and without a chat template, with the KV of earlier turns
+# reused), the /commands and their errors, a conversation that outgrows the context, and the
+# interactive path driven through a pseudo-terminal (streamed reply, Ctrl-C during a reply and at
+# the prompt, up-arrow history, the history file, /quit and Ctrl-D).
+. tests/cli/lib.sh
+M="$DATA/models/stories260K/stories260K.gguf"
+if [ ! -f "$M" ]; then skip chat "no $M"; exit 0; fi
+
+# ---- piped stdin, no chat template (the messages are joined by blank lines) ----
+"$KILN" run -m "$M" -p "Once upon a time" -n 12 --temp 0 --ignore-eos >"$TMP/run1" 2>/dev/null
+R1=$(tail -c +17 "$TMP/run1")   # the continuation after the 16-byte prompt, without the newline
+"$KILN" run -m "$M" -p "$(printf 'Once upon a time\n\n%s\n\nThe cat' "$R1")" -n 12 --temp 0 --ignore-eos >"$TMP/run2" 2>/dev/null
+R2=$(tail -c +$(( ${#R1} + 28 )) "$TMP/run2")
+printf 'Once upon a time\nThe cat\n' | "$KILN" chat -m "$M" -n 12 --temp 0 --ignore-eos -v >"$TMP/c1" 2>"$TMP/c1.err"
+printf '%s\n%s\n' "$R1" "$R2" >"$TMP/want1"
+if [ -n "$R1" ] && [ -n "$R2" ] && cmp -s "$TMP/c1" "$TMP/want1"; then pass chat_pipe_two_turns_equal_run
+else fail chat_pipe_two_turns_equal_run "got '$(cat "$TMP/c1")' want '$(cat "$TMP/want1")' $(head -c 300 "$TMP/c1.err")"; fi
+[ "$(grep -c 'prompt [0-9]* tokens' "$TMP/c1.err")" -eq 2 ] && pass chat_verbose_stats || fail chat_verbose_stats "$(cat "$TMP/c1.err")"
+
+# /clear forgets: "The cat" then gets the reply of a fresh start, not R2
+"$KILN" run -m "$M" -p "The cat" -n 12 --temp 0 --ignore-eos >"$TMP/runc" 2>/dev/null
+RC=$(tail -c +8 "$TMP/runc")
+printf 'Once upon a time\n/clear\nThe cat\n' | "$KILN" chat -m "$M" -n 12 --temp 0 --ignore-eos >"$TMP/c2" 2>"$TMP/c2.err"
+printf '%s\n%s\n' "$R1" "$RC" >"$TMP/want2"
+if [ "$RC" != "$R2" ] && cmp -s "$TMP/c2" "$TMP/want2" && [ ! -s "$TMP/c2.err" ]; then pass chat_clear
+else fail chat_clear "got '$(cat "$TMP/c2" "$TMP/c2.err")', want '$RC' (not '$R2')"; fi
+
+# /system (and --system) puts a system message first
+"$KILN" run -m "$M" -p "$(printf 'Lily\n\nOnce upon a time')" -n 12 --temp 0 --ignore-eos >"$TMP/run3" 2>/dev/null
+RS=$(tail -c +23 "$TMP/run3")
+printf 'hello\n/system Lily\nOnce upon a time\n' | "$KILN" chat -m "$M" -n 12 --temp 0 --ignore-eos >"$TMP/c4" 2>/dev/null
+printf 'Once upon a time\n' | "$KILN" chat -m "$M" --system Lily -n 12 --temp 0 --ignore-eos >"$TMP/c5" 2>/dev/null
+if [ -n "$RS" ] && [ "$(sed -n 2p "$TMP/c4")" = "$RS" ] && [ "$(cat "$TMP/c5")" = "$RS" ]; then pass chat_system
+else fail chat_system "want '$RS' got '$(cat "$TMP/c4")' / '$(cat "$TMP/c5")'"; fi
+
+# bad /set values, unknown settings and commands: one error line each, and the chat goes on
+printf '/set temp abc\n/set top_k -5\n/set top_p 2\n/set nosuch 1\n/set temp\n/set seed -3\n/frobnicate\n/set temp 0\n/set max_tokens 12\nOnce upon a time\n' |
+  "$KILN" chat -m "$M" --temp 0.9 -n 99 --ignore-eos >"$TMP/c6" 2>"$TMP/c6.err"
+st=$?
+if [ $st -eq 0 ] && [ "$(wc -l <"$TMP/c6.err")" -eq 7 ] && grep -q "temp" "$TMP/c6.err" && grep -q "nosuch" "$TMP/c6.err" &&
+   grep -q "unknown command '/frobnicate'" "$TMP/c6.err" && [ "$(cat "$TMP/c6")" = "$R1" ]; then pass chat_set_errors_continue
+else fail chat_set_errors_continue "exit $st, stdout '$(cat "$TMP/c6")', stderr: $(cat "$TMP/c6.err")"; fi
+printf '/set seed 42\n/set top_k 7\n/set\n/help\n' | "$KILN" chat -m "$M" >"$TMP/c7" 2>"$TMP/c7.err"
+grep -q 'seed 42' "$TMP/c7" && grep -q 'top_k 7' "$TMP/c7" && grep -q '/clear' "$TMP/c7" && [ ! -s "$TMP/c7.err" ] &&
+  pass chat_set_show_help || fail chat_set_show_help "$(cat "$TMP/c7" "$TMP/c7.err")"
+# seeded sampling is reproducible across chats
+printf '/set seed 7\n/set temp 1\nLily\n' | "$KILN" chat -m "$M" -n 24 >"$TMP/s1" 2>/dev/null
+printf 'Lily\n' | "$KILN" chat -m "$M" -n 24 --seed 7 --temp 1 >"$TMP/s2" 2>/dev/null
+[ -s "$TMP/s1" ] && cmp -s "$TMP/s1" "$TMP/s2" && pass chat_seed || fail chat_seed "'$(cat "$TMP/s1")' vs '$(cat "$TMP/s2")'"
+
+# a conversation that outgrows the context: a reply cut by it, then a refused turn, then /clear
+printf 'Once upon a time\nThe end\n/clear\nOnce upon a time\n' |
+  "$KILN" chat -m "$M" -c 24 -n -1 --temp 0 --ignore-eos >"$TMP/c8" 2>"$TMP/c8.err"
+st=$?
+if [ $st -eq 0 ] && grep -q 'context (24 tokens) is full' "$TMP/c8.err" && grep -q 'no longer fits.*/clear' "$TMP/c8.err" &&
+   [ "$(wc -l <"$TMP/c8")" -eq 2 ] && [ "$(sed -n 1p "$TMP/c8")" = "$(sed -n 2p "$TMP/c8")" ]; then pass chat_context_full
+else fail chat_context_full "exit $st: $(cat "$TMP/c8" "$TMP/c8.err")"; fi
+
+# usage errors; EOF at once ends the chat with 0
+expect_exit chat_bad_flag 2 "$KILN" chat -m "$M" --no-such-flag
+expect_exit chat_prompt_flag 2 "$KILN" chat -m "$M" -p hi
+expect_exit chat_bad_temp 2 "$KILN" chat -m "$M" --temp x
+expect_exit chat_no_model 1 "$KILN" chat </dev/null
+expect_exit chat_help 0 "$KILN" help chat
+expect_exit chat_eof 0 "$KILN" chat -m "$M" </dev/null
+
+# ---- a model with a chat template: replies equal `kiln run` on the rendered conversation, and the
+# second turn reuses the KV of the first ----
+T="$DATA/chat-templates/llama.cpp/Qwen-Qwen2.5-7B-Instruct.jinja"
+GEN="$BUILD/kiln-gen"
+if [ -f "$T" ] && [ -x "$GEN" ] && "$GEN" --preset tiny-qwen2 --seed 5 --chat-template "$T" -o "$TMP/q.gguf" >/dev/null 2>&1; then
+  Q="$TMP/q.gguf"
+  printf 'Hello there\nHow are you\n' | "$KILN" chat -m "$Q" -n 10 --temp 0 --ignore-eos -v >"$TMP/q.out" 2>"$TMP/q.err"
+  "$KILN" run -m "$Q" -p "Hello there" -n 10 --temp 0 --ignore-eos >"$TMP/q1" 2>/dev/null
+  python3 - "$TMP" <<'EOF'
+import json, sys
+d = sys.argv[1]
+r1 = open(d + "/q1", "rb").read()[:-1].decode()
+msgs = [{"role": "user", "content": "Hello there"}, {"role": "assistant", "content": r1},
+        {"role": "user", "content": "How are you"}]
+open(d + "/q2.json", "w").write(json.dumps({"messages": msgs, "add_generation_prompt": True}))
+EOF
+  "$KILN" template --model "$Q" --context "$TMP/q2.json" >"$TMP/q2.txt" 2>/dev/null
+  "$KILN" run -m "$Q" --raw -f "$TMP/q2.txt" -n 10 --temp 0 --ignore-eos >"$TMP/q2" 2>/dev/null
+  tail -c +$(($(wc -c <"$TMP/q2.txt") + 1)) "$TMP/q2" >"$TMP/q2.cont"
+  cat "$TMP/q1" "$TMP/q2.cont" >"$TMP/q.want"
+  cmp -s "$TMP/q.out" "$TMP/q.want" && pass chat_template_turns_equal_run || fail chat_template_turns_equal_run "$(head -c 300 "$TMP/q.err")"
+  reused=$(sed -n 's/.*prompt [0-9]* tokens (\([0-9]*\) reused).*/\1/p' "$TMP/q.err" | sed -n 2p)
+  [ "${reused:-0}" -gt 10 ] && pass chat_reuses_kv || fail chat_reuses_kv "$(cat "$TMP/q.err")"
+else
+  skip chat_template_turns_equal_run "no $T or $GEN"
+fi
+
+# ---- the terminal: driven through a pseudo-terminal ----
+if ! python3 -c 'import pty' 2>/dev/null; then skip chat_pty "no python3 pty module"; exit 0; fi
+mkdir -p "$TMP/home"
+HOME="$TMP/home" python3 - "$KILN" "$M" "$R1" "$TMP/home" <<'EOF'
+import os, pty, select, signal, sys, time
+kiln, model, r1, home = sys.argv[1:5]
+LIMIT = 120   # seconds before a wait counts as a hang (a failure guard, not a timing check)
+
+def spawn(*args):
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.environ["TERM"] = "xterm"
+        os.execv(kiln, [kiln, "chat", "-m", model] + list(args))
+    return pid, fd
+
+class Hang(Exception):
+    pass
+
+class Term:
+    def __init__(self, *args):
+        self.pid, self.fd = spawn(*args)
+        self.buf = b""
+        self.eof = False
+    def fill(self, deadline):
+        r, _, _ = select.select([self.fd], [], [], max(0, deadline - time.time()))
+        if not r:
+            raise Hang("timed out; last output %r" % self.buf[-300:])
+        try:
+            d = os.read(self.fd, 4096)
+        except OSError:
+            d = b""
+        if not d:
+            self.eof = True
+            raise Hang("the chat ended; last output %r" % self.buf[-300:])
+        self.buf += d
+    def expect(self, pat):
+        """Waits for pat; returns everything before it and consumes through it."""
+        deadline = time.time() + LIMIT
+        while pat not in self.buf:
+            self.fill(deadline)
+        i = self.buf.index(pat)
+        got, self.buf = self.buf[:i], self.buf[i + len(pat):]
+        return got
+    def expect_bytes(self, n):
+        deadline = time.time() + LIMIT
+        while len(self.buf) < n:
+            self.fill(deadline)
+    def send(self, s):
+        os.write(self.fd, s)
+    def wait_exit(self):
+        deadline = time.time() + LIMIT
+        try:
+            while not self.eof:
+                self.fill(deadline)
+        except Hang:
+            pass
+        for _ in range(LIMIT * 10):
+            pid, st = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                return os.waitstatus_to_exitcode(st)
+            time.sleep(0.1)
+        return None
+    def kill(self):
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+        except OSError:
+            pass
+
+def check(name, ok, why=""):
+    print(("PASS %s" % name) if ok else ("FAIL %s: %s" % (name, why)))
+
+PROMPT = b">>> "
+t = Term("--temp", "0", "-n", "12", "--ignore-eos", "-c", "60000")
+step = "start"
+try:
+    t.expect(PROMPT)
+    step = "chat_pty_stream"
+    t.send(b"Once upon a time\r")
+    t.expect(b"Once upon a time\r\n")          # the line as typed, echoed
+    # (typed ahead of libedit's switch to raw mode, a line is echoed twice: by the terminal, then
+    # by libedit; only the end of the output is the reply)
+    reply = t.expect(PROMPT)
+    check(step, reply.endswith(b"\r\n" + r1.encode() + b"\r\n\r\n") or reply == r1.encode() + b"\r\n\r\n",
+          "reply %r, want %r" % (reply, r1))
+
+    # a reply without a limit (the context is 60000 tokens): Ctrl-C once it streams
+    step = "chat_pty_ctrl_c_reply"
+    t.send(b"/set n -1\r")
+    t.expect(PROMPT)
+    t.send(b"Lily\r")
+    t.expect(b"Lily\r\n")
+    t.expect_bytes(40)
+    t.send(b"\x03")
+    stopped = t.expect(PROMPT)
+    check(step, b"[reply stopped]" in stopped, "%r" % stopped[-200:])
+
+    step = "chat_pty_after_ctrl_c"
+    t.send(b"/set n 8\r")
+    t.expect(PROMPT)
+    t.send(b"Tom\r")
+    t.expect(b"Tom\r\n")
+    reply = t.expect(PROMPT)
+    check(step, len(reply.strip()) > 0 and reply.endswith(b"\r\n\r\n"), "%r" % reply)
+
+    step = "chat_pty_history_up"
+    t.send(b"\x1b[A")                         # up arrow: the last line, Tom, comes back
+    t.expect(b"Tom")
+    t.send(b"\r")
+    t.expect(b"\r\n")
+    reply = t.expect(PROMPT)
+    check(step, len(reply.strip()) > 0, "%r" % reply)
+
+    step = "chat_pty_ctrl_c_prompt"
+    t.send(b"abc")
+    t.expect(b"abc")
+    t.send(b"\x03")                           # discards the line
+    t.expect(PROMPT)
+    t.send(b"\x03")                           # a second one in a row: the hint
+    hint = t.expect(PROMPT)
+    check(step, b"/quit" in hint, "%r" % hint)
+
+    step = "chat_pty_quit"
+    t.send(b"/quit\r")
+    code = t.wait_exit()
+    check(step, code == 0, "exit %r" % code)
+
+    step = "chat_history_file"
+    try:
+        hist = open(os.path.join(home, ".cache/kiln/chat_history"), "rb").read().replace(b"\\040", b" ")
+    except OSError as e:
+        hist = repr(e).encode()
+    check(step, b"Once upon a time" in hist and b"Tom" in hist and b"/quit" in hist and b"abc" not in hist, "%r" % hist)
+except Hang as e:
+    print("FAIL %s: %s" % (step, e))
+finally:
+    t.kill()
+
+# Ctrl-D on an empty line leaves with 0; the history of the last chat comes back with up arrow
+t = Term("--temp", "0", "-n", "4")
+step = "chat_pty_ctrl_d"
+try:
+    t.expect(PROMPT)
+    t.send(b"\x1b[A")
+    t.expect(b"/quit")
+    t.send(b"\x15")                           # Ctrl-U: clear the line again
+    t.send(b"\x04")
+    code = t.wait_exit()
+    check(step, code == 0, "exit %r" % code)
+except Hang as e:
+    print("FAIL %s: %s" % (step, e))
+finally:
+    t.kill()
+EOF

@@ -1,0 +1,128 @@
+/*
+ * test_attend.c - the attention kernels (kn_attend_fn, src/tensor/attend.c):
+ *   - kn_expf_ref against the C library's expf: within 2 ulp over the range attention uses, 0 below
+ *     KN_EXPF_MIN and for -inf / NaN;
+ *   - the reference kernel against a plain double-precision softmax-weighted sum (relative 1e-5);
+ *   - the best set's kernels against the reference bit for bit (tolerance 0: the blocked algorithm
+ *     is specified to the float step), for F16 and F32 caches, head sizes 8 .. 128 (multiples of 16
+ *     take the vector path, others the reference one) and lengths around the 16-position blocks.
+ */
+#include "harness.h"
+
+#include "tensor/kernels.h"
+
+#include <stdint.h>
+
+static uint64_t rng = 0x2545F4914F6CDD1DULL;
+static float frand(void) {
+    rng ^= rng >> 12; rng ^= rng << 25; rng ^= rng >> 27;
+    return (float)((double)((rng * 2685821657736338717ULL) >> 11) * 0x1.0p-53 * 2.0 - 1.0);
+}
+
+static int ulps(float a, float b) {
+    int32_t ia, ib;
+    memcpy(&ia, &a, 4);
+    memcpy(&ib, &b, 4);
+    return ia > ib ? ia - ib : ib - ia;
+}
+
+static void test_expf(void) {
+    int worst = 0;
+    for (float x = -86.9f; x <= 10.0f; x += 0.0137f) {
+        const int u = ulps(kn_expf_ref(x), expf(x));
+        worst = u > worst ? u : worst;
+    }
+    printf("  largest difference from expf: %d ulp\n", worst);
+    CHECK(worst <= 2);
+    CHECK(kn_expf_ref(0.0f) == 1.0f);
+    CHECK(kn_expf_ref(-INFINITY) == 0.0f);
+    CHECK(kn_expf_ref(NAN) == 0.0f);
+    CHECK(kn_expf_ref(-100.0f) == 0.0f);
+    CHECK(isfinite(kn_expf_ref(1000.0f)));
+}
+
+/* n positions of K and V rows of hd elements (stride hd + 8 elements) in F16 or F32. */
+typedef struct kvbuf {
+    uint8_t *k, *v;
+    float *kf, *vf;   /* the same values as floats */
+    size_t stride;
+} kvbuf;
+
+static void kv_make(kvbuf *b, int n, int hd, bool f16) {
+    const int es = f16 ? 2 : 4, row = hd + 8;
+    b->stride = (size_t)row * (size_t)es;
+    b->k = malloc(b->stride * (size_t)n);
+    b->v = malloc(b->stride * (size_t)n);
+    b->kf = malloc(sizeof(float) * (size_t)(n * row));
+    b->vf = malloc(sizeof(float) * (size_t)(n * row));
+    for (int i = 0; i < n * row; i++) {
+        float kv = frand() * 3.0f, vv = frand();
+        if (f16) {
+            uint16_t hk = kn_fp32_to_fp16(kv), hv = kn_fp32_to_fp16(vv);
+            memcpy(b->k + (size_t)i * 2, &hk, 2);
+            memcpy(b->v + (size_t)i * 2, &hv, 2);
+            kv = kn_fp16_to_fp32(hk);
+            vv = kn_fp16_to_fp32(hv);
+        } else {
+            memcpy(b->k + (size_t)i * 4, &kv, 4);
+            memcpy(b->v + (size_t)i * 4, &vv, 4);
+        }
+        b->kf[i] = kv;
+        b->vf[i] = vv;
+    }
+}
+
+static void kv_free(kvbuf *b) { free(b->k), free(b->v), free(b->kf), free(b->vf); }
+
+static void test_ref_vs_double(void) {
+    const int hd = 64, n = 300, row = hd + 8;
+    for (int f16 = 0; f16 < 2; f16++) {
+        kvbuf b;
+        kv_make(&b, n, hd, f16);
+        float q[64], out[64];
+        for (int i = 0; i < hd; i++) q[i] = frand();
+        (f16 ? kn_attend_f16_ref : kn_attend_f32_ref)(b.k, b.v, b.stride, n, q, hd, 0.125f, out);
+        double s[300], mx = -1e300, sum = 0, want[64] = {0};
+        for (int p = 0; p < n; p++) {
+            s[p] = 0;
+            for (int i = 0; i < hd; i++) s[p] += (double)b.kf[p * row + i] * q[i];
+            s[p] *= 0.125;
+            mx = s[p] > mx ? s[p] : mx;
+        }
+        for (int p = 0; p < n; p++) sum += exp(s[p] - mx);
+        for (int p = 0; p < n; p++)
+            for (int i = 0; i < hd; i++) want[i] += exp(s[p] - mx) / sum * b.vf[p * row + i];
+        double err = 0, norm = 0;
+        for (int i = 0; i < hd; i++) err = fmax(err, fabs(out[i] - want[i])), norm = fmax(norm, fabs(want[i]));
+        kv_free(&b);
+        CHECKF(err <= 1e-5 * fmax(norm, 1e-3), "f16=%d: max error %g (scale %g)", f16, err, norm);
+    }
+}
+
+static void test_best_equals_ref(void) {
+    const kn_kernels *best = kn_kernels_get(KN_KERNELS_AUTO);
+    if (best->attend_f16 == kn_attend_f16_ref) SKIP("kernel set %s uses the reference attention", best->name);
+    const int hds[] = {8, 16, 48, 64, 80, 128};
+    const int ns[] = {1, 2, 15, 16, 17, 31, 33, 100, 517};
+    for (int f16 = 0; f16 < 2; f16++)
+        for (size_t a = 0; a < sizeof hds / sizeof hds[0]; a++)
+            for (size_t c = 0; c < sizeof ns / sizeof ns[0]; c++) {
+                const int hd = hds[a], n = ns[c];
+                kvbuf b;
+                kv_make(&b, n, hd, f16);
+                float q[128], o1[128], o2[128];
+                for (int i = 0; i < hd; i++) q[i] = frand() * 2.0f;
+                (f16 ? kn_attend_f16_ref : kn_attend_f32_ref)(b.k, b.v, b.stride, n, q, hd, 0.3f, o1);
+                (f16 ? best->attend_f16 : best->attend_f32)(b.k, b.v, b.stride, n, q, hd, 0.3f, o2);
+                kv_free(&b);
+                CHECKF(memcmp(o1, o2, sizeof(float) * (size_t)hd) == 0, "%s f16=%d hd=%d n=%d: differs (%.9g vs %.9g)",
+                       best->name, f16, hd, n, o1[0], o2[0]);
+            }
+}
+
+int main(void) {
+    RUN(test_expf);
+    RUN(test_ref_vs_double);
+    RUN(test_best_equals_ref);
+    return kt_summary();
+}

@@ -1,0 +1,166 @@
+/*
+ * test_pack.c - the 16-row panel layout of Q4_0 / Q8_0 / Q4_K matrices (src/tensor/pack.h) and the panel
+ * kernels of the best kernel set against the scalar reference:
+ *   - repacking is lossless: every row read back (plain blocks or floats) equals the original row;
+ *   - Q8X / Q8KX activation rows hold exactly the reference Q8_0 / Q8_K quantization plus the sums;
+ *   - every output of a panel kernel, for every tile width 1 .. p16_tile_t and odd lengths, is
+ *     bit-identical to the reference vec_dot on the plain row (tolerance 0: the numerics contract of
+ *     quant.h defines the same float steps), which also makes any tile width equal to one-token calls.
+ * Buffers are allocated at their exact sizes so AddressSanitizer sees any read past a panel or row.
+ */
+#include "harness.h"
+
+#include "base/base.h"
+#include "tensor/kernels.h"
+#include "tensor/pack.h"
+#include "tensor/quant.h"
+
+#include <stdint.h>
+
+static uint64_t kc_state = 0x9E3779B97F4A7C15ULL;
+
+/* Deterministic standard normal samples (xorshift64* + Box-Muller). */
+static double kc_gauss(void) {
+    double u[2];
+    for (int i = 0; i < 2; i++) {
+        kc_state ^= kc_state >> 12; kc_state ^= kc_state << 25; kc_state ^= kc_state >> 27;
+        u[i] = (double)((kc_state * 2685821657736338717ULL) >> 11) * 0x1.0p-53;
+    }
+    return sqrt(-2.0 * log(u[0] + 1e-300)) * cos(6.283185307179586 * u[1]);
+}
+
+static const kn_dtype types[] = {KN_Q4_0, KN_Q8_0, KN_Q4_K};
+#define N_LENS 5
+
+/* Row lengths to test for type t: odd block counts around the kernels' loops. */
+static int64_t len_of(kn_dtype t, int i) {
+    static const int64_t legacy[N_LENS] = {32, 64, 96, 288, 2080}, k[N_LENS] = {256, 512, 768, 2304, 4352};
+    return t == KN_Q4_K ? k[i] : legacy[i];
+}
+
+/* rows x n random weights (two magnitudes) quantized with the reference quantizer; caller frees. */
+static uint8_t *random_matrix(kn_dtype t, int64_t rows, int64_t n) {
+    const kn_type_traits *tr = kn_type_traits_get(t);
+    const size_t rb = kn_row_bytes(t, n);
+    uint8_t *w = malloc(rb * (size_t)rows);
+    float *f = malloc(sizeof(float) * (size_t)n);
+    for (int64_t r = 0; r < rows; r++) {
+        for (int64_t i = 0; i < n; i++) f[i] = (float)(kc_gauss() * ((r & 1) ? 0.02 : 1.5));
+        tr->from_float(f, w + (size_t)r * rb, n);
+    }
+    free(f);
+    return w;
+}
+
+static void test_pack_roundtrip(void) {
+    for (size_t ti = 0; ti < KN_ARRAY_LEN(types); ti++) {
+        const kn_dtype t = types[ti];
+        const kn_type_traits *tr = kn_type_traits_get(t);
+        for (int li = 0; li < N_LENS; li++) {
+            const int64_t n = len_of(t, li), rows = 48;
+            const size_t rb = kn_row_bytes(t, n);
+            uint8_t *w = random_matrix(t, rows, n), *p = malloc(rb * (size_t)rows), *row = malloc(rb);
+            float *a = malloc(sizeof(float) * (size_t)n), *b = malloc(sizeof(float) * (size_t)n);
+            kn_p16_pack(t, w, rows, n, p);
+            int bad = -1;
+            for (int64_t r = 0; r < rows && bad < 0; r++) {
+                kn_p16_row_plain(t, p, n, r, row);
+                tr->to_float(w + (size_t)r * rb, a, n);
+                kn_p16_row_f32(t, p, n, r, b);
+                if (memcmp(row, w + (size_t)r * rb, rb) != 0 || memcmp(a, b, sizeof(float) * (size_t)n) != 0) bad = (int)r;
+            }
+            free(w), free(p), free(row), free(a), free(b);
+            CHECKF(bad < 0, "%s n=%lld: row %d differs after packing", tr->name, (long long)n, bad);
+        }
+    }
+}
+
+static void test_q8x_rows(void) {
+    for (size_t ti = 0; ti < KN_ARRAY_LEN(types); ti++) {
+        const kn_dtype t = types[ti];
+        const int64_t n = 2304;
+        float *x = malloc(sizeof(float) * (size_t)n);
+        for (int64_t i = 0; i < n; i++) x[i] = (float)(kc_gauss() * (i % 7 ? 0.3 : 40.0));
+        uint8_t *q = malloc(kn_q8x_row_bytes(t, n));
+        int bad = -1;
+        if (t == KN_Q4_K) {
+            kn_block_q8_k *ref = malloc(sizeof *ref * (size_t)(n / 256));
+            kn_q8_k_from_float(x, ref, n);
+            kn_q8x_quantize(t, kn_q8_k_from_float, x, q, n);
+            for (int64_t b = 0; b < n / 256 && bad < 0; b++) {
+                const uint8_t *blk = q + (size_t)b * KN_Q8KX_BLOCK;
+                float d;
+                memcpy(&d, blk + 256, 4);
+                if (memcmp(blk, ref[b].qs, 256) != 0 || d != ref[b].d) bad = (int)b;
+                for (int j = 0; j < 8; j++) {
+                    int16_t bs;
+                    memcpy(&bs, blk + 260 + 2 * j, 2);
+                    if (bs != ref[b].bsums[2 * j] + ref[b].bsums[2 * j + 1]) bad = (int)b;
+                }
+            }
+            free(ref);
+        } else {
+            const int32_t off = t == KN_Q4_0 ? 8 : 128;
+            kn_block_q8_0 *ref = malloc(sizeof *ref * (size_t)(n / 32));
+            kn_q8_0_from_float(x, ref, n);
+            kn_q8x_quantize(t, kn_q8_0_from_float, x, q, n);
+            for (int64_t b = 0; b < n / 32 && bad < 0; b++) {
+                const uint8_t *blk = q + (size_t)b * KN_Q8X_BLOCK;
+                float d;
+                int32_t c, sum = 0;
+                memcpy(&d, blk + 32, 4);
+                memcpy(&c, blk + 36, 4);
+                for (int e = 0; e < 32; e++) sum += ref[b].qs[e];
+                if (memcmp(blk, ref[b].qs, 32) != 0 || d != kn_fp16_to_fp32(ref[b].d) || c != -off * sum) bad = (int)b;
+            }
+            free(ref);
+        }
+        free(x), free(q);
+        CHECKF(bad < 0, "%s: block %d differs", kn_type_traits_get(t)->name, bad);
+    }
+}
+
+/* The panel kernel of set for type t against the reference vec_dot, for n elements and nt tokens. */
+static int check_kernel(const kn_kernels *set, kn_dtype t, int64_t n, int nt) {
+    const kn_type_traits *tr = kn_type_traits_get(t);
+    const kn_dtype at = tr->vec_dot_type;
+    const size_t rb = kn_row_bytes(t, n), xb = kn_q8x_row_bytes(t, n), qb = kn_row_bytes(at, n);
+    uint8_t *w = random_matrix(t, 16, n), *p = malloc(rb * 16), *x = malloc(xb * (size_t)nt);
+    uint8_t *xq = malloc(qb * (size_t)nt);
+    float *f = malloc(sizeof(float) * (size_t)n), *out = malloc(sizeof(float) * 16 * (size_t)nt);
+    for (int tk = 0; tk < nt; tk++) {
+        for (int64_t i = 0; i < n; i++) f[i] = (float)(kc_gauss() * ((tk & 1) ? 3.0 : 0.1));
+        kn_q8x_quantize(t, kn_kernels_quantize(set, at), f, x + (size_t)tk * xb, n);
+        kn_type_traits_get(at)->from_float(f, xq + (size_t)tk * qb, n);
+    }
+    kn_p16_pack(t, w, 16, n, p);
+    set->p16[t](n, p, x, xb, nt, out, 16);
+    int rc = 0;
+    for (int tk = 0; tk < nt && !rc; tk++)
+        for (int l = 0; l < 16 && !rc; l++) {
+            const float want = tr->vec_dot(n, w + (size_t)l * rb, xq + (size_t)tk * qb);
+            if (memcmp(&want, &out[tk * 16 + l], sizeof want) != 0) {
+                printf("  %s %s n=%lld nt=%d: row %d token %d: %.9g, reference %.9g\n", set->name, tr->name,
+                       (long long)n, nt, l, tk, out[tk * 16 + l], want);
+                rc = -1;
+            }
+        }
+    free(w), free(p), free(x), free(xq), free(f), free(out);
+    return rc;
+}
+
+static void test_panel_kernels(void) {
+    const kn_kernels *set = kn_kernels_get(KN_KERNELS_AUTO);
+    if (!set->p16[KN_Q4_0]) SKIP("kernel set %s has no panel kernels", set->name);
+    for (size_t ti = 0; ti < KN_ARRAY_LEN(types); ti++)
+        for (int li = 0; li < N_LENS; li++)
+            for (int nt = 1; nt <= set->p16_tile_t; nt++)
+                CHECK(check_kernel(set, types[ti], len_of(types[ti], li), nt) == 0);
+}
+
+int main(void) {
+    RUN(test_pack_roundtrip);
+    RUN(test_q8x_rows);
+    RUN(test_panel_kernels);
+    return kt_summary();
+}
