@@ -136,8 +136,9 @@ uint64_t kiln_model_size_bytes(const kiln_model *model);
 typedef struct kiln_model_info {
     char arch[32];              /* general.architecture; "" when absent */
     char name[128];             /* general.name; "" when absent */
-    bool runnable;              /* kiln runs this architecture and the file holds tensors (a load
-                                   may still fail on a missing or malformed tensor) */
+    bool runnable;              /* kiln runs this architecture, the file holds tensors and is not
+                                   one part of a split model (a load may still fail on a missing or
+                                   malformed tensor) */
     int32_t n_ctx_train;        /* {arch}.context_length; 0 when absent */
     int32_t n_embd;             /* {arch}.embedding_length; 0 when absent */
     int32_t n_layer;            /* {arch}.block_count; 0 when absent */

@@ -570,6 +570,14 @@ int cli_chat(int argc, char **argv) {
     memset(&ch, 0, sizeof ch);
     ch.done_pipe[0] = ch.done_pipe[1] = -1;
     int rc = CLI_EXIT_FAIL;
+    char *chosen = NULL;
+    if (!c.model) {   /* as kiln serve: $KILN_MODEL, else the largest local model that fits */
+        char src[256];
+        const uint64_t mem = cli_machine_memory();
+        if (!(chosen = cli_models_choose(NULL, c.verbose, mem ? mem : (uint64_t)8 << 30, src, sizeof src))) goto out;
+        fprintf(stderr, "kiln chat: %s (%s)\n", chosen, src);
+        c.model = chosen;
+    }
     ch.m = cli_load_model(&c, false);
     if (!ch.m) goto out;
     kiln_engine_params ep = kiln_engine_default_params();
@@ -639,5 +647,6 @@ out:
     json_decref(ch.msgs);
     free(ch.system);
     free(ch.reply);
+    free(chosen);
     return rc;
 }

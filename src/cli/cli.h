@@ -140,6 +140,13 @@ uint64_t cli_kv_bytes(const kiln_model_info *info, int64_t n_ctx, bool f32);
  * (*fits false); NULL when there is no runnable model. */
 const cli_model_entry *cli_models_pick(const cli_model_list *l, uint64_t budget, bool *fits);
 
+/* The model a command runs when it may choose one: flag_model (-m, resolved as cli_model_resolve),
+ * else $KILN_MODEL, else the largest discovered model whose weights and KV fit in CLI_MEMORY_PCT of
+ * mem bytes (else the smallest, with a warning). Returns its file (malloc'd) and writes where the
+ * choice came from into src; NULL after printing why (nothing found: where kiln looked and how to
+ * get a model). */
+char *cli_models_choose(const char *flag_model, bool verbose, uint64_t mem, char *src, size_t src_cap);
+
 /* Human forms: bytes as "1.2 GiB", counts as "1.2B" / "260K". */
 void cli_fmt_bytes(uint64_t bytes, char *buf, size_t cap);
 void cli_fmt_count(uint64_t n, char *buf, size_t cap);

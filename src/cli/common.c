@@ -51,8 +51,9 @@ static const usage_entry usages[] = {
      "  -n, --n-predict N    new tokens at most (default 256; -1 = until end of text)\n"
      "  --ignore-eos         keep generating past end-of-text tokens\n" MODEL_FLAGS SAMPLING_FLAGS},
     {"chat",
-     "usage: kiln chat -m MODEL [--system TEXT] [-n N] [options]\n"
-     "An interactive chat in the terminal: the whole conversation is rendered with the model's chat\n"
+     "usage: kiln chat [-m MODEL] [--system TEXT] [-n N] [options]\n"
+     "An interactive chat in the terminal (without -m: $KILN_MODEL, else the model kiln serve would\n"
+     "pick). The whole conversation is rendered with the model's chat\n"
      "template every turn (the KV of the turns before is reused) and the reply streams to stdout.\n"
      "Line editing and history (~/.cache/kiln/chat_history). Commands: /clear, /system TEXT,\n"
      "/set NAME VALUE (temp, top_p, top_k, min_p, repeat_penalty, seed, max_tokens), /help, /quit.\n"

@@ -391,3 +391,47 @@ void cli_fmt_count(uint64_t n, char *buf, size_t cap) {
     if (u == 0) snprintf(buf, cap, "%llu", (unsigned long long)n);
     else snprintf(buf, cap, v < 10 ? "%.1f%c" : "%.0f%c", v, suffix[u]);
 }
+
+char *cli_models_choose(const char *flag_model, bool verbose, uint64_t mem, char *src, size_t src_cap) {
+    const char *env = getenv("KILN_MODEL");
+    if (flag_model || (env && *env)) {
+        const char *arg = flag_model ? flag_model : env;
+        char *path = cli_model_resolve(arg, verbose);
+        if (path)
+            snprintf(src, src_cap, "%s%s%s", flag_model ? "flag -m" : "env KILN_MODEL", strcmp(arg, path) ? ": " : "",
+                     strcmp(arg, path) ? arg : "");
+        return path;
+    }
+    cli_model_list l;
+    cli_models_find(&l, verbose);
+    bool fits = false;
+    const uint64_t budget = mem / 100 * CLI_MEMORY_PCT;
+    const cli_model_entry *e = cli_models_pick(&l, budget, &fits);
+    char mem_s[32];
+    cli_fmt_bytes(mem, mem_s, sizeof mem_s);
+    if (!e) {
+        fprintf(stderr, "kiln: no model to run: %s. kiln looked in:\n",
+                l.n ? "none of the models found is one kiln runs" : "no GGUF model was found");
+        cli_models_print_places(stderr);
+        if (l.n_skipped || l.n_split)
+            fprintf(stderr, "(%zu unusable file(s) and %zu split model(s) were left out; kiln ls -v says why)\n",
+                    l.n_skipped, l.n_split);
+        cli_models_print_howto(stderr);
+        cli_models_free(&l);
+        return NULL;
+    }
+    size_t runnable = 0;
+    for (size_t k = 0; k < l.n; k++) runnable += l.v[k].info.runnable;
+    if (fits)
+        snprintf(src, src_cap, "discovered %s: the largest of %zu fitting in %d%% of %s", e->name, runnable,
+                 CLI_MEMORY_PCT, mem_s);
+    else
+        snprintf(src, src_cap, "discovered %s: the smallest of %zu; none fits in %d%% of %s", e->name, runnable,
+                 CLI_MEMORY_PCT, mem_s);
+    if (!fits)
+        fprintf(stderr, "kiln: warning: no model found fits in %d%% of %s of memory; trying the smallest, %s\n",
+                CLI_MEMORY_PCT, mem_s, e->name);
+    char *path = strdup(e->path);
+    cli_models_free(&l);
+    return path;
+}

@@ -117,46 +117,8 @@ typedef struct plan {
 /* Resolves the model to serve into p (model, model_src, info). Returns 0, or an exit status after
  * printing why (nothing found: where kiln looked and how to get a model). */
 static int plan_model(const cli_common *c, plan *p) {
-    const char *env = getenv("KILN_MODEL");
-    if (c->model || (env && *env)) {
-        const char *arg = c->model ? c->model : env;
-        if (!(p->model = cli_model_resolve(arg, c->verbose))) return CLI_EXIT_FAIL;
-        snprintf(p->model_src, sizeof p->model_src, "%s%s%s", c->model ? "flag -m" : "env KILN_MODEL",
-                 strcmp(arg, p->model) ? ": " : "", strcmp(arg, p->model) ? arg : "");
-    } else {
-        cli_model_list l;
-        cli_models_find(&l, c->verbose);
-        bool fits = false;
-        const cli_model_entry *e = cli_models_pick(&l, p->budget, &fits);
-        char mem[32];
-        cli_fmt_bytes(p->mem, mem, sizeof mem);
-        if (!e) {
-            fprintf(stderr, "kiln: no model to serve: %s. kiln looked in:\n",
-                    l.n ? "none of the models found is one kiln runs" : "no GGUF model was found");
-            cli_models_print_places(stderr);
-            if (l.n_skipped || l.n_split)
-                fprintf(stderr, "(%zu unusable file(s) and %zu split model(s) were left out; kiln ls -v says why)\n",
-                        l.n_skipped, l.n_split);
-            cli_models_print_howto(stderr);
-            cli_models_free(&l);
-            return CLI_EXIT_FAIL;
-        }
-        size_t runnable = 0;
-        for (size_t k = 0; k < l.n; k++) runnable += l.v[k].info.runnable;
-        p->model = strdup(e->path);
-        if (fits)
-            snprintf(p->model_src, sizeof p->model_src, "discovered %s: the largest of %zu fitting in %d%% of %s",
-                     e->name, runnable, CLI_MEMORY_PCT, mem);
-        else
-            snprintf(p->model_src, sizeof p->model_src,
-                     "discovered %s: the smallest of %zu; none fits in %d%% of %s", e->name, runnable, CLI_MEMORY_PCT,
-                     mem);
-        if (!fits)
-            fprintf(stderr, "kiln serve: warning: no model found fits in %d%% of %s of memory; trying the smallest, %s\n",
-                    CLI_MEMORY_PCT, mem, e->name);
-        cli_models_free(&l);
-        if (!p->model) return CLI_EXIT_FAIL;
-    }
+    if (!(p->model = cli_models_choose(c->model, c->verbose, p->mem, p->model_src, sizeof p->model_src)))
+        return CLI_EXIT_FAIL;
     kiln_status st = kiln_model_info_read(p->model, &p->info);
     if (st) {
         fprintf(stderr, "kiln: cannot load model: %s (%s)\n", kiln_last_error(), kiln_status_str(st));

@@ -95,11 +95,18 @@ if [ $st -eq 0 ] && grep -q "^model .*llama-2-tiny-random.gguf *(discovered sub/
 grep -q "^memory .*(env KILN_TEST_MEMORY, for tests only)" "$TMP/c3" && pass test_memory_shown || fail test_memory_shown
 
 k0 serve --print-config >/dev/null 2>"$TMP/none.err"; st=$?
-if [ $st -eq 1 ] && grep -q "no model to serve" "$TMP/none.err" && grep -q "kiln pull ORG/NAME" "$TMP/none.err" &&
+if [ $st -eq 1 ] && grep -q "no model to run" "$TMP/none.err" && grep -q "kiln pull ORG/NAME" "$TMP/none.err" &&
    grep -q -- "-m PATH" "$TMP/none.err" && grep -q "$TMP/empty/.cache/kiln/models" "$TMP/none.err"; then
   pass none_found_exit1_howto; else fail none_found_exit1_howto "exit $st: $(cat "$TMP/none.err")"; fi
 k0 >/dev/null 2>"$TMP/none2.err"; st=$?
-[ $st -eq 1 ] && grep -q "no model to serve" "$TMP/none2.err" && pass kiln_alone_none_found || fail kiln_alone_none_found "exit $st"
+[ $st -eq 1 ] && grep -q "no model to run" "$TMP/none2.err" && pass kiln_alone_none_found || fail kiln_alone_none_found "exit $st"
+# kiln chat without -m: the same choice as kiln serve (here the one model in KILN_MODELS), or the how-to
+echo "Once upon a time" | env HOME="$TMP/empty" KILN_MODELS="$TMP/single.gguf" KILN_MODEL= HF_HUB_CACHE= HF_HOME= \
+  XDG_CACHE_HOME= "$KILN" chat -n 4 --temp 0 >"$TMP/chat.out" 2>"$TMP/chat.err"; st=$?
+if [ $st -eq 0 ] && grep -q "kiln chat: .*single.gguf (discovered" "$TMP/chat.err" && [ -s "$TMP/chat.out" ]; then
+  pass chat_picks_model; else fail chat_picks_model "exit $st: $(cat "$TMP/chat.err")"; fi
+k0 chat </dev/null >/dev/null 2>"$TMP/chat0.err"; st=$?
+[ $st -eq 1 ] && grep -q "no model to run" "$TMP/chat0.err" && pass chat_none_found || fail chat_none_found "exit $st"
 
 # ---- --print-config sources ----
 cfg -m "$R" -t 3 --temp 0.5 >"$TMP/c4"
