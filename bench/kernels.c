@@ -79,8 +79,6 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: kernels [-r REPS 1..100] [-n TOKENS 1..4096]\n");
         return 2;
     }
-    extern int kn__pf_dist;
-    if (getenv("PF")) kn__pf_dist = atoi(getenv("PF"));
     const kn_kernels *k = kn_kernels_get(KN_KERNELS_AUTO);
     if (!k->p16[KN_Q4_0]) {
         printf("kernel set %s has no panel kernels\n", k->name);

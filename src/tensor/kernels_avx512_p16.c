@@ -37,14 +37,6 @@ static inline float ld_f32(const uint8_t *p) {
     return v;
 }
 
-int kn__pf_dist = 4096;
-/* Decode: prefetches the bytes [g + PF, g + PF + len) where PF bytes ahead of the group being read. The
- * addresses are formed as integers (they may lie past the matrix; prefetches never fault). */
-AI void prefetch_ahead(const uint8_t *g, size_t len) {
-    const uintptr_t p = (uintptr_t)g + (uintptr_t)kn__pf_dist;
-    for (size_t l = 0; l < len; l += 64) _mm_prefetch((const char *)(p + l), _MM_HINT_T0);
-}
-
 /* The 8 code vectors of a Q4_0 group (pack.h): W[j] holds the codes of elements 4j .. 4j+3 of each
  * row's block, unsigned 0..15. */
 AI void codes_q4_0(const uint8_t *g, __m512i W[8]) {
@@ -86,7 +78,6 @@ AI __m512i block_dot(const __m512i W[8], const uint8_t *xb, const int SPLIT) {
         const int64_t nb = n / 32;                                                                  \
         for (int64_t b = 0; b < nb; b++) {                                                          \
             const uint8_t *g = w + (size_t)b * (GB);                                                \
-            if (NT == 1) prefetch_ahead(g, (GB));                                                   \
             const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g));              \
             __m512i W[8];                                                                           \
             CODES(g, W);                                                                            \
@@ -136,7 +127,6 @@ AI void q4_k_tile(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, floa
     const __m512i m4 = _mm512_set1_epi8(0x0F), m6 = _mm512_set1_epi8(0x3F), m2 = _mm512_set1_epi8(0x30);
     for (int64_t sb = 0; sb < n / 256; sb++) {
         const uint8_t *g = w + (size_t)sb * 16 * sizeof(kn_block_q4_k);
-        if (NT == 1) prefetch_ahead(g, 16 * sizeof(kn_block_q4_k));
         const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g));
         const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + 32)));
         /* the 12 scale bytes of each row: S0 = bytes 0..3, S1 = 4..7, S2 = 8..11 (kn_k_scale_min) */
