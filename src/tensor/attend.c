@@ -6,13 +6,14 @@
  * The algorithm, which the SIMD versions reproduce bit for bit:
  *   m = -inf; lsum[16] = 0; out[hd] = 0
  *   for each block of positions p0 = 0, 16, 32, ... (the last may be partial, cnt < 16):
- *     s[j]  = kv_dot(k[p0 + j], q) * scale            (the kv_dot order of kernels.c)
+ *     s[j]  = dot(k[p0 + j], q) * scale               (the reference row dot below)
  *     bm    = max over j < cnt of s[j]
  *     if bm > m: c = expf(m - bm); lsum[*] *= c; out[*] *= c; m = bm
  *     w[j]  = expf(s[j] - m)                          (j < cnt; the other lanes add 0)
- *     lsum[j] += w[j]; then for j in order: out[i] = fmaf(w[j], v[p0 + j][i], out[i])
+ *     lsum[j] += w[j]; then for j in order: out[i] = fmaf(w[j], v[p0 + j][i], out[i])   (axpy)
  *   out[*] *= 1 / kn_reduce16(lsum)
- * No T x T score matrix exists: a block's 16 scores live in registers.
+ * No T x T score matrix exists: a block's 16 scores live in registers. kn_attend_blocked runs it over
+ * any row helpers that compute the reference's bits (the AVX2 set passes its SIMD ones).
  */
 #include "tensor/kernels.h"
 #include "tensor/quant.h"
@@ -39,8 +40,11 @@ float kn_expf_ref(float x) {
     return y * scale;
 }
 
-/* The reference kv_dot of kernels.c over one K row. */
-static float dot_row(const uint8_t *k, const float *q, int n, bool f16) {
+/* Reference row helpers, in the order the SIMD versions compute (so every kernel set gives the same
+ * bits): a dot product puts the first n - n % 8 products in 16 lanes by index % 16 with fused
+ * multiply-adds, reduces the lanes by kn_reduce16, then adds the remaining products one by one;
+ * axpy is y[i] = fmaf(a, v[i], y[i]). */
+static float dot_ref(const void *k, const float *q, int n, bool f16) {
     float acc[16] = {0};
     const int body = n - n % 8;
     for (int i = 0; i < body; i++) {
@@ -54,16 +58,26 @@ static float dot_row(const uint8_t *k, const float *q, int n, bool f16) {
     }
     return s;
 }
+static float dot_f16_ref(const void *k, const float *q, int n) { return dot_ref(k, q, n, true); }
+static float dot_f32_ref(const void *k, const float *q, int n) { return dot_ref(k, q, n, false); }
+static void axpy_f16_ref(float a, const void *v, float *y, int n) {
+    const uint16_t *h = v;
+    for (int i = 0; i < n; i++) y[i] = fmaf(a, kn_fp16_to_fp32(h[i]), y[i]);
+}
+static void axpy_f32_ref(float a, const void *v, float *y, int n) {
+    const float *f = v;
+    for (int i = 0; i < n; i++) y[i] = fmaf(a, f[i], y[i]);
+}
 
-static void attend_ref(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int hd,
-                       float scale, float *out, bool f16) {
+void kn_attend_blocked(kn_kv_dot_fn dot, kn_kv_axpy_fn axpy, const uint8_t *k, const uint8_t *v, size_t stride,
+                       int32_t n, const float *q, int hd, float scale, float *out) {
     float m = -INFINITY, lsum[16] = {0}, s[16];
     memset(out, 0, (size_t)hd * sizeof(float));
     for (int32_t p0 = 0; p0 < n; p0 += 16) {
         const int cnt = n - p0 < 16 ? (int)(n - p0) : 16;
         float bm = -INFINITY;
         for (int j = 0; j < cnt; j++) {
-            s[j] = dot_row(k + (size_t)(p0 + j) * stride, q, hd, f16) * scale;
+            s[j] = dot(k + (size_t)(p0 + j) * stride, q, hd) * scale;
             bm = s[j] > bm ? s[j] : bm;
         }
         if (bm > m) {
@@ -75,11 +89,7 @@ static void attend_ref(const uint8_t *k, const uint8_t *v, size_t stride, int32_
         for (int j = 0; j < cnt; j++) {
             const float w = kn_expf_ref(s[j] - m);
             lsum[j] += w;
-            const uint8_t *vr = v + (size_t)(p0 + j) * stride;
-            for (int i = 0; i < hd; i++) {
-                const float vv = f16 ? kn_fp16_to_fp32(((const uint16_t *)vr)[i]) : ((const float *)vr)[i];
-                out[i] = fmaf(w, vv, out[i]);
-            }
+            axpy(w, v + (size_t)(p0 + j) * stride, out, hd);
         }
     }
     const float inv = 1.0f / kn_reduce16(lsum);
@@ -88,10 +98,10 @@ static void attend_ref(const uint8_t *k, const uint8_t *v, size_t stride, int32_
 
 void kn_attend_f16_ref(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int hd,
                        float scale, float *out) {
-    attend_ref(k, v, stride, n, q, hd, scale, out, true);
+    kn_attend_blocked(dot_f16_ref, axpy_f16_ref, k, v, stride, n, q, hd, scale, out);
 }
 
 void kn_attend_f32_ref(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int hd,
                        float scale, float *out) {
-    attend_ref(k, v, stride, n, q, hd, scale, out, false);
+    kn_attend_blocked(dot_f32_ref, axpy_f32_ref, k, v, stride, n, q, hd, scale, out);
 }

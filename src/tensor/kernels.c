@@ -72,41 +72,9 @@ REF_GEMM(gemm_ref_q4_k, KN_Q4_K)
 REF_GEMM(gemm_ref_q5_k, KN_Q5_K)
 REF_GEMM(gemm_ref_q6_k, KN_Q6_K)
 
-/* Attention helpers, in the order the SIMD versions compute (so every kernel set gives the same
- * bits): the first n - n % 8 products go to 16 lanes by index % 16 with fused multiply-adds, the
- * lanes are reduced by kn_reduce16, then the remaining products are added one by one. */
-static float kv_dot_ref(const void *k, const float *q, int n, bool f16) {
-    float acc[16] = {0};
-    const int body = n - n % 8;
-    for (int i = 0; i < body; i++) {
-        const float kv = f16 ? kn_fp16_to_fp32(((const uint16_t *)k)[i]) : ((const float *)k)[i];
-        acc[i & 15] = fmaf(kv, q[i], acc[i & 15]);
-    }
-    float s = kn_reduce16(acc);
-    for (int i = body; i < n; i++) {
-        const float kv = f16 ? kn_fp16_to_fp32(((const uint16_t *)k)[i]) : ((const float *)k)[i];
-        s += kv * q[i];
-    }
-    return s;
-}
-static float kv_dot_f16_ref(const void *k, const float *q, int n) { return kv_dot_ref(k, q, n, true); }
-static float kv_dot_f32_ref(const void *k, const float *q, int n) { return kv_dot_ref(k, q, n, false); }
-static void kv_axpy_f16_ref(float a, const void *v, float *y, int n) {
-    const uint16_t *h = v;
-    for (int i = 0; i < n; i++) y[i] = fmaf(a, kn_fp16_to_fp32(h[i]), y[i]);
-}
-static void kv_axpy_f32_ref(float a, const void *v, float *y, int n) {
-    const float *f = v;
-    for (int i = 0; i < n; i++) y[i] = fmaf(a, f[i], y[i]);
-}
-
 static void init_ref(kn_kernels *k) {
     memset(k, 0, sizeof *k);
     k->name = "ref";
-    k->kv_dot_f16 = kv_dot_f16_ref;
-    k->kv_dot_f32 = kv_dot_f32_ref;
-    k->kv_axpy_f16 = kv_axpy_f16_ref;
-    k->kv_axpy_f32 = kv_axpy_f32_ref;
     k->attend_f16 = kn_attend_f16_ref;
     k->attend_f32 = kn_attend_f32_ref;
     k->tile_r = 4;

@@ -33,7 +33,8 @@ const kn_cpu *kn_cpu_features(void);
 typedef void (*kn_gemm_fn)(int64_t n, const uint8_t *w, size_t w_stride, int nr, const uint8_t *x,
                            size_t x_stride, int nt, float *out, size_t ldo);
 
-/* Attention helpers over one KV row of n elements in F16 (raw binary16 bits) or F32:
+/* Row helpers over one KV row of n elements in F16 (raw binary16 bits) or F32, in the reference's
+ * order (attend.c):
  *   dot:  returns sum_i k[i] * q[i]
  *   axpy: y[i] += a * v[i] */
 typedef float (*kn_kv_dot_fn)(const void *k, const float *q, int n);
@@ -49,6 +50,9 @@ void kn_attend_f16_ref(const uint8_t *k, const uint8_t *v, size_t stride, int32_
                        float scale, float *out);
 void kn_attend_f32_ref(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int hd,
                        float scale, float *out);
+/* The blocked attention of attend.c over the given row helpers (kn_attend_fn contract otherwise). */
+void kn_attend_blocked(kn_kv_dot_fn dot, kn_kv_axpy_fn axpy, const uint8_t *k, const uint8_t *v, size_t stride,
+                       int32_t n, const float *q, int hd, float scale, float *out);
 
 /* e^x as every kernel set computes it in attention (attend.c): 0 below KN_EXPF_MIN (and for NaN),
  * x clamped to KN_EXPF_MAX, else within 2 ulp of e^x through fixed float steps. */
@@ -58,8 +62,6 @@ float kn_expf_ref(float x);
 
 typedef struct kn_kernels {
     const char *name;                             /* "ref", "avx2", "avx512" */
-    kn_kv_dot_fn kv_dot_f16, kv_dot_f32;
-    kn_kv_axpy_fn kv_axpy_f16, kv_axpy_f32;
     kn_attend_fn attend_f16, attend_f32;
     int tile_r, tile_t;                           /* largest tile the gemm kernels take */
     kn_gemm_fn gemm[KN_DTYPE_COUNT];              /* per weight type; NULL: use the reference */
@@ -82,7 +84,7 @@ kn_from_float_fn kn_kernels_quantize(const kn_kernels *k, kn_dtype t);
 
 /* SIMD sets, each in its own files; each init fills the entries it implements and leaves the others.
  * The tile is 4x4 for every set (tile_r = tile_t = 4); a kernel may process sub-tiles internally. */
-void kn_kernels_init_avx2(kn_kernels *k);           /* kernels_avx2.c: attention helpers, then the two below */
+void kn_kernels_init_avx2(kn_kernels *k);           /* kernels_avx2.c: attention, then the two below */
 void kn_avx2_init_legacy(kn_kernels *k);            /* kernels_avx2_legacy.c: F32/F16/BF16, Q4_0..Q8_0, Q8_0/Q8_1 quantizers */
 void kn_avx2_init_kquants(kn_kernels *k);           /* kernels_avx2_k.c: Q4_K, Q5_K, Q6_K, Q8_K quantizer */
 void kn_kernels_init_avx512(kn_kernels *k);         /* kernels_avx512.c: calls the two below */

@@ -1,6 +1,6 @@
 /*
- * kernels_avx2.c - assembles the AVX2+FMA kernel set (x86-64): the attention helpers over F16/F32
- * KV rows (here), the legacy and float formats (kernels_avx2_legacy.c) and the K formats
+ * kernels_avx2.c - assembles the AVX2+FMA kernel set (x86-64): attention over F16/F32 KV rows
+ * (here: SIMD row helpers in the reference's order, run by attend.c's blocked attention), the legacy and float formats (kernels_avx2_legacy.c) and the K formats
  * (kernels_avx2_k.c). The AVX-512 set starts from this one.
  */
 #include "tensor/kernels.h"
@@ -18,7 +18,7 @@ static float hsum256(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-/* dot of n F16 values with n floats, in the reference's order (kernels.c): two 8-wide FMA chains
+/* dot of n F16 values with n floats, in the reference's order (attend.c): two 8-wide FMA chains
  * holding lanes index % 16, reduced as kn_reduce16, then the tail one product at a time. */
 static float kv_dot_f16(const void *k, const float *q, int n) {
     const uint16_t *h = k;
@@ -66,15 +66,23 @@ static void kv_axpy_f32(float a, const void *v, float *y, int n) {
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(f + i), _mm256_loadu_ps(y + i)));
     for (; i < n; i++) y[i] = fmaf(a, f[i], y[i]);
 }
+
+/* The blocked attention of attend.c over these row helpers (bit-identical to the reference). */
+static void attend_f16(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int hd,
+                       float scale, float *out) {
+    kn_attend_blocked(kv_dot_f16, kv_axpy_f16, k, v, stride, n, q, hd, scale, out);
+}
+static void attend_f32(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int hd,
+                       float scale, float *out) {
+    kn_attend_blocked(kv_dot_f32, kv_axpy_f32, k, v, stride, n, q, hd, scale, out);
+}
 #endif
 
 void kn_kernels_init_avx2(kn_kernels *k) {
     k->name = "avx2";
 #if defined(__x86_64__)
-    k->kv_dot_f16 = kv_dot_f16;
-    k->kv_dot_f32 = kv_dot_f32;
-    k->kv_axpy_f16 = kv_axpy_f16;
-    k->kv_axpy_f32 = kv_axpy_f32;
+    k->attend_f16 = attend_f16;
+    k->attend_f32 = attend_f32;
 #endif
     kn_avx2_init_legacy(k);
     kn_avx2_init_kquants(k);

@@ -3,7 +3,7 @@
  * attend.c, 16 positions per block, bit-identical to the reference.
  *
  * A block's 16 scores come from 16 dot products kept as 16-lane fma accumulators (lane = element
- * index % 16, as the reference kv_dot) and reduced all at once by a transposing tree whose every
+ * index % 16, as the reference row dot of attend.c) and reduced all at once by a transposing tree whose every
  * addition is one of kn_reduce16's (upper 8 lanes onto the lower 8, then 4, 2, 1); the exponentials
  * of the block are one vector evaluation of kn_expf_ref's steps; V rows are accumulated in position
  * order with fused multiply-adds. Head sizes that are not a multiple of 16 (or above 256) use the
