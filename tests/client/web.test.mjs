@@ -306,7 +306,8 @@ await test('web_error_server_gone', async () => {
   await sendMessage(page, 'Anyone there?');
   await waitReady(page);
   const err = lastReply(page).locator('.error');
-  assert.equal(await err.isVisible(), true, 'an inline error');
+  // the reply is redrawn on the next animation frame, which may come after the state changed
+  await err.waitFor({ state: 'visible', timeout: 60000 });
   assert.match(await err.innerText(), /Cannot reach the kiln server/);
   assert.equal(await err.locator('button.retry').isVisible(), true, 'with a Retry button');
   assert.equal(await page.isEnabled('#send'), true);
