@@ -37,22 +37,20 @@ static layout layout_of(kn_dtype t) {
     }
 }
 
-/* Moves row l's block between plain bytes `blk` and its group `g` (to_group: plain -> group). */
-static void move_block(const layout *L, uint8_t *blk, uint8_t *g, int l, bool to_group) {
+/* Copies row l's block from plain bytes to its group (to_group) or from the group to plain bytes:
+ * src is the plain block and dst the group, or the other way round. */
+static void move_block(const layout *L, const uint8_t *src, uint8_t *dst, int l, bool to_group) {
     size_t goff = 0;
     for (int i = 0; i < L->n_fields; i++) {
         const field *f = &L->f[i];
-        if (f->size == 2) {
-            if (to_group) memcpy(g + goff + 2 * l, blk + f->off, 2);
-            else memcpy(blk + f->off, g + goff + 2 * l, 2);
-        } else {
-            for (int j = 0; j < f->size / 4; j++) {
-                uint8_t *gp = g + goff + 64 * j + 4 * l, *bp = blk + f->off + 4 * j;
-                uint32_t v;
-                memcpy(&v, to_group ? bp : gp, 4);
-                v ^= f->flip;
-                memcpy(to_group ? gp : bp, &v, 4);
-            }
+        for (int j = 0; j < (f->size == 2 ? 1 : f->size / 4); j++) {
+            /* a 2-byte field is lane l of a 32-byte run; a 4k-byte one is dword l of k vectors */
+            const size_t g = goff + (f->size == 2 ? 2 * (size_t)l : 64 * (size_t)j + 4 * (size_t)l);
+            const size_t b = (size_t)f->off + 4 * (size_t)j, len = f->size == 2 ? 2 : 4;
+            uint32_t v = 0;
+            memcpy(&v, src + (to_group ? b : g), len);
+            if (len == 4) v ^= f->flip;
+            memcpy(dst + (to_group ? g : b), &v, len);
         }
         goff += (size_t)KN_P16_ROWS * f->size;
     }
@@ -67,7 +65,7 @@ void kn_p16_pack(kn_dtype t, const uint8_t *src, int64_t rows, int64_t cols, uin
         for (int l = 0; l < KN_P16_ROWS; l++) {   /* row by row: each source row read in order */
             const uint8_t *row = src + (size_t)(p * KN_P16_ROWS + l) * rb;
             for (int64_t b = 0; b < nb; b++)
-                move_block(&L, (uint8_t *)(uintptr_t)(row + (size_t)b * L.block_bytes), panel + (size_t)b * gb, l, true);
+                move_block(&L, row + (size_t)b * L.block_bytes, panel + (size_t)b * gb, l, true);
         }
     }
 }
@@ -78,8 +76,7 @@ void kn_p16_row_plain(kn_dtype t, const uint8_t *data, int64_t cols, int64_t r, 
     const size_t rb = (size_t)nb * L.block_bytes, gb = KN_P16_ROWS * L.block_bytes;
     const uint8_t *panel = data + (size_t)(r / KN_P16_ROWS) * KN_P16_ROWS * rb;
     for (int64_t b = 0; b < nb; b++)
-        move_block(&L, out + (size_t)b * L.block_bytes, (uint8_t *)(uintptr_t)(panel + (size_t)b * gb),
-                   (int)(r % KN_P16_ROWS), false);
+        move_block(&L, panel + (size_t)b * gb, out + (size_t)b * L.block_bytes, (int)(r % KN_P16_ROWS), false);
 }
 
 void kn_p16_row_f32(kn_dtype t, const uint8_t *data, int64_t cols, int64_t r, float *out) {
@@ -89,7 +86,7 @@ void kn_p16_row_f32(kn_dtype t, const uint8_t *data, int64_t cols, int64_t r, fl
     const uint8_t *panel = data + (size_t)(r / KN_P16_ROWS) * KN_P16_ROWS * rb;
     for (int64_t b = 0; b < cols / L.block_elems; b++) {   /* one block at a time: no row buffer */
         uint8_t blk[sizeof(kn_block_q4_k)];                 /* the largest block of the formats */
-        move_block(&L, blk, (uint8_t *)(uintptr_t)(panel + (size_t)b * gb), (int)(r % KN_P16_ROWS), false);
+        move_block(&L, panel + (size_t)b * gb, blk, (int)(r % KN_P16_ROWS), false);
         tr->to_float(blk, out + (int64_t)L.block_elems * b, L.block_elems);
     }
 }
