@@ -69,6 +69,21 @@ AI __m512i block_dot(const __m512i W[8], const uint8_t *xb, const int SPLIT) {
     return s0;
 }
 
+/* The kn_p16_fn NAME: TILE specialized for each token count 1 .. TILE_T (constant loop bounds). */
+#define P16_ENTRY(NAME, TILE)                                                                       \
+    static void NAME(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, int nt, float *out, size_t ldo) { \
+        switch (nt) {                                                                               \
+        case 1: TILE(n, w, x, xs, out, ldo, 1); break;                                              \
+        case 2: TILE(n, w, x, xs, out, ldo, 2); break;                                              \
+        case 3: TILE(n, w, x, xs, out, ldo, 3); break;                                              \
+        case 4: TILE(n, w, x, xs, out, ldo, 4); break;                                              \
+        case 5: TILE(n, w, x, xs, out, ldo, 5); break;                                              \
+        case 6: TILE(n, w, x, xs, out, ldo, 6); break;                                              \
+        case 7: TILE(n, w, x, xs, out, ldo, 7); break;                                              \
+        default: TILE(n, w, x, xs, out, ldo, 8); break;                                             \
+        }                                                                                           \
+    }
+
 /* A panel (16 rows) times NT tokens; CODES unpacks one block column group of GB bytes. */
 #define DEFINE_P16(NAME, GB, CODES)                                                                 \
     AI void NAME##_tile(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, float *out, size_t ldo, \
@@ -90,18 +105,7 @@ AI __m512i block_dot(const __m512i W[8], const uint8_t *xb, const int SPLIT) {
         }                                                                                           \
         UNROLL for (int t = 0; t < NT; t++) _mm512_storeu_ps(out + (size_t)t * ldo, acc[t]);       \
     }                                                                                               \
-    static void NAME(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, int nt, float *out, size_t ldo) { \
-        switch (nt) {                                                                               \
-        case 1: NAME##_tile(n, w, x, xs, out, ldo, 1); break;                                       \
-        case 2: NAME##_tile(n, w, x, xs, out, ldo, 2); break;                                       \
-        case 3: NAME##_tile(n, w, x, xs, out, ldo, 3); break;                                       \
-        case 4: NAME##_tile(n, w, x, xs, out, ldo, 4); break;                                       \
-        case 5: NAME##_tile(n, w, x, xs, out, ldo, 5); break;                                       \
-        case 6: NAME##_tile(n, w, x, xs, out, ldo, 6); break;                                       \
-        case 7: NAME##_tile(n, w, x, xs, out, ldo, 7); break;                                       \
-        default: NAME##_tile(n, w, x, xs, out, ldo, 8); break;                                      \
-        }                                                                                           \
-    }
+    P16_ENTRY(NAME, NAME##_tile)
 
 DEFINE_P16(p16_q4_0, 16 * sizeof(kn_block_q4_0), codes_q4_0)
 DEFINE_P16(p16_q8_0, 16 * sizeof(kn_block_q8_0), codes_q8_0)
@@ -171,18 +175,7 @@ AI void q4_k_tile(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, floa
     UNROLL for (int t = 0; t < NT; t++) _mm512_storeu_ps(out + (size_t)t * ldo, _mm512_sub_ps(sa[t], sm[t]));
 }
 
-static void p16_q4_k(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, int nt, float *out, size_t ldo) {
-    switch (nt) {
-    case 1: q4_k_tile(n, w, x, xs, out, ldo, 1); break;
-    case 2: q4_k_tile(n, w, x, xs, out, ldo, 2); break;
-    case 3: q4_k_tile(n, w, x, xs, out, ldo, 3); break;
-    case 4: q4_k_tile(n, w, x, xs, out, ldo, 4); break;
-    case 5: q4_k_tile(n, w, x, xs, out, ldo, 5); break;
-    case 6: q4_k_tile(n, w, x, xs, out, ldo, 6); break;
-    case 7: q4_k_tile(n, w, x, xs, out, ldo, 7); break;
-    default: q4_k_tile(n, w, x, xs, out, ldo, 8); break;
-    }
-}
+P16_ENTRY(p16_q4_k, q4_k_tile)
 
 /* Fills the panel kernels of k (kernels.h). Called only on CPUs with AVX-512 F/BW/VL/VNNI. */
 void kn_avx512_init_p16(kn_kernels *k) {
