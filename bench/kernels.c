@@ -60,11 +60,13 @@ static void run_p16(const kn_kernels *k, kn_dtype t, const uint8_t *w, int64_t r
     const int T = k->p16_tile_t;
     for (int64_t b0 = 0; b0 < N; b0 += 64) {
         const int64_t b1 = b0 + 64 < N ? b0 + 64 : N;
-        for (int64_t p = 0; p < rows / KN_P16_ROWS; p++)
+        for (int64_t p = 0; p < rows / KN_P16_ROWS; p += KN_P16_PANELS) {
+            const int np = (int)(rows / KN_P16_ROWS - p < KN_P16_PANELS ? rows / KN_P16_ROWS - p : KN_P16_PANELS);
             for (int64_t n = b0; n < b1; n += T) {
                 const int nt = (int)(b1 - n < T ? b1 - n : T);
-                g(cols, w + (size_t)p * pb, xq + (size_t)n * xs, xs, nt, y + n * rows + p * KN_P16_ROWS, (size_t)rows);
+                g(cols, w + (size_t)p * pb, np, xq + (size_t)n * xs, xs, nt, y + n * rows + p * KN_P16_ROWS, (size_t)rows);
             }
+        }
     }
 }
 
@@ -85,7 +87,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     const kn_dtype types[] = {KN_Q4_0, KN_Q8_0, KN_Q4_K};
-    const int64_t rows = 2048, cols = 8192, stack = 24;  /* 24 matrices: 226 MB in Q4_0 */
+    const int64_t rows = 2048, cols = getenv("COLS") ? atoll(getenv("COLS")) : 8192, stack = 24;  /* 24 matrices: 226 MB in Q4_0 */
     printf("kernel set %s, one thread, matrices %lld x %lld, %d repetitions (median)\n", k->name, (long long)rows,
            (long long)cols, reps);
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {

@@ -78,7 +78,9 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) static double int8_peak(v
             c6 = _mm512_dpbusd_epi32(c6, a, b); c7 = _mm512_dpbusd_epi32(c7, a, b);
             c8 = _mm512_dpbusd_epi32(c8, a, b); c9 = _mm512_dpbusd_epi32(c9, a, b);
             c10 = _mm512_dpbusd_epi32(c10, a, b); c11 = _mm512_dpbusd_epi32(c11, a, b);
+            /* every chain through the barrier: identical chains would otherwise be merged into one */
             __asm__ volatile("" : "+v"(c0), "+v"(c1), "+v"(c2), "+v"(c3), "+v"(c4), "+v"(c5));
+            __asm__ volatile("" : "+v"(c6), "+v"(c7), "+v"(c8), "+v"(c9), "+v"(c10), "+v"(c11));
         }
         double dt = now_s() - t0;
         __m512i s = _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(c0, c1), _mm512_add_epi32(c2, c3)),
@@ -105,7 +107,9 @@ __attribute__((target("avx512f"))) static double fp32_peak(void) {
             c3 = _mm512_fmadd_ps(a, b, c3); c4 = _mm512_fmadd_ps(a, b, c4); c5 = _mm512_fmadd_ps(a, b, c5);
             c6 = _mm512_fmadd_ps(a, b, c6); c7 = _mm512_fmadd_ps(a, b, c7); c8 = _mm512_fmadd_ps(a, b, c8);
             c9 = _mm512_fmadd_ps(a, b, c9); c10 = _mm512_fmadd_ps(a, b, c10); c11 = _mm512_fmadd_ps(a, b, c11);
+            /* every chain through the barrier: identical chains would otherwise be merged into one */
             __asm__ volatile("" : "+v"(c0), "+v"(c1), "+v"(c2), "+v"(c3), "+v"(c4), "+v"(c5));
+            __asm__ volatile("" : "+v"(c6), "+v"(c7), "+v"(c8), "+v"(c9), "+v"(c10), "+v"(c11));
         }
         double dt = now_s() - t0;
         __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(c0, c1), _mm512_add_ps(c2, c3)),

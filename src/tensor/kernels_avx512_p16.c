@@ -23,7 +23,7 @@
 
 #define AI static inline __attribute__((always_inline))
 #define UNROLL _Pragma("GCC unroll 8")
-#define TILE_T 8 /* tokens per kernel call at most */
+#define TILE_T 5 /* tokens per kernel call at most */
 
 static inline int32_t ld_i32(const uint8_t *p) {
     int32_t v;
@@ -53,62 +53,102 @@ AI void codes_q8_0(const uint8_t *g, __m512i W[8]) {
     UNROLL for (int j = 0; j < 8; j++) W[j] = _mm512_loadu_si512(g + 32 + 64 * j);
 }
 
-/* The exact integer dot products of the 16 rows' block with the activation block at xb (Q8X). With
- * SPLIT the chain of 8 vpdpbusd runs as two chains of 4 (integer sums: the result is the same). */
-AI __m512i block_dot(const __m512i W[8], const uint8_t *xb, const int SPLIT) {
-    __m512i s0 = _mm512_set1_epi32(ld_i32(xb + 36));
-    if (SPLIT) {
-        __m512i s1 = _mm512_setzero_si512();
-        UNROLL for (int j = 0; j < 8; j += 2) {
-            s0 = _mm512_dpbusd_epi32(s0, W[j], _mm512_set1_epi32(ld_i32(xb + 4 * j)));
-            s1 = _mm512_dpbusd_epi32(s1, W[j + 1], _mm512_set1_epi32(ld_i32(xb + 4 * j + 4)));
-        }
-        return _mm512_add_epi32(s0, s1);
+/* The exact integer dot product of the 16 rows' block with the activation block at xb (Q8X), the
+ * chain of 8 vpdpbusd run as two chains of 4 (integer sums: the result is the same) so that its
+ * latency hides under the loads of a decode. */
+AI __m512i block_dot(const __m512i W[8], const uint8_t *xb) {
+    __m512i s0 = _mm512_set1_epi32(ld_i32(xb + 36)), s1 = _mm512_setzero_si512();
+    UNROLL for (int j = 0; j < 8; j += 2) {
+        s0 = _mm512_dpbusd_epi32(s0, W[j], _mm512_set1_epi32(ld_i32(xb + 4 * j)));
+        s1 = _mm512_dpbusd_epi32(s1, W[j + 1], _mm512_set1_epi32(ld_i32(xb + 4 * j + 4)));
     }
-    UNROLL for (int j = 0; j < 8; j++) s0 = _mm512_dpbusd_epi32(s0, W[j], _mm512_set1_epi32(ld_i32(xb + 4 * j)));
-    return s0;
+    return _mm512_add_epi32(s0, s1);
 }
 
-/* The kn_p16_fn NAME: TILE specialized for each token count 1 .. TILE_T (constant loop bounds). */
-#define P16_ENTRY(NAME, TILE)                                                                       \
-    static void NAME(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, int nt, float *out, size_t ldo) { \
-        switch (nt) {                                                                               \
-        case 1: TILE(n, w, x, xs, out, ldo, 1); break;                                              \
-        case 2: TILE(n, w, x, xs, out, ldo, 2); break;                                              \
-        case 3: TILE(n, w, x, xs, out, ldo, 3); break;                                              \
-        case 4: TILE(n, w, x, xs, out, ldo, 4); break;                                              \
-        case 5: TILE(n, w, x, xs, out, ldo, 5); break;                                              \
-        case 6: TILE(n, w, x, xs, out, ldo, 6); break;                                              \
-        case 7: TILE(n, w, x, xs, out, ldo, 7); break;                                              \
-        default: TILE(n, w, x, xs, out, ldo, 8); break;                                             \
-        }                                                                                           \
+/* TILE(n, w, x, xs, out, ldo, NP, NT) specialized for the panel count NP and each token count NT. */
+#define P16_NT(TILE, NP)                                                                            \
+    switch (nt) {                                                                                   \
+    case 1: TILE(n, w, x, xs, out, ldo, NP, 1); break;                                              \
+    case 2: TILE(n, w, x, xs, out, ldo, NP, 2); break;                                              \
+    case 3: TILE(n, w, x, xs, out, ldo, NP, 3); break;                                              \
+    case 4: TILE(n, w, x, xs, out, ldo, NP, 4); break;                                              \
+    default: TILE(n, w, x, xs, out, ldo, NP, 5); break;                                             \
     }
 
-/* A panel (16 rows) times NT tokens; CODES unpacks one block column group of GB bytes. */
-#define DEFINE_P16(NAME, GB, CODES)                                                                 \
-    AI void NAME##_tile(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, float *out, size_t ldo, \
-                        const int NT) {                                                             \
-        __m512 acc[TILE_T];                                                                         \
-        UNROLL for (int t = 0; t < NT; t++) acc[t] = _mm512_setzero_ps();                          \
-        const int64_t nb = n / 32;                                                                  \
-        for (int64_t b = 0; b < nb; b++) {                                                          \
+/* The kn_p16_fn NAME over TILE. */
+#define P16_ENTRY(NAME, TILE)                                                                       \
+    static void NAME(int64_t n, const uint8_t *w, int np, const uint8_t *x, size_t xs, int nt, float *out, \
+                     size_t ldo) {                                                                  \
+        if (np >= 2) P16_NT(TILE, 2) else P16_NT(TILE, 1)                                           \
+    }
+
+/* Q4_0 / Q8_0: NP panels of GB bytes per block column times NT tokens; CODES unpacks a group.
+ *   NT <= 2 (decode): panel after panel, the block's 8 code vectors unpacked once and the integer
+ *     chain split in two, so a panel streams at the memory's pace.
+ *   NT >= 3 (prefill): quad j outer, so each activation broadcast feeds NP vpdpbusd and the NP x NT
+ *     integer chains (independent) keep both dot-product pipes busy; loads, not multiplies, bound a
+ *     one-panel tile. */
+#define DEFINE_P16(NAME, GB, CODES, Q4)                                                             \
+    static void NAME##_dec(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, float *out, size_t ldo, \
+                           const int NT) {                                                          \
+        __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};                                 \
+        for (int64_t b = 0; b < n / 32; b++) {                                                      \
             const uint8_t *g = w + (size_t)b * (GB);                                                \
             const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g));              \
             __m512i W[8];                                                                           \
             CODES(g, W);                                                                            \
             UNROLL for (int t = 0; t < NT; t++) {                                                   \
                 const uint8_t *xb = x + (size_t)t * xs + (size_t)b * KN_Q8X_BLOCK;                  \
-                const __m512i p = block_dot(W, xb, NT <= 2);                                        \
                 const __m512 s = _mm512_mul_ps(dw, _mm512_set1_ps(ld_f32(xb + 32)));                \
-                acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), s, acc[t]);                         \
+                acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(block_dot(W, xb)), s, acc[t]);          \
             }                                                                                       \
         }                                                                                           \
         UNROLL for (int t = 0; t < NT; t++) _mm512_storeu_ps(out + (size_t)t * ldo, acc[t]);       \
     }                                                                                               \
+    AI void NAME##_tile(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, float *out, size_t ldo, \
+                        const int NP, const int NT) {                                               \
+        const int64_t nb = n / 32;                                                                  \
+        const size_t pb = (size_t)nb * (GB);   /* bytes of a panel */                               \
+        if (NT <= 2) {                                                                              \
+            for (int q = 0; q < NP; q++) NAME##_dec(n, w + q * pb, x, xs, out + 16 * q, ldo, NT);   \
+            return;                                                                                 \
+        }                                                                                           \
+        const __m512i m4 = _mm512_set1_epi8(0x0F);                                                  \
+        __m512 acc[KN_P16_PANELS][TILE_T];                                                          \
+        UNROLL for (int q = 0; q < NP; q++) UNROLL for (int t = 0; t < NT; t++) acc[q][t] = _mm512_setzero_ps(); \
+        for (int64_t b = 0; b < nb; b++) {                                                          \
+            const uint8_t *g = w + (size_t)b * (GB), *xb = x + (size_t)b * KN_Q8X_BLOCK;            \
+            __m512i p[KN_P16_PANELS][TILE_T];                                                       \
+            UNROLL for (int t = 0; t < NT; t++) {                                                   \
+                const __m512i c = _mm512_set1_epi32(ld_i32(xb + t * xs + 36));                      \
+                UNROLL for (int q = 0; q < NP; q++) p[q][t] = c;                                    \
+            }                                                                                       \
+            UNROLL for (int j = 0; j < 8; j++) {                                                    \
+                __m512i W[KN_P16_PANELS];                                                           \
+                UNROLL for (int q = 0; q < NP; q++) {                                               \
+                    const __m512i v = _mm512_loadu_si512(g + q * pb + 32 + 64 * (Q4 ? j % 4 : j));   \
+                    W[q] = !Q4 ? v : j < 4 ? _mm512_and_si512(v, m4) : _mm512_and_si512(_mm512_srli_epi16(v, 4), m4); \
+                }                                                                                   \
+                UNROLL for (int t = 0; t < NT; t++) {                                               \
+                    const __m512i bx = _mm512_set1_epi32(ld_i32(xb + t * xs + 4 * j));              \
+                    UNROLL for (int q = 0; q < NP; q++) p[q][t] = _mm512_dpbusd_epi32(p[q][t], W[q], bx); \
+                }                                                                                   \
+            }                                                                                       \
+            UNROLL for (int q = 0; q < NP; q++) {                                                   \
+                const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + q * pb))); \
+                UNROLL for (int t = 0; t < NT; t++) {                                               \
+                    const __m512 s = _mm512_mul_ps(dw, _mm512_set1_ps(ld_f32(xb + t * xs + 32)));    \
+                    acc[q][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p[q][t]), s, acc[q][t]);         \
+                }                                                                                   \
+            }                                                                                       \
+        }                                                                                           \
+        UNROLL for (int q = 0; q < NP; q++)                                                         \
+            UNROLL for (int t = 0; t < NT; t++) _mm512_storeu_ps(out + (size_t)t * ldo + 16 * q, acc[q][t]); \
+    }                                                                                               \
     P16_ENTRY(NAME, NAME##_tile)
 
-DEFINE_P16(p16_q4_0, 16 * sizeof(kn_block_q4_0), codes_q4_0)
-DEFINE_P16(p16_q8_0, 16 * sizeof(kn_block_q8_0), codes_q8_0)
+DEFINE_P16(p16_q4_0, 16 * sizeof(kn_block_q4_0), codes_q4_0, 1)
+DEFINE_P16(p16_q8_0, 16 * sizeof(kn_block_q8_0), codes_q8_0, 0)
 
 /* ---- Q4_K: super-blocks of 256 with 8 sub-blocks, 6-bit scales and mins (quant.h) ---- */
 
@@ -175,7 +215,80 @@ AI void q4_k_tile(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, floa
     UNROLL for (int t = 0; t < NT; t++) _mm512_storeu_ps(out + (size_t)t * ldo, _mm512_sub_ps(sa[t], sm[t]));
 }
 
-P16_ENTRY(p16_q4_k, q4_k_tile)
+/* Prefill form of q4_k_tile for NP panels x NT tokens (NT >= 3): sub-block s and quad j outer, so each
+ * activation broadcast feeds NP vpdpbusd and the NP x NT chains are independent; the same integer sums
+ * and float steps as q4_k_tile. */
+AI void q4_k_gemm(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, float *out, size_t ldo, const int NP,
+                  const int NT) {
+    const size_t pb = (size_t)(n / 256) * 16 * sizeof(kn_block_q4_k);
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m6 = _mm512_set1_epi8(0x3F), m2 = _mm512_set1_epi8(0x30);
+    __m512 sa[KN_P16_PANELS][TILE_T], sm[KN_P16_PANELS][TILE_T];
+    UNROLL for (int q = 0; q < NP; q++) UNROLL for (int t = 0; t < NT; t++) sa[q][t] = sm[q][t] = _mm512_setzero_ps();
+    for (int64_t sb = 0; sb < n / 256; sb++) {
+        const uint8_t *xs0 = x + (size_t)sb * KN_Q8KX_BLOCK;
+        __m512i sc[KN_P16_PANELS][2], mn[KN_P16_PANELS][2];
+        UNROLL for (int q = 0; q < NP; q++) {   /* as q4_k_tile */
+            const uint8_t *g = w + q * pb + (size_t)sb * 16 * sizeof(kn_block_q4_k);
+            const __m512i S0 = _mm512_loadu_si512(g + 64), S1 = _mm512_loadu_si512(g + 128), S2 = _mm512_loadu_si512(g + 192);
+            sc[q][0] = _mm512_and_si512(S0, m6);
+            sc[q][1] = _mm512_or_si512(_mm512_and_si512(S2, m4), _mm512_and_si512(_mm512_srli_epi32(S0, 2), m2));
+            mn[q][0] = _mm512_and_si512(S1, m6);
+            mn[q][1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(S2, 4), m4), _mm512_and_si512(_mm512_srli_epi32(S1, 2), m2));
+        }
+        __m512i sumi[KN_P16_PANELS][TILE_T];
+        UNROLL for (int q = 0; q < NP; q++) UNROLL for (int t = 0; t < NT; t++) sumi[q][t] = _mm512_setzero_si512();
+        for (int s8 = 0; s8 < 8; s8++) {   /* sub-block: low nibbles of vectors 8(s8/2) .. +7 when even */
+            const uint8_t *qs = w + (size_t)sb * 16 * sizeof(kn_block_q4_k) + 256 + 64 * 8 * (s8 / 2);
+            __m512i is[KN_P16_PANELS][TILE_T];
+            UNROLL for (int q = 0; q < NP; q++) UNROLL for (int t = 0; t < NT; t++) is[q][t] = _mm512_setzero_si512();
+            UNROLL for (int j = 0; j < 8; j++) {
+                __m512i W[KN_P16_PANELS];
+                UNROLL for (int q = 0; q < NP; q++) {
+                    const __m512i v = _mm512_loadu_si512(qs + q * pb + 64 * j);
+                    W[q] = _mm512_and_si512(s8 % 2 ? _mm512_srli_epi16(v, 4) : v, m4);
+                }
+                UNROLL for (int t = 0; t < NT; t++) {
+                    const __m512i bx = _mm512_set1_epi32(ld_i32(xs0 + t * xs + 32 * s8 + 4 * j));
+                    UNROLL for (int q = 0; q < NP; q++) is[q][t] = _mm512_dpbusd_epi32(is[q][t], W[q], bx);
+                }
+            }
+            UNROLL for (int q = 0; q < NP; q++) {
+                const __m512i scs = byte_of(sc[q][s8 / 4], s8 % 4);
+                UNROLL for (int t = 0; t < NT; t++) sumi[q][t] = _mm512_add_epi32(sumi[q][t], _mm512_mullo_epi32(is[q][t], scs));
+            }
+        }
+        UNROLL for (int q = 0; q < NP; q++) {
+            const uint8_t *g = w + q * pb + (size_t)sb * 16 * sizeof(kn_block_q4_k);
+            const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g));
+            const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + 32)));
+            const __m512i mp[4] = {bytes_as_words(mn[q][0], 0), bytes_as_words(mn[q][0], 2), bytes_as_words(mn[q][1], 0),
+                                   bytes_as_words(mn[q][1], 2)};
+            UNROLL for (int t = 0; t < NT; t++) {
+                const uint8_t *xb = xs0 + t * xs;
+                __m512i summ = _mm512_setzero_si512();
+                UNROLL for (int k = 0; k < 4; k++) summ = _mm512_dpwssd_epi32(summ, mp[k], _mm512_set1_epi32(ld_i32(xb + 260 + 4 * k)));
+                const __m512 xd = _mm512_set1_ps(ld_f32(xb + 256));
+                sa[q][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[q][t]), _mm512_mul_ps(dw, xd), sa[q][t]);
+                sm[q][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(summ), _mm512_mul_ps(dmin, xd), sm[q][t]);
+            }
+        }
+    }
+    UNROLL for (int q = 0; q < NP; q++)
+        UNROLL for (int t = 0; t < NT; t++) _mm512_storeu_ps(out + (size_t)t * ldo + 16 * q, _mm512_sub_ps(sa[q][t], sm[q][t]));
+}
+
+/* NP panels x NT tokens: panel after panel for decode, q4_k_gemm for prefill. */
+AI void q4_k_tiles(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, float *out, size_t ldo, const int NP,
+                   const int NT) {
+    if (NT >= 3) {
+        q4_k_gemm(n, w, x, xs, out, ldo, NP, NT);
+        return;
+    }
+    const size_t pb = (size_t)(n / 256) * 16 * sizeof(kn_block_q4_k);
+    UNROLL for (int q = 0; q < NP; q++) q4_k_tile(n, w + q * pb, x, xs, out + 16 * q, ldo, NT);
+}
+
+P16_ENTRY(p16_q4_k, q4_k_tiles)
 
 /* Fills the panel kernels of k (kernels.h). Called only on CPUs with AVX-512 F/BW/VL/VNNI. */
 void kn_avx512_init_p16(kn_kernels *k) {

@@ -97,9 +97,9 @@ static void mm_tiles(const mm_ctx *c, int64_t t0, int64_t t1) {
             float *y = c->outs[o].y;
             for (int64_t n = b0; n < b1; n += TT) {
                 const int nt = (int)KN_MIN((int64_t)TT, b1 - n);
-                if (p16) /* TR = 16: one panel */
-                    p16(c->cols, wd + (size_t)r0 * rb, c->act + (size_t)n * c->act_stride, c->act_stride, nt,
-                        y + n * rows + r0, (size_t)rows);
+                if (p16) /* TR = 16 x KN_P16_PANELS: up to that many panels */
+                    p16(c->cols, wd + (size_t)r0 * rb, nr / KN_P16_ROWS, c->act + (size_t)n * c->act_stride,
+                        c->act_stride, nt, y + n * rows + r0, (size_t)rows);
                 else
                     gemm(c->cols, wd + (size_t)r0 * rb, rb, nr, c->act + (size_t)n * c->act_stride, c->act_stride,
                          nt, y + n * rows + r0, (size_t)rows);
@@ -120,7 +120,7 @@ static void matmul_group(const kn_matmul_out *outs, int n, const float *x, int64
     const kn_type_traits *tr = kn_type_traits_get(outs[0].w->type);
     const int64_t cols = outs[0].w->cols;
     const bool packed = outs[0].w->packed;   /* then every weight of the run is (see act_format) */
-    mm_ctx c = {.outs = outs, .n_outs = n, .TR = packed ? KN_P16_ROWS : ks->tile_r,
+    mm_ctx c = {.outs = outs, .n_outs = n, .TR = packed ? KN_P16_ROWS * KN_P16_PANELS : ks->tile_r,
                 .TT = packed ? ks->p16_tile_t : ks->tile_t, .N = N, .cols = cols};
     c.act = (const uint8_t *)x;
     c.act_stride = (size_t)cols * sizeof(float);

@@ -43,11 +43,14 @@
 #define KN_Q8X_BLOCK 40   /* bytes of a Q8X activation block of 32: qs[32], float d, int32 c */
 #define KN_Q8KX_BLOCK 276 /* bytes of a Q8KX activation block of 256: qs[256], float d, int16 bs[8] */
 
-/* Panel kernel: for t < nt and l < 16,
- *   out[t * ldo + l] = dot(row l of the panel at w, activation row t at x + t * xs)
+#define KN_P16_PANELS 2 /* panels per panel-kernel call at most */
+
+/* Panel kernel: np consecutive panels (1 <= np <= KN_P16_PANELS) of one matrix at w times nt
+ * activation rows (1 <= nt <= the set's p16_tile_t): for t < nt and l < 16 * np,
+ *   out[t * ldo + l] = dot(row l of the panels at w, activation row t at x + t * xs)
  * over n elements (n a multiple of the block size); activation rows in the weight type's format.
- * 1 <= nt <= the set's p16_tile_t. */
-typedef void (*kn_p16_fn)(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, int nt, float *out,
+ * Several panels per call let one activation broadcast feed several vpdpbusd. */
+typedef void (*kn_p16_fn)(int64_t n, const uint8_t *w, int np, const uint8_t *x, size_t xs, int nt, float *out,
                           size_t ldo);
 
 /* True when matrices of type t have a panel layout (Q4_0, Q8_0, Q4_K). */

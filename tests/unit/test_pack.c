@@ -120,28 +120,30 @@ static void test_q8x_rows(void) {
     }
 }
 
-/* The panel kernel of set for type t against the reference vec_dot, for n elements and nt tokens. */
-static int check_kernel(const kn_kernels *set, kn_dtype t, int64_t n, int nt) {
+/* The panel kernel of set for type t against the reference vec_dot, for np panels, n elements and nt
+ * tokens. */
+static int check_kernel(const kn_kernels *set, kn_dtype t, int np, int64_t n, int nt) {
     const kn_type_traits *tr = kn_type_traits_get(t);
     const kn_dtype at = tr->vec_dot_type;
+    const int rows = 16 * np;
     const size_t rb = kn_row_bytes(t, n), xb = kn_q8x_row_bytes(t, n), qb = kn_row_bytes(at, n);
-    uint8_t *w = random_matrix(t, 16, n), *p = malloc(rb * 16), *x = malloc(xb * (size_t)nt);
+    uint8_t *w = random_matrix(t, rows, n), *p = malloc(rb * (size_t)rows), *x = malloc(xb * (size_t)nt);
     uint8_t *xq = malloc(qb * (size_t)nt);
-    float *f = malloc(sizeof(float) * (size_t)n), *out = malloc(sizeof(float) * 16 * (size_t)nt);
+    float *f = malloc(sizeof(float) * (size_t)n), *out = malloc(sizeof(float) * (size_t)rows * (size_t)nt);
     for (int tk = 0; tk < nt; tk++) {
         for (int64_t i = 0; i < n; i++) f[i] = (float)(kc_gauss() * ((tk & 1) ? 3.0 : 0.1));
         kn_q8x_quantize(t, kn_kernels_quantize(set, at), f, x + (size_t)tk * xb, n);
         kn_type_traits_get(at)->from_float(f, xq + (size_t)tk * qb, n);
     }
-    kn_p16_pack(t, w, 16, n, p);
-    set->p16[t](n, p, x, xb, nt, out, 16);
+    kn_p16_pack(t, w, rows, n, p);
+    set->p16[t](n, p, np, x, xb, nt, out, (size_t)rows);
     int rc = 0;
     for (int tk = 0; tk < nt && !rc; tk++)
-        for (int l = 0; l < 16 && !rc; l++) {
+        for (int l = 0; l < rows && !rc; l++) {
             const float want = tr->vec_dot(n, w + (size_t)l * rb, xq + (size_t)tk * qb);
-            if (memcmp(&want, &out[tk * 16 + l], sizeof want) != 0) {
-                printf("  %s %s n=%lld nt=%d: row %d token %d: %.9g, reference %.9g\n", set->name, tr->name,
-                       (long long)n, nt, l, tk, out[tk * 16 + l], want);
+            if (memcmp(&want, &out[tk * rows + l], sizeof want) != 0) {
+                printf("  %s %s np=%d n=%lld nt=%d: row %d token %d: %.9g, reference %.9g\n", set->name, tr->name,
+                       np, (long long)n, nt, l, tk, out[tk * rows + l], want);
                 rc = -1;
             }
         }
@@ -154,8 +156,9 @@ static void test_panel_kernels(void) {
     if (!set->p16[KN_Q4_0]) SKIP("kernel set %s has no panel kernels", set->name);
     for (size_t ti = 0; ti < KN_ARRAY_LEN(types); ti++)
         for (int li = 0; li < N_LENS; li++)
-            for (int nt = 1; nt <= set->p16_tile_t; nt++)
-                CHECK(check_kernel(set, types[ti], len_of(types[ti], li), nt) == 0);
+            for (int np = 1; np <= KN_P16_PANELS; np++)
+                for (int nt = 1; nt <= set->p16_tile_t; nt++)
+                    CHECK(check_kernel(set, types[ti], np, len_of(types[ti], li), nt) == 0);
 }
 
 int main(void) {
