@@ -72,16 +72,17 @@ void kn_scratch_free(kn_scratch *s) {
     memset(s, 0, sizeof *s);
 }
 
-/* Causal attention of one query head of one token over its row's KV positions [0, pos]: the kernel
- * set's fused attention (online softmax, no score vector; see tensor/attend.c). q[hd] -> out[hd]. */
-static void attend_head(const kn_kernels *ks, const kn_kv *kv, int l, int32_t pos, int kv_off, int hd,
-                        const float *q, float *out) {
+/* Causal attention of nq query heads of one token that share the KV head at kv_off, over its row's
+ * KV positions [0, pos]: the kernel set's fused attention (online softmax, no score vector; see
+ * tensor/attend.c). q[nq][hd] -> out[nq][hd]. */
+static void attend_heads(const kn_kernels *ks, const kn_kv *kv, int l, int32_t pos, int kv_off, int nq, int hd,
+                         const float *q, float *out) {
     const kn_attend_fn attend = kv->type == KN_F16 ? ks->attend_f16 : ks->attend_f32;
-    attend(kn_kv_k_at(kv, l, 0, kv_off), kn_kv_v_at(kv, l, 0, kv_off), (size_t)kv->kv_dim * kv->elt, pos + 1, q, hd,
-           1.0f / sqrtf((float)hd), out);
+    attend(kn_kv_k_at(kv, l, 0, kv_off), kn_kv_v_at(kv, l, 0, kv_off), (size_t)kv->kv_dim * kv->elt, pos + 1, q, nq,
+           hd, 1.0f / sqrtf((float)hd), out);
 }
 
-/* The per-token and per-(token, head) steps of one block, as pool tasks. */
+/* The per-token and per-(token, head chunk) steps of one block, as pool tasks. */
 typedef struct block_ctx {
     const kiln_model *m;
     kn_scratch *s;
@@ -117,27 +118,43 @@ static void prep_task(void *arg, int64_t task, int worker) {
     prep_tokens(c, c->N * task / c->n_tasks, c->N * (task + 1) / c->n_tasks);
 }
 
-/* (token, head) pairs [i0, i1) of att[N][qd], pair i = (token i / n_head, head i % n_head). Each
- * pair writes only its own head of its own token. */
-static void attend_pairs(const block_ctx *c, int64_t i0, int64_t i1) {
+/* Query heads per attention call: a KV head's group of query heads (n_head / n_head_kv), in chunks of
+ * at most KN_ATTEND_MAX_Q; the chunks of a group are its heads [c * chunk, ...). */
+static int head_chunk(const kn_hparams *hp) {
+    const int gqa = hp->n_head / hp->n_head_kv, parts = (gqa + KN_ATTEND_MAX_Q - 1) / KN_ATTEND_MAX_Q;
+    return (gqa + parts - 1) / parts;
+}
+
+/* Attention units [i0, i1) of att[N][qd]: unit i = (token i / units_per_token, chunk i % units_per_token),
+ * a chunk being up to head_chunk() consecutive query heads of one KV head. Each unit writes only its
+ * own heads of its own token. */
+static void attend_units(const block_ctx *c, int64_t i0, int64_t i1) {
     const kn_hparams *hp = &c->m->hp;
     const kn_scratch *s = c->s;
-    const int hd = hp->head_dim, nh = hp->n_head, gqa = nh / hp->n_head_kv;
+    const int hd = hp->head_dim, nh = hp->n_head, gqa = nh / hp->n_head_kv, chunk = head_chunk(hp);
+    const int per_group = (gqa + chunk - 1) / chunk, per_token = hp->n_head_kv * per_group;
     const int64_t qd = (int64_t)nh * hd;
     for (int64_t i = i0; i < i1; i++) {
-        const int64_t t = i / nh;
-        const int h = (int)(i % nh);
-        attend_head(c->m->kernels, c->rows[s->tok_row[t]].kv, c->l, s->tok_pos[t], (h / gqa) * hd, hd,
-                    s->q + t * qd + (int64_t)h * hd, s->att + t * qd + (int64_t)h * hd);
+        const int64_t t = i / per_token;
+        const int u = (int)(i % per_token), g = u / per_group, h0 = g * gqa + (u % per_group) * chunk;
+        const int nq = KN_MIN(chunk, (g + 1) * gqa - h0);
+        attend_heads(c->m->kernels, c->rows[s->tok_row[t]].kv, c->l, s->tok_pos[t], g * hd, nq, hd,
+                     s->q + t * qd + (int64_t)h0 * hd, s->att + t * qd + (int64_t)h0 * hd);
     }
 }
 
-/* Task 0 takes the LAST range of pairs: later tokens attend over more positions, so the costly
+/* The number of attention units per token (attend_units). */
+static int64_t units_per_token(const kn_hparams *hp) {
+    const int gqa = hp->n_head / hp->n_head_kv, chunk = head_chunk(hp);
+    return (int64_t)hp->n_head_kv * ((gqa + chunk - 1) / chunk);
+}
+
+/* Task 0 takes the LAST range of units: later tokens attend over more positions, so the costly
  * tasks are claimed first and the cheap ones fill the end of the run. */
 static void attend_task(void *arg, int64_t task, int worker) {
     const block_ctx *c = arg;
-    const int64_t pairs = c->N * c->m->hp.n_head, r = c->n_tasks - 1 - task;
-    attend_pairs(c, pairs * r / c->n_tasks, pairs * (r + 1) / c->n_tasks);
+    const int64_t units = c->N * units_per_token(&c->m->hp), r = c->n_tasks - 1 - task;
+    attend_units(c, units * r / c->n_tasks, units * (r + 1) / c->n_tasks);
 }
 
 /* Per-token steps below this many tokens, and attention below this many multiply-adds (roughly),
@@ -174,15 +191,15 @@ static void block(const kiln_model *m, kn_scratch *s, kn_batch_row *rows, int l,
     } else {
         prep_tokens(&c, 0, N);
     }
-    /* att[N][qd]: every (token, head) pair is independent */
-    const int64_t pairs = N * nh;
+    /* att[N][qd]: every (token, head chunk) unit is independent */
+    const int64_t units = N * units_per_token(hp);
     int64_t work = 0;   /* multiply-adds, roughly */
     for (int64_t t = 0; t < N; t++) work += (int64_t)(s->tok_pos[t] + 1) * nh * hd;
-    if (nt > 1 && pairs > 1 && work > ATTN_PAR_WORK) {
-        c.n_tasks = KN_MAX(1, KN_MIN(KN_MIN(pairs, (int64_t)nt * ATTN_TASKS_PER_THREAD), work / ATTN_TASK_WORK));
+    if (nt > 1 && units > 1 && work > ATTN_PAR_WORK) {
+        c.n_tasks = KN_MAX(1, KN_MIN(KN_MIN(units, (int64_t)nt * ATTN_TASKS_PER_THREAD), work / ATTN_TASK_WORK));
         kn_pool_run(pool, c.n_tasks, attend_task, &c);
     } else {
-        attend_pairs(&c, 0, pairs);
+        attend_units(&c, 0, units);
     }
     kn_matmul(&ly->wo, s->att, s->xb2, N, s->qbuf, pool, m->kernels);
     kn_add(s->x, s->xb2, N * d);

@@ -1,6 +1,6 @@
 /*
- * attend.c - the reference attention kernel (kn_attend_fn, kernels.h): one query head over the
- * cached K/V rows of positions 0 .. n-1, with an online softmax taken in blocks of 16 positions, and
+ * attend.c - the reference attention kernel (kn_attend_fn, kernels.h): query heads, one after the
+ * other, over the cached K/V rows of positions 0 .. n-1 of their KV head, with an online softmax taken in blocks of 16 positions, and
  * the exponential (kn_expf_ref) that every kernel set computes with the same float steps.
  *
  * The algorithm, which the SIMD versions reproduce bit for bit:
@@ -69,7 +69,8 @@ static void axpy_f32_ref(float a, const void *v, float *y, int n) {
     for (int i = 0; i < n; i++) y[i] = fmaf(a, f[i], y[i]);
 }
 
-void kn_attend_blocked(kn_kv_dot_fn dot, kn_kv_axpy_fn axpy, const uint8_t *k, const uint8_t *v, size_t stride,
+/* The algorithm above for one head: q[hd] -> out[hd]. */
+static void attend_one(kn_kv_dot_fn dot, kn_kv_axpy_fn axpy, const uint8_t *k, const uint8_t *v, size_t stride,
                        int32_t n, const float *q, int hd, float scale, float *out) {
     float m = -INFINITY, lsum[16] = {0}, s[16];
     memset(out, 0, (size_t)hd * sizeof(float));
@@ -96,12 +97,17 @@ void kn_attend_blocked(kn_kv_dot_fn dot, kn_kv_axpy_fn axpy, const uint8_t *k, c
     for (int i = 0; i < hd; i++) out[i] *= inv;
 }
 
-void kn_attend_f16_ref(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int hd,
-                       float scale, float *out) {
-    kn_attend_blocked(dot_f16_ref, axpy_f16_ref, k, v, stride, n, q, hd, scale, out);
+void kn_attend_blocked(kn_kv_dot_fn dot, kn_kv_axpy_fn axpy, const uint8_t *k, const uint8_t *v, size_t stride,
+                       int32_t n, const float *q, int nq, int hd, float scale, float *out) {
+    for (int h = 0; h < nq; h++) attend_one(dot, axpy, k, v, stride, n, q + (size_t)h * hd, hd, scale, out + (size_t)h * hd);
 }
 
-void kn_attend_f32_ref(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int hd,
+void kn_attend_f16_ref(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int nq, int hd,
                        float scale, float *out) {
-    kn_attend_blocked(dot_f32_ref, axpy_f32_ref, k, v, stride, n, q, hd, scale, out);
+    kn_attend_blocked(dot_f16_ref, axpy_f16_ref, k, v, stride, n, q, nq, hd, scale, out);
+}
+
+void kn_attend_f32_ref(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int nq, int hd,
+                       float scale, float *out) {
+    kn_attend_blocked(dot_f32_ref, axpy_f32_ref, k, v, stride, n, q, nq, hd, scale, out);
 }

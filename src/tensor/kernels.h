@@ -40,19 +40,22 @@ typedef void (*kn_gemm_fn)(int64_t n, const uint8_t *w, size_t w_stride, int nr,
 typedef float (*kn_kv_dot_fn)(const void *k, const float *q, int n);
 typedef void (*kn_kv_axpy_fn)(float a, const void *v, float *y, int n);
 
-/* Attention of one query head q[hd] over n cached positions of one KV head, F16 (raw binary16 bits)
- * or F32: position p's K and V head slices at k + p * stride and v + p * stride (bytes);
- *   out[hd] = sum_p softmax_p(scale * k_p . q) v_p
- * with the blocked online softmax of attend.c, which every set computes bit for bit. */
-typedef void (*kn_attend_fn)(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int hd,
-                             float scale, float *out);
-void kn_attend_f16_ref(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int hd,
+/* Attention of nq query heads q[nq][hd] (1 <= nq <= KN_ATTEND_MAX_Q) that share one KV head, over n
+ * cached positions of that head, F16 (raw binary16 bits) or F32: position p's K and V head slices at
+ * k + p * stride and v + p * stride (bytes); for each head h,
+ *   out[h][hd] = sum_p softmax_p(scale * k_p . q[h]) v_p
+ * with the blocked online softmax of attend.c, which every set computes bit for bit: each head's
+ * output is the one-head algorithm's, whatever nq (the heads only share the loads of K and V). */
+#define KN_ATTEND_MAX_Q 8
+typedef void (*kn_attend_fn)(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int nq,
+                             int hd, float scale, float *out);
+void kn_attend_f16_ref(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int nq, int hd,
                        float scale, float *out);
-void kn_attend_f32_ref(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int hd,
+void kn_attend_f32_ref(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int nq, int hd,
                        float scale, float *out);
 /* The blocked attention of attend.c over the given row helpers (kn_attend_fn contract otherwise). */
 void kn_attend_blocked(kn_kv_dot_fn dot, kn_kv_axpy_fn axpy, const uint8_t *k, const uint8_t *v, size_t stride,
-                       int32_t n, const float *q, int hd, float scale, float *out);
+                       int32_t n, const float *q, int nq, int hd, float scale, float *out);
 
 /* e^x as every kernel set computes it in attention (attend.c): 0 below KN_EXPF_MIN (and for NaN),
  * x clamped to KN_EXPF_MAX, else within 2 ulp of e^x through fixed float steps. */

@@ -11,7 +11,7 @@ S="$DATA/models/stories260K/stories260K.gguf"
 R="$DATA/models/llama-2-tiny-random/llama-2-tiny-random.gguf"
 if [ ! -f "$S" ] || [ ! -f "$R" ]; then skip models_tests "no $S or $R"; exit 0; fi
 if ! command -v python3 >/dev/null 2>&1; then skip models_tests "python3 is needed"; exit 0; fi
-SA=$(cd "$(dirname "$S")" && pwd)/$(basename "$S")
+SA=$(cd "$(dirname "$S")" && pwd -P)/$(basename "$S")
 RA=$(cd "$(dirname "$R")" && pwd)/$(basename "$R")
 
 H="$TMP/home"

@@ -5,8 +5,9 @@
  *   - the reference kernel against a plain double-precision softmax-weighted sum (relative 1e-5);
  *   - the best set's and the AVX2 set's kernels against the reference bit for bit (tolerance 0:
  *     the blocked algorithm is specified to the float step), for F16 and F32 caches, head sizes
- *     8 .. 128 (multiples of 16 take the AVX-512 vector path, others the reference one) and lengths
- *     around the 16-position blocks.
+ *     8 .. 256 (multiples of 16 take the AVX-512 vector path, others the reference one), lengths
+ *     around the 16-position blocks and 1 .. KN_ATTEND_MAX_Q query heads per call (each head's output
+ *     equals a one-head call's).
  */
 #include "harness.h"
 
@@ -82,7 +83,7 @@ static void test_ref_vs_double(void) {
         kv_make(&b, n, hd, f16);
         float q[64], out[64];
         for (int i = 0; i < hd; i++) q[i] = frand();
-        (f16 ? kn_attend_f16_ref : kn_attend_f32_ref)(b.k, b.v, b.stride, n, q, hd, 0.125f, out);
+        (f16 ? kn_attend_f16_ref : kn_attend_f32_ref)(b.k, b.v, b.stride, n, q, 1, hd, 0.125f, out);
         double s[300], mx = -1e300, sum = 0, want[64] = {0};
         for (int p = 0; p < n; p++) {
             s[p] = 0;
@@ -100,23 +101,27 @@ static void test_ref_vs_double(void) {
     }
 }
 
-/* Every output of set's attention kernels equals the reference's, bit for bit. */
+/* Every output of set's attention kernels equals the reference's, bit for bit: nq query heads in one
+ * call against one one-head reference call per head. */
 static int check_set(const kn_kernels *best) {
-    const int hds[] = {8, 16, 48, 64, 80, 128};
+    const int hds[] = {8, 16, 48, 64, 80, 128, 256};
     const int ns[] = {1, 2, 15, 16, 17, 31, 33, 100, 517};
+    const int nqs[] = {1, 3, 4, 7, KN_ATTEND_MAX_Q};
+    enum { MAXQ = KN_ATTEND_MAX_Q, MAXHD = 256 };
     for (int f16 = 0; f16 < 2; f16++)
         for (size_t a = 0; a < sizeof hds / sizeof hds[0]; a++)
             for (size_t c = 0; c < sizeof ns / sizeof ns[0]; c++) {
-                const int hd = hds[a], n = ns[c];
+                const int hd = hds[a], n = ns[c], nq = nqs[(a + c) % (sizeof nqs / sizeof nqs[0])];
                 kvbuf b;
                 kv_make(&b, n, hd, f16);
-                float q[128], o1[128], o2[128];
-                for (int i = 0; i < hd; i++) q[i] = frand() * 2.0f;
-                (f16 ? kn_attend_f16_ref : kn_attend_f32_ref)(b.k, b.v, b.stride, n, q, hd, 0.3f, o1);
-                (f16 ? best->attend_f16 : best->attend_f32)(b.k, b.v, b.stride, n, q, hd, 0.3f, o2);
+                float q[MAXQ * MAXHD], o1[MAXQ * MAXHD], o2[MAXQ * MAXHD];
+                for (int i = 0; i < nq * hd; i++) q[i] = frand() * 2.0f;
+                for (int h = 0; h < nq; h++)
+                    (f16 ? kn_attend_f16_ref : kn_attend_f32_ref)(b.k, b.v, b.stride, n, q + h * hd, 1, hd, 0.3f, o1 + h * hd);
+                (f16 ? best->attend_f16 : best->attend_f32)(b.k, b.v, b.stride, n, q, nq, hd, 0.3f, o2);
                 kv_free(&b);
-                if (memcmp(o1, o2, sizeof(float) * (size_t)hd) != 0) {
-                    printf("  %s f16=%d hd=%d n=%d: differs (%.9g vs %.9g)\n", best->name, f16, hd, n, o1[0], o2[0]);
+                if (memcmp(o1, o2, sizeof(float) * (size_t)(nq * hd)) != 0) {
+                    printf("  %s f16=%d hd=%d n=%d nq=%d: differs (%.9g vs %.9g)\n", best->name, f16, hd, n, nq, o1[0], o2[0]);
                     return -1;
                 }
             }
