@@ -1,6 +1,6 @@
 #!/bin/sh
-# bench/run.sh - kiln's reproducible CPU benchmark. Builds kiln, probes the machine's ceilings
-# (bench/probe.c: read bandwidth on 1 and 2 threads, int8 and fp32 peaks of one core), generates
+# bench/run.sh - kiln's reproducible CPU benchmark. Builds kiln, probes the machine's ceilings before
+# each model (bench/probe.c: read bandwidth on 1 and 2 threads, int8 and fp32 peaks of one core), generates
 # the synthetic presets with build/kiln-gen into bench/models/ (git-ignored; reused when present),
 # runs `kiln bench` on each, and prints a markdown table with every pp/tg figure beside its
 # ceiling as a fraction:
@@ -20,12 +20,17 @@ SPECS=${*:-"llama-3.2-1b:Q4_0 llama-3.2-1b:Q8_0 llama-3.2-1b:Q4_K qwen2.5-0.5b:Q
 
 make -s all >/dev/null
 mkdir -p bench/models
-probe=$(build/bench/probe)
-echo "probe: $probe" >&2
+# The machine is probed again before each model: on a shared host the bandwidth and the clock move
+# within minutes, and a figure is compared with the ceiling measured beside it.
+probe() {
+  probe=$(build/bench/probe)
+  echo "probe: $probe" >&2
+  BW1=$(num read_gbs_1t) BW2=$(num read_gbs_2t) I8=$(num int8_gops_1core) F32=$(num fp32_gflops_1core)
+}
 num() { echo "$probe" | sed -n "s/.*\"$1\": \([0-9.]*\).*/\1/p"; }
-BW1=$(num read_gbs_1t) BW2=$(num read_gbs_2t) I8=$(num int8_gops_1core) F32=$(num fp32_gflops_1core)
+probes=""
 
-echo "Machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), read $BW1 GB/s (1 thread) / $BW2 GB/s (2 threads), int8 peak $I8 GOP/s and fp32 peak $F32 GFLOP/s per core"
+echo "Machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); ceilings from the probe run before each model (listed below the table)"
 echo
 echo "| model | type | size MiB | threads | test | t/s (median) | min .. max | ceiling t/s | fraction |"
 echo "| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: |"
@@ -33,6 +38,9 @@ for spec in $SPECS; do
   preset=${spec%%:*} type=${spec#*:}
   f="bench/models/$preset-$type.gguf"
   [ -f "$f" ] || build/kiln-gen --preset "$preset" --type "$type" --seed 1 -o "$f" >&2
+  probe
+  probes="$probes
+- $preset $type: read $BW1 GB/s (1 thread) / $BW2 GB/s (2 threads), int8 peak $I8 GOP/s, fp32 peak $F32 GFLOP/s per core"
   build/kiln bench -m "$f" -p "$PP" -n "$TG" -t "$THREADS" -r "$REPS" --json >bench/models/.last.json
   size=$(stat -c %s "$f")
   params=$(build/kiln run -m "$f" -n 0 -v 2>&1 | sed -n 's/.*, \([0-9.]*\) M params.*/\1/p')
@@ -52,3 +60,5 @@ for spec in $SPECS; do
     echo "| $preset | $type | $(awk -v s="$size" 'BEGIN { printf "%.0f", s / 1048576 }') | $th | $test | $med | $lo .. $hi | $ceil | $frac |"
   done <bench/models/.last.json
 done
+echo
+echo "Probes:$probes"
