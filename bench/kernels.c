@@ -10,7 +10,7 @@
  * Variants alternate within each repetition and the median of the repetitions is printed, because
  * these machines are shared and noisy.
  *
- * Usage: build/bench/kernels [-r REPS] [-n PREFILL_TOKENS]
+ * Usage: build/bench/kernels [-r REPS] [-n PREFILL_TOKENS] [-c COLS (matrix width, default 8192)]
  */
 #include "tensor/kernels.h"
 #include "tensor/pack.h"
@@ -72,13 +72,14 @@ static void run_p16(const kn_kernels *k, kn_dtype t, const uint8_t *w, int64_t r
 
 int main(int argc, char **argv) {
     int reps = 5;
-    int64_t NP = 256;
+    int64_t NP = 256, cols = 8192;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "-r") == 0) reps = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "-n") == 0) NP = atoll(argv[i + 1]);
+        else if (strcmp(argv[i], "-c") == 0) cols = atoll(argv[i + 1]);
     }
-    if (reps < 1 || reps > 100 || NP < 1 || NP > 4096) {
-        fprintf(stderr, "usage: kernels [-r REPS 1..100] [-n TOKENS 1..4096]\n");
+    if (reps < 1 || reps > 100 || NP < 1 || NP > 4096 || cols < 256 || cols > 65536 || cols % 256) {
+        fprintf(stderr, "usage: kernels [-r REPS 1..100] [-n TOKENS 1..4096] [-c COLS, a multiple of 256]\n");
         return 2;
     }
     const kn_kernels *k = kn_kernels_get(KN_KERNELS_AUTO);
@@ -87,7 +88,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     const kn_dtype types[] = {KN_Q4_0, KN_Q8_0, KN_Q4_K};
-    const int64_t rows = 2048, cols = getenv("COLS") ? atoll(getenv("COLS")) : 8192, stack = 24;  /* 24 matrices: 226 MB in Q4_0 */
+    const int64_t rows = 2048, stack = 24;  /* 24 matrices: 226 MB in Q4_0 at the default width */
     printf("kernel set %s, one thread, matrices %lld x %lld, %d repetitions (median)\n", k->name, (long long)rows,
            (long long)cols, reps);
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
