@@ -85,8 +85,9 @@ AI __m512i block_dot(const __m512i W[8], const uint8_t *xb) {
     }
 
 /* Q4_0 / Q8_0: NP panels of GB bytes per block column times NT tokens; CODES unpacks a group.
- *   NT <= 2 (decode): panel after panel, the block's 8 code vectors unpacked once and the integer
- *     chain split in two, so a panel streams at the memory's pace.
+ *   NT <= 2 (decode): panel after panel through NAME_dec, the block's 8 code vectors unpacked once
+ *     and the integer chain split in two, so a panel streams at the memory's pace (a separate
+ *     function: inlined twice into the two-panel entry, decode measured 15% slower).
  *   NT >= 3 (prefill): quad j outer, so each activation broadcast feeds NP vpdpbusd and the NP x NT
  *     integer chains (independent) keep both dot-product pipes busy; loads, not multiplies, bound a
  *     one-panel tile. */
