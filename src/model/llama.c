@@ -118,21 +118,22 @@ static void prep_task(void *arg, int64_t task, int worker) {
     prep_tokens(c, c->N * task / c->n_tasks, c->N * (task + 1) / c->n_tasks);
 }
 
-/* Query heads per attention call: a KV head's group of query heads (n_head / n_head_kv), in chunks of
- * at most KN_ATTEND_MAX_Q; the chunks of a group are its heads [c * chunk, ...). */
-static int head_chunk(const kn_hparams *hp) {
-    const int gqa = hp->n_head / hp->n_head_kv, parts = (gqa + KN_ATTEND_MAX_Q - 1) / KN_ATTEND_MAX_Q;
-    return (gqa + parts - 1) / parts;
+/* A KV head's group of gqa = n_head / n_head_kv query heads is split into the fewest chunks of at
+ * most KN_ATTEND_MAX_Q heads, of `chunk` heads each (the last may be shorter); one chunk of one token
+ * is an attention unit. */
+static int chunks_per_group(const kn_hparams *hp) {
+    return (hp->n_head / hp->n_head_kv + KN_ATTEND_MAX_Q - 1) / KN_ATTEND_MAX_Q;
 }
 
-/* Attention units [i0, i1) of att[N][qd]: unit i = (token i / units_per_token, chunk i % units_per_token),
- * a chunk being up to head_chunk() consecutive query heads of one KV head. Each unit writes only its
- * own heads of its own token. */
+static int64_t units_per_token(const kn_hparams *hp) { return (int64_t)hp->n_head_kv * chunks_per_group(hp); }
+
+/* Attention units [i0, i1) of att[N][qd]: unit i = (token i / units_per_token, chunk i % units_per_token).
+ * Each unit writes only its own heads of its own token. */
 static void attend_units(const block_ctx *c, int64_t i0, int64_t i1) {
     const kn_hparams *hp = &c->m->hp;
     const kn_scratch *s = c->s;
-    const int hd = hp->head_dim, nh = hp->n_head, gqa = nh / hp->n_head_kv, chunk = head_chunk(hp);
-    const int per_group = (gqa + chunk - 1) / chunk, per_token = hp->n_head_kv * per_group;
+    const int hd = hp->head_dim, nh = hp->n_head, gqa = nh / hp->n_head_kv, per_group = chunks_per_group(hp);
+    const int chunk = (gqa + per_group - 1) / per_group, per_token = hp->n_head_kv * per_group;
     const int64_t qd = (int64_t)nh * hd;
     for (int64_t i = i0; i < i1; i++) {
         const int64_t t = i / per_token;
@@ -141,12 +142,6 @@ static void attend_units(const block_ctx *c, int64_t i0, int64_t i1) {
         attend_heads(c->m->kernels, c->rows[s->tok_row[t]].kv, c->l, s->tok_pos[t], g * hd, nq, hd,
                      s->q + t * qd + (int64_t)h0 * hd, s->att + t * qd + (int64_t)h0 * hd);
     }
-}
-
-/* The number of attention units per token (attend_units). */
-static int64_t units_per_token(const kn_hparams *hp) {
-    const int gqa = hp->n_head / hp->n_head_kv, chunk = head_chunk(hp);
-    return (int64_t)hp->n_head_kv * ((gqa + chunk - 1) / chunk);
 }
 
 /* Task 0 takes the LAST range of units: later tokens attend over more positions, so the costly

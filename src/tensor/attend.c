@@ -1,7 +1,8 @@
 /*
  * attend.c - the reference attention kernel (kn_attend_fn, kernels.h): query heads, one after the
- * other, over the cached K/V rows of positions 0 .. n-1 of their KV head, with an online softmax taken in blocks of 16 positions, and
- * the exponential (kn_expf_ref) that every kernel set computes with the same float steps.
+ * other, over the cached K/V rows of positions 0 .. n-1 of their KV head, with an online softmax
+ * taken in blocks of 16 positions, and the exponential (kn_expf_ref) that every kernel set computes
+ * with the same float steps.
  *
  * The algorithm, which the SIMD versions reproduce bit for bit:
  *   m = -inf; lsum[16] = 0; out[hd] = 0

@@ -163,6 +163,41 @@ AI __m512i bytes_as_words(__m512i v, const int k) {
     return _mm512_or_si512(byte_of(v, k), _mm512_slli_epi32(byte_of(v, k + 1), 16));
 }
 
+/* The group at g's 6-bit sub-block scales (kn_k_scale_min): sc[0] for sub-blocks 0..3 and sc[1] for
+ * 4..7, one byte per sub-block in each row's dword. S0 = scale bytes 0..3, S1 = 4..7, S2 = 8..11. */
+AI void q4_k_scales(const uint8_t *g, __m512i sc[2]) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m6 = _mm512_set1_epi8(0x3F), m2 = _mm512_set1_epi8(0x30);
+    const __m512i S0 = _mm512_loadu_si512(g + 64), S2 = _mm512_loadu_si512(g + 192);
+    sc[0] = _mm512_and_si512(S0, m6);
+    sc[1] = _mm512_or_si512(_mm512_and_si512(S2, m4), _mm512_and_si512(_mm512_srli_epi32(S0, 2), m2));
+}
+
+/* The group at g's 6-bit mins as int16 pairs mp[k] = (m[2k], m[2k+1]) for vpdpwssd. */
+AI void q4_k_mins(const uint8_t *g, __m512i mp[4]) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m6 = _mm512_set1_epi8(0x3F), m2 = _mm512_set1_epi8(0x30);
+    const __m512i S1 = _mm512_loadu_si512(g + 128), S2 = _mm512_loadu_si512(g + 192);
+    const __m512i mn0 = _mm512_and_si512(S1, m6);
+    const __m512i mn1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(S2, 4), m4), _mm512_and_si512(_mm512_srli_epi32(S1, 2), m2));
+    mp[0] = bytes_as_words(mn0, 0), mp[1] = bytes_as_words(mn0, 2), mp[2] = bytes_as_words(mn1, 0), mp[3] = bytes_as_words(mn1, 2);
+}
+
+/* The fp16 scales d and dmin of the group at g (16 rows each) as fp32. */
+AI void q4_k_d(const uint8_t *g, __m512 *dw, __m512 *dmin) {
+    *dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g));
+    *dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + 32)));
+}
+
+/* The float step of one super-block for the token whose Q8KX block is xb, given its integer sum sumi
+ * and the group's mins mp and scales dw, dmin:
+ *   summ = sum_j m[j] * bs[j];  sa = fma((float)sumi, d * xd, sa);  sm = fma((float)summ, dmin * xd, sm) */
+AI void q4_k_step(const __m512i mp[4], __m512 dw, __m512 dmin, __m512i sumi, const uint8_t *xb, __m512 *sa, __m512 *sm) {
+    __m512i summ = _mm512_setzero_si512();
+    UNROLL for (int k = 0; k < 4; k++) summ = _mm512_dpwssd_epi32(summ, mp[k], _mm512_set1_epi32(ld_i32(xb + 260 + 4 * k)));
+    const __m512 xd = _mm512_set1_ps(ld_f32(xb + 256));
+    *sa = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_mul_ps(dw, xd), *sa);
+    *sm = _mm512_fmadd_ps(_mm512_cvtepi32_ps(summ), _mm512_mul_ps(dmin, xd), *sm);
+}
+
 /* The super-block group at g (pack.h) times NT Q8KX activation rows:
  *   sumi = sum_j sc[j] * (exact dot of sub-block j)        (vpdpbusd chains, vpmulld)
  *   summ = sum_j m[j] * bs[j]                              (vpdpwssd on int16 pairs)
@@ -171,22 +206,14 @@ AI __m512i bytes_as_words(__m512i v, const int k) {
 AI void q4_k_tile(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, float *out, size_t ldo, const int NT) {
     __m512 sa[TILE_T], sm[TILE_T];
     UNROLL for (int t = 0; t < NT; t++) sa[t] = sm[t] = _mm512_setzero_ps();
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m6 = _mm512_set1_epi8(0x3F), m2 = _mm512_set1_epi8(0x30);
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
     for (int64_t sb = 0; sb < n / 256; sb++) {
         const uint8_t *g = w + (size_t)sb * 16 * sizeof(kn_block_q4_k);
         if (sb + 4 < n / 256)   /* the group 4 ahead: measured +11-18% on Q4_K decode (none on Q4_0) */
             for (int c = 0; c < 16 * (int)sizeof(kn_block_q4_k); c += 64)
                 _mm_prefetch((const char *)(g + 4 * 16 * sizeof(kn_block_q4_k) + c), _MM_HINT_T0);
-        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g));
-        const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + 32)));
-        /* the 12 scale bytes of each row: S0 = bytes 0..3, S1 = 4..7, S2 = 8..11 (kn_k_scale_min) */
-        const __m512i S0 = _mm512_loadu_si512(g + 64), S1 = _mm512_loadu_si512(g + 128), S2 = _mm512_loadu_si512(g + 192);
-        const __m512i sc[2] = {_mm512_and_si512(S0, m6),                                   /* sc 0..3 */
-                               _mm512_or_si512(_mm512_and_si512(S2, m4),                   /* sc 4..7 */
-                                               _mm512_and_si512(_mm512_srli_epi32(S0, 2), m2))};
-        const __m512i mn[2] = {_mm512_and_si512(S1, m6),                                   /* m 0..3 */
-                               _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(S2, 4), m4), /* m 4..7 */
-                                               _mm512_and_si512(_mm512_srli_epi32(S1, 2), m2))};
+        __m512i sc[2], mp[4];
+        q4_k_scales(g, sc);
         __m512i sumi[TILE_T];
         UNROLL for (int t = 0; t < NT; t++) sumi[t] = _mm512_setzero_si512();
         for (int c = 0; c < 4; c++) {   /* sub-blocks 2c (low nibbles) and 2c + 1 (high nibbles) */
@@ -207,16 +234,11 @@ AI void q4_k_tile(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, floa
                 sumi[t] = _mm512_add_epi32(sumi[t], _mm512_add_epi32(_mm512_mullo_epi32(il, sca), _mm512_mullo_epi32(ih, scb)));
             }
         }
-        const __m512i mp[4] = {bytes_as_words(mn[0], 0), bytes_as_words(mn[0], 2), bytes_as_words(mn[1], 0),
-                               bytes_as_words(mn[1], 2)};
-        UNROLL for (int t = 0; t < NT; t++) {
-            const uint8_t *xb = x + (size_t)t * xs + (size_t)sb * KN_Q8KX_BLOCK;
-            __m512i summ = _mm512_setzero_si512();
-            UNROLL for (int k = 0; k < 4; k++) summ = _mm512_dpwssd_epi32(summ, mp[k], _mm512_set1_epi32(ld_i32(xb + 260 + 4 * k)));
-            const __m512 xd = _mm512_set1_ps(ld_f32(xb + 256));
-            sa[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[t]), _mm512_mul_ps(dw, xd), sa[t]);
-            sm[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(summ), _mm512_mul_ps(dmin, xd), sm[t]);
-        }
+        __m512 dw, dmin;
+        q4_k_mins(g, mp);
+        q4_k_d(g, &dw, &dmin);
+        UNROLL for (int t = 0; t < NT; t++)
+            q4_k_step(mp, dw, dmin, sumi[t], x + (size_t)t * xs + (size_t)sb * KN_Q8KX_BLOCK, &sa[t], &sm[t]);
     }
     UNROLL for (int t = 0; t < NT; t++) _mm512_storeu_ps(out + (size_t)t * ldo, _mm512_sub_ps(sa[t], sm[t]));
 }
@@ -227,20 +249,13 @@ AI void q4_k_tile(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, floa
 AI void q4_k_gemm(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, float *out, size_t ldo, const int NP,
                   const int NT) {
     const size_t pb = (size_t)(n / 256) * 16 * sizeof(kn_block_q4_k);
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m6 = _mm512_set1_epi8(0x3F), m2 = _mm512_set1_epi8(0x30);
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
     __m512 sa[KN_P16_PANELS][TILE_T], sm[KN_P16_PANELS][TILE_T];
     UNROLL for (int q = 0; q < NP; q++) UNROLL for (int t = 0; t < NT; t++) sa[q][t] = sm[q][t] = _mm512_setzero_ps();
     for (int64_t sb = 0; sb < n / 256; sb++) {
         const uint8_t *xs0 = x + (size_t)sb * KN_Q8KX_BLOCK;
-        __m512i sc[KN_P16_PANELS][2], mn[KN_P16_PANELS][2];
-        UNROLL for (int q = 0; q < NP; q++) {   /* as q4_k_tile */
-            const uint8_t *g = w + q * pb + (size_t)sb * 16 * sizeof(kn_block_q4_k);
-            const __m512i S0 = _mm512_loadu_si512(g + 64), S1 = _mm512_loadu_si512(g + 128), S2 = _mm512_loadu_si512(g + 192);
-            sc[q][0] = _mm512_and_si512(S0, m6);
-            sc[q][1] = _mm512_or_si512(_mm512_and_si512(S2, m4), _mm512_and_si512(_mm512_srli_epi32(S0, 2), m2));
-            mn[q][0] = _mm512_and_si512(S1, m6);
-            mn[q][1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(S2, 4), m4), _mm512_and_si512(_mm512_srli_epi32(S1, 2), m2));
-        }
+        __m512i sc[KN_P16_PANELS][2];
+        UNROLL for (int q = 0; q < NP; q++) q4_k_scales(w + q * pb + (size_t)sb * 16 * sizeof(kn_block_q4_k), sc[q]);
         __m512i sumi[KN_P16_PANELS][TILE_T];
         UNROLL for (int q = 0; q < NP; q++) UNROLL for (int t = 0; t < NT; t++) sumi[q][t] = _mm512_setzero_si512();
         for (int s8 = 0; s8 < 8; s8++) {   /* sub-block: low nibbles of vectors 8(s8/2) .. +7 when even */
@@ -265,18 +280,11 @@ AI void q4_k_gemm(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, floa
         }
         UNROLL for (int q = 0; q < NP; q++) {
             const uint8_t *g = w + q * pb + (size_t)sb * 16 * sizeof(kn_block_q4_k);
-            const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g));
-            const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + 32)));
-            const __m512i mp[4] = {bytes_as_words(mn[q][0], 0), bytes_as_words(mn[q][0], 2), bytes_as_words(mn[q][1], 0),
-                                   bytes_as_words(mn[q][1], 2)};
-            UNROLL for (int t = 0; t < NT; t++) {
-                const uint8_t *xb = xs0 + t * xs;
-                __m512i summ = _mm512_setzero_si512();
-                UNROLL for (int k = 0; k < 4; k++) summ = _mm512_dpwssd_epi32(summ, mp[k], _mm512_set1_epi32(ld_i32(xb + 260 + 4 * k)));
-                const __m512 xd = _mm512_set1_ps(ld_f32(xb + 256));
-                sa[q][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[q][t]), _mm512_mul_ps(dw, xd), sa[q][t]);
-                sm[q][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(summ), _mm512_mul_ps(dmin, xd), sm[q][t]);
-            }
+            __m512i mp[4];
+            __m512 dw, dmin;
+            q4_k_mins(g, mp);
+            q4_k_d(g, &dw, &dmin);
+            UNROLL for (int t = 0; t < NT; t++) q4_k_step(mp, dw, dmin, sumi[q][t], xs0 + t * xs, &sa[q][t], &sm[q][t]);
         }
     }
     UNROLL for (int q = 0; q < NP; q++)
