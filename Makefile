@@ -20,7 +20,7 @@ OMPFLAGS  = -fopenmp
 # on libmicrohttpd or libedit.
 CLI_LIBS  = $(shell pkg-config --libs libmicrohttpd libedit 2>/dev/null || echo -lmicrohttpd -ledit)
 
-LIB_SRC  := $(sort $(wildcard src/base/*.c src/tensor/*.c src/model/*.c src/text/*.c \
+LIB_SRC  := $(sort $(wildcard src/base/*.c src/tensor/*.c src/model/*.c src/text/*.c src/text/jinja/*.c \
                               src/sample/*.c src/engine/*.c src/cache/*.c))
 CLI_SRC  := $(sort $(wildcard src/cli/*.c src/server/*.c))
 TOOL_SRC := $(sort $(wildcard tools/*.c))

@@ -9,8 +9,8 @@
  *   - Params structs are obtained from kiln_*_default_params() and then edited field by field, so new
  *     fields can be added without breaking callers.
  *   - Every fallible call returns a kiln_status. The message describing the last failure is available
- *     from the handle (kiln_model_last_error / kiln_session_last_error) or, for calls that create a
- *     handle, from kiln_last_error() on the calling thread.
+ *     from the handle (kiln_model_last_error, kiln_session_last_error, a request's result.error) or,
+ *     for calls that create a handle, from kiln_last_error() on the calling thread.
  *   - Ownership: a pointer returned by the library stays owned by the library and is valid until the
  *     handle it came from is freed (or until the next call on that handle when stated). Buffers passed
  *     in stay owned by the caller.
@@ -35,20 +35,24 @@ extern "C" {
 
 /* ---- status codes ---------------------------------------------------------------------------- */
 
-typedef enum kiln_status {
-    KILN_OK = 0,
-    KILN_ERR_INVALID_ARG,   /* a parameter is out of range or NULL where not allowed */
-    KILN_ERR_IO,            /* a file is missing, unreadable, or not a regular file */
-    KILN_ERR_FORMAT,        /* a file is truncated, corrupt, or inconsistent */
-    KILN_ERR_UNSUPPORTED,   /* a valid file uses something kiln does not implement */
-    KILN_ERR_NOMEM,         /* an allocation failed */
-    KILN_ERR_BUFFER_SMALL,  /* an output buffer is too small; the needed size was reported */
-    KILN_ERR_CONTEXT_FULL,  /* the tokens do not fit in the session's context */
-    KILN_ERR_CANCELLED,     /* the caller's callback asked to stop */
-    KILN_ERR_INTERNAL,      /* a bug in kiln */
-    KILN_ERR_BUSY,          /* the engine's queue is full; retry later */
-    KILN_STATUS_COUNT
-} kiln_status;
+/* One list, two uses: the enum below and kiln_status_str()'s strings are both generated from it, so
+ * a status cannot exist without its description. X(name, description). */
+#define KILN_STATUS_LIST(X)                                                                          \
+    X(KILN_OK, "success")                                                                            \
+    X(KILN_ERR_INVALID_ARG, "invalid argument")      /* a parameter is out of range or NULL */      \
+    X(KILN_ERR_IO, "I/O error")                      /* a file is missing, unreadable, or special */ \
+    X(KILN_ERR_FORMAT, "file format error")          /* a file is truncated, corrupt, inconsistent */ \
+    X(KILN_ERR_UNSUPPORTED, "unsupported")           /* valid, but kiln does not implement it */     \
+    X(KILN_ERR_NOMEM, "out of memory")               /* an allocation failed */                       \
+    X(KILN_ERR_BUFFER_SMALL, "buffer too small")     /* the needed size was reported */              \
+    X(KILN_ERR_CONTEXT_FULL, "context full")         /* the tokens do not fit in the context */      \
+    X(KILN_ERR_CANCELLED, "cancelled")               /* the caller asked to stop */                  \
+    X(KILN_ERR_INTERNAL, "internal error")           /* a bug in kiln */                              \
+    X(KILN_ERR_BUSY, "busy: the queue is full")      /* the engine's queue is full; retry later */
+
+#define KILN_STATUS_ENUM_(name, description) name,
+typedef enum kiln_status { KILN_STATUS_LIST(KILN_STATUS_ENUM_) KILN_STATUS_COUNT } kiln_status;
+#undef KILN_STATUS_ENUM_
 
 /* A short constant English description of a status, e.g. "file format error". Never NULL. */
 const char *kiln_status_str(kiln_status status);
@@ -106,16 +110,23 @@ kiln_status kiln_model_load(const char *path, const kiln_model_params *params, k
 
 void kiln_model_free(kiln_model *model);
 
+/* The message of the most recent failed call on this model (kiln_tokenize, kiln_tokenize_chat,
+ * kiln_token_piece, kiln_chat_apply), from whichever thread made it; "" when none failed. A model is
+ * shared between threads, so the text is copied to a buffer of the calling thread, valid until this
+ * thread calls kiln_model_last_error again. With model == NULL: kiln_last_error(). */
 const char *kiln_model_last_error(const kiln_model *model);
 
 /* Architecture name from the file ("llama", "qwen2", "qwen3"). */
 const char *kiln_model_arch(const kiln_model *model);
 /* Name of the kernel set the model runs with ("ref", "avx2", "avx512"). */
 const char *kiln_model_kernels(const kiln_model *model);
-/* A one-line human description, e.g. "llama 64d 5L 8H/4KV F32, vocab 512". */
+/* A one-line human description, e.g. "llama 64d 5L 8H/4KV ff172 F32, vocab 512, 0.29 M params"
+ * (architecture, embedding width, layers, query/KV heads, feed-forward width, the type of the first
+ * layer's weights, vocabulary, parameters). */
 const char *kiln_model_desc(const kiln_model *model);
-/* Hex SHA-256 (64 characters) over the architecture metadata and the tensor table (names, types,
- * shapes). Equal files give equal fingerprints; caches are keyed on it. */
+/* Hex SHA-256 (64 characters) over the architecture metadata, the tensor table (names, types,
+ * shapes) and a sample of every tensor's data (its first and last 4 KiB), so two files of the same
+ * shape with other weights differ. Equal files give equal fingerprints; caches are keyed on it. */
 const char *kiln_model_fingerprint(const kiln_model *model);
 /* Hex SHA-256 (64 characters) over the tokenizer metadata (every tokenizer.* key and value except
  * the chat template): equal for models that turn every text into the same token ids. Part of the
@@ -371,6 +382,10 @@ typedef struct kiln_generate_result {
     double gen_ms;             /* wall time of generation (from the first sampled token on) */
     kiln_stop_reason stop;
     int32_t stop_index;        /* with KILN_STOP_STRING: which stop string matched; else -1 */
+    const char *error;         /* never NULL: "" when the generation succeeded, else why it failed
+                                  (e.g. the KV memory a request could not get); owned by the library,
+                                  valid until the request is freed (engine) or the session's next
+                                  call */
 } kiln_generate_result;
 
 /* Resets the session, tokenizes prompt, evaluates it and generates until a stop condition, calling
@@ -448,7 +463,8 @@ int32_t kiln_engine_n_threads(const kiln_engine *engine);
  * thread (keep them short), on_token returning non-zero cancels this request only. On success
  * *out is a handle the caller must release with kiln_request_free. KILN_ERR_BUSY when the queue
  * is full; KILN_ERR_INVALID_ARG / KILN_ERR_CONTEXT_FULL for a bad prompt or parameters (checked
- * here, so an accepted request fails only by cancellation). */
+ * here, so an accepted request fails only by cancellation, or with KILN_ERR_NOMEM when the memory of
+ * its row cannot be had; its result's error then says why). */
 kiln_status kiln_engine_submit(kiln_engine *engine, const kiln_token *prompt, size_t n_prompt,
                                const kiln_generate_params *params, kiln_request **out);
 

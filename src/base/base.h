@@ -11,6 +11,7 @@
 
 #include "kiln.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -27,6 +28,21 @@ const char *kn_error_msg(void);
 void kn_error_clear(void);
 /* Copies the thread's message into a handle's buffer of KN_ERRMSG_MAX bytes. */
 void kn_error_save(char dst[KN_ERRMSG_MAX]);
+
+/* The last-error slot of a handle that several threads use at once (a model): the message of the
+ * most recent failed call on the handle, from whichever thread made it, under the slot's own lock. */
+typedef struct kn_errslot {
+    pthread_mutex_t mu;
+    char msg[KN_ERRMSG_MAX];
+} kn_errslot;
+void kn_errslot_init(kn_errslot *s);
+void kn_errslot_destroy(kn_errslot *s);
+/* When st is a failure, copies the calling thread's message into the slot. Returns st, so a public
+ * call ends with `return kn_errslot_record(&slot, st);`. */
+kiln_status kn_errslot_record(kn_errslot *s, kiln_status st);
+/* The slot's message ("" when nothing failed yet), copied to a buffer of the calling thread that
+ * stays valid until this thread reads a slot again. */
+const char *kn_errslot_read(kn_errslot *s);
 
 /* Logging through the sink installed with kiln_set_log. */
 void kn_log(kiln_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -3,7 +3,8 @@
  *
  * Every failing internal call records a human-readable message here (kn_error); callers add
  * context on the way up (kn_error_prefix), and handles copy the final text into their own buffer so
- * that kiln_model_last_error / kiln_session_last_error stay valid after other calls.
+ * that kiln_model_last_error / kiln_session_last_error stay valid after other calls. A model is
+ * shared between threads, so its slot (kn_errslot) has a lock and is read into a per-thread copy.
  */
 #include "base/base.h"
 
@@ -12,19 +13,9 @@
 
 static _Thread_local char tl_msg[KN_ERRMSG_MAX];
 
-static const char *const status_names[KILN_STATUS_COUNT] = {
-    [KILN_OK] = "success",
-    [KILN_ERR_INVALID_ARG] = "invalid argument",
-    [KILN_ERR_IO] = "I/O error",
-    [KILN_ERR_FORMAT] = "file format error",
-    [KILN_ERR_UNSUPPORTED] = "unsupported",
-    [KILN_ERR_NOMEM] = "out of memory",
-    [KILN_ERR_BUFFER_SMALL] = "buffer too small",
-    [KILN_ERR_CONTEXT_FULL] = "context full",
-    [KILN_ERR_CANCELLED] = "cancelled",
-    [KILN_ERR_INTERNAL] = "internal error",
-    [KILN_ERR_BUSY] = "busy: the queue is full",
-};
+#define STATUS_NAME_(name, description) [name] = description,
+static const char *const status_names[KILN_STATUS_COUNT] = {KILN_STATUS_LIST(STATUS_NAME_)};
+#undef STATUS_NAME_
 
 const char *kiln_status_str(kiln_status status) {
     if ((unsigned)status >= KILN_STATUS_COUNT) return "unknown status";
@@ -68,3 +59,26 @@ const char *kn_error_msg(void) { return tl_msg; }
 void kn_error_clear(void) { tl_msg[0] = '\0'; }
 
 void kn_error_save(char dst[KN_ERRMSG_MAX]) { memcpy(dst, tl_msg, KN_ERRMSG_MAX); }
+
+void kn_errslot_init(kn_errslot *s) {
+    pthread_mutex_init(&s->mu, NULL);
+    s->msg[0] = '\0';
+}
+
+void kn_errslot_destroy(kn_errslot *s) { pthread_mutex_destroy(&s->mu); }
+
+kiln_status kn_errslot_record(kn_errslot *s, kiln_status st) {
+    if (st == KILN_OK) return st;
+    pthread_mutex_lock(&s->mu);
+    snprintf(s->msg, sizeof s->msg, "%s", tl_msg[0] ? tl_msg : kiln_status_str(st));
+    pthread_mutex_unlock(&s->mu);
+    return st;
+}
+
+const char *kn_errslot_read(kn_errslot *s) {
+    static _Thread_local char copy[KN_ERRMSG_MAX];
+    pthread_mutex_lock(&s->mu);
+    memcpy(copy, s->msg, KN_ERRMSG_MAX);
+    pthread_mutex_unlock(&s->mu);
+    return copy;
+}

@@ -24,6 +24,7 @@ struct kiln_request {
     kiln_generate_params gp;       /* stop / logit_bias point at the owned copies below */
     char **stop;
     kiln_logit_bias *bias;
+    char err[KN_ERRMSG_MAX];       /* why it failed to start (result.error points here) */
     bool done;                     /* under e->mu */
     kiln_status status;
     kiln_generate_result result;

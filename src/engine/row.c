@@ -50,6 +50,7 @@ kiln_status kn_row_begin(kn_row *r, const kiln_model *m, kn_kv *kv, const kiln_t
     r->prompt = prompt;
     r->n_prompt = n;
     r->res.stop_index = -1;
+    r->res.error = "";
     kiln_status st = kn_row_validate(m, kv->n_ctx, prompt, n, gp);
     if (st) return st;
     if (n_cached < 0 || (size_t)n_cached >= n) return kn_error(KILN_ERR_INVALID_ARG, "bad cached prefix length %d", n_cached);
@@ -130,6 +131,7 @@ bool kn_row_advance(kn_row *r, const kn_batch_row *planned, const float *logits)
     r->res.n_generated++;
     if (emit(r, tok, logits)) {
         r->status = KILN_ERR_CANCELLED;
+        r->res.error = "the generation was cancelled by its token callback";
         return finish(r, KILN_STOP_CANCELLED);
     }
     if (r->stop.matched >= 0) {
@@ -146,6 +148,7 @@ bool kn_row_advance(kn_row *r, const kn_batch_row *planned, const float *logits)
 void kn_row_cancel(kn_row *r) {
     if (r->finished) return;
     r->status = KILN_ERR_CANCELLED;
+    r->res.error = "the request was cancelled";
     finish(r, KILN_STOP_CANCELLED);
 }
 
@@ -177,8 +180,8 @@ kiln_status kn_row_end(kn_row *r, kiln_generate_result *result) {
     return r->status;
 }
 
-int kn_method_step(const kiln_model *m, kn_scratch *s, kn_row **rows, int n, int32_t max_tokens, int32_t prefill_chunk,
-                   float *logits) {
+int kn_step_rows(const kiln_model *m, kn_scratch *s, kn_row **rows, int n, int32_t max_tokens, int32_t prefill_chunk,
+                 float *logits) {
     kn_batch_row br[n];
     kn_row *in[n];
     int nb = 0;

@@ -5,7 +5,7 @@
  *
  * A row prefills its prompt in chunks, then decodes one token per step. Each step the executor
  * asks every active row for its tokens (kn_row_plan), runs one forward pass over all rows
- * (kn_method_step), and hands each row the logits of its last position when it has any
+ * (kn_step_rows), and hands each row the logits of its last position when it has any
  * (kn_row_advance): the row samples with its own sampler, emits text through its detokenizer,
  * stop-string matcher and logprobs, and decides whether it has finished. Rows never see each
  * other; the forward pass guarantees a row's logits do not depend on the batch around it.
@@ -73,12 +73,14 @@ void kn_row_cancel(kn_row *r);
  * on_done, frees the row's buffers. Returns the row's status. */
 kiln_status kn_row_end(kn_row *r, kiln_generate_result *result);
 
-/* One executor step over n active rows (1 <= n): plans each row within a budget of max_tokens
- * stacked tokens (decoding rows first, one token each; prefilling rows share the rest, at most
- * prefill_chunk each, in the order given), runs the forward pass, and advances every row that
- * took part. logits must hold n rows of n_vocab. Rows that got no budget simply wait. Returns the
- * number of rows that finished this step (their `finished` flag is set). */
-int kn_method_step(const kiln_model *m, kn_scratch *s, kn_row **rows, int n, int32_t max_tokens,
-                   int32_t prefill_chunk, float *logits);
+/* One executor step over n active rows (1 <= n): the plain decoding method, one token per decoding
+ * row per step (a speculative method would propose and verify several tokens at this seam). Plans
+ * each row within a budget of max_tokens stacked tokens (decoding rows first, one token each;
+ * prefilling rows share the rest, at most prefill_chunk each, in the order given), runs the forward
+ * pass, and advances every row that took part. logits must hold n rows of n_vocab. Rows that got no
+ * budget simply wait. Returns the number of rows that finished this step (their `finished` flag is
+ * set). */
+int kn_step_rows(const kiln_model *m, kn_scratch *s, kn_row **rows, int n, int32_t max_tokens,
+                 int32_t prefill_chunk, float *logits);
 
 #endif

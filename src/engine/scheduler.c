@@ -6,19 +6,22 @@
  * in arrival order. Then, without the lock: new rows get their KV (allocated on a slot's first
  * use and kept), restore the longest cached prefix of their prompt from the prefix cache (which
  * alone decides whether it comes from RAM or from its SSD tier), and begin; rows whose request was cancelled leave; one executor step advances all
- * active rows together (kn_method_step: decode tokens first, joining prompts in chunks); finished
+ * active rows together (kn_step_rows: decode tokens first, joining prompts in chunks); finished
  * rows end and free their slot at once. The scheduler never touches tensors itself: the numeric
  * work is the method's (row.c), the KV layout the cache's.
  */
 #include "engine/engine.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Ends a request that never got a row (cancelled while queued, or failed to begin). */
+/* Ends a request that never got a row (cancelled while queued, or failed to begin: r->err then
+ * holds the reason). */
 static void end_unstarted(kiln_engine *e, kiln_request *r, kiln_status st) {
-    kiln_generate_result res = {.stop = KILN_STOP_CANCELLED, .stop_index = -1};
-    if (st != KILN_ERR_CANCELLED) res.stop = KILN_STOP_NONE;
+    kiln_generate_result res = {.stop = KILN_STOP_CANCELLED, .stop_index = -1, .error = r->err};
+    if (st == KILN_ERR_CANCELLED) snprintf(r->err, sizeof r->err, "the request was cancelled before it started");
+    else res.stop = KILN_STOP_NONE;
     if (r->gp.on_done) r->gp.on_done(st, &res, r->gp.user);
     pthread_mutex_lock(&e->mu);
     kn_request_complete_locked(e, r, st, &res);
@@ -70,7 +73,8 @@ static void start_row(kiln_engine *e, kn_slot *s) {
         st = kn_row_begin(&s->row, e->model, &s->kv, r->prompt, r->n_prompt, cached, &r->gp);
     }
     if (!st) return;
-    KN_LOGE("a request could not start: %s", kn_error_msg());
+    kn_error_save(r->err);
+    KN_LOGE("a request could not start: %s", r->err);
     pthread_mutex_lock(&e->mu);
     s->req = NULL;
     pthread_mutex_unlock(&e->mu);
@@ -136,7 +140,7 @@ void *kn_scheduler_main(void *arg) {
             }
         }
         if (n) {
-            kn_method_step(e->model, &e->scratch, rows, n, e->scratch.n_max, e->p.prefill_chunk, e->logits);
+            kn_step_rows(e->model, &e->scratch, rows, n, e->scratch.n_max, e->p.prefill_chunk, e->logits);
             for (int i = 0; i < n; i++)
                 if (rows[i]->finished) end_row(e, row_slot[i]);
         }

@@ -31,6 +31,14 @@ static kiln_status fail(kiln_session *s, kiln_status st) {
     return st;
 }
 
+/* A generation that failed before it began: the session keeps the message and the caller's result
+ * (may be NULL) says so. */
+static kiln_status fail_before(kiln_session *s, kiln_status st, kiln_generate_result *result) {
+    fail(s, st);
+    if (result) *result = (kiln_generate_result){.stop = KILN_STOP_NONE, .stop_index = -1, .error = s->err};
+    return st;
+}
+
 kiln_status kiln_session_new(kiln_model *model, const kiln_session_params *params, kiln_session **out) {
     kn_error_clear();
     if (!out) return kn_error(KILN_ERR_INVALID_ARG, "kiln_session_new: out is NULL");
@@ -129,10 +137,10 @@ kiln_status kiln_generate_tokens(kiln_session *s, const kiln_token *prompt, size
     kiln_generate_params p = params ? *params : kiln_generate_default_params();
     kn_row row;
     kiln_status st = kn_row_begin(&row, s->model, &s->kv, prompt, n_prompt, 0, &p);
-    if (st) return fail(s, st);
+    if (st) return fail_before(s, st, result);
     s->n_logits = 0;
     kn_row *rows[1] = {&row};
-    while (!row.finished) kn_method_step(s->model, &s->scratch, rows, 1, s->p.n_batch, s->p.n_batch, s->logits);
+    while (!row.finished) kn_step_rows(s->model, &s->scratch, rows, 1, s->p.n_batch, s->p.n_batch, s->logits);
     st = kn_row_end(&row, result);
     if (st == KILN_ERR_CANCELLED) kn_error(st, "generation cancelled by the caller");
     return st ? fail(s, st) : KILN_OK;
@@ -147,8 +155,9 @@ kiln_status kiln_generate(kiln_session *s, const char *prompt, const kiln_genera
     kiln_status st = kn_tokenize(s->model->tok, prompt, strlen(prompt), p.add_special, p.parse_special, s->prompt_buf,
                                  (size_t)s->p.n_ctx, &n);
     if (st == KILN_ERR_BUFFER_SMALL)
-        return fail(s, kn_error(KILN_ERR_CONTEXT_FULL, "the prompt has %zu tokens; the context holds %d", n, s->p.n_ctx));
-    if (st) return fail(s, st);
+        return fail_before(s, kn_error(KILN_ERR_CONTEXT_FULL, "the prompt has %zu tokens; the context holds %d", n,
+                                       s->p.n_ctx), result);
+    if (st) return fail_before(s, st, result);
     if (n == 0) {
         int32_t bos = kn_tok_bos(s->model->tok);
         if (bos >= 0) s->prompt_buf[n++] = bos;

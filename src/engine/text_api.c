@@ -1,5 +1,6 @@
 /*
- * text_api.c - the public tokenizer functions of kiln.h, forwarding to the model's tokenizer.
+ * text_api.c - the public tokenizer functions of kiln.h, forwarding to the model's tokenizer. A
+ * failure is also recorded on the model (kiln_model_last_error).
  */
 #include "model/model.h"
 
@@ -14,26 +15,30 @@ bool kiln_model_add_bos(const kiln_model *m) { return kn_tok_add_bos(m->tok); }
 kiln_status kiln_tokenize(const kiln_model *m, const char *text, size_t len, bool add_special, bool parse_special,
                           kiln_token *out, size_t cap, size_t *n_out) {
     kn_error_clear();
-    if (!m || !n_out || (!text && len) || (!out && cap))
-        return kn_error(KILN_ERR_INVALID_ARG, "kiln_tokenize: NULL argument");
-    return kn_tokenize(m->tok, text ? text : "", len, add_special, parse_special, out, cap, n_out);
+    if (!m) return kn_error(KILN_ERR_INVALID_ARG, "kiln_tokenize: NULL model");
+    if (!n_out || (!text && len) || (!out && cap))
+        return kn_model_fail(m, kn_error(KILN_ERR_INVALID_ARG, "kiln_tokenize: NULL argument"));
+    return kn_model_fail(m, kn_tokenize(m->tok, text ? text : "", len, add_special, parse_special, out, cap, n_out));
 }
 
 kiln_status kiln_token_piece(const kiln_model *m, kiln_token token, bool render_special, char *buf, size_t cap,
                              size_t *n_out) {
     kn_error_clear();
-    if (!m || !n_out || (!buf && cap)) return kn_error(KILN_ERR_INVALID_ARG, "kiln_token_piece: NULL argument");
+    if (!m) return kn_error(KILN_ERR_INVALID_ARG, "kiln_token_piece: NULL model");
+    if (!n_out || (!buf && cap)) return kn_model_fail(m, kn_error(KILN_ERR_INVALID_ARG, "kiln_token_piece: NULL argument"));
     if (token < 0 || token >= m->hp.n_vocab)
-        return kn_error(KILN_ERR_INVALID_ARG, "token %d is outside the vocabulary [0, %d)", token, m->hp.n_vocab);
+        return kn_model_fail(m, kn_error(KILN_ERR_INVALID_ARG, "token %d is outside the vocabulary [0, %d)", token,
+                                         m->hp.n_vocab));
     *n_out = kn_token_piece(m->tok, token, render_special, buf, cap);
-    return *n_out > cap ? kn_error(KILN_ERR_BUFFER_SMALL, "piece of %zu bytes does not fit in %zu", *n_out, cap)
-                        : KILN_OK;
+    if (*n_out > cap)
+        return kn_model_fail(m, kn_error(KILN_ERR_BUFFER_SMALL, "piece of %zu bytes does not fit in %zu", *n_out, cap));
+    return KILN_OK;
 }
 
-kiln_status kiln_tokenize_chat(const kiln_model *m, const char *text, size_t len, kiln_token *out, size_t cap,
-                               size_t *n_out) {
-    kn_error_clear();
-    if (!m || !n_out || (!text && len) || (!out && cap))
+/* kiln_tokenize_chat without the error recording (m is not NULL). */
+static kiln_status tokenize_chat(const kiln_model *m, const char *text, size_t len, kiln_token *out, size_t cap,
+                                 size_t *n_out) {
+    if (!n_out || (!text && len) || (!out && cap))
         return kn_error(KILN_ERR_INVALID_ARG, "kiln_tokenize_chat: NULL argument");
     const int32_t bos = kn_tok_bos(m->tok);
     const bool want_bos = bos >= 0 && kn_tok_add_bos(m->tok);
@@ -51,4 +56,11 @@ kiln_status kiln_tokenize_chat(const kiln_model *m, const char *text, size_t len
     else if (n) memmove(out, out + 1, n * sizeof *out);
     *n_out = n + (add ? 1 : 0);
     return KILN_OK;
+}
+
+kiln_status kiln_tokenize_chat(const kiln_model *m, const char *text, size_t len, kiln_token *out, size_t cap,
+                               size_t *n_out) {
+    kn_error_clear();
+    if (!m) return kn_error(KILN_ERR_INVALID_ARG, "kiln_tokenize_chat: NULL model");
+    return kn_model_fail(m, tokenize_chat(m, text, len, out, cap, n_out));
 }

@@ -471,6 +471,7 @@ kiln_status kn_model_load_ex(const char *path, const kiln_model_params *params, 
     kiln_model_params p = params ? *params : kiln_model_default_params();
     kiln_model *m = kn_calloc(1, sizeof *m);
     if (!m) return KILN_ERR_NOMEM;
+    kn_errslot_init(&m->err);
     m->vocab_only = p.vocab_only;
     if (p.kernels != KILN_KERNELS_AUTO && p.kernels != KILN_KERNELS_REF) {
         kiln_model_free(m);
@@ -495,6 +496,7 @@ void kiln_model_free(kiln_model *m) {
     kn_free_aligned(m->weight_mem);
     kn_free_aligned(m->vec_mem);
     free(m->layers);
+    kn_errslot_destroy(&m->err);
     free(m);
 }
 
@@ -507,7 +509,9 @@ void kn_weight_row_f32(const kn_weight *w, int64_t r, float *out) {
 
 /* ---- accessors --------------------------------------------------------------------------------- */
 
-const char *kiln_model_last_error(const kiln_model *m) { return m ? m->err : kn_error_msg(); }
+const char *kiln_model_last_error(const kiln_model *m) {
+    return m ? kn_errslot_read((kn_errslot *)&m->err) : kn_error_msg();
+}
 const char *kiln_model_arch(const kiln_model *m) { return m->arch_name; }
 const char *kiln_model_desc(const kiln_model *m) { return m->desc; }
 const char *kiln_model_kernels(const kiln_model *m) { return m->kernels->name; }

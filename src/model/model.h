@@ -87,8 +87,14 @@ struct kiln_model {
     char fingerprint[65];
     uint8_t tok_hash[32];     /* SHA-256 of the tokenizer.* metadata (see compute_tokenizer_hash) */
     char tokenizer_hash[65];  /* the same in hex */
-    char err[KN_ERRMSG_MAX];
+    kn_errslot err;           /* last failed call on the model (the one mutable part, own lock) */
 };
+
+/* Records a failed public call on the model in its error slot (st == KILN_OK records nothing) and
+ * returns st. The model is shared read-only; only this slot changes, under its lock. */
+static inline kiln_status kn_model_fail(const kiln_model *m, kiln_status st) {
+    return kn_errslot_record((kn_errslot *)&m->err, st);
+}
 
 /* kiln_model_load, optionally dequantizing every weight matrix to F32 at load: the F32 reference
  * path that quantized kernels are compared against. */

@@ -83,7 +83,7 @@ static void on_done(kiln_status st, const kiln_generate_result *res, void *user)
     pthread_mutex_lock(&j->mu);
     j->status = st;
     j->result = *res;
-    snprintf(j->error, sizeof j->error, "%s", kiln_status_str(st));
+    snprintf(j->error, sizeof j->error, "%s", res->error && res->error[0] ? res->error : kiln_status_str(st));
     j->on_event(j, NULL);
     j->done = true;
     pthread_cond_broadcast(&j->cv);

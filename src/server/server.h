@@ -93,7 +93,7 @@ struct srv_job {
     kiln_request *req;           /* the engine's handle once submitted */
     bool done;                   /* the engine finished with the job */
     kiln_status status;          /* the generation's status once done */
-    char error[256];
+    char error[512];             /* why the generation failed (the engine's message) */
     kiln_generate_result result;
     char *out;                   /* bytes produced for the client and not yet sent (streaming) */
     size_t n_out, cap_out;

@@ -85,6 +85,21 @@ kn_gemm_fn kn_kernels_gemm(const kn_kernels *k, kn_dtype t);
 /* The quantizer of set k for activation type t (falls back to the reference one). */
 kn_from_float_fn kn_kernels_quantize(const kn_kernels *k, kn_dtype t);
 
+/* The GEMM entry (kn_gemm_fn) NAME of a K-quant weight type: TILE(KIND, n_superblocks, w, ws, nr,
+ * x, xs, nt, out, ldo) computes one tile; the common shapes (4 rows x 1..4 tokens) each get an
+ * inlined copy of it with constant loop bounds, other shapes (the last rows of a matrix) the generic
+ * copy. Used by every SIMD set's K-quant file, so the ladder exists once. */
+#define KN_K_GEMM(NAME, KIND, TILE)                                                                          \
+    static void NAME(int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt,    \
+                     float *out, size_t ldo) {                                                               \
+        const int64_t nb = n / KN_QK_K;                                                                      \
+        if (nr == 4 && nt == 1) TILE(KIND, nb, w, ws, 4, x, xs, 1, out, ldo);                                \
+        else if (nr == 4 && nt == 4) TILE(KIND, nb, w, ws, 4, x, xs, 4, out, ldo);                           \
+        else if (nr == 4 && nt == 3) TILE(KIND, nb, w, ws, 4, x, xs, 3, out, ldo);                           \
+        else if (nr == 4 && nt == 2) TILE(KIND, nb, w, ws, 4, x, xs, 2, out, ldo);                           \
+        else TILE(KIND, nb, w, ws, nr, x, xs, nt, out, ldo);                                                 \
+    }
+
 /* SIMD sets, each in its own files; each init fills the entries it implements and leaves the others.
  * The tile is 4x4 for every set (tile_r = tile_t = 4); a kernel may process sub-tiles internally. */
 void kn_kernels_init_avx2(kn_kernels *k);           /* kernels_avx2.c: attention, then the two below */
@@ -93,7 +108,7 @@ void kn_avx2_init_kquants(kn_kernels *k);           /* kernels_avx2_k.c: Q4_K, Q
 void kn_kernels_init_avx512(kn_kernels *k);         /* kernels_avx512.c: calls the two below */
 void kn_avx512_init_legacy(kn_kernels *k);          /* kernels_avx512_legacy.c */
 void kn_avx512_init_kquants(kn_kernels *k);         /* kernels_avx512_k.c */
-void kn_avx512_init_p16(kn_kernels *k);             /* kernels_avx512_p16.c: Q4_0, Q8_0 panel kernels */
+void kn_avx512_init_p16(kn_kernels *k);             /* kernels_avx512_p16.c: Q4_0, Q8_0, Q4_K panel kernels */
 void kn_avx512_init_attn(kn_kernels *k);            /* kernels_avx512_attn.c: attention */
 
 #endif

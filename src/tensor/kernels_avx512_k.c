@@ -387,41 +387,12 @@ KI void tile_k(int kind, int64_t nb, const uint8_t *w, size_t ws, int nr, const 
     else tile_4(kind, nb, w, ws, nr, x, xs, nt, out, ldo);
 }
 
-/* Contract (kn_gemm_fn): Q4_K weight rows x Q8_K activation rows, n a multiple of 256 (a partial
- * tail is ignored), 1 <= nr, nt <= 4; every output bit-identical to kn_q4_k_vec_dot_q8_k. The
- * common shapes (4 rows x 1..4 tokens) get their own inlined copy with constant loop bounds; other
- * shapes (the last rows of a matrix) take the generic copy. */
-static void gemm_q4_k(int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, float *out,
-                      size_t ldo) {
-    const int64_t nb = n / KN_QK_K;
-    if (nr == 4 && nt == 1) tile_k(K_Q4, nb, w, ws, 4, x, xs, 1, out, ldo);
-    else if (nr == 4 && nt == 4) tile_k(K_Q4, nb, w, ws, 4, x, xs, 4, out, ldo);
-    else if (nr == 4 && nt == 3) tile_k(K_Q4, nb, w, ws, 4, x, xs, 3, out, ldo);
-    else if (nr == 4 && nt == 2) tile_k(K_Q4, nb, w, ws, 4, x, xs, 2, out, ldo);
-    else tile_k(K_Q4, nb, w, ws, nr, x, xs, nt, out, ldo);
-}
-
-/* Contract (kn_gemm_fn): Q5_K weight rows x Q8_K activation rows; as gemm_q4_k (kn_q5_k_vec_dot_q8_k). */
-static void gemm_q5_k(int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, float *out,
-                      size_t ldo) {
-    const int64_t nb = n / KN_QK_K;
-    if (nr == 4 && nt == 1) tile_k(K_Q5, nb, w, ws, 4, x, xs, 1, out, ldo);
-    else if (nr == 4 && nt == 4) tile_k(K_Q5, nb, w, ws, 4, x, xs, 4, out, ldo);
-    else if (nr == 4 && nt == 3) tile_k(K_Q5, nb, w, ws, 4, x, xs, 3, out, ldo);
-    else if (nr == 4 && nt == 2) tile_k(K_Q5, nb, w, ws, 4, x, xs, 2, out, ldo);
-    else tile_k(K_Q5, nb, w, ws, nr, x, xs, nt, out, ldo);
-}
-
-/* Contract (kn_gemm_fn): Q6_K weight rows x Q8_K activation rows; as gemm_q4_k (kn_q6_k_vec_dot_q8_k). */
-static void gemm_q6_k(int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, float *out,
-                      size_t ldo) {
-    const int64_t nb = n / KN_QK_K;
-    if (nr == 4 && nt == 1) tile_k(K_Q6, nb, w, ws, 4, x, xs, 1, out, ldo);
-    else if (nr == 4 && nt == 4) tile_k(K_Q6, nb, w, ws, 4, x, xs, 4, out, ldo);
-    else if (nr == 4 && nt == 3) tile_k(K_Q6, nb, w, ws, 4, x, xs, 3, out, ldo);
-    else if (nr == 4 && nt == 2) tile_k(K_Q6, nb, w, ws, 4, x, xs, 2, out, ldo);
-    else tile_k(K_Q6, nb, w, ws, nr, x, xs, nt, out, ldo);
-}
+/* Contract (kn_gemm_fn): Q4_K, Q5_K and Q6_K weight rows x Q8_K activation rows, n a multiple of 256
+ * (a partial tail is ignored), 1 <= nr, nt <= 4; every output bit-identical to the type's scalar
+ * kn_q*_k_vec_dot_q8_k. */
+KN_K_GEMM(gemm_q4_k, K_Q4, tile_k)
+KN_K_GEMM(gemm_q5_k, K_Q5, tile_k)
+KN_K_GEMM(gemm_q6_k, K_Q6, tile_k)
 
 /* ---- Q8_K quantizer ---- */
 

@@ -2,8 +2,8 @@
  * chat.c - the chat-template functions of kiln.h: kiln_model_chat_template, kiln_template_render,
  * kiln_chat_apply and kiln_free.
  *
- * kiln_template_render parses the JSON context (jansson) and the template (jinja_parse.c) and
- * renders one with the other (jinja_eval.c). kiln_chat_apply does the same with the model's
+ * kiln_template_render parses the JSON context (jansson) and the template (jinja/parse.c) and
+ * renders one with the other (jinja/eval.c). kiln_chat_apply does the same with the model's
  * GGUF template, after completing the chat object the way apply_chat_template callers do:
  * bos_token and eos_token become the text of the model's BOS / EOS tokens (special tokens
  * rendered; "" when the vocabulary has none) unless the object sets them, and
@@ -17,7 +17,7 @@
  * KILN_ERR_INVALID_ARG.
  */
 #include "model/model.h"
-#include "text/jinja.h"
+#include "text/jinja/jinja.h"
 #include "text/tokenizer.h"
 
 #include <stdlib.h>
@@ -152,12 +152,8 @@ static kiln_status plain_fallback(const json_t *messages, char **out, size_t *ou
     return KILN_OK;
 }
 
-kiln_status kiln_chat_apply(const kiln_model *model, const char *chat_json, size_t len, char **out, size_t *out_len) {
-    kn_error_clear();
-    if (!out) return kn_error(KILN_ERR_INVALID_ARG, "kiln_chat_apply: out is NULL");
-    *out = NULL;
-    if (out_len) *out_len = 0;
-    if (!model) return kn_error(KILN_ERR_INVALID_ARG, "kiln_chat_apply: model is NULL");
+/* kiln_chat_apply after its argument checks, without the error recording. */
+static kiln_status chat_apply(const kiln_model *model, const char *chat_json, size_t len, char **out, size_t *out_len) {
     json_t *chat;
     kiln_status st = parse_object(chat_json, len, "the chat", &chat);
     if (st) return st;
@@ -178,4 +174,13 @@ kiln_status kiln_chat_apply(const kiln_model *model, const char *chat_json, size
     if (!st) st = render(model->chat_template, strlen(model->chat_template), chat, out, out_len);
     json_decref(chat);
     return st;
+}
+
+kiln_status kiln_chat_apply(const kiln_model *model, const char *chat_json, size_t len, char **out, size_t *out_len) {
+    kn_error_clear();
+    if (!out) return kn_error(KILN_ERR_INVALID_ARG, "kiln_chat_apply: out is NULL");
+    *out = NULL;
+    if (out_len) *out_len = 0;
+    if (!model) return kn_error(KILN_ERR_INVALID_ARG, "kiln_chat_apply: model is NULL");
+    return kn_model_fail(model, chat_apply(model, chat_json, len, out, out_len));
 }

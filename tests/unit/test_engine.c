@@ -8,6 +8,8 @@
 #include "kiln.h"
 #include "model/forward.h"
 
+#include <pthread.h>
+
 static const char *model_path(void) { return kt_data("models/stories260K/stories260K.gguf"); }
 
 static void test_load_errors(void) {
@@ -19,7 +21,10 @@ static void test_load_errors(void) {
     CHECK(strstr(kiln_last_error(), "directory") != NULL);
     CHECK(kiln_model_load(NULL, NULL, &m) != KILN_OK);
     CHECK(kiln_model_load("x", NULL, NULL) == KILN_ERR_INVALID_ARG);
-    for (int s = 0; s < KILN_STATUS_COUNT; s++) CHECK(strlen(kiln_status_str((kiln_status)s)) > 0);
+    for (int s = 0; s < KILN_STATUS_COUNT; s++) {
+        CHECK(strlen(kiln_status_str((kiln_status)s)) > 0);
+        for (int t = 0; t < s; t++) CHECK(strcmp(kiln_status_str((kiln_status)s), kiln_status_str((kiln_status)t)) != 0);
+    }
     CHECK(strcmp(kiln_status_str((kiln_status)999), "unknown status") == 0);
 }
 
@@ -154,14 +159,17 @@ static void test_cancel_and_limits(void) {
     CHECK(kiln_generate(s, "Once", &gp, &r) == KILN_ERR_CANCELLED);
     CHECK(r.stop == KILN_STOP_CANCELLED);
     CHECK(r.n_generated == 3);
+    CHECK(strstr(r.error, "cancelled by its token callback") != NULL);
     gp.on_token = NULL;
     gp.max_tokens = 7;
     gp.sampling.temperature = 0;
     CHECK(kiln_generate(s, "Once", &gp, &r) == KILN_OK);
     CHECK(r.stop == KILN_STOP_LENGTH && r.n_generated == 7);
+    CHECK(strcmp(r.error, "") == 0);
     gp.sampling.temperature = NAN;
     CHECK(kiln_generate(s, "Once", &gp, &r) == KILN_ERR_INVALID_ARG);
     CHECK(strstr(kiln_session_last_error(s), "temperature") != NULL);
+    CHECK(strstr(r.error, "temperature") != NULL);
     kiln_session_free(s);
     /* a context of 8 fills up: generation stops with KILN_STOP_CONTEXT */
     kiln_session_params sp = kiln_session_default_params();
@@ -175,6 +183,73 @@ static void test_cancel_and_limits(void) {
     kiln_model_free(m);
 }
 
+/* A failed call on the shared model is recorded on the model: the message survives later successful
+ * calls on the thread (which clear kiln_last_error) and is readable from another thread. */
+static void *read_model_error(void *m) { return (void *)kiln_model_last_error(m); }
+
+static void test_model_last_error(void) {
+    if (!kt_exists(model_path())) SKIP("no model");
+    kiln_model *m = NULL;
+    CHECK(kiln_model_load(model_path(), NULL, &m) == KILN_OK);
+    CHECK(strcmp(kiln_model_last_error(m), "") == 0);
+    char buf[8];
+    size_t n = 0;
+    CHECK(kiln_token_piece(m, 4096, false, buf, sizeof buf, &n) == KILN_ERR_INVALID_ARG);
+    CHECKF(strstr(kiln_model_last_error(m), "outside the vocabulary") != NULL, "%s", kiln_model_last_error(m));
+    kiln_token toks[64];
+    CHECK(kiln_tokenize(m, "Once", 4, true, false, toks, 64, &n) == KILN_OK);
+    CHECK(strcmp(kiln_last_error(), "") == 0);
+    CHECK(strstr(kiln_model_last_error(m), "outside the vocabulary") != NULL);
+    CHECK(kiln_tokenize(m, "Once upon a time", 16, true, false, toks, 1, &n) == KILN_ERR_BUFFER_SMALL);
+    CHECK(strstr(kiln_model_last_error(m), "do not fit") != NULL || strstr(kiln_model_last_error(m), "buffer") != NULL);
+    char *out = NULL;
+    CHECK(kiln_chat_apply(m, "{\"messages\": 3}", 15, &out, NULL) == KILN_ERR_INVALID_ARG);
+    CHECK(strstr(kiln_model_last_error(m), "messages") != NULL);
+    pthread_t th;
+    void *seen = NULL;
+    CHECK(pthread_create(&th, NULL, read_model_error, m) == 0);
+    pthread_join(th, &seen);
+    CHECK(seen && strstr(seen, "messages") != NULL);
+    CHECK(kiln_tokenize_chat(m, "x", 1, toks, 0, &n) == KILN_ERR_BUFFER_SMALL);
+    CHECK(strstr(kiln_model_last_error(m), "do not fit") != NULL);
+    kiln_model_free(m);
+}
+
+/* A request's result says why it ended: cancelled while queued or running, with a message. */
+static void test_request_error(void) {
+    if (!kt_exists(model_path())) SKIP("no model");
+    kiln_model *m = NULL;
+    kiln_engine *e = NULL;
+    CHECK(kiln_model_load(model_path(), NULL, &m) == KILN_OK);
+    kiln_engine_params ep = kiln_engine_default_params();
+    ep.max_rows = 1;
+    ep.n_ctx = 64;
+    ep.prompt_cache = 0;
+    CHECK(kiln_engine_new(m, &ep, &e) == KILN_OK);
+    kiln_generate_params gp = kiln_generate_default_params();
+    gp.max_tokens = -1;
+    gp.ignore_eos = true;
+    kiln_token prompt[2] = {1, 100};
+    kiln_request *a = NULL, *b = NULL;
+    CHECK(kiln_engine_submit(e, prompt, 2, &gp, &a) == KILN_OK);
+    CHECK(kiln_engine_submit(e, prompt, 2, &gp, &b) == KILN_OK);   /* waits: one row */
+    kiln_request_cancel(b);
+    kiln_request_cancel(a);
+    kiln_generate_result ra, rb;
+    CHECK(kiln_request_wait(a, &ra) == KILN_ERR_CANCELLED);
+    CHECK(kiln_request_wait(b, &rb) == KILN_ERR_CANCELLED);
+    CHECKF(strstr(ra.error, "cancelled") != NULL, "%s", ra.error);
+    CHECKF(strstr(rb.error, "cancelled") != NULL, "%s", rb.error);
+    kiln_request_free(a);
+    CHECK(kiln_engine_submit(e, prompt, 2, &gp, &a) == KILN_OK);
+    kiln_request_free(b);
+    kiln_request_cancel(a);
+    CHECK(kiln_request_wait(a, &ra) == KILN_ERR_CANCELLED);
+    kiln_request_free(a);
+    kiln_engine_free(e);
+    kiln_model_free(m);
+}
+
 int main(void) {
     RUN(test_load_errors);
     RUN(test_model_info_and_fingerprint);
@@ -182,5 +257,7 @@ int main(void) {
     RUN(test_chunking_bit_identical);
     RUN(test_batch_rows_bit_identical);
     RUN(test_cancel_and_limits);
+    RUN(test_model_last_error);
+    RUN(test_request_error);
     return kt_summary();
 }

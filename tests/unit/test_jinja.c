@@ -15,7 +15,7 @@
 #include "harness.h"
 
 #include "kiln.h"
-#include "text/jinja.h"
+#include "text/jinja/jinja.h"
 
 #include <dirent.h>
 #include <pthread.h>

@@ -1,5 +1,5 @@
 /*
- * jinja_ops.c - what the Python data model does with template values: iteration (for loops and
+ * ops.c - what the Python data model does with template values: iteration (for loops and
  * every filter that walks a sequence), `in`, attribute access and subscription through the
  * immutable sandbox's rules (d.key and d['key'] both read dict keys, d.items and s.split are bound
  * methods, list.append and the other mutators are blocked, a missing name is Undefined), slicing
@@ -7,7 +7,7 @@
  * and 64-bit overflow checks, str + str (Markup escapes the other side), list/tuple concatenation
  * and repetition, printf-style str % args, and the comparisons of a chain.
  */
-#include "text/jinja_impl.h"
+#include "text/jinja/impl.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /*
- * jinja_json.c - JSON in and out of kiln's Jinja2 interpreter.
+ * json.c - JSON in and out of kiln's Jinja2 interpreter.
  *
  * In: the render context arrives as a jansson value and becomes template values the way Python's
  * json.loads builds objects (objects keep their key order; integers stay integers, numbers with a
@@ -12,7 +12,7 @@
  * TypeError for anything JSON cannot hold (Undefined, generators, namespaces, macros...).
  * Dict keys that are numbers, booleans or None become strings as json.dumps makes them.
  */
-#include "text/jinja_impl.h"
+#include "text/jinja/impl.h"
 
 #include <math.h>
 #include <stdio.h>

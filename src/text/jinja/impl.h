@@ -1,5 +1,5 @@
 /*
- * jinja_impl.h - what the files of kiln's Jinja2 interpreter share (see jinja.h for the file map):
+ * impl.h - what the files of kiln's Jinja2 interpreter share (see jinja.h for the file map):
  * the value model, the syntax tree, the renderer's state and the entry points of each file.
  * Nothing here is visible outside src/text/jinja_*.c.
  *
@@ -18,7 +18,7 @@
 #ifndef KN_JINJA_IMPL_H
 #define KN_JINJA_IMPL_H
 
-#include "text/jinja.h"
+#include "text/jinja/jinja.h"
 #include "text/unicode.h"
 
 #include <stdarg.h>
@@ -107,7 +107,7 @@ struct kn_jv {
 struct kn_jmethod {
     uint32_t rc;
     uint16_t depth;
-    uint16_t id;        /* method id (jinja_methods.c) */
+    uint16_t id;        /* method id (methods.c) */
     kn_jv self;
 };
 
@@ -192,15 +192,15 @@ struct kn_jtmpl {
     uint32_t *sym_idx;  /* open-addressing index of symbol + 1 */
     uint32_t sym_idx_cap;
     int32_t sym_loop, sym_caller, sym_varargs, sym_kwargs;
-    void *arena;        /* nodes and arrays (jinja_parse.c) */
+    void *arena;        /* nodes and arrays (parse.c) */
     kn_jstr **lits;     /* immortal strings to free with the template */
     size_t n_lits, cap_lits;
 };
 
-/* The symbol named s[0..n), -1 when the template never mentions it (jinja_parse.c). */
+/* The symbol named s[0..n), -1 when the template never mentions it (parse.c). */
 int32_t kn_jsym_find(const kn_jtmpl *t, const char *s, size_t n);
 
-/* ---- lexer (jinja_lex.c) --------------------------------------------------------------------- */
+/* ---- lexer (lex.c) --------------------------------------------------------------------- */
 
 typedef enum kn_jtokt {
     KN_T_EOF, KN_T_DATA, KN_T_VAR_BEGIN, KN_T_VAR_END, KN_T_BLOCK_BEGIN, KN_T_BLOCK_END,
@@ -237,7 +237,7 @@ kiln_status kn_jlex(const char *src, size_t len, kn_jtoks *out);
 /* 1-based line and column (in characters) of byte offset off of src. */
 void kn_jlinecol(const char *src, size_t len, size_t off, unsigned *line, unsigned *col);
 
-/* ---- rendering state (jinja_eval.c) ---------------------------------------------------------- */
+/* ---- rendering state (eval.c) ---------------------------------------------------------- */
 
 typedef struct kn_jr kn_jr;
 
@@ -322,7 +322,7 @@ bool kn_jcall(kn_jr *r, kn_jv fn, const kn_jargs *a, kn_jv *out);
 /* Fails with the message an Undefined carries (jinja2.UndefinedError / SecurityError). */
 bool kn_jundef_error(kn_jr *r, kn_jv u);
 
-/* ---- operations on values (jinja_ops.c) ------------------------------------------------------ */
+/* ---- operations on values (ops.c) ------------------------------------------------------ */
 
 /* Materializes any iterable (list, tuple, dict keys, string characters, iterator (consumed),
  * Undefined = empty) as a list the caller holds one reference to (a list or tuple is shared, not
@@ -346,7 +346,7 @@ bool kn_jslice(kn_jr *r, kn_jv obj, const kn_jv *bounds, kn_jv *out);
 bool kn_jgetattr(kn_jr *r, kn_jv obj, const kn_jstr *name, kn_jv *out);
 bool kn_jgetitem(kn_jr *r, kn_jv obj, kn_jv key, kn_jv *out);
 
-/* ---- buffers and values (jinja_value.c) ------------------------------------------------------ */
+/* ---- buffers and values (value.c) ------------------------------------------------------ */
 
 void kn_jbuf_init(kn_jbuf *b, kn_jr *r);
 void kn_jbuf_free(kn_jbuf *b);
@@ -438,7 +438,7 @@ bool kn_ju_isdigit(uint32_t cp);
 /* Appends cp as UTF-8. */
 bool kn_jbuf_putcp(kn_jbuf *b, uint32_t cp);
 
-/* ---- builtins (jinja_builtins.c) ------------------------------------------------------------- */
+/* ---- builtins (builtins.c) ------------------------------------------------------------- */
 
 /* Index of the filter / test / global function called name, -1 when there is none. */
 int kn_jfilter_find(const char *name, size_t n);
@@ -456,7 +456,7 @@ bool kn_jbind(kn_jr *r, const char *fname, const kn_jargs *a, const char *const 
               size_t nreq, kn_jv *slots, bool *given);
 
 
-/* ---- methods (jinja_methods.c) --------------------------------------------------------------- */
+/* ---- methods (methods.c) --------------------------------------------------------------- */
 
 /* Method of a value by name: the id (>= 0) and whether the immutable sandbox blocks it (list.append,
  * dict.update, ...); -1 when the type has no such method. */
@@ -472,7 +472,7 @@ bool kn_jreplace(kn_jr *r, const kn_jstr *s, const kn_jstr *old, const kn_jstr *
 /* Python printf-style s % args. */
 bool kn_jformat_percent(kn_jr *r, const kn_jstr *fmt, kn_jv args, kn_jv *out);
 
-/* ---- JSON (jinja_json.c) --------------------------------------------------------------------- */
+/* ---- JSON (json.c) --------------------------------------------------------------------- */
 
 /* Converts a jansson value; KILN_ERR_INVALID_ARG (recorded in r) for too deep nesting. */
 bool kn_jfrom_json(kn_jr *r, const json_t *j, kn_jv *out, int depth);

@@ -1,5 +1,5 @@
 /*
- * jinja_lex.c - the Jinja2 lexer: source text -> tokens.
+ * lex.c - the Jinja2 lexer: source text -> tokens.
  *
  * The source is first normalized as Jinja2 does (\r\n and \r become \n; one trailing newline is
  * dropped since keep_trailing_newline is off). The lexer then alternates between data and tags:
@@ -14,7 +14,7 @@
  * "{{ {'a': {'b': 1}} }}" does not end the tag early. Each token keeps its byte offset for error
  * positions ("line L, column C").
  */
-#include "text/jinja_impl.h"
+#include "text/jinja/impl.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /*
- * jinja_methods.c - the Python methods templates call on values: "abc".split(","),
+ * methods.c - the Python methods templates call on values: "abc".split(","),
  * text.startswith("<"), d.get("k", 0), d.items(), list.index(x), loop.cycle("a", "b"), and
  * Python's two string-formatting mini-languages ("%s" % x and "{}".format(x)).
  *
@@ -8,7 +8,7 @@
  * ImmutableSandboxedEnvironment: reading them gives an Undefined that fails when called.
  * dict.items() / keys() / values() return lists (Python returns views; they iterate the same).
  */
-#include "text/jinja_impl.h"
+#include "text/jinja/impl.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -1,15 +1,15 @@
 /*
- * jinja_value.c - the values of kiln's Jinja2 interpreter and their Python behaviour.
+ * value.c - the values of kiln's Jinja2 interpreter and their Python behaviour.
  *
  * Building blocks: the render's byte buffer (kn_jbuf, capped and counted against the work
- * budget), refcounted strings / lists / dicts / iterators (see jinja_impl.h for the model), and
+ * budget), refcounted strings / lists / dicts / iterators (see impl.h for the model), and
  * the Python semantics templates observe: truthiness, == (1 == 1.0 == True, deep for containers),
  * ordering (TypeError across types), hashing for dict keys, str() and repr() (so that
  * {{ {'a': [1, None, 'it\'s']} }} prints {'a': [1, None, "it's"]} and {{ 0.1 + 0.2 }} prints
  * 0.30000000000000004), and code-point based UTF-8 helpers (Python strings index by character).
  * markupsafe.Markup is a string with the safe flag; its HTML escaping lives here too.
  */
-#include "text/jinja_impl.h"
+#include "text/jinja/impl.h"
 
 #include <math.h>
 #include <pthread.h>

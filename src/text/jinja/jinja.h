@@ -1,6 +1,6 @@
 /*
  * jinja.h - kiln's Jinja2 interpreter for chat templates: the internal API that chat.c and the
- * tests use. The language is the subset real chat templates use (see src/text/jinja_parse.c for the
+ * tests use. The language is the subset real chat templates use (see src/text/jinja/parse.c for the
  * statements and expressions), rendered with the semantics of Hugging Face's apply_chat_template:
  * jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True) with loop
  * controls, the globals raise_exception(msg) and strftime_now(fmt), and tojson as Python's
@@ -8,15 +8,15 @@
  * {'a': 1}), and undefined variables follow jinja2.Undefined.
  *
  * The implementation is split by concept:
- *   jinja_lex.c       source normalization, the lexer (tags, whitespace control, trim/lstrip_blocks)
- *   jinja_parse.c     tokens -> syntax tree, symbol interning, filter/test name resolution
- *   jinja_value.c     values (refcounted strings, lists, dicts...), Python str()/repr(), equality
- *   jinja_eval.c      the renderer: scopes, statements, expressions, macros, loops, limits
- *   jinja_ops.c       iteration, attribute/item access, slicing, operators (Python semantics)
- *   jinja_builtins.c  filters, tests and global functions
- *   jinja_methods.c   str / dict / list methods (s.split(), d.get(), ...)
- *   jinja_json.c      JSON context -> values (jansson) and tojson output
- * jinja_impl.h holds the declarations those files share.
+ *   lex.c       source normalization, the lexer (tags, whitespace control, trim/lstrip_blocks)
+ *   parse.c     tokens -> syntax tree, symbol interning, filter/test name resolution
+ *   value.c     values (refcounted strings, lists, dicts...), Python str()/repr(), equality
+ *   eval.c      the renderer: scopes, statements, expressions, macros, loops, limits
+ *   ops.c       iteration, attribute/item access, slicing, operators (Python semantics)
+ *   builtins.c  filters, tests and global functions
+ *   methods.c   str / dict / list methods (s.split(), d.get(), ...)
+ *   json.c      JSON context -> values (jansson) and tojson output
+ * impl.h holds the declarations those files share.
  *
  * Hostile input is expected: templates and contexts are bounded in nesting depth, macro
  * recursion, loop iterations, evaluation steps, output size and value size; every failure is a

@@ -1,5 +1,5 @@
 /*
- * jinja_parse.c - the Jinja2 parser: tokens -> syntax tree (kn_jnode, see jinja_impl.h).
+ * parse.c - the Jinja2 parser: tokens -> syntax tree (kn_jnode, see impl.h).
  *
  * A recursive-descent parser with Jinja2's grammar and precedence, lowest first:
  *   conditional (a if c else b), or, and, not, comparisons (== != < <= > >= in, not in; chained),
@@ -19,7 +19,7 @@
  * Nesting is bounded by KN_JINJA_MAX_PARSE_DEPTH so that neither parsing nor rendering can
  * exhaust the C stack.
  */
-#include "text/jinja_impl.h"
+#include "text/jinja/impl.h"
 
 #include <math.h>
 #include <stdio.h>

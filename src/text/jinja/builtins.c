@@ -1,5 +1,5 @@
 /*
- * jinja_builtins.c - Jinja2's filters, tests and global functions, as chat templates use them.
+ * builtins.c - Jinja2's filters, tests and global functions, as chat templates use them.
  *
  * Each builtin takes its arguments the way the Python one does (positional, then by keyword;
  * kn_jbind reports unknown or missing ones) and returns what the Python one returns: map, select,
@@ -12,7 +12,7 @@
  * and the local time otherwise. Not implemented: random, groupby, urlize, wordwrap, xmlattr,
  * filesizeformat, pprint, striptags, urlencode, lipsum, cycler, joiner.
  */
-#include "text/jinja_impl.h"
+#include "text/jinja/impl.h"
 
 #include <errno.h>
 #include <math.h>

@@ -1,5 +1,5 @@
 /*
- * jinja_eval.c - the Jinja2 renderer: runs a parsed template over a context.
+ * eval.c - the Jinja2 renderer: runs a parsed template over a context.
  *
  * Scoping follows Jinja2: the template's top level is the root scope (the context's variables,
  * then top-level {% set %}s); every for-loop iteration, macro call, call-block caller and
@@ -10,14 +10,14 @@
  * kept until the render ends; any other scope releases its values when it closes.
  *
  * Expressions are evaluated here; what an operation does to values (arithmetic, comparisons,
- * attribute access through the sandbox, slicing, iteration) is jinja_ops.c's, and the filters,
- * tests and globals are jinja_builtins.c's.
+ * attribute access through the sandbox, slicing, iteration) is ops.c's, and the filters,
+ * tests and globals are builtins.c's.
  *
  * Limits: evaluation depth, macro call depth, total steps and total work (bytes and items copied)
  * are bounded (jinja.h), so a hostile template fails cleanly instead of exhausting the stack, the
  * memory or the CPU. The first error stops the render and is reported with its source position.
  */
-#include "text/jinja_impl.h"
+#include "text/jinja/impl.h"
 
 #include <math.h>
 #include <stdio.h>
