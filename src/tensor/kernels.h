@@ -85,19 +85,40 @@ kn_gemm_fn kn_kernels_gemm(const kn_kernels *k, kn_dtype t);
 /* The quantizer of set k for activation type t (falls back to the reference one). */
 kn_from_float_fn kn_kernels_quantize(const kn_kernels *k, kn_dtype t);
 
-/* The GEMM entry (kn_gemm_fn) NAME of a K-quant weight type: TILE(KIND, n_superblocks, w, ws, nr,
- * x, xs, nt, out, ldo) computes one tile; the common shapes (4 rows x 1..4 tokens) each get an
- * inlined copy of it with constant loop bounds, other shapes (the last rows of a matrix) the generic
- * copy. Used by every SIMD set's K-quant file, so the ladder exists once. */
-#define KN_K_GEMM(NAME, KIND, TILE)                                                                          \
+/* The GEMM entry (kn_gemm_fn) NAME of a K-quant weight type KIND, over a SIMD set's two tiles:
+ * DEC(KIND, n_superblocks, w, ws, nr, x, out) for one token and T4(KIND, n_superblocks, w, ws, nr, x,
+ * xs, nt, out, ldo) for 2..4 tokens, both computing every output in the canonical order (so they
+ * agree with each other and the reference bit for bit). The common shapes (4 rows x 1..4 tokens)
+ * each get an inlined copy with constant loop bounds, other shapes (the last rows of a matrix) the
+ * generic copy. Used by every SIMD set's K-quant file, so the ladder exists once. */
+#define KN_K_GEMM(NAME, KIND, DEC, T4)                                                                       \
     static void NAME(int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt,    \
                      float *out, size_t ldo) {                                                               \
         const int64_t nb = n / KN_QK_K;                                                                      \
-        if (nr == 4 && nt == 1) TILE(KIND, nb, w, ws, 4, x, xs, 1, out, ldo);                                \
-        else if (nr == 4 && nt == 4) TILE(KIND, nb, w, ws, 4, x, xs, 4, out, ldo);                           \
-        else if (nr == 4 && nt == 3) TILE(KIND, nb, w, ws, 4, x, xs, 3, out, ldo);                           \
-        else if (nr == 4 && nt == 2) TILE(KIND, nb, w, ws, 4, x, xs, 2, out, ldo);                           \
-        else TILE(KIND, nb, w, ws, nr, x, xs, nt, out, ldo);                                                 \
+        if (nr == 4 && nt == 1) DEC(KIND, nb, w, ws, 4, x, out);                                             \
+        else if (nr == 4 && nt == 4) T4(KIND, nb, w, ws, 4, x, xs, 4, out, ldo);                             \
+        else if (nr == 4 && nt == 3) T4(KIND, nb, w, ws, 4, x, xs, 3, out, ldo);                             \
+        else if (nr == 4 && nt == 2) T4(KIND, nb, w, ws, 4, x, xs, 2, out, ldo);                             \
+        else if (nt == 1) DEC(KIND, nb, w, ws, nr, x, out);                                                  \
+        else T4(KIND, nb, w, ws, nr, x, xs, nt, out, ldo);                                                   \
+    }
+
+/* The Q8_0 and Q8_1 activation quantizers (kn_from_float_fn) of a SIMD set, over its block function
+ * BLOCK(x[32], qs[32], &sum) -> fp16 scale (sum: the sum of the quants). Byte-identical to
+ * kn_q8_0_from_float / kn_q8_1_from_float (quant.h conventions; a partial block is ignored). */
+#define KN_Q8_QUANTIZERS(BLOCK)                                                                              \
+    static void quantize_q8_0(const float *src, void *dst, int64_t n) {                                      \
+        kn_block_q8_0 *b = dst;                                                                              \
+        int sum;                                                                                             \
+        for (int64_t i = 0; i < n / KN_QK8_0; i++) b[i].d = BLOCK(src + i * KN_QK8_0, b[i].qs, &sum);        \
+    }                                                                                                        \
+    static void quantize_q8_1(const float *src, void *dst, int64_t n) {                                      \
+        kn_block_q8_1 *b = dst;                                                                              \
+        int sum;                                                                                             \
+        for (int64_t i = 0; i < n / KN_QK8_1; i++) {                                                         \
+            b[i].d = BLOCK(src + i * KN_QK8_1, b[i].qs, &sum);                                               \
+            b[i].s = kn_fp32_to_fp16_sat(kn_fp16_to_fp32(b[i].d) * (float)sum);                              \
+        }                                                                                                    \
     }
 
 /* SIMD sets, each in its own files; each init fills the entries it implements and leaves the others.

@@ -283,20 +283,12 @@ KI void tile_4(int kind, int64_t nb, const uint8_t *w, size_t ws, int nr, const 
         for (int r = 0; r < nr; r++) out[(size_t)t * ldo + (size_t)r] = res[4 * t + r];
 }
 
-/* The tile of weight type `kind`: the decode path for one token, else the 4-token path. Both compute
- * every output in the canonical order, so they agree with each other (and the reference) bit for bit. */
-KI void tile_k(int kind, int64_t nb, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt,
-               float *out, size_t ldo) {
-    if (nt == 1) tile_dec(kind, nb, w, ws, nr, x, out);
-    else tile_4(kind, nb, w, ws, nr, x, xs, nt, out, ldo);
-}
-
 /* Contract (kn_gemm_fn): Q4_K, Q5_K and Q6_K weight rows x Q8_K activation rows, n a multiple of 256
  * (a partial tail is ignored), 1 <= nr, nt <= 4; every output bit-identical to the type's scalar
  * kn_q*_k_vec_dot_q8_k. */
-KN_K_GEMM(gemm_q4_k, K_Q4, tile_k)
-KN_K_GEMM(gemm_q5_k, K_Q5, tile_k)
-KN_K_GEMM(gemm_q6_k, K_Q6, tile_k)
+KN_K_GEMM(gemm_q4_k, K_Q4, tile_dec, tile_4)
+KN_K_GEMM(gemm_q5_k, K_Q5, tile_dec, tile_4)
+KN_K_GEMM(gemm_q6_k, K_Q6, tile_dec, tile_4)
 
 /* ---- Q8_K quantizer ---- */
 

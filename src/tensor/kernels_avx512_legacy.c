@@ -491,22 +491,7 @@ AI kn_half quant_block_q8(const float *x, int8_t *qs, int *sum) {
     return dh;
 }
 
-/* kn_from_float_fn for Q8_0 / Q8_1 activations: byte-identical to kn_q8_0_from_float /
- * kn_q8_1_from_float (quant.h conventions; a partial block is ignored). */
-static void quantize_q8_0(const float *src, void *dst, int64_t n) {
-    kn_block_q8_0 *b = dst;
-    int sum;
-    for (int64_t i = 0; i < n / KN_QK8_0; i++) b[i].d = quant_block_q8(src + i * KN_QK8_0, b[i].qs, &sum);
-}
-
-static void quantize_q8_1(const float *src, void *dst, int64_t n) {
-    kn_block_q8_1 *b = dst;
-    int sum;
-    for (int64_t i = 0; i < n / KN_QK8_1; i++) {
-        b[i].d = quant_block_q8(src + i * KN_QK8_1, b[i].qs, &sum);
-        b[i].s = kn_fp32_to_fp16_sat(kn_fp16_to_fp32(b[i].d) * (float)sum);
-    }
-}
+KN_Q8_QUANTIZERS(quant_block_q8)
 
 /* Selects the BF16 kernel of set k: the vdpbf16ps one (use_dot, honoured only on CPUs with
  * AVX512-BF16) or the exact shift-convert + fma one (the default). Returns whether the vdpbf16ps
