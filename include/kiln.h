@@ -431,8 +431,10 @@ typedef struct kiln_engine_params {
                                   the least recently used files are deleted beyond it; default 20 GB */
     int32_t ssd_demote_idle_s; /* seconds an entry stays unused in RAM before it is also written to
                                   SSD (it stays in RAM); default 30; 0 = as soon as it is cached */
-    bool ssd_verify;           /* check every tensor checksum when restoring (the header checksum,
-                                  which covers the token ids, is always checked); default false */
+    bool ssd_verify;           /* check every tensor checksum when restoring; default true. The
+                                  header checksum (which covers the token ids) is always checked;
+                                  false skips the tensor checksums (for benchmarks only: a damaged
+                                  file's K/V is then loaded and can change the output). */
 } kiln_engine_params;
 
 kiln_engine_params kiln_engine_default_params(void);

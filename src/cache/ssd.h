@@ -10,8 +10,9 @@
  * are deleted (files of every model in the directory count against the cap).
  *
  * kn_ssd_restore reads the longest matching file into a row's KV. The header checksum (which
- * covers the token ids) is always checked, the tensor checksums when verify is set. A damaged,
- * truncated or mismatched file (another model, tokenizer or KV format) is moved to
+ * covers the token ids) is always checked; the tensor checksums are too, unless verify is off
+ * (for benchmarks only: damaged tensor data is then loaded). A damaged, truncated or mismatched
+ * file (another model, tokenizer, KV format or file format version) is moved to
  * DIR/quarantine, dropped from the index, counted, and never loaded; the caller then computes the
  * prefix normally. Start-up (kn_ssd_open) reads the index, drops rows whose file is gone, checks
  * the header of every file of this key (quarantining bad ones), re-indexes valid files that have
@@ -31,7 +32,7 @@ typedef struct kn_ssd kn_ssd;
 typedef struct kn_ssd_params {
     const char *dir;          /* created with its parents when missing; copied */
     uint64_t max_bytes;       /* cap on the bytes of all cache files in dir */
-    bool verify;              /* check tensor checksums at restore */
+    bool verify;              /* check tensor checksums at restore (false: benchmarks only) */
     kn_ssdf_key key;          /* the only entries this instance reads and writes */
     size_t max_pending;       /* bytes of queued entries held outside the RAM tier (see src) */
 } kn_ssd_params;

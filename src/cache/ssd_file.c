@@ -6,7 +6,7 @@
  *
  *   offset  size              field
  *        0  8                 magic "KILNKVC\0"
- *        8  4   u32           version (1)
+ *        8  4   u32           version (2; version 1 used an earlier checksum function)
  *       12  4   u32           header_size: bytes from offset 0 through the header checksum
  *                             = 112 + 4 * n_tokens + 16 * n_layer + 8
  *       16  32                model fingerprint (SHA-256 of the architecture metadata and tensors)
@@ -31,8 +31,10 @@
  * The header checksum covers the token ids and the tensor checksum table, so a damaged header
  * (including a changed token id, which would otherwise serve K/V under the wrong key) is always
  * caught by reading only the header; damaged tensor data is caught by the tensor checksums, which
- * the reader checks on request (verify). Files are hostile input: every count is range-checked
- * before it sizes anything, every product is overflow-checked, and the file size must match.
+ * the reader checks unless told not to (verify, on by default in the engine). A file of another
+ * version is refused before anything else is read (KN_SSDF_OTHER_VERSION). Files are hostile input:
+ * every count is range-checked before it sizes anything, every product is overflow-checked, and
+ * the file size must match.
  */
 #include "cache/ssd_file.h"
 
@@ -44,9 +46,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define KN_SSDF_VERSION 1
+#define KN_SSDF_VERSION 2
 #define KN_SSDF_SEED 0x6b696c6e6b766331ull   /* "kilnkvc1" */
 #define FIXED 112                            /* bytes before the token ids */
+#define READ_CHUNK ((size_t)256 << 10)       /* bytes read, then checksummed while still in cache */
 static const char magic[8] = {'K', 'I', 'L', 'N', 'K', 'V', 'C', 0};
 
 const char *kn_ssdf_result_str(kn_ssdf_result r) {
@@ -57,6 +60,7 @@ const char *kn_ssdf_result_str(kn_ssdf_result r) {
     case KN_SSDF_TRUNCATED: return "truncated";
     case KN_SSDF_CORRUPT: return "corrupt";
     case KN_SSDF_MISMATCH: return "for another model, tokenizer or KV format";
+    case KN_SSDF_OTHER_VERSION: return "of another file format version";
     }
     return "?";
 }
@@ -194,9 +198,9 @@ kn_ssdf_result kn_ssdf_read_header(int fd, const kn_ssdf_key *expect, kn_ssdf_he
     kn_ssdf_result r = read_at(fd, fixed, FIXED, 0);
     if (r) return r;
     if (memcmp(fixed, magic, 8) != 0) return KN_SSDF_CORRUPT;
-    /* Another version is a sound file this build cannot use: a mismatch, checked before the
-     * layout, which a future version may change. */
-    if (get32(fixed + 8) != KN_SSDF_VERSION) return KN_SSDF_MISMATCH;
+    /* Another version may be a sound file this build cannot use (its checksums are computed
+     * differently): checked before the layout, which a future version may change. */
+    if (get32(fixed + 8) != KN_SSDF_VERSION) return KN_SSDF_OTHER_VERSION;
     kn_ssdf_key key;
     memcpy(key.model, fixed + 16, 32);
     memcpy(key.tokenizer, fixed + 48, 32);
@@ -238,29 +242,39 @@ kn_ssdf_result kn_ssdf_read_header(int fd, const kn_ssdf_key *expect, kn_ssdf_he
     return r;
 }
 
+/* Reads len bytes at off into dst in READ_CHUNK pieces, each absorbed into hh (when not NULL) right
+ * after it is read, while it is still in the CPU's cache. */
+static kn_ssdf_result read_hashed(int fd, uint8_t *dst, size_t len, uint64_t off, kn_hash64 *hh) {
+    if (!hh) return read_at(fd, dst, len, off);
+    for (size_t done = 0; done < len;) {
+        const size_t n = KN_MIN(READ_CHUNK, len - done);
+        const kn_ssdf_result r = read_at(fd, dst + done, n, off + done);
+        if (r) return r;
+        kn_hash64_update(hh, dst + done, n);
+        done += n;
+    }
+    return KN_SSDF_OK;
+}
+
 kn_ssdf_result kn_ssdf_read_rows(int fd, const kn_ssdf_header *h, uint32_t m, uint8_t *k, uint8_t *v, size_t stride,
                                  bool verify) {
     if (m > h->n_tokens) return KN_SSDF_CORRUPT;
     const size_t rows = (size_t)(h->tensor_bytes / h->n_tokens) * m;   /* the bytes of m positions */
-    uint8_t *bounce = NULL;
-    const size_t bounce_cap = (size_t)1 << 20;
-    if (verify && rows < h->tensor_bytes && !(bounce = malloc(bounce_cap))) return KN_SSDF_NOMEM;
+    uint8_t *bounce = NULL;                                             /* the rest of a tensor, to check it */
+    if (verify && rows < h->tensor_bytes && !(bounce = malloc(READ_CHUNK))) return KN_SSDF_NOMEM;
     kn_ssdf_result r = KN_SSDF_OK;
     for (uint32_t i = 0; !r && i < 2 * h->key.n_layer; i++) {
         uint8_t *dst = (i & 1 ? v : k) + (size_t)(i / 2) * stride;
         const uint64_t at = h->data_offset + (uint64_t)i * h->tensor_bytes;
-        if ((r = read_at(fd, dst, rows, at))) break;
-        if (!verify) continue;
         kn_hash64 hh;
-        kn_hash64_init(&hh, KN_SSDF_SEED + 1 + i);
-        kn_hash64_update(&hh, dst, rows);
-        for (uint64_t done = rows; !r && done < h->tensor_bytes;) {
-            const size_t len = (size_t)KN_MIN((uint64_t)bounce_cap, h->tensor_bytes - done);
-            if ((r = read_at(fd, bounce, len, at + done))) break;
-            kn_hash64_update(&hh, bounce, len);
+        if (verify) kn_hash64_init(&hh, KN_SSDF_SEED + 1 + i);
+        r = read_hashed(fd, dst, rows, at, verify ? &hh : NULL);
+        for (uint64_t done = rows; !r && verify && done < h->tensor_bytes;) {   /* the rest, to check it */
+            const size_t len = (size_t)KN_MIN((uint64_t)READ_CHUNK, h->tensor_bytes - done);
+            r = read_hashed(fd, bounce, len, at + done, &hh);
             done += len;
         }
-        if (!r && kn_hash64_final(&hh) != h->sums[i]) r = KN_SSDF_CORRUPT;
+        if (!r && verify && kn_hash64_final(&hh) != h->sums[i]) r = KN_SSDF_CORRUPT;
     }
     free(bounce);
     /* The header said the file is complete; a short read now means it shrank underneath us. */

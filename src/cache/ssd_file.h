@@ -41,11 +41,12 @@ typedef struct kn_ssdf_header {
 /* Why a file was refused. Everything but IO and NOMEM means the file must not be used again. */
 typedef enum kn_ssdf_result {
     KN_SSDF_OK = 0,
-    KN_SSDF_IO,          /* a read failed (the file may be fine) */
+    KN_SSDF_IO,              /* a read failed (the file may be fine) */
     KN_SSDF_NOMEM,
-    KN_SSDF_TRUNCATED,   /* shorter than its header says */
-    KN_SSDF_CORRUPT,     /* bad magic, lengths, header or tensor checksum, or unexpected tokens */
-    KN_SSDF_MISMATCH,    /* a sound file for another model, tokenizer, KV format or version */
+    KN_SSDF_TRUNCATED,       /* shorter than its header says */
+    KN_SSDF_CORRUPT,         /* bad magic, lengths, header or tensor checksum, or unexpected tokens */
+    KN_SSDF_MISMATCH,        /* a sound file for another model, tokenizer or KV format */
+    KN_SSDF_OTHER_VERSION,   /* another version of the format (e.g. written by an earlier kiln) */
 } kn_ssdf_result;
 
 const char *kn_ssdf_result_str(kn_ssdf_result r);
@@ -64,16 +65,16 @@ uint64_t kn_ssdf_file_size(const kn_ssdf_key *key, uint32_t n);
 kiln_status kn_ssdf_write(int fd, const kn_ssdf_key *key, const int32_t *tokens, uint32_t n, const uint8_t *k,
                           const uint8_t *v, const atomic_bool *stop);
 
-/* Reads and checks fd's header: size, magic, version, every count and offset, the header checksum,
- * and then (when expect is not NULL) that the key equals *expect. On KN_SSDF_OK *out owns the
- * token ids and tensor checksums; on any other result *out holds nothing. */
+/* Reads and checks fd's header: size, magic, version (KN_SSDF_OTHER_VERSION), every count and
+ * offset, the header checksum, and then (when expect is not NULL) that the key equals *expect. On
+ * KN_SSDF_OK *out owns the token ids and tensor checksums; on any other result *out holds nothing. */
 kn_ssdf_result kn_ssdf_read_header(int fd, const kn_ssdf_key *expect, kn_ssdf_header *out);
 void kn_ssdf_header_free(kn_ssdf_header *h);
 
 /* Reads the K and V rows of positions [0, m) of every layer (m <= h->n_tokens) into
  * k + l * stride and v + l * stride (bytes). With verify, the rest of every tensor is read too
- * and each tensor's checksum is compared (KN_SSDF_CORRUPT on a difference). The destination rows
- * may hold partial data after a failure. */
+ * and each tensor's checksum is compared (KN_SSDF_CORRUPT on a difference); without it, damaged
+ * tensor data goes unseen. The destination rows may hold partial data after a failure. */
 kn_ssdf_result kn_ssdf_read_rows(int fd, const kn_ssdf_header *h, uint32_t m, uint8_t *k, uint8_t *v, size_t stride,
                                  bool verify);
 

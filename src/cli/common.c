@@ -96,8 +96,9 @@ static const usage_entry usages[] = {
      "                       deleted beyond it (default 20)\n"
      "  --ssd-demote-idle S  also write a cached prefix unused for S seconds (default 30; 0 = at\n"
      "                       once); prefixes leaving the RAM cache are always written\n"
-     "  --ssd-cache-verify   check every tensor checksum of a file when restoring it (the header\n"
-     "                       checksum is always checked)\n"
+     "  --no-ssd-cache-verify\n"
+     "                       skip the tensor checksums when restoring a file, for benchmarks only:\n"
+     "                       damaged K/V is then loaded (checked by default: --ssd-cache-verify)\n"
      "  --max-body-mb N      largest request body in MiB (default 8; beyond: 413)\n"
      "Sampling flags set the defaults of requests that do not give a value; the model's own\n"
      "recommended settings come next, then temperature 0.8, top-p 0.95.\n" MODEL_FLAGS SAMPLING_FLAGS},

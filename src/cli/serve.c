@@ -345,7 +345,7 @@ int cli_serve(int argc, char **argv) {
     int max_body_mb = 8, batch = 0, prefill_chunk = 64, port_flag = -1;
     float kv_budget_gb = 0, prompt_cache_gb = -1, ssd_max_gb = 20;
     int ssd_idle = 30;
-    bool ssd_on = false, ssd_verify = false, print_cfg = false, no_open = false, host_given = false;
+    bool ssd_on = false, ssd_verify = true, print_cfg = false, no_open = false, host_given = false;
     const char *ssd_dir = NULL;
     char *ssd_default = NULL;
     for (int i = 1; i < argc; i++) {
@@ -370,7 +370,7 @@ int cli_serve(int argc, char **argv) {
         }
         if (strcmp(a, "--ssd-cache-max") == 0) { if (!cli_float(a, v, 0.001, 1 << 20, &ssd_max_gb)) return CLI_EXIT_USAGE; i++; continue; }
         if (strcmp(a, "--ssd-demote-idle") == 0) { if (!cli_int(a, v, 0, 100000000, &ssd_idle)) return CLI_EXIT_USAGE; i++; continue; }
-        if (strcmp(a, "--ssd-cache-verify") == 0) { ssd_verify = true; continue; }
+        if (strcmp(a, "--ssd-cache-verify") == 0 || strcmp(a, "--no-ssd-cache-verify") == 0) { ssd_verify = a[2] == 's'; continue; }
         if (strcmp(a, "--max-body-mb") == 0) { if (!cli_int(a, v, 1, 4096, &max_body_mb)) return CLI_EXIT_USAGE; i++; continue; }
         if (strcmp(a, "--print-config") == 0) { print_cfg = true; continue; }
         if (strcmp(a, "--no-open") == 0) { no_open = true; continue; }

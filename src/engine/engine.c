@@ -11,7 +11,7 @@
 kiln_engine_params kiln_engine_default_params(void) {
     kiln_engine_params p = {.n_ctx = 0, .max_rows = 8, .max_queue = 64, .prefill_chunk = 64, .n_threads = 0,
                             .kv_type = KILN_KV_F16, .kv_budget = 0, .prompt_cache = -1, .ssd_dir = NULL,
-                            .ssd_max_bytes = 20000000000ull, .ssd_demote_idle_s = 30, .ssd_verify = false};
+                            .ssd_max_bytes = 20000000000ull, .ssd_demote_idle_s = 30, .ssd_verify = true};
     return p;
 }
 

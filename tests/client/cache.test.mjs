@@ -1,8 +1,9 @@
 // cache.test.mjs - the SSD tier of the prefix cache through `kiln serve --ssd-cache`, with the
 // official openai client: a conversation returning after a restart on the same directory is
 // restored (cached_tokens > 0) with the same output; damaged files (a flipped header byte, a
-// truncated file, a file of another model) are skipped, quarantined and reported in /stats while
-// the answers stay those of a server without any cache; kill -9 during a burst of writes never
+// truncated file, a file of another model, and with the default flags a flipped data byte) are
+// skipped, quarantined and reported in /stats while the answers stay those of a server without
+// any cache (with --no-ssd-cache-verify a flipped data byte is loaded); kill -9 during a burst of writes never
 // leads to a corrupt entry being served; POST /admin/cache/flush (behind the API key). One
 // PASS/FAIL/SKIP line per case (see lib.mjs); run by tests/cli/test_server.sh after
 // server.test.mjs, with KILN and KILN_MODEL set.
@@ -157,27 +158,28 @@ await test('cache_corrupt_files_quarantined', async () => {
   const d = dir('corrupt');
   const w = await startServer(['--ssd-cache', d, '--ssd-demote-idle', '0'], 'writer server');
   try {
-    for (const p of PROMPTS.slice(0, 3)) await complete(w.client(), p);
+    for (const p of PROMPTS.slice(0, 4)) await complete(w.client(), p);
     assert.equal((await post(w, '/admin/cache/flush', {})).status, 200);
   } finally {
     await stopCleanly(w);
   }
   const files = kvFiles(d);
-  assert.equal(files.length, 3, `cache files: ${files}`);
+  assert.equal(files.length, 4, `cache files: ${files}`);
   flipByte(join(d, files[0]), 120);                              // a token id in the header
   truncateSync(join(d, files[1]), statSync(join(d, files[1])).size - 64);
   copyFileSync(foreign, join(d, files[2]));                      // another model's file
-  const s = await startServer(['--ssd-cache', d, '--ssd-cache-verify'], 'server on damaged files');
+  flipByte(join(d, files[3]), -5);                               // tensor data: found at restore
+  const s = await startServer(['--ssd-cache', d], 'server on damaged files');
   try {
     const st = (await stats(s)).ssd_cache;
     assert.equal(st.quarantined, 3, JSON.stringify(st));
-    assert.equal(st.entries, 0, JSON.stringify(st));
-    for (let k = 0; k < 3; k++) {
+    assert.equal(st.entries, 1, JSON.stringify(st));
+    for (let k = 0; k < 4; k++) {
       const r = await complete(s.client(), PROMPTS[k]);
       assert.equal(r.choices[0].text, refAnswers[k], `prompt ${k} answered differently`);
     }
     assert.equal((await stats(s)).ssd_cache.hits, 0);
-    assert.match((await get(s, '/metrics')).text, /^kiln_ssd_cache_quarantined_total 3$/m);
+    assert.match((await get(s, '/metrics')).text, /^kiln_ssd_cache_quarantined_total 4$/m);
     assert.match(s.stderr(), /quarantine/);
   } finally {
     await stopCleanly(s);
@@ -185,12 +187,12 @@ await test('cache_corrupt_files_quarantined', async () => {
   const q = readdirSync(join(d, 'quarantine'));
   for (const f of files) assert.ok(q.includes(f), `${f} not in quarantine/ (${q})`);
   // The answers computed instead were cached anew (the same names: same tokens), soundly.
-  const again = await startServer(['--ssd-cache', d, '--ssd-cache-verify'], 'server after the quarantine');
+  const again = await startServer(['--ssd-cache', d], 'server after the quarantine');
   try {
     const st = (await stats(again)).ssd_cache;
     assert.equal(st.quarantined, 0, JSON.stringify(st));
-    assert.equal(st.entries, 3, JSON.stringify(st));
-    for (let k = 0; k < 3; k++) {
+    assert.equal(st.entries, 4, JSON.stringify(st));
+    for (let k = 0; k < 4; k++) {
       const r = await complete(again.client(), PROMPTS[k]);
       assert.equal(r.choices[0].text, refAnswers[k]);
     }
@@ -199,6 +201,57 @@ await test('cache_corrupt_files_quarantined', async () => {
     await stopCleanly(again);
   }
 }, 30000);
+
+// Byte offset of a cache file's first tensor (see the format in src/cache/ssd_file.c).
+function dataOffset(path) {
+  const fd = openSync(path, 'r');
+  const h = Buffer.alloc(112);
+  readSync(fd, h, 0, 112, 0);
+  closeSync(fd);
+  return h.readBigUInt64LE(104);
+}
+
+await test('cache_verify_off_loads_damaged_data', async () => {
+  // --no-ssd-cache-verify (benchmarks only) skips the tensor checksums: a file whose data (not its
+  // header) is damaged is then loaded, as the README says; --ssd-cache-verify (the default) is
+  // still accepted and catches it.
+  const d = dir('noverify');
+  const w = await startServer(['--ssd-cache', d, '--ssd-demote-idle', '0'], 'writer server');
+  try {
+    await complete(w.client(), PROMPTS[5]);
+    assert.equal((await post(w, '/admin/cache/flush', {})).status, 200);
+  } finally {
+    await stopCleanly(w);
+  }
+  const files = kvFiles(d);
+  assert.equal(files.length, 1, `cache files: ${files}`);
+  const file = join(d, files[0]), saved = join(root, 'noverify-damaged.kv');
+  flipByte(file, Number(dataOffset(file)) + 5);   // position 0, layer 0, K
+  copyFileSync(file, saved);
+  const on = await startServer(['--ssd-cache', d, '--ssd-cache-verify', '--prompt-cache', '0'], 'server with verification');
+  try {
+    const r = await complete(on.client(), PROMPTS[5]);
+    assert.equal(r.choices[0].text, refAnswers[5]);
+    const st = (await stats(on)).ssd_cache;
+    assert.equal(st.hits, 0, JSON.stringify(st));
+    assert.equal(st.quarantined, 1, JSON.stringify(st));
+  } finally {
+    await stopCleanly(on);
+  }
+  // The damaged file back in place (its header is sound, so start-up keeps it): loaded without
+  // verification. (The request then writes its sequence, damaged K/V included, under valid
+  // checksums: the damage spreads, which is why verification is on by default.)
+  copyFileSync(saved, file);
+  const off = await startServer(['--ssd-cache', d, '--no-ssd-cache-verify', '--prompt-cache', '0'], 'server without verification');
+  try {
+    await complete(off.client(), PROMPTS[5]);
+    const st = (await stats(off)).ssd_cache;
+    assert.equal(st.hits, 1, JSON.stringify(st));
+    assert.equal(st.quarantined, 0, JSON.stringify(st));
+  } finally {
+    await stopCleanly(off);
+  }
+}, 20000);
 
 await test('cache_kill9_during_writes', async () => {
   const d = dir('kill9');
@@ -230,7 +283,7 @@ await test('cache_kill9_during_writes', async () => {
     await stopCleanly(s2);
   }
   // A third start finds every file sound (nothing to quarantine).
-  const s3 = await startServer(['--ssd-cache', d, '--ssd-cache-verify'], 'server after kill -9 (2)');
+  const s3 = await startServer(['--ssd-cache', d], 'server after kill -9 (2)');
   try {
     const st = (await stats(s3)).ssd_cache;
     assert.equal(st.quarantined, 0, JSON.stringify(st));

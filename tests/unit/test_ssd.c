@@ -1,13 +1,15 @@
 /*
- * test_ssd.c - the prefix cache's SSD tier: the checksum; the file format (round trip, damaged,
- * truncated, mismatched and hostile headers); the tier on its own (write, restore, restart,
- * supersession, LRU deletion under the byte cap, vanished files, orphaned and temporary files, a
- * broken index, write errors, an unusable directory); and through the engine on stories260K:
+ * test_ssd.c - the prefix cache's SSD tier: the checksum (known answers, a plain reference, any
+ * split); the file format (round trip, damaged, truncated, mismatched and hostile headers, other
+ * versions); the tier on its own (write, restore, restart, supersession, LRU deletion under the
+ * byte cap, vanished files, orphaned and temporary files, a broken index, write errors, an
+ * unusable directory, files of an earlier format version); and through the engine on stories260K:
  * greedy output bit-identical with and without an SSD hit, restore after a restart (a new engine
- * on the same directory), restore into a smaller context with verification, the SSD tier with the
- * RAM tier off, and damaged files (a flipped header byte, a flipped data byte, a truncated file, a
- * file from another model) found at start-up and at restore: all skipped, quarantined and
- * counted, while every request still gives the cold output.
+ * on the same directory), restore into a smaller context, the SSD tier with the RAM tier off, and
+ * damaged files (a flipped header byte, a flipped data byte, a truncated file, a file from another
+ * model) found at start-up and at restore: all skipped, quarantined and counted, while every
+ * request still gives the cold output (a flipped data byte is caught with the default settings;
+ * with verification off it is loaded).
  */
 #include "harness.h"
 
@@ -139,25 +141,77 @@ static kn_ssdf_key test_key(uint8_t tag) {
 
 /* ---- checksum and file format ----------------------------------------------------------------- */
 
+/* kn_hash64 exactly as checksum.h specifies it, written as plainly as possible (byte by byte, one
+ * word at a time, lane = word index mod 8): the reference the unrolled, streaming code must equal. */
+static uint64_t ref_avalanche(uint64_t x) {
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+static uint64_t ref_hash64(const uint8_t *p, size_t n, uint64_t seed) {
+    const uint64_t m1 = 0x9E3779B97F4A7C15ull;
+    uint64_t lane[8];
+    for (int i = 0; i < 8; i++) lane[i] = ref_avalanche(seed + (uint64_t)(i + 1) * m1);
+    const size_t words = (n + 63) / 64 * 8;   /* whole stripes, the last one padded with zeros */
+    for (size_t w = 0; w < words; w++) {
+        uint64_t word = 0;
+        for (int b = 7; b >= 0; b--) word = word << 8 | (w * 8 + (size_t)b < n ? p[w * 8 + (size_t)b] : 0);
+        const uint64_t x = lane[w % 8] ^ word;
+        lane[w % 8] = ((x << 29) | (x >> 35)) * m1;
+    }
+    uint64_t x = n;
+    for (int i = 0; i < 8; i++) x = ref_avalanche(x ^ lane[i]);
+    return x;
+}
+
 static void test_checksum(void) {
-    uint8_t buf[1000];
-    for (int i = 0; i < 1000; i++) buf[i] = (uint8_t)(i * 7 + 3);
-    const uint64_t whole = kn_hash64_of(buf, sizeof buf, 42);
-    for (size_t split = 0; split <= 1000; split += 37) {   /* any split gives the same result */
+    static uint8_t buf[1 << 16];
+    for (size_t i = 0; i < sizeof buf; i++) buf[i] = (uint8_t)(i * 7 + 3);
+    /* Known answers: the SSD cache file format depends on these exact values on every CPU. */
+    static const struct { size_t len; uint64_t seed, sum; } known[] = {
+        {0, 0, 0xe77312f1304d8647ull},      {1, 0, 0x9da4566c09d83b5cull},     {7, 0, 0xfd851a3172b84431ull},
+        {8, 0, 0x7d4dc47f6aef0a4dull},      {9, 0, 0x2b46412111c40dfdull},     {63, 0, 0x882761ec9fa478c6ull},
+        {64, 0, 0x44f519c88c2a4d0full},     {65, 0, 0x348c03bf45c97ef7ull},    {127, 0, 0x45a0d44f8f9da1adull},
+        {128, 0, 0xc44cf2a598722157ull},    {1000, 0, 0x6f873c5f70595409ull},  {65536, 0, 0x3de0a0140256234cull},
+        {0, 42, 0x12a768b8f3805ba2ull},     {1, 42, 0x1fb0e7260c83fd75ull},    {7, 42, 0xf9a9414330d53ee2ull},
+        {8, 42, 0xccc2c302cbe55fedull},     {9, 42, 0x4e4dd63351912f53ull},    {63, 42, 0x0fa366141a14e2adull},
+        {64, 42, 0x2c2e06c263c571b6ull},    {65, 42, 0x2fc0b0452f2af5e3ull},   {127, 42, 0x038629d43062cee1ull},
+        {128, 42, 0x2079ca57f724441cull},   {1000, 42, 0xf37f74b9cb86af8bull}, {65536, 42, 0x6ad7a12aa0c74fe2ull},
+    };
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
+        CHECKF(kn_hash64_of(buf, known[i].len, known[i].seed) == known[i].sum, "length %zu seed %llu", known[i].len,
+               (unsigned long long)known[i].seed);
+        CHECK(ref_hash64(buf, known[i].len, known[i].seed) == known[i].sum);
+    }
+    /* Every length against the reference, from every alignment of the data. */
+    for (size_t len = 0; len <= 700; len++)
+        CHECKF(kn_hash64_of(buf + len % 8, len, 7) == ref_hash64(buf + len % 8, len, 7), "length %zu", len);
+    /* Any split of the data gives the one-shot result: two parts, and many small odd-sized ones. */
+    const uint64_t whole = kn_hash64_of(buf, 1000, 42);
+    for (size_t split = 0; split <= 1000; split += 37) {
         kn_hash64 h;
         kn_hash64_init(&h, 42);
         kn_hash64_update(&h, buf, split);
+        CHECK(kn_hash64_final(&h) == kn_hash64_of(buf, split, 42));   /* final leaves h usable */
         kn_hash64_update(&h, buf + split, 1000 - split);
         CHECK(kn_hash64_final(&h) == whole);
     }
-    CHECK(kn_hash64_of(buf, sizeof buf, 43) != whole);
+    kn_hash64 h;
+    kn_hash64_init(&h, 0);
+    for (size_t at = 0, step = 1; at < sizeof buf; at += step, step = step % 97 + 13)
+        kn_hash64_update(&h, buf + at, KN_MIN(step, sizeof buf - at));
+    CHECK(kn_hash64_final(&h) == kn_hash64_of(buf, sizeof buf, 0));
+    CHECK(kn_hash64_of(buf, 1000, 43) != whole);
     for (int i = 0; i < 1000; i += 13) {                   /* every single-bit change shows */
         buf[i] ^= 1;
-        CHECK(kn_hash64_of(buf, sizeof buf, 42) != whole);
+        CHECK(kn_hash64_of(buf, 1000, 42) != whole);
         buf[i] ^= 1;
     }
     CHECK(kn_hash64_of(buf, 999, 42) != kn_hash64_of(buf, 1000, 42));
     CHECK(kn_hash64_of(NULL, 0, 1) != kn_hash64_of(NULL, 0, 2));
+    uint8_t zeros[128] = {0};                              /* trailing zeros count: the length is absorbed */
+    CHECK(kn_hash64_of(zeros, 64, 0) != kn_hash64_of(zeros, 65, 0) && kn_hash64_of(zeros, 0, 0) != kn_hash64_of(zeros, 1, 0));
 }
 
 /* Writes an entry of n tokens (key `key`) to path; true on success. */
@@ -252,13 +306,17 @@ static void test_file_format(void) {
     CHECK(f && fputs("not a cache file at all, just some text that is long enough to fill a header .........."
                      "..............................................................", f) >= 0 && fclose(f) == 0);
     CHECK(read_file(path, &key, 40, &dst, false) == KN_SSDF_CORRUPT);
-    /* Another version is a mismatch (a sound file this build cannot use). */
-    CHECK(write_file(path, &key, toks, 40, &src));
-    fd = open(path, O_RDWR);
-    const uint8_t v2[4] = {2, 0, 0, 0};
-    CHECK(pwrite(fd, v2, 4, 8) == 4);
-    close(fd);
-    CHECK(read_file(path, &key, 40, &dst, false) == KN_SSDF_MISMATCH);
+    /* Another version (an earlier one computed its checksums differently; a later one may change
+     * the layout) is refused before anything else is read. */
+    for (uint8_t ver = 1; ver <= 3; ver += 2) {
+        CHECK(write_file(path, &key, toks, 40, &src));
+        fd = open(path, O_RDWR);
+        const uint8_t v[4] = {ver, 0, 0, 0};
+        CHECK(pwrite(fd, v, 4, 8) == 4);
+        close(fd);
+        CHECK(read_file(path, &key, 40, &dst, false) == KN_SSDF_OTHER_VERSION);
+        CHECK(read_file(path, NULL, 40, &dst, true) == KN_SSDF_OTHER_VERSION);
+    }
     unlink(path);
     kn_kv_free(&src);
     kn_kv_free(&dst);
@@ -589,6 +647,66 @@ static void test_bad_dir(void) {
     kn_ssd_close(s);
 }
 
+/* Rewrites the version field of dir/name (as a file of another format version would have it). */
+static bool set_version(const char *dir, const char *name, uint8_t version) {
+    char p[1024];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    const int fd = open(p, O_RDWR);
+    const uint8_t v[4] = {version, 0, 0, 0};
+    const bool ok = fd >= 0 && pwrite(fd, v, 4, 8) == 4;
+    if (fd >= 0) close(fd);
+    return ok;
+}
+
+/* Files of format version 1 (an earlier kiln, whose checksum function differs) in the directory:
+ * at start-up, indexed or not, they are quarantined and counted, never loaded. */
+static void test_old_version(void) {
+    const char *dir = fresh_dir("oldver");
+    kn_kv src, dst;
+    CHECK(kn_kv_init(&src, KN_F32, 2, 64, 8) == KILN_OK);
+    CHECK(kn_kv_init(&dst, KN_F32, 2, 64, 8) == KILN_OK);
+    fill(&src, 40, 4.0f);
+    int32_t t[2][40];
+    static held h[2];
+    kn_ssd *s = open_tier(dir, 1 << 20, true);
+    CHECK(s);
+    for (int e = 0; e < 2; e++) {
+        for (int i = 0; i < 40; i++) t[e][i] = 700 * (e + 1) + i;
+        CHECK(put(s, &h[e], t[e], 40, &src) && kn_ssd_flush(s, 5000) == KILN_OK);
+    }
+    kn_ssd_close(s);
+    char names[4][32], q[700];
+    snprintf(q, sizeof q, "%s/quarantine", dir);
+    CHECK(list_kv(dir, names, 4) == 2);
+    /* Indexed files. */
+    CHECK(set_version(dir, names[0], 1) && set_version(dir, names[1], 1));
+    s = open_tier(dir, 1 << 20, true);
+    CHECK(s);
+    kn_ssd_stats st;
+    kn_ssd_get_stats(s, &st);
+    CHECKF(st.entries == 0 && st.quarantined == 2, "entries %d quarantined %llu", st.entries, (unsigned long long)st.quarantined);
+    CHECK(kn_ssd_restore(s, t[0], 40, 0, &dst) == 0 && kn_ssd_restore(s, t[1], 40, 0, &dst) == 0);
+    CHECK(file_exists(q, names[0]) && file_exists(q, names[1]) && list_kv(dir, names, 4) == 0);
+    /* A file without an index row (as after a crash, or an index deleted by hand). */
+    CHECK(put(s, &h[0], t[0], 40, &src) && kn_ssd_flush(s, 5000) == KILN_OK);
+    kn_ssd_close(s);
+    CHECK(list_kv(dir, names, 4) == 1 && set_version(dir, names[0], 1));
+    char idx[1024];
+    const char *parts[] = {"", "-wal", "-shm"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(idx, sizeof idx, "%s/index.sqlite%s", dir, parts[i]);
+        unlink(idx);
+    }
+    s = open_tier(dir, 1 << 20, true);
+    CHECK(s);
+    kn_ssd_get_stats(s, &st);
+    CHECK(st.entries == 0 && st.quarantined == 1 && list_kv(dir, names, 4) == 0);
+    CHECK(kn_ssd_restore(s, t[0], 40, 0, &dst) == 0);
+    kn_ssd_close(s);
+    kn_kv_free(&src);
+    kn_kv_free(&dst);
+}
+
 /* ---- through the engine ------------------------------------------------------------------------ */
 
 typedef struct out {
@@ -618,7 +736,8 @@ static kiln_status gen(kiln_engine *e, const kiln_token *p, size_t n, int max, o
     return st;
 }
 
-static kiln_engine *engine(kiln_model *m, int n_ctx, int64_t ram, const char *dir, int idle, bool verify) {
+/* An engine with the default settings (verification on) but for these sizes; NULL on failure. */
+static kiln_engine *engine(kiln_model *m, int n_ctx, int64_t ram, const char *dir, int idle) {
     kiln_engine_params ep = kiln_engine_default_params();
     ep.n_ctx = n_ctx;
     ep.max_rows = 2;
@@ -627,7 +746,6 @@ static kiln_engine *engine(kiln_model *m, int n_ctx, int64_t ram, const char *di
     ep.ssd_dir = dir;
     ep.ssd_max_bytes = 64 << 20;
     ep.ssd_demote_idle_s = idle;
-    ep.ssd_verify = verify;
     kiln_engine *e = NULL;
     kiln_engine_new(m, &ep, &e);
     return e;
@@ -652,7 +770,7 @@ static bool world_init(void) {
     if (W.m) return true;
     const char *path = kt_data("models/stories260K/stories260K.gguf");
     if (!kt_exists(path) || kiln_model_load(path, NULL, &W.m) != KILN_OK) return false;
-    kiln_engine *cold = engine(W.m, 256, 0, NULL, 0, false);
+    kiln_engine *cold = engine(W.m, 256, 0, NULL, 0);
     if (!cold) return false;
     kiln_generate_result r;
     for (int k = 0; k < N_PROMPTS; k++) {
@@ -676,7 +794,7 @@ static void test_engine_restart(void) {
     const char *hash = kiln_model_tokenizer_hash(W.m);
     CHECK(hash && strlen(hash) == 64);
     /* Run 1: every prompt once (misses); entries go to SSD at once (idle 0). */
-    kiln_engine *e = engine(W.m, 256, 64 << 20, dir, 0, false);
+    kiln_engine *e = engine(W.m, 256, 64 << 20, dir, 0);
     CHECK(e);
     out o;
     kiln_generate_result r;
@@ -690,7 +808,7 @@ static void test_engine_restart(void) {
            "entries %d writes %llu", es.ssd_entries, (unsigned long long)es.ssd_writes);
     kiln_engine_free(e);
     /* Run 2 (a restart): the next turns hit the SSD and give the cold outputs. */
-    e = engine(W.m, 256, 64 << 20, dir, 30, false);
+    e = engine(W.m, 256, 64 << 20, dir, 30);
     CHECK(e);
     for (int k = 0; k < N_PROMPTS; k++) {
         CHECK(gen(e, W.p2[k], (size_t)W.n2, GEN, &o, &r) == KILN_OK);
@@ -709,11 +827,11 @@ static void test_engine_restart(void) {
     kiln_engine_get_stats(e, &es);
     CHECK(es.ssd_writes == N_PROMPTS && es.ssd_entries == N_PROMPTS);   /* each superseded its turn 1 */
     kiln_engine_free(e);
-    /* Run 3: a smaller context and verification: restores a prefix of longer files. */
-    e = engine(W.m, 48, 64 << 20, dir, 30, true);
+    /* Run 3: a smaller context: restores a prefix of longer files (and checks all of them). */
+    e = engine(W.m, 48, 64 << 20, dir, 30);
     CHECK(e);
     CHECK(gen(e, W.p[1], 40, 4, &o, &r) == KILN_OK && r.n_cached == 39);
-    kiln_engine *cold = engine(W.m, 48, 0, NULL, 0, false);
+    kiln_engine *cold = engine(W.m, 48, 0, NULL, 0);
     out c;
     CHECK(cold && gen(cold, W.p[1], 40, 4, &c, &r) == KILN_OK && same_out(&o, &c));
     kiln_engine_free(cold);
@@ -722,7 +840,7 @@ static void test_engine_restart(void) {
     kiln_engine_free(e);
     /* The SSD tier with the RAM tier off: entries go straight to SSD and come back from there. */
     const char *dir2 = fresh_dir("engine-noram");
-    e = engine(W.m, 256, 0, dir2, 30, true);
+    e = engine(W.m, 256, 0, dir2, 30);
     CHECK(e);
     CHECK(gen(e, W.p[2], PLEN, GEN, &o, &r) == KILN_OK && r.n_cached == 0);
     CHECK(kiln_engine_flush_cache(e, 5000) == KILN_OK);
@@ -750,7 +868,7 @@ static void test_engine_eviction(void) {
     if (!world_init()) SKIP("no model");
     const char *dir = fresh_dir("evict");
     /* stories260K: 5 layers x 32 KV dims x F16 x 2 = 640 bytes per token; one entry < 64 KiB. */
-    kiln_engine *e = engine(W.m, 256, 80000, dir, 100000, false);
+    kiln_engine *e = engine(W.m, 256, 80000, dir, 100000);
     CHECK(e);
     out o;
     kiln_generate_result r;
@@ -779,7 +897,7 @@ static void test_engine_eviction(void) {
 static void test_engine_idle_demotion(void) {
     if (!world_init()) SKIP("no model");
     const char *dir = fresh_dir("idle");
-    kiln_engine *e = engine(W.m, 256, 64 << 20, dir, 1, false);
+    kiln_engine *e = engine(W.m, 256, 64 << 20, dir, 1);
     CHECK(e);
     out o;
     kiln_generate_result r;
@@ -807,7 +925,7 @@ static void test_engine_idle_demotion(void) {
 /* Writes the N_PROMPTS first turns into dir with one engine and returns the file of each prompt
  * in names[k]. */
 static bool populate(const char *dir, char names[N_PROMPTS][32]) {
-    kiln_engine *e = engine(W.m, 256, 64 << 20, dir, 0, false);
+    kiln_engine *e = engine(W.m, 256, 64 << 20, dir, 0);
     if (!e) return false;
     char seen[16][32];
     int n_seen = 0;
@@ -868,8 +986,8 @@ static bool copy_over(const char *from, const char *dir, const char *name) {
     return system(cmd) == 0;
 }
 
-/* Damaged files found by the start-up checks (header flip, truncation, another model) and, with
- * verify, at restore (a data flip): skipped, quarantined, counted; the answers stay correct. */
+/* Damaged files found by the start-up checks (header flip, truncation, another model) and at
+ * restore (a data flip): skipped, quarantined, counted; the answers stay correct. */
 static void test_engine_corrupt_startup(void) {
     if (!world_init()) SKIP("no model");
     const char *foreign = foreign_file();
@@ -881,7 +999,7 @@ static void test_engine_corrupt_startup(void) {
     CHECK(truncate_by(dir, names[1], 700));
     CHECK(copy_over(foreign, dir, names[2]));
     CHECK(flip_byte(dir, names[3], -100));          /* tensor data */
-    kiln_engine *e = engine(W.m, 256, 64 << 20, dir, 30, true);
+    kiln_engine *e = engine(W.m, 256, 64 << 20, dir, 30);
     CHECK(e);
     kiln_engine_stats es;
     kiln_engine_get_stats(e, &es);
@@ -911,7 +1029,7 @@ static void test_engine_corrupt_restore(void) {
     char names[N_PROMPTS][32];
     CHECK(populate(dir, names));
     /* RAM off, so every hit would have to come from SSD. */
-    kiln_engine *e = engine(W.m, 256, 0, dir, 30, false);
+    kiln_engine *e = engine(W.m, 256, 0, dir, 30);
     kiln_engine *v = NULL;
     CHECK(e);
     kiln_engine_stats es;
@@ -932,13 +1050,13 @@ static void test_engine_corrupt_restore(void) {
     CHECK(gen(e, W.p2[3], (size_t)W.n2, GEN, &o, &r) == KILN_OK && r.n_cached == PLEN + GEN - 1 && same_out(&o, &W.cold2[3]));
     CHECK(kiln_engine_flush_cache(e, 5000) == KILN_OK);   /* the four answered turns are files now */
     kiln_engine_free(e);
-    /* Data damage in every file: not seen by the start-up checks (headers only); with verify,
-     * caught at restore. */
+    /* Data damage in every file: not seen by the start-up checks (headers only), caught at
+     * restore. */
     char now[16][32];
     const int n = list_kv(dir, now, 16);
     CHECK(n == N_PROMPTS);
     for (int i = 0; i < n; i++) CHECK(flip_byte(dir, now[i], -5));
-    v = engine(W.m, 256, 0, dir, 30, true);
+    v = engine(W.m, 256, 0, dir, 30);
     CHECK(v);
     kiln_engine_get_stats(v, &es);
     CHECK(es.ssd_entries == N_PROMPTS && es.ssd_quarantined == 0);
@@ -946,6 +1064,64 @@ static void test_engine_corrupt_restore(void) {
     kiln_engine_get_stats(v, &es);
     CHECK(es.ssd_quarantined == 1 && es.ssd_hits == 0);
     kiln_engine_free(v);
+}
+
+/* Flips one byte of the data part of dir/name: byte 5 of its first tensor (the K row of position 0
+ * in layer 0, which every restore of the file reads). */
+static bool flip_data_byte(const char *dir, const char *name) {
+    char p[1024];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    const int fd = open(p, O_RDONLY);
+    kn_ssdf_header h;
+    const bool ok = fd >= 0 && kn_ssdf_read_header(fd, NULL, &h) == KN_SSDF_OK;
+    if (fd >= 0) close(fd);
+    if (!ok) return false;
+    const uint64_t at = h.data_offset + 5;
+    kn_ssdf_header_free(&h);
+    return flip_byte(dir, name, (long)at);
+}
+
+/* A byte flipped in the data part of a file (not its header): with the engine's default settings
+ * the file fails its tensor checksum at restore, is quarantined and counted, and the request
+ * computes its prefix, giving the output of an engine without any cache. Verification off (for
+ * benchmarks only) loads the damaged K/V: the hit is taken and nothing is quarantined. */
+static void test_engine_data_damage(void) {
+    if (!world_init()) SKIP("no model");
+    CHECK(kiln_engine_default_params().ssd_verify);
+    for (int verify = 1; verify >= 0; verify--) {
+        const char *dir = fresh_dir(verify ? "damage" : "damage-noverify");
+        char names[N_PROMPTS][32];
+        CHECK(populate(dir, names));
+        CHECK(flip_data_byte(dir, names[0]));
+        kiln_engine_params ep = kiln_engine_default_params();   /* nothing but sizes changed */
+        ep.n_ctx = 256;
+        ep.prompt_cache = 0;                                     /* every hit comes from SSD */
+        ep.ssd_dir = dir;
+        if (!verify) ep.ssd_verify = false;
+        kiln_engine *e = NULL;
+        CHECK(kiln_engine_new(W.m, &ep, &e) == KILN_OK);
+        kiln_engine_stats es;
+        kiln_engine_get_stats(e, &es);
+        CHECK(es.ssd_entries == N_PROMPTS && es.ssd_quarantined == 0);   /* the header is sound */
+        out o;
+        kiln_generate_result r;
+        CHECK(gen(e, W.p2[0], (size_t)W.n2, GEN, &o, &r) == KILN_OK);
+        kiln_engine_get_stats(e, &es);
+        if (verify) {
+            CHECKF(r.n_cached == 0, "restored %d tokens from a damaged file", r.n_cached);
+            CHECK(same_out(&o, &W.cold2[0]));
+            CHECK(es.ssd_quarantined == 1 && es.ssd_hits == 0 && es.ssd_entries == N_PROMPTS - 1);
+            char q[700];
+            snprintf(q, sizeof q, "%s/quarantine", dir);
+            CHECK(file_exists(q, names[0]) && !file_exists(dir, names[0]));
+            /* The intact files pass their checks and restore. */
+            CHECK(gen(e, W.p2[1], (size_t)W.n2, GEN, &o, &r) == KILN_OK && r.n_cached == PLEN + GEN - 1);
+            CHECK(same_out(&o, &W.cold2[1]));
+        } else {
+            CHECK(r.n_cached == PLEN + GEN - 1 && es.ssd_hits == 1 && es.ssd_quarantined == 0);
+        }
+        kiln_engine_free(e);
+    }
 }
 
 int main(void) {
@@ -956,11 +1132,13 @@ int main(void) {
     RUN(test_index_repair);
     RUN(test_write_error);
     RUN(test_bad_dir);
+    RUN(test_old_version);
     RUN(test_engine_restart);
     RUN(test_engine_eviction);
     RUN(test_engine_idle_demotion);
     RUN(test_engine_corrupt_startup);
     RUN(test_engine_corrupt_restore);
+    RUN(test_engine_data_damage);
     if (W.m) kiln_model_free(W.m);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", kt_tmpdir());
