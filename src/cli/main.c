@@ -1,14 +1,41 @@
 /*
  * main.c - the kiln command: dispatches to one verb per file in src/cli/. With no command (or
  * only flags) it runs `kiln serve` with automatic choices: the most suitable local model, settings
- * from the machine, and the browser opened on the server's page.
+ * from the machine, and the browser opened on the server's page. Before any verb runs, standard
+ * input, output and error are made sure to be open (see open_std_fds).
  */
 #include "cli.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
+
+/* Opens each of file descriptors 0, 1 and 2 that is closed on /dev/null (0 for reading, 1 and 2
+ * for writing). A closed one would otherwise be taken by the next file or pipe the command opens:
+ * `kiln chat <&-` read its own internal pipe as its input and hung, and with stdout closed the
+ * output would go into whatever file took descriptor 1. False when /dev/null cannot be opened. */
+static bool open_std_fds(void) {
+    for (int fd = 0; fd <= 2; fd++) {
+        if (fcntl(fd, F_GETFD) != -1 || errno != EBADF) continue;
+        const int got = open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+        if (got < 0) return false;
+        if (got != fd) {   /* not expected (the lowest free number is fd), but be sure */
+            const bool ok = dup2(got, fd) == fd;
+            close(got);
+            if (!ok) return false;
+        }
+    }
+    return true;
+}
 
 int main(int argc, char **argv) {
+    if (!open_std_fds()) {
+        fprintf(stderr, "kiln: standard input, output or error is closed and /dev/null cannot be opened: %s\n",
+                strerror(errno));
+        return CLI_EXIT_FAIL;
+    }
     if (argc < 2) return cli_serve(argc, argv);
     const char *verb = argv[1];
     if (strcmp(verb, "--version") == 0 || strcmp(verb, "version") == 0) {
