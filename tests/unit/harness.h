@@ -7,6 +7,10 @@
  *
  * Test data: kt_data(rel) returns the path of ../shared/data/rel (or $KILN_TEST_DATA/rel); a test
  * whose data is absent calls SKIP.
+ *
+ * Tests of the KV cache and the engine define KT_ENGINE_HELPERS before including this file to get
+ * the helpers they share (at the end): a KV filled with values that encode their place, a row
+ * comparison, and one greedy request run to its end with its tokens collected.
  */
 #ifndef KT_HARNESS_H
 #define KT_HARNESS_H
@@ -103,5 +107,70 @@ static inline const char *kt_tmpdir(void) {
     }
     return dir;
 }
+
+#ifdef KT_ENGINE_HELPERS
+#include "cache/kv.h"
+#include "kiln.h"
+
+/* Fills positions [0, n) of every layer of kv (kv_dim <= 8) with values that encode (layer,
+ * position, element, tag), V the negation of K, so copies can be checked; sets kv->n_past = n. */
+static inline void kt_fill_kv(kn_kv *kv, int32_t n, float tag) {
+    for (int32_t l = 0; l < kv->n_layer; l++)
+        for (int32_t p = 0; p < n; p++) {
+            float k[8], v[8];
+            for (int i = 0; i < kv->kv_dim; i++) {
+                k[i] = tag + (float)(l * 10000 + p * 10 + i);
+                v[i] = -k[i];
+            }
+            kn_kv_store(kv, l, p, k, v);
+        }
+    kv->n_past = n;
+}
+
+/* True when positions [0, n) of every layer hold the same K and V bytes in a and b. */
+static inline bool kt_same_rows(const kn_kv *a, const kn_kv *b, int32_t n) {
+    for (int32_t l = 0; l < a->n_layer; l++)
+        if (memcmp(kn_kv_k_at(a, l, 0, 0), kn_kv_k_at(b, l, 0, 0), (size_t)n * (size_t)a->kv_dim * a->elt) ||
+            memcmp(kn_kv_v_at(a, l, 0, 0), kn_kv_v_at(b, l, 0, 0), (size_t)n * (size_t)a->kv_dim * a->elt))
+            return false;
+    return true;
+}
+
+/* The tokens a request generated (the first 512). */
+typedef struct kt_out {
+    kiln_token toks[512];
+    int n;
+} kt_out;
+
+/* on_token callback collecting into the kt_out given as user. */
+static inline int kt_on_token(const kiln_token_event *ev, void *user) {
+    kt_out *o = user;
+    if (ev->token >= 0 && o->n < 512) o->toks[o->n++] = ev->token;
+    return 0;
+}
+
+static inline bool kt_same_out(const kt_out *a, const kt_out *b) {
+    return a->n == b->n && memcmp(a->toks, b->toks, sizeof(kiln_token) * (size_t)a->n) == 0;
+}
+
+/* Runs one greedy request (temperature 0, end-of-text ignored, at most max tokens) for p[n] on e
+ * and waits for it: tokens into *o, the result into *res. */
+static inline kiln_status kt_generate(kiln_engine *e, const kiln_token *p, size_t n, int max, kt_out *o,
+                                      kiln_generate_result *res) {
+    kiln_generate_params gp = kiln_generate_default_params();
+    gp.sampling.temperature = 0;
+    gp.max_tokens = max;
+    gp.ignore_eos = true;
+    gp.on_token = kt_on_token;
+    gp.user = o;
+    o->n = 0;
+    kiln_request *r;
+    kiln_status st = kiln_engine_submit(e, p, n, &gp, &r);
+    if (st) return st;
+    st = kiln_request_wait(r, res);
+    kiln_request_free(r);
+    return st;
+}
+#endif
 
 #endif

@@ -4,34 +4,13 @@
  * output bit-identical with and without a cache hit, multi-turn reuse, two concurrent requests
  * starting from one cached prefix.
  */
+#define KT_ENGINE_HELPERS
 #include "harness.h"
 
 #include "cache/prefix.h"
 #include "kiln.h"
 
 #include <stdatomic.h>
-
-/* A small F32 KV whose values encode (layer, position, element, tag) so copies can be checked. */
-static void fill(kn_kv *kv, int32_t n, float tag) {
-    for (int32_t l = 0; l < kv->n_layer; l++)
-        for (int32_t p = 0; p < n; p++) {
-            float k[8], v[8];
-            for (int i = 0; i < kv->kv_dim; i++) {
-                k[i] = tag + (float)(l * 10000 + p * 10 + i);
-                v[i] = -k[i];
-            }
-            kn_kv_store(kv, l, p, k, v);
-        }
-    kv->n_past = n;
-}
-
-static bool same_rows(const kn_kv *a, const kn_kv *b, int32_t n) {
-    for (int32_t l = 0; l < a->n_layer; l++)
-        if (memcmp(kn_kv_k_at(a, l, 0, 0), kn_kv_k_at(b, l, 0, 0), (size_t)n * (size_t)a->kv_dim * a->elt) ||
-            memcmp(kn_kv_v_at(a, l, 0, 0), kn_kv_v_at(b, l, 0, 0), (size_t)n * (size_t)a->kv_dim * a->elt))
-            return false;
-    return true;
-}
 
 static void test_unit(void) {
     kn_kv src, dst;
@@ -43,34 +22,34 @@ static void test_unit(void) {
     for (int i = 0; i < 40; i++) a[i] = b[i] = i + 1;
     b[20] = 999;
     CHECK(kn_pc_restore(&pc, a, 40, 39, &dst) == 0);            /* empty: a miss */
-    fill(&src, 30, 0.5f);
+    kt_fill_kv(&src, 30, 0.5f);
     kn_pc_publish(&pc, a, 30, &src, 2);
     kn_pc_stats st;
     kn_pc_get_stats(&pc, &st);
     CHECK(st.entries == 1 && st.misses == 1);
     CHECK(kn_pc_restore(&pc, a, 40, 39, &dst) == 30);           /* the whole entry */
-    CHECK(dst.n_past == 30 && same_rows(&src, &dst, 30));
+    CHECK(dst.n_past == 30 && kt_same_rows(&src, &dst, 30));
     CHECK(kn_pc_restore(&pc, a, 40, 12, &dst) == 12);           /* capped */
     CHECK(kn_pc_restore(&pc, b, 40, 39, &dst) == 20);           /* a prefix of an entry */
-    CHECK(same_rows(&src, &dst, 20));
+    CHECK(kt_same_rows(&src, &dst, 20));
     kn_pc_publish(&pc, a, 25, &src, 2);                         /* covered: no new entry */
     kn_pc_get_stats(&pc, &st);
     CHECK(st.entries == 1);
-    fill(&src, 40, 0.5f);
+    kt_fill_kv(&src, 40, 0.5f);
     kn_pc_publish(&pc, a, 40, &src, 2);                         /* extends: supersedes */
     kn_pc_get_stats(&pc, &st);
     CHECK(st.entries == 1);
     CHECK(kn_pc_restore(&pc, a, 40, 39, &dst) == 39);
-    fill(&src, 40, 7.0f);
+    kt_fill_kv(&src, 40, 7.0f);
     kn_pc_publish(&pc, b, 40, &src, 2);                         /* diverges at 20: a second entry */
     kn_pc_get_stats(&pc, &st);
     CHECK(st.entries == 2);
-    CHECK(kn_pc_restore(&pc, b, 40, 39, &dst) == 39 && same_rows(&src, &dst, 39));
+    CHECK(kn_pc_restore(&pc, b, 40, 39, &dst) == 39 && kt_same_rows(&src, &dst, 39));
     kn_pc_publish(&pc, a, 1, &src, 2);                          /* below min_tokens: ignored */
     /* Budget: room for about one 40-token entry (2 layers x 40 x 8 floats x 2 = 5 KiB). */
     kn_prefix_cache small;
     kn_pc_init(&small, 7000);
-    fill(&src, 40, 1.0f);
+    kt_fill_kv(&src, 40, 1.0f);
     kn_pc_publish(&small, a, 40, &src, 2);
     kn_pc_publish(&small, b, 40, &src, 2);
     kn_pc_get_stats(&small, &st);
@@ -94,34 +73,6 @@ static void test_unit(void) {
     kn_kv_free(&dst);
 }
 
-typedef struct out {
-    kiln_token toks[512];
-    int n;
-} out;
-
-static int on_tok(const kiln_token_event *ev, void *user) {
-    out *o = user;
-    if (ev->token >= 0 && o->n < 512) o->toks[o->n++] = ev->token;
-    return 0;
-}
-
-/* Runs one greedy request on e and waits: tokens into *o, result into *res. */
-static kiln_status gen(kiln_engine *e, const kiln_token *p, size_t n, int max, out *o, kiln_generate_result *res) {
-    kiln_generate_params gp = kiln_generate_default_params();
-    gp.sampling.temperature = 0;
-    gp.max_tokens = max;
-    gp.ignore_eos = true;
-    gp.on_token = on_tok;
-    gp.user = o;
-    o->n = 0;
-    kiln_request *r;
-    kiln_status st = kiln_engine_submit(e, p, n, &gp, &r);
-    if (st) return st;
-    st = kiln_request_wait(r, res);
-    kiln_request_free(r);
-    return st;
-}
-
 static kiln_engine *engine(kiln_model *m, int64_t cache) {
     kiln_engine_params ep = kiln_engine_default_params();
     ep.n_ctx = 256;
@@ -142,35 +93,35 @@ static void test_engine_hits(void) {
     CHECK(cold && warm);
     kiln_token p1[60];
     for (int i = 0; i < 60; i++) p1[i] = (kiln_token)(1 + (i * 37) % 500);
-    out a, b;
+    kt_out a, b;
     kiln_generate_result ra, rb;
     /* Turn 1: a miss. */
-    CHECK(gen(warm, p1, 60, 20, &a, &ra) == KILN_OK && ra.n_cached == 0);
+    CHECK(kt_generate(warm, p1, 60, 20, &a, &ra) == KILN_OK && ra.n_cached == 0);
     /* Turn 2: turn 1's prompt + its reply + more tokens: hits prompt and reply. */
     kiln_token p2[120];
     memcpy(p2, p1, sizeof p1);
     memcpy(p2 + 60, a.toks, 20 * sizeof(kiln_token));
     for (int i = 0; i < 20; i++) p2[80 + i] = (kiln_token)(3 + i * 11);
-    CHECK(gen(warm, p2, 100, 20, &a, &ra) == KILN_OK);
+    CHECK(kt_generate(warm, p2, 100, 20, &a, &ra) == KILN_OK);
     CHECKF(ra.n_cached == 79, "cached %d (prompt 60 + 19 fed reply tokens)", ra.n_cached);   /* the last reply token was never fed */
-    CHECK(gen(cold, p2, 100, 20, &b, &rb) == KILN_OK && rb.n_cached == 0);
+    CHECK(kt_generate(cold, p2, 100, 20, &b, &rb) == KILN_OK && rb.n_cached == 0);
     CHECK(a.n == 20 && b.n == 20 && memcmp(a.toks, b.toks, sizeof(kiln_token) * 20) == 0);
     /* The same prompt again: all but its last token come from the cache. */
-    CHECK(gen(warm, p2, 100, 20, &a, &ra) == KILN_OK && ra.n_cached == 99);
+    CHECK(kt_generate(warm, p2, 100, 20, &a, &ra) == KILN_OK && ra.n_cached == 99);
     CHECK(memcmp(a.toks, b.toks, sizeof(kiln_token) * 20) == 0);
     /* Two concurrent requests sharing a cached prefix: both hit, both correct. */
     kiln_token p3[110], p4[110];
     memcpy(p3, p2, 100 * sizeof(kiln_token));
     memcpy(p4, p2, 100 * sizeof(kiln_token));
     for (int i = 0; i < 10; i++) p3[100 + i] = (kiln_token)(50 + i), p4[100 + i] = (kiln_token)(90 + i);
-    out c3, c4, w3, w4;
+    kt_out c3, c4, w3, w4;
     kiln_generate_result r3, r4;
-    CHECK(gen(cold, p3, 110, 16, &c3, &r3) == KILN_OK && gen(cold, p4, 110, 16, &c4, &r4) == KILN_OK);
+    CHECK(kt_generate(cold, p3, 110, 16, &c3, &r3) == KILN_OK && kt_generate(cold, p4, 110, 16, &c4, &r4) == KILN_OK);
     kiln_generate_params gp = kiln_generate_default_params();
     gp.sampling.temperature = 0;
     gp.max_tokens = 16;
     gp.ignore_eos = true;
-    gp.on_token = on_tok;
+    gp.on_token = kt_on_token;
     kiln_request *q3, *q4;
     w3.n = w4.n = 0;
     gp.user = &w3;

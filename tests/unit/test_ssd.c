@@ -11,6 +11,7 @@
  * request still gives the cold output (a flipped data byte is caught with the default settings;
  * with verification off it is loaded).
  */
+#define KT_ENGINE_HELPERS
 #include "harness.h"
 
 #include "base/base.h"
@@ -95,28 +96,6 @@ static bool truncate_by(const char *dir, const char *name, long by) {
     snprintf(p, sizeof p, "%s/%s", dir, name);
     struct stat sb;
     return stat(p, &sb) == 0 && truncate(p, sb.st_size - by) == 0;
-}
-
-/* A small KV whose values encode (layer, position, element, tag). */
-static void fill(kn_kv *kv, int32_t n, float tag) {
-    for (int32_t l = 0; l < kv->n_layer; l++)
-        for (int32_t p = 0; p < n; p++) {
-            float k[8], v[8];
-            for (int i = 0; i < kv->kv_dim; i++) {
-                k[i] = tag + (float)(l * 10000 + p * 10 + i);
-                v[i] = -k[i];
-            }
-            kn_kv_store(kv, l, p, k, v);
-        }
-    kv->n_past = n;
-}
-
-static bool same_rows(const kn_kv *a, const kn_kv *b, int32_t n) {
-    for (int32_t l = 0; l < a->n_layer; l++)
-        if (memcmp(kn_kv_k_at(a, l, 0, 0), kn_kv_k_at(b, l, 0, 0), (size_t)n * (size_t)a->kv_dim * a->elt) ||
-            memcmp(kn_kv_v_at(a, l, 0, 0), kn_kv_v_at(b, l, 0, 0), (size_t)n * (size_t)a->kv_dim * a->elt))
-            return false;
-    return true;
 }
 
 /* Packs kv positions [0, n) as [n_layer][n][kv_dim] (the layout the writer takes). */
@@ -211,7 +190,8 @@ static void test_checksum(void) {
     CHECK(kn_hash64_of(buf, 999, 42) != kn_hash64_of(buf, 1000, 42));
     CHECK(kn_hash64_of(NULL, 0, 1) != kn_hash64_of(NULL, 0, 2));
     uint8_t zeros[128] = {0};                              /* trailing zeros count: the length is absorbed */
-    CHECK(kn_hash64_of(zeros, 64, 0) != kn_hash64_of(zeros, 65, 0) && kn_hash64_of(zeros, 0, 0) != kn_hash64_of(zeros, 1, 0));
+    CHECK(kn_hash64_of(zeros, 64, 0) != kn_hash64_of(zeros, 65, 0));
+    CHECK(kn_hash64_of(zeros, 0, 0) != kn_hash64_of(zeros, 1, 0));
 }
 
 /* Writes an entry of n tokens (key `key`) to path; true on success. */
@@ -244,7 +224,7 @@ static void test_file_format(void) {
     kn_kv src, dst;
     CHECK(kn_kv_init(&src, KN_F32, 2, 64, 8) == KILN_OK);
     CHECK(kn_kv_init(&dst, KN_F32, 2, 64, 8) == KILN_OK);
-    fill(&src, 40, 0.5f);
+    kt_fill_kv(&src, 40, 0.5f);
     int32_t toks[40];
     for (int i = 0; i < 40; i++) toks[i] = 100 + i;
     const kn_ssdf_key key = test_key(1), other = test_key(2);
@@ -260,10 +240,10 @@ static void test_file_format(void) {
     CHECK(h.n_tokens == 40 && memcmp(h.tokens, toks, sizeof toks) == 0);
     kn_ssdf_header_free(&h);
     close(fd);
-    CHECK(read_file(path, &key, 40, &dst, true) == KN_SSDF_OK && same_rows(&src, &dst, 40));
+    CHECK(read_file(path, &key, 40, &dst, true) == KN_SSDF_OK && kt_same_rows(&src, &dst, 40));
     memset(dst.k, 0, kn_kv_bytes(&dst) / 2);
-    CHECK(read_file(path, &key, 17, &dst, true) == KN_SSDF_OK && same_rows(&src, &dst, 17));
-    CHECK(read_file(path, &key, 17, &dst, false) == KN_SSDF_OK && same_rows(&src, &dst, 17));
+    CHECK(read_file(path, &key, 17, &dst, true) == KN_SSDF_OK && kt_same_rows(&src, &dst, 17));
+    CHECK(read_file(path, &key, 17, &dst, false) == KN_SSDF_OK && kt_same_rows(&src, &dst, 17));
     CHECK(read_file(path, NULL, 40, &dst, true) == KN_SSDF_OK);       /* any key */
     CHECK(read_file(path, &other, 40, &dst, true) == KN_SSDF_MISMATCH);
     /* A flipped byte in the header (a token id): always caught, by the header checksum. */
@@ -366,7 +346,7 @@ static void test_tier_roundtrip(void) {
     kn_kv src, dst;
     CHECK(kn_kv_init(&src, KN_F32, 2, 64, 8) == KILN_OK);
     CHECK(kn_kv_init(&dst, KN_F32, 2, 64, 8) == KILN_OK);
-    fill(&src, 60, 0.25f);
+    kt_fill_kv(&src, 60, 0.25f);
     int32_t a[60], b[60];
     for (int i = 0; i < 60; i++) a[i] = b[i] = 7 + i;
     b[30] = 999;
@@ -381,9 +361,9 @@ static void test_tier_roundtrip(void) {
     const kn_ssdf_key key = test_key(1);
     CHECK(st.entries == 1 && st.writes == 1 && st.pending == 0 && st.bytes == kn_ssdf_file_size(&key, 40));
     /* Restore: the whole entry, a prefix, nothing below min_len, nothing for other tokens. */
-    CHECK(kn_ssd_restore(s, a, 60, 0, &dst) == 40 && dst.n_past == 40 && same_rows(&src, &dst, 40));
+    CHECK(kn_ssd_restore(s, a, 60, 0, &dst) == 40 && dst.n_past == 40 && kt_same_rows(&src, &dst, 40));
     dst.n_past = 0;
-    CHECK(kn_ssd_restore(s, b, 60, 0, &dst) == 30 && same_rows(&src, &dst, 30));
+    CHECK(kn_ssd_restore(s, b, 60, 0, &dst) == 30 && kt_same_rows(&src, &dst, 30));
     CHECK(kn_ssd_restore(s, a, 60, 40, &dst) == 0);                    /* RAM already has 40 */
     CHECK(kn_ssd_restore(s, a, 25, 0, &dst) == 25);                    /* capped by the caller */
     int32_t c[10] = {1, 2, 3};
@@ -401,7 +381,7 @@ static void test_tier_roundtrip(void) {
     kn_ssd_get_stats(s, &st);
     CHECK(st.writes == 2 && st.entries == 1);
     CHECK(list_kv(dir, after, 4) == 1 && strcmp(before[0], after[0]) != 0);
-    CHECK(kn_ssd_restore(s, a, 60, 0, &dst) == 60 && same_rows(&src, &dst, 60));
+    CHECK(kn_ssd_restore(s, a, 60, 0, &dst) == 60 && kt_same_rows(&src, &dst, 60));
     /* A different branch is a second file. */
     CHECK(put(s, &h1, b, 50, &src));
     CHECK(kn_ssd_flush(s, 5000) == KILN_OK);
@@ -415,7 +395,7 @@ static void test_tier_roundtrip(void) {
     kn_ssd_get_stats(s, &st);
     CHECK(st.entries == 2 && st.quarantined == 0 && st.errors == 0);
     memset(dst.k, 0, kn_kv_bytes(&dst) / 2);
-    CHECK(kn_ssd_restore(s, a, 60, 0, &dst) == 60 && same_rows(&src, &dst, 60));
+    CHECK(kn_ssd_restore(s, a, 60, 0, &dst) == 60 && kt_same_rows(&src, &dst, 60));
     /* Another key in the same directory sees none of them and leaves them alone. */
     kn_ssd_params p;
     memset(&p, 0, sizeof p);
@@ -445,7 +425,7 @@ static void test_lru_cap(void) {
     kn_kv src, dst;
     CHECK(kn_kv_init(&src, KN_F32, 2, 64, 8) == KILN_OK);
     CHECK(kn_kv_init(&dst, KN_F32, 2, 64, 8) == KILN_OK);
-    fill(&src, 40, 1.0f);
+    kt_fill_kv(&src, 40, 1.0f);
     const kn_ssdf_key key = test_key(1);
     const uint64_t one = kn_ssdf_file_size(&key, 40);
     kn_ssd *s = open_tier(dir, 2 * one + one / 2, false);   /* room for two */
@@ -495,7 +475,7 @@ static void test_index_repair(void) {
     kn_kv src, dst;
     CHECK(kn_kv_init(&src, KN_F32, 2, 64, 8) == KILN_OK);
     CHECK(kn_kv_init(&dst, KN_F32, 2, 64, 8) == KILN_OK);
-    fill(&src, 40, 2.0f);
+    kt_fill_kv(&src, 40, 2.0f);
     int32_t t[3][40];
     static held h[3];
     kn_ssd *s = open_tier(dir, 1 << 20, false);
@@ -546,7 +526,7 @@ static void test_index_repair(void) {
     kn_ssd_get_stats(s, &st);
     CHECK(st.entries == 1 && !kt_exists(p));
     hits = 0;
-    for (int e = 0; e < 3; e++) hits += kn_ssd_restore(s, t[e], 40, 0, &dst) == 40 && same_rows(&src, &dst, 40);
+    for (int e = 0; e < 3; e++) hits += kn_ssd_restore(s, t[e], 40, 0, &dst) == 40 && kt_same_rows(&src, &dst, 40);
     CHECK(hits == 1);
     kn_ssd_close(s);
     /* A damaged index: set aside into quarantine/, rebuilt. */
@@ -593,7 +573,7 @@ static void test_write_error(void) {
     kn_kv src, dst;
     CHECK(kn_kv_init(&src, KN_F32, 2, 64, 8) == KILN_OK);
     CHECK(kn_kv_init(&dst, KN_F32, 2, 64, 8) == KILN_OK);
-    fill(&src, 40, 3.0f);
+    kt_fill_kv(&src, 40, 3.0f);
     int32_t t[40];
     for (int i = 0; i < 40; i++) t[i] = 300 + i;
     kn_ssd *s = open_tier(dir, 1 << 20, false);
@@ -665,7 +645,7 @@ static void test_old_version(void) {
     kn_kv src, dst;
     CHECK(kn_kv_init(&src, KN_F32, 2, 64, 8) == KILN_OK);
     CHECK(kn_kv_init(&dst, KN_F32, 2, 64, 8) == KILN_OK);
-    fill(&src, 40, 4.0f);
+    kt_fill_kv(&src, 40, 4.0f);
     int32_t t[2][40];
     static held h[2];
     kn_ssd *s = open_tier(dir, 1 << 20, true);
@@ -684,7 +664,8 @@ static void test_old_version(void) {
     CHECK(s);
     kn_ssd_stats st;
     kn_ssd_get_stats(s, &st);
-    CHECKF(st.entries == 0 && st.quarantined == 2, "entries %d quarantined %llu", st.entries, (unsigned long long)st.quarantined);
+    CHECKF(st.entries == 0 && st.quarantined == 2, "entries %d quarantined %llu", st.entries,
+           (unsigned long long)st.quarantined);
     CHECK(kn_ssd_restore(s, t[0], 40, 0, &dst) == 0 && kn_ssd_restore(s, t[1], 40, 0, &dst) == 0);
     CHECK(file_exists(q, names[0]) && file_exists(q, names[1]) && list_kv(dir, names, 4) == 0);
     /* A file without an index row (as after a crash, or an index deleted by hand). */
@@ -709,33 +690,6 @@ static void test_old_version(void) {
 
 /* ---- through the engine ------------------------------------------------------------------------ */
 
-typedef struct out {
-    kiln_token toks[256];
-    int n;
-} out;
-
-static int on_tok(const kiln_token_event *ev, void *user) {
-    out *o = user;
-    if (ev->token >= 0 && o->n < 256) o->toks[o->n++] = ev->token;
-    return 0;
-}
-
-static kiln_status gen(kiln_engine *e, const kiln_token *p, size_t n, int max, out *o, kiln_generate_result *res) {
-    kiln_generate_params gp = kiln_generate_default_params();
-    gp.sampling.temperature = 0;
-    gp.max_tokens = max;
-    gp.ignore_eos = true;
-    gp.on_token = on_tok;
-    gp.user = o;
-    o->n = 0;
-    kiln_request *r;
-    kiln_status st = kiln_engine_submit(e, p, n, &gp, &r);
-    if (st) return st;
-    st = kiln_request_wait(r, res);
-    kiln_request_free(r);
-    return st;
-}
-
 /* An engine with the default settings (verification on) but for these sizes; NULL on failure. */
 static kiln_engine *engine(kiln_model *m, int n_ctx, int64_t ram, const char *dir, int idle) {
     kiln_engine_params ep = kiln_engine_default_params();
@@ -758,7 +712,7 @@ static kiln_engine *engine(kiln_model *m, int n_ctx, int64_t ram, const char *di
 typedef struct world {
     kiln_model *m;
     kiln_token p[N_PROMPTS][PLEN + GEN + 20];   /* prompt k: PLEN tokens; its "next turn" follows */
-    out cold[N_PROMPTS], cold2[N_PROMPTS];        /* outputs without any cache */
+    kt_out cold[N_PROMPTS], cold2[N_PROMPTS];        /* outputs without any cache */
     kiln_token p2[N_PROMPTS][PLEN + GEN + 20];    /* next turn: prompt + reply + 10 tokens */
     int n2;
 } world;
@@ -775,18 +729,16 @@ static bool world_init(void) {
     kiln_generate_result r;
     for (int k = 0; k < N_PROMPTS; k++) {
         for (int i = 0; i < PLEN; i++) W.p[k][i] = (kiln_token)(1 + (i * 37 + k * 101) % 500);
-        if (gen(cold, W.p[k], PLEN, GEN, &W.cold[k], &r)) return false;
+        if (kt_generate(cold, W.p[k], PLEN, GEN, &W.cold[k], &r)) return false;
         memcpy(W.p2[k], W.p[k], PLEN * sizeof(kiln_token));
         memcpy(W.p2[k] + PLEN, W.cold[k].toks, GEN * sizeof(kiln_token));
         for (int i = 0; i < 10; i++) W.p2[k][PLEN + GEN + i] = (kiln_token)(9 + i * 13 + k);
         W.n2 = PLEN + GEN + 10;
-        if (gen(cold, W.p2[k], (size_t)W.n2, GEN, &W.cold2[k], &r)) return false;
+        if (kt_generate(cold, W.p2[k], (size_t)W.n2, GEN, &W.cold2[k], &r)) return false;
     }
     kiln_engine_free(cold);
     return true;
 }
-
-static bool same_out(const out *a, const out *b) { return a->n == b->n && memcmp(a->toks, b->toks, sizeof(kiln_token) * (size_t)a->n) == 0; }
 
 static void test_engine_restart(void) {
     if (!world_init()) SKIP("no model");
@@ -796,10 +748,10 @@ static void test_engine_restart(void) {
     /* Run 1: every prompt once (misses); entries go to SSD at once (idle 0). */
     kiln_engine *e = engine(W.m, 256, 64 << 20, dir, 0);
     CHECK(e);
-    out o;
+    kt_out o;
     kiln_generate_result r;
     for (int k = 0; k < N_PROMPTS; k++) {
-        CHECK(gen(e, W.p[k], PLEN, GEN, &o, &r) == KILN_OK && r.n_cached == 0 && same_out(&o, &W.cold[k]));
+        CHECK(kt_generate(e, W.p[k], PLEN, GEN, &o, &r) == KILN_OK && r.n_cached == 0 && kt_same_out(&o, &W.cold[k]));
     }
     CHECK(kiln_engine_flush_cache(e, 5000) == KILN_OK);
     kiln_engine_stats es;
@@ -811,14 +763,15 @@ static void test_engine_restart(void) {
     e = engine(W.m, 256, 64 << 20, dir, 30);
     CHECK(e);
     for (int k = 0; k < N_PROMPTS; k++) {
-        CHECK(gen(e, W.p2[k], (size_t)W.n2, GEN, &o, &r) == KILN_OK);
+        CHECK(kt_generate(e, W.p2[k], (size_t)W.n2, GEN, &o, &r) == KILN_OK);
         CHECKF(r.n_cached == PLEN + GEN - 1, "prompt %d: cached %d", k, r.n_cached);
-        CHECK(same_out(&o, &W.cold2[k]));
+        CHECK(kt_same_out(&o, &W.cold2[k]));
     }
     kiln_engine_get_stats(e, &es);
     CHECK(es.ssd_hits == N_PROMPTS && es.ssd_hit_tokens == (uint64_t)N_PROMPTS * (PLEN + GEN - 1));
     /* Again: now from RAM (the turn was published when it ended). */
-    CHECK(gen(e, W.p2[0], (size_t)W.n2, GEN, &o, &r) == KILN_OK && r.n_cached == W.n2 - 1 && same_out(&o, &W.cold2[0]));
+    CHECK(kt_generate(e, W.p2[0], (size_t)W.n2, GEN, &o, &r) == KILN_OK && r.n_cached == W.n2 - 1);
+    CHECK(kt_same_out(&o, &W.cold2[0]));
     kiln_engine_get_stats(e, &es);
     CHECK(es.ssd_hits == N_PROMPTS);
     /* Idle 30 s: nothing was demoted yet; a flush writes the new turns at once. */
@@ -830,10 +783,10 @@ static void test_engine_restart(void) {
     /* Run 3: a smaller context: restores a prefix of longer files (and checks all of them). */
     e = engine(W.m, 48, 64 << 20, dir, 30);
     CHECK(e);
-    CHECK(gen(e, W.p[1], 40, 4, &o, &r) == KILN_OK && r.n_cached == 39);
+    CHECK(kt_generate(e, W.p[1], 40, 4, &o, &r) == KILN_OK && r.n_cached == 39);
     kiln_engine *cold = engine(W.m, 48, 0, NULL, 0);
-    out c;
-    CHECK(cold && gen(cold, W.p[1], 40, 4, &c, &r) == KILN_OK && same_out(&o, &c));
+    kt_out c;
+    CHECK(cold && kt_generate(cold, W.p[1], 40, 4, &c, &r) == KILN_OK && kt_same_out(&o, &c));
     kiln_engine_free(cold);
     kiln_engine_get_stats(e, &es);
     CHECK(es.ssd_hits == 1 && es.ssd_quarantined == 0);
@@ -842,9 +795,10 @@ static void test_engine_restart(void) {
     const char *dir2 = fresh_dir("engine-noram");
     e = engine(W.m, 256, 0, dir2, 30);
     CHECK(e);
-    CHECK(gen(e, W.p[2], PLEN, GEN, &o, &r) == KILN_OK && r.n_cached == 0);
+    CHECK(kt_generate(e, W.p[2], PLEN, GEN, &o, &r) == KILN_OK && r.n_cached == 0);
     CHECK(kiln_engine_flush_cache(e, 5000) == KILN_OK);
-    CHECK(gen(e, W.p2[2], (size_t)W.n2, GEN, &o, &r) == KILN_OK && r.n_cached == PLEN + GEN - 1 && same_out(&o, &W.cold2[2]));
+    CHECK(kt_generate(e, W.p2[2], (size_t)W.n2, GEN, &o, &r) == KILN_OK && r.n_cached == PLEN + GEN - 1);
+    CHECK(kt_same_out(&o, &W.cold2[2]));
     kiln_engine_get_stats(e, &es);
     CHECK(es.ssd_hits == 1 && es.cache_entries == 0);
     kiln_engine_free(e);
@@ -870,9 +824,9 @@ static void test_engine_eviction(void) {
     /* stories260K: 5 layers x 32 KV dims x F16 x 2 = 640 bytes per token; one entry < 64 KiB. */
     kiln_engine *e = engine(W.m, 256, 80000, dir, 100000);
     CHECK(e);
-    out o;
+    kt_out o;
     kiln_generate_result r;
-    for (int k = 0; k < N_PROMPTS; k++) CHECK(gen(e, W.p[k], PLEN, GEN, &o, &r) == KILN_OK);
+    for (int k = 0; k < N_PROMPTS; k++) CHECK(kt_generate(e, W.p[k], PLEN, GEN, &o, &r) == KILN_OK);
     kiln_engine_stats es;
     kiln_engine_get_stats(e, &es);
     CHECK(es.cache_entries == 1);
@@ -884,8 +838,8 @@ static void test_engine_eviction(void) {
     }
     CHECKF(es.ssd_writes == N_PROMPTS - 1, "writes %llu", (unsigned long long)es.ssd_writes);
     for (int k = 0; k < N_PROMPTS; k++) {
-        CHECK(gen(e, W.p2[k], (size_t)W.n2, GEN, &o, &r) == KILN_OK && r.n_cached == PLEN + GEN - 1);
-        CHECK(same_out(&o, &W.cold2[k]));
+        CHECK(kt_generate(e, W.p2[k], (size_t)W.n2, GEN, &o, &r) == KILN_OK && r.n_cached == PLEN + GEN - 1);
+        CHECK(kt_same_out(&o, &W.cold2[k]));
     }
     kiln_engine_get_stats(e, &es);
     CHECK(es.ssd_hits >= N_PROMPTS - 1);   /* each published turn evicts the next prompt's entry from RAM */
@@ -899,10 +853,10 @@ static void test_engine_idle_demotion(void) {
     const char *dir = fresh_dir("idle");
     kiln_engine *e = engine(W.m, 256, 64 << 20, dir, 1);
     CHECK(e);
-    out o;
+    kt_out o;
     kiln_generate_result r;
     const double t0 = kn_now_ms();
-    CHECK(gen(e, W.p[0], PLEN, GEN, &o, &r) == KILN_OK);
+    CHECK(kt_generate(e, W.p[0], PLEN, GEN, &o, &r) == KILN_OK);
     kiln_engine_stats es;
     kiln_engine_get_stats(e, &es);
     const bool early = es.ssd_writes == 0 || kn_now_ms() - t0 >= 1000;
@@ -915,7 +869,7 @@ static void test_engine_idle_demotion(void) {
     CHECKF(es.ssd_writes == 1 && waited >= 1000, "writes %llu after %.0f ms", (unsigned long long)es.ssd_writes, waited);
     CHECK(es.cache_entries == 1 && es.ssd_entries == 1);
     /* Used again from RAM: nothing more to write (its file covers it). */
-    CHECK(gen(e, W.p[0], PLEN, GEN, &o, &r) == KILN_OK && r.n_cached == PLEN - 1);
+    CHECK(kt_generate(e, W.p[0], PLEN, GEN, &o, &r) == KILN_OK && r.n_cached == PLEN - 1);
     CHECK(kiln_engine_flush_cache(e, 5000) == KILN_OK);
     kiln_engine_get_stats(e, &es);
     CHECK(es.ssd_writes == 1 && es.ssd_hits == 0);
@@ -931,9 +885,9 @@ static bool populate(const char *dir, char names[N_PROMPTS][32]) {
     int n_seen = 0;
     bool ok = true;
     for (int k = 0; ok && k < N_PROMPTS; k++) {
-        out o;
+        kt_out o;
         kiln_generate_result r;
-        ok = gen(e, W.p[k], PLEN, GEN, &o, &r) == KILN_OK && kiln_engine_flush_cache(e, 5000) == KILN_OK;
+        ok = kt_generate(e, W.p[k], PLEN, GEN, &o, &r) == KILN_OK && kiln_engine_flush_cache(e, 5000) == KILN_OK;
         char now[16][32];
         const int n = list_kv(dir, now, 16);
         ok = ok && n == n_seen + 1;
@@ -969,9 +923,9 @@ static const char *foreign_file(void) {
     bool ok = kiln_engine_new(m, &ep, &e) == KILN_OK;
     kiln_token p[40];
     for (int i = 0; i < 40; i++) p[i] = (kiln_token)(1 + i);
-    out o;
+    kt_out o;
     kiln_generate_result r;
-    ok = ok && gen(e, p, 40, 4, &o, &r) == KILN_OK && kiln_engine_flush_cache(e, 5000) == KILN_OK;
+    ok = ok && kt_generate(e, p, 40, 4, &o, &r) == KILN_OK && kiln_engine_flush_cache(e, 5000) == KILN_OK;
     kiln_engine_free(e);
     kiln_model_free(m);
     char names[4][32];
@@ -1005,12 +959,12 @@ static void test_engine_corrupt_startup(void) {
     kiln_engine_get_stats(e, &es);
     CHECKF(es.ssd_quarantined == 3 && es.ssd_entries == 1, "quarantined %llu entries %d",
            (unsigned long long)es.ssd_quarantined, es.ssd_entries);
-    out o;
+    kt_out o;
     kiln_generate_result r;
     for (int k = 0; k < N_PROMPTS; k++) {
-        CHECK(gen(e, W.p2[k], (size_t)W.n2, GEN, &o, &r) == KILN_OK);
+        CHECK(kt_generate(e, W.p2[k], (size_t)W.n2, GEN, &o, &r) == KILN_OK);
         CHECKF(r.n_cached == 0, "prompt %d restored %d tokens from a damaged file", k, r.n_cached);
-        CHECK(same_out(&o, &W.cold2[k]));
+        CHECK(kt_same_out(&o, &W.cold2[k]));
     }
     kiln_engine_get_stats(e, &es);
     CHECK(es.ssd_quarantined == 4 && es.ssd_entries == 0 && es.ssd_hits == 0);
@@ -1038,16 +992,17 @@ static void test_engine_corrupt_restore(void) {
     CHECK(flip_byte(dir, names[0], 40));            /* the tokenizer hash */
     CHECK(truncate_by(dir, names[1], 1));
     CHECK(copy_over(foreign, dir, names[2]));
-    out o;
+    kt_out o;
     kiln_generate_result r;
     for (int k = 0; k < 3; k++) {
-        CHECK(gen(e, W.p2[k], (size_t)W.n2, GEN, &o, &r) == KILN_OK && r.n_cached == 0);
-        CHECK(same_out(&o, &W.cold2[k]));
+        CHECK(kt_generate(e, W.p2[k], (size_t)W.n2, GEN, &o, &r) == KILN_OK && r.n_cached == 0);
+        CHECK(kt_same_out(&o, &W.cold2[k]));
     }
     kiln_engine_get_stats(e, &es);
     CHECK(es.ssd_quarantined == 3 && es.ssd_hits == 0);
     /* The intact file still restores. */
-    CHECK(gen(e, W.p2[3], (size_t)W.n2, GEN, &o, &r) == KILN_OK && r.n_cached == PLEN + GEN - 1 && same_out(&o, &W.cold2[3]));
+    CHECK(kt_generate(e, W.p2[3], (size_t)W.n2, GEN, &o, &r) == KILN_OK && r.n_cached == PLEN + GEN - 1);
+    CHECK(kt_same_out(&o, &W.cold2[3]));
     CHECK(kiln_engine_flush_cache(e, 5000) == KILN_OK);   /* the four answered turns are files now */
     kiln_engine_free(e);
     /* Data damage in every file: not seen by the start-up checks (headers only), caught at
@@ -1060,7 +1015,8 @@ static void test_engine_corrupt_restore(void) {
     CHECK(v);
     kiln_engine_get_stats(v, &es);
     CHECK(es.ssd_entries == N_PROMPTS && es.ssd_quarantined == 0);
-    CHECK(gen(v, W.p2[3], (size_t)W.n2, GEN, &o, &r) == KILN_OK && r.n_cached == 0 && same_out(&o, &W.cold2[3]));
+    CHECK(kt_generate(v, W.p2[3], (size_t)W.n2, GEN, &o, &r) == KILN_OK && r.n_cached == 0);
+    CHECK(kt_same_out(&o, &W.cold2[3]));
     kiln_engine_get_stats(v, &es);
     CHECK(es.ssd_quarantined == 1 && es.ssd_hits == 0);
     kiln_engine_free(v);
@@ -1103,20 +1059,20 @@ static void test_engine_data_damage(void) {
         kiln_engine_stats es;
         kiln_engine_get_stats(e, &es);
         CHECK(es.ssd_entries == N_PROMPTS && es.ssd_quarantined == 0);   /* the header is sound */
-        out o;
+        kt_out o;
         kiln_generate_result r;
-        CHECK(gen(e, W.p2[0], (size_t)W.n2, GEN, &o, &r) == KILN_OK);
+        CHECK(kt_generate(e, W.p2[0], (size_t)W.n2, GEN, &o, &r) == KILN_OK);
         kiln_engine_get_stats(e, &es);
         if (verify) {
             CHECKF(r.n_cached == 0, "restored %d tokens from a damaged file", r.n_cached);
-            CHECK(same_out(&o, &W.cold2[0]));
+            CHECK(kt_same_out(&o, &W.cold2[0]));
             CHECK(es.ssd_quarantined == 1 && es.ssd_hits == 0 && es.ssd_entries == N_PROMPTS - 1);
             char q[700];
             snprintf(q, sizeof q, "%s/quarantine", dir);
             CHECK(file_exists(q, names[0]) && !file_exists(dir, names[0]));
             /* The intact files pass their checks and restore. */
-            CHECK(gen(e, W.p2[1], (size_t)W.n2, GEN, &o, &r) == KILN_OK && r.n_cached == PLEN + GEN - 1);
-            CHECK(same_out(&o, &W.cold2[1]));
+            CHECK(kt_generate(e, W.p2[1], (size_t)W.n2, GEN, &o, &r) == KILN_OK && r.n_cached == PLEN + GEN - 1);
+            CHECK(kt_same_out(&o, &W.cold2[1]));
         } else {
             CHECK(r.n_cached == PLEN + GEN - 1 && es.ssd_hits == 1 && es.ssd_quarantined == 0);
         }
