@@ -1066,7 +1066,12 @@ static void test_engine_data_damage(void) {
         if (verify) {
             CHECKF(r.n_cached == 0, "restored %d tokens from a damaged file", r.n_cached);
             CHECK(kt_same_out(&o, &W.cold2[0]));
-            CHECK(es.ssd_quarantined == 1 && es.ssd_hits == 0 && es.ssd_entries == N_PROMPTS - 1);
+            CHECK(es.ssd_quarantined == 1 && es.ssd_hits == 0);
+            /* The answered turn is written in the background (the RAM tier is off): it takes the
+             * damaged file's place, beside the three intact ones. */
+            CHECK(kiln_engine_flush_cache(e, 5000) == KILN_OK);
+            kiln_engine_get_stats(e, &es);
+            CHECKF(es.ssd_entries == N_PROMPTS && es.ssd_quarantined == 1, "entries %d", es.ssd_entries);
             char q[700];
             snprintf(q, sizeof q, "%s/quarantine", dir);
             CHECK(file_exists(q, names[0]) && !file_exists(dir, names[0]));
