@@ -341,6 +341,29 @@ static kn_ssd *open_tier(const char *dir, uint64_t max_bytes, bool verify) {
     return s;
 }
 
+/* Writes n entries of 40 tokens, t[e][i] = base * (e + 1) + i, with the K/V of src through s (h[e]
+ * holds entry e), each flushed before the next; true when all were written. */
+static bool write_entries(kn_ssd *s, const kn_kv *src, int n, int32_t base, int32_t t[][40], held *h) {
+    for (int e = 0; e < n; e++) {
+        for (int i = 0; i < 40; i++) t[e][i] = base * (e + 1) + i;
+        if (!put(s, &h[e], t[e], 40, src) || kn_ssd_flush(s, 5000) != KILN_OK || !h[e].on_ssd) return false;
+    }
+    return true;
+}
+
+/* Deletes dir's index with its -wal and -shm files; true when the index itself was there. */
+static bool delete_index(const char *dir) {
+    static const char *const parts[] = {"", "-wal", "-shm"};
+    bool had = false;
+    for (int i = 0; i < 3; i++) {
+        char p[1024];
+        snprintf(p, sizeof p, "%s/index.sqlite%s", dir, parts[i]);
+        const bool gone = unlink(p) == 0;
+        had |= i == 0 && gone;
+    }
+    return had;
+}
+
 static void test_tier_roundtrip(void) {
     const char *dir = fresh_dir("tier");
     kn_kv src, dst;
@@ -479,11 +502,7 @@ static void test_index_repair(void) {
     int32_t t[3][40];
     static held h[3];
     kn_ssd *s = open_tier(dir, 1 << 20, false);
-    CHECK(s);
-    for (int e = 0; e < 3; e++) {
-        for (int i = 0; i < 40; i++) t[e][i] = 500 * (e + 1) + i;
-        CHECK(put(s, &h[e], t[e], 40, &src) && kn_ssd_flush(s, 5000) == KILN_OK);
-    }
+    CHECK(s && write_entries(s, &src, 3, 500, t, h));
     char names[8][32], p[1024];
     CHECK(list_kv(dir, names, 8) == 3);
     /* Vanishing while running: the restore falls back, the entry is forgotten. */
@@ -514,13 +533,7 @@ static void test_index_repair(void) {
     snprintf(p, sizeof p, "%s/%s.tmp.%ld", dir, names[2], pid_max + 1);
     FILE *f = fopen(p, "w");
     CHECK(f && fputs("partial", f) >= 0 && fclose(f) == 0);
-    char idx[1024];
-    snprintf(idx, sizeof idx, "%s/index.sqlite", dir);
-    CHECK(unlink(idx) == 0);
-    snprintf(idx, sizeof idx, "%s/index.sqlite-wal", dir);
-    unlink(idx);
-    snprintf(idx, sizeof idx, "%s/index.sqlite-shm", dir);
-    unlink(idx);
+    CHECK(delete_index(dir));
     s = open_tier(dir, 1 << 20, false);
     CHECK(s);
     kn_ssd_get_stats(s, &st);
@@ -530,6 +543,7 @@ static void test_index_repair(void) {
     CHECK(hits == 1);
     kn_ssd_close(s);
     /* A damaged index: set aside into quarantine/, rebuilt. */
+    char idx[1024];
     snprintf(idx, sizeof idx, "%s/index.sqlite", dir);
     f = fopen(idx, "r+b");
     CHECK(f);
@@ -649,11 +663,7 @@ static void test_old_version(void) {
     int32_t t[2][40];
     static held h[2];
     kn_ssd *s = open_tier(dir, 1 << 20, true);
-    CHECK(s);
-    for (int e = 0; e < 2; e++) {
-        for (int i = 0; i < 40; i++) t[e][i] = 700 * (e + 1) + i;
-        CHECK(put(s, &h[e], t[e], 40, &src) && kn_ssd_flush(s, 5000) == KILN_OK);
-    }
+    CHECK(s && write_entries(s, &src, 2, 700, t, h));
     kn_ssd_close(s);
     char names[4][32], q[700];
     snprintf(q, sizeof q, "%s/quarantine", dir);
@@ -671,13 +681,7 @@ static void test_old_version(void) {
     /* A file without an index row (as after a crash, or an index deleted by hand). */
     CHECK(put(s, &h[0], t[0], 40, &src) && kn_ssd_flush(s, 5000) == KILN_OK);
     kn_ssd_close(s);
-    CHECK(list_kv(dir, names, 4) == 1 && set_version(dir, names[0], 1));
-    char idx[1024];
-    const char *parts[] = {"", "-wal", "-shm"};
-    for (int i = 0; i < 3; i++) {
-        snprintf(idx, sizeof idx, "%s/index.sqlite%s", dir, parts[i]);
-        unlink(idx);
-    }
+    CHECK(list_kv(dir, names, 4) == 1 && set_version(dir, names[0], 1) && delete_index(dir));
     s = open_tier(dir, 1 << 20, true);
     CHECK(s);
     kn_ssd_get_stats(s, &st);
