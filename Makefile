@@ -36,10 +36,20 @@ TOOLS    := $(TOOL_SRC:tools/%.c=$(BUILD)/%)
 TESTS    := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 BENCHES  := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
-.PHONY: all run test asan setup clean check-header
+.PHONY: all run test asan setup clean check-header FORCE
 all: $(BUILD)/kiln $(BUILD)/libkiln.a $(BUILD)/libkiln.so $(TOOLS) $(TESTS) $(BENCHES)
 
-$(BUILD)/obj/%.o: %.c
+# $(BUILD)/flags holds the compile flags and is rewritten only when they change; everything compiled
+# depends on it, so a new OPT or CFLAGS, or a changed include or visibility rule, rebuilds what it
+# affects, while an unrelated edit of this file rebuilds nothing. (FORCE runs the check every time;
+# make looks at the file's time again afterwards.)
+FLAGS_NOW = $(CC) $(ALLCFLAGS) | $(OMPFLAGS)
+$(BUILD)/flags: FORCE
+	@mkdir -p $(dir $@)
+	@echo '$(FLAGS_NOW)' | cmp -s - $@ || echo '$(FLAGS_NOW)' >$@
+FORCE:
+
+$(BUILD)/obj/%.o: %.c $(BUILD)/flags
 	@mkdir -p $(dir $@)
 	$(CC) $(ALLCFLAGS) -MMD -MP -c $< -o $@
 
@@ -58,21 +68,21 @@ $(BUILD)/gen/web_assets.c: $(WEB_SRC) scripts/embed $(wildcard web)
 	@mkdir -p $(dir $@)
 	sh scripts/embed $@ $(WEB_SRC)
 
-$(WEB_OBJ): $(BUILD)/gen/web_assets.c
+$(WEB_OBJ): $(BUILD)/gen/web_assets.c $(BUILD)/flags
 	@mkdir -p $(dir $@)
 	$(CC) $(ALLCFLAGS) -MMD -MP -c $< -o $@
 
-$(BUILD)/%: tools/%.c $(BUILD)/libkiln.a
+$(BUILD)/%: tools/%.c $(BUILD)/libkiln.a $(BUILD)/flags
 	$(CC) $(ALLCFLAGS) $(OMPFLAGS) -o $@ $< $(BUILD)/libkiln.a $(LIBS)
 
-$(BUILD)/tests/%: tests/unit/%.c tests/unit/harness.h $(BUILD)/libkiln.a
+$(BUILD)/tests/%: tests/unit/%.c tests/unit/harness.h $(BUILD)/libkiln.a $(BUILD)/flags
 	@mkdir -p $(dir $@)
 	$(CC) $(ALLCFLAGS) -Itests/unit -o $@ $< $(BUILD)/libkiln.a $(LIBS) $(TEST_LDFLAGS)
 
 # test_noalloc counts every allocation the library makes: it links with the allocator wrapped.
 $(BUILD)/tests/test_noalloc: TEST_LDFLAGS = -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=posix_memalign,--wrap=free
 
-$(BUILD)/bench/%: bench/%.c $(BUILD)/libkiln.a
+$(BUILD)/bench/%: bench/%.c $(BUILD)/libkiln.a $(BUILD)/flags
 	@mkdir -p $(dir $@)
 	$(CC) $(ALLCFLAGS) $(OMPFLAGS) -o $@ $< $(BUILD)/libkiln.a $(LIBS)
 
