@@ -1,6 +1,13 @@
 # kiln build: `make` builds build/kiln, build/libkiln.a, build/libkiln.so and the tools.
 # `make run` and `make test` first run scripts/setup (installs missing Debian packages).
 # Sources are found by wildcard: a new src/*/x.c or tests/unit/test_x.c needs no edit here.
+#
+# Who sees what:
+#   - the library (src/ except cli and server) is compiled with -fvisibility=hidden: libkiln.so exports
+#     only the kiln_* functions include/kiln.h marks KILN_API (tests/cli/test_exports.sh checks it);
+#   - the CLI and the server see include/ and their own folders only, so an internal header there is
+#     a build error;
+#   - tools, tests and benchmarks see all of src/ and link libkiln.a, where hidden symbols still link.
 
 CC       ?= cc
 BUILD    ?= build
@@ -8,7 +15,7 @@ OPT      ?= -O2
 CFLAGS   ?=
 WERROR   ?= -Werror
 BASEFLAGS = -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Wno-unused-parameter $(WERROR) \
-            -fPIC -Iinclude -Isrc $(OPT) -g \
+            -fPIC -Iinclude $(OPT) -g \
             $(shell pkg-config --cflags libpcre2-8 jansson sqlite3 libmicrohttpd libedit 2>/dev/null)
 ALLCFLAGS = $(BASEFLAGS) $(CFLAGS)
 LIBS      = $(shell pkg-config --libs libpcre2-8 jansson sqlite3 2>/dev/null || echo -lpcre2-8 -ljansson -lsqlite3) \
@@ -39,11 +46,19 @@ BENCHES  := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 .PHONY: all run test asan setup clean check-header FORCE
 all: $(BUILD)/kiln $(BUILD)/libkiln.a $(BUILD)/libkiln.so $(TOOLS) $(TESTS) $(BENCHES)
 
+# Include paths and visibility per part (see the top of this file). They are target-specific values
+# of OBJFLAGS set on the object files themselves, so they never leak into another part's objects.
+LIB_FLAGS    = -Isrc -fvisibility=hidden
+CLI_FLAGS    = -Isrc/cli -Isrc/server
+INTERNAL_INC = -Isrc
+$(LIB_OBJ): OBJFLAGS = $(LIB_FLAGS)
+$(CLI_OBJ) $(WEB_OBJ): OBJFLAGS = $(CLI_FLAGS)
+
 # $(BUILD)/flags holds the compile flags and is rewritten only when they change; everything compiled
 # depends on it, so a new OPT or CFLAGS, or a changed include or visibility rule, rebuilds what it
 # affects, while an unrelated edit of this file rebuilds nothing. (FORCE runs the check every time;
 # make looks at the file's time again afterwards.)
-FLAGS_NOW = $(CC) $(ALLCFLAGS) | $(OMPFLAGS)
+FLAGS_NOW = $(CC) $(ALLCFLAGS) | $(LIB_FLAGS) | $(CLI_FLAGS) | $(INTERNAL_INC) | $(OMPFLAGS)
 $(BUILD)/flags: FORCE
 	@mkdir -p $(dir $@)
 	@echo '$(FLAGS_NOW)' | cmp -s - $@ || echo '$(FLAGS_NOW)' >$@
@@ -51,7 +66,7 @@ FORCE:
 
 $(BUILD)/obj/%.o: %.c $(BUILD)/flags
 	@mkdir -p $(dir $@)
-	$(CC) $(ALLCFLAGS) -MMD -MP -c $< -o $@
+	$(CC) $(ALLCFLAGS) $(OBJFLAGS) -MMD -MP -c $< -o $@
 
 $(BUILD)/libkiln.a: $(LIB_OBJ)
 	@mkdir -p $(dir $@)
@@ -70,21 +85,22 @@ $(BUILD)/gen/web_assets.c: $(WEB_SRC) scripts/embed $(wildcard web)
 
 $(WEB_OBJ): $(BUILD)/gen/web_assets.c $(BUILD)/flags
 	@mkdir -p $(dir $@)
-	$(CC) $(ALLCFLAGS) -MMD -MP -c $< -o $@
+	$(CC) $(ALLCFLAGS) $(OBJFLAGS) -MMD -MP -c $< -o $@
 
+# Tools, tests and benchmarks are one file each.
 $(BUILD)/%: tools/%.c $(BUILD)/libkiln.a $(BUILD)/flags
-	$(CC) $(ALLCFLAGS) $(OMPFLAGS) -o $@ $< $(BUILD)/libkiln.a $(LIBS)
+	$(CC) $(ALLCFLAGS) $(INTERNAL_INC) $(OMPFLAGS) -o $@ $< $(BUILD)/libkiln.a $(LIBS)
 
 $(BUILD)/tests/%: tests/unit/%.c tests/unit/harness.h $(BUILD)/libkiln.a $(BUILD)/flags
 	@mkdir -p $(dir $@)
-	$(CC) $(ALLCFLAGS) -Itests/unit -o $@ $< $(BUILD)/libkiln.a $(LIBS) $(TEST_LDFLAGS)
+	$(CC) $(ALLCFLAGS) $(INTERNAL_INC) -Itests/unit -o $@ $< $(BUILD)/libkiln.a $(LIBS) $(TEST_LDFLAGS)
 
 # test_noalloc counts every allocation the library makes: it links with the allocator wrapped.
 $(BUILD)/tests/test_noalloc: TEST_LDFLAGS = -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=posix_memalign,--wrap=free
 
 $(BUILD)/bench/%: bench/%.c $(BUILD)/libkiln.a $(BUILD)/flags
 	@mkdir -p $(dir $@)
-	$(CC) $(ALLCFLAGS) $(OMPFLAGS) -o $@ $< $(BUILD)/libkiln.a $(LIBS)
+	$(CC) $(ALLCFLAGS) $(INTERNAL_INC) $(OMPFLAGS) -o $@ $< $(BUILD)/libkiln.a $(LIBS)
 
 setup:
 	@scripts/setup

@@ -24,6 +24,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* KILN_API marks every function libkiln exports. The library is compiled with -fvisibility=hidden,
+ * so libkiln.so exports these and nothing else; for an application, in C or C++, the mark changes
+ * nothing. Compilers without GCC attributes get an empty mark; a build may define its own first. */
+#ifndef KILN_API
+#if defined(__GNUC__) || defined(__clang__)
+#define KILN_API __attribute__((visibility("default")))
+#else
+#define KILN_API
+#endif
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -55,14 +66,14 @@ typedef enum kiln_status { KILN_STATUS_LIST(KILN_STATUS_ENUM_) KILN_STATUS_COUNT
 #undef KILN_STATUS_ENUM_
 
 /* A short constant English description of a status, e.g. "file format error". Never NULL. */
-const char *kiln_status_str(kiln_status status);
+KILN_API const char *kiln_status_str(kiln_status status);
 
 /* The message of the last failure of a call made on this thread, "" if none. Valid until the next
  * kiln call on this thread. */
-const char *kiln_last_error(void);
+KILN_API const char *kiln_last_error(void);
 
 /* Library version string, e.g. "0.1.0". */
-const char *kiln_version(void);
+KILN_API const char *kiln_version(void);
 
 /* ---- logging --------------------------------------------------------------------------------- */
 
@@ -78,7 +89,7 @@ typedef void (*kiln_log_fn)(kiln_log_level level, const char *msg, void *user);
 
 /* Replaces the process-wide log sink. fn == NULL restores the default (stderr) sink; max_level
  * filters: messages above it are dropped. */
-void kiln_set_log(kiln_log_fn fn, void *user, kiln_log_level max_level);
+KILN_API void kiln_set_log(kiln_log_fn fn, void *user, kiln_log_level max_level);
 
 /* ---- model ----------------------------------------------------------------------------------- */
 
@@ -101,44 +112,44 @@ typedef struct kiln_model_params {
     void *progress_user;   /* passed to progress */
 } kiln_model_params;
 
-kiln_model_params kiln_model_default_params(void);
+KILN_API kiln_model_params kiln_model_default_params(void);
 
 /* Loads a GGUF model from path. On success *out owns the model; on failure *out is NULL and
  * kiln_last_error() names what is wrong (e.g. which tensor is missing or which offset is out of
  * range). Status: KILN_ERR_IO, KILN_ERR_FORMAT, KILN_ERR_UNSUPPORTED, KILN_ERR_NOMEM. */
-kiln_status kiln_model_load(const char *path, const kiln_model_params *params, kiln_model **out);
+KILN_API kiln_status kiln_model_load(const char *path, const kiln_model_params *params, kiln_model **out);
 
-void kiln_model_free(kiln_model *model);
+KILN_API void kiln_model_free(kiln_model *model);
 
 /* The message of the most recent failed call on this model (kiln_tokenize, kiln_tokenize_chat,
  * kiln_token_piece, kiln_chat_apply), from whichever thread made it; "" when none failed. A model is
  * shared between threads, so the text is copied to a buffer of the calling thread, valid until this
  * thread calls kiln_model_last_error again. With model == NULL: kiln_last_error(). */
-const char *kiln_model_last_error(const kiln_model *model);
+KILN_API const char *kiln_model_last_error(const kiln_model *model);
 
 /* Architecture name from the file ("llama", "qwen2", "qwen3"). */
-const char *kiln_model_arch(const kiln_model *model);
+KILN_API const char *kiln_model_arch(const kiln_model *model);
 /* Name of the kernel set the model runs with ("ref", "avx2", "avx512"). */
-const char *kiln_model_kernels(const kiln_model *model);
+KILN_API const char *kiln_model_kernels(const kiln_model *model);
 /* A one-line human description, e.g. "llama 64d 5L 8H/4KV ff172 F32, vocab 512, 0.29 M params"
  * (architecture, embedding width, layers, query/KV heads, feed-forward width, the type of the first
  * layer's weights, vocabulary, parameters). */
-const char *kiln_model_desc(const kiln_model *model);
+KILN_API const char *kiln_model_desc(const kiln_model *model);
 /* Hex SHA-256 (64 characters) over the architecture metadata, the tensor table (names, types,
  * shapes) and a sample of every tensor's data (its first and last 4 KiB), so two files of the same
  * shape with other weights differ. Equal files give equal fingerprints; caches are keyed on it. */
-const char *kiln_model_fingerprint(const kiln_model *model);
+KILN_API const char *kiln_model_fingerprint(const kiln_model *model);
 /* Hex SHA-256 (64 characters) over the tokenizer metadata (every tokenizer.* key and value except
  * the chat template): equal for models that turn every text into the same token ids. Part of the
  * key of SSD cache entries. */
-const char *kiln_model_tokenizer_hash(const kiln_model *model);
+KILN_API const char *kiln_model_tokenizer_hash(const kiln_model *model);
 
-int32_t kiln_model_n_vocab(const kiln_model *model);
-int32_t kiln_model_n_ctx_train(const kiln_model *model);
-int32_t kiln_model_n_embd(const kiln_model *model);
-int32_t kiln_model_n_layer(const kiln_model *model);
-uint64_t kiln_model_n_params(const kiln_model *model);
-uint64_t kiln_model_size_bytes(const kiln_model *model);
+KILN_API int32_t kiln_model_n_vocab(const kiln_model *model);
+KILN_API int32_t kiln_model_n_ctx_train(const kiln_model *model);
+KILN_API int32_t kiln_model_n_embd(const kiln_model *model);
+KILN_API int32_t kiln_model_n_layer(const kiln_model *model);
+KILN_API uint64_t kiln_model_n_params(const kiln_model *model);
+KILN_API uint64_t kiln_model_size_bytes(const kiln_model *model);
 
 /* What a GGUF file's header says, read without loading the model (for listings and for choosing a
  * model): the file is mapped, its header, metadata and tensor table are validated like a load does,
@@ -170,49 +181,49 @@ typedef struct kiln_model_info {
  * KILN_ERR_FORMAT (not a GGUF file, truncated, inconsistent), KILN_ERR_UNSUPPORTED (a GGUF version
  * kiln does not read), KILN_ERR_NOMEM; kiln_last_error() says which. An unsupported architecture is
  * not an error: runnable is then false. */
-kiln_status kiln_model_info_read(const char *path, kiln_model_info *out);
+KILN_API kiln_status kiln_model_info_read(const char *path, kiln_model_info *out);
 
 /* ---- machine --------------------------------------------------------------------------------- */
 
 /* Physical cores of this machine (at least 1): the thread count used when a params struct says 0. */
-int32_t kiln_physical_cores(void);
+KILN_API int32_t kiln_physical_cores(void);
 /* Bytes of physical memory of this machine; 0 when unknown. */
-uint64_t kiln_physical_memory(void);
+KILN_API uint64_t kiln_physical_memory(void);
 
 /* ---- tokenizer ------------------------------------------------------------------------------- */
 
 /* Special tokens; -1 when the model has none. */
-kiln_token kiln_token_bos(const kiln_model *model);
-kiln_token kiln_token_eos(const kiln_model *model);
-kiln_token kiln_token_eot(const kiln_model *model);
+KILN_API kiln_token kiln_token_bos(const kiln_model *model);
+KILN_API kiln_token kiln_token_eos(const kiln_model *model);
+KILN_API kiln_token kiln_token_eot(const kiln_model *model);
 /* True for tokens that end a generation (EOS, EOT and other end-of-generation tokens). */
-bool kiln_token_is_eog(const kiln_model *model, kiln_token token);
+KILN_API bool kiln_token_is_eog(const kiln_model *model, kiln_token token);
 /* Whether the model's metadata asks for BOS to be prepended. */
-bool kiln_model_add_bos(const kiln_model *model);
+KILN_API bool kiln_model_add_bos(const kiln_model *model);
 
 /* Tokenizes len bytes of text. add_special: prepend BOS (and append EOS) as the model's metadata
  * says. parse_special: text such as "<|eot_id|>" becomes the special token instead of plain text.
  * Writes up to cap ids to out and the total count to *n_out. KILN_ERR_BUFFER_SMALL when cap is too
  * small (*n_out then holds the needed count). */
-kiln_status kiln_tokenize(const kiln_model *model, const char *text, size_t len, bool add_special,
-                          bool parse_special, kiln_token *out, size_t cap, size_t *n_out);
+KILN_API kiln_status kiln_tokenize(const kiln_model *model, const char *text, size_t len, bool add_special,
+                                   bool parse_special, kiln_token *out, size_t cap, size_t *n_out);
 
 /* Tokenizes a rendered chat prompt (the output of kiln_chat_apply): special-token text is parsed,
  * and BOS is prepended when the model asks for it unless the text already starts with it (chat
  * templates often write bos_token themselves). Same buffer contract as kiln_tokenize. */
-kiln_status kiln_tokenize_chat(const kiln_model *model, const char *text, size_t len, kiln_token *out,
-                               size_t cap, size_t *n_out);
+KILN_API kiln_status kiln_tokenize_chat(const kiln_model *model, const char *text, size_t len, kiln_token *out,
+                                        size_t cap, size_t *n_out);
 
 /* The bytes a token stands for in decoded text (a byte token gives its byte, which may be part of a
  * UTF-8 character). Special tokens give their text only when render_special. Writes up to cap bytes
  * (no terminator) and the full length to *n_out; KILN_ERR_BUFFER_SMALL when cap is too small. */
-kiln_status kiln_token_piece(const kiln_model *model, kiln_token token, bool render_special,
-                             char *buf, size_t cap, size_t *n_out);
+KILN_API kiln_status kiln_token_piece(const kiln_model *model, kiln_token token, bool render_special,
+                                      char *buf, size_t cap, size_t *n_out);
 
 /* ---- chat templates -------------------------------------------------------------------------- */
 
 /* The model's chat template (GGUF tokenizer.chat_template), or NULL when the file has none. */
-const char *kiln_model_chat_template(const kiln_model *model);
+KILN_API const char *kiln_model_chat_template(const kiln_model *model);
 
 /* Renders a Jinja2 template with a context given as a JSON object, the way Hugging Face's
  * apply_chat_template does: trim_blocks and lstrip_blocks on, loop controls (break/continue), the
@@ -221,8 +232,8 @@ const char *kiln_model_chat_template(const kiln_model *model);
  * (release it with kiln_free) and *out_len its length. A template error (syntax, runtime error or
  * raise_exception) returns KILN_ERR_FORMAT with kiln_last_error() reading "line L, column C: ...";
  * a context that is not a JSON object returns KILN_ERR_INVALID_ARG. */
-kiln_status kiln_template_render(const char *tmpl, size_t tmpl_len, const char *context_json,
-                                 size_t context_len, char **out, size_t *out_len);
+KILN_API kiln_status kiln_template_render(const char *tmpl, size_t tmpl_len, const char *context_json,
+                                          size_t context_len, char **out, size_t *out_len);
 
 /* Renders a chat for the model: chat_json is a JSON object with "messages" (required) and optional
  * "tools", "add_generation_prompt" (default true) and any further keys, which the template sees as
@@ -230,11 +241,11 @@ kiln_status kiln_template_render(const char *tmpl, size_t tmpl_len, const char *
  * A model without a chat template gets the plain fallback: the messages' contents joined by "\n\n",
  * with no role markers and no generation prompt, so a base model continues the text. Output and
  * errors as kiln_template_render. */
-kiln_status kiln_chat_apply(const kiln_model *model, const char *chat_json, size_t len, char **out,
-                            size_t *out_len);
+KILN_API kiln_status kiln_chat_apply(const kiln_model *model, const char *chat_json, size_t len, char **out,
+                                     size_t *out_len);
 
 /* Releases memory the library handed to the caller (kiln_template_render, kiln_chat_apply). */
-void kiln_free(void *p);
+KILN_API void kiln_free(void *p);
 
 /* ---- sampling -------------------------------------------------------------------------------- */
 
@@ -264,11 +275,11 @@ typedef struct kiln_sampler_params {
 
 #define KILN_SEED_RANDOM UINT64_MAX
 
-kiln_sampler_params kiln_sampler_default_params(void);
+KILN_API kiln_sampler_params kiln_sampler_default_params(void);
 
 /* The library defaults overridden by the settings the model file recommends (GGUF keys
  * general.sampling.temp, top_k, top_p, min_p, penalty_repeat, penalty_last_n). */
-kiln_sampler_params kiln_model_sampler_params(const kiln_model *model);
+KILN_API kiln_sampler_params kiln_model_sampler_params(const kiln_model *model);
 
 /* ---- session (one generation context) -------------------------------------------------------- */
 
@@ -285,33 +296,33 @@ typedef struct kiln_session_params {
                             floats); needed by kiln_session_eval(..., all_logits = true) */
 } kiln_session_params;
 
-kiln_session_params kiln_session_default_params(void);
+KILN_API kiln_session_params kiln_session_default_params(void);
 
 /* Creates a session on model (which must outlive it). Every buffer the generation loop needs (KV,
  * activations, logits) is allocated here; the token loop allocates nothing. */
-kiln_status kiln_session_new(kiln_model *model, const kiln_session_params *params,
-                             kiln_session **out);
-void kiln_session_free(kiln_session *session);
-const char *kiln_session_last_error(const kiln_session *session);
-int32_t kiln_session_n_ctx(const kiln_session *session);
+KILN_API kiln_status kiln_session_new(kiln_model *model, const kiln_session_params *params,
+                                      kiln_session **out);
+KILN_API void kiln_session_free(kiln_session *session);
+KILN_API const char *kiln_session_last_error(const kiln_session *session);
+KILN_API int32_t kiln_session_n_ctx(const kiln_session *session);
 /* Worker threads the session runs with (the resolved value when n_threads was 0). */
-int32_t kiln_session_n_threads(const kiln_session *session);
+KILN_API int32_t kiln_session_n_threads(const kiln_session *session);
 
 /* Forgets every token in the session (the KV cache becomes empty). */
-void kiln_session_reset(kiln_session *session);
+KILN_API void kiln_session_reset(kiln_session *session);
 /* Number of tokens currently held in the session's KV cache. */
-int32_t kiln_session_n_past(const kiln_session *session);
+KILN_API int32_t kiln_session_n_past(const kiln_session *session);
 
 /* Low-level evaluation: appends n tokens after the ones already in the session and runs the
  * forward pass in chunks of n_batch. If all_logits (the session must have been created with
  * logits_all, and n must be <= n_batch), the logits of every one of the n positions are kept;
  * otherwise only the last. KILN_ERR_CONTEXT_FULL when the tokens do not fit and
  * KILN_ERR_INVALID_ARG for a token outside the vocabulary (the session is left unchanged). */
-kiln_status kiln_session_eval(kiln_session *session, const kiln_token *tokens, size_t n,
-                              bool all_logits);
+KILN_API kiln_status kiln_session_eval(kiln_session *session, const kiln_token *tokens, size_t n,
+                                       bool all_logits);
 /* Logits [n_vocab] of position i of the last eval (i = -1: its last position). NULL when that
  * position's logits were not kept. Valid until the next call on the session. */
-const float *kiln_session_logits(const kiln_session *session, int32_t i);
+KILN_API const float *kiln_session_logits(const kiln_session *session, int32_t i);
 
 /* One of the most likely tokens at a generation step. */
 typedef struct kiln_top_logprob {
@@ -372,7 +383,7 @@ typedef struct kiln_generate_params {
     void *user;                /* passed to on_token and on_done */
 } kiln_generate_params;
 
-kiln_generate_params kiln_generate_default_params(void);
+KILN_API kiln_generate_params kiln_generate_default_params(void);
 
 typedef struct kiln_generate_result {
     int32_t n_prompt;          /* prompt tokens evaluated */
@@ -390,12 +401,12 @@ typedef struct kiln_generate_result {
 
 /* Resets the session, tokenizes prompt, evaluates it and generates until a stop condition, calling
  * on_token for each token. result may be NULL. An empty prompt starts from BOS alone. */
-kiln_status kiln_generate(kiln_session *session, const char *prompt,
-                          const kiln_generate_params *params, kiln_generate_result *result);
+KILN_API kiln_status kiln_generate(kiln_session *session, const char *prompt,
+                                   const kiln_generate_params *params, kiln_generate_result *result);
 
 /* Same as kiln_generate but from token ids (used as given: no BOS is added). */
-kiln_status kiln_generate_tokens(kiln_session *session, const kiln_token *prompt, size_t n_prompt,
-                                 const kiln_generate_params *params, kiln_generate_result *result);
+KILN_API kiln_status kiln_generate_tokens(kiln_session *session, const kiln_token *prompt, size_t n_prompt,
+                                          const kiln_generate_params *params, kiln_generate_result *result);
 
 /* ---- engine: many generations on one model, continuously batched ------------------------------ */
 
@@ -437,9 +448,9 @@ typedef struct kiln_engine_params {
                                   file's K/V is then loaded and can change the output). */
 } kiln_engine_params;
 
-kiln_engine_params kiln_engine_default_params(void);
+KILN_API kiln_engine_params kiln_engine_default_params(void);
 
-kiln_status kiln_engine_new(kiln_model *model, const kiln_engine_params *params, kiln_engine **out);
+KILN_API kiln_status kiln_engine_new(kiln_model *model, const kiln_engine_params *params, kiln_engine **out);
 
 /* Makes the SSD tier durable: hands every prefix cache entry not yet on SSD to the writer and
  * returns once every write queued before or by this call is on disk (file and directory synced,
@@ -448,17 +459,17 @@ kiln_status kiln_engine_new(kiln_model *model, const kiln_engine_params *params,
  * tier. Safe from any thread, also after kiln_engine_shutdown (the entries of the requests that
  * finished before it are flushed too). kiln_engine_free does not wait for pending writes: call
  * this first to keep them. */
-kiln_status kiln_engine_flush_cache(kiln_engine *engine, int timeout_ms);
+KILN_API kiln_status kiln_engine_flush_cache(kiln_engine *engine, int timeout_ms);
 
 /* Stops taking requests, cancels the queued ones, gives running ones up to grace_ms to finish,
  * cancels the rest and joins the scheduler. Their on_done callbacks have run when it returns.
  * May be called again, also from another thread while a first call waits out its grace: the
  * second call cancels what still runs at once. kiln_engine_free calls it with grace 0. */
-void kiln_engine_shutdown(kiln_engine *engine, int grace_ms);
-void kiln_engine_free(kiln_engine *engine);
+KILN_API void kiln_engine_shutdown(kiln_engine *engine, int grace_ms);
+KILN_API void kiln_engine_free(kiln_engine *engine);
 
-int32_t kiln_engine_n_ctx(const kiln_engine *engine);
-int32_t kiln_engine_n_threads(const kiln_engine *engine);
+KILN_API int32_t kiln_engine_n_ctx(const kiln_engine *engine);
+KILN_API int32_t kiln_engine_n_threads(const kiln_engine *engine);
 
 /* Queues a generation of prompt[n_prompt] (copied; used as given, no BOS added). params is copied,
  * including its stop strings and logit bias; on_token and on_done are called on the engine's
@@ -467,18 +478,18 @@ int32_t kiln_engine_n_threads(const kiln_engine *engine);
  * is full; KILN_ERR_INVALID_ARG / KILN_ERR_CONTEXT_FULL for a bad prompt or parameters (checked
  * here, so an accepted request fails only by cancellation, or with KILN_ERR_NOMEM when the memory of
  * its row cannot be had; its result's error then says why). */
-kiln_status kiln_engine_submit(kiln_engine *engine, const kiln_token *prompt, size_t n_prompt,
-                               const kiln_generate_params *params, kiln_request **out);
+KILN_API kiln_status kiln_engine_submit(kiln_engine *engine, const kiln_token *prompt, size_t n_prompt,
+                                        const kiln_generate_params *params, kiln_request **out);
 
 /* Asks the engine to stop the request (thread-safe, any time): a queued request never starts, a
  * running one leaves the batch at the next step. Its on_done reports KILN_ERR_CANCELLED. */
-void kiln_request_cancel(kiln_request *request);
+KILN_API void kiln_request_cancel(kiln_request *request);
 /* Blocks until the request has ended; returns its status and fills *result (may be NULL). Call it
  * only while the engine exists (after kiln_engine_shutdown every request has ended). */
-kiln_status kiln_request_wait(kiln_request *request, kiln_generate_result *result);
+KILN_API kiln_status kiln_request_wait(kiln_request *request, kiln_generate_result *result);
 /* Releases the caller's handle; a request still running is cancelled first (without waiting).
  * Handles may be freed before or after their engine. */
-void kiln_request_free(kiln_request *request);
+KILN_API void kiln_request_free(kiln_request *request);
 
 typedef struct kiln_engine_stats {
     int32_t active;         /* rows generating or prefilling */
@@ -508,7 +519,7 @@ typedef struct kiln_engine_stats {
                                    then simply not cached */
 } kiln_engine_stats;
 
-void kiln_engine_get_stats(kiln_engine *engine, kiln_engine_stats *out);
+KILN_API void kiln_engine_get_stats(kiln_engine *engine, kiln_engine_stats *out);
 
 #ifdef __cplusplus
 }

@@ -26,7 +26,7 @@
  * for up to 10 s more) and exits 0. A signal while the model loads cancels the load (exit 1).
  */
 #include "cli.h"
-#include "server/server.h"
+#include "server.h"
 
 #include <errno.h>
 #include <fcntl.h>

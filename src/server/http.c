@@ -7,7 +7,7 @@
  * drained and the request gets 413. While a handler waits on a job it polls the connection's
  * socket for a hang-up, so a client that goes away cancels its generation within ~50 ms.
  */
-#include "server/server.h"
+#include "server.h"
 
 #include <microhttpd.h>
 

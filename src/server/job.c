@@ -7,7 +7,7 @@
  * lock and wakes the connection thread; when the client goes away the connection cancels the
  * engine request, which leaves the batch at the next step.
  */
-#include "server/server.h"
+#include "server.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -9,7 +9,7 @@
  * the engine's thread: appended to the text (non-streaming) or formatted as server-sent events
  * ("data: {chunk}\n\n" ... "data: [DONE]\n\n") that the connection thread sends as they come.
  */
-#include "server/server.h"
+#include "server.h"
 
 #include <math.h>
 #include <stdatomic.h>

@@ -3,7 +3,7 @@
  * /metrics, /stats, /admin/cache/flush, and llama-server's helpers /tokenize, /detokenize and
  * /apply-template with llama-server's request and response shapes.
  */
-#include "server/server.h"
+#include "server.h"
 
 #include <stdlib.h>
 #include <string.h>

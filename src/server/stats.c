@@ -4,7 +4,7 @@
  * Counters only grow; gauges (active rows, queue, KV) come from the engine. Throughput gauges are
  * derived from summed token counts and wall times: tokens per second over the server's life.
  */
-#include "server/server.h"
+#include "server.h"
 
 #include <stdio.h>
 #include <stdlib.h>

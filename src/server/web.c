@@ -10,7 +10,7 @@
  * every load and gets 304 while the server's page is unchanged. The page itself only talks to the
  * server it came from (its Content-Security-Policy says so).
  */
-#include "server/server.h"
+#include "server.h"
 
 #include <microhttpd.h>
 
