@@ -7,7 +7,8 @@
 #     only the kiln_* functions include/kiln.h marks KILN_API (tests/cli/test_exports.sh checks it);
 #   - the CLI and the server see include/ and their own folders only, so an internal header there is
 #     a build error;
-#   - tools, tests and benchmarks see all of src/ and link libkiln.a, where hidden symbols still link.
+#   - tools, tests and benchmarks see all of src/ and tools/lib/, and link libkiln-dev.a (code for
+#     them only, such as the GGUF writer) and libkiln.a, where hidden symbols still link.
 
 CC       ?= cc
 BUILD    ?= build
@@ -30,12 +31,15 @@ CLI_LIBS  = $(shell pkg-config --libs libmicrohttpd libedit 2>/dev/null || echo 
 LIB_SRC  := $(sort $(wildcard src/base/*.c src/tensor/*.c src/model/*.c src/text/*.c src/text/jinja/*.c \
                               src/sample/*.c src/engine/*.c src/cache/*.c))
 CLI_SRC  := $(sort $(wildcard src/cli/*.c src/server/*.c))
+DEV_SRC  := $(sort $(wildcard tools/lib/*.c))
 TOOL_SRC := $(sort $(wildcard tools/*.c))
 TEST_SRC := $(sort $(wildcard tests/unit/test_*.c))
 BENCH_SRC := $(sort $(wildcard bench/*.c))
 
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
+DEV_OBJ  := $(DEV_SRC:%.c=$(BUILD)/obj/%.o)
+DEV_LIB  := $(BUILD)/libkiln-dev.a
 # The browser chat page: web/* compiled into the kiln binary by scripts/embed.
 WEB_SRC  := $(sort $(wildcard web/*.html web/*.js web/*.css web/*.svg web/*.png web/*.ico))
 WEB_OBJ  := $(BUILD)/obj/gen/web_assets.o
@@ -50,9 +54,10 @@ all: $(BUILD)/kiln $(BUILD)/libkiln.a $(BUILD)/libkiln.so $(TOOLS) $(TESTS) $(BE
 # of OBJFLAGS set on the object files themselves, so they never leak into another part's objects.
 LIB_FLAGS    = -Isrc -fvisibility=hidden
 CLI_FLAGS    = -Isrc/cli -Isrc/server
-INTERNAL_INC = -Isrc
+INTERNAL_INC = -Isrc -Itools/lib
 $(LIB_OBJ): OBJFLAGS = $(LIB_FLAGS)
 $(CLI_OBJ) $(WEB_OBJ): OBJFLAGS = $(CLI_FLAGS)
+$(DEV_OBJ): OBJFLAGS = $(INTERNAL_INC)
 
 # $(BUILD)/flags holds the compile flags and is rewritten only when they change; everything compiled
 # depends on it, so a new OPT or CFLAGS, or a changed include or visibility rule, rebuilds what it
@@ -75,6 +80,11 @@ $(BUILD)/libkiln.a: $(LIB_OBJ)
 $(BUILD)/libkiln.so: $(LIB_OBJ)
 	$(CC) $(ALLCFLAGS) -shared -o $@ $^ $(LIBS)
 
+# Developer-only code (tools/lib: the GGUF writer) for tools, tests and benchmarks; never shipped.
+$(DEV_LIB): $(DEV_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
 $(BUILD)/kiln: $(CLI_OBJ) $(WEB_OBJ) $(BUILD)/libkiln.a
 	$(CC) $(ALLCFLAGS) -o $@ $(CLI_OBJ) $(WEB_OBJ) $(BUILD)/libkiln.a $(LIBS) $(CLI_LIBS)
 
@@ -87,20 +97,21 @@ $(WEB_OBJ): $(BUILD)/gen/web_assets.c $(BUILD)/flags
 	@mkdir -p $(dir $@)
 	$(CC) $(ALLCFLAGS) $(OBJFLAGS) -MMD -MP -c $< -o $@
 
-# Tools, tests and benchmarks are one file each.
-$(BUILD)/%: tools/%.c $(BUILD)/libkiln.a $(BUILD)/flags
-	$(CC) $(ALLCFLAGS) $(INTERNAL_INC) $(OMPFLAGS) -o $@ $< $(BUILD)/libkiln.a $(LIBS)
+# Tools, tests and benchmarks are one file each, linked with the developer archive first (it calls
+# into libkiln.a).
+$(BUILD)/%: tools/%.c $(DEV_LIB) $(BUILD)/libkiln.a $(BUILD)/flags
+	$(CC) $(ALLCFLAGS) $(INTERNAL_INC) $(OMPFLAGS) -o $@ $< $(DEV_LIB) $(BUILD)/libkiln.a $(LIBS)
 
-$(BUILD)/tests/%: tests/unit/%.c tests/unit/harness.h $(BUILD)/libkiln.a $(BUILD)/flags
+$(BUILD)/tests/%: tests/unit/%.c tests/unit/harness.h $(DEV_LIB) $(BUILD)/libkiln.a $(BUILD)/flags
 	@mkdir -p $(dir $@)
-	$(CC) $(ALLCFLAGS) $(INTERNAL_INC) -Itests/unit -o $@ $< $(BUILD)/libkiln.a $(LIBS) $(TEST_LDFLAGS)
+	$(CC) $(ALLCFLAGS) $(INTERNAL_INC) -Itests/unit -o $@ $< $(DEV_LIB) $(BUILD)/libkiln.a $(LIBS) $(TEST_LDFLAGS)
 
 # test_noalloc counts every allocation the library makes: it links with the allocator wrapped.
 $(BUILD)/tests/test_noalloc: TEST_LDFLAGS = -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=posix_memalign,--wrap=free
 
-$(BUILD)/bench/%: bench/%.c $(BUILD)/libkiln.a $(BUILD)/flags
+$(BUILD)/bench/%: bench/%.c $(DEV_LIB) $(BUILD)/libkiln.a $(BUILD)/flags
 	@mkdir -p $(dir $@)
-	$(CC) $(ALLCFLAGS) $(INTERNAL_INC) $(OMPFLAGS) -o $@ $< $(BUILD)/libkiln.a $(LIBS)
+	$(CC) $(ALLCFLAGS) $(INTERNAL_INC) $(OMPFLAGS) -o $@ $< $(DEV_LIB) $(BUILD)/libkiln.a $(LIBS)
 
 setup:
 	@scripts/setup
@@ -123,4 +134,4 @@ asan: setup
 clean:
 	rm -rf build build-asan
 
--include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(WEB_OBJ:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(DEV_OBJ:.o=.d) $(WEB_OBJ:.o=.d)

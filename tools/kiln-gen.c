@@ -16,7 +16,7 @@
  * <|end_of_text|>, <|eot_id|>, ...) and <|reserved_N|> filler (type unused) up to the vocab size.
  */
 #include "base/base.h"
-#include "model/gguf_write.h"
+#include "gguf_write.h"
 #include "tensor/dtype.h"
 
 #include <errno.h>

@@ -1,17 +1,18 @@
 # test_exports.sh - the library's interior stays inside: libkiln.so exports exactly the kiln_*
 # functions include/kiln.h declares (each marked KILN_API; everything else is hidden by
-# -fvisibility=hidden), and the CLI and the server use nothing else. Needs nm (binutils) and a C
-# preprocessor.
+# -fvisibility=hidden), the CLI and the server use nothing else, and developer-only code (tools/lib,
+# e.g. the GGUF writer) is not in the shipped libraries. Needs nm (binutils) and a C preprocessor.
 . tests/cli/lib.sh
 SO="$BUILD/libkiln.so"
 AR="$BUILD/libkiln.a"
+DEV="$BUILD/libkiln-dev.a"
 CC=${CC:-cc}
 
 if ! command -v nm >/dev/null 2>&1; then
   skip exports "nm not installed"
   exit 0
 fi
-for f in "$SO" "$AR"; do
+for f in "$SO" "$AR" "$DEV"; do
   [ -f "$f" ] || { fail exports "$f missing (run make)"; exit 0; }
 done
 
@@ -94,4 +95,19 @@ if [ -s "$TMP/incl" ]; then
   fail front_ends_include_public_only "$(head -5 "$TMP/incl" | tr '\n' ' ')"
 else
   pass front_ends_include_public_only
+fi
+
+# 6. Developer-only code is in libkiln-dev.a and in neither shipped library.
+nm -g --defined-only "$DEV" 2>/dev/null | awk 'NF == 3 { print $3 }' | sort -u >"$TMP/dev_defined"
+nm --defined-only "$SO" 2>/dev/null | awk 'NF == 3 { print $3 }' | sort -u >"$TMP/so_all"
+if [ ! -s "$TMP/dev_defined" ] || ! grep -q '^kn_gguf_writer_create$' "$TMP/dev_defined"; then
+  fail dev_code_in_dev_archive "kn_gguf_writer_create not in $DEV"
+else
+  pass dev_code_in_dev_archive
+fi
+cat "$TMP/lib_defined" "$TMP/so_all" | sort -u | comm -12 - "$TMP/dev_defined" >"$TMP/shipped_dev"
+if [ -s "$TMP/shipped_dev" ]; then
+  fail dev_code_not_shipped "in libkiln.a/.so: $(head -10 "$TMP/shipped_dev" | tr '\n' ' ')"
+else
+  pass dev_code_not_shipped
 fi

@@ -1,5 +1,5 @@
 /*
- * test_gguf.c - tests of the GGUF reader (src/model/gguf.c), the GGUF writer (src/model/gguf_write.c)
+ * test_gguf.c - tests of the GGUF reader (src/model/gguf.c), the GGUF writer (tools/lib/gguf_write.c)
  * and the synthetic model generator (tools/kiln-gen.c).
  *
  * - Round trips: every metadata type, string arrays and tensors of several types and alignments go
@@ -18,7 +18,7 @@
 #include "harness.h"
 
 #include "model/gguf.h"
-#include "model/gguf_write.h"
+#include "gguf_write.h"
 #include "tensor/dtype.h"
 
 #include <stdint.h>

@@ -7,7 +7,7 @@
 
 #include "kiln.h"
 #include "model/gguf.h"
-#include "model/gguf_write.h"
+#include "gguf_write.h"
 
 typedef struct edit {
     const char *drop_tensor;    /* leave this tensor out */

@@ -7,7 +7,7 @@
  * be set at any time. Output goes through a small buffered writer over a file descriptor to
  * "<path>.tmp", which is flushed, fsync'ed and renamed over path.
  */
-#include "model/gguf_write.h"
+#include "gguf_write.h"
 
 #include <errno.h>
 #include <fcntl.h>

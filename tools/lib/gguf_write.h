@@ -1,11 +1,12 @@
 /*
  * gguf_write.h - a GGUF v3 writer: metadata key/values and tensors in, a valid file out.
  *
- * Used by the synthetic model generator (tools/kiln-gen.c) and by tests that need GGUF files. The
- * caller adds metadata (every scalar type, strings, arrays of scalars or of strings) and tensors, then
- * writes the file once. Metadata is serialized as it is added, so the writer owns copies of every key,
- * string and array. Tensor data is either copied at add time (kn_gguf_writer_add_tensor) or produced
- * in row chunks by a caller callback while the file is written (kn_gguf_writer_add_tensor_fn), so a
+ * Used by the synthetic model generator (tools/kiln-gen.c) and by tests that need GGUF files, so it
+ * lives in tools/lib (built into libkiln-dev.a), outside the shipped library. The caller adds metadata
+ * (every scalar type, strings, arrays of scalars or of strings) and tensors, then writes the file
+ * once. Metadata is serialized as it is added, so the writer owns copies of every key, string and
+ * array. Tensor data is either copied at add time (kn_gguf_writer_add_tensor) or produced in row
+ * chunks by a caller callback while the file is written (kn_gguf_writer_add_tensor_fn), so a
  * multi-gigabyte model never has to be in memory at once.
  *
  * Layout written (little-endian, as every GGUF tool assumes): magic "GGUF", version 3, tensor count,
