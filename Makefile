@@ -124,6 +124,14 @@ test: setup
 	@$(MAKE) --no-print-directory all
 	@BUILD=$(BUILD) tests/run.sh
 
+# The public-header checks alone, a quick run while editing include/kiln.h: kiln.h compiles by itself
+# as C11 and C++, programs using only it link against libkiln.so and libkiln.a, and libkiln.so exports
+# exactly the header's functions (tests/cli/test_header.sh, test_exports.sh). `make test` runs the same
+# scripts with the rest of the suite. Fails when a check prints FAIL.
+check-header: $(BUILD)/kiln $(BUILD)/libkiln.a $(BUILD)/libkiln.so $(DEV_LIB)
+	@out=$$(BUILD=$(BUILD) sh tests/cli/test_header.sh; BUILD=$(BUILD) sh tests/cli/test_exports.sh); \
+	  echo "$$out"; ! echo "$$out" | grep -q '^FAIL'
+
 # The suite under AddressSanitizer + UBSan, in its own build folder.
 asan: setup
 	@$(MAKE) --no-print-directory all BUILD=build-asan OPT=-O1 \
