@@ -527,13 +527,15 @@ static int loop_edit(chat *ch) {
 
 /* ---- the verb --------------------------------------------------------------------------------- */
 
-/* Bytes the prefix cache may hold: two full rows of KV at most (bounded from above by n_embd, as
- * the KV width n_head_kv x head_dim is at most that), so the previous turns' entries fit. */
-static int64_t cache_budget(const kiln_model *m, int32_t n_ctx, kiln_kv_type kv) {
-    const uint64_t elt = kv == KILN_KV_F32 ? 4 : 2;
-    const uint64_t row = 2 * (uint64_t)kiln_model_n_layer(m) * (uint64_t)n_ctx * (uint64_t)kiln_model_n_embd(m) * elt;
-    const uint64_t b = 2 * row + ((uint64_t)1 << 20);
-    return b > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)b;
+/* The prefix cache of a chat holds the previous turns: CACHE_ROWS full rows of KV, plus
+ * CACHE_SLACK_BYTES for the entries' bookkeeping. */
+#define CACHE_ROWS 2
+#define CACHE_SLACK_BYTES ((uint64_t)1 << 20)
+
+/* Bytes the prefix cache may hold for a chat with n_ctx tokens of context. */
+static uint64_t cache_budget(const kiln_model *m, int32_t n_ctx, kiln_kv_type kv) {
+    const uint64_t row = kiln_model_kv_bytes_per_token(m, kv) * (uint64_t)n_ctx;
+    return CACHE_ROWS * row + CACHE_SLACK_BYTES;
 }
 
 int cli_chat(int argc, char **argv) {
@@ -574,14 +576,14 @@ int cli_chat(int argc, char **argv) {
     if (!c.model) {   /* as kiln serve: $KILN_MODEL, else the largest local model that fits */
         char src[256];
         const uint64_t mem = cli_machine_memory();
-        if (!(chosen = cli_models_choose(NULL, c.verbose, mem ? mem : (uint64_t)8 << 30, src, sizeof src))) goto out;
+        if (!(chosen = cli_models_choose(NULL, c.verbose, mem ? mem : CLI_MEMORY_ASSUMED, src, sizeof src))) goto out;
         fprintf(stderr, "kiln chat: %s (%s)\n", chosen, src);
         c.model = chosen;
     }
     ch.m = cli_load_model(&c, false);
     if (!ch.m) goto out;
     kiln_engine_params ep = kiln_engine_default_params();
-    ep.n_ctx = c.ctx ? c.ctx : (kiln_model_n_ctx_train(ch.m) < 4096 ? kiln_model_n_ctx_train(ch.m) : 4096);
+    ep.n_ctx = c.ctx ? c.ctx : kiln_default_n_ctx(kiln_model_n_ctx_train(ch.m));
     ep.max_rows = 1;
     ep.max_queue = 1;
     ep.prefill_chunk = c.batch;

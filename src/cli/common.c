@@ -27,10 +27,14 @@ typedef struct usage_entry {
     "  --presence-penalty P, --frequency-penalty F   OpenAI-style penalties (default 0)\n"     \
     "  -s, --seed S         RNG seed (default: random)\n"
 
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
 #define MODEL_FLAGS                                                                             \
     "  -m, --model FILE     GGUF model file, or a model's name as kiln ls shows it\n"          \
     "  -t, --threads N      worker threads (default: physical cores)\n"                        \
-    "  -c, --ctx-size N     context length (default: the model's, at most 4096)\n"             \
+    "  -c, --ctx-size N     context length (default: the model's, at most "                    \
+    STR(KILN_N_CTX_DEFAULT_MAX) ")\n"                                                         \
     "  -b, --batch-size N   prompt tokens per forward chunk (default 256)\n"                   \
     "  --kv-type f16|f32    KV cache precision (default f16)\n"                                \
     "  --mmap               keep weights in the file mapping instead of memory\n"              \
