@@ -25,6 +25,14 @@ kiln_model_params kiln_model_default_params(void) {
 
 /* ---- metadata ---------------------------------------------------------------------------------- */
 
+/* Ranges of the hyperparameters a file may give (beyond: a format error naming the key). */
+#define MAX_CTX_TRAIN (1 << 24)
+#define MAX_EMBD (1 << 16)
+#define MAX_LAYERS 4096
+#define MAX_FF (1 << 20)
+#define MAX_HEADS 4096
+#define MAX_HEAD_DIM 4096
+
 /* Reads `{arch}.{suffix}` as an integer in [lo, hi]; `required` decides whether absence fails. */
 static kiln_status arch_int(const kn_gguf *g, const char *arch, const char *suffix, bool required,
                             int64_t lo, int64_t hi, int32_t *out) {
@@ -67,40 +75,35 @@ static kiln_status read_hparams(kiln_model *m) {
     snprintf(m->arch_name, sizeof m->arch_name, "%.*s", (int)KN_MIN(arch.len, 31), arch.ptr);
     for (char *p = m->arch_name; *p; p++)
         if (*p < 0x20 || *p > 0x7e) *p = '?';
-    if (kn_str_eq(arch, "llama")) {
-        hp->arch = KN_ARCH_LLAMA;
-        hp->rope_style = KN_ROPE_NORM;
-    } else if (kn_str_eq(arch, "qwen2")) {
-        hp->arch = KN_ARCH_QWEN2;
-        hp->rope_style = KN_ROPE_NEOX;
-        hp->qkv_bias = true;
-    } else if (kn_str_eq(arch, "qwen3")) {
-        hp->arch = KN_ARCH_QWEN3;
-        hp->rope_style = KN_ROPE_NEOX;
-        hp->qk_norm = true;
-    } else if (!m->vocab_only) {
-        return kn_error(KILN_ERR_UNSUPPORTED,
-                        "architecture '%s' is not supported (kiln runs llama, qwen2 and qwen3)", m->arch_name);
+    const kn_arch_def *def = kn_arch_find(arch.ptr, arch.len);
+    if (!def && !m->vocab_only) {
+        char names[128];
+        kn_arch_names(names, sizeof names);
+        return kn_error(KILN_ERR_UNSUPPORTED, "architecture '%s' is not supported (kiln runs %s)", m->arch_name, names);
     }
     if (m->vocab_only) return KILN_OK;
+    hp->arch = def->arch;
+    hp->rope_style = def->rope_style;
+    hp->qkv_bias = def->qkv_bias;
+    hp->qk_norm = def->qk_norm;
 
     const char *a = m->arch_name;
     kiln_status st;
-    hp->n_ctx_train = 4096;
-    if ((st = arch_int(g, a, "context_length", false, 1, 1 << 24, &hp->n_ctx_train))) return st;
-    if ((st = arch_int(g, a, "embedding_length", true, 1, 1 << 16, &hp->n_embd))) return st;
-    if ((st = arch_int(g, a, "block_count", true, 1, 4096, &hp->n_layer))) return st;
-    if ((st = arch_int(g, a, "feed_forward_length", true, 1, 1 << 20, &hp->n_ff))) return st;
-    if ((st = arch_int(g, a, "attention.head_count", true, 1, 4096, &hp->n_head))) return st;
+    hp->n_ctx_train = KILN_N_CTX_TRAIN_ASSUMED;
+    if ((st = arch_int(g, a, "context_length", false, 1, MAX_CTX_TRAIN, &hp->n_ctx_train))) return st;
+    if ((st = arch_int(g, a, "embedding_length", true, 1, MAX_EMBD, &hp->n_embd))) return st;
+    if ((st = arch_int(g, a, "block_count", true, 1, MAX_LAYERS, &hp->n_layer))) return st;
+    if ((st = arch_int(g, a, "feed_forward_length", true, 1, MAX_FF, &hp->n_ff))) return st;
+    if ((st = arch_int(g, a, "attention.head_count", true, 1, MAX_HEADS, &hp->n_head))) return st;
     hp->n_head_kv = hp->n_head;
-    if ((st = arch_int(g, a, "attention.head_count_kv", false, 1, 4096, &hp->n_head_kv))) return st;
+    if ((st = arch_int(g, a, "attention.head_count_kv", false, 1, MAX_HEADS, &hp->n_head_kv))) return st;
     if (hp->n_head % hp->n_head_kv != 0)
         return kn_error(KILN_ERR_FORMAT, "head count %d is not a multiple of the KV head count %d", hp->n_head,
                         hp->n_head_kv);
     hp->head_dim = hp->n_embd / hp->n_head;
-    if ((st = arch_int(g, a, "attention.key_length", false, 2, 4096, &hp->head_dim))) return st;
+    if ((st = arch_int(g, a, "attention.key_length", false, 2, MAX_HEAD_DIM, &hp->head_dim))) return st;
     int32_t vdim = hp->head_dim;
-    if ((st = arch_int(g, a, "attention.value_length", false, 2, 4096, &vdim))) return st;
+    if ((st = arch_int(g, a, "attention.value_length", false, 2, MAX_HEAD_DIM, &vdim))) return st;
     if (vdim != hp->head_dim)
         return kn_error(KILN_ERR_UNSUPPORTED, "key length %d differs from value length %d", hp->head_dim, vdim);
     if (hp->head_dim < 2 || hp->head_dim % 2 != 0)
@@ -108,9 +111,9 @@ static kiln_status read_hparams(kiln_model *m) {
     hp->n_rot = hp->head_dim;
     if ((st = arch_int(g, a, "rope.dimension_count", false, 2, hp->head_dim, &hp->n_rot))) return st;
     if (hp->n_rot % 2 != 0) return kn_error(KILN_ERR_FORMAT, "rope dimension count %d is odd", hp->n_rot);
-    hp->norm_eps = hp->arch == KN_ARCH_LLAMA ? 1e-5f : 1e-6f;
+    hp->norm_eps = def->norm_eps;
     if ((st = arch_float(g, a, "attention.layer_norm_rms_epsilon", &hp->norm_eps))) return st;
-    hp->rope_base = hp->arch == KN_ARCH_LLAMA ? 10000.0f : 1000000.0f;
+    hp->rope_base = def->rope_base;
     if ((st = arch_float(g, a, "rope.freq_base", &hp->rope_base))) return st;
     hp->rope_scale = 1.0f;
     char key[128];
@@ -288,9 +291,12 @@ static kiln_status map_tensors(loader *L, bool fill) {
 
 /* ---- fingerprint ------------------------------------------------------------------------------- */
 
+/* Bytes hashed from the start and from the end of every tensor's data. */
+#define FP_SAMPLE_BYTES 4096
+
 /* SHA-256 over general.architecture, every `{arch}.*` key with its value, the tensor table (name,
- * type, shape) and the first and last 4 KiB of every tensor's bytes (so that two fine-tunes of one
- * architecture differ without hashing gigabytes). */
+ * type, shape) and the first and last FP_SAMPLE_BYTES of every tensor's bytes (so that two
+ * fine-tunes of one architecture differ without hashing gigabytes). */
 static void compute_fingerprint(kiln_model *m) {
     const kn_gguf *g = &m->gguf;
     kn_sha256 h;
@@ -317,9 +323,10 @@ static void compute_fingerprint(kiln_model *m) {
         kn_sha256_update(&h, t->name.ptr, t->name.len);
         kn_sha256_update(&h, &t->type, sizeof t->type);
         kn_sha256_update(&h, t->ne, sizeof t->ne);
-        size_t head = KN_MIN(t->nbytes, 4096);
+        const size_t head = KN_MIN(t->nbytes, FP_SAMPLE_BYTES);
         kn_sha256_update(&h, t->data, head);
-        if (t->nbytes > 4096) kn_sha256_update(&h, t->data + t->nbytes - KN_MIN(t->nbytes - 4096, 4096), KN_MIN(t->nbytes - 4096, 4096));
+        const size_t tail = KN_MIN(t->nbytes - head, FP_SAMPLE_BYTES);   /* bytes after the head, at most a sample */
+        if (tail) kn_sha256_update(&h, t->data + t->nbytes - tail, tail);
     }
     kn_sha256_hex(&h, m->fingerprint);
 }

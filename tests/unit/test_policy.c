@@ -115,6 +115,24 @@ static void test_kv_estimate_edges(void) {
     CHECK(kiln_kv_bytes_per_token(&info, KILN_KV_F32) == UINT64_MAX);
 }
 
+/* The families kiln runs are one table: for a generated model of each, the header read calls it
+ * runnable and the loader runs it. */
+static void test_arch_table_agrees(void) {
+    static const char *const presets[][2] = {
+        {"gqa-llama", "--preset tiny-llama"}, {"plain-qwen2", "--preset tiny-qwen2"}, {"wide-head-qwen3", "--preset tiny-qwen3"}};
+    for (size_t i = 0; i < KN_ARRAY_LEN(presets); i++) {
+        const char *path = generate(presets[i][0], presets[i][1]);
+        if (!path) SKIP("kiln-gen unavailable");
+        kiln_model_info info;
+        CHECK(kiln_model_info_read(path, &info) == KILN_OK);
+        CHECKF(info.runnable, "%s (%s) is not runnable by the header read", presets[i][0], info.arch);
+        kiln_model *m = NULL;
+        CHECKF(kiln_model_load(path, NULL, &m) == KILN_OK, "%s: %s", presets[i][0], kiln_last_error());
+        CHECK(strcmp(kiln_model_arch(m), info.arch) == 0);
+        kiln_model_free(m);
+    }
+}
+
 /* The default context: the training length capped at KILN_N_CTX_DEFAULT_MAX, for the function
  * and for what a session and an engine resolve n_ctx = 0 to. */
 static void test_default_ctx(void) {
@@ -181,6 +199,7 @@ int main(void) {
     kiln_set_log(NULL, NULL, KILN_LOG_ERROR);
     RUN(test_kv_estimate_matches_engine);
     RUN(test_kv_estimate_edges);
+    RUN(test_arch_table_agrees);
     RUN(test_default_ctx);
     RUN(test_default_prompt_cache);
     return kt_summary();
