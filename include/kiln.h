@@ -574,6 +574,12 @@ void kiln_engine_get_stats(kiln_engine *engine, kiln_engine_stats *out);
 /* The training length assumed for a model file that does not state one ({arch}.context_length). */
 #define KILN_N_CTX_TRAIN_ASSUMED 4096
 
+/* Limits of the params: the largest context, thread count and prompt chunk a session or engine
+ * accepts (beyond: KILN_ERR_INVALID_ARG). */
+#define KILN_N_CTX_MAX (1 << 24)
+#define KILN_N_THREADS_MAX 1024
+#define KILN_N_BATCH_MAX 65536
+
 /* The default context for a model trained on n_ctx_train tokens (<= 0: not stated, so
  * KILN_N_CTX_TRAIN_ASSUMED): min(n_ctx_train, KILN_N_CTX_DEFAULT_MAX). */
 int32_t kiln_default_n_ctx(int32_t n_ctx_train);

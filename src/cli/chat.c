@@ -251,13 +251,13 @@ static void show_settings(const chat *ch) {
 /* `/set NAME VALUE`: false (with a one-line error on stderr) for an unknown name or a bad value. */
 static bool set_setting(chat *ch, const char *name, const char *v) {
     kiln_sampler_params *s = &ch->gp.sampling;
-    if (!strcmp(name, "temp") || !strcmp(name, "temperature")) return cli_float(name, v, 0, 100, &s->temperature);
-    if (!strcmp(name, "top_p") || !strcmp(name, "top-p")) return cli_float(name, v, 0, 1, &s->top_p);
-    if (!strcmp(name, "top_k") || !strcmp(name, "top-k")) return cli_int(name, v, 0, 1 << 30, &s->top_k);
-    if (!strcmp(name, "min_p") || !strcmp(name, "min-p")) return cli_float(name, v, 0, 1, &s->min_p);
+    if (!strcmp(name, "temp") || !strcmp(name, "temperature")) return cli_sampler_value(name, v, KILN_SAMPLER_TEMPERATURE, s);
+    if (!strcmp(name, "top_p") || !strcmp(name, "top-p")) return cli_sampler_value(name, v, KILN_SAMPLER_TOP_P, s);
+    if (!strcmp(name, "top_k") || !strcmp(name, "top-k")) return cli_sampler_value(name, v, KILN_SAMPLER_TOP_K, s);
+    if (!strcmp(name, "min_p") || !strcmp(name, "min-p")) return cli_sampler_value(name, v, KILN_SAMPLER_MIN_P, s);
     if (!strcmp(name, "repeat_penalty") || !strcmp(name, "repeat-penalty"))
-        return cli_float(name, v, 1e-3, 1e3, &s->repeat_penalty);
-    if (!strcmp(name, "max_tokens") || !strcmp(name, "n")) return cli_int(name, v, -1, 1 << 30, &ch->gp.max_tokens);
+        return cli_sampler_value(name, v, KILN_SAMPLER_REPEAT_PENALTY, s);
+    if (!strcmp(name, "max_tokens") || !strcmp(name, "n")) return cli_int(name, v, -1, CLI_MAX_TOKENS_MAX, &ch->gp.max_tokens);
     if (!strcmp(name, "seed")) {
         if (!strcmp(v, "random")) {
             s->seed = KILN_SEED_RANDOM;

@@ -13,6 +13,9 @@
 #define CLI_EXIT_FAIL 1
 #define CLI_EXIT_USAGE 2
 
+/* The largest -n / max_tokens accepted (-1 = no limit). */
+#define CLI_MAX_TOKENS_MAX (1 << 30)
+
 /* Flags shared by verbs that load a model and generate. */
 typedef struct cli_common {
     const char *model;
@@ -50,6 +53,10 @@ int cli_parse_common(int argc, char **argv, int *i, cli_common *c);
 /* Value parsers for flag `name`; print an error and return false when invalid. */
 bool cli_int(const char *name, const char *v, long lo, long hi, int *out);
 bool cli_float(const char *name, const char *v, double lo, double hi, float *out);
+/* Parses v as the value of sampling parameter param into *sp, checked against the library's table
+ * (kiln_sampler_param_range); prints an error naming `name` and the range and returns false when
+ * it is missing, not a number or out of range (*sp is then unchanged). */
+bool cli_sampler_value(const char *name, const char *v, kiln_sampler_param param, kiln_sampler_params *sp);
 
 /* Reads a whole file into a malloc'd NUL-terminated string (length in *len); NULL with a message on
  * stderr on failure. */

@@ -18,7 +18,6 @@
 /* Limits of the params (beyond: KILN_ERR_INVALID_ARG). */
 #define MAX_ROWS_LIMIT 1024
 #define MAX_QUEUE_LIMIT (1 << 20)
-#define PREFILL_CHUNK_LIMIT 65536
 #define SSD_DEMOTE_IDLE_S_LIMIT 100000000    /* about three years */
 
 /* Evicted entries waiting for the SSD writer live outside the prompt cache's RAM budget: at most
@@ -79,8 +78,8 @@ kiln_status kiln_engine_new(kiln_model *m, const kiln_engine_params *params, kil
         return kn_error(KILN_ERR_INVALID_ARG, "max_rows %d is outside [1, %d]", p.max_rows, MAX_ROWS_LIMIT);
     if (p.max_queue < 0 || p.max_queue > MAX_QUEUE_LIMIT)
         return kn_error(KILN_ERR_INVALID_ARG, "max_queue %d is outside [0, %d]", p.max_queue, MAX_QUEUE_LIMIT);
-    if (p.prefill_chunk < 1 || p.prefill_chunk > PREFILL_CHUNK_LIMIT)
-        return kn_error(KILN_ERR_INVALID_ARG, "prefill_chunk %d is outside [1, %d]", p.prefill_chunk, PREFILL_CHUNK_LIMIT);
+    if (p.prefill_chunk < 1 || p.prefill_chunk > KILN_N_BATCH_MAX)
+        return kn_error(KILN_ERR_INVALID_ARG, "prefill_chunk %d is outside [1, %d]", p.prefill_chunk, KILN_N_BATCH_MAX);
     p.prefill_chunk = KN_MIN(p.prefill_chunk, p.n_ctx);
     if (p.prompt_cache == KILN_PROMPT_CACHE_AUTO) p.prompt_cache = kiln_default_prompt_cache(kn_physical_memory());
     if (p.prompt_cache > SIZE_MAX) p.prompt_cache = SIZE_MAX;

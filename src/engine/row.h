@@ -39,10 +39,6 @@ typedef struct kn_row {
     double t_start, t_first;         /* ms: begin, prompt done */
 } kn_row;
 
-/* Limits of what sessions and engines accept: context per row, worker threads. */
-#define KN_N_CTX_LIMIT (1 << 24)
-#define KN_THREADS_LIMIT 1024
-
 /* Checks and resolves what sessions and engines share: the model can generate, the context per
  * row (0 = kiln_default_n_ctx; beyond the training length warns), the thread count (0 = physical
  * cores) and the KV type. */

@@ -13,7 +13,6 @@
 #include <string.h>
 
 #define DEFAULT_N_BATCH 256      /* prompt tokens per forward chunk */
-#define N_BATCH_LIMIT 65536
 #define DEFAULT_MAX_TOKENS 256
 
 kiln_session_params kiln_session_default_params(void) {
@@ -52,8 +51,8 @@ kiln_status kiln_session_new(kiln_model *model, const kiln_session_params *param
     kiln_status st = kn_exec_resolve(model, &p.n_ctx, &p.n_threads, p.kv_type);
     if (st) return st;
     const kn_hparams *hp = &model->hp;
-    if (p.n_batch <= 0 || p.n_batch > N_BATCH_LIMIT)
-        return kn_error(KILN_ERR_INVALID_ARG, "batch size %d is outside [1, %d]", p.n_batch, N_BATCH_LIMIT);
+    if (p.n_batch <= 0 || p.n_batch > KILN_N_BATCH_MAX)
+        return kn_error(KILN_ERR_INVALID_ARG, "batch size %d is outside [1, %d]", p.n_batch, KILN_N_BATCH_MAX);
     p.n_batch = KN_MIN(p.n_batch, p.n_ctx);
 
     kiln_session *s = kn_calloc(1, sizeof *s);

@@ -391,36 +391,28 @@ static kiln_status copy_chat_template(kiln_model *m) {
 }
 
 /* The generation settings a model's author recommends (general.sampling.*), over the library's
- * defaults. Values outside the sampler's ranges are ignored with a warning. */
+ * defaults. A value outside the sampling parameter table's range (kiln_sampler_param_range) is
+ * ignored with a warning. */
 static void read_sampling_defaults(kiln_model *m) {
-    kiln_sampler_params *sp = &m->sampling;
-    *sp = kiln_sampler_default_params();
-    double f;
-    int64_t i;
-    if (kn_gguf_get_f64(&m->gguf, "general.sampling.temp", &f)) {
-        if (f >= 0 && f <= 100) sp->temperature = (float)f;
-        else kn_log(KILN_LOG_WARN, "ignoring general.sampling.temp = %g", f);
+    static const struct {
+        const char *key;
+        kiln_sampler_param param;
+    } keys[] = {
+        {"general.sampling.temp", KILN_SAMPLER_TEMPERATURE},
+        {"general.sampling.top_k", KILN_SAMPLER_TOP_K},
+        {"general.sampling.top_p", KILN_SAMPLER_TOP_P},
+        {"general.sampling.min_p", KILN_SAMPLER_MIN_P},
+        {"general.sampling.penalty_repeat", KILN_SAMPLER_REPEAT_PENALTY},
+        {"general.sampling.penalty_last_n", KILN_SAMPLER_PENALTY_LAST_N},
+    };
+    m->sampling = kiln_sampler_default_params();
+    for (size_t i = 0; i < KN_ARRAY_LEN(keys); i++) {
+        double v;
+        if (!kn_gguf_get_f64(&m->gguf, keys[i].key, &v)) continue;
+        if (kiln_sampler_param_set(&m->sampling, keys[i].param, v) != KILN_OK)
+            kn_log(KILN_LOG_WARN, "ignoring %s: %s", keys[i].key, kn_error_msg());
     }
-    if (kn_gguf_get_f64(&m->gguf, "general.sampling.top_p", &f)) {
-        if (f >= 0 && f <= 1) sp->top_p = (float)f;
-        else kn_log(KILN_LOG_WARN, "ignoring general.sampling.top_p = %g", f);
-    }
-    if (kn_gguf_get_f64(&m->gguf, "general.sampling.min_p", &f)) {
-        if (f >= 0 && f <= 1) sp->min_p = (float)f;
-        else kn_log(KILN_LOG_WARN, "ignoring general.sampling.min_p = %g", f);
-    }
-    if (kn_gguf_get_f64(&m->gguf, "general.sampling.penalty_repeat", &f)) {
-        if (f > 0 && f <= 1000) sp->repeat_penalty = (float)f;
-        else kn_log(KILN_LOG_WARN, "ignoring general.sampling.penalty_repeat = %g", f);
-    }
-    if (kn_gguf_get_i64(&m->gguf, "general.sampling.top_k", &i)) {
-        if (i >= 0 && i <= (1 << 30)) sp->top_k = (int32_t)i;
-        else kn_log(KILN_LOG_WARN, "ignoring general.sampling.top_k = %lld", (long long)i);
-    }
-    if (kn_gguf_get_i64(&m->gguf, "general.sampling.penalty_last_n", &i)) {
-        if (i >= 0 && i <= (1 << 20)) sp->penalty_last_n = (int32_t)i;
-        else kn_log(KILN_LOG_WARN, "ignoring general.sampling.penalty_last_n = %lld", (long long)i);
-    }
+    kn_error_clear();
 }
 
 /* ---- load -------------------------------------------------------------------------------------- */

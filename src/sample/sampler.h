@@ -31,8 +31,9 @@ typedef struct kn_sampler {
     size_t n_bias;
 } kn_sampler;
 
-/* Validates params (ranges, bias token ids) without allocating; KILN_ERR_INVALID_ARG names the
- * field. */
+/* Validates params without allocating: every numeric field against the table of ranges
+ * (kiln_sampler_param_range, params.c), the bias token ids against n_vocab; KILN_ERR_INVALID_ARG
+ * names the field. */
 kiln_status kn_sampler_check(const kiln_sampler_params *p, int32_t n_vocab);
 
 /* Validates params (kn_sampler_check) and allocates. */
