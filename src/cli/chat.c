@@ -40,6 +40,8 @@
 
 #define HISTORY_MAX 1000          /* lines kept in the history file */
 #define REPLY_MAX ((size_t)1 << 30)  /* bytes of one reply kept for the conversation */
+#define CANCEL_POLL_MS 100        /* how often a waiting reply looks at the Ctrl-C flag */
+#define EXIT_SIGINT 130           /* the shell's status for a process ended by SIGINT (128 + 2) */
 
 static volatile sig_atomic_t g_sigint;
 
@@ -178,7 +180,7 @@ static void turn(chat *ch, const char *text) {
     bool cancelled = false;
     for (;;) {
         struct pollfd pfd = {.fd = ch->done_pipe[0], .events = POLLIN};
-        int r = poll(&pfd, 1, 100);
+        int r = poll(&pfd, 1, CANCEL_POLL_MS);
         if (r > 0) break;
         if (r < 0 && errno != EINTR) {
             fprintf(stderr, "kiln chat: poll: %s\n", strerror(errno));
@@ -357,7 +359,7 @@ static int loop_plain(chat *ch) {
         errno = 0;
         ssize_t got = getline(&line, &cap, stdin);
         if (got < 0) {
-            if (g_sigint) rc = 130;
+            if (g_sigint) rc = EXIT_SIGINT;
             else if (ferror(stdin)) {
                 fprintf(stderr, "kiln chat: cannot read stdin: %s\n", strerror(errno));
                 rc = CLI_EXIT_FAIL;

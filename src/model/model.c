@@ -134,6 +134,11 @@ static kiln_status read_hparams(kiln_model *m) {
 
 /* ---- tensors ----------------------------------------------------------------------------------- */
 
+/* Every matrix in weight_mem starts at a multiple of MAT_ALIGN bytes, every vector in vec_mem at a
+ * multiple of VEC_ALIGN_FLOATS floats (both 64 bytes: a cache line, an AVX-512 register). */
+#define MAT_ALIGN 64
+#define VEC_ALIGN_FLOATS 16
+
 typedef struct loader {
     kiln_model *m;
     bool force_f32;                /* dequantize every matrix to F32 (the reference path) */
@@ -187,7 +192,7 @@ static kiln_status get_matrix(loader *L, const char *name, int64_t cols, int64_t
     w->cols = cols;
     w->row_bytes = kn_row_bytes(w->type, cols);
     const size_t nbytes = w->row_bytes * (size_t)rows;
-    size_t aligned = (nbytes + 63) & ~(size_t)63;
+    size_t aligned = (nbytes + MAT_ALIGN - 1) & ~(size_t)(MAT_ALIGN - 1);
     if (L->m->weight_mem) {
         uint8_t *dst = L->m->weight_mem + L->mat_used;
         if (copy && L->force_f32) {
@@ -241,7 +246,7 @@ static kiln_status get_vector(loader *L, const char *name, int64_t n, bool requi
                 return kn_error(KILN_ERR_FORMAT, "tensor '%s' holds a non-finite value at %lld", name, (long long)i);
         *out = dst;
     }
-    L->vec_used += (size_t)((n + 15) & ~15);
+    L->vec_used += (size_t)((n + VEC_ALIGN_FLOATS - 1) & ~(VEC_ALIGN_FLOATS - 1));
     L->m->n_params += (uint64_t)n;
     return KILN_OK;
 }
