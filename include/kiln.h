@@ -17,8 +17,9 @@
  *   - The library never prints to stdout and never exits the process; diagnostics go through the log
  *     callback (default: warnings and errors to stderr).
  *   - Memory sizes, in params, results, statistics and estimates alike, are counts of bytes in a
- *     uint64_t (fields named *_bytes, kv_budget, prompt_cache). Where a size has an "automatic"
- *     value, it is a named constant (e.g. KILN_PROMPT_CACHE_AUTO), never a negative number.
+ *     uint64_t (the *_bytes fields, kv_budget, prompt_cache, the statistics' *_budget). Where a
+ *     size has an "automatic" value, it is a named constant (e.g. KILN_PROMPT_CACHE_AUTO), never a
+ *     negative number.
  *   - Policy that front ends share (default context, prompt-cache size, KV bytes per token,
  *     sampling parameter ranges) is defined once, here and in the library; the kiln CLI and server
  *     read it from this header instead of restating it.
@@ -252,7 +253,7 @@ typedef struct kiln_logit_bias {
 /* The sampler chain, applied in this order:
  *   1. repetition, presence and frequency penalties over the last penalty_last_n tokens
  *   2. logit bias
- *   3. temperature <= 0: greedy (highest logit, lowest id on ties) and the rest is skipped
+ *   3. temperature 0: greedy (highest logit, lowest id on ties) and the rest is skipped
  *   4. top-k, 5. temperature, 6. softmax, 7. top-p, 8. min-p, 9. draw with the seeded RNG. */
 typedef struct kiln_sampler_params {
     float temperature;          /* default 0.8; 0 means greedy */

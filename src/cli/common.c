@@ -140,7 +140,7 @@ static const usage_entry usages[] = {
      "Unusable files are left out with a reason on stderr; split models are left out too.\n"
      "  --json               one JSON array of objects (name, path, file, source, architecture,\n"
      "                       model_name, parameters, weight_type, size_bytes, context_length,\n"
-     "                       runnable)\n", false},
+     "                       kv_bytes_per_token (F16 KV per token of context), runnable)\n", false},
     {"perplexity",
      "usage: kiln perplexity -m MODEL -f TEXT [-c CTX] [options]\n"
      "Perplexity of the model on a text, by llama.cpp's llama-perplexity method: the tokens are split\n"

@@ -2,7 +2,7 @@
  * sampler.h - the sampler chain: picks the next token of one row from its logits.
  *
  * Order (documented in kiln.h): penalties over the recent-token window, logit bias, then either
- * greedy (temperature <= 0: the highest adjusted logit, lowest id on ties) or top-k, temperature,
+ * greedy (temperature 0: the highest adjusted logit, lowest id on ties) or top-k, temperature,
  * softmax, top-p, min-p and a draw from the seeded RNG. All buffers are allocated at init; sampling
  * allocates nothing.
  */

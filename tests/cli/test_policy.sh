@@ -1,6 +1,8 @@
-# test_sampling_ranges.sh - the CLI's sampling flags (run, chat's /set, serve) accept exactly the
-# ranges of the library's one table (kiln_sampler_param_range in kiln.h): every bound is accepted,
-# a value just outside each bound is a usage error naming the range, and --help prints the ranges.
+# test_policy.sh - the CLI reads the library's policy instead of restating it. The sampling flags
+# (run, chat's /set, serve) accept exactly the ranges of the library's one table
+# (kiln_sampler_param_range in kiln.h): every bound is accepted, a value just outside each bound is
+# a usage error naming the range, and --help prints the ranges. kiln ls --json reports the KV bytes
+# per token the library estimates from a file's header.
 . tests/cli/lib.sh
 M="$DATA/models/stories260K/stories260K.gguf"
 if [ ! -f "$M" ]; then skip sampling_ranges "no $M"; exit 0; fi
@@ -53,3 +55,16 @@ else fail chat_set_ranges "exit $st: $(cat "$TMP/chat" "$TMP/chat.err" | head -c
 "$KILN" help run >"$TMP/help"
 grep -q -- '--temp T .*(0 to 2, default 0.8)' "$TMP/help" && grep -q -- '--presence-penalty P .*(-2 to 2, default 0)' "$TMP/help" &&
   pass help_shows_ranges || fail help_shows_ranges "$(grep -- '--temp\|penalty' "$TMP/help")"
+
+# kiln ls --json: stories260K has 5 layers of 4 KV heads of width 8 (n_embd 64 over 8 heads), so
+# F16 KV takes 2 (K and V) * 5 * 4 * 8 * 2 bytes per token.
+mkdir -p "$TMP/home/.cache/kiln/models"
+ln -s "$(cd "$(dirname "$M")" && pwd)/$(basename "$M")" "$TMP/home/.cache/kiln/models/stories260K.gguf"
+HOME="$TMP/home" KILN_MODELS= HF_HOME="$TMP/none" HF_HUB_CACHE="$TMP/none" "$KILN" ls --json >"$TMP/ls.json" 2>"$TMP/ls.err"
+if python3 - "$TMP/ls.json" <<'EOF'
+import json, sys
+v = json.load(open(sys.argv[1]))
+assert len(v) == 1 and v[0]["name"] == "stories260K", v
+assert v[0]["kv_bytes_per_token"] == 2 * 5 * 4 * 8 * 2, v[0]
+EOF
+then pass ls_json_kv_bytes_per_token; else fail ls_json_kv_bytes_per_token "$(head -c 600 "$TMP/ls.json" "$TMP/ls.err")"; fi
