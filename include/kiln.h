@@ -16,6 +16,13 @@
  *     in stay owned by the caller.
  *   - The library never prints to stdout and never exits the process; diagnostics go through the log
  *     callback (default: warnings and errors to stderr).
+ *   - Memory sizes, in params, results, statistics and estimates alike, are counts of bytes in a
+ *     uint64_t (the *_bytes fields, kv_budget, prompt_cache, the statistics' *_budget). Where a
+ *     size has an "automatic" value, it is a named constant (e.g. KILN_PROMPT_CACHE_AUTO), never a
+ *     negative number.
+ *   - Policy that front ends share (default context, prompt-cache size, KV bytes per token,
+ *     sampling parameter ranges) is defined once, here and in the library; the kiln CLI and server
+ *     read it from this header instead of restating it.
  */
 #ifndef KILN_H
 #define KILN_H
@@ -257,13 +264,13 @@ typedef struct kiln_logit_bias {
 /* The sampler chain, applied in this order:
  *   1. repetition, presence and frequency penalties over the last penalty_last_n tokens
  *   2. logit bias
- *   3. temperature <= 0: greedy (highest logit, lowest id on ties) and the rest is skipped
+ *   3. temperature 0: greedy (highest logit, lowest id on ties) and the rest is skipped
  *   4. top-k, 5. temperature, 6. softmax, 7. top-p, 8. min-p, 9. draw with the seeded RNG. */
 typedef struct kiln_sampler_params {
-    float temperature;          /* default 0.8; <= 0 means greedy */
-    int32_t top_k;              /* default 40; <= 0 disables */
-    float top_p;                /* default 0.95; >= 1 disables */
-    float min_p;                /* default 0.05; <= 0 disables */
+    float temperature;          /* default 0.8; 0 means greedy */
+    int32_t top_k;              /* default 40; 0 disables */
+    float top_p;                /* default 0.95; 1 disables */
+    float min_p;                /* default 0.05; 0 disables */
     float repeat_penalty;       /* default 1.0 (off); llama.cpp's multiplicative penalty */
     float presence_penalty;     /* default 0 (off) */
     float frequency_penalty;    /* default 0 (off) */
@@ -277,8 +284,52 @@ typedef struct kiln_sampler_params {
 
 KILN_API kiln_sampler_params kiln_sampler_default_params(void);
 
+/* The numeric sampling parameters, for the table of their ranges below. */
+typedef enum kiln_sampler_param {
+    KILN_SAMPLER_TEMPERATURE = 0,
+    KILN_SAMPLER_TOP_K,
+    KILN_SAMPLER_TOP_P,
+    KILN_SAMPLER_MIN_P,
+    KILN_SAMPLER_REPEAT_PENALTY,
+    KILN_SAMPLER_PRESENCE_PENALTY,
+    KILN_SAMPLER_FREQUENCY_PENALTY,
+    KILN_SAMPLER_PENALTY_LAST_N,
+    KILN_SAMPLER_PARAM_COUNT
+} kiln_sampler_param;
+
+/* One row of the table of sampling parameter ranges. The table is the single definition of what
+ * kiln accepts: the library's validation (kiln_generate, kiln_engine_submit), the CLI's flags and
+ * chat /set, the HTTP API's request fields and a model file's general.sampling.* settings all read
+ * it, so a value one of them accepts, every one accepts. The ranges, both ends included:
+ *   temperature        [0, 2]        as OpenAI documents it (0 = greedy)
+ *   top_k              [0, 2^30]     0 = off; more than the vocabulary = all of it
+ *   top_p              [0, 1]        as OpenAI (1 = off)
+ *   min_p              [0, 1]        0 = off
+ *   repeat_penalty     [0.001, 100]  1 = off; the multiplicative penalty stays finite over this range
+ *   presence_penalty   [-2, 2]       as OpenAI
+ *   frequency_penalty  [-2, 2]       as OpenAI
+ *   penalty_last_n     [0, 2^20]     0 = the penalties look at nothing
+ * Where OpenAI documents a range, kiln uses it, so a request valid for OpenAI is valid for kiln and
+ * the CLI accepts the same values as the server; the other ranges are what the sampler handles
+ * sanely (finite logits, bounded buffers). */
+typedef struct kiln_sampler_range {
+    const char *name;      /* the kiln_sampler_params field, e.g. "temperature" */
+    double min, max;       /* accepted values, both included */
+    double def;            /* the library default (kiln_sampler_default_params) */
+    bool integer;          /* an int32_t field (top_k, penalty_last_n): integral values only */
+} kiln_sampler_range;
+
+/* The row of param, or NULL for a value outside the enum. The table is constant and static. */
+KILN_API const kiln_sampler_range *kiln_sampler_param_range(kiln_sampler_param param);
+
+/* Sets param in *params to value after checking it against the table: KILN_ERR_INVALID_ARG (and
+ * kiln_last_error() naming the parameter and its range) for a value outside it, NaN, or a
+ * non-integral value of an integer parameter; *params is then unchanged. */
+KILN_API kiln_status kiln_sampler_param_set(kiln_sampler_params *params, kiln_sampler_param param, double value);
+
 /* The library defaults overridden by the settings the model file recommends (GGUF keys
- * general.sampling.temp, top_k, top_p, min_p, penalty_repeat, penalty_last_n). */
+ * general.sampling.temp, top_k, top_p, min_p, penalty_repeat, penalty_last_n). A value outside
+ * kiln_sampler_param_range is ignored with a warning. */
 KILN_API kiln_sampler_params kiln_model_sampler_params(const kiln_model *model);
 
 /* ---- session (one generation context) -------------------------------------------------------- */
@@ -288,7 +339,8 @@ typedef struct kiln_session kiln_session;
 typedef enum kiln_kv_type { KILN_KV_F16 = 0, KILN_KV_F32 = 1 } kiln_kv_type;
 
 typedef struct kiln_session_params {
-    int32_t n_ctx;       /* context length in tokens; 0 = the model's training length, capped at 4096 */
+    int32_t n_ctx;       /* context length in tokens; 0 = kiln_default_n_ctx: the model's training
+                            length, capped at KILN_N_CTX_DEFAULT_MAX */
     int32_t n_batch;     /* prompt tokens per forward chunk (prefill); default 256 */
     int32_t n_threads;   /* 0 = number of physical cores */
     kiln_kv_type kv_type;  /* default F16 */
@@ -418,7 +470,8 @@ typedef struct kiln_engine kiln_engine;
 typedef struct kiln_request kiln_request;
 
 typedef struct kiln_engine_params {
-    int32_t n_ctx;          /* context per row; 0 = the model's training length, at most 4096 */
+    int32_t n_ctx;          /* context per row; 0 = kiln_default_n_ctx (the model's training length,
+                               at most KILN_N_CTX_DEFAULT_MAX) */
     int32_t max_rows;       /* generations advanced together; default 8 (1 = one at a time) */
     int32_t max_queue;      /* requests waiting for a row; default 64; beyond: KILN_ERR_BUSY */
     int32_t prefill_chunk;  /* prompt tokens a prefilling row adds per step; default 64 (measured:
@@ -427,9 +480,10 @@ typedef struct kiln_engine_params {
     kiln_kv_type kv_type;   /* default F16 */
     uint64_t kv_budget;     /* bytes of KV all rows may hold together; 0 = max_rows full rows. A
                                budget below one row still runs one row (estimates are advisory) */
-    int64_t prompt_cache;   /* bytes of the prefix cache (KV of earlier requests, reused by later
-                               ones that start with the same tokens); 0 = off; -1 (default) =
-                               an eighth of the machine's memory, at most 8 GiB */
+    uint64_t prompt_cache;  /* bytes of the prefix cache (KV of earlier requests, reused by later
+                               ones that start with the same tokens); 0 = off;
+                               KILN_PROMPT_CACHE_AUTO (default) = kiln_default_prompt_cache(
+                               kiln_physical_memory()) */
     /* The prefix cache's SSD tier: entries leaving RAM (and entries idle in RAM) are written to
      * files in ssd_dir by a background thread, and a later request, also after a restart of the
      * process, restores its prefix from them instead of recomputing it. Files are keyed by model
@@ -447,6 +501,9 @@ typedef struct kiln_engine_params {
                                   false skips the tensor checksums (for benchmarks only: a damaged
                                   file's K/V is then loaded and can change the output). */
 } kiln_engine_params;
+
+/* kiln_engine_params.prompt_cache: size the prefix cache from the machine's memory. */
+#define KILN_PROMPT_CACHE_AUTO UINT64_MAX
 
 KILN_API kiln_engine_params kiln_engine_default_params(void);
 
@@ -520,6 +577,42 @@ typedef struct kiln_engine_stats {
 } kiln_engine_stats;
 
 KILN_API void kiln_engine_get_stats(kiln_engine *engine, kiln_engine_stats *out);
+
+/* ---- policy: the defaults and estimates front ends plan with ---------------------------------- */
+
+/* The context a session or engine row gets when its params say 0: the model's training length, at
+ * most KILN_N_CTX_DEFAULT_MAX tokens. The cap keeps the default KV of a long-context model modest
+ * without knowing the machine; a front end that plans with the machine's memory may choose longer
+ * contexts explicitly (kiln serve's automatic mode does, when the KV of its rows fits). */
+#define KILN_N_CTX_DEFAULT_MAX 4096
+/* The training length assumed for a model file that does not state one ({arch}.context_length). */
+#define KILN_N_CTX_TRAIN_ASSUMED 4096
+
+/* Limits of the params: the largest context, thread count and prompt chunk a session or engine
+ * accepts (beyond: KILN_ERR_INVALID_ARG). */
+#define KILN_N_CTX_MAX (1 << 24)
+#define KILN_N_THREADS_MAX 1024
+#define KILN_N_BATCH_MAX 65536
+
+/* The default context for a model trained on n_ctx_train tokens (<= 0: not stated, so
+ * KILN_N_CTX_TRAIN_ASSUMED): min(n_ctx_train, KILN_N_CTX_DEFAULT_MAX). */
+KILN_API int32_t kiln_default_n_ctx(int32_t n_ctx_train);
+
+/* The automatic prompt-cache size (KILN_PROMPT_CACHE_AUTO) for a machine with memory_bytes of
+ * memory: 1/KILN_PROMPT_CACHE_MEMORY_SHARE of it, at most KILN_PROMPT_CACHE_MAX_AUTO bytes (0 when
+ * memory_bytes is 0). */
+#define KILN_PROMPT_CACHE_MEMORY_SHARE 8
+#define KILN_PROMPT_CACHE_MAX_AUTO ((uint64_t)8 << 30)
+KILN_API uint64_t kiln_default_prompt_cache(uint64_t memory_bytes);
+
+/* Bytes of KV one token of context takes for the model a header read describes, with KV type
+ * type: K and V of every layer, 2 * n_layer * n_head_kv * head_dim elements of the type. A session
+ * or an engine row of n_ctx tokens allocates exactly n_ctx times this, so a listing or an automatic
+ * model choice can plan memory before loading anything. 0 when the info lacks the dimensions or the
+ * type is unknown; UINT64_MAX when the dimensions are too large to multiply. */
+KILN_API uint64_t kiln_kv_bytes_per_token(const kiln_model_info *info, kiln_kv_type type);
+/* The same for a loaded model. */
+KILN_API uint64_t kiln_model_kv_bytes_per_token(const kiln_model *model, kiln_kv_type type);
 
 #ifdef __cplusplus
 }

@@ -18,12 +18,27 @@ typedef struct kn_kv {
     int32_t kv_dim;
     int32_t n_past;       /* positions filled */
     size_t elt;           /* bytes per element */
+    size_t bytes;         /* bytes allocated for k and v together */
     uint8_t *k, *v;       /* [n_layer][n_ctx][kv_dim] */
 } kn_kv;
+
+/* The storage type of a public KV type (KN_F16 for KILN_KV_F16, KN_F32 for KILN_KV_F32);
+ * KN_DTYPE_COUNT for a value outside the enum. */
+kn_dtype kn_kv_dtype(kiln_kv_type type);
+
+/* Bytes of one element of a KV storage type; 0 for a type the KV cache does not store. */
+size_t kn_kv_elt(kn_dtype type);
+
+/* The one formula for KV memory: bytes one position takes in the cache of n_layer layers of kv_dim
+ * (= n_head_kv * head_dim) elements per position, K and V together. 0 for a type the KV cache does
+ * not store or a non-positive size; UINT64_MAX when it overflows. kn_kv_init allocates exactly
+ * n_ctx times this. */
+uint64_t kn_kv_bytes_per_token(kn_dtype type, int32_t n_layer, int32_t kv_dim);
 
 /* Allocates the cache. KILN_ERR_NOMEM (with the size in the message) on failure. */
 kiln_status kn_kv_init(kn_kv *kv, kn_dtype type, int32_t n_layer, int32_t n_ctx, int32_t kv_dim);
 void kn_kv_free(kn_kv *kv);
+/* Bytes allocated for the cache (K and V together); 0 when not allocated. */
 size_t kn_kv_bytes(const kn_kv *kv);
 
 /* Stores k[kv_dim] and v[kv_dim] of layer l at position pos (converting to the cache type). */

@@ -29,7 +29,7 @@ static int parse_list(const char *s, int *out, int cap) {
     while (*s) {
         char *end;
         long v = strtol(s, &end, 10);
-        if (end == s || v < 1 || v > 1024 || n == cap) return -1;
+        if (end == s || v < 1 || v > KILN_N_THREADS_MAX || n == cap) return -1;
         out[n++] = (int)v;
         s = end;
         if (*s == ',') s++;
@@ -51,32 +51,40 @@ static double run_once(kiln_session *s, const kiln_token *toks, int pp, int tg) 
     return tg / (now_s() - t0);
 }
 
+#define DEFAULT_PP 512           /* prompt tokens of the pp test */
+#define DEFAULT_TG 128           /* generated tokens of the tg test */
+#define DEFAULT_REPS 5
+#define MAX_TOKENS_TEST (1 << 16)   /* -p and -n at most */
+#define MAX_REPS 1000
+#define MAX_THREAD_LIST 16       /* thread counts in one -t list */
+#define TOKENS_SEED 12345u       /* of the LCG drawing the test tokens (Numerical Recipes' constants) */
+
 int cli_bench(int argc, char **argv) {
     cli_common c;
     cli_common_init(&c);
-    int pp = 512, tg = 128, reps = 5, threads[16], n_threads = 0;
+    int pp = DEFAULT_PP, tg = DEFAULT_TG, reps = DEFAULT_REPS, threads[MAX_THREAD_LIST], n_threads = 0;
     bool json = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) { cli_usage("bench", false); return 0; }
         if (strcmp(a, "--json") == 0) { json = true; continue; }
         if (strcmp(a, "-p") == 0 || strcmp(a, "--n-prompt") == 0) {
-            if (!cli_int(a, v, 0, 1 << 16, &pp)) return CLI_EXIT_USAGE;
+            if (!cli_int(a, v, 0, MAX_TOKENS_TEST, &pp)) return CLI_EXIT_USAGE;
             i++;
             continue;
         }
         if (strcmp(a, "-n") == 0 || strcmp(a, "--n-gen") == 0) {
-            if (!cli_int(a, v, 0, 1 << 16, &tg)) return CLI_EXIT_USAGE;
+            if (!cli_int(a, v, 0, MAX_TOKENS_TEST, &tg)) return CLI_EXIT_USAGE;
             i++;
             continue;
         }
         if (strcmp(a, "-r") == 0 || strcmp(a, "--repetitions") == 0) {
-            if (!cli_int(a, v, 1, 1000, &reps)) return CLI_EXIT_USAGE;
+            if (!cli_int(a, v, 1, MAX_REPS, &reps)) return CLI_EXIT_USAGE;
             i++;
             continue;
         }
         if (strcmp(a, "-t") == 0 || strcmp(a, "--threads") == 0) {
-            if (!v || (n_threads = parse_list(v, threads, 16)) < 1) {
+            if (!v || (n_threads = parse_list(v, threads, MAX_THREAD_LIST)) < 1) {
                 fprintf(stderr, "kiln bench: -t takes a comma-separated list of thread counts, e.g. 1,2\n");
                 return CLI_EXIT_USAGE;
             }
@@ -103,7 +111,7 @@ int cli_bench(int argc, char **argv) {
     double *tps = malloc(sizeof *tps * (size_t)reps);
     int rc = 0;
     if (!toks || !tps) { rc = CLI_EXIT_FAIL; goto done; }
-    uint32_t x = 12345;
+    uint32_t x = TOKENS_SEED;
     for (int i = 0; i < n_ctx; i++) {
         x = x * 1664525u + 1013904223u;
         toks[i] = (kiln_token)((x >> 8) % (uint32_t)V);

@@ -40,6 +40,8 @@
 
 #define HISTORY_MAX 1000          /* lines kept in the history file */
 #define REPLY_MAX ((size_t)1 << 30)  /* bytes of one reply kept for the conversation */
+#define CANCEL_POLL_MS 100        /* how often a waiting reply looks at the Ctrl-C flag */
+#define EXIT_SIGINT 130           /* the shell's status for a process ended by SIGINT (128 + 2) */
 
 static volatile sig_atomic_t g_sigint;
 
@@ -178,7 +180,7 @@ static void turn(chat *ch, const char *text) {
     bool cancelled = false;
     for (;;) {
         struct pollfd pfd = {.fd = ch->done_pipe[0], .events = POLLIN};
-        int r = poll(&pfd, 1, 100);
+        int r = poll(&pfd, 1, CANCEL_POLL_MS);
         if (r > 0) break;
         if (r < 0 && errno != EINTR) {
             fprintf(stderr, "kiln chat: poll: %s\n", strerror(errno));
@@ -251,13 +253,13 @@ static void show_settings(const chat *ch) {
 /* `/set NAME VALUE`: false (with a one-line error on stderr) for an unknown name or a bad value. */
 static bool set_setting(chat *ch, const char *name, const char *v) {
     kiln_sampler_params *s = &ch->gp.sampling;
-    if (!strcmp(name, "temp") || !strcmp(name, "temperature")) return cli_float(name, v, 0, 100, &s->temperature);
-    if (!strcmp(name, "top_p") || !strcmp(name, "top-p")) return cli_float(name, v, 0, 1, &s->top_p);
-    if (!strcmp(name, "top_k") || !strcmp(name, "top-k")) return cli_int(name, v, 0, 1 << 30, &s->top_k);
-    if (!strcmp(name, "min_p") || !strcmp(name, "min-p")) return cli_float(name, v, 0, 1, &s->min_p);
+    if (!strcmp(name, "temp") || !strcmp(name, "temperature")) return cli_sampler_value(name, v, KILN_SAMPLER_TEMPERATURE, s);
+    if (!strcmp(name, "top_p") || !strcmp(name, "top-p")) return cli_sampler_value(name, v, KILN_SAMPLER_TOP_P, s);
+    if (!strcmp(name, "top_k") || !strcmp(name, "top-k")) return cli_sampler_value(name, v, KILN_SAMPLER_TOP_K, s);
+    if (!strcmp(name, "min_p") || !strcmp(name, "min-p")) return cli_sampler_value(name, v, KILN_SAMPLER_MIN_P, s);
     if (!strcmp(name, "repeat_penalty") || !strcmp(name, "repeat-penalty"))
-        return cli_float(name, v, 1e-3, 1e3, &s->repeat_penalty);
-    if (!strcmp(name, "max_tokens") || !strcmp(name, "n")) return cli_int(name, v, -1, 1 << 30, &ch->gp.max_tokens);
+        return cli_sampler_value(name, v, KILN_SAMPLER_REPEAT_PENALTY, s);
+    if (!strcmp(name, "max_tokens") || !strcmp(name, "n")) return cli_int(name, v, -1, CLI_MAX_TOKENS_MAX, &ch->gp.max_tokens);
     if (!strcmp(name, "seed")) {
         if (!strcmp(v, "random")) {
             s->seed = KILN_SEED_RANDOM;
@@ -357,7 +359,7 @@ static int loop_plain(chat *ch) {
         errno = 0;
         ssize_t got = getline(&line, &cap, stdin);
         if (got < 0) {
-            if (g_sigint) rc = 130;
+            if (g_sigint) rc = EXIT_SIGINT;
             else if (ferror(stdin)) {
                 fprintf(stderr, "kiln chat: cannot read stdin: %s\n", strerror(errno));
                 rc = CLI_EXIT_FAIL;
@@ -527,13 +529,15 @@ static int loop_edit(chat *ch) {
 
 /* ---- the verb --------------------------------------------------------------------------------- */
 
-/* Bytes the prefix cache may hold: two full rows of KV at most (bounded from above by n_embd, as
- * the KV width n_head_kv x head_dim is at most that), so the previous turns' entries fit. */
-static int64_t cache_budget(const kiln_model *m, int32_t n_ctx, kiln_kv_type kv) {
-    const uint64_t elt = kv == KILN_KV_F32 ? 4 : 2;
-    const uint64_t row = 2 * (uint64_t)kiln_model_n_layer(m) * (uint64_t)n_ctx * (uint64_t)kiln_model_n_embd(m) * elt;
-    const uint64_t b = 2 * row + ((uint64_t)1 << 20);
-    return b > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)b;
+/* The prefix cache of a chat holds the previous turns: CACHE_ROWS full rows of KV, plus
+ * CACHE_SLACK_BYTES for the entries' bookkeeping. */
+#define CACHE_ROWS 2
+#define CACHE_SLACK_BYTES ((uint64_t)1 << 20)
+
+/* Bytes the prefix cache may hold for a chat with n_ctx tokens of context. */
+static uint64_t cache_budget(const kiln_model *m, int32_t n_ctx, kiln_kv_type kv) {
+    const uint64_t row = kiln_model_kv_bytes_per_token(m, kv) * (uint64_t)n_ctx;
+    return CACHE_ROWS * row + CACHE_SLACK_BYTES;
 }
 
 int cli_chat(int argc, char **argv) {
@@ -574,14 +578,14 @@ int cli_chat(int argc, char **argv) {
     if (!c.model) {   /* as kiln serve: $KILN_MODEL, else the largest local model that fits */
         char src[256];
         const uint64_t mem = cli_machine_memory();
-        if (!(chosen = cli_models_choose(NULL, c.verbose, mem ? mem : (uint64_t)8 << 30, src, sizeof src))) goto out;
+        if (!(chosen = cli_models_choose(NULL, c.verbose, mem ? mem : CLI_MEMORY_ASSUMED, src, sizeof src))) goto out;
         fprintf(stderr, "kiln chat: %s (%s)\n", chosen, src);
         c.model = chosen;
     }
     ch.m = cli_load_model(&c, false);
     if (!ch.m) goto out;
     kiln_engine_params ep = kiln_engine_default_params();
-    ep.n_ctx = c.ctx ? c.ctx : (kiln_model_n_ctx_train(ch.m) < 4096 ? kiln_model_n_ctx_train(ch.m) : 4096);
+    ep.n_ctx = c.ctx ? c.ctx : kiln_default_n_ctx(kiln_model_n_ctx_train(ch.m));
     ep.max_rows = 1;
     ep.max_queue = 1;
     ep.prefill_chunk = c.batch;

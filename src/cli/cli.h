@@ -13,6 +13,9 @@
 #define CLI_EXIT_FAIL 1
 #define CLI_EXIT_USAGE 2
 
+/* The largest -n / max_tokens accepted (-1 = no limit). */
+#define CLI_MAX_TOKENS_MAX (1 << 30)
+
 /* Flags shared by verbs that load a model and generate. */
 typedef struct cli_common {
     const char *model;
@@ -50,6 +53,10 @@ int cli_parse_common(int argc, char **argv, int *i, cli_common *c);
 /* Value parsers for flag `name`; print an error and return false when invalid. */
 bool cli_int(const char *name, const char *v, long lo, long hi, int *out);
 bool cli_float(const char *name, const char *v, double lo, double hi, float *out);
+/* Parses v as the value of sampling parameter param into *sp, checked against the library's table
+ * (kiln_sampler_param_range); prints an error naming `name` and the range and returns false when
+ * it is missing, not a number or out of range (*sp is then unchanged). */
+bool cli_sampler_value(const char *name, const char *v, kiln_sampler_param param, kiln_sampler_params *sp);
 
 /* Reads a whole file into a malloc'd NUL-terminated string (length in *len); NULL with a message on
  * stderr on failure. */
@@ -125,19 +132,17 @@ const cli_model_entry *cli_models_lookup(const cli_model_list *l, const char *na
  * discovered model with that friendly name, else ARG (whose load then fails with a clear error). */
 char *cli_model_resolve(const char *arg, bool verbose);
 
-/* Context length at which cli_models_pick counts a model's KV (or its training length if shorter). */
-#define CLI_PICK_CTX 4096
 /* Share of the machine's memory automatic choices may plan for, in percent. */
 #define CLI_MEMORY_PCT 60
+/* The memory automatic choices plan for when the machine does not say: a modest machine's. */
+#define CLI_MEMORY_ASSUMED ((uint64_t)8 << 30)
 
 /* The machine's memory for automatic choices: kiln_physical_memory(), or for tests only the
  * environment variable KILN_TEST_MEMORY (bytes, or a number with K, M or G). */
 uint64_t cli_machine_memory(void);
-/* Bytes of KV one row of n_ctx tokens holds (f16, or f32). */
-uint64_t cli_kv_bytes(const kiln_model_info *info, int64_t n_ctx, bool f32);
-/* The runnable model with the most weight bytes whose weights plus the KV of one row at
- * CLI_PICK_CTX tokens fit in budget bytes (*fits true); when none fits, the smallest runnable one
- * (*fits false); NULL when there is no runnable model. */
+/* The runnable model with the most weight bytes whose weights plus the F16 KV of one row at the
+ * library's default context (kiln_default_n_ctx) fit in budget bytes (*fits true); when none fits,
+ * the smallest runnable one (*fits false); NULL when there is no runnable model. */
 const cli_model_entry *cli_models_pick(const cli_model_list *l, uint64_t budget, bool *fits);
 
 /* The model a command runs when it may choose one: flag_model (-m, resolved as cli_model_resolve),

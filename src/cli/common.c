@@ -15,22 +15,52 @@
 typedef struct usage_entry {
     const char *verb;
     const char *text;
+    bool sampling;          /* followed by the sampling flags (print_sampling_flags) */
 } usage_entry;
 
-#define SAMPLING_FLAGS                                                                          \
-    "  --temp T             temperature (default 0.8; 0 = greedy)\n"                             \
-    "  --top-k K            keep the K most likely tokens (default 40; 0 = off)\n"             \
-    "  --top-p P            nucleus sampling mass (default 0.95; 1 = off)\n"                   \
-    "  --min-p P            drop tokens below P x the best probability (default 0.05)\n"       \
-    "  --repeat-penalty R   penalize recent tokens (default 1.0 = off)\n"                      \
-    "  --repeat-last-n N    window of the penalties (default 64)\n"                            \
-    "  --presence-penalty P, --frequency-penalty F   OpenAI-style penalties (default 0)\n"     \
-    "  -s, --seed S         RNG seed (default: random)\n"
+/* The sampling flags: each sets one parameter of the library's table (kiln_sampler_param_range),
+ * which gives its accepted range and default, so help, parsing and the library cannot disagree. */
+typedef struct sampling_flag {
+    const char *flag;
+    const char *arg;
+    kiln_sampler_param param;
+    unsigned bit;           /* CLI_SP_* */
+    const char *help;
+} sampling_flag;
+
+static const sampling_flag sampling_flags[] = {
+    {"--temp", "T", KILN_SAMPLER_TEMPERATURE, CLI_SP_TEMP, "temperature; 0 = greedy"},
+    {"--top-k", "K", KILN_SAMPLER_TOP_K, CLI_SP_TOP_K, "keep the K most likely tokens; 0 = off"},
+    {"--top-p", "P", KILN_SAMPLER_TOP_P, CLI_SP_TOP_P, "nucleus sampling mass; 1 = off"},
+    {"--min-p", "P", KILN_SAMPLER_MIN_P, CLI_SP_MIN_P, "drop tokens below P x the best probability; 0 = off"},
+    {"--repeat-penalty", "R", KILN_SAMPLER_REPEAT_PENALTY, CLI_SP_REPEAT, "penalize recent tokens; 1 = off"},
+    {"--repeat-last-n", "N", KILN_SAMPLER_PENALTY_LAST_N, CLI_SP_REPEAT_N, "window of the penalties"},
+    {"--presence-penalty", "P", KILN_SAMPLER_PRESENCE_PENALTY, CLI_SP_PRESENCE, "OpenAI-style presence penalty"},
+    {"--frequency-penalty", "F", KILN_SAMPLER_FREQUENCY_PENALTY, CLI_SP_FREQUENCY, "OpenAI-style frequency penalty"},
+};
+
+/* One help line per sampling flag, with its range and default from the library's table. */
+static void print_sampling_flags(FILE *f) {
+    for (size_t i = 0; i < sizeof sampling_flags / sizeof sampling_flags[0]; i++) {
+        const sampling_flag *sf = &sampling_flags[i];
+        const kiln_sampler_range *r = kiln_sampler_param_range(sf->param);
+        char head[48];
+        snprintf(head, sizeof head, "%s %s", sf->flag, sf->arg);
+        if (strlen(head) > 20) fprintf(f, "  %s\n", head);   /* too wide for the column: help on the next line */
+        fprintf(f, "  %-20s %s (%.10g to %.10g, default %.10g)\n", strlen(head) > 20 ? "" : head, sf->help, r->min,
+                r->max, r->def);
+    }
+    fputs("  -s, --seed S         RNG seed (default: random)\n", f);
+}
+
+#define STR_(x) #x
+#define STR(x) STR_(x)
 
 #define MODEL_FLAGS                                                                             \
     "  -m, --model FILE     GGUF model file, or a model's name as kiln ls shows it\n"          \
     "  -t, --threads N      worker threads (default: physical cores)\n"                        \
-    "  -c, --ctx-size N     context length (default: the model's, at most 4096)\n"             \
+    "  -c, --ctx-size N     context length (default: the model's, at most "                    \
+    STR(KILN_N_CTX_DEFAULT_MAX) ")\n"                                                         \
     "  -b, --batch-size N   prompt tokens per forward chunk (default 256)\n"                   \
     "  --kv-type f16|f32    KV cache precision (default f16)\n"                                \
     "  --mmap               keep weights in the file mapping instead of memory\n"              \
@@ -49,7 +79,7 @@ static const usage_entry usages[] = {
      "                       reply is printed)\n"
      "  --system TEXT        a system message before the prompt (with the chat template)\n"
      "  -n, --n-predict N    new tokens at most (default 256; -1 = until end of text)\n"
-     "  --ignore-eos         keep generating past end-of-text tokens\n" MODEL_FLAGS SAMPLING_FLAGS},
+     "  --ignore-eos         keep generating past end-of-text tokens\n" MODEL_FLAGS, true},
     {"chat",
      "usage: kiln chat [-m MODEL] [--system TEXT] [-n N] [options]\n"
      "An interactive chat in the terminal (without -m: $KILN_MODEL, else the model kiln serve would\n"
@@ -61,7 +91,7 @@ static const usage_entry usages[] = {
      "user turn (or a command) and each reply is printed followed by a newline.\n"
      "  --system TEXT        the system prompt\n"
      "  -n, --n-predict N    new tokens per reply at most (default -1: to the end of the turn)\n"
-     "  --ignore-eos         keep generating past end-of-text tokens\n" MODEL_FLAGS SAMPLING_FLAGS},
+     "  --ignore-eos         keep generating past end-of-text tokens\n" MODEL_FLAGS, true},
     {"serve",
      "usage: kiln serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--api-key KEY] [options]\n"
      "       kiln [options]   (the same, with automatic choices)\n"
@@ -101,7 +131,7 @@ static const usage_entry usages[] = {
      "                       damaged K/V is then loaded (checked by default: --ssd-cache-verify)\n"
      "  --max-body-mb N      largest request body in MiB (default 8; beyond: 413)\n"
      "Sampling flags set the defaults of requests that do not give a value; the model's own\n"
-     "recommended settings come next, then temperature 0.8, top-p 0.95.\n" MODEL_FLAGS SAMPLING_FLAGS},
+     "recommended settings come next, then the library's defaults.\n" MODEL_FLAGS, true},
     {"ls",
      "usage: kiln ls [--json] [-v]\n"
      "Lists the GGUF models found on this machine, one row each: name, architecture, parameters,\n"
@@ -111,13 +141,13 @@ static const usage_entry usages[] = {
      "Unusable files are left out with a reason on stderr; split models are left out too.\n"
      "  --json               one JSON array of objects (name, path, file, source, architecture,\n"
      "                       model_name, parameters, weight_type, size_bytes, context_length,\n"
-     "                       runnable)\n"},
+     "                       kv_bytes_per_token (F16 KV per token of context), runnable)\n", false},
     {"perplexity",
      "usage: kiln perplexity -m MODEL -f TEXT [-c CTX] [options]\n"
      "Perplexity of the model on a text, by llama.cpp's llama-perplexity method: the tokens are split\n"
      "into chunks of CTX, each starting with BOS; the second half of each chunk is scored. Prints the\n"
      "running value per chunk and the final estimate with its error.\n"
-     "  -f, --file FILE      the text (needs at least 2 x CTX tokens)\n" MODEL_FLAGS},
+     "  -f, --file FILE      the text (needs at least 2 x CTX tokens)\n" MODEL_FLAGS, false},
     {"bench",
      "usage: kiln bench -m MODEL [-p 512] [-n 128] [-t 1,2] [-r 5] [--json] [options]\n"
      "Measures prompt processing (ppP: P prompt tokens in one pass) and token generation (tgN: N\n"
@@ -127,7 +157,7 @@ static const usage_entry usages[] = {
      "  -n, --n-gen N        generated tokens (default 128; 0 skips the tg test)\n"
      "  -t, --threads LIST   thread counts, comma-separated (default: physical cores)\n"
      "  -r, --repetitions R  measured runs per test (default 5)\n"
-     "  --json               JSON lines instead of a table\n" MODEL_FLAGS},
+     "  --json               JSON lines instead of a table\n" MODEL_FLAGS, false},
     {"tokenize",
      "usage: kiln tokenize -m MODEL [-p TEXT | -f FILE] [--ids] [--no-bos] [--parse-special]\n"
      "Prints the tokens of a text, one 'id -> 'piece'' per line (works on vocab-only files).\n"
@@ -136,7 +166,7 @@ static const usage_entry usages[] = {
      "  --ids                print only the ids, space-separated, on one line\n"
      "  --no-bos             do not add BOS / EOS\n"
      "  --parse-special      turn special-token text such as <|eot_id|> into special tokens\n"
-     "  -m, --model FILE     GGUF model or vocabulary file\n"},
+     "  -m, --model FILE     GGUF model or vocabulary file\n", false},
     {"template",
      "usage: kiln template (--template FILE | -m MODEL) [--context JSON_FILE]\n"
      "Renders a Jinja2 chat template as Hugging Face's apply_chat_template does and prints the result\n"
@@ -145,7 +175,7 @@ static const usage_entry usages[] = {
      "  --template FILE      the template to render\n"
      "  -m, --model FILE     render this GGUF model's chat template instead: bos_token and eos_token\n"
      "                       come from the model and add_generation_prompt defaults to true\n"
-     "  --context FILE       the JSON object of variables (default: {})\n"},
+     "  --context FILE       the JSON object of variables (default: {})\n", false},
 };
 
 void cli_usage(const char *verb, bool to_stderr) {
@@ -154,6 +184,7 @@ void cli_usage(const char *verb, bool to_stderr) {
         for (size_t i = 0; i < sizeof usages / sizeof usages[0]; i++) {
             if (strcmp(usages[i].verb, verb) == 0) {
                 fputs(usages[i].text, f);
+                if (usages[i].sampling) print_sampling_flags(f);
                 return;
             }
         }
@@ -216,6 +247,23 @@ bool cli_float(const char *name, const char *v, double lo, double hi, float *out
     return true;
 }
 
+bool cli_sampler_value(const char *name, const char *v, kiln_sampler_param param, kiln_sampler_params *sp) {
+    const kiln_sampler_range *r = kiln_sampler_param_range(param);
+    if (!v) {
+        fprintf(stderr, "kiln: %s needs a value\n", name);
+        return false;
+    }
+    char *end;
+    errno = 0;
+    const double x = strtod(v, &end);
+    if (errno || end == v || *end || kiln_sampler_param_set(sp, param, x) != KILN_OK) {
+        fprintf(stderr, "kiln: %s must be %s in [%.10g, %.10g], got '%s'\n", name, r->integer ? "an integer" : "a number",
+                r->min, r->max, v);
+        return false;
+    }
+    return true;
+}
+
 static bool is(const char *a, const char *s, const char *l) { return (s && strcmp(a, s) == 0) || (l && strcmp(a, l) == 0); }
 
 int cli_parse_common(int argc, char **argv, int *i, cli_common *c) {
@@ -226,18 +274,13 @@ int cli_parse_common(int argc, char **argv, int *i, cli_common *c) {
     if (is(a, "-m", "--model")) { if (!v) { fprintf(stderr, "kiln: %s needs a value\n", a); return -1; } c->model = v; (*i)++; return 1; }
     if (is(a, "-p", "--prompt")) { if (!v) { fprintf(stderr, "kiln: %s needs a value\n", a); return -1; } c->prompt = v; (*i)++; return 1; }
     if (is(a, "-f", "--file")) { if (!v) { fprintf(stderr, "kiln: %s needs a value\n", a); return -1; } c->file = v; (*i)++; return 1; }
-    if (is(a, "-n", "--n-predict")) TAKE(cli_int(a, v, -1, 1 << 30, &c->n_predict));
-    if (is(a, "-t", "--threads")) TAKE(cli_int(a, v, 1, 1024, &c->threads));
-    if (is(a, "-c", "--ctx-size")) TAKE(cli_int(a, v, 1, 1 << 24, &c->ctx));
-    if (is(a, "-b", "--batch-size")) TAKE(cli_int(a, v, 1, 65536, &c->batch));
-    if (is(a, NULL, "--temp")) TAKE_SP(CLI_SP_TEMP, cli_float(a, v, 0, 100, &c->sp.temperature));
-    if (is(a, NULL, "--top-k")) TAKE_SP(CLI_SP_TOP_K, cli_int(a, v, 0, 1 << 30, &c->sp.top_k));
-    if (is(a, NULL, "--top-p")) TAKE_SP(CLI_SP_TOP_P, cli_float(a, v, 0, 1, &c->sp.top_p));
-    if (is(a, NULL, "--min-p")) TAKE_SP(CLI_SP_MIN_P, cli_float(a, v, 0, 1, &c->sp.min_p));
-    if (is(a, NULL, "--repeat-penalty")) TAKE_SP(CLI_SP_REPEAT, cli_float(a, v, 1e-3, 1e3, &c->sp.repeat_penalty));
-    if (is(a, NULL, "--repeat-last-n")) TAKE_SP(CLI_SP_REPEAT_N, cli_int(a, v, 0, 1 << 20, &c->sp.penalty_last_n));
-    if (is(a, NULL, "--presence-penalty")) TAKE_SP(CLI_SP_PRESENCE, cli_float(a, v, -100, 100, &c->sp.presence_penalty));
-    if (is(a, NULL, "--frequency-penalty")) TAKE_SP(CLI_SP_FREQUENCY, cli_float(a, v, -100, 100, &c->sp.frequency_penalty));
+    if (is(a, "-n", "--n-predict")) TAKE(cli_int(a, v, -1, CLI_MAX_TOKENS_MAX, &c->n_predict));
+    if (is(a, "-t", "--threads")) TAKE(cli_int(a, v, 1, KILN_N_THREADS_MAX, &c->threads));
+    if (is(a, "-c", "--ctx-size")) TAKE(cli_int(a, v, 1, KILN_N_CTX_MAX, &c->ctx));
+    if (is(a, "-b", "--batch-size")) TAKE(cli_int(a, v, 1, KILN_N_BATCH_MAX, &c->batch));
+    for (size_t k = 0; k < sizeof sampling_flags / sizeof sampling_flags[0]; k++)
+        if (is(a, NULL, sampling_flags[k].flag))
+            TAKE_SP(sampling_flags[k].bit, cli_sampler_value(a, v, sampling_flags[k].param, &c->sp));
     if (is(a, "-s", "--seed")) {
         if (!v) { fprintf(stderr, "kiln: %s needs a value\n", a); return -1; }
         char *end;

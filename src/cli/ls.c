@@ -27,11 +27,13 @@ static int print_json(const cli_model_list *l) {
     for (size_t k = 0; k < l->n; k++) {
         const cli_model_entry *e = &l->v[k];
         const kiln_model_info *i = &e->info;
-        json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:I, s:s, s:I, s:I, s:b}", "name", e->name, "path",
+        const uint64_t kv = kiln_kv_bytes_per_token(i, KILN_KV_F16);
+        json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:I, s:s, s:I, s:I, s:I, s:b}", "name", e->name, "path",
                               e->path, "file", e->real, "source", e->source, "architecture", i->arch,
                               "model_name", i->name, "parameters", (json_int_t)i->n_params, "weight_type",
                               i->weight_type, "size_bytes", (json_int_t)i->file_bytes, "context_length",
-                              (json_int_t)i->n_ctx_train, "runnable", i->runnable);
+                              (json_int_t)i->n_ctx_train, "kv_bytes_per_token",
+                              (json_int_t)(kv > (uint64_t)INT64_MAX ? INT64_MAX : kv), "runnable", i->runnable);
         if (!o || json_array_append_new(arr, o)) {
             json_decref(arr);
             fprintf(stderr, "kiln ls: out of memory\n");

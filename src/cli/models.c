@@ -354,20 +354,14 @@ uint64_t cli_machine_memory(void) {
     return kiln_physical_memory();
 }
 
-uint64_t cli_kv_bytes(const kiln_model_info *i, int64_t n_ctx, bool f32) {
-    return 2ull * (uint64_t)i->n_layer * (uint64_t)i->n_head_kv * (uint64_t)i->head_dim * (uint64_t)n_ctx *
-           (f32 ? 4u : 2u);
-}
-
 const cli_model_entry *cli_models_pick(const cli_model_list *l, uint64_t budget, bool *fits) {
     const cli_model_entry *best = NULL, *smallest = NULL;
     for (size_t k = 0; k < l->n; k++) {
         const cli_model_entry *e = &l->v[k];
         if (!e->info.runnable) continue;
         if (!smallest || e->info.tensor_bytes < smallest->info.tensor_bytes) smallest = e;
-        const int64_t ctx = e->info.n_ctx_train > 0 && e->info.n_ctx_train < CLI_PICK_CTX ? e->info.n_ctx_train
-                                                                                         : CLI_PICK_CTX;
-        const uint64_t need = e->info.tensor_bytes + cli_kv_bytes(&e->info, ctx, false);
+        const uint64_t ctx = (uint64_t)kiln_default_n_ctx(e->info.n_ctx_train);
+        const uint64_t need = e->info.tensor_bytes + kiln_kv_bytes_per_token(&e->info, KILN_KV_F16) * ctx;
         if (need <= budget && (!best || e->info.tensor_bytes > best->info.tensor_bytes)) best = e;
     }
     *fits = best != NULL;

@@ -7,10 +7,10 @@
  * environment variable, the model file, or the machine; `--print-config` prints each value with
  * where it came from and exits without serving. The model: -m, else KILN_MODEL, else the largest
  * discovered model (models.c) whose weights and one row of KV fit in CLI_MEMORY_PCT of the
- * machine's memory. Machine defaults: threads = physical cores; prompt cache = 1/8 of memory (at
- * most 8 GiB); context per row = the model's training length, at most AUTO_CTX_MAX, halved (down to
- * AUTO_CTX_MIN) until --batch rows of KV fit in what the planned memory leaves after weights and
- * prompt cache; rows = --batch (default 8), fewer when even AUTO_CTX_MIN does not fit.
+ * machine's memory. Machine defaults: threads = physical cores; prompt cache = the library's
+ * kiln_default_prompt_cache; context per row = the model's training length, at most AUTO_CTX_MAX,
+ * halved (down to AUTO_CTX_MIN) until --batch rows of KV fit in what the planned memory leaves after
+ * weights and prompt cache; rows = --batch (default 8), fewer when even AUTO_CTX_MIN does not fit.
  *
  * Port: --port is used as given (taken: exit 1 before loading). Otherwise KILN_PORT or 8080 is
  * tried first and, when taken, the next PORT_TRIES ports. When stdin and stdout are terminals and a
@@ -44,8 +44,12 @@
 #define DEFAULT_PORT 8080
 #define PORT_TRIES 20            /* further ports tried when the default one is taken */
 #define DEFAULT_ROWS 8
-#define AUTO_CTX_MAX 16384       /* automatic context per row at most (longer: -c) */
-#define AUTO_CTX_MIN 2048        /* the machine cap never halves the context below this */
+/* The automatic context per row: the model's training length, at most AUTO_CTX_MAX (longer: -c),
+ * halved down to AUTO_CTX_MIN while the KV of the rows does not fit. It is larger than the library's
+ * KILN_N_CTX_DEFAULT_MAX on purpose: the library picks a context without knowing the machine, while
+ * this plan checks the KV against the machine's memory first. */
+#define AUTO_CTX_MAX 16384
+#define AUTO_CTX_MIN 2048
 
 extern char **environ;
 
@@ -142,13 +146,13 @@ static void plan_machine(const cli_common *c, plan *p, int batch_flag, float pro
         p->prompt_cache = (int64_t)((double)prompt_cache_gb * 1e9);
         snprintf(p->cache_src, sizeof p->cache_src, "flag --prompt-cache");
     } else {
-        const uint64_t pc = p->mem / 8 < ((uint64_t)8 << 30) ? p->mem / 8 : (uint64_t)8 << 30;
-        p->prompt_cache = (int64_t)pc;
-        snprintf(p->cache_src, sizeof p->cache_src, "machine: 1/8 of %s, at most 8 GiB", mem);
+        p->prompt_cache = (int64_t)kiln_default_prompt_cache(p->mem);
+        snprintf(p->cache_src, sizeof p->cache_src, "machine: 1/%d of %s, at most %llu GiB",
+                 KILN_PROMPT_CACHE_MEMORY_SHARE, mem, (unsigned long long)(KILN_PROMPT_CACHE_MAX_AUTO >> 30));
     }
     /* KV may use what the planned memory leaves after the weights and the prompt cache. */
     const kiln_model_info *in = &p->info;
-    const bool f32 = c->kv_type == KILN_KV_F32;
+    const uint64_t kv_tok = kiln_kv_bytes_per_token(in, c->kv_type);
     uint64_t used = in->tensor_bytes + (uint64_t)p->prompt_cache;
     const uint64_t avail = p->budget > used ? p->budget - used : 0;
     cli_fmt_bytes(avail, avail_s, sizeof avail_s);
@@ -157,17 +161,17 @@ static void plan_machine(const cli_common *c, plan *p, int batch_flag, float pro
         p->ctx = c->ctx;
         snprintf(p->ctx_src, sizeof p->ctx_src, "flag -c");
     } else {
-        const int train = in->n_ctx_train > 0 ? in->n_ctx_train : 4096;
+        const int train = in->n_ctx_train > 0 ? in->n_ctx_train : KILN_N_CTX_TRAIN_ASSUMED;
         int ctx = train < AUTO_CTX_MAX ? train : AUTO_CTX_MAX;
         bool capped = false;
-        while (ctx > AUTO_CTX_MIN && (uint64_t)want_rows * cli_kv_bytes(in, ctx, f32) > avail) {
+        while (ctx > AUTO_CTX_MIN && (uint64_t)want_rows * kv_tok * (uint64_t)ctx > avail) {
             ctx = ctx / 2 > AUTO_CTX_MIN ? ctx / 2 : AUTO_CTX_MIN;
             capped = true;
         }
         p->ctx = ctx;
         if (in->n_ctx_train <= 0)
-            snprintf(p->ctx_src, sizeof p->ctx_src, "model: no context_length, 4096 assumed%s",
-                     capped ? "; capped by machine RAM" : "");
+            snprintf(p->ctx_src, sizeof p->ctx_src, "model: no context_length, %d assumed%s",
+                     KILN_N_CTX_TRAIN_ASSUMED, capped ? "; capped by machine RAM" : "");
         else if (capped)
             snprintf(p->ctx_src, sizeof p->ctx_src, "model n_ctx_train %d, capped by machine RAM: %d rows of KV in %s",
                      in->n_ctx_train, want_rows, avail_s);
@@ -181,7 +185,7 @@ static void plan_machine(const cli_common *c, plan *p, int batch_flag, float pro
         p->rows = batch_flag;
         snprintf(p->rows_src, sizeof p->rows_src, "flag --batch");
     } else {
-        const uint64_t row = cli_kv_bytes(in, p->ctx, f32);
+        const uint64_t row = kv_tok * (uint64_t)p->ctx;
         const uint64_t fit = row ? avail / row : DEFAULT_ROWS;
         if (fit >= DEFAULT_ROWS) {
             p->rows = DEFAULT_ROWS;
@@ -233,7 +237,7 @@ static void print_config(const cli_common *c, const plan *p, const srv_config *c
     printf("%-15s %d   (%s)\n", "batch", p->rows, p->rows_src);
     printf("%-15s %s   (%s)\n", "kv-type", c->kv_type == KILN_KV_F32 ? "f32" : "f16",
            c->kv_type == KILN_KV_F32 ? "flag --kv-type" : "default");
-    cli_fmt_bytes(cli_kv_bytes(in, p->ctx, c->kv_type == KILN_KV_F32), a, sizeof a);
+    cli_fmt_bytes(kiln_kv_bytes_per_token(in, c->kv_type) * (uint64_t)p->ctx, a, sizeof a);
     if (kv_budget_gb > 0) printf("%-15s %.3g GB   (flag --kv-budget; one row holds %s)\n", "kv-budget", (double)kv_budget_gb, a);
     else printf("%-15s %d full rows   (default; one row holds %s)\n", "kv-budget", p->rows, a);
     cli_fmt_bytes((uint64_t)p->prompt_cache, cbuf, sizeof cbuf);

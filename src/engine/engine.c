@@ -8,10 +8,29 @@
 #include <string.h>
 #include <time.h>
 
+/* Defaults (documented in kiln.h). */
+#define DEFAULT_MAX_ROWS 8
+#define DEFAULT_MAX_QUEUE 64
+#define DEFAULT_PREFILL_CHUNK 64             /* measured: bench/chunk.mjs in docs/benchmarks.md */
+#define DEFAULT_SSD_MAX_BYTES 20000000000ull /* 20 GB */
+#define DEFAULT_SSD_DEMOTE_IDLE_S 30
+
+/* Limits of the params (beyond: KILN_ERR_INVALID_ARG). */
+#define MAX_ROWS_LIMIT 1024
+#define MAX_QUEUE_LIMIT (1 << 20)
+#define SSD_DEMOTE_IDLE_S_LIMIT 100000000    /* about three years */
+
+/* Evicted entries waiting for the SSD writer live outside the prompt cache's RAM budget: at most
+ * 1/SSD_PENDING_SHARE of it, and at least SSD_PENDING_MIN_BYTES. */
+#define SSD_PENDING_SHARE 4
+#define SSD_PENDING_MIN_BYTES ((size_t)256 << 20)
+
 kiln_engine_params kiln_engine_default_params(void) {
-    kiln_engine_params p = {.n_ctx = 0, .max_rows = 8, .max_queue = 64, .prefill_chunk = 64, .n_threads = 0,
-                            .kv_type = KILN_KV_F16, .kv_budget = 0, .prompt_cache = -1, .ssd_dir = NULL,
-                            .ssd_max_bytes = 20000000000ull, .ssd_demote_idle_s = 30, .ssd_verify = true};
+    kiln_engine_params p = {.n_ctx = 0, .max_rows = DEFAULT_MAX_ROWS, .max_queue = DEFAULT_MAX_QUEUE,
+                            .prefill_chunk = DEFAULT_PREFILL_CHUNK, .n_threads = 0, .kv_type = KILN_KV_F16,
+                            .kv_budget = 0, .prompt_cache = KILN_PROMPT_CACHE_AUTO, .ssd_dir = NULL,
+                            .ssd_max_bytes = DEFAULT_SSD_MAX_BYTES, .ssd_demote_idle_s = DEFAULT_SSD_DEMOTE_IDLE_S,
+                            .ssd_verify = true};
     return p;
 }
 
@@ -35,9 +54,7 @@ static kiln_status open_ssd(kiln_engine *e) {
     sp.dir = e->p.ssd_dir;
     sp.max_bytes = e->p.ssd_max_bytes;
     sp.verify = e->p.ssd_verify;
-    /* Evicted entries waiting for the writer live outside the RAM budget: a quarter of it, at
-     * least 256 MiB. */
-    sp.max_pending = KN_MAX((size_t)256 << 20, (size_t)e->p.prompt_cache / 4);
+    sp.max_pending = KN_MAX(SSD_PENDING_MIN_BYTES, (size_t)(e->p.prompt_cache / SSD_PENDING_SHARE));
     if (!hex32(e->model->fingerprint, sp.key.model)) return kn_error(KILN_ERR_INTERNAL, "bad model fingerprint");
     memcpy(sp.key.tokenizer, e->model->tok_hash, 32);
     sp.key.kv_type = e->p.kv_type == KILN_KV_F16 ? KN_SSDF_F16 : KN_SSDF_F32;
@@ -57,24 +74,31 @@ kiln_status kiln_engine_new(kiln_model *m, const kiln_engine_params *params, kil
     kiln_status st = kn_exec_resolve(m, &p.n_ctx, &p.n_threads, p.kv_type);
     if (st) return st;
     const kn_hparams *hp = &m->hp;
-    if (p.max_rows < 1 || p.max_rows > 1024) return kn_error(KILN_ERR_INVALID_ARG, "max_rows %d is outside [1, 1024]", p.max_rows);
-    if (p.max_queue < 0 || p.max_queue > (1 << 20)) return kn_error(KILN_ERR_INVALID_ARG, "max_queue %d is out of range", p.max_queue);
-    if (p.prefill_chunk < 1 || p.prefill_chunk > 65536)
-        return kn_error(KILN_ERR_INVALID_ARG, "prefill_chunk %d is outside [1, 65536]", p.prefill_chunk);
+    if (p.max_rows < 1 || p.max_rows > MAX_ROWS_LIMIT)
+        return kn_error(KILN_ERR_INVALID_ARG, "max_rows %d is outside [1, %d]", p.max_rows, MAX_ROWS_LIMIT);
+    if (p.max_queue < 0 || p.max_queue > MAX_QUEUE_LIMIT)
+        return kn_error(KILN_ERR_INVALID_ARG, "max_queue %d is outside [0, %d]", p.max_queue, MAX_QUEUE_LIMIT);
+    if (p.prefill_chunk < 1 || p.prefill_chunk > KILN_N_BATCH_MAX)
+        return kn_error(KILN_ERR_INVALID_ARG, "prefill_chunk %d is outside [1, %d]", p.prefill_chunk, KILN_N_BATCH_MAX);
     p.prefill_chunk = KN_MIN(p.prefill_chunk, p.n_ctx);
-    if (p.prompt_cache < -1) return kn_error(KILN_ERR_INVALID_ARG, "prompt_cache %lld is out of range", (long long)p.prompt_cache);
-    if (p.prompt_cache == -1) p.prompt_cache = (int64_t)KN_MIN(kn_physical_memory() / 8, (uint64_t)8 << 30);
+    if (p.prompt_cache == KILN_PROMPT_CACHE_AUTO) p.prompt_cache = kiln_default_prompt_cache(kn_physical_memory());
+    if (p.prompt_cache > SIZE_MAX) p.prompt_cache = SIZE_MAX;
     if (p.ssd_dir && !*p.ssd_dir) return kn_error(KILN_ERR_INVALID_ARG, "the SSD cache directory is an empty string");
     if (p.ssd_dir && p.ssd_max_bytes == 0) return kn_error(KILN_ERR_INVALID_ARG, "ssd_max_bytes must be positive");
-    if (p.ssd_demote_idle_s < 0 || p.ssd_demote_idle_s > 100000000)
-        return kn_error(KILN_ERR_INVALID_ARG, "ssd_demote_idle_s %d is out of range", p.ssd_demote_idle_s);
+    if (p.ssd_demote_idle_s < 0 || p.ssd_demote_idle_s > SSD_DEMOTE_IDLE_S_LIMIT)
+        return kn_error(KILN_ERR_INVALID_ARG, "ssd_demote_idle_s %d is outside [0, %d]", p.ssd_demote_idle_s,
+                        SSD_DEMOTE_IDLE_S_LIMIT);
+    const uint64_t kv_per_token = kn_kv_bytes_per_token(kn_kv_dtype(p.kv_type), hp->n_layer, hp->n_head_kv * hp->head_dim);
+    uint64_t row_kv_bytes;
+    if (!kn_mul_ok(kv_per_token, (uint64_t)p.n_ctx, &row_kv_bytes) || row_kv_bytes > SIZE_MAX)
+        return kn_error(KILN_ERR_NOMEM, "the KV of one row of %d tokens overflows", p.n_ctx);
 
     kiln_engine *e = kn_calloc(1, sizeof *e);
     if (!e) return KILN_ERR_NOMEM;
     e->model = m;
     e->p = p;
-    const size_t elt = p.kv_type == KILN_KV_F16 ? 2 : 4;
-    e->row_kv_bytes = 2 * (size_t)hp->n_layer * (size_t)p.n_ctx * (size_t)(hp->n_head_kv * hp->head_dim) * elt;
+    e->kv_per_token = kv_per_token;
+    e->row_kv_bytes = (size_t)row_kv_bytes;
     e->row_cap = p.max_rows;
     if (p.kv_budget) {
         uint64_t fit = p.kv_budget / e->row_kv_bytes;
@@ -280,13 +304,12 @@ void kiln_engine_get_stats(kiln_engine *e, kiln_engine_stats *out) {
     out->queued = e->q_count;
     out->max_rows = e->row_cap;
     out->steps = e->steps;
-    const size_t per_tok = e->row_kv_bytes / (size_t)e->p.n_ctx;
     for (int i = 0; i < e->p.max_rows; i++) {
         const kn_slot *s = &e->slots[i];
-        if (s->allocated) out->kv_bytes += e->row_kv_bytes;
+        if (s->allocated) out->kv_bytes += kn_kv_bytes(&s->kv);   /* what the allocation holds */
         if (s->req) {
             out->active++;
-            out->kv_bytes_used += per_tok * (size_t)s->kv.n_past;
+            out->kv_bytes_used += e->kv_per_token * (uint64_t)s->kv.n_past;
         }
     }
     pthread_mutex_unlock(&e->mu);

@@ -17,13 +17,15 @@
 kiln_status kn_exec_resolve(const kiln_model *m, int32_t *n_ctx, int32_t *n_threads, kiln_kv_type kv_type) {
     if (!m) return kn_error(KILN_ERR_INVALID_ARG, "the model is NULL");
     if (m->vocab_only) return kn_error(KILN_ERR_INVALID_ARG, "the model was loaded vocab-only; it cannot generate");
-    if (*n_ctx < 0 || *n_ctx > (1 << 24)) return kn_error(KILN_ERR_INVALID_ARG, "context size %d is out of range", *n_ctx);
-    if (*n_ctx == 0) *n_ctx = KN_MIN(m->hp.n_ctx_train, 4096);
+    if (*n_ctx < 0 || *n_ctx > KILN_N_CTX_MAX)
+        return kn_error(KILN_ERR_INVALID_ARG, "context size %d is outside [0, %d]", *n_ctx, KILN_N_CTX_MAX);
+    if (*n_ctx == 0) *n_ctx = kiln_default_n_ctx(m->hp.n_ctx_train);
     if (*n_ctx > m->hp.n_ctx_train)
         KN_LOGW("context size %d exceeds the %d tokens the model was trained on", *n_ctx, m->hp.n_ctx_train);
-    if (*n_threads < 0 || *n_threads > 1024) return kn_error(KILN_ERR_INVALID_ARG, "thread count %d is out of range", *n_threads);
+    if (*n_threads < 0 || *n_threads > KILN_N_THREADS_MAX)
+        return kn_error(KILN_ERR_INVALID_ARG, "thread count %d is outside [0, %d]", *n_threads, KILN_N_THREADS_MAX);
     if (*n_threads == 0) *n_threads = kn_physical_cores();
-    if (kv_type != KILN_KV_F16 && kv_type != KILN_KV_F32) return kn_error(KILN_ERR_INVALID_ARG, "unknown KV type");
+    if (kn_kv_dtype(kv_type) == KN_DTYPE_COUNT) return kn_error(KILN_ERR_INVALID_ARG, "unknown KV type %d", (int)kv_type);
     return KILN_OK;
 }
 

@@ -40,8 +40,8 @@ typedef struct kn_row {
 } kn_row;
 
 /* Checks and resolves what sessions and engines share: the model can generate, the context per
- * row (0 = the training length, at most 4096; beyond the training length warns), the thread count
- * (0 = physical cores) and the KV type. */
+ * row (0 = kiln_default_n_ctx; beyond the training length warns), the thread count (0 = physical
+ * cores) and the KV type. */
 kiln_status kn_exec_resolve(const kiln_model *m, int32_t *n_ctx, int32_t *n_threads, kiln_kv_type kv_type);
 
 /* The checks kn_row_begin makes before allocating anything: a non-empty prompt shorter than n_ctx,

@@ -12,14 +12,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define DEFAULT_N_BATCH 256      /* prompt tokens per forward chunk */
+#define DEFAULT_MAX_TOKENS 256
+
 kiln_session_params kiln_session_default_params(void) {
-    kiln_session_params p = {.n_ctx = 0, .n_batch = 256, .n_threads = 0, .kv_type = KILN_KV_F16, .logits_all = false};
+    kiln_session_params p = {.n_ctx = 0, .n_batch = DEFAULT_N_BATCH, .n_threads = 0, .kv_type = KILN_KV_F16,
+                             .logits_all = false};
     return p;
 }
 
 kiln_generate_params kiln_generate_default_params(void) {
     kiln_generate_params p = {
-        .max_tokens = 256, .ignore_eos = false, .add_special = true, .parse_special = false,
+        .max_tokens = DEFAULT_MAX_TOKENS, .ignore_eos = false, .add_special = true, .parse_special = false,
         .sampling = kiln_sampler_default_params(), .stop = NULL, .n_stop = 0, .logprobs = -1,
         .on_token = NULL, .on_done = NULL, .user = NULL,
     };
@@ -47,15 +51,15 @@ kiln_status kiln_session_new(kiln_model *model, const kiln_session_params *param
     kiln_status st = kn_exec_resolve(model, &p.n_ctx, &p.n_threads, p.kv_type);
     if (st) return st;
     const kn_hparams *hp = &model->hp;
-    if (p.n_batch <= 0 || p.n_batch > 65536) return kn_error(KILN_ERR_INVALID_ARG, "batch size %d is out of range", p.n_batch);
+    if (p.n_batch <= 0 || p.n_batch > KILN_N_BATCH_MAX)
+        return kn_error(KILN_ERR_INVALID_ARG, "batch size %d is outside [1, %d]", p.n_batch, KILN_N_BATCH_MAX);
     p.n_batch = KN_MIN(p.n_batch, p.n_ctx);
 
     kiln_session *s = kn_calloc(1, sizeof *s);
     if (!s) return KILN_ERR_NOMEM;
     s->model = model;
     s->p = p;
-    st = kn_kv_init(&s->kv, p.kv_type == KILN_KV_F16 ? KN_F16 : KN_F32, hp->n_layer, p.n_ctx,
-                                hp->n_head_kv * hp->head_dim);
+    st = kn_kv_init(&s->kv, kn_kv_dtype(p.kv_type), hp->n_layer, p.n_ctx, hp->n_head_kv * hp->head_dim);
     if (!st) st = kn_scratch_init(&s->scratch, model, p.n_batch, p.n_ctx, p.n_threads);
     if (!st) {
         s->n_logits_cap = p.logits_all ? p.n_batch : 1;

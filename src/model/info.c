@@ -10,6 +10,7 @@
  */
 #include "kiln.h"
 
+#include "model/arch.h"
 #include "model/gguf.h"
 
 #include <stdio.h>
@@ -25,18 +26,19 @@ static void copy_printable(char *dst, size_t cap, kn_str s) {
     dst[n] = 0;
 }
 
-/* `{arch}.{suffix}` as an int32 in [1, 1 << 30], or 0 when absent or out of range. */
+/* Largest hyperparameter value reported; larger values read as absent (0). */
+#define INFO_INT_MAX (1 << 30)
+/* Most parts of a split model recognized; beyond it split.count reads as 1. */
+#define MAX_SPLIT_COUNT 100000
+
+/* `{arch}.{suffix}` as an int32 in [1, INFO_INT_MAX], or 0 when absent or out of range. */
 static int32_t arch_int(const kn_gguf *g, const char *arch, const char *suffix) {
     char key[128];
     int n = snprintf(key, sizeof key, "%s.%s", arch, suffix);
     if (n < 0 || (size_t)n >= sizeof key) return 0;
     int64_t v;
-    if (!kn_gguf_get_i64(g, key, &v) || v < 1 || v > (1 << 30)) return 0;
+    if (!kn_gguf_get_i64(g, key, &v) || v < 1 || v > INFO_INT_MAX) return 0;
     return (int32_t)v;
-}
-
-static bool runnable_arch(const char *arch) {
-    return strcmp(arch, "llama") == 0 || strcmp(arch, "qwen2") == 0 || strcmp(arch, "qwen3") == 0;
 }
 
 kiln_status kiln_model_info_read(const char *path, kiln_model_info *out) {
@@ -66,7 +68,7 @@ kiln_status kiln_model_info_read(const char *path, kiln_model_info *out) {
         if (!out->head_dim && out->n_head) out->head_dim = out->n_embd / out->n_head;
     }
     int64_t v;
-    if (kn_gguf_get_i64(&g, "split.count", &v) && v >= 1 && v <= 100000) out->split_count = (int32_t)v;
+    if (kn_gguf_get_i64(&g, "split.count", &v) && v >= 1 && v <= MAX_SPLIT_COUNT) out->split_count = (int32_t)v;
     if (kn_gguf_get_i64(&g, "split.no", &v) && v >= 0 && v < out->split_count) out->split_no = (int32_t)v;
 
     /* Bytes per tensor type, to name the dominant one. The reader accepted only known types, each
@@ -87,7 +89,7 @@ kiln_status kiln_model_info_read(const char *path, kiln_model_info *out) {
     for (int t = 0; t < KN_DTYPE_COUNT; t++)
         if (by_type[t] && (best < 0 || by_type[t] > by_type[best])) best = t;
     if (best >= 0) snprintf(out->weight_type, sizeof out->weight_type, "%s", kn_dtype_name(best));
-    out->runnable = g.n_tensors > 0 && runnable_arch(out->arch) && out->split_count == 1;
+    out->runnable = g.n_tensors > 0 && kn_arch_find(out->arch, strlen(out->arch)) && out->split_count == 1;
     kn_gguf_close(&g);
     return KILN_OK;
 }

@@ -25,6 +25,14 @@ kiln_model_params kiln_model_default_params(void) {
 
 /* ---- metadata ---------------------------------------------------------------------------------- */
 
+/* Ranges of the hyperparameters a file may give (beyond: a format error naming the key). */
+#define MAX_CTX_TRAIN (1 << 24)
+#define MAX_EMBD (1 << 16)
+#define MAX_LAYERS 4096
+#define MAX_FF (1 << 20)
+#define MAX_HEADS 4096
+#define MAX_HEAD_DIM 4096
+
 /* Reads `{arch}.{suffix}` as an integer in [lo, hi]; `required` decides whether absence fails. */
 static kiln_status arch_int(const kn_gguf *g, const char *arch, const char *suffix, bool required,
                             int64_t lo, int64_t hi, int32_t *out) {
@@ -67,40 +75,35 @@ static kiln_status read_hparams(kiln_model *m) {
     snprintf(m->arch_name, sizeof m->arch_name, "%.*s", (int)KN_MIN(arch.len, 31), arch.ptr);
     for (char *p = m->arch_name; *p; p++)
         if (*p < 0x20 || *p > 0x7e) *p = '?';
-    if (kn_str_eq(arch, "llama")) {
-        hp->arch = KN_ARCH_LLAMA;
-        hp->rope_style = KN_ROPE_NORM;
-    } else if (kn_str_eq(arch, "qwen2")) {
-        hp->arch = KN_ARCH_QWEN2;
-        hp->rope_style = KN_ROPE_NEOX;
-        hp->qkv_bias = true;
-    } else if (kn_str_eq(arch, "qwen3")) {
-        hp->arch = KN_ARCH_QWEN3;
-        hp->rope_style = KN_ROPE_NEOX;
-        hp->qk_norm = true;
-    } else if (!m->vocab_only) {
-        return kn_error(KILN_ERR_UNSUPPORTED,
-                        "architecture '%s' is not supported (kiln runs llama, qwen2 and qwen3)", m->arch_name);
+    const kn_arch_def *def = kn_arch_find(arch.ptr, arch.len);
+    if (!def && !m->vocab_only) {
+        char names[128];
+        kn_arch_names(names, sizeof names);
+        return kn_error(KILN_ERR_UNSUPPORTED, "architecture '%s' is not supported (kiln runs %s)", m->arch_name, names);
     }
     if (m->vocab_only) return KILN_OK;
+    hp->arch = def->arch;
+    hp->rope_style = def->rope_style;
+    hp->qkv_bias = def->qkv_bias;
+    hp->qk_norm = def->qk_norm;
 
     const char *a = m->arch_name;
     kiln_status st;
-    hp->n_ctx_train = 4096;
-    if ((st = arch_int(g, a, "context_length", false, 1, 1 << 24, &hp->n_ctx_train))) return st;
-    if ((st = arch_int(g, a, "embedding_length", true, 1, 1 << 16, &hp->n_embd))) return st;
-    if ((st = arch_int(g, a, "block_count", true, 1, 4096, &hp->n_layer))) return st;
-    if ((st = arch_int(g, a, "feed_forward_length", true, 1, 1 << 20, &hp->n_ff))) return st;
-    if ((st = arch_int(g, a, "attention.head_count", true, 1, 4096, &hp->n_head))) return st;
+    hp->n_ctx_train = KILN_N_CTX_TRAIN_ASSUMED;
+    if ((st = arch_int(g, a, "context_length", false, 1, MAX_CTX_TRAIN, &hp->n_ctx_train))) return st;
+    if ((st = arch_int(g, a, "embedding_length", true, 1, MAX_EMBD, &hp->n_embd))) return st;
+    if ((st = arch_int(g, a, "block_count", true, 1, MAX_LAYERS, &hp->n_layer))) return st;
+    if ((st = arch_int(g, a, "feed_forward_length", true, 1, MAX_FF, &hp->n_ff))) return st;
+    if ((st = arch_int(g, a, "attention.head_count", true, 1, MAX_HEADS, &hp->n_head))) return st;
     hp->n_head_kv = hp->n_head;
-    if ((st = arch_int(g, a, "attention.head_count_kv", false, 1, 4096, &hp->n_head_kv))) return st;
+    if ((st = arch_int(g, a, "attention.head_count_kv", false, 1, MAX_HEADS, &hp->n_head_kv))) return st;
     if (hp->n_head % hp->n_head_kv != 0)
         return kn_error(KILN_ERR_FORMAT, "head count %d is not a multiple of the KV head count %d", hp->n_head,
                         hp->n_head_kv);
     hp->head_dim = hp->n_embd / hp->n_head;
-    if ((st = arch_int(g, a, "attention.key_length", false, 2, 4096, &hp->head_dim))) return st;
+    if ((st = arch_int(g, a, "attention.key_length", false, 2, MAX_HEAD_DIM, &hp->head_dim))) return st;
     int32_t vdim = hp->head_dim;
-    if ((st = arch_int(g, a, "attention.value_length", false, 2, 4096, &vdim))) return st;
+    if ((st = arch_int(g, a, "attention.value_length", false, 2, MAX_HEAD_DIM, &vdim))) return st;
     if (vdim != hp->head_dim)
         return kn_error(KILN_ERR_UNSUPPORTED, "key length %d differs from value length %d", hp->head_dim, vdim);
     if (hp->head_dim < 2 || hp->head_dim % 2 != 0)
@@ -108,9 +111,9 @@ static kiln_status read_hparams(kiln_model *m) {
     hp->n_rot = hp->head_dim;
     if ((st = arch_int(g, a, "rope.dimension_count", false, 2, hp->head_dim, &hp->n_rot))) return st;
     if (hp->n_rot % 2 != 0) return kn_error(KILN_ERR_FORMAT, "rope dimension count %d is odd", hp->n_rot);
-    hp->norm_eps = hp->arch == KN_ARCH_LLAMA ? 1e-5f : 1e-6f;
+    hp->norm_eps = def->norm_eps;
     if ((st = arch_float(g, a, "attention.layer_norm_rms_epsilon", &hp->norm_eps))) return st;
-    hp->rope_base = hp->arch == KN_ARCH_LLAMA ? 10000.0f : 1000000.0f;
+    hp->rope_base = def->rope_base;
     if ((st = arch_float(g, a, "rope.freq_base", &hp->rope_base))) return st;
     hp->rope_scale = 1.0f;
     char key[128];
@@ -130,6 +133,11 @@ static kiln_status read_hparams(kiln_model *m) {
 }
 
 /* ---- tensors ----------------------------------------------------------------------------------- */
+
+/* Every matrix in weight_mem starts at a multiple of MAT_ALIGN bytes, every vector in vec_mem at a
+ * multiple of VEC_ALIGN_FLOATS floats (both 64 bytes: a cache line, an AVX-512 register). */
+#define MAT_ALIGN 64
+#define VEC_ALIGN_FLOATS 16
 
 typedef struct loader {
     kiln_model *m;
@@ -184,7 +192,7 @@ static kiln_status get_matrix(loader *L, const char *name, int64_t cols, int64_t
     w->cols = cols;
     w->row_bytes = kn_row_bytes(w->type, cols);
     const size_t nbytes = w->row_bytes * (size_t)rows;
-    size_t aligned = (nbytes + 63) & ~(size_t)63;
+    size_t aligned = (nbytes + MAT_ALIGN - 1) & ~(size_t)(MAT_ALIGN - 1);
     if (L->m->weight_mem) {
         uint8_t *dst = L->m->weight_mem + L->mat_used;
         if (copy && L->force_f32) {
@@ -238,7 +246,7 @@ static kiln_status get_vector(loader *L, const char *name, int64_t n, bool requi
                 return kn_error(KILN_ERR_FORMAT, "tensor '%s' holds a non-finite value at %lld", name, (long long)i);
         *out = dst;
     }
-    L->vec_used += (size_t)((n + 15) & ~15);
+    L->vec_used += (size_t)((n + VEC_ALIGN_FLOATS - 1) & ~(VEC_ALIGN_FLOATS - 1));
     L->m->n_params += (uint64_t)n;
     return KILN_OK;
 }
@@ -288,9 +296,12 @@ static kiln_status map_tensors(loader *L, bool fill) {
 
 /* ---- fingerprint ------------------------------------------------------------------------------- */
 
+/* Bytes hashed from the start and from the end of every tensor's data. */
+#define FP_SAMPLE_BYTES 4096
+
 /* SHA-256 over general.architecture, every `{arch}.*` key with its value, the tensor table (name,
- * type, shape) and the first and last 4 KiB of every tensor's bytes (so that two fine-tunes of one
- * architecture differ without hashing gigabytes). */
+ * type, shape) and the first and last FP_SAMPLE_BYTES of every tensor's bytes (so that two
+ * fine-tunes of one architecture differ without hashing gigabytes). */
 static void compute_fingerprint(kiln_model *m) {
     const kn_gguf *g = &m->gguf;
     kn_sha256 h;
@@ -317,9 +328,10 @@ static void compute_fingerprint(kiln_model *m) {
         kn_sha256_update(&h, t->name.ptr, t->name.len);
         kn_sha256_update(&h, &t->type, sizeof t->type);
         kn_sha256_update(&h, t->ne, sizeof t->ne);
-        size_t head = KN_MIN(t->nbytes, 4096);
+        const size_t head = KN_MIN(t->nbytes, FP_SAMPLE_BYTES);
         kn_sha256_update(&h, t->data, head);
-        if (t->nbytes > 4096) kn_sha256_update(&h, t->data + t->nbytes - KN_MIN(t->nbytes - 4096, 4096), KN_MIN(t->nbytes - 4096, 4096));
+        const size_t tail = KN_MIN(t->nbytes - head, FP_SAMPLE_BYTES);   /* bytes after the head, at most a sample */
+        if (tail) kn_sha256_update(&h, t->data + t->nbytes - tail, tail);
     }
     kn_sha256_hex(&h, m->fingerprint);
 }
@@ -384,36 +396,28 @@ static kiln_status copy_chat_template(kiln_model *m) {
 }
 
 /* The generation settings a model's author recommends (general.sampling.*), over the library's
- * defaults. Values outside the sampler's ranges are ignored with a warning. */
+ * defaults. A value outside the sampling parameter table's range (kiln_sampler_param_range) is
+ * ignored with a warning. */
 static void read_sampling_defaults(kiln_model *m) {
-    kiln_sampler_params *sp = &m->sampling;
-    *sp = kiln_sampler_default_params();
-    double f;
-    int64_t i;
-    if (kn_gguf_get_f64(&m->gguf, "general.sampling.temp", &f)) {
-        if (f >= 0 && f <= 100) sp->temperature = (float)f;
-        else kn_log(KILN_LOG_WARN, "ignoring general.sampling.temp = %g", f);
+    static const struct {
+        const char *key;
+        kiln_sampler_param param;
+    } keys[] = {
+        {"general.sampling.temp", KILN_SAMPLER_TEMPERATURE},
+        {"general.sampling.top_k", KILN_SAMPLER_TOP_K},
+        {"general.sampling.top_p", KILN_SAMPLER_TOP_P},
+        {"general.sampling.min_p", KILN_SAMPLER_MIN_P},
+        {"general.sampling.penalty_repeat", KILN_SAMPLER_REPEAT_PENALTY},
+        {"general.sampling.penalty_last_n", KILN_SAMPLER_PENALTY_LAST_N},
+    };
+    m->sampling = kiln_sampler_default_params();
+    for (size_t i = 0; i < KN_ARRAY_LEN(keys); i++) {
+        double v;
+        if (!kn_gguf_get_f64(&m->gguf, keys[i].key, &v)) continue;
+        if (kiln_sampler_param_set(&m->sampling, keys[i].param, v) != KILN_OK)
+            kn_log(KILN_LOG_WARN, "ignoring %s: %s", keys[i].key, kn_error_msg());
     }
-    if (kn_gguf_get_f64(&m->gguf, "general.sampling.top_p", &f)) {
-        if (f >= 0 && f <= 1) sp->top_p = (float)f;
-        else kn_log(KILN_LOG_WARN, "ignoring general.sampling.top_p = %g", f);
-    }
-    if (kn_gguf_get_f64(&m->gguf, "general.sampling.min_p", &f)) {
-        if (f >= 0 && f <= 1) sp->min_p = (float)f;
-        else kn_log(KILN_LOG_WARN, "ignoring general.sampling.min_p = %g", f);
-    }
-    if (kn_gguf_get_f64(&m->gguf, "general.sampling.penalty_repeat", &f)) {
-        if (f > 0 && f <= 1000) sp->repeat_penalty = (float)f;
-        else kn_log(KILN_LOG_WARN, "ignoring general.sampling.penalty_repeat = %g", f);
-    }
-    if (kn_gguf_get_i64(&m->gguf, "general.sampling.top_k", &i)) {
-        if (i >= 0 && i <= (1 << 30)) sp->top_k = (int32_t)i;
-        else kn_log(KILN_LOG_WARN, "ignoring general.sampling.top_k = %lld", (long long)i);
-    }
-    if (kn_gguf_get_i64(&m->gguf, "general.sampling.penalty_last_n", &i)) {
-        if (i >= 0 && i <= (1 << 20)) sp->penalty_last_n = (int32_t)i;
-        else kn_log(KILN_LOG_WARN, "ignoring general.sampling.penalty_last_n = %lld", (long long)i);
-    }
+    kn_error_clear();
 }
 
 /* ---- load -------------------------------------------------------------------------------------- */

@@ -1,8 +1,8 @@
 /*
  * model.h - the loaded model: hyperparameters, weight views and tokenizer behind kiln_model.
  *
- * One struct describes the whole Llama family kiln runs (llama, qwen2, qwen3): they share the
- * pre-norm decoder block and differ in flags (QKV bias, per-head q/k RMSNorm, RoPE pairing). Weights
+ * One struct describes the whole Llama family kiln runs (the families of model/arch.h): they share
+ * the pre-norm decoder block and differ in flags (QKV bias, per-head q/k RMSNorm, RoPE pairing). Weights
  * are views: matrices keep their file type (quantized or float) and are read by the kernels in
  * place; vectors (norms, biases, RoPE factors) are converted to F32 at load.
  */
@@ -10,15 +10,11 @@
 #define KN_MODEL_H
 
 #include "base/base.h"
+#include "model/arch.h"
 #include "model/gguf.h"
 #include "tensor/dtype.h"
 #include "tensor/kernels.h"
 #include "text/tokenizer.h"
-
-typedef enum kn_arch { KN_ARCH_LLAMA, KN_ARCH_QWEN2, KN_ARCH_QWEN3 } kn_arch;
-
-/* How RoPE pairs dimensions: NORM rotates (x[2i], x[2i+1]); NEOX rotates (x[i], x[i + n_rot/2]). */
-typedef enum kn_rope_style { KN_ROPE_NORM, KN_ROPE_NEOX } kn_rope_style;
 
 typedef struct kn_hparams {
     kn_arch arch;

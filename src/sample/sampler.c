@@ -8,39 +8,6 @@
 #include <string.h>
 #include <time.h>
 
-kiln_sampler_params kiln_sampler_default_params(void) {
-    kiln_sampler_params p = {
-        .temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f,
-        .repeat_penalty = 1.0f, .presence_penalty = 0.0f, .frequency_penalty = 0.0f,
-        .penalty_last_n = 64, .seed = KILN_SEED_RANDOM, .logit_bias = NULL, .n_logit_bias = 0,
-    };
-    return p;
-}
-
-static bool is_finite(float x) { return x == x && x - x == 0; }
-
-kiln_status kn_sampler_check(const kiln_sampler_params *p, int32_t n_vocab) {
-    if (!is_finite(p->temperature) || p->temperature > 100)
-        return kn_error(KILN_ERR_INVALID_ARG, "temperature must be a number between 0 and 100");
-    if (!(p->top_p >= 0 && p->top_p <= 1e9f)) return kn_error(KILN_ERR_INVALID_ARG, "top_p must be >= 0");
-    if (!(p->min_p >= 0 && p->min_p <= 1)) return kn_error(KILN_ERR_INVALID_ARG, "min_p must be in [0, 1]");
-    if (!(p->repeat_penalty > 0 && p->repeat_penalty < 1e6f))
-        return kn_error(KILN_ERR_INVALID_ARG, "repeat_penalty must be positive");
-    if (!is_finite(p->presence_penalty) || !is_finite(p->frequency_penalty))
-        return kn_error(KILN_ERR_INVALID_ARG, "presence and frequency penalties must be finite numbers");
-    if (p->penalty_last_n < 0 || p->penalty_last_n > (1 << 20))
-        return kn_error(KILN_ERR_INVALID_ARG, "penalty window must be in [0, 1048576]");
-    if (p->n_logit_bias && !p->logit_bias) return kn_error(KILN_ERR_INVALID_ARG, "logit_bias is NULL");
-    for (size_t i = 0; i < p->n_logit_bias; i++) {
-        if (p->logit_bias[i].token < 0 || p->logit_bias[i].token >= n_vocab)
-            return kn_error(KILN_ERR_INVALID_ARG, "logit_bias token %d is outside the vocabulary [0, %d)",
-                            p->logit_bias[i].token, n_vocab);
-        if (p->logit_bias[i].bias != p->logit_bias[i].bias)
-            return kn_error(KILN_ERR_INVALID_ARG, "logit_bias for token %d is NaN", p->logit_bias[i].token);
-    }
-    return KILN_OK;
-}
-
 kiln_status kn_sampler_init(kn_sampler *s, const kiln_sampler_params *p, int32_t n_vocab) {
     memset(s, 0, sizeof *s);
     kiln_status st = kn_sampler_check(p, n_vocab);

@@ -2,7 +2,7 @@
  * sampler.h - the sampler chain: picks the next token of one row from its logits.
  *
  * Order (documented in kiln.h): penalties over the recent-token window, logit bias, then either
- * greedy (temperature <= 0: the highest adjusted logit, lowest id on ties) or top-k, temperature,
+ * greedy (temperature 0: the highest adjusted logit, lowest id on ties) or top-k, temperature,
  * softmax, top-p, min-p and a draw from the seeded RNG. All buffers are allocated at init; sampling
  * allocates nothing.
  */
@@ -31,8 +31,9 @@ typedef struct kn_sampler {
     size_t n_bias;
 } kn_sampler;
 
-/* Validates params (ranges, bias token ids) without allocating; KILN_ERR_INVALID_ARG names the
- * field. */
+/* Validates params without allocating: every numeric field against the table of ranges
+ * (kiln_sampler_param_range, params.c), the bias token ids against n_vocab; KILN_ERR_INVALID_ARG
+ * names the field. */
 kiln_status kn_sampler_check(const kiln_sampler_params *p, int32_t n_vocab);
 
 /* Validates params (kn_sampler_check) and allocates. */

@@ -195,14 +195,19 @@ static bool parse_common(srv_req *r, json_t *req, srv_job *j, gen_out *g) {
     if (!get_int(r, req, "max_completion_tokens", 0, 1 << 30, &max_tokens)) return false;
     if (max_tokens >= 0) gp->max_tokens = (int32_t)max_tokens;
     kiln_sampler_params *sp = &gp->sampling;
-    if (!get_num(r, req, "temperature", 0, 2, &sp->temperature) || !get_num(r, req, "top_p", 0, 1, &sp->top_p) ||
-        !get_num(r, req, "min_p", 0, 1, &sp->min_p) ||
-        !get_num(r, req, "presence_penalty", -2, 2, &sp->presence_penalty) ||
-        !get_num(r, req, "frequency_penalty", -2, 2, &sp->frequency_penalty) ||
-        !get_num(r, req, "repetition_penalty", 1e-3, 100, &sp->repeat_penalty) ||
-        !get_num(r, req, "repeat_penalty", 1e-3, 100, &sp->repeat_penalty))
+    /* The accepted ranges are the library's one table (kiln_sampler_param_range). */
+#define SP_RANGE(param) kiln_sampler_param_range(param)->min, kiln_sampler_param_range(param)->max
+    if (!get_num(r, req, "temperature", SP_RANGE(KILN_SAMPLER_TEMPERATURE), &sp->temperature) ||
+        !get_num(r, req, "top_p", SP_RANGE(KILN_SAMPLER_TOP_P), &sp->top_p) ||
+        !get_num(r, req, "min_p", SP_RANGE(KILN_SAMPLER_MIN_P), &sp->min_p) ||
+        !get_num(r, req, "presence_penalty", SP_RANGE(KILN_SAMPLER_PRESENCE_PENALTY), &sp->presence_penalty) ||
+        !get_num(r, req, "frequency_penalty", SP_RANGE(KILN_SAMPLER_FREQUENCY_PENALTY), &sp->frequency_penalty) ||
+        !get_num(r, req, "repetition_penalty", SP_RANGE(KILN_SAMPLER_REPEAT_PENALTY), &sp->repeat_penalty) ||
+        !get_num(r, req, "repeat_penalty", SP_RANGE(KILN_SAMPLER_REPEAT_PENALTY), &sp->repeat_penalty))
         return false;
-    if (!get_int(r, req, "top_k", 0, 1 << 30, &top_k)) return false;
+#undef SP_RANGE
+    const kiln_sampler_range *top_k_range = kiln_sampler_param_range(KILN_SAMPLER_TOP_K);
+    if (!get_int(r, req, "top_k", (long long)top_k_range->min, (long long)top_k_range->max, &top_k)) return false;
     if (top_k >= 0) sp->top_k = (int32_t)top_k;
     if (!get_int(r, req, "seed", -1, INT64_MAX, &seed)) return false;
     if (seed >= 0) sp->seed = (uint64_t)seed;
