@@ -8,7 +8,7 @@
 #include "harness.h"
 
 #include "kiln.h"
-#include "model/gguf_write.h"
+#include "gguf_write.h"
 #include "sample/sampler.h"
 
 #include <float.h>
