@@ -10,7 +10,8 @@
  * machine's memory. Machine defaults: threads = physical cores; prompt cache = the library's
  * kiln_default_prompt_cache; context per row = the model's training length, at most AUTO_CTX_MAX,
  * halved (down to AUTO_CTX_MIN) until --batch rows of KV fit in what the planned memory leaves after
- * weights and prompt cache; rows = --batch (default 8), fewer when even AUTO_CTX_MIN does not fit.
+ * weights and prompt cache; rows = --batch (default: the engine's), fewer when even AUTO_CTX_MIN
+ * does not fit. The engine's other settings default to kiln_engine_default_params().
  *
  * Port: --port is used as given (taken: exit 1 before loading). Otherwise KILN_PORT or 8080 is
  * tried first and, when taken, the next PORT_TRIES ports. When stdin and stdout are terminals and a
@@ -21,9 +22,10 @@
  * batching); more wait in a queue of --max-queue, beyond which requests get 429.
  *
  * Shutdown: the first signal stops accepting connections, cancels queued generations, lets the
- * running ones finish for up to 10 s (a second signal cancels them at once), closes the remaining
- * connections, flushes the SSD cache (--ssd-cache: every cached prefix not on disk yet is written,
- * for up to 10 s more) and exits 0. A signal while the model loads cancels the load (exit 1).
+ * running ones finish for up to SHUTDOWN_GRACE_MS (a second signal cancels them at once), closes the
+ * remaining connections, flushes the SSD cache (--ssd-cache: every cached prefix not on disk yet is
+ * written, for up to SHUTDOWN_GRACE_MS more) and exits 0. A signal while the model loads cancels the
+ * load (exit 1).
  */
 #include "cli.h"
 #include "server.h"
@@ -33,6 +35,7 @@
 #include <netdb.h>
 #include <signal.h>
 #include <spawn.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,13 +46,18 @@
 
 #define DEFAULT_PORT 8080
 #define PORT_TRIES 20            /* further ports tried when the default one is taken */
-#define DEFAULT_ROWS 8
+#define DEFAULT_ROWS (kiln_engine_default_params().max_rows)   /* the engine's */
 /* The automatic context per row: the model's training length, at most AUTO_CTX_MAX (longer: -c),
  * halved down to AUTO_CTX_MIN while the KV of the rows does not fit. It is larger than the library's
  * KILN_N_CTX_DEFAULT_MAX on purpose: the library picks a context without knowing the machine, while
  * this plan checks the KV against the machine's memory first. */
 #define AUTO_CTX_MAX 16384
 #define AUTO_CTX_MIN 2048
+#define SHUTDOWN_GRACE_MS 10000  /* at the first signal: for running generations, then for the SSD flush */
+
+/* The HTTP server's defaults. */
+#define DEFAULT_HOST "127.0.0.1"
+#define DEFAULT_MAX_BODY_MB 8
 
 extern char **environ;
 
@@ -76,7 +84,7 @@ typedef struct shutdown_ctx {
 
 static void *shutdown_main(void *arg) {
     shutdown_ctx *sc = arg;
-    kiln_engine_shutdown(sc->engine, 10000);
+    kiln_engine_shutdown(sc->engine, SHUTDOWN_GRACE_MS);
     atomic_store(&sc->finished, true);
     return NULL;
 }
@@ -92,6 +100,95 @@ static char *default_ssd_dir(void) {
 static bool is_loopback(const char *host) {
     return strcmp(host, "127.0.0.1") == 0 || strcmp(host, "localhost") == 0 || strcmp(host, "::1") == 0 ||
            strncmp(host, "127.", 4) == 0;
+}
+
+/* ---- flags ----------------------------------------------------------------------------------- */
+
+/* The value flags of `kiln serve` beyond the common ones, one entry each in opt_defs. */
+typedef enum opt_id {
+    OPT_HOST, OPT_PORT, OPT_API_KEY, OPT_MAX_TOKENS, OPT_BATCH, OPT_MAX_QUEUE, OPT_PREFILL_CHUNK, OPT_KV_BUDGET,
+    OPT_PROMPT_CACHE, OPT_SSD_MAX, OPT_SSD_IDLE, OPT_MAX_BODY, OPT_COUNT
+} opt_id;
+
+/* Their values, starting at the defaults (opts_init), and which of them the command line gave:
+ * --print-config names a value's source from given[], never by comparing it with a default. */
+typedef struct serve_opts {
+    const char *host, *api_key;
+    int port, max_tokens, batch, max_queue, prefill_chunk, ssd_idle, max_body_mb;
+    float kv_budget_gb, prompt_cache_gb, ssd_max_gb;
+    bool given[OPT_COUNT];
+    /* flags without a value (or with an optional one) */
+    bool ssd_on, print_cfg, no_open;
+    const char *ssd_dir;
+} serve_opts;
+
+static const struct opt_def {
+    const char *flag;
+    char kind;                   /* 's' a string, 'i' an int, 'f' a float */
+    size_t off;                  /* of the value in serve_opts */
+    double lo, hi;               /* the range of a number */
+} opt_defs[OPT_COUNT] = {
+    [OPT_HOST] = {"--host", 's', offsetof(serve_opts, host), 0, 0},
+    [OPT_PORT] = {"--port", 'i', offsetof(serve_opts, port), 0, 65535},
+    [OPT_API_KEY] = {"--api-key", 's', offsetof(serve_opts, api_key), 0, 0},
+    [OPT_MAX_TOKENS] = {"--max-tokens", 'i', offsetof(serve_opts, max_tokens), -1, 1 << 30},
+    [OPT_BATCH] = {"--batch", 'i', offsetof(serve_opts, batch), 1, 1024},
+    [OPT_MAX_QUEUE] = {"--max-queue", 'i', offsetof(serve_opts, max_queue), 1, 1 << 20},
+    [OPT_PREFILL_CHUNK] = {"--prefill-chunk", 'i', offsetof(serve_opts, prefill_chunk), 1, 65536},
+    [OPT_KV_BUDGET] = {"--kv-budget", 'f', offsetof(serve_opts, kv_budget_gb), 0, 1 << 20},
+    [OPT_PROMPT_CACHE] = {"--prompt-cache", 'f', offsetof(serve_opts, prompt_cache_gb), 0, 1 << 20},
+    [OPT_SSD_MAX] = {"--ssd-cache-max", 'f', offsetof(serve_opts, ssd_max_gb), 0.001, 1 << 20},
+    [OPT_SSD_IDLE] = {"--ssd-demote-idle", 'i', offsetof(serve_opts, ssd_idle), 0, 100000000},
+    [OPT_MAX_BODY] = {"--max-body-mb", 'i', offsetof(serve_opts, max_body_mb), 1, 4096},
+};
+
+static void opts_init(serve_opts *o) {
+    const kiln_engine_params ep = kiln_engine_default_params();
+    memset(o, 0, sizeof *o);
+    o->host = DEFAULT_HOST;
+    o->port = DEFAULT_PORT;
+    o->max_tokens = -1;
+    o->batch = ep.max_rows;
+    o->max_queue = ep.max_queue;
+    o->prefill_chunk = ep.prefill_chunk;
+    o->kv_budget_gb = (float)((double)ep.kv_budget / 1e9);
+    o->prompt_cache_gb = -1;     /* the machine's share (plan_machine) */
+    o->ssd_max_gb = (float)((double)ep.ssd_max_bytes / 1e9);
+    o->ssd_idle = ep.ssd_demote_idle_s;
+    o->max_body_mb = DEFAULT_MAX_BODY_MB;
+}
+
+/* Consumes argv flag a with value v when it is one of opt_defs: 1 when it was (v used), 0 when
+ * it is not one of them, -1 after printing why the value is bad. */
+static int parse_opt(const char *a, const char *v, serve_opts *o) {
+    for (int k = 0; k < OPT_COUNT; k++) {
+        const struct opt_def *d = &opt_defs[k];
+        if (strcmp(a, d->flag) != 0) continue;
+        char *dst = (char *)o + d->off;
+        bool ok;
+        if (d->kind == 'i') {
+            ok = cli_int(a, v, (long)d->lo, (long)d->hi, (int *)(void *)dst);
+        } else if (d->kind == 'f') {
+            ok = cli_float(a, v, d->lo, d->hi, (float *)(void *)dst);
+        } else {
+            ok = v && *v;
+            if (ok) *(const char **)(void *)dst = v;
+            else fprintf(stderr, "kiln serve: %s needs a non-empty value\n", a);
+        }
+        if (!ok) return -1;
+        o->given[k] = true;
+        return 1;
+    }
+    return 0;
+}
+
+/* The source --print-config names for the value of flag k: "flag --NAME" when the command line
+ * gave it (the text lasts until the next call), else otherwise. */
+static const char *opt_src(const serve_opts *o, opt_id k, const char *otherwise) {
+    static char buf[64];
+    if (!o->given[k]) return otherwise;
+    snprintf(buf, sizeof buf, "flag %s", opt_defs[k].flag);
+    return buf;
 }
 
 /* ---- settings: values and where they came from ----------------------------------------------- */
@@ -116,6 +213,8 @@ typedef struct plan {
     bool port_fixed;            /* given by --port: no fallback */
     bool open_browser;
     char open_src[64];
+    kiln_sampler_params sp;     /* the sampling defaults served: the flags over the model's */
+    kiln_sampler_params model_sp;  /* the model's recommended settings (its metadata) */
 } plan;
 
 /* Resolves the model to serve into p (model, model_src, info). Returns 0, or an exit status after
@@ -186,8 +285,8 @@ static void plan_machine(const cli_common *c, plan *p, int batch_flag, float pro
         snprintf(p->rows_src, sizeof p->rows_src, "flag --batch");
     } else {
         const uint64_t row = kv_tok * (uint64_t)p->ctx;
-        const uint64_t fit = row ? avail / row : DEFAULT_ROWS;
-        if (fit >= DEFAULT_ROWS) {
+        const uint64_t fit = row ? avail / row : (uint64_t)DEFAULT_ROWS;
+        if (fit >= (uint64_t)DEFAULT_ROWS) {
             p->rows = DEFAULT_ROWS;
             snprintf(p->rows_src, sizeof p->rows_src, "default");
         } else {
@@ -216,10 +315,9 @@ static const char *sp_src(const cli_common *c, unsigned bit, bool differs) {
 }
 
 /* Prints every resolved value with its source (--print-config), to stdout. */
-static void print_config(const cli_common *c, const plan *p, const srv_config *cfg, const kiln_sampler_params *sp,
-                         const kiln_sampler_params *msp, float kv_budget_gb, const char *ssd_dir, float ssd_max_gb,
-                         int prefill_chunk, bool host_given) {
+static void print_config(const cli_common *c, const plan *p, const serve_opts *o) {
     const kiln_sampler_params def = kiln_sampler_default_params();
+    const kiln_sampler_params *sp = &p->sp, *msp = &p->model_sp;
     const kiln_model_info *in = &p->info;
     char a[32], b[32], cbuf[32];
     const char *tm = getenv("KILN_TEST_MEMORY");
@@ -238,19 +336,21 @@ static void print_config(const cli_common *c, const plan *p, const srv_config *c
     printf("%-15s %s   (%s)\n", "kv-type", c->kv_type == KILN_KV_F32 ? "f32" : "f16",
            c->kv_type == KILN_KV_F32 ? "flag --kv-type" : "default");
     cli_fmt_bytes(kiln_kv_bytes_per_token(in, c->kv_type) * (uint64_t)p->ctx, a, sizeof a);
-    if (kv_budget_gb > 0) printf("%-15s %.3g GB   (flag --kv-budget; one row holds %s)\n", "kv-budget", (double)kv_budget_gb, a);
-    else printf("%-15s %d full rows   (default; one row holds %s)\n", "kv-budget", p->rows, a);
+    if (o->kv_budget_gb > 0) printf("%-15s %.3g GB   (flag --kv-budget; one row holds %s)\n", "kv-budget", (double)o->kv_budget_gb, a);
+    else printf("%-15s %d full rows   (%s; one row holds %s)\n", "kv-budget", p->rows, opt_src(o, OPT_KV_BUDGET, "default"), a);
     cli_fmt_bytes((uint64_t)p->prompt_cache, cbuf, sizeof cbuf);
     printf("%-15s %s   (%s)\n", "prompt-cache", cbuf, p->cache_src);
-    if (ssd_dir) printf("%-15s %s, at most %.3g GB   (flag --ssd-cache)\n", "ssd-cache", ssd_dir, (double)ssd_max_gb);
+    if (o->ssd_on)
+        printf("%-15s %s, at most %.3g GB   (flag --ssd-cache; the size %s)\n", "ssd-cache", o->ssd_dir,
+               (double)o->ssd_max_gb, opt_src(o, OPT_SSD_MAX, "default"));
     else printf("%-15s off   (default)\n", "ssd-cache");
-    printf("%-15s %d   (%s)\n", "prefill-chunk", prefill_chunk, prefill_chunk == 64 ? "default" : "flag --prefill-chunk");
-    printf("%-15s %d   (%s)\n", "max-queue", cfg->max_queue, cfg->max_queue == 64 ? "default" : "flag --max-queue");
-    printf("%-15s %d   (%s)\n", "max-tokens", cfg->max_tokens, cfg->max_tokens == -1 ? "default: to the end" : "flag --max-tokens");
-    printf("%-15s %zu MiB   (%s)\n", "max-body", cfg->max_body >> 20, cfg->max_body == (8u << 20) ? "default" : "flag --max-body-mb");
-    printf("%-15s %s   (%s)\n", "host", cfg->host, host_given ? "flag --host" : "default: loopback only");
+    printf("%-15s %d   (%s)\n", "prefill-chunk", o->prefill_chunk, opt_src(o, OPT_PREFILL_CHUNK, "default"));
+    printf("%-15s %d   (%s)\n", "max-queue", o->max_queue, opt_src(o, OPT_MAX_QUEUE, "default"));
+    printf("%-15s %d   (%s)\n", "max-tokens", o->max_tokens, opt_src(o, OPT_MAX_TOKENS, "default: to the end"));
+    printf("%-15s %d MiB   (%s)\n", "max-body", o->max_body_mb, opt_src(o, OPT_MAX_BODY, "default"));
+    printf("%-15s %s   (%s)\n", "host", o->host, opt_src(o, OPT_HOST, "default: loopback only"));
     printf("%-15s %d   (%s)\n", "port", p->port, p->port_src);
-    printf("%-15s %s   (%s)\n", "api-key", cfg->api_key ? "set" : "none", cfg->api_key ? "flag --api-key" : "default");
+    printf("%-15s %s   (%s)\n", "api-key", o->api_key ? "set" : "none", opt_src(o, OPT_API_KEY, "default"));
     printf("%-15s %s   (%s)\n", "open browser", p->open_browser ? "yes" : "no", p->open_src);
     printf("%-15s %g   (%s)\n", "temp", (double)sp->temperature, sp_src(c, CLI_SP_TEMP, msp->temperature != def.temperature));
     printf("%-15s %d   (%s)\n", "top-k", sp->top_k, sp_src(c, CLI_SP_TOP_K, msp->top_k != def.top_k));
@@ -262,8 +362,26 @@ static void print_config(const cli_common *c, const plan *p, const srv_config *c
            sp_src(c, CLI_SP_REPEAT_N, msp->penalty_last_n != def.penalty_last_n));
     printf("%-15s %g   (%s)\n", "presence", (double)sp->presence_penalty, sp_src(c, CLI_SP_PRESENCE, false));
     printf("%-15s %g   (%s)\n", "frequency", (double)sp->frequency_penalty, sp_src(c, CLI_SP_FREQUENCY, false));
-    if (sp->seed == KILN_SEED_RANDOM) printf("%-15s random   (default)\n", "seed");
-    else printf("%-15s %llu   (flag)\n", "seed", (unsigned long long)sp->seed);
+    if (sp->seed == KILN_SEED_RANDOM) printf("%-15s random   (%s)\n", "seed", sp_src(c, CLI_SP_SEED, false));
+    else printf("%-15s %llu   (%s)\n", "seed", (unsigned long long)sp->seed, sp_src(c, CLI_SP_SEED, msp->seed != def.seed));
+}
+
+/* The port to try first and where it came from (p->port, port_src, port_fixed); false after
+ * printing why KILN_PORT is bad. */
+static bool plan_port(plan *p, const serve_opts *o) {
+    const char *env_port = getenv("KILN_PORT");
+    if (o->given[OPT_PORT]) {
+        p->port = o->port;
+        p->port_fixed = true;
+        snprintf(p->port_src, sizeof p->port_src, "flag --port%s", o->port == 0 ? ": any free port" : "");
+    } else if (env_port && *env_port) {
+        if (!cli_int("KILN_PORT", env_port, 1, 65535, &p->port)) return false;
+        snprintf(p->port_src, sizeof p->port_src, "env KILN_PORT; the next %d are tried when taken", PORT_TRIES);
+    } else {
+        p->port = DEFAULT_PORT;
+        snprintf(p->port_src, sizeof p->port_src, "default; the next %d are tried when taken", PORT_TRIES);
+    }
+    return true;
 }
 
 /* ---- port and browser ------------------------------------------------------------------------ */
@@ -337,231 +455,206 @@ static void open_browser(const char *url) {
 
 /* ---- the command ----------------------------------------------------------------------------- */
 
+/* Prints where the server listens, opens the browser when planned, then serves until SIGINT or
+ * SIGTERM and shuts down as the file comment says. */
+static void serve_until_signal(srv *s, const plan *p, const serve_opts *o, const sigset_t *sigs) {
+    kiln_engine *engine = s->engine;
+    const bool v6 = strchr(s->cfg.host, ':') != NULL;
+    kiln_engine_stats es;
+    kiln_engine_get_stats(engine, &es);
+    fprintf(stderr, "kiln serve: %s, context %d per row, %d rows, %d threads, prompt cache %.2f GB\n",
+            kiln_model_desc(s->model), s->n_ctx, es.max_rows, kiln_engine_n_threads(engine), (double)es.cache_budget / 1e9);
+    if (es.ssd_enabled)
+        fprintf(stderr, "kiln serve: SSD cache %s: %d entries of this model, %.2f of %.2f GB used%s\n", o->ssd_dir,
+                es.ssd_entries, (double)es.ssd_bytes / 1e9, (double)es.ssd_budget / 1e9,
+                es.ssd_quarantined ? " (damaged files quarantined)" : "");
+    fprintf(stderr, "kiln serve: listening on http://%s%s%s:%d (model id '%s')\n", v6 ? "[" : "", s->cfg.host,
+            v6 ? "]" : "", s->bound_port, s->model_id);
+    if (p->open_browser) {
+        /* a wildcard address is reached through loopback */
+        const bool any = strcmp(s->cfg.host, "0.0.0.0") == 0 || strcmp(s->cfg.host, "::") == 0;
+        char *url = NULL;
+        if (asprintf(&url, "http://%s%s%s:%d/", v6 ? "[" : "", any ? (v6 ? "::1" : "127.0.0.1") : s->cfg.host,
+                     v6 ? "]" : "", s->bound_port) >= 0) {
+            fprintf(stderr, "kiln serve: opening %s in the browser (--no-open to skip)\n", url);
+            open_browser(url);
+            free(url);
+        }
+    }
+    int sig = 0;
+    sigwait(sigs, &sig);
+    fprintf(stderr, "kiln serve: %s received, shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    atomic_store(&s->stopping, true);
+    srv_http_quiesce(s);
+    /* Running generations get up to SHUTDOWN_GRACE_MS; a second signal cancels them at once. */
+    shutdown_ctx sc = {.engine = engine};
+    atomic_init(&sc.finished, false);
+    pthread_t th;
+    if (pthread_create(&th, NULL, shutdown_main, &sc) != 0) {
+        kiln_engine_shutdown(engine, 0);
+    } else {
+        const struct timespec tick = {0, 100 * 1000000L};
+        while (!atomic_load(&sc.finished)) {
+            if (sigtimedwait(sigs, NULL, &tick) > 0) {
+                fprintf(stderr, "kiln serve: second signal, cancelling running generations\n");
+                kiln_engine_shutdown(engine, 0);
+            }
+        }
+        pthread_join(th, NULL);
+    }
+    /* The engine has stopped (the last requests' prefixes are cached): make the SSD cache
+     * durable, bounded in time. */
+    kiln_engine_get_stats(engine, &es);
+    if (es.ssd_enabled) {
+        const double t0 = now_ms();
+        if (kiln_engine_flush_cache(engine, SHUTDOWN_GRACE_MS) == KILN_OK)
+            fprintf(stderr, "kiln serve: SSD cache flushed in %.0f ms\n", now_ms() - t0);
+        else
+            fprintf(stderr, "kiln serve: SSD cache flush incomplete: %s\n", kiln_last_error());
+    }
+}
+
 int cli_serve(int argc, char **argv) {
     cli_common c;
     cli_common_init(&c);
-    srv s;
-    memset(&s, 0, sizeof s);
-    s.cfg.host = "127.0.0.1";
-    s.cfg.max_tokens = -1;
-    s.cfg.max_body = 8u << 20;
-    s.cfg.max_queue = 64;
-    int max_body_mb = 8, batch = 0, prefill_chunk = 64, port_flag = -1;
-    float kv_budget_gb = 0, prompt_cache_gb = -1, ssd_max_gb = 20;
-    int ssd_idle = 30;
-    bool ssd_on = false, ssd_verify = true, print_cfg = false, no_open = false, host_given = false;
-    const char *ssd_dir = NULL;
-    char *ssd_default = NULL;
+    serve_opts o;
+    opts_init(&o);
+    bool ssd_verify = kiln_engine_default_params().ssd_verify;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             cli_usage("serve", false);
             return 0;
         }
-        if (strcmp(a, "--host") == 0 && v) { s.cfg.host = v; host_given = true; i++; continue; }
-        if (strcmp(a, "--api-key") == 0 && v) { s.cfg.api_key = v; i++; continue; }
-        if (strcmp(a, "--port") == 0) { if (!cli_int(a, v, 0, 65535, &port_flag)) return CLI_EXIT_USAGE; i++; continue; }
-        if (strcmp(a, "--max-tokens") == 0) { if (!cli_int(a, v, -1, 1 << 30, &s.cfg.max_tokens)) return CLI_EXIT_USAGE; i++; continue; }
-        if (strcmp(a, "--max-queue") == 0) { if (!cli_int(a, v, 1, 1 << 20, &s.cfg.max_queue)) return CLI_EXIT_USAGE; i++; continue; }
-        if (strcmp(a, "--batch") == 0) { if (!cli_int(a, v, 1, 1024, &batch)) return CLI_EXIT_USAGE; i++; continue; }
-        if (strcmp(a, "--prefill-chunk") == 0) { if (!cli_int(a, v, 1, 65536, &prefill_chunk)) return CLI_EXIT_USAGE; i++; continue; }
-        if (strcmp(a, "--kv-budget") == 0) { if (!cli_float(a, v, 0, 1 << 20, &kv_budget_gb)) return CLI_EXIT_USAGE; i++; continue; }
-        if (strcmp(a, "--prompt-cache") == 0) { if (!cli_float(a, v, 0, 1 << 20, &prompt_cache_gb)) return CLI_EXIT_USAGE; i++; continue; }
+        const int taken = parse_opt(a, v, &o);
+        if (taken < 0) return CLI_EXIT_USAGE;
+        if (taken) { i++; continue; }
         if (strcmp(a, "--ssd-cache") == 0) {   /* the directory is optional */
-            ssd_on = true;
-            if (v && v[0] != '-') { ssd_dir = v; i++; }
+            o.ssd_on = true;
+            if (v && v[0] != '-') { o.ssd_dir = v; i++; }
             continue;
         }
-        if (strcmp(a, "--ssd-cache-max") == 0) { if (!cli_float(a, v, 0.001, 1 << 20, &ssd_max_gb)) return CLI_EXIT_USAGE; i++; continue; }
-        if (strcmp(a, "--ssd-demote-idle") == 0) { if (!cli_int(a, v, 0, 100000000, &ssd_idle)) return CLI_EXIT_USAGE; i++; continue; }
         if (strcmp(a, "--ssd-cache-verify") == 0 || strcmp(a, "--no-ssd-cache-verify") == 0) { ssd_verify = a[2] == 's'; continue; }
-        if (strcmp(a, "--max-body-mb") == 0) { if (!cli_int(a, v, 1, 4096, &max_body_mb)) return CLI_EXIT_USAGE; i++; continue; }
-        if (strcmp(a, "--print-config") == 0) { print_cfg = true; continue; }
-        if (strcmp(a, "--no-open") == 0) { no_open = true; continue; }
+        if (strcmp(a, "--print-config") == 0) { o.print_cfg = true; continue; }
+        if (strcmp(a, "--no-open") == 0) { o.no_open = true; continue; }
         int r = cli_parse_common(argc, argv, &i, &c);
         if (r == 1) continue;
         if (r == 0) fprintf(stderr, "kiln serve: unknown option '%s'%s\n", a, (a[0] == '-' && !v) ? " (or missing value)" : "");
         cli_usage("serve", true);
         return CLI_EXIT_USAGE;
     }
-    s.cfg.max_body = (size_t)max_body_mb << 20;
-    s.cfg.verbose = c.verbose;
-    if (s.cfg.api_key && !*s.cfg.api_key) {
-        fprintf(stderr, "kiln serve: --api-key must not be empty\n");
-        return CLI_EXIT_USAGE;
-    }
     cli_setup_log(c.verbose);
 
-    /* ---- resolve every setting once ---- */
+    /* Everything below is released at `out`, whatever was reached. */
+    int rc = 0;
     plan p;
     memset(&p, 0, sizeof p);
+    srv s;
+    memset(&s, 0, sizeof s);
+    bool stats_ready = false;
+    kiln_model *m = NULL;
+    kiln_engine *engine = NULL;
+    char *ssd_default = NULL, *id = NULL;
+    cli_common lc = c;          /* the flags, loading the resolved file */
+    sigset_t sigs;
+
+    /* ---- resolve every setting once ---- */
     p.mem = cli_machine_memory();
     const bool mem_unknown = p.mem == 0;
     if (mem_unknown) p.mem = (uint64_t)8 << 30;    /* the machine does not say: plan for a modest one */
     p.budget = p.mem / 100 * CLI_MEMORY_PCT;
-    int rc = plan_model(&c, &p);
-    if (rc) {
-        free(p.model);
-        return rc;
+    if ((rc = plan_model(&c, &p))) goto out;
+    plan_machine(&c, &p, o.given[OPT_BATCH] ? o.batch : 0, o.given[OPT_PROMPT_CACHE] ? o.prompt_cache_gb : -1);
+    plan_open(&p, o.no_open);
+    if (!plan_port(&p, &o)) {
+        rc = CLI_EXIT_USAGE;
+        goto out;
     }
-    plan_machine(&c, &p, batch, prompt_cache_gb);
-    plan_open(&p, no_open);
-    const char *env_port = getenv("KILN_PORT");
-    if (port_flag >= 0) {
-        p.port = port_flag;
-        p.port_fixed = true;
-        snprintf(p.port_src, sizeof p.port_src, "flag --port%s", port_flag == 0 ? ": any free port" : "");
-    } else if (env_port && *env_port) {
-        if (!cli_int("KILN_PORT", env_port, 1, 65535, &p.port)) {
-            free(p.model);
-            return CLI_EXIT_USAGE;
-        }
-        snprintf(p.port_src, sizeof p.port_src, "env KILN_PORT; the next %d are tried when taken", PORT_TRIES);
-    } else {
-        p.port = DEFAULT_PORT;
-        snprintf(p.port_src, sizeof p.port_src, "default; the next %d are tried when taken", PORT_TRIES);
-    }
-    if (ssd_on && !ssd_dir && !(ssd_dir = ssd_default = default_ssd_dir())) {
+    if (o.ssd_on && !o.ssd_dir && !(o.ssd_dir = ssd_default = default_ssd_dir())) {
         fprintf(stderr, "kiln serve: --ssd-cache needs a directory when HOME is not set\n");
-        free(p.model);
-        return CLI_EXIT_FAIL;
+        rc = CLI_EXIT_FAIL;
+        goto out;
     }
-    cli_common lc = c;      /* the flags, loading the resolved file */
     lc.model = p.model;
-    if (print_cfg) {        /* the sampling defaults come from the model's metadata: load it vocab-only */
-        kiln_model *vm = cli_load_model(&lc, true);
-        if (vm) {
-            const kiln_sampler_params msp = kiln_model_sampler_params(vm), sp = cli_sampler_params(&c, vm);
-            print_config(&c, &p, &s.cfg, &sp, &msp, kv_budget_gb, ssd_on ? ssd_dir : NULL, ssd_max_gb,
-                         prefill_chunk, host_given);
+    if (o.print_cfg) {          /* the sampling defaults come from the model's metadata: load it vocab-only */
+        if (!(m = cli_load_model(&lc, true))) {
+            rc = CLI_EXIT_FAIL;
+            goto out;
         }
-        kiln_model_free(vm);
-        free(ssd_default);
-        free(p.model);
-        return vm ? 0 : CLI_EXIT_FAIL;
+        p.model_sp = kiln_model_sampler_params(m);
+        p.sp = cli_sampler_params(&c, m);
+        print_config(&c, &p, &o);
+        goto out;
     }
-    if (!is_loopback(s.cfg.host) && !s.cfg.api_key)
+    if (!is_loopback(o.host) && !o.api_key)
         fprintf(stderr, "kiln serve: warning: listening on %s without --api-key: anyone who can reach this address can "
-                        "use the model\n", s.cfg.host);
-    if (!choose_port(s.cfg.host, &p)) {
-        free(ssd_default);
-        free(p.model);
-        return CLI_EXIT_FAIL;
+                        "use the model\n", o.host);
+    if (!choose_port(o.host, &p)) {
+        rc = CLI_EXIT_FAIL;
+        goto out;
     }
-    s.cfg.port = p.port;
     if (c.verbose || !c.model) fprintf(stderr, "kiln serve: model %s (%s)\n", p.model, p.model_src);
 
-    /* Signals are taken by sigwait below; every thread started from here inherits the mask. A
-     * signal that arrives while the model loads cancels the load (cli_load_model polls for it). */
-    sigset_t sigs;
+    /* Signals are taken by sigwait; every thread started from here inherits the mask. A signal
+     * that arrives while the model loads cancels the load (cli_load_model polls for it). */
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGINT);
     sigaddset(&sigs, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    kiln_model *m = cli_load_model(&lc, false);
-    if (!m) {
-        free(ssd_default);
-        free(p.model);
-        return CLI_EXIT_FAIL;
+    if (!(m = cli_load_model(&lc, false))) {
+        rc = CLI_EXIT_FAIL;
+        goto out;
     }
     kiln_engine_params ep = kiln_engine_default_params();
     ep.n_ctx = p.ctx;
     ep.n_threads = p.threads;
     ep.kv_type = c.kv_type;
     ep.max_rows = p.rows;
-    ep.max_queue = s.cfg.max_queue;
-    ep.prefill_chunk = prefill_chunk;
-    ep.kv_budget = (uint64_t)((double)kv_budget_gb * 1e9);
+    ep.max_queue = o.max_queue;
+    ep.prefill_chunk = o.prefill_chunk;
+    ep.kv_budget = (uint64_t)((double)o.kv_budget_gb * 1e9);
     ep.prompt_cache = p.prompt_cache;
-    ep.ssd_dir = ssd_on ? ssd_dir : NULL;
-    ep.ssd_max_bytes = (uint64_t)((double)ssd_max_gb * 1e9);
-    ep.ssd_demote_idle_s = ssd_idle;
+    ep.ssd_dir = o.ssd_on ? o.ssd_dir : NULL;
+    ep.ssd_max_bytes = (uint64_t)((double)o.ssd_max_gb * 1e9);
+    ep.ssd_demote_idle_s = o.ssd_idle;
     ep.ssd_verify = ssd_verify;
-    kiln_engine *engine = NULL;
     if (kiln_engine_new(m, &ep, &engine)) {
         fprintf(stderr, "kiln serve: cannot start the engine: %s\n", kiln_last_error());
-        free(ssd_default);
-        free(p.model);
-        kiln_model_free(m);
-        return CLI_EXIT_FAIL;
+        rc = CLI_EXIT_FAIL;
+        goto out;
     }
-    char *id = model_id(p.model);
+
+    s.cfg = (srv_config){
+        .host = o.host, .port = p.port, .api_key = o.api_key, .max_tokens = o.max_tokens,
+        .max_body = (size_t)o.max_body_mb << 20, .max_queue = o.max_queue, .sampling = cli_sampler_params(&c, m), .verbose = c.verbose,
+    };
+    id = model_id(p.model);
     s.model = m;
     s.model_id = id ? id : "model";
     s.engine = engine;
     s.n_ctx = kiln_engine_n_ctx(engine);
     snprintf(s.fingerprint, sizeof s.fingerprint, "fp_%.12s", kiln_model_fingerprint(m));
     s.started = (long)time(NULL);
-    s.cfg.sampling = cli_sampler_params(&c, m);
     atomic_init(&s.stopping, false);
     srv_stats_init(&s.stats);
+    stats_ready = true;
     if (!srv_http_start(&s)) {
         rc = CLI_EXIT_FAIL;
-    } else {
-        const bool v6 = strchr(s.cfg.host, ':') != NULL;
-        kiln_engine_stats es;
-        kiln_engine_get_stats(engine, &es);
-        fprintf(stderr, "kiln serve: %s, context %d per row, %d rows, %d threads, prompt cache %.2f GB\n",
-                kiln_model_desc(m), s.n_ctx, es.max_rows, kiln_engine_n_threads(engine), (double)es.cache_budget / 1e9);
-        if (es.ssd_enabled)
-            fprintf(stderr, "kiln serve: SSD cache %s: %d entries of this model, %.2f of %.2f GB used%s\n",
-                    ssd_dir, es.ssd_entries, (double)es.ssd_bytes / 1e9, (double)es.ssd_budget / 1e9,
-                    es.ssd_quarantined ? " (damaged files quarantined)" : "");
-        fprintf(stderr, "kiln serve: listening on http://%s%s%s:%d (model id '%s')\n", v6 ? "[" : "", s.cfg.host,
-                v6 ? "]" : "", s.bound_port, s.model_id);
-        if (p.open_browser) {
-            /* a wildcard address is reached through loopback */
-            const bool any = strcmp(s.cfg.host, "0.0.0.0") == 0 || strcmp(s.cfg.host, "::") == 0;
-            char *url = NULL;
-            if (asprintf(&url, "http://%s%s%s:%d/", v6 ? "[" : "", any ? (v6 ? "::1" : "127.0.0.1") : s.cfg.host,
-                         v6 ? "]" : "", s.bound_port) >= 0) {
-                fprintf(stderr, "kiln serve: opening %s in the browser (--no-open to skip)\n", url);
-                open_browser(url);
-                free(url);
-            }
-        }
-        int sig = 0;
-        sigwait(&sigs, &sig);
-        fprintf(stderr, "kiln serve: %s received, shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
-        atomic_store(&s.stopping, true);
-        srv_http_quiesce(&s);
-        /* Running generations get up to 10 s; a second signal cancels them at once. */
-        shutdown_ctx sc = {.engine = engine};
-        atomic_init(&sc.finished, false);
-        pthread_t th;
-        if (pthread_create(&th, NULL, shutdown_main, &sc) != 0) {
-            kiln_engine_shutdown(engine, 0);
-        } else {
-            const struct timespec tick = {0, 100 * 1000000L};
-            while (!atomic_load(&sc.finished)) {
-                if (sigtimedwait(&sigs, NULL, &tick) > 0) {
-                    fprintf(stderr, "kiln serve: second signal, cancelling running generations\n");
-                    kiln_engine_shutdown(engine, 0);
-                }
-            }
-            pthread_join(th, NULL);
-        }
-        /* The engine has stopped (the last requests' prefixes are cached): make the SSD cache
-         * durable, bounded in time. */
-        kiln_engine_get_stats(engine, &es);
-        if (es.ssd_enabled) {
-            const double t0 = now_ms();
-            if (kiln_engine_flush_cache(engine, 10000) == KILN_OK)
-                fprintf(stderr, "kiln serve: SSD cache flushed in %.0f ms\n", now_ms() - t0);
-            else
-                fprintf(stderr, "kiln serve: SSD cache flush incomplete: %s\n", kiln_last_error());
-        }
+        goto out;
     }
-    kiln_engine_shutdown(engine, 0);
+    serve_until_signal(&s, &p, &o, &sigs);
+
+out:
+    if (engine) kiln_engine_shutdown(engine, 0);
     srv_http_stop(&s);
     kiln_engine_free(engine);
-    srv_stats_destroy(&s.stats);
+    if (stats_ready) srv_stats_destroy(&s.stats);
     kiln_model_free(m);
     free(id);
     free(ssd_default);
     free(p.model);
-    if (!rc) fprintf(stderr, "kiln serve: stopped\n");
+    if (!rc && s.bound_port) fprintf(stderr, "kiln serve: stopped\n");
     return rc;
 }

@@ -147,13 +147,15 @@ static void stats(srv_req *r) {
     srv_send_json(r, 200, j);
 }
 
+#define FLUSH_WAIT_MS 60000       /* how long POST /admin/cache/flush waits for pending writes */
+
 /* POST /admin/cache/flush: returns once every cached prefix is durable on SSD (or at once without
  * an SSD cache): 200 {"flushed": true, "ssd_cache": bool, "entries", "bytes", "pending"}; 503
- * when writes are still pending after a minute (they continue). The API key guards it like every
- * route but /health. */
+ * when writes are still pending after FLUSH_WAIT_MS (they continue). The API key guards it like
+ * every route but /health. */
 static void cache_flush(srv_req *r) {
     kiln_engine *e = r->server->engine;
-    const kiln_status st = kiln_engine_flush_cache(e, 60000);
+    const kiln_status st = kiln_engine_flush_cache(e, FLUSH_WAIT_MS);
     kiln_engine_stats es;
     kiln_engine_get_stats(e, &es);
     if (st) {

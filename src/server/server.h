@@ -5,7 +5,7 @@
  *              API-key check, routing, JSON / error / server-sent-event responses, and detection
  *              of clients that went away.
  *   routes.c   the small routes: /health, /v1/models, /tokenize, /detokenize, /apply-template,
- *              /metrics, /stats.
+ *              /metrics, /stats, /admin/cache/flush.
  *   openai.c   /v1/chat/completions and /v1/completions: request validation into generation
  *              parameters, and the response and stream-chunk shapes.
  *   job.c      a generation job: what a request hands to the engine (kiln_engine, continuously
@@ -36,7 +36,8 @@ struct MHD_Daemon;
 typedef struct srv_config {
     const char *host;            /* default "127.0.0.1" */
     int port;                    /* 0: an ephemeral port (printed at start) */
-    const char *api_key;         /* NULL: no authentication; else needed on every route but /health */
+    const char *api_key;         /* NULL: no authentication; else needed on every route but /health
+                                    and the chat page's files */
     int max_tokens;              /* default max_tokens when a request gives none; -1 = to context end */
     size_t max_body;             /* request body cap in bytes (413 beyond) */
     int max_queue;               /* requests waiting for a row (429 beyond) */
@@ -46,6 +47,22 @@ typedef struct srv_config {
 
 /* ---- counters -------------------------------------------------------------------------------- */
 
+/* Error responses are counted by class: each status the server sends itself, then any other 4xx
+ * and any 5xx (the latter only for faults of the server, never for a client's bad input). */
+typedef enum srv_error_class {
+    SRV_ERR_400,
+    SRV_ERR_401,
+    SRV_ERR_403,
+    SRV_ERR_404,
+    SRV_ERR_405,
+    SRV_ERR_413,
+    SRV_ERR_415,
+    SRV_ERR_429,
+    SRV_ERR_4XX,                 /* any other 4xx */
+    SRV_ERR_5XX,                 /* any 5xx */
+    SRV_ERR_CLASSES
+} srv_error_class;
+
 typedef struct srv_stats {
     pthread_mutex_t mu;
     uint64_t requests;           /* every HTTP request */
@@ -54,14 +71,15 @@ typedef struct srv_stats {
     uint64_t gen_tokens;
     double prompt_ms;            /* summed prefill wall time */
     double gen_ms;               /* summed generation wall time */
-    uint64_t errors[6];          /* by status: 400, 401, 404, 413, 429, 5xx */
+    uint64_t errors[SRV_ERR_CLASSES];
 } srv_stats;
 
 void srv_stats_init(srv_stats *s);
 void srv_stats_destroy(srv_stats *s);
 void srv_stats_error(srv_stats *s, unsigned status);
 void srv_stats_request(srv_stats *s);
-/* Prometheus text exposition / JSON object of the counters; caller frees. */
+/* Prometheus text exposition / JSON object of the counters and the engine's figures; caller
+ * frees. */
 char *srv_stats_prometheus(srv_stats *s, const kiln_engine_stats *es);
 json_t *srv_stats_json(srv_stats *s, const kiln_engine_stats *es);
 

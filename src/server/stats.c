@@ -10,8 +10,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const unsigned error_codes[6] = {400, 401, 404, 413, 429, 500};   /* the last: any 5xx */
-static const char *const error_names[6] = {"400", "401", "404", "413", "429", "5xx"};
+/* The error classes of srv_error_class, in its order: the status each counts and its label in
+ * /metrics (code="...") and /stats ("errors": {...}). */
+static const struct {
+    unsigned status;             /* 0: the class of any other status of its hundred */
+    const char *name;
+} error_classes[SRV_ERR_CLASSES] = {
+    [SRV_ERR_400] = {400, "400"}, [SRV_ERR_401] = {401, "401"}, [SRV_ERR_403] = {403, "403"},
+    [SRV_ERR_404] = {404, "404"}, [SRV_ERR_405] = {405, "405"}, [SRV_ERR_413] = {413, "413"},
+    [SRV_ERR_415] = {415, "415"}, [SRV_ERR_429] = {429, "429"}, [SRV_ERR_4XX] = {0, "4xx"},
+    [SRV_ERR_5XX] = {0, "5xx"},
+};
 
 void srv_stats_init(srv_stats *s) {
     memset(s, 0, sizeof *s);
@@ -27,9 +36,9 @@ void srv_stats_request(srv_stats *s) {
 }
 
 void srv_stats_error(srv_stats *s, unsigned status) {
-    int k = status >= 500 ? 5 : 0;   /* other 4xx codes count with 400 */
-    for (int i = 0; i < 5; i++)
-        if (error_codes[i] == status) k = i;
+    srv_error_class k = status >= 500 ? SRV_ERR_5XX : SRV_ERR_4XX;
+    for (int i = 0; i < SRV_ERR_CLASSES; i++)
+        if (error_classes[i].status == status) k = (srv_error_class)i;
     pthread_mutex_lock(&s->mu);
     s->errors[k]++;
     pthread_mutex_unlock(&s->mu);
@@ -88,8 +97,8 @@ char *srv_stats_prometheus(srv_stats *s, const kiln_engine_stats *es) {
             (unsigned long long)es->kv_bytes_used, es->cache_entries, (unsigned long long)es->cache_bytes,
             (unsigned long long)es->cache_hits, (unsigned long long)es->cache_misses,
             (unsigned long long)es->cache_hit_tokens);
-    for (int i = 0; i < 6; i++)
-        fprintf(f, "kiln_errors_total{code=\"%s\"} %llu\n", error_names[i], (unsigned long long)c.errors[i]);
+    for (int i = 0; i < SRV_ERR_CLASSES; i++)
+        fprintf(f, "kiln_errors_total{code=\"%s\"} %llu\n", error_classes[i].name, (unsigned long long)c.errors[i]);
     if (es->ssd_enabled)
         fprintf(f,
                 "# HELP kiln_ssd_cache_entries SSD cache files of this model.\n# TYPE kiln_ssd_cache_entries gauge\n"
@@ -125,9 +134,8 @@ json_t *srv_stats_json(srv_stats *s, const kiln_engine_stats *es) {
     srv_stats c = *s;
     pthread_mutex_unlock(&s->mu);
     json_t *errs = json_object();
-    for (int i = 0; i < 6; i++) {
-        json_object_set_new(errs, error_names[i], json_integer((json_int_t)c.errors[i]));
-    }
+    for (int i = 0; i < SRV_ERR_CLASSES; i++)
+        json_object_set_new(errs, error_classes[i].name, json_integer((json_int_t)c.errors[i]));
     json_t *j = json_pack("{s:I, s:I, s:I, s:I, s:f, s:f, s:i, s:i, s:i, s:I, s:I, s:I, s:o}", "requests",
                      (json_int_t)c.requests, "completions", (json_int_t)c.completions, "prompt_tokens",
                      (json_int_t)c.prompt_tokens, "generated_tokens", (json_int_t)c.gen_tokens,

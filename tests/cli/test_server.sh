@@ -1,14 +1,24 @@
 # test_server.sh - `kiln serve` end to end with the official openai npm client: the cases live in
-# tests/client/server.test.mjs, which starts its own servers on ephemeral ports and prints one
-# PASS/FAIL/SKIP line per case. This script installs the client (npm ci, when node_modules is
-# missing or older than the lock file) and skips gracefully without node, npm, the registry or the
-# model. KILN may name another kiln binary (default $BUILD/kiln).
+# tests/client/server.test.mjs (and cache.test.mjs), which start their own servers
+# on ephemeral ports and print one PASS/FAIL/SKIP line per case. A few checks that need no node
+# come first (--print-config sources). This script installs the client (npm ci,
+# when node_modules is missing or older than the lock file) and skips gracefully without node, npm,
+# the registry or the model. KILN may name another kiln binary (default $BUILD/kiln).
 kiln_override=${KILN:-}
 . tests/cli/lib.sh
 [ -n "$kiln_override" ] && KILN=$kiln_override
 M="$DATA/models/stories260K/stories260K.gguf"
 C=tests/client
 if [ ! -f "$M" ]; then skip server_tests "no $M"; exit 0; fi
+
+# ---- checks without node: --print-config sources ----
+
+# A flag given with the default's value is still reported as the flag's.
+"$KILN" serve -m "$M" --print-config --max-queue 64 --prefill-chunk 64 --max-body-mb 8 >"$TMP/cfg" 2>"$TMP/cfg.err"
+if grep -q "^max-queue *64 *(flag --max-queue)" "$TMP/cfg" && grep -q "^prefill-chunk *64 *(flag --prefill-chunk)" "$TMP/cfg" &&
+   grep -q "^max-body *8 MiB *(flag --max-body-mb)" "$TMP/cfg" && grep -q "^max-tokens *-1 *(default" "$TMP/cfg"; then
+  pass serve_config_sources_by_flag; else fail serve_config_sources_by_flag "$(cat "$TMP/cfg" "$TMP/cfg.err" | head -c 1500)"; fi
+
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
   skip server_tests "node and npm are needed (Node 20 or later)"; exit 0
 fi
