@@ -61,13 +61,16 @@
 
 extern char **environ;
 
-/* The model id clients see: the file name without directories and a .gguf suffix. */
+/* The model id clients see: the file name without directories and a .gguf suffix, as valid
+ * UTF-8 (it goes into every response). */
 static char *model_id(const char *path) {
     const char *b = strrchr(path, '/');
     b = b ? b + 1 : path;
-    char *id = strdup(b);
-    size_t n = id ? strlen(id) : 0;
-    if (n > 5 && strcmp(id + n - 5, ".gguf") == 0) id[n - 5] = 0;
+    size_t n = strlen(b);
+    if (n > 5 && strcmp(b + n - 5, ".gguf") == 0) n -= 5;
+    const size_t cap = 4 * n + 1;
+    char *id = malloc(cap);
+    if (id) srv_text_sanitize(id, cap, b, n, false);
     return id;
 }
 

@@ -108,7 +108,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     } else {
         srv_route(&r);
     }
-    if (s->cfg.verbose) fprintf(stderr, "%s %s %u %.1f ms\n", method, url, r.status, now_ms() - c->t_start);
+    if (s->cfg.verbose) {   /* the URL as text that cannot disturb a terminal or log */
+        char u[512];
+        srv_text_sanitize(u, sizeof u, url, strlen(url), false);
+        fprintf(stderr, "%s %s %u %.1f ms\n", method, u, r.status, now_ms() - c->t_start);
+    }
     return MHD_YES;
 }
 
@@ -185,21 +189,29 @@ void srv_send_text(srv_req *r, unsigned status, const char *content_type, const 
 void srv_send_json(srv_req *r, unsigned status, json_t *body) {
     char *s = body ? json_dumps(body, JSON_COMPACT) : NULL;
     json_decref(body);
-    if (!s) {
-        static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}";
-        srv_send_text(r, 500, "application/json", oom, sizeof oom - 1);
+    if (!s) {   /* an allocation failed, or a value was not valid UTF-8: a fault of the server */
+        static const char fault[] = "{\"error\":{\"message\":\"internal error: the response could not be encoded\","
+                                    "\"type\":\"server_error\",\"param\":null,\"code\":null}}";
+        srv_send_text(r, 500, "application/json", fault, sizeof fault - 1);
         return;
     }
     queue(r, status, MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE), "application/json");
 }
 
+/* Longest error message, in bytes of UTF-8; longer ones are cut and end with "...". */
+#define ERROR_MESSAGE_MAX 1024
+
 void srv_send_error(srv_req *r, unsigned status, const char *type, const char *param, const char *code,
                     const char *fmt, ...) {
-    char msg[1024];
+    /* Formatted in a buffer larger than the message may be, so that a cut by vsnprintf (perhaps
+     * inside a character) is never reached by the sanitized, shorter message. */
+    char raw[4 * ERROR_MESSAGE_MAX], msg[ERROR_MESSAGE_MAX];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    int n = vsnprintf(raw, sizeof raw, fmt, ap);
     va_end(ap);
+    if (n < 0) n = 0;
+    srv_text_sanitize(msg, sizeof msg, raw, (size_t)n < sizeof raw ? (size_t)n : sizeof raw - 1, true);
     json_t *err = json_pack("{s:s, s:s, s:s?, s:s?}", "message", msg, "type", type, "param", param, "code", code);
     srv_send_json(r, status, err ? json_pack("{s:o}", "error", err) : NULL);
 }

@@ -4,6 +4,7 @@
  *   http.c     libmicrohttpd glue: one thread per connection, body collection under a size cap,
  *              API-key check, routing, JSON / error / server-sent-event responses, and detection
  *              of clients that went away.
+ *   text.c     the one sanitizer of text put into responses: valid UTF-8, cut at a character.
  *   routes.c   the small routes: /health, /v1/models, /tokenize, /detokenize, /apply-template,
  *              /metrics, /stats, /admin/cache/flush.
  *   openai.c   /v1/chat/completions and /v1/completions: request validation into generation
@@ -167,7 +168,9 @@ void srv_http_stop(srv *s);
 /* Responses (each queues exactly one response on the request). */
 void srv_send_json(srv_req *r, unsigned status, json_t *body);   /* steals body */
 void srv_send_text(srv_req *r, unsigned status, const char *content_type, const char *text, size_t len);
-/* OpenAI's error shape {"error": {"message", "type", "param", "code"}}; param/code may be NULL. */
+/* OpenAI's error shape {"error": {"message", "type", "param", "code"}}; param/code may be NULL.
+ * The message may quote anything a client sent: it is made valid UTF-8 and cut at a character
+ * (srv_text_sanitize), so a bad request always gets its 4xx. */
 void srv_send_error(srv_req *r, unsigned status, const char *type, const char *param, const char *code,
                     const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 /* A server-sent-event stream fed from job->out until the job is done. Takes a job reference. */
@@ -196,6 +199,12 @@ extern const srv_web_asset srv_web_assets[];
  * page asks for it); 405 for other methods on those paths. False (nothing sent) for any other
  * path. */
 bool srv_web_serve(srv_req *r);
+
+/* Writes in[0..n) to out (capacity cap > 0, NUL-terminated) as text that is valid UTF-8: every
+ * well-formed character is kept, every other byte and every control character but tab (and
+ * newline when keep_newlines) becomes the four characters \xHH. Text that does not fit is cut
+ * between two characters and ends with "...". Returns the length written. (text.c) */
+size_t srv_text_sanitize(char *out, size_t cap, const char *in, size_t n, bool keep_newlines);
 
 /* Shared helpers. */
 json_t *srv_parse_body(srv_req *r);       /* a JSON object or NULL after sending 400 */

@@ -1,5 +1,5 @@
 # test_server.sh - `kiln serve` end to end with the official openai npm client: the cases live in
-# tests/client/server.test.mjs (and cache.test.mjs), which start their own servers
+# tests/client/server.test.mjs (and hostile.test.mjs, cache.test.mjs), which start their own servers
 # on ephemeral ports and print one PASS/FAIL/SKIP line per case. A few checks that need no node
 # come first (--print-config sources). This script installs the client (npm ci,
 # when node_modules is missing or older than the lock file) and skips gracefully without node, npm,
@@ -18,6 +18,20 @@ if [ ! -f "$M" ]; then skip server_tests "no $M"; exit 0; fi
 if grep -q "^max-queue *64 *(flag --max-queue)" "$TMP/cfg" && grep -q "^prefill-chunk *64 *(flag --prefill-chunk)" "$TMP/cfg" &&
    grep -q "^max-body *8 MiB *(flag --max-body-mb)" "$TMP/cfg" && grep -q "^max-tokens *-1 *(default" "$TMP/cfg"; then
   pass serve_config_sources_by_flag; else fail serve_config_sources_by_flag "$(cat "$TMP/cfg" "$TMP/cfg.err" | head -c 1500)"; fi
+
+# A model file whose name is not UTF-8: its id is shown with the bad byte escaped, and served.
+cp "$M" "$TMP/m$(printf '\377').gguf"
+"$KILN" serve -m "$TMP/m$(printf '\377').gguf" --port 0 --no-open >/dev/null 2>"$TMP/id.err" &
+pid=$!
+i=0
+while [ $i -lt 100 ] && kill -0 $pid 2>/dev/null && ! grep -q "listening on" "$TMP/id.err"; do sleep 0.1; i=$((i + 1)); done
+port=$(sed -n 's/.*listening on http:\/\/[^ ]*:\([0-9][0-9]*\) .*/\1/p' "$TMP/id.err")
+models=$(curl -s -w ' %{http_code}' "http://127.0.0.1:$port/v1/models" 2>&1)
+kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null
+case "$models" in
+  *'"id":"m\\xff"'*' 200') pass serve_model_id_not_utf8 ;;
+  *) fail serve_model_id_not_utf8 "$models $(head -c 300 "$TMP/id.err")" ;;
+esac
 
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
   skip server_tests "node and npm are needed (Node 20 or later)"; exit 0
@@ -38,5 +52,7 @@ if [ ! -f "$C/node_modules/openai/package.json" ] || [ ! -f "$C/node_modules/.pa
 fi
 
 KILN="$KILN" KILN_MODEL="$M" limit 170 node "$C/server.test.mjs"
+# Hostile and broken clients: error messages quoting bad bytes.
+KILN="$KILN" KILN_MODEL="$M" limit 110 node "$C/hostile.test.mjs"
 # The SSD tier of the prefix cache: restarts, damaged files, kill -9, the flush route.
 KILN="$KILN" KILN_MODEL="$M" limit 90 node "$C/cache.test.mjs"

@@ -1,11 +1,14 @@
-// lib.mjs - helpers for the `kiln serve` tests in server.test.mjs: a tiny harness that prints one
-// "PASS name" / "FAIL name: why" / "SKIP name: why" line per case (the format tests/run.sh counts),
-// starting and stopping servers, raw HTTP and server-sent-event helpers, and error-shape checks.
+// lib.mjs - helpers for the `kiln serve` tests (server.test.mjs, hostile.test.mjs, cache.test.mjs,
+// web.test.mjs): a tiny harness that prints one "PASS name" / "FAIL name: why" / "SKIP name: why"
+// line per case (the format tests/run.sh counts), starting and stopping servers, HTTP helpers (fetch,
+// and raw sockets from a chosen loopback address for what fetch cannot send), server-sent-event
+// helpers, and error-shape checks.
 //
 // Environment: KILN (the kiln binary) and KILN_MODEL (stories260K.gguf), both set by
 // tests/cli/test_server.sh.
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
+import net from 'node:net';
 import OpenAI from 'openai';
 
 export const KILN = process.env.KILN || 'build/kiln';
@@ -144,6 +147,66 @@ async function finish(res) {
   let json;
   try { json = JSON.parse(text); } catch { json = undefined; }
   return { status: res.status, headers: res.headers, text, json };
+}
+
+// A raw TCP connection to srv from the loopback address `from` (127.0.0.0/8 all reach the server,
+// and the server tells them apart), sending `data` once connected. Resolves once connected with
+// {sock, received() (the bytes so far, as latin1 text), closed (a promise of the ms from connect
+// to close), closedMs (null while open), error}. Server-side closes, resets and write errors all
+// end as a close; nothing rejects after connect.
+export function rawConnect(srv, { from = '127.0.0.1', data } = {}) {
+  return new Promise((resolve, reject) => {
+    const sock = net.connect({ host: '127.0.0.1', port: srv.port, localAddress: from });
+    const chunks = [];
+    let t0 = 0;
+    const c = { sock, closedMs: null, error: null, received: () => Buffer.concat(chunks).toString('latin1') };
+    c.closed = new Promise((res) => sock.on('close', () => { c.closedMs = Date.now() - t0; res(c.closedMs); }));
+    sock.on('data', (d) => chunks.push(d));
+    sock.on('error', (e) => { c.error = e; if (!t0) reject(e); });
+    sock.on('connect', () => {
+      t0 = Date.now();
+      if (data) sock.write(data);
+      resolve(c);
+    });
+  });
+}
+
+// Sends raw request bytes (the whole request, ideally with "Connection: close") and resolves
+// {status, headers (lower-case names), body, json, ms (to the end of the response), closedMs}
+// once the server closed the connection or sent a whole response with a Content-Length. Rejects
+// when nothing complete came back within limitMs.
+export async function rawRequest(srv, bytes, { from = '127.0.0.1', limitMs = 5000 } = {}) {
+  const c = await rawConnect(srv, { from, data: bytes });
+  const t0 = Date.now();
+  const whole = () => {
+    const t = c.received();
+    const end = t.indexOf('\r\n\r\n');
+    if (end < 0) return false;
+    const m = /\r\ncontent-length: *(\d+)/i.exec(t.slice(0, end + 2));
+    return m && t.length >= end + 4 + Number(m[1]);
+  };
+  while (c.closedMs === null && !whole()) {
+    if (Date.now() - t0 > limitMs) {
+      c.sock.destroy();
+      throw new Error(`no complete response within ${limitMs} ms (got ${JSON.stringify(c.received().slice(0, 200))})`);
+    }
+    await sleep(5);
+  }
+  const ms = Date.now() - t0;
+  c.sock.destroy();
+  const t = c.received();
+  const end = t.indexOf('\r\n\r\n');
+  const head = (end < 0 ? t : t.slice(0, end)).split('\r\n');
+  const status = Number(/^HTTP\/1\.[01] (\d{3})/.exec(head[0])?.[1] ?? 0);
+  const headers = {};
+  for (const h of head.slice(1)) {
+    const k = h.indexOf(':');
+    if (k > 0) headers[h.slice(0, k).trim().toLowerCase()] = h.slice(k + 1).trim();
+  }
+  const body = end < 0 ? '' : Buffer.from(t.slice(end + 4), 'latin1').toString('utf8');
+  let json;
+  try { json = JSON.parse(body); } catch { json = undefined; }
+  return { status, headers, body, json, ms, closedMs: c.closedMs };
 }
 
 // The data payloads of a server-sent-event body, in order ("[DONE]" kept as a string).
