@@ -19,7 +19,9 @@
  * browser (xdg-open, detached, output discarded) unless --no-open.
  *
  * Generation runs on one kiln_engine: up to --batch requests advance together (continuous
- * batching); more wait in a queue of --max-queue, beyond which requests get 429.
+ * batching); more wait in a queue of --max-queue, beyond which requests get 429. Connections are
+ * bounded by --timeout, --max-connections and --max-connections-per-ip (see server/http.c); the
+ * open-file limit is raised to fit them.
  *
  * Shutdown: the first signal stops accepting connections, cancels queued generations, lets the
  * running ones finish for up to SHUTDOWN_GRACE_MS (a second signal cancels them at once), closes the
@@ -39,6 +41,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -58,6 +61,10 @@
 /* The HTTP server's defaults. */
 #define DEFAULT_HOST "127.0.0.1"
 #define DEFAULT_MAX_BODY_MB 8
+#define DEFAULT_TIMEOUT_S 5      /* above the 4-5 s clients keep idle connections, below a hang */
+#define DEFAULT_MAX_CONNS 1024
+#define DEFAULT_MAX_CONNS_PER_IP 256   /* a batch client's parallel connections, the page and more */
+#define FD_RESERVE 64            /* file descriptors kept for other than connections */
 
 extern char **environ;
 
@@ -110,14 +117,15 @@ static bool is_loopback(const char *host) {
 /* The value flags of `kiln serve` beyond the common ones, one entry each in opt_defs. */
 typedef enum opt_id {
     OPT_HOST, OPT_PORT, OPT_API_KEY, OPT_MAX_TOKENS, OPT_BATCH, OPT_MAX_QUEUE, OPT_PREFILL_CHUNK, OPT_KV_BUDGET,
-    OPT_PROMPT_CACHE, OPT_SSD_MAX, OPT_SSD_IDLE, OPT_MAX_BODY, OPT_COUNT
+    OPT_PROMPT_CACHE, OPT_SSD_MAX, OPT_SSD_IDLE, OPT_MAX_BODY, OPT_TIMEOUT, OPT_MAX_CONNS, OPT_MAX_CONNS_PER_IP,
+    OPT_COUNT
 } opt_id;
 
 /* Their values, starting at the defaults (opts_init), and which of them the command line gave:
  * --print-config names a value's source from given[], never by comparing it with a default. */
 typedef struct serve_opts {
     const char *host, *api_key;
-    int port, max_tokens, batch, max_queue, prefill_chunk, ssd_idle, max_body_mb;
+    int port, max_tokens, batch, max_queue, prefill_chunk, ssd_idle, max_body_mb, timeout, max_conns, max_conns_per_ip;
     float kv_budget_gb, prompt_cache_gb, ssd_max_gb;
     bool given[OPT_COUNT];
     /* flags without a value (or with an optional one) */
@@ -143,6 +151,9 @@ static const struct opt_def {
     [OPT_SSD_MAX] = {"--ssd-cache-max", 'f', offsetof(serve_opts, ssd_max_gb), 0.001, 1 << 20},
     [OPT_SSD_IDLE] = {"--ssd-demote-idle", 'i', offsetof(serve_opts, ssd_idle), 0, 100000000},
     [OPT_MAX_BODY] = {"--max-body-mb", 'i', offsetof(serve_opts, max_body_mb), 1, 4096},
+    [OPT_TIMEOUT] = {"--timeout", 'i', offsetof(serve_opts, timeout), 0, 86400},
+    [OPT_MAX_CONNS] = {"--max-connections", 'i', offsetof(serve_opts, max_conns), 1, 1 << 20},
+    [OPT_MAX_CONNS_PER_IP] = {"--max-connections-per-ip", 'i', offsetof(serve_opts, max_conns_per_ip), 1, 1 << 20},
 };
 
 static void opts_init(serve_opts *o) {
@@ -159,6 +170,9 @@ static void opts_init(serve_opts *o) {
     o->ssd_max_gb = (float)((double)ep.ssd_max_bytes / 1e9);
     o->ssd_idle = ep.ssd_demote_idle_s;
     o->max_body_mb = DEFAULT_MAX_BODY_MB;
+    o->timeout = DEFAULT_TIMEOUT_S;
+    o->max_conns = DEFAULT_MAX_CONNS;
+    o->max_conns_per_ip = DEFAULT_MAX_CONNS_PER_IP;
 }
 
 /* Consumes argv flag a with value v when it is one of opt_defs: 1 when it was (v used), 0 when
@@ -354,6 +368,9 @@ static void print_config(const cli_common *c, const plan *p, const serve_opts *o
     printf("%-15s %s   (%s)\n", "host", o->host, opt_src(o, OPT_HOST, "default: loopback only"));
     printf("%-15s %d   (%s)\n", "port", p->port, p->port_src);
     printf("%-15s %s   (%s)\n", "api-key", o->api_key ? "set" : "none", opt_src(o, OPT_API_KEY, "default"));
+    printf("%-15s %d s   (%s)\n", "timeout", o->timeout, opt_src(o, OPT_TIMEOUT, "default"));
+    printf("%-15s %d   (%s)\n", "max-conns", o->max_conns, opt_src(o, OPT_MAX_CONNS, "default"));
+    printf("%-15s %d   (%s)\n", "max-conns-ip", o->max_conns_per_ip, opt_src(o, OPT_MAX_CONNS_PER_IP, "default"));
     printf("%-15s %s   (%s)\n", "open browser", p->open_browser ? "yes" : "no", p->open_src);
     printf("%-15s %g   (%s)\n", "temp", (double)sp->temperature, sp_src(c, CLI_SP_TEMP, msp->temperature != def.temperature));
     printf("%-15s %d   (%s)\n", "top-k", sp->top_k, sp_src(c, CLI_SP_TOP_K, msp->top_k != def.top_k));
@@ -385,6 +402,25 @@ static bool plan_port(plan *p, const serve_opts *o) {
         snprintf(p->port_src, sizeof p->port_src, "default; the next %d are tried when taken", PORT_TRIES);
     }
     return true;
+}
+
+/* Raises the open-file limit so that every allowed connection can have its socket (each is a
+ * thread and a descriptor); when the hard limit is too low for that, lowers the connection limit
+ * to what fits, with a note. */
+static void fit_fd_limit(serve_opts *o) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return;
+    const rlim_t need = (rlim_t)o->max_conns + FD_RESERVE;
+    if (rl.rlim_cur < need) {
+        rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= need ? need : rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0 && getrlimit(RLIMIT_NOFILE, &rl) != 0) return;
+    }
+    if (rl.rlim_cur < need) {
+        const int fit = rl.rlim_cur > 2 * FD_RESERVE ? (int)(rl.rlim_cur - FD_RESERVE) : FD_RESERVE;
+        fprintf(stderr, "kiln serve: the open-file limit (%llu) allows %d connections, not %d\n",
+                (unsigned long long)rl.rlim_cur, fit, o->max_conns);
+        o->max_conns = fit;
+    }
 }
 
 /* ---- port and browser ------------------------------------------------------------------------ */
@@ -596,6 +632,7 @@ int cli_serve(int argc, char **argv) {
         rc = CLI_EXIT_FAIL;
         goto out;
     }
+    fit_fd_limit(&o);
     if (c.verbose || !c.model) fprintf(stderr, "kiln serve: model %s (%s)\n", p.model, p.model_src);
 
     /* Signals are taken by sigwait; every thread started from here inherits the mask. A signal
@@ -631,7 +668,9 @@ int cli_serve(int argc, char **argv) {
 
     s.cfg = (srv_config){
         .host = o.host, .port = p.port, .api_key = o.api_key, .max_tokens = o.max_tokens,
-        .max_body = (size_t)o.max_body_mb << 20, .max_queue = o.max_queue, .sampling = cli_sampler_params(&c, m), .verbose = c.verbose,
+        .max_body = (size_t)o.max_body_mb << 20, .max_queue = o.max_queue, .timeout_s = (unsigned)o.timeout,
+        .max_conns = (unsigned)o.max_conns, .max_conns_per_ip = (unsigned)o.max_conns_per_ip,
+        .sampling = cli_sampler_params(&c, m), .verbose = c.verbose,
     };
     id = model_id(p.model);
     s.model = m;

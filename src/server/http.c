@@ -3,14 +3,27 @@
  *
  * Threading: one thread per connection, so a handler may block (waiting for its generation, or
  * feeding a stream) while /health, /v1/models and /metrics answer at once on other connections.
- * A request body is collected into a buffer grown up to cfg.max_body; beyond that the rest is
- * drained and the request gets 413. While a handler waits on a job it polls the connection's
- * socket for a hang-up, so a client that goes away cancels its generation within ~50 ms.
+ *
+ * Hostile or broken clients must not take the server down, so every connection is bounded:
+ *   - cfg.timeout_s: a connection waiting that long on its client (for the bytes of a request, for
+ *     the next request, or for the client to take response bytes) is closed. Time the server itself
+ *     spends (a generation the handler waits for, a stream waiting for its next token) does not
+ *     count: the clock is stopped while a handler runs and restarted when a stream hands over bytes.
+ *   - cfg.max_conns_per_ip connections per client address and cfg.max_conns in all; a connection
+ *     beyond either is closed as soon as it is accepted.
+ *   - A request body is collected into a buffer grown up to cfg.max_body. A declared length over it
+ *     gets 413 at once, without reading the body; the connection then closes (after a lingering
+ *     read, so that the client gets to read the answer); a chunked body that grows past the limit
+ *     is read and dropped up to as much again, then gets 413, and one longer still is cut off by
+ *     closing the connection.
+ * While a handler waits on a job it polls the connection's socket for a hang-up, so a client that
+ * goes away cancels its generation within ~50 ms.
  */
 #include "server.h"
 
 #include <microhttpd.h>
 
+#include <errno.h>
 #include <netdb.h>
 #include <poll.h>
 #include <stdarg.h>
@@ -21,11 +34,21 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Per-connection request state, kept by libmicrohttpd between access-handler calls. */
+/* Connections libmicrohttpd may hold beyond cfg.max_conns: kiln refuses those itself (at once),
+ * so libmicrohttpd's own limit, which leaves new connections waiting in the backlog instead, is
+ * never reached. */
+#define MHD_LIMIT_SLACK 16u
+#define LISTEN_BACKLOG 256u      /* connections the kernel holds for accept() */
+#define LINGER_MAX_BYTES (64u << 20)   /* a lingering close reads and drops at most this much */
+#define LINGER_MAX_MS 10000      /* ... for at most this long */
+
+/* Per-request state, kept by libmicrohttpd between access-handler calls. */
 typedef struct conn_ctx {
     char *body;
     size_t len, cap;
     bool too_large;
+    bool answered_early;         /* answered before its body was read: linger before closing */
+    size_t dropped;              /* bytes read and dropped after the body passed the limit */
     double t_start;
 } conn_ctx;
 
@@ -36,15 +59,20 @@ static double now_ms(void) {
 }
 
 /* Appends an upload chunk, growing the buffer up to the cap; marks the request too large (and
- * drops the body) when the cap would be passed. */
-static void collect(conn_ctx *c, const char *data, size_t n, size_t max) {
-    if (c->too_large) return;
+ * drops the body) when the cap would be passed. False when the body has grown past twice the cap:
+ * the connection is then closed instead of read on. */
+static bool collect(conn_ctx *c, const char *data, size_t n, size_t max) {
+    if (c->too_large) {
+        c->dropped += n;
+        return c->dropped <= max;
+    }
     if (n > max - c->len) {
         c->too_large = true;
+        c->dropped = c->len + n - max;
         free(c->body);
         c->body = NULL;
         c->len = c->cap = 0;
-        return;
+        return c->dropped <= max;
     }
     if (c->len + n + 1 > c->cap) {
         size_t cap = c->cap ? c->cap : 4096;
@@ -55,7 +83,7 @@ static void collect(conn_ctx *c, const char *data, size_t n, size_t max) {
             free(c->body);
             c->body = NULL;
             c->len = c->cap = 0;
-            return;
+            return true;
         }
         c->body = b;
         c->cap = cap;
@@ -63,6 +91,7 @@ static void collect(conn_ctx *c, const char *data, size_t n, size_t max) {
     memcpy(c->body + c->len, data, n);
     c->len += n;
     c->body[c->len] = 0;
+    return true;
 }
 
 /* Constant-time comparison of the Authorization header against "Bearer KEY". */
@@ -76,52 +105,128 @@ static bool authorized(struct MHD_Connection *conn, const char *key) {
     return diff == 0;
 }
 
+/* The request's declared body length is over the cap (a chunked body declares none). */
+static bool declared_too_large(struct MHD_Connection *conn, size_t max) {
+    const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (!h) return false;
+    errno = 0;
+    char *end;
+    const unsigned long long n = strtoull(h, &end, 10);
+    return errno == ERANGE || n > max;   /* libmicrohttpd has checked the syntax */
+}
+
+static void send_too_large(srv_req *r) {
+    srv_send_error(r, 413, "invalid_request_error", NULL, "request_too_large",
+                   "the request body is larger than the limit of %zu bytes", r->server->cfg.max_body);
+}
+
+/* One line per request on stderr (-v); the URL as text that cannot disturb a terminal or log. */
+static void log_request(srv_req *r, double t_start) {
+    if (!r->server->cfg.verbose) return;
+    char url[512];
+    srv_text_sanitize(url, sizeof url, r->url, strlen(r->url), false);
+    fprintf(stderr, "%s %s %u %.1f ms\n", r->method, url, r->status, now_ms() - t_start);
+}
+
+/* Serves a request whose body has been read: a preflight, the size limit, the chat page, the API
+ * key, then the route. */
+static void serve(srv_req *r, const conn_ctx *c) {
+    srv *s = r->server;
+    if (strcmp(r->method, "OPTIONS") == 0) {
+        srv_send_text(r, 204, "text/plain", "", 0);    /* CORS preflight; headers added by send */
+    } else if (c->too_large) {
+        send_too_large(r);
+    } else if (srv_web_serve(r)) {
+        /* the chat page and its files: public, the page itself asks for the API key */
+    } else if (s->cfg.api_key && strcmp(r->url, "/health") != 0 && strcmp(r->url, "/v1/health") != 0 &&
+               !authorized(r->conn, s->cfg.api_key)) {
+        srv_send_error(r, 401, "invalid_request_error", NULL, "invalid_api_key",
+                       "missing or incorrect API key: send the header 'Authorization: Bearer KEY'");
+    } else {
+        srv_route(r);
+    }
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
                                   const char *version, const char *upload, size_t *upload_size, void **con_cls) {
     srv *s = cls;
     conn_ctx *c = *con_cls;
-    if (!c) {
+    srv_req r = {.server = s, .conn = conn, .method = method, .url = url, .body = "", .body_len = 0};
+    if (!c) {   /* the headers are in, the body (if any) is not */
         if (!(c = calloc(1, sizeof *c))) return MHD_NO;
         c->t_start = now_ms();
         *con_cls = c;
+        srv_stats_request(&s->stats);
+        if (declared_too_large(conn, s->cfg.max_body)) {   /* not worth reading: answer and close */
+            send_too_large(&r);
+            c->answered_early = true;
+            log_request(&r, c->t_start);
+        }
         return MHD_YES;
     }
     if (*upload_size) {
-        collect(c, upload, *upload_size, s->cfg.max_body);
+        const bool go_on = collect(c, upload, *upload_size, s->cfg.max_body);
         *upload_size = 0;
-        return MHD_YES;
+        return go_on ? MHD_YES : MHD_NO;
     }
-    srv_req r = {.server = s, .conn = conn, .method = method, .url = url, .body = c->body ? c->body : "",
-                 .body_len = c->len};
-    srv_stats_request(&s->stats);
-    if (strcmp(method, "OPTIONS") == 0) {
-        srv_send_text(&r, 204, "text/plain", "", 0);    /* CORS preflight; headers added by send */
-    } else if (c->too_large) {
-        srv_send_error(&r, 413, "invalid_request_error", NULL, "request_too_large",
-                       "the request body is larger than the limit of %zu bytes", s->cfg.max_body);
-    } else if (srv_web_serve(&r)) {
-        /* the chat page and its files: public, the page itself asks for the API key */
-    } else if (s->cfg.api_key && strcmp(url, "/health") != 0 && strcmp(url, "/v1/health") != 0 &&
-               !authorized(conn, s->cfg.api_key)) {
-        srv_send_error(&r, 401, "invalid_request_error", NULL, "invalid_api_key",
-                       "missing or incorrect API key: send the header 'Authorization: Bearer KEY'");
-    } else {
-        srv_route(&r);
-    }
-    if (s->cfg.verbose) {   /* the URL as text that cannot disturb a terminal or log */
-        char u[512];
-        srv_text_sanitize(u, sizeof u, url, strlen(url), false);
-        fprintf(stderr, "%s %s %u %.1f ms\n", method, u, r.status, now_ms() - c->t_start);
-    }
+    r.body = c->body ? c->body : "";
+    r.body_len = c->len;
+    /* What the handler waits for (a generation) is the server's time, not the client's. */
+    MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
+    serve(&r, c);
+    MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, s->cfg.timeout_s);   /* restarts the clock */
+    log_request(&r, c->t_start);
     return MHD_YES;
 }
 
+/* A lingering close, after a response sent before the request's body was read: the client may
+ * still be sending that body, and closing the socket with unread bytes makes the kernel answer
+ * with a reset, which can destroy the response before the client has read it. So the end of the
+ * response is signalled (shutdown) and what the client still sends is read and dropped until it
+ * stops, for at most LINGER_MAX_BYTES and LINGER_MAX_MS (and the read timeout between reads). Runs
+ * on the connection's thread, which ends right after. */
+static void linger(struct MHD_Connection *conn, unsigned timeout_s) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci) return;
+    const int fd = ci->connect_fd;
+    const double end = now_ms() + LINGER_MAX_MS;
+    const int idle_ms = timeout_s && timeout_s * 1000u < LINGER_MAX_MS ? (int)(timeout_s * 1000u) : LINGER_MAX_MS;
+    size_t total = 0;
+    char buf[16384];
+    shutdown(fd, SHUT_WR);
+    while (total <= LINGER_MAX_BYTES && now_ms() < end) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, idle_ms) <= 0) return;
+        const ssize_t n = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) return;
+        if (n > 0) total += (size_t)n;
+    }
+}
+
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls, enum MHD_RequestTerminationCode t) {
+    const srv *s = cls;
     conn_ctx *c = *con_cls;
     if (!c) return;
+    if (c->answered_early && t == MHD_REQUEST_TERMINATED_COMPLETED_OK) linger(conn, s->cfg.timeout_s);
     free(c->body);
     free(c);
     *con_cls = NULL;
+}
+
+/* Counts open connections (libmicrohttpd calls this on its listening thread, where on_accept
+ * runs too). */
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code) {
+    srv *s = cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) atomic_fetch_add(&s->conns, 1);
+    else atomic_fetch_sub(&s->conns, 1);
+}
+
+/* A new connection beyond cfg.max_conns is closed at once (a client gets a reset at once instead
+ * of waiting in the backlog for a slot that hostile connections may hold). */
+static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen) {
+    srv *s = cls;
+    return atomic_load(&s->conns) < s->cfg.max_conns ? MHD_YES : MHD_NO;
 }
 
 bool srv_http_start(srv *s) {
@@ -134,14 +239,18 @@ bool srv_http_start(srv *s) {
         fprintf(stderr, "kiln serve: cannot resolve host '%s': %s\n", s->cfg.host, gai_strerror(rc));
         return false;
     }
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC;
+    atomic_init(&s->conns, 0);
+    /* poll, not select: connection sockets may be numbered past FD_SETSIZE */
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC | MHD_USE_POLL;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
-    s->daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s,
+    s->daemon = MHD_start_daemon(flags, 0, on_accept, s, on_request, s,
                                  MHD_OPTION_SOCK_ADDR, ai->ai_addr,
                                  MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600,
-                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)1024,
-                                 MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)256,
+                                 MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+                                 MHD_OPTION_CONNECTION_TIMEOUT, s->cfg.timeout_s,
+                                 MHD_OPTION_CONNECTION_LIMIT, s->cfg.max_conns + MHD_LIMIT_SLACK,
+                                 MHD_OPTION_PER_IP_CONNECTION_LIMIT, s->cfg.max_conns_per_ip,
+                                 MHD_OPTION_LISTEN_BACKLOG_SIZE, LISTEN_BACKLOG,
                                  MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!s->daemon) {
@@ -167,12 +276,12 @@ void srv_http_stop(srv *s) {
 
 /* ---- responses --------------------------------------------------------------------------------- */
 
-static void queue(srv_req *r, unsigned status, struct MHD_Response *resp, const char *content_type) {
+void srv_send_response(srv_req *r, unsigned status, struct MHD_Response *resp) {
     if (!resp) {
         r->status = 500;
+        srv_stats_error(&r->server->stats, 500);
         return;
     }
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
     MHD_add_response_header(resp, MHD_HTTP_HEADER_ACCESS_CONTROL_ALLOW_ORIGIN, "*");
     MHD_add_response_header(resp, "Access-Control-Allow-Headers", "Authorization, Content-Type");
     MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
@@ -182,8 +291,13 @@ static void queue(srv_req *r, unsigned status, struct MHD_Response *resp, const 
     if (status >= 400) srv_stats_error(&r->server->stats, status);
 }
 
+static void send_typed(srv_req *r, unsigned status, struct MHD_Response *resp, const char *content_type) {
+    if (resp) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+    srv_send_response(r, status, resp);
+}
+
 void srv_send_text(srv_req *r, unsigned status, const char *content_type, const char *text, size_t len) {
-    queue(r, status, MHD_create_response_from_buffer(len, (void *)text, MHD_RESPMEM_MUST_COPY), content_type);
+    send_typed(r, status, MHD_create_response_from_buffer(len, (void *)text, MHD_RESPMEM_MUST_COPY), content_type);
 }
 
 void srv_send_json(srv_req *r, unsigned status, json_t *body) {
@@ -195,7 +309,7 @@ void srv_send_json(srv_req *r, unsigned status, json_t *body) {
         srv_send_text(r, 500, "application/json", fault, sizeof fault - 1);
         return;
     }
-    queue(r, status, MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE), "application/json");
+    send_typed(r, status, MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE), "application/json");
 }
 
 /* Longest error message, in bytes of UTF-8; longer ones are cut and end with "...". */
@@ -253,8 +367,17 @@ bool srv_wait_job(srv_req *r, srv_job *job) {
 typedef struct stream_ctx {
     srv_job *job;
     struct MHD_Connection *conn;
+    unsigned timeout_s;          /* the connection's read/write timeout */
     double last_ms;              /* when bytes were last handed to the connection */
 } stream_ctx;
+
+/* Restarts the connection's inactivity clock: the time a stream spent waiting for its next token
+ * was the server's, not the client's (libmicrohttpd restarts the clock when a timeout is set on a
+ * connection that has none). */
+static void restart_clock(struct MHD_Connection *conn, unsigned timeout_s) {
+    MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
+    MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, timeout_s);
+}
 
 /* A stream silent this long (a long prompt being prefilled) gets an SSE comment line, which
  * clients ignore, so proxies and clients with idle timeouts keep the connection. */
@@ -263,6 +386,9 @@ typedef struct stream_ctx {
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     stream_ctx *sc = cls;
     srv_job *j = sc->job;
+    static const char ka[] = ": keep-alive\n\n";
+    bool waited = false;
+    ssize_t ret;
     pthread_mutex_lock(&j->mu);
     for (;;) {
         if (j->n_out) {
@@ -270,29 +396,31 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
             memcpy(buf, j->out, n);
             memmove(j->out, j->out + n, j->n_out - n);
             j->n_out -= n;
-            pthread_mutex_unlock(&j->mu);
-            sc->last_ms = now_ms();
-            return (ssize_t)n;
+            ret = (ssize_t)n;
+            break;
         }
         if (j->done) {
-            pthread_mutex_unlock(&j->mu);
-            return MHD_CONTENT_READER_END_OF_STREAM;
+            ret = MHD_CONTENT_READER_END_OF_STREAM;
+            break;
         }
         timed_wait(j, 50);
+        waited = true;
         if (!j->n_out && !j->done && client_gone(sc->conn)) {
             pthread_mutex_unlock(&j->mu);
             srv_job_cancel(j);
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
         /* Nothing pending means the last event went out whole: a comment may go in between. */
-        static const char ka[] = ": keep-alive\n\n";
         if (!j->n_out && !j->done && now_ms() - sc->last_ms >= KEEPALIVE_MS && max >= sizeof ka - 1) {
-            pthread_mutex_unlock(&j->mu);
             memcpy(buf, ka, sizeof ka - 1);
-            sc->last_ms = now_ms();
-            return (ssize_t)(sizeof ka - 1);
+            ret = (ssize_t)(sizeof ka - 1);
+            break;
         }
     }
+    pthread_mutex_unlock(&j->mu);
+    if (ret > 0) sc->last_ms = now_ms();
+    if (waited) restart_clock(sc->conn, sc->timeout_s);
+    return ret;
 }
 
 static void stream_free(void *cls) {
@@ -312,6 +440,7 @@ void srv_send_stream(srv_req *r, srv_job *job) {
     srv_job_ref(job);
     sc->job = job;
     sc->conn = r->conn;
+    sc->timeout_s = r->server->cfg.timeout_s;
     sc->last_ms = now_ms();
     struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, sc, stream_free);
     if (!resp) {
@@ -321,7 +450,7 @@ void srv_send_stream(srv_req *r, srv_job *job) {
     }
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
     MHD_add_response_header(resp, "X-Accel-Buffering", "no");
-    queue(r, 200, resp, "text/event-stream");
+    send_typed(r, 200, resp, "text/event-stream");
 }
 
 bool srv_get_bool(srv_req *r, json_t *o, const char *key, bool *out) {

@@ -126,7 +126,7 @@ void srv_apply_template(srv_req *r) {
 static void metrics(srv_req *r) {
     kiln_engine_stats es;
     kiln_engine_get_stats(r->server->engine, &es);
-    char *t = srv_stats_prometheus(&r->server->stats, &es);
+    char *t = srv_stats_prometheus(&r->server->stats, &es, atomic_load(&r->server->conns));
     if (!t) {
         srv_send_error(r, 500, "server_error", NULL, NULL, "out of memory");
         return;
@@ -139,7 +139,7 @@ static void stats(srv_req *r) {
     srv *s = r->server;
     kiln_engine_stats es;
     kiln_engine_get_stats(s->engine, &es);
-    json_t *j = srv_stats_json(&s->stats, &es);
+    json_t *j = srv_stats_json(&s->stats, &es, atomic_load(&s->conns));
     if (j) {
         json_object_set_new(j, "model", json_string(s->model_id));
         json_object_set_new(j, "n_ctx", json_integer(s->n_ctx));

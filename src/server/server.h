@@ -1,9 +1,10 @@
 /*
  * server.h - kiln's OpenAI-compatible HTTP server: the pieces and how they fit.
  *
- *   http.c     libmicrohttpd glue: one thread per connection, body collection under a size cap,
- *              API-key check, routing, JSON / error / server-sent-event responses, and detection
- *              of clients that went away.
+ *   http.c     libmicrohttpd glue: one thread per connection under a read/write timeout and
+ *              connection limits (total and per client address), body collection under a size
+ *              cap, API-key check, routing, JSON / error / server-sent-event responses, and
+ *              detection of clients that went away.
  *   text.c     the one sanitizer of text put into responses: valid UTF-8, cut at a character.
  *   routes.c   the small routes: /health, /v1/models, /tokenize, /detokenize, /apply-template,
  *              /metrics, /stats, /admin/cache/flush.
@@ -31,6 +32,7 @@
 
 struct MHD_Connection;
 struct MHD_Daemon;
+struct MHD_Response;
 
 /* ---- configuration (resolved once by `kiln serve`) ------------------------------------------ */
 
@@ -42,6 +44,10 @@ typedef struct srv_config {
     int max_tokens;              /* default max_tokens when a request gives none; -1 = to context end */
     size_t max_body;             /* request body cap in bytes (413 beyond) */
     int max_queue;               /* requests waiting for a row (429 beyond) */
+    unsigned timeout_s;          /* a connection waiting this long on its client (for request bytes,
+                                    between requests, or to take response bytes) is closed */
+    unsigned max_conns;          /* open connections at most; more are closed at once */
+    unsigned max_conns_per_ip;   /* open connections from one client address at most */
     kiln_sampler_params sampling;  /* defaults: flags over the model's metadata over the library's */
     bool verbose;                /* one log line per request */
 } srv_config;
@@ -79,10 +85,10 @@ void srv_stats_init(srv_stats *s);
 void srv_stats_destroy(srv_stats *s);
 void srv_stats_error(srv_stats *s, unsigned status);
 void srv_stats_request(srv_stats *s);
-/* Prometheus text exposition / JSON object of the counters and the engine's figures; caller
- * frees. */
-char *srv_stats_prometheus(srv_stats *s, const kiln_engine_stats *es);
-json_t *srv_stats_json(srv_stats *s, const kiln_engine_stats *es);
+/* Prometheus text exposition / JSON object of the counters, the engine's figures and the open
+ * connections; caller frees. */
+char *srv_stats_prometheus(srv_stats *s, const kiln_engine_stats *es, unsigned connections);
+json_t *srv_stats_json(srv_stats *s, const kiln_engine_stats *es, unsigned connections);
 
 /* ---- generation jobs ------------------------------------------------------------------------- */
 
@@ -144,6 +150,7 @@ struct srv {
     srv_stats stats;
     struct MHD_Daemon *daemon;
     int bound_port;
+    atomic_uint conns;           /* open connections */
     atomic_bool stopping;
 };
 
@@ -165,7 +172,9 @@ bool srv_http_start(srv *s);
 void srv_http_quiesce(srv *s);
 void srv_http_stop(srv *s);
 
-/* Responses (each queues exactly one response on the request). */
+/* Responses (each queues exactly one response on the request). srv_send_response queues resp
+ * (taking it; NULL counts as a 500 sent) with the CORS headers. */
+void srv_send_response(srv_req *r, unsigned status, struct MHD_Response *resp);
 void srv_send_json(srv_req *r, unsigned status, json_t *body);   /* steals body */
 void srv_send_text(srv_req *r, unsigned status, const char *content_type, const char *text, size_t len);
 /* OpenAI's error shape {"error": {"message", "type", "param", "code"}}; param/code may be NULL.

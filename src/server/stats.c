@@ -49,7 +49,7 @@ static json_t *ssd_json(const kiln_engine_stats *es);
 
 static double rate(uint64_t n, double ms) { return ms > 0 ? (double)n * 1e3 / ms : 0.0; }
 
-char *srv_stats_prometheus(srv_stats *s, const kiln_engine_stats *es) {
+char *srv_stats_prometheus(srv_stats *s, const kiln_engine_stats *es, unsigned connections) {
     pthread_mutex_lock(&s->mu);
     srv_stats c = *s;
     pthread_mutex_unlock(&s->mu);
@@ -90,13 +90,15 @@ char *srv_stats_prometheus(srv_stats *s, const kiln_engine_stats *es) {
             "# TYPE kiln_prompt_cache_misses_total counter\nkiln_prompt_cache_misses_total %llu\n"
             "# HELP kiln_prompt_cache_tokens_total Prompt tokens taken from the cache.\n"
             "# TYPE kiln_prompt_cache_tokens_total counter\nkiln_prompt_cache_tokens_total %llu\n"
+            "# HELP kiln_http_connections Open HTTP connections.\n# TYPE kiln_http_connections gauge\n"
+            "kiln_http_connections %u\n"
             "# HELP kiln_errors_total Error responses by status code.\n# TYPE kiln_errors_total counter\n",
             (unsigned long long)c.requests, (unsigned long long)c.completions, (unsigned long long)c.prompt_tokens,
             (unsigned long long)c.gen_tokens, rate(c.prompt_tokens, c.prompt_ms), rate(c.gen_tokens, c.gen_ms),
             es->active, es->queued, es->max_rows, (unsigned long long)es->kv_bytes,
             (unsigned long long)es->kv_bytes_used, es->cache_entries, (unsigned long long)es->cache_bytes,
             (unsigned long long)es->cache_hits, (unsigned long long)es->cache_misses,
-            (unsigned long long)es->cache_hit_tokens);
+            (unsigned long long)es->cache_hit_tokens, connections);
     for (int i = 0; i < SRV_ERR_CLASSES; i++)
         fprintf(f, "kiln_errors_total{code=\"%s\"} %llu\n", error_classes[i].name, (unsigned long long)c.errors[i]);
     if (es->ssd_enabled)
@@ -129,20 +131,20 @@ char *srv_stats_prometheus(srv_stats *s, const kiln_engine_stats *es) {
     return out;
 }
 
-json_t *srv_stats_json(srv_stats *s, const kiln_engine_stats *es) {
+json_t *srv_stats_json(srv_stats *s, const kiln_engine_stats *es, unsigned connections) {
     pthread_mutex_lock(&s->mu);
     srv_stats c = *s;
     pthread_mutex_unlock(&s->mu);
     json_t *errs = json_object();
     for (int i = 0; i < SRV_ERR_CLASSES; i++)
         json_object_set_new(errs, error_classes[i].name, json_integer((json_int_t)c.errors[i]));
-    json_t *j = json_pack("{s:I, s:I, s:I, s:I, s:f, s:f, s:i, s:i, s:i, s:I, s:I, s:I, s:o}", "requests",
+    json_t *j = json_pack("{s:I, s:I, s:I, s:I, s:f, s:f, s:i, s:i, s:i, s:I, s:I, s:I, s:I, s:o}", "requests",
                      (json_int_t)c.requests, "completions", (json_int_t)c.completions, "prompt_tokens",
                      (json_int_t)c.prompt_tokens, "generated_tokens", (json_int_t)c.gen_tokens,
                      "prompt_tokens_per_second", rate(c.prompt_tokens, c.prompt_ms), "generation_tokens_per_second",
                      rate(c.gen_tokens, c.gen_ms), "active", es->active, "queued", es->queued, "batch_rows",
                      es->max_rows, "kv_bytes", (json_int_t)es->kv_bytes, "kv_bytes_used", (json_int_t)es->kv_bytes_used,
-                     "steps", (json_int_t)es->steps, "errors", errs);
+                     "steps", (json_int_t)es->steps, "connections", (json_int_t)connections, "errors", errs);
     if (j) json_object_set_new(j, "prompt_cache", cache_json(es));
     if (j) json_object_set_new(j, "ssd_cache", ssd_json(es));
     return j;

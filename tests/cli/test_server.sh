@@ -14,13 +14,15 @@ if [ ! -f "$M" ]; then skip server_tests "no $M"; exit 0; fi
 # ---- checks without node: --print-config sources ----
 
 # A flag given with the default's value is still reported as the flag's.
-"$KILN" serve -m "$M" --print-config --max-queue 64 --prefill-chunk 64 --max-body-mb 8 >"$TMP/cfg" 2>"$TMP/cfg.err"
+"$KILN" serve -m "$M" --print-config --max-queue 64 --prefill-chunk 64 --timeout 5 >"$TMP/cfg" 2>"$TMP/cfg.err"
 if grep -q "^max-queue *64 *(flag --max-queue)" "$TMP/cfg" && grep -q "^prefill-chunk *64 *(flag --prefill-chunk)" "$TMP/cfg" &&
-   grep -q "^max-body *8 MiB *(flag --max-body-mb)" "$TMP/cfg" && grep -q "^max-tokens *-1 *(default" "$TMP/cfg"; then
+   grep -q "^timeout *5 s *(flag --timeout)" "$TMP/cfg" && grep -q "^max-body *8 MiB *(default)" "$TMP/cfg" &&
+   grep -q "^max-conns-ip *256 *(default)" "$TMP/cfg"; then
   pass serve_config_sources_by_flag; else fail serve_config_sources_by_flag "$(cat "$TMP/cfg" "$TMP/cfg.err" | head -c 1500)"; fi
 
 # A model file whose name is not UTF-8: its id is shown with the bad byte escaped, and served.
 cp "$M" "$TMP/m$(printf '\377').gguf"
+: >"$TMP/id.err"
 "$KILN" serve -m "$TMP/m$(printf '\377').gguf" --port 0 --no-open >/dev/null 2>"$TMP/id.err" &
 pid=$!
 i=0
@@ -52,7 +54,7 @@ if [ ! -f "$C/node_modules/openai/package.json" ] || [ ! -f "$C/node_modules/.pa
 fi
 
 KILN="$KILN" KILN_MODEL="$M" limit 170 node "$C/server.test.mjs"
-# Hostile and broken clients: error messages quoting bad bytes.
+# Hostile and broken clients: stalled connections, connection limits, Host / Origin / body type.
 KILN="$KILN" KILN_MODEL="$M" limit 110 node "$C/hostile.test.mjs"
 # The SSD tier of the prefix cache: restarts, damaged files, kill -9, the flush route.
 KILN="$KILN" KILN_MODEL="$M" limit 90 node "$C/cache.test.mjs"
