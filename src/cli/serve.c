@@ -118,13 +118,13 @@ static bool is_loopback(const char *host) {
 typedef enum opt_id {
     OPT_HOST, OPT_PORT, OPT_API_KEY, OPT_MAX_TOKENS, OPT_BATCH, OPT_MAX_QUEUE, OPT_PREFILL_CHUNK, OPT_KV_BUDGET,
     OPT_PROMPT_CACHE, OPT_SSD_MAX, OPT_SSD_IDLE, OPT_MAX_BODY, OPT_TIMEOUT, OPT_MAX_CONNS, OPT_MAX_CONNS_PER_IP,
-    OPT_COUNT
+    OPT_CORS, OPT_ALLOW_HOST, OPT_COUNT
 } opt_id;
 
 /* Their values, starting at the defaults (opts_init), and which of them the command line gave:
  * --print-config names a value's source from given[], never by comparing it with a default. */
 typedef struct serve_opts {
-    const char *host, *api_key;
+    const char *host, *api_key, *cors, *allow_hosts;
     int port, max_tokens, batch, max_queue, prefill_chunk, ssd_idle, max_body_mb, timeout, max_conns, max_conns_per_ip;
     float kv_budget_gb, prompt_cache_gb, ssd_max_gb;
     bool given[OPT_COUNT];
@@ -154,6 +154,8 @@ static const struct opt_def {
     [OPT_TIMEOUT] = {"--timeout", 'i', offsetof(serve_opts, timeout), 0, 86400},
     [OPT_MAX_CONNS] = {"--max-connections", 'i', offsetof(serve_opts, max_conns), 1, 1 << 20},
     [OPT_MAX_CONNS_PER_IP] = {"--max-connections-per-ip", 'i', offsetof(serve_opts, max_conns_per_ip), 1, 1 << 20},
+    [OPT_CORS] = {"--cors", 's', offsetof(serve_opts, cors), 0, 0},
+    [OPT_ALLOW_HOST] = {"--allow-host", 's', offsetof(serve_opts, allow_hosts), 0, 0},
 };
 
 static void opts_init(serve_opts *o) {
@@ -206,6 +208,22 @@ static const char *opt_src(const serve_opts *o, opt_id k, const char *otherwise)
     if (!o->given[k]) return otherwise;
     snprintf(buf, sizeof buf, "flag %s", opt_defs[k].flag);
     return buf;
+}
+
+/* Checks the values of --cors: each origin is scheme://host[:port], "null" or "*". */
+static bool valid_origins(const char *list) {
+    for (const char *p = list; *p;) {
+        const size_t n = strcspn(p, ",");
+        const char *sep = strstr(p, "://");
+        const bool star = n == 1 && *p == '*', null = n == 4 && strncmp(p, "null", 4) == 0;
+        if (!star && !null && (!sep || sep >= p + n || sep == p || sep + 3 == p + n)) {
+            fprintf(stderr, "kiln serve: --cors takes origins such as http://localhost:3000 (comma-separated), "
+                            "'null' or '*'; got '%.*s'\n", (int)n, p);
+            return false;
+        }
+        p += n + (p[n] == ',');
+    }
+    return true;
 }
 
 /* ---- settings: values and where they came from ----------------------------------------------- */
@@ -371,6 +389,10 @@ static void print_config(const cli_common *c, const plan *p, const serve_opts *o
     printf("%-15s %d s   (%s)\n", "timeout", o->timeout, opt_src(o, OPT_TIMEOUT, "default"));
     printf("%-15s %d   (%s)\n", "max-conns", o->max_conns, opt_src(o, OPT_MAX_CONNS, "default"));
     printf("%-15s %d   (%s)\n", "max-conns-ip", o->max_conns_per_ip, opt_src(o, OPT_MAX_CONNS_PER_IP, "default"));
+    printf("%-15s %s   (%s)\n", "cors", o->cors ? o->cors : "none",
+           opt_src(o, OPT_CORS, "default: same-origin callers only"));
+    printf("%-15s %s   (%s)\n", "allow-host", o->allow_hosts ? o->allow_hosts : "none",
+           opt_src(o, OPT_ALLOW_HOST, "default: IP addresses, localhost and --host"));
     printf("%-15s %s   (%s)\n", "open browser", p->open_browser ? "yes" : "no", p->open_src);
     printf("%-15s %g   (%s)\n", "temp", (double)sp->temperature, sp_src(c, CLI_SP_TEMP, msp->temperature != def.temperature));
     printf("%-15s %d   (%s)\n", "top-k", sp->top_k, sp_src(c, CLI_SP_TOP_K, msp->top_k != def.top_k));
@@ -582,6 +604,7 @@ int cli_serve(int argc, char **argv) {
         cli_usage("serve", true);
         return CLI_EXIT_USAGE;
     }
+    if (o.cors && !valid_origins(o.cors)) return CLI_EXIT_USAGE;
     cli_setup_log(c.verbose);
 
     /* Everything below is released at `out`, whatever was reached. */
@@ -669,8 +692,8 @@ int cli_serve(int argc, char **argv) {
     s.cfg = (srv_config){
         .host = o.host, .port = p.port, .api_key = o.api_key, .max_tokens = o.max_tokens,
         .max_body = (size_t)o.max_body_mb << 20, .max_queue = o.max_queue, .timeout_s = (unsigned)o.timeout,
-        .max_conns = (unsigned)o.max_conns, .max_conns_per_ip = (unsigned)o.max_conns_per_ip,
-        .sampling = cli_sampler_params(&c, m), .verbose = c.verbose,
+        .max_conns = (unsigned)o.max_conns, .max_conns_per_ip = (unsigned)o.max_conns_per_ip, .cors = o.cors,
+        .allow_hosts = o.allow_hosts, .sampling = cli_sampler_params(&c, m), .verbose = c.verbose,
     };
     id = model_id(p.model);
     s.model = m;

@@ -128,12 +128,12 @@ static void log_request(srv_req *r, double t_start) {
     fprintf(stderr, "%s %s %u %.1f ms\n", r->method, url, r->status, now_ms() - t_start);
 }
 
-/* Serves a request whose body has been read: a preflight, the size limit, the chat page, the API
- * key, then the route. */
+/* Serves a request whose body has been read: the guards of guard.c, the size limit, the chat
+ * page, the API key, then the route. */
 static void serve(srv_req *r, const conn_ctx *c) {
     srv *s = r->server;
-    if (strcmp(r->method, "OPTIONS") == 0) {
-        srv_send_text(r, 204, "text/plain", "", 0);    /* CORS preflight; headers added by send */
+    if (!srv_guard(r)) {
+        /* refused, or a preflight answered */
     } else if (c->too_large) {
         send_too_large(r);
     } else if (srv_web_serve(r)) {
@@ -282,9 +282,7 @@ void srv_send_response(srv_req *r, unsigned status, struct MHD_Response *resp) {
         srv_stats_error(&r->server->stats, 500);
         return;
     }
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_ACCESS_CONTROL_ALLOW_ORIGIN, "*");
-    MHD_add_response_header(resp, "Access-Control-Allow-Headers", "Authorization, Content-Type");
-    MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    srv_cors_headers(r, resp);
     MHD_queue_response(r->conn, status, resp);
     MHD_destroy_response(resp);
     r->status = status;
@@ -465,6 +463,7 @@ bool srv_get_bool(srv_req *r, json_t *o, const char *key, bool *out) {
 }
 
 json_t *srv_parse_body(srv_req *r) {
+    if (r->body_len && !srv_json_body(r)) return NULL;
     json_error_t e;
     json_t *j = json_loadb(r->body, r->body_len, JSON_REJECT_DUPLICATES, &e);
     if (!j) {

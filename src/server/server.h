@@ -5,6 +5,9 @@
  *              connection limits (total and per client address), body collection under a size
  *              cap, API-key check, routing, JSON / error / server-sent-event responses, and
  *              detection of clients that went away.
+ *   guard.c    what a request must be before it is served: a Host that names this server (DNS
+ *              rebinding), no cross-origin caller unless allowed (--cors, preflight), a JSON body
+ *              type; and the CORS headers of allowed origins.
  *   text.c     the one sanitizer of text put into responses: valid UTF-8, cut at a character.
  *   routes.c   the small routes: /health, /v1/models, /tokenize, /detokenize, /apply-template,
  *              /metrics, /stats, /admin/cache/flush.
@@ -48,6 +51,10 @@ typedef struct srv_config {
                                     between requests, or to take response bytes) is closed */
     unsigned max_conns;          /* open connections at most; more are closed at once */
     unsigned max_conns_per_ip;   /* open connections from one client address at most */
+    const char *cors;            /* origins allowed to call cross-origin, comma-separated ("*": any);
+                                    NULL: none (same-origin callers need no CORS) */
+    const char *allow_hosts;     /* Host names accepted besides IP addresses, localhost and the
+                                    --host name, comma-separated ("*": any) */
     kiln_sampler_params sampling;  /* defaults: flags over the model's metadata over the library's */
     bool verbose;                /* one log line per request */
 } srv_config;
@@ -173,7 +180,7 @@ void srv_http_quiesce(srv *s);
 void srv_http_stop(srv *s);
 
 /* Responses (each queues exactly one response on the request). srv_send_response queues resp
- * (taking it; NULL counts as a 500 sent) with the CORS headers. */
+ * (taking it; NULL counts as a 500 sent) with the CORS headers the request's origin may get. */
 void srv_send_response(srv_req *r, unsigned status, struct MHD_Response *resp);
 void srv_send_json(srv_req *r, unsigned status, json_t *body);   /* steals body */
 void srv_send_text(srv_req *r, unsigned status, const char *content_type, const char *text, size_t len);
@@ -209,6 +216,14 @@ extern const srv_web_asset srv_web_assets[];
  * path. */
 bool srv_web_serve(srv_req *r);
 
+/* Request guards (guard.c). srv_guard checks what a request's headers say (its Host, its Origin)
+ * and answers OPTIONS: false after it sent the refusal (403) or the preflight answer.
+ * srv_json_body: whether the body is declared JSON; false after sending 415.
+ * srv_cors_headers: Access-Control-Allow-Origin on a response to an origin --cors allows. */
+bool srv_guard(srv_req *r);
+bool srv_json_body(srv_req *r);
+void srv_cors_headers(srv_req *r, struct MHD_Response *resp);
+
 /* Writes in[0..n) to out (capacity cap > 0, NUL-terminated) as text that is valid UTF-8: every
  * well-formed character is kept, every other byte and every control character but tab (and
  * newline when keep_newlines) becomes the four characters \xHH. Text that does not fit is cut
@@ -216,7 +231,7 @@ bool srv_web_serve(srv_req *r);
 size_t srv_text_sanitize(char *out, size_t cap, const char *in, size_t n, bool keep_newlines);
 
 /* Shared helpers. */
-json_t *srv_parse_body(srv_req *r);       /* a JSON object or NULL after sending 400 */
+json_t *srv_parse_body(srv_req *r);       /* a JSON object, or NULL after sending 415 or 400 */
 /* An optional boolean field: *out is left as it is when the field is absent or null; any other
  * type sends 400 naming the field and returns false. */
 bool srv_get_bool(srv_req *r, json_t *o, const char *key, bool *out);

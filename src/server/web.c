@@ -59,8 +59,6 @@ bool srv_web_serve(srv_req *r) {
         MHD_add_response_header(resp, "Content-Security-Policy", PAGE_CSP);
         MHD_add_response_header(resp, "Referrer-Policy", "no-referrer");
     }
-    MHD_queue_response(r->conn, status, resp);
-    MHD_destroy_response(resp);
-    r->status = status;
+    srv_send_response(r, status, resp);
     return true;
 }

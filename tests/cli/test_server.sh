@@ -17,8 +17,10 @@ if [ ! -f "$M" ]; then skip server_tests "no $M"; exit 0; fi
 "$KILN" serve -m "$M" --print-config --max-queue 64 --prefill-chunk 64 --timeout 5 >"$TMP/cfg" 2>"$TMP/cfg.err"
 if grep -q "^max-queue *64 *(flag --max-queue)" "$TMP/cfg" && grep -q "^prefill-chunk *64 *(flag --prefill-chunk)" "$TMP/cfg" &&
    grep -q "^timeout *5 s *(flag --timeout)" "$TMP/cfg" && grep -q "^max-body *8 MiB *(default)" "$TMP/cfg" &&
-   grep -q "^max-conns-ip *256 *(default)" "$TMP/cfg"; then
+   grep -q "^max-conns-ip *256 *(default)" "$TMP/cfg" && grep -q "^cors *none *(default" "$TMP/cfg"; then
   pass serve_config_sources_by_flag; else fail serve_config_sources_by_flag "$(cat "$TMP/cfg" "$TMP/cfg.err" | head -c 1500)"; fi
+expect_exit serve_cors_bad_origin 2 "$KILN" serve -m "$M" --cors localhost:3000 --print-config
+expect_exit serve_allow_host_empty 2 "$KILN" serve -m "$M" --allow-host "" --print-config
 
 # A model file whose name is not UTF-8: its id is shown with the bad byte escaped, and served.
 cp "$M" "$TMP/m$(printf '\377').gguf"

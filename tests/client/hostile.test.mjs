@@ -2,8 +2,9 @@
 // that never finish their headers, huge declared lengths, endless chunked bodies and TLS bytes on the
 // plain port are answered or closed without a hang; one client address cannot take every connection
 // (and /health keeps answering other addresses while it tries); waits that are the server's own (a
-// long generation, a stream queued behind it) are not cut by the read timeout; and error messages
-// quoting bad bytes stay 4xx, never 500. One
+// long generation, a stream queued behind it) are not cut by the read timeout; Host and Origin
+// checks keep web pages (and DNS rebinding) out unless --cors / --allow-host let them in; JSON
+// routes need a JSON body type; and error messages quoting bad bytes stay 4xx, never 500. One
 // PASS/FAIL/SKIP line per case (see lib.mjs); run by tests/cli/test_server.sh with KILN and
 // KILN_MODEL set. Connection counts are bounded (a few dozen) and so is time (well under 30 s).
 import assert from 'node:assert/strict';
@@ -96,6 +97,114 @@ await test('hostile_many_connections_one_address', async () => {
   for (const c of conns) c.sock.destroy();
 });
 
+await test('hostile_host_header', async () => {
+  const host = async (h, path = '/health') => rawRequest(A, req([`GET ${path} HTTP/1.1`, `Host: ${h}`, 'Connection: close']));
+  for (const h of ['127.0.0.1', `127.0.0.1:${A.port}`, `localhost:${A.port}`, 'LOCALHOST.', `[::1]:${A.port}`,
+    `app.localhost:${A.port}`, '10.1.2.3:80', '[fe80::1]']) {
+    const r = await host(h);
+    assert.equal(r.status, 200, `Host: ${h}: HTTP ${r.status} ${r.body.slice(0, 200)}`);
+  }
+  for (const h of ['evil.example', `evil.example:${A.port}`, '127.0.0.1.nip.io', `localhost.evil.example:${A.port}`]) {
+    for (const path of ['/health', '/', '/v1/models']) {
+      const e = assertRawError(await host(h, path), 403, `Host: ${h} ${path}`);
+      assert.equal(e.code, 'host_not_allowed');
+      assert.match(e.message, /--allow-host/);
+    }
+  }
+  assertRawError(await host('[nonsense]'), 400, 'Host: [nonsense]');
+  // HTTP/1.0 without a Host (not a browser) is served
+  const r = await rawRequest(A, req(['GET /health HTTP/1.0']));
+  assert.equal(r.status, 200, `HTTP/1.0 without Host: ${r.status}`);
+  // a reverse proxy's name is accepted when allowed
+  const B = await startServer(['--allow-host', 'kiln.example,Other.Example'], 'server --allow-host');
+  try {
+    for (const h of ['kiln.example', `other.example:${B.port}`, 'localhost'])
+      assert.equal((await rawRequest(B, req(['GET /v1/models HTTP/1.1', `Host: ${h}`, 'Connection: close']))).status, 200, h);
+    assertRawError(await rawRequest(B, req(['GET /v1/models HTTP/1.1', 'Host: evil.example', 'Connection: close'])), 403,
+      'Host: evil.example with --allow-host');
+    // a page served under that name through a proxy that rewrites Host is this server's own origin
+    let r = await post(B, '/tokenize', { content: 'hi' }, { origin: 'https://kiln.example' });
+    assert.equal(r.status, 200, `Origin https://kiln.example: ${r.status} ${r.text}`);
+    assert.equal(r.headers.get('access-control-allow-origin'), null);
+    r = await post(B, '/tokenize', { content: 'hi' }, { origin: 'https://kiln.example.evil.example' });
+    assert.equal(r.status, 403, `Origin https://kiln.example.evil.example: ${r.status}`);
+  } finally {
+    await stopCleanly(B);
+  }
+});
+
+await test('hostile_cors', async () => {
+  const mine = `http://127.0.0.1:${A.port}`;
+  // no CORS headers anywhere by default, and same-origin callers (the chat page) are served
+  let r = await get(A, '/v1/models', { origin: mine });
+  assert.equal(r.status, 200);
+  assert.equal(r.headers.get('access-control-allow-origin'), null, 'same-origin response with CORS headers');
+  r = await post(A, '/v1/completions', { model: MODEL_ID, prompt: 'Once', max_tokens: 2 }, { origin: mine });
+  assert.equal(r.status, 200, r.text);
+  assert.equal(r.headers.get('access-control-allow-origin'), null);
+  r = await get(A, '/health');
+  assert.equal(r.headers.get('access-control-allow-origin'), null, 'default response with CORS headers');
+  // another origin: refused, its preflight too
+  for (const [method, path] of [['GET', '/stats'], ['POST', '/v1/chat/completions'], ['POST', '/admin/cache/flush']]) {
+    r = method === 'GET' ? await get(A, path, { origin: 'http://evil.example' })
+      : await post(A, path, { messages: [{ role: 'user', content: 'hi' }], max_tokens: 1 }, { origin: 'http://evil.example' });
+    const e = assertHttpError(r, 403, `${method} ${path} from another origin`);
+    assert.equal(e.code, 'origin_not_allowed');
+    assert.equal(r.headers.get('access-control-allow-origin'), null);
+  }
+  r = await get(A, '/v1/chat/completions', { origin: 'http://evil.example', 'access-control-request-method': 'POST',
+    'access-control-request-headers': 'content-type' }, 'OPTIONS');
+  assert.equal(r.status, 403, `preflight from another origin: ${r.status}`);
+  assert.equal(r.headers.get('access-control-allow-origin'), null);
+  r = await get(A, '/health', { origin: 'null' });
+  assert.equal(r.status, 403, `Origin: null: ${r.status}`);
+  // --cors lets the listed origins in, with preflight answers and headers on every response
+  const app = 'http://app.example:3000';
+  const C = await startServer(['--cors', `${app}, http://other.example`], 'server --cors');
+  try {
+    r = await get(C, '/v1/chat/completions', { origin: app, 'access-control-request-method': 'POST',
+      'access-control-request-headers': 'authorization,content-type,x-stainless-os' }, 'OPTIONS');
+    assert.equal(r.status, 204, `allowed preflight: ${r.status} ${r.text}`);
+    assert.equal(r.headers.get('access-control-allow-origin'), app);
+    assert.match(r.headers.get('access-control-allow-methods') || '', /POST/);
+    assert.match(r.headers.get('access-control-allow-headers') || '', /content-type/i);
+    assert.match(r.headers.get('access-control-allow-headers') || '', /x-stainless-os/i);
+    r = await post(C, '/v1/chat/completions', { model: MODEL_ID, messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 },
+      { origin: app });
+    assert.equal(r.status, 200, r.text);
+    assert.equal(r.headers.get('access-control-allow-origin'), app);
+    assert.match(r.headers.get('vary') || '', /origin/i);
+    r = await get(C, '/nope', { origin: 'http://other.example' });
+    assert.equal(r.status, 404);
+    assert.equal(r.headers.get('access-control-allow-origin'), 'http://other.example', 'errors carry CORS headers too');
+    r = await get(C, '/stats', { origin: 'http://evil.example' });
+    assert.equal(r.status, 403);
+    r = await get(C, '/stats');
+    assert.equal(r.headers.get('access-control-allow-origin'), null, 'no Origin, no CORS headers');
+  } finally {
+    await stopCleanly(C);
+  }
+});
+
+await test('hostile_json_content_type', async () => {
+  const body = JSON.stringify({ model: MODEL_ID, messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 });
+  for (const ct of ['text/plain', 'application/x-www-form-urlencoded', 'multipart/form-data; boundary=x', null]) {
+    const lines = ['POST /v1/chat/completions HTTP/1.1', 'Host: 127.0.0.1', 'Connection: close',
+      `Content-Length: ${body.length}`];
+    if (ct) lines.push(`Content-Type: ${ct}`);
+    const e = assertRawError(await rawRequest(A, req(lines, body)), 415, `Content-Type ${ct}`);
+    assert.equal(e.code, 'unsupported_media_type');
+  }
+  for (const path of ['/v1/completions', '/tokenize', '/detokenize', '/apply-template'])
+    assertRawError(await rawRequest(A, req([`POST ${path} HTTP/1.1`, 'Host: 127.0.0.1', 'Connection: close',
+      'Content-Type: text/plain', 'Content-Length: 2'], '{}')), 415, `${path} text/plain`);
+  for (const ct of ['application/json; charset=utf-8', 'Application/JSON', 'application/vnd.kiln+json']) {
+    const r = await rawRequest(A, req(['POST /v1/chat/completions HTTP/1.1', 'Host: 127.0.0.1', 'Connection: close',
+      `Content-Type: ${ct}`, `Content-Length: ${body.length}`], body));
+    assert.equal(r.status, 200, `Content-Type ${ct}: ${r.status} ${r.body.slice(0, 200)}`);
+  }
+});
+
 await test('hostile_error_text_stays_4xx', async () => {
   const before = await stats(A);
   const e600 = '%C3%A9'.repeat(600);
@@ -128,6 +237,7 @@ await test('hostile_error_text_stays_4xx', async () => {
   assert.equal(after.errors['5xx'], before.errors['5xx'], `5xx counted: ${JSON.stringify(after.errors)}`);
   assert.ok(after.errors['404'] >= before.errors['404'] + 5, JSON.stringify(after.errors));
   assert.ok(after.errors['405'] >= before.errors['405'] + 1, JSON.stringify(after.errors));
+  for (const k of ['403', '415']) assert.ok(after.errors[k] > 0, `errors.${k} = ${after.errors[k]} after the cases above`);
   const mt = (await get(A, '/metrics')).text;
   for (const k of ['400', '401', '403', '404', '405', '413', '415', '429', '4xx', '5xx'])
     assert.match(mt, new RegExp(`^kiln_errors_total\\{code="${k}"\\} \\d+$`, 'm'), `/metrics has code="${k}"`);
