@@ -32,9 +32,11 @@
 #include "cli.h"
 #include "server.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stddef.h>
@@ -107,9 +109,25 @@ static char *default_ssd_dir(void) {
     return asprintf(&d, "%s/.cache/kiln/kv", home) < 0 ? NULL : d;
 }
 
-static bool is_loopback(const char *host) {
-    return strcmp(host, "127.0.0.1") == 0 || strcmp(host, "localhost") == 0 || strcmp(host, "::1") == 0 ||
-           strncmp(host, "127.", 4) == 0;
+/* Whether an address is a loopback one: 127.0.0.0/8, ::1 or 127.x mapped into IPv6. */
+static bool loopback_addr(const struct sockaddr *sa) {
+    if (sa->sa_family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+    if (sa->sa_family != AF_INET6) return false;
+    const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+    return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+}
+
+/* Whether host resolves to addresses other than loopback ones (then anyone who can reach them
+ * can use the server). False when it does not resolve: the server fails to start anyway. */
+static bool reachable_from_outside(const char *host) {
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+    struct addrinfo *ai = NULL;
+    if (getaddrinfo(host, NULL, &hints, &ai) || !ai) return false;
+    bool outside = false;
+    for (const struct addrinfo *x = ai; x; x = x->ai_next) outside |= !loopback_addr(x->ai_addr);
+    freeaddrinfo(ai);
+    return outside;
 }
 
 /* ---- flags ----------------------------------------------------------------------------------- */
@@ -648,7 +666,7 @@ int cli_serve(int argc, char **argv) {
         print_config(&c, &p, &o);
         goto out;
     }
-    if (!is_loopback(o.host) && !o.api_key)
+    if (!o.api_key && reachable_from_outside(o.host))
         fprintf(stderr, "kiln serve: warning: listening on %s without --api-key: anyone who can reach this address can "
                         "use the model\n", o.host);
     if (!choose_port(o.host, &p)) {

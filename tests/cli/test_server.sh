@@ -1,7 +1,7 @@
 # test_server.sh - `kiln serve` end to end with the official openai npm client: the cases live in
 # tests/client/server.test.mjs (and hostile.test.mjs, cache.test.mjs), which start their own servers
 # on ephemeral ports and print one PASS/FAIL/SKIP line per case. A few checks that need no node
-# come first (--print-config sources). This script installs the client (npm ci,
+# come first (--print-config sources, the no-key warning). This script installs the client (npm ci,
 # when node_modules is missing or older than the lock file) and skips gracefully without node, npm,
 # the registry or the model. KILN may name another kiln binary (default $BUILD/kiln).
 kiln_override=${KILN:-}
@@ -11,7 +11,7 @@ M="$DATA/models/stories260K/stories260K.gguf"
 C=tests/client
 if [ ! -f "$M" ]; then skip server_tests "no $M"; exit 0; fi
 
-# ---- checks without node: --print-config sources ----
+# ---- checks without node: --print-config sources, the no-key warning ----
 
 # A flag given with the default's value is still reported as the flag's.
 "$KILN" serve -m "$M" --print-config --max-queue 64 --prefill-chunk 64 --timeout 5 >"$TMP/cfg" 2>"$TMP/cfg.err"
@@ -21,6 +21,35 @@ if grep -q "^max-queue *64 *(flag --max-queue)" "$TMP/cfg" && grep -q "^prefill-
   pass serve_config_sources_by_flag; else fail serve_config_sources_by_flag "$(cat "$TMP/cfg" "$TMP/cfg.err" | head -c 1500)"; fi
 expect_exit serve_cors_bad_origin 2 "$KILN" serve -m "$M" --cors localhost:3000 --print-config
 expect_exit serve_allow_host_empty 2 "$KILN" serve -m "$M" --allow-host "" --print-config
+
+# serve_warns NAME WANT CMD...: starts CMD (a kiln serve, or one that execs it), stops it once it
+# listens or exits, and passes when stderr has the no-key warning (WANT=yes) or not (WANT=no).
+serve_warns() {
+  name=$1; want=$2; shift 2
+  : >"$TMP/w.err"
+  "$@" >/dev/null 2>"$TMP/w.err" &
+  pid=$!
+  i=0
+  while [ $i -lt 100 ] && kill -0 $pid 2>/dev/null && ! grep -q "listening on" "$TMP/w.err"; do sleep 0.1; i=$((i + 1)); done
+  kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null
+  if grep -q "warning: listening on .* without --api-key" "$TMP/w.err"; then got=yes; else got=no; fi
+  if [ "$got" = "$want" ]; then pass "$name"; else fail "$name" "warning: $got, expected $want: $(head -c 400 "$TMP/w.err")"; fi
+}
+# loopback in forms a string compare misses: no warning
+serve_warns serve_no_warning_numeric_loopback no "$KILN" serve -m "$M" --host 2130706433 --port 0 --no-open
+serve_warns serve_no_warning_localhost no "$KILN" serve -m "$M" --host localhost --port 0 --no-open
+# A name is resolved, not read: with /etc/hosts replaced in a private mount namespace, a name that
+# starts with "127." but resolves elsewhere warns, a loopback name does not.
+if unshare --user --map-root-user --mount true 2>/dev/null; then
+  printf '10.9.8.7 127.evil\n127.0.0.3 quiet.test\n' >"$TMP/hosts"
+  ns="mount --bind $TMP/hosts /etc/hosts && exec \"\$@\""
+  serve_warns serve_warning_name_resolving_elsewhere yes unshare --user --map-root-user --mount sh -c "$ns" sh \
+    "$KILN" serve -m "$M" --host 127.evil --port 0 --no-open
+  serve_warns serve_no_warning_loopback_name no unshare --user --map-root-user --mount sh -c "$ns" sh \
+    "$KILN" serve -m "$M" --host quiet.test --port 0 --no-open
+else
+  skip serve_warning_name_resolving_elsewhere "unshare --user --mount is not permitted here"
+fi
 
 # A model file whose name is not UTF-8: its id is shown with the bad byte escaped, and served.
 cp "$M" "$TMP/m$(printf '\377').gguf"
