@@ -83,7 +83,9 @@ static void on_done(kiln_status st, const kiln_generate_result *res, void *user)
     pthread_mutex_lock(&j->mu);
     j->status = st;
     j->result = *res;
-    snprintf(j->error, sizeof j->error, "%s", res->error && res->error[0] ? res->error : kiln_status_str(st));
+    /* the message goes into a stream's error event as it is: valid UTF-8, cut at a character */
+    const char *why = res->error && res->error[0] ? res->error : kiln_status_str(st);
+    srv_text_sanitize(j->error, sizeof j->error, why, strlen(why), true);
     j->on_event(j, NULL);
     j->done = true;
     pthread_cond_broadcast(&j->cv);
