@@ -367,7 +367,9 @@ await test('web_error_busy_429', async () => {
     for (const want of [{ active: 1, queued: 0 }, { active: 1, queued: 1 }]) {
       const res = await fetch(s.url('/v1/chat/completions'), { method: 'POST', body, signal: ctrl.signal, headers: { 'content-type': 'application/json' } });
       assert.equal(res.status, 200, 'a request to fill the server');
-      hold.push(res.body.getReader().read().catch(() => null));
+      // read on until aborted: a client that stops reading is disconnected after --timeout
+      const reader = res.body.getReader();
+      hold.push((async () => { while (!(await reader.read()).done); })().catch(() => null));
       for (let st = await stats(s); st.active !== want.active || st.queued !== want.queued; st = await stats(s)) {
         assert.equal(st.completions, 0, 'the long request is still running');
         await sleep(20);
