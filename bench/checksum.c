@@ -16,8 +16,8 @@
  *        (defaults 64, 7, 2000, build/). DIR must be on the disk the cache would use; files are
  *        removed at exit.
  */
-#include "base/base.h"
 #include "base/checksum.h"
+#include "base/base.h"
 #include "cache/ssd_file.h"
 
 #include <errno.h>
@@ -135,12 +135,12 @@ int main(int argc, char **argv) {
     const size_t size = mib << 20;
     uint8_t *buf = NULL, *copy = NULL;
     if (posix_memalign((void **)&buf, 4096, size) || posix_memalign((void **)&copy, 4096, size)) die("out of memory");
-    uint64_t x = 88172645463325252ull;   /* xorshift64: data a checksum cannot shortcut */
+    uint64_t x = 88172645463325252ull; /* xorshift64: data a checksum cannot shortcut */
     for (size_t i = 0; i < size; i += 8) {
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
         memcpy(buf + i, &x, 8);
     }
-    memcpy(copy, buf, size);   /* touch every page before timing */
+    memcpy(copy, buf, size); /* touch every page before timing */
     volatile uint64_t sink = 0;
 
     /* 1. The checksum in memory. */
@@ -176,7 +176,7 @@ int main(int argc, char **argv) {
     for (int r = 0; r < rounds; r++) {
         fd = open(path, O_RDONLY | O_DIRECT);
         if (fd < 0) {
-            have_direct = false;   /* e.g. tmpfs: no O_DIRECT */
+            have_direct = false; /* e.g. tmpfs: no O_DIRECT */
         } else {
             const double t = kn_now_ms();
             if (!read_all(fd, copy, size)) die("O_DIRECT read");
@@ -184,7 +184,7 @@ int main(int argc, char **argv) {
             close(fd);
         }
         fd = open(path, O_RDONLY);
-        if (fd < 0 || !read_all(fd, copy, size)) die(path);   /* into the page cache first */
+        if (fd < 0 || !read_all(fd, copy, size)) die(path); /* into the page cache first */
         const double t = kn_now_ms();
         if (!read_all(fd, copy, size)) die("read");
         cached.v[cached.n++] = (double)size / ((kn_now_ms() - t) * 1e6);
@@ -204,13 +204,15 @@ int main(int argc, char **argv) {
     if (!k || !v || !dk || !dv || !ids) die("out of memory");
     for (size_t i = 0; i < all; i++) k[i] = buf[i % size], v[i] = buf[(i + 7) % size];
     for (int i = 0; i < tokens; i++) ids[i] = 100 + i;
-    memset(dk, 0, all), memset(dv, 0, all);   /* fault the destination in before timing (as a row's KV is) */
+    memset(dk, 0, all), memset(dv, 0, all); /* fault the destination in before timing (as a row's KV is) */
     snprintf(path, sizeof path, "%s/.checksum-bench-entry.%ld", dir, (long)getpid());
     fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
     if (fd < 0 || kn_ssdf_write(fd, &key, ids, (uint32_t)tokens, k, v, NULL) != KILN_OK || fsync(fd) != 0) die(path);
     close(fd);
-    series s[4] = {{.name = "page cache, verification off"}, {.name = "page cache, verification on"},
-                   {.name = "disk (pages dropped), verification off"}, {.name = "disk (pages dropped), verification on"}};
+    series s[4] = {{.name = "page cache, verification off"},
+                   {.name = "page cache, verification on"},
+                   {.name = "disk (pages dropped), verification off"},
+                   {.name = "disk (pages dropped), verification on"}};
     for (int r = 0; r < rounds; r++)
         for (int c = 0; c < 4; c++) {
             const bool verify = c & 1, cold = c >= 2;
@@ -227,8 +229,8 @@ int main(int argc, char **argv) {
         }
     unlink(path);
     if (memcmp(dk, k, all) != 0 || memcmp(dv, v, all) != 0) die("the restored rows differ");
-    printf("restoring %d tokens x %u layers x %u KV dims F16 (%.1f MiB) with kn_ssdf_read_rows\n", tokens,
-           key.n_layer, key.kv_dim, (double)(2 * all) / (1 << 20));
+    printf("restoring %d tokens x %u layers x %u KV dims F16 (%.1f MiB) with kn_ssdf_read_rows\n", tokens, key.n_layer,
+           key.kv_dim, (double)(2 * all) / (1 << 20));
     for (int c = 0; c < 4; c++) report(&s[c], "ms", false);
     printf("(sink %llx)\n", (unsigned long long)sink);
     free(k), free(v), free(dk), free(dv), free(ids), free(buf), free(copy);

@@ -38,8 +38,8 @@ static double median(double *v, int n) {
 }
 
 /* y[N][rows] = W x^T with the plain tile kernel, loop order of kn_matmul (token blocks of 64). */
-static void run_plain(const kn_kernels *k, kn_dtype t, const uint8_t *w, int64_t rows, int64_t cols,
-                      const uint8_t *xq, int64_t N, float *y) {
+static void run_plain(const kn_kernels *k, kn_dtype t, const uint8_t *w, int64_t rows, int64_t cols, const uint8_t *xq,
+                      int64_t N, float *y) {
     const kn_gemm_fn g = kn_kernels_gemm(k, t);
     const size_t rb = kn_row_bytes(t, cols), xs = kn_row_bytes(kn_type_traits_get(t)->vec_dot_type, cols);
     for (int64_t b0 = 0; b0 < N; b0 += 64) {
@@ -53,8 +53,8 @@ static void run_plain(const kn_kernels *k, kn_dtype t, const uint8_t *w, int64_t
 }
 
 /* The same with the panel kernel on the packed matrix and Q8X activations. */
-static void run_p16(const kn_kernels *k, kn_dtype t, const uint8_t *w, int64_t rows, int64_t cols,
-                    const uint8_t *xq, int64_t N, float *y) {
+static void run_p16(const kn_kernels *k, kn_dtype t, const uint8_t *w, int64_t rows, int64_t cols, const uint8_t *xq,
+                    int64_t N, float *y) {
     const kn_p16_fn g = k->p16[t];
     const size_t pb = kn_row_bytes(t, cols) * KN_P16_ROWS, xs = kn_q8x_row_bytes(t, cols);
     const int T = k->p16_tile_t;
@@ -64,7 +64,8 @@ static void run_p16(const kn_kernels *k, kn_dtype t, const uint8_t *w, int64_t r
             const int np = (int)(rows / KN_P16_ROWS - p < KN_P16_PANELS ? rows / KN_P16_ROWS - p : KN_P16_PANELS);
             for (int64_t n = b0; n < b1; n += T) {
                 const int nt = (int)(b1 - n < T ? b1 - n : T);
-                g(cols, w + (size_t)p * pb, np, xq + (size_t)n * xs, xs, nt, y + n * rows + p * KN_P16_ROWS, (size_t)rows);
+                g(cols, w + (size_t)p * pb, np, xq + (size_t)n * xs, xs, nt, y + n * rows + p * KN_P16_ROWS,
+                  (size_t)rows);
             }
         }
     }
@@ -88,7 +89,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     const kn_dtype types[] = {KN_Q4_0, KN_Q8_0, KN_Q4_K};
-    const int64_t rows = 2048, stack = 24;  /* 24 matrices: 226 MB in Q4_0 at the default width */
+    const int64_t rows = 2048, stack = 24; /* 24 matrices: 226 MB in Q4_0 at the default width */
     printf("kernel set %s, one thread, matrices %lld x %lld, %d repetitions (median)\n", k->name, (long long)rows,
            (long long)cols, reps);
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
@@ -98,7 +99,8 @@ int main(int argc, char **argv) {
         const kn_from_float_fn aq = kn_kernels_quantize(k, at);
         const size_t mb = kn_row_bytes(t, cols) * (size_t)rows;
         uint8_t *plain = malloc(mb * stack), *packed = malloc(mb * stack);
-        float *f = malloc(sizeof(float) * (size_t)cols * (size_t)NP), *y = malloc(sizeof(float) * (size_t)rows * (size_t)NP);
+        float *f = malloc(sizeof(float) * (size_t)cols * (size_t)NP),
+              *y = malloc(sizeof(float) * (size_t)rows * (size_t)NP);
         uint8_t *xq = malloc(kn_row_bytes(at, cols) * (size_t)NP), *xx = malloc(kn_q8x_row_bytes(t, cols) * (size_t)NP);
         if (!plain || !packed || !f || !y || !xq || !xx) return 1;
         unsigned s = 12345;
@@ -131,7 +133,8 @@ int main(int argc, char **argv) {
         }
         const double a = median(dp, reps), b = median(dk, reps), c = median(pp, reps), d = median(pk, reps);
         printf("%s decode  (1 token):  plain %6.1f GB/s   panel %6.1f GB/s   ratio %.2f\n", tr->name, a, b, b / a);
-        printf("%s prefill (%lld tokens): plain %6.1f GOP/s  panel %6.1f GOP/s  ratio %.2f\n", tr->name, (long long)NP, c, d, d / c);
+        printf("%s prefill (%lld tokens): plain %6.1f GOP/s  panel %6.1f GOP/s  ratio %.2f\n", tr->name, (long long)NP,
+               c, d, d / c);
         free(plain), free(packed), free(f), free(y), free(xq), free(xx);
     }
     return 0;

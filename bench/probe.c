@@ -49,7 +49,7 @@ static double bandwidth(const uint8_t *buf, size_t size, int threads, int reps) 
     for (int k = 0; k < reps; k++) {
         double t0 = now_s();
         uint64_t acc = 0;
-        #pragma omp parallel num_threads(threads) reduction(^ : acc)
+#pragma omp parallel num_threads(threads) reduction(^ : acc)
         {
             int t = omp_get_thread_num(), nt = omp_get_num_threads();
             size_t chunk = size / (size_t)nt / 128 * 128;
@@ -68,16 +68,22 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) static double int8_peak(v
     const long iters = 20000000;
     for (int k = 0; k < 5; k++) {
         __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(5);
-        __m512i c0 = _mm512_setzero_si512(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0,
-                c8 = c0, c9 = c0, c10 = c0, c11 = c0;
+        __m512i c0 = _mm512_setzero_si512(), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0, c8 = c0,
+                c9 = c0, c10 = c0, c11 = c0;
         double t0 = now_s();
         for (long i = 0; i < iters; i++) {
-            c0 = _mm512_dpbusd_epi32(c0, a, b); c1 = _mm512_dpbusd_epi32(c1, a, b);
-            c2 = _mm512_dpbusd_epi32(c2, a, b); c3 = _mm512_dpbusd_epi32(c3, a, b);
-            c4 = _mm512_dpbusd_epi32(c4, a, b); c5 = _mm512_dpbusd_epi32(c5, a, b);
-            c6 = _mm512_dpbusd_epi32(c6, a, b); c7 = _mm512_dpbusd_epi32(c7, a, b);
-            c8 = _mm512_dpbusd_epi32(c8, a, b); c9 = _mm512_dpbusd_epi32(c9, a, b);
-            c10 = _mm512_dpbusd_epi32(c10, a, b); c11 = _mm512_dpbusd_epi32(c11, a, b);
+            c0 = _mm512_dpbusd_epi32(c0, a, b);
+            c1 = _mm512_dpbusd_epi32(c1, a, b);
+            c2 = _mm512_dpbusd_epi32(c2, a, b);
+            c3 = _mm512_dpbusd_epi32(c3, a, b);
+            c4 = _mm512_dpbusd_epi32(c4, a, b);
+            c5 = _mm512_dpbusd_epi32(c5, a, b);
+            c6 = _mm512_dpbusd_epi32(c6, a, b);
+            c7 = _mm512_dpbusd_epi32(c7, a, b);
+            c8 = _mm512_dpbusd_epi32(c8, a, b);
+            c9 = _mm512_dpbusd_epi32(c9, a, b);
+            c10 = _mm512_dpbusd_epi32(c10, a, b);
+            c11 = _mm512_dpbusd_epi32(c11, a, b);
             /* every chain through the barrier: identical chains would otherwise be merged into one */
             __asm__ volatile("" : "+v"(c0), "+v"(c1), "+v"(c2), "+v"(c3), "+v"(c4), "+v"(c5));
             __asm__ volatile("" : "+v"(c6), "+v"(c7), "+v"(c8), "+v"(c9), "+v"(c10), "+v"(c11));
@@ -103,10 +109,18 @@ __attribute__((target("avx512f"))) static double fp32_peak(void) {
                c9 = c0, c10 = c0, c11 = c0;
         double t0 = now_s();
         for (long i = 0; i < iters; i++) {
-            c0 = _mm512_fmadd_ps(a, b, c0); c1 = _mm512_fmadd_ps(a, b, c1); c2 = _mm512_fmadd_ps(a, b, c2);
-            c3 = _mm512_fmadd_ps(a, b, c3); c4 = _mm512_fmadd_ps(a, b, c4); c5 = _mm512_fmadd_ps(a, b, c5);
-            c6 = _mm512_fmadd_ps(a, b, c6); c7 = _mm512_fmadd_ps(a, b, c7); c8 = _mm512_fmadd_ps(a, b, c8);
-            c9 = _mm512_fmadd_ps(a, b, c9); c10 = _mm512_fmadd_ps(a, b, c10); c11 = _mm512_fmadd_ps(a, b, c11);
+            c0 = _mm512_fmadd_ps(a, b, c0);
+            c1 = _mm512_fmadd_ps(a, b, c1);
+            c2 = _mm512_fmadd_ps(a, b, c2);
+            c3 = _mm512_fmadd_ps(a, b, c3);
+            c4 = _mm512_fmadd_ps(a, b, c4);
+            c5 = _mm512_fmadd_ps(a, b, c5);
+            c6 = _mm512_fmadd_ps(a, b, c6);
+            c7 = _mm512_fmadd_ps(a, b, c7);
+            c8 = _mm512_fmadd_ps(a, b, c8);
+            c9 = _mm512_fmadd_ps(a, b, c9);
+            c10 = _mm512_fmadd_ps(a, b, c10);
+            c11 = _mm512_fmadd_ps(a, b, c11);
             /* every chain through the barrier: identical chains would otherwise be merged into one */
             __asm__ volatile("" : "+v"(c0), "+v"(c1), "+v"(c2), "+v"(c3), "+v"(c4), "+v"(c5));
             __asm__ volatile("" : "+v"(c6), "+v"(c7), "+v"(c8), "+v"(c9), "+v"(c10), "+v"(c11));

@@ -46,27 +46,27 @@
 extern "C" {
 #endif
 
-#define KILN_VERSION_MAJOR 0
-#define KILN_VERSION_MINOR 1
-#define KILN_VERSION_PATCH 0
+#define KILN_VERSION_MAJOR  0
+#define KILN_VERSION_MINOR  1
+#define KILN_VERSION_PATCH  0
 #define KILN_VERSION_STRING "0.1.0"
 
 /* ---- status codes ---------------------------------------------------------------------------- */
 
 /* One list, two uses: the enum below and kiln_status_str()'s strings are both generated from it, so
  * a status cannot exist without its description. X(name, description). */
-#define KILN_STATUS_LIST(X)                                                                          \
-    X(KILN_OK, "success")                                                                            \
-    X(KILN_ERR_INVALID_ARG, "invalid argument")      /* a parameter is out of range or NULL */      \
-    X(KILN_ERR_IO, "I/O error")                      /* a file is missing, unreadable, or special */ \
-    X(KILN_ERR_FORMAT, "file format error")          /* a file is truncated, corrupt, inconsistent */ \
-    X(KILN_ERR_UNSUPPORTED, "unsupported")           /* valid, but kiln does not implement it */     \
-    X(KILN_ERR_NOMEM, "out of memory")               /* an allocation failed */                       \
-    X(KILN_ERR_BUFFER_SMALL, "buffer too small")     /* the needed size was reported */              \
-    X(KILN_ERR_CONTEXT_FULL, "context full")         /* the tokens do not fit in the context */      \
-    X(KILN_ERR_CANCELLED, "cancelled")               /* the caller asked to stop */                  \
-    X(KILN_ERR_INTERNAL, "internal error")           /* a bug in kiln */                              \
-    X(KILN_ERR_BUSY, "busy: the queue is full")      /* the engine's queue is full; retry later */
+#define KILN_STATUS_LIST(X)                                                                                            \
+    X(KILN_OK, "success")                                                                                              \
+    X(KILN_ERR_INVALID_ARG, "invalid argument")  /* a parameter is out of range or NULL */                             \
+    X(KILN_ERR_IO, "I/O error")                  /* a file is missing, unreadable, or special */                       \
+    X(KILN_ERR_FORMAT, "file format error")      /* a file is truncated, corrupt, inconsistent */                      \
+    X(KILN_ERR_UNSUPPORTED, "unsupported")       /* valid, but kiln does not implement it */                           \
+    X(KILN_ERR_NOMEM, "out of memory")           /* an allocation failed */                                            \
+    X(KILN_ERR_BUFFER_SMALL, "buffer too small") /* the needed size was reported */                                    \
+    X(KILN_ERR_CONTEXT_FULL, "context full")     /* the tokens do not fit in the context */                            \
+    X(KILN_ERR_CANCELLED, "cancelled")           /* the caller asked to stop */                                        \
+    X(KILN_ERR_INTERNAL, "internal error")       /* a bug in kiln */                                                   \
+    X(KILN_ERR_BUSY, "busy: the queue is full")  /* the engine's queue is full; retry later */
 
 #define KILN_STATUS_ENUM_(name, description) name,
 typedef enum kiln_status { KILN_STATUS_LIST(KILN_STATUS_ENUM_) KILN_STATUS_COUNT } kiln_status;
@@ -84,12 +84,7 @@ KILN_API const char *kiln_version(void);
 
 /* ---- logging --------------------------------------------------------------------------------- */
 
-typedef enum kiln_log_level {
-    KILN_LOG_ERROR = 0,
-    KILN_LOG_WARN,
-    KILN_LOG_INFO,
-    KILN_LOG_DEBUG
-} kiln_log_level;
+typedef enum kiln_log_level { KILN_LOG_ERROR = 0, KILN_LOG_WARN, KILN_LOG_INFO, KILN_LOG_DEBUG } kiln_log_level;
 
 /* msg is one line without a trailing newline. Called from any thread that runs kiln code. */
 typedef void (*kiln_log_fn)(kiln_log_level level, const char *msg, void *user);
@@ -108,15 +103,15 @@ typedef int32_t kiln_token;
 typedef enum kiln_kernels { KILN_KERNELS_AUTO = 0, KILN_KERNELS_REF = 1 } kiln_kernels;
 
 typedef struct kiln_model_params {
-    bool vocab_only;    /* load metadata and tokenizer only (works on files without tensors) */
-    bool use_mmap;      /* keep weights in the file mapping instead of copying them to memory */
-    kiln_kernels kernels;  /* default AUTO */
+    bool vocab_only;      /* load metadata and tokenizer only (works on files without tensors) */
+    bool use_mmap;        /* keep weights in the file mapping instead of copying them to memory */
+    kiln_kernels kernels; /* default AUTO */
     /* Load progress: called on the loading thread as the weights are read, with the fraction done
      * in [0, 1], non-decreasing, first 0 and last 1 (a vocab_only load makes no calls). Returning
      * false cancels the load: kiln_model_load then returns KILN_ERR_CANCELLED and frees everything.
      * NULL (default): no calls. */
     bool (*progress)(float fraction, void *user);
-    void *progress_user;   /* passed to progress */
+    void *progress_user; /* passed to progress */
 } kiln_model_params;
 
 KILN_API kiln_model_params kiln_model_default_params(void);
@@ -163,25 +158,25 @@ KILN_API uint64_t kiln_model_size_bytes(const kiln_model *model);
  * and no tensor data is read. Strings are NUL-terminated, printable ASCII (other bytes become '?'),
  * truncated to their arrays. */
 typedef struct kiln_model_info {
-    char arch[32];              /* general.architecture; "" when absent */
-    char name[128];             /* general.name; "" when absent */
-    bool runnable;              /* kiln runs this architecture, the file holds tensors and is not
-                                   one part of a split model (a load may still fail on a missing or
-                                   malformed tensor) */
-    int32_t n_ctx_train;        /* {arch}.context_length; 0 when absent */
-    int32_t n_embd;             /* {arch}.embedding_length; 0 when absent */
-    int32_t n_layer;            /* {arch}.block_count; 0 when absent */
-    int32_t n_head;             /* {arch}.attention.head_count; 0 when absent */
-    int32_t n_head_kv;          /* {arch}.attention.head_count_kv, else n_head */
-    int32_t head_dim;           /* {arch}.attention.key_length, else n_embd / n_head */
-    uint64_t n_tensors;         /* tensors in this file */
-    uint64_t n_params;          /* elements of every tensor in this file */
-    uint64_t tensor_bytes;      /* bytes of tensor data in this file (about the weights' memory) */
-    char weight_type[16];       /* the tensor type holding the most bytes, e.g. "Q4_0"; "" when
-                                   the file has no tensors */
-    uint64_t file_bytes;        /* size of the file */
-    int32_t split_no;           /* split.no: index of this part of a split model (0 otherwise) */
-    int32_t split_count;        /* split.count: parts of a split model (1 otherwise) */
+    char arch[32];         /* general.architecture; "" when absent */
+    char name[128];        /* general.name; "" when absent */
+    bool runnable;         /* kiln runs this architecture, the file holds tensors and is not
+                              one part of a split model (a load may still fail on a missing or
+                              malformed tensor) */
+    int32_t n_ctx_train;   /* {arch}.context_length; 0 when absent */
+    int32_t n_embd;        /* {arch}.embedding_length; 0 when absent */
+    int32_t n_layer;       /* {arch}.block_count; 0 when absent */
+    int32_t n_head;        /* {arch}.attention.head_count; 0 when absent */
+    int32_t n_head_kv;     /* {arch}.attention.head_count_kv, else n_head */
+    int32_t head_dim;      /* {arch}.attention.key_length, else n_embd / n_head */
+    uint64_t n_tensors;    /* tensors in this file */
+    uint64_t n_params;     /* elements of every tensor in this file */
+    uint64_t tensor_bytes; /* bytes of tensor data in this file (about the weights' memory) */
+    char weight_type[16];  /* the tensor type holding the most bytes, e.g. "Q4_0"; "" when
+                              the file has no tensors */
+    uint64_t file_bytes;   /* size of the file */
+    int32_t split_no;      /* split.no: index of this part of a split model (0 otherwise) */
+    int32_t split_count;   /* split.count: parts of a split model (1 otherwise) */
 } kiln_model_info;
 
 /* Fills *out from the file at path. Status: KILN_ERR_IO (missing, unreadable, not a regular file),
@@ -224,8 +219,8 @@ KILN_API kiln_status kiln_tokenize_chat(const kiln_model *model, const char *tex
 /* The bytes a token stands for in decoded text (a byte token gives its byte, which may be part of a
  * UTF-8 character). Special tokens give their text only when render_special. Writes up to cap bytes
  * (no terminator) and the full length to *n_out; KILN_ERR_BUFFER_SMALL when cap is too small. */
-KILN_API kiln_status kiln_token_piece(const kiln_model *model, kiln_token token, bool render_special,
-                                      char *buf, size_t cap, size_t *n_out);
+KILN_API kiln_status kiln_token_piece(const kiln_model *model, kiln_token token, bool render_special, char *buf,
+                                      size_t cap, size_t *n_out);
 
 /* ---- chat templates -------------------------------------------------------------------------- */
 
@@ -258,7 +253,7 @@ KILN_API void kiln_free(void *p);
 
 typedef struct kiln_logit_bias {
     kiln_token token;
-    float bias;          /* added to the logit; -INFINITY bans the token */
+    float bias; /* added to the logit; -INFINITY bans the token */
 } kiln_logit_bias;
 
 /* The sampler chain, applied in this order:
@@ -267,16 +262,16 @@ typedef struct kiln_logit_bias {
  *   3. temperature 0: greedy (highest logit, lowest id on ties) and the rest is skipped
  *   4. top-k, 5. temperature, 6. softmax, 7. top-p, 8. min-p, 9. draw with the seeded RNG. */
 typedef struct kiln_sampler_params {
-    float temperature;          /* default 0.8; 0 means greedy */
-    int32_t top_k;              /* default 40; 0 disables */
-    float top_p;                /* default 0.95; 1 disables */
-    float min_p;                /* default 0.05; 0 disables */
-    float repeat_penalty;       /* default 1.0 (off); llama.cpp's multiplicative penalty */
-    float presence_penalty;     /* default 0 (off) */
-    float frequency_penalty;    /* default 0 (off) */
-    int32_t penalty_last_n;     /* default 64; window of recent tokens the penalties look at */
-    uint64_t seed;              /* default 0xFFFFFFFF...: choose a random seed */
-    const kiln_logit_bias *logit_bias;  /* borrowed for the duration of the generate call */
+    float temperature;                 /* default 0.8; 0 means greedy */
+    int32_t top_k;                     /* default 40; 0 disables */
+    float top_p;                       /* default 0.95; 1 disables */
+    float min_p;                       /* default 0.05; 0 disables */
+    float repeat_penalty;              /* default 1.0 (off); llama.cpp's multiplicative penalty */
+    float presence_penalty;            /* default 0 (off) */
+    float frequency_penalty;           /* default 0 (off) */
+    int32_t penalty_last_n;            /* default 64; window of recent tokens the penalties look at */
+    uint64_t seed;                     /* default 0xFFFFFFFF...: choose a random seed */
+    const kiln_logit_bias *logit_bias; /* borrowed for the duration of the generate call */
     size_t n_logit_bias;
 } kiln_sampler_params;
 
@@ -313,10 +308,10 @@ typedef enum kiln_sampler_param {
  * the CLI accepts the same values as the server; the other ranges are what the sampler handles
  * sanely (finite logits, bounded buffers). */
 typedef struct kiln_sampler_range {
-    const char *name;      /* the kiln_sampler_params field, e.g. "temperature" */
-    double min, max;       /* accepted values, both included */
-    double def;            /* the library default (kiln_sampler_default_params) */
-    bool integer;          /* an int32_t field (top_k, penalty_last_n): integral values only */
+    const char *name; /* the kiln_sampler_params field, e.g. "temperature" */
+    double min, max;  /* accepted values, both included */
+    double def;       /* the library default (kiln_sampler_default_params) */
+    bool integer;     /* an int32_t field (top_k, penalty_last_n): integral values only */
 } kiln_sampler_range;
 
 /* The row of param, or NULL for a value outside the enum. The table is constant and static. */
@@ -339,21 +334,20 @@ typedef struct kiln_session kiln_session;
 typedef enum kiln_kv_type { KILN_KV_F16 = 0, KILN_KV_F32 = 1 } kiln_kv_type;
 
 typedef struct kiln_session_params {
-    int32_t n_ctx;       /* context length in tokens; 0 = kiln_default_n_ctx: the model's training
-                            length, capped at KILN_N_CTX_DEFAULT_MAX */
-    int32_t n_batch;     /* prompt tokens per forward chunk (prefill); default 256 */
-    int32_t n_threads;   /* 0 = number of physical cores */
-    kiln_kv_type kv_type;  /* default F16 */
-    bool logits_all;     /* keep logits for every position of an eval chunk (n_batch x n_vocab
-                            floats); needed by kiln_session_eval(..., all_logits = true) */
+    int32_t n_ctx;        /* context length in tokens; 0 = kiln_default_n_ctx: the model's training
+                             length, capped at KILN_N_CTX_DEFAULT_MAX */
+    int32_t n_batch;      /* prompt tokens per forward chunk (prefill); default 256 */
+    int32_t n_threads;    /* 0 = number of physical cores */
+    kiln_kv_type kv_type; /* default F16 */
+    bool logits_all;      /* keep logits for every position of an eval chunk (n_batch x n_vocab
+                             floats); needed by kiln_session_eval(..., all_logits = true) */
 } kiln_session_params;
 
 KILN_API kiln_session_params kiln_session_default_params(void);
 
 /* Creates a session on model (which must outlive it). Every buffer the generation loop needs (KV,
  * activations, logits) is allocated here; the token loop allocates nothing. */
-KILN_API kiln_status kiln_session_new(kiln_model *model, const kiln_session_params *params,
-                                      kiln_session **out);
+KILN_API kiln_status kiln_session_new(kiln_model *model, const kiln_session_params *params, kiln_session **out);
 KILN_API void kiln_session_free(kiln_session *session);
 KILN_API const char *kiln_session_last_error(const kiln_session *session);
 KILN_API int32_t kiln_session_n_ctx(const kiln_session *session);
@@ -370,8 +364,7 @@ KILN_API int32_t kiln_session_n_past(const kiln_session *session);
  * logits_all, and n must be <= n_batch), the logits of every one of the n positions are kept;
  * otherwise only the last. KILN_ERR_CONTEXT_FULL when the tokens do not fit and
  * KILN_ERR_INVALID_ARG for a token outside the vocabulary (the session is left unchanged). */
-KILN_API kiln_status kiln_session_eval(kiln_session *session, const kiln_token *tokens, size_t n,
-                                       bool all_logits);
+KILN_API kiln_status kiln_session_eval(kiln_session *session, const kiln_token *tokens, size_t n, bool all_logits);
 /* Logits [n_vocab] of position i of the last eval (i = -1: its last position). NULL when that
  * position's logits were not kept. Valid until the next call on the session. */
 KILN_API const float *kiln_session_logits(const kiln_session *session, int32_t i);
@@ -386,15 +379,15 @@ typedef struct kiln_top_logprob {
 
 /* One generated token, as given to the token callback. */
 typedef struct kiln_token_event {
-    kiln_token token;   /* -1 for the final event that only flushes held-back text */
-    const char *text;   /* text released with this token: whole UTF-8 characters. With stop
-                           strings, text that could begin a stop string is held back and released
-                           with a later token (or dropped when it turns out to be a stop string). */
-    size_t text_len;    /* may be 0 (e.g. the first half of a multi-byte character) */
-    float logprob;      /* natural-log probability of token under the model's distribution (the
-                           softmax of the raw logits); 0 when logprobs were not requested */
-    const kiln_top_logprob *top;  /* the n_top most likely tokens, most likely first (lowest id on
-                                     ties); valid during the callback only */
+    kiln_token token;            /* -1 for the final event that only flushes held-back text */
+    const char *text;            /* text released with this token: whole UTF-8 characters. With stop
+                                    strings, text that could begin a stop string is held back and released
+                                    with a later token (or dropped when it turns out to be a stop string). */
+    size_t text_len;             /* may be 0 (e.g. the first half of a multi-byte character) */
+    float logprob;               /* natural-log probability of token under the model's distribution (the
+                                    softmax of the raw logits); 0 when logprobs were not requested */
+    const kiln_top_logprob *top; /* the n_top most likely tokens, most likely first (lowest id on
+                                    ties); valid during the callback only */
     size_t n_top;
 } kiln_token_event;
 
@@ -403,15 +396,15 @@ typedef int (*kiln_token_fn)(const kiln_token_event *event, void *user);
 
 typedef enum kiln_stop_reason {
     KILN_STOP_NONE = 0,
-    KILN_STOP_EOS,        /* the model produced an end-of-generation token */
-    KILN_STOP_LENGTH,     /* max_tokens reached */
-    KILN_STOP_CONTEXT,    /* the context is full */
-    KILN_STOP_CANCELLED,  /* the token callback asked to stop */
-    KILN_STOP_STRING      /* a stop string appeared in the output */
+    KILN_STOP_EOS,       /* the model produced an end-of-generation token */
+    KILN_STOP_LENGTH,    /* max_tokens reached */
+    KILN_STOP_CONTEXT,   /* the context is full */
+    KILN_STOP_CANCELLED, /* the token callback asked to stop */
+    KILN_STOP_STRING     /* a stop string appeared in the output */
 } kiln_stop_reason;
 
-#define KILN_MAX_STOP 16          /* stop strings per generation */
-#define KILN_MAX_STOP_LEN 1024    /* bytes per stop string */
+#define KILN_MAX_STOP     16   /* stop strings per generation */
+#define KILN_MAX_STOP_LEN 1024 /* bytes per stop string */
 
 struct kiln_generate_result;
 /* Called once at the end of every generation, after its last token event, with the final status
@@ -419,42 +412,42 @@ struct kiln_generate_result;
 typedef void (*kiln_done_fn)(kiln_status status, const struct kiln_generate_result *result, void *user);
 
 typedef struct kiln_generate_params {
-    int32_t max_tokens;        /* new tokens at most; default 256; < 0 = until EOS or context end */
-    bool ignore_eos;           /* keep going past end-of-generation tokens */
-    bool add_special;          /* prepend BOS per the model's metadata; default true */
-    bool parse_special;        /* parse special-token text in the prompt; default false */
+    int32_t max_tokens; /* new tokens at most; default 256; < 0 = until EOS or context end */
+    bool ignore_eos;    /* keep going past end-of-generation tokens */
+    bool add_special;   /* prepend BOS per the model's metadata; default true */
+    bool parse_special; /* parse special-token text in the prompt; default false */
     kiln_sampler_params sampling;
-    const char *const *stop;   /* stop strings (non-empty, NUL-terminated), matched on the decoded
-                                  text; the output ends before the first match, which is never
-                                  emitted. Borrowed for the call. */
-    size_t n_stop;             /* at most KILN_MAX_STOP */
-    int32_t logprobs;          /* -1 (default): none; 0: the chosen token's logprob in each event;
-                                  N in 1..KILN_MAX_TOP_LOGPROBS: also the N most likely tokens */
-    kiln_token_fn on_token;    /* may be NULL */
-    kiln_done_fn on_done;      /* may be NULL; called once when the generation ends */
-    void *user;                /* passed to on_token and on_done */
+    const char *const *stop; /* stop strings (non-empty, NUL-terminated), matched on the decoded
+                                text; the output ends before the first match, which is never
+                                emitted. Borrowed for the call. */
+    size_t n_stop;           /* at most KILN_MAX_STOP */
+    int32_t logprobs;        /* -1 (default): none; 0: the chosen token's logprob in each event;
+                                N in 1..KILN_MAX_TOP_LOGPROBS: also the N most likely tokens */
+    kiln_token_fn on_token;  /* may be NULL */
+    kiln_done_fn on_done;    /* may be NULL; called once when the generation ends */
+    void *user;              /* passed to on_token and on_done */
 } kiln_generate_params;
 
 KILN_API kiln_generate_params kiln_generate_default_params(void);
 
 typedef struct kiln_generate_result {
-    int32_t n_prompt;          /* prompt tokens evaluated */
-    int32_t n_generated;       /* tokens generated */
-    int32_t n_cached;          /* prompt tokens whose KV came from the prefix cache (engine only) */
-    double prompt_ms;          /* wall time of prefill */
-    double gen_ms;             /* wall time of generation (from the first sampled token on) */
+    int32_t n_prompt;    /* prompt tokens evaluated */
+    int32_t n_generated; /* tokens generated */
+    int32_t n_cached;    /* prompt tokens whose KV came from the prefix cache (engine only) */
+    double prompt_ms;    /* wall time of prefill */
+    double gen_ms;       /* wall time of generation (from the first sampled token on) */
     kiln_stop_reason stop;
-    int32_t stop_index;        /* with KILN_STOP_STRING: which stop string matched; else -1 */
-    const char *error;         /* never NULL: "" when the generation succeeded, else why it failed
-                                  (e.g. the KV memory a request could not get); owned by the library,
-                                  valid until the request is freed (engine) or the session's next
-                                  call */
+    int32_t stop_index; /* with KILN_STOP_STRING: which stop string matched; else -1 */
+    const char *error;  /* never NULL: "" when the generation succeeded, else why it failed
+                           (e.g. the KV memory a request could not get); owned by the library,
+                           valid until the request is freed (engine) or the session's next
+                           call */
 } kiln_generate_result;
 
 /* Resets the session, tokenizes prompt, evaluates it and generates until a stop condition, calling
  * on_token for each token. result may be NULL. An empty prompt starts from BOS alone. */
-KILN_API kiln_status kiln_generate(kiln_session *session, const char *prompt,
-                                   const kiln_generate_params *params, kiln_generate_result *result);
+KILN_API kiln_status kiln_generate(kiln_session *session, const char *prompt, const kiln_generate_params *params,
+                                   kiln_generate_result *result);
 
 /* Same as kiln_generate but from token ids (used as given: no BOS is added). */
 KILN_API kiln_status kiln_generate_tokens(kiln_session *session, const kiln_token *prompt, size_t n_prompt,
@@ -470,20 +463,20 @@ typedef struct kiln_engine kiln_engine;
 typedef struct kiln_request kiln_request;
 
 typedef struct kiln_engine_params {
-    int32_t n_ctx;          /* context per row; 0 = kiln_default_n_ctx (the model's training length,
-                               at most KILN_N_CTX_DEFAULT_MAX) */
-    int32_t max_rows;       /* generations advanced together; default 8 (1 = one at a time) */
-    int32_t max_queue;      /* requests waiting for a row; default 64; beyond: KILN_ERR_BUSY */
-    int32_t prefill_chunk;  /* prompt tokens a prefilling row adds per step; default 64 (measured:
-                               bench/chunk.mjs in docs/benchmarks.md) */
-    int32_t n_threads;      /* 0 = number of physical cores */
-    kiln_kv_type kv_type;   /* default F16 */
-    uint64_t kv_budget;     /* bytes of KV all rows may hold together; 0 = max_rows full rows. A
-                               budget below one row still runs one row (estimates are advisory) */
-    uint64_t prompt_cache;  /* bytes of the prefix cache (KV of earlier requests, reused by later
-                               ones that start with the same tokens); 0 = off;
-                               KILN_PROMPT_CACHE_AUTO (default) = kiln_default_prompt_cache(
-                               kiln_physical_memory()) */
+    int32_t n_ctx;         /* context per row; 0 = kiln_default_n_ctx (the model's training length,
+                              at most KILN_N_CTX_DEFAULT_MAX) */
+    int32_t max_rows;      /* generations advanced together; default 8 (1 = one at a time) */
+    int32_t max_queue;     /* requests waiting for a row; default 64; beyond: KILN_ERR_BUSY */
+    int32_t prefill_chunk; /* prompt tokens a prefilling row adds per step; default 64 (measured:
+                              bench/chunk.mjs in docs/benchmarks.md) */
+    int32_t n_threads;     /* 0 = number of physical cores */
+    kiln_kv_type kv_type;  /* default F16 */
+    uint64_t kv_budget;    /* bytes of KV all rows may hold together; 0 = max_rows full rows. A
+                              budget below one row still runs one row (estimates are advisory) */
+    uint64_t prompt_cache; /* bytes of the prefix cache (KV of earlier requests, reused by later
+                              ones that start with the same tokens); 0 = off;
+                              KILN_PROMPT_CACHE_AUTO (default) = kiln_default_prompt_cache(
+                              kiln_physical_memory()) */
     /* The prefix cache's SSD tier: entries leaving RAM (and entries idle in RAM) are written to
      * files in ssd_dir by a background thread, and a later request, also after a restart of the
      * process, restores its prefix from them instead of recomputing it. Files are keyed by model
@@ -558,22 +551,22 @@ typedef struct kiln_engine_stats {
     int32_t cache_entries;  /* prefix cache: entries held */
     uint64_t cache_bytes;   /* bytes they hold (of cache_budget) */
     uint64_t cache_budget;
-    uint64_t cache_hits;    /* requests that reused a cached prefix */
+    uint64_t cache_hits; /* requests that reused a cached prefix */
     uint64_t cache_misses;
-    uint64_t cache_hit_tokens;  /* prompt tokens not recomputed thanks to the cache */
+    uint64_t cache_hit_tokens; /* prompt tokens not recomputed thanks to the cache */
     /* SSD tier (all 0 without one) */
     bool ssd_enabled;
-    int32_t ssd_entries;        /* files of this model and KV format */
-    uint64_t ssd_bytes;         /* bytes of all cache files in the directory (every model) */
-    uint64_t ssd_budget;        /* ssd_max_bytes */
-    uint64_t ssd_hits;          /* requests whose prefix was restored from SSD (also in cache_hits) */
-    uint64_t ssd_hit_tokens;    /* prompt tokens restored from SSD */
-    uint64_t ssd_writes;        /* files written */
-    int32_t ssd_pending;        /* writes queued or in progress */
-    uint64_t ssd_evictions;     /* files deleted to stay within ssd_max_bytes */
-    uint64_t ssd_quarantined;   /* damaged, truncated or mismatched files moved to quarantine/ */
-    uint64_t ssd_errors;        /* failed writes or reads (disk full, I/O errors); the entry is
-                                   then simply not cached */
+    int32_t ssd_entries;      /* files of this model and KV format */
+    uint64_t ssd_bytes;       /* bytes of all cache files in the directory (every model) */
+    uint64_t ssd_budget;      /* ssd_max_bytes */
+    uint64_t ssd_hits;        /* requests whose prefix was restored from SSD (also in cache_hits) */
+    uint64_t ssd_hit_tokens;  /* prompt tokens restored from SSD */
+    uint64_t ssd_writes;      /* files written */
+    int32_t ssd_pending;      /* writes queued or in progress */
+    uint64_t ssd_evictions;   /* files deleted to stay within ssd_max_bytes */
+    uint64_t ssd_quarantined; /* damaged, truncated or mismatched files moved to quarantine/ */
+    uint64_t ssd_errors;      /* failed writes or reads (disk full, I/O errors); the entry is
+                                 then simply not cached */
 } kiln_engine_stats;
 
 KILN_API void kiln_engine_get_stats(kiln_engine *engine, kiln_engine_stats *out);
@@ -584,15 +577,15 @@ KILN_API void kiln_engine_get_stats(kiln_engine *engine, kiln_engine_stats *out)
  * most KILN_N_CTX_DEFAULT_MAX tokens. The cap keeps the default KV of a long-context model modest
  * without knowing the machine; a front end that plans with the machine's memory may choose longer
  * contexts explicitly (kiln serve's automatic mode does, when the KV of its rows fits). */
-#define KILN_N_CTX_DEFAULT_MAX 4096
+#define KILN_N_CTX_DEFAULT_MAX   4096
 /* The training length assumed for a model file that does not state one ({arch}.context_length). */
 #define KILN_N_CTX_TRAIN_ASSUMED 4096
 
 /* Limits of the params: the largest context, thread count and prompt chunk a session or engine
  * accepts (beyond: KILN_ERR_INVALID_ARG). */
-#define KILN_N_CTX_MAX (1 << 24)
+#define KILN_N_CTX_MAX     (1 << 24)
 #define KILN_N_THREADS_MAX 1024
-#define KILN_N_BATCH_MAX 65536
+#define KILN_N_BATCH_MAX   65536
 
 /* The default context for a model trained on n_ctx_train tokens (<= 0: not stated, so
  * KILN_N_CTX_TRAIN_ASSUMED): min(n_ctx_train, KILN_N_CTX_DEFAULT_MAX). */
@@ -602,7 +595,7 @@ KILN_API int32_t kiln_default_n_ctx(int32_t n_ctx_train);
  * memory: 1/KILN_PROMPT_CACHE_MEMORY_SHARE of it, at most KILN_PROMPT_CACHE_MAX_AUTO bytes (0 when
  * memory_bytes is 0). */
 #define KILN_PROMPT_CACHE_MEMORY_SHARE 8
-#define KILN_PROMPT_CACHE_MAX_AUTO ((uint64_t)8 << 30)
+#define KILN_PROMPT_CACHE_MAX_AUTO     ((uint64_t)8 << 30)
 KILN_API uint64_t kiln_default_prompt_cache(uint64_t memory_bytes);
 
 /* Bytes of KV one token of context takes for the model a header read describes, with KV type

@@ -33,13 +33,13 @@
 /* ---- configuration ----------------------------------------------------------------------------- */
 
 typedef struct gen_cfg {
-    const char *arch;           /* "llama", "qwen2", "qwen3" */
-    const char *name;           /* general.name */
-    int64_t vocab, dim, layers, heads, kv_heads, ffn, head_dim, ctx;  /* head_dim 0: dim / heads */
-    int tied;                   /* 1 tied (no output.weight), 0 untied */
+    const char *arch;                                                /* "llama", "qwen2", "qwen3" */
+    const char *name;                                                /* general.name */
+    int64_t vocab, dim, layers, heads, kv_heads, ffn, head_dim, ctx; /* head_dim 0: dim / heads */
+    int tied;                                                        /* 1 tied (no output.weight), 0 untied */
     double rope_base;
-    double norm_eps;            /* 0: the architecture's default */
-    int llama3_rope;            /* write rope_freqs.weight (llama3 rope scaling) */
+    double norm_eps; /* 0: the architecture's default */
+    int llama3_rope; /* write rope_freqs.weight (llama3 rope scaling) */
     double rope_factor, rope_low, rope_high;
     int64_t rope_orig_ctx;
     kn_dtype type;
@@ -55,62 +55,140 @@ typedef struct preset {
 #define L3ROPE .llama3_rope = 1, .rope_factor = 32, .rope_low = 1, .rope_high = 4, .rope_orig_ctx = 8192
 
 static const preset presets[] = {
-    {"stories15m", "llama2.c stories15M shape (untied, vocab 32000)",
-     {.arch = "llama", .vocab = 32000, .dim = 288, .layers = 6, .heads = 6, .kv_heads = 6, .ffn = 768,
-      .ctx = 256, .tied = 0, .rope_base = 10000}},
-    {"llama-3.2-1b", "Llama-3.2-1B shape (GQA 32/8, tied, llama3 rope scaling)",
-     {.arch = "llama", .vocab = 128256, .dim = 2048, .layers = 16, .heads = 32, .kv_heads = 8, .ffn = 8192,
-      .ctx = 131072, .tied = 1, .rope_base = 500000, L3ROPE}},
-    {"qwen2.5-0.5b", "Qwen2.5-0.5B shape (GQA 14/2, QKV bias, tied)",
-     {.arch = "qwen2", .vocab = 151936, .dim = 896, .layers = 24, .heads = 14, .kv_heads = 2, .ffn = 4864,
-      .ctx = 32768, .tied = 1, .rope_base = 1e6}},
-    {"qwen3-0.6b", "Qwen3-0.6B shape (GQA 16/8, head_dim 128, q/k norm, tied)",
-     {.arch = "qwen3", .vocab = 151936, .dim = 1024, .layers = 28, .heads = 16, .kv_heads = 8, .head_dim = 128,
-      .ffn = 3072, .ctx = 40960, .tied = 1, .rope_base = 1e6}},
-    {"tiny-llama", "test model: llama, dim 256, 2 layers, GQA 8/2, untied, llama3 rope scaling",
-     {.arch = "llama", .vocab = 512, .dim = 256, .layers = 2, .heads = 8, .kv_heads = 2, .ffn = 512,
-      .ctx = 512, .tied = 0, .rope_base = 10000, .llama3_rope = 1, .rope_factor = 8, .rope_low = 1,
-      .rope_high = 4, .rope_orig_ctx = 128}},
-    {"tiny-llama-plain", "test model: llama, dim 256, 2 layers, GQA 8/2, tied, plain rope",
-     {.arch = "llama", .vocab = 512, .dim = 256, .layers = 2, .heads = 8, .kv_heads = 2, .ffn = 512,
-      .ctx = 512, .tied = 1, .rope_base = 10000}},
-    {"tiny-qwen2", "test model: qwen2, dim 256, 2 layers, GQA 8/2, QKV bias, tied",
-     {.arch = "qwen2", .vocab = 512, .dim = 256, .layers = 2, .heads = 8, .kv_heads = 2, .ffn = 512,
-      .ctx = 512, .tied = 1, .rope_base = 1e6}},
-    {"tiny-qwen3", "test model: qwen3, dim 256, 2 layers, GQA 4/2, head_dim 128 (q is 512 wide), q/k norm, tied",
-     {.arch = "qwen3", .vocab = 512, .dim = 256, .layers = 2, .heads = 4, .kv_heads = 2, .head_dim = 128,
-      .ffn = 512, .ctx = 512, .tied = 1, .rope_base = 1e6}},
+    {"stories15m",
+     "llama2.c stories15M shape (untied, vocab 32000)",
+     {.arch = "llama",
+      .vocab = 32000,
+      .dim = 288,
+      .layers = 6,
+      .heads = 6,
+      .kv_heads = 6,
+      .ffn = 768,
+      .ctx = 256,
+      .tied = 0,
+      .rope_base = 10000}},
+    {"llama-3.2-1b",
+     "Llama-3.2-1B shape (GQA 32/8, tied, llama3 rope scaling)",
+     {.arch = "llama",
+      .vocab = 128256,
+      .dim = 2048,
+      .layers = 16,
+      .heads = 32,
+      .kv_heads = 8,
+      .ffn = 8192,
+      .ctx = 131072,
+      .tied = 1,
+      .rope_base = 500000,
+      L3ROPE}},
+    {"qwen2.5-0.5b",
+     "Qwen2.5-0.5B shape (GQA 14/2, QKV bias, tied)",
+     {.arch = "qwen2",
+      .vocab = 151936,
+      .dim = 896,
+      .layers = 24,
+      .heads = 14,
+      .kv_heads = 2,
+      .ffn = 4864,
+      .ctx = 32768,
+      .tied = 1,
+      .rope_base = 1e6}},
+    {"qwen3-0.6b",
+     "Qwen3-0.6B shape (GQA 16/8, head_dim 128, q/k norm, tied)",
+     {.arch = "qwen3",
+      .vocab = 151936,
+      .dim = 1024,
+      .layers = 28,
+      .heads = 16,
+      .kv_heads = 8,
+      .head_dim = 128,
+      .ffn = 3072,
+      .ctx = 40960,
+      .tied = 1,
+      .rope_base = 1e6}},
+    {"tiny-llama",
+     "test model: llama, dim 256, 2 layers, GQA 8/2, untied, llama3 rope scaling",
+     {.arch = "llama",
+      .vocab = 512,
+      .dim = 256,
+      .layers = 2,
+      .heads = 8,
+      .kv_heads = 2,
+      .ffn = 512,
+      .ctx = 512,
+      .tied = 0,
+      .rope_base = 10000,
+      .llama3_rope = 1,
+      .rope_factor = 8,
+      .rope_low = 1,
+      .rope_high = 4,
+      .rope_orig_ctx = 128}},
+    {"tiny-llama-plain",
+     "test model: llama, dim 256, 2 layers, GQA 8/2, tied, plain rope",
+     {.arch = "llama",
+      .vocab = 512,
+      .dim = 256,
+      .layers = 2,
+      .heads = 8,
+      .kv_heads = 2,
+      .ffn = 512,
+      .ctx = 512,
+      .tied = 1,
+      .rope_base = 10000}},
+    {"tiny-qwen2",
+     "test model: qwen2, dim 256, 2 layers, GQA 8/2, QKV bias, tied",
+     {.arch = "qwen2",
+      .vocab = 512,
+      .dim = 256,
+      .layers = 2,
+      .heads = 8,
+      .kv_heads = 2,
+      .ffn = 512,
+      .ctx = 512,
+      .tied = 1,
+      .rope_base = 1e6}},
+    {"tiny-qwen3",
+     "test model: qwen3, dim 256, 2 layers, GQA 4/2, head_dim 128 (q is 512 wide), q/k norm, tied",
+     {.arch = "qwen3",
+      .vocab = 512,
+      .dim = 256,
+      .layers = 2,
+      .heads = 4,
+      .kv_heads = 2,
+      .head_dim = 128,
+      .ffn = 512,
+      .ctx = 512,
+      .tied = 1,
+      .rope_base = 1e6}},
 };
 
-static const kn_dtype weight_types[] = {KN_F32, KN_F16, KN_BF16, KN_Q4_0, KN_Q4_1, KN_Q5_0,
+static const kn_dtype weight_types[] = {KN_F32,  KN_F16,  KN_BF16, KN_Q4_0, KN_Q4_1, KN_Q5_0,
                                         KN_Q5_1, KN_Q8_0, KN_Q4_K, KN_Q5_K, KN_Q6_K};
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: kiln-gen --preset NAME [options] -o out.gguf\n"
-            "       kiln-gen --arch llama|qwen2|qwen3 --vocab V --dim D --layers L --heads H --kv-heads KV\n"
-            "                --ffn F [options] -o out.gguf\n"
-            "Writes a GGUF model with deterministic random weights and a byte-level BPE tokenizer.\n"
-            "Options given after or without --preset override the preset's values.\n"
-            "  --type T          weight type of 2-D matrices (default Q8_0): F32 F16 BF16 Q4_0 Q4_1 Q5_0\n"
-            "                    Q5_1 Q8_0 Q4_K Q5_K Q6_K; a matrix whose row length is not a multiple of\n"
-            "                    T's block falls back to Q8_0 (or F16). Norms and biases are always F32.\n"
-            "  --seed N          RNG seed (default 1); same arguments + seed = byte-identical file\n"
-            "  --head-dim HD     per-head dimension (default dim/heads)\n"
-            "  --ctx N           context_length (default 2048)\n"
-            "  --tied|--untied   share token_embd as the output matrix, or write output.weight\n"
-            "  --rope-base B     rope.freq_base (default 10000)\n"
-            "  --norm-eps E      RMSNorm epsilon (default 1e-5 llama, 1e-6 qwen)\n"
-            "  --llama3-rope     write rope_freqs.weight for llama3 rope scaling (factor 32, low 1, high 4,\n"
-            "                    original context 8192 unless given below)\n"
-            "  --rope-factor F --rope-low F --rope-high F --rope-orig-ctx N   llama3 scaling parameters\n"
-            "  --no-llama3-rope  no rope scaling (overrides a preset)\n"
-            "  --name S          general.name (default: the preset or arch)\n"
-            "  --chat-template FILE   store FILE's text as tokenizer.chat_template\n"
-            "  --pre NAME        tokenizer.ggml.pre (default: llama-bpe for llama, qwen2 for qwen2/qwen3)\n"
-            "  --threads N       quantization threads (default: all cores)\n"
-            "  --list-presets    print the presets and exit\n"
-            "Presets:");
+    fprintf(f, "usage: kiln-gen --preset NAME [options] -o out.gguf\n"
+               "       kiln-gen --arch llama|qwen2|qwen3 --vocab V --dim D --layers L --heads H --kv-heads KV\n"
+               "                --ffn F [options] -o out.gguf\n"
+               "Writes a GGUF model with deterministic random weights and a byte-level BPE tokenizer.\n"
+               "Options given after or without --preset override the preset's values.\n"
+               "  --type T          weight type of 2-D matrices (default Q8_0): F32 F16 BF16 Q4_0 Q4_1 Q5_0\n"
+               "                    Q5_1 Q8_0 Q4_K Q5_K Q6_K; a matrix whose row length is not a multiple of\n"
+               "                    T's block falls back to Q8_0 (or F16). Norms and biases are always F32.\n"
+               "  --seed N          RNG seed (default 1); same arguments + seed = byte-identical file\n"
+               "  --head-dim HD     per-head dimension (default dim/heads)\n"
+               "  --ctx N           context_length (default 2048)\n"
+               "  --tied|--untied   share token_embd as the output matrix, or write output.weight\n"
+               "  --rope-base B     rope.freq_base (default 10000)\n"
+               "  --norm-eps E      RMSNorm epsilon (default 1e-5 llama, 1e-6 qwen)\n"
+               "  --llama3-rope     write rope_freqs.weight for llama3 rope scaling (factor 32, low 1, high 4,\n"
+               "                    original context 8192 unless given below)\n"
+               "  --rope-factor F --rope-low F --rope-high F --rope-orig-ctx N   llama3 scaling parameters\n"
+               "  --no-llama3-rope  no rope scaling (overrides a preset)\n"
+               "  --name S          general.name (default: the preset or arch)\n"
+               "  --chat-template FILE   store FILE's text as tokenizer.chat_template\n"
+               "  --pre NAME        tokenizer.ggml.pre (default: llama-bpe for llama, qwen2 for qwen2/qwen3)\n"
+               "  --threads N       quantization threads (default: all cores)\n"
+               "  --list-presets    print the presets and exit\n"
+               "Presets:");
     for (size_t i = 0; i < KN_ARRAY_LEN(presets); i++) fprintf(f, " %s", presets[i].name);
     fprintf(f, "\n");
 }
@@ -164,18 +242,18 @@ static kn_dtype parse_type(const char *v) {
 /* llama.cpp's general.file_type (LLAMA_FTYPE_*) for a model whose matrices are all of type t. */
 static uint32_t file_type_of(kn_dtype t) {
     switch (t) {
-    case KN_F32: return 0;
-    case KN_F16: return 1;
-    case KN_Q4_0: return 2;
-    case KN_Q4_1: return 3;
-    case KN_Q8_0: return 7;
-    case KN_Q5_0: return 8;
-    case KN_Q5_1: return 9;
-    case KN_Q4_K: return 14; /* Q4_K_S */
-    case KN_Q5_K: return 16; /* Q5_K_S */
-    case KN_Q6_K: return 18;
-    case KN_BF16: return 32;
-    default: return 0;
+        case KN_F32: return 0;
+        case KN_F16: return 1;
+        case KN_Q4_0: return 2;
+        case KN_Q4_1: return 3;
+        case KN_Q8_0: return 7;
+        case KN_Q5_0: return 8;
+        case KN_Q5_1: return 9;
+        case KN_Q4_K: return 14; /* Q4_K_S */
+        case KN_Q5_K: return 16; /* Q5_K_S */
+        case KN_Q6_K: return 18;
+        case KN_BF16: return 32;
+        default: return 0;
     }
 }
 
@@ -210,7 +288,9 @@ static double det_log(double x) {
         e++;
     }
     double t = (m - 1.0) / (m + 1.0), t2 = t * t;
-    double s = t * (2.0 + t2 * (2.0 / 3 + t2 * (2.0 / 5 + t2 * (2.0 / 7 + t2 * (2.0 / 9 + t2 * (2.0 / 11 + t2 * (2.0 / 13)))))));
+    double s =
+        t *
+        (2.0 + t2 * (2.0 / 3 + t2 * (2.0 / 5 + t2 * (2.0 / 7 + t2 * (2.0 / 9 + t2 * (2.0 / 11 + t2 * (2.0 / 13)))))));
     return s + (double)e * 0.69314718055994530942;
 }
 
@@ -224,7 +304,7 @@ static void gaussian_row(uint64_t key, int64_t row, float mean, float std, float
         double u, v, q;
         do {
             uint64_t r = splitmix64(&s);
-            u = (double)(int32_t)(uint32_t)(r >> 32) * (1.0 / 2147483648.0);   /* [-1, 1) */
+            u = (double)(int32_t)(uint32_t)(r >> 32) * (1.0 / 2147483648.0); /* [-1, 1) */
             v = (double)(int32_t)(uint32_t)r * (1.0 / 2147483648.0);
             q = u * u + v * v;
         } while (q >= 1.0 || q == 0.0);
@@ -241,12 +321,12 @@ typedef struct gen_tensor {
     uint32_t n_dims;
     int64_t ne[2];
     kn_dtype type;
-    float mean, std;            /* gaussian parameters */
-    const float *values;        /* fixed values instead (rope_freqs), [ne[0]] */
-    uint64_t key;               /* RNG stream key */
+    float mean, std;     /* gaussian parameters */
+    const float *values; /* fixed values instead (rope_freqs), [ne[0]] */
+    uint64_t key;        /* RNG stream key */
     const kn_type_traits *tr;
     uint64_t row_bytes;
-    int *fail;                  /* set when a worker could not allocate */
+    int *fail; /* set when a worker could not allocate */
 } gen_tensor;
 
 /* kn_gguf_fill_fn: generates rows [row0, row0+n) and converts them to the tensor's type. Rows are
@@ -322,7 +402,8 @@ static gen_tensor *add(gen_state *g, const char *name, int64_t ne0, int64_t ne1,
     }
     t->type = type;
     t->tr = kn_type_traits_get((int32_t)type);
-    if (!t->tr || !t->tr->from_float) die("type %s has no reference quantizer in this build", kn_dtype_name((int32_t)type));
+    if (!t->tr || !t->tr->from_float)
+        die("type %s has no reference quantizer in this build", kn_dtype_name((int32_t)type));
     t->row_bytes = kn_row_bytes(type, ne0);
     return t;
 }
@@ -474,7 +555,7 @@ static int char_class(unsigned char c) {
 typedef struct vocab {
     char **tok;
     int32_t *type;
-    int n;                      /* tokens so far */
+    int n; /* tokens so far */
     char **merges;
     int n_merges;
     int32_t bos, eos, eot;
@@ -524,8 +605,8 @@ static int find_token(const vocab *v, const char *s) {
 }
 
 static const char *const specials[] = {
-    "<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>", "<|start_header_id|>", "<|end_header_id|>",
-    "<|im_start|>", "<|im_end|>",
+    "<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>", "<|start_header_id|>",
+    "<|end_header_id|>", "<|im_start|>",    "<|im_end|>",
 };
 
 /* Builds the vocabulary: 256 byte tokens (id = byte value), then tokens from up to
@@ -734,11 +815,11 @@ int main(int argc, char **argv) {
     if (!c.vocab || !c.dim || !c.layers || !c.heads || !c.ffn)
         die("the shape is incomplete: --vocab, --dim, --layers, --heads and --ffn are needed");
     if (!c.kv_heads) c.kv_heads = c.heads;
-    if (c.heads % c.kv_heads != 0) die("--heads %lld is not a multiple of --kv-heads %lld", (long long)c.heads,
-                                       (long long)c.kv_heads);
+    if (c.heads % c.kv_heads != 0)
+        die("--heads %lld is not a multiple of --kv-heads %lld", (long long)c.heads, (long long)c.kv_heads);
     if (!c.head_dim) {
-        if (c.dim % c.heads != 0) die("--dim %lld is not a multiple of --heads %lld (give --head-dim)", (long long)c.dim,
-                                      (long long)c.heads);
+        if (c.dim % c.heads != 0)
+            die("--dim %lld is not a multiple of --heads %lld (give --head-dim)", (long long)c.dim, (long long)c.heads);
         c.head_dim = c.dim / c.heads;
     }
     if (c.head_dim % 2 != 0) die("head_dim %lld must be even for rope", (long long)c.head_dim);
@@ -801,8 +882,7 @@ int main(int argc, char **argv) {
     check(kn_gguf_writer_set_str(w, "tokenizer.ggml.pre", pre));
     check(kn_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v.tok, (uint64_t)v.n));
     check(kn_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", KN_GGUF_INT32, v.type, (uint64_t)v.n));
-    check(kn_gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", (const char *const *)v.merges,
-                                     (uint64_t)v.n_merges));
+    check(kn_gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", (const char *const *)v.merges, (uint64_t)v.n_merges));
     check(kn_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)v.bos));
     check(kn_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)v.eos));
     check(kn_gguf_writer_set_u32(w, "tokenizer.ggml.eot_token_id", (uint32_t)v.eot));
@@ -822,8 +902,9 @@ int main(int argc, char **argv) {
         check(kn_gguf_writer_add_tensor_fn(w, t->name, t->n_dims, t->ne, t->type, fill_tensor, t));
     }
     for (int k = 0; k < g.n_notes; k++)
-        fprintf(stderr, "kiln-gen: note: %d matrices with row length %lld (not a multiple of the %s block of %d) "
-                        "are stored as %s\n",
+        fprintf(stderr,
+                "kiln-gen: note: %d matrices with row length %lld (not a multiple of the %s block of %d) "
+                "are stored as %s\n",
                 g.notes[k].count, (long long)g.notes[k].row_len, kn_dtype_name((int32_t)c.type),
                 kn_type_traits_get((int32_t)c.type)->block_size, kn_dtype_name((int32_t)g.notes[k].to));
     check(kn_gguf_writer_write(w, out));

@@ -52,12 +52,8 @@ void kn_log(kiln_log_level level, const char *fmt, ...) __attribute__((format(pr
 #define KN_LOGD(...) kn_log(KILN_LOG_DEBUG, __VA_ARGS__)
 
 /* Checked arithmetic: false on overflow. */
-static inline bool kn_mul_ok(uint64_t a, uint64_t b, uint64_t *out) {
-    return !__builtin_mul_overflow(a, b, out);
-}
-static inline bool kn_add_ok(uint64_t a, uint64_t b, uint64_t *out) {
-    return !__builtin_add_overflow(a, b, out);
-}
+static inline bool kn_mul_ok(uint64_t a, uint64_t b, uint64_t *out) { return !__builtin_mul_overflow(a, b, out); }
+static inline bool kn_add_ok(uint64_t a, uint64_t b, uint64_t *out) { return !__builtin_add_overflow(a, b, out); }
 
 /* Allocation: sizes are checked for overflow; alignment is 64 bytes for kn_alloc_aligned. Both
  * return NULL (with a recorded KILN_ERR_NOMEM message) on failure. */
@@ -74,8 +70,8 @@ int kn_physical_cores(void);
 /* Bytes of physical memory of the machine (0 if unknown). */
 uint64_t kn_physical_memory(void);
 
-#define KN_MIN(a, b) ((a) < (b) ? (a) : (b))
-#define KN_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define KN_MIN(a, b)    ((a) < (b) ? (a) : (b))
+#define KN_MAX(a, b)    ((a) > (b) ? (a) : (b))
 #define KN_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
 #endif /* KN_BASE_H */

@@ -7,9 +7,9 @@
 
 #include <string.h>
 
-#define M1 0x9E3779B97F4A7C15ull   /* 2^64 / golden ratio, odd */
-#define M2 0xBF58476D1CE4E5B9ull   /* splitmix64 */
-#define M3 0x94D049BB133111EBull   /* splitmix64 */
+#define M1 0x9E3779B97F4A7C15ull /* 2^64 / golden ratio, odd */
+#define M2 0xBF58476D1CE4E5B9ull /* splitmix64 */
+#define M3 0x94D049BB133111EBull /* splitmix64 */
 
 _Static_assert(KN_HASH64_LANES == 8, "stripes() is written out for eight lanes");
 
@@ -84,7 +84,7 @@ void kn_hash64_update(kn_hash64 *h, const void *data, size_t len) {
 uint64_t kn_hash64_final(const kn_hash64 *h) {
     uint64_t lane[KN_HASH64_LANES];
     memcpy(lane, h->lane, sizeof lane);
-    if (h->nbuf) {   /* the last, partial stripe, padded with zero bytes */
+    if (h->nbuf) { /* the last, partial stripe, padded with zero bytes */
         uint8_t last[KN_HASH64_STRIPE] = {0};
         memcpy(last, h->buf, h->nbuf);
         stripes(lane, last, 1);

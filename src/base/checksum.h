@@ -23,13 +23,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define KN_HASH64_LANES 8
-#define KN_HASH64_STRIPE (8 * KN_HASH64_LANES)   /* bytes absorbed per round of the lanes */
+#define KN_HASH64_LANES  8
+#define KN_HASH64_STRIPE (8 * KN_HASH64_LANES) /* bytes absorbed per round of the lanes */
 
 typedef struct kn_hash64 {
     uint64_t lane[KN_HASH64_LANES];
-    uint64_t total;                  /* bytes absorbed */
-    uint8_t buf[KN_HASH64_STRIPE];   /* a partial stripe */
+    uint64_t total;                /* bytes absorbed */
+    uint8_t buf[KN_HASH64_STRIPE]; /* a partial stripe */
     size_t nbuf;
 } kn_hash64;
 

@@ -7,7 +7,7 @@
 #include "base/base.h"
 
 typedef struct kn_mapping {
-    const uint8_t *data;   /* [size] bytes, read-only; NULL for an empty file */
+    const uint8_t *data; /* [size] bytes, read-only; NULL for an empty file */
     size_t size;
 } kn_mapping;
 

@@ -46,14 +46,14 @@
  * project's machine (a virtual machine), so this is about 0.25 ms: longer than the serial gaps
  * between the parallel regions of one forward pass (norms, residual adds, sampling), short enough
  * that an idle session stops burning a core at once. See docs/benchmarks.md for the measurement. */
-#define SPIN_ITERS 2048
+#define SPIN_ITERS      2048
 /* Pause iterations (about 50 us) the caller spins on tasks still in progress before it sleeps.
  * Sleeping matters when the machine is busy: a worker descheduled in the middle of a task waits in
  * another core's run queue, and the caller's core going idle is what lets the scheduler move the
  * worker there at once (a spinning or merely yielding caller would keep it waiting a time slice). */
 #define WAIT_SPIN_ITERS 400
 /* Largest task count of one published run (the claim word holds 32-bit halves). */
-#define MAX_RUN_TASKS ((int64_t)1 << 30)
+#define MAX_RUN_TASKS   ((int64_t)1 << 30)
 
 typedef struct kn_worker {
     kn_pool *pool;
@@ -71,10 +71,10 @@ struct kn_pool {
     /* the current run; written by the caller before it publishes `next`, read after a claim */
     _Alignas(64) kn_task_fn fn;
     void *ctx;
-    int64_t base;        /* task number of claim index 0 (runs above MAX_RUN_TASKS go in slices) */
+    int64_t base; /* task number of claim index 0 (runs above MAX_RUN_TASKS go in slices) */
     int n_threads;
-    int n_workers;       /* started workers */
-    kn_worker *workers;  /* [n_threads - 1] */
+    int n_workers;      /* started workers */
+    kn_worker *workers; /* [n_threads - 1] */
 };
 
 static void futex_wait(_Atomic uint32_t *addr, uint32_t expect) {
@@ -144,7 +144,8 @@ static void stop_workers(kn_pool *p) {
 
 kiln_status kn_pool_new(int n_threads, kn_pool **out) {
     *out = NULL;
-    if (n_threads < 1 || n_threads > 1024) return kn_error(KILN_ERR_INVALID_ARG, "thread count %d is out of range", n_threads);
+    if (n_threads < 1 || n_threads > 1024)
+        return kn_error(KILN_ERR_INVALID_ARG, "thread count %d is out of range", n_threads);
     kn_pool *p = kn_alloc_aligned(sizeof *p);
     if (!p) return KILN_ERR_NOMEM;
     memset(p, 0, sizeof *p);

@@ -61,7 +61,11 @@ int kn_physical_cores(void) {
             int seen = 0;
             for (int i = 0; i < n; i++)
                 if (pairs[i][0] == phys && pairs[i][1] == core) seen = 1;
-            if (!seen && n < 1024) { pairs[n][0] = phys; pairs[n][1] = core; n++; }
+            if (!seen && n < 1024) {
+                pairs[n][0] = phys;
+                pairs[n][1] = core;
+                n++;
+            }
         }
     }
     fclose(f);

@@ -8,8 +8,8 @@
 
 kn_dtype kn_kv_dtype(kiln_kv_type type) {
     switch (type) {
-    case KILN_KV_F16: return KN_F16;
-    case KILN_KV_F32: return KN_F32;
+        case KILN_KV_F16: return KN_F16;
+        case KILN_KV_F32: return KN_F32;
     }
     return KN_DTYPE_COUNT;
 }
@@ -18,7 +18,7 @@ size_t kn_kv_elt(kn_dtype type) { return type == KN_F16 ? 2 : type == KN_F32 ? 4
 
 uint64_t kn_kv_bytes_per_token(kn_dtype type, int32_t n_layer, int32_t kv_dim) {
     if (n_layer <= 0 || kv_dim <= 0) return 0;
-    uint64_t b;   /* K and V; the factors are below 2^31, 2^31 and 8, so only the last product can overflow */
+    uint64_t b; /* K and V; the factors are below 2^31, 2^31 and 8, so only the last product can overflow */
     return kn_mul_ok(2 * (uint64_t)n_layer * kn_kv_elt(type), (uint64_t)kv_dim, &b) ? b : UINT64_MAX;
 }
 
@@ -26,13 +26,14 @@ kiln_status kn_kv_init(kn_kv *kv, kn_dtype type, int32_t n_layer, int32_t n_ctx,
     memset(kv, 0, sizeof *kv);
     if (!kn_kv_elt(type)) return kn_error(KILN_ERR_INVALID_ARG, "KV cache type must be F16 or F32");
     if (n_layer <= 0 || n_ctx <= 0 || kv_dim <= 0)
-        return kn_error(KILN_ERR_INVALID_ARG, "KV cache of %d layers, %d positions, %d elements", n_layer, n_ctx, kv_dim);
+        return kn_error(KILN_ERR_INVALID_ARG, "KV cache of %d layers, %d positions, %d elements", n_layer, n_ctx,
+                        kv_dim);
     kv->type = type;
     kv->n_layer = n_layer;
     kv->n_ctx = n_ctx;
     kv->kv_dim = kv_dim;
     kv->elt = kn_kv_elt(type);
-    uint64_t bytes;   /* K and V together */
+    uint64_t bytes; /* K and V together */
     if (!kn_mul_ok(kn_kv_bytes_per_token(type, n_layer, kv_dim), (uint64_t)n_ctx, &bytes) || bytes > SIZE_MAX)
         return kn_error(KILN_ERR_NOMEM, "KV cache size overflows");
     kv->k = kn_alloc_aligned(bytes / 2);

@@ -12,14 +12,14 @@
 #include "tensor/dtype.h"
 
 typedef struct kn_kv {
-    kn_dtype type;        /* KN_F16 or KN_F32 */
+    kn_dtype type; /* KN_F16 or KN_F32 */
     int32_t n_layer;
-    int32_t n_ctx;        /* capacity in positions */
+    int32_t n_ctx; /* capacity in positions */
     int32_t kv_dim;
-    int32_t n_past;       /* positions filled */
-    size_t elt;           /* bytes per element */
-    size_t bytes;         /* bytes allocated for k and v together */
-    uint8_t *k, *v;       /* [n_layer][n_ctx][kv_dim] */
+    int32_t n_past; /* positions filled */
+    size_t elt;     /* bytes per element */
+    size_t bytes;   /* bytes allocated for k and v together */
+    uint8_t *k, *v; /* [n_layer][n_ctx][kv_dim] */
 } kn_kv;
 
 /* The storage type of a public KV type (KN_F16 for KILN_KV_F16, KN_F32 for KILN_KV_F32);

@@ -18,20 +18,20 @@
 struct kn_pc_entry {
     kn_pc_entry *prev, *next;
     kn_prefix_cache *pc;
-    int32_t *tokens;             /* [n] */
+    int32_t *tokens; /* [n] */
     int32_t n;
     kn_dtype type;
     int32_t n_layer, kv_dim;
-    uint8_t *k, *v;              /* [n_layer][n][kv_dim] elements of type */
+    uint8_t *k, *v; /* [n_layer][n][kv_dim] elements of type */
     size_t bytes;
-    int refs;                    /* copies in progress + SSD jobs holding it */
-    bool linked;                 /* in the list (else dropped, freed when refs reach 0) */
-    bool on_ssd;                 /* a file covers its tokens (written, or restored from one) */
-    bool queued;                 /* handed to the SSD writer, not released yet */
-    bool ssd_failed;             /* its last write failed: idle demotion does not retry it */
-    bool in_limbo;               /* evicted, in pc->limbo until the SSD writer is done with it */
-    double last_used;            /* kn_now_ms of its creation or last hit */
-    kn_pc_entry *spill_next;     /* chain of entries being handed to the SSD writer */
+    int refs;                /* copies in progress + SSD jobs holding it */
+    bool linked;             /* in the list (else dropped, freed when refs reach 0) */
+    bool on_ssd;             /* a file covers its tokens (written, or restored from one) */
+    bool queued;             /* handed to the SSD writer, not released yet */
+    bool ssd_failed;         /* its last write failed: idle demotion does not retry it */
+    bool in_limbo;           /* evicted, in pc->limbo until the SSD writer is done with it */
+    double last_used;        /* kn_now_ms of its creation or last hit */
+    kn_pc_entry *spill_next; /* chain of entries being handed to the SSD writer */
 };
 
 void kn_pc_init(kn_prefix_cache *pc, size_t budget) {
@@ -78,7 +78,7 @@ static void limbo_unlink_locked(kn_prefix_cache *pc, kn_pc_entry *e);
 
 void kn_pc_free(kn_prefix_cache *pc) {
     while (pc->head) drop_locked(pc, pc->head);
-    while (pc->limbo) {   /* only when the SSD tier was not closed first */
+    while (pc->limbo) { /* only when the SSD tier was not closed first */
         kn_pc_entry *e = pc->limbo;
         limbo_unlink_locked(pc, e);
         entry_free(e);
@@ -140,8 +140,13 @@ static void spill_locked(kn_prefix_cache *pc, kn_pc_entry *chain) {
     for (kn_pc_entry *e = chain, *next; e; e = next) {
         next = e->spill_next;
         e->spill_next = NULL;
-        const kn_ssd_src src = {.tokens = e->tokens, .n = e->n, .k = e->k, .v = e->v,
-                                .outside_bytes = e->linked ? 0 : e->bytes, .release = entry_released, .user = e};
+        const kn_ssd_src src = {.tokens = e->tokens,
+                                .n = e->n,
+                                .k = e->k,
+                                .v = e->v,
+                                .outside_bytes = e->linked ? 0 : e->bytes,
+                                .release = entry_released,
+                                .user = e};
         if (!kn_ssd_enqueue(pc->ssd, &src)) release_locked(pc, e, false);
     }
 }
@@ -231,7 +236,7 @@ int32_t kn_pc_restore(kn_prefix_cache *pc, const int32_t *tokens, int32_t n, int
             return ms;
         }
         pthread_mutex_lock(&pc->mu);
-        best = find_locked(pc, tokens, cap, kv, &m);   /* the list may have changed meanwhile */
+        best = find_locked(pc, tokens, cap, kv, &m); /* the list may have changed meanwhile */
     }
     if (!best || m <= 0) {
         pc->misses++;
@@ -303,7 +308,7 @@ void kn_pc_publish(kn_prefix_cache *pc, const int32_t *tokens, int32_t n, const 
         memcpy(ne->k + dst, kv->k + src, per_layer);
         memcpy(ne->v + dst, kv->v + src, per_layer);
     }
-    if (!fits) {   /* too large for RAM: straight to the SSD writer, which frees it when done */
+    if (!fits) { /* too large for RAM: straight to the SSD writer, which frees it when done */
         ne->refs = 1;
         ne->queued = true;
         pthread_mutex_lock(&pc->mu);
@@ -318,12 +323,12 @@ void kn_pc_publish(kn_prefix_cache *pc, const int32_t *tokens, int32_t n, const 
         next = e->next;
         if (e->type != ne->type) continue;
         const int32_t c = common_prefix(e->tokens, e->n, tokens, n);
-        if (c == n) {                       /* covered meanwhile by a concurrent publish */
+        if (c == n) { /* covered meanwhile by a concurrent publish */
             pthread_mutex_unlock(&pc->mu);
             entry_free(ne);
             return;
         }
-        if (c == e->n) drop_locked(pc, e);   /* superseded: the new entry extends it */
+        if (c == e->n) drop_locked(pc, e); /* superseded: the new entry extends it */
     }
     ne->linked = true;
     push_front_locked(pc, ne);
@@ -342,7 +347,7 @@ void kn_pc_publish(kn_prefix_cache *pc, const int32_t *tokens, int32_t n, const 
     }
     if (pc->ssd) spill_locked(pc, chain);
     pthread_mutex_unlock(&pc->mu);
-    if (pc->ssd) kn_ssd_kick(pc->ssd);   /* the idle clock of the new entry starts */
+    if (pc->ssd) kn_ssd_kick(pc->ssd); /* the idle clock of the new entry starts */
 }
 
 void kn_pc_get_stats(kn_prefix_cache *pc, kn_pc_stats *out) {

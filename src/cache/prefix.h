@@ -36,15 +36,15 @@ typedef struct kn_pc_entry kn_pc_entry;
 
 typedef struct kn_prefix_cache {
     pthread_mutex_t mu;
-    kn_pc_entry *head;           /* most recently used first */
-    size_t budget;               /* bytes; 0 disables the cache */
-    size_t bytes;                /* bytes held by entries */
+    kn_pc_entry *head; /* most recently used first */
+    size_t budget;     /* bytes; 0 disables the cache */
+    size_t bytes;      /* bytes held by entries */
     uint64_t clock;
     uint64_t hits, misses, hit_tokens, evictions;
     int32_t n_entries;
-    kn_ssd *ssd;                 /* the SSD tier, or NULL */
-    kn_pc_entry *limbo;          /* evicted entries the SSD writer still holds (still findable) */
-    double demote_idle_ms;       /* write entries to SSD once unused this long */
+    kn_ssd *ssd;           /* the SSD tier, or NULL */
+    kn_pc_entry *limbo;    /* evicted entries the SSD writer still holds (still findable) */
+    double demote_idle_ms; /* write entries to SSD once unused this long */
 } kn_prefix_cache;
 
 typedef struct kn_pc_stats {

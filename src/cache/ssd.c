@@ -31,14 +31,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#define NAME_LEN 19          /* 16 hex + ".kv" */
-#define MIN_MATCH 4          /* fewer shared tokens are not worth a file read */
-#define MAX_TRIES 4          /* files tried per restore when some fail their checks */
-#define QUARANTINE_KEEP 32   /* refused files kept for inspection in quarantine/ */
+#define NAME_LEN        19 /* 16 hex + ".kv" */
+#define MIN_MATCH       4  /* fewer shared tokens are not worth a file read */
+#define MAX_TRIES       4  /* files tried per restore when some fail their checks */
+#define QUARANTINE_KEEP 32 /* refused files kept for inspection in quarantine/ */
 
 typedef struct ssd_ent {
     char file[NAME_LEN + 1];
-    int32_t *tokens;         /* [n] */
+    int32_t *tokens; /* [n] */
     int32_t n;
     uint64_t bytes;
 } ssd_ent;
@@ -65,8 +65,8 @@ struct kn_ssd {
     kn_ssdx *index;
 
     pthread_mutex_t mu;
-    pthread_cond_t wake;     /* writer: a job, a kick, or stop (CLOCK_MONOTONIC) */
-    pthread_cond_t done_cv;  /* flushers: a job finished */
+    pthread_cond_t wake;    /* writer: a job, a kick, or stop (CLOCK_MONOTONIC) */
+    pthread_cond_t done_cv; /* flushers: a job finished */
     pthread_t thread;
     bool thread_started;
     atomic_bool stop;
@@ -78,9 +78,9 @@ struct kn_ssd {
     kn_ssd_idle_fn idle_fn;
     void *idle_user;
 
-    ssd_ent *ents;           /* this key's files */
+    ssd_ent *ents; /* this key's files */
     int32_t n_ents, cap_ents;
-    uint64_t total_bytes;    /* all indexed files */
+    uint64_t total_bytes; /* all indexed files */
     uint64_t hits, hit_tokens, writes, evictions, quarantined, errors, dropped;
 };
 
@@ -224,8 +224,8 @@ bool kn_ssd_enqueue(kn_ssd *s, const kn_ssd_src *src) {
     j->kind = JOB_WRITE;
     j->src = *src;
     pthread_mutex_lock(&s->mu);
-    const bool refuse = atomic_load(&s->stop) ||
-                        (src->outside_bytes && s->pending_outside + src->outside_bytes > s->max_pending);
+    const bool refuse =
+        atomic_load(&s->stop) || (src->outside_bytes && s->pending_outside + src->outside_bytes > s->max_pending);
     if (refuse) {
         s->dropped++;
         pthread_mutex_unlock(&s->mu);
@@ -268,8 +268,8 @@ static void trim_quarantine(kn_ssd *s) {
     if (!d && dfd >= 0) close(dfd);
     for (struct dirent *de; d && (de = readdir(d));) {
         struct stat sb;
-        if (de->d_name[0] == '.' || strlen(de->d_name) >= sizeof v->name || fstatat(s->qdirfd, de->d_name, &sb, 0) != 0 ||
-            !S_ISREG(sb.st_mode))
+        if (de->d_name[0] == '.' || strlen(de->d_name) >= sizeof v->name ||
+            fstatat(s->qdirfd, de->d_name, &sb, 0) != 0 || !S_ISREG(sb.st_mode))
             continue;
         if (n == cap) {
             struct qf *w = realloc(v, (cap = cap ? 2 * cap : 128) * sizeof *v);
@@ -280,7 +280,7 @@ static void trim_quarantine(kn_ssd *s) {
         v[n++].mtime = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
     }
     if (d) closedir(d);
-    while (n > QUARANTINE_KEEP) {   /* a handful of extra files at most: pick the oldest each time */
+    while (n > QUARANTINE_KEEP) { /* a handful of extra files at most: pick the oldest each time */
         size_t oldest = 0;
         for (size_t i = 1; i < n; i++)
             if (v[i].mtime < v[oldest].mtime) oldest = i;
@@ -297,7 +297,7 @@ static void quarantine_file(kn_ssd *s, const char *file, kn_ssdf_result why) {
     if (renameat(s->dirfd, file, s->qdirfd, file) != 0) {
         unlinkat(s->dirfd, file, 0);
     } else {
-        utimensat(s->qdirfd, file, NULL, 0);   /* its age in quarantine/ counts from now */
+        utimensat(s->qdirfd, file, NULL, 0); /* its age in quarantine/ counts from now */
         trim_quarantine(s);
     }
     pthread_mutex_lock(&s->mu);
@@ -316,7 +316,7 @@ static void enforce_cap(kn_ssd *s, const char *keep) {
         char file[64], key[64];
         uint64_t bytes = 0;
         if (kn_ssdx_oldest(s->index, keep, file, sizeof file, key, sizeof key, &bytes)) return;
-        if (kn_ssdx_delete(s->index, file)) return;   /* no progress possible */
+        if (kn_ssdx_delete(s->index, file)) return; /* no progress possible */
         if (is_entry_name(file)) unlinkat(s->dirfd, file, 0);
         pthread_mutex_lock(&s->mu);
         const int32_t i = find_ent_locked(s, file);
@@ -347,7 +347,7 @@ static void do_write(kn_ssd *s, const kn_ssd_src *src) {
         }
     }
     pthread_mutex_unlock(&s->mu);
-    if (file[0]) {   /* covered: only its recency changes */
+    if (file[0]) { /* covered: only its recency changes */
         kn_ssdx_touch(s->index, file, now);
         src->release(src->user, true);
         return;
@@ -367,8 +367,10 @@ static void do_write(kn_ssd *s, const kn_ssd_src *src) {
     if (!st) st = kn_ssdf_write(fd, &s->key, src->tokens, (uint32_t)src->n, src->k, src->v, &s->stop);
     if (!st && fsync(fd) != 0) st = kn_error(KILN_ERR_IO, "%s", strerror(errno)), step = "syncing";
     if (fd >= 0 && close(fd) != 0 && !st) st = kn_error(KILN_ERR_IO, "%s", strerror(errno)), step = "closing";
-    if (!st && renameat(s->dirfd, tmp, s->dirfd, file) != 0) st = kn_error(KILN_ERR_IO, "%s", strerror(errno)), step = "renaming";
-    if (!st && fsync(s->dirfd) != 0) st = kn_error(KILN_ERR_IO, "%s", strerror(errno)), step = "syncing the directory of";
+    if (!st && renameat(s->dirfd, tmp, s->dirfd, file) != 0)
+        st = kn_error(KILN_ERR_IO, "%s", strerror(errno)), step = "renaming";
+    if (!st && fsync(s->dirfd) != 0)
+        st = kn_error(KILN_ERR_IO, "%s", strerror(errno)), step = "syncing the directory of";
     if (st) {
         unlinkat(s->dirfd, tmp, 0);
         if (st != KILN_ERR_CANCELLED) count_error(s, step, tmp, kn_error_msg());
@@ -396,8 +398,8 @@ static void do_write(kn_ssd *s, const kn_ssd_src *src) {
     s->writes++;
     pthread_mutex_unlock(&s->mu);
 
-    const kn_ssdx_row row = {.file = file, .key = s->key_id, .tokens = src->tokens, .n_tokens = src->n,
-                             .bytes = size, .last_use = now};
+    const kn_ssdx_row row = {
+        .file = file, .key = s->key_id, .tokens = src->tokens, .n_tokens = src->n, .bytes = size, .last_use = now};
     kiln_status ist = kn_ssdx_begin(s->index);
     if (!ist) ist = kn_ssdx_put(s->index, &row);
     for (int32_t i = 0; !ist && i < n_old; i++) ist = kn_ssdx_delete(s->index, old[i].file);
@@ -416,12 +418,12 @@ static void do_write(kn_ssd *s, const kn_ssd_src *src) {
 /* One job on the writer thread: a write (released unwritten when stopping) or an index update. */
 static void run_job(kn_ssd *s, ssd_job *j) {
     switch (j->kind) {
-    case JOB_WRITE:
-        if (atomic_load(&s->stop)) j->src.release(j->src.user, false);
-        else do_write(s, &j->src);
-        break;
-    case JOB_TOUCH: kn_ssdx_touch(s->index, j->file, j->when); break;
-    case JOB_FORGET: kn_ssdx_delete(s->index, j->file); break;
+        case JOB_WRITE:
+            if (atomic_load(&s->stop)) j->src.release(j->src.user, false);
+            else do_write(s, &j->src);
+            break;
+        case JOB_TOUCH: kn_ssdx_touch(s->index, j->file, j->when); break;
+        case JOB_FORGET: kn_ssdx_delete(s->index, j->file); break;
     }
 }
 
@@ -430,7 +432,7 @@ static void run_job(kn_ssd *s, ssd_job *j) {
  * stop is set, leaving the rest of the queue to kn_ssd_close. */
 static void *writer_main(void *arg) {
     kn_ssd *s = arg;
-    double next_idle = -1;   /* kn_now_ms when the idle hook is due again; < 0: not before a kick */
+    double next_idle = -1; /* kn_now_ms when the idle hook is due again; < 0: not before a kick */
     pthread_mutex_lock(&s->mu);
     while (!atomic_load(&s->stop)) {
         ssd_job *j = s->head;
@@ -491,7 +493,8 @@ kiln_status kn_ssd_flush(kn_ssd *s, int timeout_ms) {
         if (timeout_ms < 0) {
             pthread_cond_wait(&s->done_cv, &s->mu);
         } else if (pthread_cond_timedwait(&s->done_cv, &s->mu, &ts) != 0 && s->seq_done < target) {
-            st = kn_error(KILN_ERR_BUSY, "%d SSD cache writes are still pending after %d ms", s->pending_writes, timeout_ms);
+            st = kn_error(KILN_ERR_BUSY, "%d SSD cache writes are still pending after %d ms", s->pending_writes,
+                          timeout_ms);
             break;
         }
     }
@@ -523,7 +526,7 @@ int32_t kn_ssd_restore(kn_ssd *s, const int32_t *tokens, int32_t n, int32_t min_
         /* Opened under the lock so the writer cannot delete it in between (an open file stays
          * readable after an unlink). */
         const int fd = openat(s->dirfd, file, O_RDONLY | O_CLOEXEC);
-        if (fd < 0) {   /* gone (deleted behind our back): forget it, not a quarantine */
+        if (fd < 0) { /* gone (deleted behind our back): forget it, not a quarantine */
             remove_ent_locked(s, best);
             pthread_mutex_unlock(&s->mu);
             push_index_job(s, JOB_FORGET, file, 0);
@@ -554,7 +557,7 @@ int32_t kn_ssd_restore(kn_ssd *s, const int32_t *tokens, int32_t n, int32_t min_
             push_index_job(s, JOB_TOUCH, file, wall_ms());
             return m;
         }
-        if (r == KN_SSDF_IO || r == KN_SSDF_NOMEM) {   /* the file may be fine: leave it */
+        if (r == KN_SSDF_IO || r == KN_SSDF_NOMEM) { /* the file may be fine: leave it */
             count_error(s, "reading", file, kn_ssdf_result_str(r));
             return 0;
         }
@@ -593,7 +596,7 @@ static kiln_status make_dirs(const char *path) {
 typedef struct row_copy {
     char file[64];
     char key[64];
-    int32_t *tokens;         /* NULL: a malformed row */
+    int32_t *tokens; /* NULL: a malformed row */
     int32_t n;
     uint64_t bytes;
     int64_t last_use;
@@ -636,7 +639,7 @@ static int cmp_name(const void *a, const void *b) { return strcmp(*(const char *
 static bool check_row(kn_ssd *s, const row_copy *r) {
     const int fd = openat(s->dirfd, r->file, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        if (errno != ENOENT) {   /* there but unreadable: keep the row, skip the file */
+        if (errno != ENOENT) { /* there but unreadable: keep the row, skip the file */
             count_error(s, "opening", r->file, strerror(errno));
             return false;
         }
@@ -652,7 +655,7 @@ static bool check_row(kn_ssd *s, const row_copy *r) {
             res = KN_SSDF_CORRUPT;
         kn_ssdf_header_free(&h);
     }
-    if (res == KN_SSDF_IO || res == KN_SSDF_NOMEM) {   /* unreadable now: keep the row, skip the file */
+    if (res == KN_SSDF_IO || res == KN_SSDF_NOMEM) { /* unreadable now: keep the row, skip the file */
         count_error(s, "reading", r->file, kn_ssdf_result_str(res));
         return false;
     }
@@ -684,8 +687,12 @@ static void adopt(kn_ssd *s, const char *file) {
     }
     char kid[33];
     key_id(&h.key, kid);
-    const kn_ssdx_row row = {.file = file, .key = kid, .tokens = h.tokens, .n_tokens = (int32_t)h.n_tokens,
-                             .bytes = h.file_size, .last_use = mtime};
+    const kn_ssdx_row row = {.file = file,
+                             .key = kid,
+                             .tokens = h.tokens,
+                             .n_tokens = (int32_t)h.n_tokens,
+                             .bytes = h.file_size,
+                             .last_use = mtime};
     if (!kn_ssdx_put(s->index, &row)) {
         pthread_mutex_lock(&s->mu);
         if (strcmp(kid, s->key_id) == 0) add_ent_locked(s, file, h.tokens, (int32_t)h.n_tokens, h.file_size);
@@ -706,11 +713,11 @@ static kiln_status load(kn_ssd *s) {
     if (!st) kn_ssdx_begin(s->index);
     for (size_t i = 0; !st && i < rs.n; i++) {
         const row_copy *r = &rs.v[i];
-        if (!is_entry_name(r->file) || !r->tokens) {   /* a damaged row: the scan below re-adopts its file */
+        if (!is_entry_name(r->file) || !r->tokens) { /* a damaged row: the scan below re-adopts its file */
             kn_ssdx_delete(s->index, r->file);
             continue;
         }
-        if (strcmp(r->key, s->key_id) != 0) {   /* another model's: only its existence matters */
+        if (strcmp(r->key, s->key_id) != 0) { /* another model's: only its existence matters */
             struct stat sb;
             if (fstatat(s->dirfd, r->file, &sb, 0) != 0) {
                 kn_ssdx_delete(s->index, r->file);
@@ -749,7 +756,8 @@ kiln_status kn_ssd_open(const kn_ssd_params *p, kn_ssd **out) {
     *out = NULL;
     if (!p->dir || !*p->dir) return kn_error(KILN_ERR_INVALID_ARG, "the SSD cache directory is empty");
     if (!p->max_bytes) return kn_error(KILN_ERR_INVALID_ARG, "the SSD cache size must be positive");
-    if (!kn_ssdf_elt(p->key.kv_type)) return kn_error(KILN_ERR_INVALID_ARG, "the SSD cache supports F16 and F32 KV only");
+    if (!kn_ssdf_elt(p->key.kv_type))
+        return kn_error(KILN_ERR_INVALID_ARG, "the SSD cache supports F16 and F32 KV only");
     kiln_status st = make_dirs(p->dir);
     if (st) return st;
     kn_ssd *s = kn_calloc(1, sizeof *s);
@@ -771,7 +779,7 @@ kiln_status kn_ssd_open(const kn_ssd_params *p, kn_ssd **out) {
     if (!(s->dir = kn_strdup(p->dir))) st = KILN_ERR_NOMEM;
     if (!st && (s->dirfd = open(p->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
         st = kn_error(KILN_ERR_IO, "cannot open the SSD cache directory %s: %s", p->dir, strerror(errno));
-    if (!st) {   /* a directory we cannot write into is useless: say so now, not at the first write */
+    if (!st) { /* a directory we cannot write into is useless: say so now, not at the first write */
         char probe[64];
         snprintf(probe, sizeof probe, ".probe.%ld", (long)getpid());
         const int fd = openat(s->dirfd, probe, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

@@ -30,32 +30,32 @@
 typedef struct kn_ssd kn_ssd;
 
 typedef struct kn_ssd_params {
-    const char *dir;          /* created with its parents when missing; copied */
-    uint64_t max_bytes;       /* cap on the bytes of all cache files in dir */
-    bool verify;              /* check tensor checksums at restore (false: benchmarks only) */
-    kn_ssdf_key key;          /* the only entries this instance reads and writes */
-    size_t max_pending;       /* bytes of queued entries held outside the RAM tier (see src) */
+    const char *dir;    /* created with its parents when missing; copied */
+    uint64_t max_bytes; /* cap on the bytes of all cache files in dir */
+    bool verify;        /* check tensor checksums at restore (false: benchmarks only) */
+    kn_ssdf_key key;    /* the only entries this instance reads and writes */
+    size_t max_pending; /* bytes of queued entries held outside the RAM tier (see src) */
 } kn_ssd_params;
 
 /* One entry handed to the writer. The memory stays valid until release is called (once, on the
  * writer's thread or in kn_ssd_close) with on_ssd telling whether a file now covers the tokens. */
 typedef struct kn_ssd_src {
-    const int32_t *tokens;    /* [n] */
+    const int32_t *tokens; /* [n] */
     int32_t n;
-    const uint8_t *k, *v;     /* [n_layer][n][kv_dim] in the key's KV type */
-    size_t outside_bytes;     /* memory that only this job keeps alive (an entry evicted from RAM);
-                                 0 for an entry still in RAM */
+    const uint8_t *k, *v; /* [n_layer][n][kv_dim] in the key's KV type */
+    size_t outside_bytes; /* memory that only this job keeps alive (an entry evicted from RAM);
+                             0 for an entry still in RAM */
     void (*release)(void *user, bool on_ssd);
     void *user;
 } kn_ssd_src;
 
 typedef struct kn_ssd_stats {
-    int32_t entries;          /* files of this key */
-    int32_t pending;          /* writes queued or in progress */
-    uint64_t bytes;           /* bytes of all indexed files (every key) */
+    int32_t entries; /* files of this key */
+    int32_t pending; /* writes queued or in progress */
+    uint64_t bytes;  /* bytes of all indexed files (every key) */
     uint64_t budget;
     uint64_t hits, hit_tokens, writes, evictions, quarantined, errors;
-    uint64_t dropped;         /* entries refused because too much was queued */
+    uint64_t dropped; /* entries refused because too much was queued */
 } kn_ssd_stats;
 
 /* Called on the writer thread when kicked or when its last answer comes due: hands entries that

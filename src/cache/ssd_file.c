@@ -47,20 +47,20 @@
 #include <unistd.h>
 
 #define KN_SSDF_VERSION 2
-#define KN_SSDF_SEED 0x6b696c6e6b766331ull   /* "kilnkvc1" */
-#define FIXED 112                            /* bytes before the token ids */
-#define READ_CHUNK ((size_t)256 << 10)       /* bytes read, then checksummed while still in cache */
+#define KN_SSDF_SEED    0x6b696c6e6b766331ull /* "kilnkvc1" */
+#define FIXED           112                   /* bytes before the token ids */
+#define READ_CHUNK      ((size_t)256 << 10)   /* bytes read, then checksummed while still in cache */
 static const char magic[8] = {'K', 'I', 'L', 'N', 'K', 'V', 'C', 0};
 
 const char *kn_ssdf_result_str(kn_ssdf_result r) {
     switch (r) {
-    case KN_SSDF_OK: return "ok";
-    case KN_SSDF_IO: return "read error";
-    case KN_SSDF_NOMEM: return "out of memory";
-    case KN_SSDF_TRUNCATED: return "truncated";
-    case KN_SSDF_CORRUPT: return "corrupt";
-    case KN_SSDF_MISMATCH: return "for another model, tokenizer or KV format";
-    case KN_SSDF_OTHER_VERSION: return "of another file format version";
+        case KN_SSDF_OK: return "ok";
+        case KN_SSDF_IO: return "read error";
+        case KN_SSDF_NOMEM: return "out of memory";
+        case KN_SSDF_TRUNCATED: return "truncated";
+        case KN_SSDF_CORRUPT: return "corrupt";
+        case KN_SSDF_MISMATCH: return "for another model, tokenizer or KV format";
+        case KN_SSDF_OTHER_VERSION: return "of another file format version";
     }
     return "?";
 }
@@ -130,7 +130,8 @@ static kiln_status write_all(int fd, const uint8_t *buf, size_t len) {
 kiln_status kn_ssdf_write(int fd, const kn_ssdf_key *key, const int32_t *tokens, uint32_t n, const uint8_t *k,
                           const uint8_t *v, const atomic_bool *stop) {
     uint64_t hs, tb, off, fs;
-    if (!layout(key, n, &hs, &tb, &off, &fs)) return kn_error(KILN_ERR_INVALID_ARG, "an SSD cache entry is out of range");
+    if (!layout(key, n, &hs, &tb, &off, &fs))
+        return kn_error(KILN_ERR_INVALID_ARG, "an SSD cache entry is out of range");
     uint8_t *h = calloc(1, (size_t)off);
     if (!h) return kn_error(KILN_ERR_NOMEM, "out of memory for an SSD cache header");
     memcpy(h, magic, 8);
@@ -193,8 +194,9 @@ kn_ssdf_result kn_ssdf_read_header(int fd, const kn_ssdf_key *expect, kn_ssdf_he
     if (!S_ISREG(sb.st_mode)) return KN_SSDF_CORRUPT;
     const uint64_t size = (uint64_t)sb.st_size;
     uint8_t fixed[FIXED];
-    if (size < FIXED) return size >= 8 && read_at(fd, fixed, 8, 0) == KN_SSDF_OK && memcmp(fixed, magic, 8) == 0
-                                 ? KN_SSDF_TRUNCATED : KN_SSDF_CORRUPT;
+    if (size < FIXED)
+        return size >= 8 && read_at(fd, fixed, 8, 0) == KN_SSDF_OK && memcmp(fixed, magic, 8) == 0 ? KN_SSDF_TRUNCATED
+                                                                                                   : KN_SSDF_CORRUPT;
     kn_ssdf_result r = read_at(fd, fixed, FIXED, 0);
     if (r) return r;
     if (memcmp(fixed, magic, 8) != 0) return KN_SSDF_CORRUPT;
@@ -235,7 +237,8 @@ kn_ssdf_result kn_ssdf_read_header(int fd, const kn_ssdf_key *expect, kn_ssdf_he
             r = KN_SSDF_NOMEM;
         } else {
             for (uint32_t i = 0; i < n; i++) out->tokens[i] = (int32_t)get32(h + FIXED + 4 * (size_t)i);
-            for (uint32_t i = 0; i < 2 * key.n_layer; i++) out->sums[i] = get64(h + FIXED + 4 * (size_t)n + 8 * (size_t)i);
+            for (uint32_t i = 0; i < 2 * key.n_layer; i++)
+                out->sums[i] = get64(h + FIXED + 4 * (size_t)n + 8 * (size_t)i);
         }
     }
     free(h);
@@ -259,8 +262,8 @@ static kn_ssdf_result read_hashed(int fd, uint8_t *dst, size_t len, uint64_t off
 kn_ssdf_result kn_ssdf_read_rows(int fd, const kn_ssdf_header *h, uint32_t m, uint8_t *k, uint8_t *v, size_t stride,
                                  bool verify) {
     if (m > h->n_tokens) return KN_SSDF_CORRUPT;
-    const size_t rows = (size_t)(h->tensor_bytes / h->n_tokens) * m;   /* the bytes of m positions */
-    uint8_t *bounce = NULL;                                             /* the rest of a tensor, to check it */
+    const size_t rows = (size_t)(h->tensor_bytes / h->n_tokens) * m; /* the bytes of m positions */
+    uint8_t *bounce = NULL;                                          /* the rest of a tensor, to check it */
     if (verify && rows < h->tensor_bytes && !(bounce = malloc(READ_CHUNK))) return KN_SSDF_NOMEM;
     kn_ssdf_result r = KN_SSDF_OK;
     for (uint32_t i = 0; !r && i < 2 * h->key.n_layer; i++) {
@@ -269,7 +272,7 @@ kn_ssdf_result kn_ssdf_read_rows(int fd, const kn_ssdf_header *h, uint32_t m, ui
         kn_hash64 hh;
         if (verify) kn_hash64_init(&hh, KN_SSDF_SEED + 1 + i);
         r = read_hashed(fd, dst, rows, at, verify ? &hh : NULL);
-        for (uint64_t done = rows; !r && verify && done < h->tensor_bytes;) {   /* the rest, to check it */
+        for (uint64_t done = rows; !r && verify && done < h->tensor_bytes;) { /* the rest, to check it */
             const size_t len = (size_t)KN_MIN((uint64_t)READ_CHUNK, h->tensor_bytes - done);
             r = read_hashed(fd, bounce, len, at + done, &hh);
             done += len;

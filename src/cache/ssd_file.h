@@ -18,9 +18,9 @@
 
 /* What an entry's KV is only valid for: the model, its tokenizer and the KV format. */
 typedef struct kn_ssdf_key {
-    uint8_t model[32];        /* model fingerprint (raw SHA-256) */
-    uint8_t tokenizer[32];    /* tokenizer hash (raw SHA-256) */
-    uint32_t kv_type;         /* KN_SSDF_F16 or KN_SSDF_F32 */
+    uint8_t model[32];     /* model fingerprint (raw SHA-256) */
+    uint8_t tokenizer[32]; /* tokenizer hash (raw SHA-256) */
+    uint32_t kv_type;      /* KN_SSDF_F16 or KN_SSDF_F32 */
     uint32_t n_layer;
     uint32_t kv_dim;
 } kn_ssdf_key;
@@ -31,9 +31,9 @@ enum { KN_SSDF_F16 = 1, KN_SSDF_F32 = 2 };
 typedef struct kn_ssdf_header {
     kn_ssdf_key key;
     uint32_t n_tokens;
-    int32_t *tokens;          /* [n_tokens] */
-    uint64_t *sums;           /* [2 * n_layer]: K0, V0, K1, V1, ... */
-    uint64_t tensor_bytes;    /* n_tokens * kv_dim * element size */
+    int32_t *tokens;       /* [n_tokens] */
+    uint64_t *sums;        /* [2 * n_layer]: K0, V0, K1, V1, ... */
+    uint64_t tensor_bytes; /* n_tokens * kv_dim * element size */
     uint64_t data_offset;
     uint64_t file_size;
 } kn_ssdf_header;
@@ -41,12 +41,12 @@ typedef struct kn_ssdf_header {
 /* Why a file was refused. Everything but IO and NOMEM means the file must not be used again. */
 typedef enum kn_ssdf_result {
     KN_SSDF_OK = 0,
-    KN_SSDF_IO,              /* a read failed (the file may be fine) */
+    KN_SSDF_IO, /* a read failed (the file may be fine) */
     KN_SSDF_NOMEM,
-    KN_SSDF_TRUNCATED,       /* shorter than its header says */
-    KN_SSDF_CORRUPT,         /* bad magic, lengths, header or tensor checksum, or unexpected tokens */
-    KN_SSDF_MISMATCH,        /* a sound file for another model, tokenizer or KV format */
-    KN_SSDF_OTHER_VERSION,   /* another version of the format (e.g. written by an earlier kiln) */
+    KN_SSDF_TRUNCATED,     /* shorter than its header says */
+    KN_SSDF_CORRUPT,       /* bad magic, lengths, header or tensor checksum, or unexpected tokens */
+    KN_SSDF_MISMATCH,      /* a sound file for another model, tokenizer or KV format */
+    KN_SSDF_OTHER_VERSION, /* another version of the format (e.g. written by an earlier kiln) */
 } kn_ssdf_result;
 
 const char *kn_ssdf_result_str(kn_ssdf_result r);

@@ -54,29 +54,33 @@ void kn_ssdx_close(kn_ssdx *x) {
 /* The result of PRAGMA quick_check is the single row "ok" for a sound database. */
 static bool sound(sqlite3 *db) {
     sqlite3_stmt *st = NULL;
-    bool ok = sqlite3_prepare_v2(db, "PRAGMA quick_check", -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW &&
-              sqlite3_column_text(st, 0) && strcmp((const char *)sqlite3_column_text(st, 0), "ok") == 0;
+    bool ok = sqlite3_prepare_v2(db, "PRAGMA quick_check", -1, &st, NULL) == SQLITE_OK &&
+              sqlite3_step(st) == SQLITE_ROW && sqlite3_column_text(st, 0) &&
+              strcmp((const char *)sqlite3_column_text(st, 0), "ok") == 0;
     sqlite3_finalize(st);
     return ok;
 }
 
 /* Opens path and prepares everything; false (x->db may be set) on any failure. */
 static bool try_open(kn_ssdx *x, const char *path) {
-    if (sqlite3_open_v2(path, &x->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, NULL) != SQLITE_OK)
+    if (sqlite3_open_v2(path, &x->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, NULL) !=
+        SQLITE_OK)
         return false;
     sqlite3_busy_timeout(x->db, 5000);
     if (!sound(x->db) || sqlite3_exec(x->db, schema, NULL, NULL, NULL) != SQLITE_OK) return false;
     return sqlite3_prepare_v2(x->db,
                               "INSERT OR REPLACE INTO entries(file, key, n_tokens, tokens, bytes, last_use) "
-                              "VALUES(?, ?, ?, ?, ?, ?)", -1, &x->put, NULL) == SQLITE_OK &&
+                              "VALUES(?, ?, ?, ?, ?, ?)",
+                              -1, &x->put, NULL) == SQLITE_OK &&
            sqlite3_prepare_v2(x->db, "DELETE FROM entries WHERE file = ?", -1, &x->del, NULL) == SQLITE_OK &&
-           sqlite3_prepare_v2(x->db, "UPDATE entries SET last_use = ? WHERE file = ?", -1, &x->touch, NULL) == SQLITE_OK &&
+           sqlite3_prepare_v2(x->db, "UPDATE entries SET last_use = ? WHERE file = ?", -1, &x->touch, NULL) ==
+               SQLITE_OK &&
            sqlite3_prepare_v2(x->db,
                               "SELECT file, key, bytes FROM entries WHERE file != ? ORDER BY last_use, rowid LIMIT 1",
                               -1, &x->oldest, NULL) == SQLITE_OK &&
-           sqlite3_prepare_v2(x->db,
-                              "SELECT file, key, n_tokens, tokens, bytes, last_use FROM entries ORDER BY last_use, rowid",
-                              -1, &x->each, NULL) == SQLITE_OK;
+           sqlite3_prepare_v2(
+               x->db, "SELECT file, key, n_tokens, tokens, bytes, last_use FROM entries ORDER BY last_use, rowid", -1,
+               &x->each, NULL) == SQLITE_OK;
 }
 
 kiln_status kn_ssdx_open(const char *path, const char *broken_path, kn_ssdx **out, bool *recreated) {
@@ -124,7 +128,7 @@ kiln_status kn_ssdx_each(kn_ssdx *x, int (*fn)(void *user, const kn_ssdx_row *ro
         const int64_t bytes = sqlite3_column_int64(st, 4);
         r.last_use = sqlite3_column_int64(st, 5);
         r.bytes = bytes > 0 ? (uint64_t)bytes : 0;
-        if (!r.file || !r.key) continue;   /* NOT NULL columns: only a damaged row lacks them */
+        if (!r.file || !r.key) continue; /* NOT NULL columns: only a damaged row lacks them */
         if (n > 0 && n <= (1 << 24) && blob && (int64_t)blen == 4 * n && bytes > 0) {
             if ((size_t)n > cap) {
                 int32_t *t = realloc(tok, (size_t)n * sizeof *t);

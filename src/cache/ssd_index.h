@@ -14,12 +14,12 @@ typedef struct kn_ssdx kn_ssdx;
 
 /* One row. Strings and tokens point into SQLite's memory during a callback only. */
 typedef struct kn_ssdx_row {
-    const char *file;         /* file name inside the cache directory */
-    const char *key;          /* hex id of (model, tokenizer, KV format) */
-    const int32_t *tokens;    /* [n_tokens] */
+    const char *file;      /* file name inside the cache directory */
+    const char *key;       /* hex id of (model, tokenizer, KV format) */
+    const int32_t *tokens; /* [n_tokens] */
     int32_t n_tokens;
-    uint64_t bytes;           /* file size */
-    int64_t last_use;         /* unix time in ms */
+    uint64_t bytes;   /* file size */
+    int64_t last_use; /* unix time in ms */
 } kn_ssdx_row;
 
 /* Opens (creating when missing) the index at path. A file that is not a usable database (corrupt,

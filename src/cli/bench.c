@@ -51,13 +51,13 @@ static double run_once(kiln_session *s, const kiln_token *toks, int pp, int tg) 
     return tg / (now_s() - t0);
 }
 
-#define DEFAULT_PP 512           /* prompt tokens of the pp test */
-#define DEFAULT_TG 128           /* generated tokens of the tg test */
-#define DEFAULT_REPS 5
-#define MAX_TOKENS_TEST (1 << 16)   /* -p and -n at most */
-#define MAX_REPS 1000
-#define MAX_THREAD_LIST 16       /* thread counts in one -t list */
-#define TOKENS_SEED 12345u       /* of the LCG drawing the test tokens (Numerical Recipes' constants) */
+#define DEFAULT_PP      512 /* prompt tokens of the pp test */
+#define DEFAULT_TG      128 /* generated tokens of the tg test */
+#define DEFAULT_REPS    5
+#define MAX_TOKENS_TEST (1 << 16) /* -p and -n at most */
+#define MAX_REPS        1000
+#define MAX_THREAD_LIST 16     /* thread counts in one -t list */
+#define TOKENS_SEED     12345u /* of the LCG drawing the test tokens (Numerical Recipes' constants) */
 
 int cli_bench(int argc, char **argv) {
     cli_common c;
@@ -66,8 +66,14 @@ int cli_bench(int argc, char **argv) {
     bool json = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) { cli_usage("bench", false); return 0; }
-        if (strcmp(a, "--json") == 0) { json = true; continue; }
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            cli_usage("bench", false);
+            return 0;
+        }
+        if (strcmp(a, "--json") == 0) {
+            json = true;
+            continue;
+        }
         if (strcmp(a, "-p") == 0 || strcmp(a, "--n-prompt") == 0) {
             if (!cli_int(a, v, 0, MAX_TOKENS_TEST, &pp)) return CLI_EXIT_USAGE;
             i++;
@@ -104,13 +110,16 @@ int cli_bench(int argc, char **argv) {
     cli_setup_log(c.verbose);
     kiln_model *m = cli_load_model(&c, false);
     if (!m) return CLI_EXIT_FAIL;
-    if (n_threads == 0) threads[n_threads++] = 0;   /* the library default */
+    if (n_threads == 0) threads[n_threads++] = 0; /* the library default */
     const int n_ctx = (pp > tg ? pp : tg) + 1;
     const int V = kiln_model_n_vocab(m);
     kiln_token *toks = malloc(sizeof *toks * (size_t)n_ctx);
     double *tps = malloc(sizeof *tps * (size_t)reps);
     int rc = 0;
-    if (!toks || !tps) { rc = CLI_EXIT_FAIL; goto done; }
+    if (!toks || !tps) {
+        rc = CLI_EXIT_FAIL;
+        goto done;
+    }
     uint32_t x = TOKENS_SEED;
     for (int i = 0; i < n_ctx; i++) {
         x = x * 1664525u + 1013904223u;
@@ -137,7 +146,7 @@ int cli_bench(int argc, char **argv) {
         for (int test = 0; test < 2; test++) {
             int p = test == 0 ? pp : 0, g = test == 1 ? tg : 0;
             if (p == 0 && g == 0) continue;
-            if (run_once(s, toks, p, g) < 0) {   /* warm-up */
+            if (run_once(s, toks, p, g) < 0) { /* warm-up */
                 fprintf(stderr, "kiln bench: %s\n", kiln_session_last_error(s));
                 rc = CLI_EXIT_FAIL;
                 kiln_session_free(s);

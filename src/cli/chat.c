@@ -38,10 +38,10 @@
 #include <unistd.h>
 #include <wchar.h>
 
-#define HISTORY_MAX 1000          /* lines kept in the history file */
-#define REPLY_MAX ((size_t)1 << 30)  /* bytes of one reply kept for the conversation */
-#define CANCEL_POLL_MS 100        /* how often a waiting reply looks at the Ctrl-C flag */
-#define EXIT_SIGINT 130           /* the shell's status for a process ended by SIGINT (128 + 2) */
+#define HISTORY_MAX    1000              /* lines kept in the history file */
+#define REPLY_MAX      ((size_t)1 << 30) /* bytes of one reply kept for the conversation */
+#define CANCEL_POLL_MS 100               /* how often a waiting reply looks at the Ctrl-C flag */
+#define EXIT_SIGINT    130               /* the shell's status for a process ended by SIGINT (128 + 2) */
 
 static volatile sig_atomic_t g_sigint;
 
@@ -55,15 +55,15 @@ typedef struct chat {
     kiln_engine *eng;
     int32_t n_ctx;
     bool interactive, verbose;
-    json_t *msgs;                 /* the conversation; a system message first when one is set */
-    char *system;                 /* the system prompt (malloc'd) or NULL */
-    kiln_generate_params gp;      /* max_tokens, ignore_eos and sampling of every turn */
+    json_t *msgs;            /* the conversation; a system message first when one is set */
+    char *system;            /* the system prompt (malloc'd) or NULL */
+    kiln_generate_params gp; /* max_tokens, ignore_eos and sampling of every turn */
     /* The reply being generated: written by the engine's thread during a turn, read by the main
      * thread after the turn ended (kiln_request_wait orders the two). */
     char *reply;
     size_t reply_len, reply_cap;
     bool reply_truncated;
-    int done_pipe[2];             /* on_done writes one byte: the main thread wakes */
+    int done_pipe[2]; /* on_done writes one byte: the main thread wakes */
 } chat;
 
 /* ---- the conversation ------------------------------------------------------------------------- */
@@ -118,8 +118,9 @@ static void on_done(kiln_status st, const kiln_generate_result *res, void *user)
 }
 
 static void print_context_full(const chat *ch, size_t n) {
-    fprintf(stderr, "kiln chat: the conversation no longer fits the context (%zu tokens; the context holds %d); "
-                    "/clear starts a new one%s\n",
+    fprintf(stderr,
+            "kiln chat: the conversation no longer fits the context (%zu tokens; the context holds %d); "
+            "/clear starts a new one%s\n",
             n, ch->n_ctx, ch->n_ctx < kiln_model_n_ctx_train(ch->m) ? " (or give a larger -c)" : "");
 }
 
@@ -138,7 +139,8 @@ static void turn(chat *ch, const char *text) {
     size_t n = 0;
     kiln_status st = cli_chat_render(ch->m, ch->msgs, &rendered);
     if (st) {
-        fprintf(stderr, "kiln chat: the chat template failed: %s\n", *kiln_last_error() ? kiln_last_error() : kiln_status_str(st));
+        fprintf(stderr, "kiln chat: the chat template failed: %s\n",
+                *kiln_last_error() ? kiln_last_error() : kiln_status_str(st));
         goto undo;
     }
     st = cli_tokenize_chat(ch->m, rendered, &ids, &n);
@@ -196,8 +198,7 @@ static void turn(chat *ch, const char *text) {
     st = kiln_request_wait(req, &res);
     kiln_request_free(req);
     char byte;
-    while (read(ch->done_pipe[0], &byte, 1) < 0 && errno == EINTR) {
-    }
+    while (read(ch->done_pipe[0], &byte, 1) < 0 && errno == EINTR) {}
     fputs(ch->interactive ? "\n\n" : "\n", stdout);
     fflush(stdout);
     if (st && st != KILN_ERR_CANCELLED) {
@@ -214,12 +215,14 @@ static void turn(chat *ch, const char *text) {
         add_message(ch->msgs, "assistant", "", 0);
     }
     if (res.stop == KILN_STOP_CONTEXT)
-        fprintf(stderr, "kiln chat: the context (%d tokens) is full: the reply was cut; /clear starts a new conversation\n",
+        fprintf(stderr,
+                "kiln chat: the context (%d tokens) is full: the reply was cut; /clear starts a new conversation\n",
                 ch->n_ctx);
     if (ch->verbose)
-        fprintf(stderr, "kiln: prompt %d tokens (%d reused), %.1f tok/s | generated %d tokens, %.1f tok/s\n", res.n_prompt,
-                res.n_cached, res.prompt_ms > 0 ? (res.n_prompt - res.n_cached) * 1000.0 / res.prompt_ms : 0.0,
-                res.n_generated, res.gen_ms > 0 ? res.n_generated * 1000.0 / res.gen_ms : 0.0);
+        fprintf(stderr, "kiln: prompt %d tokens (%d reused), %.1f tok/s | generated %d tokens, %.1f tok/s\n",
+                res.n_prompt, res.n_cached,
+                res.prompt_ms > 0 ? (res.n_prompt - res.n_cached) * 1000.0 / res.prompt_ms : 0.0, res.n_generated,
+                res.gen_ms > 0 ? res.n_generated * 1000.0 / res.gen_ms : 0.0);
     return;
 undo:
     free(ids);
@@ -243,8 +246,8 @@ static const char chat_help[] =
 
 static void show_settings(const chat *ch) {
     const kiln_sampler_params *s = &ch->gp.sampling;
-    printf("temp %g  top_k %d  top_p %g  min_p %g  repeat_penalty %g  seed ", s->temperature, s->top_k, s->top_p, s->min_p,
-           s->repeat_penalty);
+    printf("temp %g  top_k %d  top_p %g  min_p %g  repeat_penalty %g  seed ", s->temperature, s->top_k, s->top_p,
+           s->min_p, s->repeat_penalty);
     if (s->seed == KILN_SEED_RANDOM) printf("random");
     else printf("%llu", (unsigned long long)s->seed);
     printf("  max_tokens %d\n", ch->gp.max_tokens);
@@ -253,13 +256,15 @@ static void show_settings(const chat *ch) {
 /* `/set NAME VALUE`: false (with a one-line error on stderr) for an unknown name or a bad value. */
 static bool set_setting(chat *ch, const char *name, const char *v) {
     kiln_sampler_params *s = &ch->gp.sampling;
-    if (!strcmp(name, "temp") || !strcmp(name, "temperature")) return cli_sampler_value(name, v, KILN_SAMPLER_TEMPERATURE, s);
+    if (!strcmp(name, "temp") || !strcmp(name, "temperature"))
+        return cli_sampler_value(name, v, KILN_SAMPLER_TEMPERATURE, s);
     if (!strcmp(name, "top_p") || !strcmp(name, "top-p")) return cli_sampler_value(name, v, KILN_SAMPLER_TOP_P, s);
     if (!strcmp(name, "top_k") || !strcmp(name, "top-k")) return cli_sampler_value(name, v, KILN_SAMPLER_TOP_K, s);
     if (!strcmp(name, "min_p") || !strcmp(name, "min-p")) return cli_sampler_value(name, v, KILN_SAMPLER_MIN_P, s);
     if (!strcmp(name, "repeat_penalty") || !strcmp(name, "repeat-penalty"))
         return cli_sampler_value(name, v, KILN_SAMPLER_REPEAT_PENALTY, s);
-    if (!strcmp(name, "max_tokens") || !strcmp(name, "n")) return cli_int(name, v, -1, CLI_MAX_TOKENS_MAX, &ch->gp.max_tokens);
+    if (!strcmp(name, "max_tokens") || !strcmp(name, "n"))
+        return cli_int(name, v, -1, CLI_MAX_TOKENS_MAX, &ch->gp.max_tokens);
     if (!strcmp(name, "seed")) {
         if (!strcmp(v, "random")) {
             s->seed = KILN_SEED_RANDOM;
@@ -308,7 +313,8 @@ static bool command(chat *ch, char *line) {
         free(ch->system);
         ch->system = *arg ? strdup(arg) : NULL;
         clear_conversation(ch);
-        if (ch->interactive) printf(*arg ? "(system prompt set; conversation cleared)\n" : "(no system prompt; conversation cleared)\n");
+        if (ch->interactive)
+            printf(*arg ? "(system prompt set; conversation cleared)\n" : "(no system prompt; conversation cleared)\n");
     } else if (IS("set")) {
         if (!*arg) {
             show_settings(ch);
@@ -436,7 +442,7 @@ static int read_char_fn(EditLine *el, wchar_t *wc) {
         }
         if (n == 0) first = (unsigned char)byte;
         const size_t k = mbrtowc(wc, &byte, 1, &mbs);
-        if (k == (size_t)-2) continue;   /* more bytes of this character to come */
+        if (k == (size_t)-2) continue; /* more bytes of this character to come */
         if (k == (size_t)-1) *wc = first;
         return 1;
     }
@@ -486,7 +492,7 @@ static int loop_edit(chat *ch) {
     el_set(el, EL_SIGNAL, 1);
     el_set(el, EL_GETCFN, read_char_fn);
     el_set(el, EL_HIST, history, hist);
-    el_source(el, NULL);   /* the user's ~/.editrc, if any */
+    el_source(el, NULL); /* the user's ~/.editrc, if any */
     char *hpath = history_path();
     if (hpath) history(hist, &hev, H_LOAD, hpath);
 
@@ -503,7 +509,7 @@ static int loop_edit(chat *ch) {
                 fflush(stdout);
                 continue;
             }
-            fputs("\n", stdout);   /* Ctrl-D: end the prompt's line */
+            fputs("\n", stdout); /* Ctrl-D: end the prompt's line */
             break;
         }
         interrupts = 0;
@@ -531,7 +537,7 @@ static int loop_edit(chat *ch) {
 
 /* The prefix cache of a chat holds the previous turns: CACHE_ROWS full rows of KV, plus
  * CACHE_SLACK_BYTES for the entries' bookkeeping. */
-#define CACHE_ROWS 2
+#define CACHE_ROWS        2
 #define CACHE_SLACK_BYTES ((uint64_t)1 << 20)
 
 /* Bytes the prefix cache may hold for a chat with n_ctx tokens of context. */
@@ -543,7 +549,7 @@ static uint64_t cache_budget(const kiln_model *m, int32_t n_ctx, kiln_kv_type kv
 int cli_chat(int argc, char **argv) {
     cli_common c;
     cli_common_init(&c);
-    c.n_predict = -1;   /* a reply runs to its end of turn unless -n says otherwise */
+    c.n_predict = -1; /* a reply runs to its end of turn unless -n says otherwise */
     const char *system_prompt = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
@@ -575,7 +581,7 @@ int cli_chat(int argc, char **argv) {
     ch.done_pipe[0] = ch.done_pipe[1] = -1;
     int rc = CLI_EXIT_FAIL;
     char *chosen = NULL;
-    if (!c.model) {   /* as kiln serve: $KILN_MODEL, else the largest local model that fits */
+    if (!c.model) { /* as kiln serve: $KILN_MODEL, else the largest local model that fits */
         char src[256];
         const uint64_t mem = cli_machine_memory();
         if (!(chosen = cli_models_choose(NULL, c.verbose, mem ? mem : CLI_MEMORY_ASSUMED, src, sizeof src))) goto out;
@@ -602,7 +608,7 @@ int cli_chat(int argc, char **argv) {
     kiln_status st = kiln_engine_new(ch.m, &ep, &ch.eng);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_sigint;   /* no SA_RESTART: a blocking read or poll returns EINTR */
+    sa.sa_handler = on_sigint; /* no SA_RESTART: a blocking read or poll returns EINTR */
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
@@ -635,7 +641,7 @@ int cli_chat(int argc, char **argv) {
     }
     clear_conversation(&ch);
     if (ch.interactive) {
-        setlocale(LC_CTYPE, "");   /* line editing of the terminal's multibyte characters */
+        setlocale(LC_CTYPE, ""); /* line editing of the terminal's multibyte characters */
         printf("kiln chat: %s%s\n/help lists the commands; Ctrl-D or /quit leaves.\n\n", kiln_model_desc(ch.m),
                kiln_model_chat_template(ch.m) ? "" : " (no chat template: the conversation goes in as plain text)");
         fflush(stdout);

@@ -10,7 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#define CLI_EXIT_FAIL 1
+#define CLI_EXIT_FAIL  1
 #define CLI_EXIT_USAGE 2
 
 /* The largest -n / max_tokens accepted (-1 = no limit). */
@@ -30,14 +30,20 @@ typedef struct cli_common {
     bool mmap;
     kiln_kernels kernels;
     kiln_kv_type kv_type;
-    kiln_sampler_params sp;   /* sampling flags as given (see sp_set) */
-    unsigned sp_set;          /* CLI_SP_* bits of the sampling flags given on the command line */
+    kiln_sampler_params sp; /* sampling flags as given (see sp_set) */
+    unsigned sp_set;        /* CLI_SP_* bits of the sampling flags given on the command line */
 } cli_common;
 
 enum {
-    CLI_SP_TEMP = 1u << 0, CLI_SP_TOP_K = 1u << 1, CLI_SP_TOP_P = 1u << 2, CLI_SP_MIN_P = 1u << 3,
-    CLI_SP_REPEAT = 1u << 4, CLI_SP_REPEAT_N = 1u << 5, CLI_SP_PRESENCE = 1u << 6,
-    CLI_SP_FREQUENCY = 1u << 7, CLI_SP_SEED = 1u << 8
+    CLI_SP_TEMP = 1u << 0,
+    CLI_SP_TOP_K = 1u << 1,
+    CLI_SP_TOP_P = 1u << 2,
+    CLI_SP_MIN_P = 1u << 3,
+    CLI_SP_REPEAT = 1u << 4,
+    CLI_SP_REPEAT_N = 1u << 5,
+    CLI_SP_PRESENCE = 1u << 6,
+    CLI_SP_FREQUENCY = 1u << 7,
+    CLI_SP_SEED = 1u << 8
 };
 
 /* The sampling settings to use: the model's recommended ones (kiln_model_sampler_params), with
@@ -99,19 +105,19 @@ int cli_ls(int argc, char **argv);
 
 /* One GGUF model found on this machine. */
 typedef struct cli_model_entry {
-    char *name;            /* friendly name: path under the searched directory without .gguf, or
-                              ORG/NAME:FILE in the Hugging Face cache */
-    char *path;            /* where it was found (in the Hugging Face cache: the snapshot link) */
-    char *real;            /* the file itself, symlinks resolved; entries are unique by it */
-    const char *source;    /* "kiln" (~/.cache/kiln/models), "KILN_MODELS" or "huggingface" */
-    kiln_model_info info;  /* from the file's header */
+    char *name;           /* friendly name: path under the searched directory without .gguf, or
+                             ORG/NAME:FILE in the Hugging Face cache */
+    char *path;           /* where it was found (in the Hugging Face cache: the snapshot link) */
+    char *real;           /* the file itself, symlinks resolved; entries are unique by it */
+    const char *source;   /* "kiln" (~/.cache/kiln/models), "KILN_MODELS" or "huggingface" */
+    kiln_model_info info; /* from the file's header */
 } cli_model_entry;
 
 typedef struct cli_model_list {
     cli_model_entry *v;
     size_t n, cap;
-    size_t n_skipped;      /* .gguf files left out as unreadable or invalid */
-    size_t n_split;        /* models left out because they are split into several files */
+    size_t n_skipped; /* .gguf files left out as unreadable or invalid */
+    size_t n_split;   /* models left out because they are split into several files */
 } cli_model_list;
 
 /* Finds the models in ~/.cache/kiln/models, KILN_MODELS and the Hugging Face cache (see models.c
@@ -133,7 +139,7 @@ const cli_model_entry *cli_models_lookup(const cli_model_list *l, const char *na
 char *cli_model_resolve(const char *arg, bool verbose);
 
 /* Share of the machine's memory automatic choices may plan for, in percent. */
-#define CLI_MEMORY_PCT 60
+#define CLI_MEMORY_PCT     60
 /* The memory automatic choices plan for when the machine does not say: a modest machine's. */
 #define CLI_MEMORY_ASSUMED ((uint64_t)8 << 30)
 

@@ -15,7 +15,7 @@
 typedef struct usage_entry {
     const char *verb;
     const char *text;
-    bool sampling;          /* followed by the sampling flags (print_sampling_flags) */
+    bool sampling; /* followed by the sampling flags (print_sampling_flags) */
 } usage_entry;
 
 /* The sampling flags: each sets one parameter of the library's table (kiln_sampler_param_range),
@@ -24,7 +24,7 @@ typedef struct sampling_flag {
     const char *flag;
     const char *arg;
     kiln_sampler_param param;
-    unsigned bit;           /* CLI_SP_* */
+    unsigned bit; /* CLI_SP_* */
     const char *help;
 } sampling_flag;
 
@@ -46,7 +46,7 @@ static void print_sampling_flags(FILE *f) {
         const kiln_sampler_range *r = kiln_sampler_param_range(sf->param);
         char head[48];
         snprintf(head, sizeof head, "%s %s", sf->flag, sf->arg);
-        if (strlen(head) > 20) fprintf(f, "  %s\n", head);   /* too wide for the column: help on the next line */
+        if (strlen(head) > 20) fprintf(f, "  %s\n", head); /* too wide for the column: help on the next line */
         fprintf(f, "  %-20s %s (%.10g to %.10g, default %.10g)\n", strlen(head) > 20 ? "" : head, sf->help, r->min,
                 r->max, r->def);
     }
@@ -54,17 +54,17 @@ static void print_sampling_flags(FILE *f) {
 }
 
 #define STR_(x) #x
-#define STR(x) STR_(x)
+#define STR(x)  STR_(x)
 
-#define MODEL_FLAGS                                                                             \
-    "  -m, --model FILE     GGUF model file, or a model's name as kiln ls shows it\n"          \
-    "  -t, --threads N      worker threads (default: physical cores)\n"                        \
-    "  -c, --ctx-size N     context length (default: the model's, at most "                    \
-    STR(KILN_N_CTX_DEFAULT_MAX) ")\n"                                                         \
-    "  -b, --batch-size N   prompt tokens per forward chunk (default 256)\n"                   \
-    "  --kv-type f16|f32    KV cache precision (default f16)\n"                                \
-    "  --mmap               keep weights in the file mapping instead of memory\n"              \
-    "  -v, --verbose        log more to stderr\n"
+#define MODEL_FLAGS                                                                                                    \
+    "  -m, --model FILE     GGUF model file, or a model's name as kiln ls shows it\n"                                  \
+    "  -t, --threads N      worker threads (default: physical cores)\n"                                                \
+    "  -c, --ctx-size N     context length (default: the model's, at most " STR(                                       \
+        KILN_N_CTX_DEFAULT_MAX) ")\n"                                                                                  \
+                                "  -b, --batch-size N   prompt tokens per forward chunk (default 256)\n"               \
+                                "  --kv-type f16|f32    KV cache precision (default f16)\n"                            \
+                                "  --mmap               keep weights in the file mapping instead of memory\n"          \
+                                "  -v, --verbose        log more to stderr\n"
 
 static const usage_entry usages[] = {
     {"run",
@@ -79,7 +79,8 @@ static const usage_entry usages[] = {
      "                       reply is printed)\n"
      "  --system TEXT        a system message before the prompt (with the chat template)\n"
      "  -n, --n-predict N    new tokens at most (default 256; -1 = until end of text)\n"
-     "  --ignore-eos         keep generating past end-of-text tokens\n" MODEL_FLAGS, true},
+     "  --ignore-eos         keep generating past end-of-text tokens\n" MODEL_FLAGS,
+     true},
     {"chat",
      "usage: kiln chat [-m MODEL] [--system TEXT] [-n N] [options]\n"
      "An interactive chat in the terminal (without -m: $KILN_MODEL, else the model kiln serve would\n"
@@ -91,7 +92,8 @@ static const usage_entry usages[] = {
      "user turn (or a command) and each reply is printed followed by a newline.\n"
      "  --system TEXT        the system prompt\n"
      "  -n, --n-predict N    new tokens per reply at most (default -1: to the end of the turn)\n"
-     "  --ignore-eos         keep generating past end-of-text tokens\n" MODEL_FLAGS, true},
+     "  --ignore-eos         keep generating past end-of-text tokens\n" MODEL_FLAGS,
+     true},
     {"serve",
      "usage: kiln serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--api-key KEY] [options]\n"
      "       kiln [options]   (the same, with automatic choices)\n"
@@ -138,7 +140,8 @@ static const usage_entry usages[] = {
      "                       damaged K/V is then loaded (checked by default: --ssd-cache-verify)\n"
      "  --max-body-mb N      largest request body in MiB (default 8; beyond: 413)\n"
      "Sampling flags set the defaults of requests that do not give a value; the model's own\n"
-     "recommended settings come next, then the library's defaults.\n" MODEL_FLAGS, true},
+     "recommended settings come next, then the library's defaults.\n" MODEL_FLAGS,
+     true},
     {"ls",
      "usage: kiln ls [--json] [-v]\n"
      "Lists the GGUF models found on this machine, one row each: name, architecture, parameters,\n"
@@ -148,13 +151,15 @@ static const usage_entry usages[] = {
      "Unusable files are left out with a reason on stderr; split models are left out too.\n"
      "  --json               one JSON array of objects (name, path, file, source, architecture,\n"
      "                       model_name, parameters, weight_type, size_bytes, context_length,\n"
-     "                       kv_bytes_per_token (F16 KV per token of context), runnable)\n", false},
+     "                       kv_bytes_per_token (F16 KV per token of context), runnable)\n",
+     false},
     {"perplexity",
      "usage: kiln perplexity -m MODEL -f TEXT [-c CTX] [options]\n"
      "Perplexity of the model on a text, by llama.cpp's llama-perplexity method: the tokens are split\n"
      "into chunks of CTX, each starting with BOS; the second half of each chunk is scored. Prints the\n"
      "running value per chunk and the final estimate with its error.\n"
-     "  -f, --file FILE      the text (needs at least 2 x CTX tokens)\n" MODEL_FLAGS, false},
+     "  -f, --file FILE      the text (needs at least 2 x CTX tokens)\n" MODEL_FLAGS,
+     false},
     {"bench",
      "usage: kiln bench -m MODEL [-p 512] [-n 128] [-t 1,2] [-r 5] [--json] [options]\n"
      "Measures prompt processing (ppP: P prompt tokens in one pass) and token generation (tgN: N\n"
@@ -164,7 +169,8 @@ static const usage_entry usages[] = {
      "  -n, --n-gen N        generated tokens (default 128; 0 skips the tg test)\n"
      "  -t, --threads LIST   thread counts, comma-separated (default: physical cores)\n"
      "  -r, --repetitions R  measured runs per test (default 5)\n"
-     "  --json               JSON lines instead of a table\n" MODEL_FLAGS, false},
+     "  --json               JSON lines instead of a table\n" MODEL_FLAGS,
+     false},
     {"tokenize",
      "usage: kiln tokenize -m MODEL [-p TEXT | -f FILE] [--ids] [--no-bos] [--parse-special]\n"
      "Prints the tokens of a text, one 'id -> 'piece'' per line (works on vocab-only files).\n"
@@ -173,7 +179,8 @@ static const usage_entry usages[] = {
      "  --ids                print only the ids, space-separated, on one line\n"
      "  --no-bos             do not add BOS / EOS\n"
      "  --parse-special      turn special-token text such as <|eot_id|> into special tokens\n"
-     "  -m, --model FILE     GGUF model or vocabulary file\n", false},
+     "  -m, --model FILE     GGUF model or vocabulary file\n",
+     false},
     {"template",
      "usage: kiln template (--template FILE | -m MODEL) [--context JSON_FILE]\n"
      "Renders a Jinja2 chat template as Hugging Face's apply_chat_template does and prints the result\n"
@@ -182,7 +189,8 @@ static const usage_entry usages[] = {
      "  --template FILE      the template to render\n"
      "  -m, --model FILE     render this GGUF model's chat template instead: bos_token and eos_token\n"
      "                       come from the model and add_generation_prompt defaults to true\n"
-     "  --context FILE       the JSON object of variables (default: {})\n", false},
+     "  --context FILE       the JSON object of variables (default: {})\n",
+     false},
 };
 
 void cli_usage(const char *verb, bool to_stderr) {
@@ -264,23 +272,60 @@ bool cli_sampler_value(const char *name, const char *v, kiln_sampler_param param
     errno = 0;
     const double x = strtod(v, &end);
     if (errno || end == v || *end || kiln_sampler_param_set(sp, param, x) != KILN_OK) {
-        fprintf(stderr, "kiln: %s must be %s in [%.10g, %.10g], got '%s'\n", name, r->integer ? "an integer" : "a number",
-                r->min, r->max, v);
+        fprintf(stderr, "kiln: %s must be %s in [%.10g, %.10g], got '%s'\n", name,
+                r->integer ? "an integer" : "a number", r->min, r->max, v);
         return false;
     }
     return true;
 }
 
-static bool is(const char *a, const char *s, const char *l) { return (s && strcmp(a, s) == 0) || (l && strcmp(a, l) == 0); }
+static bool is(const char *a, const char *s, const char *l) {
+    return (s && strcmp(a, s) == 0) || (l && strcmp(a, l) == 0);
+}
 
 int cli_parse_common(int argc, char **argv, int *i, cli_common *c) {
     const char *a = argv[*i];
     const char *v = *i + 1 < argc ? argv[*i + 1] : NULL;
-#define TAKE(ok) do { if (!(ok)) return -1; (*i)++; return 1; } while (0)
-#define TAKE_SP(bit, ok) do { if (!(ok)) return -1; c->sp_set |= (bit); (*i)++; return 1; } while (0)
-    if (is(a, "-m", "--model")) { if (!v) { fprintf(stderr, "kiln: %s needs a value\n", a); return -1; } c->model = v; (*i)++; return 1; }
-    if (is(a, "-p", "--prompt")) { if (!v) { fprintf(stderr, "kiln: %s needs a value\n", a); return -1; } c->prompt = v; (*i)++; return 1; }
-    if (is(a, "-f", "--file")) { if (!v) { fprintf(stderr, "kiln: %s needs a value\n", a); return -1; } c->file = v; (*i)++; return 1; }
+#define TAKE(ok)                                                                                                       \
+    do {                                                                                                               \
+        if (!(ok)) return -1;                                                                                          \
+        (*i)++;                                                                                                        \
+        return 1;                                                                                                      \
+    } while (0)
+#define TAKE_SP(bit, ok)                                                                                               \
+    do {                                                                                                               \
+        if (!(ok)) return -1;                                                                                          \
+        c->sp_set |= (bit);                                                                                            \
+        (*i)++;                                                                                                        \
+        return 1;                                                                                                      \
+    } while (0)
+    if (is(a, "-m", "--model")) {
+        if (!v) {
+            fprintf(stderr, "kiln: %s needs a value\n", a);
+            return -1;
+        }
+        c->model = v;
+        (*i)++;
+        return 1;
+    }
+    if (is(a, "-p", "--prompt")) {
+        if (!v) {
+            fprintf(stderr, "kiln: %s needs a value\n", a);
+            return -1;
+        }
+        c->prompt = v;
+        (*i)++;
+        return 1;
+    }
+    if (is(a, "-f", "--file")) {
+        if (!v) {
+            fprintf(stderr, "kiln: %s needs a value\n", a);
+            return -1;
+        }
+        c->file = v;
+        (*i)++;
+        return 1;
+    }
     if (is(a, "-n", "--n-predict")) TAKE(cli_int(a, v, -1, CLI_MAX_TOKENS_MAX, &c->n_predict));
     if (is(a, "-t", "--threads")) TAKE(cli_int(a, v, 1, KILN_N_THREADS_MAX, &c->threads));
     if (is(a, "-c", "--ctx-size")) TAKE(cli_int(a, v, 1, KILN_N_CTX_MAX, &c->ctx));
@@ -289,7 +334,10 @@ int cli_parse_common(int argc, char **argv, int *i, cli_common *c) {
         if (is(a, NULL, sampling_flags[k].flag))
             TAKE_SP(sampling_flags[k].bit, cli_sampler_value(a, v, sampling_flags[k].param, &c->sp));
     if (is(a, "-s", "--seed")) {
-        if (!v) { fprintf(stderr, "kiln: %s needs a value\n", a); return -1; }
+        if (!v) {
+            fprintf(stderr, "kiln: %s needs a value\n", a);
+            return -1;
+        }
         char *end;
         errno = 0;
         unsigned long long s = strtoull(v, &end, 10);
@@ -305,20 +353,35 @@ int cli_parse_common(int argc, char **argv, int *i, cli_common *c) {
     if (is(a, NULL, "--kv-type")) {
         if (v && strcmp(v, "f16") == 0) c->kv_type = KILN_KV_F16;
         else if (v && strcmp(v, "f32") == 0) c->kv_type = KILN_KV_F32;
-        else { fprintf(stderr, "kiln: --kv-type must be f16 or f32\n"); return -1; }
+        else {
+            fprintf(stderr, "kiln: --kv-type must be f16 or f32\n");
+            return -1;
+        }
         (*i)++;
         return 1;
     }
     if (is(a, NULL, "--kernels")) {
         if (v && strcmp(v, "auto") == 0) c->kernels = KILN_KERNELS_AUTO;
         else if (v && strcmp(v, "ref") == 0) c->kernels = KILN_KERNELS_REF;
-        else { fprintf(stderr, "kiln: --kernels must be auto or ref\n"); return -1; }
+        else {
+            fprintf(stderr, "kiln: --kernels must be auto or ref\n");
+            return -1;
+        }
         (*i)++;
         return 1;
     }
-    if (is(a, NULL, "--ignore-eos")) { c->ignore_eos = true; return 1; }
-    if (is(a, NULL, "--mmap")) { c->mmap = true; return 1; }
-    if (is(a, "-v", "--verbose")) { c->verbose = true; return 1; }
+    if (is(a, NULL, "--ignore-eos")) {
+        c->ignore_eos = true;
+        return 1;
+    }
+    if (is(a, NULL, "--mmap")) {
+        c->mmap = true;
+        return 1;
+    }
+    if (is(a, "-v", "--verbose")) {
+        c->verbose = true;
+        return 1;
+    }
 #undef TAKE
 #undef TAKE_SP
     return 0;
@@ -351,10 +414,18 @@ char *cli_read_file(const char *path, size_t *len) {
         size_t got = fread(buf + n, 1, cap - n, f);
         n += got;
         if (n < cap) break;
-        if (cap > ((size_t)1 << 32)) { free(buf); buf = NULL; fprintf(stderr, "kiln: '%s' is too large\n", path); break; }
+        if (cap > ((size_t)1 << 32)) {
+            free(buf);
+            buf = NULL;
+            fprintf(stderr, "kiln: '%s' is too large\n", path);
+            break;
+        }
         cap *= 2;
         char *nb = realloc(buf, cap + 1);
-        if (!nb) { free(buf); buf = NULL; }
+        if (!nb) {
+            free(buf);
+            buf = NULL;
+        }
         buf = nb;
     }
     if (buf && ferror(f)) {
@@ -388,7 +459,7 @@ void cli_setup_log(bool verbose) {
 typedef struct load_bar {
     const char *label;
     bool tty;
-    int shown;       /* percentage drawn last; -1 before the first */
+    int shown; /* percentage drawn last; -1 before the first */
 } load_bar;
 
 static bool load_progress(float fraction, void *user) {
@@ -412,7 +483,7 @@ kiln_model *cli_load_model(const cli_common *c, bool vocab_only) {
         fprintf(stderr, "kiln: no model given (use -m FILE)\n");
         return NULL;
     }
-    char *path = cli_model_resolve(c->model, c->verbose);    /* a file, or a name from kiln ls */
+    char *path = cli_model_resolve(c->model, c->verbose); /* a file, or a name from kiln ls */
     if (!path) {
         fprintf(stderr, "kiln: out of memory\n");
         return NULL;
@@ -427,7 +498,7 @@ kiln_model *cli_load_model(const cli_common *c, bool vocab_only) {
     mp.progress_user = &bar;
     kiln_model *m = NULL;
     kiln_status st = kiln_model_load(path, &mp, &m);
-    if (bar.shown >= 0) fputs("\r\033[K", stderr);     /* clear the bar's line */
+    if (bar.shown >= 0) fputs("\r\033[K", stderr); /* clear the bar's line */
     free(path);
     if (st == KILN_ERR_CANCELLED) {
         fprintf(stderr, "kiln: loading the model was cancelled by a signal\n");

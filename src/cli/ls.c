@@ -28,12 +28,12 @@ static int print_json(const cli_model_list *l) {
         const cli_model_entry *e = &l->v[k];
         const kiln_model_info *i = &e->info;
         const uint64_t kv = kiln_kv_bytes_per_token(i, KILN_KV_F16);
-        json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:I, s:s, s:I, s:I, s:I, s:b}", "name", e->name, "path",
-                              e->path, "file", e->real, "source", e->source, "architecture", i->arch,
-                              "model_name", i->name, "parameters", (json_int_t)i->n_params, "weight_type",
-                              i->weight_type, "size_bytes", (json_int_t)i->file_bytes, "context_length",
-                              (json_int_t)i->n_ctx_train, "kv_bytes_per_token",
-                              (json_int_t)(kv > (uint64_t)INT64_MAX ? INT64_MAX : kv), "runnable", i->runnable);
+        json_t *o =
+            json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:I, s:s, s:I, s:I, s:I, s:b}", "name", e->name, "path", e->path,
+                      "file", e->real, "source", e->source, "architecture", i->arch, "model_name", i->name,
+                      "parameters", (json_int_t)i->n_params, "weight_type", i->weight_type, "size_bytes",
+                      (json_int_t)i->file_bytes, "context_length", (json_int_t)i->n_ctx_train, "kv_bytes_per_token",
+                      (json_int_t)(kv > (uint64_t)INT64_MAX ? INT64_MAX : kv), "runnable", i->runnable);
         if (!o || json_array_append_new(arr, o)) {
             json_decref(arr);
             fprintf(stderr, "kiln ls: out of memory\n");
@@ -56,8 +56,9 @@ static int print_table(const cli_model_list *l) {
     char cell[NCOL][160];
     /* two passes: widths, then rows */
     for (int pass = 0; pass < 2; pass++) {
-        if (pass == 1) printf("%-*s  %-*s  %*s  %-*s  %*s  %*s  %s\n", w[0], head[0], w[1], head[1], w[2], head[2],
-                              w[3], head[3], w[4], head[4], w[5], head[5], head[6]);
+        if (pass == 1)
+            printf("%-*s  %-*s  %*s  %-*s  %*s  %*s  %s\n", w[0], head[0], w[1], head[1], w[2], head[2], w[3], head[3],
+                   w[4], head[4], w[5], head[5], head[6]);
         for (size_t k = 0; k < l->n; k++) {
             const cli_model_entry *e = &l->v[k];
             const kiln_model_info *i = &e->info;
@@ -89,8 +90,14 @@ int cli_ls(int argc, char **argv) {
             cli_usage("ls", false);
             return 0;
         }
-        if (strcmp(a, "--json") == 0) { json = true; continue; }
-        if (strcmp(a, "-v") == 0 || strcmp(a, "--verbose") == 0) { verbose = true; continue; }
+        if (strcmp(a, "--json") == 0) {
+            json = true;
+            continue;
+        }
+        if (strcmp(a, "-v") == 0 || strcmp(a, "--verbose") == 0) {
+            verbose = true;
+            continue;
+        }
         fprintf(stderr, "kiln ls: unknown option '%s'\n", a);
         cli_usage("ls", true);
         return CLI_EXIT_USAGE;

@@ -21,7 +21,7 @@ static bool open_std_fds(void) {
         if (fcntl(fd, F_GETFD) != -1 || errno != EBADF) continue;
         const int got = open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
         if (got < 0) return false;
-        if (got != fd) {   /* not expected (the lowest free number is fd), but be sure */
+        if (got != fd) { /* not expected (the lowest free number is fd), but be sure */
             const bool ok = dup2(got, fd) == fd;
             close(got);
             if (!ok) return false;
@@ -54,7 +54,7 @@ int main(int argc, char **argv) {
     if (strcmp(verb, "template") == 0) return cli_template(argc - 1, argv + 1);
     if (strcmp(verb, "serve") == 0) return cli_serve(argc - 1, argv + 1);
     if (strcmp(verb, "ls") == 0) return cli_ls(argc - 1, argv + 1);
-    if (verb[0] == '-') return cli_serve(argc, argv);    /* `kiln --port 9000`: serve's flags */
+    if (verb[0] == '-') return cli_serve(argc, argv); /* `kiln --port 9000`: serve's flags */
     fprintf(stderr, "kiln: unknown command '%s'\n", verb);
     cli_usage(NULL, true);
     return CLI_EXIT_USAGE;

@@ -26,8 +26,8 @@
 #include <strings.h>
 #include <sys/stat.h>
 
-#define MAX_DEPTH 4            /* directory levels searched below a models directory */
-#define MAX_MODELS 100000      /* entries kept; beyond, the listing is cut */
+#define MAX_DEPTH  4      /* directory levels searched below a models directory */
+#define MAX_MODELS 100000 /* entries kept; beyond, the listing is cut */
 
 typedef struct walker {
     cli_model_list *list;
@@ -76,8 +76,10 @@ static void add_file(walker *w, const char *path, char *name, const char *source
     int parts = 0, part = split_part(base, &parts);
     if (part) {
         if (part == 1 && w->warn)
-            fprintf(stderr, "kiln: skipping %s: a model split into %d files; kiln loads single-file GGUFs (merge the "
-                            "parts with llama-gguf-split --merge)\n", path, parts);
+            fprintf(stderr,
+                    "kiln: skipping %s: a model split into %d files; kiln loads single-file GGUFs (merge the "
+                    "parts with llama-gguf-split --merge)\n",
+                    path, parts);
         l->n_split += part == 1;
         free(name);
         return;
@@ -90,7 +92,7 @@ static void add_file(walker *w, const char *path, char *name, const char *source
         return;
     }
     for (size_t i = 0; i < l->n; i++) {
-        if (strcmp(l->v[i].real, real) == 0) {    /* the same file seen from another place */
+        if (strcmp(l->v[i].real, real) == 0) { /* the same file seen from another place */
             free(real);
             free(name);
             return;
@@ -99,7 +101,7 @@ static void add_file(walker *w, const char *path, char *name, const char *source
     kiln_model_info info;
     kiln_status st = kiln_model_info_read(real, &info);
     if (st) {
-        const char *msg = kiln_last_error();    /* "REAL: why": the path is printed once */
+        const char *msg = kiln_last_error(); /* "REAL: why": the path is printed once */
         const size_t rl = strlen(real);
         if (strncmp(msg, real, rl) == 0 && strncmp(msg + rl, ": ", 2) == 0) msg += rl + 2;
         if (w->warn) fprintf(stderr, "kiln: skipping %s: %s\n", path, msg);
@@ -230,7 +232,10 @@ static void walk_hf(walker *w, const char *hub) {
         if (strncmp(repos[i], "models--", 8) != 0 || !repos[i][8]) continue;
         /* ORG--NAME -> ORG/NAME (a repository without an organisation is just NAME) */
         char *repo = strdup(repos[i] + 8), *snaps = NULL;
-        if (!repo) { w->nomem = true; break; }
+        if (!repo) {
+            w->nomem = true;
+            break;
+        }
         char *sep = strstr(repo, "--");
         if (sep) {
             *sep = '/';
@@ -338,7 +343,7 @@ char *cli_model_resolve(const char *arg, bool verbose) {
 }
 
 uint64_t cli_machine_memory(void) {
-    const char *t = getenv("KILN_TEST_MEMORY");    /* tests only: pretend the machine has this much */
+    const char *t = getenv("KILN_TEST_MEMORY"); /* tests only: pretend the machine has this much */
     if (t && *t) {
         char *end;
         errno = 0;
@@ -372,7 +377,10 @@ void cli_fmt_bytes(uint64_t b, char *buf, size_t cap) {
     static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
     double v = (double)b;
     int u = 0;
-    while (v >= 1024 && u < 4) { v /= 1024; u++; }
+    while (v >= 1024 && u < 4) {
+        v /= 1024;
+        u++;
+    }
     if (u == 0) snprintf(buf, cap, "%llu B", (unsigned long long)b);
     else snprintf(buf, cap, v < 10 ? "%.1f %s" : "%.0f %s", v, units[u]);
 }
@@ -381,7 +389,10 @@ void cli_fmt_count(uint64_t n, char *buf, size_t cap) {
     static const char suffix[] = " KMBT";
     double v = (double)n;
     int u = 0;
-    while (v >= 1000 && u < 4) { v /= 1000; u++; }
+    while (v >= 1000 && u < 4) {
+        v /= 1000;
+        u++;
+    }
     if (u == 0) snprintf(buf, cap, "%llu", (unsigned long long)n);
     else snprintf(buf, cap, v < 10 ? "%.1f%c" : "%.0f%c", v, suffix[u]);
 }

@@ -68,7 +68,8 @@ int cli_perplexity(int argc, char **argv) {
     }
     const int n_ctx = c.ctx;
     if (n < 2 * (size_t)n_ctx) {
-        fprintf(stderr, "kiln perplexity: the text has %zu tokens; at least 2 x %d (the context) are needed\n", n, n_ctx);
+        fprintf(stderr, "kiln perplexity: the text has %zu tokens; at least 2 x %d (the context) are needed\n", n,
+                n_ctx);
         goto done;
     }
     kiln_session_params sp = kiln_session_default_params();

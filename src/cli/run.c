@@ -24,7 +24,8 @@ static int on_token(const kiln_token_event *ev, void *user) {
 static kiln_status render_chat(kiln_model *m, const char *system_prompt, const char *prompt, char **out) {
     json_t *msgs = json_array();
     int bad = !msgs;
-    if (system_prompt) bad |= json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "system", "content", system_prompt));
+    if (system_prompt)
+        bad |= json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "system", "content", system_prompt));
     bad |= json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "user", "content", prompt));
     if (bad) {
         json_decref(msgs);
@@ -109,7 +110,7 @@ int cli_run(int argc, char **argv) {
     if (st) {
         /* the template failed: reported below */
     } else if (!*text) {
-        st = kiln_generate(s, "", &gp, &res);   /* start from BOS alone */
+        st = kiln_generate(s, "", &gp, &res); /* start from BOS alone */
     } else {
         /* Special-token text (e.g. <|im_start|>) is parsed; BOS is added unless already there. */
         size_t n = 0;

@@ -49,24 +49,24 @@
 #include <time.h>
 #include <unistd.h>
 
-#define DEFAULT_PORT 8080
-#define PORT_TRIES 20            /* further ports tried when the default one is taken */
-#define DEFAULT_ROWS (kiln_engine_default_params().max_rows)   /* the engine's */
+#define DEFAULT_PORT      8080
+#define PORT_TRIES        20 /* further ports tried when the default one is taken */
+#define DEFAULT_ROWS      (kiln_engine_default_params().max_rows) /* the engine's */
 /* The automatic context per row: the model's training length, at most AUTO_CTX_MAX (longer: -c),
  * halved down to AUTO_CTX_MIN while the KV of the rows does not fit. It is larger than the library's
  * KILN_N_CTX_DEFAULT_MAX on purpose: the library picks a context without knowing the machine, while
  * this plan checks the KV against the machine's memory first. */
-#define AUTO_CTX_MAX 16384
-#define AUTO_CTX_MIN 2048
-#define SHUTDOWN_GRACE_MS 10000  /* at the first signal: for running generations, then for the SSD flush */
+#define AUTO_CTX_MAX      16384
+#define AUTO_CTX_MIN      2048
+#define SHUTDOWN_GRACE_MS 10000 /* at the first signal: for running generations, then for the SSD flush */
 
 /* The HTTP server's defaults. */
-#define DEFAULT_HOST "127.0.0.1"
-#define DEFAULT_MAX_BODY_MB 8
-#define DEFAULT_TIMEOUT_S 5      /* above the 4-5 s clients keep idle connections, below a hang */
-#define DEFAULT_MAX_CONNS 1024
-#define DEFAULT_MAX_CONNS_PER_IP 256   /* a batch client's parallel connections, the page and more */
-#define FD_RESERVE 64            /* file descriptors kept for other than connections */
+#define DEFAULT_HOST             "127.0.0.1"
+#define DEFAULT_MAX_BODY_MB      8
+#define DEFAULT_TIMEOUT_S        5 /* above the 4-5 s clients keep idle connections, below a hang */
+#define DEFAULT_MAX_CONNS        1024
+#define DEFAULT_MAX_CONNS_PER_IP 256 /* a batch client's parallel connections, the page and more */
+#define FD_RESERVE               64  /* file descriptors kept for other than connections */
 
 extern char **environ;
 
@@ -111,8 +111,7 @@ static char *default_ssd_dir(void) {
 
 /* Whether an address is a loopback one: 127.0.0.0/8, ::1 or 127.x mapped into IPv6. */
 static bool loopback_addr(const struct sockaddr *sa) {
-    if (sa->sa_family == AF_INET)
-        return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+    if (sa->sa_family == AF_INET) return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
     if (sa->sa_family != AF_INET6) return false;
     const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
     return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
@@ -134,9 +133,24 @@ static bool reachable_from_outside(const char *host) {
 
 /* The value flags of `kiln serve` beyond the common ones, one entry each in opt_defs. */
 typedef enum opt_id {
-    OPT_HOST, OPT_PORT, OPT_API_KEY, OPT_MAX_TOKENS, OPT_BATCH, OPT_MAX_QUEUE, OPT_PREFILL_CHUNK, OPT_KV_BUDGET,
-    OPT_PROMPT_CACHE, OPT_SSD_MAX, OPT_SSD_IDLE, OPT_MAX_BODY, OPT_TIMEOUT, OPT_MAX_CONNS, OPT_MAX_CONNS_PER_IP,
-    OPT_CORS, OPT_ALLOW_HOST, OPT_COUNT
+    OPT_HOST,
+    OPT_PORT,
+    OPT_API_KEY,
+    OPT_MAX_TOKENS,
+    OPT_BATCH,
+    OPT_MAX_QUEUE,
+    OPT_PREFILL_CHUNK,
+    OPT_KV_BUDGET,
+    OPT_PROMPT_CACHE,
+    OPT_SSD_MAX,
+    OPT_SSD_IDLE,
+    OPT_MAX_BODY,
+    OPT_TIMEOUT,
+    OPT_MAX_CONNS,
+    OPT_MAX_CONNS_PER_IP,
+    OPT_CORS,
+    OPT_ALLOW_HOST,
+    OPT_COUNT
 } opt_id;
 
 /* Their values, starting at the defaults (opts_init), and which of them the command line gave:
@@ -153,9 +167,9 @@ typedef struct serve_opts {
 
 static const struct opt_def {
     const char *flag;
-    char kind;                   /* 's' a string, 'i' an int, 'f' a float */
-    size_t off;                  /* of the value in serve_opts */
-    double lo, hi;               /* the range of a number */
+    char kind;     /* 's' a string, 'i' an int, 'f' a float */
+    size_t off;    /* of the value in serve_opts */
+    double lo, hi; /* the range of a number */
 } opt_defs[OPT_COUNT] = {
     [OPT_HOST] = {"--host", 's', offsetof(serve_opts, host), 0, 0},
     [OPT_PORT] = {"--port", 'i', offsetof(serve_opts, port), 0, 65535},
@@ -186,7 +200,7 @@ static void opts_init(serve_opts *o) {
     o->max_queue = ep.max_queue;
     o->prefill_chunk = ep.prefill_chunk;
     o->kv_budget_gb = (float)((double)ep.kv_budget / 1e9);
-    o->prompt_cache_gb = -1;     /* the machine's share (plan_machine) */
+    o->prompt_cache_gb = -1; /* the machine's share (plan_machine) */
     o->ssd_max_gb = (float)((double)ep.ssd_max_bytes / 1e9);
     o->ssd_idle = ep.ssd_demote_idle_s;
     o->max_body_mb = DEFAULT_MAX_BODY_MB;
@@ -235,8 +249,10 @@ static bool valid_origins(const char *list) {
         const char *sep = strstr(p, "://");
         const bool star = n == 1 && *p == '*', null = n == 4 && strncmp(p, "null", 4) == 0;
         if (!star && !null && (!sep || sep >= p + n || sep == p || sep + 3 == p + n)) {
-            fprintf(stderr, "kiln serve: --cors takes origins such as http://localhost:3000 (comma-separated), "
-                            "'null' or '*'; got '%.*s'\n", (int)n, p);
+            fprintf(stderr,
+                    "kiln serve: --cors takes origins such as http://localhost:3000 (comma-separated), "
+                    "'null' or '*'; got '%.*s'\n",
+                    (int)n, p);
             return false;
         }
         p += n + (p[n] == ',');
@@ -248,26 +264,26 @@ static bool valid_origins(const char *list) {
 
 /* Every value `kiln serve` runs with, resolved once; each *_src says where it came from. */
 typedef struct plan {
-    char *model;                /* the file to load (malloc'd) */
+    char *model; /* the file to load (malloc'd) */
     char model_src[256];
     kiln_model_info info;
-    uint64_t mem;               /* machine memory (or KILN_TEST_MEMORY; 8 GiB when unknown) */
-    uint64_t budget;            /* CLI_MEMORY_PCT of it */
+    uint64_t mem;    /* machine memory (or KILN_TEST_MEMORY; 8 GiB when unknown) */
+    uint64_t budget; /* CLI_MEMORY_PCT of it */
     int threads;
     char threads_src[64];
     int ctx;
     char ctx_src[160];
     int rows;
     char rows_src[160];
-    int64_t prompt_cache;       /* bytes */
+    int64_t prompt_cache; /* bytes */
     char cache_src[96];
     int port;
     char port_src[96];
-    bool port_fixed;            /* given by --port: no fallback */
+    bool port_fixed; /* given by --port: no fallback */
     bool open_browser;
     char open_src[64];
-    kiln_sampler_params sp;     /* the sampling defaults served: the flags over the model's */
-    kiln_sampler_params model_sp;  /* the model's recommended settings (its metadata) */
+    kiln_sampler_params sp;       /* the sampling defaults served: the flags over the model's */
+    kiln_sampler_params model_sp; /* the model's recommended settings (its metadata) */
 } plan;
 
 /* Resolves the model to serve into p (model, model_src, info). Returns 0, or an exit status after
@@ -322,16 +338,15 @@ static void plan_machine(const cli_common *c, plan *p, int batch_flag, float pro
         }
         p->ctx = ctx;
         if (in->n_ctx_train <= 0)
-            snprintf(p->ctx_src, sizeof p->ctx_src, "model: no context_length, %d assumed%s",
-                     KILN_N_CTX_TRAIN_ASSUMED, capped ? "; capped by machine RAM" : "");
+            snprintf(p->ctx_src, sizeof p->ctx_src, "model: no context_length, %d assumed%s", KILN_N_CTX_TRAIN_ASSUMED,
+                     capped ? "; capped by machine RAM" : "");
         else if (capped)
             snprintf(p->ctx_src, sizeof p->ctx_src, "model n_ctx_train %d, capped by machine RAM: %d rows of KV in %s",
                      in->n_ctx_train, want_rows, avail_s);
         else if (ctx < train)
             snprintf(p->ctx_src, sizeof p->ctx_src, "model n_ctx_train %d, automatic limit %d (longer: -c)",
                      in->n_ctx_train, AUTO_CTX_MAX);
-        else
-            snprintf(p->ctx_src, sizeof p->ctx_src, "model n_ctx_train %d", in->n_ctx_train);
+        else snprintf(p->ctx_src, sizeof p->ctx_src, "model n_ctx_train %d", in->n_ctx_train);
     }
     if (batch_flag > 0) {
         p->rows = batch_flag;
@@ -354,8 +369,10 @@ static void plan_open(plan *p, bool no_open) {
     const char *d = getenv("DISPLAY"), *w = getenv("WAYLAND_DISPLAY");
     p->open_browser = false;
     if (no_open) snprintf(p->open_src, sizeof p->open_src, "flag --no-open");
-    else if (!isatty(STDIN_FILENO) || !isatty(STDOUT_FILENO)) snprintf(p->open_src, sizeof p->open_src, "not a terminal");
-    else if (!(d && *d) && !(w && *w)) snprintf(p->open_src, sizeof p->open_src, "no desktop (DISPLAY, WAYLAND_DISPLAY)");
+    else if (!isatty(STDIN_FILENO) || !isatty(STDOUT_FILENO))
+        snprintf(p->open_src, sizeof p->open_src, "not a terminal");
+    else if (!(d && *d) && !(w && *w))
+        snprintf(p->open_src, sizeof p->open_src, "no desktop (DISPLAY, WAYLAND_DISPLAY)");
     else {
         p->open_browser = true;
         snprintf(p->open_src, sizeof p->open_src, "terminal and desktop present; --no-open to disable");
@@ -377,20 +394,25 @@ static void print_config(const cli_common *c, const plan *p, const serve_opts *o
     printf("%-15s %s   (%s)\n", "model", p->model, p->model_src);
     cli_fmt_count(in->n_params, a, sizeof a);
     cli_fmt_bytes(in->tensor_bytes, b, sizeof b);
-    printf("%-15s %s, %s parameters, %s, %s of weights\n", "", in->arch, a, in->weight_type[0] ? in->weight_type : "-", b);
+    printf("%-15s %s, %s parameters, %s, %s of weights\n", "", in->arch, a, in->weight_type[0] ? in->weight_type : "-",
+           b);
     cli_fmt_bytes(p->mem, a, sizeof a);
     cli_fmt_bytes(p->budget, b, sizeof b);
     printf("%-15s %s, planning within %s   (%s)\n", "memory", a, b,
-           tm && *tm ? "env KILN_TEST_MEMORY, for tests only"
-                     : kiln_physical_memory() ? "machine: physical memory" : "unknown: 8 GiB assumed");
+           tm && *tm                ? "env KILN_TEST_MEMORY, for tests only"
+           : kiln_physical_memory() ? "machine: physical memory"
+                                    : "unknown: 8 GiB assumed");
     printf("%-15s %d   (%s)\n", "threads", p->threads, p->threads_src);
     printf("%-15s %d   (%s)\n", "ctx", p->ctx, p->ctx_src);
     printf("%-15s %d   (%s)\n", "batch", p->rows, p->rows_src);
     printf("%-15s %s   (%s)\n", "kv-type", c->kv_type == KILN_KV_F32 ? "f32" : "f16",
            c->kv_type == KILN_KV_F32 ? "flag --kv-type" : "default");
     cli_fmt_bytes(kiln_kv_bytes_per_token(in, c->kv_type) * (uint64_t)p->ctx, a, sizeof a);
-    if (o->kv_budget_gb > 0) printf("%-15s %.3g GB   (flag --kv-budget; one row holds %s)\n", "kv-budget", (double)o->kv_budget_gb, a);
-    else printf("%-15s %d full rows   (%s; one row holds %s)\n", "kv-budget", p->rows, opt_src(o, OPT_KV_BUDGET, "default"), a);
+    if (o->kv_budget_gb > 0)
+        printf("%-15s %.3g GB   (flag --kv-budget; one row holds %s)\n", "kv-budget", (double)o->kv_budget_gb, a);
+    else
+        printf("%-15s %d full rows   (%s; one row holds %s)\n", "kv-budget", p->rows,
+               opt_src(o, OPT_KV_BUDGET, "default"), a);
     cli_fmt_bytes((uint64_t)p->prompt_cache, cbuf, sizeof cbuf);
     printf("%-15s %s   (%s)\n", "prompt-cache", cbuf, p->cache_src);
     if (o->ssd_on)
@@ -412,7 +434,8 @@ static void print_config(const cli_common *c, const plan *p, const serve_opts *o
     printf("%-15s %s   (%s)\n", "allow-host", o->allow_hosts ? o->allow_hosts : "none",
            opt_src(o, OPT_ALLOW_HOST, "default: IP addresses, localhost and --host"));
     printf("%-15s %s   (%s)\n", "open browser", p->open_browser ? "yes" : "no", p->open_src);
-    printf("%-15s %g   (%s)\n", "temp", (double)sp->temperature, sp_src(c, CLI_SP_TEMP, msp->temperature != def.temperature));
+    printf("%-15s %g   (%s)\n", "temp", (double)sp->temperature,
+           sp_src(c, CLI_SP_TEMP, msp->temperature != def.temperature));
     printf("%-15s %d   (%s)\n", "top-k", sp->top_k, sp_src(c, CLI_SP_TOP_K, msp->top_k != def.top_k));
     printf("%-15s %g   (%s)\n", "top-p", (double)sp->top_p, sp_src(c, CLI_SP_TOP_P, msp->top_p != def.top_p));
     printf("%-15s %g   (%s)\n", "min-p", (double)sp->min_p, sp_src(c, CLI_SP_MIN_P, msp->min_p != def.min_p));
@@ -423,7 +446,9 @@ static void print_config(const cli_common *c, const plan *p, const serve_opts *o
     printf("%-15s %g   (%s)\n", "presence", (double)sp->presence_penalty, sp_src(c, CLI_SP_PRESENCE, false));
     printf("%-15s %g   (%s)\n", "frequency", (double)sp->frequency_penalty, sp_src(c, CLI_SP_FREQUENCY, false));
     if (sp->seed == KILN_SEED_RANDOM) printf("%-15s random   (%s)\n", "seed", sp_src(c, CLI_SP_SEED, false));
-    else printf("%-15s %llu   (%s)\n", "seed", (unsigned long long)sp->seed, sp_src(c, CLI_SP_SEED, msp->seed != def.seed));
+    else
+        printf("%-15s %llu   (%s)\n", "seed", (unsigned long long)sp->seed,
+               sp_src(c, CLI_SP_SEED, msp->seed != def.seed));
 }
 
 /* The port to try first and where it came from (p->port, port_src, port_fixed); false after
@@ -477,7 +502,7 @@ static int port_probe(const char *host, int port) {
     if (fd < 0) {
         rc = errno;
     } else {
-        const int one = 1;    /* as the server's own socket: a port in TIME_WAIT is free */
+        const int one = 1; /* as the server's own socket: a port in TIME_WAIT is free */
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
         if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0) rc = errno;
         close(fd);
@@ -496,11 +521,13 @@ static bool choose_port(const char *host, plan *p) {
         if (rc == EADDRINUSE) continue;
         if (k > 0) fprintf(stderr, "kiln serve: port %d is in use; using port %d\n", first, first + k);
         p->port = first + k;
-        return true;           /* free, or another problem srv_http_start will report */
+        return true; /* free, or another problem srv_http_start will report */
     }
     if (p->port_fixed)
-        fprintf(stderr, "kiln serve: port %d on %s is already in use (choose another with --port, or --port 0 for any "
-                        "free port)\n", first, host);
+        fprintf(stderr,
+                "kiln serve: port %d on %s is already in use (choose another with --port, or --port 0 for any "
+                "free port)\n",
+                first, host);
     else
         fprintf(stderr, "kiln serve: ports %d to %d on %s are all in use; choose one with --port\n", first,
                 first + tries > 65535 ? 65535 : first + tries, host);
@@ -522,7 +549,7 @@ static void open_browser(const char *url) {
     posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
     sigset_t none;
     sigemptyset(&none);
-    posix_spawnattr_setsigmask(&at, &none);           /* the server blocks SIGINT/SIGTERM */
+    posix_spawnattr_setsigmask(&at, &none); /* the server blocks SIGINT/SIGTERM */
     posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK);
     /* sh starts xdg-open in the background and exits at once, so nothing is left to reap */
     char *argv[] = {"sh", "-c", "xdg-open \"$1\" &", "sh", (char *)url, NULL};
@@ -542,7 +569,8 @@ static void serve_until_signal(srv *s, const plan *p, const serve_opts *o, const
     kiln_engine_stats es;
     kiln_engine_get_stats(engine, &es);
     fprintf(stderr, "kiln serve: %s, context %d per row, %d rows, %d threads, prompt cache %.2f GB\n",
-            kiln_model_desc(s->model), s->n_ctx, es.max_rows, kiln_engine_n_threads(engine), (double)es.cache_budget / 1e9);
+            kiln_model_desc(s->model), s->n_ctx, es.max_rows, kiln_engine_n_threads(engine),
+            (double)es.cache_budget / 1e9);
     if (es.ssd_enabled)
         fprintf(stderr, "kiln serve: SSD cache %s: %d entries of this model, %.2f of %.2f GB used%s\n", o->ssd_dir,
                 es.ssd_entries, (double)es.ssd_bytes / 1e9, (double)es.ssd_budget / 1e9,
@@ -588,8 +616,7 @@ static void serve_until_signal(srv *s, const plan *p, const serve_opts *o, const
         const double t0 = now_ms();
         if (kiln_engine_flush_cache(engine, SHUTDOWN_GRACE_MS) == KILN_OK)
             fprintf(stderr, "kiln serve: SSD cache flushed in %.0f ms\n", now_ms() - t0);
-        else
-            fprintf(stderr, "kiln serve: SSD cache flush incomplete: %s\n", kiln_last_error());
+        else fprintf(stderr, "kiln serve: SSD cache flush incomplete: %s\n", kiln_last_error());
     }
 }
 
@@ -607,18 +634,34 @@ int cli_serve(int argc, char **argv) {
         }
         const int taken = parse_opt(a, v, &o);
         if (taken < 0) return CLI_EXIT_USAGE;
-        if (taken) { i++; continue; }
-        if (strcmp(a, "--ssd-cache") == 0) {   /* the directory is optional */
-            o.ssd_on = true;
-            if (v && v[0] != '-') { o.ssd_dir = v; i++; }
+        if (taken) {
+            i++;
             continue;
         }
-        if (strcmp(a, "--ssd-cache-verify") == 0 || strcmp(a, "--no-ssd-cache-verify") == 0) { ssd_verify = a[2] == 's'; continue; }
-        if (strcmp(a, "--print-config") == 0) { o.print_cfg = true; continue; }
-        if (strcmp(a, "--no-open") == 0) { o.no_open = true; continue; }
+        if (strcmp(a, "--ssd-cache") == 0) { /* the directory is optional */
+            o.ssd_on = true;
+            if (v && v[0] != '-') {
+                o.ssd_dir = v;
+                i++;
+            }
+            continue;
+        }
+        if (strcmp(a, "--ssd-cache-verify") == 0 || strcmp(a, "--no-ssd-cache-verify") == 0) {
+            ssd_verify = a[2] == 's';
+            continue;
+        }
+        if (strcmp(a, "--print-config") == 0) {
+            o.print_cfg = true;
+            continue;
+        }
+        if (strcmp(a, "--no-open") == 0) {
+            o.no_open = true;
+            continue;
+        }
         int r = cli_parse_common(argc, argv, &i, &c);
         if (r == 1) continue;
-        if (r == 0) fprintf(stderr, "kiln serve: unknown option '%s'%s\n", a, (a[0] == '-' && !v) ? " (or missing value)" : "");
+        if (r == 0)
+            fprintf(stderr, "kiln serve: unknown option '%s'%s\n", a, (a[0] == '-' && !v) ? " (or missing value)" : "");
         cli_usage("serve", true);
         return CLI_EXIT_USAGE;
     }
@@ -635,13 +678,13 @@ int cli_serve(int argc, char **argv) {
     kiln_model *m = NULL;
     kiln_engine *engine = NULL;
     char *ssd_default = NULL, *id = NULL;
-    cli_common lc = c;          /* the flags, loading the resolved file */
+    cli_common lc = c; /* the flags, loading the resolved file */
     sigset_t sigs;
 
     /* ---- resolve every setting once ---- */
     p.mem = cli_machine_memory();
     const bool mem_unknown = p.mem == 0;
-    if (mem_unknown) p.mem = (uint64_t)8 << 30;    /* the machine does not say: plan for a modest one */
+    if (mem_unknown) p.mem = CLI_MEMORY_ASSUMED; /* the machine does not say: plan for a modest one */
     p.budget = p.mem / 100 * CLI_MEMORY_PCT;
     if ((rc = plan_model(&c, &p))) goto out;
     plan_machine(&c, &p, o.given[OPT_BATCH] ? o.batch : 0, o.given[OPT_PROMPT_CACHE] ? o.prompt_cache_gb : -1);
@@ -656,7 +699,7 @@ int cli_serve(int argc, char **argv) {
         goto out;
     }
     lc.model = p.model;
-    if (o.print_cfg) {          /* the sampling defaults come from the model's metadata: load it vocab-only */
+    if (o.print_cfg) { /* the sampling defaults come from the model's metadata: load it vocab-only */
         if (!(m = cli_load_model(&lc, true))) {
             rc = CLI_EXIT_FAIL;
             goto out;
@@ -667,8 +710,10 @@ int cli_serve(int argc, char **argv) {
         goto out;
     }
     if (!o.api_key && reachable_from_outside(o.host))
-        fprintf(stderr, "kiln serve: warning: listening on %s without --api-key: anyone who can reach this address can "
-                        "use the model\n", o.host);
+        fprintf(stderr,
+                "kiln serve: warning: listening on %s without --api-key: anyone who can reach this address can "
+                "use the model\n",
+                o.host);
     if (!choose_port(o.host, &p)) {
         rc = CLI_EXIT_FAIL;
         goto out;
@@ -708,10 +753,19 @@ int cli_serve(int argc, char **argv) {
     }
 
     s.cfg = (srv_config){
-        .host = o.host, .port = p.port, .api_key = o.api_key, .max_tokens = o.max_tokens,
-        .max_body = (size_t)o.max_body_mb << 20, .max_queue = o.max_queue, .timeout_s = (unsigned)o.timeout,
-        .max_conns = (unsigned)o.max_conns, .max_conns_per_ip = (unsigned)o.max_conns_per_ip, .cors = o.cors,
-        .allow_hosts = o.allow_hosts, .sampling = cli_sampler_params(&c, m), .verbose = c.verbose,
+        .host = o.host,
+        .port = p.port,
+        .api_key = o.api_key,
+        .max_tokens = o.max_tokens,
+        .max_body = (size_t)o.max_body_mb << 20,
+        .max_queue = o.max_queue,
+        .timeout_s = (unsigned)o.timeout,
+        .max_conns = (unsigned)o.max_conns,
+        .max_conns_per_ip = (unsigned)o.max_conns_per_ip,
+        .cors = o.cors,
+        .allow_hosts = o.allow_hosts,
+        .sampling = cli_sampler_params(&c, m),
+        .verbose = c.verbose,
     };
     id = model_id(p.model);
     s.model = m;

@@ -20,7 +20,10 @@ int cli_template(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) { cli_usage("template", false); return 0; }
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            cli_usage("template", false);
+            return 0;
+        }
         if (strcmp(a, "--template") == 0 || strcmp(a, "--context") == 0) {
             if (!v) {
                 fprintf(stderr, "kiln template: %s needs a value\n", a);
@@ -31,7 +34,8 @@ int cli_template(int argc, char **argv) {
             i++;
             continue;
         }
-        if ((strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0 || strcmp(a, "-v") == 0 || strcmp(a, "--verbose") == 0)) {
+        if ((strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0 || strcmp(a, "-v") == 0 ||
+             strcmp(a, "--verbose") == 0)) {
             int got = cli_parse_common(argc, argv, &i, &c);
             if (got == 1) continue;
             if (got < 0) return CLI_EXIT_USAGE;
@@ -55,12 +59,18 @@ int cli_template(int argc, char **argv) {
     if (tmpl_path) {
         size_t tlen;
         char *tmpl = cli_read_file(tmpl_path, &tlen);
-        if (!tmpl) { free(ctx); return CLI_EXIT_FAIL; }
+        if (!tmpl) {
+            free(ctx);
+            return CLI_EXIT_FAIL;
+        }
         st = kiln_template_render(tmpl, tlen, ctx, ctx_len, &out, &out_len);
         free(tmpl);
     } else {
         kiln_model *m = cli_load_model(&c, true);
-        if (!m) { free(ctx); return CLI_EXIT_FAIL; }
+        if (!m) {
+            free(ctx);
+            return CLI_EXIT_FAIL;
+        }
         st = kiln_chat_apply(m, ctx, ctx_len, &out, &out_len);
         kiln_model_free(m);
     }

@@ -27,10 +27,22 @@ int cli_tokenize(int argc, char **argv) {
     bool ids = false, no_bos = false, parse_special = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) { cli_usage("tokenize", false); return 0; }
-        if (strcmp(a, "--ids") == 0) { ids = true; continue; }
-        if (strcmp(a, "--no-bos") == 0) { no_bos = true; continue; }
-        if (strcmp(a, "--parse-special") == 0) { parse_special = true; continue; }
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            cli_usage("tokenize", false);
+            return 0;
+        }
+        if (strcmp(a, "--ids") == 0) {
+            ids = true;
+            continue;
+        }
+        if (strcmp(a, "--no-bos") == 0) {
+            no_bos = true;
+            continue;
+        }
+        if (strcmp(a, "--parse-special") == 0) {
+            parse_special = true;
+            continue;
+        }
         if ((strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0 || strcmp(a, "-p") == 0 || strcmp(a, "--prompt") == 0 ||
              strcmp(a, "-f") == 0 || strcmp(a, "--file") == 0 || strcmp(a, "-v") == 0 || strcmp(a, "--verbose") == 0) &&
             cli_parse_common(argc, argv, &i, &c) == 1)

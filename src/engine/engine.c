@@ -9,27 +9,34 @@
 #include <time.h>
 
 /* Defaults (documented in kiln.h). */
-#define DEFAULT_MAX_ROWS 8
-#define DEFAULT_MAX_QUEUE 64
-#define DEFAULT_PREFILL_CHUNK 64             /* measured: bench/chunk.mjs in docs/benchmarks.md */
-#define DEFAULT_SSD_MAX_BYTES 20000000000ull /* 20 GB */
+#define DEFAULT_MAX_ROWS          8
+#define DEFAULT_MAX_QUEUE         64
+#define DEFAULT_PREFILL_CHUNK     64             /* measured: bench/chunk.mjs in docs/benchmarks.md */
+#define DEFAULT_SSD_MAX_BYTES     20000000000ull /* 20 GB */
 #define DEFAULT_SSD_DEMOTE_IDLE_S 30
 
 /* Limits of the params (beyond: KILN_ERR_INVALID_ARG). */
-#define MAX_ROWS_LIMIT 1024
-#define MAX_QUEUE_LIMIT (1 << 20)
-#define SSD_DEMOTE_IDLE_S_LIMIT 100000000    /* about three years */
+#define MAX_ROWS_LIMIT          1024
+#define MAX_QUEUE_LIMIT         (1 << 20)
+#define SSD_DEMOTE_IDLE_S_LIMIT 100000000 /* about three years */
 
 /* Evicted entries waiting for the SSD writer live outside the prompt cache's RAM budget: at most
  * 1/SSD_PENDING_SHARE of it, and at least SSD_PENDING_MIN_BYTES. */
-#define SSD_PENDING_SHARE 4
+#define SSD_PENDING_SHARE     4
 #define SSD_PENDING_MIN_BYTES ((size_t)256 << 20)
 
 kiln_engine_params kiln_engine_default_params(void) {
-    kiln_engine_params p = {.n_ctx = 0, .max_rows = DEFAULT_MAX_ROWS, .max_queue = DEFAULT_MAX_QUEUE,
-                            .prefill_chunk = DEFAULT_PREFILL_CHUNK, .n_threads = 0, .kv_type = KILN_KV_F16,
-                            .kv_budget = 0, .prompt_cache = KILN_PROMPT_CACHE_AUTO, .ssd_dir = NULL,
-                            .ssd_max_bytes = DEFAULT_SSD_MAX_BYTES, .ssd_demote_idle_s = DEFAULT_SSD_DEMOTE_IDLE_S,
+    kiln_engine_params p = {.n_ctx = 0,
+                            .max_rows = DEFAULT_MAX_ROWS,
+                            .max_queue = DEFAULT_MAX_QUEUE,
+                            .prefill_chunk = DEFAULT_PREFILL_CHUNK,
+                            .n_threads = 0,
+                            .kv_type = KILN_KV_F16,
+                            .kv_budget = 0,
+                            .prompt_cache = KILN_PROMPT_CACHE_AUTO,
+                            .ssd_dir = NULL,
+                            .ssd_max_bytes = DEFAULT_SSD_MAX_BYTES,
+                            .ssd_demote_idle_s = DEFAULT_SSD_DEMOTE_IDLE_S,
                             .ssd_verify = true};
     return p;
 }
@@ -88,7 +95,8 @@ kiln_status kiln_engine_new(kiln_model *m, const kiln_engine_params *params, kil
     if (p.ssd_demote_idle_s < 0 || p.ssd_demote_idle_s > SSD_DEMOTE_IDLE_S_LIMIT)
         return kn_error(KILN_ERR_INVALID_ARG, "ssd_demote_idle_s %d is outside [0, %d]", p.ssd_demote_idle_s,
                         SSD_DEMOTE_IDLE_S_LIMIT);
-    const uint64_t kv_per_token = kn_kv_bytes_per_token(kn_kv_dtype(p.kv_type), hp->n_layer, hp->n_head_kv * hp->head_dim);
+    const uint64_t kv_per_token =
+        kn_kv_bytes_per_token(kn_kv_dtype(p.kv_type), hp->n_layer, hp->n_head_kv * hp->head_dim);
     uint64_t row_kv_bytes;
     if (!kn_mul_ok(kv_per_token, (uint64_t)p.n_ctx, &row_kv_bytes) || row_kv_bytes > SIZE_MAX)
         return kn_error(KILN_ERR_NOMEM, "the KV of one row of %d tokens overflows", p.n_ctx);
@@ -102,8 +110,9 @@ kiln_status kiln_engine_new(kiln_model *m, const kiln_engine_params *params, kil
     e->row_cap = p.max_rows;
     if (p.kv_budget) {
         uint64_t fit = p.kv_budget / e->row_kv_bytes;
-        if (fit < 1) KN_LOGW("a KV budget of %llu bytes is below one row (%zu bytes); running one row anyway",
-                             (unsigned long long)p.kv_budget, e->row_kv_bytes);
+        if (fit < 1)
+            KN_LOGW("a KV budget of %llu bytes is below one row (%zu bytes); running one row anyway",
+                    (unsigned long long)p.kv_budget, e->row_kv_bytes);
         e->row_cap = (int32_t)KN_MAX(1, KN_MIN((uint64_t)p.max_rows, fit));
     }
     pthread_mutex_init(&e->mu, NULL);
@@ -111,7 +120,7 @@ kiln_status kiln_engine_new(kiln_model *m, const kiln_engine_params *params, kil
     pthread_cond_init(&e->done_cv, NULL);
     kn_pc_init(&e->cache, (size_t)p.prompt_cache);
     st = p.ssd_dir ? open_ssd(e) : KILN_OK;
-    e->p.ssd_dir = e->ssd ? kn_ssd_dir(e->ssd) : NULL;   /* the caller's string may go */
+    e->p.ssd_dir = e->ssd ? kn_ssd_dir(e->ssd) : NULL; /* the caller's string may go */
     if (!st) st = kn_scratch_init(&e->scratch, m, p.prefill_chunk + p.max_rows, p.n_ctx, p.n_threads);
     if (!st) {
         e->logits = kn_alloc_aligned((size_t)p.max_rows * (size_t)hp->n_vocab * sizeof(float));
@@ -154,9 +163,11 @@ void kiln_engine_shutdown(kiln_engine *e, int grace_ms) {
     clock_gettime(CLOCK_REALTIME, &ts);
     ts.tv_sec += grace_ms / 1000;
     ts.tv_nsec += (long)(grace_ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) { ts.tv_sec++; ts.tv_nsec -= 1000000000L; }
-    while ((n_active_locked(e) || e->q_count) && pthread_cond_timedwait(&e->done_cv, &e->mu, &ts) == 0) {
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
     }
+    while ((n_active_locked(e) || e->q_count) && pthread_cond_timedwait(&e->done_cv, &e->mu, &ts) == 0) {}
     cancel_all_locked(e, true);
     /* A concurrent call (e.g. a second signal cutting the grace short) may be joining already. */
     const bool join = !e->joined;
@@ -236,7 +247,8 @@ static kiln_status copy_inputs(kiln_request *r, const kiln_token *prompt, size_t
         r->gp.n_stop++;
     }
     r->gp.stop = (const char *const *)r->stop;
-    if (gp->sampling.n_logit_bias) memcpy(r->bias, gp->sampling.logit_bias, gp->sampling.n_logit_bias * sizeof *r->bias);
+    if (gp->sampling.n_logit_bias)
+        memcpy(r->bias, gp->sampling.logit_bias, gp->sampling.n_logit_bias * sizeof *r->bias);
     r->gp.sampling.logit_bias = r->bias;
     return KILN_OK;
 }
@@ -294,7 +306,7 @@ kiln_status kiln_request_wait(kiln_request *r, kiln_generate_result *result) {
 
 void kiln_request_free(kiln_request *r) {
     if (!r) return;
-    atomic_store(&r->cancel, true);   /* no effect once done */
+    atomic_store(&r->cancel, true); /* no effect once done */
     kn_request_unref(r);
 }
 
@@ -306,7 +318,7 @@ void kiln_engine_get_stats(kiln_engine *e, kiln_engine_stats *out) {
     out->steps = e->steps;
     for (int i = 0; i < e->p.max_rows; i++) {
         const kn_slot *s = &e->slots[i];
-        if (s->allocated) out->kv_bytes += kn_kv_bytes(&s->kv);   /* what the allocation holds */
+        if (s->allocated) out->kv_bytes += kn_kv_bytes(&s->kv); /* what the allocation holds */
         if (s->req) {
             out->active++;
             out->kv_bytes_used += e->kv_per_token * (uint64_t)s->kv.n_past;

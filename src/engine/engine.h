@@ -16,43 +16,43 @@
 #include <stdatomic.h>
 
 struct kiln_request {
-    kiln_engine *engine;           /* for waiting; a handle may be freed after its engine */
-    atomic_int refs;               /* the caller's handle + the engine while not done */
+    kiln_engine *engine; /* for waiting; a handle may be freed after its engine */
+    atomic_int refs;     /* the caller's handle + the engine while not done */
     atomic_bool cancel;
-    kiln_token *prompt;            /* [n_prompt] owned copy */
+    kiln_token *prompt; /* [n_prompt] owned copy */
     size_t n_prompt;
-    kiln_generate_params gp;       /* stop / logit_bias point at the owned copies below */
+    kiln_generate_params gp; /* stop / logit_bias point at the owned copies below */
     char **stop;
     kiln_logit_bias *bias;
-    char err[KN_ERRMSG_MAX];       /* why it failed to start (result.error points here) */
-    bool done;                     /* under e->mu */
+    char err[KN_ERRMSG_MAX]; /* why it failed to start (result.error points here) */
+    bool done;               /* under e->mu */
     kiln_status status;
     kiln_generate_result result;
 };
 
 typedef struct kn_slot {
-    kn_kv kv;                      /* allocated on first use, then kept for later requests */
+    kn_kv kv; /* allocated on first use, then kept for later requests */
     bool allocated;
-    kiln_request *req;             /* running request, or NULL */
+    kiln_request *req; /* running request, or NULL */
     kn_row row;
 } kn_slot;
 
 struct kiln_engine {
     kiln_model *model;
-    kiln_engine_params p;          /* resolved */
-    int32_t row_cap;               /* rows the KV budget allows (<= max_rows, >= 1) */
-    uint64_t kv_per_token;         /* KV bytes per position of a row (kn_kv_bytes_per_token) */
-    size_t row_kv_bytes;           /* kv_per_token * n_ctx */
+    kiln_engine_params p;  /* resolved */
+    int32_t row_cap;       /* rows the KV budget allows (<= max_rows, >= 1) */
+    uint64_t kv_per_token; /* KV bytes per position of a row (kn_kv_bytes_per_token) */
+    size_t row_kv_bytes;   /* kv_per_token * n_ctx */
     kn_scratch scratch;
-    kn_prefix_cache cache;         /* KV of earlier requests, by token prefix */
-    kn_ssd *ssd;                   /* the cache's SSD tier, or NULL */
-    float *logits;                 /* [max_rows][n_vocab] */
-    kn_slot *slots;                /* [max_rows] */
-    kiln_request **queue;          /* ring [max_queue] */
+    kn_prefix_cache cache; /* KV of earlier requests, by token prefix */
+    kn_ssd *ssd;           /* the cache's SSD tier, or NULL */
+    float *logits;         /* [max_rows][n_vocab] */
+    kn_slot *slots;        /* [max_rows] */
+    kiln_request **queue;  /* ring [max_queue] */
     int q_head, q_count;
     pthread_mutex_t mu;
-    pthread_cond_t wake;           /* scheduler: new work or stopping */
-    pthread_cond_t done_cv;        /* waiters: some request ended */
+    pthread_cond_t wake;    /* scheduler: new work or stopping */
+    pthread_cond_t done_cv; /* waiters: some request ended */
     pthread_t thread;
     bool thread_started;
     bool stopping;

@@ -21,7 +21,7 @@ uint64_t kiln_kv_bytes_per_token(const kiln_model_info *info, kiln_kv_type type)
     if (!info || info->n_head_kv <= 0 || info->head_dim <= 0) return 0;
     uint64_t kv_dim;
     if (!kn_mul_ok((uint64_t)info->n_head_kv, (uint64_t)info->head_dim, &kv_dim) || kv_dim > INT32_MAX)
-        return UINT64_MAX;   /* a hostile header: too large for any machine */
+        return UINT64_MAX; /* a hostile header: too large for any machine */
     return kn_kv_bytes_per_token(kn_kv_dtype(type), info->n_layer, (int32_t)kv_dim);
 }
 

@@ -25,7 +25,8 @@ kiln_status kn_exec_resolve(const kiln_model *m, int32_t *n_ctx, int32_t *n_thre
     if (*n_threads < 0 || *n_threads > KILN_N_THREADS_MAX)
         return kn_error(KILN_ERR_INVALID_ARG, "thread count %d is outside [0, %d]", *n_threads, KILN_N_THREADS_MAX);
     if (*n_threads == 0) *n_threads = kn_physical_cores();
-    if (kn_kv_dtype(kv_type) == KN_DTYPE_COUNT) return kn_error(KILN_ERR_INVALID_ARG, "unknown KV type %d", (int)kv_type);
+    if (kn_kv_dtype(kv_type) == KN_DTYPE_COUNT)
+        return kn_error(KILN_ERR_INVALID_ARG, "unknown KV type %d", (int)kv_type);
     return KILN_OK;
 }
 
@@ -37,7 +38,8 @@ kiln_status kn_row_validate(const kiln_model *m, int32_t n_ctx, const kiln_token
     const int32_t V = m->hp.n_vocab;
     for (size_t i = 0; i < n; i++)
         if (prompt[i] < 0 || prompt[i] >= V)
-            return kn_error(KILN_ERR_INVALID_ARG, "token %d at index %zu is outside the vocabulary [0, %d)", prompt[i], i, V);
+            return kn_error(KILN_ERR_INVALID_ARG, "token %d at index %zu is outside the vocabulary [0, %d)", prompt[i],
+                            i, V);
     if (gp->logprobs < -1 || gp->logprobs > KILN_MAX_TOP_LOGPROBS)
         return kn_error(KILN_ERR_INVALID_ARG, "logprobs %d is outside [-1, %d]", gp->logprobs, KILN_MAX_TOP_LOGPROBS);
     return KILN_OK;
@@ -55,7 +57,8 @@ kiln_status kn_row_begin(kn_row *r, const kiln_model *m, kn_kv *kv, const kiln_t
     r->res.error = "";
     kiln_status st = kn_row_validate(m, kv->n_ctx, prompt, n, gp);
     if (st) return st;
-    if (n_cached < 0 || (size_t)n_cached >= n) return kn_error(KILN_ERR_INVALID_ARG, "bad cached prefix length %d", n_cached);
+    if (n_cached < 0 || (size_t)n_cached >= n)
+        return kn_error(KILN_ERR_INVALID_ARG, "bad cached prefix length %d", n_cached);
     st = kn_stopper_init(&r->stop, gp->stop, gp->n_stop, sizeof r->detok.out);
     if (st) return st;
     if ((st = kn_sampler_init(&r->smp, &gp->sampling, m->hp.n_vocab))) {
@@ -88,7 +91,7 @@ void kn_row_plan(const kn_row *r, int32_t max, kn_batch_row *out) {
     const int32_t n = (int32_t)KN_MIN(left, (size_t)max);
     out->tokens = r->prompt + r->n_fed;
     out->n_tokens = n;
-    out->logits_from = (size_t)n == left ? n - 1 : n;   /* logits only for the prompt's last token */
+    out->logits_from = (size_t)n == left ? n - 1 : n; /* logits only for the prompt's last token */
 }
 
 /* Emits token tok (sampled from logits) with the text it releases; returns non-zero if the
@@ -143,7 +146,7 @@ bool kn_row_advance(kn_row *r, const kn_batch_row *planned, const float *logits)
     if (p->max_tokens >= 0 && r->res.n_generated >= p->max_tokens) return finish(r, KILN_STOP_LENGTH);
     if (r->kv->n_past >= r->kv->n_ctx) return finish(r, KILN_STOP_CONTEXT);
     r->last = tok;
-    r->seq[r->kv->n_past] = tok;   /* its K/V go to this position at the next step */
+    r->seq[r->kv->n_past] = tok; /* its K/V go to this position at the next step */
     return false;
 }
 
@@ -188,13 +191,13 @@ int kn_step_rows(const kiln_model *m, kn_scratch *s, kn_row **rows, int n, int32
     kn_row *in[n];
     int nb = 0;
     int32_t budget = KN_MIN(max_tokens, s->n_max);
-    for (int i = 0; i < n && budget > 0; i++) {   /* decoding rows: one token each */
+    for (int i = 0; i < n && budget > 0; i++) { /* decoding rows: one token each */
         if (rows[i]->finished || !rows[i]->decoding) continue;
         kn_row_plan(rows[i], 1, &br[nb]);
         in[nb++] = rows[i];
         budget--;
     }
-    for (int i = 0; i < n && budget > 0; i++) {   /* prefilling rows share the rest, in order */
+    for (int i = 0; i < n && budget > 0; i++) { /* prefilling rows share the rest, in order */
         if (rows[i]->finished || rows[i]->decoding) continue;
         kn_row_plan(rows[i], KN_MIN(budget, prefill_chunk), &br[nb]);
         in[nb++] = rows[i];

@@ -20,23 +20,23 @@
 
 typedef struct kn_row {
     const kiln_model *model;
-    kn_kv *kv;                       /* the row's cache (borrowed) */
-    kiln_generate_params gp;         /* stop / logit_bias pointers must outlive the row */
-    const kiln_token *prompt;        /* [n_prompt] (borrowed) */
-    kiln_token *seq;                 /* [kv->n_ctx] tokens whose K/V are in the KV: prompt, then
-                                        generated tokens as they are fed (for the prefix cache) */
+    kn_kv *kv;                /* the row's cache (borrowed) */
+    kiln_generate_params gp;  /* stop / logit_bias pointers must outlive the row */
+    const kiln_token *prompt; /* [n_prompt] (borrowed) */
+    kiln_token *seq;          /* [kv->n_ctx] tokens whose K/V are in the KV: prompt, then
+                                 generated tokens as they are fed (for the prefix cache) */
     size_t n_prompt;
-    size_t n_fed;                    /* prompt tokens already in the KV */
-    kiln_token last;                 /* sampled token to feed at the next decode step */
-    bool decoding;                   /* the whole prompt is in the KV */
+    size_t n_fed;    /* prompt tokens already in the KV */
+    kiln_token last; /* sampled token to feed at the next decode step */
+    bool decoding;   /* the whole prompt is in the KV */
     bool finished;
-    kiln_status status;              /* KILN_OK, or why the row ended early */
+    kiln_status status; /* KILN_OK, or why the row ended early */
     kn_sampler smp;
     kn_detok detok;
     kn_stopper stop;
     kiln_top_logprob top[KILN_MAX_TOP_LOGPROBS];
     kiln_generate_result res;
-    double t_start, t_first;         /* ms: begin, prompt done */
+    double t_start, t_first; /* ms: begin, prompt done */
 } kn_row;
 
 /* Checks and resolves what sessions and engines share: the model can generate, the context per
@@ -80,7 +80,7 @@ kiln_status kn_row_end(kn_row *r, kiln_generate_result *result);
  * pass, and advances every row that took part. logits must hold n rows of n_vocab. Rows that got no
  * budget simply wait. Returns the number of rows that finished this step (their `finished` flag is
  * set). */
-int kn_step_rows(const kiln_model *m, kn_scratch *s, kn_row **rows, int n, int32_t max_tokens,
-                 int32_t prefill_chunk, float *logits);
+int kn_step_rows(const kiln_model *m, kn_scratch *s, kn_row **rows, int n, int32_t max_tokens, int32_t prefill_chunk,
+                 float *logits);
 
 #endif

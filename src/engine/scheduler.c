@@ -5,10 +5,10 @@
  * were cancelled are dropped, and waiting requests take free rows (up to the KV budget's row cap)
  * in arrival order. Then, without the lock: new rows get their KV (allocated on a slot's first
  * use and kept), restore the longest cached prefix of their prompt from the prefix cache (which
- * alone decides whether it comes from RAM or from its SSD tier), and begin; rows whose request was cancelled leave; one executor step advances all
- * active rows together (kn_step_rows: decode tokens first, joining prompts in chunks); finished
- * rows end and free their slot at once. The scheduler never touches tensors itself: the numeric
- * work is the method's (row.c), the KV layout the cache's.
+ * alone decides whether it comes from RAM or from its SSD tier), and begin; rows whose request was cancelled leave; one
+ * executor step advances all active rows together (kn_step_rows: decode tokens first, joining prompts in chunks);
+ * finished rows end and free their slot at once. The scheduler never touches tensors itself: the numeric work is the
+ * method's (row.c), the KV layout the cache's.
  */
 #include "engine/engine.h"
 
@@ -69,7 +69,8 @@ static void start_row(kiln_engine *e, kn_slot *s) {
     if (!st) {
         /* The longest cached prefix (leaving at least one prompt token to compute) goes into the
          * slot's KV; prefill starts after it. */
-        const int32_t cached = kn_pc_restore(&e->cache, r->prompt, (int32_t)r->n_prompt, (int32_t)r->n_prompt - 1, &s->kv);
+        const int32_t cached =
+            kn_pc_restore(&e->cache, r->prompt, (int32_t)r->n_prompt, (int32_t)r->n_prompt - 1, &s->kv);
         st = kn_row_begin(&s->row, e->model, &s->kv, r->prompt, r->n_prompt, cached, &r->gp);
     }
     if (!st) return;
@@ -130,7 +131,7 @@ void *kn_scheduler_main(void *arg) {
         int n = 0;
         for (int i = 0; i < R; i++) {
             kn_slot *s = &e->slots[i];
-            if (!s->req) continue;     /* only the scheduler clears req, so no lock is needed here */
+            if (!s->req) continue; /* only the scheduler clears req, so no lock is needed here */
             if (atomic_load(&s->req->cancel)) kn_row_cancel(&s->row);
             if (!s->row.finished) {
                 rows[n] = &s->row;

@@ -12,20 +12,28 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define DEFAULT_N_BATCH 256      /* prompt tokens per forward chunk */
+#define DEFAULT_N_BATCH    256 /* prompt tokens per forward chunk */
 #define DEFAULT_MAX_TOKENS 256
 
 kiln_session_params kiln_session_default_params(void) {
-    kiln_session_params p = {.n_ctx = 0, .n_batch = DEFAULT_N_BATCH, .n_threads = 0, .kv_type = KILN_KV_F16,
-                             .logits_all = false};
+    kiln_session_params p = {
+        .n_ctx = 0, .n_batch = DEFAULT_N_BATCH, .n_threads = 0, .kv_type = KILN_KV_F16, .logits_all = false};
     return p;
 }
 
 kiln_generate_params kiln_generate_default_params(void) {
     kiln_generate_params p = {
-        .max_tokens = DEFAULT_MAX_TOKENS, .ignore_eos = false, .add_special = true, .parse_special = false,
-        .sampling = kiln_sampler_default_params(), .stop = NULL, .n_stop = 0, .logprobs = -1,
-        .on_token = NULL, .on_done = NULL, .user = NULL,
+        .max_tokens = DEFAULT_MAX_TOKENS,
+        .ignore_eos = false,
+        .add_special = true,
+        .parse_special = false,
+        .sampling = kiln_sampler_default_params(),
+        .stop = NULL,
+        .n_stop = 0,
+        .logprobs = -1,
+        .on_token = NULL,
+        .on_done = NULL,
+        .user = NULL,
     };
     return p;
 }
@@ -114,7 +122,9 @@ kiln_status kiln_session_eval(kiln_session *s, const kiln_token *tokens, size_t 
         int32_t chunk = (int32_t)KN_MIN(n - done, (size_t)s->p.n_batch);
         bool last = done + (size_t)chunk == n;
         kn_batch_row row = {
-            .kv = &s->kv, .tokens = tokens + done, .n_tokens = chunk,
+            .kv = &s->kv,
+            .tokens = tokens + done,
+            .n_tokens = chunk,
             .logits_from = !last ? chunk : (all_logits ? 0 : chunk - 1),
         };
         kn_forward(s->model, &s->scratch, &row, 1, s->logits, s->n_logits_cap);
@@ -159,8 +169,9 @@ kiln_status kiln_generate(kiln_session *s, const char *prompt, const kiln_genera
     kiln_status st = kn_tokenize(s->model->tok, prompt, strlen(prompt), p.add_special, p.parse_special, s->prompt_buf,
                                  (size_t)s->p.n_ctx, &n);
     if (st == KILN_ERR_BUFFER_SMALL)
-        return fail_before(s, kn_error(KILN_ERR_CONTEXT_FULL, "the prompt has %zu tokens; the context holds %d", n,
-                                       s->p.n_ctx), result);
+        return fail_before(
+            s, kn_error(KILN_ERR_CONTEXT_FULL, "the prompt has %zu tokens; the context holds %d", n, s->p.n_ctx),
+            result);
     if (st) return fail_before(s, st, result);
     if (n == 0) {
         int32_t bos = kn_tok_bos(s->model->tok);

@@ -15,11 +15,11 @@ struct kiln_session {
     kiln_session_params p;
     kn_kv kv;
     kn_scratch scratch;
-    float *logits;           /* [n_logits_cap][n_vocab] */
+    float *logits; /* [n_logits_cap][n_vocab] */
     int32_t n_logits_cap;
-    int32_t n_logits;        /* positions with logits from the last eval */
-    int32_t logits_first;    /* index (within the last eval) of logits row 0 */
-    kiln_token *prompt_buf;  /* [n_ctx] tokenized prompt */
+    int32_t n_logits;       /* positions with logits from the last eval */
+    int32_t logits_first;   /* index (within the last eval) of logits row 0 */
+    kiln_token *prompt_buf; /* [n_ctx] tokenized prompt */
     char err[KN_ERRMSG_MAX];
 };
 

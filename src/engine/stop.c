@@ -11,13 +11,15 @@
 
 kiln_status kn_stopper_check(const char *const *stop, size_t n_stop, size_t *max_len) {
     *max_len = 0;
-    if (n_stop > KILN_MAX_STOP) return kn_error(KILN_ERR_INVALID_ARG, "%zu stop strings; at most %d are allowed", n_stop, KILN_MAX_STOP);
+    if (n_stop > KILN_MAX_STOP)
+        return kn_error(KILN_ERR_INVALID_ARG, "%zu stop strings; at most %d are allowed", n_stop, KILN_MAX_STOP);
     if (n_stop && !stop) return kn_error(KILN_ERR_INVALID_ARG, "stop strings are NULL");
     for (size_t i = 0; i < n_stop; i++) {
         size_t n = stop[i] ? strlen(stop[i]) : 0;
         if (n == 0) return kn_error(KILN_ERR_INVALID_ARG, "stop string %zu is empty", i);
         if (n > KILN_MAX_STOP_LEN)
-            return kn_error(KILN_ERR_INVALID_ARG, "stop string %zu has %zu bytes; at most %d are allowed", i, n, KILN_MAX_STOP_LEN);
+            return kn_error(KILN_ERR_INVALID_ARG, "stop string %zu has %zu bytes; at most %d are allowed", i, n,
+                            KILN_MAX_STOP_LEN);
         if (n > *max_len) *max_len = n;
     }
     return KILN_OK;
@@ -69,7 +71,7 @@ const char *kn_stopper_push(kn_stopper *s, const char *text, size_t len, size_t 
         return text;
     }
     /* The buffer holds only the tail held back by the previous call. */
-    if (len > s->cap - s->n_buf) len = s->cap - s->n_buf;   /* cannot happen within the contract */
+    if (len > s->cap - s->n_buf) len = s->cap - s->n_buf; /* cannot happen within the contract */
     memcpy(s->buf + s->n_buf, text, len);
     size_t n = s->n_buf + len;
     /* Earliest match; on equal positions the stop string listed first. */
@@ -91,8 +93,8 @@ const char *kn_stopper_push(kn_stopper *s, const char *text, size_t len, size_t 
     }
     size_t keep = held_tail(s, n);
     size_t out = n - keep;
-    memcpy(s->out, s->buf, out);               /* released text, stable until the next push */
-    memmove(s->buf, s->buf + out, keep);       /* the held tail moves to the front */
+    memcpy(s->out, s->buf, out);         /* released text, stable until the next push */
+    memmove(s->buf, s->buf + out, keep); /* the held tail moves to the front */
     s->n_buf = keep;
     *out_len = out;
     return s->out;

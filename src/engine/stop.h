@@ -13,14 +13,14 @@
 #include "base/base.h"
 
 typedef struct kn_stopper {
-    const char *const *stop;  /* borrowed */
-    size_t *stop_len;         /* [n_stop] */
+    const char *const *stop; /* borrowed */
+    size_t *stop_len;        /* [n_stop] */
     size_t n_stop;
-    size_t max_len;           /* longest stop string */
-    char *buf;                /* held-back text followed by the newest piece */
-    char *out;                /* text released by the last push */
-    size_t n_buf, cap;        /* cap = max_len + max piece */
-    int matched;              /* index of the matched stop string, or -1 */
+    size_t max_len;    /* longest stop string */
+    char *buf;         /* held-back text followed by the newest piece */
+    char *out;         /* text released by the last push */
+    size_t n_buf, cap; /* cap = max_len + max piece */
+    int matched;       /* index of the matched stop string, or -1 */
 } kn_stopper;
 
 /* Validates stop strings (at most KILN_MAX_STOP, each 1..KILN_MAX_STOP_LEN bytes) without

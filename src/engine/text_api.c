@@ -25,10 +25,11 @@ kiln_status kiln_token_piece(const kiln_model *m, kiln_token token, bool render_
                              size_t *n_out) {
     kn_error_clear();
     if (!m) return kn_error(KILN_ERR_INVALID_ARG, "kiln_token_piece: NULL model");
-    if (!n_out || (!buf && cap)) return kn_model_fail(m, kn_error(KILN_ERR_INVALID_ARG, "kiln_token_piece: NULL argument"));
+    if (!n_out || (!buf && cap))
+        return kn_model_fail(m, kn_error(KILN_ERR_INVALID_ARG, "kiln_token_piece: NULL argument"));
     if (token < 0 || token >= m->hp.n_vocab)
-        return kn_model_fail(m, kn_error(KILN_ERR_INVALID_ARG, "token %d is outside the vocabulary [0, %d)", token,
-                                         m->hp.n_vocab));
+        return kn_model_fail(
+            m, kn_error(KILN_ERR_INVALID_ARG, "token %d is outside the vocabulary [0, %d)", token, m->hp.n_vocab));
     *n_out = kn_token_piece(m->tok, token, render_special, buf, cap);
     if (*n_out > cap)
         return kn_model_fail(m, kn_error(KILN_ERR_BUFFER_SMALL, "piece of %zu bytes does not fit in %zu", *n_out, cap));
@@ -44,7 +45,8 @@ static kiln_status tokenize_chat(const kiln_model *m, const char *text, size_t l
     const bool want_bos = bos >= 0 && kn_tok_add_bos(m->tok);
     /* Tokenize after a reserved slot for BOS, then drop the slot if it is not needed. */
     size_t n = 0;
-    kiln_status st = kn_tokenize(m->tok, text ? text : "", len, false, true, cap ? out + 1 : NULL, cap ? cap - 1 : 0, &n);
+    kiln_status st =
+        kn_tokenize(m->tok, text ? text : "", len, false, true, cap ? out + 1 : NULL, cap ? cap - 1 : 0, &n);
     if (st && st != KILN_ERR_BUFFER_SMALL) return st;
     const bool add = want_bos && (n == 0 || (st == KILN_OK && out[1] != bos));
     if (st == KILN_ERR_BUFFER_SMALL) {

@@ -8,9 +8,17 @@
 
 static const kn_arch_def arches[] = {
     {.name = "llama", .arch = KN_ARCH_LLAMA, .rope_style = KN_ROPE_NORM, .norm_eps = 1e-5f, .rope_base = 10000.0f},
-    {.name = "qwen2", .arch = KN_ARCH_QWEN2, .rope_style = KN_ROPE_NEOX, .qkv_bias = true, .norm_eps = 1e-6f,
+    {.name = "qwen2",
+     .arch = KN_ARCH_QWEN2,
+     .rope_style = KN_ROPE_NEOX,
+     .qkv_bias = true,
+     .norm_eps = 1e-6f,
      .rope_base = 1000000.0f},
-    {.name = "qwen3", .arch = KN_ARCH_QWEN3, .rope_style = KN_ROPE_NEOX, .qk_norm = true, .norm_eps = 1e-6f,
+    {.name = "qwen3",
+     .arch = KN_ARCH_QWEN3,
+     .rope_style = KN_ROPE_NEOX,
+     .qk_norm = true,
+     .norm_eps = 1e-6f,
      .rope_base = 1000000.0f},
 };
 

@@ -16,13 +16,13 @@ typedef enum kn_arch { KN_ARCH_LLAMA, KN_ARCH_QWEN2, KN_ARCH_QWEN3 } kn_arch;
 typedef enum kn_rope_style { KN_ROPE_NORM, KN_ROPE_NEOX } kn_rope_style;
 
 typedef struct kn_arch_def {
-    const char *name;          /* general.architecture */
+    const char *name; /* general.architecture */
     kn_arch arch;
     kn_rope_style rope_style;
-    bool qkv_bias;             /* attn_{q,k,v}.bias tensors */
-    bool qk_norm;              /* attn_{q,k}_norm.weight: per-head RMSNorm of q and k */
-    float norm_eps;            /* when {arch}.attention.layer_norm_rms_epsilon is absent */
-    float rope_base;           /* when {arch}.rope.freq_base is absent */
+    bool qkv_bias;   /* attn_{q,k,v}.bias tensors */
+    bool qk_norm;    /* attn_{q,k}_norm.weight: per-head RMSNorm of q and k */
+    float norm_eps;  /* when {arch}.attention.layer_norm_rms_epsilon is absent */
+    float rope_base; /* when {arch}.rope.freq_base is absent */
 } kn_arch_def;
 
 /* The row for a general.architecture value of len bytes, or NULL when kiln does not run it. */

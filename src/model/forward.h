@@ -14,10 +14,10 @@
 #include "model/model.h"
 
 typedef struct kn_batch_row {
-    kn_kv *kv;               /* the row's cache; its tokens go to positions kv->n_past, ... */
-    const int32_t *tokens;   /* [n_tokens], each in [0, n_vocab) */
+    kn_kv *kv;             /* the row's cache; its tokens go to positions kv->n_past, ... */
+    const int32_t *tokens; /* [n_tokens], each in [0, n_vocab) */
     int32_t n_tokens;
-    int32_t logits_from;     /* logits are produced for tokens [logits_from, n_tokens) */
+    int32_t logits_from; /* logits are produced for tokens [logits_from, n_tokens) */
 } kn_batch_row;
 
 /* Activation buffers for up to n_max tokens per call, attention over up to n_ctx positions, and
@@ -28,19 +28,19 @@ typedef struct kn_scratch {
     int32_t n_max;
     int32_t n_ctx;
     int n_threads;
-    kn_pool *pool;   /* NULL when n_threads == 1 (every operation runs on the caller) */
-    float *x;        /* [n_max][n_embd]   residual stream */
-    float *xb;       /* [n_max][n_embd]   normed input of a sub-block */
-    float *xb2;      /* [n_max][n_embd]   sub-block output */
-    float *q;        /* [n_max][q_dim] */
-    float *k;        /* [n_max][kv_dim] */
-    float *v;        /* [n_max][kv_dim] */
-    float *att;      /* [n_max][q_dim]    attention output */
-    float *hb;       /* [n_max][n_ff]     gate, then gated product */
-    float *hb2;      /* [n_max][n_ff]     up */
-    void *qbuf;      /* activations converted to a weight's vec_dot format */
-    int32_t *tok_row;  /* [n_max] row index of each stacked token */
-    int32_t *tok_pos;  /* [n_max] position of each stacked token */
+    kn_pool *pool;    /* NULL when n_threads == 1 (every operation runs on the caller) */
+    float *x;         /* [n_max][n_embd]   residual stream */
+    float *xb;        /* [n_max][n_embd]   normed input of a sub-block */
+    float *xb2;       /* [n_max][n_embd]   sub-block output */
+    float *q;         /* [n_max][q_dim] */
+    float *k;         /* [n_max][kv_dim] */
+    float *v;         /* [n_max][kv_dim] */
+    float *att;       /* [n_max][q_dim]    attention output */
+    float *hb;        /* [n_max][n_ff]     gate, then gated product */
+    float *hb2;       /* [n_max][n_ff]     up */
+    void *qbuf;       /* activations converted to a weight's vec_dot format */
+    int32_t *tok_row; /* [n_max] row index of each stacked token */
+    int32_t *tok_pos; /* [n_max] position of each stacked token */
 } kn_scratch;
 
 kiln_status kn_scratch_init(kn_scratch *s, const kiln_model *m, int32_t n_max, int32_t n_ctx, int n_threads);
@@ -50,7 +50,6 @@ void kn_scratch_free(kn_scratch *s);
  * logits[i][n_vocab] in row order, then token order (logits_cap rows available). Caller guarantees:
  * total tokens <= s->n_max, each row's n_past + n_tokens <= its kv->n_ctx <= s->n_ctx, tokens in
  * range, requested logits <= logits_cap. On return each row's kv->n_past has advanced. */
-void kn_forward(const kiln_model *m, kn_scratch *s, kn_batch_row *rows, int n_rows, float *logits,
-                int32_t logits_cap);
+void kn_forward(const kiln_model *m, kn_scratch *s, kn_batch_row *rows, int n_rows, float *logits, int32_t logits_cap);
 
 #endif

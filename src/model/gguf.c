@@ -11,10 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define GGUF_MAGIC "GGUF"
+#define GGUF_MAGIC             "GGUF"
 #define GGUF_DEFAULT_ALIGNMENT 32
-#define GGUF_MAX_ALIGNMENT (1u << 20)
-#define GGUF_MAX_KEY_LEN 65535
+#define GGUF_MAX_ALIGNMENT     (1u << 20)
+#define GGUF_MAX_KEY_LEN       65535
 
 typedef struct cursor {
     const uint8_t *base;
@@ -23,22 +23,19 @@ typedef struct cursor {
 } cursor;
 
 static size_t scalar_size[KN_GGUF_TYPE_COUNT] = {
-    [KN_GGUF_UINT8] = 1, [KN_GGUF_INT8] = 1, [KN_GGUF_UINT16] = 2, [KN_GGUF_INT16] = 2,
+    [KN_GGUF_UINT8] = 1,  [KN_GGUF_INT8] = 1,  [KN_GGUF_UINT16] = 2,  [KN_GGUF_INT16] = 2,
     [KN_GGUF_UINT32] = 4, [KN_GGUF_INT32] = 4, [KN_GGUF_FLOAT32] = 4, [KN_GGUF_BOOL] = 1,
     [KN_GGUF_UINT64] = 8, [KN_GGUF_INT64] = 8, [KN_GGUF_FLOAT64] = 8,
 };
 
-size_t kn_gguf_type_size(kn_gguf_type t) {
-    return (unsigned)t < KN_GGUF_TYPE_COUNT ? scalar_size[t] : 0;
-}
+size_t kn_gguf_type_size(kn_gguf_type t) { return (unsigned)t < KN_GGUF_TYPE_COUNT ? scalar_size[t] : 0; }
 
 static uint64_t remaining(const cursor *c) { return c->size - c->pos; }
 
 static kiln_status need(const cursor *c, uint64_t n, const char *what) {
     if (remaining(c) < n)
         return kn_error(KILN_ERR_FORMAT, "file truncated: %s needs %llu bytes at offset %llu but only %llu remain",
-                        what, (unsigned long long)n, (unsigned long long)c->pos,
-                        (unsigned long long)remaining(c));
+                        what, (unsigned long long)n, (unsigned long long)c->pos, (unsigned long long)remaining(c));
     return KILN_OK;
 }
 
@@ -73,18 +70,43 @@ static kiln_status rd_str(cursor *c, kn_str *s, const char *what) {
 static void rd_scalar(cursor *c, kn_gguf_type t, kn_gguf_kv *kv) {
     const uint8_t *p = c->base + c->pos;
     switch (t) {
-    case KN_GGUF_UINT8: kv->v.u = p[0]; break;
-    case KN_GGUF_INT8: kv->v.i = (int8_t)p[0]; break;
-    case KN_GGUF_UINT16: { uint16_t x; memcpy(&x, p, 2); kv->v.u = x; break; }
-    case KN_GGUF_INT16: { int16_t x; memcpy(&x, p, 2); kv->v.i = x; break; }
-    case KN_GGUF_UINT32: { uint32_t x; memcpy(&x, p, 4); kv->v.u = x; break; }
-    case KN_GGUF_INT32: { int32_t x; memcpy(&x, p, 4); kv->v.i = x; break; }
-    case KN_GGUF_FLOAT32: { float x; memcpy(&x, p, 4); kv->v.f = x; break; }
-    case KN_GGUF_BOOL: kv->v.b = p[0] != 0; break;
-    case KN_GGUF_UINT64: memcpy(&kv->v.u, p, 8); break;
-    case KN_GGUF_INT64: memcpy(&kv->v.i, p, 8); break;
-    case KN_GGUF_FLOAT64: memcpy(&kv->v.f, p, 8); break;
-    default: break;
+        case KN_GGUF_UINT8: kv->v.u = p[0]; break;
+        case KN_GGUF_INT8: kv->v.i = (int8_t)p[0]; break;
+        case KN_GGUF_UINT16: {
+            uint16_t x;
+            memcpy(&x, p, 2);
+            kv->v.u = x;
+            break;
+        }
+        case KN_GGUF_INT16: {
+            int16_t x;
+            memcpy(&x, p, 2);
+            kv->v.i = x;
+            break;
+        }
+        case KN_GGUF_UINT32: {
+            uint32_t x;
+            memcpy(&x, p, 4);
+            kv->v.u = x;
+            break;
+        }
+        case KN_GGUF_INT32: {
+            int32_t x;
+            memcpy(&x, p, 4);
+            kv->v.i = x;
+            break;
+        }
+        case KN_GGUF_FLOAT32: {
+            float x;
+            memcpy(&x, p, 4);
+            kv->v.f = x;
+            break;
+        }
+        case KN_GGUF_BOOL: kv->v.b = p[0] != 0; break;
+        case KN_GGUF_UINT64: memcpy(&kv->v.u, p, 8); break;
+        case KN_GGUF_INT64: memcpy(&kv->v.i, p, 8); break;
+        case KN_GGUF_FLOAT64: memcpy(&kv->v.f, p, 8); break;
+        default: break;
     }
     c->pos += scalar_size[t];
 }
@@ -112,9 +134,8 @@ static kiln_status read_kv(cursor *c, kn_gguf_kv *kv, uint64_t idx) {
     if ((st = rd_u32(c, &et, "array element type"))) return st;
     if ((st = rd_u64(c, &kv->arr_n, "array length"))) return st;
     if (et >= KN_GGUF_TYPE_COUNT || et == KN_GGUF_ARRAY)
-        return kn_error(KILN_ERR_FORMAT, "metadata key '%.*s': %s array element type %u",
-                        (int)KN_MIN(kv->key.len, 200), kv->key.ptr,
-                        et == KN_GGUF_ARRAY ? "unsupported nested" : "unknown", et);
+        return kn_error(KILN_ERR_FORMAT, "metadata key '%.*s': %s array element type %u", (int)KN_MIN(kv->key.len, 200),
+                        kv->key.ptr, et == KN_GGUF_ARRAY ? "unsupported nested" : "unknown", et);
     kv->arr_type = (kn_gguf_type)et;
     kv->arr_data = c->base + c->pos;
     if (et == KN_GGUF_STRING) {
@@ -130,9 +151,9 @@ static kiln_status read_kv(cursor *c, kn_gguf_kv *kv, uint64_t idx) {
     }
     uint64_t bytes;
     if (!kn_mul_ok(kv->arr_n, scalar_size[et], &bytes) || bytes > remaining(c))
-        return kn_error(KILN_ERR_FORMAT, "metadata key '%.*s': array of %llu elements at offset %llu runs past the end of the file",
-                        (int)KN_MIN(kv->key.len, 200), kv->key.ptr, (unsigned long long)kv->arr_n,
-                        (unsigned long long)c->pos);
+        return kn_error(
+            KILN_ERR_FORMAT, "metadata key '%.*s': array of %llu elements at offset %llu runs past the end of the file",
+            (int)KN_MIN(kv->key.len, 200), kv->key.ptr, (unsigned long long)kv->arr_n, (unsigned long long)c->pos);
     c->pos += bytes;
     return KILN_OK;
 }
@@ -162,12 +183,12 @@ static kiln_status read_tensor_info(cursor *c, kn_gguf_tensor *t, uint64_t idx) 
     if ((st = rd_u64(c, &t->offset, "tensor offset"))) return st;
     const kn_type_traits *tr = kn_type_traits_get((int32_t)type);
     if (!tr)
-        return kn_error(KILN_ERR_UNSUPPORTED, "tensor '%.*s' has type %s, which kiln does not support", nl,
-                        t->name.ptr, kn_dtype_name((int32_t)type));
+        return kn_error(KILN_ERR_UNSUPPORTED, "tensor '%.*s' has type %s, which kiln does not support", nl, t->name.ptr,
+                        kn_dtype_name((int32_t)type));
     t->type = (kn_dtype)type;
     if (t->ne[0] % tr->block_size != 0)
-        return kn_error(KILN_ERR_FORMAT, "tensor '%.*s': row length %lld is not a multiple of the %s block size %d",
-                        nl, t->name.ptr, (long long)t->ne[0], tr->name, tr->block_size);
+        return kn_error(KILN_ERR_FORMAT, "tensor '%.*s': row length %lld is not a multiple of the %s block size %d", nl,
+                        t->name.ptr, (long long)t->ne[0], tr->name, tr->block_size);
     uint64_t blocks = nelem / (uint64_t)tr->block_size;
     if (!kn_mul_ok(blocks, tr->block_bytes, &t->nbytes))
         return kn_error(KILN_ERR_FORMAT, "tensor '%.*s' byte size overflows", nl, t->name.ptr);
@@ -186,7 +207,10 @@ static int cmp_str(const void *a, const void *b) {
 static const kn_str *find_duplicate(const kn_str *const *v, uint64_t n, const kn_str **scratch, bool *nomem) {
     *nomem = false;
     if (n < 2) return NULL;
-    if (!scratch) { *nomem = true; return NULL; }
+    if (!scratch) {
+        *nomem = true;
+        return NULL;
+    }
     memcpy(scratch, v, n * sizeof *scratch);
     qsort(scratch, n, sizeof *scratch, cmp_str);
     for (uint64_t i = 1; i < n; i++)
@@ -255,7 +279,10 @@ kiln_status kn_gguf_parse(kn_mapping map, kn_gguf *g) {
     }
     g->kv = kn_calloc(g->n_kv ? g->n_kv : 1, sizeof *g->kv);
     g->tensors = kn_calloc(g->n_tensors ? g->n_tensors : 1, sizeof *g->tensors);
-    if (!g->kv || !g->tensors) { st = KILN_ERR_NOMEM; goto fail; }
+    if (!g->kv || !g->tensors) {
+        st = KILN_ERR_NOMEM;
+        goto fail;
+    }
 
     g->alignment = GGUF_DEFAULT_ALIGNMENT;
     for (uint64_t i = 0; i < g->n_kv; i++) {
@@ -288,9 +315,10 @@ kiln_status kn_gguf_parse(kn_mapping map, kn_gguf *g) {
         }
         if (!kn_add_ok(t->offset, t->nbytes, &end) || end > data_size) {
             st = kn_error(KILN_ERR_FORMAT,
-                          "tensor '%.*s' (%llu bytes at data offset %llu) extends past the end of the file (data section is %llu bytes): file truncated?",
-                          (int)t->name.len, t->name.ptr, (unsigned long long)t->nbytes,
-                          (unsigned long long)t->offset, (unsigned long long)data_size);
+                          "tensor '%.*s' (%llu bytes at data offset %llu) extends past the end of the file (data "
+                          "section is %llu bytes): file truncated?",
+                          (int)t->name.len, t->name.ptr, (unsigned long long)t->nbytes, (unsigned long long)t->offset,
+                          (unsigned long long)data_size);
             goto fail;
         }
         t->data = map.data + g->data_offset + t->offset;
@@ -336,25 +364,46 @@ static bool is_signed(kn_gguf_type t) {
 bool kn_gguf_get_u64(const kn_gguf *g, const char *key, uint64_t *out) {
     const kn_gguf_kv *kv = kn_gguf_find(g, key);
     if (!kv) return false;
-    if (is_unsigned(kv->type)) { *out = kv->v.u; return true; }
-    if (is_signed(kv->type) && kv->v.i >= 0) { *out = (uint64_t)kv->v.i; return true; }
+    if (is_unsigned(kv->type)) {
+        *out = kv->v.u;
+        return true;
+    }
+    if (is_signed(kv->type) && kv->v.i >= 0) {
+        *out = (uint64_t)kv->v.i;
+        return true;
+    }
     return false;
 }
 
 bool kn_gguf_get_i64(const kn_gguf *g, const char *key, int64_t *out) {
     const kn_gguf_kv *kv = kn_gguf_find(g, key);
     if (!kv) return false;
-    if (is_signed(kv->type)) { *out = kv->v.i; return true; }
-    if (is_unsigned(kv->type) && kv->v.u <= (uint64_t)INT64_MAX) { *out = (int64_t)kv->v.u; return true; }
+    if (is_signed(kv->type)) {
+        *out = kv->v.i;
+        return true;
+    }
+    if (is_unsigned(kv->type) && kv->v.u <= (uint64_t)INT64_MAX) {
+        *out = (int64_t)kv->v.u;
+        return true;
+    }
     return false;
 }
 
 bool kn_gguf_get_f64(const kn_gguf *g, const char *key, double *out) {
     const kn_gguf_kv *kv = kn_gguf_find(g, key);
     if (!kv) return false;
-    if (kv->type == KN_GGUF_FLOAT32 || kv->type == KN_GGUF_FLOAT64) { *out = kv->v.f; return true; }
-    if (is_signed(kv->type)) { *out = (double)kv->v.i; return true; }
-    if (is_unsigned(kv->type)) { *out = (double)kv->v.u; return true; }
+    if (kv->type == KN_GGUF_FLOAT32 || kv->type == KN_GGUF_FLOAT64) {
+        *out = kv->v.f;
+        return true;
+    }
+    if (is_signed(kv->type)) {
+        *out = (double)kv->v.i;
+        return true;
+    }
+    if (is_unsigned(kv->type)) {
+        *out = (double)kv->v.u;
+        return true;
+    }
     return false;
 }
 
@@ -372,8 +421,7 @@ bool kn_gguf_get_str(const kn_gguf *g, const char *key, kn_str *out) {
     return true;
 }
 
-bool kn_gguf_get_arr(const kn_gguf *g, const char *key, kn_gguf_type elem_type, uint64_t *n,
-                     const uint8_t **data) {
+bool kn_gguf_get_arr(const kn_gguf *g, const char *key, kn_gguf_type elem_type, uint64_t *n, const uint8_t **data) {
     const kn_gguf_kv *kv = kn_gguf_find(g, key);
     if (!kv || kv->type != KN_GGUF_ARRAY || kv->arr_type != elem_type) return false;
     *n = kv->arr_n;

@@ -14,14 +14,24 @@
 #include "tensor/dtype.h"
 
 typedef enum kn_gguf_type {
-    KN_GGUF_UINT8 = 0, KN_GGUF_INT8 = 1, KN_GGUF_UINT16 = 2, KN_GGUF_INT16 = 3,
-    KN_GGUF_UINT32 = 4, KN_GGUF_INT32 = 5, KN_GGUF_FLOAT32 = 6, KN_GGUF_BOOL = 7,
-    KN_GGUF_STRING = 8, KN_GGUF_ARRAY = 9, KN_GGUF_UINT64 = 10, KN_GGUF_INT64 = 11,
-    KN_GGUF_FLOAT64 = 12, KN_GGUF_TYPE_COUNT
+    KN_GGUF_UINT8 = 0,
+    KN_GGUF_INT8 = 1,
+    KN_GGUF_UINT16 = 2,
+    KN_GGUF_INT16 = 3,
+    KN_GGUF_UINT32 = 4,
+    KN_GGUF_INT32 = 5,
+    KN_GGUF_FLOAT32 = 6,
+    KN_GGUF_BOOL = 7,
+    KN_GGUF_STRING = 8,
+    KN_GGUF_ARRAY = 9,
+    KN_GGUF_UINT64 = 10,
+    KN_GGUF_INT64 = 11,
+    KN_GGUF_FLOAT64 = 12,
+    KN_GGUF_TYPE_COUNT
 } kn_gguf_type;
 
 typedef struct kn_str {
-    const char *ptr;    /* not NUL-terminated; points into the mapping */
+    const char *ptr; /* not NUL-terminated; points into the mapping */
     uint64_t len;
 } kn_str;
 
@@ -29,11 +39,16 @@ typedef struct kn_gguf_kv {
     kn_str key;
     kn_gguf_type type;
     /* scalar value (for non-array, non-string types), widened */
-    union { uint64_t u; int64_t i; double f; bool b; } v;
-    kn_str str;                 /* when type == STRING */
-    kn_gguf_type arr_type;      /* when type == ARRAY */
-    uint64_t arr_n;             /* element count */
-    const uint8_t *arr_data;    /* raw element data (for string arrays: first length prefix) */
+    union {
+        uint64_t u;
+        int64_t i;
+        double f;
+        bool b;
+    } v;
+    kn_str str;              /* when type == STRING */
+    kn_gguf_type arr_type;   /* when type == ARRAY */
+    uint64_t arr_n;          /* element count */
+    const uint8_t *arr_data; /* raw element data (for string arrays: first length prefix) */
 } kn_gguf_kv;
 
 #define KN_MAX_DIMS 4
@@ -41,22 +56,22 @@ typedef struct kn_gguf_kv {
 typedef struct kn_gguf_tensor {
     kn_str name;
     uint32_t n_dims;
-    int64_t ne[KN_MAX_DIMS];    /* ne[0] is the innermost (row length); unused dims are 1 */
+    int64_t ne[KN_MAX_DIMS]; /* ne[0] is the innermost (row length); unused dims are 1 */
     kn_dtype type;
-    uint64_t offset;            /* relative to the data section */
+    uint64_t offset; /* relative to the data section */
     uint64_t nbytes;
-    const uint8_t *data;        /* inside the mapping, extent checked */
+    const uint8_t *data; /* inside the mapping, extent checked */
 } kn_gguf_tensor;
 
 typedef struct kn_gguf {
     kn_mapping map;
     uint32_t version;
     uint64_t n_kv;
-    kn_gguf_kv *kv;             /* [n_kv] */
+    kn_gguf_kv *kv; /* [n_kv] */
     uint64_t n_tensors;
-    kn_gguf_tensor *tensors;    /* [n_tensors] */
+    kn_gguf_tensor *tensors; /* [n_tensors] */
     uint64_t alignment;
-    uint64_t data_offset;       /* file offset of the data section */
+    uint64_t data_offset; /* file offset of the data section */
 } kn_gguf;
 
 /* Opens and validates path. On failure returns KILN_ERR_IO / KILN_ERR_FORMAT / KILN_ERR_UNSUPPORTED
@@ -79,8 +94,7 @@ bool kn_gguf_get_bool(const kn_gguf *g, const char *key, bool *out);
 bool kn_gguf_get_str(const kn_gguf *g, const char *key, kn_str *out);
 
 /* Array access: *n set to the element count when key is an array of elem_type. */
-bool kn_gguf_get_arr(const kn_gguf *g, const char *key, kn_gguf_type elem_type, uint64_t *n,
-                     const uint8_t **data);
+bool kn_gguf_get_arr(const kn_gguf *g, const char *key, kn_gguf_type elem_type, uint64_t *n, const uint8_t **data);
 /* Iterates a string array: call with *cursor = arr_data initially; returns the next string and
  * advances the cursor. Bounds were checked at open, so this cannot read outside the mapping. */
 kn_str kn_gguf_next_str(const uint8_t **cursor);

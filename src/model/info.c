@@ -27,7 +27,7 @@ static void copy_printable(char *dst, size_t cap, kn_str s) {
 }
 
 /* Largest hyperparameter value reported; larger values read as absent (0). */
-#define INFO_INT_MAX (1 << 30)
+#define INFO_INT_MAX    (1 << 30)
 /* Most parts of a split model recognized; beyond it split.count reads as 1. */
 #define MAX_SPLIT_COUNT 100000
 

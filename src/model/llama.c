@@ -56,8 +56,8 @@ kiln_status kn_scratch_init(kn_scratch *s, const kiln_model *m, int32_t n_max, i
             return st;
         }
     }
-    if (!s->x || !s->xb || !s->xb2 || !s->q || !s->k || !s->v || !s->att || !s->hb || !s->hb2 ||
-        !s->qbuf || !s->tok_row || !s->tok_pos) {
+    if (!s->x || !s->xb || !s->xb2 || !s->q || !s->k || !s->v || !s->att || !s->hb || !s->hb2 || !s->qbuf ||
+        !s->tok_row || !s->tok_pos) {
         kn_scratch_free(s);
         return kn_error(KILN_ERR_NOMEM, "cannot allocate activation buffers for %d tokens", n_max);
     }
@@ -65,8 +65,7 @@ kiln_status kn_scratch_init(kn_scratch *s, const kiln_model *m, int32_t n_max, i
 }
 
 void kn_scratch_free(kn_scratch *s) {
-    void *bufs[] = {s->x, s->xb, s->xb2, s->q, s->k, s->v, s->att, s->hb, s->hb2, s->qbuf,
-                    s->tok_row, s->tok_pos};
+    void *bufs[] = {s->x, s->xb, s->xb2, s->q, s->k, s->v, s->att, s->hb, s->hb2, s->qbuf, s->tok_row, s->tok_pos};
     for (size_t i = 0; i < KN_ARRAY_LEN(bufs); i++) kn_free_aligned(bufs[i]);
     kn_pool_free(s->pool);
     memset(s, 0, sizeof *s);
@@ -78,8 +77,8 @@ void kn_scratch_free(kn_scratch *s) {
 static void attend_heads(const kn_kernels *ks, const kn_kv *kv, int l, int32_t pos, int kv_off, int nq, int hd,
                          const float *q, float *out) {
     const kn_attend_fn attend = kv->type == KN_F16 ? ks->attend_f16 : ks->attend_f32;
-    attend(kn_kv_k_at(kv, l, 0, kv_off), kn_kv_v_at(kv, l, 0, kv_off), (size_t)kv->kv_dim * kv->elt, pos + 1, q, nq,
-           hd, 1.0f / sqrtf((float)hd), out);
+    attend(kn_kv_k_at(kv, l, 0, kv_off), kn_kv_v_at(kv, l, 0, kv_off), (size_t)kv->kv_dim * kv->elt, pos + 1, q, nq, hd,
+           1.0f / sqrtf((float)hd), out);
 }
 
 /* The per-token and per-(token, head chunk) steps of one block, as pool tasks. */
@@ -154,10 +153,10 @@ static void attend_task(void *arg, int64_t task, int worker) {
 
 /* Per-token steps below this many tokens, and attention below this many multiply-adds (roughly),
  * run on the caller: a parallel run would cost more than it saves. */
-#define PREP_PAR_TOKENS 16
-#define ATTN_PAR_WORK 200000
+#define PREP_PAR_TOKENS       16
+#define ATTN_PAR_WORK         200000
 /* Least attention multiply-adds per task, and tasks per thread. */
-#define ATTN_TASK_WORK 32768
+#define ATTN_TASK_WORK        32768
 #define ATTN_TASKS_PER_THREAD 16
 
 /* One decoder block over the N stacked tokens in s->x. */
@@ -188,7 +187,7 @@ static void block(const kiln_model *m, kn_scratch *s, kn_batch_row *rows, int l,
     }
     /* att[N][qd]: every (token, head chunk) unit is independent */
     const int64_t units = N * units_per_token(hp);
-    int64_t work = 0;   /* multiply-adds, roughly */
+    int64_t work = 0; /* multiply-adds, roughly */
     for (int64_t t = 0; t < N; t++) work += (int64_t)(s->tok_pos[t] + 1) * nh * hd;
     if (nt > 1 && units > 1 && work > ATTN_PAR_WORK) {
         c.n_tasks = KN_MAX(1, KN_MIN(KN_MIN(units, (int64_t)nt * ATTN_TASKS_PER_THREAD), work / ATTN_TASK_WORK));
@@ -208,8 +207,7 @@ static void block(const kiln_model *m, kn_scratch *s, kn_batch_row *rows, int l,
     kn_add(s->x, s->xb2, N * d);
 }
 
-void kn_forward(const kiln_model *m, kn_scratch *s, kn_batch_row *rows, int n_rows, float *logits,
-                int32_t logits_cap) {
+void kn_forward(const kiln_model *m, kn_scratch *s, kn_batch_row *rows, int n_rows, float *logits, int32_t logits_cap) {
     const kn_hparams *hp = &m->hp;
     const int64_t d = hp->n_embd;
     int64_t N = 0;
@@ -217,7 +215,7 @@ void kn_forward(const kiln_model *m, kn_scratch *s, kn_batch_row *rows, int n_ro
         for (int32_t i = 0; i < rows[r].n_tokens; i++, N++) {
             s->tok_row[N] = r;
             s->tok_pos[N] = rows[r].kv->n_past + i;
-            kn_weight_row_f32(&m->tok_embd, rows[r].tokens[i], s->x + N * d);   /* x[N][d] */
+            kn_weight_row_f32(&m->tok_embd, rows[r].tokens[i], s->x + N * d); /* x[N][d] */
         }
     }
     for (int l = 0; l < hp->n_layer; l++) block(m, s, rows, l, N);

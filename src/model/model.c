@@ -18,8 +18,8 @@
 #include <string.h>
 
 kiln_model_params kiln_model_default_params(void) {
-    kiln_model_params p = {.vocab_only = false, .use_mmap = false, .kernels = KILN_KERNELS_AUTO,
-                           .progress = NULL, .progress_user = NULL};
+    kiln_model_params p = {
+        .vocab_only = false, .use_mmap = false, .kernels = KILN_KERNELS_AUTO, .progress = NULL, .progress_user = NULL};
     return p;
 }
 
@@ -27,21 +27,20 @@ kiln_model_params kiln_model_default_params(void) {
 
 /* Ranges of the hyperparameters a file may give (beyond: a format error naming the key). */
 #define MAX_CTX_TRAIN (1 << 24)
-#define MAX_EMBD (1 << 16)
-#define MAX_LAYERS 4096
-#define MAX_FF (1 << 20)
-#define MAX_HEADS 4096
-#define MAX_HEAD_DIM 4096
+#define MAX_EMBD      (1 << 16)
+#define MAX_LAYERS    4096
+#define MAX_FF        (1 << 20)
+#define MAX_HEADS     4096
+#define MAX_HEAD_DIM  4096
 
 /* Reads `{arch}.{suffix}` as an integer in [lo, hi]; `required` decides whether absence fails. */
-static kiln_status arch_int(const kn_gguf *g, const char *arch, const char *suffix, bool required,
-                            int64_t lo, int64_t hi, int32_t *out) {
+static kiln_status arch_int(const kn_gguf *g, const char *arch, const char *suffix, bool required, int64_t lo,
+                            int64_t hi, int32_t *out) {
     char key[128];
     snprintf(key, sizeof key, "%s.%s", arch, suffix);
     int64_t v;
     if (!kn_gguf_get_i64(g, key, &v)) {
-        if (kn_gguf_find(g, key))
-            return kn_error(KILN_ERR_FORMAT, "metadata '%s' is not an integer", key);
+        if (kn_gguf_find(g, key)) return kn_error(KILN_ERR_FORMAT, "metadata '%s' is not an integer", key);
         if (required) return kn_error(KILN_ERR_FORMAT, "missing metadata '%s'", key);
         return KILN_OK;
     }
@@ -136,16 +135,16 @@ static kiln_status read_hparams(kiln_model *m) {
 
 /* Every matrix in weight_mem starts at a multiple of MAT_ALIGN bytes, every vector in vec_mem at a
  * multiple of VEC_ALIGN_FLOATS floats (both 64 bytes: a cache line, an AVX-512 register). */
-#define MAT_ALIGN 64
+#define MAT_ALIGN        64
 #define VEC_ALIGN_FLOATS 16
 
 typedef struct loader {
     kiln_model *m;
-    bool force_f32;                /* dequantize every matrix to F32 (the reference path) */
-    size_t vec_used, vec_cap;      /* floats */
-    size_t mat_used;               /* bytes of matrices copied so far */
-    size_t mat_total;              /* bytes of all matrices (known after pass 1) */
-    bool (*progress)(float fraction, void *user);   /* kiln_model_params.progress, or NULL */
+    bool force_f32;                               /* dequantize every matrix to F32 (the reference path) */
+    size_t vec_used, vec_cap;                     /* floats */
+    size_t mat_used;                              /* bytes of matrices copied so far */
+    size_t mat_total;                             /* bytes of all matrices (known after pass 1) */
+    bool (*progress)(float fraction, void *user); /* kiln_model_params.progress, or NULL */
     void *progress_user;
 } loader;
 
@@ -155,8 +154,7 @@ static kiln_status report(const loader *L, size_t done) {
     if (!L->progress) return KILN_OK;
     float f = L->mat_total ? (float)((double)done / (double)L->mat_total) : 1.0f;
     if (f > 1.0f) f = 1.0f;
-    if (!L->progress(f, L->progress_user))
-        return kn_error(KILN_ERR_CANCELLED, "loading was cancelled");
+    if (!L->progress(f, L->progress_user)) return kn_error(KILN_ERR_CANCELLED, "loading was cancelled");
     return KILN_OK;
 }
 
@@ -164,15 +162,13 @@ static kiln_status report(const loader *L, size_t done) {
  * so a progress bar moves and a cancel is honoured within a fraction of a second. */
 #define PROGRESS_STEP ((size_t)32 << 20)
 
-static const kn_gguf_tensor *find_tensor(const kn_gguf *g, const char *name) {
-    return kn_gguf_find_tensor(g, name);
-}
+static const kn_gguf_tensor *find_tensor(const kn_gguf *g, const char *name) { return kn_gguf_find_tensor(g, name); }
 
 /* Checks the shape of t against {ne0, ne1} (ne1 = 1 for vectors). */
 static kiln_status check_shape(const kn_gguf_tensor *t, const char *name, int64_t ne0, int64_t ne1) {
     if (t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != 1 || t->ne[3] != 1)
-        return kn_error(KILN_ERR_FORMAT, "tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]",
-                        name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3],
+        return kn_error(KILN_ERR_FORMAT, "tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]", name,
+                        (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3],
                         (long long)ne0, (long long)ne1);
     return KILN_OK;
 }
@@ -255,8 +251,8 @@ static kiln_status get_vector(loader *L, const char *name, int64_t n, bool requi
 static kiln_status map_tensors(loader *L, bool fill) {
     kiln_model *m = L->m;
     const kn_hparams *hp = &m->hp;
-    const int64_t d = hp->n_embd, qd = (int64_t)hp->n_head * hp->head_dim,
-                  kvd = (int64_t)hp->n_head_kv * hp->head_dim, ff = hp->n_ff, V = hp->n_vocab;
+    const int64_t d = hp->n_embd, qd = (int64_t)hp->n_head * hp->head_dim, kvd = (int64_t)hp->n_head_kv * hp->head_dim,
+                  ff = hp->n_ff, V = hp->n_vocab;
     kiln_status st;
     L->vec_used = 0;
     L->mat_used = 0;
@@ -330,7 +326,7 @@ static void compute_fingerprint(kiln_model *m) {
         kn_sha256_update(&h, t->ne, sizeof t->ne);
         const size_t head = KN_MIN(t->nbytes, FP_SAMPLE_BYTES);
         kn_sha256_update(&h, t->data, head);
-        const size_t tail = KN_MIN(t->nbytes - head, FP_SAMPLE_BYTES);   /* bytes after the head, at most a sample */
+        const size_t tail = KN_MIN(t->nbytes - head, FP_SAMPLE_BYTES); /* bytes after the head, at most a sample */
         if (tail) kn_sha256_update(&h, t->data + t->nbytes - tail, tail);
     }
     kn_sha256_hex(&h, m->fingerprint);
@@ -440,7 +436,7 @@ static kiln_status load(kiln_model *m, const char *path, const kiln_model_params
     if (!m->layers) return KILN_ERR_NOMEM;
     loader L = {.m = m, .force_f32 = force_f32, .progress = p->progress, .progress_user = p->progress_user};
     const bool keep_mapping = p->use_mmap && !force_f32;
-    if ((st = map_tensors(&L, false))) return st;             /* pass 1: check and size */
+    if ((st = map_tensors(&L, false))) return st; /* pass 1: check and size */
     L.mat_total = L.mat_used;
     if ((st = report(&L, 0))) return st;
     m->vec_mem = kn_alloc_aligned(KN_MAX(L.vec_used, 1) * sizeof(float));
@@ -450,10 +446,10 @@ static kiln_status load(kiln_model *m, const char *path, const kiln_model_params
         m->weight_mem = kn_alloc_aligned(KN_MAX(L.mat_used, 1));
         if (!m->weight_mem) return KILN_ERR_NOMEM;
     }
-    if ((st = map_tensors(&L, true))) return st;              /* pass 2: convert and copy */
+    if ((st = map_tensors(&L, true))) return st; /* pass 2: convert and copy */
     if ((st = report(&L, L.mat_total))) return st;
     if (!keep_mapping) {
-        kn_gguf_close(&m->gguf);                              /* everything needed was copied */
+        kn_gguf_close(&m->gguf); /* everything needed was copied */
     } else {
         m->weight_bytes = L.mat_used;
     }
@@ -505,10 +501,8 @@ void kiln_model_free(kiln_model *m) {
 }
 
 void kn_weight_row_f32(const kn_weight *w, int64_t r, float *out) {
-    if (w->packed)
-        kn_p16_row_f32(w->type, w->data, w->cols, r, out);
-    else
-        kn_type_traits_get(w->type)->to_float(w->data + (size_t)r * w->row_bytes, out, w->cols);
+    if (w->packed) kn_p16_row_f32(w->type, w->data, w->cols, r, out);
+    else kn_type_traits_get(w->type)->to_float(w->data + (size_t)r * w->row_bytes, out, w->cols);
 }
 
 /* ---- accessors --------------------------------------------------------------------------------- */

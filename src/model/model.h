@@ -20,20 +20,20 @@ typedef struct kn_hparams {
     kn_arch arch;
     int32_t n_vocab;
     int32_t n_ctx_train;
-    int32_t n_embd;        /* model width (dim) */
+    int32_t n_embd; /* model width (dim) */
     int32_t n_layer;
-    int32_t n_head;        /* query heads */
-    int32_t n_head_kv;     /* key/value heads (GQA: n_head % n_head_kv == 0) */
-    int32_t head_dim;      /* per-head width of q, k and v */
-    int32_t n_ff;          /* FFN hidden width */
-    int32_t n_rot;         /* rotated dims per head (<= head_dim, even) */
+    int32_t n_head;    /* query heads */
+    int32_t n_head_kv; /* key/value heads (GQA: n_head % n_head_kv == 0) */
+    int32_t head_dim;  /* per-head width of q, k and v */
+    int32_t n_ff;      /* FFN hidden width */
+    int32_t n_rot;     /* rotated dims per head (<= head_dim, even) */
     float norm_eps;
     float rope_base;
-    float rope_scale;      /* linear position scale (1 = none) */
+    float rope_scale; /* linear position scale (1 = none) */
     kn_rope_style rope_style;
-    bool qkv_bias;         /* qwen2 */
-    bool qk_norm;          /* qwen3 */
-    bool tied_output;      /* output projection shares token_embd */
+    bool qkv_bias;    /* qwen2 */
+    bool qk_norm;     /* qwen3 */
+    bool tied_output; /* output projection shares token_embd */
 } kn_hparams;
 
 /* A weight matrix W [rows = out features][cols = in features], each row in `type`: row-major, or
@@ -48,23 +48,23 @@ typedef struct kn_weight {
 } kn_weight;
 
 typedef struct kn_layer {
-    const float *attn_norm;   /* [n_embd] */
-    kn_weight wq;             /* [n_head*head_dim][n_embd] */
-    kn_weight wk;             /* [n_head_kv*head_dim][n_embd] */
-    kn_weight wv;             /* [n_head_kv*head_dim][n_embd] */
-    kn_weight wo;             /* [n_embd][n_head*head_dim] */
-    const float *bq, *bk, *bv;        /* qwen2 biases [q_dim], [kv_dim], [kv_dim]; else NULL */
-    const float *q_norm, *k_norm;     /* qwen3 per-head RMSNorm weights [head_dim]; else NULL */
-    const float *ffn_norm;    /* [n_embd] */
-    kn_weight w_gate;         /* [n_ff][n_embd] */
-    kn_weight w_up;           /* [n_ff][n_embd] */
-    kn_weight w_down;         /* [n_embd][n_ff] */
+    const float *attn_norm;       /* [n_embd] */
+    kn_weight wq;                 /* [n_head*head_dim][n_embd] */
+    kn_weight wk;                 /* [n_head_kv*head_dim][n_embd] */
+    kn_weight wv;                 /* [n_head_kv*head_dim][n_embd] */
+    kn_weight wo;                 /* [n_embd][n_head*head_dim] */
+    const float *bq, *bk, *bv;    /* qwen2 biases [q_dim], [kv_dim], [kv_dim]; else NULL */
+    const float *q_norm, *k_norm; /* qwen3 per-head RMSNorm weights [head_dim]; else NULL */
+    const float *ffn_norm;        /* [n_embd] */
+    kn_weight w_gate;             /* [n_ff][n_embd] */
+    kn_weight w_up;               /* [n_ff][n_embd] */
+    kn_weight w_down;             /* [n_embd][n_ff] */
 } kn_layer;
 
 struct kiln_model {
     kn_hparams hp;
-    kn_gguf gguf;             /* open only while loading, or for the model's life with use_mmap */
-    uint8_t *weight_mem;      /* anonymous copy of the matrices (NULL with use_mmap) */
+    kn_gguf gguf;        /* open only while loading, or for the model's life with use_mmap */
+    uint8_t *weight_mem; /* anonymous copy of the matrices (NULL with use_mmap) */
     size_t weight_bytes;
     float *vec_mem;           /* F32 vectors (norms, biases, rope factors) */
     kn_weight tok_embd;       /* [n_vocab][n_embd] */
@@ -73,17 +73,17 @@ struct kiln_model {
     const float *rope_freqs;  /* [n_rot/2] llama3 frequency divisors, or NULL */
     kn_layer *layers;         /* [n_layer] */
     kn_tokenizer *tok;
-    char *chat_template;      /* tokenizer.chat_template (NUL-terminated copy), or NULL */
-    kiln_sampler_params sampling;  /* library defaults overridden by general.sampling.* */
-    const kn_kernels *kernels; /* compute kernels chosen at load */
+    char *chat_template;          /* tokenizer.chat_template (NUL-terminated copy), or NULL */
+    kiln_sampler_params sampling; /* library defaults overridden by general.sampling.* */
+    const kn_kernels *kernels;    /* compute kernels chosen at load */
     bool vocab_only;
     uint64_t n_params;
     char arch_name[32];
     char desc[160];
     char fingerprint[65];
-    uint8_t tok_hash[32];     /* SHA-256 of the tokenizer.* metadata (see compute_tokenizer_hash) */
-    char tokenizer_hash[65];  /* the same in hex */
-    kn_errslot err;           /* last failed call on the model (the one mutable part, own lock) */
+    uint8_t tok_hash[32];    /* SHA-256 of the tokenizer.* metadata (see compute_tokenizer_hash) */
+    char tokenizer_hash[65]; /* the same in hex */
+    kn_errslot err;          /* last failed call on the model (the one mutable part, own lock) */
 };
 
 /* Records a failed public call on the model in its error slot (st == KILN_OK records nothing) and

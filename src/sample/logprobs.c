@@ -19,13 +19,13 @@ float kn_logprobs(const float *logits, int32_t n_vocab, int32_t token, size_t n_
     double sum = 0;
     for (int32_t i = 0; i < n_vocab; i++) sum += exp((double)logits[i] - mx);
     const float lse = (float)(mx + log(sum));
-    size_t n = 0;  /* entries filled in top[], sorted by logit descending, id ascending */
+    size_t n = 0; /* entries filled in top[], sorted by logit descending, id ascending */
     for (int32_t i = 0; i < n_vocab && n_top; i++) {
         float v = logits[i];
-        if (v != v) continue;                          /* NaN never ranks */
+        if (v != v) continue; /* NaN never ranks */
         if (n == n_top && !(v > top[n - 1].logprob)) continue;
-        size_t k = n < n_top ? n++ : n - 1;            /* drop the last when full */
-        while (k > 0 && v > top[k - 1].logprob) {      /* strict: earlier (lower) ids win ties */
+        size_t k = n < n_top ? n++ : n - 1;       /* drop the last when full */
+        while (k > 0 && v > top[k - 1].logprob) { /* strict: earlier (lower) ids win ties */
             top[k] = top[k - 1];
             k--;
         }

@@ -10,12 +10,12 @@
 #include <stddef.h>
 #include <string.h>
 
-#define TOP_K_MAX (1 << 30)
+#define TOP_K_MAX          (1 << 30)
 #define PENALTY_WINDOW_MAX (1 << 20)
 
 typedef struct param_row {
     kiln_sampler_range r;
-    size_t offset;             /* of the field in kiln_sampler_params: a float, or an int32_t when r.integer */
+    size_t offset; /* of the field in kiln_sampler_params: a float, or an int32_t when r.integer */
 } param_row;
 
 #define FIELD(f) offsetof(kiln_sampler_params, f)
@@ -56,7 +56,7 @@ static bool field_ok(const kiln_sampler_params *p, const param_row *row) {
     }
     float x;
     memcpy(&x, f, sizeof x);
-    return x >= (float)row->r.min && x <= (float)row->r.max;   /* false for NaN */
+    return x >= (float)row->r.min && x <= (float)row->r.max; /* false for NaN */
 }
 
 kiln_sampler_params kiln_sampler_default_params(void) {
@@ -89,7 +89,8 @@ kiln_status kiln_sampler_param_set(kiln_sampler_params *params, kiln_sampler_par
 kiln_status kn_sampler_check(const kiln_sampler_params *p, int32_t n_vocab) {
     for (int i = 0; i < KILN_SAMPLER_PARAM_COUNT; i++)
         if (!field_ok(p, &rows[i]))
-            return kn_error(KILN_ERR_INVALID_ARG, "%s must be in [%g, %g]", rows[i].r.name, rows[i].r.min, rows[i].r.max);
+            return kn_error(KILN_ERR_INVALID_ARG, "%s must be in [%g, %g]", rows[i].r.name, rows[i].r.min,
+                            rows[i].r.max);
     if (p->n_logit_bias && !p->logit_bias) return kn_error(KILN_ERR_INVALID_ARG, "logit_bias is NULL");
     for (size_t i = 0; i < p->n_logit_bias; i++) {
         if (p->logit_bias[i].token < 0 || p->logit_bias[i].token >= n_vocab)

@@ -7,7 +7,9 @@
 
 #include <stdint.h>
 
-typedef struct kn_rng { uint64_t s[4]; } kn_rng;
+typedef struct kn_rng {
+    uint64_t s[4];
+} kn_rng;
 
 void kn_rng_seed(kn_rng *r, uint64_t seed);
 uint64_t kn_rng_next(kn_rng *r);

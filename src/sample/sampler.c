@@ -63,7 +63,7 @@ int32_t kn_argmax(const float *x, int32_t n) {
     float bv = -INFINITY;
     bool any = false;
     for (int32_t i = 0; i < n; i++) {
-        if (x[i] > bv || (!any && x[i] == x[i])) {   /* strict >: the lowest id wins ties */
+        if (x[i] > bv || (!any && x[i] == x[i])) { /* strict >: the lowest id wins ties */
             bv = x[i];
             best = i;
             any = true;
@@ -144,7 +144,10 @@ int32_t kn_sampler_sample(kn_sampler *s, const float *logits) {
         double cum = 0.0;
         for (int32_t i = 0; i < n; i++) {
             cum += s->cands[i].p;
-            if (cum >= p->top_p) { n = i + 1; break; }
+            if (cum >= p->top_p) {
+                n = i + 1;
+                break;
+            }
         }
     }
     /* min-p: drop candidates below min_p times the best probability */

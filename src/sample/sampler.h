@@ -19,15 +19,15 @@ typedef struct kn_cand {
 } kn_cand;
 
 typedef struct kn_sampler {
-    kiln_sampler_params p;        /* logit_bias copied into bias_* */
+    kiln_sampler_params p; /* logit_bias copied into bias_* */
     int32_t n_vocab;
     kn_rng rng;
-    kn_cand *cands;               /* [n_vocab] */
-    float *work;                  /* [n_vocab] adjusted logits */
-    int32_t *hist;                /* [penalty_last_n] ring of recent tokens */
+    kn_cand *cands; /* [n_vocab] */
+    float *work;    /* [n_vocab] adjusted logits */
+    int32_t *hist;  /* [penalty_last_n] ring of recent tokens */
     int32_t n_hist, hist_pos;
-    int32_t *counts;              /* [n_vocab] occurrences inside the window */
-    kiln_logit_bias *bias;        /* [n_bias] validated copy */
+    int32_t *counts;       /* [n_vocab] occurrences inside the window */
+    kiln_logit_bias *bias; /* [n_bias] validated copy */
     size_t n_bias;
 } kn_sampler;
 

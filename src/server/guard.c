@@ -8,9 +8,9 @@
  *     name, an --allow-host name); an IP address is always fine (rebinding needs a name), with or
  *     without a port, IPv6 in brackets. Otherwise 403.
  *   - Origin: a request a browser marks as coming from another origin (Origin differs from Host,
- *     and its host is not an --allow-host name) is refused with 403 unless --cors lists that origin. Allowed origins get
- *     Access-Control-Allow-Origin on every response and an answer to their preflight (OPTIONS);
- *     without --cors no response carries CORS headers (the chat page is same-origin).
+ *     and its host is not an --allow-host name) is refused with 403 unless --cors lists that origin. Allowed origins
+ * get Access-Control-Allow-Origin on every response and an answer to their preflight (OPTIONS); without --cors no
+ * response carries CORS headers (the chat page is same-origin).
  *   - Body type: a JSON route's body must say Content-Type: application/json (or another +json
  *     type; parameters such as charset are fine), else 415. A page can send text/plain without
  *     asking (no preflight); it cannot send JSON that way.
@@ -67,7 +67,7 @@ static bool host_name(const char *h, char *out, size_t cap, bool *ip) {
     unsigned char addr[16];
     *ip = inet_pton(bracket ? AF_INET6 : AF_INET, out, addr) == 1;
     if (bracket && !*ip) return false;
-    if (n > 1 && out[n - 1] == '.') out[n - 1] = 0;   /* "localhost." is "localhost" */
+    if (n > 1 && out[n - 1] == '.') out[n - 1] = 0; /* "localhost." is "localhost" */
     return true;
 }
 
@@ -126,7 +126,8 @@ static void options(srv_req *r) {
     if (o && !cors_allowed(r->server, o)) {
         srv_send_error(r, 403, "invalid_request_error", NULL, "origin_not_allowed",
                        "cross-origin requests from '%s' are not allowed: start kiln serve with --cors %s to allow "
-                       "them", o, o);
+                       "them",
+                       o, o);
         return;
     }
     struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
@@ -148,7 +149,7 @@ bool srv_guard(srv_req *r) {
     const char *h = header(r, MHD_HTTP_HEADER_HOST);
     char name[256];
     bool ip = false;
-    if (h && *h && !list_has(s->cfg.allow_hosts, "*", 1, true)) {   /* no Host: not a browser */
+    if (h && *h && !list_has(s->cfg.allow_hosts, "*", 1, true)) { /* no Host: not a browser */
         if (!host_name(h, name, sizeof name, &ip)) {
             srv_send_error(r, 400, "invalid_request_error", NULL, "invalid_host", "the Host header '%s' is malformed",
                            h);
@@ -170,7 +171,8 @@ bool srv_guard(srv_req *r) {
     if (o && !cors_allowed(s, o)) {
         srv_send_error(r, 403, "invalid_request_error", NULL, "origin_not_allowed",
                        "cross-origin requests from '%s' are not allowed: start kiln serve with --cors %s to allow "
-                       "them", o, o);
+                       "them",
+                       o, o);
         return false;
     }
     return true;

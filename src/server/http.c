@@ -37,18 +37,18 @@
 /* Connections libmicrohttpd may hold beyond cfg.max_conns: kiln refuses those itself (at once),
  * so libmicrohttpd's own limit, which leaves new connections waiting in the backlog instead, is
  * never reached. */
-#define MHD_LIMIT_SLACK 16u
-#define LISTEN_BACKLOG 256u      /* connections the kernel holds for accept() */
-#define LINGER_MAX_BYTES (64u << 20)   /* a lingering close reads and drops at most this much */
-#define LINGER_MAX_MS 10000      /* ... for at most this long */
+#define MHD_LIMIT_SLACK  16u
+#define LISTEN_BACKLOG   256u        /* connections the kernel holds for accept() */
+#define LINGER_MAX_BYTES (64u << 20) /* a lingering close reads and drops at most this much */
+#define LINGER_MAX_MS    10000       /* ... for at most this long */
 
 /* Per-request state, kept by libmicrohttpd between access-handler calls. */
 typedef struct conn_ctx {
     char *body;
     size_t len, cap;
     bool too_large;
-    bool answered_early;         /* answered before its body was read: linger before closing */
-    size_t dropped;              /* bytes read and dropped after the body passed the limit */
+    bool answered_early; /* answered before its body was read: linger before closing */
+    size_t dropped;      /* bytes read and dropped after the body passed the limit */
     double t_start;
 } conn_ctx;
 
@@ -79,7 +79,7 @@ static bool collect(conn_ctx *c, const char *data, size_t n, size_t max) {
         while (cap < c->len + n + 1) cap *= 2;
         char *b = realloc(c->body, cap);
         if (!b) {
-            c->too_large = true;   /* treated like an oversized body: the request cannot be held */
+            c->too_large = true; /* treated like an oversized body: the request cannot be held */
             free(c->body);
             c->body = NULL;
             c->len = c->cap = 0;
@@ -101,7 +101,8 @@ static bool authorized(struct MHD_Connection *conn, const char *key) {
     h += 7;
     size_t a = strlen(h), b = strlen(key);
     unsigned diff = (unsigned)(a ^ b);
-    for (size_t i = 0; i < b; i++) diff |= (unsigned)(unsigned char)key[i] ^ (unsigned)(unsigned char)(i < a ? h[i] : 0);
+    for (size_t i = 0; i < b; i++)
+        diff |= (unsigned)(unsigned char)key[i] ^ (unsigned)(unsigned char)(i < a ? h[i] : 0);
     return diff == 0;
 }
 
@@ -112,7 +113,7 @@ static bool declared_too_large(struct MHD_Connection *conn, size_t max) {
     errno = 0;
     char *end;
     const unsigned long long n = strtoull(h, &end, 10);
-    return errno == ERANGE || n > max;   /* libmicrohttpd has checked the syntax */
+    return errno == ERANGE || n > max; /* libmicrohttpd has checked the syntax */
 }
 
 static void send_too_large(srv_req *r) {
@@ -152,12 +153,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     srv *s = cls;
     conn_ctx *c = *con_cls;
     srv_req r = {.server = s, .conn = conn, .method = method, .url = url, .body = "", .body_len = 0};
-    if (!c) {   /* the headers are in, the body (if any) is not */
+    if (!c) { /* the headers are in, the body (if any) is not */
         if (!(c = calloc(1, sizeof *c))) return MHD_NO;
         c->t_start = now_ms();
         *con_cls = c;
         srv_stats_request(&s->stats);
-        if (declared_too_large(conn, s->cfg.max_body)) {   /* not worth reading: answer and close */
+        if (declared_too_large(conn, s->cfg.max_body)) { /* not worth reading: answer and close */
             send_too_large(&r);
             c->answered_early = true;
             log_request(&r, c->t_start);
@@ -174,7 +175,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     /* What the handler waits for (a generation) is the server's time, not the client's. */
     MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
     serve(&r, c);
-    MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, s->cfg.timeout_s);   /* restarts the clock */
+    MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, s->cfg.timeout_s); /* restarts the clock */
     log_request(&r, c->t_start);
     return MHD_YES;
 }
@@ -243,15 +244,12 @@ bool srv_http_start(srv *s) {
     /* poll, not select: connection sockets may be numbered past FD_SETSIZE */
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC | MHD_USE_POLL;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
-    s->daemon = MHD_start_daemon(flags, 0, on_accept, s, on_request, s,
-                                 MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-                                 MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                                 MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
-                                 MHD_OPTION_CONNECTION_TIMEOUT, s->cfg.timeout_s,
-                                 MHD_OPTION_CONNECTION_LIMIT, s->cfg.max_conns + MHD_LIMIT_SLACK,
-                                 MHD_OPTION_PER_IP_CONNECTION_LIMIT, s->cfg.max_conns_per_ip,
-                                 MHD_OPTION_LISTEN_BACKLOG_SIZE, LISTEN_BACKLOG,
-                                 MHD_OPTION_END);
+    s->daemon =
+        MHD_start_daemon(flags, 0, on_accept, s, on_request, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+                         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+                         MHD_OPTION_CONNECTION_TIMEOUT, s->cfg.timeout_s, MHD_OPTION_CONNECTION_LIMIT,
+                         s->cfg.max_conns + MHD_LIMIT_SLACK, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+                         s->cfg.max_conns_per_ip, MHD_OPTION_LISTEN_BACKLOG_SIZE, LISTEN_BACKLOG, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!s->daemon) {
         fprintf(stderr, "kiln serve: cannot listen on %s:%d (address in use or not available)\n", s->cfg.host,
@@ -301,7 +299,7 @@ void srv_send_text(srv_req *r, unsigned status, const char *content_type, const 
 void srv_send_json(srv_req *r, unsigned status, json_t *body) {
     char *s = body ? json_dumps(body, JSON_COMPACT) : NULL;
     json_decref(body);
-    if (!s) {   /* an allocation failed, or a value was not valid UTF-8: a fault of the server */
+    if (!s) { /* an allocation failed, or a value was not valid UTF-8: a fault of the server */
         static const char fault[] = "{\"error\":{\"message\":\"internal error: the response could not be encoded\","
                                     "\"type\":\"server_error\",\"param\":null,\"code\":null}}";
         srv_send_text(r, 500, "application/json", fault, sizeof fault - 1);
@@ -313,8 +311,8 @@ void srv_send_json(srv_req *r, unsigned status, json_t *body) {
 /* Longest error message, in bytes of UTF-8; longer ones are cut and end with "...". */
 #define ERROR_MESSAGE_MAX 1024
 
-void srv_send_error(srv_req *r, unsigned status, const char *type, const char *param, const char *code,
-                    const char *fmt, ...) {
+void srv_send_error(srv_req *r, unsigned status, const char *type, const char *param, const char *code, const char *fmt,
+                    ...) {
     /* Formatted in a buffer larger than the message may be, so that a cut by vsnprintf (perhaps
      * inside a character) is never reached by the sanitized, shorter message. */
     char raw[4 * ERROR_MESSAGE_MAX], msg[ERROR_MESSAGE_MAX];
@@ -365,8 +363,8 @@ bool srv_wait_job(srv_req *r, srv_job *job) {
 typedef struct stream_ctx {
     srv_job *job;
     struct MHD_Connection *conn;
-    unsigned timeout_s;          /* the connection's read/write timeout */
-    double last_ms;              /* when bytes were last handed to the connection */
+    unsigned timeout_s; /* the connection's read/write timeout */
+    double last_ms;     /* when bytes were last handed to the connection */
 } stream_ctx;
 
 /* Restarts the connection's inactivity clock: the time a stream spent waiting for its next token
@@ -423,7 +421,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
 
 static void stream_free(void *cls) {
     stream_ctx *sc = cls;
-    srv_job_cancel(sc->job);   /* no effect once done; stops a job whose client left */
+    srv_job_cancel(sc->job); /* no effect once done; stops a job whose client left */
     srv_job_unref(sc->job);
     free(sc);
 }
@@ -440,7 +438,8 @@ void srv_send_stream(srv_req *r, srv_job *job) {
     sc->conn = r->conn;
     sc->timeout_s = r->server->cfg.timeout_s;
     sc->last_ms = now_ms();
-    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, sc, stream_free);
+    struct MHD_Response *resp =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, sc, stream_free);
     if (!resp) {
         stream_free(sc);
         srv_send_error(r, 500, "server_error", NULL, NULL, "out of memory");

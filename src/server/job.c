@@ -90,7 +90,7 @@ static void on_done(kiln_status st, const kiln_generate_result *res, void *user)
     j->done = true;
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
-    srv_job_unref(j);   /* the engine's reference */
+    srv_job_unref(j); /* the engine's reference */
 }
 
 kiln_status srv_job_submit(srv *s, srv_job *j) {

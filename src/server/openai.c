@@ -23,17 +23,17 @@ typedef struct gen_out {
     bool chat;
     bool stream;
     bool include_usage;
-    int logprobs;                /* -1: none; else how many top alternatives per token */
+    int logprobs; /* -1: none; else how many top alternatives per token */
     char id[48];
     long created;
     const kiln_model *model;
     const char *model_id;
     const char *fingerprint;
-    char *text;                  /* non-streaming: the whole completion */
+    char *text; /* non-streaming: the whole completion */
     size_t n_text, cap_text;
-    json_t *lp;                  /* non-streaming: logprob entries of every token */
-    json_t *lp_pending;          /* streaming: entries of tokens not yet sent with text */
-    size_t text_offset;          /* completions logprobs: byte offset of the next token */
+    json_t *lp;         /* non-streaming: logprob entries of every token */
+    json_t *lp_pending; /* streaming: entries of tokens not yet sent with text */
+    size_t text_offset; /* completions logprobs: byte offset of the next token */
     bool oom;
 } gen_out;
 
@@ -320,7 +320,8 @@ char *srv_render_chat(srv_req *r, json_t *req, size_t *len) {
         for (size_t k = 0; json_is_string(role) && k < sizeof roles / sizeof roles[0]; k++)
             known |= strcmp(json_string_value(role), roles[k]) == 0;
         if (!json_is_object(m) || !known) {
-            BAD(r, "messages", "messages[%zu] must be an object with a role of system, developer, user, assistant or tool", i);
+            BAD(r, "messages",
+                "messages[%zu] must be an object with a role of system, developer, user, assistant or tool", i);
             json_decref(norm);
             return NULL;
         }
@@ -329,7 +330,7 @@ char *srv_render_chat(srv_req *r, json_t *req, size_t *len) {
             json_decref(norm);
             return NULL;
         }
-        json_t *copy = json_copy(m);   /* keeps tool_calls, name, tool_call_id, ... */
+        json_t *copy = json_copy(m); /* keeps tool_calls, name, tool_call_id, ... */
         json_object_set_new(copy, "content", text);
         json_array_append_new(norm, copy);
     }
@@ -382,9 +383,12 @@ static void token_text(const kiln_model *m, kiln_token t, json_t **str, json_t *
     for (size_t i = 0; i < n; i++) json_array_append_new(*bytes, json_integer((unsigned char)buf[i]));
     *str = json_stringn(buf, n);
     if (*str) return;
-    for (size_t i = 0; i < n; i++) {   /* byte-wise: ASCII kept, every other byte becomes U+FFFD */
+    for (size_t i = 0; i < n; i++) { /* byte-wise: ASCII kept, every other byte becomes U+FFFD */
         if ((unsigned char)buf[i] < 0x80) fixed[k++] = buf[i];
-        else { memcpy(fixed + k, "\xEF\xBF\xBD", 3); k += 3; }
+        else {
+            memcpy(fixed + k, "\xEF\xBF\xBD", 3);
+            k += 3;
+        }
     }
     *str = json_stringn(fixed, k);
 }
@@ -399,8 +403,8 @@ static void add_logprob(gen_out *g, json_t *dst, const kiln_token_event *ev) {
         for (size_t i = 0; i < ev->n_top; i++) {
             json_t *ts, *tb;
             token_text(g->model, ev->top[i].token, &ts, &tb);
-            json_array_append_new(top, json_pack("{s:o, s:f, s:o}", "token", ts, "logprob", (double)ev->top[i].logprob,
-                                                 "bytes", tb));
+            json_array_append_new(
+                top, json_pack("{s:o, s:f, s:o}", "token", ts, "logprob", (double)ev->top[i].logprob, "bytes", tb));
         }
         json_array_append_new(dst, json_pack("{s:o, s:f, s:o, s:o}", "token", tok, "logprob", (double)ev->logprob,
                                              "bytes", bytes, "top_logprobs", top));
@@ -448,8 +452,9 @@ static json_t *usage(const kiln_generate_result *res) {
 
 /* The envelope of a response or chunk: id, object, created, model, system_fingerprint, choices. */
 static json_t *envelope(gen_out *g, const char *object, json_t *choice) {
-    json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:s, s:[]}", "id", g->id, "object", object, "created",
-                          (json_int_t)g->created, "model", g->model_id, "system_fingerprint", g->fingerprint, "choices");
+    json_t *o =
+        json_pack("{s:s, s:s, s:I, s:s, s:s, s:[]}", "id", g->id, "object", object, "created", (json_int_t)g->created,
+                  "model", g->model_id, "system_fingerprint", g->fingerprint, "choices");
     if (o && choice) json_array_append_new(json_object_get(o, "choices"), choice);
     else json_decref(choice);
     return o;
@@ -506,7 +511,10 @@ static void on_event(srv_job *j, const kiln_token_event *ev) {
             size_t cap = g->cap_text ? g->cap_text * 2 : 4096;
             while (cap < g->n_text + ev->text_len + 1) cap *= 2;
             char *t = realloc(g->text, cap);
-            if (!t) { g->oom = true; return; }
+            if (!t) {
+                g->oom = true;
+                return;
+            }
             g->text = t;
             g->cap_text = cap;
         }
@@ -526,8 +534,8 @@ static void on_event(srv_job *j, const kiln_token_event *ev) {
         }
     } else {
         const char *msg = j->status == KILN_ERR_CANCELLED ? "the generation was cancelled (server stopping)" : j->error;
-        emit_sse(j, json_pack("{s:{s:s, s:s, s:n, s:n}}", "error", "message", msg, "type", "server_error", "param",
-                              "code"));
+        emit_sse(
+            j, json_pack("{s:{s:s, s:s, s:n, s:n}}", "error", "message", msg, "type", "server_error", "param", "code"));
     }
     if (!srv_job_append(j, "data: [DONE]\n\n", 14)) g->oom = true;
 }
@@ -537,9 +545,11 @@ static void send_result(srv_req *r, srv_job *j) {
     gen_out *g = j->user;
     if (j->status != KILN_OK || g->oom) {
         if (j->status == KILN_ERR_CANCELLED)
-            srv_send_error(r, 503, "server_error", NULL, NULL, "the generation was cancelled because the server is stopping");
+            srv_send_error(r, 503, "server_error", NULL, NULL,
+                           "the generation was cancelled because the server is stopping");
         else
-            srv_send_error(r, 500, "server_error", NULL, NULL, "generation failed: %s", g->oom ? "out of memory" : j->error);
+            srv_send_error(r, 500, "server_error", NULL, NULL, "generation failed: %s",
+                           g->oom ? "out of memory" : j->error);
         return;
     }
     json_t *lp = g->logprobs >= 0 && !g->lp ? new_lp(g->chat) : json_incref(g->lp);
@@ -569,10 +579,10 @@ static void run(srv_req *r, srv_job *j) {
         srv_send_error(r, 503, "server_error", NULL, NULL, "the server is shutting down");
         return;
     }
-    if (g->stream && g->chat) {   /* the role comes first, as OpenAI sends it */
+    if (g->stream && g->chat) { /* the role comes first, as OpenAI sends it */
         json_t *o = envelope(g, "chat.completion.chunk",
-                             json_pack("{s:i, s:{s:s, s:s}, s:n, s:n}", "index", 0, "delta", "role", "assistant", "content",
-                                       "", "logprobs", "finish_reason"));
+                             json_pack("{s:i, s:{s:s, s:s}, s:n, s:n}", "index", 0, "delta", "role", "assistant",
+                                       "content", "", "logprobs", "finish_reason"));
         if (o && g->include_usage) json_object_set_new(o, "usage", json_null());
         pthread_mutex_lock(&j->mu);
         emit_sse(j, o);
@@ -584,7 +594,7 @@ static void run(srv_req *r, srv_job *j) {
                        "the server is busy: %d requests are already waiting; retry later", s->cfg.max_queue);
         return;
     }
-    if (st) {   /* validated already, so only an allocation can fail here */
+    if (st) { /* validated already, so only an allocation can fail here */
         srv_send_error(r, 500, "server_error", NULL, NULL, "cannot start the generation: %s", kiln_last_error());
         return;
     }
@@ -656,7 +666,8 @@ void srv_completions(srv_req *r) {
     json_t *p = json_object_get(req, "prompt");
     if (json_is_array(p) && json_array_size(p) == 1 && json_is_string(json_array_get(p, 0))) p = json_array_get(p, 0);
     if (json_is_string(p)) {
-        if (!(j->prompt = srv_tokenize_prompt(r, "prompt", json_string_value(p), json_string_length(p), &j->n_prompt))) goto done;
+        if (!(j->prompt = srv_tokenize_prompt(r, "prompt", json_string_value(p), json_string_length(p), &j->n_prompt)))
+            goto done;
     } else if (json_is_array(p) && json_array_size(p) > 0 && json_is_integer(json_array_get(p, 0))) {
         /* A prompt given as token ids is used as is. */
         size_t n = json_array_size(p);

@@ -21,7 +21,8 @@ static void models(srv_req *r) {
 
 static void model_by_id(srv_req *r, const char *id) {
     if (strcmp(id, r->server->model_id) != 0) {
-        srv_send_error(r, 404, "invalid_request_error", "model", "model_not_found", "the model '%s' does not exist", id);
+        srv_send_error(r, 404, "invalid_request_error", "model", "model_not_found", "the model '%s' does not exist",
+                       id);
         return;
     }
     srv_send_json(r, 200, model_object(r->server));
@@ -57,8 +58,9 @@ static void tokenize(srv_req *r) {
         } else {
             json_t *arr = json_array();
             for (size_t i = 0; i < n; i++)
-                json_array_append_new(arr, with_pieces ? json_pack("{s:i, s:o}", "id", ids[i], "piece", piece_value(m, ids[i]))
-                                                       : json_integer(ids[i]));
+                json_array_append_new(arr, with_pieces
+                                               ? json_pack("{s:i, s:o}", "id", ids[i], "piece", piece_value(m, ids[i]))
+                                               : json_integer(ids[i]));
             srv_send_json(r, 200, json_pack("{s:o}", "tokens", arr));
         }
         free(ids);
@@ -73,7 +75,8 @@ static void detokenize(srv_req *r) {
     const kiln_model *m = r->server->model;
     int32_t n_vocab = kiln_model_n_vocab(m);
     if (!json_is_array(toks)) {
-        srv_send_error(r, 400, "invalid_request_error", "tokens", "invalid_type", "'tokens' must be an array of token ids");
+        srv_send_error(r, 400, "invalid_request_error", "tokens", "invalid_type",
+                       "'tokens' must be an array of token ids");
         json_decref(req);
         return;
     }
@@ -147,7 +150,7 @@ static void stats(srv_req *r) {
     srv_send_json(r, 200, j);
 }
 
-#define FLUSH_WAIT_MS 60000       /* how long POST /admin/cache/flush waits for pending writes */
+#define FLUSH_WAIT_MS 60000 /* how long POST /admin/cache/flush waits for pending writes */
 
 /* POST /admin/cache/flush: returns once every cached prefix is durable on SSD (or at once without
  * an SSD cache): 200 {"flushed": true, "ssd_cache": bool, "entries", "bytes", "pending"}; 503
@@ -163,8 +166,9 @@ static void cache_flush(srv_req *r) {
                        kiln_last_error());
         return;
     }
-    srv_send_json(r, 200, json_pack("{s:b, s:b, s:i, s:I, s:i}", "flushed", 1, "ssd_cache", es.ssd_enabled, "entries",
-                                    es.ssd_entries, "bytes", (json_int_t)es.ssd_bytes, "pending", es.ssd_pending));
+    srv_send_json(r, 200,
+                  json_pack("{s:b, s:b, s:i, s:I, s:i}", "flushed", 1, "ssd_cache", es.ssd_enabled, "entries",
+                            es.ssd_entries, "bytes", (json_int_t)es.ssd_bytes, "pending", es.ssd_pending));
 }
 
 typedef struct route {
@@ -197,7 +201,8 @@ void srv_route(srv_req *r) {
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
         if (strcmp(r->url, routes[i].path) != 0) continue;
         path_known = true;
-        if (strcmp(r->method, routes[i].method) == 0 || (strcmp(r->method, "HEAD") == 0 && routes[i].method[0] == 'G')) {
+        if (strcmp(r->method, routes[i].method) == 0 ||
+            (strcmp(r->method, "HEAD") == 0 && routes[i].method[0] == 'G')) {
             routes[i].fn(r);
             return;
         }
@@ -207,8 +212,8 @@ void srv_route(srv_req *r) {
         return;
     }
     if (path_known) {
-        srv_send_error(r, 405, "invalid_request_error", NULL, "method_not_allowed", "%s is not allowed on %s", r->method,
-                       r->url);
+        srv_send_error(r, 405, "invalid_request_error", NULL, "method_not_allowed", "%s is not allowed on %s",
+                       r->method, r->url);
         return;
     }
     srv_send_error(r, 404, "invalid_request_error", NULL, "not_found", "unknown route: %s %s", r->method, r->url);

@@ -40,23 +40,23 @@ struct MHD_Response;
 /* ---- configuration (resolved once by `kiln serve`) ------------------------------------------ */
 
 typedef struct srv_config {
-    const char *host;            /* default "127.0.0.1" */
-    int port;                    /* 0: an ephemeral port (printed at start) */
-    const char *api_key;         /* NULL: no authentication; else needed on every route but /health
-                                    and the chat page's files */
-    int max_tokens;              /* default max_tokens when a request gives none; -1 = to context end */
-    size_t max_body;             /* request body cap in bytes (413 beyond) */
-    int max_queue;               /* requests waiting for a row (429 beyond) */
-    unsigned timeout_s;          /* a connection waiting this long on its client (for request bytes,
-                                    between requests, or to take response bytes) is closed */
-    unsigned max_conns;          /* open connections at most; more are closed at once */
-    unsigned max_conns_per_ip;   /* open connections from one client address at most */
-    const char *cors;            /* origins allowed to call cross-origin, comma-separated ("*": any);
-                                    NULL: none (same-origin callers need no CORS) */
-    const char *allow_hosts;     /* Host names accepted besides IP addresses, localhost and the
-                                    --host name, comma-separated ("*": any) */
-    kiln_sampler_params sampling;  /* defaults: flags over the model's metadata over the library's */
-    bool verbose;                /* one log line per request */
+    const char *host;             /* default "127.0.0.1" */
+    int port;                     /* 0: an ephemeral port (printed at start) */
+    const char *api_key;          /* NULL: no authentication; else needed on every route but /health
+                                     and the chat page's files */
+    int max_tokens;               /* default max_tokens when a request gives none; -1 = to context end */
+    size_t max_body;              /* request body cap in bytes (413 beyond) */
+    int max_queue;                /* requests waiting for a row (429 beyond) */
+    unsigned timeout_s;           /* a connection waiting this long on its client (for request bytes,
+                                     between requests, or to take response bytes) is closed */
+    unsigned max_conns;           /* open connections at most; more are closed at once */
+    unsigned max_conns_per_ip;    /* open connections from one client address at most */
+    const char *cors;             /* origins allowed to call cross-origin, comma-separated ("*": any);
+                                     NULL: none (same-origin callers need no CORS) */
+    const char *allow_hosts;      /* Host names accepted besides IP addresses, localhost and the
+                                     --host name, comma-separated ("*": any) */
+    kiln_sampler_params sampling; /* defaults: flags over the model's metadata over the library's */
+    bool verbose;                 /* one log line per request */
 } srv_config;
 
 /* ---- counters -------------------------------------------------------------------------------- */
@@ -72,19 +72,19 @@ typedef enum srv_error_class {
     SRV_ERR_413,
     SRV_ERR_415,
     SRV_ERR_429,
-    SRV_ERR_4XX,                 /* any other 4xx */
-    SRV_ERR_5XX,                 /* any 5xx */
+    SRV_ERR_4XX, /* any other 4xx */
+    SRV_ERR_5XX, /* any 5xx */
     SRV_ERR_CLASSES
 } srv_error_class;
 
 typedef struct srv_stats {
     pthread_mutex_t mu;
-    uint64_t requests;           /* every HTTP request */
-    uint64_t completions;        /* generations finished (any reason) */
+    uint64_t requests;    /* every HTTP request */
+    uint64_t completions; /* generations finished (any reason) */
     uint64_t prompt_tokens;
     uint64_t gen_tokens;
-    double prompt_ms;            /* summed prefill wall time */
-    double gen_ms;               /* summed generation wall time */
+    double prompt_ms; /* summed prefill wall time */
+    double gen_ms;    /* summed generation wall time */
     uint64_t errors[SRV_ERR_CLASSES];
 } srv_stats;
 
@@ -108,13 +108,13 @@ typedef void (*srv_job_event_fn)(srv_job *job, const kiln_token_event *ev);
 
 struct srv_job {
     /* set by the route, read-only once submitted */
-    kiln_token *prompt;          /* [n_prompt], owned */
+    kiln_token *prompt; /* [n_prompt], owned */
     size_t n_prompt;
-    kiln_generate_params gp;     /* stop, logit_bias point into the owned arrays below */
-    char **stop;                 /* [n_stop] owned strings */
-    kiln_logit_bias *bias;       /* owned */
+    kiln_generate_params gp; /* stop, logit_bias point into the owned arrays below */
+    char **stop;             /* [n_stop] owned strings */
+    kiln_logit_bias *bias;   /* owned */
     srv_job_event_fn on_event;
-    void *user;                  /* owned by the route that made the job (freed by free_user) */
+    void *user; /* owned by the route that made the job (freed by free_user) */
     void (*free_user)(void *user);
     srv_stats *stats;
 
@@ -122,14 +122,14 @@ struct srv_job {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int refs;
-    kiln_request *req;           /* the engine's handle once submitted */
-    bool done;                   /* the engine finished with the job */
-    kiln_status status;          /* the generation's status once done */
-    char error[512];             /* why the generation failed (the engine's message) */
+    kiln_request *req;  /* the engine's handle once submitted */
+    bool done;          /* the engine finished with the job */
+    kiln_status status; /* the generation's status once done */
+    char error[512];    /* why the generation failed (the engine's message) */
     kiln_generate_result result;
-    char *out;                   /* bytes produced for the client and not yet sent (streaming) */
+    char *out; /* bytes produced for the client and not yet sent (streaming) */
     size_t n_out, cap_out;
-    atomic_bool cancel;          /* the client went away */
+    atomic_bool cancel; /* the client went away */
 };
 
 /* A new job with one reference; NULL when out of memory. */
@@ -150,14 +150,14 @@ struct srv {
     srv_config cfg;
     kiln_model *model;
     kiln_engine *engine;
-    const char *model_id;        /* file name without .gguf */
-    int32_t n_ctx;               /* context of each row */
-    char fingerprint[24];        /* system_fingerprint: "fp_" + 12 hex of the model fingerprint */
-    long started;                /* unix time the server started */
+    const char *model_id; /* file name without .gguf */
+    int32_t n_ctx;        /* context of each row */
+    char fingerprint[24]; /* system_fingerprint: "fp_" + 12 hex of the model fingerprint */
+    long started;         /* unix time the server started */
     srv_stats stats;
     struct MHD_Daemon *daemon;
     int bound_port;
-    atomic_uint conns;           /* open connections */
+    atomic_uint conns; /* open connections */
     atomic_bool stopping;
 };
 
@@ -167,9 +167,9 @@ typedef struct srv_req {
     struct MHD_Connection *conn;
     const char *method;
     const char *url;
-    const char *body;            /* NUL-terminated */
+    const char *body; /* NUL-terminated */
     size_t body_len;
-    unsigned status;             /* status of the response queued (for the log line) */
+    unsigned status; /* status of the response queued (for the log line) */
 } srv_req;
 
 /* Starts listening (MHD daemon with its own threads). Prints nothing; the caller reports
@@ -182,13 +182,13 @@ void srv_http_stop(srv *s);
 /* Responses (each queues exactly one response on the request). srv_send_response queues resp
  * (taking it; NULL counts as a 500 sent) with the CORS headers the request's origin may get. */
 void srv_send_response(srv_req *r, unsigned status, struct MHD_Response *resp);
-void srv_send_json(srv_req *r, unsigned status, json_t *body);   /* steals body */
+void srv_send_json(srv_req *r, unsigned status, json_t *body); /* steals body */
 void srv_send_text(srv_req *r, unsigned status, const char *content_type, const char *text, size_t len);
 /* OpenAI's error shape {"error": {"message", "type", "param", "code"}}; param/code may be NULL.
  * The message may quote anything a client sent: it is made valid UTF-8 and cut at a character
  * (srv_text_sanitize), so a bad request always gets its 4xx. */
-void srv_send_error(srv_req *r, unsigned status, const char *type, const char *param, const char *code,
-                    const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+void srv_send_error(srv_req *r, unsigned status, const char *type, const char *param, const char *code, const char *fmt,
+                    ...) __attribute__((format(printf, 6, 7)));
 /* A server-sent-event stream fed from job->out until the job is done. Takes a job reference. */
 void srv_send_stream(srv_req *r, srv_job *job);
 /* Blocks until the job is done, cancelling it if the client disconnects first. True when the
@@ -204,10 +204,10 @@ void srv_apply_template(srv_req *r);
 /* The browser chat page (web.c): its files, embedded at build time by scripts/embed into the
  * generated web_assets.c, ending with an entry whose path is NULL. */
 typedef struct srv_web_asset {
-    const char *path;            /* "/index.html", "/app.js", ... */
+    const char *path; /* "/index.html", "/app.js", ... */
     const char *content_type;
-    const char *etag;            /* quoted, e.g. "\"123-456\"" */
-    const unsigned char *data;   /* [len] */
+    const char *etag;          /* quoted, e.g. "\"123-456\"" */
+    const unsigned char *data; /* [len] */
     size_t len;
 } srv_web_asset;
 extern const srv_web_asset srv_web_assets[];
@@ -231,7 +231,7 @@ void srv_cors_headers(srv_req *r, struct MHD_Response *resp);
 size_t srv_text_sanitize(char *out, size_t cap, const char *in, size_t n, bool keep_newlines);
 
 /* Shared helpers. */
-json_t *srv_parse_body(srv_req *r);       /* a JSON object, or NULL after sending 415 or 400 */
+json_t *srv_parse_body(srv_req *r); /* a JSON object, or NULL after sending 415 or 400 */
 /* An optional boolean field: *out is left as it is when the field is absent or null; any other
  * type sends 400 naming the field and returns false. */
 bool srv_get_bool(srv_req *r, json_t *o, const char *key, bool *out);

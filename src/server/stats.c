@@ -13,7 +13,7 @@
 /* The error classes of srv_error_class, in its order: the status each counts and its label in
  * /metrics (code="...") and /stats ("errors": {...}). */
 static const struct {
-    unsigned status;             /* 0: the class of any other status of its hundred */
+    unsigned status; /* 0: the class of any other status of its hundred */
     const char *name;
 } error_classes[SRV_ERR_CLASSES] = {
     [SRV_ERR_400] = {400, "400"}, [SRV_ERR_401] = {401, "401"}, [SRV_ERR_403] = {403, "403"},
@@ -138,13 +138,14 @@ json_t *srv_stats_json(srv_stats *s, const kiln_engine_stats *es, unsigned conne
     json_t *errs = json_object();
     for (int i = 0; i < SRV_ERR_CLASSES; i++)
         json_object_set_new(errs, error_classes[i].name, json_integer((json_int_t)c.errors[i]));
-    json_t *j = json_pack("{s:I, s:I, s:I, s:I, s:f, s:f, s:i, s:i, s:i, s:I, s:I, s:I, s:I, s:o}", "requests",
-                     (json_int_t)c.requests, "completions", (json_int_t)c.completions, "prompt_tokens",
-                     (json_int_t)c.prompt_tokens, "generated_tokens", (json_int_t)c.gen_tokens,
-                     "prompt_tokens_per_second", rate(c.prompt_tokens, c.prompt_ms), "generation_tokens_per_second",
-                     rate(c.gen_tokens, c.gen_ms), "active", es->active, "queued", es->queued, "batch_rows",
-                     es->max_rows, "kv_bytes", (json_int_t)es->kv_bytes, "kv_bytes_used", (json_int_t)es->kv_bytes_used,
-                     "steps", (json_int_t)es->steps, "connections", (json_int_t)connections, "errors", errs);
+    json_t *j =
+        json_pack("{s:I, s:I, s:I, s:I, s:f, s:f, s:i, s:i, s:i, s:I, s:I, s:I, s:I, s:o}", "requests",
+                  (json_int_t)c.requests, "completions", (json_int_t)c.completions, "prompt_tokens",
+                  (json_int_t)c.prompt_tokens, "generated_tokens", (json_int_t)c.gen_tokens, "prompt_tokens_per_second",
+                  rate(c.prompt_tokens, c.prompt_ms), "generation_tokens_per_second", rate(c.gen_tokens, c.gen_ms),
+                  "active", es->active, "queued", es->queued, "batch_rows", es->max_rows, "kv_bytes",
+                  (json_int_t)es->kv_bytes, "kv_bytes_used", (json_int_t)es->kv_bytes_used, "steps",
+                  (json_int_t)es->steps, "connections", (json_int_t)connections, "errors", errs);
     if (j) json_object_set_new(j, "prompt_cache", cache_json(es));
     if (j) json_object_set_new(j, "ssd_cache", ssd_json(es));
     return j;
@@ -152,18 +153,18 @@ json_t *srv_stats_json(srv_stats *s, const kiln_engine_stats *es, unsigned conne
 
 /* The prefix cache's figures for /stats. */
 static json_t *cache_json(const kiln_engine_stats *es) {
-    return json_pack("{s:i, s:I, s:I, s:I, s:I, s:I}", "entries", es->cache_entries, "bytes", (json_int_t)es->cache_bytes,
-                     "budget", (json_int_t)es->cache_budget, "hits", (json_int_t)es->cache_hits, "misses",
-                     (json_int_t)es->cache_misses, "hit_tokens", (json_int_t)es->cache_hit_tokens);
+    return json_pack("{s:i, s:I, s:I, s:I, s:I, s:I}", "entries", es->cache_entries, "bytes",
+                     (json_int_t)es->cache_bytes, "budget", (json_int_t)es->cache_budget, "hits",
+                     (json_int_t)es->cache_hits, "misses", (json_int_t)es->cache_misses, "hit_tokens",
+                     (json_int_t)es->cache_hit_tokens);
 }
 
 /* The SSD tier's figures for /stats ({"enabled": false} without one). */
 static json_t *ssd_json(const kiln_engine_stats *es) {
     if (!es->ssd_enabled) return json_pack("{s:b}", "enabled", 0);
-    return json_pack("{s:b, s:i, s:I, s:I, s:I, s:I, s:I, s:i, s:I, s:I, s:I}", "enabled", 1, "entries", es->ssd_entries,
-                     "bytes", (json_int_t)es->ssd_bytes, "budget", (json_int_t)es->ssd_budget, "hits",
+    return json_pack("{s:b, s:i, s:I, s:I, s:I, s:I, s:I, s:i, s:I, s:I, s:I}", "enabled", 1, "entries",
+                     es->ssd_entries, "bytes", (json_int_t)es->ssd_bytes, "budget", (json_int_t)es->ssd_budget, "hits",
                      (json_int_t)es->ssd_hits, "hit_tokens", (json_int_t)es->ssd_hit_tokens, "writes",
-                     (json_int_t)es->ssd_writes, "pending", es->ssd_pending, "evictions",
-                     (json_int_t)es->ssd_evictions, "quarantined", (json_int_t)es->ssd_quarantined, "errors",
-                     (json_int_t)es->ssd_errors);
+                     (json_int_t)es->ssd_writes, "pending", es->ssd_pending, "evictions", (json_int_t)es->ssd_evictions,
+                     "quarantined", (json_int_t)es->ssd_quarantined, "errors", (json_int_t)es->ssd_errors);
 }

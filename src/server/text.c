@@ -17,17 +17,17 @@
 static size_t utf8_len(const unsigned char *s, size_t n) {
     const unsigned c = s[0];
     size_t len;
-    unsigned lo = 0x80, hi = 0xBF;   /* the range of the second byte */
+    unsigned lo = 0x80, hi = 0xBF; /* the range of the second byte */
     if (c < 0x80) return 1;
     if (c >= 0xC2 && c <= 0xDF) len = 2;
     else if (c >= 0xE0 && c <= 0xEF) {
         len = 3;
-        if (c == 0xE0) lo = 0xA0;          /* overlong */
-        if (c == 0xED) hi = 0x9F;          /* surrogates */
+        if (c == 0xE0) lo = 0xA0; /* overlong */
+        if (c == 0xED) hi = 0x9F; /* surrogates */
     } else if (c >= 0xF0 && c <= 0xF4) {
         len = 4;
-        if (c == 0xF0) lo = 0x90;          /* overlong */
-        if (c == 0xF4) hi = 0x8F;          /* above U+10FFFF */
+        if (c == 0xF0) lo = 0x90; /* overlong */
+        if (c == 0xF4) hi = 0x8F; /* above U+10FFFF */
     } else {
         return 0;
     }

@@ -17,8 +17,8 @@
 #include <string.h>
 
 /* The page makes no requests elsewhere and builds no code from strings. */
-#define PAGE_CSP                                                                                             \
-    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; " \
+#define PAGE_CSP                                                                                                       \
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "              \
     "base-uri 'none'; frame-ancestors 'none'"
 
 static const srv_web_asset *find_asset(const char *url) {
@@ -38,8 +38,8 @@ bool srv_web_serve(srv_req *r) {
     const srv_web_asset *a = find_asset(r->url);
     if (!a) return false;
     if (strcmp(r->method, "GET") != 0 && strcmp(r->method, "HEAD") != 0) {
-        srv_send_error(r, 405, "invalid_request_error", NULL, "method_not_allowed", "%s is not allowed on %s", r->method,
-                       r->url);
+        srv_send_error(r, 405, "invalid_request_error", NULL, "method_not_allowed", "%s is not allowed on %s",
+                       r->method, r->url);
         return true;
     }
     const bool fresh = not_modified(r->conn, a);

@@ -23,10 +23,10 @@
 #include <string.h>
 
 float kn_expf_ref(float x) {
-    if (!(x >= KN_EXPF_MIN)) return 0.0f;                /* also -inf and NaN */
+    if (!(x >= KN_EXPF_MIN)) return 0.0f; /* also -inf and NaN */
     if (x > KN_EXPF_MAX) x = KN_EXPF_MAX;
-    const float n = rintf(x * 1.44269504088896341f);     /* round to nearest even */
-    float r = fmaf(n, -0.693359375f, x);                 /* x - n ln2, in two steps */
+    const float n = rintf(x * 1.44269504088896341f); /* round to nearest even */
+    float r = fmaf(n, -0.693359375f, x);             /* x - n ln2, in two steps */
     r = fmaf(n, 2.12194440e-4f, r);
     float p = 1.9875691500e-4f;
     p = fmaf(p, r, 1.3981999507e-3f);
@@ -35,7 +35,7 @@ float kn_expf_ref(float x) {
     p = fmaf(p, r, 1.6666665459e-1f);
     p = fmaf(p, r, 5.0000001201e-1f);
     float y = fmaf(p, r * r, r) + 1.0f;
-    const int32_t bits = ((int32_t)n + 127) << 23;        /* 2^n, n in -126 .. 127 */
+    const int32_t bits = ((int32_t)n + 127) << 23; /* 2^n, n in -126 .. 127 */
     float scale;
     memcpy(&scale, &bits, sizeof scale);
     return y * scale;
@@ -100,7 +100,8 @@ static void attend_one(kn_kv_dot_fn dot, kn_kv_axpy_fn axpy, const uint8_t *k, c
 
 void kn_attend_blocked(kn_kv_dot_fn dot, kn_kv_axpy_fn axpy, const uint8_t *k, const uint8_t *v, size_t stride,
                        int32_t n, const float *q, int nq, int hd, float scale, float *out) {
-    for (int h = 0; h < nq; h++) attend_one(dot, axpy, k, v, stride, n, q + (size_t)h * hd, hd, scale, out + (size_t)h * hd);
+    for (int h = 0; h < nq; h++)
+        attend_one(dot, axpy, k, v, stride, n, q + (size_t)h * hd, hd, scale, out + (size_t)h * hd);
 }
 
 void kn_attend_f16_ref(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int nq, int hd,

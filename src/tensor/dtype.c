@@ -108,7 +108,7 @@ static void f32_from_float(const float *src, void *dst, int64_t n) {
 
 static float f32_vec_dot(int64_t n, const void *w, const void *x) {
     const float *a = w, *b = x;
-    float acc[16] = {0};   /* canonical order: 16 lanes, see quant.h */
+    float acc[16] = {0}; /* canonical order: 16 lanes, see quant.h */
     for (int64_t i = 0; i < n; i++) acc[i & 15] = fmaf(a[i], b[i], acc[i & 15]);
     return kn_reduce16(acc);
 }
@@ -126,7 +126,7 @@ static void f16_from_float(const float *src, void *dst, int64_t n) {
 static float f16_vec_dot(int64_t n, const void *w, const void *x) {
     const uint16_t *a = w;
     const float *b = x;
-    float acc[16] = {0};   /* canonical order: 16 lanes, see quant.h */
+    float acc[16] = {0}; /* canonical order: 16 lanes, see quant.h */
     for (int64_t i = 0; i < n; i++) acc[i & 15] = fmaf(kn_fp16_to_fp32(a[i]), b[i], acc[i & 15]);
     return kn_reduce16(acc);
 }
@@ -144,7 +144,7 @@ static void bf16_from_float(const float *src, void *dst, int64_t n) {
 static float bf16_vec_dot(int64_t n, const void *w, const void *x) {
     const uint16_t *a = w;
     const float *b = x;
-    float acc[16] = {0};   /* canonical order: 16 lanes, see quant.h */
+    float acc[16] = {0}; /* canonical order: 16 lanes, see quant.h */
     for (int64_t i = 0; i < n; i++) acc[i & 15] = fmaf(kn_bf16_to_fp32(a[i]), b[i], acc[i & 15]);
     return kn_reduce16(acc);
 }
@@ -178,10 +178,10 @@ static const kn_type_traits traits[KN_DTYPE_COUNT] = {
 /* Names of GGUF type ids kiln does not support, for error messages (ids whose types were removed from
  * the format have none and print as "type N"). */
 static const char *const other_names[KN_DTYPE_COUNT] = {
-    [10] = "Q2_K",   [11] = "Q3_K",    [16] = "IQ2_XXS", [17] = "IQ2_XS", [18] = "IQ3_XXS",
-    [19] = "IQ1_S",  [20] = "IQ4_NL",  [21] = "IQ3_S",   [22] = "IQ2_S",  [23] = "IQ4_XS",
-    [24] = "I8",     [25] = "I16",     [26] = "I32",     [27] = "I64",    [28] = "F64",
-    [29] = "IQ1_M",  [34] = "TQ1_0",   [35] = "TQ2_0",   [39] = "MXFP4",
+    [10] = "Q2_K",  [11] = "Q3_K",   [16] = "IQ2_XXS", [17] = "IQ2_XS", [18] = "IQ3_XXS",
+    [19] = "IQ1_S", [20] = "IQ4_NL", [21] = "IQ3_S",   [22] = "IQ2_S",  [23] = "IQ4_XS",
+    [24] = "I8",    [25] = "I16",    [26] = "I32",     [27] = "I64",    [28] = "F64",
+    [29] = "IQ1_M", [34] = "TQ1_0",  [35] = "TQ2_0",   [39] = "MXFP4",
 };
 
 const kn_type_traits *kn_type_traits_get(int32_t t) {

@@ -39,13 +39,13 @@ typedef void (*kn_from_float_fn)(const float *src, void *dst, int64_t n);
 typedef float (*kn_vec_dot_fn)(int64_t n, const void *w, const void *x);
 
 typedef struct kn_type_traits {
-    const char *name;          /* "Q4_K", as in GGUF tooling */
-    int32_t block_size;        /* elements per block (1 for float types) */
-    size_t block_bytes;        /* bytes per block */
-    kn_dtype vec_dot_type;     /* format the activation row must be in for vec_dot */
+    const char *name;      /* "Q4_K", as in GGUF tooling */
+    int32_t block_size;    /* elements per block (1 for float types) */
+    size_t block_bytes;    /* bytes per block */
+    kn_dtype vec_dot_type; /* format the activation row must be in for vec_dot */
     kn_to_float_fn to_float;
     kn_from_float_fn from_float;
-    kn_vec_dot_fn vec_dot;     /* NULL for activation-only types (Q8_1, Q8_K) */
+    kn_vec_dot_fn vec_dot; /* NULL for activation-only types (Q8_1, Q8_K) */
 } kn_type_traits;
 
 /* Traits of t, or NULL when t is unknown or not supported by kiln. */

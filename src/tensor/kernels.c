@@ -25,9 +25,12 @@ static void detect(kn_cpu *c) {
     c->fma = cx & (1u << 12);
     c->f16c = cx & (1u << 29);
     uint64_t xcr0 = osxsave ? xgetbv0() : 0;
-    bool ymm_ok = (xcr0 & 0x6) == 0x6;            /* XMM and YMM state */
-    bool zmm_ok = (xcr0 & 0xe6) == 0xe6;          /* plus opmask and ZMM state */
-    if (!ymm_ok) { c->fma = c->f16c = false; return; }
+    bool ymm_ok = (xcr0 & 0x6) == 0x6;   /* XMM and YMM state */
+    bool zmm_ok = (xcr0 & 0xe6) == 0xe6; /* plus opmask and ZMM state */
+    if (!ymm_ok) {
+        c->fma = c->f16c = false;
+        return;
+    }
     if (!__get_cpuid_count(7, 0, &a, &b, &cx, &d)) return;
     c->avx2 = b & (1u << 5);
     if (zmm_ok) {
@@ -53,12 +56,13 @@ static pthread_once_t g_cpu_once = PTHREAD_ONCE_INIT, g_once = PTHREAD_ONCE_INIT
 static void detect_cpu(void) { detect(&g_cpu); }
 
 /* The reference GEMM: the scalar vec_dot of the type-traits table for each (row, token). */
-#define REF_GEMM(NAME, TYPE)                                                                         \
-    static void NAME(int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, \
-                     float *out, size_t ldo) {                                                       \
-        const kn_vec_dot_fn dot = kn_type_traits_get(TYPE)->vec_dot;                                \
-        for (int t = 0; t < nt; t++)                                                                 \
-            for (int r = 0; r < nr; r++) out[(size_t)t * ldo + (size_t)r] = dot(n, w + (size_t)r * ws, x + (size_t)t * xs); \
+#define REF_GEMM(NAME, TYPE)                                                                                           \
+    static void NAME(int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, float *out,  \
+                     size_t ldo) {                                                                                     \
+        const kn_vec_dot_fn dot = kn_type_traits_get(TYPE)->vec_dot;                                                   \
+        for (int t = 0; t < nt; t++)                                                                                   \
+            for (int r = 0; r < nr; r++)                                                                               \
+                out[(size_t)t * ldo + (size_t)r] = dot(n, w + (size_t)r * ws, x + (size_t)t * xs);                     \
     }
 REF_GEMM(gemm_ref_f32, KN_F32)
 REF_GEMM(gemm_ref_f16, KN_F16)
@@ -91,17 +95,17 @@ static void init_ref(kn_kernels *k) {
     k->gemm[KN_Q5_K] = gemm_ref_q5_k;
     k->gemm[KN_Q6_K] = gemm_ref_q6_k;
     const kn_dtype acts[] = {KN_Q8_0, KN_Q8_1, KN_Q8_K};
-    for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++) k->quantize[acts[i]] = kn_type_traits_get(acts[i])->from_float;
+    for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++)
+        k->quantize[acts[i]] = kn_type_traits_get(acts[i])->from_float;
 }
 
 static void init_all(void) {
-    pthread_once(&g_cpu_once, detect_cpu);   /* its own once: the set inits may ask for features */
+    pthread_once(&g_cpu_once, detect_cpu); /* its own once: the set inits may ask for features */
     init_ref(&g_ref);
     g_best = g_ref;
 #if defined(__x86_64__)
     if (g_cpu.avx2 && g_cpu.fma && g_cpu.f16c) kn_kernels_init_avx2(&g_best);
-    if (g_cpu.avx2 && g_cpu.fma && g_cpu.f16c && g_cpu.avx512f && g_cpu.avx512bw && g_cpu.avx512vl &&
-        g_cpu.avx512vnni)
+    if (g_cpu.avx2 && g_cpu.fma && g_cpu.f16c && g_cpu.avx512f && g_cpu.avx512bw && g_cpu.avx512vl && g_cpu.avx512vnni)
         kn_kernels_init_avx512(&g_best);
 #endif
 }

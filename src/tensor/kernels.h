@@ -30,8 +30,8 @@ const kn_cpu *kn_cpu_features(void);
  *   out[t * ldo + r] = dot(weight row r, activation row t)
  * over n elements, where weight row r starts at w + r * w_stride and activation row t (already in
  * the weight type's vec_dot_type) at x + t * x_stride. 1 <= nr <= set->tile_r, 1 <= nt <= set->tile_t. */
-typedef void (*kn_gemm_fn)(int64_t n, const uint8_t *w, size_t w_stride, int nr, const uint8_t *x,
-                           size_t x_stride, int nt, float *out, size_t ldo);
+typedef void (*kn_gemm_fn)(int64_t n, const uint8_t *w, size_t w_stride, int nr, const uint8_t *x, size_t x_stride,
+                           int nt, float *out, size_t ldo);
 
 /* Row helpers over one KV row of n elements in F16 (raw binary16 bits) or F32, in the reference's
  * order (attend.c):
@@ -64,15 +64,15 @@ void kn_attend_blocked(kn_kv_dot_fn dot, kn_kv_axpy_fn axpy, const uint8_t *k, c
 float kn_expf_ref(float x);
 
 typedef struct kn_kernels {
-    const char *name;                             /* "ref", "avx2", "avx512" */
+    const char *name; /* "ref", "avx2", "avx512" */
     kn_attend_fn attend_f16, attend_f32;
-    int tile_r, tile_t;                           /* largest tile the gemm kernels take */
-    kn_gemm_fn gemm[KN_DTYPE_COUNT];              /* per weight type; NULL: use the reference */
-    kn_from_float_fn quantize[KN_DTYPE_COUNT];    /* per activation type; NULL: use the reference */
+    int tile_r, tile_t;                        /* largest tile the gemm kernels take */
+    kn_gemm_fn gemm[KN_DTYPE_COUNT];           /* per weight type; NULL: use the reference */
+    kn_from_float_fn quantize[KN_DTYPE_COUNT]; /* per activation type; NULL: use the reference */
     /* Panel kernels (pack.h) per weight type; NULL: matrices of that type stay in the plain layout.
      * A model loaded with this set repacks every matrix that has one (and 16 | rows). */
     kn_p16_fn p16[KN_DTYPE_COUNT];
-    int p16_tile_t;                               /* tokens per panel-kernel call at most */
+    int p16_tile_t; /* tokens per panel-kernel call at most */
 } kn_kernels;
 
 typedef enum kn_kernel_choice { KN_KERNELS_AUTO = 0, KN_KERNELS_REF = 1 } kn_kernel_choice;
@@ -91,45 +91,45 @@ kn_from_float_fn kn_kernels_quantize(const kn_kernels *k, kn_dtype t);
  * agree with each other and the reference bit for bit). The common shapes (4 rows x 1..4 tokens)
  * each get an inlined copy with constant loop bounds, other shapes (the last rows of a matrix) the
  * generic copy. Used by every SIMD set's K-quant file, so the ladder exists once. */
-#define KN_K_GEMM(NAME, KIND, DEC, T4)                                                                       \
-    static void NAME(int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt,    \
-                     float *out, size_t ldo) {                                                               \
-        const int64_t nb = n / KN_QK_K;                                                                      \
-        if (nr == 4 && nt == 1) DEC(KIND, nb, w, ws, 4, x, out);                                             \
-        else if (nr == 4 && nt == 4) T4(KIND, nb, w, ws, 4, x, xs, 4, out, ldo);                             \
-        else if (nr == 4 && nt == 3) T4(KIND, nb, w, ws, 4, x, xs, 3, out, ldo);                             \
-        else if (nr == 4 && nt == 2) T4(KIND, nb, w, ws, 4, x, xs, 2, out, ldo);                             \
-        else if (nt == 1) DEC(KIND, nb, w, ws, nr, x, out);                                                  \
-        else T4(KIND, nb, w, ws, nr, x, xs, nt, out, ldo);                                                   \
+#define KN_K_GEMM(NAME, KIND, DEC, T4)                                                                                 \
+    static void NAME(int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, float *out,  \
+                     size_t ldo) {                                                                                     \
+        const int64_t nb = n / KN_QK_K;                                                                                \
+        if (nr == 4 && nt == 1) DEC(KIND, nb, w, ws, 4, x, out);                                                       \
+        else if (nr == 4 && nt == 4) T4(KIND, nb, w, ws, 4, x, xs, 4, out, ldo);                                       \
+        else if (nr == 4 && nt == 3) T4(KIND, nb, w, ws, 4, x, xs, 3, out, ldo);                                       \
+        else if (nr == 4 && nt == 2) T4(KIND, nb, w, ws, 4, x, xs, 2, out, ldo);                                       \
+        else if (nt == 1) DEC(KIND, nb, w, ws, nr, x, out);                                                            \
+        else T4(KIND, nb, w, ws, nr, x, xs, nt, out, ldo);                                                             \
     }
 
 /* The Q8_0 and Q8_1 activation quantizers (kn_from_float_fn) of a SIMD set, over its block function
  * BLOCK(x[32], qs[32], &sum) -> fp16 scale (sum: the sum of the quants). Byte-identical to
  * kn_q8_0_from_float / kn_q8_1_from_float (quant.h conventions; a partial block is ignored). */
-#define KN_Q8_QUANTIZERS(BLOCK)                                                                              \
-    static void quantize_q8_0(const float *src, void *dst, int64_t n) {                                      \
-        kn_block_q8_0 *b = dst;                                                                              \
-        int sum;                                                                                             \
-        for (int64_t i = 0; i < n / KN_QK8_0; i++) b[i].d = BLOCK(src + i * KN_QK8_0, b[i].qs, &sum);        \
-    }                                                                                                        \
-    static void quantize_q8_1(const float *src, void *dst, int64_t n) {                                      \
-        kn_block_q8_1 *b = dst;                                                                              \
-        int sum;                                                                                             \
-        for (int64_t i = 0; i < n / KN_QK8_1; i++) {                                                         \
-            b[i].d = BLOCK(src + i * KN_QK8_1, b[i].qs, &sum);                                               \
-            b[i].s = kn_fp32_to_fp16_sat(kn_fp16_to_fp32(b[i].d) * (float)sum);                              \
-        }                                                                                                    \
+#define KN_Q8_QUANTIZERS(BLOCK)                                                                                        \
+    static void quantize_q8_0(const float *src, void *dst, int64_t n) {                                                \
+        kn_block_q8_0 *b = dst;                                                                                        \
+        int sum;                                                                                                       \
+        for (int64_t i = 0; i < n / KN_QK8_0; i++) b[i].d = BLOCK(src + i * KN_QK8_0, b[i].qs, &sum);                  \
+    }                                                                                                                  \
+    static void quantize_q8_1(const float *src, void *dst, int64_t n) {                                                \
+        kn_block_q8_1 *b = dst;                                                                                        \
+        int sum;                                                                                                       \
+        for (int64_t i = 0; i < n / KN_QK8_1; i++) {                                                                   \
+            b[i].d = BLOCK(src + i * KN_QK8_1, b[i].qs, &sum);                                                         \
+            b[i].s = kn_fp32_to_fp16_sat(kn_fp16_to_fp32(b[i].d) * (float)sum);                                        \
+        }                                                                                                              \
     }
 
 /* SIMD sets, each in its own files; each init fills the entries it implements and leaves the others.
  * The tile is 4x4 for every set (tile_r = tile_t = 4); a kernel may process sub-tiles internally. */
-void kn_kernels_init_avx2(kn_kernels *k);           /* kernels_avx2.c: attention, then the two below */
-void kn_avx2_init_legacy(kn_kernels *k);            /* kernels_avx2_legacy.c: F32/F16/BF16, Q4_0..Q8_0, Q8_0/Q8_1 quantizers */
-void kn_avx2_init_kquants(kn_kernels *k);           /* kernels_avx2_k.c: Q4_K, Q5_K, Q6_K, Q8_K quantizer */
-void kn_kernels_init_avx512(kn_kernels *k);         /* kernels_avx512.c: calls the two below */
-void kn_avx512_init_legacy(kn_kernels *k);          /* kernels_avx512_legacy.c */
-void kn_avx512_init_kquants(kn_kernels *k);         /* kernels_avx512_k.c */
-void kn_avx512_init_p16(kn_kernels *k);             /* kernels_avx512_p16.c: Q4_0, Q8_0, Q4_K panel kernels */
-void kn_avx512_init_attn(kn_kernels *k);            /* kernels_avx512_attn.c: attention */
+void kn_kernels_init_avx2(kn_kernels *k);   /* kernels_avx2.c: attention, then the two below */
+void kn_avx2_init_legacy(kn_kernels *k);    /* kernels_avx2_legacy.c: F32/F16/BF16, Q4_0..Q8_0, Q8_0/Q8_1 quantizers */
+void kn_avx2_init_kquants(kn_kernels *k);   /* kernels_avx2_k.c: Q4_K, Q5_K, Q6_K, Q8_K quantizer */
+void kn_kernels_init_avx512(kn_kernels *k); /* kernels_avx512.c: calls the two below */
+void kn_avx512_init_legacy(kn_kernels *k);  /* kernels_avx512_legacy.c */
+void kn_avx512_init_kquants(kn_kernels *k); /* kernels_avx512_k.c */
+void kn_avx512_init_p16(kn_kernels *k);     /* kernels_avx512_p16.c: Q4_0, Q8_0, Q4_K panel kernels */
+void kn_avx512_init_attn(kn_kernels *k);    /* kernels_avx512_attn.c: attention */
 
 #endif

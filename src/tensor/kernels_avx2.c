@@ -1,7 +1,7 @@
 /*
  * kernels_avx2.c - assembles the AVX2+FMA kernel set (x86-64): attention over F16/F32 KV rows
- * (here: SIMD row helpers in the reference's order, run by attend.c's blocked attention), the legacy and float formats (kernels_avx2_legacy.c) and the K formats
- * (kernels_avx2_k.c). The AVX-512 set starts from this one.
+ * (here: SIMD row helpers in the reference's order, run by attend.c's blocked attention), the legacy and float formats
+ * (kernels_avx2_legacy.c) and the K formats (kernels_avx2_k.c). The AVX-512 set starts from this one.
  */
 #include "tensor/kernels.h"
 
@@ -26,7 +26,8 @@ static float kv_dot_f16(const void *k, const float *q, int n) {
     int i = 0;
     for (; i + 16 <= n; i += 16) {
         a0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))), _mm256_loadu_ps(q + i), a0);
-        a1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i + 8))), _mm256_loadu_ps(q + i + 8), a1);
+        a1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i + 8))), _mm256_loadu_ps(q + i + 8),
+                             a1);
     }
     for (; i + 8 <= n; i += 8)
         a0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))), _mm256_loadu_ps(q + i), a0);
@@ -63,7 +64,8 @@ static void kv_axpy_f32(float a, const void *v, float *y, int n) {
     const float *f = v;
     const __m256 av = _mm256_set1_ps(a);
     int i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(f + i), _mm256_loadu_ps(y + i)));
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(f + i), _mm256_loadu_ps(y + i)));
     for (; i < n; i++) y[i] = fmaf(a, f[i], y[i]);
 }
 

@@ -43,18 +43,18 @@ enum { K_Q4 = 0, K_Q5 = 1, K_Q6 = 2 };
  * (in both block types the scales are followed by more of the block). */
 KI __m128i k4_scales(const uint8_t *scales) {
     const __m128i raw = _mm_loadu_si128((const __m128i *)scales);
-    const __m128i lo = _mm_and_si128(raw, _mm_set1_epi8(0x3F));                      /* sc0..3 | m0..3 */
-    const __m128i x2 = _mm_shuffle_epi32(raw, 0xAA);                                 /* bytes 8..11 everywhere */
+    const __m128i lo = _mm_and_si128(raw, _mm_set1_epi8(0x3F)); /* sc0..3 | m0..3 */
+    const __m128i x2 = _mm_shuffle_epi32(raw, 0xAA);            /* bytes 8..11 everywhere */
     const __m128i t = _mm_and_si128(_mm_srlv_epi32(x2, _mm_setr_epi32(0, 4, 0, 0)), _mm_set1_epi8(0x0F));
-    const __m128i u = _mm_and_si128(_mm_srli_epi32(raw, 2), _mm_set1_epi8(0x30));     /* top 2 bits -> bits 4,5 */
-    return _mm_unpacklo_epi32(lo, _mm_or_si128(t, u));                               /* hi: sc4..7 | m4..7 */
+    const __m128i u = _mm_and_si128(_mm_srli_epi32(raw, 2), _mm_set1_epi8(0x30)); /* top 2 bits -> bits 4,5 */
+    return _mm_unpacklo_epi32(lo, _mm_or_si128(t, u));                            /* hi: sc4..7 | m4..7 */
 }
 
 /* One token's super-block: its quants are read as stored (vector v = qs[32v .. 32v+31]). */
 typedef struct tok_k {
     const int8_t *qs;
-    __m256i b;  /* Q4_K/Q5_K: int32 lane j = bsums[2j] + bsums[2j+1], the sum of sub-block j;
-                 * Q6_K: int16 lane j = -bsums[j] */
+    __m256i b; /* Q4_K/Q5_K: int32 lane j = bsums[2j] + bsums[2j+1], the sum of sub-block j;
+                * Q6_K: int16 lane j = -bsums[j] */
 } tok_k;
 
 KI void prep_tok(int kind, const kn_block_q8_k *y, tok_k *T) {
@@ -82,7 +82,10 @@ KI __m256i quants_k4(int kind, __m256i z, __m256i qh, int v) {
 KI __m256i quants_q6k(__m256i l, __m256i qh, int k) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
     const __m256i lo = (k >> 1) ? _mm256_and_si256(_mm256_srli_epi16(l, 4), m4) : _mm256_and_si256(l, m4);
-    const __m256i hi = k == 0 ? _mm256_slli_epi16(qh, 4) : k == 1 ? _mm256_slli_epi16(qh, 2) : k == 2 ? qh : _mm256_srli_epi16(qh, 2);
+    const __m256i hi = k == 0   ? _mm256_slli_epi16(qh, 4)
+                       : k == 1 ? _mm256_slli_epi16(qh, 2)
+                       : k == 2 ? qh
+                                : _mm256_srli_epi16(qh, 2);
     return _mm256_or_si256(lo, _mm256_and_si256(hi, m30));
 }
 
@@ -136,7 +139,8 @@ KI __m128i row_dots(int kind, const uint8_t *blk, const tok_k *T, int nt, __m256
     }
     const uint8_t *scales = kind == K_Q5 ? ((const kn_block_q5_k *)blk)->scales : ((const kn_block_q4_k *)blk)->scales;
     const uint8_t *qs = kind == K_Q5 ? ((const kn_block_q5_k *)blk)->qs : ((const kn_block_q4_k *)blk)->qs;
-    const __m256i qh = kind == K_Q5 ? _mm256_loadu_si256((const __m256i *)((const kn_block_q5_k *)blk)->qh) : _mm256_setzero_si256();
+    const __m256i qh =
+        kind == K_Q5 ? _mm256_loadu_si256((const __m256i *)((const kn_block_q5_k *)blk)->qh) : _mm256_setzero_si256();
     const __m128i scm = k4_scales(scales);
     const __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(scm)); /* int16 sc0..7, twice */
 #pragma GCC unroll 4
@@ -307,8 +311,8 @@ static void quantize_q8_k(const float *src, void *dst, int64_t n) {
         __m256 am = _mm256_setzero_ps();
         for (int g = 0; g < 32; g++) {
             __m256 x = _mm256_loadu_ps(src + 8 * g);
-            x = _mm256_and_ps(x, _mm256_cmp_ps(x, x, _CMP_ORD_Q));   /* NaN -> 0 */
-            x = _mm256_min_ps(_mm256_max_ps(x, nbig), big);           /* +-inf -> +-FLT_MAX */
+            x = _mm256_and_ps(x, _mm256_cmp_ps(x, x, _CMP_ORD_Q)); /* NaN -> 0 */
+            x = _mm256_min_ps(_mm256_max_ps(x, nbig), big);        /* +-inf -> +-FLT_MAX */
             v[g] = x;
             am = _mm256_max_ps(am, _mm256_andnot_ps(sign, x));
         }

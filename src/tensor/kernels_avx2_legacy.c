@@ -40,8 +40,8 @@
 #include <immintrin.h>
 #include <string.h>
 
-#define AI static inline __attribute__((always_inline))
-#define UNROLL _Pragma("GCC unroll 4")
+#define AI          static inline __attribute__((always_inline))
+#define UNROLL      _Pragma("GCC unroll 4")
 #define VNNI_TARGET __attribute__((target("avx2,fma,f16c,avxvnni")))
 
 /* ---- loads and layout helpers ---- */
@@ -103,8 +103,9 @@ AI void group_q8(const uint8_t *p, size_t stride, __m256i Z[4]) {
 AI void group_nib(const uint8_t *p, size_t stride, __m256i Z[4]) {
     const __m256i A = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)p)),
                                               _mm_loadu_si128((const __m128i *)(p + stride)), 1);
-    const __m256i B = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(p + 2 * stride))),
-                                              _mm_loadu_si128((const __m128i *)(p + 3 * stride)), 1);
+    const __m256i B =
+        _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(p + 2 * stride))),
+                                _mm_loadu_si128((const __m128i *)(p + 3 * stride)), 1);
     const __m256i P0 = _mm256_unpacklo_epi64(A, B), P1 = _mm256_unpackhi_epi64(A, B);
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     Z[0] = _mm256_and_si256(P0, m4);
@@ -142,8 +143,8 @@ AI __m256i dot4_small(const __m256i a[4], const __m256i b[4]) {
 AI __m256i dot4_signed(const __m256i a[4], const __m256i b[4]) {
     const __m256i one = _mm256_set1_epi16(1);
     __m256i s[4];
-    UNROLL for (int j = 0; j < 4; j++)
-        s[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(a[j]), _mm256_sign_epi8(b[j], a[j])), one);
+    UNROLL for (int j = 0; j < 4; j++) s[j] =
+        _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(a[j]), _mm256_sign_epi8(b[j], a[j])), one);
     return _mm256_add_epi32(_mm256_add_epi32(s[0], s[1]), _mm256_add_epi32(s[2], s[3]));
 }
 
@@ -223,11 +224,11 @@ AI void x_q8_1(const uint8_t *p, xgrp *X) {
     X->s = scales4(p + 2, sizeof(kn_block_q8_1));
 }
 
-#define LOADX_Q4_0(p, X) x_q8_0(p, X, 8)
-#define LOADX_Q5_0(p, X) x_q8_0(p, X, 16)
-#define LOADX_Q8_0(p, X) x_q8_0(p, X, 0)
+#define LOADX_Q4_0(p, X)   x_q8_0(p, X, 8)
+#define LOADX_Q5_0(p, X)   x_q8_0(p, X, 16)
+#define LOADX_Q8_0(p, X)   x_q8_0(p, X, 0)
 #define LOADX_Q8_0_U(p, X) x_q8_0(p, X, 128)
-#define LOADX_Q8_1(p, X) x_q8_1(p, X)
+#define LOADX_Q8_1(p, X)   x_q8_1(p, X)
 
 /* A group's contribution to one (row, token) accumulator, from its exact lane sums. */
 AI __m256 acc_grp(__m256i s, const wgrp *W, const xgrp *X, __m256 acc) {
@@ -245,9 +246,7 @@ AI __m256 dot_small_m(const wgrp *W, const xgrp *X, __m256 acc) {
     return _mm256_fmadd_ps(W->m, X->s, dot_small(W, X, acc));
 }
 
-AI __m256 dot_signed(const wgrp *W, const xgrp *X, __m256 acc) {
-    return acc_grp(dot4_signed(W->q, X->q), W, X, acc);
-}
+AI __m256 dot_signed(const wgrp *W, const xgrp *X, __m256 acc) { return acc_grp(dot4_signed(W->q, X->q), W, X, acc); }
 
 VNNI_TARGET AI __m256 dot_vnni(const wgrp *W, const xgrp *X, __m256 acc) {
     __m256i s = X->c;
@@ -268,74 +267,84 @@ AI float hsum8(__m256 v) {
 }
 
 /* The 16 (nr, nt) shapes, each a specialization with constant loop bounds. */
-#define TILE_SWITCH(TILE)                                                                           \
-    switch ((nr - 1) * 4 + (nt - 1)) {                                                              \
-    case 0: TILE(1, 1); break;  case 1: TILE(1, 2); break;  case 2: TILE(1, 3); break;              \
-    case 3: TILE(1, 4); break;  case 4: TILE(2, 1); break;  case 5: TILE(2, 2); break;              \
-    case 6: TILE(2, 3); break;  case 7: TILE(2, 4); break;  case 8: TILE(3, 1); break;              \
-    case 9: TILE(3, 2); break;  case 10: TILE(3, 3); break; case 11: TILE(3, 4); break;             \
-    case 12: TILE(4, 1); break; case 13: TILE(4, 2); break; case 14: TILE(4, 3); break;             \
-    default: TILE(4, 4); break;                                                                     \
+#define TILE_SWITCH(TILE)                                                                                              \
+    switch ((nr - 1) * 4 + (nt - 1)) {                                                                                 \
+        case 0: TILE(1, 1); break;                                                                                     \
+        case 1: TILE(1, 2); break;                                                                                     \
+        case 2: TILE(1, 3); break;                                                                                     \
+        case 3: TILE(1, 4); break;                                                                                     \
+        case 4: TILE(2, 1); break;                                                                                     \
+        case 5: TILE(2, 2); break;                                                                                     \
+        case 6: TILE(2, 3); break;                                                                                     \
+        case 7: TILE(2, 4); break;                                                                                     \
+        case 8: TILE(3, 1); break;                                                                                     \
+        case 9: TILE(3, 2); break;                                                                                     \
+        case 10: TILE(3, 3); break;                                                                                    \
+        case 11: TILE(3, 4); break;                                                                                    \
+        case 12: TILE(4, 1); break;                                                                                    \
+        case 13: TILE(4, 2); break;                                                                                    \
+        case 14: TILE(4, 3); break;                                                                                    \
+        default: TILE(4, 4); break;                                                                                    \
     }
 
 /* GEMM tile kernel NAME (target attributes ATTR) for a block weight format of WB bytes per block with
  * activations of XB bytes per block (kn_gemm_fn contract, kernels.h): n is a multiple of 32 (a
  * partial block is ignored). LOADW / LOADX unpack a group of 4 blocks, DOT adds a group's products to
  * an accumulator. The tokens are processed in passes of at most 2 (register budget). */
-#define DEFINE_GEMM_BLOCKS(NAME, ATTR, WB, XB, LOADW, LOADX, DOT)                                   \
-    ATTR AI void NAME##_group(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, __m256 acc[4][2], \
-                              const int NR, const int NT) {                                         \
-        xgrp X[2];                                                                                  \
-        UNROLL for (int t = 0; t < NT; t++) LOADX(x + (size_t)t * xs, &X[t]);                       \
-        UNROLL for (int r = 0; r < NR; r++) {                                                       \
-            wgrp W;                                                                                 \
-            LOADW(w + (size_t)r * ws, &W);                                                          \
-            UNROLL for (int t = 0; t < NT; t++) acc[r][t] = DOT(&W, &X[t], acc[r][t]);              \
-        }                                                                                           \
-    }                                                                                               \
-    ATTR AI void NAME##_pass(int64_t n, const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, float *out, \
-                             size_t ldo, const int NR, const int NT, const int PF) {                \
-        __m256 acc[4][2];                                                                           \
-        UNROLL for (int r = 0; r < NR; r++) UNROLL for (int t = 0; t < NT; t++) acc[r][t] = _mm256_setzero_ps(); \
-        const int64_t nb = n / 32, ng = nb / 4;                                                     \
-        const int rem = (int)(nb % 4);                                                              \
-        for (int64_t g = 0; g < ng; g++) {                                                          \
-            const uint8_t *wg = w + (size_t)g * 4 * (WB);                                           \
-            if (PF) prefetch_next_tile(w, ws, NR, (size_t)g * NR * 4 * (WB), NR * 4 * (WB));        \
-            NAME##_group(wg, ws, x + (size_t)g * 4 * (XB), xs, acc, NR, NT);                        \
-        }                                                                                           \
-        if (rem) {                                                                                  \
-            uint8_t tw[4][4 * (WB)], tx[2][4 * (XB)];                                               \
-            const size_t off = (size_t)ng * 4;                                                      \
-            UNROLL for (int r = 0; r < NR; r++) {                                                   \
-                memset(tw[r], 0, sizeof tw[r]);                                                     \
-                memcpy(tw[r], w + (size_t)r * ws + off * (WB), (size_t)rem * (WB));                 \
-            }                                                                                       \
-            UNROLL for (int t = 0; t < NT; t++) {                                                   \
-                memset(tx[t], 0, sizeof tx[t]);                                                     \
-                memcpy(tx[t], x + (size_t)t * xs + off * (XB), (size_t)rem * (XB));                 \
-            }                                                                                       \
-            NAME##_group(&tw[0][0], sizeof tw[0], &tx[0][0], sizeof tx[0], acc, NR, NT);            \
-        }                                                                                           \
-        UNROLL for (int r = 0; r < NR; r++) UNROLL for (int t = 0; t < NT; t++)                     \
-            out[(size_t)t * ldo + (size_t)r] = hsum8(acc[r][t]);                                    \
-    }                                                                                               \
-    ATTR AI void NAME##_tile(int64_t n, const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, float *out, \
-                             size_t ldo, const int NR, const int NT) {                              \
-        NAME##_pass(n, w, ws, x, xs, out, ldo, NR, NT < 2 ? NT : 2, NT == 1);                       \
-        if (NT > 2) NAME##_pass(n, w, ws, x + 2 * xs, xs, out + 2 * ldo, ldo, NR, NT - 2, 0);       \
-    }                                                                                               \
-    ATTR static void NAME(int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, \
-                          float *out, size_t ldo) {                                                 \
-        TILE_SWITCH(NAME##_CALL)                                                                    \
+#define DEFINE_GEMM_BLOCKS(NAME, ATTR, WB, XB, LOADW, LOADX, DOT)                                                      \
+    ATTR AI void NAME##_group(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, __m256 acc[4][2],              \
+                              const int NR, const int NT) {                                                            \
+        xgrp X[2];                                                                                                     \
+        UNROLL for (int t = 0; t < NT; t++) LOADX(x + (size_t)t * xs, &X[t]);                                          \
+        UNROLL for (int r = 0; r < NR; r++) {                                                                          \
+            wgrp W;                                                                                                    \
+            LOADW(w + (size_t)r * ws, &W);                                                                             \
+            UNROLL for (int t = 0; t < NT; t++) acc[r][t] = DOT(&W, &X[t], acc[r][t]);                                 \
+        }                                                                                                              \
+    }                                                                                                                  \
+    ATTR AI void NAME##_pass(int64_t n, const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, float *out,          \
+                             size_t ldo, const int NR, const int NT, const int PF) {                                   \
+        __m256 acc[4][2];                                                                                              \
+        UNROLL for (int r = 0; r < NR; r++) UNROLL for (int t = 0; t < NT; t++) acc[r][t] = _mm256_setzero_ps();       \
+        const int64_t nb = n / 32, ng = nb / 4;                                                                        \
+        const int rem = (int)(nb % 4);                                                                                 \
+        for (int64_t g = 0; g < ng; g++) {                                                                             \
+            const uint8_t *wg = w + (size_t)g * 4 * (WB);                                                              \
+            if (PF) prefetch_next_tile(w, ws, NR, (size_t)g *NR * 4 * (WB), NR * 4 * (WB));                            \
+            NAME##_group(wg, ws, x + (size_t)g * 4 * (XB), xs, acc, NR, NT);                                           \
+        }                                                                                                              \
+        if (rem) {                                                                                                     \
+            uint8_t tw[4][4 * (WB)], tx[2][4 * (XB)];                                                                  \
+            const size_t off = (size_t)ng * 4;                                                                         \
+            UNROLL for (int r = 0; r < NR; r++) {                                                                      \
+                memset(tw[r], 0, sizeof tw[r]);                                                                        \
+                memcpy(tw[r], w + (size_t)r * ws + off * (WB), (size_t)rem * (WB));                                    \
+            }                                                                                                          \
+            UNROLL for (int t = 0; t < NT; t++) {                                                                      \
+                memset(tx[t], 0, sizeof tx[t]);                                                                        \
+                memcpy(tx[t], x + (size_t)t * xs + off * (XB), (size_t)rem * (XB));                                    \
+            }                                                                                                          \
+            NAME##_group(&tw[0][0], sizeof tw[0], &tx[0][0], sizeof tx[0], acc, NR, NT);                               \
+        }                                                                                                              \
+        UNROLL for (int r = 0; r < NR; r++) UNROLL for (int t = 0; t < NT; t++) out[(size_t)t * ldo + (size_t)r] =     \
+            hsum8(acc[r][t]);                                                                                          \
+    }                                                                                                                  \
+    ATTR AI void NAME##_tile(int64_t n, const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, float *out,          \
+                             size_t ldo, const int NR, const int NT) {                                                 \
+        NAME##_pass(n, w, ws, x, xs, out, ldo, NR, NT < 2 ? NT : 2, NT == 1);                                          \
+        if (NT > 2) NAME##_pass(n, w, ws, x + 2 * xs, xs, out + 2 * ldo, ldo, NR, NT - 2, 0);                          \
+    }                                                                                                                  \
+    ATTR static void NAME(int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt,         \
+                          float *out, size_t ldo) {                                                                    \
+        TILE_SWITCH(NAME##_CALL)                                                                                       \
     }
 
-#define CALL(NAME, R, T) NAME##_tile(n, w, ws, x, xs, out, ldo, R, T)
-#define gemm_q4_0_CALL(R, T) CALL(gemm_q4_0, R, T)
-#define gemm_q5_0_CALL(R, T) CALL(gemm_q5_0, R, T)
-#define gemm_q8_0_CALL(R, T) CALL(gemm_q8_0, R, T)
-#define gemm_q4_1_CALL(R, T) CALL(gemm_q4_1, R, T)
-#define gemm_q5_1_CALL(R, T) CALL(gemm_q5_1, R, T)
+#define CALL(NAME, R, T)          NAME##_tile(n, w, ws, x, xs, out, ldo, R, T)
+#define gemm_q4_0_CALL(R, T)      CALL(gemm_q4_0, R, T)
+#define gemm_q5_0_CALL(R, T)      CALL(gemm_q5_0, R, T)
+#define gemm_q8_0_CALL(R, T)      CALL(gemm_q8_0, R, T)
+#define gemm_q4_1_CALL(R, T)      CALL(gemm_q4_1, R, T)
+#define gemm_q5_1_CALL(R, T)      CALL(gemm_q5_1, R, T)
 #define gemm_q4_0_vnni_CALL(R, T) CALL(gemm_q4_0_vnni, R, T)
 #define gemm_q5_0_vnni_CALL(R, T) CALL(gemm_q5_0_vnni, R, T)
 #define gemm_q8_0_vnni_CALL(R, T) CALL(gemm_q8_0_vnni, R, T)
@@ -366,51 +375,51 @@ AI __m256 w_bf16(const uint8_t *p) {
 /* GEMM tile kernel NAME for a float weight format of ES bytes per element (kn_gemm_fn contract,
  * kernels.h), any n >= 0: LOADW(p) gives the 8 weights at p as fp32. The tail of n % 8 elements goes
  * through zero-padded copies. The tokens are processed in passes of at most 2. */
-#define DEFINE_GEMM_FLOAT(NAME, ES, LOADW)                                                          \
-    AI void NAME##_pass(int64_t n, const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, float *out, \
-                        size_t ldo, const int NR, const int NT, const int PF) {                     \
-        __m256 acc[4][2], X[2];                                                                     \
-        UNROLL for (int r = 0; r < NR; r++) UNROLL for (int t = 0; t < NT; t++) acc[r][t] = _mm256_setzero_ps(); \
-        int64_t i = 0;                                                                              \
-        for (; i + 8 <= n; i += 8) {                                                                \
-            if (PF) prefetch_next_tile(w, ws, NR, (size_t)i * NR * (ES), NR * 8 * (ES));            \
-            UNROLL for (int t = 0; t < NT; t++) X[t] = _mm256_loadu_ps((const float *)(x + (size_t)t * xs) + i); \
-            UNROLL for (int r = 0; r < NR; r++) {                                                   \
-                const __m256 W = LOADW(w + (size_t)r * ws + (size_t)i * (ES));                      \
-                UNROLL for (int t = 0; t < NT; t++) acc[r][t] = _mm256_fmadd_ps(W, X[t], acc[r][t]); \
-            }                                                                                       \
-        }                                                                                           \
-        if (i < n) {                                                                                \
-            const size_t rem = (size_t)(n - i);                                                     \
-            float xt[8];                                                                            \
-            uint8_t wt[8 * (ES)];                                                                   \
-            UNROLL for (int t = 0; t < NT; t++) {                                                   \
-                memset(xt, 0, sizeof xt);                                                           \
-                memcpy(xt, (const float *)(x + (size_t)t * xs) + i, rem * sizeof(float));           \
-                X[t] = _mm256_loadu_ps(xt);                                                         \
-            }                                                                                       \
-            UNROLL for (int r = 0; r < NR; r++) {                                                   \
-                memset(wt, 0, sizeof wt);                                                           \
-                memcpy(wt, w + (size_t)r * ws + (size_t)i * (ES), rem * (ES));                      \
-                const __m256 W = LOADW(wt);                                                         \
-                UNROLL for (int t = 0; t < NT; t++) acc[r][t] = _mm256_fmadd_ps(W, X[t], acc[r][t]); \
-            }                                                                                       \
-        }                                                                                           \
-        UNROLL for (int r = 0; r < NR; r++) UNROLL for (int t = 0; t < NT; t++)                     \
-            out[(size_t)t * ldo + (size_t)r] = hsum8(acc[r][t]);                                    \
-    }                                                                                               \
-    AI void NAME##_tile(int64_t n, const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, float *out, \
-                        size_t ldo, const int NR, const int NT) {                                   \
-        NAME##_pass(n, w, ws, x, xs, out, ldo, NR, NT < 2 ? NT : 2, NT == 1);                       \
-        if (NT > 2) NAME##_pass(n, w, ws, x + 2 * xs, xs, out + 2 * ldo, ldo, NR, NT - 2, 0);       \
-    }                                                                                               \
-    static void NAME(int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, \
-                     float *out, size_t ldo) {                                                      \
-        TILE_SWITCH(NAME##_CALL)                                                                    \
+#define DEFINE_GEMM_FLOAT(NAME, ES, LOADW)                                                                             \
+    AI void NAME##_pass(int64_t n, const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, float *out, size_t ldo,   \
+                        const int NR, const int NT, const int PF) {                                                    \
+        __m256 acc[4][2], X[2];                                                                                        \
+        UNROLL for (int r = 0; r < NR; r++) UNROLL for (int t = 0; t < NT; t++) acc[r][t] = _mm256_setzero_ps();       \
+        int64_t i = 0;                                                                                                 \
+        for (; i + 8 <= n; i += 8) {                                                                                   \
+            if (PF) prefetch_next_tile(w, ws, NR, (size_t)i *NR *(ES), NR * 8 * (ES));                                 \
+            UNROLL for (int t = 0; t < NT; t++) X[t] = _mm256_loadu_ps((const float *)(x + (size_t)t * xs) + i);       \
+            UNROLL for (int r = 0; r < NR; r++) {                                                                      \
+                const __m256 W = LOADW(w + (size_t)r * ws + (size_t)i * (ES));                                         \
+                UNROLL for (int t = 0; t < NT; t++) acc[r][t] = _mm256_fmadd_ps(W, X[t], acc[r][t]);                   \
+            }                                                                                                          \
+        }                                                                                                              \
+        if (i < n) {                                                                                                   \
+            const size_t rem = (size_t)(n - i);                                                                        \
+            float xt[8];                                                                                               \
+            uint8_t wt[8 * (ES)];                                                                                      \
+            UNROLL for (int t = 0; t < NT; t++) {                                                                      \
+                memset(xt, 0, sizeof xt);                                                                              \
+                memcpy(xt, (const float *)(x + (size_t)t * xs) + i, rem * sizeof(float));                              \
+                X[t] = _mm256_loadu_ps(xt);                                                                            \
+            }                                                                                                          \
+            UNROLL for (int r = 0; r < NR; r++) {                                                                      \
+                memset(wt, 0, sizeof wt);                                                                              \
+                memcpy(wt, w + (size_t)r * ws + (size_t)i * (ES), rem * (ES));                                         \
+                const __m256 W = LOADW(wt);                                                                            \
+                UNROLL for (int t = 0; t < NT; t++) acc[r][t] = _mm256_fmadd_ps(W, X[t], acc[r][t]);                   \
+            }                                                                                                          \
+        }                                                                                                              \
+        UNROLL for (int r = 0; r < NR; r++) UNROLL for (int t = 0; t < NT; t++) out[(size_t)t * ldo + (size_t)r] =     \
+            hsum8(acc[r][t]);                                                                                          \
+    }                                                                                                                  \
+    AI void NAME##_tile(int64_t n, const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, float *out, size_t ldo,   \
+                        const int NR, const int NT) {                                                                  \
+        NAME##_pass(n, w, ws, x, xs, out, ldo, NR, NT < 2 ? NT : 2, NT == 1);                                          \
+        if (NT > 2) NAME##_pass(n, w, ws, x + 2 * xs, xs, out + 2 * ldo, ldo, NR, NT - 2, 0);                          \
+    }                                                                                                                  \
+    static void NAME(int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, float *out,  \
+                     size_t ldo) {                                                                                     \
+        TILE_SWITCH(NAME##_CALL)                                                                                       \
     }
 
-#define gemm_f32_CALL(R, T) CALL(gemm_f32, R, T)
-#define gemm_f16_CALL(R, T) CALL(gemm_f16, R, T)
+#define gemm_f32_CALL(R, T)  CALL(gemm_f32, R, T)
+#define gemm_f16_CALL(R, T)  CALL(gemm_f16, R, T)
 #define gemm_bf16_CALL(R, T) CALL(gemm_bf16, R, T)
 
 DEFINE_GEMM_FLOAT(gemm_f32, 4, w_f32)
@@ -428,7 +437,8 @@ AI __m256i round_clamp127(__m256 v) {
     const __m256 absf = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), _mm256_sub_ps(v, t));
     const __m256 half = _mm256_cmp_ps(absf, _mm256_set1_ps(0.5f), _CMP_GE_OQ);
     /* +-1 with the sign of v where |v - t| >= 0.5 */
-    const __m256 step = _mm256_and_ps(half, _mm256_or_ps(_mm256_and_ps(v, _mm256_set1_ps(-0.0f)), _mm256_set1_ps(1.0f)));
+    const __m256 step =
+        _mm256_and_ps(half, _mm256_or_ps(_mm256_and_ps(v, _mm256_set1_ps(-0.0f)), _mm256_set1_ps(1.0f)));
     return _mm256_cvtps_epi32(_mm256_add_ps(t, step));
 }
 

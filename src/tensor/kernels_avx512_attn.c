@@ -16,7 +16,7 @@
 #include <immintrin.h>
 #include <math.h>
 
-#define AI static inline __attribute__((always_inline))
+#define AI     static inline __attribute__((always_inline))
 #define MAX_HD 256
 #define UNROLL _Pragma("GCC unroll 16")
 
@@ -50,8 +50,9 @@ AI __m512 reduce16x16(const __m512 a[16]) {
         c[i] = _mm512_add_ps(_mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
                              _mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
     UNROLL for (int i = 0; i < 2; i++) /* lanes i + 2 onto i */
-        d[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(c[2 * i]), _mm512_castps_pd(c[2 * i + 1]))),
-                             _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(c[2 * i]), _mm512_castps_pd(c[2 * i + 1]))));
+        d[i] = _mm512_add_ps(
+            _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(c[2 * i]), _mm512_castps_pd(c[2 * i + 1]))),
+            _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(c[2 * i]), _mm512_castps_pd(c[2 * i + 1]))));
     /* lane 1 onto lane 0 */
     const __m512 e = _mm512_add_ps(_mm512_shuffle_ps(d[0], d[1], _MM_SHUFFLE(2, 0, 2, 0)),
                                    _mm512_shuffle_ps(d[0], d[1], _MM_SHUFFLE(3, 1, 3, 1)));
@@ -69,23 +70,23 @@ AI __m512 ld_f32(const uint8_t *p) { return _mm512_loadu_ps((const float *)p); }
 
 /* The V pass of one block for GN heads o[GN][NC * 16] (in memory between blocks): positions j < cnt
  * in order, out_h = fma(w[h][j], v_j, out_h), each V row loaded (and converted) once for the GN heads. */
-#define DEFINE_VPASS(NAME, LD, ES)                                                                  \
-    AI void NAME(float *o, size_t ostride, const float *wj, const uint8_t *v, size_t stride, int cnt, const int NC, \
-                 const int GN) {                                                                    \
-        __m512 R[16];                                                                               \
-        UNROLL for (int h = 0; h < GN; h++)                                                                \
-            UNROLL for (int c = 0; c < NC; c++) R[h * NC + c] = _mm512_load_ps(o + h * ostride + 16 * c);  \
-        for (int j = 0; j < cnt; j++) {                                                             \
-            const uint8_t *vr = v + (size_t)j * stride;                                             \
-            __m512 V[16];                                                                           \
-            UNROLL for (int c = 0; c < NC; c++) V[c] = LD(vr + 16 * (ES) * c);                             \
-            UNROLL for (int h = 0; h < GN; h++) {                                                          \
-                const __m512 a = _mm512_set1_ps(wj[16 * h + j]);                                    \
-                UNROLL for (int c = 0; c < NC; c++) R[h * NC + c] = _mm512_fmadd_ps(a, V[c], R[h * NC + c]); \
-            }                                                                                       \
-        }                                                                                           \
-        UNROLL for (int h = 0; h < GN; h++)                                                                \
-            UNROLL for (int c = 0; c < NC; c++) _mm512_store_ps(o + h * ostride + 16 * c, R[h * NC + c]);  \
+#define DEFINE_VPASS(NAME, LD, ES)                                                                                     \
+    AI void NAME(float *o, size_t ostride, const float *wj, const uint8_t *v, size_t stride, int cnt, const int NC,    \
+                 const int GN) {                                                                                       \
+        __m512 R[16];                                                                                                  \
+        UNROLL for (int h = 0; h < GN; h++) UNROLL for (int c = 0; c < NC; c++) R[h * NC + c] =                        \
+            _mm512_load_ps(o + h * ostride + 16 * c);                                                                  \
+        for (int j = 0; j < cnt; j++) {                                                                                \
+            const uint8_t *vr = v + (size_t)j * stride;                                                                \
+            __m512 V[16];                                                                                              \
+            UNROLL for (int c = 0; c < NC; c++) V[c] = LD(vr + 16 * (ES)*c);                                           \
+            UNROLL for (int h = 0; h < GN; h++) {                                                                      \
+                const __m512 a = _mm512_set1_ps(wj[16 * h + j]);                                                       \
+                UNROLL for (int c = 0; c < NC; c++) R[h * NC + c] = _mm512_fmadd_ps(a, V[c], R[h * NC + c]);           \
+            }                                                                                                          \
+        }                                                                                                              \
+        UNROLL for (int h = 0; h < GN; h++) UNROLL for (int c = 0; c < NC; c++)                                        \
+            _mm512_store_ps(o + h * ostride + 16 * c, R[h * NC + c]);                                                  \
     }
 
 /* Attention of nq heads with NC = hd / 16 vectors per row (a constant where the entry specializes it,
@@ -93,54 +94,56 @@ AI __m512 ld_f32(const uint8_t *p) { return _mm512_loadu_ps((const float *)p); }
  * (its K pass, reading the block's K rows from L1 after the first head), its online-softmax step
  * and weights w[h][16]; then the V pass for groups of VGROUP(NC) heads. Every head's float steps are
  * the one-head algorithm's, in the same order. */
-#define DEFINE_ATTEND(NAME, LD, ES)                                                                 \
-    DEFINE_VPASS(NAME##_vpass, LD, ES)                                                              \
-    AI void NAME##_nc(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int nq, int hd, \
-                      float scale, float *out, const int NC) {                                      \
-        const int G = VGROUP(NC);                                                                   \
-        _Alignas(64) float O[KN_ATTEND_MAX_Q][MAX_HD], wj[KN_ATTEND_MAX_Q][16];                     \
-        float m[KN_ATTEND_MAX_Q];                                                                   \
-        __m512 lsum[KN_ATTEND_MAX_Q];                                                               \
-        for (int h = 0; h < nq; h++) {                                                              \
-            m[h] = -INFINITY;                                                                       \
-            lsum[h] = _mm512_setzero_ps();                                                          \
-            UNROLL for (int c = 0; c < NC; c++) _mm512_store_ps(O[h] + 16 * c, _mm512_setzero_ps());      \
-        }                                                                                           \
-        for (int32_t p0 = 0; p0 < n; p0 += 16) {                                                    \
-            const int cnt = n - p0 < 16 ? (int)(n - p0) : 16;                                       \
-            const __mmask16 valid = (__mmask16)((1u << cnt) - 1);                                   \
-            const uint8_t *kb = k + (size_t)p0 * stride;                                            \
-            for (int h = 0; h < nq; h++) {                                                          \
-                const float *qh = q + (size_t)h * hd;                                               \
-                __m512 acc[16];                                                                     \
-                UNROLL for (int j = 0; j < 16; j++) {                                                      \
-                    acc[j] = _mm512_setzero_ps();                                                   \
-                    if (j < cnt)                                                                    \
-                        UNROLL for (int c = 0; c < NC; c++)                                                \
-                            acc[j] = _mm512_fmadd_ps(LD(kb + (size_t)j * stride + 16 * (ES) * c), _mm512_loadu_ps(qh + 16 * c), acc[j]); \
-                }                                                                                   \
-                __m512 sv = _mm512_mul_ps(reduce16x16(acc), _mm512_set1_ps(scale));                 \
-                sv = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), valid, sv);                      \
-                const float bm = _mm512_reduce_max_ps(sv);                                          \
-                if (bm > m[h]) {                                                                    \
-                    const __m512 cv = expf16(_mm512_set1_ps(m[h] - bm));                            \
-                    lsum[h] = _mm512_mul_ps(lsum[h], cv);                                           \
-                    UNROLL for (int c = 0; c < NC; c++) _mm512_store_ps(O[h] + 16 * c, _mm512_mul_ps(_mm512_load_ps(O[h] + 16 * c), cv)); \
-                    m[h] = bm;                                                                      \
-                }                                                                                   \
-                const __m512 w = expf16(_mm512_sub_ps(sv, _mm512_set1_ps(m[h])));                   \
-                lsum[h] = _mm512_add_ps(lsum[h], w);                                                \
-                _mm512_store_ps(wj[h], w);                                                          \
-            }                                                                                       \
-            const uint8_t *vb = v + (size_t)p0 * stride;                                            \
-            int h = 0;                                                                              \
-            for (; h + G <= nq; h += G) NAME##_vpass(O[h], MAX_HD, wj[h], vb, stride, cnt, NC, G);  \
-            for (; h < nq; h++) NAME##_vpass(O[h], MAX_HD, wj[h], vb, stride, cnt, NC, 1);          \
-        }                                                                                           \
-        for (int h = 0; h < nq; h++) {                                                              \
-            const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(lsum[h]));                \
-            UNROLL for (int c = 0; c < NC; c++) _mm512_storeu_ps(out + (size_t)h * hd + 16 * c, _mm512_mul_ps(_mm512_load_ps(O[h] + 16 * c), inv)); \
-        }                                                                                           \
+#define DEFINE_ATTEND(NAME, LD, ES)                                                                                    \
+    DEFINE_VPASS(NAME##_vpass, LD, ES)                                                                                 \
+    AI void NAME##_nc(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int nq, int hd,    \
+                      float scale, float *out, const int NC) {                                                         \
+        const int G = VGROUP(NC);                                                                                      \
+        _Alignas(64) float O[KN_ATTEND_MAX_Q][MAX_HD], wj[KN_ATTEND_MAX_Q][16];                                        \
+        float m[KN_ATTEND_MAX_Q];                                                                                      \
+        __m512 lsum[KN_ATTEND_MAX_Q];                                                                                  \
+        for (int h = 0; h < nq; h++) {                                                                                 \
+            m[h] = -INFINITY;                                                                                          \
+            lsum[h] = _mm512_setzero_ps();                                                                             \
+            UNROLL for (int c = 0; c < NC; c++) _mm512_store_ps(O[h] + 16 * c, _mm512_setzero_ps());                   \
+        }                                                                                                              \
+        for (int32_t p0 = 0; p0 < n; p0 += 16) {                                                                       \
+            const int cnt = n - p0 < 16 ? (int)(n - p0) : 16;                                                          \
+            const __mmask16 valid = (__mmask16)((1u << cnt) - 1);                                                      \
+            const uint8_t *kb = k + (size_t)p0 * stride;                                                               \
+            for (int h = 0; h < nq; h++) {                                                                             \
+                const float *qh = q + (size_t)h * hd;                                                                  \
+                __m512 acc[16];                                                                                        \
+                UNROLL for (int j = 0; j < 16; j++) {                                                                  \
+                    acc[j] = _mm512_setzero_ps();                                                                      \
+                    if (j < cnt)                                                                                       \
+                        UNROLL for (int c = 0; c < NC; c++) acc[j] = _mm512_fmadd_ps(                                  \
+                            LD(kb + (size_t)j * stride + 16 * (ES)*c), _mm512_loadu_ps(qh + 16 * c), acc[j]);          \
+                }                                                                                                      \
+                __m512 sv = _mm512_mul_ps(reduce16x16(acc), _mm512_set1_ps(scale));                                    \
+                sv = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), valid, sv);                                         \
+                const float bm = _mm512_reduce_max_ps(sv);                                                             \
+                if (bm > m[h]) {                                                                                       \
+                    const __m512 cv = expf16(_mm512_set1_ps(m[h] - bm));                                               \
+                    lsum[h] = _mm512_mul_ps(lsum[h], cv);                                                              \
+                    UNROLL for (int c = 0; c < NC; c++)                                                                \
+                        _mm512_store_ps(O[h] + 16 * c, _mm512_mul_ps(_mm512_load_ps(O[h] + 16 * c), cv));              \
+                    m[h] = bm;                                                                                         \
+                }                                                                                                      \
+                const __m512 w = expf16(_mm512_sub_ps(sv, _mm512_set1_ps(m[h])));                                      \
+                lsum[h] = _mm512_add_ps(lsum[h], w);                                                                   \
+                _mm512_store_ps(wj[h], w);                                                                             \
+            }                                                                                                          \
+            const uint8_t *vb = v + (size_t)p0 * stride;                                                               \
+            int h = 0;                                                                                                 \
+            for (; h + G <= nq; h += G) NAME##_vpass(O[h], MAX_HD, wj[h], vb, stride, cnt, NC, G);                     \
+            for (; h < nq; h++) NAME##_vpass(O[h], MAX_HD, wj[h], vb, stride, cnt, NC, 1);                             \
+        }                                                                                                              \
+        for (int h = 0; h < nq; h++) {                                                                                 \
+            const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(lsum[h]));                                   \
+            UNROLL for (int c = 0; c < NC; c++)                                                                        \
+                _mm512_storeu_ps(out + (size_t)h * hd + 16 * c, _mm512_mul_ps(_mm512_load_ps(O[h] + 16 * c), inv));    \
+        }                                                                                                              \
     }
 
 DEFINE_ATTEND(attn_f16, ld_f16, 2)
@@ -148,21 +151,21 @@ DEFINE_ATTEND(attn_f32, ld_f32, 4)
 
 /* The kn_attend_fn NAME: NAME##_nc specialized for each head size of 16 .. 128 elements in steps of 16
  * and for 256; other head sizes take the reference kernel. */
-#define DEFINE_ENTRY(NAME, IMPL, REF)                                                               \
-    static void NAME(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int nq, int hd, \
-                     float scale, float *out) {                                                     \
-        switch (hd) {                                                                               \
-        case 16: IMPL(k, v, stride, n, q, nq, hd, scale, out, 1); break;                            \
-        case 32: IMPL(k, v, stride, n, q, nq, hd, scale, out, 2); break;                            \
-        case 48: IMPL(k, v, stride, n, q, nq, hd, scale, out, 3); break;                            \
-        case 64: IMPL(k, v, stride, n, q, nq, hd, scale, out, 4); break;                            \
-        case 80: IMPL(k, v, stride, n, q, nq, hd, scale, out, 5); break;                            \
-        case 96: IMPL(k, v, stride, n, q, nq, hd, scale, out, 6); break;                            \
-        case 112: IMPL(k, v, stride, n, q, nq, hd, scale, out, 7); break;                           \
-        case 128: IMPL(k, v, stride, n, q, nq, hd, scale, out, 8); break;                           \
-        case 256: IMPL(k, v, stride, n, q, nq, hd, scale, out, 16); break;                          \
-        default: REF(k, v, stride, n, q, nq, hd, scale, out);                                       \
-        }                                                                                           \
+#define DEFINE_ENTRY(NAME, IMPL, REF)                                                                                  \
+    static void NAME(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int nq, int hd,     \
+                     float scale, float *out) {                                                                        \
+        switch (hd) {                                                                                                  \
+            case 16: IMPL(k, v, stride, n, q, nq, hd, scale, out, 1); break;                                           \
+            case 32: IMPL(k, v, stride, n, q, nq, hd, scale, out, 2); break;                                           \
+            case 48: IMPL(k, v, stride, n, q, nq, hd, scale, out, 3); break;                                           \
+            case 64: IMPL(k, v, stride, n, q, nq, hd, scale, out, 4); break;                                           \
+            case 80: IMPL(k, v, stride, n, q, nq, hd, scale, out, 5); break;                                           \
+            case 96: IMPL(k, v, stride, n, q, nq, hd, scale, out, 6); break;                                           \
+            case 112: IMPL(k, v, stride, n, q, nq, hd, scale, out, 7); break;                                          \
+            case 128: IMPL(k, v, stride, n, q, nq, hd, scale, out, 8); break;                                          \
+            case 256: IMPL(k, v, stride, n, q, nq, hd, scale, out, 16); break;                                         \
+            default: REF(k, v, stride, n, q, nq, hd, scale, out);                                                      \
+        }                                                                                                              \
     }
 
 DEFINE_ENTRY(attend_f16, attn_f16_nc, kn_attend_f16_ref)

@@ -44,12 +44,12 @@
  * block r of `raw` holds the 16 bytes starting at block r's scales (the 12 scale bytes, then 4 bytes
  * of the block that are ignored); block r of the result holds sc[0..7], m[0..7] of block r. */
 KI __m512i k4_scales4(__m512i raw) {
-    const __m512i lo = _mm512_and_si512(raw, _mm512_set1_epi8(0x3F));                    /* sc0..3 | m0..3 */
-    const __m512i x2 = _mm512_shuffle_epi32(raw, (_MM_PERM_ENUM)0xAA);                   /* bytes 8..11 */
+    const __m512i lo = _mm512_and_si512(raw, _mm512_set1_epi8(0x3F));  /* sc0..3 | m0..3 */
+    const __m512i x2 = _mm512_shuffle_epi32(raw, (_MM_PERM_ENUM)0xAA); /* bytes 8..11 */
     const __m512i cnt = _mm512_broadcast_i32x4(_mm_setr_epi32(0, 4, 0, 0));
     const __m512i t = _mm512_and_si512(_mm512_srlv_epi32(x2, cnt), _mm512_set1_epi8(0x0F));
     const __m512i u = _mm512_and_si512(_mm512_srli_epi32(raw, 2), _mm512_set1_epi8(0x30)); /* top 2 bits -> 4,5 */
-    return _mm512_unpacklo_epi32(lo, _mm512_or_si512(t, u));                             /* hi: sc4..7 | m4..7 */
+    return _mm512_unpacklo_epi32(lo, _mm512_or_si512(t, u));                               /* hi: sc4..7 | m4..7 */
 }
 
 _Static_assert(offsetof(kn_block_q4_k, scales) == offsetof(kn_block_q5_k, scales), "Q4_K and Q5_K scales must line up");
@@ -86,16 +86,17 @@ KI void prep_tok(int kind, const kn_block_q8_k *y, tok_k *T) {
         T->y[1] = _mm512_shuffle_i64x2(y0, y1, 0xEE); /* 32..63, 96..127 */
         T->y[2] = _mm512_shuffle_i64x2(y2, y3, 0x44); /* 128..159, 192..223 */
         T->y[3] = _mm512_shuffle_i64x2(y2, y3, 0xEE); /* 160..191, 224..255 */
-        T->b = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)y->bsums), _mm_loadu_si128((const __m128i *)y->bsums + 1));
+        T->b =
+            _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)y->bsums), _mm_loadu_si128((const __m128i *)y->bsums + 1));
     }
 }
 
 /* One weight row's super-block, unpacked once for all tokens of the tile. */
 typedef struct row_k {
-    __m512i q[4];  /* quants as unsigned bytes, in the element order of tok_k (see unpack_*) */
-    __m512i s[4];  /* int32 lane l of vector k: the scale of its sub-block, in both int16 halves */
-    __m512i s32;   /* Q6_K: int32 lane j (low 16 bits, high 16 zero) = 32 * scales[j] */
-    __m128i m;     /* Q4_K/Q5_K: int16 lane j = the min of sub-block j */
+    __m512i q[4]; /* quants as unsigned bytes, in the element order of tok_k (see unpack_*) */
+    __m512i s[4]; /* int32 lane l of vector k: the scale of its sub-block, in both int16 halves */
+    __m512i s32;  /* Q6_K: int32 lane j (low 16 bits, high 16 zero) = 32 * scales[j] */
+    __m128i m;    /* Q4_K/Q5_K: int16 lane j = the min of sub-block j */
 } row_k;
 
 /* Q4_K/Q5_K: the scales and mins of the block (bc: its sc[0..7], m[0..7] from k4_scales4 in every
@@ -113,11 +114,13 @@ KI void unpack_k4(__m512i bc, const uint8_t *qs, row_k *R) {
     for (int k = 0; k < 4; k++) {
         /* int32 lanes 0..7: (sc_a, sc_a) as int16, lanes 8..15: (sc_a+2, sc_a+2); 0x80 selects zero */
         const int a = 4 * (k >> 1) + (k & 1);
-        const __m512i ctl = _mm512_inserti64x4(_mm512_set1_epi32((int)(0x80008000u | (unsigned)a | (unsigned)a << 16)),
-                                               _mm256_set1_epi32((int)(0x80008000u | (unsigned)(a + 2) | (unsigned)(a + 2) << 16)), 1);
+        const __m512i ctl =
+            _mm512_inserti64x4(_mm512_set1_epi32((int)(0x80008000u | (unsigned)a | (unsigned)a << 16)),
+                               _mm256_set1_epi32((int)(0x80008000u | (unsigned)(a + 2) | (unsigned)(a + 2) << 16)), 1);
         R->s[k] = _mm512_shuffle_epi8(bc, ctl);
     }
-    R->m = _mm_shuffle_epi8(_mm512_castsi512_si128(bc), _mm_setr_epi8(8, -128, 9, -128, 10, -128, 11, -128, 12, -128, 13, -128, 14, -128, 15, -128));
+    R->m = _mm_shuffle_epi8(_mm512_castsi512_si128(bc), _mm_setr_epi8(8, -128, 9, -128, 10, -128, 11, -128, 12, -128,
+                                                                      13, -128, 14, -128, 15, -128));
 }
 
 /* Q5_K: adds 16 to the quants whose high bit (bit j of qh[l] for sub-block j) is set: bit j of each
@@ -131,9 +134,11 @@ KI void add_high_q5k(const uint8_t *qh, row_k *R) {
         const int a = 4 * (k >> 1) + (k & 1); /* sub-block of bytes 0..31; a + 2 for bytes 32..63 */
         __m512i sh;
         if (a < 4)
-            sh = _mm512_sllv_epi16(h, _mm512_inserti64x4(_mm512_set1_epi16((short)(4 - a)), _mm256_set1_epi16((short)(2 - a)), 1));
+            sh = _mm512_sllv_epi16(
+                h, _mm512_inserti64x4(_mm512_set1_epi16((short)(4 - a)), _mm256_set1_epi16((short)(2 - a)), 1));
         else
-            sh = _mm512_srlv_epi16(h, _mm512_inserti64x4(_mm512_set1_epi16((short)(a - 4)), _mm256_set1_epi16((short)(a - 2)), 1));
+            sh = _mm512_srlv_epi16(
+                h, _mm512_inserti64x4(_mm512_set1_epi16((short)(a - 4)), _mm256_set1_epi16((short)(a - 2)), 1));
         R->q[k] = _mm512_ternarylogic_epi32(R->q[k], sh, b4, 0xF8); /* q | (sh & 0x10) */
     }
 }
@@ -159,7 +164,8 @@ KI void unpack_q6k(const kn_block_q6_k *b, row_k *R) {
     R->s[0] = _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3), s);
     R->s[1] = _mm512_permutexvar_epi32(_mm512_setr_epi32(4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7), s);
     R->s[2] = _mm512_permutexvar_epi32(_mm512_setr_epi32(8, 8, 8, 8, 9, 9, 9, 9, 10, 10, 10, 10, 11, 11, 11, 11), s);
-    R->s[3] = _mm512_permutexvar_epi32(_mm512_setr_epi32(12, 12, 12, 12, 13, 13, 13, 13, 14, 14, 14, 14, 15, 15, 15, 15), s);
+    R->s[3] =
+        _mm512_permutexvar_epi32(_mm512_setr_epi32(12, 12, 12, 12, 13, 13, 13, 13, 14, 14, 14, 14, 15, 15, 15, 15), s);
     R->s32 = _mm512_and_si512(_mm512_slli_epi32(sc, 5), lo16);
 }
 
@@ -214,7 +220,8 @@ KI size_t block_bytes(int kind) {
 
 /* 128-bit block r of v in every block (a permute with an index vector: r need not be a constant). */
 KI __m512i block_bcast(__m512i v, int r) {
-    return _mm512_permutexvar_epi32(_mm512_add_epi32(_mm512_set1_epi32(4 * r), _mm512_broadcast_i32x4(_mm_setr_epi32(0, 1, 2, 3))), v);
+    return _mm512_permutexvar_epi32(
+        _mm512_add_epi32(_mm512_set1_epi32(4 * r), _mm512_broadcast_i32x4(_mm_setr_epi32(0, 1, 2, 3))), v);
 }
 
 /* Unpacks block `blk` of weight type `kind` (row r of the tile; sc4: the decoded scales of the tile's
@@ -278,7 +285,8 @@ KI void tile_dec(int kind, int64_t nb, const uint8_t *w, size_t ws, int nr, cons
         prep_tok(kind, y, &T);
         __m512i ia[4] = {zi, zi, zi, zi};
         __m128i dd[4] = {z4, z4, z4, z4}, s2[4] = {z4, z4, z4, z4};
-        const __m512i sc4 = kind == K_Q6 ? zi : k4_scales4(load_scales4(w + bb * (size_t)i, ws, nr, offsetof(kn_block_q4_k, scales)));
+        const __m512i sc4 =
+            kind == K_Q6 ? zi : k4_scales4(load_scales4(w + bb * (size_t)i, ws, nr, offsetof(kn_block_q4_k, scales)));
 #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) {
             if (r >= nr) break;
@@ -297,7 +305,7 @@ KI void tile_dec(int kind, int64_t nb, const uint8_t *w, size_t ws, int nr, cons
                                                   _mm256_set_m128i(s2[3], s2[2]), 1);
             q = red_c(x1, x2);
         }
-        q = _mm512_add_epi32(q, _mm512_shuffle_epi32(q, (_MM_PERM_ENUM)0x4E)); /* block r: S1 S2 S1 S2 */
+        q = _mm512_add_epi32(q, _mm512_shuffle_epi32(q, (_MM_PERM_ENUM)0x4E));   /* block r: S1 S2 S1 S2 */
         const __m256 dm8 = _mm256_cvtph_ps(gather4(dd[0], dd[1], dd[2], dd[3])); /* d0 m0 d1 m1 .. */
         const __m512 dv = _mm512_permutexvar_ps(idx_dm, _mm512_castps256_ps512(dm8));
         acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(q), _mm512_mul_ps(dv, _mm512_set1_ps(y->d)), acc);
@@ -337,7 +345,8 @@ KI void tile_4(int kind, int64_t nb, const uint8_t *w, size_t ws, int nr, const 
         }
         __m512i X[4] = {zi, zi, zi, zi};
         __m128i dd[4] = {z4, z4, z4, z4}, rm[4] = {z4, z4, z4, z4};
-        const __m512i sc4 = kind == K_Q6 ? zi : k4_scales4(load_scales4(w + bb * (size_t)i, ws, nr, offsetof(kn_block_q4_k, scales)));
+        const __m512i sc4 =
+            kind == K_Q6 ? zi : k4_scales4(load_scales4(w + bb * (size_t)i, ws, nr, offsetof(kn_block_q4_k, scales)));
 #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) {
             if (r >= nr) break;
@@ -355,7 +364,8 @@ KI void tile_4(int kind, int64_t nb, const uint8_t *w, size_t ws, int nr, const 
         }
         const __m512i s1 = transpose_add(X[0], X[1], X[2], X[3]);
         const __m512 dmz = _mm512_castps256_ps512(_mm256_cvtph_ps(gather4(dd[0], dd[1], dd[2], dd[3])));
-        const __m512 dyv = _mm512_permutexvar_ps(idx_t, _mm512_castps128_ps512(_mm_castsi128_ps(gather4(dyt[0], dyt[1], dyt[2], dyt[3]))));
+        const __m512 dyv = _mm512_permutexvar_ps(
+            idx_t, _mm512_castps128_ps512(_mm_castsi128_ps(gather4(dyt[0], dyt[1], dyt[2], dyt[3]))));
         sa = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_mul_ps(_mm512_permutexvar_ps(idx_d, dmz), dyv), sa);
         if (kind != K_Q6) {
             /* S2 of lane 4t + r = sum over pairs p of (m_2p, m_2p+1) . (B_2p, B_2p+1) of row r, token t */
@@ -363,7 +373,8 @@ KI void tile_4(int kind, int64_t nb, const uint8_t *w, size_t ws, int nr, const 
                                                    _mm256_set_m128i(rm[3], rm[2]), 1);
             const __m512i tbz = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set_m128i(tb[1], tb[0])),
                                                    _mm256_set_m128i(tb[3], tb[2]), 1);
-            __m512i s2 = _mm512_madd_epi16(_mm512_permutexvar_epi32(idx_m, rmz), _mm512_shuffle_epi32(tbz, (_MM_PERM_ENUM)0x00));
+            __m512i s2 =
+                _mm512_madd_epi16(_mm512_permutexvar_epi32(idx_m, rmz), _mm512_shuffle_epi32(tbz, (_MM_PERM_ENUM)0x00));
             s2 = _mm512_dpwssd_epi32(s2, _mm512_permutexvar_epi32(_mm512_add_epi32(idx_m, _mm512_set1_epi32(1)), rmz),
                                      _mm512_shuffle_epi32(tbz, (_MM_PERM_ENUM)0x55));
             s2 = _mm512_dpwssd_epi32(s2, _mm512_permutexvar_epi32(_mm512_add_epi32(idx_m, _mm512_set1_epi32(2)), rmz),
@@ -404,7 +415,7 @@ static void quantize_q8_k(const float *src, void *dst, int64_t n) {
         for (int g = 0; g < 16; g++) {
             __m512 x = _mm512_loadu_ps(src + 16 * g);
             x = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, x, _CMP_ORD_Q), x); /* NaN -> 0 */
-            x = _mm512_min_ps(_mm512_max_ps(x, nbig), big);                  /* +-inf -> +-FLT_MAX */
+            x = _mm512_min_ps(_mm512_max_ps(x, nbig), big);                   /* +-inf -> +-FLT_MAX */
             v[g] = x;
             am = _mm512_max_ps(am, _mm512_abs_ps(x));
         }
@@ -420,7 +431,8 @@ static void quantize_q8_k(const float *src, void *dst, int64_t n) {
              * dropped fraction (exact: |q| < 2^23) is at least one half */
             __m512 t = _mm512_roundscale_ps(q, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
             const __mmask16 up = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(q, t)), half, _CMP_GE_OQ);
-            t = _mm512_mask_add_ps(t, up, t, _mm512_castsi512_ps(_mm512_or_si512(_mm512_and_si512(_mm512_castps_si512(q), sign), one)));
+            t = _mm512_mask_add_ps(
+                t, up, t, _mm512_castsi512_ps(_mm512_or_si512(_mm512_and_si512(_mm512_castps_si512(q), sign), one)));
             const __m512i qi = _mm512_cvttps_epi32(t);
             _mm_storeu_si128((__m128i *)(b[i].qs + 16 * g), _mm512_cvtepi32_epi8(qi));
             b[i].bsums[g] = (int16_t)_mm512_reduce_add_epi32(qi);

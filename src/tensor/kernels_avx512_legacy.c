@@ -42,7 +42,7 @@
 #include <immintrin.h>
 #include <string.h>
 
-#define AI static inline __attribute__((always_inline))
+#define AI     static inline __attribute__((always_inline))
 #define UNROLL _Pragma("GCC unroll 4")
 
 /* ---- loads and layout helpers ---- */
@@ -73,24 +73,26 @@ AI __m512i ld64(const uint8_t *p) { return _mm512_loadu_si512(p); }
  * 2k and 2k + 1, read without touching bytes outside the group's 8 * S bytes. Each value is picked by
  * vpermt2w from one of two 128-byte windows of the group: A = [0, 128) when it lies there, else
  * B = [SC_B, SC_B + 128). SC_IDX is its word index in its window, SC_KB the mask of lanes from B. */
-#define SC_B(S, o) ((8 * (S) - 128) < (4 * (S) + (o)) ? (8 * (S) - 128) : (4 * (S) + (o)))
+#define SC_B(S, o)      ((8 * (S)-128) < (4 * (S) + (o)) ? (8 * (S)-128) : (4 * (S) + (o)))
 #define SC_INA(S, o, k) ((k) * (S) + (o) + 2 <= 128)
-#define SC_IDX(S, o, k) (SC_INA(S, o, k) ? ((k) * (S) + (o)) / 2 : ((k) * (S) + (o) - SC_B(S, o)) / 2)
-#define SC_KB(S, o, k) (SC_INA(S, o, k) ? 0u : 3u << (2 * (k)))
-#define SC_TABLE(S, o)                                                                              \
-    {SC_IDX(S, o, 0), SC_IDX(S, o, 0), SC_IDX(S, o, 1), SC_IDX(S, o, 1), SC_IDX(S, o, 2), SC_IDX(S, o, 2), \
-     SC_IDX(S, o, 3), SC_IDX(S, o, 3), SC_IDX(S, o, 4), SC_IDX(S, o, 4), SC_IDX(S, o, 5), SC_IDX(S, o, 5), \
-     SC_IDX(S, o, 6), SC_IDX(S, o, 6), SC_IDX(S, o, 7), SC_IDX(S, o, 7)}
-#define SC_MASK(S, o)                                                                               \
-    (__mmask32)(SC_KB(S, o, 0) | SC_KB(S, o, 1) | SC_KB(S, o, 2) | SC_KB(S, o, 3) | SC_KB(S, o, 4) | \
-                SC_KB(S, o, 5) | SC_KB(S, o, 6) | SC_KB(S, o, 7))
+#define SC_IDX(S, o, k) (SC_INA(S, o, k) ? ((k) * (S) + (o)) / 2 : ((k) * (S) + (o)-SC_B(S, o)) / 2)
+#define SC_KB(S, o, k)  (SC_INA(S, o, k) ? 0u : 3u << (2 * (k)))
+#define SC_TABLE(S, o)                                                                                                 \
+    {                                                                                                                  \
+        SC_IDX(S, o, 0), SC_IDX(S, o, 0), SC_IDX(S, o, 1), SC_IDX(S, o, 1), SC_IDX(S, o, 2), SC_IDX(S, o, 2),          \
+            SC_IDX(S, o, 3), SC_IDX(S, o, 3), SC_IDX(S, o, 4), SC_IDX(S, o, 4), SC_IDX(S, o, 5), SC_IDX(S, o, 5),      \
+            SC_IDX(S, o, 6), SC_IDX(S, o, 6), SC_IDX(S, o, 7), SC_IDX(S, o, 7)                                         \
+    }
+#define SC_MASK(S, o)                                                                                                  \
+    (__mmask32)(SC_KB(S, o, 0) | SC_KB(S, o, 1) | SC_KB(S, o, 2) | SC_KB(S, o, 3) | SC_KB(S, o, 4) | SC_KB(S, o, 5) |  \
+                SC_KB(S, o, 6) | SC_KB(S, o, 7))
 
 /* The windows lie inside the group and hold every value they are used for. */
 #define SC_FITS(S, o, k) (SC_INA(S, o, k) || ((k) * (S) + (o) >= SC_B(S, o) && (k) * (S) + (o) + 2 <= SC_B(S, o) + 128))
-#define SC_OK(S, o)                                                                                 \
-    (8 * (S) >= 128 && SC_B(S, o) >= 0 && SC_B(S, o) % 2 == 0 && SC_B(S, o) + 128 <= 8 * (S) &&     \
-     SC_FITS(S, o, 0) && SC_FITS(S, o, 1) && SC_FITS(S, o, 2) && SC_FITS(S, o, 3) && SC_FITS(S, o, 4) && \
-     SC_FITS(S, o, 5) && SC_FITS(S, o, 6) && SC_FITS(S, o, 7))
+#define SC_OK(S, o)                                                                                                    \
+    (8 * (S) >= 128 && SC_B(S, o) >= 0 && SC_B(S, o) % 2 == 0 && SC_B(S, o) + 128 <= 8 * (S) && SC_FITS(S, o, 0) &&    \
+     SC_FITS(S, o, 1) && SC_FITS(S, o, 2) && SC_FITS(S, o, 3) && SC_FITS(S, o, 4) && SC_FITS(S, o, 5) &&               \
+     SC_FITS(S, o, 6) && SC_FITS(S, o, 7))
 _Static_assert(SC_OK(18, 0) && SC_OK(22, 0) && SC_OK(34, 0) && SC_OK(20, 0) && SC_OK(20, 2) && SC_OK(24, 0) &&
                    SC_OK(24, 2) && SC_OK(36, 0) && SC_OK(36, 2),
                "scale windows");
@@ -136,7 +138,7 @@ AI __m512i ld4x16(const uint8_t *p, size_t stride) {
 AI void group_q8(const uint8_t *p, size_t stride, __m512i Z[4]) {
     const __m512i A = ld2x32(p, p + stride), B = ld2x32(p + 2 * stride, p + 3 * stride);
     const __m512i C = ld2x32(p + 4 * stride, p + 5 * stride), D = ld2x32(p + 6 * stride, p + 7 * stride);
-    const __m512i i01 = _mm512_set_epi64(13, 9, 5, 1, 12, 8, 4, 0);  /* qwords 0, 1 of 4 blocks */
+    const __m512i i01 = _mm512_set_epi64(13, 9, 5, 1, 12, 8, 4, 0);   /* qwords 0, 1 of 4 blocks */
     const __m512i i23 = _mm512_set_epi64(15, 11, 7, 3, 14, 10, 6, 2); /* qwords 2, 3 */
     const __m512i P = _mm512_permutex2var_epi64(A, i01, B), Q = _mm512_permutex2var_epi64(A, i23, B);
     const __m512i R = _mm512_permutex2var_epi64(C, i01, D), S = _mm512_permutex2var_epi64(C, i23, D);
@@ -169,10 +171,10 @@ AI void group_hbits(const uint8_t *p, size_t stride, __m512i Z[4]) {
     const __m512i bit = _mm512_set1_epi64((long long)0x8040201008040201ull);
     const __m512i c16 = _mm512_set1_epi8(16);
     UNROLL for (int j = 0; j < 4; j++) {
-        const __m512i sel = _mm512_set_epi64(0x0101010101010101ll * (8 + j), 0x0101010101010101ll * j,
-                                             0x0101010101010101ll * (8 + j), 0x0101010101010101ll * j,
-                                             0x0101010101010101ll * (8 + j), 0x0101010101010101ll * j,
-                                             0x0101010101010101ll * (8 + j), 0x0101010101010101ll * j);
+        const __m512i sel =
+            _mm512_set_epi64(0x0101010101010101ll * (8 + j), 0x0101010101010101ll * j, 0x0101010101010101ll * (8 + j),
+                             0x0101010101010101ll * j, 0x0101010101010101ll * (8 + j), 0x0101010101010101ll * j,
+                             0x0101010101010101ll * (8 + j), 0x0101010101010101ll * j);
         const __mmask64 k = _mm512_test_epi8_mask(_mm512_shuffle_epi8(qh, sel), bit);
         Z[j] = _mm512_mask_add_epi8(Z[j], k, Z[j], c16);
     }
@@ -205,8 +207,10 @@ typedef struct xgrp {
 /* Q4_0 groups are 144 bytes: the scales and the nibbles of blocks 0..6 lie in the first 128 bytes (two
  * vectors, picked by vpermt2w: quants of block b are words 9b+1 .. 9b+8); block 7's two nibble qwords
  * come by masked loads. */
-static const uint16_t q4_0_lo[32] = {1, 2, 3, 4, 10, 11, 12, 13, 19, 20, 21, 22, 28, 29, 30, 31, 37, 38, 39, 40, 46, 47, 48, 49, 55, 56, 57, 58, 0, 0, 0, 0};
-static const uint16_t q4_0_hi[32] = {5, 6, 7, 8, 14, 15, 16, 17, 23, 24, 25, 26, 32, 33, 34, 35, 41, 42, 43, 44, 50, 51, 52, 53, 59, 60, 61, 62, 0, 0, 0, 0};
+static const uint16_t q4_0_lo[32] = {1,  2,  3,  4,  10, 11, 12, 13, 19, 20, 21, 22, 28, 29, 30, 31,
+                                     37, 38, 39, 40, 46, 47, 48, 49, 55, 56, 57, 58, 0,  0,  0,  0};
+static const uint16_t q4_0_hi[32] = {5,  6,  7,  8,  14, 15, 16, 17, 23, 24, 25, 26, 32, 33, 34, 35,
+                                     41, 42, 43, 44, 50, 51, 52, 53, 59, 60, 61, 62, 0,  0,  0,  0};
 
 /* Weight loaders: unpack the group of 8 blocks at p into W (codes unsigned, group layout). */
 AI void w_q4_0(const uint8_t *p, wgrp *W) {
@@ -284,60 +288,70 @@ AI __m512 dot_grp_m(const wgrp *W, const xgrp *X, __m512 acc) {
 #define LOADX_Q8_1(p, X) x_q8_1(p, X)
 
 /* The 16 (nr, nt) shapes, each a specialization with constant loop bounds. */
-#define TILE_SWITCH(TILE)                                                                           \
-    switch ((nr - 1) * 4 + (nt - 1)) {                                                              \
-    case 0: TILE(1, 1); break;  case 1: TILE(1, 2); break;  case 2: TILE(1, 3); break;              \
-    case 3: TILE(1, 4); break;  case 4: TILE(2, 1); break;  case 5: TILE(2, 2); break;              \
-    case 6: TILE(2, 3); break;  case 7: TILE(2, 4); break;  case 8: TILE(3, 1); break;              \
-    case 9: TILE(3, 2); break;  case 10: TILE(3, 3); break; case 11: TILE(3, 4); break;             \
-    case 12: TILE(4, 1); break; case 13: TILE(4, 2); break; case 14: TILE(4, 3); break;             \
-    default: TILE(4, 4); break;                                                                     \
+#define TILE_SWITCH(TILE)                                                                                              \
+    switch ((nr - 1) * 4 + (nt - 1)) {                                                                                 \
+        case 0: TILE(1, 1); break;                                                                                     \
+        case 1: TILE(1, 2); break;                                                                                     \
+        case 2: TILE(1, 3); break;                                                                                     \
+        case 3: TILE(1, 4); break;                                                                                     \
+        case 4: TILE(2, 1); break;                                                                                     \
+        case 5: TILE(2, 2); break;                                                                                     \
+        case 6: TILE(2, 3); break;                                                                                     \
+        case 7: TILE(2, 4); break;                                                                                     \
+        case 8: TILE(3, 1); break;                                                                                     \
+        case 9: TILE(3, 2); break;                                                                                     \
+        case 10: TILE(3, 3); break;                                                                                    \
+        case 11: TILE(3, 4); break;                                                                                    \
+        case 12: TILE(4, 1); break;                                                                                    \
+        case 13: TILE(4, 2); break;                                                                                    \
+        case 14: TILE(4, 3); break;                                                                                    \
+        default: TILE(4, 4); break;                                                                                    \
     }
 
 /* GEMM tile kernel NAME for a block weight format of WB bytes per block with activations of XB bytes
  * per block (kn_gemm_fn contract, kernels.h): n is a multiple of 32 (a partial block is ignored).
  * LOADW / LOADX unpack a group of 8 blocks, DOT adds a group's products to an accumulator. */
-#define DEFINE_GEMM_BLOCKS(NAME, WB, XB, LOADW, LOADX, DOT)                                         \
-    AI void NAME##_group(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, __m512 acc[4][4], \
-                         const int NR, const int NT) {                                              \
-        xgrp X[4];                                                                                  \
-        UNROLL for (int t = 0; t < NT; t++) LOADX(x + (size_t)t * xs, &X[t]);                       \
-        UNROLL for (int r = 0; r < NR; r++) {                                                       \
-            wgrp W;                                                                                 \
-            LOADW(w + (size_t)r * ws, &W);                                                          \
-            UNROLL for (int t = 0; t < NT; t++) acc[r][t] = DOT(&W, &X[t], acc[r][t]);              \
-        }                                                                                           \
-    }                                                                                               \
-    AI void NAME##_tile(int64_t n, const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, float *out, \
-                        size_t ldo, const int NR, const int NT) {                                   \
-        __m512 acc[4][4];                                                                           \
-        UNROLL for (int r = 0; r < NR; r++) UNROLL for (int t = 0; t < NT; t++) acc[r][t] = _mm512_setzero_ps(); \
-        const int64_t nb = n / 32, ng = nb / 8;                                                     \
-        const int rem = (int)(nb % 8);                                                              \
-        for (int64_t g = 0; g < ng; g++) {                                                          \
-            const uint8_t *wg = w + (size_t)g * 8 * (WB);                                           \
-            if (NT == 1) prefetch_next_tile(w, ws, NR, (size_t)g * NR * 8 * (WB), NR * 8 * (WB));   \
-            NAME##_group(wg, ws, x + (size_t)g * 8 * (XB), xs, acc, NR, NT);                        \
-        }                                                                                           \
-        if (rem) {                                                                                  \
-            uint8_t tw[4][8 * (WB)], tx[4][8 * (XB)];                                               \
-            const size_t off = (size_t)ng * 8;                                                      \
-            UNROLL for (int r = 0; r < NR; r++) {                                                   \
-                memset(tw[r], 0, sizeof tw[r]);                                                     \
-                memcpy(tw[r], w + (size_t)r * ws + off * (WB), (size_t)rem * (WB));                 \
-            }                                                                                       \
-            UNROLL for (int t = 0; t < NT; t++) {                                                   \
-                memset(tx[t], 0, sizeof tx[t]);                                                     \
-                memcpy(tx[t], x + (size_t)t * xs + off * (XB), (size_t)rem * (XB));                 \
-            }                                                                                       \
-            NAME##_group(&tw[0][0], sizeof tw[0], &tx[0][0], sizeof tx[0], acc, NR, NT);            \
-        }                                                                                           \
-        UNROLL for (int r = 0; r < NR; r++) UNROLL for (int t = 0; t < NT; t++)                     \
-            out[(size_t)t * ldo + (size_t)r] = _mm512_reduce_add_ps(acc[r][t]);                     \
-    }                                                                                               \
-    static void NAME(int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, \
-                     float *out, size_t ldo) {                                                      \
-        TILE_SWITCH(NAME##_CALL)                                                                    \
+#define DEFINE_GEMM_BLOCKS(NAME, WB, XB, LOADW, LOADX, DOT)                                                            \
+    AI void NAME##_group(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, __m512 acc[4][4], const int NR,     \
+                         const int NT) {                                                                               \
+        xgrp X[4];                                                                                                     \
+        UNROLL for (int t = 0; t < NT; t++) LOADX(x + (size_t)t * xs, &X[t]);                                          \
+        UNROLL for (int r = 0; r < NR; r++) {                                                                          \
+            wgrp W;                                                                                                    \
+            LOADW(w + (size_t)r * ws, &W);                                                                             \
+            UNROLL for (int t = 0; t < NT; t++) acc[r][t] = DOT(&W, &X[t], acc[r][t]);                                 \
+        }                                                                                                              \
+    }                                                                                                                  \
+    AI void NAME##_tile(int64_t n, const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, float *out, size_t ldo,   \
+                        const int NR, const int NT) {                                                                  \
+        __m512 acc[4][4];                                                                                              \
+        UNROLL for (int r = 0; r < NR; r++) UNROLL for (int t = 0; t < NT; t++) acc[r][t] = _mm512_setzero_ps();       \
+        const int64_t nb = n / 32, ng = nb / 8;                                                                        \
+        const int rem = (int)(nb % 8);                                                                                 \
+        for (int64_t g = 0; g < ng; g++) {                                                                             \
+            const uint8_t *wg = w + (size_t)g * 8 * (WB);                                                              \
+            if (NT == 1) prefetch_next_tile(w, ws, NR, (size_t)g *NR * 8 * (WB), NR * 8 * (WB));                       \
+            NAME##_group(wg, ws, x + (size_t)g * 8 * (XB), xs, acc, NR, NT);                                           \
+        }                                                                                                              \
+        if (rem) {                                                                                                     \
+            uint8_t tw[4][8 * (WB)], tx[4][8 * (XB)];                                                                  \
+            const size_t off = (size_t)ng * 8;                                                                         \
+            UNROLL for (int r = 0; r < NR; r++) {                                                                      \
+                memset(tw[r], 0, sizeof tw[r]);                                                                        \
+                memcpy(tw[r], w + (size_t)r * ws + off * (WB), (size_t)rem * (WB));                                    \
+            }                                                                                                          \
+            UNROLL for (int t = 0; t < NT; t++) {                                                                      \
+                memset(tx[t], 0, sizeof tx[t]);                                                                        \
+                memcpy(tx[t], x + (size_t)t * xs + off * (XB), (size_t)rem * (XB));                                    \
+            }                                                                                                          \
+            NAME##_group(&tw[0][0], sizeof tw[0], &tx[0][0], sizeof tx[0], acc, NR, NT);                               \
+        }                                                                                                              \
+        UNROLL for (int r = 0; r < NR; r++) UNROLL for (int t = 0; t < NT; t++) out[(size_t)t * ldo + (size_t)r] =     \
+            _mm512_reduce_add_ps(acc[r][t]);                                                                           \
+    }                                                                                                                  \
+    static void NAME(int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, float *out,  \
+                     size_t ldo) {                                                                                     \
+        TILE_SWITCH(NAME##_CALL)                                                                                       \
     }
 
 #define gemm_q4_0_CALL(R, T) gemm_q4_0_tile(n, w, ws, x, xs, out, ldo, R, T)
@@ -370,39 +384,39 @@ AI __m512 w_bf16_m(const uint8_t *p, int64_t i, __mmask16 k) { return bf16x16(_m
 /* GEMM tile kernel NAME for a float weight format (kn_gemm_fn contract, kernels.h), any n >= 0:
  * LOADW(p, i) gives weights i .. i+15 of the row at p (ES bytes per weight) as fp32, LOADWM the same
  * under a mask. */
-#define DEFINE_GEMM_FLOAT(NAME, ES, LOADW, LOADWM)                                                  \
-    AI void NAME##_tile(int64_t n, const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, float *out, \
-                        size_t ldo, const int NR, const int NT) {                                   \
-        __m512 acc[4][4], X[4];                                                                     \
-        UNROLL for (int r = 0; r < NR; r++) UNROLL for (int t = 0; t < NT; t++) acc[r][t] = _mm512_setzero_ps(); \
-        int64_t i = 0;                                                                              \
-        for (; i + 16 <= n; i += 16) {                                                              \
-            if (NT == 1) prefetch_next_tile(w, ws, NR, (size_t)i * NR * (ES), NR * 16 * (ES));      \
-            UNROLL for (int t = 0; t < NT; t++) X[t] = _mm512_loadu_ps((const float *)(x + (size_t)t * xs) + i); \
-            UNROLL for (int r = 0; r < NR; r++) {                                                   \
-                const __m512 W = LOADW(w + (size_t)r * ws, i);                                      \
-                UNROLL for (int t = 0; t < NT; t++) acc[r][t] = _mm512_fmadd_ps(W, X[t], acc[r][t]); \
-            }                                                                                       \
-        }                                                                                           \
-        if (i < n) {                                                                                \
-            const __mmask16 k = (__mmask16)((1u << (n - i)) - 1);                                   \
-            UNROLL for (int t = 0; t < NT; t++)                                                     \
-                X[t] = _mm512_maskz_loadu_ps(k, (const float *)(x + (size_t)t * xs) + i);           \
-            UNROLL for (int r = 0; r < NR; r++) {                                                   \
-                const __m512 W = LOADWM(w + (size_t)r * ws, i, k);                                  \
-                UNROLL for (int t = 0; t < NT; t++) acc[r][t] = _mm512_fmadd_ps(W, X[t], acc[r][t]); \
-            }                                                                                       \
-        }                                                                                           \
-        UNROLL for (int r = 0; r < NR; r++) UNROLL for (int t = 0; t < NT; t++)                     \
-            out[(size_t)t * ldo + (size_t)r] = _mm512_reduce_add_ps(acc[r][t]);                     \
-    }                                                                                               \
-    static void NAME(int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, \
-                     float *out, size_t ldo) {                                                      \
-        TILE_SWITCH(NAME##_CALL)                                                                    \
+#define DEFINE_GEMM_FLOAT(NAME, ES, LOADW, LOADWM)                                                                     \
+    AI void NAME##_tile(int64_t n, const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, float *out, size_t ldo,   \
+                        const int NR, const int NT) {                                                                  \
+        __m512 acc[4][4], X[4];                                                                                        \
+        UNROLL for (int r = 0; r < NR; r++) UNROLL for (int t = 0; t < NT; t++) acc[r][t] = _mm512_setzero_ps();       \
+        int64_t i = 0;                                                                                                 \
+        for (; i + 16 <= n; i += 16) {                                                                                 \
+            if (NT == 1) prefetch_next_tile(w, ws, NR, (size_t)i *NR *(ES), NR * 16 * (ES));                           \
+            UNROLL for (int t = 0; t < NT; t++) X[t] = _mm512_loadu_ps((const float *)(x + (size_t)t * xs) + i);       \
+            UNROLL for (int r = 0; r < NR; r++) {                                                                      \
+                const __m512 W = LOADW(w + (size_t)r * ws, i);                                                         \
+                UNROLL for (int t = 0; t < NT; t++) acc[r][t] = _mm512_fmadd_ps(W, X[t], acc[r][t]);                   \
+            }                                                                                                          \
+        }                                                                                                              \
+        if (i < n) {                                                                                                   \
+            const __mmask16 k = (__mmask16)((1u << (n - i)) - 1);                                                      \
+            UNROLL for (int t = 0; t < NT; t++) X[t] =                                                                 \
+                _mm512_maskz_loadu_ps(k, (const float *)(x + (size_t)t * xs) + i);                                     \
+            UNROLL for (int r = 0; r < NR; r++) {                                                                      \
+                const __m512 W = LOADWM(w + (size_t)r * ws, i, k);                                                     \
+                UNROLL for (int t = 0; t < NT; t++) acc[r][t] = _mm512_fmadd_ps(W, X[t], acc[r][t]);                   \
+            }                                                                                                          \
+        }                                                                                                              \
+        UNROLL for (int r = 0; r < NR; r++) UNROLL for (int t = 0; t < NT; t++) out[(size_t)t * ldo + (size_t)r] =     \
+            _mm512_reduce_add_ps(acc[r][t]);                                                                           \
+    }                                                                                                                  \
+    static void NAME(int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, float *out,  \
+                     size_t ldo) {                                                                                     \
+        TILE_SWITCH(NAME##_CALL)                                                                                       \
     }
 
-#define gemm_f32_CALL(R, T) gemm_f32_tile(n, w, ws, x, xs, out, ldo, R, T)
-#define gemm_f16_CALL(R, T) gemm_f16_tile(n, w, ws, x, xs, out, ldo, R, T)
+#define gemm_f32_CALL(R, T)  gemm_f32_tile(n, w, ws, x, xs, out, ldo, R, T)
+#define gemm_f16_CALL(R, T)  gemm_f16_tile(n, w, ws, x, xs, out, ldo, R, T)
 #define gemm_bf16_CALL(R, T) gemm_bf16_tile(n, w, ws, x, xs, out, ldo, R, T)
 
 DEFINE_GEMM_FLOAT(gemm_f32, 4, w_f32, w_f32_m)
@@ -424,8 +438,8 @@ BF16_TARGET AI __m512bh x_bf16_m(const uint8_t *x, int64_t i, __mmask16 klo, __m
     return _mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(khi, p + 16), _mm512_maskz_loadu_ps(klo, p));
 }
 
-BF16_TARGET AI void gemm_bf16_dp_tile(int64_t n, const uint8_t *w, size_t ws, const uint8_t *x, size_t xs,
-                                      float *out, size_t ldo, const int NR, const int NT) {
+BF16_TARGET AI void gemm_bf16_dp_tile(int64_t n, const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, float *out,
+                                      size_t ldo, const int NR, const int NT) {
     __m512 acc[4][4];
     __m512bh X[4];
     UNROLL for (int r = 0; r < NR; r++) UNROLL for (int t = 0; t < NT; t++) acc[r][t] = _mm512_setzero_ps();
@@ -449,16 +463,14 @@ BF16_TARGET AI void gemm_bf16_dp_tile(int64_t n, const uint8_t *w, size_t ws, co
             UNROLL for (int t = 0; t < NT; t++) acc[r][t] = _mm512_dpbf16_ps(acc[r][t], W, X[t]);
         }
     }
-    UNROLL for (int r = 0; r < NR; r++) UNROLL for (int t = 0; t < NT; t++)
-        out[(size_t)t * ldo + (size_t)r] = _mm512_reduce_add_ps(acc[r][t]);
+    UNROLL for (int r = 0; r < NR; r++) UNROLL for (int t = 0; t < NT; t++) out[(size_t)t * ldo + (size_t)r] =
+        _mm512_reduce_add_ps(acc[r][t]);
 }
 
 #define gemm_bf16_dp_CALL(R, T) gemm_bf16_dp_tile(n, w, ws, x, xs, out, ldo, R, T)
 
 BF16_TARGET static void gemm_bf16_dp(int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs,
-                                     int nt, float *out, size_t ldo) {
-    TILE_SWITCH(gemm_bf16_dp_CALL)
-}
+                                     int nt, float *out, size_t ldo){TILE_SWITCH(gemm_bf16_dp_CALL)}
 
 /* ---- activation quantizers (quant.h conventions; same bytes as the reference quantizers) ---- */
 

@@ -23,7 +23,7 @@
 #include <immintrin.h>
 #include <string.h>
 
-#define AI static inline __attribute__((always_inline))
+#define AI     static inline __attribute__((always_inline))
 #define UNROLL _Pragma("GCC unroll 8")
 #define TILE_T 5 /* tokens per kernel call at most */
 
@@ -68,20 +68,20 @@ AI __m512i block_dot(const __m512i W[8], const uint8_t *xb) {
 }
 
 /* TILE(n, w, x, xs, out, ldo, NP, NT) specialized for the panel count NP and each token count NT. */
-#define P16_NT(TILE, NP)                                                                            \
-    switch (nt) {                                                                                   \
-    case 1: TILE(n, w, x, xs, out, ldo, NP, 1); break;                                              \
-    case 2: TILE(n, w, x, xs, out, ldo, NP, 2); break;                                              \
-    case 3: TILE(n, w, x, xs, out, ldo, NP, 3); break;                                              \
-    case 4: TILE(n, w, x, xs, out, ldo, NP, 4); break;                                              \
-    default: TILE(n, w, x, xs, out, ldo, NP, 5); break;                                             \
+#define P16_NT(TILE, NP)                                                                                               \
+    switch (nt) {                                                                                                      \
+        case 1: TILE(n, w, x, xs, out, ldo, NP, 1); break;                                                             \
+        case 2: TILE(n, w, x, xs, out, ldo, NP, 2); break;                                                             \
+        case 3: TILE(n, w, x, xs, out, ldo, NP, 3); break;                                                             \
+        case 4: TILE(n, w, x, xs, out, ldo, NP, 4); break;                                                             \
+        default: TILE(n, w, x, xs, out, ldo, NP, 5); break;                                                            \
     }
 
 /* The kn_p16_fn NAME over TILE. */
-#define P16_ENTRY(NAME, TILE)                                                                       \
-    static void NAME(int64_t n, const uint8_t *w, int np, const uint8_t *x, size_t xs, int nt, float *out, \
-                     size_t ldo) {                                                                  \
-        if (np >= 2) P16_NT(TILE, 2) else P16_NT(TILE, 1)                                           \
+#define P16_ENTRY(NAME, TILE)                                                                                          \
+    static void NAME(int64_t n, const uint8_t *w, int np, const uint8_t *x, size_t xs, int nt, float *out,             \
+                     size_t ldo) {                                                                                     \
+        if (np >= 2) P16_NT(TILE, 2) else P16_NT(TILE, 1)                                                              \
     }
 
 /* Q4_0 / Q8_0: NP panels of GB bytes per block column times NT tokens; CODES unpacks a group.
@@ -91,63 +91,63 @@ AI __m512i block_dot(const __m512i W[8], const uint8_t *xb) {
  *   NT >= 3 (prefill): quad j outer, so each activation broadcast feeds NP vpdpbusd and the NP x NT
  *     integer chains (independent) keep both dot-product pipes busy; loads, not multiplies, bound a
  *     one-panel tile. */
-#define DEFINE_P16(NAME, GB, CODES, Q4)                                                             \
-    static void NAME##_dec(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, float *out, size_t ldo, \
-                           const int NT) {                                                          \
-        __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};                                 \
-        for (int64_t b = 0; b < n / 32; b++) {                                                      \
-            const uint8_t *g = w + (size_t)b * (GB);                                                \
-            const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g));              \
-            __m512i W[8];                                                                           \
-            CODES(g, W);                                                                            \
-            UNROLL for (int t = 0; t < NT; t++) {                                                   \
-                const uint8_t *xb = x + (size_t)t * xs + (size_t)b * KN_Q8X_BLOCK;                  \
-                const __m512 s = _mm512_mul_ps(dw, _mm512_set1_ps(ld_f32(xb + 32)));                \
-                acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(block_dot(W, xb)), s, acc[t]);          \
-            }                                                                                       \
-        }                                                                                           \
-        UNROLL for (int t = 0; t < NT; t++) _mm512_storeu_ps(out + (size_t)t * ldo, acc[t]);       \
-    }                                                                                               \
-    AI void NAME##_tile(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, float *out, size_t ldo, \
-                        const int NP, const int NT) {                                               \
-        const int64_t nb = n / 32;                                                                  \
-        const size_t pb = (size_t)nb * (GB);   /* bytes of a panel */                               \
-        if (NT <= 2) {                                                                              \
-            for (int q = 0; q < NP; q++) NAME##_dec(n, w + q * pb, x, xs, out + 16 * q, ldo, NT);   \
-            return;                                                                                 \
-        }                                                                                           \
-        const __m512i m4 = _mm512_set1_epi8(0x0F);                                                  \
-        __m512 acc[KN_P16_PANELS][TILE_T];                                                          \
-        UNROLL for (int q = 0; q < NP; q++) UNROLL for (int t = 0; t < NT; t++) acc[q][t] = _mm512_setzero_ps(); \
-        for (int64_t b = 0; b < nb; b++) {                                                          \
-            const uint8_t *g = w + (size_t)b * (GB), *xb = x + (size_t)b * KN_Q8X_BLOCK;            \
-            __m512i p[KN_P16_PANELS][TILE_T];                                                       \
-            UNROLL for (int t = 0; t < NT; t++) {                                                   \
-                const __m512i c = _mm512_set1_epi32(ld_i32(xb + t * xs + 36));                      \
-                UNROLL for (int q = 0; q < NP; q++) p[q][t] = c;                                    \
-            }                                                                                       \
-            UNROLL for (int j = 0; j < 8; j++) {                                                    \
-                __m512i W[KN_P16_PANELS];                                                           \
-                UNROLL for (int q = 0; q < NP; q++) {                                               \
-                    const __m512i v = _mm512_loadu_si512(g + q * pb + 32 + 64 * (Q4 ? j % 4 : j));   \
-                    W[q] = !Q4 ? v : j < 4 ? _mm512_and_si512(v, m4) : _mm512_and_si512(_mm512_srli_epi16(v, 4), m4); \
-                }                                                                                   \
-                UNROLL for (int t = 0; t < NT; t++) {                                               \
-                    const __m512i bx = _mm512_set1_epi32(ld_i32(xb + t * xs + 4 * j));              \
-                    UNROLL for (int q = 0; q < NP; q++) p[q][t] = _mm512_dpbusd_epi32(p[q][t], W[q], bx); \
-                }                                                                                   \
-            }                                                                                       \
-            UNROLL for (int q = 0; q < NP; q++) {                                                   \
-                const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + q * pb))); \
-                UNROLL for (int t = 0; t < NT; t++) {                                               \
-                    const __m512 s = _mm512_mul_ps(dw, _mm512_set1_ps(ld_f32(xb + t * xs + 32)));    \
-                    acc[q][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p[q][t]), s, acc[q][t]);         \
-                }                                                                                   \
-            }                                                                                       \
-        }                                                                                           \
-        UNROLL for (int q = 0; q < NP; q++)                                                         \
-            UNROLL for (int t = 0; t < NT; t++) _mm512_storeu_ps(out + (size_t)t * ldo + 16 * q, acc[q][t]); \
-    }                                                                                               \
+#define DEFINE_P16(NAME, GB, CODES, Q4)                                                                                \
+    static void NAME##_dec(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, float *out, size_t ldo,           \
+                           const int NT) {                                                                             \
+        __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};                                                    \
+        for (int64_t b = 0; b < n / 32; b++) {                                                                         \
+            const uint8_t *g = w + (size_t)b * (GB);                                                                   \
+            const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g));                                 \
+            __m512i W[8];                                                                                              \
+            CODES(g, W);                                                                                               \
+            UNROLL for (int t = 0; t < NT; t++) {                                                                      \
+                const uint8_t *xb = x + (size_t)t * xs + (size_t)b * KN_Q8X_BLOCK;                                     \
+                const __m512 s = _mm512_mul_ps(dw, _mm512_set1_ps(ld_f32(xb + 32)));                                   \
+                acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(block_dot(W, xb)), s, acc[t]);                             \
+            }                                                                                                          \
+        }                                                                                                              \
+        UNROLL for (int t = 0; t < NT; t++) _mm512_storeu_ps(out + (size_t)t * ldo, acc[t]);                           \
+    }                                                                                                                  \
+    AI void NAME##_tile(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, float *out, size_t ldo,              \
+                        const int NP, const int NT) {                                                                  \
+        const int64_t nb = n / 32;                                                                                     \
+        const size_t pb = (size_t)nb * (GB); /* bytes of a panel */                                                    \
+        if (NT <= 2) {                                                                                                 \
+            for (int q = 0; q < NP; q++) NAME##_dec(n, w + q * pb, x, xs, out + 16 * q, ldo, NT);                      \
+            return;                                                                                                    \
+        }                                                                                                              \
+        const __m512i m4 = _mm512_set1_epi8(0x0F);                                                                     \
+        __m512 acc[KN_P16_PANELS][TILE_T];                                                                             \
+        UNROLL for (int q = 0; q < NP; q++) UNROLL for (int t = 0; t < NT; t++) acc[q][t] = _mm512_setzero_ps();       \
+        for (int64_t b = 0; b < nb; b++) {                                                                             \
+            const uint8_t *g = w + (size_t)b * (GB), *xb = x + (size_t)b * KN_Q8X_BLOCK;                               \
+            __m512i p[KN_P16_PANELS][TILE_T];                                                                          \
+            UNROLL for (int t = 0; t < NT; t++) {                                                                      \
+                const __m512i c = _mm512_set1_epi32(ld_i32(xb + t * xs + 36));                                         \
+                UNROLL for (int q = 0; q < NP; q++) p[q][t] = c;                                                       \
+            }                                                                                                          \
+            UNROLL for (int j = 0; j < 8; j++) {                                                                       \
+                __m512i W[KN_P16_PANELS];                                                                              \
+                UNROLL for (int q = 0; q < NP; q++) {                                                                  \
+                    const __m512i v = _mm512_loadu_si512(g + q * pb + 32 + 64 * (Q4 ? j % 4 : j));                     \
+                    W[q] = !Q4 ? v : j < 4 ? _mm512_and_si512(v, m4) : _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);  \
+                }                                                                                                      \
+                UNROLL for (int t = 0; t < NT; t++) {                                                                  \
+                    const __m512i bx = _mm512_set1_epi32(ld_i32(xb + t * xs + 4 * j));                                 \
+                    UNROLL for (int q = 0; q < NP; q++) p[q][t] = _mm512_dpbusd_epi32(p[q][t], W[q], bx);              \
+                }                                                                                                      \
+            }                                                                                                          \
+            UNROLL for (int q = 0; q < NP; q++) {                                                                      \
+                const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + q * pb)));                  \
+                UNROLL for (int t = 0; t < NT; t++) {                                                                  \
+                    const __m512 s = _mm512_mul_ps(dw, _mm512_set1_ps(ld_f32(xb + t * xs + 32)));                      \
+                    acc[q][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p[q][t]), s, acc[q][t]);                            \
+                }                                                                                                      \
+            }                                                                                                          \
+        }                                                                                                              \
+        UNROLL for (int q = 0; q < NP; q++) UNROLL for (int t = 0; t < NT; t++)                                        \
+            _mm512_storeu_ps(out + (size_t)t * ldo + 16 * q, acc[q][t]);                                               \
+    }                                                                                                                  \
     P16_ENTRY(NAME, NAME##_tile)
 
 DEFINE_P16(p16_q4_0, 16 * sizeof(kn_block_q4_0), codes_q4_0, 1)
@@ -156,7 +156,9 @@ DEFINE_P16(p16_q8_0, 16 * sizeof(kn_block_q8_0), codes_q8_0, 0)
 /* ---- Q4_K: super-blocks of 256 with 8 sub-blocks, 6-bit scales and mins (quant.h) ---- */
 
 /* Byte k (0..3) of each dword lane of v, as int32 lanes. */
-AI __m512i byte_of(__m512i v, const int k) { return _mm512_and_si512(_mm512_srli_epi32(v, 8 * k), _mm512_set1_epi32(0xFF)); }
+AI __m512i byte_of(__m512i v, const int k) {
+    return _mm512_and_si512(_mm512_srli_epi32(v, 8 * k), _mm512_set1_epi32(0xFF));
+}
 
 /* Bytes k and k+1 of each dword lane of v as two int16 halves of the lane. */
 AI __m512i bytes_as_words(__m512i v, const int k) {
@@ -177,8 +179,10 @@ AI void q4_k_mins(const uint8_t *g, __m512i mp[4]) {
     const __m512i m4 = _mm512_set1_epi8(0x0F), m6 = _mm512_set1_epi8(0x3F), m2 = _mm512_set1_epi8(0x30);
     const __m512i S1 = _mm512_loadu_si512(g + 128), S2 = _mm512_loadu_si512(g + 192);
     const __m512i mn0 = _mm512_and_si512(S1, m6);
-    const __m512i mn1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(S2, 4), m4), _mm512_and_si512(_mm512_srli_epi32(S1, 2), m2));
-    mp[0] = bytes_as_words(mn0, 0), mp[1] = bytes_as_words(mn0, 2), mp[2] = bytes_as_words(mn1, 0), mp[3] = bytes_as_words(mn1, 2);
+    const __m512i mn1 =
+        _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(S2, 4), m4), _mm512_and_si512(_mm512_srli_epi32(S1, 2), m2));
+    mp[0] = bytes_as_words(mn0, 0), mp[1] = bytes_as_words(mn0, 2), mp[2] = bytes_as_words(mn1, 0),
+    mp[3] = bytes_as_words(mn1, 2);
 }
 
 /* The fp16 scales d and dmin of the group at g (16 rows each) as fp32. */
@@ -190,9 +194,11 @@ AI void q4_k_d(const uint8_t *g, __m512 *dw, __m512 *dmin) {
 /* The float step of one super-block for the token whose Q8KX block is xb, given its integer sum sumi
  * and the group's mins mp and scales dw, dmin:
  *   summ = sum_j m[j] * bs[j];  sa = fma((float)sumi, d * xd, sa);  sm = fma((float)summ, dmin * xd, sm) */
-AI void q4_k_step(const __m512i mp[4], __m512 dw, __m512 dmin, __m512i sumi, const uint8_t *xb, __m512 *sa, __m512 *sm) {
+AI void q4_k_step(const __m512i mp[4], __m512 dw, __m512 dmin, __m512i sumi, const uint8_t *xb, __m512 *sa,
+                  __m512 *sm) {
     __m512i summ = _mm512_setzero_si512();
-    UNROLL for (int k = 0; k < 4; k++) summ = _mm512_dpwssd_epi32(summ, mp[k], _mm512_set1_epi32(ld_i32(xb + 260 + 4 * k)));
+    UNROLL for (int k = 0; k < 4; k++) summ =
+        _mm512_dpwssd_epi32(summ, mp[k], _mm512_set1_epi32(ld_i32(xb + 260 + 4 * k)));
     const __m512 xd = _mm512_set1_ps(ld_f32(xb + 256));
     *sa = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_mul_ps(dw, xd), *sa);
     *sm = _mm512_fmadd_ps(_mm512_cvtepi32_ps(summ), _mm512_mul_ps(dmin, xd), *sm);
@@ -209,14 +215,14 @@ AI void q4_k_tile(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, floa
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     for (int64_t sb = 0; sb < n / 256; sb++) {
         const uint8_t *g = w + (size_t)sb * 16 * sizeof(kn_block_q4_k);
-        if (sb + 4 < n / 256)   /* the group 4 ahead: measured +11-18% on Q4_K decode (none on Q4_0) */
+        if (sb + 4 < n / 256) /* the group 4 ahead: measured +11-18% on Q4_K decode (none on Q4_0) */
             for (int c = 0; c < 16 * (int)sizeof(kn_block_q4_k); c += 64)
                 _mm_prefetch((const char *)(g + 4 * 16 * sizeof(kn_block_q4_k) + c), _MM_HINT_T0);
         __m512i sc[2], mp[4];
         q4_k_scales(g, sc);
         __m512i sumi[TILE_T];
         UNROLL for (int t = 0; t < NT; t++) sumi[t] = _mm512_setzero_si512();
-        for (int c = 0; c < 4; c++) {   /* sub-blocks 2c (low nibbles) and 2c + 1 (high nibbles) */
+        for (int c = 0; c < 4; c++) { /* sub-blocks 2c (low nibbles) and 2c + 1 (high nibbles) */
             const __m512i sca = byte_of(sc[c / 2], 2 * (c % 2)), scb = byte_of(sc[c / 2], 2 * (c % 2) + 1);
             __m512i Wl[8], Wh[8];
             UNROLL for (int q = 0; q < 8; q++) {
@@ -231,7 +237,8 @@ AI void q4_k_tile(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, floa
                     il = _mm512_dpbusd_epi32(il, Wl[q], _mm512_set1_epi32(ld_i32(xq + 4 * q)));
                     ih = _mm512_dpbusd_epi32(ih, Wh[q], _mm512_set1_epi32(ld_i32(xq + 32 + 4 * q)));
                 }
-                sumi[t] = _mm512_add_epi32(sumi[t], _mm512_add_epi32(_mm512_mullo_epi32(il, sca), _mm512_mullo_epi32(ih, scb)));
+                sumi[t] = _mm512_add_epi32(sumi[t],
+                                           _mm512_add_epi32(_mm512_mullo_epi32(il, sca), _mm512_mullo_epi32(ih, scb)));
             }
         }
         __m512 dw, dmin;
@@ -258,7 +265,7 @@ AI void q4_k_gemm(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, floa
         UNROLL for (int q = 0; q < NP; q++) q4_k_scales(w + q * pb + (size_t)sb * 16 * sizeof(kn_block_q4_k), sc[q]);
         __m512i sumi[KN_P16_PANELS][TILE_T];
         UNROLL for (int q = 0; q < NP; q++) UNROLL for (int t = 0; t < NT; t++) sumi[q][t] = _mm512_setzero_si512();
-        for (int s8 = 0; s8 < 8; s8++) {   /* sub-block: low nibbles of vectors 8(s8/2) .. +7 when even */
+        for (int s8 = 0; s8 < 8; s8++) { /* sub-block: low nibbles of vectors 8(s8/2) .. +7 when even */
             const uint8_t *qs = w + (size_t)sb * 16 * sizeof(kn_block_q4_k) + 256 + 64 * 8 * (s8 / 2);
             __m512i is[KN_P16_PANELS][TILE_T];
             UNROLL for (int q = 0; q < NP; q++) UNROLL for (int t = 0; t < NT; t++) is[q][t] = _mm512_setzero_si512();
@@ -275,7 +282,8 @@ AI void q4_k_gemm(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, floa
             }
             UNROLL for (int q = 0; q < NP; q++) {
                 const __m512i scs = byte_of(sc[q][s8 / 4], s8 % 4);
-                UNROLL for (int t = 0; t < NT; t++) sumi[q][t] = _mm512_add_epi32(sumi[q][t], _mm512_mullo_epi32(is[q][t], scs));
+                UNROLL for (int t = 0; t < NT; t++) sumi[q][t] =
+                    _mm512_add_epi32(sumi[q][t], _mm512_mullo_epi32(is[q][t], scs));
             }
         }
         UNROLL for (int q = 0; q < NP; q++) {
@@ -287,8 +295,8 @@ AI void q4_k_gemm(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, floa
             UNROLL for (int t = 0; t < NT; t++) q4_k_step(mp, dw, dmin, sumi[q][t], xs0 + t * xs, &sa[q][t], &sm[q][t]);
         }
     }
-    UNROLL for (int q = 0; q < NP; q++)
-        UNROLL for (int t = 0; t < NT; t++) _mm512_storeu_ps(out + (size_t)t * ldo + 16 * q, _mm512_sub_ps(sa[q][t], sm[q][t]));
+    UNROLL for (int q = 0; q < NP; q++) UNROLL for (int t = 0; t < NT; t++)
+        _mm512_storeu_ps(out + (size_t)t * ldo + 16 * q, _mm512_sub_ps(sa[q][t], sm[q][t]));
 }
 
 /* NP panels x NT tokens: panel after panel for decode, q4_k_gemm for prefill. */

@@ -15,25 +15,25 @@ size_t kn_matmul_scratch(kn_dtype wtype, int64_t cols, int64_t N) {
     const kn_type_traits *tr = kn_type_traits_get(wtype);
     if (!tr || tr->vec_dot_type == KN_F32) return 0;
     size_t row = kn_row_bytes(tr->vec_dot_type, cols);
-    if (kn_p16_type(wtype)) row = KN_MAX(row, kn_q8x_row_bytes(wtype, cols));   /* a packed matrix's Q8X rows */
+    if (kn_p16_type(wtype)) row = KN_MAX(row, kn_q8x_row_bytes(wtype, cols)); /* a packed matrix's Q8X rows */
     return row * (size_t)N;
 }
 
 /* Tokens per cache block: the activations of one block stay in L2 while the weight rows of a
  * task stream past them. */
-#define TOKEN_BLOCK 64
+#define TOKEN_BLOCK             64
 /* A matmul below this many multiply-adds runs on the caller alone: a parallel run would cost
  * more than it saves. */
-#define MATMUL_PAR_WORK ((int64_t)1 << 20)
+#define MATMUL_PAR_WORK         ((int64_t)1 << 20)
 /* Tasks per thread of a parallel matmul, and the least multiply-adds per task. Several tasks per
  * thread let the caller take over the share of a thread that is descheduled, and keep the wait at
  * the end (for the last task in flight) short; the minimum keeps the claims cheap next to the work. */
 #define MATMUL_TASKS_PER_THREAD 8
-#define MATMUL_TASK_WORK ((int64_t)1 << 18)
+#define MATMUL_TASK_WORK        ((int64_t)1 << 18)
 /* Element-wise work (norms, conversions, swiglu) below this many elements runs inline. */
-#define ELEM_PAR_WORK ((int64_t)1 << 16)
+#define ELEM_PAR_WORK           ((int64_t)1 << 16)
 /* Tasks per thread of the element-wise and per-token operations. */
-#define ELEM_TASKS_PER_THREAD 4
+#define ELEM_TASKS_PER_THREAD   4
 
 /* Task count for `items` independent items of `work` total cost: at most per_thread tasks per
  * pool thread, at least min_work per task, at most one per item, at least 1. */
@@ -47,7 +47,7 @@ static int64_t task_count(const kn_pool *pool, int64_t items, int64_t work, int6
  * q[N][stride] (each token's row converted on its own). */
 typedef struct quant_ctx {
     kn_from_float_fn quant;
-    kn_dtype q8x_for;      /* != KN_F32: panel-kernel rows for packed weights of this type (pack.h) */
+    kn_dtype q8x_for; /* != KN_F32: panel-kernel rows for packed weights of this type (pack.h) */
     const float *x;
     uint8_t *q;
     int64_t N, cols, n_tasks;
@@ -60,8 +60,7 @@ static void quant_task(void *arg, int64_t task, int worker) {
     for (int64_t n = n0; n < n1; n++) {
         if (c->q8x_for != KN_F32)
             kn_q8x_quantize(c->q8x_for, c->quant, c->x + n * c->cols, c->q + (size_t)n * c->stride, c->cols);
-        else
-            c->quant(c->x + n * c->cols, c->q + (size_t)n * c->stride, c->cols);
+        else c->quant(c->x + n * c->cols, c->q + (size_t)n * c->stride, c->cols);
     }
 }
 
@@ -71,11 +70,11 @@ static void quant_task(void *arg, int64_t task, int worker) {
 typedef struct mm_ctx {
     const kn_matmul_out *outs;
     kn_gemm_fn gemm[KN_MATMUL_MAX_OUTS];
-    kn_p16_fn p16[KN_MATMUL_MAX_OUTS];        /* packed weights (all of the run's or none): panel kernels */
-    int64_t tile0[KN_MATMUL_MAX_OUTS + 1];   /* first global tile of each weight; [n_outs] = total */
+    kn_p16_fn p16[KN_MATMUL_MAX_OUTS];     /* packed weights (all of the run's or none): panel kernels */
+    int64_t tile0[KN_MATMUL_MAX_OUTS + 1]; /* first global tile of each weight; [n_outs] = total */
     int n_outs;
     int TR, TT;
-    const uint8_t *act;                       /* [N][act_stride] activations in the vec_dot format */
+    const uint8_t *act; /* [N][act_stride] activations in the vec_dot format */
     size_t act_stride;
     int64_t N, cols, n_tasks;
 } mm_ctx;
@@ -101,8 +100,8 @@ static void mm_tiles(const mm_ctx *c, int64_t t0, int64_t t1) {
                     p16(c->cols, wd + (size_t)r0 * rb, nr / KN_P16_ROWS, c->act + (size_t)n * c->act_stride,
                         c->act_stride, nt, y + n * rows + r0, (size_t)rows);
                 else
-                    gemm(c->cols, wd + (size_t)r0 * rb, rb, nr, c->act + (size_t)n * c->act_stride, c->act_stride,
-                         nt, y + n * rows + r0, (size_t)rows);
+                    gemm(c->cols, wd + (size_t)r0 * rb, rb, nr, c->act + (size_t)n * c->act_stride, c->act_stride, nt,
+                         y + n * rows + r0, (size_t)rows);
             }
         }
     }
@@ -119,16 +118,26 @@ static void matmul_group(const kn_matmul_out *outs, int n, const float *x, int64
                          const kn_kernels *ks) {
     const kn_type_traits *tr = kn_type_traits_get(outs[0].w->type);
     const int64_t cols = outs[0].w->cols;
-    const bool packed = outs[0].w->packed;   /* then every weight of the run is (see act_format) */
-    mm_ctx c = {.outs = outs, .n_outs = n, .TR = packed ? KN_P16_ROWS * KN_P16_PANELS : ks->tile_r,
-                .TT = packed ? ks->p16_tile_t : ks->tile_t, .N = N, .cols = cols};
+    const bool packed = outs[0].w->packed; /* then every weight of the run is (see act_format) */
+    mm_ctx c = {.outs = outs,
+                .n_outs = n,
+                .TR = packed ? KN_P16_ROWS * KN_P16_PANELS : ks->tile_r,
+                .TT = packed ? ks->p16_tile_t : ks->tile_t,
+                .N = N,
+                .cols = cols};
     c.act = (const uint8_t *)x;
     c.act_stride = (size_t)cols * sizeof(float);
     if (tr->vec_dot_type != KN_F32) {
-        quant_ctx q = {.quant = kn_kernels_quantize(ks, tr->vec_dot_type), .x = x, .q = qbuf, .N = N, .cols = cols,
-                       .stride = packed ? kn_q8x_row_bytes(outs[0].w->type, cols) : kn_row_bytes(tr->vec_dot_type, cols),
+        quant_ctx q = {.quant = kn_kernels_quantize(ks, tr->vec_dot_type),
+                       .x = x,
+                       .q = qbuf,
+                       .N = N,
+                       .cols = cols,
+                       .stride =
+                           packed ? kn_q8x_row_bytes(outs[0].w->type, cols) : kn_row_bytes(tr->vec_dot_type, cols),
                        .q8x_for = packed ? outs[0].w->type : KN_F32};
-        q.n_tasks = N * cols >= ELEM_PAR_WORK ? task_count(pool, N, N * cols, ELEM_PAR_WORK / 4, ELEM_TASKS_PER_THREAD) : 1;
+        q.n_tasks =
+            N * cols >= ELEM_PAR_WORK ? task_count(pool, N, N * cols, ELEM_PAR_WORK / 4, ELEM_TASKS_PER_THREAD) : 1;
         kn_pool_run(pool, q.n_tasks, quant_task, &q);
         c.act = qbuf;
         c.act_stride = q.stride;
@@ -142,7 +151,8 @@ static void matmul_group(const kn_matmul_out *outs, int n, const float *x, int64
         all_rows += outs[i].w->rows;
     }
     const int64_t work = all_rows * N * cols;
-    c.n_tasks = work > MATMUL_PAR_WORK ? task_count(pool, c.tile0[n], work, MATMUL_TASK_WORK, MATMUL_TASKS_PER_THREAD) : 1;
+    c.n_tasks =
+        work > MATMUL_PAR_WORK ? task_count(pool, c.tile0[n], work, MATMUL_TASK_WORK, MATMUL_TASKS_PER_THREAD) : 1;
     kn_pool_run(pool, c.n_tasks, mm_task, &c);
 }
 

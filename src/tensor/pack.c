@@ -17,23 +17,23 @@
 bool kn_p16_type(kn_dtype t) { return t == KN_Q4_0 || t == KN_Q8_0 || t == KN_Q4_K; }
 
 typedef struct field {
-    uint16_t off, size;   /* bytes in the plain block */
-    uint32_t flip;        /* xor applied to each dword (Q8_0 quants: +128) */
+    uint16_t off, size; /* bytes in the plain block */
+    uint32_t flip;      /* xor applied to each dword (Q8_0 quants: +128) */
 } field;
 
 typedef struct layout {
     int n_fields;
     field f[4];
-    int block_elems;      /* elements per block */
-    size_t block_bytes;   /* bytes per plain block; a group is 16 of them */
+    int block_elems;    /* elements per block */
+    size_t block_bytes; /* bytes per plain block; a group is 16 of them */
 } layout;
 
 static layout layout_of(kn_dtype t) {
     switch (t) {
-    case KN_Q4_0: return (layout){2, {{0, 2, 0}, {2, 16, 0}}, 32, sizeof(kn_block_q4_0)};
-    case KN_Q8_0: return (layout){2, {{0, 2, 0}, {2, 32, 0x80808080u}}, 32, sizeof(kn_block_q8_0)};
-    default: /* KN_Q4_K */
-        return (layout){4, {{0, 2, 0}, {2, 2, 0}, {4, 12, 0}, {16, 128, 0}}, 256, sizeof(kn_block_q4_k)};
+        case KN_Q4_0: return (layout){2, {{0, 2, 0}, {2, 16, 0}}, 32, sizeof(kn_block_q4_0)};
+        case KN_Q8_0: return (layout){2, {{0, 2, 0}, {2, 32, 0x80808080u}}, 32, sizeof(kn_block_q8_0)};
+        default: /* KN_Q4_K */
+            return (layout){4, {{0, 2, 0}, {2, 2, 0}, {4, 12, 0}, {16, 128, 0}}, 256, sizeof(kn_block_q4_k)};
     }
 }
 
@@ -62,7 +62,7 @@ void kn_p16_pack(kn_dtype t, const uint8_t *src, int64_t rows, int64_t cols, uin
     const size_t rb = (size_t)nb * L.block_bytes, gb = KN_P16_ROWS * L.block_bytes;
     for (int64_t p = 0; p < rows / KN_P16_ROWS; p++) {
         uint8_t *panel = dst + (size_t)p * KN_P16_ROWS * rb;
-        for (int l = 0; l < KN_P16_ROWS; l++) {   /* row by row: each source row read in order */
+        for (int l = 0; l < KN_P16_ROWS; l++) { /* row by row: each source row read in order */
             const uint8_t *row = src + (size_t)(p * KN_P16_ROWS + l) * rb;
             for (int64_t b = 0; b < nb; b++)
                 move_block(&L, row + (size_t)b * L.block_bytes, panel + (size_t)b * gb, l, true);
@@ -84,8 +84,8 @@ void kn_p16_row_f32(kn_dtype t, const uint8_t *data, int64_t cols, int64_t r, fl
     const kn_type_traits *tr = kn_type_traits_get(t);
     const size_t rb = (size_t)(cols / L.block_elems) * L.block_bytes, gb = KN_P16_ROWS * L.block_bytes;
     const uint8_t *panel = data + (size_t)(r / KN_P16_ROWS) * KN_P16_ROWS * rb;
-    for (int64_t b = 0; b < cols / L.block_elems; b++) {   /* one block at a time: no row buffer */
-        uint8_t blk[sizeof(kn_block_q4_k)];                 /* the largest block of the formats */
+    for (int64_t b = 0; b < cols / L.block_elems; b++) { /* one block at a time: no row buffer */
+        uint8_t blk[sizeof(kn_block_q4_k)];              /* the largest block of the formats */
         move_block(&L, panel + (size_t)b * gb, blk, (int)(r % KN_P16_ROWS), false);
         tr->to_float(blk, out + (int64_t)L.block_elems * b, L.block_elems);
     }
@@ -104,7 +104,7 @@ void kn_q8x_quantize(kn_dtype t, kn_from_float_fn q, const float *x, uint8_t *ds
             memcpy(o, k.qs, KN_QK_K);
             memcpy(o + KN_QK_K, &k.d, 4);
             for (int j = 0; j < 8; j++) {
-                const int16_t bs = (int16_t)(k.bsums[2 * j] + k.bsums[2 * j + 1]);   /* |bs| <= 32 * 128 */
+                const int16_t bs = (int16_t)(k.bsums[2 * j] + k.bsums[2 * j + 1]); /* |bs| <= 32 * 128 */
                 memcpy(o + KN_QK_K + 4 + 2 * j, &bs, 2);
             }
         }

@@ -39,8 +39,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define KN_P16_ROWS 16
-#define KN_Q8X_BLOCK 40   /* bytes of a Q8X activation block of 32: qs[32], float d, int32 c */
+#define KN_P16_ROWS   16
+#define KN_Q8X_BLOCK  40  /* bytes of a Q8X activation block of 32: qs[32], float d, int32 c */
 #define KN_Q8KX_BLOCK 276 /* bytes of a Q8KX activation block of 256: qs[256], float d, int16 bs[8] */
 
 #define KN_P16_PANELS 2 /* panels per panel-kernel call at most */

@@ -72,7 +72,7 @@ typedef uint16_t kn_half;
 #define KN_QK5_1 32
 #define KN_QK8_0 32
 #define KN_QK8_1 32
-#define KN_QK_K 256 /* super-block size of the K formats */
+#define KN_QK_K  256 /* super-block size of the K formats */
 
 /* ---------------------------------------------------------------------------------------------------
  * Legacy formats: blocks of 32 elements with one (or two) fp16 scales.

@@ -185,7 +185,7 @@ static float fit_scale_sym(int n, const float *xin, int8_t *L) {
     for (int i = 0; i < n; i++) x[i] = xin[i] / amax;
     importance(x, w, n);
     float sign = vmax < 0.0f ? -1.0f : 1.0f; /* sign of the largest element, normalised to +-1 */
-    float best_q = -1.0f, best_s = 0.0f;      /* quality (sum w x l)^2 / sum w l^2, to maximise */
+    float best_q = -1.0f, best_s = 0.0f;     /* quality (sum w x l)^2 / sum w l^2, to maximise */
     int8_t T[16];
     for (int target = 0; target < 2; target++) {
         for (int k = -9; k <= 9; k++) {
@@ -337,7 +337,7 @@ void kn_q4_k_from_float(const float *src, void *dst, int64_t n) {
 float kn_q4_k_vec_dot_q8_k(int64_t n, const void *w, const void *x) {
     const kn_block_q4_k *a = w;
     const kn_block_q8_k *b = x;
-    float sa = 0.0f, sm = 0.0f;  /* canonical order: quant.h */
+    float sa = 0.0f, sm = 0.0f; /* canonical order: quant.h */
     for (int64_t i = 0; i < n / KN_QK_K; i++) {
         int32_t sumi = 0, summ = 0;
         for (int j = 0; j < 8; j++) {
@@ -387,7 +387,7 @@ void kn_q5_k_from_float(const float *src, void *dst, int64_t n) {
 float kn_q5_k_vec_dot_q8_k(int64_t n, const void *w, const void *x) {
     const kn_block_q5_k *a = w;
     const kn_block_q8_k *b = x;
-    float sa = 0.0f, sm = 0.0f;  /* canonical order: quant.h */
+    float sa = 0.0f, sm = 0.0f; /* canonical order: quant.h */
     for (int64_t i = 0; i < n / KN_QK_K; i++) {
         int32_t sumi = 0, summ = 0;
         for (int j = 0; j < 8; j++) {
@@ -462,7 +462,7 @@ void kn_q6_k_from_float(const float *src, void *dst, int64_t n) {
 float kn_q6_k_vec_dot_q8_k(int64_t n, const void *w, const void *x) {
     const kn_block_q6_k *a = w;
     const kn_block_q8_k *b = x;
-    float sa = 0.0f;  /* canonical order: quant.h */
+    float sa = 0.0f; /* canonical order: quant.h */
     for (int64_t i = 0; i < n / KN_QK_K; i++) {
         int32_t sumi = 0;
         for (int j = 0; j < 16; j++) {

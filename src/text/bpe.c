@@ -15,9 +15,9 @@
 #include <string.h>
 
 uint32_t kn_bpe_byte_char(uint8_t b) {
-    if (b <= 32) return 256u + b;                       /* controls and space: U+0100..U+0120 */
-    if (b >= 127 && b <= 160) return 256u + 33 + (b - 127u);   /* DEL..NBSP: U+0121..U+0142 */
-    if (b == 173) return 256u + 67;                     /* soft hyphen: U+0143 */
+    if (b <= 32) return 256u + b;                            /* controls and space: U+0100..U+0120 */
+    if (b >= 127 && b <= 160) return 256u + 33 + (b - 127u); /* DEL..NBSP: U+0121..U+0142 */
+    if (b == 173) return 256u + 67;                          /* soft hyphen: U+0143 */
     return b;
 }
 
@@ -31,7 +31,7 @@ int kn_bpe_char_byte(uint32_t cp) {
 
 typedef struct bpe_state {
     const kn_tokenizer *t;
-    kn_bvec word;       /* the current word, byte-mapped */
+    kn_bvec word; /* the current word, byte-mapped */
     kn_symbol *sym;
     size_t sym_cap;
     kn_heap heap;
@@ -77,8 +77,7 @@ static kiln_status encode_word(bpe_state *st, kn_ivec *out) {
     for (size_t off = 0; off < wn;) {
         size_t cl = kn_utf8_lead_len((uint8_t)w[off]);
         if (cl > wn - off) cl = wn - off;
-        st->sym[n_sym] = (kn_symbol){.prev = n_sym - 1, .next = n_sym + 1, .off = (uint32_t)off,
-                                     .n = (uint32_t)cl};
+        st->sym[n_sym] = (kn_symbol){.prev = n_sym - 1, .next = n_sym + 1, .off = (uint32_t)off, .n = (uint32_t)cl};
         n_sym++;
         off += cl;
     }
@@ -89,13 +88,12 @@ static kiln_status encode_word(bpe_state *st, kn_ivec *out) {
     while (st->heap.n) {
         kn_bigram bg = kn_heap_pop(&st->heap);
         kn_symbol *l = &st->sym[bg.left], *r = &st->sym[bg.right];
-        if (l->n == 0 || r->n == 0 || l->n + r->n != bg.size) continue;   /* stale */
+        if (l->n == 0 || r->n == 0 || l->n + r->n != bg.size) continue; /* stale */
         l->n += r->n;
         r->n = 0;
         l->next = r->next;
         if (r->next >= 0) st->sym[r->next].prev = bg.left;
-        if (!add_bigram(st, l->prev, bg.left) || !add_bigram(st, bg.left, l->next))
-            return KILN_ERR_NOMEM;
+        if (!add_bigram(st, l->prev, bg.left) || !add_bigram(st, bg.left, l->next)) return KILN_ERR_NOMEM;
     }
     for (int32_t i = 0; i != -1; i = st->sym[i].next)
         if (!emit_symbol(t, w + st->sym[i].off, st->sym[i].n, out)) return KILN_ERR_NOMEM;
@@ -115,7 +113,10 @@ kiln_status kn_bpe_encode(const kn_tokenizer *t, const char *text, size_t len, k
         size_t n = words.v[k].len;
         if (n == 0) continue;
         st.word.n = 0;
-        if (!kn_reserve((void **)&st.word.v, &st.word.cap, 2 * n, 1)) { rc = KILN_ERR_NOMEM; break; }
+        if (!kn_reserve((void **)&st.word.v, &st.word.cap, 2 * n, 1)) {
+            rc = KILN_ERR_NOMEM;
+            break;
+        }
         for (size_t i = 0; i < n; i++) {
             memcpy(st.word.v + st.word.n, map[p[i]], map_len[p[i]]);
             st.word.n += map_len[p[i]];

@@ -37,7 +37,9 @@ static kiln_status parse_object(const char *json, size_t len, const char *what, 
     }
     json_error_t err;
     json_t *j = json_loadb(json, len, JSON_ALLOW_NUL, &err);
-    if (!j) return kn_error(KILN_ERR_INVALID_ARG, "%s is not valid JSON: line %d, column %d: %s", what, err.line, err.column, err.text);
+    if (!j)
+        return kn_error(KILN_ERR_INVALID_ARG, "%s is not valid JSON: line %d, column %d: %s", what, err.line,
+                        err.column, err.text);
     if (!json_is_object(j)) {
         json_decref(j);
         return kn_error(KILN_ERR_INVALID_ARG, "%s must be a JSON object", what);
@@ -79,13 +81,14 @@ static kiln_status set_token_text(json_t *obj, const char *key, const kiln_model
     if (id >= 0) n = kn_token_piece(m->tok, id, true, buf, sizeof buf);
     if (n > sizeof buf) n = 0;
     json_t *s = json_stringn(buf, n);
-    if (!s) s = json_string("");    /* a piece that is not valid UTF-8 */
+    if (!s) s = json_string(""); /* a piece that is not valid UTF-8 */
     if (!s || json_object_set_new(obj, key, s)) return kn_error(KILN_ERR_NOMEM, "out of memory");
     return KILN_OK;
 }
 
 /* Appends the text of one message's content for the plain fallback; *any says whether it had text. */
-static kiln_status append_content(const json_t *content, size_t index, char **buf, size_t *len, size_t *cap, bool *any) {
+static kiln_status append_content(const json_t *content, size_t index, char **buf, size_t *len, size_t *cap,
+                                  bool *any) {
     *any = false;
     if (!content || json_is_null(content)) return KILN_OK;
     size_t n_items = json_is_array(content) ? json_array_size(content) : 1;
@@ -96,10 +99,12 @@ static kiln_status append_content(const json_t *content, size_t index, char **bu
         if (json_is_array(content)) {
             const json_t *part = json_array_get(content, i);
             const json_t *type = json_object_get(part, "type");
-            if (!json_is_object(part)) return kn_error(KILN_ERR_INVALID_ARG, "message %zu: content part %zu is not an object", index, i);
+            if (!json_is_object(part))
+                return kn_error(KILN_ERR_INVALID_ARG, "message %zu: content part %zu is not an object", index, i);
             if (!json_is_string(type) || strcmp(json_string_value(type), "text") != 0) continue;
             s = json_object_get(part, "text");
-            if (!json_is_string(s)) return kn_error(KILN_ERR_INVALID_ARG, "message %zu: text part %zu has no \"text\" string", index, i);
+            if (!json_is_string(s))
+                return kn_error(KILN_ERR_INVALID_ARG, "message %zu: text part %zu has no \"text\" string", index, i);
         }
         const char *text = json_string_value(s);
         size_t k = json_string_length(s);
@@ -133,7 +138,10 @@ static kiln_status plain_fallback(const json_t *messages, char **out, size_t *ou
         if (!first) {
             if (len + 3 > cap) {
                 char *nb = realloc(buf, cap * 2);
-                if (!nb) { free(buf); return kn_error(KILN_ERR_NOMEM, "out of memory"); }
+                if (!nb) {
+                    free(buf);
+                    return kn_error(KILN_ERR_NOMEM, "out of memory");
+                }
                 buf = nb;
                 cap *= 2;
             }
@@ -142,7 +150,10 @@ static kiln_status plain_fallback(const json_t *messages, char **out, size_t *ou
         }
         bool any;
         kiln_status st = append_content(json_object_get(msg, "content"), i, &buf, &len, &cap, &any);
-        if (st) { free(buf); return st; }
+        if (st) {
+            free(buf);
+            return st;
+        }
         if (!any) len = mark;
         else first = false;
     }
@@ -167,7 +178,8 @@ static kiln_status chat_apply(const kiln_model *model, const char *chat_json, si
         json_decref(chat);
         return st;
     }
-    if (!json_object_get(chat, "add_generation_prompt") && json_object_set_new(chat, "add_generation_prompt", json_true()))
+    if (!json_object_get(chat, "add_generation_prompt") &&
+        json_object_set_new(chat, "add_generation_prompt", json_true()))
         st = kn_error(KILN_ERR_NOMEM, "out of memory");
     if (!st) st = set_token_text(chat, "bos_token", model, kn_tok_bos(model->tok));
     if (!st) st = set_token_text(chat, "eos_token", model, kn_tok_eos(model->tok));

@@ -30,7 +30,7 @@ const char *kn_detok_push(kn_detok *d, int32_t id, size_t *len) {
     const kn_tokenizer *t = d->tok;
     *len = 0;
     if (!t || id < 0 || id >= t->n_vocab) return d->out;
-    bool is_bos = id == t->bos;         /* a new text starts after it */
+    bool is_bos = id == t->bos; /* a new text starts after it */
     size_t plen = kn_token_piece(t, id, d->render_special, NULL, 0);
     const uint8_t *p = (const uint8_t *)t->pieces + t->tok[id].piece_off;
     if (plen == 0 || is_bos) d->at_start |= is_bos;
@@ -57,7 +57,7 @@ const char *kn_detok_push(kn_detok *d, int32_t id, size_t *len) {
             memcpy(d->out + o, buf + i, adv);
             o += adv;
         } else if (i + adv == n && kn_utf8_incomplete(buf + i, n - i)) {
-            memcpy(d->pending, buf + i, n - i);     /* wait for the rest of the character */
+            memcpy(d->pending, buf + i, n - i); /* wait for the rest of the character */
             d->n_pending = n - i;
         } else {
             o = put_replacement(d->out, o);

@@ -16,13 +16,13 @@
 bool kn_tok_push_byte(const kn_tokenizer *t, uint8_t b, kn_ivec *out) {
     int32_t id = t->byte_tok[b];
     if (id < 0) id = t->unk;
-    if (id < 0) return true;    /* no way to represent the byte: it is dropped */
+    if (id < 0) return true; /* no way to represent the byte: it is dropped */
     return kn_ivec_push(out, id);
 }
 
 typedef struct spm_state {
     const kn_tokenizer *t;
-    const char *s;          /* escaped text */
+    const char *s; /* escaped text */
     kn_symbol *sym;
     kn_heap heap;
 } spm_state;
@@ -54,7 +54,7 @@ static kiln_status merge_segment(spm_state *st, int32_t a, int32_t b, kn_ivec *o
     while (st->heap.n) {
         kn_bigram bg = kn_heap_pop(&st->heap);
         kn_symbol *l = &sym[bg.left], *r = &sym[bg.right];
-        if (l->n == 0 || r->n == 0 || l->n + r->n != bg.size) continue;   /* stale */
+        if (l->n == 0 || r->n == 0 || l->n + r->n != bg.size) continue; /* stale */
         l->n += r->n;
         r->n = 0;
         l->next = r->next;
@@ -74,8 +74,7 @@ static kiln_status merge_segment(spm_state *st, int32_t a, int32_t b, kn_ivec *o
     return KILN_OK;
 }
 
-kiln_status kn_spm_encode(const kn_tokenizer *t, const char *text, size_t len, bool prefix_space,
-                          kn_ivec *out) {
+kiln_status kn_spm_encode(const kn_tokenizer *t, const char *text, size_t len, bool prefix_space, kn_ivec *out) {
     static const char SPACE_MARK[3] = {'\xe2', '\x96', '\x81'};
     /* escaped text: optional leading space, ' ' -> U+2581 */
     size_t n_spaces = prefix_space ? 1 : 0;
@@ -87,12 +86,20 @@ kiln_status kn_spm_encode(const kn_tokenizer *t, const char *text, size_t len, b
     kn_symbol *sym = malloc(elen * sizeof *sym);
     spm_state st = {.t = t, .s = s, .sym = sym};
     kiln_status rc = KILN_OK;
-    if (!s || !sym) { rc = kn_error(KILN_ERR_NOMEM, "out of memory tokenizing %zu bytes", len); goto done; }
+    if (!s || !sym) {
+        rc = kn_error(KILN_ERR_NOMEM, "out of memory tokenizing %zu bytes", len);
+        goto done;
+    }
     size_t o = 0;
-    if (prefix_space) { memcpy(s, SPACE_MARK, 3); o = 3; }
+    if (prefix_space) {
+        memcpy(s, SPACE_MARK, 3);
+        o = 3;
+    }
     for (size_t i = 0; i < len; i++) {
-        if (text[i] == ' ') { memcpy(s + o, SPACE_MARK, 3); o += 3; }
-        else s[o++] = text[i];
+        if (text[i] == ' ') {
+            memcpy(s + o, SPACE_MARK, 3);
+            o += 3;
+        } else s[o++] = text[i];
     }
 
     /* one symbol per character */
@@ -100,8 +107,7 @@ kiln_status kn_spm_encode(const kn_tokenizer *t, const char *text, size_t len, b
     for (size_t off = 0; off < elen;) {
         size_t cl = kn_utf8_lead_len((uint8_t)s[off]);
         if (cl > elen - off) cl = elen - off;
-        sym[n_sym] = (kn_symbol){.prev = n_sym - 1, .next = n_sym + 1, .off = (uint32_t)off,
-                                 .n = (uint32_t)cl};
+        sym[n_sym] = (kn_symbol){.prev = n_sym - 1, .next = n_sym + 1, .off = (uint32_t)off, .n = (uint32_t)cl};
         n_sym++;
         off += cl;
     }

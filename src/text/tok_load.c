@@ -19,15 +19,14 @@
 #include <string.h>
 
 #define MAX_VOCAB (1 << 24)
-#define KEY(x) "tokenizer.ggml." x
+#define KEY(x)    "tokenizer.ggml." x
 
 /* ---- special ids ------------------------------------------------------------------------------ */
 
 /* Reads an optional special-token id. Leaves *id alone when the key is absent; an explicit -1 or
  * 0xFFFFFFFF means "none". strict: an id outside the vocabulary (or a non-integer value) is a
  * format error; otherwise it is ignored with a warning. */
-static kiln_status read_id(const kn_gguf *g, const char *key, int32_t n_vocab, bool strict,
-                           int32_t *id) {
+static kiln_status read_id(const kn_gguf *g, const char *key, int32_t n_vocab, bool strict, int32_t *id) {
     const kn_gguf_kv *kv = kn_gguf_find(g, key);
     if (!kv) return KILN_OK;
     int64_t v;
@@ -37,19 +36,24 @@ static kiln_status read_id(const kn_gguf *g, const char *key, int32_t n_vocab, b
         KN_LOGW("tokenizer: ignoring %s: not an integer", key);
         return KILN_OK;
     }
-    if (kv->type == KN_GGUF_UINT32 && kv->v.u == UINT32_MAX) { *id = -1; return KILN_OK; }
+    if (kv->type == KN_GGUF_UINT32 && kv->v.u == UINT32_MAX) {
+        *id = -1;
+        return KILN_OK;
+    }
     if (kv->type == KN_GGUF_UINT64 && (kv->v.u == UINT64_MAX || kv->v.u == UINT32_MAX)) {
         *id = -1;
         return KILN_OK;
     }
     if (!kn_gguf_get_i64(g, key, &v)) v = INT64_MAX;
-    if (v == -1) { *id = -1; return KILN_OK; }
+    if (v == -1) {
+        *id = -1;
+        return KILN_OK;
+    }
     if (v < 0 || v >= n_vocab) {
         if (strict)
-            return kn_error(KILN_ERR_FORMAT, "%s = %lld is outside the vocabulary of %d tokens", key,
-                            (long long)v, n_vocab);
-        KN_LOGW("tokenizer: ignoring %s = %lld: outside the vocabulary of %d tokens", key,
-                (long long)v, n_vocab);
+            return kn_error(KILN_ERR_FORMAT, "%s = %lld is outside the vocabulary of %d tokens", key, (long long)v,
+                            n_vocab);
+        KN_LOGW("tokenizer: ignoring %s = %lld: outside the vocabulary of %d tokens", key, (long long)v, n_vocab);
         *id = -1;
         return KILN_OK;
     }
@@ -114,7 +118,11 @@ static kiln_status read_scores_types(kn_tokenizer *t, const kn_gguf *g) {
         for (int32_t i = 0; i < t->n_vocab; i++) {
             float f;
             if (kv->arr_type == KN_GGUF_FLOAT32) memcpy(&f, kv->arr_data + 4 * (size_t)i, 4);
-            else { int32_t v; memcpy(&v, kv->arr_data + 4 * (size_t)i, 4); f = (float)v; }
+            else {
+                int32_t v;
+                memcpy(&v, kv->arr_data + 4 * (size_t)i, 4);
+                f = (float)v;
+            }
             t->tok[i].score = isnan(f) ? -INFINITY : f;
         }
     }
@@ -129,15 +137,15 @@ static kiln_status read_scores_types(kn_tokenizer *t, const kn_gguf *g) {
     for (int32_t i = 0; i < t->n_vocab; i++) {
         int32_t type = KN_TTYPE_NORMAL;
         if (kv) memcpy(&type, kv->arr_data + 4 * (size_t)i, 4);
-        uint8_t attr = 0;   /* undefined and unknown-valued types decode to nothing */
+        uint8_t attr = 0; /* undefined and unknown-valued types decode to nothing */
         switch (type) {
-        case KN_TTYPE_NORMAL: attr = KN_ATTR_NORMAL; break;
-        case KN_TTYPE_UNKNOWN: attr = KN_ATTR_UNKNOWN; break;
-        case KN_TTYPE_CONTROL: attr = KN_ATTR_CONTROL; break;
-        case KN_TTYPE_USER_DEFINED: attr = KN_ATTR_USER_DEFINED; break;
-        case KN_TTYPE_UNUSED: attr = KN_ATTR_UNUSED; break;
-        case KN_TTYPE_BYTE: attr = KN_ATTR_BYTE; break;
-        default: break;
+            case KN_TTYPE_NORMAL: attr = KN_ATTR_NORMAL; break;
+            case KN_TTYPE_UNKNOWN: attr = KN_ATTR_UNKNOWN; break;
+            case KN_TTYPE_CONTROL: attr = KN_ATTR_CONTROL; break;
+            case KN_TTYPE_USER_DEFINED: attr = KN_ATTR_USER_DEFINED; break;
+            case KN_TTYPE_UNUSED: attr = KN_ATTR_UNUSED; break;
+            case KN_TTYPE_BYTE: attr = KN_ATTR_BYTE; break;
+            default: break;
         }
         t->tok[i].attr = attr;
     }
@@ -164,8 +172,7 @@ static kiln_status read_merges(kn_tokenizer *t, const kn_gguf *g) {
         kn_str s = kn_gguf_next_str(&cur);
         const char *sp = s.len > 1 ? memchr(s.ptr + 1, ' ', s.len - 1) : NULL;
         if (!sp || (uint64_t)(sp - s.ptr) + 1 >= s.len)
-            return kn_error(KILN_ERR_FORMAT, KEY("merges") "[%u] is not two tokens separated by a space",
-                            i);
+            return kn_error(KILN_ERR_FORMAT, KEY("merges") "[%u] is not two tokens separated by a space", i);
         if (total + s.len > UINT32_MAX)
             return kn_error(KILN_ERR_FORMAT, KEY("merges") " holds more than 4 GiB of text");
         t->merge_off[i] = (uint32_t)total;
@@ -188,13 +195,21 @@ static kiln_status read_merges(kn_tokenizer *t, const kn_gguf *g) {
 
 /* Texts of tokens that end a generation (llama.cpp's list). */
 static const char *const EOG_TEXTS[] = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<end_of_turn>",
-    "<|endoftext|>", "<|eom_id|>", "<EOT>", "_<EOT>", "<|end_of_text|>", "<end_of_utterance>",
+    "<|eot_id|>",    "<|im_end|>", "<|end|>", "<|return|>", "<|call|>",        "<end_of_turn>",
+    "<|endoftext|>", "<|eom_id|>", "<EOT>",   "_<EOT>",     "<|end_of_text|>", "<end_of_utterance>",
 };
 /* Texts that identify the end-of-turn token when the metadata names none, in order of preference. */
 static const char *const EOT_TEXTS[] = {
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>",
-    "<EOT>", "_<EOT>", "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "<|end_of_text|>",
+    "<EOT>",
+    "_<EOT>",
+    "<\xef\xbd\x9c"
+    "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
     "<end_of_utterance>",
 };
 
@@ -284,13 +299,15 @@ static bool decode_piece(const kn_tokenizer *t, int32_t id, kn_bvec *pool) {
     const kn_tok_info *ti = &t->tok[id];
     const char *s = t->text + ti->text_off;
     size_t n = ti->text_len;
-    if (ti->attr & (KN_ATTR_UNKNOWN | KN_ATTR_CONTROL | KN_ATTR_USER_DEFINED))
-        return kn_bvec_append(pool, s, n);
+    if (ti->attr & (KN_ATTR_UNKNOWN | KN_ATTR_CONTROL | KN_ATTR_USER_DEFINED)) return kn_bvec_append(pool, s, n);
     if (ti->attr & KN_ATTR_BYTE) {
         int b = byte_of(s, n);
-        if (b >= 0) { uint8_t c = (uint8_t)b; return kn_bvec_append(pool, &c, 1); }
+        if (b >= 0) {
+            uint8_t c = (uint8_t)b;
+            return kn_bvec_append(pool, &c, 1);
+        }
     } else if (!(ti->attr & KN_ATTR_NORMAL)) {
-        return true;    /* undefined / unused: no text */
+        return true; /* undefined / unused: no text */
     }
     if (t->kind == KN_TOK_BPE) {
         for (size_t i = 0; i < n;) {
@@ -301,7 +318,7 @@ static bool decode_piece(const kn_tokenizer *t, int32_t id, kn_bvec *pool) {
                 uint8_t c = (uint8_t)b;
                 if (!kn_bvec_append(pool, &c, 1)) return false;
             } else if (!kn_bvec_append(pool, s + i, adv)) {
-                return false;   /* not a byte character: kept as it is */
+                return false; /* not a byte character: kept as it is */
             }
             i += adv;
         }
@@ -324,14 +341,19 @@ static kiln_status build_pieces(kn_tokenizer *t) {
     kn_bvec pool = {0};
     for (int32_t id = 0; id < t->n_vocab; id++) {
         size_t before = pool.n;
-        if (!decode_piece(t, id, &pool)) { free(pool.v); return KILN_ERR_NOMEM; }
+        if (!decode_piece(t, id, &pool)) {
+            free(pool.v);
+            return KILN_ERR_NOMEM;
+        }
         size_t len = pool.n - before;
         if (len > KN_TOK_MAX_PIECE) {
             free(pool.v);
-            return kn_error(KILN_ERR_FORMAT, "token %d is %zu bytes long (the limit is %d)", id, len,
-                            KN_TOK_MAX_PIECE);
+            return kn_error(KILN_ERR_FORMAT, "token %d is %zu bytes long (the limit is %d)", id, len, KN_TOK_MAX_PIECE);
         }
-        if (pool.n > UINT32_MAX) { free(pool.v); return kn_error(KILN_ERR_FORMAT, "vocabulary too large"); }
+        if (pool.n > UINT32_MAX) {
+            free(pool.v);
+            return kn_error(KILN_ERR_FORMAT, "vocabulary too large");
+        }
         t->tok[id].piece_off = (uint32_t)before;
         t->tok[id].piece_len = (uint32_t)len;
     }
@@ -352,8 +374,7 @@ static kiln_status build_specials(kn_tokenizer *t) {
     int32_t n = 0;
     uint64_t bytes = 0;
     for (int32_t id = 0; id < t->n_vocab; id++)
-        if ((t->tok[id].attr & (KN_ATTR_CONTROL | KN_ATTR_USER_DEFINED | KN_ATTR_UNKNOWN)) &&
-            t->tok[id].text_len > 0) {
+        if ((t->tok[id].attr & (KN_ATTR_CONTROL | KN_ATTR_USER_DEFINED | KN_ATTR_UNKNOWN)) && t->tok[id].text_len > 0) {
             n++;
             bytes += t->tok[id].text_len;
         }
@@ -368,8 +389,7 @@ static kiln_status build_specials(kn_tokenizer *t) {
     memset(t->special_rank, 0xff, (size_t)t->n_vocab * sizeof *t->special_rank);
     int32_t k = 0;
     for (int32_t id = 0; id < t->n_vocab; id++)
-        if ((t->tok[id].attr & (KN_ATTR_CONTROL | KN_ATTR_USER_DEFINED | KN_ATTR_UNKNOWN)) &&
-            t->tok[id].text_len > 0)
+        if ((t->tok[id].attr & (KN_ATTR_CONTROL | KN_ATTR_USER_DEFINED | KN_ATTR_UNKNOWN)) && t->tok[id].text_len > 0)
             keys[k++] = ((uint64_t)(UINT32_MAX - t->tok[id].text_len) << 32) | (uint32_t)id;
     qsort(keys, (size_t)n, sizeof *keys, cmp_u64);
     for (int32_t r = 0; r < n; r++) {
@@ -427,11 +447,12 @@ static kiln_status load(kn_tokenizer *t, const kn_gguf *g) {
     else if (kn_str_eq(model, "gpt2")) t->kind = KN_TOK_BPE;
     else if (kn_str_eq(model, "bert")) t->kind = KN_TOK_WPM;
     else
-        return kn_error(KILN_ERR_UNSUPPORTED, "tokenizer model '%.*s' is not supported (kiln supports "
-                        "llama, gpt2 and bert)", (int)KN_MIN(model.len, 64), model.ptr);
+        return kn_error(KILN_ERR_UNSUPPORTED,
+                        "tokenizer model '%.*s' is not supported (kiln supports "
+                        "llama, gpt2 and bert)",
+                        (int)KN_MIN(model.len, 64), model.ptr);
 
-    if ((st = read_tokens(t, g)) || (st = read_scores_types(t, g)) || (st = kn_tok_build_index(t)))
-        return st;
+    if ((st = read_tokens(t, g)) || (st = read_scores_types(t, g)) || (st = kn_tok_build_index(t))) return st;
 
     /* defaults by kind */
     bool add_bos_default = t->kind != KN_TOK_BPE;
@@ -482,9 +503,11 @@ static kiln_status load(kn_tokenizer *t, const kn_gguf *g) {
         if (has_bos_flag) return kn_error(KILN_ERR_FORMAT, KEY("add_bos_token") " is true but there is no BOS token");
         t->add_bos = false;
     }
-    if (t->add_eos && t->eos < 0) return kn_error(KILN_ERR_FORMAT, KEY("add_eos_token") " is true but there is no EOS token");
+    if (t->add_eos && t->eos < 0)
+        return kn_error(KILN_ERR_FORMAT, KEY("add_eos_token") " is true but there is no EOS token");
     if (t->add_sep && t->sep < 0) {
-        if (has_sep_flag) return kn_error(KILN_ERR_FORMAT, KEY("add_sep_token") " is true but there is no separator token");
+        if (has_sep_flag)
+            return kn_error(KILN_ERR_FORMAT, KEY("add_sep_token") " is true but there is no separator token");
         t->add_sep = false;
     }
 

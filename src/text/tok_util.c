@@ -48,12 +48,21 @@ bool kn_reserve(void **p, size_t *cap, size_t need, size_t elem) {
     if (need <= *cap) return true;
     size_t ncap = *cap ? *cap : 16;
     while (ncap < need) {
-        if (ncap > SIZE_MAX / 2) { kn_error(KILN_ERR_NOMEM, "vector too large"); return false; }
+        if (ncap > SIZE_MAX / 2) {
+            kn_error(KILN_ERR_NOMEM, "vector too large");
+            return false;
+        }
         ncap *= 2;
     }
-    if (ncap > SIZE_MAX / elem) { kn_error(KILN_ERR_NOMEM, "vector too large"); return false; }
+    if (ncap > SIZE_MAX / elem) {
+        kn_error(KILN_ERR_NOMEM, "vector too large");
+        return false;
+    }
     void *q = realloc(*p, ncap * elem);
-    if (!q) { kn_error(KILN_ERR_NOMEM, "out of memory (%zu bytes)", ncap * elem); return false; }
+    if (!q) {
+        kn_error(KILN_ERR_NOMEM, "out of memory (%zu bytes)", ncap * elem);
+        return false;
+    }
     *p = q;
     *cap = ncap;
     return true;
@@ -67,7 +76,10 @@ bool kn_ivec_push(kn_ivec *a, int32_t x) {
 
 bool kn_bvec_append(kn_bvec *a, const void *p, size_t n) {
     if (n == 0) return true;
-    if (a->n + n < a->n) { kn_error(KILN_ERR_NOMEM, "vector too large"); return false; }
+    if (a->n + n < a->n) {
+        kn_error(KILN_ERR_NOMEM, "vector too large");
+        return false;
+    }
     if (!kn_reserve((void **)&a->v, &a->cap, a->n + n, 1)) return false;
     memcpy(a->v + a->n, p, n);
     a->n += n;
@@ -86,22 +98,25 @@ kiln_status kn_tok_build_index(kn_tokenizer *t) {
     uint64_t n_dup = 0;
     for (int32_t id = 0; id < t->n_vocab; id++) {
         const kn_tok_info *ti = &t->tok[id];
-        if (ti->text_len == 0) continue;     /* an empty text can never be looked up */
+        if (ti->text_len == 0) continue; /* an empty text can never be looked up */
         const char *s = t->text + ti->text_off;
         uint64_t i = mix(kn_hash_bytes(s, ti->text_len)) & t->by_text.mask;
         for (;;) {
             int32_t other = t->by_text.slots[i];
-            if (other < 0) { t->by_text.slots[i] = id; break; }
+            if (other < 0) {
+                t->by_text.slots[i] = id;
+                break;
+            }
             const kn_tok_info *to = &t->tok[other];
             if (to->text_len == ti->text_len && memcmp(t->text + to->text_off, s, ti->text_len) == 0) {
-                n_dup++;     /* duplicate text: the lower id keeps it */
+                n_dup++; /* duplicate text: the lower id keeps it */
                 break;
             }
             i = (i + 1) & t->by_text.mask;
         }
     }
-    if (n_dup) KN_LOGW("tokenizer: %llu duplicate token texts; the lowest id is used for each",
-                       (unsigned long long)n_dup);
+    if (n_dup)
+        KN_LOGW("tokenizer: %llu duplicate token texts; the lowest id is used for each", (unsigned long long)n_dup);
     return KILN_OK;
 }
 
@@ -125,11 +140,10 @@ static uint64_t pair_hash(const char *a, size_t an, const char *b, size_t bn) {
     return mix(kn_hash_bytes(a, an) * 0x9E3779B97F4A7C15ull + kn_hash_bytes(b, bn));
 }
 
-static bool merge_is(const kn_tokenizer *t, int32_t rank, const char *a, size_t an, const char *b,
-                     size_t bn) {
+static bool merge_is(const kn_tokenizer *t, int32_t rank, const char *a, size_t an, const char *b, size_t bn) {
     const char *m = t->merge_text + t->merge_off[rank];
-    return t->merge_a_len[rank] == an && t->merge_len[rank] == an + 1 + bn &&
-           memcmp(m, a, an) == 0 && memcmp(m + an + 1, b, bn) == 0;
+    return t->merge_a_len[rank] == an && t->merge_len[rank] == an + 1 + bn && memcmp(m, a, an) == 0 &&
+           memcmp(m + an + 1, b, bn) == 0;
 }
 
 kiln_status kn_bpe_build_index(kn_tokenizer *t) {
@@ -146,8 +160,11 @@ kiln_status kn_bpe_build_index(kn_tokenizer *t) {
         uint64_t i = pair_hash(a, an, b, bn) & t->merge_mask;
         for (;;) {
             int32_t other = t->merge_slots[i];
-            if (other < 0) { t->merge_slots[i] = (int32_t)r; break; }
-            if (merge_is(t, other, a, an, b, bn)) break;     /* duplicate: the lower rank wins */
+            if (other < 0) {
+                t->merge_slots[i] = (int32_t)r;
+                break;
+            }
+            if (merge_is(t, other, a, an, b, bn)) break; /* duplicate: the lower rank wins */
             i = (i + 1) & t->merge_mask;
         }
     }
@@ -175,8 +192,7 @@ kiln_status kn_u64map_init(kn_u64map *m, uint64_t expected) {
     m->vals = calloc(cap, sizeof *m->vals);
     if (!m->keys || !m->vals) {
         kn_u64map_free(m);
-        return kn_error(KILN_ERR_NOMEM, "out of memory for a map of %llu entries",
-                        (unsigned long long)expected);
+        return kn_error(KILN_ERR_NOMEM, "out of memory for a map of %llu entries", (unsigned long long)expected);
     }
     m->mask = cap - 1;
     return KILN_OK;
@@ -185,21 +201,27 @@ kiln_status kn_u64map_init(kn_u64map *m, uint64_t expected) {
 static uint64_t u64_hash(uint64_t k) { return mix(k * 0x9E3779B97F4A7C15ull); }
 
 kiln_status kn_u64map_put(kn_u64map *m, uint64_t key, int32_t val) {
-    if (2 * (m->n + 1) > m->mask + 1) {      /* grow to keep the load factor at most 1/2 */
+    if (2 * (m->n + 1) > m->mask + 1) { /* grow to keep the load factor at most 1/2 */
         kn_u64map bigger;
         kiln_status st = kn_u64map_init(&bigger, 2 * (m->n + 1));
         if (st) return st;
         for (uint64_t i = 0; i <= m->mask; i++)
             if (m->keys[i]) {
                 st = kn_u64map_put(&bigger, m->keys[i] - 1, m->vals[i]);
-                if (st) { kn_u64map_free(&bigger); return st; }
+                if (st) {
+                    kn_u64map_free(&bigger);
+                    return st;
+                }
             }
         kn_u64map_free(m);
         *m = bigger;
     }
     uint64_t i = u64_hash(key) & m->mask;
     while (m->keys[i] && m->keys[i] != key + 1) i = (i + 1) & m->mask;
-    if (!m->keys[i]) { m->keys[i] = key + 1; m->n++; }
+    if (!m->keys[i]) {
+        m->keys[i] = key + 1;
+        m->n++;
+    }
     m->vals[i] = val;
     return KILN_OK;
 }

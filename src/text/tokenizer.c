@@ -16,14 +16,16 @@
 typedef struct frag {
     int32_t id;
     size_t off, len;
-    int32_t next;       /* index of the following fragment, -1 at the end */
+    int32_t next; /* index of the following fragment, -1 at the end */
 } frag;
 
-typedef struct fragvec { frag *v; size_t n, cap; } fragvec;
+typedef struct fragvec {
+    frag *v;
+    size_t n, cap;
+} fragvec;
 
 static int32_t frag_add(fragvec *f, int32_t id, size_t off, size_t len, int32_t next) {
-    if (f->n >= INT32_MAX ||
-        (f->n == f->cap && !kn_reserve((void **)&f->v, &f->cap, f->n + 1, sizeof *f->v)))
+    if (f->n >= INT32_MAX || (f->n == f->cap && !kn_reserve((void **)&f->v, &f->cap, f->n + 1, sizeof *f->v)))
         return -1;
     f->v[f->n] = (frag){id, off, len, next};
     return (int32_t)f->n++;
@@ -38,8 +40,7 @@ static inline bool allowed(const kn_tokenizer *t, int32_t id, bool parse_special
 }
 
 /* Marks in `seen` (indexed by rank) every special token that occurs in the text, using the trie. */
-static void find_occurring(const kn_tokenizer *t, const uint8_t *s, size_t len, bool parse_special,
-                           uint8_t *seen) {
+static void find_occurring(const kn_tokenizer *t, const uint8_t *s, size_t len, bool parse_special, uint8_t *seen) {
     for (size_t pos = 0; pos < len; pos++) {
         if (!(t->trie_first[s[pos] >> 3] & (1u << (s[pos] & 7)))) continue;
         int32_t node = 0;
@@ -66,22 +67,24 @@ static kiln_status cut_token(const kn_tokenizer *t, const char *text, int32_t id
         size_t llen = mpos - base;
         if (ti->attr & KN_ATTR_LSTRIP)
             while (llen > 0 && is_c_space(text[base + llen - 1])) llen--;
-        f->v[i].len = llen;     /* the left part stays (possibly empty) */
+        f->v[i].len = llen; /* the left part stays (possibly empty) */
         size_t roff = mpos + tl, rlen = base + flen - roff;
         if (ti->attr & KN_ATTR_RSTRIP)
-            while (rlen > 0 && is_c_space(text[roff])) { roff++; rlen--; }
+            while (rlen > 0 && is_c_space(text[roff])) {
+                roff++;
+                rlen--;
+            }
         int32_t right = -1;
         if (rlen > 0 && (right = frag_add(f, -1, roff, rlen, f->v[i].next)) < 0) return KILN_ERR_NOMEM;
         int32_t tok = frag_add(f, id, mpos, tl, rlen > 0 ? right : f->v[i].next);
         if (tok < 0) return KILN_ERR_NOMEM;
         f->v[i].next = tok;
-        i = tok;                /* continue with the right part */
+        i = tok; /* continue with the right part */
     }
     return KILN_OK;
 }
 
-static kiln_status partition(const kn_tokenizer *t, const char *text, size_t len, bool parse_special,
-                             fragvec *f) {
+static kiln_status partition(const kn_tokenizer *t, const char *text, size_t len, bool parse_special, fragvec *f) {
     if (len == 0) return KILN_OK;
     if (frag_add(f, -1, 0, len, -1) < 0) return KILN_ERR_NOMEM;
     if (t->n_special == 0) return KILN_OK;
@@ -95,8 +98,8 @@ static kiln_status partition(const kn_tokenizer *t, const char *text, size_t len
     return st;
 }
 
-kiln_status kn_tokenize(const kn_tokenizer *t, const char *text, size_t len, bool add_special,
-                        bool parse_special, int32_t *out, size_t cap, size_t *n_out) {
+kiln_status kn_tokenize(const kn_tokenizer *t, const char *text, size_t len, bool add_special, bool parse_special,
+                        int32_t *out, size_t cap, size_t *n_out) {
     if (!t || !n_out || (!text && len) || (!out && cap))
         return kn_error(KILN_ERR_INVALID_ARG, "kn_tokenize: NULL argument");
     *n_out = 0;
@@ -105,28 +108,40 @@ kiln_status kn_tokenize(const kn_tokenizer *t, const char *text, size_t len, boo
     kiln_status st = partition(t, text, len, parse_special, &f);
     if (st) goto done;
 
-    if (add_special && t->add_bos && t->bos >= 0 && !kn_ivec_push(&ids, t->bos)) { st = KILN_ERR_NOMEM; goto done; }
-    bool prev_special = true;   /* SPM: a fragment at the start or after a special token gets a space */
+    if (add_special && t->add_bos && t->bos >= 0 && !kn_ivec_push(&ids, t->bos)) {
+        st = KILN_ERR_NOMEM;
+        goto done;
+    }
+    bool prev_special = true; /* SPM: a fragment at the start or after a special token gets a space */
     for (int32_t i = f.n ? 0 : -1; i >= 0; i = f.v[i].next) {
         const frag *fr = &f.v[i];
         if (fr->id >= 0) {
-            if (!kn_ivec_push(&ids, fr->id)) { st = KILN_ERR_NOMEM; goto done; }
+            if (!kn_ivec_push(&ids, fr->id)) {
+                st = KILN_ERR_NOMEM;
+                goto done;
+            }
             prev_special = true;
             continue;
         }
         if (fr->len == 0) continue;
         switch (t->kind) {
-        case KN_TOK_SPM:
-            st = kn_spm_encode(t, text + fr->off, fr->len, t->add_space_prefix && prev_special, &ids);
-            break;
-        case KN_TOK_BPE: st = kn_bpe_encode(t, text + fr->off, fr->len, &ids); break;
-        case KN_TOK_WPM: st = kn_wpm_encode(t, text + fr->off, fr->len, &ids); break;
+            case KN_TOK_SPM:
+                st = kn_spm_encode(t, text + fr->off, fr->len, t->add_space_prefix && prev_special, &ids);
+                break;
+            case KN_TOK_BPE: st = kn_bpe_encode(t, text + fr->off, fr->len, &ids); break;
+            case KN_TOK_WPM: st = kn_wpm_encode(t, text + fr->off, fr->len, &ids); break;
         }
         if (st) goto done;
         prev_special = false;
     }
-    if (add_special && t->add_eos && t->eos >= 0 && !kn_ivec_push(&ids, t->eos)) { st = KILN_ERR_NOMEM; goto done; }
-    if (add_special && t->add_sep && t->sep >= 0 && !kn_ivec_push(&ids, t->sep)) { st = KILN_ERR_NOMEM; goto done; }
+    if (add_special && t->add_eos && t->eos >= 0 && !kn_ivec_push(&ids, t->eos)) {
+        st = KILN_ERR_NOMEM;
+        goto done;
+    }
+    if (add_special && t->add_sep && t->sep >= 0 && !kn_ivec_push(&ids, t->sep)) {
+        st = KILN_ERR_NOMEM;
+        goto done;
+    }
 
     *n_out = ids.n;
     if (ids.n > cap) {
@@ -157,9 +172,7 @@ int32_t kn_tok_unk(const kn_tokenizer *t) { return t->unk; }
 bool kn_tok_add_bos(const kn_tokenizer *t) { return t->add_bos; }
 bool kn_tok_add_eos(const kn_tokenizer *t) { return t->add_eos; }
 
-bool kn_tok_is_eog(const kn_tokenizer *t, int32_t id) {
-    return id >= 0 && id < t->n_vocab && t->tok[id].eog;
-}
+bool kn_tok_is_eog(const kn_tokenizer *t, int32_t id) { return id >= 0 && id < t->n_vocab && t->tok[id].eog; }
 
 bool kn_tok_is_special(const kn_tokenizer *t, int32_t id) {
     return id >= 0 && id < t->n_vocab && (t->tok[id].attr & (KN_ATTR_CONTROL | KN_ATTR_UNKNOWN));

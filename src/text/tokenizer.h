@@ -19,7 +19,7 @@ kiln_status kn_tokenizer_load(const kn_gguf *g, kn_tokenizer **out);
 void kn_tokenizer_free(kn_tokenizer *t);
 
 int32_t kn_tok_n_vocab(const kn_tokenizer *t);
-int32_t kn_tok_bos(const kn_tokenizer *t);   /* -1 if none */
+int32_t kn_tok_bos(const kn_tokenizer *t); /* -1 if none */
 int32_t kn_tok_eos(const kn_tokenizer *t);
 int32_t kn_tok_eot(const kn_tokenizer *t);
 int32_t kn_tok_unk(const kn_tokenizer *t);
@@ -38,8 +38,8 @@ int32_t kn_tok_find(const kn_tokenizer *t, const char *s, size_t n);
 
 /* Encodes len bytes of text; see kiln_tokenize for add_special / parse_special and the
  * KILN_ERR_BUFFER_SMALL contract. Invalid UTF-8 in text is tokenized byte-wise, never rejected. */
-kiln_status kn_tokenize(const kn_tokenizer *t, const char *text, size_t len, bool add_special,
-                        bool parse_special, int32_t *out, size_t cap, size_t *n_out);
+kiln_status kn_tokenize(const kn_tokenizer *t, const char *text, size_t len, bool add_special, bool parse_special,
+                        int32_t *out, size_t cap, size_t *n_out);
 
 /* The bytes token id decodes to (see kiln_token_piece). Returns the full length; writes at most cap
  * bytes. An id out of range decodes to 0 bytes. */
@@ -50,9 +50,9 @@ size_t kn_token_piece(const kn_tokenizer *t, int32_t id, bool render_special, ch
  * (or at the start of the stream) is dropped. Fixed capacity: allocates nothing after init. */
 typedef struct kn_detok {
     const kn_tokenizer *tok;
-    bool at_start;          /* no text emitted yet and the previous token was BOS or nothing */
+    bool at_start; /* no text emitted yet and the previous token was BOS or nothing */
     bool render_special;
-    uint8_t pending[8];     /* bytes of an incomplete UTF-8 character */
+    uint8_t pending[8]; /* bytes of an incomplete UTF-8 character */
     size_t n_pending;
     char out[3 * (KN_TOK_MAX_PIECE + 8)]; /* text produced by the last push (each invalid byte
                                              can become a 3-byte U+FFFD) */

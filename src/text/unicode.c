@@ -10,25 +10,41 @@
  * byte sequences), so overlongs and surrogates are rejected at the second byte. */
 uint32_t kn_utf8_decode(const uint8_t *s, size_t len, size_t *adv) {
     uint8_t b0 = s[0];
-    if (b0 < 0x80) { *adv = 1; return b0; }
+    if (b0 < 0x80) {
+        *adv = 1;
+        return b0;
+    }
     size_t need;
     uint32_t cp;
-    uint8_t lo = 0x80, hi = 0xBF;   /* allowed range of the second byte */
-    if (b0 >= 0xC2 && b0 <= 0xDF) { need = 1; cp = b0 & 0x1F; }
-    else if (b0 >= 0xE0 && b0 <= 0xEF) {
-        need = 2; cp = b0 & 0x0F;
+    uint8_t lo = 0x80, hi = 0xBF; /* allowed range of the second byte */
+    if (b0 >= 0xC2 && b0 <= 0xDF) {
+        need = 1;
+        cp = b0 & 0x1F;
+    } else if (b0 >= 0xE0 && b0 <= 0xEF) {
+        need = 2;
+        cp = b0 & 0x0F;
         if (b0 == 0xE0) lo = 0xA0;
         if (b0 == 0xED) hi = 0x9F;
     } else if (b0 >= 0xF0 && b0 <= 0xF4) {
-        need = 3; cp = b0 & 0x07;
+        need = 3;
+        cp = b0 & 0x07;
         if (b0 == 0xF0) lo = 0x90;
         if (b0 == 0xF4) hi = 0x8F;
-    } else { *adv = 1; return KN_UTF8_INVALID; }
+    } else {
+        *adv = 1;
+        return KN_UTF8_INVALID;
+    }
     for (size_t i = 1; i <= need; i++) {
-        if (i >= len) { *adv = i; return KN_UTF8_INVALID; }
+        if (i >= len) {
+            *adv = i;
+            return KN_UTF8_INVALID;
+        }
         uint8_t b = s[i];
         uint8_t l = i == 1 ? lo : 0x80, h = i == 1 ? hi : 0xBF;
-        if (b < l || b > h) { *adv = i; return KN_UTF8_INVALID; }
+        if (b < l || b > h) {
+            *adv = i;
+            return KN_UTF8_INVALID;
+        }
         cp = (cp << 6) | (b & 0x3F);
     }
     *adv = need + 1;
@@ -44,7 +60,10 @@ bool kn_utf8_incomplete(const uint8_t *s, size_t len) {
 }
 
 size_t kn_utf8_encode(uint32_t cp, uint8_t out[4]) {
-    if (cp < 0x80) { out[0] = (uint8_t)cp; return 1; }
+    if (cp < 0x80) {
+        out[0] = (uint8_t)cp;
+        return 1;
+    }
     if (cp < 0x800) {
         out[0] = (uint8_t)(0xC0 | (cp >> 6));
         out[1] = (uint8_t)(0x80 | (cp & 0x3F));
@@ -79,11 +98,21 @@ uint8_t kn_ucd_flags(uint32_t cp) {
 
 bool kn_ucd_is_whitespace(uint32_t cp) {
     switch (cp) {
-    case 0x09: case 0x0A: case 0x0B: case 0x0C: case 0x0D: case 0x20: case 0x85: case 0xA0:
-    case 0x1680: case 0x2028: case 0x2029: case 0x202F: case 0x205F: case 0x3000:
-        return true;
-    default:
-        return cp >= 0x2000 && cp <= 0x200A;
+        case 0x09:
+        case 0x0A:
+        case 0x0B:
+        case 0x0C:
+        case 0x0D:
+        case 0x20:
+        case 0x85:
+        case 0xA0:
+        case 0x1680:
+        case 0x2028:
+        case 0x2029:
+        case 0x202F:
+        case 0x205F:
+        case 0x3000: return true;
+        default: return cp >= 0x2000 && cp <= 0x200A;
     }
 }
 
@@ -108,8 +137,7 @@ uint32_t kn_ucd_tolower(uint32_t cp) {
 
 size_t kn_ucd_nfd(uint32_t cp, uint32_t out[4]) {
     /* Hangul syllables: algorithmic decomposition into L V (T) jamo. */
-    enum { SBASE = 0xAC00, LBASE = 0x1100, VBASE = 0x1161, TBASE = 0x11A7, NV = 21, NT = 28,
-           NS = 19 * 21 * 28 };
+    enum { SBASE = 0xAC00, LBASE = 0x1100, VBASE = 0x1161, TBASE = 0x11A7, NV = 21, NT = 28, NS = 19 * 21 * 28 };
     if (cp >= SBASE && cp < SBASE + NS) {
         uint32_t s = cp - SBASE;
         out[0] = LBASE + s / (NV * NT);
@@ -118,9 +146,15 @@ size_t kn_ucd_nfd(uint32_t cp, uint32_t out[4]) {
         out[2] = TBASE + s % NT;
         return 3;
     }
-    if (cp < 0xC0) { out[0] = cp; return 1; }
+    if (cp < 0xC0) {
+        out[0] = cp;
+        return 1;
+    }
     long r = find_row(&kn_ucd_nfd_table[0][0], kn_ucd_n_nfd_table, 5, cp);
-    if (r < 0) { out[0] = cp; return 1; }
+    if (r < 0) {
+        out[0] = cp;
+        return 1;
+    }
     size_t n = 0;
     for (int i = 1; i <= 4 && kn_ucd_nfd_table[r][i]; i++) out[n++] = kn_ucd_nfd_table[r][i];
     return n;

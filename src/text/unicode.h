@@ -13,21 +13,21 @@
 
 /* Category classes (one per code point; unassigned code points are KN_UCD_OTHER). */
 enum {
-    KN_UCD_LETTER = 1,       /* L* */
-    KN_UCD_NUMBER = 2,       /* N* */
-    KN_UCD_PUNCT = 4,        /* P* */
-    KN_UCD_SYMBOL = 8,       /* S* */
+    KN_UCD_LETTER = 1,           /* L* */
+    KN_UCD_NUMBER = 2,           /* N* */
+    KN_UCD_PUNCT = 4,            /* P* */
+    KN_UCD_SYMBOL = 8,           /* S* */
     KN_UCD_MARK_NONSPACING = 16, /* Mn */
-    KN_UCD_MARK_OTHER = 32,  /* Mc, Me */
-    KN_UCD_OTHER = 64,       /* C*: controls, format, unassigned, private use, surrogates */
-    KN_UCD_SEPARATOR = 128,  /* Z* */
+    KN_UCD_MARK_OTHER = 32,      /* Mc, Me */
+    KN_UCD_OTHER = 64,           /* C*: controls, format, unassigned, private use, surrogates */
+    KN_UCD_SEPARATOR = 128,      /* Z* */
 };
 
-#define KN_UTF8_INVALID 0xFFFFFFFFu
+#define KN_UTF8_INVALID        0xFFFFFFFFu
 #define KN_UNICODE_REPLACEMENT 0xFFFDu
 
 typedef struct kn_ucd_range {
-    uint32_t start;   /* first code point of a run of equal class; the run ends at the next start */
+    uint32_t start; /* first code point of a run of equal class; the run ends at the next start */
     uint8_t flags;
 } kn_ucd_range;
 

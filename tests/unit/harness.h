@@ -25,45 +25,52 @@ static int kt_pass, kt_fail, kt_skip;
 static int kt_cur_failed, kt_cur_skipped;
 static char kt_skip_why[256];
 
-#define CHECK(cond)                                                                      \
-    do {                                                                                 \
-        if (!(cond)) {                                                                   \
-            printf("  %s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);            \
-            kt_cur_failed = 1;                                                           \
-            return;                                                                      \
-        }                                                                                \
+#define CHECK(cond)                                                                                                    \
+    do {                                                                                                               \
+        if (!(cond)) {                                                                                                 \
+            printf("  %s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);                                          \
+            kt_cur_failed = 1;                                                                                         \
+            return;                                                                                                    \
+        }                                                                                                              \
     } while (0)
 
-#define CHECKF(cond, ...)                                                                \
-    do {                                                                                 \
-        if (!(cond)) {                                                                   \
-            printf("  %s:%d: check failed: %s: ", __FILE__, __LINE__, #cond);            \
-            printf(__VA_ARGS__);                                                         \
-            printf("\n");                                                                \
-            kt_cur_failed = 1;                                                           \
-            return;                                                                      \
-        }                                                                                \
+#define CHECKF(cond, ...)                                                                                              \
+    do {                                                                                                               \
+        if (!(cond)) {                                                                                                 \
+            printf("  %s:%d: check failed: %s: ", __FILE__, __LINE__, #cond);                                          \
+            printf(__VA_ARGS__);                                                                                       \
+            printf("\n");                                                                                              \
+            kt_cur_failed = 1;                                                                                         \
+            return;                                                                                                    \
+        }                                                                                                              \
     } while (0)
 
-#define CHECK_NEAR(a, b, tol) \
+#define CHECK_NEAR(a, b, tol)                                                                                          \
     CHECKF(fabs((double)(a) - (double)(b)) <= (tol), "%g vs %g (tol %g)", (double)(a), (double)(b), (double)(tol))
 
-#define SKIP(...)                                                                        \
-    do {                                                                                 \
-        snprintf(kt_skip_why, sizeof kt_skip_why, __VA_ARGS__);                          \
-        kt_cur_skipped = 1;                                                              \
-        return;                                                                          \
+#define SKIP(...)                                                                                                      \
+    do {                                                                                                               \
+        snprintf(kt_skip_why, sizeof kt_skip_why, __VA_ARGS__);                                                        \
+        kt_cur_skipped = 1;                                                                                            \
+        return;                                                                                                        \
     } while (0)
 
-#define RUN(fn)                                                                          \
-    do {                                                                                 \
-        kt_cur_failed = kt_cur_skipped = 0;                                              \
-        fflush(stdout);                                                                  \
-        fn();                                                                            \
-        if (kt_cur_failed) { printf("FAIL %s\n", #fn); kt_fail++; }                       \
-        else if (kt_cur_skipped) { printf("SKIP %s: %s\n", #fn, kt_skip_why); kt_skip++; } \
-        else { printf("PASS %s\n", #fn); kt_pass++; }                                    \
-        fflush(stdout);                                                                  \
+#define RUN(fn)                                                                                                        \
+    do {                                                                                                               \
+        kt_cur_failed = kt_cur_skipped = 0;                                                                            \
+        fflush(stdout);                                                                                                \
+        fn();                                                                                                          \
+        if (kt_cur_failed) {                                                                                           \
+            printf("FAIL %s\n", #fn);                                                                                  \
+            kt_fail++;                                                                                                 \
+        } else if (kt_cur_skipped) {                                                                                   \
+            printf("SKIP %s: %s\n", #fn, kt_skip_why);                                                                 \
+            kt_skip++;                                                                                                 \
+        } else {                                                                                                       \
+            printf("PASS %s\n", #fn);                                                                                  \
+            kt_pass++;                                                                                                 \
+        }                                                                                                              \
+        fflush(stdout);                                                                                                \
     } while (0)
 
 static inline int kt_summary(void) {
@@ -92,9 +99,15 @@ static inline char *kt_read_file(const char *path, size_t *len) {
     long n = ftell(f);
     fseek(f, 0, SEEK_SET);
     char *p = malloc((size_t)n + 1);
-    if (p && fread(p, 1, (size_t)n, f) != (size_t)n) { free(p); p = NULL; }
+    if (p && fread(p, 1, (size_t)n, f) != (size_t)n) {
+        free(p);
+        p = NULL;
+    }
     fclose(f);
-    if (p) { p[n] = 0; if (len) *len = (size_t)n; }
+    if (p) {
+        p[n] = 0;
+        if (len) *len = (size_t)n;
+    }
     return p;
 }
 
@@ -103,7 +116,10 @@ static inline const char *kt_tmpdir(void) {
     static char dir[256];
     if (!dir[0]) {
         snprintf(dir, sizeof dir, "/tmp/kiln-test-XXXXXX");
-        if (!mkdtemp(dir)) { perror("mkdtemp"); exit(2); }
+        if (!mkdtemp(dir)) {
+            perror("mkdtemp");
+            exit(2);
+        }
     }
     return dir;
 }

@@ -22,7 +22,9 @@ static double kc_gauss(void) {
     /* xorshift64* + Box-Muller: deterministic across runs */
     double u[2];
     for (int i = 0; i < 2; i++) {
-        kc_state ^= kc_state >> 12; kc_state ^= kc_state << 25; kc_state ^= kc_state >> 27;
+        kc_state ^= kc_state >> 12;
+        kc_state ^= kc_state << 25;
+        kc_state ^= kc_state >> 27;
         u[i] = ((kc_state * 2685821657736338717ULL) >> 11) * 0x1.0p-53;
     }
     return sqrt(-2.0 * log(u[0] + 1e-300)) * cos(6.283185307179586 * u[1]);
@@ -35,8 +37,10 @@ static int kc_check_gemm(const kn_kernels *set, kn_dtype wtype, int64_t n, int n
     const kn_type_traits *att = kn_type_traits_get(at);
     const size_t wrb = kn_row_bytes(wtype, n), arb = kn_row_bytes(at, n);
     float *wf = malloc(sizeof(float) * (size_t)(n * nr)), *xf = malloc(sizeof(float) * (size_t)(n * nt));
-    uint8_t *w = malloc(wrb * (size_t)nr + 64), *xr = malloc(arb * (size_t)nt + 64), *xs = malloc(arb * (size_t)nt + 64);
-    float *wd = malloc(sizeof(float) * (size_t)n), *xd = malloc(sizeof(float) * (size_t)n), *xd2 = malloc(sizeof(float) * (size_t)n);
+    uint8_t *w = malloc(wrb * (size_t)nr + 64), *xr = malloc(arb * (size_t)nt + 64),
+            *xs = malloc(arb * (size_t)nt + 64);
+    float *wd = malloc(sizeof(float) * (size_t)n), *xd = malloc(sizeof(float) * (size_t)n),
+          *xd2 = malloc(sizeof(float) * (size_t)n);
     float out_ref[16], out_set[16], out_one[16];
     double wn[4] = {0}, xn[4] = {0};
     int rc = 0;
@@ -58,7 +62,8 @@ static int kc_check_gemm(const kn_kernels *set, kn_dtype wtype, int64_t n, int n
             att->from_float(xf + t * n, xr + (size_t)t * arb, n);
             q(xf + t * n, xs + (size_t)t * arb, n);
             if (tol == 0 && memcmp(xr + (size_t)t * arb, xs + (size_t)t * arb, arb) != 0) {
-                printf("  %s quantizer of %s: bytes differ from the reference (n=%lld)\n", set->name, att->name, (long long)n);
+                printf("  %s quantizer of %s: bytes differ from the reference (n=%lld)\n", set->name, att->name,
+                       (long long)n);
                 rc = -1;
                 goto done;
             }
@@ -69,7 +74,8 @@ static int kc_check_gemm(const kn_kernels *set, kn_dtype wtype, int64_t n, int n
             for (int64_t i = 0; i < n; i++) amax = fmax(amax, fabs(xf[t * n + i]));
             for (int64_t i = 0; i < n; i++) {
                 if (fabs(xd[i] - xd2[i]) > amax / 127.0 * 1.01 + 1e-6) {
-                    printf("  %s quantizer of %s differs at %lld: ref %g set %g\n", set->name, att->name, (long long)i, xd[i], xd2[i]);
+                    printf("  %s quantizer of %s differs at %lld: ref %g set %g\n", set->name, att->name, (long long)i,
+                           xd[i], xd2[i]);
                     rc = -1;
                     goto done;
                 }
@@ -89,8 +95,9 @@ static int kc_check_gemm(const kn_kernels *set, kn_dtype wtype, int64_t n, int n
             double err = fabs((double)out_set[t * 4 + r] - out_ref[t * 4 + r]) / scale;
             bool bad = tol == 0 ? memcmp(&out_set[t * 4 + r], &out_ref[t * 4 + r], sizeof(float)) != 0 : !(err <= tol);
             if (bad) {
-                printf("  %s gemm %s n=%lld tile %dx%d (r=%d t=%d): set %.9g ref %.9g, err %.3g > tol %.3g\n", set->name,
-                       wt->name, (long long)n, nr, nt, r, t, out_set[t * 4 + r], out_ref[t * 4 + r], err, tol);
+                printf("  %s gemm %s n=%lld tile %dx%d (r=%d t=%d): set %.9g ref %.9g, err %.3g > tol %.3g\n",
+                       set->name, wt->name, (long long)n, nr, nt, r, t, out_set[t * 4 + r], out_ref[t * 4 + r], err,
+                       tol);
                 rc = -1;
                 goto done;
             }
@@ -104,7 +111,14 @@ static int kc_check_gemm(const kn_kernels *set, kn_dtype wtype, int64_t n, int n
         }
     }
 done:
-    free(wf); free(xf); free(w); free(xr); free(xs); free(wd); free(xd); free(xd2);
+    free(wf);
+    free(xf);
+    free(w);
+    free(xr);
+    free(xs);
+    free(wd);
+    free(xd);
+    free(xd2);
     return rc;
 }
 

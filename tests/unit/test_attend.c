@@ -17,7 +17,9 @@
 
 static uint64_t rng = 0x2545F4914F6CDD1DULL;
 static float frand(void) {
-    rng ^= rng >> 12; rng ^= rng << 25; rng ^= rng >> 27;
+    rng ^= rng >> 12;
+    rng ^= rng << 25;
+    rng ^= rng >> 27;
     return (float)((double)((rng * 2685821657736338717ULL) >> 11) * 0x1.0p-53 * 2.0 - 1.0);
 }
 
@@ -46,7 +48,7 @@ static void test_expf(void) {
 /* n positions of K and V rows of hd elements (stride hd + 8 elements) in F16 or F32. */
 typedef struct kvbuf {
     uint8_t *k, *v;
-    float *kf, *vf;   /* the same values as floats */
+    float *kf, *vf; /* the same values as floats */
     size_t stride;
 } kvbuf;
 
@@ -117,11 +119,13 @@ static int check_set(const kn_kernels *best) {
                 float q[MAXQ * MAXHD], o1[MAXQ * MAXHD], o2[MAXQ * MAXHD];
                 for (int i = 0; i < nq * hd; i++) q[i] = frand() * 2.0f;
                 for (int h = 0; h < nq; h++)
-                    (f16 ? kn_attend_f16_ref : kn_attend_f32_ref)(b.k, b.v, b.stride, n, q + h * hd, 1, hd, 0.3f, o1 + h * hd);
+                    (f16 ? kn_attend_f16_ref : kn_attend_f32_ref)(b.k, b.v, b.stride, n, q + h * hd, 1, hd, 0.3f,
+                                                                  o1 + h * hd);
                 (f16 ? best->attend_f16 : best->attend_f32)(b.k, b.v, b.stride, n, q, nq, hd, 0.3f, o2);
                 kv_free(&b);
                 if (memcmp(o1, o2, sizeof(float) * (size_t)(nq * hd)) != 0) {
-                    printf("  %s f16=%d hd=%d n=%d nq=%d: differs (%.9g vs %.9g)\n", best->name, f16, hd, n, nq, o1[0], o2[0]);
+                    printf("  %s f16=%d hd=%d n=%d nq=%d: differs (%.9g vs %.9g)\n", best->name, f16, hd, n, nq, o1[0],
+                           o2[0]);
                     return -1;
                 }
             }

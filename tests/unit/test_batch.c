@@ -13,7 +13,7 @@
 #include <stdatomic.h>
 
 #define N_PROMPTS 6
-#define MAX_GEN 24
+#define MAX_GEN   24
 
 typedef struct out {
     kiln_token toks[256];
@@ -23,7 +23,7 @@ typedef struct out {
     /* staggered start: when this output reaches `at` tokens, submit `next` */
     int at;
     struct job *next;
-    int cancel_at;     /* the callback cancels after this many tokens (0: never) */
+    int cancel_at; /* the callback cancels after this many tokens (0: never) */
 } out;
 
 typedef struct job {
@@ -124,8 +124,8 @@ static void check_model(const char *path) {
     for (int p = 0; p < N_PROMPTS; p++) CHECK(ref[p].o.n == MAX_GEN);
     static const int caps[] = {1, 2, 4, 8};
     for (int c = 0; c < 4; c++) {
-        for (int mode = 0; mode < 2; mode++) {   /* 0: all at once; 1: staggered joins */
-            kiln_engine *e = new_engine(m, caps[c], mode ? 5 : 64);   /* small chunks: prompts span steps */
+        for (int mode = 0; mode < 2; mode++) {                      /* 0: all at once; 1: staggered joins */
+            kiln_engine *e = new_engine(m, caps[c], mode ? 5 : 64); /* small chunks: prompts span steps */
             CHECK(e);
             make_prompts(jobs, V, kiln_token_bos(m));
             for (int p = 0; p < N_PROMPTS; p++) jobs[p].e = e;
@@ -142,7 +142,8 @@ static void check_model(const char *path) {
             kiln_engine_free(e);
             for (int p = 0; p < N_PROMPTS; p++) {
                 CHECKF(jobs[p].o.st == KILN_OK, "cap %d mode %d prompt %d: status %d", caps[c], mode, p, jobs[p].o.st);
-                CHECKF(jobs[p].o.n == MAX_GEN && memcmp(jobs[p].o.toks, ref[p].o.toks, sizeof(kiln_token) * MAX_GEN) == 0,
+                CHECKF(jobs[p].o.n == MAX_GEN &&
+                           memcmp(jobs[p].o.toks, ref[p].o.toks, sizeof(kiln_token) * MAX_GEN) == 0,
                        "cap %d mode %d prompt %d: tokens differ from the lone run", caps[c], mode, p);
             }
         }
@@ -205,7 +206,8 @@ static void test_seeded_sampling(void) {
     wait_all(jobs, N_PROMPTS);
     kiln_engine_free(e);
     for (int p = 0; p < N_PROMPTS; p++)
-        CHECKF(jobs[p].o.n == ref[p].o.n && memcmp(jobs[p].o.toks, ref[p].o.toks, sizeof(kiln_token) * (size_t)ref[p].o.n) == 0,
+        CHECKF(jobs[p].o.n == ref[p].o.n &&
+                   memcmp(jobs[p].o.toks, ref[p].o.toks, sizeof(kiln_token) * (size_t)ref[p].o.n) == 0,
                "prompt %d differs", p);
     kiln_model_free(m);
 }
@@ -223,7 +225,7 @@ static void test_cancel_one(void) {
     CHECK(e);
     make_prompts(jobs, kiln_model_n_vocab(m), kiln_token_bos(m));
     jobs[2].o.cancel_at = 3;
-    jobs[4].gp.max_tokens = 100000;   /* runs until cancelled from outside */
+    jobs[4].gp.max_tokens = 100000; /* runs until cancelled from outside */
     for (int p = 0; p < N_PROMPTS; p++) {
         jobs[p].e = e;
         submit(&jobs[p]);
@@ -270,7 +272,7 @@ static void test_limits_and_shutdown(void) {
     CHECK(kiln_engine_submit(e, bad, 1, &gp, &r) == KILN_ERR_INVALID_ARG);
     gp = kiln_generate_default_params();
     gp.ignore_eos = true;
-    gp.max_tokens = 1 << 20;   /* runs to the end of the context */
+    gp.max_tokens = 1 << 20; /* runs to the end of the context */
     job jobs[4];
     memset(jobs, 0, sizeof jobs);
     for (int i = 0; i < 4; i++) {
@@ -285,7 +287,7 @@ static void test_limits_and_shutdown(void) {
     while (jobs[0].o.n < 1 && !atomic_load(&jobs[0].o.done)) usleep(500);
     submit(&jobs[1]);
     submit(&jobs[2]);
-    submit(&jobs[3]);   /* the queue holds 2 */
+    submit(&jobs[3]); /* the queue holds 2 */
     CHECKF(jobs[3].o.st == KILN_ERR_BUSY || atomic_load(&jobs[0].o.done), "status %d", jobs[3].o.st);
     kiln_engine_shutdown(e, 0);
     for (int i = 0; i < 3; i++) CHECK(atomic_load(&jobs[i].o.done));
@@ -294,7 +296,7 @@ static void test_limits_and_shutdown(void) {
     kiln_generate_params dp = kiln_generate_default_params();
     CHECK(kiln_engine_submit(e, bad, 1, &dp, &after) == KILN_ERR_BUSY);
     kiln_engine_free(e);
-    for (int i = 0; i < 3; i++) kiln_request_free(jobs[i].req);   /* handles outlive the engine */
+    for (int i = 0; i < 3; i++) kiln_request_free(jobs[i].req); /* handles outlive the engine */
     kiln_model_free(m);
 }
 

@@ -23,7 +23,8 @@ static void test_load_errors(void) {
     CHECK(kiln_model_load("x", NULL, NULL) == KILN_ERR_INVALID_ARG);
     for (int s = 0; s < KILN_STATUS_COUNT; s++) {
         CHECK(strlen(kiln_status_str((kiln_status)s)) > 0);
-        for (int t = 0; t < s; t++) CHECK(strcmp(kiln_status_str((kiln_status)s), kiln_status_str((kiln_status)t)) != 0);
+        for (int t = 0; t < s; t++)
+            CHECK(strcmp(kiln_status_str((kiln_status)s), kiln_status_str((kiln_status)t)) != 0);
     }
     CHECK(strcmp(kiln_status_str((kiln_status)999), "unknown status") == 0);
 }
@@ -72,7 +73,7 @@ static void test_eval_bookkeeping(void) {
     kiln_token bad = 512;
     CHECK(kiln_session_eval(s, &bad, 1, false) == KILN_ERR_INVALID_ARG);
     CHECK(kiln_session_n_past(s) == 10);
-    CHECK(kiln_session_eval(s, t, 5, true) == KILN_ERR_INVALID_ARG);   /* more than n_batch */
+    CHECK(kiln_session_eval(s, t, 5, true) == KILN_ERR_INVALID_ARG); /* more than n_batch */
     kiln_session_reset(s);
     CHECK(kiln_session_n_past(s) == 0);
     CHECK(kiln_session_logits(s, -1) == NULL);
@@ -232,7 +233,7 @@ static void test_request_error(void) {
     kiln_token prompt[2] = {1, 100};
     kiln_request *a = NULL, *b = NULL;
     CHECK(kiln_engine_submit(e, prompt, 2, &gp, &a) == KILN_OK);
-    CHECK(kiln_engine_submit(e, prompt, 2, &gp, &b) == KILN_OK);   /* waits: one row */
+    CHECK(kiln_engine_submit(e, prompt, 2, &gp, &b) == KILN_OK); /* waits: one row */
     kiln_request_cancel(b);
     kiln_request_cancel(a);
     kiln_generate_result ra, rb;

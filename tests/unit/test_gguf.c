@@ -17,8 +17,8 @@
  */
 #include "harness.h"
 
-#include "model/gguf.h"
 #include "gguf_write.h"
+#include "model/gguf.h"
 #include "tensor/dtype.h"
 
 #include <stdint.h>
@@ -230,9 +230,8 @@ static void test_roundtrip_metadata(void) {
 
     uint64_t n;
     const uint8_t *d;
-#define ARR(key, et, arr)                                                                   \
-    CHECK(kn_gguf_get_arr(&g, key, et, &n, &d) && n == KN_ARRAY_LEN(arr) &&                \
-          memcmp(d, arr, sizeof arr) == 0)
+#define ARR(key, et, arr)                                                                                              \
+    CHECK(kn_gguf_get_arr(&g, key, et, &n, &d) && n == KN_ARRAY_LEN(arr) && memcmp(d, arr, sizeof arr) == 0)
     ARR("a.u8", KN_GGUF_UINT8, a_u8);
     ARR("a.i8", KN_GGUF_INT8, a_i8);
     ARR("a.u16", KN_GGUF_UINT16, a_u16);
@@ -261,7 +260,7 @@ static void test_roundtrip_metadata(void) {
 typedef struct fill_ctx {
     uint64_t row_bytes;
     int calls;
-    int fail_at;                /* call index that fails, -1 never */
+    int fail_at; /* call index that fails, -1 never */
 } fill_ctx;
 
 /* kn_gguf_fill_fn producing deterministic bytes (byte j of row r is a function of r and j; the reader
@@ -294,7 +293,7 @@ static void roundtrip_tensors(uint32_t alignment) {
         {"q8_0.3d", 3, {32, 2, 3}, KN_Q8_0, true},
         {"q4_k.mat", 2, {512, 2}, KN_Q4_K, false},
         {"q6_k.4d", 4, {256, 1, 2, 2}, KN_Q6_K, true},
-        {"q5_1.big", 2, {4096, 6000}, KN_Q5_1, true},   /* 18 MB: written in several fill chunks */
+        {"q5_1.big", 2, {4096, 6000}, KN_Q5_1, true}, /* 18 MB: written in several fill chunks */
         {"blk.0.attn_q.weight", 2, {256, 256}, KN_Q5_K, false},
     };
     const size_t nt = KN_ARRAY_LEN(ts);
@@ -314,7 +313,9 @@ static void roundtrip_tensors(uint32_t alignment) {
         ctx[k] = (fill_ctx){rb, 0, -1};
         CHECK(fill_pattern(&ctx[k], 0, (int64_t)(nb / rb), want[k]) == KILN_OK);
         ctx[k].calls = 0;
-        if (t->use_fn) CHECK(kn_gguf_writer_add_tensor_fn(w, t->name, t->n_dims, t->ne, t->type, fill_pattern, &ctx[k]) == KILN_OK);
+        if (t->use_fn)
+            CHECK(kn_gguf_writer_add_tensor_fn(w, t->name, t->n_dims, t->ne, t->type, fill_pattern, &ctx[k]) ==
+                  KILN_OK);
         else CHECK(kn_gguf_writer_add_tensor(w, t->name, t->n_dims, t->ne, t->type, want[k]) == KILN_OK);
     }
     const char *path = tpath("tensors.gguf");
@@ -352,12 +353,12 @@ static void test_roundtrip_tensors_align64(void) { roundtrip_tensors(64); }
 static void test_roundtrip_tensors_align1(void) { roundtrip_tensors(1); }
 static void test_roundtrip_tensors_align4096(void) { roundtrip_tensors(4096); }
 
-#define EXPECT_ERR(expr, code)                                                              \
-    do {                                                                                    \
-        kn_error_clear();                                                                   \
-        kiln_status st_ = (expr);                                                           \
-        CHECKF(st_ == (code), "status %d, message '%s'", (int)st_, kn_error_msg());         \
-        CHECKF(kn_error_msg()[0] != 0, "no error message");                                 \
+#define EXPECT_ERR(expr, code)                                                                                         \
+    do {                                                                                                               \
+        kn_error_clear();                                                                                              \
+        kiln_status st_ = (expr);                                                                                      \
+        CHECKF(st_ == (code), "status %d, message '%s'", (int)st_, kn_error_msg());                                    \
+        CHECKF(kn_error_msg()[0] != 0, "no error message");                                                            \
     } while (0)
 
 static void test_writer_errors(void) {
@@ -538,10 +539,13 @@ static void mutation_sweep(const uint8_t *bytes, size_t len) {
     CHECK(m != NULL);
     memcpy(m, bytes, len);
     int ok = 1, cases = 0;
-    for (size_t p = 0; p < header_end && ok; p += p < 1024 ? 1 : 3, cases++) ok = mutate_once(m, bytes, len, header_end, p, 0);
+    for (size_t p = 0; p < header_end && ok; p += p < 1024 ? 1 : 3, cases++)
+        ok = mutate_once(m, bytes, len, header_end, p, 0);
     for (int kind = 1; kind <= 2; kind++)
-        for (size_t p = 0; p < header_end && ok; p += p < 1024 ? 5 : 15, cases++) ok = mutate_once(m, bytes, len, header_end, p, kind);
-    for (int i = 0; i < 3000 && ok; i++, cases++) ok = mutate_once(m, bytes, len, header_end, (size_t)(rng_next() % header_end), 3);
+        for (size_t p = 0; p < header_end && ok; p += p < 1024 ? 5 : 15, cases++)
+            ok = mutate_once(m, bytes, len, header_end, p, kind);
+    for (int i = 0; i < 3000 && ok; i++, cases++)
+        ok = mutate_once(m, bytes, len, header_end, (size_t)(rng_next() % header_end), 3);
     free(m);
     CHECK(ok);
     CHECK(cases > 2000);
@@ -625,12 +629,12 @@ static kiln_status parse_bb(const bb *b, int *msg_ok) {
     return st;
 }
 
-#define EXPECT_PARSE(b, code)                                                                    \
-    do {                                                                                         \
-        int mok_;                                                                                \
-        kiln_status st_ = parse_bb(&(b), &mok_);                                                 \
-        CHECKF(st_ == (code), "line %d: status %d, message '%s'", __LINE__, (int)st_, kn_error_msg()); \
-        CHECKF(mok_, "line %d: no message / bad views", __LINE__);                              \
+#define EXPECT_PARSE(b, code)                                                                                          \
+    do {                                                                                                               \
+        int mok_;                                                                                                      \
+        kiln_status st_ = parse_bb(&(b), &mok_);                                                                       \
+        CHECKF(st_ == (code), "line %d: status %d, message '%s'", __LINE__, (int)st_, kn_error_msg());                 \
+        CHECKF(mok_, "line %d: no message / bad views", __LINE__);                                                     \
     } while (0)
 
 /* A valid one-tensor file: header, one key, tensor "t" F32 {8} at offset 0. */
@@ -824,7 +828,7 @@ static void test_crafted(void) {
         {(uint64_t)1 << 62, 4, 1, 1},
         {(uint64_t)1 << 63, 1, 1, 1},
         {UINT64_MAX, 1, 1, 1},
-        {(uint64_t)1 << 62, 1, 1, 1},        /* element count fits, byte size (x4) does not */
+        {(uint64_t)1 << 62, 1, 1, 1}, /* element count fits, byte size (x4) does not */
         {(uint64_t)1 << 20, (uint64_t)1 << 20, (uint64_t)1 << 20, (uint64_t)1 << 20},
     };
     for (size_t i = 0; i < KN_ARRAY_LEN(ovf); i++) {
@@ -955,7 +959,7 @@ static const tiny_spec tiny_specs[] = {
     {"tiny-qwen3", "qwen3", 512, 256, 2, 4, 2, 128, 512, true, false, true, false, 1e-6},
 };
 
-static const kn_dtype all_types[] = {KN_F32, KN_F16, KN_BF16, KN_Q4_0, KN_Q4_1, KN_Q5_0,
+static const kn_dtype all_types[] = {KN_F32,  KN_F16,  KN_BF16, KN_Q4_0, KN_Q4_1, KN_Q5_0,
                                      KN_Q5_1, KN_Q8_0, KN_Q4_K, KN_Q5_K, KN_Q6_K};
 
 static int cmp_cstr(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
@@ -963,14 +967,14 @@ static int cmp_cstr(const void *a, const void *b) { return strcmp(*(char *const 
 /* Checks one generated model against its spec; returns 0 after printing the first mismatch. */
 static int check_generated(const char *path, const tiny_spec *sp, kn_dtype type) {
     kn_gguf g;
-#define REQ(cond, ...)                                                                   \
-    do {                                                                                 \
-        if (!(cond)) {                                                                   \
-            printf("  %s %s: %s: ", sp->preset, kn_dtype_name((int32_t)type), #cond);    \
-            printf(__VA_ARGS__);                                                         \
-            printf("\n");                                                                \
-            return 0;                                                                    \
-        }                                                                                \
+#define REQ(cond, ...)                                                                                                 \
+    do {                                                                                                               \
+        if (!(cond)) {                                                                                                 \
+            printf("  %s %s: %s: ", sp->preset, kn_dtype_name((int32_t)type), #cond);                                  \
+            printf(__VA_ARGS__);                                                                                       \
+            printf("\n");                                                                                              \
+            return 0;                                                                                                  \
+        }                                                                                                              \
     } while (0)
     kiln_status st = kn_gguf_open(path, &g);
     REQ(st == KILN_OK, "%s", kn_error_msg());
@@ -982,16 +986,16 @@ static int check_generated(const char *path, const tiny_spec *sp, kn_dtype type)
     char **toks = NULL;
     uint64_t n_tok = 0;
     do {
-#define REQ2(cond, ...)                                                                  \
-    if (!(cond)) {                                                                       \
-        printf("  %s %s: %s: ", sp->preset, kn_dtype_name((int32_t)type), #cond);        \
-        printf(__VA_ARGS__);                                                             \
-        printf("\n");                                                                    \
-        break;                                                                           \
+#define REQ2(cond, ...)                                                                                                \
+    if (!(cond)) {                                                                                                     \
+        printf("  %s %s: %s: ", sp->preset, kn_dtype_name((int32_t)type), #cond);                                      \
+        printf(__VA_ARGS__);                                                                                           \
+        printf("\n");                                                                                                  \
+        break;                                                                                                         \
     }
         REQ2(kn_gguf_get_str(&g, "general.architecture", &s) && kn_str_eq(s, sp->arch), "arch");
-#define U(suffix, want)                                                                   \
-    snprintf(key, sizeof key, "%s.%s", sp->arch, suffix);                                 \
+#define U(suffix, want)                                                                                                \
+    snprintf(key, sizeof key, "%s.%s", sp->arch, suffix);                                                              \
     REQ2(kn_gguf_get_u64(&g, key, &u) && u == (uint64_t)(want), "%s = %llu", key, (unsigned long long)u);
         U("embedding_length", sp->dim);
         U("block_count", sp->layers);
@@ -1017,19 +1021,19 @@ static int check_generated(const char *path, const tiny_spec *sp, kn_dtype type)
         int n_expect = 0;
         bool bad = false;
         const int64_t qd = sp->heads * sp->hd, kvd = sp->kv * sp->hd;
-#define T(name_, ne0_, ne1_, matrix_)                                                                       \
-    do {                                                                                                    \
-        const kn_gguf_tensor *t_ = kn_gguf_find_tensor(&g, name_);                                           \
-        n_expect++;                                                                                         \
-        kn_dtype wt_ = (matrix_) ? type : KN_F32;                                                          \
-        if ((matrix_) && (ne0_) % kn_type_traits_get((int32_t)type)->block_size != 0) wt_ = KN_Q8_0;          \
-        if (!t_ || t_->ne[0] != (ne0_) || t_->ne[1] != ((ne1_) ? (ne1_) : 1) ||                              \
-            t_->n_dims != ((ne1_) ? 2u : 1u) || t_->type != wt_) {                                           \
-            printf("  %s %s: tensor %s missing or wrong (ne %lld x %lld, type %s)\n", sp->preset,            \
-                   kn_dtype_name((int32_t)type), name_, t_ ? (long long)t_->ne[0] : -1LL,                     \
-                   t_ ? (long long)t_->ne[1] : -1LL, t_ ? kn_dtype_name((int32_t)t_->type) : "-");            \
-            bad = true;                                                                                     \
-        }                                                                                                   \
+#define T(name_, ne0_, ne1_, matrix_)                                                                                  \
+    do {                                                                                                               \
+        const kn_gguf_tensor *t_ = kn_gguf_find_tensor(&g, name_);                                                     \
+        n_expect++;                                                                                                    \
+        kn_dtype wt_ = (matrix_) ? type : KN_F32;                                                                      \
+        if ((matrix_) && (ne0_) % kn_type_traits_get((int32_t)type)->block_size != 0) wt_ = KN_Q8_0;                   \
+        if (!t_ || t_->ne[0] != (ne0_) || t_->ne[1] != ((ne1_) ? (ne1_) : 1) || t_->n_dims != ((ne1_) ? 2u : 1u) ||    \
+            t_->type != wt_) {                                                                                         \
+            printf("  %s %s: tensor %s missing or wrong (ne %lld x %lld, type %s)\n", sp->preset,                      \
+                   kn_dtype_name((int32_t)type), name_, t_ ? (long long)t_->ne[0] : -1LL,                              \
+                   t_ ? (long long)t_->ne[1] : -1LL, t_ ? kn_dtype_name((int32_t)t_->type) : "-");                     \
+            bad = true;                                                                                                \
+        }                                                                                                              \
     } while (0)
         T("token_embd.weight", sp->dim, sp->vocab, true);
         T("output_norm.weight", sp->dim, 0, false);
@@ -1070,7 +1074,10 @@ static int check_generated(const char *path, const tiny_spec *sp, kn_dtype type)
             const kn_type_traits *tr = kn_type_traits_get((int32_t)t->type);
             int64_t n = t->ne[0];
             float *row = malloc((size_t)n * sizeof(float));
-            if (!row) { bad = true; break; }
+            if (!row) {
+                bad = true;
+                break;
+            }
             tr->to_float(t->data + (t->ne[1] > 1 ? kn_row_bytes(t->type, n) : 0), row, n);
             double sum = 0, sq = 0;
             for (int64_t k = 0; k < n; k++) {
@@ -1104,8 +1111,9 @@ static int check_generated(const char *path, const tiny_spec *sp, kn_dtype type)
                 double want = 1 / sqrt((double)n);
                 if (fabs(mean) > 0.5 * want || sd < 0.6 * want || sd > 1.4 * want) bad = true;
             }
-            if (bad) printf("  %s %s: tensor %.*s: mean %g sd %g\n", sp->preset, kn_dtype_name((int32_t)type),
-                            (int)t->name.len, t->name.ptr, mean, sd);
+            if (bad)
+                printf("  %s %s: tensor %.*s: mean %g sd %g\n", sp->preset, kn_dtype_name((int32_t)type),
+                       (int)t->name.len, t->name.ptr, mean, sd);
             free(row);
         }
         if (bad) break;
@@ -1113,13 +1121,17 @@ static int check_generated(const char *path, const tiny_spec *sp, kn_dtype type)
         /* tokenizer: vocab-sized arrays, ids in range, every merge "a b" has a, b and ab */
         REQ2(kn_gguf_get_str(&g, "tokenizer.ggml.model", &s) && kn_str_eq(s, "gpt2"), "tokenizer model");
         REQ2(kn_gguf_get_str(&g, "tokenizer.ggml.pre", &s) &&
-             kn_str_eq(s, strcmp(sp->arch, "llama") == 0 ? "llama-bpe" : "qwen2"), "tokenizer pre");
+                 kn_str_eq(s, strcmp(sp->arch, "llama") == 0 ? "llama-bpe" : "qwen2"),
+             "tokenizer pre");
         const uint8_t *d;
         REQ2(kn_gguf_get_arr(&g, "tokenizer.ggml.tokens", KN_GGUF_STRING, &n_tok, &d) && n_tok == (uint64_t)sp->vocab,
              "tokens");
         toks = calloc(n_tok, sizeof *toks);
         char **sorted = calloc(n_tok, sizeof *sorted);
-        if (!toks || !sorted) { free(sorted); break; }
+        if (!toks || !sorted) {
+            free(sorted);
+            break;
+        }
         for (uint64_t i = 0; i < n_tok; i++) {
             kn_str e = kn_gguf_next_str(&d);
             toks[i] = calloc(1, e.len + 1);
@@ -1147,13 +1159,21 @@ static int check_generated(const char *path, const tiny_spec *sp, kn_dtype type)
             }
             size_t la = (size_t)(sp_ - m.ptr), lb = m.len - la - 1;
             char *parts[3] = {buf, buf + 100, buf + 200};
-            if (la >= 50 || lb >= 50) { bad = true; break; }
-            memcpy(parts[0], m.ptr, la); parts[0][la] = 0;
-            memcpy(parts[1], sp_ + 1, lb); parts[1][lb] = 0;
-            memcpy(parts[2], m.ptr, la); memcpy(parts[2] + la, sp_ + 1, lb); parts[2][la + lb] = 0;
+            if (la >= 50 || lb >= 50) {
+                bad = true;
+                break;
+            }
+            memcpy(parts[0], m.ptr, la);
+            parts[0][la] = 0;
+            memcpy(parts[1], sp_ + 1, lb);
+            parts[1][lb] = 0;
+            memcpy(parts[2], m.ptr, la);
+            memcpy(parts[2] + la, sp_ + 1, lb);
+            parts[2][la + lb] = 0;
             for (int k = 0; k < 3; k++)
                 if (!bsearch(&parts[k], sorted, n_tok, sizeof *sorted, cmp_cstr)) {
-                    printf("  merge %llu '%.*s': token '%s' missing\n", (unsigned long long)i, (int)m.len, m.ptr, parts[k]);
+                    printf("  merge %llu '%.*s': token '%s' missing\n", (unsigned long long)i, (int)m.len, m.ptr,
+                           parts[k]);
                     bad = true;
                 }
         }
@@ -1161,17 +1181,21 @@ static int check_generated(const char *path, const tiny_spec *sp, kn_dtype type)
         if (bad) break;
         uint64_t bos, eos, eot;
         REQ2(kn_gguf_get_u64(&g, "tokenizer.ggml.bos_token_id", &bos) && bos < n_tok &&
-             strcmp(toks[bos], "<|begin_of_text|>") == 0, "bos");
+                 strcmp(toks[bos], "<|begin_of_text|>") == 0,
+             "bos");
         REQ2(kn_gguf_get_u64(&g, "tokenizer.ggml.eos_token_id", &eos) && eos < n_tok &&
-             strcmp(toks[eos], "<|end_of_text|>") == 0, "eos");
+                 strcmp(toks[eos], "<|end_of_text|>") == 0,
+             "eos");
         REQ2(kn_gguf_get_u64(&g, "tokenizer.ggml.eot_token_id", &eot) && eot < n_tok &&
-             strcmp(toks[eot], "<|eot_id|>") == 0, "eot");
+                 strcmp(toks[eot], "<|eot_id|>") == 0,
+             "eot");
         int32_t tt;
         memcpy(&tt, types + 4 * bos, 4);
         REQ2(tt == 3, "bos type %d", tt);
         memcpy(&tt, types + 4 * 'a', 4);
         REQ2(tt == 1 && strcmp(toks['a'], "a") == 0 && strcmp(toks[' '], "\xc4\xa0") == 0 &&
-             strcmp(toks['\n'], "\xc4\x8a") == 0, "byte tokens");
+                 strcmp(toks['\n'], "\xc4\x8a") == 0,
+             "byte tokens");
         bool add_bos;
         REQ2(kn_gguf_get_bool(&g, "tokenizer.ggml.add_bos_token", &add_bos) && add_bos, "add_bos");
         ok = 1;
@@ -1231,7 +1255,8 @@ static void test_gen_deterministic(void) {
     /* manual shape equal to a preset gives the same bytes as the preset */
     CHECK(run_gen("--preset tiny-qwen2 --type Q8_0", a) == 0);
     CHECK(run_gen("--arch qwen2 --vocab 512 --dim 256 --layers 2 --heads 8 --kv-heads 2 --ffn 512 --ctx 512 "
-                  "--tied --rope-base 1000000 --type Q8_0 --name tiny-qwen2", b) == 0);
+                  "--tied --rope-base 1000000 --type Q8_0 --name tiny-qwen2",
+                  b) == 0);
     CHECK(files_equal(a, b));
     unlink(a);
     unlink(b);
@@ -1242,7 +1267,8 @@ static void test_gen_fallback_and_errors(void) {
     if (!kt_exists(gen_path())) SKIP("%s not built", gen_path());
     const char *out = tpath("gen-fb.gguf");
     /* dim 288 (stories15M's) cannot hold 256-element K blocks: those rows fall back to Q8_0 */
-    CHECK(run_gen("--arch llama --vocab 300 --dim 288 --layers 1 --heads 6 --kv-heads 6 --ffn 768 --type Q4_K", out) == 0);
+    CHECK(run_gen("--arch llama --vocab 300 --dim 288 --layers 1 --heads 6 --kv-heads 6 --ffn 768 --type Q4_K", out) ==
+          0);
     char errp[600];
     snprintf(errp, sizeof errp, "%s/gen.stderr", kt_tmpdir());
     char *err = kt_read_file(errp, NULL);
@@ -1263,9 +1289,13 @@ static void test_gen_fallback_and_errors(void) {
     unlink(out);
     /* bad arguments: non-zero exit and no file */
     const char *bad[] = {
-        "--preset no-such-preset", "--preset tiny-llama --type Q9_9", "--arch gpt2 --vocab 300 --dim 64 --layers 1 --heads 2 --ffn 64",
-        "--arch llama --vocab 100 --dim 64 --layers 1 --heads 2 --ffn 64", "--arch llama --vocab 300 --dim 64 --layers 1 --heads 3 --ffn 64",
-        "--arch llama --vocab 300 --dim 64 --layers 1 --heads 4 --kv-heads 3 --ffn 64", "--preset tiny-llama --layers x",
+        "--preset no-such-preset",
+        "--preset tiny-llama --type Q9_9",
+        "--arch gpt2 --vocab 300 --dim 64 --layers 1 --heads 2 --ffn 64",
+        "--arch llama --vocab 100 --dim 64 --layers 1 --heads 2 --ffn 64",
+        "--arch llama --vocab 300 --dim 64 --layers 1 --heads 3 --ffn 64",
+        "--arch llama --vocab 300 --dim 64 --layers 1 --heads 4 --kv-heads 3 --ffn 64",
+        "--preset tiny-llama --layers x",
         "--preset tiny-llama --bogus",
     };
     for (size_t i = 0; i < KN_ARRAY_LEN(bad); i++) {
@@ -1289,9 +1319,9 @@ static void test_truncate_generated(void) {
 
 /* Removes the files the tests left in the scratch directory, and the directory when it is empty. */
 static void cleanup(void) {
-    static const char *const files[] = {"meta.gguf", "tensors.gguf", "errors.gguf", "empty.gguf", "v1.gguf",
-                                        "gen.gguf", "gen-fb.gguf", "gen-trunc.gguf", "det-a.gguf", "det-b.gguf",
-                                        "det-c.gguf", "gen.stderr"};
+    static const char *const files[] = {"meta.gguf",  "tensors.gguf", "errors.gguf", "empty.gguf",
+                                        "v1.gguf",    "gen.gguf",     "gen-fb.gguf", "gen-trunc.gguf",
+                                        "det-a.gguf", "det-b.gguf",   "det-c.gguf",  "gen.stderr"};
     for (size_t i = 0; i < KN_ARRAY_LEN(files); i++) unlink(tpath(files[i]));
     rmdir(kt_tmpdir());
 }

@@ -52,7 +52,9 @@ static const kn_kernels *get_set(const char *which, const char **why) {
 
 static uint64_t rng = 0x243F6A8885A308D3ULL;
 static uint32_t rnd32(void) {
-    rng ^= rng >> 12; rng ^= rng << 25; rng ^= rng >> 27;
+    rng ^= rng >> 12;
+    rng ^= rng << 25;
+    rng ^= rng >> 27;
     return (uint32_t)((rng * 2685821657736338717ULL) >> 32);
 }
 
@@ -63,7 +65,8 @@ static void random_weight_blocks(kn_dtype wt, uint8_t *p, int64_t nb) {
     for (size_t i = 0; i < bb * (size_t)nb; i++) p[i] = (uint8_t)rnd32();
     for (int64_t i = 0; i < nb; i++) {
         uint8_t *b = p + bb * (size_t)i;
-        kn_half d = kn_fp32_to_fp16(0.001f * (float)(1 + rnd32() % 1000)), dm = kn_fp32_to_fp16(0.0005f * (float)(rnd32() % 1000));
+        kn_half d = kn_fp32_to_fp16(0.001f * (float)(1 + rnd32() % 1000)),
+                dm = kn_fp32_to_fp16(0.0005f * (float)(rnd32() % 1000));
         if (wt == KN_Q6_K) {
             memcpy(b + offsetof(kn_block_q6_k, d), &d, 2);
         } else {
@@ -127,7 +130,8 @@ static int check_raw(const kn_kernels *set, kn_dtype wt, int64_t nb, double tol)
                     g(n, w + (size_t)r * wrb, wrb, 1, x + (size_t)t * xrb, xrb, 1, &one, 1);
                     if (!(err <= tol)) {
                         printf("  %s raw %s nb=%lld tile %dx%d (r=%d t=%d): set %.9g ref %.9g err %.3g\n", set->name,
-                               kn_dtype_name(wt), (long long)nb, nr, nt, r, t, out[t * LDO + r], out_ref[t * LDO + r], err);
+                               kn_dtype_name(wt), (long long)nb, nr, nt, r, t, out[t * LDO + r], out_ref[t * LDO + r],
+                               err);
                         rc = -1;
                     } else if (memcmp(&one, &out[t * LDO + r], sizeof one) != 0) {
                         printf("  %s raw %s: tile %dx%d output (r=%d t=%d) %.9g differs from the 1x1 call %.9g\n",
@@ -150,7 +154,8 @@ static int check_raw(const kn_kernels *set, kn_dtype wt, int64_t nb, double tol)
         ref(odd[k], w, wrb, 4, x, xrb, 1, out_ref, 4);
         g(odd[k], w, wrb, 4, x, xrb, 1, out, 4);
         if (memcmp(out, out_ref, sizeof(float) * 4) != 0) {
-            printf("  %s raw %s n=%lld (decode) differs from the reference\n", set->name, kn_dtype_name(wt), (long long)odd[k]);
+            printf("  %s raw %s n=%lld (decode) differs from the reference\n", set->name, kn_dtype_name(wt),
+                   (long long)odd[k]);
             rc = -1;
         }
     }

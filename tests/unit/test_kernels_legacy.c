@@ -29,8 +29,8 @@
 bool kn__avx512_legacy_bf16_dot(kn_kernels *k, bool use_dot);
 bool kn__avx2_legacy_vnni(kn_kernels *k, bool use_vnni);
 
-#define TOL_INT 1e-6
-#define TOL_FLOAT 1e-6
+#define TOL_INT      1e-6
+#define TOL_FLOAT    1e-6
 #define TOL_BF16_DOT 4e-3
 
 /* ---- the kernel sets under test ---- */
@@ -68,12 +68,12 @@ static void check_type(const kn_kernels *set, bool have, const char *why, kn_dty
     CHECKF(kc_check_type(set, t, tol) == 0, "%s %s", set->name, kn_type_traits_get(t)->name);
 }
 
-#define GEMM_TEST(SET, HAVE, WHY, TYPE, TOL) \
+#define GEMM_TEST(SET, HAVE, WHY, TYPE, TOL)                                                                           \
     static void test_##SET##_##TYPE(void) { check_type(&set_##SET, HAVE, WHY, KN_##TYPE, TOL); }
 
 #define NO_AVX2 "CPU lacks AVX2+FMA+F16C"
 #define NO_VNNI "CPU lacks AVX-VNNI"
-#define NO_512 "CPU lacks AVX-512 F/BW/VL/VNNI"
+#define NO_512  "CPU lacks AVX-512 F/BW/VL/VNNI"
 #define NO_BF16 "CPU lacks AVX512-BF16"
 
 GEMM_TEST(avx2, have_avx2, NO_AVX2, F32, TOL_FLOAT)
@@ -135,7 +135,8 @@ static int quant_checks(const kn_kernels *set, kn_dtype t) {
     const int64_t lens[] = {0, 1, 31, 32, 33, 64, 95, 96, 160, 4096, N};
     for (size_t si = 0; si < sizeof scales / sizeof scales[0] && !rc; si++) {
         for (int64_t i = 0; i < N; i++) x[i] = (float)(kc_gauss() * scales[si]);
-        for (size_t li = 0; li < sizeof lens / sizeof lens[0] && !rc; li++) rc = quant_same(set, t, x, lens[li], "gaussian");
+        for (size_t li = 0; li < sizeof lens / sizeof lens[0] && !rc; li++)
+            rc = quant_same(set, t, x, lens[li], "gaussian");
     }
     /* blocks of special values: zeros, signed zeros, huge (the scale saturates), tiny (fp16 subnormal
      * and zero scales), infinities, NaN, halves (rounding ties), one outlier */
@@ -143,19 +144,20 @@ static int quant_checks(const kn_kernels *set, kn_dtype t) {
         for (int64_t i = 0; i < 32 * 8; i++) {
             const float g = (float)kc_gauss();
             switch (kind) {
-            case 0: x[i] = 0.0f; break;
-            case 1: x[i] = (i & 1) ? -0.0f : 0.0f; break;
-            case 2: x[i] = g * 1e30f; break;
-            case 3: x[i] = g * FLT_MAX; break;
-            case 4: x[i] = g * 1e-7f; break;
-            case 5: x[i] = g * 1e-30f; break;
-            case 6: x[i] = (i % 7 == 0) ? ((i & 8) ? INFINITY : -INFINITY) : g; break;
-            case 7: x[i] = (i % 5 == 0) ? NAN : g; break;
-            case 8: x[i] = (i % 32 == 0) ? 127.0f : (float)(i % 64) - 31.5f; break; /* d = 1: exact ties */
-            default: x[i] = (i % 32 == 3) ? 1e4f : g; break;
+                case 0: x[i] = 0.0f; break;
+                case 1: x[i] = (i & 1) ? -0.0f : 0.0f; break;
+                case 2: x[i] = g * 1e30f; break;
+                case 3: x[i] = g * FLT_MAX; break;
+                case 4: x[i] = g * 1e-7f; break;
+                case 5: x[i] = g * 1e-30f; break;
+                case 6: x[i] = (i % 7 == 0) ? ((i & 8) ? INFINITY : -INFINITY) : g; break;
+                case 7: x[i] = (i % 5 == 0) ? NAN : g; break;
+                case 8: x[i] = (i % 32 == 0) ? 127.0f : (float)(i % 64) - 31.5f; break; /* d = 1: exact ties */
+                default: x[i] = (i % 32 == 3) ? 1e4f : g; break;
             }
         }
-        if (kind == 7) for (int64_t i = 32; i < 64; i++) x[i] = NAN; /* a block of only NaN */
+        if (kind == 7)
+            for (int64_t i = 32; i < 64; i++) x[i] = NAN; /* a block of only NaN */
         rc = quant_same(set, t, x, 32 * 8, "special values");
     }
     free(x);
@@ -245,8 +247,8 @@ static int bounds_checks(const kn_kernels *set, kn_dtype t) {
             for (int nr = 1; nr <= 4; nr++)
                 for (int nt = 1; nt <= 4; nt++) {
                     /* the last nr rows and nt tokens of the buffers */
-                    kn_kernels_gemm(set, t)(n, gw.p + (size_t)(4 - nr) * wrb, wrb, nr, gx.p + (size_t)(4 - nt) * arb, arb,
-                                            nt, out, 4);
+                    kn_kernels_gemm(set, t)(n, gw.p + (size_t)(4 - nr) * wrb, wrb, nr, gx.p + (size_t)(4 - nt) * arb,
+                                            arb, nt, out, 4);
                     kn_kernels_gemm(set, t)(n, gw.p, wrb, nr, gx.p, arb, nt, out, 4);
                 }
             guarded_free(&gw);

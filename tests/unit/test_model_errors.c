@@ -5,49 +5,50 @@
  */
 #include "harness.h"
 
+#include "gguf_write.h"
 #include "kiln.h"
 #include "model/gguf.h"
-#include "gguf_write.h"
 
 typedef struct edit {
-    const char *drop_tensor;    /* leave this tensor out */
-    const char *drop_key;       /* leave this metadata key out */
-    const char *set_arch;       /* replace general.architecture */
-    const char *shrink_tensor;  /* write this tensor with half its rows */
-    const char *key_u32;        /* set this key to val_u32 */
+    const char *drop_tensor;   /* leave this tensor out */
+    const char *drop_key;      /* leave this metadata key out */
+    const char *set_arch;      /* replace general.architecture */
+    const char *shrink_tensor; /* write this tensor with half its rows */
+    const char *key_u32;       /* set this key to val_u32 */
     uint32_t val_u32;
 } edit;
 
 /* Copies one metadata entry to the writer. */
 static kiln_status copy_kv(kn_gguf_writer *w, const kn_gguf_kv *kv, const char *key) {
     switch (kv->type) {
-    case KN_GGUF_UINT8: return kn_gguf_writer_set_u8(w, key, (uint8_t)kv->v.u);
-    case KN_GGUF_INT8: return kn_gguf_writer_set_i8(w, key, (int8_t)kv->v.i);
-    case KN_GGUF_UINT16: return kn_gguf_writer_set_u16(w, key, (uint16_t)kv->v.u);
-    case KN_GGUF_INT16: return kn_gguf_writer_set_i16(w, key, (int16_t)kv->v.i);
-    case KN_GGUF_UINT32: return kn_gguf_writer_set_u32(w, key, (uint32_t)kv->v.u);
-    case KN_GGUF_INT32: return kn_gguf_writer_set_i32(w, key, (int32_t)kv->v.i);
-    case KN_GGUF_FLOAT32: return kn_gguf_writer_set_f32(w, key, (float)kv->v.f);
-    case KN_GGUF_BOOL: return kn_gguf_writer_set_bool(w, key, kv->v.b);
-    case KN_GGUF_UINT64: return kn_gguf_writer_set_u64(w, key, kv->v.u);
-    case KN_GGUF_INT64: return kn_gguf_writer_set_i64(w, key, kv->v.i);
-    case KN_GGUF_FLOAT64: return kn_gguf_writer_set_f64(w, key, kv->v.f);
-    case KN_GGUF_STRING: return kn_gguf_writer_set_strn(w, key, kv->str.ptr, kv->str.len);
-    case KN_GGUF_ARRAY:
-        if (kv->arr_type != KN_GGUF_STRING) return kn_gguf_writer_set_arr(w, key, kv->arr_type, kv->arr_data, kv->arr_n);
-        {
-            char **v = calloc(kv->arr_n + 1, sizeof *v);
-            const uint8_t *cur = kv->arr_data;
-            for (uint64_t i = 0; i < kv->arr_n; i++) {
-                kn_str s = kn_gguf_next_str(&cur);
-                v[i] = strndup(s.ptr, s.len);
+        case KN_GGUF_UINT8: return kn_gguf_writer_set_u8(w, key, (uint8_t)kv->v.u);
+        case KN_GGUF_INT8: return kn_gguf_writer_set_i8(w, key, (int8_t)kv->v.i);
+        case KN_GGUF_UINT16: return kn_gguf_writer_set_u16(w, key, (uint16_t)kv->v.u);
+        case KN_GGUF_INT16: return kn_gguf_writer_set_i16(w, key, (int16_t)kv->v.i);
+        case KN_GGUF_UINT32: return kn_gguf_writer_set_u32(w, key, (uint32_t)kv->v.u);
+        case KN_GGUF_INT32: return kn_gguf_writer_set_i32(w, key, (int32_t)kv->v.i);
+        case KN_GGUF_FLOAT32: return kn_gguf_writer_set_f32(w, key, (float)kv->v.f);
+        case KN_GGUF_BOOL: return kn_gguf_writer_set_bool(w, key, kv->v.b);
+        case KN_GGUF_UINT64: return kn_gguf_writer_set_u64(w, key, kv->v.u);
+        case KN_GGUF_INT64: return kn_gguf_writer_set_i64(w, key, kv->v.i);
+        case KN_GGUF_FLOAT64: return kn_gguf_writer_set_f64(w, key, kv->v.f);
+        case KN_GGUF_STRING: return kn_gguf_writer_set_strn(w, key, kv->str.ptr, kv->str.len);
+        case KN_GGUF_ARRAY:
+            if (kv->arr_type != KN_GGUF_STRING)
+                return kn_gguf_writer_set_arr(w, key, kv->arr_type, kv->arr_data, kv->arr_n);
+            {
+                char **v = calloc(kv->arr_n + 1, sizeof *v);
+                const uint8_t *cur = kv->arr_data;
+                for (uint64_t i = 0; i < kv->arr_n; i++) {
+                    kn_str s = kn_gguf_next_str(&cur);
+                    v[i] = strndup(s.ptr, s.len);
+                }
+                kiln_status st = kn_gguf_writer_set_arr_str(w, key, (const char *const *)v, kv->arr_n);
+                for (uint64_t i = 0; i < kv->arr_n; i++) free(v[i]);
+                free(v);
+                return st;
             }
-            kiln_status st = kn_gguf_writer_set_arr_str(w, key, (const char *const *)v, kv->arr_n);
-            for (uint64_t i = 0; i < kv->arr_n; i++) free(v[i]);
-            free(v);
-            return st;
-        }
-    default: return KILN_ERR_FORMAT;
+        default: return KILN_ERR_FORMAT;
     }
 }
 
@@ -61,7 +62,8 @@ static int copy_with(const char *src, const char *dst, const edit *e) {
         snprintf(key, sizeof key, "%.*s", (int)g.kv[i].key.len, g.kv[i].key.ptr);
         if (strcmp(key, "general.alignment") == 0 || (e->drop_key && strcmp(key, e->drop_key) == 0)) continue;
         if (e->key_u32 && strcmp(key, e->key_u32) == 0) continue;
-        if (e->set_arch && strcmp(key, "general.architecture") == 0) rc = kn_gguf_writer_set_str(w, key, e->set_arch) ? -1 : 0;
+        if (e->set_arch && strcmp(key, "general.architecture") == 0)
+            rc = kn_gguf_writer_set_str(w, key, e->set_arch) ? -1 : 0;
         else rc = copy_kv(w, &g.kv[i], key) ? -1 : 0;
     }
     if (!rc && e->key_u32) rc = kn_gguf_writer_set_u32(w, e->key_u32, e->val_u32) ? -1 : 0;
@@ -86,7 +88,8 @@ static const char *base_model(void) {
     const char *b = getenv("BUILD");
     char cmd[1024];
     snprintf(path, sizeof path, "%s/base.gguf", kt_tmpdir());
-    snprintf(cmd, sizeof cmd, "%s/kiln-gen --preset tiny-qwen2 --type Q8_0 -o %s >/dev/null 2>&1", b && *b ? b : "build", path);
+    snprintf(cmd, sizeof cmd, "%s/kiln-gen --preset tiny-qwen2 --type Q8_0 -o %s >/dev/null 2>&1",
+             b && *b ? b : "build", path);
     if (system(cmd) != 0) path[0] = 0;
     return path;
 }

@@ -18,7 +18,7 @@ static void test_info_stories(void) {
     CHECK(in.n_ctx_train > 0);
     CHECK(in.n_tensors == 48);
     CHECK(in.file_bytes == 1185376);
-    CHECK(in.tensor_bytes == in.n_params * 4);    /* all F32 */
+    CHECK(in.tensor_bytes == in.n_params * 4); /* all F32 */
     CHECK(in.tensor_bytes < in.file_bytes);
     CHECK(in.split_count == 1 && in.split_no == 0);
     /* the full load agrees on the parameter count of the weights it uses */
@@ -42,7 +42,7 @@ static void test_info_errors(void) {
     CHECK(strstr(kiln_last_error(), "not_a_model.gguf") != NULL);
     snprintf(path, sizeof path, "%s/missing.gguf", kt_tmpdir());
     CHECK(kiln_model_info_read(path, &in) == KILN_ERR_IO);
-    CHECK(kiln_model_info_read(kt_tmpdir(), &in) == KILN_ERR_IO);        /* a directory */
+    CHECK(kiln_model_info_read(kt_tmpdir(), &in) == KILN_ERR_IO); /* a directory */
     CHECK(kiln_model_info_read(NULL, &in) == KILN_ERR_INVALID_ARG);
     CHECK(kiln_model_info_read(path, NULL) == KILN_ERR_INVALID_ARG);
 }
@@ -51,7 +51,7 @@ typedef struct prog {
     int calls;
     float first, last;
     bool monotonic;
-    int cancel_after;    /* return false on this call (0: never) */
+    int cancel_after; /* return false on this call (0: never) */
 } prog;
 
 static bool on_progress(float f, void *user) {
@@ -95,7 +95,7 @@ static void test_progress(void) {
 static void test_progress_cancel(void) {
     const char *path = kt_data("models/stories260K/stories260K.gguf");
     if (!kt_exists(path)) SKIP("no %s", path);
-    for (int at = 1; at <= 3; at++) {     /* at the first report (0), and during the copy */
+    for (int at = 1; at <= 3; at++) { /* at the first report (0), and during the copy */
         prog p = {.monotonic = true, .cancel_after = at};
         kiln_model_params mp = kiln_model_default_params();
         mp.progress = on_progress;

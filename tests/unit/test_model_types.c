@@ -20,7 +20,7 @@ typedef struct type_case {
 } type_case;
 
 static const type_case types[] = {
-    {"F32", 1e-6}, {"F16", 1e-5}, {"BF16", 1e-5}, {"Q8_0", 0.06}, {"Q4_0", 0.06}, {"Q4_1", 0.06},
+    {"F32", 1e-6},  {"F16", 1e-5},  {"BF16", 1e-5}, {"Q8_0", 0.06}, {"Q4_0", 0.06}, {"Q4_1", 0.06},
     {"Q5_0", 0.06}, {"Q5_1", 0.06}, {"Q4_K", 0.06}, {"Q5_K", 0.06}, {"Q6_K", 0.06},
 };
 static const char *archs[] = {"tiny-llama", "tiny-qwen2", "tiny-qwen3"};
@@ -196,10 +196,10 @@ static void test_rss_bounded(void) {
     CHECK(kiln_session_new(m, &sp, &s) == KILN_OK);
     kiln_token t[64];
     for (int i = 0; i < 64; i++) t[i] = i + 1;
-    for (int i = 0; i < 4; i++) CHECK(kiln_session_eval(s, t, 64, false) == KILN_OK);   /* touch the whole KV */
+    for (int i = 0; i < 4; i++) CHECK(kiln_session_eval(s, t, 64, false) == KILN_OK); /* touch the whole KV */
     long grew = rss_kib() - before;
     double weights = (double)kiln_model_size_bytes(m) / 1024.0;
-    double kv = 2.0 * 6 * 256 * 288 * 2 / 1024.0;   /* layers x ctx x kv_dim x F16, K and V */
+    double kv = 2.0 * 6 * 256 * 288 * 2 / 1024.0; /* layers x ctx x kv_dim x F16, K and V */
     /* activations [64 tokens][5 x dim + 2 x ffn] F32, one row of logits, 2 MiB of slack */
     double scratch = 64.0 * (288 * 5 + 768 * 2) * 4 / 1024.0 + 32000 * 4 / 1024.0 + 2048;
     kiln_session_free(s);

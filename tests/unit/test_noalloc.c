@@ -20,14 +20,23 @@ void __real_free(void *p);
 
 static int counting;
 static long n_allocs;
-static size_t fail_above = SIZE_MAX;   /* aligned allocations larger than this fail */
+static size_t fail_above = SIZE_MAX; /* aligned allocations larger than this fail */
 
-void *__wrap_malloc(size_t n) { if (counting) n_allocs++; return __real_malloc(n); }
-void *__wrap_calloc(size_t n, size_t m) { if (counting) n_allocs++; return __real_calloc(n, m); }
-void *__wrap_realloc(void *p, size_t n) { if (counting) n_allocs++; return __real_realloc(p, n); }
+void *__wrap_malloc(size_t n) {
+    if (counting) n_allocs++;
+    return __real_malloc(n);
+}
+void *__wrap_calloc(size_t n, size_t m) {
+    if (counting) n_allocs++;
+    return __real_calloc(n, m);
+}
+void *__wrap_realloc(void *p, size_t n) {
+    if (counting) n_allocs++;
+    return __real_realloc(p, n);
+}
 int __wrap_posix_memalign(void **p, size_t a, size_t n) {
     if (counting) n_allocs++;
-    if (n > fail_above) return 12;   /* ENOMEM */
+    if (n > fail_above) return 12; /* ENOMEM */
     return __real_posix_memalign(p, a, n);
 }
 void __wrap_free(void *p) { __real_free(p); }
@@ -38,7 +47,7 @@ static int on_token(const kiln_token_event *ev, void *user) {
     (void)ev;
     (void)user;
     n_tokens++;
-    counting = 1;   /* from the first token on */
+    counting = 1; /* from the first token on */
     return 0;
 }
 
@@ -91,14 +100,14 @@ static void test_request_error_names_kv(void) {
     kiln_token prompt[2] = {1, 100};
     kiln_request *r = NULL;
     kiln_generate_result res;
-    fail_above = 32 * 1024;   /* a KV half of 256 positions is larger; scratch is already allocated */
+    fail_above = 32 * 1024; /* a KV half of 256 positions is larger; scratch is already allocated */
     CHECK(kiln_engine_submit(e, prompt, 2, &gp, &r) == KILN_OK);
     kiln_status st = kiln_request_wait(r, &res);
     fail_above = SIZE_MAX;
     CHECKF(st == KILN_ERR_NOMEM, "status %s", kiln_status_str(st));
     CHECKF(strstr(res.error, "KV cache") != NULL, "error '%s'", res.error);
     kiln_request_free(r);
-    CHECK(kiln_engine_submit(e, prompt, 2, &gp, &r) == KILN_OK);   /* the next request runs */
+    CHECK(kiln_engine_submit(e, prompt, 2, &gp, &r) == KILN_OK); /* the next request runs */
     CHECK(kiln_request_wait(r, &res) == KILN_OK);
     CHECK(res.n_generated == 4 && strcmp(res.error, "") == 0);
     kiln_request_free(r);

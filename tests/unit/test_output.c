@@ -65,7 +65,7 @@ static void test_stop_errors(void) {
     const char *bl[] = {big};
     CHECK(kn_stopper_init(&s, bl, 1, 8) == KILN_ERR_INVALID_ARG);
     free(big);
-    CHECK(kn_stopper_init(&s, NULL, 0, 8) == KILN_OK);   /* no stop strings: text passes through */
+    CHECK(kn_stopper_init(&s, NULL, 0, 8) == KILN_OK); /* no stop strings: text passes through */
     size_t r;
     const char *p = kn_stopper_push(&s, "abc", 3, &r);
     CHECK(r == 3 && memcmp(p, "abc", 3) == 0);
@@ -127,7 +127,7 @@ static void test_logprobs_unit(void) {
     logits[4] = -INFINITY;
     kiln_top_logprob top[KILN_MAX_TOP_LOGPROBS];
     float lp = kn_logprobs(logits, 6, 2, 3, top);
-    CHECK(top[0].token == 1 && top[1].token == 2 && top[2].token == 0);   /* ties: lower id first */
+    CHECK(top[0].token == 1 && top[1].token == 2 && top[2].token == 0); /* ties: lower id first */
     CHECK_NEAR(top[0].logprob, lp, 1e-6);
     double sum = 0;
     for (int i = 0; i < 6; i++) sum += exp((double)logits[i] - 3.0);
@@ -153,7 +153,7 @@ static int on_tok(const kiln_token_event *ev, void *user) {
         if (ev->logprob > 0 || (ev->n_top && ev->top[0].logprob < ev->logprob)) c->bad++;
         for (size_t i = 1; i < ev->n_top; i++)
             if (ev->top[i].logprob > ev->top[i - 1].logprob) c->bad++;
-        if (ev->n_top && ev->top[0].token != ev->token) c->bad++;   /* greedy: the top token */
+        if (ev->n_top && ev->top[0].token != ev->token) c->bad++; /* greedy: the top token */
         c->events++;
     }
     c->text[c->n] = 0;

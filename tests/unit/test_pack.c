@@ -23,7 +23,9 @@ static uint64_t kc_state = 0x9E3779B97F4A7C15ULL;
 static double kc_gauss(void) {
     double u[2];
     for (int i = 0; i < 2; i++) {
-        kc_state ^= kc_state >> 12; kc_state ^= kc_state << 25; kc_state ^= kc_state >> 27;
+        kc_state ^= kc_state >> 12;
+        kc_state ^= kc_state << 25;
+        kc_state ^= kc_state >> 27;
         u[i] = (double)((kc_state * 2685821657736338717ULL) >> 11) * 0x1.0p-53;
     }
     return sqrt(-2.0 * log(u[0] + 1e-300)) * cos(6.283185307179586 * u[1]);
@@ -67,7 +69,8 @@ static void test_pack_roundtrip(void) {
                 kn_p16_row_plain(t, p, n, r, row);
                 tr->to_float(w + (size_t)r * rb, a, n);
                 kn_p16_row_f32(t, p, n, r, b);
-                if (memcmp(row, w + (size_t)r * rb, rb) != 0 || memcmp(a, b, sizeof(float) * (size_t)n) != 0) bad = (int)r;
+                if (memcmp(row, w + (size_t)r * rb, rb) != 0 || memcmp(a, b, sizeof(float) * (size_t)n) != 0)
+                    bad = (int)r;
             }
             free(w), free(p), free(row), free(a), free(b);
             CHECKF(bad < 0, "%s n=%lld: row %d differs after packing", tr->name, (long long)n, bad);
@@ -142,8 +145,8 @@ static int check_kernel(const kn_kernels *set, kn_dtype t, int np, int64_t n, in
         for (int l = 0; l < rows && !rc; l++) {
             const float want = tr->vec_dot(n, w + (size_t)l * rb, xq + (size_t)tk * qb);
             if (memcmp(&want, &out[tk * rows + l], sizeof want) != 0) {
-                printf("  %s %s np=%d n=%lld nt=%d: row %d token %d: %.9g, reference %.9g\n", set->name, tr->name,
-                       np, (long long)n, nt, l, tk, out[tk * rows + l], want);
+                printf("  %s %s np=%d n=%lld nt=%d: row %d token %d: %.9g, reference %.9g\n", set->name, tr->name, np,
+                       (long long)n, nt, l, tk, out[tk * rows + l], want);
                 rc = -1;
             }
         }

@@ -7,8 +7,8 @@
  */
 #include "harness.h"
 
-#include "kiln.h"
 #include "gguf_write.h"
+#include "kiln.h"
 #include "sample/sampler.h"
 
 #include <float.h>
@@ -54,7 +54,7 @@ static kiln_status run_one(kiln_model *m, int32_t n_ctx, kiln_kv_type kv, kiln_e
 typedef struct kv_case {
     const char *name;
     const char *args;
-    int32_t n_layer, n_head_kv, head_dim;   /* what the preset has, for an independent count */
+    int32_t n_layer, n_head_kv, head_dim; /* what the preset has, for an independent count */
 } kv_case;
 
 /* The estimator from a header read = the engine's allocation per position = the count from the
@@ -78,8 +78,8 @@ static void test_kv_estimate_matches_engine(void) {
         CHECK(kiln_model_load(path, NULL, &m) == KILN_OK);
         for (size_t t = 0; t < 2; t++) {
             const uint64_t elt = types[t] == KILN_KV_F16 ? 2 : 4;
-            const uint64_t want = 2 * (uint64_t)cases[c].n_layer * (uint64_t)cases[c].n_head_kv *
-                                  (uint64_t)cases[c].head_dim * elt;
+            const uint64_t want =
+                2 * (uint64_t)cases[c].n_layer * (uint64_t)cases[c].n_head_kv * (uint64_t)cases[c].head_dim * elt;
             const uint64_t est = kiln_kv_bytes_per_token(&info, types[t]);
             CHECKF(est == want, "%s type %d: estimate %llu, shapes say %llu", cases[c].name, (int)types[t],
                    (unsigned long long)est, (unsigned long long)want);
@@ -87,8 +87,9 @@ static void test_kv_estimate_matches_engine(void) {
             const int32_t n_ctx = 96;
             kiln_engine_stats st;
             CHECK(run_one(m, n_ctx, types[t], &st) == KILN_OK);
-            CHECKF(st.kv_bytes == est * (uint64_t)n_ctx, "%s type %d: engine allocated %llu for %d positions, estimate %llu",
-                   cases[c].name, (int)types[t], (unsigned long long)st.kv_bytes, n_ctx, (unsigned long long)est);
+            CHECKF(st.kv_bytes == est * (uint64_t)n_ctx,
+                   "%s type %d: engine allocated %llu for %d positions, estimate %llu", cases[c].name, (int)types[t],
+                   (unsigned long long)st.kv_bytes, n_ctx, (unsigned long long)est);
         }
         kiln_model_free(m);
     }
@@ -98,7 +99,7 @@ static void test_kv_estimate_edges(void) {
     kiln_model_info info;
     memset(&info, 0, sizeof info);
     CHECK(kiln_kv_bytes_per_token(NULL, KILN_KV_F16) == 0);
-    CHECK(kiln_kv_bytes_per_token(&info, KILN_KV_F16) == 0);    /* no dimensions: unknown */
+    CHECK(kiln_kv_bytes_per_token(&info, KILN_KV_F16) == 0); /* no dimensions: unknown */
     info.n_layer = 4;
     info.n_head_kv = 2;
     info.head_dim = 16;
@@ -119,8 +120,9 @@ static void test_kv_estimate_edges(void) {
 /* The families kiln runs are one table: for a generated model of each, the header read calls it
  * runnable and the loader runs it. */
 static void test_arch_table_agrees(void) {
-    static const char *const presets[][2] = {
-        {"gqa-llama", "--preset tiny-llama"}, {"plain-qwen2", "--preset tiny-qwen2"}, {"wide-head-qwen3", "--preset tiny-qwen3"}};
+    static const char *const presets[][2] = {{"gqa-llama", "--preset tiny-llama"},
+                                             {"plain-qwen2", "--preset tiny-qwen2"},
+                                             {"wide-head-qwen3", "--preset tiny-qwen3"}};
     for (size_t i = 0; i < KN_ARRAY_LEN(presets); i++) {
         const char *path = generate(presets[i][0], presets[i][1]);
         if (!path) SKIP("kiln-gen unavailable");
@@ -137,13 +139,16 @@ static void test_arch_table_agrees(void) {
 /* The default context: the training length capped at KILN_N_CTX_DEFAULT_MAX, for the function
  * and for what a session and an engine resolve n_ctx = 0 to. */
 static void test_default_ctx(void) {
-    CHECK(kiln_default_n_ctx(0) == (KILN_N_CTX_TRAIN_ASSUMED < KILN_N_CTX_DEFAULT_MAX ? KILN_N_CTX_TRAIN_ASSUMED
-                                                                                        : KILN_N_CTX_DEFAULT_MAX));
+    CHECK(kiln_default_n_ctx(0) ==
+          (KILN_N_CTX_TRAIN_ASSUMED < KILN_N_CTX_DEFAULT_MAX ? KILN_N_CTX_TRAIN_ASSUMED : KILN_N_CTX_DEFAULT_MAX));
     CHECK(kiln_default_n_ctx(-5) == kiln_default_n_ctx(0));
     CHECK(kiln_default_n_ctx(100) == 100);
     CHECK(kiln_default_n_ctx(KILN_N_CTX_DEFAULT_MAX) == KILN_N_CTX_DEFAULT_MAX);
     CHECK(kiln_default_n_ctx(131072) == KILN_N_CTX_DEFAULT_MAX);
-    static const struct { const char *name, *args; int32_t train; } cases[] = {
+    static const struct {
+        const char *name, *args;
+        int32_t train;
+    } cases[] = {
         {"ctx-short", "--preset tiny-llama-plain --ctx 1000", 1000},
         {"ctx-long", "--preset tiny-llama-plain --ctx 100000", 100000},
     };
@@ -220,15 +225,15 @@ static const range_want wanted[] = {
 /* The field of param in p, as a double. */
 static double field(const kiln_sampler_params *p, kiln_sampler_param param) {
     switch (param) {
-    case KILN_SAMPLER_TEMPERATURE: return p->temperature;
-    case KILN_SAMPLER_TOP_K: return p->top_k;
-    case KILN_SAMPLER_TOP_P: return p->top_p;
-    case KILN_SAMPLER_MIN_P: return p->min_p;
-    case KILN_SAMPLER_REPEAT_PENALTY: return p->repeat_penalty;
-    case KILN_SAMPLER_PRESENCE_PENALTY: return p->presence_penalty;
-    case KILN_SAMPLER_FREQUENCY_PENALTY: return p->frequency_penalty;
-    case KILN_SAMPLER_PENALTY_LAST_N: return p->penalty_last_n;
-    default: return NAN;
+        case KILN_SAMPLER_TEMPERATURE: return p->temperature;
+        case KILN_SAMPLER_TOP_K: return p->top_k;
+        case KILN_SAMPLER_TOP_P: return p->top_p;
+        case KILN_SAMPLER_MIN_P: return p->min_p;
+        case KILN_SAMPLER_REPEAT_PENALTY: return p->repeat_penalty;
+        case KILN_SAMPLER_PRESENCE_PENALTY: return p->presence_penalty;
+        case KILN_SAMPLER_FREQUENCY_PENALTY: return p->frequency_penalty;
+        case KILN_SAMPLER_PENALTY_LAST_N: return p->penalty_last_n;
+        default: return NAN;
     }
 }
 
@@ -262,7 +267,8 @@ static void test_sampler_bounds(void) {
         const double in[2] = {w->min, w->max}, out[2] = {just_below(w), just_above(w)};
         for (int k = 0; k < 2; k++) {
             kiln_sampler_params p = kiln_sampler_default_params();
-            CHECKF(kiln_sampler_param_set(&p, w->param, in[k]) == KILN_OK, "%s = %.10g: %s", w->name, in[k], kiln_last_error());
+            CHECKF(kiln_sampler_param_set(&p, w->param, in[k]) == KILN_OK, "%s = %.10g: %s", w->name, in[k],
+                   kiln_last_error());
             CHECK(field(&p, w->param) == (double)(float)in[k]);
             CHECKF(kn_sampler_check(&p, 100) == KILN_OK, "check %s = %.10g: %s", w->name, in[k], kiln_last_error());
             const kiln_sampler_params before = p;
@@ -274,12 +280,12 @@ static void test_sampler_bounds(void) {
                 if (w->param == KILN_SAMPLER_TOP_K) p.top_k = (int32_t)out[k];
                 else p.penalty_last_n = (int32_t)out[k];
             } else {
-                float *f = w->param == KILN_SAMPLER_TEMPERATURE ? &p.temperature
-                           : w->param == KILN_SAMPLER_TOP_P     ? &p.top_p
-                           : w->param == KILN_SAMPLER_MIN_P     ? &p.min_p
-                           : w->param == KILN_SAMPLER_REPEAT_PENALTY ? &p.repeat_penalty
+                float *f = w->param == KILN_SAMPLER_TEMPERATURE        ? &p.temperature
+                           : w->param == KILN_SAMPLER_TOP_P            ? &p.top_p
+                           : w->param == KILN_SAMPLER_MIN_P            ? &p.min_p
+                           : w->param == KILN_SAMPLER_REPEAT_PENALTY   ? &p.repeat_penalty
                            : w->param == KILN_SAMPLER_PRESENCE_PENALTY ? &p.presence_penalty
-                                                                     : &p.frequency_penalty;
+                                                                       : &p.frequency_penalty;
                 *f = (float)out[k];
             }
             CHECKF(kn_sampler_check(&p, 100) == KILN_ERR_INVALID_ARG, "check accepted %s = %.10g", w->name, out[k]);
@@ -325,16 +331,17 @@ static void test_sampler_bounds_engine(void) {
             gp.sampling = kiln_sampler_default_params();
             const float bad = (float)just_above(w);
             switch (w->param) {
-            case KILN_SAMPLER_TEMPERATURE: gp.sampling.temperature = bad; break;
-            case KILN_SAMPLER_TOP_P: gp.sampling.top_p = bad; break;
-            case KILN_SAMPLER_MIN_P: gp.sampling.min_p = bad; break;
-            case KILN_SAMPLER_REPEAT_PENALTY: gp.sampling.repeat_penalty = bad; break;
-            case KILN_SAMPLER_PRESENCE_PENALTY: gp.sampling.presence_penalty = bad; break;
-            default: gp.sampling.frequency_penalty = bad; break;
+                case KILN_SAMPLER_TEMPERATURE: gp.sampling.temperature = bad; break;
+                case KILN_SAMPLER_TOP_P: gp.sampling.top_p = bad; break;
+                case KILN_SAMPLER_MIN_P: gp.sampling.min_p = bad; break;
+                case KILN_SAMPLER_REPEAT_PENALTY: gp.sampling.repeat_penalty = bad; break;
+                case KILN_SAMPLER_PRESENCE_PENALTY: gp.sampling.presence_penalty = bad; break;
+                default: gp.sampling.frequency_penalty = bad; break;
             }
         }
         r = NULL;
-        CHECKF(kiln_engine_submit(e, prompt, 2, &gp, &r) == KILN_ERR_INVALID_ARG, "%s just above max accepted", w->name);
+        CHECKF(kiln_engine_submit(e, prompt, 2, &gp, &r) == KILN_ERR_INVALID_ARG, "%s just above max accepted",
+               w->name);
         CHECK(r == NULL);
     }
     kiln_engine_free(e);
@@ -344,9 +351,9 @@ static void test_sampler_bounds_engine(void) {
 /* Writes a vocabulary-only GGUF (four SPM tokens) whose general.sampling.* keys hold the given
  * values (NAN: key absent); returns 0 on success. */
 static int write_sampling_model(const char *path, const double vals[6]) {
-    static const char *const keys[6] = {"general.sampling.temp", "general.sampling.top_k", "general.sampling.top_p",
-                                        "general.sampling.min_p", "general.sampling.penalty_repeat",
-                                        "general.sampling.penalty_last_n"};
+    static const char *const keys[6] = {"general.sampling.temp",           "general.sampling.top_k",
+                                        "general.sampling.top_p",          "general.sampling.min_p",
+                                        "general.sampling.penalty_repeat", "general.sampling.penalty_last_n"};
     static const char *const tokens[4] = {"<unk>", "<s>", "</s>", "a"};
     kn_gguf_writer *w = NULL;
     if (kn_gguf_writer_create(&w)) return -1;
@@ -371,11 +378,12 @@ static void test_sampler_bounds_metadata(void) {
     kiln_model_params mp = kiln_model_default_params();
     mp.vocab_only = true;
     const double at_max[6] = {2, 1 << 30, 1, 1, 100, 1 << 20}, at_min[6] = {0, 0, 0, 0, 0.001, 0};
-    const double above[6] = {nextafter(2, 3), (1 << 30) + 1.0, nextafter(1, 2), nextafter(1, 2), nextafter(100, 101),
-                             (1 << 20) + 1.0};
+    const double above[6] = {nextafter(2, 3), (1 << 30) + 1.0,     nextafter(1, 2),
+                             nextafter(1, 2), nextafter(100, 101), (1 << 20) + 1.0};
     const double below[6] = {nextafter(0, -1), -1, nextafter(0, -1), nextafter(0, -1), nextafter(0.001, 0), -1};
-    const kiln_sampler_param order[6] = {KILN_SAMPLER_TEMPERATURE, KILN_SAMPLER_TOP_K, KILN_SAMPLER_TOP_P,
-                                         KILN_SAMPLER_MIN_P, KILN_SAMPLER_REPEAT_PENALTY, KILN_SAMPLER_PENALTY_LAST_N};
+    const kiln_sampler_param order[6] = {KILN_SAMPLER_TEMPERATURE,    KILN_SAMPLER_TOP_K,
+                                         KILN_SAMPLER_TOP_P,          KILN_SAMPLER_MIN_P,
+                                         KILN_SAMPLER_REPEAT_PENALTY, KILN_SAMPLER_PENALTY_LAST_N};
     const double *sets[4] = {at_max, at_min, above, below};
     const kiln_sampler_params def = kiln_sampler_default_params();
     for (int s = 0; s < 4; s++) {
@@ -385,7 +393,8 @@ static void test_sampler_bounds_metadata(void) {
         const kiln_sampler_params got = kiln_model_sampler_params(m);
         for (int i = 0; i < 6; i++) {
             const double want = s < 2 ? (double)(float)sets[s][i] : field(&def, order[i]);
-            CHECKF(field(&got, order[i]) == want, "set %d key %d: %.10g, wanted %.10g", s, i, field(&got, order[i]), want);
+            CHECKF(field(&got, order[i]) == want, "set %d key %d: %.10g, wanted %.10g", s, i, field(&got, order[i]),
+                   want);
         }
         kiln_model_free(m);
     }

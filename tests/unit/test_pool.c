@@ -15,11 +15,11 @@
 #include <time.h>
 
 typedef struct count_ctx {
-    _Atomic int *hits;     /* [n] times each task ran */
+    _Atomic int *hits; /* [n] times each task ran */
     int64_t n;
     int n_threads;
     _Atomic int bad_worker;
-    int sleep_worker;      /* a worker index that sleeps in each of its tasks, or -1 */
+    int sleep_worker; /* a worker index that sleeps in each of its tasks, or -1 */
     long sleep_ns;
 } count_ctx;
 
@@ -94,7 +94,8 @@ static void test_stress_100k_runs(void) {
         const int64_t n = 1 + r % 9;
         write_ctx c = {out, r};
         kn_pool_run(p, n, write_task, &c);
-        for (int64_t i = 0; i < n; i++) CHECKF(out[i] == r * 1000 + i, "run %lld task %lld", (long long)r, (long long)i);
+        for (int64_t i = 0; i < n; i++)
+            CHECKF(out[i] == r * 1000 + i, "run %lld task %lld", (long long)r, (long long)i);
     }
     kn_pool_free(p);
 }
@@ -104,8 +105,7 @@ static void test_stress_100k_runs(void) {
 static void test_slow_worker(void) {
     kn_pool *p = NULL;
     CHECK(kn_pool_new(3, &p) == KILN_OK);
-    for (int rep = 0; rep < 200; rep++)
-        CHECKF(run_counted(p, 3, 1 + rep % 40, 1 + rep % 2, 200000), "rep %d", rep);
+    for (int rep = 0; rep < 200; rep++) CHECKF(run_counted(p, 3, 1 + rep % 40, 1 + rep % 2, 200000), "rep %d", rep);
     kn_pool_free(p);
 }
 
@@ -154,7 +154,8 @@ static const char *gen_model(const char *preset, const char *type) {
     snprintf(out, sizeof out, "%s/pool-%s-%s.gguf", kt_tmpdir(), preset, type);
     if (kt_exists(out)) return out;
     char cmd[1600];
-    snprintf(cmd, sizeof cmd, "%s --preset %s --dim 512 --ffn 2048 --type %s --seed 5 -o %s >/dev/null 2>&1", gen, preset, type, out);
+    snprintf(cmd, sizeof cmd, "%s --preset %s --dim 512 --ffn 2048 --type %s --seed 5 -o %s >/dev/null 2>&1", gen,
+             preset, type, out);
     return system(cmd) == 0 ? out : NULL;
 }
 

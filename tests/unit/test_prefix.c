@@ -21,31 +21,31 @@ static void test_unit(void) {
     int32_t a[40], b[40];
     for (int i = 0; i < 40; i++) a[i] = b[i] = i + 1;
     b[20] = 999;
-    CHECK(kn_pc_restore(&pc, a, 40, 39, &dst) == 0);            /* empty: a miss */
+    CHECK(kn_pc_restore(&pc, a, 40, 39, &dst) == 0); /* empty: a miss */
     kt_fill_kv(&src, 30, 0.5f);
     kn_pc_publish(&pc, a, 30, &src, 2);
     kn_pc_stats st;
     kn_pc_get_stats(&pc, &st);
     CHECK(st.entries == 1 && st.misses == 1);
-    CHECK(kn_pc_restore(&pc, a, 40, 39, &dst) == 30);           /* the whole entry */
+    CHECK(kn_pc_restore(&pc, a, 40, 39, &dst) == 30); /* the whole entry */
     CHECK(dst.n_past == 30 && kt_same_rows(&src, &dst, 30));
-    CHECK(kn_pc_restore(&pc, a, 40, 12, &dst) == 12);           /* capped */
-    CHECK(kn_pc_restore(&pc, b, 40, 39, &dst) == 20);           /* a prefix of an entry */
+    CHECK(kn_pc_restore(&pc, a, 40, 12, &dst) == 12); /* capped */
+    CHECK(kn_pc_restore(&pc, b, 40, 39, &dst) == 20); /* a prefix of an entry */
     CHECK(kt_same_rows(&src, &dst, 20));
-    kn_pc_publish(&pc, a, 25, &src, 2);                         /* covered: no new entry */
+    kn_pc_publish(&pc, a, 25, &src, 2); /* covered: no new entry */
     kn_pc_get_stats(&pc, &st);
     CHECK(st.entries == 1);
     kt_fill_kv(&src, 40, 0.5f);
-    kn_pc_publish(&pc, a, 40, &src, 2);                         /* extends: supersedes */
+    kn_pc_publish(&pc, a, 40, &src, 2); /* extends: supersedes */
     kn_pc_get_stats(&pc, &st);
     CHECK(st.entries == 1);
     CHECK(kn_pc_restore(&pc, a, 40, 39, &dst) == 39);
     kt_fill_kv(&src, 40, 7.0f);
-    kn_pc_publish(&pc, b, 40, &src, 2);                         /* diverges at 20: a second entry */
+    kn_pc_publish(&pc, b, 40, &src, 2); /* diverges at 20: a second entry */
     kn_pc_get_stats(&pc, &st);
     CHECK(st.entries == 2);
     CHECK(kn_pc_restore(&pc, b, 40, 39, &dst) == 39 && kt_same_rows(&src, &dst, 39));
-    kn_pc_publish(&pc, a, 1, &src, 2);                          /* below min_tokens: ignored */
+    kn_pc_publish(&pc, a, 1, &src, 2); /* below min_tokens: ignored */
     /* Budget: room for about one 40-token entry (2 layers x 40 x 8 floats x 2 = 5 KiB). */
     kn_prefix_cache small;
     kn_pc_init(&small, 7000);
@@ -54,8 +54,8 @@ static void test_unit(void) {
     kn_pc_publish(&small, b, 40, &src, 2);
     kn_pc_get_stats(&small, &st);
     CHECK(st.entries == 1 && st.evictions == 1 && st.bytes <= 7000);
-    CHECK(kn_pc_restore(&small, b, 40, 39, &dst) == 39);        /* the newer one stayed */
-    CHECK(kn_pc_restore(&small, a, 40, 39, &dst) == 20);        /* only the shared part */
+    CHECK(kn_pc_restore(&small, b, 40, 39, &dst) == 39); /* the newer one stayed */
+    CHECK(kn_pc_restore(&small, a, 40, 39, &dst) == 20); /* only the shared part */
     kn_pc_free(&small);
     /* Disabled cache. */
     kn_prefix_cache off;
@@ -103,7 +103,8 @@ static void test_engine_hits(void) {
     memcpy(p2 + 60, a.toks, 20 * sizeof(kiln_token));
     for (int i = 0; i < 20; i++) p2[80 + i] = (kiln_token)(3 + i * 11);
     CHECK(kt_generate(warm, p2, 100, 20, &a, &ra) == KILN_OK);
-    CHECKF(ra.n_cached == 79, "cached %d (prompt 60 + 19 fed reply tokens)", ra.n_cached);   /* the last reply token was never fed */
+    CHECKF(ra.n_cached == 79, "cached %d (prompt 60 + 19 fed reply tokens)",
+           ra.n_cached); /* the last reply token was never fed */
     CHECK(kt_generate(cold, p2, 100, 20, &b, &rb) == KILN_OK && rb.n_cached == 0);
     CHECK(a.n == 20 && b.n == 20 && memcmp(a.toks, b.toks, sizeof(kiln_token) * 20) == 0);
     /* The same prompt again: all but its last token come from the cache. */
@@ -132,7 +133,8 @@ static void test_engine_hits(void) {
     kiln_request_free(q3);
     kiln_request_free(q4);
     CHECKF(r3.n_cached >= 100 && r4.n_cached >= 100, "cached %d and %d", r3.n_cached, r4.n_cached);
-    CHECK(memcmp(w3.toks, c3.toks, sizeof(kiln_token) * 16) == 0 && memcmp(w4.toks, c4.toks, sizeof(kiln_token) * 16) == 0);
+    CHECK(memcmp(w3.toks, c3.toks, sizeof(kiln_token) * 16) == 0 &&
+          memcmp(w4.toks, c4.toks, sizeof(kiln_token) * 16) == 0);
     kiln_engine_stats es;
     kiln_engine_get_stats(warm, &es);
     CHECK(es.cache_hits >= 4 && es.cache_misses >= 1 && es.cache_entries >= 1 && es.cache_bytes > 0);

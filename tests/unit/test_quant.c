@@ -49,7 +49,7 @@ static const kn_dtype weight_types[] = {KN_F32,  KN_F16,  KN_BF16, KN_Q4_0, KN_Q
 static const kn_dtype all_types[] = {KN_F32,  KN_F16,  KN_BF16, KN_Q4_0, KN_Q4_1, KN_Q5_0, KN_Q5_1,
                                      KN_Q8_0, KN_Q8_1, KN_Q4_K, KN_Q5_K, KN_Q6_K, KN_Q8_K};
 #define N_WEIGHT_TYPES (int)(sizeof weight_types / sizeof weight_types[0])
-#define N_ALL_TYPES (int)(sizeof all_types / sizeof all_types[0])
+#define N_ALL_TYPES    (int)(sizeof all_types / sizeof all_types[0])
 
 static double rms(const float *x, int64_t n) {
     double s = 0;
@@ -103,12 +103,18 @@ static void test_struct_sizes(void) {
         int block;
         size_t bytes;
     } want[] = {
-        {KN_Q4_0, sizeof(kn_block_q4_0), 32, 18},   {KN_Q4_1, sizeof(kn_block_q4_1), 32, 20},
-        {KN_Q5_0, sizeof(kn_block_q5_0), 32, 22},   {KN_Q5_1, sizeof(kn_block_q5_1), 32, 24},
-        {KN_Q8_0, sizeof(kn_block_q8_0), 32, 34},   {KN_Q8_1, sizeof(kn_block_q8_1), 32, 36},
-        {KN_Q4_K, sizeof(kn_block_q4_k), 256, 144}, {KN_Q5_K, sizeof(kn_block_q5_k), 256, 176},
-        {KN_Q6_K, sizeof(kn_block_q6_k), 256, 210}, {KN_Q8_K, sizeof(kn_block_q8_k), 256, 292},
-        {KN_F32, 4, 1, 4},                          {KN_F16, 2, 1, 2},
+        {KN_Q4_0, sizeof(kn_block_q4_0), 32, 18},
+        {KN_Q4_1, sizeof(kn_block_q4_1), 32, 20},
+        {KN_Q5_0, sizeof(kn_block_q5_0), 32, 22},
+        {KN_Q5_1, sizeof(kn_block_q5_1), 32, 24},
+        {KN_Q8_0, sizeof(kn_block_q8_0), 32, 34},
+        {KN_Q8_1, sizeof(kn_block_q8_1), 32, 36},
+        {KN_Q4_K, sizeof(kn_block_q4_k), 256, 144},
+        {KN_Q5_K, sizeof(kn_block_q5_k), 256, 176},
+        {KN_Q6_K, sizeof(kn_block_q6_k), 256, 210},
+        {KN_Q8_K, sizeof(kn_block_q8_k), 256, 292},
+        {KN_F32, 4, 1, 4},
+        {KN_F16, 2, 1, 2},
         {KN_BF16, 2, 1, 2},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
@@ -146,10 +152,9 @@ static void test_traits_table(void) {
     static const struct {
         kn_dtype t, act;
         bool weight;
-    } want[] = {{KN_F32, KN_F32, true},   {KN_F16, KN_F32, true},   {KN_BF16, KN_F32, true},
-                {KN_Q4_0, KN_Q8_0, true}, {KN_Q4_1, KN_Q8_1, true}, {KN_Q5_0, KN_Q8_0, true},
-                {KN_Q5_1, KN_Q8_1, true}, {KN_Q8_0, KN_Q8_0, true}, {KN_Q8_1, KN_Q8_1, false},
-                {KN_Q4_K, KN_Q8_K, true}, {KN_Q5_K, KN_Q8_K, true}, {KN_Q6_K, KN_Q8_K, true},
+    } want[] = {{KN_F32, KN_F32, true},    {KN_F16, KN_F32, true},   {KN_BF16, KN_F32, true},  {KN_Q4_0, KN_Q8_0, true},
+                {KN_Q4_1, KN_Q8_1, true},  {KN_Q5_0, KN_Q8_0, true}, {KN_Q5_1, KN_Q8_1, true}, {KN_Q8_0, KN_Q8_0, true},
+                {KN_Q8_1, KN_Q8_1, false}, {KN_Q4_K, KN_Q8_K, true}, {KN_Q5_K, KN_Q8_K, true}, {KN_Q6_K, KN_Q8_K, true},
                 {KN_Q8_K, KN_Q8_K, false}};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         const kn_type_traits *tr = kn_type_traits_get(want[i].t);
@@ -192,9 +197,9 @@ static void test_fp16_known(void) {
     CHECK(kn_fp16_to_fp32(0xC000) == -2.0f);
     CHECK(kn_fp16_to_fp32(0x3555) == 0.333251953125f);
     CHECK(kn_fp16_to_fp32(0x7BFF) == 65504.0f);
-    CHECK(kn_fp16_to_fp32(0x0400) == 0x1p-14f);     /* smallest normal */
-    CHECK(kn_fp16_to_fp32(0x0001) == 0x1p-24f);     /* smallest subnormal */
-    CHECK(kn_fp16_to_fp32(0x03FF) == 0x3FFp-24f);   /* largest subnormal */
+    CHECK(kn_fp16_to_fp32(0x0400) == 0x1p-14f);   /* smallest normal */
+    CHECK(kn_fp16_to_fp32(0x0001) == 0x1p-24f);   /* smallest subnormal */
+    CHECK(kn_fp16_to_fp32(0x03FF) == 0x3FFp-24f); /* largest subnormal */
     CHECK(kn_fp16_to_fp32(0x8001) == -0x1p-24f);
     CHECK(fbits(kn_fp16_to_fp32(0x0000)) == 0x00000000u);
     CHECK(fbits(kn_fp16_to_fp32(0x8000)) == 0x80000000u); /* -0 */
@@ -207,9 +212,9 @@ static void test_fp16_known(void) {
     CHECK(kn_fp32_to_fp16(-2.0f) == 0xC000);
     CHECK(kn_fp32_to_fp16(0.0f) == 0x0000);
     CHECK(kn_fp32_to_fp16(-0.0f) == 0x8000);
-    CHECK(kn_fp32_to_fp16(1.0f + 0x1p-11f) == 0x3C00);           /* tie, even is 1.0 */
+    CHECK(kn_fp32_to_fp16(1.0f + 0x1p-11f) == 0x3C00);            /* tie, even is 1.0 */
     CHECK(kn_fp32_to_fp16(1.0f + 0x1p-11f + 0x1p-20f) == 0x3C01); /* just above the tie */
-    CHECK(kn_fp32_to_fp16(1.0f + 3 * 0x1p-11f) == 0x3C02);       /* tie, even is up */
+    CHECK(kn_fp32_to_fp16(1.0f + 3 * 0x1p-11f) == 0x3C02);        /* tie, even is up */
     CHECK(kn_fp32_to_fp16(65504.0f) == 0x7BFF);
     CHECK(kn_fp32_to_fp16(65519.0f) == 0x7BFF);
     CHECK(kn_fp32_to_fp16(65520.0f) == 0x7C00); /* tie between 65504 and 2^16: even is inf */
@@ -217,12 +222,12 @@ static void test_fp16_known(void) {
     CHECK(kn_fp32_to_fp16(INFINITY) == 0x7C00 && kn_fp32_to_fp16(-INFINITY) == 0xFC00);
     CHECK(kn_fp32_to_fp16(0x1p-14f) == 0x0400);
     CHECK(kn_fp32_to_fp16(0x1p-24f) == 0x0001);
-    CHECK(kn_fp32_to_fp16(0x1p-25f) == 0x0000);                 /* tie, even is 0 */
+    CHECK(kn_fp32_to_fp16(0x1p-25f) == 0x0000); /* tie, even is 0 */
     CHECK(kn_fp32_to_fp16(-0x1p-25f) == 0x8000);
-    CHECK(kn_fp32_to_fp16(0x1.0002p-25f) == 0x0001);            /* just above the tie */
-    CHECK(kn_fp32_to_fp16(3 * 0x1p-25f) == 0x0002);             /* tie 1.5 -> 2 */
-    CHECK(kn_fp32_to_fp16(5 * 0x1p-25f) == 0x0002);             /* tie 2.5 -> 2 */
-    CHECK(kn_fp32_to_fp16(0x1p-14f - 0x1p-25f) == 0x0400);      /* tie 1023.5 -> 1024: smallest normal */
+    CHECK(kn_fp32_to_fp16(0x1.0002p-25f) == 0x0001);       /* just above the tie */
+    CHECK(kn_fp32_to_fp16(3 * 0x1p-25f) == 0x0002);        /* tie 1.5 -> 2 */
+    CHECK(kn_fp32_to_fp16(5 * 0x1p-25f) == 0x0002);        /* tie 2.5 -> 2 */
+    CHECK(kn_fp32_to_fp16(0x1p-14f - 0x1p-25f) == 0x0400); /* tie 1023.5 -> 1024: smallest normal */
     CHECK(kn_fp32_to_fp16(1e-10f) == 0x0000);
     CHECK(kn_fp32_to_fp16(FLT_MIN) == 0x0000);
     CHECK(kn_fp32_to_fp16(0x1p-149f) == 0x0000); /* fp32 subnormal */
@@ -242,8 +247,7 @@ static void test_fp16_exhaustive(void) {
         uint16_t back = kn_fp32_to_fp16(f);
         if ((h & 0x7C00) == 0x7C00 && (h & 0x03FF))
             CHECKF(isnan(f) && (back & 0x7C00) == 0x7C00 && (back & 0x3FF), "h=%04x", h);
-        else
-            CHECKF(back == h, "h=%04x back=%04x", h, back);
+        else CHECKF(back == h, "h=%04x back=%04x", h, back);
     }
     for (int i = 0; i < 200000; i++) {
         /* random bit patterns biased to the fp16 range: exponents 2^-27 .. 2^17 */
@@ -283,11 +287,11 @@ static void test_bf16(void) {
     CHECK(kn_fp32_to_bf16(1.0f + 0x1p-8f) == 0x3F80);            /* tie, even is down */
     CHECK(kn_fp32_to_bf16(1.0f + 3 * 0x1p-8f) == 0x3F82);        /* tie, even is up */
     CHECK(kn_fp32_to_bf16(1.0f + 0x1p-8f + 0x1p-20f) == 0x3F81); /* above the tie */
-    CHECK(kn_fp32_to_bf16(FLT_MAX) == 0x7F80);                    /* rounds past the largest: inf */
+    CHECK(kn_fp32_to_bf16(FLT_MAX) == 0x7F80);                   /* rounds past the largest: inf */
     CHECK(kn_fp32_to_bf16(0x1.FEp127f) == 0x7F7F);
     CHECK(kn_fp32_to_bf16(INFINITY) == 0x7F80 && kn_fp32_to_bf16(-INFINITY) == 0xFF80);
     CHECK(kn_fp32_to_bf16(0x1p-133f) == 0x0001);
-    CHECK(kn_fp32_to_bf16(0x1p-134f) == 0x0000); /* tie, even is 0 */
+    CHECK(kn_fp32_to_bf16(0x1p-134f) == 0x0000);          /* tie, even is 0 */
     CHECK(kn_fp32_to_bf16(bitsf(0x7F800001u)) != 0x7F80); /* NaN with a low payload stays NaN */
     CHECK(isnan(kn_bf16_to_fp32(kn_fp32_to_bf16(bitsf(0x7F800001u)))));
     CHECK(isnan(kn_bf16_to_fp32(kn_fp32_to_bf16(NAN))));
@@ -310,7 +314,7 @@ static void test_kat_q4_0(void) {
     float y[32];
     kn_q4_0_to_float(&b, y, 32);
     for (int j = 0; j < 16; j++) {
-        CHECKF(y[j] == 0.5f * (float)(j - 8), "y[%d] = %g", j, y[j]);           /* low nibbles */
+        CHECKF(y[j] == 0.5f * (float)(j - 8), "y[%d] = %g", j, y[j]);                /* low nibbles */
         CHECKF(y[16 + j] == 0.5f * (float)(7 - j), "y[%d] = %g", 16 + j, y[16 + j]); /* high nibbles */
     }
     CHECK(y[0] == -4.0f && y[15] == 3.5f && y[16] == 3.5f && y[31] == -4.0f);
@@ -520,20 +524,20 @@ static void test_kat_vec_dot(void) {
  * data (printed by test_roundtrip_rmse) plus ~30%. */
 static double rmse_bound(kn_dtype t) {
     switch (t) {
-    case KN_F32: return 0.0;
-    case KN_F16: return 2.8e-4;  /* measured 2.1e-4 */
-    case KN_BF16: return 2.2e-3; /* measured 1.65e-3 */
-    case KN_Q4_0: return 0.113;  /* measured 0.0867 */
-    case KN_Q4_1: return 0.102;  /* measured 0.0784 */
-    case KN_Q5_0: return 0.056;  /* measured 0.0432 */
-    case KN_Q5_1: return 0.049;  /* measured 0.0379 */
-    case KN_Q8_0: return 0.007;  /* measured 0.0054 */
-    case KN_Q8_1: return 0.007;  /* measured 0.0054 */
-    case KN_Q4_K: return 0.092;  /* measured 0.0706 */
-    case KN_Q5_K: return 0.045;  /* measured 0.0349 */
-    case KN_Q6_K: return 0.022;  /* measured 0.0171 */
-    case KN_Q8_K: return 0.0093; /* measured 0.0072 (one scale per 256: larger than Q8_0's) */
-    default: return 0.0;
+        case KN_F32: return 0.0;
+        case KN_F16: return 2.8e-4;  /* measured 2.1e-4 */
+        case KN_BF16: return 2.2e-3; /* measured 1.65e-3 */
+        case KN_Q4_0: return 0.113;  /* measured 0.0867 */
+        case KN_Q4_1: return 0.102;  /* measured 0.0784 */
+        case KN_Q5_0: return 0.056;  /* measured 0.0432 */
+        case KN_Q5_1: return 0.049;  /* measured 0.0379 */
+        case KN_Q8_0: return 0.007;  /* measured 0.0054 */
+        case KN_Q8_1: return 0.007;  /* measured 0.0054 */
+        case KN_Q4_K: return 0.092;  /* measured 0.0706 */
+        case KN_Q5_K: return 0.045;  /* measured 0.0349 */
+        case KN_Q6_K: return 0.022;  /* measured 0.0171 */
+        case KN_Q8_K: return 0.0093; /* measured 0.0072 (one scale per 256: larger than Q8_0's) */
+        default: return 0.0;
     }
 }
 
@@ -619,8 +623,8 @@ static void test_vec_dot(void) {
             double tight_tol = tw->vec_dot_type == KN_Q8_1 ? 2e-3 : 2e-5;
             CHECKF(tight <= tight_tol, "%s n=%lld: %g vs dequantized %g (rel %g)", tw->name, (long long)n, got,
                    dot_d(wd, xd, n), tight);
-            CHECKF(loose <= 0.01, "%s n=%lld: %g vs float %g (rel %g)", tw->name, (long long)n, got,
-                   dot_d(wd, x, n), loose);
+            CHECKF(loose <= 0.01, "%s n=%lld: %g vs float %g (rel %g)", tw->name, (long long)n, got, dot_d(wd, x, n),
+                   loose);
         }
         printf("  %-5s vec_dot worst rel error: %.2e vs dequantized rows, %.2e vs f32 activations\n", tw->name,
                worst_tight, worst_loose);
@@ -686,8 +690,7 @@ static void test_constant_rows(void) {
              * 3.6e-4 (Q4_K), bf16 2.3e-3; subnormal scales 1.7e-2 (Q5_0 at 1e-5) */
             double tol = (fabsf(values[v]) < 0.01f ? 2.5e-2 : t == KN_BF16 ? 4e-3 : 2e-3) * fabs(values[v]);
             for (int j = 0; j < 512; j++)
-                CHECKF(fabs(y[j] - values[v]) <= tol, "%s const %g: y[%d] = %g", kn_dtype_name(t), values[v], j,
-                       y[j]);
+                CHECKF(fabs(y[j] - values[v]) <= tol, "%s const %g: y[%d] = %g", kn_dtype_name(t), values[v], j, y[j]);
         }
     }
 }
@@ -717,14 +720,13 @@ static void test_magnitudes(void) {
         for (int i = 0; i < N_ALL_TYPES; i++) {
             kn_dtype t = all_types[i];
             CHECK(roundtrip(t, x, y, n) == 0);
-            if (t == KN_F16 && extreme[s] > 1e5f) continue;       /* fp16 overflows to inf, correctly */
-            if (t == KN_BF16 && extreme[s] == FLT_MAX) continue;  /* FLT_MAX rounds to bf16 inf, correctly */
+            if (t == KN_F16 && extreme[s] > 1e5f) continue;      /* fp16 overflows to inf, correctly */
+            if (t == KN_BF16 && extreme[s] == FLT_MAX) continue; /* FLT_MAX rounds to bf16 inf, correctly */
             CHECKF(all_finite(y, n), "%s scale %g: non-finite output", kn_dtype_name(t), extreme[s]);
             double amax = 0;
             for (int64_t j = 0; j < n; j++) amax = fmax(amax, fabs(x[j]));
             for (int64_t j = 0; j < n; j++)
-                CHECKF(fabs(y[j]) <= 2.0 * amax + 1e-6, "%s scale %g: |y| too large", kn_dtype_name(t),
-                       extreme[s]);
+                CHECKF(fabs(y[j]) <= 2.0 * amax + 1e-6, "%s scale %g: |y| too large", kn_dtype_name(t), extreme[s]);
         }
     }
     /* non-finite input: defined behaviour (run under UBSan), finite output for the block formats */

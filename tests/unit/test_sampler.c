@@ -36,7 +36,7 @@ static void test_penalties(void) {
     kn_sampler s = make(p);
     float l[V] = {0, 4, 3, 0, 0, 0, 0, 0};
     kn_sampler_accept(&s, 1);
-    CHECK(kn_sampler_sample(&s, l) == 2);   /* 4 / 2 = 2 < 3 */
+    CHECK(kn_sampler_sample(&s, l) == 2); /* 4 / 2 = 2 < 3 */
     kn_sampler_free(&s);
 
     p.repeat_penalty = 1.0f;
@@ -45,10 +45,10 @@ static void test_penalties(void) {
     s = make(p);
     kn_sampler_accept(&s, 1);
     kn_sampler_accept(&s, 1);
-    CHECK(kn_sampler_sample(&s, l) == 2);   /* 4 - 2*0.6 = 2.8 < 3 */
+    CHECK(kn_sampler_sample(&s, l) == 2); /* 4 - 2*0.6 = 2.8 < 3 */
     kn_sampler_accept(&s, 5);
     kn_sampler_accept(&s, 5);
-    kn_sampler_accept(&s, 5);               /* token 1 has left the 3-token window */
+    kn_sampler_accept(&s, 5); /* token 1 has left the 3-token window */
     CHECK(kn_sampler_sample(&s, l) == 1);
     kn_sampler_free(&s);
 
@@ -58,7 +58,7 @@ static void test_penalties(void) {
     s = make(p);
     kn_sampler_accept(&s, 1);
     kn_sampler_accept(&s, 1);
-    CHECK(kn_sampler_sample(&s, l) == 2);   /* 4 - 1.5 = 2.5 < 3, once however often seen */
+    CHECK(kn_sampler_sample(&s, l) == 2); /* 4 - 1.5 = 2.5 < 3, once however often seen */
     kn_sampler_free(&s);
 }
 

@@ -132,7 +132,7 @@ static uint64_t ref_hash64(const uint8_t *p, size_t n, uint64_t seed) {
     const uint64_t m1 = 0x9E3779B97F4A7C15ull;
     uint64_t lane[8];
     for (int i = 0; i < 8; i++) lane[i] = ref_avalanche(seed + (uint64_t)(i + 1) * m1);
-    const size_t words = (n + 63) / 64 * 8;   /* whole stripes, the last one padded with zeros */
+    const size_t words = (n + 63) / 64 * 8; /* whole stripes, the last one padded with zeros */
     for (size_t w = 0; w < words; w++) {
         uint64_t word = 0;
         for (int b = 7; b >= 0; b--) word = word << 8 | (w * 8 + (size_t)b < n ? p[w * 8 + (size_t)b] : 0);
@@ -148,15 +148,18 @@ static void test_checksum(void) {
     static uint8_t buf[1 << 16];
     for (size_t i = 0; i < sizeof buf; i++) buf[i] = (uint8_t)(i * 7 + 3);
     /* Known answers: the SSD cache file format depends on these exact values on every CPU. */
-    static const struct { size_t len; uint64_t seed, sum; } known[] = {
-        {0, 0, 0xe77312f1304d8647ull},      {1, 0, 0x9da4566c09d83b5cull},     {7, 0, 0xfd851a3172b84431ull},
-        {8, 0, 0x7d4dc47f6aef0a4dull},      {9, 0, 0x2b46412111c40dfdull},     {63, 0, 0x882761ec9fa478c6ull},
-        {64, 0, 0x44f519c88c2a4d0full},     {65, 0, 0x348c03bf45c97ef7ull},    {127, 0, 0x45a0d44f8f9da1adull},
-        {128, 0, 0xc44cf2a598722157ull},    {1000, 0, 0x6f873c5f70595409ull},  {65536, 0, 0x3de0a0140256234cull},
-        {0, 42, 0x12a768b8f3805ba2ull},     {1, 42, 0x1fb0e7260c83fd75ull},    {7, 42, 0xf9a9414330d53ee2ull},
-        {8, 42, 0xccc2c302cbe55fedull},     {9, 42, 0x4e4dd63351912f53ull},    {63, 42, 0x0fa366141a14e2adull},
-        {64, 42, 0x2c2e06c263c571b6ull},    {65, 42, 0x2fc0b0452f2af5e3ull},   {127, 42, 0x038629d43062cee1ull},
-        {128, 42, 0x2079ca57f724441cull},   {1000, 42, 0xf37f74b9cb86af8bull}, {65536, 42, 0x6ad7a12aa0c74fe2ull},
+    static const struct {
+        size_t len;
+        uint64_t seed, sum;
+    } known[] = {
+        {0, 0, 0xe77312f1304d8647ull},    {1, 0, 0x9da4566c09d83b5cull},     {7, 0, 0xfd851a3172b84431ull},
+        {8, 0, 0x7d4dc47f6aef0a4dull},    {9, 0, 0x2b46412111c40dfdull},     {63, 0, 0x882761ec9fa478c6ull},
+        {64, 0, 0x44f519c88c2a4d0full},   {65, 0, 0x348c03bf45c97ef7ull},    {127, 0, 0x45a0d44f8f9da1adull},
+        {128, 0, 0xc44cf2a598722157ull},  {1000, 0, 0x6f873c5f70595409ull},  {65536, 0, 0x3de0a0140256234cull},
+        {0, 42, 0x12a768b8f3805ba2ull},   {1, 42, 0x1fb0e7260c83fd75ull},    {7, 42, 0xf9a9414330d53ee2ull},
+        {8, 42, 0xccc2c302cbe55fedull},   {9, 42, 0x4e4dd63351912f53ull},    {63, 42, 0x0fa366141a14e2adull},
+        {64, 42, 0x2c2e06c263c571b6ull},  {65, 42, 0x2fc0b0452f2af5e3ull},   {127, 42, 0x038629d43062cee1ull},
+        {128, 42, 0x2079ca57f724441cull}, {1000, 42, 0xf37f74b9cb86af8bull}, {65536, 42, 0x6ad7a12aa0c74fe2ull},
     };
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
         CHECKF(kn_hash64_of(buf, known[i].len, known[i].seed) == known[i].sum, "length %zu seed %llu", known[i].len,
@@ -172,7 +175,7 @@ static void test_checksum(void) {
         kn_hash64 h;
         kn_hash64_init(&h, 42);
         kn_hash64_update(&h, buf, split);
-        CHECK(kn_hash64_final(&h) == kn_hash64_of(buf, split, 42));   /* final leaves h usable */
+        CHECK(kn_hash64_final(&h) == kn_hash64_of(buf, split, 42)); /* final leaves h usable */
         kn_hash64_update(&h, buf + split, 1000 - split);
         CHECK(kn_hash64_final(&h) == whole);
     }
@@ -182,21 +185,22 @@ static void test_checksum(void) {
         kn_hash64_update(&h, buf + at, KN_MIN(step, sizeof buf - at));
     CHECK(kn_hash64_final(&h) == kn_hash64_of(buf, sizeof buf, 0));
     CHECK(kn_hash64_of(buf, 1000, 43) != whole);
-    for (int i = 0; i < 1000; i += 13) {                   /* every single-bit change shows */
+    for (int i = 0; i < 1000; i += 13) { /* every single-bit change shows */
         buf[i] ^= 1;
         CHECK(kn_hash64_of(buf, 1000, 42) != whole);
         buf[i] ^= 1;
     }
     CHECK(kn_hash64_of(buf, 999, 42) != kn_hash64_of(buf, 1000, 42));
     CHECK(kn_hash64_of(NULL, 0, 1) != kn_hash64_of(NULL, 0, 2));
-    uint8_t zeros[128] = {0};                              /* trailing zeros count: the length is absorbed */
+    uint8_t zeros[128] = {0}; /* trailing zeros count: the length is absorbed */
     CHECK(kn_hash64_of(zeros, 64, 0) != kn_hash64_of(zeros, 65, 0));
     CHECK(kn_hash64_of(zeros, 0, 0) != kn_hash64_of(zeros, 1, 0));
 }
 
 /* Writes an entry of n tokens (key `key`) to path; true on success. */
 static bool write_file(const char *path, const kn_ssdf_key *key, const int32_t *tokens, int32_t n, const kn_kv *kv) {
-    uint8_t *k = malloc((size_t)kv->n_layer * n * kv->kv_dim * kv->elt), *v = malloc((size_t)kv->n_layer * n * kv->kv_dim * kv->elt);
+    uint8_t *k = malloc((size_t)kv->n_layer * n * kv->kv_dim * kv->elt),
+            *v = malloc((size_t)kv->n_layer * n * kv->kv_dim * kv->elt);
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     bool ok = k && v && fd >= 0;
     if (ok) pack(kv, n, k, v);
@@ -244,21 +248,21 @@ static void test_file_format(void) {
     memset(dst.k, 0, kn_kv_bytes(&dst) / 2);
     CHECK(read_file(path, &key, 17, &dst, true) == KN_SSDF_OK && kt_same_rows(&src, &dst, 17));
     CHECK(read_file(path, &key, 17, &dst, false) == KN_SSDF_OK && kt_same_rows(&src, &dst, 17));
-    CHECK(read_file(path, NULL, 40, &dst, true) == KN_SSDF_OK);       /* any key */
+    CHECK(read_file(path, NULL, 40, &dst, true) == KN_SSDF_OK); /* any key */
     CHECK(read_file(path, &other, 40, &dst, true) == KN_SSDF_MISMATCH);
     /* A flipped byte in the header (a token id): always caught, by the header checksum. */
     const char *dir = kt_tmpdir();
     CHECK(flip_byte(dir, "format.kv", 112 + 4 * 7));
     CHECK(read_file(path, &key, 40, &dst, false) == KN_SSDF_CORRUPT);
     CHECK(flip_byte(dir, "format.kv", 112 + 4 * 7));
-    CHECK(flip_byte(dir, "format.kv", 20));                             /* the fingerprint itself */
+    CHECK(flip_byte(dir, "format.kv", 20)); /* the fingerprint itself */
     CHECK(read_file(path, &key, 40, &dst, false) == KN_SSDF_CORRUPT);
     CHECK(flip_byte(dir, "format.kv", 20));
     /* A flipped byte in tensor data: caught with verify, also when only a prefix is used. */
     CHECK(flip_byte(dir, "format.kv", -3));
     CHECK(read_file(path, &key, 40, &dst, true) == KN_SSDF_CORRUPT);
     CHECK(read_file(path, &key, 5, &dst, true) == KN_SSDF_CORRUPT);
-    CHECK(read_file(path, &key, 5, &dst, false) == KN_SSDF_OK);         /* without verify: not read */
+    CHECK(read_file(path, &key, 5, &dst, false) == KN_SSDF_OK); /* without verify: not read */
     CHECK(flip_byte(dir, "format.kv", -3));
     CHECK(read_file(path, &key, 40, &dst, true) == KN_SSDF_OK);
     /* Truncated: in the data, in the header, to nothing; and an appended byte. */
@@ -274,17 +278,20 @@ static void test_file_format(void) {
     CHECK(write_file(path, &key, toks, 40, &src));
     fd = open(path, O_RDWR);
     const uint8_t huge[4] = {0xff, 0xff, 0xff, 0x7f};
-    CHECK(pwrite(fd, huge, 4, 92) == 4);                                /* n_tokens */
+    CHECK(pwrite(fd, huge, 4, 92) == 4); /* n_tokens */
     close(fd);
     CHECK(read_file(path, &key, 40, &dst, false) == KN_SSDF_CORRUPT);
     CHECK(write_file(path, &key, toks, 40, &src));
     fd = open(path, O_RDWR);
-    CHECK(pwrite(fd, huge, 4, 84) == 4);                                /* n_layer */
+    CHECK(pwrite(fd, huge, 4, 84) == 4); /* n_layer */
     close(fd);
     CHECK(read_file(path, &key, 40, &dst, false) == KN_SSDF_CORRUPT);
     f = fopen(path, "wb");
-    CHECK(f && fputs("not a cache file at all, just some text that is long enough to fill a header .........."
-                     "..............................................................", f) >= 0 && fclose(f) == 0);
+    CHECK(f &&
+          fputs("not a cache file at all, just some text that is long enough to fill a header .........."
+                "..............................................................",
+                f) >= 0 &&
+          fclose(f) == 0);
     CHECK(read_file(path, &key, 40, &dst, false) == KN_SSDF_CORRUPT);
     /* Another version (an earlier one computed its checksums differently; a later one may change
      * the layout) is refused before anything else is read. */
@@ -387,8 +394,8 @@ static void test_tier_roundtrip(void) {
     CHECK(kn_ssd_restore(s, a, 60, 0, &dst) == 40 && dst.n_past == 40 && kt_same_rows(&src, &dst, 40));
     dst.n_past = 0;
     CHECK(kn_ssd_restore(s, b, 60, 0, &dst) == 30 && kt_same_rows(&src, &dst, 30));
-    CHECK(kn_ssd_restore(s, a, 60, 40, &dst) == 0);                    /* RAM already has 40 */
-    CHECK(kn_ssd_restore(s, a, 25, 0, &dst) == 25);                    /* capped by the caller */
+    CHECK(kn_ssd_restore(s, a, 60, 40, &dst) == 0); /* RAM already has 40 */
+    CHECK(kn_ssd_restore(s, a, 25, 0, &dst) == 25); /* capped by the caller */
     int32_t c[10] = {1, 2, 3};
     CHECK(kn_ssd_restore(s, c, 10, 0, &dst) == 0);
     /* Covered: the same tokens again, or fewer, write nothing. */
@@ -451,7 +458,7 @@ static void test_lru_cap(void) {
     kt_fill_kv(&src, 40, 1.0f);
     const kn_ssdf_key key = test_key(1);
     const uint64_t one = kn_ssdf_file_size(&key, 40);
-    kn_ssd *s = open_tier(dir, 2 * one + one / 2, false);   /* room for two */
+    kn_ssd *s = open_tier(dir, 2 * one + one / 2, false); /* room for two */
     CHECK(s);
     int32_t t[4][40];
     static held h[4];
@@ -459,10 +466,10 @@ static void test_lru_cap(void) {
         for (int i = 0; i < 40; i++) t[e][i] = 1000 * (e + 1) + i;
         CHECK(put(s, &h[e], t[e], 40, &src));
         CHECK(kn_ssd_flush(s, 5000) == KILN_OK);
-        if (e == 1) {   /* entry 0 used again: entry 1 becomes the oldest */
+        if (e == 1) { /* entry 0 used again: entry 1 becomes the oldest */
             usleep(5000);
             CHECK(kn_ssd_restore(s, t[0], 40, 0, &dst) == 40);
-            CHECK(kn_ssd_flush(s, 5000) == KILN_OK);   /* the touch reaches the index */
+            CHECK(kn_ssd_flush(s, 5000) == KILN_OK); /* the touch reaches the index */
             usleep(5000);
         }
     }
@@ -472,8 +479,8 @@ static void test_lru_cap(void) {
            st.entries, (unsigned long long)st.evictions, (unsigned long long)st.bytes);
     char names[8][32];
     CHECK(list_kv(dir, names, 8) == 2);
-    CHECK(kn_ssd_restore(s, t[3], 40, 0, &dst) == 40);      /* the newest stayed */
-    CHECK(kn_ssd_restore(s, t[1], 40, 0, &dst) == 0);       /* the least recently used went */
+    CHECK(kn_ssd_restore(s, t[3], 40, 0, &dst) == 40); /* the newest stayed */
+    CHECK(kn_ssd_restore(s, t[1], 40, 0, &dst) == 0);  /* the least recently used went */
     CHECK(kn_ssd_restore(s, t[2], 40, 0, &dst) == 0 || kn_ssd_restore(s, t[0], 40, 0, &dst) == 0);
     /* An entry larger than the whole cap is not written at all. */
     kn_ssd_close(s);
@@ -555,7 +562,8 @@ static void test_index_repair(void) {
     s = open_tier(dir, 1 << 20, false);
     CHECK(s);
     kn_ssd_get_stats(s, &st);
-    CHECKF(st.entries == 1 && st.quarantined == 1, "entries %d quarantined %llu", st.entries, (unsigned long long)st.quarantined);
+    CHECKF(st.entries == 1 && st.quarantined == 1, "entries %d quarantined %llu", st.entries,
+           (unsigned long long)st.quarantined);
     hits = 0;
     for (int e = 0; e < 3; e++) hits += kn_ssd_restore(s, t[e], 40, 0, &dst) == 40;
     CHECK(hits == 1);
@@ -607,9 +615,9 @@ static void test_write_error(void) {
     kn_ssd_get_stats(s, &st);
     CHECK(st.errors == 1 && st.writes == 0 && st.entries == 0);
     char names[4][32];
-    CHECK(list_kv(dir, names, 4) == 0 && count_files(dir) <= 4);   /* no partial or temporary file */
+    CHECK(list_kv(dir, names, 4) == 0 && count_files(dir) <= 4); /* no partial or temporary file */
     CHECK(kn_ssd_restore(s, t, 40, 0, &dst) == 0);
-    CHECK(put(s, &h, t, 40, &src) && kn_ssd_flush(s, 5000) == KILN_OK && h.on_ssd);   /* works again */
+    CHECK(put(s, &h, t, 40, &src) && kn_ssd_flush(s, 5000) == KILN_OK && h.on_ssd); /* works again */
     CHECK(kn_ssd_restore(s, t, 40, 0, &dst) == 40);
     kn_ssd_close(s);
     kn_kv_free(&src);
@@ -710,14 +718,14 @@ static kiln_engine *engine(kiln_model *m, int n_ctx, int64_t ram, const char *di
 }
 
 #define N_PROMPTS 4
-#define PLEN 70
-#define GEN 16
+#define PLEN      70
+#define GEN       16
 
 typedef struct world {
     kiln_model *m;
-    kiln_token p[N_PROMPTS][PLEN + GEN + 20];   /* prompt k: PLEN tokens; its "next turn" follows */
-    kt_out cold[N_PROMPTS], cold2[N_PROMPTS];        /* outputs without any cache */
-    kiln_token p2[N_PROMPTS][PLEN + GEN + 20];    /* next turn: prompt + reply + 10 tokens */
+    kiln_token p[N_PROMPTS][PLEN + GEN + 20];  /* prompt k: PLEN tokens; its "next turn" follows */
+    kt_out cold[N_PROMPTS], cold2[N_PROMPTS];  /* outputs without any cache */
+    kiln_token p2[N_PROMPTS][PLEN + GEN + 20]; /* next turn: prompt + reply + 10 tokens */
     int n2;
 } world;
 
@@ -782,7 +790,7 @@ static void test_engine_restart(void) {
     CHECK(es.ssd_writes == 0);
     CHECK(kiln_engine_flush_cache(e, 5000) == KILN_OK);
     kiln_engine_get_stats(e, &es);
-    CHECK(es.ssd_writes == N_PROMPTS && es.ssd_entries == N_PROMPTS);   /* each superseded its turn 1 */
+    CHECK(es.ssd_writes == N_PROMPTS && es.ssd_entries == N_PROMPTS); /* each superseded its turn 1 */
     kiln_engine_free(e);
     /* Run 3: a smaller context: restores a prefix of longer files (and checks all of them). */
     e = engine(W.m, 48, 64 << 20, dir, 30);
@@ -846,7 +854,7 @@ static void test_engine_eviction(void) {
         CHECK(kt_same_out(&o, &W.cold2[k]));
     }
     kiln_engine_get_stats(e, &es);
-    CHECK(es.ssd_hits >= N_PROMPTS - 1);   /* each published turn evicts the next prompt's entry from RAM */
+    CHECK(es.ssd_hits >= N_PROMPTS - 1); /* each published turn evicts the next prompt's entry from RAM */
     kiln_engine_free(e);
 }
 
@@ -870,7 +878,8 @@ static void test_engine_idle_demotion(void) {
     }
     const double waited = kn_now_ms() - t0;
     CHECK(early);
-    CHECKF(es.ssd_writes == 1 && waited >= 1000, "writes %llu after %.0f ms", (unsigned long long)es.ssd_writes, waited);
+    CHECKF(es.ssd_writes == 1 && waited >= 1000, "writes %llu after %.0f ms", (unsigned long long)es.ssd_writes,
+           waited);
     CHECK(es.cache_entries == 1 && es.ssd_entries == 1);
     /* Used again from RAM: nothing more to write (its file covers it). */
     CHECK(kt_generate(e, W.p[0], PLEN, GEN, &o, &r) == KILN_OK && r.n_cached == PLEN - 1);
@@ -914,7 +923,8 @@ static const char *foreign_file(void) {
     const char *b = getenv("BUILD");
     char model[600], cmd[1600];
     snprintf(model, sizeof model, "%s/tiny-llama.gguf", kt_tmpdir());
-    snprintf(cmd, sizeof cmd, "%s/kiln-gen --preset tiny-llama --type F32 --seed 3 -o %s >/dev/null 2>&1", b && *b ? b : "build", model);
+    snprintf(cmd, sizeof cmd, "%s/kiln-gen --preset tiny-llama --type F32 --seed 3 -o %s >/dev/null 2>&1",
+             b && *b ? b : "build", model);
     if (system(cmd) != 0) return NULL;
     kiln_model *m;
     if (kiln_model_load(model, NULL, &m) != KILN_OK) return NULL;
@@ -953,10 +963,10 @@ static void test_engine_corrupt_startup(void) {
     const char *dir = fresh_dir("corrupt");
     char names[N_PROMPTS][32];
     CHECK(populate(dir, names));
-    CHECK(flip_byte(dir, names[0], 112 + 4 * 3));   /* a token id in the header */
+    CHECK(flip_byte(dir, names[0], 112 + 4 * 3)); /* a token id in the header */
     CHECK(truncate_by(dir, names[1], 700));
     CHECK(copy_over(foreign, dir, names[2]));
-    CHECK(flip_byte(dir, names[3], -100));          /* tensor data */
+    CHECK(flip_byte(dir, names[3], -100)); /* tensor data */
     kiln_engine *e = engine(W.m, 256, 64 << 20, dir, 30);
     CHECK(e);
     kiln_engine_stats es;
@@ -993,7 +1003,7 @@ static void test_engine_corrupt_restore(void) {
     kiln_engine_stats es;
     kiln_engine_get_stats(e, &es);
     CHECK(es.ssd_entries == N_PROMPTS && es.ssd_quarantined == 0);
-    CHECK(flip_byte(dir, names[0], 40));            /* the tokenizer hash */
+    CHECK(flip_byte(dir, names[0], 40)); /* the tokenizer hash */
     CHECK(truncate_by(dir, names[1], 1));
     CHECK(copy_over(foreign, dir, names[2]));
     kt_out o;
@@ -1007,7 +1017,7 @@ static void test_engine_corrupt_restore(void) {
     /* The intact file still restores. */
     CHECK(kt_generate(e, W.p2[3], (size_t)W.n2, GEN, &o, &r) == KILN_OK && r.n_cached == PLEN + GEN - 1);
     CHECK(kt_same_out(&o, &W.cold2[3]));
-    CHECK(kiln_engine_flush_cache(e, 5000) == KILN_OK);   /* the four answered turns are files now */
+    CHECK(kiln_engine_flush_cache(e, 5000) == KILN_OK); /* the four answered turns are files now */
     kiln_engine_free(e);
     /* Data damage in every file: not seen by the start-up checks (headers only), caught at
      * restore. */
@@ -1053,16 +1063,16 @@ static void test_engine_data_damage(void) {
         char names[N_PROMPTS][32];
         CHECK(populate(dir, names));
         CHECK(flip_data_byte(dir, names[0]));
-        kiln_engine_params ep = kiln_engine_default_params();   /* nothing but sizes changed */
+        kiln_engine_params ep = kiln_engine_default_params(); /* nothing but sizes changed */
         ep.n_ctx = 256;
-        ep.prompt_cache = 0;                                     /* every hit comes from SSD */
+        ep.prompt_cache = 0; /* every hit comes from SSD */
         ep.ssd_dir = dir;
         if (!verify) ep.ssd_verify = false;
         kiln_engine *e = NULL;
         CHECK(kiln_engine_new(W.m, &ep, &e) == KILN_OK);
         kiln_engine_stats es;
         kiln_engine_get_stats(e, &es);
-        CHECK(es.ssd_entries == N_PROMPTS && es.ssd_quarantined == 0);   /* the header is sound */
+        CHECK(es.ssd_entries == N_PROMPTS && es.ssd_quarantined == 0); /* the header is sound */
         kt_out o;
         kiln_generate_result r;
         CHECK(kt_generate(e, W.p2[0], (size_t)W.n2, GEN, &o, &r) == KILN_OK);

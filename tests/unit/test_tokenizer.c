@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 #define VOCAB_DIR "tokenizer-tests/llama.cpp-vocab"
-#define SEP "\n__ggml_vocab_test__\n"
+#define SEP       "\n__ggml_vocab_test__\n"
 
 /* ---- helpers ---------------------------------------------------------------------------------- */
 
@@ -34,21 +34,23 @@ static kn_tokenizer *load_tok(const char *path) {
 }
 
 /* Tokenizes into a malloc'd array (exact size query first). */
-static int32_t *tokenize(const kn_tokenizer *t, const char *s, size_t len, bool add_special,
-                         bool parse_special, size_t *n) {
+static int32_t *tokenize(const kn_tokenizer *t, const char *s, size_t len, bool add_special, bool parse_special,
+                         size_t *n) {
     size_t need = 0;
     kiln_status st = kn_tokenize(t, s, len, add_special, parse_special, NULL, 0, &need);
     if (st != KILN_OK && st != KILN_ERR_BUFFER_SMALL) return NULL;
     int32_t *ids = malloc((need ? need : 1) * sizeof *ids);
     if (!ids) return NULL;
     st = kn_tokenize(t, s, len, add_special, parse_special, ids, need, n);
-    if (st != KILN_OK || *n != need) { free(ids); return NULL; }
+    if (st != KILN_OK || *n != need) {
+        free(ids);
+        return NULL;
+    }
     return ids;
 }
 
 /* Concatenated pieces of ids (malloc'd, NUL-terminated). */
-static char *detokenize(const kn_tokenizer *t, const int32_t *ids, size_t n, bool render_special,
-                        size_t *len) {
+static char *detokenize(const kn_tokenizer *t, const int32_t *ids, size_t n, bool render_special, size_t *len) {
     size_t total = 0;
     for (size_t i = 0; i < n; i++) total += kn_token_piece(t, ids[i], render_special, NULL, 0);
     char *s = malloc(total + 1);
@@ -68,7 +70,7 @@ static size_t split_cases(char *inp, size_t len, char ***cases, size_t **lens) {
     char *p = inp, *end = inp + len;
     while (p < end) {
         char *q = memmem(p, (size_t)(end - p), SEP, sl);
-        if (!q) break;      /* text after the last separator (none in these files) is ignored */
+        if (!q) break; /* text after the last separator (none in these files) is ignored */
         if (n == cap) {
             cap *= 2;
             *cases = realloc(*cases, cap * sizeof **cases);
@@ -86,10 +88,16 @@ static size_t split_cases(char *inp, size_t len, char ***cases, size_t **lens) {
 static size_t parse_ids(char **p, char *end, int32_t *ids, size_t cap) {
     size_t n = 0;
     while (*p < end && **p != '\n') {
-        if (**p == ' ') { (*p)++; continue; }
+        if (**p == ' ') {
+            (*p)++;
+            continue;
+        }
         char *e;
         long v = strtol(*p, &e, 10);
-        if (e == *p) { (*p)++; continue; }
+        if (e == *p) {
+            (*p)++;
+            continue;
+        }
         if (n < cap) ids[n] = (int32_t)v;
         n++;
         *p = e;
@@ -106,16 +114,23 @@ static void print_ids(const char *what, const int32_t *ids, size_t n) {
 
 /* ---- conformance ------------------------------------------------------------------------------ */
 
-static char g_vocab[400];       /* vocab file name for the current conformance run */
-static char g_vectors[400];     /* name of the .inp/.out pair to use */
+static char g_vocab[400];   /* vocab file name for the current conformance run */
+static char g_vectors[400]; /* name of the .inp/.out pair to use */
 
 static void run_named(void (*fn)(void), const char *name) {
     kt_cur_failed = kt_cur_skipped = 0;
     fflush(stdout);
     fn();
-    if (kt_cur_failed) { printf("FAIL %s\n", name); kt_fail++; }
-    else if (kt_cur_skipped) { printf("SKIP %s: %s\n", name, kt_skip_why); kt_skip++; }
-    else { printf("PASS %s\n", name); kt_pass++; }
+    if (kt_cur_failed) {
+        printf("FAIL %s\n", name);
+        kt_fail++;
+    } else if (kt_cur_skipped) {
+        printf("SKIP %s: %s\n", name, kt_skip_why);
+        kt_skip++;
+    } else {
+        printf("PASS %s\n", name);
+        kt_pass++;
+    }
     fflush(stdout);
 }
 
@@ -232,14 +247,16 @@ static void test_stories_encode_decode(void) {
     const char *text = "Once upon a time";
     int32_t *ids = tokenize(t, text, strlen(text), true, false, &n);
     /* expected: an independent implementation of llama2.c run.c's encode over the same vocab */
-    static const char *const pieces[] = {"\xe2\x96\x81Once", "\xe2\x96\x81upon", "\xe2\x96\x81" "a",
+    static const char *const pieces[] = {"\xe2\x96\x81Once", "\xe2\x96\x81upon",
+                                         "\xe2\x96\x81"
+                                         "a",
                                          "\xe2\x96\x81time"};
     bool ok = ids && n == 5 && ids[0] == bos;
     for (size_t i = 0; ok && i < 4; i++) ok = ids[i + 1] == kn_tok_find(t, pieces[i], strlen(pieces[i]));
     if (!ok && ids) print_ids("got", ids, n);
     size_t dl = 0;
     char *dec = ok ? detokenize(t, ids, n, false, &dl) : NULL;
-    bool dec_ok = dec && strcmp(dec, " Once upon a time") == 0;   /* pieces keep the dummy prefix */
+    bool dec_ok = dec && strcmp(dec, " Once upon a time") == 0; /* pieces keep the dummy prefix */
     /* the incremental detokenizer strips it after BOS */
     kn_detok d;
     kn_detok_init(&d, t, false, false);
@@ -261,8 +278,7 @@ static void test_stories_encode_decode(void) {
 }
 
 /* Feeds ids one at a time; checks that every chunk is complete UTF-8 and returns the text. */
-static char *detok_stream(const kn_tokenizer *t, const int32_t *ids, size_t n, bool at_start,
-                          bool *chunks_ok) {
+static char *detok_stream(const kn_tokenizer *t, const int32_t *ids, size_t n, bool at_start, bool *chunks_ok) {
     kn_detok d;
     kn_detok_init(&d, t, at_start, false);
     char *acc = malloc(n * 16 + 16);
@@ -275,7 +291,10 @@ static char *detok_stream(const kn_tokenizer *t, const int32_t *ids, size_t n, b
         for (size_t k = 0; k < l;) {
             unsigned char c = (unsigned char)o[k];
             size_t cl = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 ? 2 : 0;
-            if (cl == 0 || k + cl > l) { *chunks_ok = false; break; }
+            if (cl == 0 || k + cl > l) {
+                *chunks_ok = false;
+                break;
+            }
             for (size_t j = 1; j < cl; j++)
                 if (((unsigned char)o[k + j] & 0xC0) != 0x80) *chunks_ok = false;
             k += cl;
@@ -291,7 +310,7 @@ static void test_detok_utf8_byte_fallback(void) {
     if (!kt_exists(kt_data(STORIES))) SKIP("no %s", STORIES);
     kn_tokenizer *t = stories();
     CHECK(t);
-    const char *text = "h\xc3\xa9llo \xf0\x9f\x98\x80 \xe4\xb8\x96\xe7\x95\x8c";   /* héllo 😀 世界 */
+    const char *text = "h\xc3\xa9llo \xf0\x9f\x98\x80 \xe4\xb8\x96\xe7\x95\x8c"; /* héllo 😀 世界 */
     size_t n = 0;
     int32_t *ids = tokenize(t, text, strlen(text), true, false, &n);
     int n_byte_tokens = 0;
@@ -342,18 +361,21 @@ static void test_detok_invalid_bytes(void) {
     kn_detok d;
     kn_detok_init(&d, t, true, false);
     size_t l;
-    const char *o = kn_detok_push(&d, b[0xFF], &l);          /* never valid */
+    const char *o = kn_detok_push(&d, b[0xFF], &l); /* never valid */
     bool r1 = l == 3 && memcmp(o, "\xef\xbf\xbd", 3) == 0;
-    o = kn_detok_push(&d, b[0xC3], &l);                      /* lead byte: waits */
+    o = kn_detok_push(&d, b[0xC3], &l); /* lead byte: waits */
     bool r2 = l == 0 && d.n_pending == 1;
-    o = kn_detok_push(&d, b['A'], &l);                       /* not a continuation */
-    bool r3 = l == 4 && memcmp(o, "\xef\xbf\xbd" "A", 4) == 0;
+    o = kn_detok_push(&d, b['A'], &l); /* not a continuation */
+    bool r3 = l == 4 && memcmp(o,
+                               "\xef\xbf\xbd"
+                               "A",
+                               4) == 0;
     o = kn_detok_push(&d, b[0xE4], &l);
     o = kn_detok_push(&d, b[0xB8], &l);
     bool r4 = l == 0 && d.n_pending == 2;
-    o = kn_detok_flush(&d, &l);                              /* truncated character at the end */
+    o = kn_detok_flush(&d, &l); /* truncated character at the end */
     bool r5 = l == 3 && memcmp(o, "\xef\xbf\xbd", 3) == 0 && d.n_pending == 0;
-    o = kn_detok_push(&d, b[0xED], &l);                      /* surrogate: ED A0 80 */
+    o = kn_detok_push(&d, b[0xED], &l); /* surrogate: ED A0 80 */
     o = kn_detok_push(&d, b[0xA0], &l);
     bool r6 = l == 6 && memcmp(o, "\xef\xbf\xbd\xef\xbf\xbd", 6) == 0;
     o = kn_detok_push(&d, -1, &l);
@@ -361,7 +383,14 @@ static void test_detok_invalid_bytes(void) {
     o = kn_detok_push(&d, 1 << 30, &l);
     bool r8 = l == 0;
     kn_tokenizer_free(t);
-    CHECK(r1); CHECK(r2); CHECK(r3); CHECK(r4); CHECK(r5); CHECK(r6); CHECK(r7); CHECK(r8);
+    CHECK(r1);
+    CHECK(r2);
+    CHECK(r3);
+    CHECK(r4);
+    CHECK(r5);
+    CHECK(r6);
+    CHECK(r7);
+    CHECK(r8);
 }
 
 static void test_detok_leading_space(void) {
@@ -372,31 +401,37 @@ static void test_detok_leading_space(void) {
     kn_detok d;
     size_t l;
     const char *o;
-    kn_detok_init(&d, t, true, false);                 /* start of stream */
+    kn_detok_init(&d, t, true, false); /* start of stream */
     o = kn_detok_push(&d, once, &l);
     bool a = l == 4 && memcmp(o, "Once", 4) == 0;
-    o = kn_detok_push(&d, once, &l);                   /* later pieces keep their space */
+    o = kn_detok_push(&d, once, &l); /* later pieces keep their space */
     bool b = l == 5 && memcmp(o, " Once", 5) == 0;
-    o = kn_detok_push(&d, bos, &l);                    /* BOS starts a new text */
+    o = kn_detok_push(&d, bos, &l); /* BOS starts a new text */
     bool c = l == 0;
     o = kn_detok_push(&d, once, &l);
     bool e = l == 4 && memcmp(o, "Once", 4) == 0;
-    kn_detok_init(&d, t, false, false);                /* mid-stream: no stripping */
+    kn_detok_init(&d, t, false, false); /* mid-stream: no stripping */
     o = kn_detok_push(&d, once, &l);
     bool f = l == 5 && memcmp(o, " Once", 5) == 0;
-    kn_detok_init(&d, t, false, true);                 /* rendering specials shows BOS, still strips */
+    kn_detok_init(&d, t, false, true); /* rendering specials shows BOS, still strips */
     o = kn_detok_push(&d, bos, &l);
     bool g = l == 3 && memcmp(o, "<s>", 3) == 0;
     o = kn_detok_push(&d, once, &l);
     bool h = l == 4 && memcmp(o, "Once", 4) == 0;
     kn_tokenizer_free(t);
     CHECK(once >= 0);
-    CHECK(a); CHECK(b); CHECK(c); CHECK(e); CHECK(f); CHECK(g); CHECK(h);
+    CHECK(a);
+    CHECK(b);
+    CHECK(c);
+    CHECK(e);
+    CHECK(f);
+    CHECK(g);
+    CHECK(h);
 }
 
 /* ---- round trips -------------------------------------------------------------------------------- */
 
-static const char *const BPE_VOCABS[] = {"gpt-2", "mpt", "falcon", "starcoder", "refact",
+static const char *const BPE_VOCABS[] = {"gpt-2",          "mpt",          "falcon",  "starcoder", "refact",
                                          "deepseek-coder", "deepseek-llm", "gpt-neox"};
 static const char *const SPM_VOCABS[] = {"llama-spm", "phi-3", "baichuan"};
 
@@ -426,8 +461,14 @@ static bool all_bytes_representable(const kn_tokenizer *t, bool spm) {
         if (spm) nl = (size_t)snprintf(name, sizeof name, "<0x%02X>", b);
         else {
             uint32_t cp = gpt2_byte_char(b);
-            if (cp < 0x80) { name[0] = (char)cp; nl = 1; }
-            else { name[0] = (char)(0xC0 | (cp >> 6)); name[1] = (char)(0x80 | (cp & 0x3F)); nl = 2; }
+            if (cp < 0x80) {
+                name[0] = (char)cp;
+                nl = 1;
+            } else {
+                name[0] = (char)(0xC0 | (cp >> 6));
+                name[1] = (char)(0x80 | (cp & 0x3F));
+                nl = 2;
+            }
         }
         int32_t id = kn_tok_find(t, name, nl);
         char piece[8];
@@ -455,10 +496,14 @@ static void test_round_trip(void) {
         const char *name = spm ? SPM_VOCABS[v - KN_ARRAY_LEN(BPE_VOCABS)] : BPE_VOCABS[v];
         if (!kt_exists(vocab_path(name))) continue;
         kn_tokenizer *t = load_tok(vocab_path(name));
-        if (!t) { failures++; continue; }
+        if (!t) {
+            failures++;
+            continue;
+        }
         bool bytes_ok = all_bytes_representable(t, spm);
-        printf("  %s: %s\n", name, bytes_ok ? "all 256 bytes representable (ill-formed UTF-8 cases included)"
-                                              : "some bytes have no token (ill-formed UTF-8 cases skipped)");
+        printf("  %s: %s\n", name,
+               bytes_ok ? "all 256 bytes representable (ill-formed UTF-8 cases included)"
+                        : "some bytes have no token (ill-formed UTF-8 cases skipped)");
         for (size_t c = 0; c < n_cases + (bytes_ok ? 2 : 0); c++) {
             const char *x = c < n_cases ? cases[c] : extra[c - n_cases];
             size_t xl = c < n_cases ? lens[c] : extra_len[c - n_cases];
@@ -469,8 +514,8 @@ static void test_round_trip(void) {
             bool ok = dec && (spm && xl ? (dl == xl + 1 && dec[0] == ' ' && memcmp(dec + 1, x, xl) == 0)
                                         : (dl == xl && memcmp(dec, x, xl) == 0));
             if (!ok && failures++ < 5)
-                printf("  %s case %zu: round trip gave \"%.*s\" for \"%.*s\"\n", name, c, (int)dl,
-                       dec ? dec : "", (int)xl, x);
+                printf("  %s case %zu: round trip gave \"%.*s\" for \"%.*s\"\n", name, c, (int)dl, dec ? dec : "",
+                       (int)xl, x);
             checked++;
             free(ids);
             free(dec);
@@ -531,9 +576,12 @@ static void test_parse_special_spm(void) {
     /* "<s>" "▁Once" "</s>" "▁upon" "</s>" "▁" "▁a": as in llama.cpp, a space is prefixed to the text
      * after each special token */
     int32_t mark = kn_tok_find(t, "\xe2\x96\x81", 3);
-    bool ok = ids && n == 7 && ids[0] == bos && ids[1] == kn_tok_find(t, "\xe2\x96\x81Once", 7) &&
-              ids[2] == eos && ids[3] == kn_tok_find(t, "\xe2\x96\x81upon", 7) && ids[4] == eos &&
-              mark >= 0 && ids[5] == mark && ids[6] == kn_tok_find(t, "\xe2\x96\x81" "a", 4);
+    bool ok = ids && n == 7 && ids[0] == bos && ids[1] == kn_tok_find(t, "\xe2\x96\x81Once", 7) && ids[2] == eos &&
+              ids[3] == kn_tok_find(t, "\xe2\x96\x81upon", 7) && ids[4] == eos && mark >= 0 && ids[5] == mark &&
+              ids[6] == kn_tok_find(t,
+                                    "\xe2\x96\x81"
+                                    "a",
+                                    4);
     if (!ok && ids) print_ids("got", ids, n);
     free(ids);
     ids = tokenize(t, text, strlen(text), false, false, &n);
@@ -564,7 +612,14 @@ static void test_user_defined_phi3(void) {
     kn_tokenizer *t = load_tok(vocab_path("phi-3"));
     CHECK(t);
     int32_t slash_s = kn_tok_find(t, "</s>", 4), end = kn_tok_find(t, "<|end|>", 7);
-    int32_t a = kn_tok_find(t, "\xe2\x96\x81" "a", 4), b = kn_tok_find(t, "\xe2\x96\x81" "b", 4);
+    int32_t a = kn_tok_find(t,
+                            "\xe2\x96\x81"
+                            "a",
+                            4),
+            b = kn_tok_find(t,
+                            "\xe2\x96\x81"
+                            "b",
+                            4);
     const char *text = "a</s>  b<|end|>\nb";
     size_t n1 = 0, n2 = 0;
     int32_t *x = tokenize(t, text, strlen(text), false, false, &n1);
@@ -671,7 +726,11 @@ static void test_invalid_utf8_input(void) {
 /* ---- inconsistent metadata ---------------------------------------------------------------------- */
 
 /* A tiny GGUF v3 writer for hand-made files (metadata only). */
-typedef struct gw { unsigned char *b; size_t n, cap; uint64_t n_kv; } gw;
+typedef struct gw {
+    unsigned char *b;
+    size_t n, cap;
+    uint64_t n_kv;
+} gw;
 
 static void gw_put(gw *w, const void *p, size_t n) {
     if (w->n + n > w->cap) {
@@ -683,20 +742,45 @@ static void gw_put(gw *w, const void *p, size_t n) {
 }
 static void gw_u32(gw *w, uint32_t v) { gw_put(w, &v, 4); }
 static void gw_u64(gw *w, uint64_t v) { gw_put(w, &v, 8); }
-static void gw_str(gw *w, const char *s) { gw_u64(w, strlen(s)); gw_put(w, s, strlen(s)); }
-static void gw_key(gw *w, const char *k, uint32_t type) { gw_str(w, k); gw_u32(w, type); w->n_kv++; }
-static void gw_kv_str(gw *w, const char *k, const char *v) { gw_key(w, k, 8); gw_str(w, v); }
-static void gw_kv_u32(gw *w, const char *k, uint32_t v) { gw_key(w, k, 4); gw_u32(w, v); }
-static void gw_kv_bool(gw *w, const char *k, bool v) { unsigned char c = v; gw_key(w, k, 7); gw_put(w, &c, 1); }
+static void gw_str(gw *w, const char *s) {
+    gw_u64(w, strlen(s));
+    gw_put(w, s, strlen(s));
+}
+static void gw_key(gw *w, const char *k, uint32_t type) {
+    gw_str(w, k);
+    gw_u32(w, type);
+    w->n_kv++;
+}
+static void gw_kv_str(gw *w, const char *k, const char *v) {
+    gw_key(w, k, 8);
+    gw_str(w, v);
+}
+static void gw_kv_u32(gw *w, const char *k, uint32_t v) {
+    gw_key(w, k, 4);
+    gw_u32(w, v);
+}
+static void gw_kv_bool(gw *w, const char *k, bool v) {
+    unsigned char c = v;
+    gw_key(w, k, 7);
+    gw_put(w, &c, 1);
+}
 static void gw_kv_strs(gw *w, const char *k, const char *const *s, size_t n) {
-    gw_key(w, k, 9); gw_u32(w, 8); gw_u64(w, n);
+    gw_key(w, k, 9);
+    gw_u32(w, 8);
+    gw_u64(w, n);
     for (size_t i = 0; i < n; i++) gw_str(w, s[i]);
 }
 static void gw_kv_i32s(gw *w, const char *k, const int32_t *v, size_t n) {
-    gw_key(w, k, 9); gw_u32(w, 5); gw_u64(w, n); gw_put(w, v, 4 * n);
+    gw_key(w, k, 9);
+    gw_u32(w, 5);
+    gw_u64(w, n);
+    gw_put(w, v, 4 * n);
 }
 static void gw_kv_f32s(gw *w, const char *k, const float *v, size_t n) {
-    gw_key(w, k, 9); gw_u32(w, 6); gw_u64(w, n); gw_put(w, v, 4 * n);
+    gw_key(w, k, 9);
+    gw_u32(w, 6);
+    gw_u64(w, n);
+    gw_put(w, v, 4 * n);
 }
 
 /* Writes header + w's key/values to a file in the scratch dir; loads its tokenizer. */
@@ -717,7 +801,10 @@ static kiln_status load_written(gw *w, const char *name, kn_tokenizer **t) {
     *t = NULL;
     kn_gguf g;
     kiln_status st = kn_gguf_open(path, &g);
-    if (st) { printf("  %s: gguf: %s\n", name, kn_error_msg()); return KILN_ERR_INTERNAL; }
+    if (st) {
+        printf("  %s: gguf: %s\n", name, kn_error_msg());
+        return KILN_ERR_INTERNAL;
+    }
     st = kn_tokenizer_load(&g, t);
     kn_gguf_close(&g);
     return st;
@@ -728,9 +815,21 @@ static const char *const MINI_TOKENS[] = {"a", "b", "c", "ab", "abc", "<|end|>",
 static const char *const MINI_MERGES[] = {"a b", "ab c"};
 static const int32_t MINI_TYPES[] = {1, 1, 1, 1, 1, 3, 1};
 
-typedef enum { BAD_NONE, BAD_TYPES_LEN, BAD_BOS, BAD_MERGE, BAD_NO_MODEL, BAD_MODEL, BAD_PRE,
-               BAD_SCORES, BAD_TOKENS_TYPE, BAD_LONG_TOKEN, BAD_NO_MERGES, BAD_ADD_EOS,
-               BAD_EMPTY_VOCAB } bad_kind;
+typedef enum {
+    BAD_NONE,
+    BAD_TYPES_LEN,
+    BAD_BOS,
+    BAD_MERGE,
+    BAD_NO_MODEL,
+    BAD_MODEL,
+    BAD_PRE,
+    BAD_SCORES,
+    BAD_TOKENS_TYPE,
+    BAD_LONG_TOKEN,
+    BAD_NO_MERGES,
+    BAD_ADD_EOS,
+    BAD_EMPTY_VOCAB
+} bad_kind;
 
 static void mini(gw *w, bad_kind bad) {
     size_t nt = KN_ARRAY_LEN(MINI_TOKENS);
@@ -778,19 +877,17 @@ static void test_bad_metadata(void) {
     CHECK(ok);
     CHECK(eog);
 
-    static const struct { bad_kind kind; kiln_status want; const char *needle; } cases[] = {
-        {BAD_TYPES_LEN, KILN_ERR_FORMAT, "token_type"},
-        {BAD_BOS, KILN_ERR_FORMAT, "bos_token_id"},
-        {BAD_MERGE, KILN_ERR_FORMAT, "merges"},
-        {BAD_NO_MODEL, KILN_ERR_FORMAT, "tokenizer.ggml.model"},
-        {BAD_MODEL, KILN_ERR_UNSUPPORTED, "t5"},
-        {BAD_PRE, KILN_ERR_UNSUPPORTED, "no-such-pre"},
-        {BAD_SCORES, KILN_ERR_FORMAT, "scores"},
-        {BAD_TOKENS_TYPE, KILN_ERR_FORMAT, "tokens"},
-        {BAD_LONG_TOKEN, KILN_ERR_FORMAT, "token 2"},
-        {BAD_NO_MERGES, KILN_ERR_FORMAT, "merges"},
-        {BAD_ADD_EOS, KILN_ERR_FORMAT, "add_eos_token"},
-        {BAD_EMPTY_VOCAB, KILN_ERR_FORMAT, "tokens"},
+    static const struct {
+        bad_kind kind;
+        kiln_status want;
+        const char *needle;
+    } cases[] = {
+        {BAD_TYPES_LEN, KILN_ERR_FORMAT, "token_type"},  {BAD_BOS, KILN_ERR_FORMAT, "bos_token_id"},
+        {BAD_MERGE, KILN_ERR_FORMAT, "merges"},          {BAD_NO_MODEL, KILN_ERR_FORMAT, "tokenizer.ggml.model"},
+        {BAD_MODEL, KILN_ERR_UNSUPPORTED, "t5"},         {BAD_PRE, KILN_ERR_UNSUPPORTED, "no-such-pre"},
+        {BAD_SCORES, KILN_ERR_FORMAT, "scores"},         {BAD_TOKENS_TYPE, KILN_ERR_FORMAT, "tokens"},
+        {BAD_LONG_TOKEN, KILN_ERR_FORMAT, "token 2"},    {BAD_NO_MERGES, KILN_ERR_FORMAT, "merges"},
+        {BAD_ADD_EOS, KILN_ERR_FORMAT, "add_eos_token"}, {BAD_EMPTY_VOCAB, KILN_ERR_FORMAT, "tokens"},
     };
     for (size_t i = 0; i < KN_ARRAY_LEN(cases); i++) {
         char name[32];

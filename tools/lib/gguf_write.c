@@ -16,11 +16,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#define GGUFW_VERSION 3
+#define GGUFW_VERSION           3
 #define GGUFW_DEFAULT_ALIGNMENT 32
-#define GGUFW_MAX_ALIGNMENT (1u << 20)
-#define GGUFW_CHUNK_BYTES ((uint64_t)16 << 20)   /* target size of one fill-callback chunk */
-#define GGUFW_OUTBUF_BYTES ((size_t)1 << 20)
+#define GGUFW_MAX_ALIGNMENT     (1u << 20)
+#define GGUFW_CHUNK_BYTES       ((uint64_t)16 << 20) /* target size of one fill-callback chunk */
+#define GGUFW_OUTBUF_BYTES      ((size_t)1 << 20)
 
 typedef struct wtensor {
     char *name;
@@ -31,19 +31,19 @@ typedef struct wtensor {
     uint64_t row_bytes;
     int64_t n_rows;
     uint64_t nbytes;
-    uint8_t *data;              /* owned copy, or NULL when fill is set */
+    uint8_t *data; /* owned copy, or NULL when fill is set */
     kn_gguf_fill_fn fill;
     void *user;
-    uint64_t offset;            /* assigned at write time */
+    uint64_t offset; /* assigned at write time */
 } wtensor;
 
 typedef struct key_ref {
-    uint64_t off;               /* offset of the key's bytes in meta */
+    uint64_t off; /* offset of the key's bytes in meta */
     uint64_t len;
 } key_ref;
 
 struct kn_gguf_writer {
-    uint8_t *meta;              /* serialized key/values */
+    uint8_t *meta; /* serialized key/values */
     uint64_t meta_len, meta_cap;
     key_ref *keys;
     uint64_t n_kv, keys_cap;
@@ -51,7 +51,7 @@ struct kn_gguf_writer {
     uint64_t n_tensors, tensors_cap;
     uint32_t alignment;
     bool alignment_set;
-    bool writing_alignment;     /* kn_gguf_writer_set_alignment is adding the key */
+    bool writing_alignment; /* kn_gguf_writer_set_alignment is adding the key */
 };
 
 /* ---- growable storage -------------------------------------------------------------------------- */
@@ -60,16 +60,17 @@ struct kn_gguf_writer {
  * beyond max elements. */
 static kiln_status grow(void **p, uint64_t *cap, uint64_t need, size_t elem, uint64_t max, const char *what) {
     if (need <= *cap) return KILN_OK;
-    if (need > max) return kn_error(KILN_ERR_INVALID_ARG, "gguf writer: too many %s (limit %llu)", what,
-                                    (unsigned long long)max);
+    if (need > max)
+        return kn_error(KILN_ERR_INVALID_ARG, "gguf writer: too many %s (limit %llu)", what, (unsigned long long)max);
     uint64_t ncap = *cap ? *cap : 16;
     while (ncap < need) ncap = ncap > max / 2 ? max : ncap * 2;
     uint64_t bytes;
     if (!kn_mul_ok(ncap, elem, &bytes) || bytes > SIZE_MAX)
         return kn_error(KILN_ERR_NOMEM, "gguf writer: %s buffer size overflows", what);
     void *np = realloc(*p, (size_t)bytes);
-    if (!np) return kn_error(KILN_ERR_NOMEM, "gguf writer: out of memory growing %s to %llu bytes", what,
-                             (unsigned long long)bytes);
+    if (!np)
+        return kn_error(KILN_ERR_NOMEM, "gguf writer: out of memory growing %s to %llu bytes", what,
+                        (unsigned long long)bytes);
     *p = np;
     *cap = ncap;
     return KILN_OK;
@@ -132,7 +133,7 @@ static kiln_status kv_begin(kn_gguf_writer *w, const char *key, kn_gguf_type typ
     /* the alignment must agree with the offsets the writer computes, so it has its own setter */
     if (!w->writing_alignment && strcmp(key, "general.alignment") == 0)
         return kn_error(KILN_ERR_INVALID_ARG, "gguf writer: set general.alignment with kn_gguf_writer_set_alignment "
-                        "(a uint32 power of two)");
+                                              "(a uint32 power of two)");
     for (uint64_t i = 0; i < w->n_kv; i++)
         if (w->keys[i].len == len && memcmp(w->meta + w->keys[i].off, key, len) == 0)
             return kn_error(KILN_ERR_INVALID_ARG, "gguf writer: duplicate metadata key '%s'", key);
@@ -217,14 +218,16 @@ kiln_status kn_gguf_writer_set_str(kn_gguf_writer *w, const char *key, const cha
     return kn_gguf_writer_set_strn(w, key, s, strlen(s));
 }
 
-kiln_status kn_gguf_writer_set_arr(kn_gguf_writer *w, const char *key, kn_gguf_type elem_type,
-                                   const void *data, uint64_t n) {
+kiln_status kn_gguf_writer_set_arr(kn_gguf_writer *w, const char *key, kn_gguf_type elem_type, const void *data,
+                                   uint64_t n) {
     uint64_t mark = 0, bytes;
     if (!w) return kn_error(KILN_ERR_INVALID_ARG, "gguf writer: NULL writer");
     size_t es = kn_gguf_type_size(elem_type);
     if (es == 0)
-        return kn_error(KILN_ERR_INVALID_ARG, "gguf writer: key '%s': arrays of type %d must use a scalar type "
-                        "(string arrays: kn_gguf_writer_set_arr_str)", key ? key : "", (int)elem_type);
+        return kn_error(KILN_ERR_INVALID_ARG,
+                        "gguf writer: key '%s': arrays of type %d must use a scalar type "
+                        "(string arrays: kn_gguf_writer_set_arr_str)",
+                        key ? key : "", (int)elem_type);
     if (!kn_mul_ok(n, es, &bytes) || bytes > KN_GGUFW_MAX_META_BYTES)
         return kn_error(KILN_ERR_INVALID_ARG, "gguf writer: key '%s': array of %llu elements is too large",
                         key ? key : "", (unsigned long long)n);
@@ -245,8 +248,7 @@ kiln_status kn_gguf_writer_set_arr(kn_gguf_writer *w, const char *key, kn_gguf_t
     return kv_end(w, mark, st);
 }
 
-kiln_status kn_gguf_writer_set_arr_str(kn_gguf_writer *w, const char *key, const char *const *strs,
-                                       uint64_t n) {
+kiln_status kn_gguf_writer_set_arr_str(kn_gguf_writer *w, const char *key, const char *const *strs, uint64_t n) {
     uint64_t mark = 0;
     if (!w) return kn_error(KILN_ERR_INVALID_ARG, "gguf writer: NULL writer");
     if (!strs && n) return kn_error(KILN_ERR_INVALID_ARG, "gguf writer: key '%s': NULL string array", key ? key : "");
@@ -264,8 +266,8 @@ kiln_status kn_gguf_writer_set_arr_str(kn_gguf_writer *w, const char *key, const
 kiln_status kn_gguf_writer_set_alignment(kn_gguf_writer *w, uint32_t alignment) {
     if (!w) return kn_error(KILN_ERR_INVALID_ARG, "gguf writer: NULL writer");
     if (alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment > GGUFW_MAX_ALIGNMENT)
-        return kn_error(KILN_ERR_INVALID_ARG, "gguf writer: alignment %u is not a power of two from 1 to %u",
-                        alignment, GGUFW_MAX_ALIGNMENT);
+        return kn_error(KILN_ERR_INVALID_ARG, "gguf writer: alignment %u is not a power of two from 1 to %u", alignment,
+                        GGUFW_MAX_ALIGNMENT);
     if (w->alignment_set) return kn_error(KILN_ERR_INVALID_ARG, "gguf writer: general.alignment is already set");
     w->writing_alignment = true;
     kiln_status st = set_scalar(w, "general.alignment", KN_GGUF_UINT32, &alignment);
@@ -279,24 +281,27 @@ kiln_status kn_gguf_writer_set_alignment(kn_gguf_writer *w, uint32_t alignment) 
 /* ---- tensors ----------------------------------------------------------------------------------- */
 
 /* Checks a shape and type; on success sets *row_bytes, *n_rows and *nbytes. */
-static kiln_status check_shape(const char *name, uint32_t n_dims, const int64_t *ne, kn_dtype type,
-                               uint64_t *row_bytes, int64_t *n_rows, uint64_t *nbytes) {
+static kiln_status check_shape(const char *name, uint32_t n_dims, const int64_t *ne, kn_dtype type, uint64_t *row_bytes,
+                               int64_t *n_rows, uint64_t *nbytes) {
     if (n_dims < 1 || n_dims > KN_MAX_DIMS || !ne)
         return kn_error(KILN_ERR_INVALID_ARG, "gguf writer: tensor '%s' has %u dimensions (1 to %d allowed)", name,
                         n_dims, KN_MAX_DIMS);
     const kn_type_traits *tr = kn_type_traits_get((int32_t)type);
-    if (!tr) return kn_error(KILN_ERR_INVALID_ARG, "gguf writer: tensor '%s' has unsupported type %s", name,
-                             kn_dtype_name((int32_t)type));
+    if (!tr)
+        return kn_error(KILN_ERR_INVALID_ARG, "gguf writer: tensor '%s' has unsupported type %s", name,
+                        kn_dtype_name((int32_t)type));
     uint64_t rows = 1;
     for (uint32_t d = 0; d < n_dims; d++) {
-        if (ne[d] < 1) return kn_error(KILN_ERR_INVALID_ARG, "gguf writer: tensor '%s' dimension %u is %lld", name, d,
-                                       (long long)ne[d]);
+        if (ne[d] < 1)
+            return kn_error(KILN_ERR_INVALID_ARG, "gguf writer: tensor '%s' dimension %u is %lld", name, d,
+                            (long long)ne[d]);
         if (d > 0 && (!kn_mul_ok(rows, (uint64_t)ne[d], &rows) || rows > (uint64_t)INT64_MAX))
             return kn_error(KILN_ERR_INVALID_ARG, "gguf writer: tensor '%s' element count overflows", name);
     }
     if (ne[0] % tr->block_size != 0)
-        return kn_error(KILN_ERR_INVALID_ARG, "gguf writer: tensor '%s': row length %lld is not a multiple of the %s block size %d",
-                        name, (long long)ne[0], tr->name, tr->block_size);
+        return kn_error(KILN_ERR_INVALID_ARG,
+                        "gguf writer: tensor '%s': row length %lld is not a multiple of the %s block size %d", name,
+                        (long long)ne[0], tr->name, tr->block_size);
     uint64_t rb, total, nelem;
     if (!kn_mul_ok((uint64_t)(ne[0] / tr->block_size), tr->block_bytes, &rb) || !kn_mul_ok(rb, rows, &total) ||
         !kn_mul_ok((uint64_t)ne[0], rows, &nelem) || nelem > (uint64_t)INT64_MAX || total > (uint64_t)INT64_MAX)
@@ -311,7 +316,7 @@ uint64_t kn_gguf_writer_tensor_bytes(uint32_t n_dims, const int64_t *ne, kn_dtyp
     uint64_t rb, nb;
     int64_t rows;
     char msg[KN_ERRMSG_MAX];
-    kn_error_save(msg);  /* a size query must not clobber the caller's error message */
+    kn_error_save(msg); /* a size query must not clobber the caller's error message */
     kiln_status st = check_shape("?", n_dims, ne, type, &rb, &rows, &nb);
     if (st) {
         kn_error(KILN_OK, "%s", msg);
@@ -320,8 +325,8 @@ uint64_t kn_gguf_writer_tensor_bytes(uint32_t n_dims, const int64_t *ne, kn_dtyp
     return nb;
 }
 
-static kiln_status add_tensor(kn_gguf_writer *w, const char *name, uint32_t n_dims, const int64_t *ne,
-                              kn_dtype type, const void *data, kn_gguf_fill_fn fill, void *user) {
+static kiln_status add_tensor(kn_gguf_writer *w, const char *name, uint32_t n_dims, const int64_t *ne, kn_dtype type,
+                              const void *data, kn_gguf_fill_fn fill, void *user) {
     if (!w || !name) return kn_error(KILN_ERR_INVALID_ARG, "gguf writer: NULL writer or tensor name");
     size_t nl = strlen(name);
     if (nl == 0 || nl > KN_GGUFW_MAX_NAME_LEN)
@@ -362,15 +367,14 @@ static kiln_status add_tensor(kn_gguf_writer *w, const char *name, uint32_t n_di
     return KILN_OK;
 }
 
-kiln_status kn_gguf_writer_add_tensor(kn_gguf_writer *w, const char *name, uint32_t n_dims,
-                                      const int64_t *ne, kn_dtype type, const void *data) {
+kiln_status kn_gguf_writer_add_tensor(kn_gguf_writer *w, const char *name, uint32_t n_dims, const int64_t *ne,
+                                      kn_dtype type, const void *data) {
     if (!data) return kn_error(KILN_ERR_INVALID_ARG, "gguf writer: tensor '%s' has NULL data", name ? name : "");
     return add_tensor(w, name, n_dims, ne, type, data, NULL, NULL);
 }
 
-kiln_status kn_gguf_writer_add_tensor_fn(kn_gguf_writer *w, const char *name, uint32_t n_dims,
-                                         const int64_t *ne, kn_dtype type, kn_gguf_fill_fn fill,
-                                         void *user) {
+kiln_status kn_gguf_writer_add_tensor_fn(kn_gguf_writer *w, const char *name, uint32_t n_dims, const int64_t *ne,
+                                         kn_dtype type, kn_gguf_fill_fn fill, void *user) {
     if (!fill) return kn_error(KILN_ERR_INVALID_ARG, "gguf writer: tensor '%s' has no fill callback", name ? name : "");
     return add_tensor(w, name, n_dims, ne, type, NULL, fill, user);
 }
@@ -382,7 +386,7 @@ typedef struct outbuf {
     const char *path;
     uint8_t *buf;
     size_t len;
-    uint64_t written;           /* bytes handed to out_put so far (the file position) */
+    uint64_t written; /* bytes handed to out_put so far (the file position) */
 } outbuf;
 
 static kiln_status out_flush(outbuf *o) {
@@ -450,8 +454,7 @@ static kiln_status write_body(kn_gguf_writer *w, outbuf *o) {
         const wtensor *t = &w->tensors[i];
         uint64_t nl = t->name_len;
         uint32_t type = (uint32_t)t->type;
-        if ((st = out_put(o, &nl, 8)) || (st = out_put(o, t->name, nl)) || (st = out_put(o, &t->n_dims, 4)))
-            return st;
+        if ((st = out_put(o, &nl, 8)) || (st = out_put(o, t->name, nl)) || (st = out_put(o, &t->n_dims, 4))) return st;
         for (uint32_t d = 0; d < t->n_dims; d++) {
             uint64_t ne = (uint64_t)t->ne[d];
             if ((st = out_put(o, &ne, 8))) return st;

@@ -28,11 +28,11 @@
 typedef struct kn_gguf_writer kn_gguf_writer;
 
 /* Limits (checked; exceeding one is KILN_ERR_INVALID_ARG). */
-#define KN_GGUFW_MAX_META_BYTES ((uint64_t)1 << 31)   /* serialized metadata, all key/values together */
-#define KN_GGUFW_MAX_KV 65536
-#define KN_GGUFW_MAX_TENSORS 1048576
-#define KN_GGUFW_MAX_KEY_LEN 65535
-#define KN_GGUFW_MAX_NAME_LEN 1024
+#define KN_GGUFW_MAX_META_BYTES ((uint64_t)1 << 31) /* serialized metadata, all key/values together */
+#define KN_GGUFW_MAX_KV         65536
+#define KN_GGUFW_MAX_TENSORS    1048576
+#define KN_GGUFW_MAX_KEY_LEN    65535
+#define KN_GGUFW_MAX_NAME_LEN   1024
 
 /* Produces rows [row0, row0 + n_rows) of a tensor into dst, which holds n_rows * row_bytes bytes (a
  * row is ne[0] elements in the tensor's type). Called in increasing row order during
@@ -65,11 +65,10 @@ kiln_status kn_gguf_writer_set_strn(kn_gguf_writer *w, const char *key, const ch
 
 /* Array of n scalars of elem_type (any scalar kn_gguf_type; not STRING or ARRAY). data holds n
  * elements in their GGUF byte size (BOOL: one byte each, 0 or 1); it may be NULL when n == 0. */
-kiln_status kn_gguf_writer_set_arr(kn_gguf_writer *w, const char *key, kn_gguf_type elem_type,
-                                   const void *data, uint64_t n);
+kiln_status kn_gguf_writer_set_arr(kn_gguf_writer *w, const char *key, kn_gguf_type elem_type, const void *data,
+                                   uint64_t n);
 /* Array of n NUL-terminated strings. */
-kiln_status kn_gguf_writer_set_arr_str(kn_gguf_writer *w, const char *key, const char *const *strs,
-                                       uint64_t n);
+kiln_status kn_gguf_writer_set_arr_str(kn_gguf_writer *w, const char *key, const char *const *strs, uint64_t n);
 
 /* Sets general.alignment (a power of two from 1 to 2^20; written as a uint32 key/value). May be called
  * once, before or after tensors are added; tensor offsets are computed at write time. */
@@ -79,13 +78,12 @@ kiln_status kn_gguf_writer_set_alignment(kn_gguf_writer *w, uint32_t alignment);
  * of a type kiln supports, whose ne[0] is a multiple of the type's block size. The data
  * (kn_gguf_writer_tensor_bytes bytes) is copied. Names must be non-empty, at most
  * KN_GGUFW_MAX_NAME_LEN bytes, and unique. */
-kiln_status kn_gguf_writer_add_tensor(kn_gguf_writer *w, const char *name, uint32_t n_dims,
-                                      const int64_t *ne, kn_dtype type, const void *data);
+kiln_status kn_gguf_writer_add_tensor(kn_gguf_writer *w, const char *name, uint32_t n_dims, const int64_t *ne,
+                                      kn_dtype type, const void *data);
 /* Same, but the data is produced by fill(user, ...) during kn_gguf_writer_write, in chunks of whole
  * rows; user must stay valid until then. */
-kiln_status kn_gguf_writer_add_tensor_fn(kn_gguf_writer *w, const char *name, uint32_t n_dims,
-                                         const int64_t *ne, kn_dtype type, kn_gguf_fill_fn fill,
-                                         void *user);
+kiln_status kn_gguf_writer_add_tensor_fn(kn_gguf_writer *w, const char *name, uint32_t n_dims, const int64_t *ne,
+                                         kn_dtype type, kn_gguf_fill_fn fill, void *user);
 
 /* Byte size of a tensor of that shape and type (0 when invalid). */
 uint64_t kn_gguf_writer_tensor_bytes(uint32_t n_dims, const int64_t *ne, kn_dtype type);

@@ -49,23 +49,32 @@ bool kn_jbind(kn_jr *r, const char *fname, const kn_jargs *a, const char *const 
     return true;
 }
 
-#define BIND(fname, ...)                                                                          \
-    static const char *const params_[] = {__VA_ARGS__};                                           \
-    enum { NP_ = sizeof params_ / sizeof params_[0] };                                             \
-    kn_jv arg[NP_];                                                                               \
-    bool given[NP_];                                                                              \
+#define BIND(fname, ...)                                                                                               \
+    static const char *const params_[] = {__VA_ARGS__};                                                                \
+    enum { NP_ = sizeof params_ / sizeof params_[0] };                                                                 \
+    kn_jv arg[NP_];                                                                                                    \
+    bool given[NP_];                                                                                                   \
     if (!kn_jbind(r, fname, a, params_, NP_, nreq_, arg, given)) return false
 
 static bool arg_int(kn_jr *r, kn_jv v, const char *what, int64_t *out) {
     *out = 0;
-    if (v.t == KN_J_INT) { *out = v.u.i; return true; }
-    if (v.t == KN_J_BOOL) { *out = v.u.b; return true; }
+    if (v.t == KN_J_INT) {
+        *out = v.u.i;
+        return true;
+    }
+    if (v.t == KN_J_BOOL) {
+        *out = v.u.b;
+        return true;
+    }
     return kn_jfail(r, "%s must be an integer, not '%s'", what, kn_jv_typename(v));
 }
 
 static bool arg_str(kn_jr *r, kn_jv v, const char *what, const kn_jstr **out) {
     *out = NULL;
-    if (v.t == KN_J_STR) { *out = v.u.s; return true; }
+    if (v.t == KN_J_STR) {
+        *out = v.u.s;
+        return true;
+    }
     return kn_jfail(r, "%s must be a string, not '%s'", what, kn_jv_typename(v));
 }
 
@@ -83,7 +92,10 @@ static bool ignore_case(kn_jr *r, kn_jv v, kn_jv *out) {
 
 /* Jinja2's make_attrgetter: "a.b.0" looks up a, then b, then item 0 (subscription rules). */
 static bool attr_path(kn_jr *r, kn_jv item, kn_jv attr, kn_jv *out) {
-    if (attr.t == KN_J_NONE || attr.t == KN_J_UNDEF) { *out = kn_jv_ref(item); return true; }
+    if (attr.t == KN_J_NONE || attr.t == KN_J_UNDEF) {
+        *out = kn_jv_ref(item);
+        return true;
+    }
     if (attr.t != KN_J_STR) return kn_jgetitem(r, item, attr, out);
     const kn_jstr *s = attr.u.s;
     kn_jv cur = kn_jv_ref(item);
@@ -115,7 +127,9 @@ static bool attr_path(kn_jr *r, kn_jv item, kn_jv attr, kn_jv *out) {
 }
 
 /* An item with its sort key. */
-typedef struct kv { kn_jv key, item; } kv;
+typedef struct kv {
+    kn_jv key, item;
+} kv;
 
 /* Stable merge sort of n (key, item) pairs by key (Python's sorted: reverse keeps equal items in
  * their original order); TypeError for keys Python cannot order. */
@@ -129,7 +143,10 @@ static bool merge_sort(kn_jr *r, kv *v, size_t n, bool reverse) {
             size_t i = lo, j = mid, k = lo;
             while (i < mid && j < hi) {
                 int c;
-                if (!kn_jv_cmp(r, v[j].key, v[i].key, &c)) { free(tmp); return false; }
+                if (!kn_jv_cmp(r, v[j].key, v[i].key, &c)) {
+                    free(tmp);
+                    return false;
+                }
                 /* take from the right only when it is strictly before the left item */
                 bool right_first = reverse ? (c == 1) : (c == -1);
                 if (c == 2) right_first = false;
@@ -139,7 +156,10 @@ static bool merge_sort(kn_jr *r, kv *v, size_t n, bool reverse) {
             while (j < hi) tmp[k++] = v[j++];
         }
         memcpy(v, tmp, n * sizeof *v);
-        if (!kn_jwork_items(r, n)) { free(tmp); return false; }
+        if (!kn_jwork_items(r, n)) {
+            free(tmp);
+            return false;
+        }
     }
     free(tmp);
     return true;
@@ -150,7 +170,10 @@ static bool keyed_items(kn_jr *r, kn_jv v, kn_jv attr, bool case_sensitive, kv *
     kn_jlist *l;
     if (!kn_jiterate(r, v, &l)) return false;
     kv *items = malloc((l->n ? l->n : 1) * sizeof *items);
-    if (!items) { kn_jv_drop(kn_jv_list(l, false)); return kn_jnomem(r); }
+    if (!items) {
+        kn_jv_drop(kn_jv_list(l, false));
+        return kn_jnomem(r);
+    }
     size_t k = 0;
     bool ok = true;
     for (; ok && k < l->n; k++) {
@@ -169,7 +192,10 @@ static bool keyed_items(kn_jr *r, kn_jv v, kn_jv attr, bool case_sensitive, kv *
     }
     kn_jv_drop(kn_jv_list(l, false));
     if (!ok) {
-        for (size_t i = 0; i < k; i++) { kn_jv_drop(items[i].key); kn_jv_drop(items[i].item); }
+        for (size_t i = 0; i < k; i++) {
+            kn_jv_drop(items[i].key);
+            kn_jv_drop(items[i].item);
+        }
         free(items);
         return false;
     }
@@ -179,7 +205,10 @@ static bool keyed_items(kn_jr *r, kn_jv v, kn_jv attr, bool case_sensitive, kv *
 }
 
 static void free_kv(kv *items, size_t n) {
-    for (size_t i = 0; i < n; i++) { kn_jv_drop(items[i].key); kn_jv_drop(items[i].item); }
+    for (size_t i = 0; i < n; i++) {
+        kn_jv_drop(items[i].key);
+        kn_jv_drop(items[i].item);
+    }
     free(items);
 }
 
@@ -200,7 +229,10 @@ static bool f_abs(kn_jr *r, kn_jv v, const kn_jargs *a, kn_jv *out) {
         *out = kn_jv_int(x < 0 ? -x : x);
         return true;
     }
-    if (v.t == KN_J_FLOAT) { *out = kn_jv_float(fabs(v.u.f)); return true; }
+    if (v.t == KN_J_FLOAT) {
+        *out = kn_jv_float(fabs(v.u.f));
+        return true;
+    }
     return kn_jfail(r, "bad operand type for abs(): '%s'", kn_jv_typename(v));
 }
 
@@ -214,7 +246,10 @@ static bool f_attr(kn_jr *r, kn_jv v, const kn_jargs *a, kn_jv *out) {
         /* getattr only: dict keys are not attributes */
         bool unsafe;
         int id = kn_jmethod_find(v, name->s, name->len, &unsafe);
-        if (id < 0) { *out = kn_jv_undef_hint(r, false, "'dict object' has no attribute '%.64s'", name->s); return true; }
+        if (id < 0) {
+            *out = kn_jv_undef_hint(r, false, "'dict object' has no attribute '%.64s'", name->s);
+            return true;
+        }
     }
     return kn_jgetattr(r, v, name, out);
 }
@@ -230,9 +265,15 @@ static bool f_batch(kn_jr *r, kn_jv v, const kn_jargs *a, kn_jv *out) {
     if (!kn_jiterate(r, v, &l)) return false;
     bool ok = new_list(r, &res);
     for (size_t i = 0; ok && i < l->n; i++) {
-        if (!cur && !new_list(r, &cur)) { ok = false; break; }
+        if (!cur && !new_list(r, &cur)) {
+            ok = false;
+            break;
+        }
         ok = kn_jlist_push(r, cur, kn_jv_ref(l->v[i]));
-        if (ok && (int64_t)cur->n == count) { ok = kn_jlist_push(r, res, kn_jv_list(cur, false)); cur = NULL; }
+        if (ok && (int64_t)cur->n == count) {
+            ok = kn_jlist_push(r, res, kn_jv_list(cur, false));
+            cur = NULL;
+        }
     }
     if (ok && cur) {
         if (given[1] && arg[1].t != KN_J_NONE)
@@ -242,7 +283,10 @@ static bool f_batch(kn_jr *r, kn_jv v, const kn_jargs *a, kn_jv *out) {
     }
     if (cur) kn_jv_drop(kn_jv_list(cur, false));
     kn_jv_drop(kn_jv_list(l, false));
-    if (!ok) { if (res) kn_jv_drop(kn_jv_list(res, false)); return false; }
+    if (!ok) {
+        if (res) kn_jv_drop(kn_jv_list(res, false));
+        return false;
+    }
     return kn_jmk_iter(r, res, out);
 }
 
@@ -262,14 +306,20 @@ static bool f_slice(kn_jr *r, kn_jv v, const kn_jargs *a, kn_jv *out) {
         if (s < extra) offset++;
         int64_t end = offset + (s + 1) * per;
         kn_jlist *part;
-        if (!new_list(r, &part)) { ok = false; break; }
+        if (!new_list(r, &part)) {
+            ok = false;
+            break;
+        }
         for (int64_t i = start; ok && i < end; i++) ok = kn_jlist_push(r, part, kn_jv_ref(l->v[i]));
         if (ok && given[1] && arg[1].t != KN_J_NONE && s >= extra) ok = kn_jlist_push(r, part, kn_jv_ref(arg[1]));
         if (ok) ok = kn_jlist_push(r, res, kn_jv_list(part, false));
         else kn_jv_drop(kn_jv_list(part, false));
     }
     kn_jv_drop(kn_jv_list(l, false));
-    if (!ok) { if (res) kn_jv_drop(kn_jv_list(res, false)); return false; }
+    if (!ok) {
+        if (res) kn_jv_drop(kn_jv_list(res, false));
+        return false;
+    }
     return kn_jmk_iter(r, res, out);
 }
 
@@ -286,15 +336,24 @@ static bool case_words(kn_jr *r, kn_jv v, bool title, kn_jv *out) {
         uint32_t cp = kn_ju_cp(x->s, x->len, i, &adv);
         if (cp == KN_UTF8_INVALID) ok = kn_jbuf_put(&b, x->s + i, adv);
         else {
-            bool boundary = title && (cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<' || kn_ju_isspace(cp));
-            if (boundary) { ok = kn_jbuf_putcp(&b, cp); start = true; }
-            else { ok = kn_jbuf_putcp(&b, start ? kn_ju_upper(cp) : kn_ju_lower(cp)); start = false; }
+            bool boundary =
+                title && (cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<' || kn_ju_isspace(cp));
+            if (boundary) {
+                ok = kn_jbuf_putcp(&b, cp);
+                start = true;
+            } else {
+                ok = kn_jbuf_putcp(&b, start ? kn_ju_upper(cp) : kn_ju_lower(cp));
+                start = false;
+            }
         }
         i += adv;
     }
     bool safe = !title && x->safe;
     kn_jv_drop(s);
-    if (!ok) { kn_jbuf_free(&b); return false; }
+    if (!ok) {
+        kn_jbuf_free(&b);
+        return false;
+    }
     return kn_jbuf_take(&b, safe, out);
 }
 
@@ -315,8 +374,14 @@ static bool f_center(kn_jr *r, kn_jv v, const kn_jargs *a, kn_jv *out) {
     kn_jv s;
     if (!soft_str(r, v, &s)) return false;
     int64_t len = (int64_t)kn_jstr_cplen(s.u.s);
-    if (width <= len) { *out = s; return true; }
-    if (width > (int64_t)KN_JINJA_MAX_OUTPUT) { kn_jv_drop(s); return kn_jfail(r, "width too large"); }
+    if (width <= len) {
+        *out = s;
+        return true;
+    }
+    if (width > (int64_t)KN_JINJA_MAX_OUTPUT) {
+        kn_jv_drop(s);
+        return kn_jfail(r, "width too large");
+    }
     int64_t marg = width - len, left = marg / 2 + (marg & width & 1);
     kn_jbuf b;
     kn_jbuf_init(&b, r);
@@ -326,7 +391,10 @@ static bool f_center(kn_jr *r, kn_jv v, const kn_jargs *a, kn_jv *out) {
     for (int64_t i = 0; ok && i < marg - left; i++) ok = kn_jbuf_putc(&b, ' ');
     bool safe = s.u.s->safe;
     kn_jv_drop(s);
-    if (!ok) { kn_jbuf_free(&b); return false; }
+    if (!ok) {
+        kn_jbuf_free(&b);
+        return false;
+    }
     return kn_jbuf_take(&b, safe, out);
 }
 
@@ -356,7 +424,8 @@ static bool f_dictsort(kn_jr *r, kn_jv v, const kn_jargs *a, kn_jv *out) {
         const kn_jstr *by;
         if (!arg_str(r, arg[1], "by", &by)) return false;
         if (by->len == 5 && !memcmp(by->s, "value", 5)) pos = 1;
-        else if (!(by->len == 3 && !memcmp(by->s, "key", 3))) return kn_jfail(r, "You can only sort by either \"key\" or \"value\"");
+        else if (!(by->len == 3 && !memcmp(by->s, "key", 3)))
+            return kn_jfail(r, "You can only sort by either \"key\" or \"value\"");
     }
     const kn_jdict *d = v.u.d;
     kv *items = malloc((d->n ? d->n : 1) * sizeof *items);
@@ -365,14 +434,20 @@ static bool f_dictsort(kn_jr *r, kn_jv v, const kn_jargs *a, kn_jv *out) {
     bool ok = true;
     for (; ok && k < d->n; k++) {
         kn_jlist *pair = kn_jlist_new(r, 2);
-        if (!pair) { ok = false; break; }
+        if (!pair) {
+            ok = false;
+            break;
+        }
         pair->v[0] = kn_jv_ref(d->k[k]);
         pair->v[1] = kn_jv_ref(d->v[k]);
         pair->n = 2;
         pair->depth = (uint16_t)(KN_MAX(kn_jv_depth(d->k[k]), kn_jv_depth(d->v[k])) + 1);
         kn_jv key;
         ok = cs ? (key = kn_jv_ref(pair->v[pos]), true) : ignore_case(r, pair->v[pos], &key);
-        if (!ok) { kn_jv_drop(kn_jv_list(pair, true)); break; }
+        if (!ok) {
+            kn_jv_drop(kn_jv_list(pair, true));
+            break;
+        }
         items[k].key = key;
         items[k].item = kn_jv_list(pair, true);
     }
@@ -381,33 +456,52 @@ static bool f_dictsort(kn_jr *r, kn_jv v, const kn_jargs *a, kn_jv *out) {
     if (ok) ok = new_list(r, &res);
     for (size_t i = 0; ok && i < k; i++) ok = kn_jlist_push(r, res, kn_jv_ref(items[i].item));
     free_kv(items, k);
-    if (!ok) { if (res) kn_jv_drop(kn_jv_list(res, false)); return false; }
+    if (!ok) {
+        if (res) kn_jv_drop(kn_jv_list(res, false));
+        return false;
+    }
     *out = kn_jv_list(res, false);
     return true;
 }
 
 /* markupsafe.escape(v) (force: escape a Markup string again, as forceescape does). */
 static bool escape_value(kn_jr *r, kn_jv v, bool force, kn_jv *out) {
-    if (v.t == KN_J_STR && v.u.s->safe && !force) { *out = kn_jv_ref(v); return true; }
+    if (v.t == KN_J_STR && v.u.s->safe && !force) {
+        *out = kn_jv_ref(v);
+        return true;
+    }
     kn_jv s;
     if (!soft_str(r, v, &s)) return false;
     kn_jbuf b;
     kn_jbuf_init(&b, r);
     bool ok = kn_jescape_to(&b, s.u.s->s, s.u.s->len);
     kn_jv_drop(s);
-    if (!ok) { kn_jbuf_free(&b); return false; }
+    if (!ok) {
+        kn_jbuf_free(&b);
+        return false;
+    }
     return kn_jbuf_take(&b, true, out);
 }
 
-static bool f_escape(kn_jr *r, kn_jv v, const kn_jargs *a, kn_jv *out) { return no_args(r, "escape", a) && escape_value(r, v, false, out); }
-static bool f_forceescape(kn_jr *r, kn_jv v, const kn_jargs *a, kn_jv *out) { return no_args(r, "forceescape", a) && escape_value(r, v, true, out); }
+static bool f_escape(kn_jr *r, kn_jv v, const kn_jargs *a, kn_jv *out) {
+    return no_args(r, "escape", a) && escape_value(r, v, false, out);
+}
+static bool f_forceescape(kn_jr *r, kn_jv v, const kn_jargs *a, kn_jv *out) {
+    return no_args(r, "forceescape", a) && escape_value(r, v, true, out);
+}
 
 static bool f_safe(kn_jr *r, kn_jv v, const kn_jargs *a, kn_jv *out) {
     if (!no_args(r, "safe", a)) return false;
-    if (v.t == KN_J_STR && v.u.s->safe) { *out = kn_jv_ref(v); return true; }
+    if (v.t == KN_J_STR && v.u.s->safe) {
+        *out = kn_jv_ref(v);
+        return true;
+    }
     kn_jbuf b;
     kn_jbuf_init(&b, r);
-    if (!kn_jv_str_to(r, v, &b)) { kn_jbuf_free(&b); return false; }
+    if (!kn_jv_str_to(r, v, &b)) {
+        kn_jbuf_free(&b);
+        return false;
+    }
     return kn_jbuf_take(&b, true, out);
 }
 
@@ -416,7 +510,10 @@ static bool f_first(kn_jr *r, kn_jv v, const kn_jargs *a, kn_jv *out) {
     if (!no_args(r, "first", a)) return false;
     if (v.t == KN_J_ITER) {
         kn_jiter *it = v.u.it;
-        if (it->pos < it->l->n) { *out = kn_jv_ref(it->l->v[it->pos++]); return true; }
+        if (it->pos < it->l->n) {
+            *out = kn_jv_ref(it->l->v[it->pos++]);
+            return true;
+        }
     } else {
         kn_jlist *l;
         if (!kn_jiterate(r, v, &l)) return false;
@@ -452,7 +549,9 @@ static bool parse_float_str(const kn_jstr *s, double *out) {
     for (size_t i = a; i < b; i++) {
         char c = s->s[i];
         if (c == '_') {
-            if (i == a || i + 1 >= b || !(s->s[i - 1] >= '0' && s->s[i - 1] <= '9') || !(s->s[i + 1] >= '0' && s->s[i + 1] <= '9')) return false;
+            if (i == a || i + 1 >= b || !(s->s[i - 1] >= '0' && s->s[i - 1] <= '9') ||
+                !(s->s[i + 1] >= '0' && s->s[i + 1] <= '9'))
+                return false;
             continue;
         }
         if (n + 1 >= sizeof buf) return false;
@@ -488,7 +587,11 @@ static bool parse_int_str(const kn_jstr *s, int64_t base, int64_t *out) {
     if (b - a >= 2 && s->s[a] == '0') {
         char p = (char)(s->s[a + 1] | 32);
         int pb = p == 'x' ? 16 : p == 'o' ? 8 : p == 'b' ? 2 : 0;
-        if (pb && (base == pb || base == 0)) { base = pb; a += 2; if (a < b && s->s[a] == '_') a++; }
+        if (pb && (base == pb || base == 0)) {
+            base = pb;
+            a += 2;
+            if (a < b && s->s[a] == '_') a++;
+        }
     }
     if (base == 0) base = 10;
     if (base < 2 || base > 36 || a >= b) return false;
@@ -512,8 +615,14 @@ static bool f_float(kn_jr *r, kn_jv v, const kn_jargs *a, kn_jv *out) {
     BIND("float", "default");
     double d;
     if (v.t == KN_J_UNDEF) return kn_jfail(r, "%s", v.u.s ? v.u.s->s : "undefined value");
-    if (kn_jv_is_num(v)) { *out = kn_jv_float(v.t == KN_J_FLOAT ? v.u.f : v.t == KN_J_INT ? (double)v.u.i : v.u.b); return true; }
-    if (v.t == KN_J_STR && parse_float_str(v.u.s, &d)) { *out = kn_jv_float(d); return true; }
+    if (kn_jv_is_num(v)) {
+        *out = kn_jv_float(v.t == KN_J_FLOAT ? v.u.f : v.t == KN_J_INT ? (double)v.u.i : v.u.b);
+        return true;
+    }
+    if (v.t == KN_J_STR && parse_float_str(v.u.s, &d)) {
+        *out = kn_jv_float(d);
+        return true;
+    }
     *out = given[0] ? kn_jv_ref(arg[0]) : kn_jv_float(0.0);
     return true;
 }
@@ -526,12 +635,20 @@ static bool f_int(kn_jr *r, kn_jv v, const kn_jargs *a, kn_jv *out) {
     int64_t base = 10, i;
     if (given[1] && !arg_int(r, arg[1], "base", &base)) return false;
     if (v.t == KN_J_UNDEF) return kn_jfail(r, "%s", v.u.s ? v.u.s->s : "undefined value");
-    if (v.t == KN_J_INT || v.t == KN_J_BOOL) { *out = kn_jv_int(v.t == KN_J_INT ? v.u.i : v.u.b); return true; }
+    if (v.t == KN_J_INT || v.t == KN_J_BOOL) {
+        *out = kn_jv_int(v.t == KN_J_INT ? v.u.i : v.u.b);
+        return true;
+    }
     double d = 0;
     bool have_f = false;
-    if (v.t == KN_J_FLOAT) { d = v.u.f; have_f = true; }
-    else if (v.t == KN_J_STR) {
-        if (parse_int_str(v.u.s, base, &i)) { *out = kn_jv_int(i); return true; }
+    if (v.t == KN_J_FLOAT) {
+        d = v.u.f;
+        have_f = true;
+    } else if (v.t == KN_J_STR) {
+        if (parse_int_str(v.u.s, base, &i)) {
+            *out = kn_jv_int(i);
+            return true;
+        }
         have_f = parse_float_str(v.u.s, &d);
     }
     if (have_f) {
@@ -567,7 +684,10 @@ static bool f_indent(kn_jr *r, kn_jv v, const kn_jargs *a, kn_jv *out) {
         ok = v.t == KN_J_UNDEF ? kn_jfail(r, "%s", v.u.s ? v.u.s->s : "undefined value")
                                : kn_jfail(r, "unsupported operand type(s) for +=: '%s' and 'str'", kn_jv_typename(v));
     }
-    if (!ok || !soft_str(r, v, &sv)) { kn_jbuf_free(&ind); return false; }
+    if (!ok || !soft_str(r, v, &sv)) {
+        kn_jbuf_free(&ind);
+        return false;
+    }
     const kn_jstr *s = sv.u.s;
     /* Jinja2 splits s + "\n" with str.splitlines(): the lines of s, the last one (after the final
      * line break, maybe empty) included */
@@ -582,13 +702,22 @@ static bool f_indent(kn_jr *r, kn_jv v, const kn_jargs *a, kn_jv *out) {
         size_t e = pos, brk = 0;
         while (e < s->len) {
             unsigned char c = (unsigned char)s->s[e];
-            if (c == '\n' || c == '\r' || c == '\v' || c == '\f' || (c >= 0x1c && c <= 0x1e)) { brk = (c == '\r' && e + 1 < s->len && s->s[e + 1] == '\n') ? 2 : 1; break; }
-            if (c == 0xc2 && e + 1 < s->len && (unsigned char)s->s[e + 1] == 0x85) { brk = 2; break; }
+            if (c == '\n' || c == '\r' || c == '\v' || c == '\f' || (c >= 0x1c && c <= 0x1e)) {
+                brk = (c == '\r' && e + 1 < s->len && s->s[e + 1] == '\n') ? 2 : 1;
+                break;
+            }
+            if (c == 0xc2 && e + 1 < s->len && (unsigned char)s->s[e + 1] == 0x85) {
+                brk = 2;
+                break;
+            }
             if (c == 0xe2 && e + 2 < s->len && (unsigned char)s->s[e + 1] == 0x80 &&
-                ((unsigned char)s->s[e + 2] == 0xa8 || (unsigned char)s->s[e + 2] == 0xa9)) { brk = 3; break; }
+                ((unsigned char)s->s[e + 2] == 0xa8 || (unsigned char)s->s[e + 2] == 0xa9)) {
+                brk = 3;
+                break;
+            }
             e++;
         }
-        bool last = e >= s->len;     /* the line ended by the appended "\n" */
+        bool last = e >= s->len; /* the line ended by the appended "\n" */
         if (!first_line) {
             ok = kn_jbuf_putc(&b, '\n');
             if (ok && (blank || e > pos)) ok = kn_jbuf_put(&b, istr, ilen);
@@ -608,7 +737,10 @@ static bool f_indent(kn_jr *r, kn_jv v, const kn_jargs *a, kn_jv *out) {
     bool safe = s->safe;
     kn_jv_drop(sv);
     kn_jbuf_free(&ind);
-    if (!ok) { kn_jbuf_free(&b); return false; }
+    if (!ok) {
+        kn_jbuf_free(&b);
+        return false;
+    }
     return kn_jbuf_take(&b, safe, out);
 }
 
@@ -620,8 +752,8 @@ static bool f_items(kn_jr *r, kn_jv v, const kn_jargs *a, kn_jv *out) {
     if (v.t == KN_J_DICT) {
         for (size_t i = 0; i < v.u.d->n; i++) {
             kn_jlist *pair = kn_jlist_new(r, 2);
-            bool ok = pair && kn_jlist_push(r, pair, kn_jv_ref(v.u.d->k[i])) && kn_jlist_push(r, pair, kn_jv_ref(v.u.d->v[i])) &&
-                      kn_jlist_push(r, l, kn_jv_list(pair, true));
+            bool ok = pair && kn_jlist_push(r, pair, kn_jv_ref(v.u.d->k[i])) &&
+                      kn_jlist_push(r, pair, kn_jv_ref(v.u.d->v[i])) && kn_jlist_push(r, l, kn_jv_list(pair, true));
             if (!ok) {
                 if (pair && pair->n < 2) kn_jv_drop(kn_jv_list(pair, true));
                 kn_jv_drop(kn_jv_list(l, false));
@@ -650,14 +782,20 @@ static bool f_join(kn_jr *r, kn_jv v, const kn_jargs *a, kn_jv *out) {
         kn_jv item;
         if (ok && given[1]) {
             ok = attr_path(r, l->v[i], arg[1], &item);
-            if (ok) { ok = kn_jv_str_to(r, item, &b); kn_jv_drop(item); }
+            if (ok) {
+                ok = kn_jv_str_to(r, item, &b);
+                kn_jv_drop(item);
+            }
         } else if (ok) {
             ok = kn_jv_str_to(r, l->v[i], &b);
         }
     }
     kn_jv_drop(sep);
     kn_jv_drop(kn_jv_list(l, false));
-    if (!ok) { kn_jbuf_free(&b); return false; }
+    if (!ok) {
+        kn_jbuf_free(&b);
+        return false;
+    }
     return kn_jbuf_take(&b, false, out);
 }
 
@@ -665,12 +803,13 @@ static bool f_join(kn_jr *r, kn_jv v, const kn_jargs *a, kn_jv *out) {
 static bool f_length(kn_jr *r, kn_jv v, const kn_jargs *a, kn_jv *out) {
     if (!no_args(r, "length", a)) return false;
     switch (v.t) {
-    case KN_J_STR: *out = kn_jv_int((int64_t)kn_jstr_cplen(v.u.s)); return true;
-    case KN_J_LIST: case KN_J_TUPLE: *out = kn_jv_int((int64_t)v.u.l->n); return true;
-    case KN_J_DICT: *out = kn_jv_int((int64_t)v.u.d->n); return true;
-    case KN_J_UNDEF: *out = kn_jv_int(0); return true;
-    case KN_J_LOOP: *out = kn_jv_int((int64_t)v.u.loop->items->n); return true;
-    default: return kn_jfail(r, "object of type '%s' has no len()", kn_jv_typename(v));
+        case KN_J_STR: *out = kn_jv_int((int64_t)kn_jstr_cplen(v.u.s)); return true;
+        case KN_J_LIST:
+        case KN_J_TUPLE: *out = kn_jv_int((int64_t)v.u.l->n); return true;
+        case KN_J_DICT: *out = kn_jv_int((int64_t)v.u.d->n); return true;
+        case KN_J_UNDEF: *out = kn_jv_int(0); return true;
+        case KN_J_LOOP: *out = kn_jv_int((int64_t)v.u.loop->items->n); return true;
+        default: return kn_jfail(r, "object of type '%s' has no len()", kn_jv_typename(v));
     }
 }
 
@@ -713,9 +852,13 @@ static bool f_map(kn_jr *r, kn_jv v, const kn_jargs *a, kn_jv *out) {
     if (a->n_pos == 0) {
         for (size_t k = 0; k < a->n_kw; k++) {
             const kn_jstr *n = a->kw_names[k];
-            if (n->len == 9 && !memcmp(n->s, "attribute", 9)) { attribute = a->kw[k]; by_attr = true; }
-            else if (n->len == 7 && !memcmp(n->s, "default", 7)) { def = a->kw[k]; has_def = true; }
-            else return kn_jfail(r, "Unexpected keyword argument '%s'", n->s);
+            if (n->len == 9 && !memcmp(n->s, "attribute", 9)) {
+                attribute = a->kw[k];
+                by_attr = true;
+            } else if (n->len == 7 && !memcmp(n->s, "default", 7)) {
+                def = a->kw[k];
+                has_def = true;
+            } else return kn_jfail(r, "Unexpected keyword argument '%s'", n->s);
         }
         if (!by_attr) return kn_jfail(r, "map requires a filter argument");
     }
@@ -727,19 +870,28 @@ static bool f_map(kn_jr *r, kn_jv v, const kn_jargs *a, kn_jv *out) {
     if (!kn_jiterate(r, v, &l)) return false;
     bool ok = new_list(r, &res);
     kn_jargs rest = *a;
-    if (!by_attr) { rest.pos = a->pos + 1; rest.n_pos = a->n_pos - 1; }
+    if (!by_attr) {
+        rest.pos = a->pos + 1;
+        rest.n_pos = a->n_pos - 1;
+    }
     for (size_t i = 0; ok && i < l->n; i++) {
         kn_jv x;
         if (by_attr) {
             ok = attr_path(r, l->v[i], attribute, &x);
-            if (ok && has_def && def.t != KN_J_NONE && x.t == KN_J_UNDEF) { kn_jv_drop(x); x = kn_jv_ref(def); }
+            if (ok && has_def && def.t != KN_J_NONE && x.t == KN_J_UNDEF) {
+                kn_jv_drop(x);
+                x = kn_jv_ref(def);
+            }
         } else {
             ok = call_filter_by_name(r, a->pos[0], l->v[i], &rest, &x);
         }
         if (ok) ok = kn_jlist_push(r, res, x);
     }
     kn_jv_drop(kn_jv_list(l, false));
-    if (!ok) { if (res) kn_jv_drop(kn_jv_list(res, false)); return false; }
+    if (!ok) {
+        if (res) kn_jv_drop(kn_jv_list(res, false));
+        return false;
+    }
     return kn_jmk_iter(r, res, out);
 }
 
@@ -749,7 +901,8 @@ static bool min_max(kn_jr *r, kn_jv v, const kn_jargs *a, bool want_max, kn_jv *
     BIND(want_max ? "max" : "min", "case_sensitive", "attribute");
     kv *items;
     size_t n;
-    if (!keyed_items(r, v, given[1] ? arg[1] : kn_jv_none(), given[0] && kn_jv_truthy(arg[0]), &items, &n)) return false;
+    if (!keyed_items(r, v, given[1] ? arg[1] : kn_jv_none(), given[0] && kn_jv_truthy(arg[0]), &items, &n))
+        return false;
     if (!n) {
         free(items);
         *out = kn_jv_undef_hint(r, false, "No aggregated item, sequence was empty.");
@@ -758,7 +911,10 @@ static bool min_max(kn_jr *r, kn_jv v, const kn_jargs *a, bool want_max, kn_jv *
     size_t best = 0;
     for (size_t i = 1; i < n; i++) {
         int c;
-        if (!kn_jv_cmp(r, items[i].key, items[best].key, &c)) { free_kv(items, n); return false; }
+        if (!kn_jv_cmp(r, items[i].key, items[best].key, &c)) {
+            free_kv(items, n);
+            return false;
+        }
         if (want_max ? c == 1 : c == -1) best = i;
     }
     *out = kn_jv_ref(items[best].item);
@@ -782,7 +938,8 @@ static bool select_items(kn_jr *r, kn_jv v, const kn_jargs *a, bool keep, bool b
     if (a->n_pos > off) {
         kn_jv name = a->pos[off];
         if (name.t != KN_J_STR) return kn_jfail(r, "test name must be a string");
-        if ((test = kn_jtest_find(name.u.s->s, name.u.s->len)) < 0) return kn_jfail(r, "No test named '%.64s'.", name.u.s->s);
+        if ((test = kn_jtest_find(name.u.s->s, name.u.s->len)) < 0)
+            return kn_jfail(r, "No test named '%.64s'.", name.u.s->s);
     }
     kn_jargs rest = *a;
     rest.pos = a->pos + KN_MIN(off + 1, a->n_pos);
@@ -802,14 +959,25 @@ static bool select_items(kn_jr *r, kn_jv v, const kn_jargs *a, bool keep, bool b
         if (ok && t == keep) ok = kn_jlist_push(r, res, kn_jv_ref(l->v[i]));
     }
     kn_jv_drop(kn_jv_list(l, false));
-    if (!ok) { if (res) kn_jv_drop(kn_jv_list(res, false)); return false; }
+    if (!ok) {
+        if (res) kn_jv_drop(kn_jv_list(res, false));
+        return false;
+    }
     return kn_jmk_iter(r, res, out);
 }
 
-static bool f_select(kn_jr *r, kn_jv v, const kn_jargs *a, kn_jv *out) { return select_items(r, v, a, true, false, out); }
-static bool f_reject(kn_jr *r, kn_jv v, const kn_jargs *a, kn_jv *out) { return select_items(r, v, a, false, false, out); }
-static bool f_selectattr(kn_jr *r, kn_jv v, const kn_jargs *a, kn_jv *out) { return select_items(r, v, a, true, true, out); }
-static bool f_rejectattr(kn_jr *r, kn_jv v, const kn_jargs *a, kn_jv *out) { return select_items(r, v, a, false, true, out); }
+static bool f_select(kn_jr *r, kn_jv v, const kn_jargs *a, kn_jv *out) {
+    return select_items(r, v, a, true, false, out);
+}
+static bool f_reject(kn_jr *r, kn_jv v, const kn_jargs *a, kn_jv *out) {
+    return select_items(r, v, a, false, false, out);
+}
+static bool f_selectattr(kn_jr *r, kn_jv v, const kn_jargs *a, kn_jv *out) {
+    return select_items(r, v, a, true, true, out);
+}
+static bool f_rejectattr(kn_jr *r, kn_jv v, const kn_jargs *a, kn_jv *out) {
+    return select_items(r, v, a, false, true, out);
+}
 
 /* replace(s, old, new, count=None) on str() of each, giving a plain string. */
 static bool f_replace(kn_jr *r, kn_jv v, const kn_jargs *a, kn_jv *out) {
@@ -831,7 +999,10 @@ static bool f_reverse(kn_jr *r, kn_jv v, const kn_jargs *a, kn_jv *out) {
     if (!no_args(r, "reverse", a)) return false;
     kn_jlist *l;
     if (!kn_jiterate(r, v, &l)) return false;
-    if (!kn_jlist_own(r, &l)) { kn_jv_drop(kn_jv_list(l, false)); return false; }
+    if (!kn_jlist_own(r, &l)) {
+        kn_jv_drop(kn_jv_list(l, false));
+        return false;
+    }
     for (size_t i = 0; i < l->n / 2; i++) {
         kn_jv t = l->v[i];
         l->v[i] = l->v[l->n - 1 - i];
@@ -843,10 +1014,16 @@ static bool f_reverse(kn_jr *r, kn_jv v, const kn_jargs *a, kn_jv *out) {
         bool ok = true;
         for (size_t i = 0; ok && i < l->n; i++) ok = kn_jbuf_put(&b, l->v[i].u.s->s, l->v[i].u.s->len);
         kn_jv_drop(kn_jv_list(l, false));
-        if (!ok) { kn_jbuf_free(&b); return false; }
+        if (!ok) {
+            kn_jbuf_free(&b);
+            return false;
+        }
         return kn_jbuf_take(&b, v.u.s->safe, out);
     }
-    if (v.t == KN_J_ITER) { *out = kn_jv_list(l, false); return true; }
+    if (v.t == KN_J_ITER) {
+        *out = kn_jv_list(l, false);
+        return true;
+    }
     return kn_jmk_iter(r, l, out);
 }
 
@@ -857,7 +1034,7 @@ static bool f_round(kn_jr *r, kn_jv v, const kn_jargs *a, kn_jv *out) {
     BIND("round", "precision", "method");
     int64_t prec = 0;
     if (given[0] && !arg_int(r, arg[0], "precision", &prec)) return false;
-    int method = 0;     /* common, ceil, floor */
+    int method = 0; /* common, ceil, floor */
     if (given[1]) {
         const kn_jstr *m;
         if (!arg_str(r, arg[1], "method", &m)) return false;
@@ -870,17 +1047,26 @@ static bool f_round(kn_jr *r, kn_jv v, const kn_jargs *a, kn_jv *out) {
     double x = v.t == KN_J_FLOAT ? v.u.f : v.t == KN_J_INT ? (double)v.u.i : v.u.b;
     if (method == 0) {
         if (v.t != KN_J_FLOAT) {
-            if (prec >= 0) { *out = kn_jv_int(v.t == KN_J_INT ? v.u.i : v.u.b); return true; }
+            if (prec >= 0) {
+                *out = kn_jv_int(v.t == KN_J_INT ? v.u.i : v.u.b);
+                return true;
+            }
             /* round(int, -n): to a multiple of 10^n, half to even */
             int64_t p = 1;
             for (int64_t k = 0; k < -prec && p <= INT64_MAX / 10; k++) p *= 10;
             int64_t q = (v.t == KN_J_INT ? v.u.i : v.u.b) / p, m = (v.t == KN_J_INT ? v.u.i : v.u.b) % p;
-            if (m < 0) { m += p; q -= 1; }
+            if (m < 0) {
+                m += p;
+                q -= 1;
+            }
             if (2 * m > p || (2 * m == p && (q & 1))) q += 1;
             *out = kn_jv_int(q * p);
             return true;
         }
-        if (!isfinite(x)) { *out = kn_jv_float(x); return true; }
+        if (!isfinite(x)) {
+            *out = kn_jv_float(x);
+            return true;
+        }
         if (prec >= 0) {
             char buf[400];
             snprintf(buf, sizeof buf, "%.*f", (int)KN_MIN(prec, 340), x);
@@ -905,13 +1091,17 @@ static bool f_sort(kn_jr *r, kn_jv v, const kn_jargs *a, kn_jv *out) {
     BIND("sort", "reverse", "case_sensitive", "attribute");
     kv *items;
     size_t n;
-    if (!keyed_items(r, v, given[2] ? arg[2] : kn_jv_none(), given[1] && kn_jv_truthy(arg[1]), &items, &n)) return false;
+    if (!keyed_items(r, v, given[2] ? arg[2] : kn_jv_none(), given[1] && kn_jv_truthy(arg[1]), &items, &n))
+        return false;
     bool ok = merge_sort(r, items, n, given[0] && kn_jv_truthy(arg[0]));
     kn_jlist *res = NULL;
     if (ok) ok = new_list(r, &res);
     for (size_t i = 0; ok && i < n; i++) ok = kn_jlist_push(r, res, kn_jv_ref(items[i].item));
     free_kv(items, n);
-    if (!ok) { if (res) kn_jv_drop(kn_jv_list(res, false)); return false; }
+    if (!ok) {
+        if (res) kn_jv_drop(kn_jv_list(res, false));
+        return false;
+    }
     *out = kn_jv_list(res, false);
     return true;
 }
@@ -954,13 +1144,20 @@ static bool f_sum(kn_jr *r, kn_jv v, const kn_jargs *a, kn_jv *out) {
             if (ok) res = kn_jv_list(m, acc.t == KN_J_TUPLE);
             else if (m) kn_jv_drop(kn_jv_list(m, false));
         } else {
-            ok = kn_jfail(r, "unsupported operand type(s) for +: '%s' and '%s'", kn_jv_typename(acc), kn_jv_typename(x));
+            ok =
+                kn_jfail(r, "unsupported operand type(s) for +: '%s' and '%s'", kn_jv_typename(acc), kn_jv_typename(x));
         }
         kn_jv_drop(x);
-        if (ok) { kn_jv_drop(acc); acc = res; }
+        if (ok) {
+            kn_jv_drop(acc);
+            acc = res;
+        }
     }
     kn_jv_drop(kn_jv_list(l, false));
-    if (!ok) { kn_jv_drop(acc); return false; }
+    if (!ok) {
+        kn_jv_drop(acc);
+        return false;
+    }
     *out = acc;
     return true;
 }
@@ -999,7 +1196,10 @@ static bool f_tojson(kn_jr *r, kn_jv v, const kn_jargs *a, kn_jv *out) {
     }
     kn_jbuf b;
     kn_jbuf_init(&b, r);
-    if (!kn_jtojson(r, v, &o, &b)) { kn_jbuf_free(&b); return false; }
+    if (!kn_jtojson(r, v, &o, &b)) {
+        kn_jbuf_free(&b);
+        return false;
+    }
     return kn_jbuf_take(&b, false, out);
 }
 
@@ -1034,12 +1234,18 @@ static bool f_truncate(kn_jr *r, kn_jv v, const kn_jargs *a, kn_jv *out) {
         endlen = e->len;
     }
     kn_jv sv;
-    if (v.t == KN_J_UNDEF) { *out = kn_jv_ref(v); return true; }
+    if (v.t == KN_J_UNDEF) {
+        *out = kn_jv_ref(v);
+        return true;
+    }
     if (v.t != KN_J_STR) {
         /* Jinja2 returns a short enough sequence as it is */
         size_t n = kn_jv_is_seq(v) ? v.u.l->n : v.t == KN_J_DICT ? v.u.d->n : SIZE_MAX;
         if (n == SIZE_MAX) return kn_jfail(r, "object of type '%s' has no len()", kn_jv_typename(v));
-        if ((int64_t)n <= length + leeway) { *out = kn_jv_ref(v); return true; }
+        if ((int64_t)n <= length + leeway) {
+            *out = kn_jv_ref(v);
+            return true;
+        }
         return kn_jfail(r, "'%s' object has no attribute 'rsplit'", kn_jv_typename(v));
     }
     if (!soft_str(r, v, &sv)) return false;
@@ -1047,8 +1253,14 @@ static bool f_truncate(kn_jr *r, kn_jv v, const kn_jargs *a, kn_jv *out) {
     int64_t n = (int64_t)kn_jstr_cplen(s);
     int64_t ecp = 0;
     for (size_t i = 0; i < endlen; i = kn_ju_next(end, endlen, i)) ecp++;
-    if (length < ecp || leeway < 0) { kn_jv_drop(sv); return kn_jfail(r, "expected length >= %lld, got %lld", (long long)ecp, (long long)length); }
-    if (n <= length + leeway) { *out = sv; return true; }
+    if (length < ecp || leeway < 0) {
+        kn_jv_drop(sv);
+        return kn_jfail(r, "expected length >= %lld, got %lld", (long long)ecp, (long long)length);
+    }
+    if (n <= length + leeway) {
+        *out = sv;
+        return true;
+    }
     size_t cut = kn_jstr_cpoff(s, (size_t)(length - ecp));
     if (!kill) {
         /* rsplit(" ", 1)[0] */
@@ -1060,7 +1272,10 @@ static bool f_truncate(kn_jr *r, kn_jv v, const kn_jargs *a, kn_jv *out) {
     kn_jbuf_init(&b, r);
     bool ok = kn_jbuf_put(&b, s->s, cut) && kn_jbuf_put(&b, end, endlen);
     kn_jv_drop(sv);
-    if (!ok) { kn_jbuf_free(&b); return false; }
+    if (!ok) {
+        kn_jbuf_free(&b);
+        return false;
+    }
     return kn_jbuf_take(&b, false, out);
 }
 
@@ -1070,18 +1285,26 @@ static bool f_unique(kn_jr *r, kn_jv v, const kn_jargs *a, kn_jv *out) {
     BIND("unique", "case_sensitive", "attribute");
     kv *items;
     size_t n;
-    if (!keyed_items(r, v, given[1] ? arg[1] : kn_jv_none(), given[0] && kn_jv_truthy(arg[0]), &items, &n)) return false;
+    if (!keyed_items(r, v, given[1] ? arg[1] : kn_jv_none(), given[0] && kn_jv_truthy(arg[0]), &items, &n))
+        return false;
     kn_jdict *seen = kn_jdict_new(r);
     kn_jlist *res = NULL;
     bool ok = seen && new_list(r, &res);
     for (size_t i = 0; ok && i < n; i++) {
-        if (!kn_jv_hashable(items[i].key)) { ok = kn_jfail(r, "unhashable type: '%s'", kn_jv_typename(items[i].key)); break; }
+        if (!kn_jv_hashable(items[i].key)) {
+            ok = kn_jfail(r, "unhashable type: '%s'", kn_jv_typename(items[i].key));
+            break;
+        }
         if (kn_jdict_get(seen, items[i].key)) continue;
-        ok = kn_jdict_set(r, seen, kn_jv_ref(items[i].key), kn_jv_none()) && kn_jlist_push(r, res, kn_jv_ref(items[i].item));
+        ok = kn_jdict_set(r, seen, kn_jv_ref(items[i].key), kn_jv_none()) &&
+             kn_jlist_push(r, res, kn_jv_ref(items[i].item));
     }
     free_kv(items, n);
     if (seen) kn_jv_drop(kn_jv_dict(seen));
-    if (!ok) { if (res) kn_jv_drop(kn_jv_list(res, false)); return false; }
+    if (!ok) {
+        if (res) kn_jv_drop(kn_jv_list(res, false));
+        return false;
+    }
     return kn_jmk_iter(r, res, out);
 }
 
@@ -1095,8 +1318,9 @@ static bool f_wordcount(kn_jr *r, kn_jv v, const kn_jargs *a, kn_jv *out) {
     for (size_t i = 0; i < s->len;) {
         size_t adv;
         uint32_t cp = kn_ju_cp(s->s, s->len, i, &adv);
-        bool w = cp == '_' || (cp != KN_UTF8_INVALID && (kn_ju_isalpha(cp) || kn_ju_isdigit(cp) ||
-                                                         (cp >= 0x80 && (kn_ucd_flags(cp) & (KN_UCD_MARK_NONSPACING | KN_UCD_MARK_OTHER)))));
+        bool w = cp == '_' || (cp != KN_UTF8_INVALID &&
+                               (kn_ju_isalpha(cp) || kn_ju_isdigit(cp) ||
+                                (cp >= 0x80 && (kn_ucd_flags(cp) & (KN_UCD_MARK_NONSPACING | KN_UCD_MARK_OTHER)))));
         if (w && !in) words++;
         in = w;
         i += adv;
@@ -1118,7 +1342,8 @@ static bool f_format(kn_jr *r, kn_jv v, const kn_jargs *a, kn_jv *out) {
         ok = d != NULL;
         for (size_t k = 0; ok && k < a->n_kw; k++) {
             kn_jv key;
-            ok = kn_jmk_str(r, a->kw_names[k]->s, a->kw_names[k]->len, false, &key) && kn_jdict_set(r, d, key, kn_jv_ref(a->kw[k]));
+            ok = kn_jmk_str(r, a->kw_names[k]->s, a->kw_names[k]->len, false, &key) &&
+                 kn_jdict_set(r, d, key, kn_jv_ref(a->kw[k]));
         }
         args = d ? kn_jv_dict(d) : kn_jv_undef();
     } else {
@@ -1133,17 +1358,55 @@ static bool f_format(kn_jr *r, kn_jv v, const kn_jargs *a, kn_jv *out) {
     return ok;
 }
 
-static const struct { const char *name; filter_fn fn; } filters[] = {
-    {"abs", f_abs}, {"attr", f_attr}, {"batch", f_batch}, {"capitalize", f_capitalize}, {"center", f_center},
-    {"count", f_length}, {"d", f_default}, {"default", f_default}, {"dictsort", f_dictsort}, {"e", f_escape},
-    {"escape", f_escape}, {"first", f_first}, {"float", f_float}, {"forceescape", f_forceescape},
-    {"format", f_format}, {"indent", f_indent}, {"int", f_int}, {"items", f_items}, {"join", f_join},
-    {"last", f_last}, {"length", f_length}, {"list", f_list}, {"lower", f_lower}, {"map", f_map},
-    {"max", f_max}, {"min", f_min}, {"reject", f_reject}, {"rejectattr", f_rejectattr},
-    {"replace", f_replace}, {"reverse", f_reverse}, {"round", f_round}, {"safe", f_safe},
-    {"select", f_select}, {"selectattr", f_selectattr}, {"slice", f_slice}, {"sort", f_sort},
-    {"string", f_string}, {"sum", f_sum}, {"title", f_title}, {"tojson", f_tojson}, {"trim", f_trim},
-    {"truncate", f_truncate}, {"unique", f_unique}, {"upper", f_upper}, {"wordcount", f_wordcount},
+static const struct {
+    const char *name;
+    filter_fn fn;
+} filters[] = {
+    {"abs", f_abs},
+    {"attr", f_attr},
+    {"batch", f_batch},
+    {"capitalize", f_capitalize},
+    {"center", f_center},
+    {"count", f_length},
+    {"d", f_default},
+    {"default", f_default},
+    {"dictsort", f_dictsort},
+    {"e", f_escape},
+    {"escape", f_escape},
+    {"first", f_first},
+    {"float", f_float},
+    {"forceescape", f_forceescape},
+    {"format", f_format},
+    {"indent", f_indent},
+    {"int", f_int},
+    {"items", f_items},
+    {"join", f_join},
+    {"last", f_last},
+    {"length", f_length},
+    {"list", f_list},
+    {"lower", f_lower},
+    {"map", f_map},
+    {"max", f_max},
+    {"min", f_min},
+    {"reject", f_reject},
+    {"rejectattr", f_rejectattr},
+    {"replace", f_replace},
+    {"reverse", f_reverse},
+    {"round", f_round},
+    {"safe", f_safe},
+    {"select", f_select},
+    {"selectattr", f_selectattr},
+    {"slice", f_slice},
+    {"sort", f_sort},
+    {"string", f_string},
+    {"sum", f_sum},
+    {"title", f_title},
+    {"tojson", f_tojson},
+    {"trim", f_trim},
+    {"truncate", f_truncate},
+    {"unique", f_unique},
+    {"upper", f_upper},
+    {"wordcount", f_wordcount},
 };
 
 int kn_jfilter_find(const char *name, size_t n) {
@@ -1160,22 +1423,82 @@ bool kn_jfilter_call(kn_jr *r, int id, kn_jv v, const kn_jargs *a, kn_jv *out) {
 /* ---- tests ----------------------------------------------------------------------------------- */
 
 enum {
-    T_BOOLEAN, T_CALLABLE, T_DEFINED, T_DIVISIBLEBY, T_EQ, T_ESCAPED, T_EVEN, T_FALSE, T_FILTER, T_FLOAT,
-    T_GE, T_GT, T_IN, T_INTEGER, T_ITERABLE, T_LE, T_LOWER, T_LT, T_MAPPING, T_NE, T_NONE, T_NUMBER,
-    T_ODD, T_SAMEAS, T_SEQUENCE, T_STRING, T_TEST, T_TRUE, T_UNDEFINED, T_UPPER,
+    T_BOOLEAN,
+    T_CALLABLE,
+    T_DEFINED,
+    T_DIVISIBLEBY,
+    T_EQ,
+    T_ESCAPED,
+    T_EVEN,
+    T_FALSE,
+    T_FILTER,
+    T_FLOAT,
+    T_GE,
+    T_GT,
+    T_IN,
+    T_INTEGER,
+    T_ITERABLE,
+    T_LE,
+    T_LOWER,
+    T_LT,
+    T_MAPPING,
+    T_NE,
+    T_NONE,
+    T_NUMBER,
+    T_ODD,
+    T_SAMEAS,
+    T_SEQUENCE,
+    T_STRING,
+    T_TEST,
+    T_TRUE,
+    T_UNDEFINED,
+    T_UPPER,
 };
 
-static const struct { const char *name; int id; int nargs; } tests[] = {
-    {"boolean", T_BOOLEAN, 0}, {"callable", T_CALLABLE, 0}, {"defined", T_DEFINED, 0},
-    {"divisibleby", T_DIVISIBLEBY, 1}, {"eq", T_EQ, 1}, {"equalto", T_EQ, 1}, {"==", T_EQ, 1},
-    {"escaped", T_ESCAPED, 0}, {"even", T_EVEN, 0}, {"false", T_FALSE, 0}, {"filter", T_FILTER, 0},
-    {"float", T_FLOAT, 0}, {"ge", T_GE, 1}, {">=", T_GE, 1}, {"gt", T_GT, 1}, {">", T_GT, 1},
-    {"greaterthan", T_GT, 1}, {"in", T_IN, 1}, {"integer", T_INTEGER, 0}, {"iterable", T_ITERABLE, 0},
-    {"le", T_LE, 1}, {"<=", T_LE, 1}, {"lower", T_LOWER, 0}, {"lt", T_LT, 1}, {"<", T_LT, 1},
-    {"lessthan", T_LT, 1}, {"mapping", T_MAPPING, 0}, {"ne", T_NE, 1}, {"!=", T_NE, 1},
-    {"none", T_NONE, 0}, {"number", T_NUMBER, 0}, {"odd", T_ODD, 0}, {"sameas", T_SAMEAS, 1},
-    {"sequence", T_SEQUENCE, 0}, {"string", T_STRING, 0}, {"test", T_TEST, 0}, {"true", T_TRUE, 0},
-    {"undefined", T_UNDEFINED, 0}, {"upper", T_UPPER, 0},
+static const struct {
+    const char *name;
+    int id;
+    int nargs;
+} tests[] = {
+    {"boolean", T_BOOLEAN, 0},
+    {"callable", T_CALLABLE, 0},
+    {"defined", T_DEFINED, 0},
+    {"divisibleby", T_DIVISIBLEBY, 1},
+    {"eq", T_EQ, 1},
+    {"equalto", T_EQ, 1},
+    {"==", T_EQ, 1},
+    {"escaped", T_ESCAPED, 0},
+    {"even", T_EVEN, 0},
+    {"false", T_FALSE, 0},
+    {"filter", T_FILTER, 0},
+    {"float", T_FLOAT, 0},
+    {"ge", T_GE, 1},
+    {">=", T_GE, 1},
+    {"gt", T_GT, 1},
+    {">", T_GT, 1},
+    {"greaterthan", T_GT, 1},
+    {"in", T_IN, 1},
+    {"integer", T_INTEGER, 0},
+    {"iterable", T_ITERABLE, 0},
+    {"le", T_LE, 1},
+    {"<=", T_LE, 1},
+    {"lower", T_LOWER, 0},
+    {"lt", T_LT, 1},
+    {"<", T_LT, 1},
+    {"lessthan", T_LT, 1},
+    {"mapping", T_MAPPING, 0},
+    {"ne", T_NE, 1},
+    {"!=", T_NE, 1},
+    {"none", T_NONE, 0},
+    {"number", T_NUMBER, 0},
+    {"odd", T_ODD, 0},
+    {"sameas", T_SAMEAS, 1},
+    {"sequence", T_SEQUENCE, 0},
+    {"string", T_STRING, 0},
+    {"test", T_TEST, 0},
+    {"true", T_TRUE, 0},
+    {"undefined", T_UNDEFINED, 0},
+    {"upper", T_UPPER, 0},
 };
 
 int kn_jtest_find(const char *name, size_t n) {
@@ -1218,8 +1541,11 @@ static bool case_test(kn_jr *r, kn_jv v, bool upper, bool *res) {
         i += adv;
         if (cp == KN_UTF8_INVALID) continue;
         uint32_t lo = kn_ju_lower(cp), up = kn_ju_upper(cp);
-        if (lo == up) continue;     /* not cased */
-        if (upper ? cp != up : cp != lo) { ok = false; break; }
+        if (lo == up) continue; /* not cased */
+        if (upper ? cp != up : cp != lo) {
+            ok = false;
+            break;
+        }
         cased = true;
     }
     kn_jv_drop(sv);
@@ -1236,47 +1562,55 @@ bool kn_jtest_call(kn_jr *r, int idx, kn_jv v, const kn_jargs *a, bool *res) {
     kn_jv x = nargs ? a->pos[0] : kn_jv_undef();
     int c;
     switch (tests[idx].id) {
-    case T_BOOLEAN: *res = v.t == KN_J_BOOL; return true;
-    case T_CALLABLE: *res = v.t == KN_J_MACRO || v.t == KN_J_FUNC || v.t == KN_J_METHOD || v.t == KN_J_LOOP || v.t == KN_J_UNDEF; return true;
-    case T_DEFINED: *res = v.t != KN_J_UNDEF; return true;
-    case T_UNDEFINED: *res = v.t == KN_J_UNDEF; return true;
-    case T_DIVISIBLEBY: return mod_is(r, v, x, 0, res);
-    case T_EVEN: return mod_is(r, v, kn_jv_int(2), 0, res);
-    case T_ODD: return mod_is(r, v, kn_jv_int(2), 1, res);
-    case T_EQ: *res = kn_jv_eq(v, x); return true;
-    case T_NE: *res = !kn_jv_eq(v, x); return true;
-    case T_ESCAPED: *res = v.t == KN_J_STR && v.u.s->safe; return true;
-    case T_FALSE: *res = v.t == KN_J_BOOL && !v.u.b; return true;
-    case T_TRUE: *res = v.t == KN_J_BOOL && v.u.b; return true;
-    case T_FILTER: *res = v.t == KN_J_STR && kn_jfilter_find(v.u.s->s, v.u.s->len) >= 0; return true;
-    case T_TEST: *res = v.t == KN_J_STR && kn_jtest_find(v.u.s->s, v.u.s->len) >= 0; return true;
-    case T_FLOAT: *res = v.t == KN_J_FLOAT; return true;
-    case T_INTEGER: *res = v.t == KN_J_INT; return true;
-    case T_NUMBER: *res = kn_jv_is_num(v); return true;
-    case T_GE: case T_GT: case T_LE: case T_LT: {
-        int t = tests[idx].id;
-        if (!kn_jv_cmp(r, v, x, &c)) return false;
-        *res = c != 2 && (t == T_GE ? c >= 0 : t == T_GT ? c > 0 : t == T_LE ? c <= 0 : c < 0);
-        return true;
-    }
-    case T_IN: return kn_jcontains(r, x, v, res);
-    case T_ITERABLE:
-        *res = v.t == KN_J_STR || v.t == KN_J_LIST || v.t == KN_J_TUPLE || v.t == KN_J_DICT || v.t == KN_J_ITER ||
-               v.t == KN_J_UNDEF || v.t == KN_J_LOOP;
-        return true;
-    case T_SEQUENCE:
-        *res = v.t == KN_J_STR || v.t == KN_J_LIST || v.t == KN_J_TUPLE || v.t == KN_J_DICT || v.t == KN_J_UNDEF;
-        return true;
-    case T_MAPPING: *res = v.t == KN_J_DICT; return true;
-    case T_NONE: *res = v.t == KN_J_NONE; return true;
-    case T_STRING: *res = v.t == KN_J_STR; return true;
-    case T_LOWER: return case_test(r, v, false, res);
-    case T_UPPER: return case_test(r, v, true, res);
-    case T_SAMEAS:
-        if (v.t != x.t) { *res = false; return true; }
-        if (kn_jv_is_heap(v) || v.t == KN_J_NS || v.t == KN_J_MACRO || v.t == KN_J_LOOP) *res = v.u.p == x.u.p;
-        else *res = kn_jv_eq(v, x);
-        return true;
+        case T_BOOLEAN: *res = v.t == KN_J_BOOL; return true;
+        case T_CALLABLE:
+            *res = v.t == KN_J_MACRO || v.t == KN_J_FUNC || v.t == KN_J_METHOD || v.t == KN_J_LOOP || v.t == KN_J_UNDEF;
+            return true;
+        case T_DEFINED: *res = v.t != KN_J_UNDEF; return true;
+        case T_UNDEFINED: *res = v.t == KN_J_UNDEF; return true;
+        case T_DIVISIBLEBY: return mod_is(r, v, x, 0, res);
+        case T_EVEN: return mod_is(r, v, kn_jv_int(2), 0, res);
+        case T_ODD: return mod_is(r, v, kn_jv_int(2), 1, res);
+        case T_EQ: *res = kn_jv_eq(v, x); return true;
+        case T_NE: *res = !kn_jv_eq(v, x); return true;
+        case T_ESCAPED: *res = v.t == KN_J_STR && v.u.s->safe; return true;
+        case T_FALSE: *res = v.t == KN_J_BOOL && !v.u.b; return true;
+        case T_TRUE: *res = v.t == KN_J_BOOL && v.u.b; return true;
+        case T_FILTER: *res = v.t == KN_J_STR && kn_jfilter_find(v.u.s->s, v.u.s->len) >= 0; return true;
+        case T_TEST: *res = v.t == KN_J_STR && kn_jtest_find(v.u.s->s, v.u.s->len) >= 0; return true;
+        case T_FLOAT: *res = v.t == KN_J_FLOAT; return true;
+        case T_INTEGER: *res = v.t == KN_J_INT; return true;
+        case T_NUMBER: *res = kn_jv_is_num(v); return true;
+        case T_GE:
+        case T_GT:
+        case T_LE:
+        case T_LT: {
+            int t = tests[idx].id;
+            if (!kn_jv_cmp(r, v, x, &c)) return false;
+            *res = c != 2 && (t == T_GE ? c >= 0 : t == T_GT ? c > 0 : t == T_LE ? c <= 0 : c < 0);
+            return true;
+        }
+        case T_IN: return kn_jcontains(r, x, v, res);
+        case T_ITERABLE:
+            *res = v.t == KN_J_STR || v.t == KN_J_LIST || v.t == KN_J_TUPLE || v.t == KN_J_DICT || v.t == KN_J_ITER ||
+                   v.t == KN_J_UNDEF || v.t == KN_J_LOOP;
+            return true;
+        case T_SEQUENCE:
+            *res = v.t == KN_J_STR || v.t == KN_J_LIST || v.t == KN_J_TUPLE || v.t == KN_J_DICT || v.t == KN_J_UNDEF;
+            return true;
+        case T_MAPPING: *res = v.t == KN_J_DICT; return true;
+        case T_NONE: *res = v.t == KN_J_NONE; return true;
+        case T_STRING: *res = v.t == KN_J_STR; return true;
+        case T_LOWER: return case_test(r, v, false, res);
+        case T_UPPER: return case_test(r, v, true, res);
+        case T_SAMEAS:
+            if (v.t != x.t) {
+                *res = false;
+                return true;
+            }
+            if (kn_jv_is_heap(v) || v.t == KN_J_NS || v.t == KN_J_MACRO || v.t == KN_J_LOOP) *res = v.u.p == x.u.p;
+            else *res = kn_jv_eq(v, x);
+            return true;
     }
     return kn_jfail(r, "internal error: bad test");
 }
@@ -1292,9 +1626,7 @@ int kn_jglobal_find(const char *name, size_t n) {
     return -1;
 }
 
-const char *kn_jglobal_name(int id) {
-    return id >= 0 && (size_t)id < KN_ARRAY_LEN(globals) ? globals[id] : "?";
-}
+const char *kn_jglobal_name(int id) { return id >= 0 && (size_t)id < KN_ARRAY_LEN(globals) ? globals[id] : "?"; }
 
 /* dict(*args, **kwargs): a mapping or an iterable of pairs, then keywords. */
 static bool build_dict(kn_jr *r, const char *fname, const kn_jargs *a, kn_jdict **out) {
@@ -1305,13 +1637,17 @@ static bool build_dict(kn_jr *r, const char *fname, const kn_jargs *a, kn_jdict 
     if (a->n_pos == 1) {
         kn_jv src = a->pos[0];
         if (src.t == KN_J_DICT) {
-            for (size_t i = 0; ok && i < src.u.d->n; i++) ok = kn_jdict_set(r, d, kn_jv_ref(src.u.d->k[i]), kn_jv_ref(src.u.d->v[i]));
+            for (size_t i = 0; ok && i < src.u.d->n; i++)
+                ok = kn_jdict_set(r, d, kn_jv_ref(src.u.d->k[i]), kn_jv_ref(src.u.d->v[i]));
         } else {
             kn_jlist *l = NULL;
             ok = kn_jiterate(r, src, &l);
             for (size_t i = 0; ok && i < l->n; i++) {
                 kn_jv p = l->v[i];
-                if (!kn_jv_is_seq(p) || p.u.l->n != 2) { ok = kn_jfail(r, "dictionary update sequence element #%zu has the wrong length", i); break; }
+                if (!kn_jv_is_seq(p) || p.u.l->n != 2) {
+                    ok = kn_jfail(r, "dictionary update sequence element #%zu has the wrong length", i);
+                    break;
+                }
                 ok = kn_jdict_set(r, d, kn_jv_ref(p.u.l->v[0]), kn_jv_ref(p.u.l->v[1]));
             }
             if (l) kn_jv_drop(kn_jv_list(l, false));
@@ -1319,9 +1655,13 @@ static bool build_dict(kn_jr *r, const char *fname, const kn_jargs *a, kn_jdict 
     }
     for (size_t k = 0; ok && k < a->n_kw; k++) {
         kn_jv key;
-        ok = kn_jmk_str(r, a->kw_names[k]->s, a->kw_names[k]->len, false, &key) && kn_jdict_set(r, d, key, kn_jv_ref(a->kw[k]));
+        ok = kn_jmk_str(r, a->kw_names[k]->s, a->kw_names[k]->len, false, &key) &&
+             kn_jdict_set(r, d, key, kn_jv_ref(a->kw[k]));
     }
-    if (!ok) { kn_jv_drop(kn_jv_dict(d)); return false; }
+    if (!ok) {
+        kn_jv_drop(kn_jv_dict(d));
+        return false;
+    }
     *out = d;
     return true;
 }
@@ -1340,7 +1680,11 @@ static bool g_range(kn_jr *r, const kn_jargs *a, kn_jv *out) {
         else return kn_jfail(r, "'%s' object cannot be interpreted as an integer", kn_jv_typename(x));
     }
     if (a->n_pos == 1) stop = v[0];
-    else { start = v[0]; stop = v[1]; if (a->n_pos == 3) st = v[2]; }
+    else {
+        start = v[0];
+        stop = v[1];
+        if (a->n_pos == 3) st = v[2];
+    }
     if (st == 0) return kn_jfail(r, "range() arg 3 must not be zero");
     double count = 0;
     if (st > 0 && start < stop) count = ((double)stop - (double)start - 1) / (double)st + 1;
@@ -1351,7 +1695,10 @@ static bool g_range(kn_jr *r, const kn_jargs *a, kn_jv *out) {
     kn_jlist *l = kn_jlist_new(r, (size_t)count);
     if (!l) return false;
     for (int64_t i = 0; i < (int64_t)count; i++) l->v[l->n++] = kn_jv_int(start + i * st);
-    if (!kn_jwork_items(r, (uint64_t)count)) { kn_jv_drop(kn_jv_list(l, false)); return false; }
+    if (!kn_jwork_items(r, (uint64_t)count)) {
+        kn_jv_drop(kn_jv_list(l, false));
+        return false;
+    }
     l->range_args[0] = start;
     l->range_args[1] = stop;
     l->range_args[2] = st;
@@ -1387,37 +1734,37 @@ static bool g_strftime(kn_jr *r, const kn_jargs *a, kn_jv *out) {
 
 bool kn_jglobal_call(kn_jr *r, int id, const kn_jargs *a, kn_jv *out) {
     switch (id) {
-    case G_RANGE:
-        return g_range(r, a, out);
-    case G_NAMESPACE: {
-        kn_jdict *d;
-        if (!build_dict(r, "Namespace", a, &d)) return false;
-        kn_jns *ns = kn_jns_new(r);
-        if (!ns) { kn_jv_drop(kn_jv_dict(d)); return false; }
-        kn_jv_drop(kn_jv_dict(ns->attrs));
-        ns->attrs = d;
-        *out = (kn_jv){0};
-        out->t = KN_J_NS;
-        out->u.ns = ns;
-        return true;
-    }
-    case G_DICT: {
-        kn_jdict *d;
-        if (!build_dict(r, "dict", a, &d)) return false;
-        *out = kn_jv_dict(d);
-        return true;
-    }
-    case G_RAISE: {
-        kn_jv msg;
-        if (a->n_pos < 1) return kn_jfail(r, "raise_exception() missing its message");
-        if (!kn_jv_to_str(r, a->pos[0], &msg)) return false;
-        kn_jfail(r, "%s", msg.u.s->s);
-        kn_jv_drop(msg);
-        return false;
-    }
-    case G_STRFTIME:
-        return g_strftime(r, a, out);
-    default:
-        return kn_jfail(r, "internal error: bad global");
+        case G_RANGE: return g_range(r, a, out);
+        case G_NAMESPACE: {
+            kn_jdict *d;
+            if (!build_dict(r, "Namespace", a, &d)) return false;
+            kn_jns *ns = kn_jns_new(r);
+            if (!ns) {
+                kn_jv_drop(kn_jv_dict(d));
+                return false;
+            }
+            kn_jv_drop(kn_jv_dict(ns->attrs));
+            ns->attrs = d;
+            *out = (kn_jv){0};
+            out->t = KN_J_NS;
+            out->u.ns = ns;
+            return true;
+        }
+        case G_DICT: {
+            kn_jdict *d;
+            if (!build_dict(r, "dict", a, &d)) return false;
+            *out = kn_jv_dict(d);
+            return true;
+        }
+        case G_RAISE: {
+            kn_jv msg;
+            if (a->n_pos < 1) return kn_jfail(r, "raise_exception() missing its message");
+            if (!kn_jv_to_str(r, a->pos[0], &msg)) return false;
+            kn_jfail(r, "%s", msg.u.s->s);
+            kn_jv_drop(msg);
+            return false;
+        }
+        case G_STRFTIME: return g_strftime(r, a, out);
+        default: return kn_jfail(r, "internal error: bad global");
     }
 }

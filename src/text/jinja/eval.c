@@ -56,13 +56,12 @@ bool kn_jwork(kn_jr *r, uint64_t n) {
 /* Counts one evaluation step against KN_JINJA_MAX_STEPS. */
 static bool step(kn_jr *r) {
     if (++r->steps > KN_JINJA_MAX_STEPS)
-        return kn_jfail(r, "template exceeds the limit of %llu evaluation steps", (unsigned long long)KN_JINJA_MAX_STEPS);
+        return kn_jfail(r, "template exceeds the limit of %llu evaluation steps",
+                        (unsigned long long)KN_JINJA_MAX_STEPS);
     return true;
 }
 
-bool kn_jundef_error(kn_jr *r, kn_jv u) {
-    return kn_jfail(r, "%s", u.u.s ? u.u.s->s : "undefined value");
-}
+bool kn_jundef_error(kn_jr *r, kn_jv u) { return kn_jfail(r, "%s", u.u.s ? u.u.s->s : "undefined value"); }
 
 /* ---- tracked objects ------------------------------------------------------------------------- */
 
@@ -77,7 +76,10 @@ static bool hold(kn_jr *r, uint64_t bytes) {
 static void *track(kn_jr *r, size_t size, uint8_t kind) {
     if (!hold(r, size + 64)) return NULL;
     kn_jtracked *t = calloc(1, size);
-    if (!t) { kn_jnomem(r); return NULL; }
+    if (!t) {
+        kn_jnomem(r);
+        return NULL;
+    }
     t->kind = kind;
     t->next = r->tracked;
     r->tracked = t;
@@ -109,14 +111,14 @@ static void free_tracked(kn_jr *r) {
 
 struct kn_jscope {
     kn_jscope *parent;
-    kn_jscope *all_next;    /* every scope of the render, for the final release */
-    kn_jscope *free_next;   /* released scopes ready for reuse */
-    int32_t *syms;          /* inner scopes: names and values, with an index past 8 entries */
+    kn_jscope *all_next;  /* every scope of the render, for the final release */
+    kn_jscope *free_next; /* released scopes ready for reuse */
+    int32_t *syms;        /* inner scopes: names and values, with an index past 8 entries */
     kn_jv *vals;
     uint32_t n, cap;
     uint32_t *idx;
     uint32_t idx_cap;
-    uint8_t *present;       /* root scope: vals is indexed by symbol, present says which are set */
+    uint8_t *present; /* root scope: vals is indexed by symbol, present says which are set */
     bool captured;
     bool root;
 };
@@ -127,7 +129,10 @@ static kn_jscope *scope_new(kn_jr *r, kn_jscope *parent) {
     if (s) {
         r->free_scopes = s->free_next;
     } else {
-        if (!(s = calloc(1, sizeof *s))) { kn_jnomem(r); return NULL; }
+        if (!(s = calloc(1, sizeof *s))) {
+            kn_jnomem(r);
+            return NULL;
+        }
         s->all_next = r->all_scopes;
         r->all_scopes = s;
     }
@@ -141,7 +146,10 @@ static kn_jscope *scope_new(kn_jr *r, kn_jscope *parent) {
 static void scope_clear(kn_jscope *s) {
     if (s->root) {
         for (uint32_t i = 0; i < s->n; i++)
-            if (s->present[i]) { kn_jv_drop(s->vals[i]); s->present[i] = 0; }
+            if (s->present[i]) {
+                kn_jv_drop(s->vals[i]);
+                s->present[i] = 0;
+            }
         return;
     }
     for (uint32_t i = 0; i < s->n; i++) kn_jv_drop(s->vals[i]);
@@ -221,7 +229,10 @@ static bool scope_set(kn_jr *r, kn_jscope *s, int32_t sym, kn_jv v) {
         if (ns) s->syms = ns;
         kn_jv *nv = ns ? realloc(s->vals, cap * sizeof *nv) : NULL;
         if (nv) s->vals = nv;
-        if (!ns || !nv) { kn_jv_drop(v); return kn_jnomem(r); }
+        if (!ns || !nv) {
+            kn_jv_drop(v);
+            return kn_jnomem(r);
+        }
         s->cap = cap;
     }
     s->syms[s->n] = sym;
@@ -275,7 +286,10 @@ static bool capture_body(kn_jr *r, const kn_jnodes *body, kn_jv *out) {
     r->out = &buf;
     int rc = exec_body(r, body);
     r->out = saved;
-    if (rc == EX_ERR) { kn_jbuf_free(&buf); return false; }
+    if (rc == EX_ERR) {
+        kn_jbuf_free(&buf);
+        return false;
+    }
     return kn_jbuf_take(&buf, false, out);
 }
 
@@ -316,7 +330,11 @@ static bool eval_args(kn_jr *r, const kn_jnode *n, size_t extra, evargs *e) {
     }
     for (size_t i = 0; i < np + nk; i++) {
         const kn_jnode *x = i < np ? n->kids.v[i] : n->kids2.v[i - np];
-        if (!eval(r, x, &e->vals[i])) { evargs_free(e); e->n = 0; return false; }
+        if (!eval(r, x, &e->vals[i])) {
+            evargs_free(e);
+            e->n = 0;
+            return false;
+        }
         e->n++;
     }
     for (size_t i = 0; i < nk; i++) e->names[i] = n->names[i];
@@ -336,7 +354,8 @@ static bool call_macro(kn_jr *r, const kn_jmacro *m, const kn_jargs *a, kn_jv *o
     const kn_jtmpl *t = r->t;
     bool is_caller = n->kind == KN_N_CALLBLOCK;
     const char *name = n->lit.u.s->s;
-    if (r->calls >= KN_JINJA_MAX_CALL_DEPTH) return kn_jfail(r, "maximum macro recursion depth (%d) exceeded", KN_JINJA_MAX_CALL_DEPTH);
+    if (r->calls >= KN_JINJA_MAX_CALL_DEPTH)
+        return kn_jfail(r, "maximum macro recursion depth (%d) exceeded", KN_JINJA_MAX_CALL_DEPTH);
     uint32_t np = n->n_syms;
     bool bound[256] = {0};
     kn_jscope *s = scope_new(r, m->scope);
@@ -361,7 +380,10 @@ static bool call_macro(kn_jr *r, const kn_jmacro *m, const kn_jargs *a, kn_jv *o
         for (j = 0; j < np; j++)
             if (str_eq(t->syms[n->syms[j]].name, k)) break;
         if (j < np) {
-            if (bound[j]) { ok = kn_jfail(r, "macro '%s' got multiple values for argument '%s'", name, k->s); break; }
+            if (bound[j]) {
+                ok = kn_jfail(r, "macro '%s' got multiple values for argument '%s'", name, k->s);
+                break;
+            }
             ok = scope_set(r, s, n->syms[j], kn_jv_ref(a->kw[i]));
             bound[j] = true;
         } else if (!is_caller && (n->op & KN_MAC_CALLER) && k->len == 6 && memcmp(k->s, "caller", 6) == 0) {
@@ -412,34 +434,33 @@ static int run_loop(kn_jr *r, const kn_jnode *n, kn_jv iterable, int depth0);
 
 bool kn_jcall(kn_jr *r, kn_jv fn, const kn_jargs *a, kn_jv *out) {
     switch (fn.t) {
-    case KN_J_MACRO:
-        return call_macro(r, fn.u.mac, a, out);
-    case KN_J_FUNC:
-        return kn_jglobal_call(r, (int)fn.u.i, a, out);
-    case KN_J_METHOD:
-        return kn_jmethod_call(r, fn.u.m, a, out);
-    case KN_J_LOOP: {
-        kn_jloop *l = fn.u.loop;
-        if (!(l->node->op & 1)) return kn_jfail(r, "Tried to call non recursive loop. Maybe you forgot the 'recursive' modifier.");
-        if (a->n_pos != 1 || a->n_kw) return kn_jfail(r, "loop() takes exactly one argument");
-        if (r->calls >= KN_JINJA_MAX_CALL_DEPTH) return kn_jfail(r, "maximum loop recursion depth exceeded");
-        kn_jbuf buf, *saved_out = r->out;
-        kn_jscope *saved = r->scope;
-        kn_jbuf_init(&buf, r);
-        r->out = &buf;
-        r->scope = l->scope;
-        r->calls++;
-        int rc = run_loop(r, l->node, a->pos[0], l->depth0 + 1);
-        r->calls--;
-        r->out = saved_out;
-        r->scope = saved;
-        if (rc == EX_ERR) { kn_jbuf_free(&buf); return false; }
-        return kn_jbuf_take(&buf, false, out);
-    }
-    case KN_J_UNDEF:
-        return kn_jundef_error(r, fn);
-    default:
-        return kn_jfail(r, "'%s' object is not callable", kn_jv_typename(fn));
+        case KN_J_MACRO: return call_macro(r, fn.u.mac, a, out);
+        case KN_J_FUNC: return kn_jglobal_call(r, (int)fn.u.i, a, out);
+        case KN_J_METHOD: return kn_jmethod_call(r, fn.u.m, a, out);
+        case KN_J_LOOP: {
+            kn_jloop *l = fn.u.loop;
+            if (!(l->node->op & 1))
+                return kn_jfail(r, "Tried to call non recursive loop. Maybe you forgot the 'recursive' modifier.");
+            if (a->n_pos != 1 || a->n_kw) return kn_jfail(r, "loop() takes exactly one argument");
+            if (r->calls >= KN_JINJA_MAX_CALL_DEPTH) return kn_jfail(r, "maximum loop recursion depth exceeded");
+            kn_jbuf buf, *saved_out = r->out;
+            kn_jscope *saved = r->scope;
+            kn_jbuf_init(&buf, r);
+            r->out = &buf;
+            r->scope = l->scope;
+            r->calls++;
+            int rc = run_loop(r, l->node, a->pos[0], l->depth0 + 1);
+            r->calls--;
+            r->out = saved_out;
+            r->scope = saved;
+            if (rc == EX_ERR) {
+                kn_jbuf_free(&buf);
+                return false;
+            }
+            return kn_jbuf_take(&buf, false, out);
+        }
+        case KN_J_UNDEF: return kn_jundef_error(r, fn);
+        default: return kn_jfail(r, "'%s' object is not callable", kn_jv_typename(fn));
     }
 }
 
@@ -453,7 +474,10 @@ static __attribute__((noinline)) bool eval_call(kn_jr *r, const kn_jnode *n, kn_
     kn_jv fn;
     evargs e;
     if (!eval(r, n->a, &fn)) return false;
-    if (!eval_args(r, n, 0, &e)) { kn_jv_drop(fn); return false; }
+    if (!eval_args(r, n, 0, &e)) {
+        kn_jv_drop(fn);
+        return false;
+    }
     r->pos = n->off;
     bool ok = kn_jcall(r, fn, &e.a, out);
     evargs_free(&e);
@@ -466,7 +490,10 @@ static __attribute__((noinline)) bool eval_filter_test(kn_jr *r, const kn_jnode 
     kn_jv v;
     evargs e;
     if (!eval(r, n->a, &v)) return false;
-    if (!eval_args(r, n, 0, &e)) { kn_jv_drop(v); return false; }
+    if (!eval_args(r, n, 0, &e)) {
+        kn_jv_drop(v);
+        return false;
+    }
     r->pos = n->off;
     bool ok;
     if (n->id == UINT16_MAX) {
@@ -499,152 +526,175 @@ static __attribute__((noinline)) bool eval_slice(kn_jr *r, const kn_jnode *n, kn
 
 static bool eval_inner(kn_jr *r, const kn_jnode *n, kn_jv *out) {
     switch (n->kind) {
-    case KN_N_LIT:
-        *out = kn_jv_ref(n->lit);
-        return true;
-    case KN_N_NAME: {
-        kn_jv *v = lookup(r, n->sym);
-        if (v) { *out = kn_jv_ref(*v); return true; }
-        int g = r->t->syms[n->sym].global;
-        if (g >= 0) {
-            *out = (kn_jv){0};
-            out->t = KN_J_FUNC;
-            out->u.i = g;
+        case KN_N_LIT: *out = kn_jv_ref(n->lit); return true;
+        case KN_N_NAME: {
+            kn_jv *v = lookup(r, n->sym);
+            if (v) {
+                *out = kn_jv_ref(*v);
+                return true;
+            }
+            int g = r->t->syms[n->sym].global;
+            if (g >= 0) {
+                *out = (kn_jv){0};
+                out->t = KN_J_FUNC;
+                out->u.i = g;
+                return true;
+            }
+            *out = kn_jv_undef_hint(r, false, "'%s' is undefined", r->t->syms[n->sym].name->s);
             return true;
         }
-        *out = kn_jv_undef_hint(r, false, "'%s' is undefined", r->t->syms[n->sym].name->s);
-        return true;
-    }
-    case KN_N_INPUT:
-        *out = kn_jv_ref(r->input);
-        return true;
-    case KN_N_LIST:
-    case KN_N_TUPLE: {
-        kn_jlist *l = kn_jlist_new(r, n->kids.n);
-        if (!l) return false;
-        for (uint32_t i = 0; i < n->kids.n; i++) {
-            kn_jv v;
-            if (!eval(r, n->kids.v[i], &v) || !kn_jlist_push(r, l, v)) {
-                kn_jv_drop(kn_jv_list(l, false));
+        case KN_N_INPUT: *out = kn_jv_ref(r->input); return true;
+        case KN_N_LIST:
+        case KN_N_TUPLE: {
+            kn_jlist *l = kn_jlist_new(r, n->kids.n);
+            if (!l) return false;
+            for (uint32_t i = 0; i < n->kids.n; i++) {
+                kn_jv v;
+                if (!eval(r, n->kids.v[i], &v) || !kn_jlist_push(r, l, v)) {
+                    kn_jv_drop(kn_jv_list(l, false));
+                    return false;
+                }
+            }
+            *out = kn_jv_list(l, n->kind == KN_N_TUPLE);
+            return true;
+        }
+        case KN_N_DICT: {
+            kn_jdict *d = kn_jdict_new(r);
+            if (!d) return false;
+            for (uint32_t i = 0; i < n->kids.n; i++) {
+                kn_jv k, v;
+                if (!eval(r, n->kids.v[i], &k)) {
+                    kn_jv_drop(kn_jv_dict(d));
+                    return false;
+                }
+                if (!eval(r, n->kids2.v[i], &v)) {
+                    kn_jv_drop(k);
+                    kn_jv_drop(kn_jv_dict(d));
+                    return false;
+                }
+                if (!kn_jdict_set(r, d, k, v)) {
+                    kn_jv_drop(kn_jv_dict(d));
+                    return false;
+                }
+            }
+            *out = kn_jv_dict(d);
+            return true;
+        }
+        case KN_N_ATTR: {
+            kn_jv o;
+            if (!eval(r, n->a, &o)) return false;
+            r->pos = n->off;
+            bool ok = kn_jgetattr(r, o, n->lit.u.s, out);
+            kn_jv_drop(o);
+            return ok;
+        }
+        case KN_N_ITEM: {
+            kn_jv o, k;
+            if (!eval(r, n->a, &o)) return false;
+            if (!eval(r, n->b, &k)) {
+                kn_jv_drop(o);
                 return false;
             }
-        }
-        *out = kn_jv_list(l, n->kind == KN_N_TUPLE);
-        return true;
-    }
-    case KN_N_DICT: {
-        kn_jdict *d = kn_jdict_new(r);
-        if (!d) return false;
-        for (uint32_t i = 0; i < n->kids.n; i++) {
-            kn_jv k, v;
-            if (!eval(r, n->kids.v[i], &k)) { kn_jv_drop(kn_jv_dict(d)); return false; }
-            if (!eval(r, n->kids2.v[i], &v)) { kn_jv_drop(k); kn_jv_drop(kn_jv_dict(d)); return false; }
-            if (!kn_jdict_set(r, d, k, v)) { kn_jv_drop(kn_jv_dict(d)); return false; }
-        }
-        *out = kn_jv_dict(d);
-        return true;
-    }
-    case KN_N_ATTR: {
-        kn_jv o;
-        if (!eval(r, n->a, &o)) return false;
-        r->pos = n->off;
-        bool ok = kn_jgetattr(r, o, n->lit.u.s, out);
-        kn_jv_drop(o);
-        return ok;
-    }
-    case KN_N_ITEM: {
-        kn_jv o, k;
-        if (!eval(r, n->a, &o)) return false;
-        if (!eval(r, n->b, &k)) { kn_jv_drop(o); return false; }
-        r->pos = n->off;
-        bool ok = kn_jgetitem(r, o, k, out);
-        kn_jv_drop(o);
-        kn_jv_drop(k);
-        return ok;
-    }
-    case KN_N_SLICE:
-        return eval_slice(r, n, out);
-    case KN_N_CALL:
-        return eval_call(r, n, out);
-    case KN_N_FILTER:
-    case KN_N_TEST:
-        return eval_filter_test(r, n, out);
-    case KN_N_NOT: {
-        kn_jv v;
-        if (!eval(r, n->a, &v)) return false;
-        *out = kn_jv_bool(!kn_jv_truthy(v));
-        kn_jv_drop(v);
-        return true;
-    }
-    case KN_N_NEG:
-    case KN_N_POS: {
-        kn_jv v;
-        if (!eval(r, n->a, &v)) return false;
-        bool ok = true;
-        r->pos = n->off;
-        if (v.t == KN_J_INT || v.t == KN_J_BOOL) {
-            int64_t x = v.t == KN_J_INT ? v.u.i : (int64_t)v.u.b;
-            if (n->kind == KN_N_NEG && x == INT64_MIN) ok = kn_jfail(r, "integer overflow (kiln's integers are 64-bit)");
-            else *out = kn_jv_int(n->kind == KN_N_NEG ? -x : x);
-        } else if (v.t == KN_J_FLOAT) {
-            *out = kn_jv_float(n->kind == KN_N_NEG ? -v.u.f : v.u.f);
-        } else if (v.t == KN_J_UNDEF) {
-            ok = kn_jundef_error(r, v);
-        } else {
-            ok = kn_jfail(r, "bad operand type for unary %c: '%s'", n->kind == KN_N_NEG ? '-' : '+', kn_jv_typename(v));
-        }
-        kn_jv_drop(v);
-        return ok;
-    }
-    case KN_N_BIN: {
-        kn_jv a, b;
-        if (!eval(r, n->a, &a)) return false;
-        if (!eval(r, n->b, &b)) { kn_jv_drop(a); return false; }
-        r->pos = n->off;
-        bool ok = kn_jbinop(r, n->op, a, b, out);
-        kn_jv_drop(a);
-        kn_jv_drop(b);
-        return ok;
-    }
-    case KN_N_AND:
-    case KN_N_OR: {
-        kn_jv a;
-        if (!eval(r, n->a, &a)) return false;
-        bool t = kn_jv_truthy(a);
-        if ((n->kind == KN_N_AND) != t) { *out = a; return true; }
-        kn_jv_drop(a);
-        return eval(r, n->b, out);
-    }
-    case KN_N_CMP: {
-        kn_jv left;
-        if (!eval(r, n->a, &left)) return false;
-        bool res = true;
-        for (uint32_t i = 0; i < n->kids.n; i++) {
-            kn_jv right;
-            if (!eval(r, n->kids.v[i], &right)) { kn_jv_drop(left); return false; }
             r->pos = n->off;
-            bool ok = kn_jcompare(r, n->ops[i], left, right, &res);
-            kn_jv_drop(left);
-            left = right;
-            if (!ok) { kn_jv_drop(left); return false; }
-            if (!res) break;
+            bool ok = kn_jgetitem(r, o, k, out);
+            kn_jv_drop(o);
+            kn_jv_drop(k);
+            return ok;
         }
-        kn_jv_drop(left);
-        *out = kn_jv_bool(res);
-        return true;
-    }
-    case KN_N_COND: {
-        kn_jv c;
-        if (!eval(r, n->b, &c)) return false;
-        bool t = kn_jv_truthy(c);
-        kn_jv_drop(c);
-        if (t) return eval(r, n->a, out);
-        if (n->c) return eval(r, n->c, out);
-        *out = kn_jv_undef_hint(r, false, "the inline if-expression evaluated to false and no else section was defined.");
-        return true;
-    }
-    default:
-        return kn_jfail(r, "internal error: node %d is not an expression", n->kind);
+        case KN_N_SLICE: return eval_slice(r, n, out);
+        case KN_N_CALL: return eval_call(r, n, out);
+        case KN_N_FILTER:
+        case KN_N_TEST: return eval_filter_test(r, n, out);
+        case KN_N_NOT: {
+            kn_jv v;
+            if (!eval(r, n->a, &v)) return false;
+            *out = kn_jv_bool(!kn_jv_truthy(v));
+            kn_jv_drop(v);
+            return true;
+        }
+        case KN_N_NEG:
+        case KN_N_POS: {
+            kn_jv v;
+            if (!eval(r, n->a, &v)) return false;
+            bool ok = true;
+            r->pos = n->off;
+            if (v.t == KN_J_INT || v.t == KN_J_BOOL) {
+                int64_t x = v.t == KN_J_INT ? v.u.i : (int64_t)v.u.b;
+                if (n->kind == KN_N_NEG && x == INT64_MIN)
+                    ok = kn_jfail(r, "integer overflow (kiln's integers are 64-bit)");
+                else *out = kn_jv_int(n->kind == KN_N_NEG ? -x : x);
+            } else if (v.t == KN_J_FLOAT) {
+                *out = kn_jv_float(n->kind == KN_N_NEG ? -v.u.f : v.u.f);
+            } else if (v.t == KN_J_UNDEF) {
+                ok = kn_jundef_error(r, v);
+            } else {
+                ok = kn_jfail(r, "bad operand type for unary %c: '%s'", n->kind == KN_N_NEG ? '-' : '+',
+                              kn_jv_typename(v));
+            }
+            kn_jv_drop(v);
+            return ok;
+        }
+        case KN_N_BIN: {
+            kn_jv a, b;
+            if (!eval(r, n->a, &a)) return false;
+            if (!eval(r, n->b, &b)) {
+                kn_jv_drop(a);
+                return false;
+            }
+            r->pos = n->off;
+            bool ok = kn_jbinop(r, n->op, a, b, out);
+            kn_jv_drop(a);
+            kn_jv_drop(b);
+            return ok;
+        }
+        case KN_N_AND:
+        case KN_N_OR: {
+            kn_jv a;
+            if (!eval(r, n->a, &a)) return false;
+            bool t = kn_jv_truthy(a);
+            if ((n->kind == KN_N_AND) != t) {
+                *out = a;
+                return true;
+            }
+            kn_jv_drop(a);
+            return eval(r, n->b, out);
+        }
+        case KN_N_CMP: {
+            kn_jv left;
+            if (!eval(r, n->a, &left)) return false;
+            bool res = true;
+            for (uint32_t i = 0; i < n->kids.n; i++) {
+                kn_jv right;
+                if (!eval(r, n->kids.v[i], &right)) {
+                    kn_jv_drop(left);
+                    return false;
+                }
+                r->pos = n->off;
+                bool ok = kn_jcompare(r, n->ops[i], left, right, &res);
+                kn_jv_drop(left);
+                left = right;
+                if (!ok) {
+                    kn_jv_drop(left);
+                    return false;
+                }
+                if (!res) break;
+            }
+            kn_jv_drop(left);
+            *out = kn_jv_bool(res);
+            return true;
+        }
+        case KN_N_COND: {
+            kn_jv c;
+            if (!eval(r, n->b, &c)) return false;
+            bool t = kn_jv_truthy(c);
+            kn_jv_drop(c);
+            if (t) return eval(r, n->a, out);
+            if (n->c) return eval(r, n->c, out);
+            *out = kn_jv_undef_hint(r, false,
+                                    "the inline if-expression evaluated to false and no else section was defined.");
+            return true;
+        }
+        default: return kn_jfail(r, "internal error: node %d is not an expression", n->kind);
     }
 }
 
@@ -710,7 +760,10 @@ static int run_loop(kn_jr *r, const kn_jnode *n, kn_jv iterable, int depth0) {
         bool ok = kept != NULL;
         for (size_t i = 0; ok && i < items->n; i++) {
             kn_jscope *s = scope_new(r, outer);
-            if (!s) { ok = false; break; }
+            if (!s) {
+                ok = false;
+                break;
+            }
             r->scope = s;
             kn_jv c;
             ok = bind_targets(r, n->syms, n->n_syms, tuple, items->v[i]) && eval(r, n->b, &c);
@@ -749,16 +802,25 @@ static int run_loop(kn_jr *r, const kn_jnode *n, kn_jv iterable, int depth0) {
     bool completed = false;
     for (size_t i = 0; i < items->n; i++) {
         loop->i = i;
-        if (!step(r)) { result = EX_ERR; break; }
+        if (!step(r)) {
+            result = EX_ERR;
+            break;
+        }
         kn_jscope *s = scope_new(r, outer);
-        if (!s) { result = EX_ERR; break; }
+        if (!s) {
+            result = EX_ERR;
+            break;
+        }
         r->scope = s;
         int rc = EX_ERR;
         if (bind_targets(r, n->syms, n->n_syms, tuple, items->v[i]) && scope_set(r, s, r->t->sym_loop, kn_jv_ref(lv)))
             rc = exec_body(r, &n->kids);
         r->scope = outer;
         scope_close(r, s);
-        if (rc == EX_ERR) { result = EX_ERR; break; }
+        if (rc == EX_ERR) {
+            result = EX_ERR;
+            break;
+        }
         if (rc == EX_BREAK) break;
         if (rc == EX_OK) completed = true;
     }
@@ -779,7 +841,10 @@ static bool assign(kn_jr *r, const kn_jnode *n, kn_jv v) {
             return kn_jfail(r, "cannot assign attribute on non-namespace object");
         }
         kn_jv key;
-        if (!kn_jmk_str(r, n->lit.u.s->s, n->lit.u.s->len, false, &key)) { kn_jv_drop(v); return false; }
+        if (!kn_jmk_str(r, n->lit.u.s->s, n->lit.u.s->len, false, &key)) {
+            kn_jv_drop(v);
+            return false;
+        }
         return kn_jdict_set(r, ns->u.ns->attrs, key, v);
     }
     bool ok = bind_targets(r, n->syms, n->n_syms, (n->op & 2) != 0, v);
@@ -813,7 +878,10 @@ static __attribute__((noinline)) int exec_callblock(kn_jr *r, const kn_jnode *n)
     kn_jv fn, res;
     evargs e;
     if (!m || !eval(r, call->a, &fn)) return EX_ERR;
-    if (!eval_args(r, call, 1, &e)) { kn_jv_drop(fn); return EX_ERR; }
+    if (!eval_args(r, call, 1, &e)) {
+        kn_jv_drop(fn);
+        return EX_ERR;
+    }
     e.vals[e.n] = (kn_jv){0};
     e.vals[e.n].t = KN_J_MACRO;
     e.vals[e.n].u.mac = m;
@@ -833,88 +901,82 @@ static __attribute__((noinline)) int exec_callblock(kn_jr *r, const kn_jnode *n)
 /* Runs one statement; returns EX_OK, EX_ERR (error recorded), EX_BREAK or EX_CONTINUE. */
 static int exec_stmt(kn_jr *r, const kn_jnode *n) {
     switch (n->kind) {
-    case KN_N_TEXT:
-        return kn_jbuf_put(r->out, n->lit.u.s->s, n->lit.u.s->len) ? EX_OK : EX_ERR;
-    case KN_N_PRINT: {
-        kn_jv v;
-        if (!eval(r, n->a, &v)) return EX_ERR;
-        bool ok = kn_jv_str_to(r, v, r->out);
-        kn_jv_drop(v);
-        return ok ? EX_OK : EX_ERR;
-    }
-    case KN_N_IF: {
-        kn_jv c;
-        if (!eval(r, n->a, &c)) return EX_ERR;
-        bool t = kn_jv_truthy(c);
-        kn_jv_drop(c);
-        return exec_body(r, t ? &n->kids : &n->kids2);
-    }
-    case KN_N_FOR: {
-        kn_jv it;
-        if (!eval(r, n->a, &it)) return EX_ERR;
-        r->pos = n->off;
-        int rc = run_loop(r, n, it, 0);
-        kn_jv_drop(it);
-        return rc;
-    }
-    case KN_N_SET: {
-        kn_jv v;
-        if (!eval(r, n->b, &v)) return EX_ERR;
-        r->pos = n->off;
-        return assign(r, n, v) ? EX_OK : EX_ERR;
-    }
-    case KN_N_SETBLOCK: {
-        kn_jv v;
-        if (!capture_body(r, &n->kids, &v)) return EX_ERR;
-        if (n->c) {
-            kn_jv f;
-            if (!apply_chain(r, n->c, v, &f)) return EX_ERR;
-            v = f;
-        }
-        r->pos = n->off;
-        return assign(r, n, v) ? EX_OK : EX_ERR;
-    }
-    case KN_N_MACRO: {
-        kn_jmacro *m = new_macro(r, n);
-        if (!m) return EX_ERR;
-        kn_jv v = {0};
-        v.t = KN_J_MACRO;
-        v.u.mac = m;
-        return scope_set(r, r->scope, n->sym, v) ? EX_OK : EX_ERR;
-    }
-    case KN_N_CALLBLOCK:
-        return exec_callblock(r, n);
-    case KN_N_FILTERBLOCK: {
-        kn_jv v, f;
-        if (!capture_body(r, &n->kids, &v) || !apply_chain(r, n->c, v, &f)) return EX_ERR;
-        bool ok = kn_jv_str_to(r, f, r->out);
-        kn_jv_drop(f);
-        return ok ? EX_OK : EX_ERR;
-    }
-    case KN_N_WITH: {
-        kn_jscope *outer = r->scope;
-        kn_jscope *s = scope_new(r, outer);
-        if (!s) return EX_ERR;
-        bool ok = true;
-        for (uint32_t i = 0; ok && i < n->n_syms; i++) {
+        case KN_N_TEXT: return kn_jbuf_put(r->out, n->lit.u.s->s, n->lit.u.s->len) ? EX_OK : EX_ERR;
+        case KN_N_PRINT: {
             kn_jv v;
-            r->scope = outer;
-            ok = eval(r, n->kids2.v[i], &v);
-            if (ok) ok = scope_set(r, s, n->syms[i], v);
+            if (!eval(r, n->a, &v)) return EX_ERR;
+            bool ok = kn_jv_str_to(r, v, r->out);
+            kn_jv_drop(v);
+            return ok ? EX_OK : EX_ERR;
         }
-        r->scope = s;
-        int rc = ok ? exec_body(r, &n->kids) : EX_ERR;
-        r->scope = outer;
-        scope_close(r, s);
-        return rc;
-    }
-    case KN_N_BREAK:
-        return EX_BREAK;
-    case KN_N_CONTINUE:
-        return EX_CONTINUE;
-    default:
-        kn_jfail(r, "internal error: node %d is not a statement", n->kind);
-        return EX_ERR;
+        case KN_N_IF: {
+            kn_jv c;
+            if (!eval(r, n->a, &c)) return EX_ERR;
+            bool t = kn_jv_truthy(c);
+            kn_jv_drop(c);
+            return exec_body(r, t ? &n->kids : &n->kids2);
+        }
+        case KN_N_FOR: {
+            kn_jv it;
+            if (!eval(r, n->a, &it)) return EX_ERR;
+            r->pos = n->off;
+            int rc = run_loop(r, n, it, 0);
+            kn_jv_drop(it);
+            return rc;
+        }
+        case KN_N_SET: {
+            kn_jv v;
+            if (!eval(r, n->b, &v)) return EX_ERR;
+            r->pos = n->off;
+            return assign(r, n, v) ? EX_OK : EX_ERR;
+        }
+        case KN_N_SETBLOCK: {
+            kn_jv v;
+            if (!capture_body(r, &n->kids, &v)) return EX_ERR;
+            if (n->c) {
+                kn_jv f;
+                if (!apply_chain(r, n->c, v, &f)) return EX_ERR;
+                v = f;
+            }
+            r->pos = n->off;
+            return assign(r, n, v) ? EX_OK : EX_ERR;
+        }
+        case KN_N_MACRO: {
+            kn_jmacro *m = new_macro(r, n);
+            if (!m) return EX_ERR;
+            kn_jv v = {0};
+            v.t = KN_J_MACRO;
+            v.u.mac = m;
+            return scope_set(r, r->scope, n->sym, v) ? EX_OK : EX_ERR;
+        }
+        case KN_N_CALLBLOCK: return exec_callblock(r, n);
+        case KN_N_FILTERBLOCK: {
+            kn_jv v, f;
+            if (!capture_body(r, &n->kids, &v) || !apply_chain(r, n->c, v, &f)) return EX_ERR;
+            bool ok = kn_jv_str_to(r, f, r->out);
+            kn_jv_drop(f);
+            return ok ? EX_OK : EX_ERR;
+        }
+        case KN_N_WITH: {
+            kn_jscope *outer = r->scope;
+            kn_jscope *s = scope_new(r, outer);
+            if (!s) return EX_ERR;
+            bool ok = true;
+            for (uint32_t i = 0; ok && i < n->n_syms; i++) {
+                kn_jv v;
+                r->scope = outer;
+                ok = eval(r, n->kids2.v[i], &v);
+                if (ok) ok = scope_set(r, s, n->syms[i], v);
+            }
+            r->scope = s;
+            int rc = ok ? exec_body(r, &n->kids) : EX_ERR;
+            r->scope = outer;
+            scope_close(r, s);
+            return rc;
+        }
+        case KN_N_BREAK: return EX_BREAK;
+        case KN_N_CONTINUE: return EX_CONTINUE;
+        default: kn_jfail(r, "internal error: node %d is not a statement", n->kind); return EX_ERR;
     }
 }
 
@@ -928,7 +990,10 @@ static int exec_body(kn_jr *r, const kn_jnodes *b) {
     for (uint32_t i = 0; i < b->n; i++) {
         const kn_jnode *n = b->v[i];
         r->pos = n->off;
-        if (!step(r)) { rc = EX_ERR; break; }
+        if (!step(r)) {
+            rc = EX_ERR;
+            break;
+        }
         rc = exec_stmt(r, n);
         if (rc != EX_OK) break;
     }
@@ -961,7 +1026,7 @@ kiln_status kn_jinja_render(const kn_jtmpl *t, const json_t *ctx, char **out, si
     json_object_foreach((json_t *)ctx, key, val) {
         if (st) break;
         int32_t sym = kn_jsym_find(t, key, strlen(key));
-        if (sym < 0) continue;      /* the template never mentions it */
+        if (sym < 0) continue; /* the template never mentions it */
         kn_jv v;
         if (!kn_jfrom_json(&r, val, &v, 0)) {
             st = r.status == KILN_ERR_NOMEM ? KILN_ERR_NOMEM : KILN_ERR_INVALID_ARG;

@@ -26,41 +26,41 @@
 /* ---- values ---------------------------------------------------------------------------------- */
 
 typedef enum kn_jtype {
-    KN_J_UNDEF = 0,   /* jinja2.Undefined; u.s: optional hint for error messages */
+    KN_J_UNDEF = 0, /* jinja2.Undefined; u.s: optional hint for error messages */
     KN_J_NONE,
     KN_J_BOOL,
-    KN_J_INT,         /* int64 (Python ints beyond it are an error) */
+    KN_J_INT, /* int64 (Python ints beyond it are an error) */
     KN_J_FLOAT,
     KN_J_STR,
     KN_J_LIST,
-    KN_J_TUPLE,       /* same layout as a list */
-    KN_J_DICT,        /* insertion-ordered */
-    KN_J_ITER,        /* one-shot iterator: the results of map/select/items..., consumed once */
-    KN_J_NS,          /* namespace(): mutable attributes (tracked) */
-    KN_J_MACRO,       /* a macro or a call block's caller (tracked) */
-    KN_J_FUNC,        /* a global function (range, namespace, ...): u.i = its id */
-    KN_J_METHOD,      /* a bound method: "abc".upper, d.get */
-    KN_J_LOOP,        /* the loop variable of a for */
+    KN_J_TUPLE,  /* same layout as a list */
+    KN_J_DICT,   /* insertion-ordered */
+    KN_J_ITER,   /* one-shot iterator: the results of map/select/items..., consumed once */
+    KN_J_NS,     /* namespace(): mutable attributes (tracked) */
+    KN_J_MACRO,  /* a macro or a call block's caller (tracked) */
+    KN_J_FUNC,   /* a global function (range, namespace, ...): u.i = its id */
+    KN_J_METHOD, /* a bound method: "abc".upper, d.get */
+    KN_J_LOOP,   /* the loop variable of a for */
 } kn_jtype;
 
 #define KN_J_IMMORTAL UINT32_MAX
 
 typedef struct kn_jstr {
     uint32_t rc;
-    uint8_t safe;       /* markupsafe.Markup: + escapes the other operand */
-    uint8_t ascii;      /* all bytes < 0x80: code point index = byte index */
+    uint8_t safe;  /* markupsafe.Markup: + escapes the other operand */
+    uint8_t ascii; /* all bytes < 0x80: code point index = byte index */
     size_t len;
-    char s[];           /* NUL-terminated */
+    char s[]; /* NUL-terminated */
 } kn_jstr;
 
 typedef struct kn_jv kn_jv;
 
 typedef struct kn_jlist {
     uint32_t rc;
-    uint16_t depth;     /* 1 + the deepest element's depth (bounded by KN_JINJA_MAX_VALUE_DEPTH) */
+    uint16_t depth; /* 1 + the deepest element's depth (bounded by KN_JINJA_MAX_VALUE_DEPTH) */
     size_t n, cap;
     kn_jv *v;
-    int64_t range_args[3];  /* start, stop, step of a range() (see kn_jv.range) */
+    int64_t range_args[3]; /* start, stop, step of a range() (see kn_jv.range) */
 } kn_jlist;
 
 typedef struct kn_jdict {
@@ -68,15 +68,15 @@ typedef struct kn_jdict {
     uint16_t depth;
     size_t n, cap;
     kn_jv *k, *v;
-    uint32_t *idx;      /* open-addressing index of entry + 1 (0 = empty), built past 8 entries */
+    uint32_t *idx; /* open-addressing index of entry + 1 (0 = empty), built past 8 entries */
     size_t idx_cap;
 } kn_jdict;
 
 typedef struct kn_jiter {
     uint32_t rc;
     uint16_t depth;
-    kn_jlist *l;        /* the items, computed eagerly */
-    size_t pos;         /* items before pos were consumed */
+    kn_jlist *l; /* the items, computed eagerly */
+    size_t pos;  /* items before pos were consumed */
 } kn_jiter;
 
 typedef struct kn_jmethod kn_jmethod;
@@ -85,9 +85,9 @@ typedef struct kn_jmacro kn_jmacro;
 typedef struct kn_jloop kn_jloop;
 
 struct kn_jv {
-    uint8_t t;          /* kn_jtype */
-    uint8_t unsafe;     /* KN_J_UNDEF from an attribute the sandbox blocks (calling it fails) */
-    uint8_t range;      /* KN_J_TUPLE made by range(): prints as range(a, b), not JSON-able */
+    uint8_t t;      /* kn_jtype */
+    uint8_t unsafe; /* KN_J_UNDEF from an attribute the sandbox blocks (calling it fails) */
+    uint8_t range;  /* KN_J_TUPLE made by range(): prints as range(a, b), not JSON-able */
     union {
         bool b;
         int64_t i;
@@ -107,93 +107,109 @@ struct kn_jv {
 struct kn_jmethod {
     uint32_t rc;
     uint16_t depth;
-    uint16_t id;        /* method id (methods.c) */
+    uint16_t id; /* method id (methods.c) */
     kn_jv self;
 };
 
 /* ---- syntax tree ----------------------------------------------------------------------------- */
 
 typedef struct kn_jnode kn_jnode;
-typedef struct kn_jnodes { kn_jnode **v; uint32_t n; } kn_jnodes;
+typedef struct kn_jnodes {
+    kn_jnode **v;
+    uint32_t n;
+} kn_jnodes;
 
 typedef enum kn_jkind {
     /* expressions */
-    KN_N_LIT,       /* lit */
-    KN_N_NAME,      /* sym */
-    KN_N_INPUT,     /* the value a filter block or block set feeds its filter chain */
-    KN_N_LIST,      /* kids: items */
-    KN_N_TUPLE,     /* kids: items */
-    KN_N_DICT,      /* kids: keys, kids2: values */
-    KN_N_ATTR,      /* a.lit (lit: the name) */
-    KN_N_ITEM,      /* a[b] */
-    KN_N_SLICE,     /* a[kids[0]:kids[1]:kids[2]] (entries may be NULL) */
-    KN_N_CALL,      /* a(kids..., names[i]=kids2[i]...) */
-    KN_N_FILTER,    /* a|filter id(kids..., names=kids2...) */
-    KN_N_TEST,      /* a is [not] test id(...); op: negated */
-    KN_N_NOT,       /* not a */
-    KN_N_NEG,       /* -a */
-    KN_N_POS,       /* +a */
-    KN_N_BIN,       /* a op b (op: KN_OP_ADD...) */
-    KN_N_AND,       /* a and b */
-    KN_N_OR,        /* a or b */
-    KN_N_CMP,       /* a ops[0] kids[0] ops[1] kids[1] ... (chained like Python) */
-    KN_N_COND,      /* a if b else c (c may be NULL) */
+    KN_N_LIT,    /* lit */
+    KN_N_NAME,   /* sym */
+    KN_N_INPUT,  /* the value a filter block or block set feeds its filter chain */
+    KN_N_LIST,   /* kids: items */
+    KN_N_TUPLE,  /* kids: items */
+    KN_N_DICT,   /* kids: keys, kids2: values */
+    KN_N_ATTR,   /* a.lit (lit: the name) */
+    KN_N_ITEM,   /* a[b] */
+    KN_N_SLICE,  /* a[kids[0]:kids[1]:kids[2]] (entries may be NULL) */
+    KN_N_CALL,   /* a(kids..., names[i]=kids2[i]...) */
+    KN_N_FILTER, /* a|filter id(kids..., names=kids2...) */
+    KN_N_TEST,   /* a is [not] test id(...); op: negated */
+    KN_N_NOT,    /* not a */
+    KN_N_NEG,    /* -a */
+    KN_N_POS,    /* +a */
+    KN_N_BIN,    /* a op b (op: KN_OP_ADD...) */
+    KN_N_AND,    /* a and b */
+    KN_N_OR,     /* a or b */
+    KN_N_CMP,    /* a ops[0] kids[0] ops[1] kids[1] ... (chained like Python) */
+    KN_N_COND,   /* a if b else c (c may be NULL) */
     /* statements */
-    KN_N_TEXT,      /* template data: lit */
-    KN_N_PRINT,     /* {{ a }} */
-    KN_N_IF,        /* if a: kids else kids2 (an elif is an IF alone in kids2) */
-    KN_N_FOR,       /* for syms in a [if b]: kids else kids2; op: recursive */
-    KN_N_SET,       /* syms = b, or (op == 1) sym.lit = b */
-    KN_N_SETBLOCK,  /* syms / sym.lit = rendered kids, through filter chain c (may be NULL) */
-    KN_N_MACRO,     /* macro sym(syms = kids2 defaults): kids; op: KN_MAC_* bits */
-    KN_N_CALLBLOCK, /* call(syms = kids2 defaults) a: kids */
+    KN_N_TEXT,        /* template data: lit */
+    KN_N_PRINT,       /* {{ a }} */
+    KN_N_IF,          /* if a: kids else kids2 (an elif is an IF alone in kids2) */
+    KN_N_FOR,         /* for syms in a [if b]: kids else kids2; op: recursive */
+    KN_N_SET,         /* syms = b, or (op == 1) sym.lit = b */
+    KN_N_SETBLOCK,    /* syms / sym.lit = rendered kids, through filter chain c (may be NULL) */
+    KN_N_MACRO,       /* macro sym(syms = kids2 defaults): kids; op: KN_MAC_* bits */
+    KN_N_CALLBLOCK,   /* call(syms = kids2 defaults) a: kids */
     KN_N_FILTERBLOCK, /* filter c: kids */
-    KN_N_WITH,      /* with syms = kids2: kids */
+    KN_N_WITH,        /* with syms = kids2: kids */
     KN_N_BREAK,
     KN_N_CONTINUE,
 } kn_jkind;
 
 enum {
-    KN_OP_ADD = 1, KN_OP_SUB, KN_OP_MUL, KN_OP_DIV, KN_OP_FLOORDIV, KN_OP_MOD, KN_OP_POW,
+    KN_OP_ADD = 1,
+    KN_OP_SUB,
+    KN_OP_MUL,
+    KN_OP_DIV,
+    KN_OP_FLOORDIV,
+    KN_OP_MOD,
+    KN_OP_POW,
     KN_OP_CONCAT,
-    KN_OP_EQ, KN_OP_NE, KN_OP_LT, KN_OP_LE, KN_OP_GT, KN_OP_GE, KN_OP_IN, KN_OP_NOTIN,
+    KN_OP_EQ,
+    KN_OP_NE,
+    KN_OP_LT,
+    KN_OP_LE,
+    KN_OP_GT,
+    KN_OP_GE,
+    KN_OP_IN,
+    KN_OP_NOTIN,
 };
 
 /* Macro flags: the body refers to caller / varargs / kwargs. */
 enum { KN_MAC_CALLER = 1, KN_MAC_VARARGS = 2, KN_MAC_KWARGS = 4 };
 
 struct kn_jnode {
-    uint8_t kind;       /* kn_jkind */
+    uint8_t kind; /* kn_jkind */
     uint8_t op;
-    uint16_t id;        /* FILTER / TEST: builtin index */
-    uint32_t off;       /* source offset, for error positions */
-    int32_t sym;        /* NAME, MACRO, SET of an attribute: symbol */
+    uint16_t id;  /* FILTER / TEST: builtin index */
+    uint32_t off; /* source offset, for error positions */
+    int32_t sym;  /* NAME, MACRO, SET of an attribute: symbol */
     kn_jnode *a, *b, *c;
     kn_jnodes kids, kids2;
-    kn_jstr **names;    /* keyword names of CALL / FILTER / TEST (kids2.n of them) */
-    uint8_t *ops;       /* CMP: kids.n operators */
-    int32_t *syms;      /* FOR / SET / MACRO / CALLBLOCK / WITH: names */
+    kn_jstr **names; /* keyword names of CALL / FILTER / TEST (kids2.n of them) */
+    uint8_t *ops;    /* CMP: kids.n operators */
+    int32_t *syms;   /* FOR / SET / MACRO / CALLBLOCK / WITH: names */
     uint32_t n_syms;
     kn_jv lit;
 };
 
 /* A symbol: an identifier of the template, interned. */
 typedef struct kn_jsym {
-    kn_jstr *name;      /* immortal */
-    int16_t global;     /* global function id, -1 if none */
+    kn_jstr *name;  /* immortal */
+    int16_t global; /* global function id, -1 if none */
 } kn_jsym;
 
 struct kn_jtmpl {
-    char *src;          /* normalized source (newlines are \n), for error positions */
+    char *src; /* normalized source (newlines are \n), for error positions */
     size_t len;
     kn_jnodes body;
     kn_jsym *syms;
     uint32_t n_syms, cap_syms;
-    uint32_t *sym_idx;  /* open-addressing index of symbol + 1 */
+    uint32_t *sym_idx; /* open-addressing index of symbol + 1 */
     uint32_t sym_idx_cap;
     int32_t sym_loop, sym_caller, sym_varargs, sym_kwargs;
-    void *arena;        /* nodes and arrays (parse.c) */
-    kn_jstr **lits;     /* immortal strings to free with the template */
+    void *arena;    /* nodes and arrays (parse.c) */
+    kn_jstr **lits; /* immortal strings to free with the template */
     size_t n_lits, cap_lits;
 };
 
@@ -203,26 +219,60 @@ int32_t kn_jsym_find(const kn_jtmpl *t, const char *s, size_t n);
 /* ---- lexer (lex.c) --------------------------------------------------------------------- */
 
 typedef enum kn_jtokt {
-    KN_T_EOF, KN_T_DATA, KN_T_VAR_BEGIN, KN_T_VAR_END, KN_T_BLOCK_BEGIN, KN_T_BLOCK_END,
-    KN_T_NAME, KN_T_STRING, KN_T_INT, KN_T_FLOAT, KN_T_OP,
+    KN_T_EOF,
+    KN_T_DATA,
+    KN_T_VAR_BEGIN,
+    KN_T_VAR_END,
+    KN_T_BLOCK_BEGIN,
+    KN_T_BLOCK_END,
+    KN_T_NAME,
+    KN_T_STRING,
+    KN_T_INT,
+    KN_T_FLOAT,
+    KN_T_OP,
 } kn_jtokt;
 
 /* Operator tokens. */
 enum {
-    KN_TO_ADD = 1, KN_TO_SUB, KN_TO_MUL, KN_TO_DIV, KN_TO_FLOORDIV, KN_TO_MOD, KN_TO_POW,
-    KN_TO_TILDE, KN_TO_LBRACKET, KN_TO_RBRACKET, KN_TO_LPAREN, KN_TO_RPAREN, KN_TO_LBRACE,
-    KN_TO_RBRACE, KN_TO_EQ, KN_TO_NE, KN_TO_GT, KN_TO_GE, KN_TO_LT, KN_TO_LE, KN_TO_ASSIGN,
-    KN_TO_DOT, KN_TO_COLON, KN_TO_PIPE, KN_TO_COMMA, KN_TO_SEMICOLON,
+    KN_TO_ADD = 1,
+    KN_TO_SUB,
+    KN_TO_MUL,
+    KN_TO_DIV,
+    KN_TO_FLOORDIV,
+    KN_TO_MOD,
+    KN_TO_POW,
+    KN_TO_TILDE,
+    KN_TO_LBRACKET,
+    KN_TO_RBRACKET,
+    KN_TO_LPAREN,
+    KN_TO_RPAREN,
+    KN_TO_LBRACE,
+    KN_TO_RBRACE,
+    KN_TO_EQ,
+    KN_TO_NE,
+    KN_TO_GT,
+    KN_TO_GE,
+    KN_TO_LT,
+    KN_TO_LE,
+    KN_TO_ASSIGN,
+    KN_TO_DOT,
+    KN_TO_COLON,
+    KN_TO_PIPE,
+    KN_TO_COMMA,
+    KN_TO_SEMICOLON,
 };
 
 typedef struct kn_jtok {
-    uint8_t type;       /* kn_jtokt */
-    uint8_t op;         /* KN_T_OP: KN_TO_* */
-    uint8_t raw;        /* KN_T_DATA from a raw block */
-    uint32_t off, len;  /* bytes of the source (DATA: the text after whitespace control) */
+    uint8_t type;      /* kn_jtokt */
+    uint8_t op;        /* KN_T_OP: KN_TO_* */
+    uint8_t raw;       /* KN_T_DATA from a raw block */
+    uint32_t off, len; /* bytes of the source (DATA: the text after whitespace control) */
 } kn_jtok;
 
-typedef struct kn_jtoks { kn_jtok *v; size_t n, cap; } kn_jtoks;
+typedef struct kn_jtoks {
+    kn_jtok *v;
+    size_t n, cap;
+} kn_jtoks;
 
 /* Normalizes newlines (\r\n and \r become \n) and drops one trailing newline, as Jinja2 does
  * without keep_trailing_newline. Returns a malloc'd NUL-terminated copy (length in *out_len) or
@@ -251,7 +301,7 @@ typedef struct kn_jbuf {
 
 typedef struct kn_jtracked {
     struct kn_jtracked *next;
-    uint8_t kind;       /* KN_J_NS or KN_J_MACRO */
+    uint8_t kind; /* KN_J_NS or KN_J_MACRO */
 } kn_jtracked;
 
 typedef struct kn_jscope kn_jscope;
@@ -263,33 +313,33 @@ struct kn_jns {
 
 struct kn_jmacro {
     kn_jtracked tr;
-    const kn_jnode *node;   /* MACRO, or the CALLBLOCK of a caller */
-    kn_jscope *scope;       /* where it was defined */
+    const kn_jnode *node; /* MACRO, or the CALLBLOCK of a caller */
+    kn_jscope *scope;     /* where it was defined */
 };
 
 struct kn_jloop {
     uint32_t rc;
     kn_jlist *items;
-    size_t i;               /* index0 of the current item */
+    size_t i; /* index0 of the current item */
     int depth0;
-    kn_jv last_changed;     /* loop.changed() memory (KN_J_UNDEF when unset) */
-    const kn_jnode *node;   /* the FOR, for recursive loops */
-    kn_jscope *scope;       /* scope the FOR runs in, for recursive loops */
+    kn_jv last_changed;   /* loop.changed() memory (KN_J_UNDEF when unset) */
+    const kn_jnode *node; /* the FOR, for recursive loops */
+    kn_jscope *scope;     /* scope the FOR runs in, for recursive loops */
 };
 
 struct kn_jr {
     const kn_jtmpl *t;
-    kn_jbuf *out;           /* where output goes now */
-    kn_jscope *scope;       /* current scope */
+    kn_jbuf *out;     /* where output goes now */
+    kn_jscope *scope; /* current scope */
     kn_jscope *root;
     kn_jtracked *tracked;   /* every tracked object, freed at the end */
     kn_jscope *free_scopes; /* released scopes for reuse */
     kn_jscope *all_scopes;  /* every scope allocated, freed at the end */
     kn_jv input;            /* KN_N_INPUT's value while a filter block runs */
     uint64_t steps, work;
-    uint64_t held;          /* bytes of tracked objects and captured scopes (kept to the end) */
+    uint64_t held; /* bytes of tracked objects and captured scopes (kept to the end) */
     int depth, calls;
-    uint32_t pos;           /* source offset of the node being evaluated (error position) */
+    uint32_t pos; /* source offset of the node being evaluated (error position) */
     bool failed;
     kiln_status status;
     uint32_t err_pos;
@@ -356,14 +406,36 @@ static inline bool kn_jbuf_putc(kn_jbuf *b, char c) { return kn_jbuf_put(b, &c, 
 /* Moves the buffer's bytes into a new string value (the buffer is emptied). */
 bool kn_jbuf_take(kn_jbuf *b, bool safe, kn_jv *out);
 
-static inline kn_jv kn_jv_undef(void) { kn_jv v = {0}; return v; }
-static inline kn_jv kn_jv_none(void) { kn_jv v = {0}; v.t = KN_J_NONE; return v; }
-static inline kn_jv kn_jv_bool(bool b) { kn_jv v = {0}; v.t = KN_J_BOOL; v.u.b = b; return v; }
-static inline kn_jv kn_jv_int(int64_t i) { kn_jv v = {0}; v.t = KN_J_INT; v.u.i = i; return v; }
-static inline kn_jv kn_jv_float(double f) { kn_jv v = {0}; v.t = KN_J_FLOAT; v.u.f = f; return v; }
+static inline kn_jv kn_jv_undef(void) {
+    kn_jv v = {0};
+    return v;
+}
+static inline kn_jv kn_jv_none(void) {
+    kn_jv v = {0};
+    v.t = KN_J_NONE;
+    return v;
+}
+static inline kn_jv kn_jv_bool(bool b) {
+    kn_jv v = {0};
+    v.t = KN_J_BOOL;
+    v.u.b = b;
+    return v;
+}
+static inline kn_jv kn_jv_int(int64_t i) {
+    kn_jv v = {0};
+    v.t = KN_J_INT;
+    v.u.i = i;
+    return v;
+}
+static inline kn_jv kn_jv_float(double f) {
+    kn_jv v = {0};
+    v.t = KN_J_FLOAT;
+    v.u.f = f;
+    return v;
+}
 static inline bool kn_jv_is_heap(kn_jv v) {
-    return v.t == KN_J_STR || v.t == KN_J_LIST || v.t == KN_J_TUPLE || v.t == KN_J_DICT ||
-           v.t == KN_J_ITER || v.t == KN_J_METHOD || v.t == KN_J_LOOP || (v.t == KN_J_UNDEF && v.u.s);
+    return v.t == KN_J_STR || v.t == KN_J_LIST || v.t == KN_J_TUPLE || v.t == KN_J_DICT || v.t == KN_J_ITER ||
+           v.t == KN_J_METHOD || v.t == KN_J_LOOP || (v.t == KN_J_UNDEF && v.u.s);
 }
 static inline kn_jv kn_jv_ref(kn_jv v) {
     if (kn_jv_is_heap(v) && *(uint32_t *)v.u.p != KN_J_IMMORTAL) ++*(uint32_t *)v.u.p;
@@ -378,7 +450,7 @@ int kn_jv_depth(kn_jv v);
 /* New strings. kn_jstr_alloc gives an uninitialized string of n bytes (NUL set) or NULL; the
  * others record the error in r. */
 kn_jstr *kn_jstr_alloc(size_t n);
-void kn_jstr_finish(kn_jstr *s);    /* computes the ascii flag */
+void kn_jstr_finish(kn_jstr *s); /* computes the ascii flag */
 bool kn_jmk_str(kn_jr *r, const char *p, size_t n, bool safe, kn_jv *out);
 /* An immortal string (for template literals); NULL when memory runs out. */
 kn_jstr *kn_jstr_immortal(const char *p, size_t n);
@@ -389,7 +461,10 @@ kn_jlist *kn_jlist_new(kn_jr *r, size_t cap);
 /* Appends v (consumed). */
 bool kn_jlist_push(kn_jr *r, kn_jlist *l, kn_jv v);
 static inline kn_jv kn_jv_list(kn_jlist *l, bool tuple) {
-    kn_jv v = {0}; v.t = tuple ? KN_J_TUPLE : KN_J_LIST; v.u.l = l; return v;
+    kn_jv v = {0};
+    v.t = tuple ? KN_J_TUPLE : KN_J_LIST;
+    v.u.l = l;
+    return v;
 }
 kn_jdict *kn_jdict_new(kn_jr *r);
 /* Sets key (consumed; must be hashable) to val (consumed); an existing key keeps its position. */
@@ -397,7 +472,12 @@ bool kn_jdict_set(kn_jr *r, kn_jdict *d, kn_jv key, kn_jv val);
 /* Borrowed value of key, NULL when absent. */
 kn_jv *kn_jdict_get(const kn_jdict *d, kn_jv key);
 kn_jv *kn_jdict_get_str(const kn_jdict *d, const char *s, size_t n);
-static inline kn_jv kn_jv_dict(kn_jdict *d) { kn_jv v = {0}; v.t = KN_J_DICT; v.u.d = d; return v; }
+static inline kn_jv kn_jv_dict(kn_jdict *d) {
+    kn_jv v = {0};
+    v.t = KN_J_DICT;
+    v.u.d = d;
+    return v;
+}
 /* A one-shot iterator over l (consumed). */
 bool kn_jmk_iter(kn_jr *r, kn_jlist *l, kn_jv *out);
 
@@ -452,9 +532,8 @@ const char *kn_jglobal_name(int id);
 /* Binds arguments to a builtin's parameters params[0..np) (Python rules: positional, then by
  * keyword); slots get borrowed values, given[i] says which were passed. The first nreq are
  * required. Errors name fname. */
-bool kn_jbind(kn_jr *r, const char *fname, const kn_jargs *a, const char *const *params, size_t np,
-              size_t nreq, kn_jv *slots, bool *given);
-
+bool kn_jbind(kn_jr *r, const char *fname, const kn_jargs *a, const char *const *params, size_t np, size_t nreq,
+              kn_jv *slots, bool *given);
 
 /* ---- methods (methods.c) --------------------------------------------------------------- */
 
@@ -467,8 +546,7 @@ bool kn_jstrip(kn_jr *r, const kn_jstr *s, const kn_jstr *chars, int which, kn_j
 /* Python str.lower() / str.upper(). */
 bool kn_jcase(kn_jr *r, const kn_jstr *s, bool upper, kn_jv *out);
 /* Python str.replace(old, new, count) (count < 0: all). */
-bool kn_jreplace(kn_jr *r, const kn_jstr *s, const kn_jstr *old, const kn_jstr *rep, int64_t count,
-                 kn_jv *out);
+bool kn_jreplace(kn_jr *r, const kn_jstr *s, const kn_jstr *old, const kn_jstr *rep, int64_t count, kn_jv *out);
 /* Python printf-style s % args. */
 bool kn_jformat_percent(kn_jr *r, const kn_jstr *fmt, kn_jv args, kn_jv *out);
 

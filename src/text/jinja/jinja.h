@@ -32,16 +32,16 @@
 #include <jansson.h>
 
 /* Limits (a template that reaches one fails with KILN_ERR_FORMAT). */
-#define KN_JINJA_MAX_SOURCE (16u << 20)      /* template bytes */
-#define KN_JINJA_MAX_OUTPUT (64u << 20)      /* bytes of output, and of any one string value */
-#define KN_JINJA_MAX_PARSE_DEPTH 200         /* nesting of expressions and blocks in the source */
-#define KN_JINJA_MAX_CALL_DEPTH 200          /* macro calls in progress */
-#define KN_JINJA_MAX_EVAL_DEPTH 1500         /* nested evaluations in progress */
-#define KN_JINJA_MAX_VALUE_DEPTH 512         /* nesting of lists and dicts in a value */
-#define KN_JINJA_MAX_RANGE 100000            /* items of range(), as Jinja2's sandbox allows */
-#define KN_JINJA_MAX_STEPS 20000000ull       /* evaluation steps (nodes, loop iterations) */
-#define KN_JINJA_MAX_WORK (512ull << 20)     /* bytes copied while rendering (values made, output) */
-#define KN_JINJA_MAX_HELD (256ull << 20)     /* bytes of namespaces, macros and closed-over scopes */
+#define KN_JINJA_MAX_SOURCE      (16u << 20)    /* template bytes */
+#define KN_JINJA_MAX_OUTPUT      (64u << 20)    /* bytes of output, and of any one string value */
+#define KN_JINJA_MAX_PARSE_DEPTH 200            /* nesting of expressions and blocks in the source */
+#define KN_JINJA_MAX_CALL_DEPTH  200            /* macro calls in progress */
+#define KN_JINJA_MAX_EVAL_DEPTH  1500           /* nested evaluations in progress */
+#define KN_JINJA_MAX_VALUE_DEPTH 512            /* nesting of lists and dicts in a value */
+#define KN_JINJA_MAX_RANGE       100000         /* items of range(), as Jinja2's sandbox allows */
+#define KN_JINJA_MAX_STEPS       20000000ull    /* evaluation steps (nodes, loop iterations) */
+#define KN_JINJA_MAX_WORK        (512ull << 20) /* bytes copied while rendering (values made, output) */
+#define KN_JINJA_MAX_HELD        (256ull << 20) /* bytes of namespaces, macros and closed-over scopes */
 
 typedef struct kn_jtmpl kn_jtmpl;
 

@@ -20,54 +20,54 @@
 #include <string.h>
 
 bool kn_jfrom_json(kn_jr *r, const json_t *j, kn_jv *out, int depth) {
-    if (depth >= KN_JINJA_MAX_VALUE_DEPTH) return kn_jfail(r, "JSON nested too deeply (more than %d levels)", KN_JINJA_MAX_VALUE_DEPTH);
+    if (depth >= KN_JINJA_MAX_VALUE_DEPTH)
+        return kn_jfail(r, "JSON nested too deeply (more than %d levels)", KN_JINJA_MAX_VALUE_DEPTH);
     switch (json_typeof(j)) {
-    case JSON_OBJECT: {
-        kn_jdict *d = kn_jdict_new(r);
-        if (!d) return false;
-        const char *key;
-        json_t *val;
-        json_object_foreach((json_t *)j, key, val) {
-            kn_jv k, v;
-            if (!kn_jmk_str(r, key, strlen(key), false, &k)) { kn_jv_drop(kn_jv_dict(d)); return false; }
-            if (!kn_jfrom_json(r, val, &v, depth + 1)) { kn_jv_drop(k); kn_jv_drop(kn_jv_dict(d)); return false; }
-            if (!kn_jdict_set(r, d, k, v)) { kn_jv_drop(kn_jv_dict(d)); return false; }
-        }
-        *out = kn_jv_dict(d);
-        return true;
-    }
-    case JSON_ARRAY: {
-        size_t n = json_array_size(j);
-        kn_jlist *l = kn_jlist_new(r, n);
-        if (!l) return false;
-        for (size_t i = 0; i < n; i++) {
-            kn_jv v;
-            if (!kn_jfrom_json(r, json_array_get(j, i), &v, depth + 1) || !kn_jlist_push(r, l, v)) {
-                kn_jv_drop(kn_jv_list(l, false));
-                return false;
+        case JSON_OBJECT: {
+            kn_jdict *d = kn_jdict_new(r);
+            if (!d) return false;
+            const char *key;
+            json_t *val;
+            json_object_foreach((json_t *)j, key, val) {
+                kn_jv k, v;
+                if (!kn_jmk_str(r, key, strlen(key), false, &k)) {
+                    kn_jv_drop(kn_jv_dict(d));
+                    return false;
+                }
+                if (!kn_jfrom_json(r, val, &v, depth + 1)) {
+                    kn_jv_drop(k);
+                    kn_jv_drop(kn_jv_dict(d));
+                    return false;
+                }
+                if (!kn_jdict_set(r, d, k, v)) {
+                    kn_jv_drop(kn_jv_dict(d));
+                    return false;
+                }
             }
+            *out = kn_jv_dict(d);
+            return true;
         }
-        *out = kn_jv_list(l, false);
-        return true;
-    }
-    case JSON_STRING:
-        return kn_jmk_str(r, json_string_value(j), json_string_length(j), false, out);
-    case JSON_INTEGER:
-        *out = kn_jv_int((int64_t)json_integer_value(j));
-        return true;
-    case JSON_REAL:
-        *out = kn_jv_float(json_real_value(j));
-        return true;
-    case JSON_TRUE:
-        *out = kn_jv_bool(true);
-        return true;
-    case JSON_FALSE:
-        *out = kn_jv_bool(false);
-        return true;
-    case JSON_NULL:
-    default:
-        *out = kn_jv_none();
-        return true;
+        case JSON_ARRAY: {
+            size_t n = json_array_size(j);
+            kn_jlist *l = kn_jlist_new(r, n);
+            if (!l) return false;
+            for (size_t i = 0; i < n; i++) {
+                kn_jv v;
+                if (!kn_jfrom_json(r, json_array_get(j, i), &v, depth + 1) || !kn_jlist_push(r, l, v)) {
+                    kn_jv_drop(kn_jv_list(l, false));
+                    return false;
+                }
+            }
+            *out = kn_jv_list(l, false);
+            return true;
+        }
+        case JSON_STRING: return kn_jmk_str(r, json_string_value(j), json_string_length(j), false, out);
+        case JSON_INTEGER: *out = kn_jv_int((int64_t)json_integer_value(j)); return true;
+        case JSON_REAL: *out = kn_jv_float(json_real_value(j)); return true;
+        case JSON_TRUE: *out = kn_jv_bool(true); return true;
+        case JSON_FALSE: *out = kn_jv_bool(false); return true;
+        case JSON_NULL:
+        default: *out = kn_jv_none(); return true;
     }
 }
 
@@ -157,61 +157,65 @@ static bool dump_key(kn_jr *r, kn_jbuf *b, kn_jv k, const kn_jjson_opts *o) {
 static bool dump(kn_jr *r, kn_jv v, const kn_jjson_opts *o, kn_jbuf *b, int level) {
     if (level > KN_JINJA_MAX_VALUE_DEPTH) return kn_jfail(r, "value nested too deeply for tojson");
     switch (v.t) {
-    case KN_J_NONE: return kn_jbuf_puts(b, "null");
-    case KN_J_BOOL: case KN_J_INT: case KN_J_FLOAT: return dump_number(b, v);
-    case KN_J_STR: return dump_string(b, v.u.s->s, v.u.s->len, o->ensure_ascii);
-    case KN_J_LIST:
-    case KN_J_TUPLE: {
-        const kn_jlist *l = v.u.l;
-        if (v.range) return kn_jfail(r, "Object of type range is not JSON serializable");
-        if (!l->n) return kn_jbuf_puts(b, "[]");
-        if (!kn_jbuf_putc(b, '[') || (o->indent && !newline_indent(b, o, level + 1))) return false;
-        for (size_t i = 0; i < l->n; i++) {
-            if (i && !item_sep(b, o, level + 1)) return false;
-            if (!dump(r, l->v[i], o, b, level + 1)) return false;
-        }
-        if (o->indent && !newline_indent(b, o, level)) return false;
-        return kn_jbuf_putc(b, ']');
-    }
-    case KN_J_DICT: {
-        const kn_jdict *d = v.u.d;
-        if (!d->n) return kn_jbuf_puts(b, "{}");
-        size_t *order = malloc(d->n * sizeof *order);
-        if (!order) return kn_jnomem(r);
-        for (size_t i = 0; i < d->n; i++) order[i] = i;
-        bool ok = true;
-        if (o->sort_keys) {
-            /* insertion sort is quadratic; use a merge sort over indices */
-            size_t *tmp = malloc(d->n * sizeof *tmp);
-            if (!tmp) { free(order); return kn_jnomem(r); }
-            for (size_t w = 1; ok && w < d->n; w *= 2) {
-                for (size_t lo = 0; ok && lo < d->n; lo += 2 * w) {
-                    size_t mid = KN_MIN(lo + w, d->n), hi = KN_MIN(lo + 2 * w, d->n), i = lo, j = mid, k = lo;
-                    while (ok && i < mid && j < hi) {
-                        int c = 0;
-                        ok = kn_jv_cmp(r, d->k[order[j]], d->k[order[i]], &c);
-                        tmp[k++] = (ok && c == -1) ? order[j++] : order[i++];
-                    }
-                    while (i < mid) tmp[k++] = order[i++];
-                    while (j < hi) tmp[k++] = order[j++];
-                }
-                memcpy(order, tmp, d->n * sizeof *order);
+        case KN_J_NONE: return kn_jbuf_puts(b, "null");
+        case KN_J_BOOL:
+        case KN_J_INT:
+        case KN_J_FLOAT: return dump_number(b, v);
+        case KN_J_STR: return dump_string(b, v.u.s->s, v.u.s->len, o->ensure_ascii);
+        case KN_J_LIST:
+        case KN_J_TUPLE: {
+            const kn_jlist *l = v.u.l;
+            if (v.range) return kn_jfail(r, "Object of type range is not JSON serializable");
+            if (!l->n) return kn_jbuf_puts(b, "[]");
+            if (!kn_jbuf_putc(b, '[') || (o->indent && !newline_indent(b, o, level + 1))) return false;
+            for (size_t i = 0; i < l->n; i++) {
+                if (i && !item_sep(b, o, level + 1)) return false;
+                if (!dump(r, l->v[i], o, b, level + 1)) return false;
             }
-            free(tmp);
+            if (o->indent && !newline_indent(b, o, level)) return false;
+            return kn_jbuf_putc(b, ']');
         }
-        ok = ok && kn_jbuf_putc(b, '{') && (!o->indent || newline_indent(b, o, level + 1));
-        for (size_t i = 0; ok && i < d->n; i++) {
-            size_t e = order[i];
-            if (i) ok = item_sep(b, o, level + 1);
-            ok = ok && dump_key(r, b, d->k[e], o) && key_sep(b, o) && dump(r, d->v[e], o, b, level + 1);
+        case KN_J_DICT: {
+            const kn_jdict *d = v.u.d;
+            if (!d->n) return kn_jbuf_puts(b, "{}");
+            size_t *order = malloc(d->n * sizeof *order);
+            if (!order) return kn_jnomem(r);
+            for (size_t i = 0; i < d->n; i++) order[i] = i;
+            bool ok = true;
+            if (o->sort_keys) {
+                /* insertion sort is quadratic; use a merge sort over indices */
+                size_t *tmp = malloc(d->n * sizeof *tmp);
+                if (!tmp) {
+                    free(order);
+                    return kn_jnomem(r);
+                }
+                for (size_t w = 1; ok && w < d->n; w *= 2) {
+                    for (size_t lo = 0; ok && lo < d->n; lo += 2 * w) {
+                        size_t mid = KN_MIN(lo + w, d->n), hi = KN_MIN(lo + 2 * w, d->n), i = lo, j = mid, k = lo;
+                        while (ok && i < mid && j < hi) {
+                            int c = 0;
+                            ok = kn_jv_cmp(r, d->k[order[j]], d->k[order[i]], &c);
+                            tmp[k++] = (ok && c == -1) ? order[j++] : order[i++];
+                        }
+                        while (i < mid) tmp[k++] = order[i++];
+                        while (j < hi) tmp[k++] = order[j++];
+                    }
+                    memcpy(order, tmp, d->n * sizeof *order);
+                }
+                free(tmp);
+            }
+            ok = ok && kn_jbuf_putc(b, '{') && (!o->indent || newline_indent(b, o, level + 1));
+            for (size_t i = 0; ok && i < d->n; i++) {
+                size_t e = order[i];
+                if (i) ok = item_sep(b, o, level + 1);
+                ok = ok && dump_key(r, b, d->k[e], o) && key_sep(b, o) && dump(r, d->v[e], o, b, level + 1);
+            }
+            free(order);
+            if (!ok) return false;
+            if (o->indent && !newline_indent(b, o, level)) return false;
+            return kn_jbuf_putc(b, '}');
         }
-        free(order);
-        if (!ok) return false;
-        if (o->indent && !newline_indent(b, o, level)) return false;
-        return kn_jbuf_putc(b, '}');
-    }
-    default:
-        return kn_jfail(r, "Object of type %s is not JSON serializable", kn_jv_typename(v));
+        default: return kn_jfail(r, "Object of type %s is not JSON serializable", kn_jv_typename(v));
     }
 }
 

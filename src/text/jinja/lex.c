@@ -42,7 +42,12 @@ void kn_jlinecol(const char *src, size_t len, size_t off, unsigned *line, unsign
     unsigned l = 1, c = 1;
     if (off > len) off = len;
     for (size_t i = 0; i < off;) {
-        if (src[i] == '\n') { l++; c = 1; i++; continue; }
+        if (src[i] == '\n') {
+            l++;
+            c = 1;
+            i++;
+            continue;
+        }
         i = kn_ju_next(src, len, i);
         c++;
     }
@@ -54,8 +59,8 @@ typedef struct lexer {
     const char *s;
     size_t n;
     size_t pos;
-    bool line_starting;     /* the previous match ended with a newline */
-    bool prev_dot;          /* the previous token was "." (digits after it are an integer) */
+    bool line_starting; /* the previous match ended with a newline */
+    bool prev_dot;      /* the previous token was "." (digits after it are an integer) */
     kn_jtoks *out;
     uint8_t brackets[KN_JINJA_MAX_PARSE_DEPTH];
     int depth;
@@ -103,7 +108,10 @@ static size_t rstrip_ws(const lexer *L, size_t a, size_t b) {
     size_t end = a;
     for (size_t i = a; i < b;) {
         size_t k = ws_at(L, i);
-        if (k) { i += k; continue; }
+        if (k) {
+            i += k;
+            continue;
+        }
         i = kn_ju_next(L->s, L->n, i);
         end = i;
     }
@@ -124,7 +132,11 @@ static kiln_status emit_data_before_tag(lexer *L, size_t a, size_t b, char mod, 
         size_t l = a;
         bool nl = false;
         for (size_t i = b; i > a; i--) {
-            if (L->s[i - 1] == '\n') { l = i; nl = true; break; }
+            if (L->s[i - 1] == '\n') {
+                l = i;
+                nl = true;
+                break;
+            }
         }
         if ((nl || L->line_starting) && l < b && skip_ws(L, l) >= b) b = l;
     }
@@ -152,8 +164,16 @@ static bool raw_begin(const lexer *L, size_t t, size_t *body, char *mode) {
     i = skip_ws(L, i);
     if (!starts(L, i, "raw")) return false;
     i = skip_ws(L, i + 3);
-    if (starts(L, i, "-%}")) { *body = i + 3; *mode = '-'; return true; }
-    if (starts(L, i, "%}")) { *body = i + 2; *mode = 0; return true; }
+    if (starts(L, i, "-%}")) {
+        *body = i + 3;
+        *mode = '-';
+        return true;
+    }
+    if (starts(L, i, "%}")) {
+        *body = i + 2;
+        *mode = 0;
+        return true;
+    }
     return false;
 }
 
@@ -168,10 +188,16 @@ static kiln_status lex_raw(lexer *L, size_t tag, size_t body) {
         if (!starts(L, i, "endraw")) continue;
         i = skip_ws(L, i + 6);
         char mode;
-        if (starts(L, i, "+%}")) { mode = '+'; i += 3; }
-        else if (starts(L, i, "-%}")) { mode = '-'; i += 3; }
-        else if (starts(L, i, "%}")) { mode = 't'; i += 2; }
-        else continue;
+        if (starts(L, i, "+%}")) {
+            mode = '+';
+            i += 3;
+        } else if (starts(L, i, "-%}")) {
+            mode = '-';
+            i += 3;
+        } else if (starts(L, i, "%}")) {
+            mode = 't';
+            i += 2;
+        } else continue;
         kiln_status st = emit_data_before_tag(L, body, k, mod, true, true);
         if (st) return st;
         after_tag_end(L, i, mode);
@@ -200,14 +226,24 @@ static size_t scan_digits(const lexer *L, size_t i, int base) {
     for (;;) {
         if (i >= L->n) break;
         char c = L->s[i];
-        bool ok = base == 16 ? ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'))
-                : base == 8 ? (c >= '0' && c <= '7') : base == 2 ? (c == '0' || c == '1') : (c >= '0' && c <= '9');
-        if (ok) { i++; continue; }
+        bool ok = base == 16  ? ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'))
+                  : base == 8 ? (c >= '0' && c <= '7')
+                  : base == 2 ? (c == '0' || c == '1')
+                              : (c >= '0' && c <= '9');
+        if (ok) {
+            i++;
+            continue;
+        }
         if (c == '_' && i > start && i + 1 < L->n) {
             char d = L->s[i + 1];
-            bool ok2 = base == 16 ? ((d >= '0' && d <= '9') || (d >= 'a' && d <= 'f') || (d >= 'A' && d <= 'F'))
-                     : base == 8 ? (d >= '0' && d <= '7') : base == 2 ? (d == '0' || d == '1') : (d >= '0' && d <= '9');
-            if (ok2) { i++; continue; }
+            bool ok2 = base == 16  ? ((d >= '0' && d <= '9') || (d >= 'a' && d <= 'f') || (d >= 'A' && d <= 'F'))
+                       : base == 8 ? (d >= '0' && d <= '7')
+                       : base == 2 ? (d == '0' || d == '1')
+                                   : (d >= '0' && d <= '9');
+            if (ok2) {
+                i++;
+                continue;
+            }
         }
         break;
     }
@@ -235,7 +271,10 @@ static size_t lex_number(const lexer *L, size_t i, bool *is_float) {
                 return scan_digits(L, x, 10);
             }
         }
-        if (frac) { *is_float = true; return k; }
+        if (frac) {
+            *is_float = true;
+            return k;
+        }
     }
     if (L->s[i] == '0' && i + 2 < L->n) {
         char p = L->s[i + 1];
@@ -256,13 +295,16 @@ static size_t lex_number(const lexer *L, size_t i, bool *is_float) {
     return scan_digits(L, i, 10);
 }
 
-static const struct { const char *s; uint8_t op; } ops[] = {
-    {"//", KN_TO_FLOORDIV}, {"**", KN_TO_POW}, {"==", KN_TO_EQ}, {"!=", KN_TO_NE}, {">=", KN_TO_GE},
-    {"<=", KN_TO_LE}, {"+", KN_TO_ADD}, {"-", KN_TO_SUB}, {"/", KN_TO_DIV}, {"*", KN_TO_MUL},
-    {"%", KN_TO_MOD}, {"~", KN_TO_TILDE}, {"[", KN_TO_LBRACKET}, {"]", KN_TO_RBRACKET},
-    {"(", KN_TO_LPAREN}, {")", KN_TO_RPAREN}, {"{", KN_TO_LBRACE}, {"}", KN_TO_RBRACE},
-    {">", KN_TO_GT}, {"<", KN_TO_LT}, {"=", KN_TO_ASSIGN}, {".", KN_TO_DOT}, {":", KN_TO_COLON},
-    {"|", KN_TO_PIPE}, {",", KN_TO_COMMA}, {";", KN_TO_SEMICOLON},
+static const struct {
+    const char *s;
+    uint8_t op;
+} ops[] = {
+    {"//", KN_TO_FLOORDIV}, {"**", KN_TO_POW},   {"==", KN_TO_EQ},      {"!=", KN_TO_NE},      {">=", KN_TO_GE},
+    {"<=", KN_TO_LE},       {"+", KN_TO_ADD},    {"-", KN_TO_SUB},      {"/", KN_TO_DIV},      {"*", KN_TO_MUL},
+    {"%", KN_TO_MOD},       {"~", KN_TO_TILDE},  {"[", KN_TO_LBRACKET}, {"]", KN_TO_RBRACKET}, {"(", KN_TO_LPAREN},
+    {")", KN_TO_RPAREN},    {"{", KN_TO_LBRACE}, {"}", KN_TO_RBRACE},   {">", KN_TO_GT},       {"<", KN_TO_LT},
+    {"=", KN_TO_ASSIGN},    {".", KN_TO_DOT},    {":", KN_TO_COLON},    {"|", KN_TO_PIPE},     {",", KN_TO_COMMA},
+    {";", KN_TO_SEMICOLON},
 };
 
 /* Lexes the inside of a "{{" (block = false) or "{%" tag from p up to and including its end. */
@@ -274,14 +316,24 @@ static kiln_status lex_tag(lexer *L, size_t tag, size_t p, bool block) {
     size_t i = p;
     for (;;) {
         i = skip_ws(L, i);
-        if (i >= L->n) return lex_error(L, tag, block ? "unexpected end of template: unclosed '{%'" : "unexpected end of template: unclosed '{{'");
+        if (i >= L->n)
+            return lex_error(L, tag,
+                             block ? "unexpected end of template: unclosed '{%'"
+                                   : "unexpected end of template: unclosed '{{'");
         if (L->depth == 0) {
             if (block) {
                 char mode = 0;
                 size_t e = 0;
-                if (starts(L, i, "-%}")) { mode = '-'; e = i + 3; }
-                else if (starts(L, i, "+%}")) { mode = '+'; e = i + 3; }
-                else if (starts(L, i, "%}")) { mode = 't'; e = i + 2; }
+                if (starts(L, i, "-%}")) {
+                    mode = '-';
+                    e = i + 3;
+                } else if (starts(L, i, "+%}")) {
+                    mode = '+';
+                    e = i + 3;
+                } else if (starts(L, i, "%}")) {
+                    mode = 't';
+                    e = i + 2;
+                }
                 if (mode) {
                     if ((st = emit(L, KN_T_BLOCK_END, 0, i, e - i))) return st;
                     after_tag_end(L, e, mode);
@@ -290,8 +342,13 @@ static kiln_status lex_tag(lexer *L, size_t tag, size_t p, bool block) {
             } else {
                 char mode = 0;
                 size_t e = 0;
-                if (starts(L, i, "-}}")) { mode = '-'; e = i + 3; }
-                else if (starts(L, i, "}}")) { mode = 'v'; e = i + 2; }
+                if (starts(L, i, "-}}")) {
+                    mode = '-';
+                    e = i + 3;
+                } else if (starts(L, i, "}}")) {
+                    mode = 'v';
+                    e = i + 2;
+                }
                 if (mode) {
                     if ((st = emit(L, KN_T_VAR_END, 0, i, e - i))) return st;
                     after_tag_end(L, e, mode);
@@ -332,7 +389,8 @@ static kiln_status lex_tag(lexer *L, size_t tag, size_t p, bool block) {
             if (starts(L, i, ops[k].s)) break;
         if (k == KN_ARRAY_LEN(ops)) {
             char what[64];
-            if ((unsigned char)c >= 0x20 && (unsigned char)c < 0x7f) snprintf(what, sizeof what, "unexpected char '%c'", c);
+            if ((unsigned char)c >= 0x20 && (unsigned char)c < 0x7f)
+                snprintf(what, sizeof what, "unexpected char '%c'", c);
             else snprintf(what, sizeof what, "unexpected char (byte 0x%02x)", (unsigned char)c);
             return lex_error(L, i, what);
         }
@@ -351,7 +409,9 @@ static kiln_status lex_tag(lexer *L, size_t tag, size_t p, bool block) {
                 uint8_t o = L->brackets[L->depth - 1];
                 char what[48];
                 snprintf(what, sizeof what, "unexpected '%c', expected '%c'", c,
-                         o == KN_TO_LPAREN ? ')' : o == KN_TO_LBRACKET ? ']' : '}');
+                         o == KN_TO_LPAREN     ? ')'
+                         : o == KN_TO_LBRACKET ? ']'
+                                               : '}');
                 return lex_error(L, i, what);
             }
             L->depth--;

@@ -18,52 +18,133 @@
 enum { R_STR = 1, R_DICT = 2, R_LIST = 4, R_TUPLE = 8, R_LOOP = 16 };
 
 enum {
-    M_CAPITALIZE, M_CASEFOLD, M_CENTER, M_COUNT, M_ENDSWITH, M_FIND, M_FORMAT, M_INDEX, M_ISALNUM,
-    M_ISALPHA, M_ISDIGIT, M_ISLOWER, M_ISSPACE, M_ISUPPER, M_JOIN, M_LJUST, M_LOWER, M_LSTRIP,
-    M_PARTITION, M_REPLACE, M_RFIND, M_RINDEX, M_RJUST, M_RPARTITION, M_RSPLIT, M_RSTRIP, M_SPLIT,
-    M_SPLITLINES, M_STARTSWITH, M_STRIP, M_SWAPCASE, M_TITLE, M_UPPER, M_ZFILL, M_REMOVEPREFIX,
-    M_REMOVESUFFIX, M_ISNUMERIC, M_ISDECIMAL,
-    M_GET, M_ITEMS, M_KEYS, M_VALUES, M_COPY,
-    M_LCOUNT, M_LINDEX,
-    M_CYCLE, M_CHANGED,
+    M_CAPITALIZE,
+    M_CASEFOLD,
+    M_CENTER,
+    M_COUNT,
+    M_ENDSWITH,
+    M_FIND,
+    M_FORMAT,
+    M_INDEX,
+    M_ISALNUM,
+    M_ISALPHA,
+    M_ISDIGIT,
+    M_ISLOWER,
+    M_ISSPACE,
+    M_ISUPPER,
+    M_JOIN,
+    M_LJUST,
+    M_LOWER,
+    M_LSTRIP,
+    M_PARTITION,
+    M_REPLACE,
+    M_RFIND,
+    M_RINDEX,
+    M_RJUST,
+    M_RPARTITION,
+    M_RSPLIT,
+    M_RSTRIP,
+    M_SPLIT,
+    M_SPLITLINES,
+    M_STARTSWITH,
+    M_STRIP,
+    M_SWAPCASE,
+    M_TITLE,
+    M_UPPER,
+    M_ZFILL,
+    M_REMOVEPREFIX,
+    M_REMOVESUFFIX,
+    M_ISNUMERIC,
+    M_ISDECIMAL,
+    M_GET,
+    M_ITEMS,
+    M_KEYS,
+    M_VALUES,
+    M_COPY,
+    M_LCOUNT,
+    M_LINDEX,
+    M_CYCLE,
+    M_CHANGED,
     M_UNSAFE,
 };
 
-static const struct { uint8_t recv; uint8_t id; const char *name; } methods[] = {
-    {R_STR, M_CAPITALIZE, "capitalize"}, {R_STR, M_CASEFOLD, "casefold"}, {R_STR, M_CENTER, "center"},
-    {R_STR, M_COUNT, "count"}, {R_STR, M_ENDSWITH, "endswith"}, {R_STR, M_FIND, "find"},
-    {R_STR, M_FORMAT, "format"}, {R_STR, M_INDEX, "index"}, {R_STR, M_ISALNUM, "isalnum"},
-    {R_STR, M_ISALPHA, "isalpha"}, {R_STR, M_ISDIGIT, "isdigit"}, {R_STR, M_ISLOWER, "islower"},
-    {R_STR, M_ISSPACE, "isspace"}, {R_STR, M_ISUPPER, "isupper"}, {R_STR, M_JOIN, "join"},
-    {R_STR, M_LJUST, "ljust"}, {R_STR, M_LOWER, "lower"}, {R_STR, M_LSTRIP, "lstrip"},
-    {R_STR, M_PARTITION, "partition"}, {R_STR, M_REPLACE, "replace"}, {R_STR, M_RFIND, "rfind"},
-    {R_STR, M_RINDEX, "rindex"}, {R_STR, M_RJUST, "rjust"}, {R_STR, M_RPARTITION, "rpartition"},
-    {R_STR, M_RSPLIT, "rsplit"}, {R_STR, M_RSTRIP, "rstrip"}, {R_STR, M_SPLIT, "split"},
-    {R_STR, M_SPLITLINES, "splitlines"}, {R_STR, M_STARTSWITH, "startswith"}, {R_STR, M_STRIP, "strip"},
-    {R_STR, M_SWAPCASE, "swapcase"}, {R_STR, M_TITLE, "title"}, {R_STR, M_UPPER, "upper"},
-    {R_STR, M_ZFILL, "zfill"}, {R_STR, M_REMOVEPREFIX, "removeprefix"}, {R_STR, M_REMOVESUFFIX, "removesuffix"},
-    {R_STR, M_ISNUMERIC, "isnumeric"}, {R_STR, M_ISDECIMAL, "isdecimal"},
-    {R_DICT, M_GET, "get"}, {R_DICT, M_ITEMS, "items"}, {R_DICT, M_KEYS, "keys"}, {R_DICT, M_VALUES, "values"},
+static const struct {
+    uint8_t recv;
+    uint8_t id;
+    const char *name;
+} methods[] = {
+    {R_STR, M_CAPITALIZE, "capitalize"},
+    {R_STR, M_CASEFOLD, "casefold"},
+    {R_STR, M_CENTER, "center"},
+    {R_STR, M_COUNT, "count"},
+    {R_STR, M_ENDSWITH, "endswith"},
+    {R_STR, M_FIND, "find"},
+    {R_STR, M_FORMAT, "format"},
+    {R_STR, M_INDEX, "index"},
+    {R_STR, M_ISALNUM, "isalnum"},
+    {R_STR, M_ISALPHA, "isalpha"},
+    {R_STR, M_ISDIGIT, "isdigit"},
+    {R_STR, M_ISLOWER, "islower"},
+    {R_STR, M_ISSPACE, "isspace"},
+    {R_STR, M_ISUPPER, "isupper"},
+    {R_STR, M_JOIN, "join"},
+    {R_STR, M_LJUST, "ljust"},
+    {R_STR, M_LOWER, "lower"},
+    {R_STR, M_LSTRIP, "lstrip"},
+    {R_STR, M_PARTITION, "partition"},
+    {R_STR, M_REPLACE, "replace"},
+    {R_STR, M_RFIND, "rfind"},
+    {R_STR, M_RINDEX, "rindex"},
+    {R_STR, M_RJUST, "rjust"},
+    {R_STR, M_RPARTITION, "rpartition"},
+    {R_STR, M_RSPLIT, "rsplit"},
+    {R_STR, M_RSTRIP, "rstrip"},
+    {R_STR, M_SPLIT, "split"},
+    {R_STR, M_SPLITLINES, "splitlines"},
+    {R_STR, M_STARTSWITH, "startswith"},
+    {R_STR, M_STRIP, "strip"},
+    {R_STR, M_SWAPCASE, "swapcase"},
+    {R_STR, M_TITLE, "title"},
+    {R_STR, M_UPPER, "upper"},
+    {R_STR, M_ZFILL, "zfill"},
+    {R_STR, M_REMOVEPREFIX, "removeprefix"},
+    {R_STR, M_REMOVESUFFIX, "removesuffix"},
+    {R_STR, M_ISNUMERIC, "isnumeric"},
+    {R_STR, M_ISDECIMAL, "isdecimal"},
+    {R_DICT, M_GET, "get"},
+    {R_DICT, M_ITEMS, "items"},
+    {R_DICT, M_KEYS, "keys"},
+    {R_DICT, M_VALUES, "values"},
     {R_DICT | R_LIST, M_COPY, "copy"},
-    {R_LIST | R_TUPLE, M_LCOUNT, "count"}, {R_LIST | R_TUPLE, M_LINDEX, "index"},
-    {R_LOOP, M_CYCLE, "cycle"}, {R_LOOP, M_CHANGED, "changed"},
+    {R_LIST | R_TUPLE, M_LCOUNT, "count"},
+    {R_LIST | R_TUPLE, M_LINDEX, "index"},
+    {R_LOOP, M_CYCLE, "cycle"},
+    {R_LOOP, M_CHANGED, "changed"},
     /* mutators: the immutable sandbox blocks them */
-    {R_DICT, M_UNSAFE, "pop"}, {R_DICT, M_UNSAFE, "popitem"}, {R_DICT, M_UNSAFE, "setdefault"},
-    {R_DICT, M_UNSAFE, "update"}, {R_DICT | R_LIST, M_UNSAFE, "clear"}, {R_DICT, M_UNSAFE, "fromkeys"},
-    {R_LIST, M_UNSAFE, "append"}, {R_LIST, M_UNSAFE, "extend"}, {R_LIST, M_UNSAFE, "insert"},
-    {R_LIST, M_UNSAFE, "pop"}, {R_LIST, M_UNSAFE, "remove"}, {R_LIST, M_UNSAFE, "reverse"},
+    {R_DICT, M_UNSAFE, "pop"},
+    {R_DICT, M_UNSAFE, "popitem"},
+    {R_DICT, M_UNSAFE, "setdefault"},
+    {R_DICT, M_UNSAFE, "update"},
+    {R_DICT | R_LIST, M_UNSAFE, "clear"},
+    {R_DICT, M_UNSAFE, "fromkeys"},
+    {R_LIST, M_UNSAFE, "append"},
+    {R_LIST, M_UNSAFE, "extend"},
+    {R_LIST, M_UNSAFE, "insert"},
+    {R_LIST, M_UNSAFE, "pop"},
+    {R_LIST, M_UNSAFE, "remove"},
+    {R_LIST, M_UNSAFE, "reverse"},
     {R_LIST, M_UNSAFE, "sort"},
 };
 
 /* The receiver class (R_*) of a value, 0 when it has no methods. */
 static int recv_class(kn_jv v) {
     switch (v.t) {
-    case KN_J_STR: return R_STR;
-    case KN_J_DICT: return R_DICT;
-    case KN_J_LIST: return R_LIST;
-    case KN_J_TUPLE: return R_TUPLE;
-    case KN_J_LOOP: return R_LOOP;
-    default: return 0;
+        case KN_J_STR: return R_STR;
+        case KN_J_DICT: return R_DICT;
+        case KN_J_LIST: return R_LIST;
+        case KN_J_TUPLE: return R_TUPLE;
+        case KN_J_LOOP: return R_LOOP;
+        default: return 0;
     }
 }
 
@@ -82,7 +163,10 @@ int kn_jmethod_find(kn_jv self, const char *name, size_t n, bool *unsafe) {
 /* ---- string helpers -------------------------------------------------------------------------- */
 
 static bool take(kn_jbuf *b, bool ok, kn_jv *out) {
-    if (!ok) { kn_jbuf_free(b); return false; }
+    if (!ok) {
+        kn_jbuf_free(b);
+        return false;
+    }
     return kn_jbuf_take(b, false, out);
 }
 
@@ -125,15 +209,16 @@ bool kn_jstrip(kn_jr *r, const kn_jstr *s, const kn_jstr *chars, int which, kn_j
 static const char *special_case(uint32_t cp, bool upper) {
     if (upper) {
         switch (cp) {
-        case 0x00DF: return "SS";
-        case 0x0149: return "\u02BCN";
-        case 0xFB00: return "FF";
-        case 0xFB01: return "FI";
-        case 0xFB02: return "FL";
-        case 0xFB03: return "FFI";
-        case 0xFB04: return "FFL";
-        case 0xFB05: case 0xFB06: return "ST";
-        default: return NULL;
+            case 0x00DF: return "SS";
+            case 0x0149: return "\u02BCN";
+            case 0xFB00: return "FF";
+            case 0xFB01: return "FI";
+            case 0xFB02: return "FL";
+            case 0xFB03: return "FFI";
+            case 0xFB04: return "FFL";
+            case 0xFB05:
+            case 0xFB06: return "ST";
+            default: return NULL;
         }
     }
     return cp == 0x0130 ? "i\u0307" : NULL;
@@ -148,8 +233,9 @@ static bool map_case(kn_jr *r, const kn_jstr *s, int mode, kn_jv *out) {
         unsigned char c = (unsigned char)s->s[i];
         if (c < 0x80) {
             char d = (char)c;
-            if (mode == 0 || (mode == 2 && c >= 'A' && c <= 'Z')) { if (c >= 'A' && c <= 'Z') d = (char)(c + 32); }
-            else if (c >= 'a' && c <= 'z') d = (char)(c - 32);
+            if (mode == 0 || (mode == 2 && c >= 'A' && c <= 'Z')) {
+                if (c >= 'A' && c <= 'Z') d = (char)(c + 32);
+            } else if (c >= 'a' && c <= 'z') d = (char)(c - 32);
             ok = kn_jbuf_putc(&b, d);
             i++;
             continue;
@@ -166,7 +252,10 @@ static bool map_case(kn_jr *r, const kn_jstr *s, int mode, kn_jv *out) {
         }
         i += adv;
     }
-    if (!ok) { kn_jbuf_free(&b); return false; }
+    if (!ok) {
+        kn_jbuf_free(&b);
+        return false;
+    }
     return kn_jbuf_take(&b, s->safe, out);
 }
 
@@ -183,7 +272,10 @@ bool kn_jreplace(kn_jr *r, const kn_jstr *s, const kn_jstr *old, const kn_jstr *
         for (; ok && i <= s->len; done++) {
             if (count >= 0 && done >= count) break;
             ok = kn_jbuf_put(&b, rep->s, rep->len);
-            if (i == s->len) { i++; break; }
+            if (i == s->len) {
+                i++;
+                break;
+            }
             size_t j = kn_ju_next(s->s, s->len, i);
             if (ok) ok = kn_jbuf_put(&b, s->s + i, j - i);
             i = j;
@@ -214,7 +306,10 @@ static bool sub_range(kn_jr *r, const kn_jstr *s, const kn_jargs *a, size_t firs
         if (x.t == KN_J_NONE) continue;
         if (x.t == KN_J_INT || x.t == KN_J_BOOL) v[k] = x.t == KN_J_INT ? x.u.i : x.u.b;
         else return kn_jfail(r, "slice indices must be integers or None");
-        if (v[k] < 0) { v[k] += n; if (v[k] < 0) v[k] = 0; }
+        if (v[k] < 0) {
+            v[k] += n;
+            if (v[k] < 0) v[k] = 0;
+        }
         if (v[k] > n) v[k] = n;
     }
     *lo = kn_jstr_cpoff(s, (size_t)v[0]);
@@ -260,7 +355,10 @@ static bool find_sub(kn_jr *r, const kn_jstr *s, const kn_jargs *a, bool rev, in
         if (hit) *res = cp_index(s, (size_t)(hit - s->s));
     } else {
         for (size_t i = hi - sub->len + 1; i-- > lo;) {
-            if (memcmp(s->s + i, sub->s, sub->len) == 0) { *res = cp_index(s, i); break; }
+            if (memcmp(s->s + i, sub->s, sub->len) == 0) {
+                *res = cp_index(s, i);
+                break;
+            }
         }
     }
     return true;
@@ -276,10 +374,14 @@ static bool affix(kn_jr *r, const kn_jstr *s, const kn_jargs *a, bool end, bool 
     for (size_t i = 0; i < n; i++) {
         kn_jv x = p.t == KN_J_TUPLE ? p.u.l->v[i] : p;
         if (x.t != KN_J_STR)
-            return kn_jfail(r, "%s first arg must be str or a tuple of str, not %s", end ? "endswith" : "startswith", kn_jv_typename(x));
+            return kn_jfail(r, "%s first arg must be str or a tuple of str, not %s", end ? "endswith" : "startswith",
+                            kn_jv_typename(x));
         const kn_jstr *f = x.u.s;
         if (hi < lo || hi - lo < f->len) continue;
-        if (memcmp(s->s + (end ? hi - f->len : lo), f->s, f->len) == 0) { *res = true; break; }
+        if (memcmp(s->s + (end ? hi - f->len : lo), f->s, f->len) == 0) {
+            *res = true;
+            break;
+        }
     }
     return true;
 }
@@ -324,10 +426,14 @@ static bool split(kn_jr *r, const kn_jstr *s, const kn_jargs *a, bool rev, kn_jv
             while (ok && (maxsplit < 0 || done < maxsplit) && end >= sep->len) {
                 size_t at = SIZE_MAX;
                 for (size_t i = end - sep->len + 1; i-- > 0;)
-                    if (memcmp(s->s + i, sep->s, sep->len) == 0) { at = i; break; }
+                    if (memcmp(s->s + i, sep->s, sep->len) == 0) {
+                        at = i;
+                        break;
+                    }
                 if (at == SIZE_MAX) break;
                 kn_jv piece;
-                ok = kn_jmk_str(r, s->s + at + sep->len, end - at - sep->len, false, &piece) && kn_jlist_push(r, l, piece);
+                ok = kn_jmk_str(r, s->s + at + sep->len, end - at - sep->len, false, &piece) &&
+                     kn_jlist_push(r, l, piece);
                 end = at;
                 done++;
                 if (!kn_jwork(r, s->len)) ok = false;
@@ -339,7 +445,11 @@ static bool split(kn_jr *r, const kn_jstr *s, const kn_jargs *a, bool rev, kn_jv
         size_t i = 0;
         int64_t done = 0;
         for (;;) {
-            while (i < s->len) { size_t adv; if (!kn_ju_isspace(kn_ju_cp(s->s, s->len, i, &adv))) break; i += adv; }
+            while (i < s->len) {
+                size_t adv;
+                if (!kn_ju_isspace(kn_ju_cp(s->s, s->len, i, &adv))) break;
+                i += adv;
+            }
             if (i >= s->len || !ok) break;
             if (maxsplit >= 0 && done >= maxsplit) {
                 kn_jv piece;
@@ -347,7 +457,11 @@ static bool split(kn_jr *r, const kn_jstr *s, const kn_jargs *a, bool rev, kn_jv
                 break;
             }
             size_t j = i;
-            while (j < s->len) { size_t adv; if (kn_ju_isspace(kn_ju_cp(s->s, s->len, j, &adv))) break; j += adv; }
+            while (j < s->len) {
+                size_t adv;
+                if (kn_ju_isspace(kn_ju_cp(s->s, s->len, j, &adv))) break;
+                j += adv;
+            }
             kn_jv piece;
             ok = kn_jmk_str(r, s->s + i, j - i, false, &piece) && kn_jlist_push(r, l, piece);
             done++;
@@ -357,14 +471,21 @@ static bool split(kn_jr *r, const kn_jstr *s, const kn_jargs *a, bool rev, kn_jv
         /* rsplit on whitespace: scan from the end by characters */
         size_t n = kn_jstr_cplen(s);
         size_t *offs = malloc((n + 1) * sizeof *offs);
-        if (!offs) { kn_jv_drop(kn_jv_list(l, false)); return kn_jnomem(r); }
+        if (!offs) {
+            kn_jv_drop(kn_jv_list(l, false));
+            return kn_jnomem(r);
+        }
         size_t k = 0;
         for (size_t i = 0; i < s->len; i = kn_ju_next(s->s, s->len, i)) offs[k++] = i;
         offs[k] = s->len;
-        size_t e = n;     /* characters [0, e) remain */
+        size_t e = n; /* characters [0, e) remain */
         int64_t done = 0;
         for (;;) {
-            while (e > 0) { size_t adv; if (!kn_ju_isspace(kn_ju_cp(s->s, s->len, offs[e - 1], &adv))) break; e--; }
+            while (e > 0) {
+                size_t adv;
+                if (!kn_ju_isspace(kn_ju_cp(s->s, s->len, offs[e - 1], &adv))) break;
+                e--;
+            }
             if (e == 0 || !ok) break;
             if (maxsplit >= 0 && done >= maxsplit) {
                 kn_jv piece;
@@ -372,7 +493,11 @@ static bool split(kn_jr *r, const kn_jstr *s, const kn_jargs *a, bool rev, kn_jv
                 break;
             }
             size_t b = e;
-            while (b > 0) { size_t adv; if (kn_ju_isspace(kn_ju_cp(s->s, s->len, offs[b - 1], &adv))) break; b--; }
+            while (b > 0) {
+                size_t adv;
+                if (kn_ju_isspace(kn_ju_cp(s->s, s->len, offs[b - 1], &adv))) break;
+                b--;
+            }
             kn_jv piece;
             ok = kn_jmk_str(r, s->s + offs[b], offs[e] - offs[b], false, &piece) && kn_jlist_push(r, l, piece);
             done++;
@@ -380,7 +505,10 @@ static bool split(kn_jr *r, const kn_jstr *s, const kn_jargs *a, bool rev, kn_jv
         }
         free(offs);
     }
-    if (!ok) { kn_jv_drop(kn_jv_list(l, false)); return false; }
+    if (!ok) {
+        kn_jv_drop(kn_jv_list(l, false));
+        return false;
+    }
     if (rev)
         for (size_t i = 0; i < l->n / 2; i++) {
             kn_jv t = l->v[i];
@@ -402,7 +530,10 @@ static bool splitlines(kn_jr *r, const kn_jstr *s, bool keepends, kn_jv *out) {
         uint32_t cp = kn_ju_cp(s->s, s->len, i, &adv);
         bool brk = cp == '\n' || cp == '\r' || cp == '\v' || cp == '\f' || (cp >= 0x1c && cp <= 0x1e) || cp == 0x85 ||
                    cp == 0x2028 || cp == 0x2029;
-        if (!brk) { i += adv; continue; }
+        if (!brk) {
+            i += adv;
+            continue;
+        }
         size_t end = i + adv;
         if (cp == '\r' && end < s->len && s->s[end] == '\n') end++;
         kn_jv piece;
@@ -413,7 +544,10 @@ static bool splitlines(kn_jr *r, const kn_jstr *s, bool keepends, kn_jv *out) {
         kn_jv piece;
         ok = kn_jmk_str(r, s->s + start, s->len - start, false, &piece) && kn_jlist_push(r, l, piece);
     }
-    if (!ok) { kn_jv_drop(kn_jv_list(l, false)); return false; }
+    if (!ok) {
+        kn_jv_drop(kn_jv_list(l, false));
+        return false;
+    }
     *out = kn_jv_list(l, false);
     return true;
 }
@@ -438,16 +572,19 @@ static bool pad(kn_jr *r, const kn_jstr *s, const kn_jargs *a, int mode, kn_jv *
     if (width <= len) return kn_jmk_str(r, s->s, s->len, s->safe, out);
     if (width > (int64_t)KN_JINJA_MAX_OUTPUT) return kn_jfail(r, "width too large");
     int64_t marg = width - len, left;
-    if (mode == 0) left = 0;                                    /* ljust */
-    else if (mode == 1) left = marg;                            /* rjust, zfill */
-    else left = marg / 2 + (marg & width & 1);                  /* center */
+    if (mode == 0) left = 0;                   /* ljust */
+    else if (mode == 1) left = marg;           /* rjust, zfill */
+    else left = marg / 2 + (marg & width & 1); /* center */
     kn_jbuf b;
     kn_jbuf_init(&b, r);
     bool ok = true;
     size_t body = 0;
-    if (mode == 3) {        /* zfill: zeros after a sign */
+    if (mode == 3) { /* zfill: zeros after a sign */
         fill = "0";
-        if (s->len && (s->s[0] == '+' || s->s[0] == '-')) { ok = kn_jbuf_putc(&b, s->s[0]); body = 1; }
+        if (s->len && (s->s[0] == '+' || s->s[0] == '-')) {
+            ok = kn_jbuf_putc(&b, s->s[0]);
+            body = 1;
+        }
         left = marg;
     }
     for (int64_t i = 0; ok && i < left; i++) ok = kn_jbuf_put(&b, fill, fl);
@@ -467,20 +604,28 @@ static bool partition(kn_jr *r, const kn_jstr *s, kn_jv sepv, bool rev, kn_jv *o
         if (hit) at = (size_t)(hit - s->s);
     } else if (s->len >= sep->len) {
         for (size_t i = s->len - sep->len + 1; i-- > 0;)
-            if (memcmp(s->s + i, sep->s, sep->len) == 0) { at = i; break; }
+            if (memcmp(s->s + i, sep->s, sep->len) == 0) {
+                at = i;
+                break;
+            }
     }
     kn_jlist *l = kn_jlist_new(r, 3);
     if (!l) return false;
     kn_jv p[3];
     bool ok;
     if (at == SIZE_MAX) {
-        ok = rev ? kn_jmk_str(r, "", 0, false, &p[0]) && kn_jmk_str(r, "", 0, false, &p[1]) && kn_jmk_str(r, s->s, s->len, false, &p[2])
-                 : kn_jmk_str(r, s->s, s->len, false, &p[0]) && kn_jmk_str(r, "", 0, false, &p[1]) && kn_jmk_str(r, "", 0, false, &p[2]);
+        ok = rev ? kn_jmk_str(r, "", 0, false, &p[0]) && kn_jmk_str(r, "", 0, false, &p[1]) &&
+                       kn_jmk_str(r, s->s, s->len, false, &p[2])
+                 : kn_jmk_str(r, s->s, s->len, false, &p[0]) && kn_jmk_str(r, "", 0, false, &p[1]) &&
+                       kn_jmk_str(r, "", 0, false, &p[2]);
     } else {
         ok = kn_jmk_str(r, s->s, at, false, &p[0]) && kn_jmk_str(r, sep->s, sep->len, false, &p[1]) &&
              kn_jmk_str(r, s->s + at + sep->len, s->len - at - sep->len, false, &p[2]);
     }
-    if (!ok) { kn_jv_drop(kn_jv_list(l, true)); return false; }
+    if (!ok) {
+        kn_jv_drop(kn_jv_list(l, true));
+        return false;
+    }
     for (int i = 0; i < 3; i++) l->v[l->n++] = p[i];
     *out = kn_jv_list(l, true);
     return true;
@@ -494,7 +639,13 @@ static bool py_title(kn_jr *r, const kn_jstr *s, bool capitalize_only, kn_jv *ou
     for (size_t i = 0; ok && i < s->len;) {
         size_t adv;
         uint32_t cp = kn_ju_cp(s->s, s->len, i, &adv);
-        if (cp == KN_UTF8_INVALID) { ok = kn_jbuf_put(&b, s->s + i, adv); i += adv; prev_cased = false; first = false; continue; }
+        if (cp == KN_UTF8_INVALID) {
+            ok = kn_jbuf_put(&b, s->s + i, adv);
+            i += adv;
+            prev_cased = false;
+            first = false;
+            continue;
+        }
         uint32_t m;
         if (capitalize_only) m = first ? kn_ju_upper(cp) : kn_ju_lower(cp);
         else m = prev_cased ? kn_ju_lower(cp) : kn_ju_upper(cp);
@@ -528,14 +679,26 @@ static bool format_spec(kn_jr *r, kn_jv v, const char *spec, size_t n, kn_jbuf *
     }
     if (!align && i < n && strchr("<>=^", spec[i])) align = spec[i++];
     if (i < n && strchr("+- ", spec[i])) sign = spec[i++];
-    if (i < n && spec[i] == '#') { alt = true; i++; }
-    if (i < n && spec[i] == '0') { zero = true; i++; }
-    while (i < n && spec[i] >= '0' && spec[i] <= '9') { width = (width < 0 ? 0 : width) * 10 + (spec[i++] - '0'); if (width > 1 << 20) return kn_jfail(r, "format width too large"); }
+    if (i < n && spec[i] == '#') {
+        alt = true;
+        i++;
+    }
+    if (i < n && spec[i] == '0') {
+        zero = true;
+        i++;
+    }
+    while (i < n && spec[i] >= '0' && spec[i] <= '9') {
+        width = (width < 0 ? 0 : width) * 10 + (spec[i++] - '0');
+        if (width > 1 << 20) return kn_jfail(r, "format width too large");
+    }
     if (i < n && (spec[i] == ',' || spec[i] == '_')) group = spec[i++];
     if (i < n && spec[i] == '.') {
         i++;
         prec = 0;
-        while (i < n && spec[i] >= '0' && spec[i] <= '9') { prec = prec * 10 + (spec[i++] - '0'); if (prec > 1000) return kn_jfail(r, "format precision too large"); }
+        while (i < n && spec[i] >= '0' && spec[i] <= '9') {
+            prec = prec * 10 + (spec[i++] - '0');
+            if (prec > 1000) return kn_jfail(r, "format precision too large");
+        }
     }
     if (i < n) type = spec[i++];
     if (i != n) return kn_jfail(r, "Invalid format specifier");
@@ -555,30 +718,48 @@ static bool format_spec(kn_jr *r, kn_jv v, const char *spec, size_t n, kn_jbuf *
         int len;
         if (!type && v.t != KN_J_FLOAT && prec < 0) len = snprintf(tmp, sizeof tmp, "%lld", (long long)iv);
         else if (type == 'd') {
-            if (v.t == KN_J_FLOAT) { kn_jbuf_free(&body); return kn_jfail(r, "Unknown format code 'd' for object of type 'float'"); }
+            if (v.t == KN_J_FLOAT) {
+                kn_jbuf_free(&body);
+                return kn_jfail(r, "Unknown format code 'd' for object of type 'float'");
+            }
             len = snprintf(tmp, sizeof tmp, "%lld", (long long)iv);
         } else if (type == 'x' || type == 'X' || type == 'o' || type == 'b') {
-            if (v.t == KN_J_FLOAT) { kn_jbuf_free(&body); return kn_jfail(r, "Unknown format code '%c' for object of type 'float'", type); }
+            if (v.t == KN_J_FLOAT) {
+                kn_jbuf_free(&body);
+                return kn_jfail(r, "Unknown format code '%c' for object of type 'float'", type);
+            }
             uint64_t u = iv < 0 ? (uint64_t)0 - (uint64_t)iv : (uint64_t)iv;
             if (type == 'b') {
                 char bits[70];
                 int k = 0;
-                do { bits[k++] = (char)('0' + (u & 1)); u >>= 1; } while (u);
+                do {
+                    bits[k++] = (char)('0' + (u & 1));
+                    u >>= 1;
+                } while (u);
                 len = 0;
                 if (iv < 0) tmp[len++] = '-';
                 while (k) tmp[len++] = bits[--k];
                 tmp[len] = 0;
             } else {
-                len = snprintf(tmp, sizeof tmp, iv < 0 ? (type == 'x' ? "-%llx" : type == 'X' ? "-%llX" : "-%llo")
-                                                       : (type == 'x' ? "%llx" : type == 'X' ? "%llX" : "%llo"),
+                len = snprintf(tmp, sizeof tmp,
+                               iv < 0 ? (type == 'x'   ? "-%llx"
+                                         : type == 'X' ? "-%llX"
+                                                       : "-%llo")
+                                      : (type == 'x'   ? "%llx"
+                                         : type == 'X' ? "%llX"
+                                                       : "%llo"),
                                (unsigned long long)u);
             }
-        } else if (type == 'f' || type == 'F' || type == 'e' || type == 'E' || type == 'g' || type == 'G' || type == '%') {
+        } else if (type == 'f' || type == 'F' || type == 'e' || type == 'E' || type == 'g' || type == 'G' ||
+                   type == '%') {
             double x = type == '%' ? f * 100 : f;
             char c = type == '%' ? 'f' : type;
             char fmt[8] = {'%', '.', '*', c, 0};
             len = snprintf(tmp, sizeof tmp, fmt, (int)(prec < 0 ? 6 : prec), x);
-            if (type == '%' && len > 0 && len + 1 < (int)sizeof tmp) { tmp[len++] = '%'; tmp[len] = 0; }
+            if (type == '%' && len > 0 && len + 1 < (int)sizeof tmp) {
+                tmp[len++] = '%';
+                tmp[len] = 0;
+            }
         } else if (!type) {
             if (prec >= 0) len = snprintf(tmp, sizeof tmp, "%.*g", (int)prec, f);
             else len = (int)kn_jfloat_repr(f, tmp);
@@ -611,10 +792,16 @@ static bool format_spec(kn_jr *r, kn_jv v, const char *spec, size_t n, kn_jbuf *
         kn_jbuf_free(&body);
         return kn_jfail(r, "Unknown format code '%c' for object of type '%s'", type, kn_jv_typename(v));
     }
-    if (!ok) { kn_jbuf_free(&body); return false; }
+    if (!ok) {
+        kn_jbuf_free(&body);
+        return false;
+    }
     if (!align) align = numeric ? '>' : '<';
     if (zero && !align) align = '=';
-    if (zero && numeric && fill_len == 1 && fill[0] == ' ') { fill[0] = '0'; align = '='; }
+    if (zero && numeric && fill_len == 1 && fill[0] == ' ') {
+        fill[0] = '0';
+        align = '=';
+    }
     int64_t len = 0;
     for (size_t k = 0; k < body.n; k = kn_ju_next(body.p, body.n, k)) len++;
     int64_t marg = width > len ? width - len : 0, left = 0;
@@ -622,7 +809,10 @@ static bool format_spec(kn_jr *r, kn_jv v, const char *spec, size_t n, kn_jbuf *
     else if (align == '^') left = marg / 2;
     size_t skip = 0;
     if (align == '=') {
-        if (body.n && (body.p[0] == '-' || body.p[0] == '+' || body.p[0] == ' ')) { ok = kn_jbuf_putc(b, body.p[0]); skip = 1; }
+        if (body.n && (body.p[0] == '-' || body.p[0] == '+' || body.p[0] == ' ')) {
+            ok = kn_jbuf_putc(b, body.p[0]);
+            skip = 1;
+        }
         left = marg;
     }
     for (int64_t k = 0; ok && k < left; k++) ok = kn_jbuf_put(b, fill, fill_len);
@@ -641,23 +831,45 @@ static bool str_format(kn_jr *r, const kn_jstr *s, const kn_jargs *a, kn_jv *out
     bool ok = true;
     for (size_t i = 0; ok && i < s->len;) {
         char c = s->s[i];
-        if (c == '}' ) {
-            if (i + 1 < s->len && s->s[i + 1] == '}') { ok = kn_jbuf_putc(&b, '}'); i += 2; continue; }
+        if (c == '}') {
+            if (i + 1 < s->len && s->s[i + 1] == '}') {
+                ok = kn_jbuf_putc(&b, '}');
+                i += 2;
+                continue;
+            }
             kn_jbuf_free(&b);
             return kn_jfail(r, "Single '}' encountered in format string");
         }
-        if (c != '{') { ok = kn_jbuf_putc(&b, c); i++; continue; }
-        if (i + 1 < s->len && s->s[i + 1] == '{') { ok = kn_jbuf_putc(&b, '{'); i += 2; continue; }
+        if (c != '{') {
+            ok = kn_jbuf_putc(&b, c);
+            i++;
+            continue;
+        }
+        if (i + 1 < s->len && s->s[i + 1] == '{') {
+            ok = kn_jbuf_putc(&b, '{');
+            i += 2;
+            continue;
+        }
         size_t e = i + 1;
         int depth = 1;
-        while (e < s->len && depth) { if (s->s[e] == '{') depth++; else if (s->s[e] == '}') depth--; if (depth) e++; }
-        if (e >= s->len) { kn_jbuf_free(&b); return kn_jfail(r, "Single '{' encountered in format string"); }
+        while (e < s->len && depth) {
+            if (s->s[e] == '{') depth++;
+            else if (s->s[e] == '}') depth--;
+            if (depth) e++;
+        }
+        if (e >= s->len) {
+            kn_jbuf_free(&b);
+            return kn_jfail(r, "Single '{' encountered in format string");
+        }
         const char *f = s->s + i + 1;
         size_t fl = e - i - 1;
         size_t colon = fl, bang = fl;
         for (size_t k = 0; k < fl; k++) {
             if (f[k] == '!' && bang == fl && colon == fl) bang = k;
-            if (f[k] == ':' ) { colon = k; break; }
+            if (f[k] == ':') {
+                colon = k;
+                break;
+            }
         }
         size_t name_end = KN_MIN(bang, colon);
         /* field name: index or keyword, then .attr / [key] parts */
@@ -665,17 +877,26 @@ static bool str_format(kn_jr *r, const kn_jstr *s, const kn_jargs *a, kn_jv *out
         while (k < name_end && f[k] != '.' && f[k] != '[') k++;
         kn_jv v;
         if (k == 0) {
-            if (auto_idx >= a->n_pos) { kn_jbuf_free(&b); return kn_jfail(r, "Replacement index %zu out of range for positional args tuple", auto_idx); }
+            if (auto_idx >= a->n_pos) {
+                kn_jbuf_free(&b);
+                return kn_jfail(r, "Replacement index %zu out of range for positional args tuple", auto_idx);
+            }
             v = kn_jv_ref(a->pos[auto_idx++]);
         } else if (f[0] >= '0' && f[0] <= '9') {
             size_t idx = (size_t)strtoul(f, NULL, 10);
-            if (idx >= a->n_pos) { kn_jbuf_free(&b); return kn_jfail(r, "Replacement index %zu out of range for positional args tuple", idx); }
+            if (idx >= a->n_pos) {
+                kn_jbuf_free(&b);
+                return kn_jfail(r, "Replacement index %zu out of range for positional args tuple", idx);
+            }
             v = kn_jv_ref(a->pos[idx]);
         } else {
             size_t j;
             for (j = 0; j < a->n_kw; j++)
                 if (a->kw_names[j]->len == k && memcmp(a->kw_names[j]->s, f, k) == 0) break;
-            if (j == a->n_kw) { kn_jbuf_free(&b); return kn_jfail(r, "KeyError: '%.*s'", (int)KN_MIN(k, 64u), f); }
+            if (j == a->n_kw) {
+                kn_jbuf_free(&b);
+                return kn_jfail(r, "KeyError: '%.*s'", (int)KN_MIN(k, 64u), f);
+            }
             v = kn_jv_ref(a->kw[j]);
         }
         while (ok && k < name_end) {
@@ -684,15 +905,24 @@ static bool str_format(kn_jr *r, const kn_jstr *s, const kn_jargs *a, kn_jv *out
             if (f[k] == '.') {
                 while (q < name_end && f[q] != '.' && f[q] != '[') q++;
                 ok = kn_jmk_str(r, f + p, q - p, false, &key);
-                if (ok) { ok = kn_jgetattr(r, v, key.u.s, &next); kn_jv_drop(key); }
+                if (ok) {
+                    ok = kn_jgetattr(r, v, key.u.s, &next);
+                    kn_jv_drop(key);
+                }
                 k = q;
             } else {
                 while (q < name_end && f[q] != ']') q++;
                 bool digits = q > p;
-                for (size_t t = p; t < q; t++) if (f[t] < '0' || f[t] > '9') digits = false;
-                if (digits) { key = kn_jv_int(strtoll(f + p, NULL, 10)); ok = true; }
-                else ok = kn_jmk_str(r, f + p, q - p, false, &key);
-                if (ok) { ok = kn_jgetitem(r, v, key, &next); kn_jv_drop(key); }
+                for (size_t t = p; t < q; t++)
+                    if (f[t] < '0' || f[t] > '9') digits = false;
+                if (digits) {
+                    key = kn_jv_int(strtoll(f + p, NULL, 10));
+                    ok = true;
+                } else ok = kn_jmk_str(r, f + p, q - p, false, &key);
+                if (ok) {
+                    ok = kn_jgetitem(r, v, key, &next);
+                    kn_jv_drop(key);
+                }
                 k = q + 1;
             }
             kn_jv_drop(v);
@@ -726,23 +956,39 @@ bool kn_jformat_percent(kn_jr *r, const kn_jstr *fmt, kn_jv args, kn_jv *out) {
     const kn_jv *items = &args;
     size_t n_items = 1, next = 0;
     bool mapping = args.t == KN_J_DICT;
-    if (args.t == KN_J_TUPLE) { items = args.u.l->v; n_items = args.u.l->n; }
+    if (args.t == KN_J_TUPLE) {
+        items = args.u.l->v;
+        n_items = args.u.l->n;
+    }
     kn_jbuf b;
     kn_jbuf_init(&b, r);
     bool ok = true, used_map = false;
     for (size_t i = 0; ok && i < fmt->len;) {
         char c = fmt->s[i];
-        if (c != '%') { ok = kn_jbuf_putc(&b, c); i++; continue; }
+        if (c != '%') {
+            ok = kn_jbuf_putc(&b, c);
+            i++;
+            continue;
+        }
         i++;
-        if (i >= fmt->len) { ok = kn_jfail(r, "incomplete format"); break; }
+        if (i >= fmt->len) {
+            ok = kn_jfail(r, "incomplete format");
+            break;
+        }
         kn_jv v = kn_jv_undef();
         bool have = false;
         if (fmt->s[i] == '(') {
             size_t e = i + 1;
             while (e < fmt->len && fmt->s[e] != ')') e++;
-            if (e >= fmt->len || !mapping) { ok = kn_jfail(r, e >= fmt->len ? "incomplete format key" : "format requires a mapping"); break; }
+            if (e >= fmt->len || !mapping) {
+                ok = kn_jfail(r, e >= fmt->len ? "incomplete format key" : "format requires a mapping");
+                break;
+            }
             kn_jv *p = kn_jdict_get_str(args.u.d, fmt->s + i + 1, e - i - 1);
-            if (!p) { ok = kn_jfail(r, "KeyError: '%.*s'", (int)KN_MIN(e - i - 1, 64u), fmt->s + i + 1); break; }
+            if (!p) {
+                ok = kn_jfail(r, "KeyError: '%.*s'", (int)KN_MIN(e - i - 1, 64u), fmt->s + i + 1);
+                break;
+            }
             v = *p;
             have = true;
             used_map = true;
@@ -751,96 +997,136 @@ bool kn_jformat_percent(kn_jr *r, const kn_jstr *fmt, kn_jv args, kn_jv *out) {
         char spec[64] = "";
         size_t sl = 0;
         while (i < fmt->len && strchr("-+ #0123456789.*", fmt->s[i]) && sl + 1 < sizeof spec) {
-            if (fmt->s[i] == '*') { ok = kn_jfail(r, "* in format is not supported"); break; }
+            if (fmt->s[i] == '*') {
+                ok = kn_jfail(r, "* in format is not supported");
+                break;
+            }
             spec[sl++] = fmt->s[i++];
         }
         spec[sl] = 0;
         while (i < fmt->len && strchr("hlL", fmt->s[i])) i++;
         if (!ok) break;
-        if (i >= fmt->len) { ok = kn_jfail(r, "incomplete format"); break; }
+        if (i >= fmt->len) {
+            ok = kn_jfail(r, "incomplete format");
+            break;
+        }
         char conv = fmt->s[i++];
-        if (conv == '%') { ok = kn_jbuf_putc(&b, '%'); continue; }
+        if (conv == '%') {
+            ok = kn_jbuf_putc(&b, '%');
+            continue;
+        }
         if (!have) {
             if (mapping) v = args;
-            else if (next >= n_items) { ok = kn_jfail(r, "not enough arguments for format string"); break; }
-            else v = items[next++];
+            else if (next >= n_items) {
+                ok = kn_jfail(r, "not enough arguments for format string");
+                break;
+            } else v = items[next++];
         }
         char tmp[512], f[80];
         int len = -1;
         switch (conv) {
-        case 's': case 'r': case 'a': {
-            kn_jbuf sb;
-            kn_jbuf_init(&sb, r);
-            ok = conv == 's' ? kn_jv_str_to(r, v, &sb) : kn_jv_repr_to(r, v, &sb, 0);
-            if (ok) {
-                /* width / precision by characters */
-                const char *p = spec;
-                bool left = strchr(spec, '-') != NULL;
-                while (*p && strchr("-+ #0", *p)) p++;
-                long width = strtol(p, (char **)&p, 10);
-                long prec = -1;
-                if (*p == '.') prec = strtol(p + 1, NULL, 10);
-                size_t bytes = sb.n;
-                if (prec >= 0) {
-                    size_t k = 0;
-                    long cnt = 0;
-                    while (k < sb.n && cnt < prec) { k = kn_ju_next(sb.p, sb.n, k); cnt++; }
-                    bytes = k;
+            case 's':
+            case 'r':
+            case 'a': {
+                kn_jbuf sb;
+                kn_jbuf_init(&sb, r);
+                ok = conv == 's' ? kn_jv_str_to(r, v, &sb) : kn_jv_repr_to(r, v, &sb, 0);
+                if (ok) {
+                    /* width / precision by characters */
+                    const char *p = spec;
+                    bool left = strchr(spec, '-') != NULL;
+                    while (*p && strchr("-+ #0", *p)) p++;
+                    long width = strtol(p, (char **)&p, 10);
+                    long prec = -1;
+                    if (*p == '.') prec = strtol(p + 1, NULL, 10);
+                    size_t bytes = sb.n;
+                    if (prec >= 0) {
+                        size_t k = 0;
+                        long cnt = 0;
+                        while (k < sb.n && cnt < prec) {
+                            k = kn_ju_next(sb.p, sb.n, k);
+                            cnt++;
+                        }
+                        bytes = k;
+                    }
+                    long chars = 0;
+                    for (size_t k = 0; k < bytes; k = kn_ju_next(sb.p, bytes, k)) chars++;
+                    long padn = width > chars ? width - chars : 0;
+                    if (padn > (long)KN_JINJA_MAX_OUTPUT) ok = kn_jfail(r, "format width too large");
+                    for (long k = 0; ok && !left && k < padn; k++) ok = kn_jbuf_putc(&b, ' ');
+                    if (ok) ok = kn_jbuf_put(&b, sb.p ? sb.p : "", bytes);
+                    for (long k = 0; ok && left && k < padn; k++) ok = kn_jbuf_putc(&b, ' ');
                 }
-                long chars = 0;
-                for (size_t k = 0; k < bytes; k = kn_ju_next(sb.p, bytes, k)) chars++;
-                long padn = width > chars ? width - chars : 0;
-                if (padn > (long)KN_JINJA_MAX_OUTPUT) ok = kn_jfail(r, "format width too large");
-                for (long k = 0; ok && !left && k < padn; k++) ok = kn_jbuf_putc(&b, ' ');
-                if (ok) ok = kn_jbuf_put(&b, sb.p ? sb.p : "", bytes);
-                for (long k = 0; ok && left && k < padn; k++) ok = kn_jbuf_putc(&b, ' ');
-            }
-            kn_jbuf_free(&sb);
-            continue;
-        }
-        case 'd': case 'i': case 'u': case 'x': case 'X': case 'o': case 'c': {
-            int64_t iv;
-            if (v.t == KN_J_INT) iv = v.u.i;
-            else if (v.t == KN_J_BOOL) iv = v.u.b;
-            else if (v.t == KN_J_FLOAT && conv != 'c' && conv != 'x' && conv != 'X' && conv != 'o') {
-                if (!isfinite(v.u.f) || fabs(v.u.f) >= 9.2e18) { ok = kn_jfail(r, "cannot convert float to integer"); break; }
-                iv = (int64_t)v.u.f;
-            } else if (conv == 'c' && v.t == KN_J_STR) {
-                if (kn_jstr_cplen(v.u.s) != 1) { ok = kn_jfail(r, "%%c requires int or char"); break; }
-                ok = kn_jbuf_put(&b, v.u.s->s, v.u.s->len);
+                kn_jbuf_free(&sb);
                 continue;
-            } else {
-                ok = kn_jfail(r, "%%%c format: a real number is required, not %s", conv, kn_jv_typename(v));
+            }
+            case 'd':
+            case 'i':
+            case 'u':
+            case 'x':
+            case 'X':
+            case 'o':
+            case 'c': {
+                int64_t iv;
+                if (v.t == KN_J_INT) iv = v.u.i;
+                else if (v.t == KN_J_BOOL) iv = v.u.b;
+                else if (v.t == KN_J_FLOAT && conv != 'c' && conv != 'x' && conv != 'X' && conv != 'o') {
+                    if (!isfinite(v.u.f) || fabs(v.u.f) >= 9.2e18) {
+                        ok = kn_jfail(r, "cannot convert float to integer");
+                        break;
+                    }
+                    iv = (int64_t)v.u.f;
+                } else if (conv == 'c' && v.t == KN_J_STR) {
+                    if (kn_jstr_cplen(v.u.s) != 1) {
+                        ok = kn_jfail(r, "%%c requires int or char");
+                        break;
+                    }
+                    ok = kn_jbuf_put(&b, v.u.s->s, v.u.s->len);
+                    continue;
+                } else {
+                    ok = kn_jfail(r, "%%%c format: a real number is required, not %s", conv, kn_jv_typename(v));
+                    break;
+                }
+                if (conv == 'c') {
+                    if (iv < 0 || iv > 0x10FFFF) {
+                        ok = kn_jfail(r, "%%c arg not in range(0x110000)");
+                        break;
+                    }
+                    ok = kn_jbuf_putcp(&b, (uint32_t)iv);
+                    continue;
+                }
+                char lc = conv == 'i' || conv == 'u' ? 'd' : conv;
+                snprintf(f, sizeof f, "%%%sll%c", spec, lc);
+                if (lc == 'd') len = snprintf(tmp, sizeof tmp, f, (long long)iv);
+                else if (iv < 0) {
+                    char f2[80];
+                    snprintf(f2, sizeof f2, "-%%%sll%c", spec, lc);
+                    len = snprintf(tmp, sizeof tmp, f2, (unsigned long long)(0 - (uint64_t)iv));
+                } else len = snprintf(tmp, sizeof tmp, f, (unsigned long long)iv);
                 break;
             }
-            if (conv == 'c') {
-                if (iv < 0 || iv > 0x10FFFF) { ok = kn_jfail(r, "%%c arg not in range(0x110000)"); break; }
-                ok = kn_jbuf_putcp(&b, (uint32_t)iv);
-                continue;
+            case 'e':
+            case 'E':
+            case 'f':
+            case 'F':
+            case 'g':
+            case 'G': {
+                if (!kn_jv_is_num(v)) {
+                    ok = kn_jfail(r, "must be real number, not %s", kn_jv_typename(v));
+                    break;
+                }
+                double d = v.t == KN_J_FLOAT ? v.u.f : v.t == KN_J_INT ? (double)v.u.i : v.u.b;
+                snprintf(f, sizeof f, "%%%s%c", spec, conv);
+                len = snprintf(tmp, sizeof tmp, f, d);
+                break;
             }
-            char lc = conv == 'i' || conv == 'u' ? 'd' : conv;
-            snprintf(f, sizeof f, "%%%sll%c", spec, lc);
-            if (lc == 'd') len = snprintf(tmp, sizeof tmp, f, (long long)iv);
-            else if (iv < 0) {
-                char f2[80];
-                snprintf(f2, sizeof f2, "-%%%sll%c", spec, lc);
-                len = snprintf(tmp, sizeof tmp, f2, (unsigned long long)(0 - (uint64_t)iv));
-            } else len = snprintf(tmp, sizeof tmp, f, (unsigned long long)iv);
-            break;
-        }
-        case 'e': case 'E': case 'f': case 'F': case 'g': case 'G': {
-            if (!kn_jv_is_num(v)) { ok = kn_jfail(r, "must be real number, not %s", kn_jv_typename(v)); break; }
-            double d = v.t == KN_J_FLOAT ? v.u.f : v.t == KN_J_INT ? (double)v.u.i : v.u.b;
-            snprintf(f, sizeof f, "%%%s%c", spec, conv);
-            len = snprintf(tmp, sizeof tmp, f, d);
-            break;
-        }
-        default:
-            ok = kn_jfail(r, "unsupported format character '%c'", conv);
-            break;
+            default: ok = kn_jfail(r, "unsupported format character '%c'", conv); break;
         }
         if (!ok) break;
-        if (len < 0 || len >= (int)sizeof tmp) { ok = kn_jfail(r, "formatted value too long"); break; }
+        if (len < 0 || len >= (int)sizeof tmp) {
+            ok = kn_jfail(r, "formatted value too long");
+            break;
+        }
         ok = kn_jbuf_put(&b, tmp, (size_t)len);
     }
     if (ok && !mapping && !used_map && args.t != KN_J_LIST && next < n_items)
@@ -855,128 +1141,154 @@ static bool str_method(kn_jr *r, int id, const kn_jstr *s, const kn_jargs *a, kn
     bool res;
     const kn_jstr *t;
     switch (id) {
-    case M_CAPITALIZE: return args_between(r, "capitalize", a, 0, 0) && py_title(r, s, true, out);
-    case M_TITLE: return args_between(r, "title", a, 0, 0) && py_title(r, s, false, out);
-    case M_CASEFOLD:
-    case M_LOWER: return args_between(r, "lower", a, 0, 0) && map_case(r, s, 0, out);
-    case M_UPPER: return args_between(r, "upper", a, 0, 0) && map_case(r, s, 1, out);
-    case M_SWAPCASE: return args_between(r, "swapcase", a, 0, 0) && map_case(r, s, 2, out);
-    case M_CENTER: return args_between(r, "center", a, 1, 2) && pad(r, s, a, 2, out);
-    case M_LJUST: return args_between(r, "ljust", a, 1, 2) && pad(r, s, a, 0, out);
-    case M_RJUST: return args_between(r, "rjust", a, 1, 2) && pad(r, s, a, 1, out);
-    case M_ZFILL: return args_between(r, "zfill", a, 1, 1) && pad(r, s, a, 3, out);
-    case M_COUNT: {
-        size_t lo, hi;
-        if (!args_between(r, "count", a, 1, 3) || !need_str(r, a->pos[0], "substring", &t) || !sub_range(r, s, a, 1, &lo, &hi)) return false;
-        int64_t cnt = 0;
-        if (hi >= lo) {
-            if (!t->len) cnt = cp_index(s, hi) - cp_index(s, lo) + 1;
-            else
-                for (size_t p = lo; p + t->len <= hi;) {
-                    const char *hit = memmem(s->s + p, hi - p, t->s, t->len);
-                    if (!hit) break;
-                    cnt++;
-                    p = (size_t)(hit - s->s) + t->len;
+        case M_CAPITALIZE: return args_between(r, "capitalize", a, 0, 0) && py_title(r, s, true, out);
+        case M_TITLE: return args_between(r, "title", a, 0, 0) && py_title(r, s, false, out);
+        case M_CASEFOLD:
+        case M_LOWER: return args_between(r, "lower", a, 0, 0) && map_case(r, s, 0, out);
+        case M_UPPER: return args_between(r, "upper", a, 0, 0) && map_case(r, s, 1, out);
+        case M_SWAPCASE: return args_between(r, "swapcase", a, 0, 0) && map_case(r, s, 2, out);
+        case M_CENTER: return args_between(r, "center", a, 1, 2) && pad(r, s, a, 2, out);
+        case M_LJUST: return args_between(r, "ljust", a, 1, 2) && pad(r, s, a, 0, out);
+        case M_RJUST: return args_between(r, "rjust", a, 1, 2) && pad(r, s, a, 1, out);
+        case M_ZFILL: return args_between(r, "zfill", a, 1, 1) && pad(r, s, a, 3, out);
+        case M_COUNT: {
+            size_t lo, hi;
+            if (!args_between(r, "count", a, 1, 3) || !need_str(r, a->pos[0], "substring", &t) ||
+                !sub_range(r, s, a, 1, &lo, &hi))
+                return false;
+            int64_t cnt = 0;
+            if (hi >= lo) {
+                if (!t->len) cnt = cp_index(s, hi) - cp_index(s, lo) + 1;
+                else
+                    for (size_t p = lo; p + t->len <= hi;) {
+                        const char *hit = memmem(s->s + p, hi - p, t->s, t->len);
+                        if (!hit) break;
+                        cnt++;
+                        p = (size_t)(hit - s->s) + t->len;
+                    }
+            }
+            *out = kn_jv_int(cnt);
+            return true;
+        }
+        case M_ENDSWITH:
+        case M_STARTSWITH:
+            if (!args_between(r, id == M_ENDSWITH ? "endswith" : "startswith", a, 1, 3) ||
+                !affix(r, s, a, id == M_ENDSWITH, &res))
+                return false;
+            *out = kn_jv_bool(res);
+            return true;
+        case M_FIND:
+        case M_RFIND:
+        case M_INDEX:
+        case M_RINDEX:
+            if (!args_between(r, "find", a, 1, 3) || !find_sub(r, s, a, id == M_RFIND || id == M_RINDEX, &idx))
+                return false;
+            if (idx < 0 && (id == M_INDEX || id == M_RINDEX)) return kn_jfail(r, "substring not found");
+            *out = kn_jv_int(idx);
+            return true;
+        case M_FORMAT: return str_format(r, s, a, out);
+        case M_ISALNUM:
+        case M_ISALPHA:
+        case M_ISDIGIT:
+        case M_ISSPACE:
+        case M_ISNUMERIC:
+        case M_ISDECIMAL: {
+            if (!args_between(r, "is...", a, 0, 0)) return false;
+            bool all = s->len > 0;
+            for (size_t i = 0; all && i < s->len;) {
+                size_t adv;
+                uint32_t cp = kn_ju_cp(s->s, s->len, i, &adv);
+                i += adv;
+                bool ok = cp != KN_UTF8_INVALID && (id == M_ISALPHA   ? kn_ju_isalpha(cp)
+                                                    : id == M_ISSPACE ? kn_ju_isspace(cp)
+                                                    : id == M_ISALNUM ? (kn_ju_isalpha(cp) || kn_ju_isdigit(cp))
+                                                                      : kn_ju_isdigit(cp));
+                if (!ok) all = false;
+            }
+            *out = kn_jv_bool(all);
+            return true;
+        }
+        case M_ISLOWER:
+        case M_ISUPPER: {
+            if (!args_between(r, "islower", a, 0, 0)) return false;
+            bool cased = false, good = true;
+            for (size_t i = 0; i < s->len;) {
+                size_t adv;
+                uint32_t cp = kn_ju_cp(s->s, s->len, i, &adv);
+                i += adv;
+                uint32_t lo = kn_ju_lower(cp), up = kn_ju_upper(cp);
+                if (cp == KN_UTF8_INVALID || lo == up) continue;
+                if (id == M_ISUPPER ? cp != up : cp != lo) {
+                    good = false;
+                    break;
                 }
+                cased = true;
+            }
+            *out = kn_jv_bool(good && cased);
+            return true;
         }
-        *out = kn_jv_int(cnt);
-        return true;
-    }
-    case M_ENDSWITH:
-    case M_STARTSWITH:
-        if (!args_between(r, id == M_ENDSWITH ? "endswith" : "startswith", a, 1, 3) || !affix(r, s, a, id == M_ENDSWITH, &res)) return false;
-        *out = kn_jv_bool(res);
-        return true;
-    case M_FIND: case M_RFIND: case M_INDEX: case M_RINDEX:
-        if (!args_between(r, "find", a, 1, 3) || !find_sub(r, s, a, id == M_RFIND || id == M_RINDEX, &idx)) return false;
-        if (idx < 0 && (id == M_INDEX || id == M_RINDEX)) return kn_jfail(r, "substring not found");
-        *out = kn_jv_int(idx);
-        return true;
-    case M_FORMAT: return str_format(r, s, a, out);
-    case M_ISALNUM: case M_ISALPHA: case M_ISDIGIT: case M_ISSPACE: case M_ISNUMERIC: case M_ISDECIMAL: {
-        if (!args_between(r, "is...", a, 0, 0)) return false;
-        bool all = s->len > 0;
-        for (size_t i = 0; all && i < s->len;) {
-            size_t adv;
-            uint32_t cp = kn_ju_cp(s->s, s->len, i, &adv);
-            i += adv;
-            bool ok = cp != KN_UTF8_INVALID &&
-                      (id == M_ISALPHA ? kn_ju_isalpha(cp) : id == M_ISSPACE ? kn_ju_isspace(cp)
-                       : id == M_ISALNUM ? (kn_ju_isalpha(cp) || kn_ju_isdigit(cp)) : kn_ju_isdigit(cp));
-            if (!ok) all = false;
+        case M_JOIN: {
+            if (!args_between(r, "join", a, 1, 1)) return false;
+            kn_jlist *l;
+            if (!kn_jiterate(r, a->pos[0], &l)) return false;
+            kn_jbuf b;
+            kn_jbuf_init(&b, r);
+            bool ok = true;
+            for (size_t i = 0; ok && i < l->n; i++) {
+                if (l->v[i].t != KN_J_STR) {
+                    ok = kn_jfail(r, "sequence item %zu: expected str instance, %s found", i, kn_jv_typename(l->v[i]));
+                    break;
+                }
+                ok = (!i || kn_jbuf_put(&b, s->s, s->len)) && kn_jbuf_put(&b, l->v[i].u.s->s, l->v[i].u.s->len);
+            }
+            kn_jv_drop(kn_jv_list(l, false));
+            return take(&b, ok, out);
         }
-        *out = kn_jv_bool(all);
-        return true;
-    }
-    case M_ISLOWER: case M_ISUPPER: {
-        if (!args_between(r, "islower", a, 0, 0)) return false;
-        bool cased = false, good = true;
-        for (size_t i = 0; i < s->len;) {
-            size_t adv;
-            uint32_t cp = kn_ju_cp(s->s, s->len, i, &adv);
-            i += adv;
-            uint32_t lo = kn_ju_lower(cp), up = kn_ju_upper(cp);
-            if (cp == KN_UTF8_INVALID || lo == up) continue;
-            if (id == M_ISUPPER ? cp != up : cp != lo) { good = false; break; }
-            cased = true;
+        case M_LSTRIP:
+        case M_RSTRIP:
+        case M_STRIP: {
+            const kn_jstr *chars = NULL;
+            if (!args_between(r, "strip", a, 0, 1)) return false;
+            if (a->n_pos && a->pos[0].t != KN_J_NONE && !need_str(r, a->pos[0], "chars", &chars)) return false;
+            return kn_jstrip(r, s, chars, id == M_LSTRIP ? 1 : id == M_RSTRIP ? 2 : 3, out);
         }
-        *out = kn_jv_bool(good && cased);
-        return true;
-    }
-    case M_JOIN: {
-        if (!args_between(r, "join", a, 1, 1)) return false;
-        kn_jlist *l;
-        if (!kn_jiterate(r, a->pos[0], &l)) return false;
-        kn_jbuf b;
-        kn_jbuf_init(&b, r);
-        bool ok = true;
-        for (size_t i = 0; ok && i < l->n; i++) {
-            if (l->v[i].t != KN_J_STR) { ok = kn_jfail(r, "sequence item %zu: expected str instance, %s found", i, kn_jv_typename(l->v[i])); break; }
-            ok = (!i || kn_jbuf_put(&b, s->s, s->len)) && kn_jbuf_put(&b, l->v[i].u.s->s, l->v[i].u.s->len);
+        case M_PARTITION:
+        case M_RPARTITION:
+            return args_between(r, "partition", a, 1, 1) && partition(r, s, a->pos[0], id == M_RPARTITION, out);
+        case M_REPLACE: {
+            static const char *const params[] = {"old", "new", "count"};
+            kn_jv arg[3];
+            bool given[3];
+            const kn_jstr *o, *nw;
+            int64_t count = -1;
+            if (!kn_jbind(r, "replace", a, params, 3, 2, arg, given) || !need_str(r, arg[0], "old", &o) ||
+                !need_str(r, arg[1], "new", &nw))
+                return false;
+            if (given[2]) {
+                if (arg[2].t == KN_J_INT) count = arg[2].u.i;
+                else if (arg[2].t == KN_J_BOOL) count = arg[2].u.b;
+                else return kn_jfail(r, "count must be an integer");
+            }
+            return kn_jreplace(r, s, o, nw, count, out);
         }
-        kn_jv_drop(kn_jv_list(l, false));
-        return take(&b, ok, out);
-    }
-    case M_LSTRIP: case M_RSTRIP: case M_STRIP: {
-        const kn_jstr *chars = NULL;
-        if (!args_between(r, "strip", a, 0, 1)) return false;
-        if (a->n_pos && a->pos[0].t != KN_J_NONE && !need_str(r, a->pos[0], "chars", &chars)) return false;
-        return kn_jstrip(r, s, chars, id == M_LSTRIP ? 1 : id == M_RSTRIP ? 2 : 3, out);
-    }
-    case M_PARTITION: case M_RPARTITION:
-        return args_between(r, "partition", a, 1, 1) && partition(r, s, a->pos[0], id == M_RPARTITION, out);
-    case M_REPLACE: {
-        static const char *const params[] = {"old", "new", "count"};
-        kn_jv arg[3];
-        bool given[3];
-        const kn_jstr *o, *nw;
-        int64_t count = -1;
-        if (!kn_jbind(r, "replace", a, params, 3, 2, arg, given) || !need_str(r, arg[0], "old", &o) || !need_str(r, arg[1], "new", &nw)) return false;
-        if (given[2]) {
-            if (arg[2].t == KN_J_INT) count = arg[2].u.i;
-            else if (arg[2].t == KN_J_BOOL) count = arg[2].u.b;
-            else return kn_jfail(r, "count must be an integer");
+        case M_SPLIT: return split(r, s, a, false, out);
+        case M_RSPLIT: return split(r, s, a, true, out);
+        case M_SPLITLINES: {
+            static const char *const params[] = {"keepends"};
+            kn_jv arg[1];
+            bool given[1];
+            if (!kn_jbind(r, "splitlines", a, params, 1, 0, arg, given)) return false;
+            return splitlines(r, s, given[0] && kn_jv_truthy(arg[0]), out);
         }
-        return kn_jreplace(r, s, o, nw, count, out);
-    }
-    case M_SPLIT: return split(r, s, a, false, out);
-    case M_RSPLIT: return split(r, s, a, true, out);
-    case M_SPLITLINES: {
-        static const char *const params[] = {"keepends"};
-        kn_jv arg[1];
-        bool given[1];
-        if (!kn_jbind(r, "splitlines", a, params, 1, 0, arg, given)) return false;
-        return splitlines(r, s, given[0] && kn_jv_truthy(arg[0]), out);
-    }
-    case M_REMOVEPREFIX: case M_REMOVESUFFIX: {
-        if (!args_between(r, "removeprefix", a, 1, 1) || !need_str(r, a->pos[0], "affix", &t)) return false;
-        bool pre = id == M_REMOVEPREFIX;
-        if (t->len <= s->len && memcmp(s->s + (pre ? 0 : s->len - t->len), t->s, t->len) == 0)
-            return kn_jmk_str(r, s->s + (pre ? t->len : 0), s->len - t->len, false, out);
-        return kn_jmk_str(r, s->s, s->len, false, out);
-    }
-    default:
-        return kn_jfail(r, "internal error: bad string method");
+        case M_REMOVEPREFIX:
+        case M_REMOVESUFFIX: {
+            if (!args_between(r, "removeprefix", a, 1, 1) || !need_str(r, a->pos[0], "affix", &t)) return false;
+            bool pre = id == M_REMOVEPREFIX;
+            if (t->len <= s->len && memcmp(s->s + (pre ? 0 : s->len - t->len), t->s, t->len) == 0)
+                return kn_jmk_str(r, s->s + (pre ? t->len : 0), s->len - t->len, false, out);
+            return kn_jmk_str(r, s->s, s->len, false, out);
+        }
+        default: return kn_jfail(r, "internal error: bad string method");
     }
 }
 
@@ -995,7 +1307,10 @@ static bool dict_items(kn_jr *r, const kn_jdict *d, int which, kn_jv *out) {
             else if (p) kn_jv_drop(kn_jv_list(p, true));
         }
     }
-    if (!ok) { kn_jv_drop(kn_jv_list(l, false)); return false; }
+    if (!ok) {
+        kn_jv_drop(kn_jv_list(l, false));
+        return false;
+    }
     *out = kn_jv_list(l, false);
     return true;
 }
@@ -1004,70 +1319,79 @@ bool kn_jmethod_call(kn_jr *r, const kn_jmethod *m, const kn_jargs *a, kn_jv *ou
     int id = methods[m->id].id;
     kn_jv self = m->self;
     switch (id) {
-    case M_UNSAFE:
-        return kn_jfail(r, "access to attribute '%s' of '%s' object is unsafe.", methods[m->id].name, kn_jv_typename(self));
-    case M_GET: {
-        if (!args_between(r, "get", a, 1, 2)) return false;
-        kn_jv *v = kn_jv_hashable(a->pos[0]) ? kn_jdict_get(self.u.d, a->pos[0]) : NULL;
-        if (!v && !kn_jv_hashable(a->pos[0])) return kn_jfail(r, "unhashable type: '%s'", kn_jv_typename(a->pos[0]));
-        *out = v ? kn_jv_ref(*v) : a->n_pos > 1 ? kn_jv_ref(a->pos[1]) : kn_jv_none();
-        return true;
-    }
-    case M_KEYS: return args_between(r, "keys", a, 0, 0) && dict_items(r, self.u.d, 0, out);
-    case M_VALUES: return args_between(r, "values", a, 0, 0) && dict_items(r, self.u.d, 1, out);
-    case M_ITEMS: return args_between(r, "items", a, 0, 0) && dict_items(r, self.u.d, 2, out);
-    case M_COPY:
-        if (!args_between(r, "copy", a, 0, 0)) return false;
-        if (self.t == KN_J_DICT) {
-            kn_jdict *d = kn_jdict_new(r);
-            bool ok = d != NULL;
-            for (size_t i = 0; ok && i < self.u.d->n; i++) ok = kn_jdict_set(r, d, kn_jv_ref(self.u.d->k[i]), kn_jv_ref(self.u.d->v[i]));
-            if (!ok) { if (d) kn_jv_drop(kn_jv_dict(d)); return false; }
-            *out = kn_jv_dict(d);
-            return true;
-        } else {
-            kn_jlist *l;
-            if (!kn_jiterate(r, self, &l)) return false;
-            *out = kn_jv_list(l, false);
+        case M_UNSAFE:
+            return kn_jfail(r, "access to attribute '%s' of '%s' object is unsafe.", methods[m->id].name,
+                            kn_jv_typename(self));
+        case M_GET: {
+            if (!args_between(r, "get", a, 1, 2)) return false;
+            kn_jv *v = kn_jv_hashable(a->pos[0]) ? kn_jdict_get(self.u.d, a->pos[0]) : NULL;
+            if (!v && !kn_jv_hashable(a->pos[0]))
+                return kn_jfail(r, "unhashable type: '%s'", kn_jv_typename(a->pos[0]));
+            *out = v ? kn_jv_ref(*v) : a->n_pos > 1 ? kn_jv_ref(a->pos[1]) : kn_jv_none();
             return true;
         }
-    case M_LCOUNT: {
-        if (!args_between(r, "count", a, 1, 1)) return false;
-        int64_t c = 0;
-        for (size_t i = 0; i < self.u.l->n; i++) c += kn_jv_eq(self.u.l->v[i], a->pos[0]);
-        *out = kn_jv_int(c);
-        return true;
-    }
-    case M_LINDEX: {
-        if (!args_between(r, "index", a, 1, 1)) return false;
-        for (size_t i = 0; i < self.u.l->n; i++)
-            if (kn_jv_eq(self.u.l->v[i], a->pos[0])) { *out = kn_jv_int((int64_t)i); return true; }
-        return kn_jfail(r, "value is not in %s", self.t == KN_J_TUPLE ? "tuple" : "list");
-    }
-    case M_CYCLE: {
-        if (a->n_kw) return kn_jfail(r, "cycle() takes no keyword arguments");
-        if (!a->n_pos) return kn_jfail(r, "no items for cycling given");
-        *out = kn_jv_ref(a->pos[self.u.loop->i % a->n_pos]);
-        return true;
-    }
-    case M_CHANGED: {
-        kn_jloop *l = self.u.loop;
-        kn_jlist *vals = kn_jlist_new(r, a->n_pos);
-        if (!vals) return false;
-        for (size_t i = 0; i < a->n_pos; i++) vals->v[vals->n++] = kn_jv_ref(a->pos[i]);
-        kn_jv v = kn_jv_list(vals, true);
-        bool changed = l->last_changed.t == KN_J_UNDEF || !kn_jv_eq(l->last_changed, v);
-        if (changed) {
-            kn_jv_drop(l->last_changed);
-            l->last_changed = v;
-        } else {
-            kn_jv_drop(v);
+        case M_KEYS: return args_between(r, "keys", a, 0, 0) && dict_items(r, self.u.d, 0, out);
+        case M_VALUES: return args_between(r, "values", a, 0, 0) && dict_items(r, self.u.d, 1, out);
+        case M_ITEMS: return args_between(r, "items", a, 0, 0) && dict_items(r, self.u.d, 2, out);
+        case M_COPY:
+            if (!args_between(r, "copy", a, 0, 0)) return false;
+            if (self.t == KN_J_DICT) {
+                kn_jdict *d = kn_jdict_new(r);
+                bool ok = d != NULL;
+                for (size_t i = 0; ok && i < self.u.d->n; i++)
+                    ok = kn_jdict_set(r, d, kn_jv_ref(self.u.d->k[i]), kn_jv_ref(self.u.d->v[i]));
+                if (!ok) {
+                    if (d) kn_jv_drop(kn_jv_dict(d));
+                    return false;
+                }
+                *out = kn_jv_dict(d);
+                return true;
+            } else {
+                kn_jlist *l;
+                if (!kn_jiterate(r, self, &l)) return false;
+                *out = kn_jv_list(l, false);
+                return true;
+            }
+        case M_LCOUNT: {
+            if (!args_between(r, "count", a, 1, 1)) return false;
+            int64_t c = 0;
+            for (size_t i = 0; i < self.u.l->n; i++) c += kn_jv_eq(self.u.l->v[i], a->pos[0]);
+            *out = kn_jv_int(c);
+            return true;
         }
-        *out = kn_jv_bool(changed);
-        return true;
-    }
-    default:
-        if (self.t != KN_J_STR) return kn_jfail(r, "internal error: bad method receiver");
-        return str_method(r, id, self.u.s, a, out);
+        case M_LINDEX: {
+            if (!args_between(r, "index", a, 1, 1)) return false;
+            for (size_t i = 0; i < self.u.l->n; i++)
+                if (kn_jv_eq(self.u.l->v[i], a->pos[0])) {
+                    *out = kn_jv_int((int64_t)i);
+                    return true;
+                }
+            return kn_jfail(r, "value is not in %s", self.t == KN_J_TUPLE ? "tuple" : "list");
+        }
+        case M_CYCLE: {
+            if (a->n_kw) return kn_jfail(r, "cycle() takes no keyword arguments");
+            if (!a->n_pos) return kn_jfail(r, "no items for cycling given");
+            *out = kn_jv_ref(a->pos[self.u.loop->i % a->n_pos]);
+            return true;
+        }
+        case M_CHANGED: {
+            kn_jloop *l = self.u.loop;
+            kn_jlist *vals = kn_jlist_new(r, a->n_pos);
+            if (!vals) return false;
+            for (size_t i = 0; i < a->n_pos; i++) vals->v[vals->n++] = kn_jv_ref(a->pos[i]);
+            kn_jv v = kn_jv_list(vals, true);
+            bool changed = l->last_changed.t == KN_J_UNDEF || !kn_jv_eq(l->last_changed, v);
+            if (changed) {
+                kn_jv_drop(l->last_changed);
+                l->last_changed = v;
+            } else {
+                kn_jv_drop(v);
+            }
+            *out = kn_jv_bool(changed);
+            return true;
+        }
+        default:
+            if (self.t != KN_J_STR) return kn_jfail(r, "internal error: bad method receiver");
+            return str_method(r, id, self.u.s, a, out);
     }
 }

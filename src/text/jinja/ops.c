@@ -19,54 +19,51 @@
 bool kn_jiterate(kn_jr *r, kn_jv v, kn_jlist **out) {
     kn_jlist *l = NULL;
     switch (v.t) {
-    case KN_J_UNDEF:
-        l = kn_jlist_new(r, 0);
-        break;
-    case KN_J_LIST:
-    case KN_J_TUPLE:
-        /* lists are immutable: share it (callers that reorder take a copy, see kn_jlist_own) */
-        kn_jv_ref(v);
-        l = v.u.l;
-        break;
-    case KN_J_DICT:
-        if (!kn_jwork_items(r, v.u.d->n) || !(l = kn_jlist_new(r, v.u.d->n))) return false;
-        for (size_t i = 0; i < v.u.d->n; i++) l->v[i] = kn_jv_ref(v.u.d->k[i]);
-        l->n = v.u.d->n;
-        l->depth = v.u.d->depth;
-        break;
-    case KN_J_ITER: {
-        kn_jiter *it = v.u.it;
-        size_t n = it->l->n - it->pos;
-        if (it->pos == 0) {
-            /* not started: hand over its items */
-            l = it->l;
-            l->rc++;
+        case KN_J_UNDEF: l = kn_jlist_new(r, 0); break;
+        case KN_J_LIST:
+        case KN_J_TUPLE:
+            /* lists are immutable: share it (callers that reorder take a copy, see kn_jlist_own) */
+            kn_jv_ref(v);
+            l = v.u.l;
+            break;
+        case KN_J_DICT:
+            if (!kn_jwork_items(r, v.u.d->n) || !(l = kn_jlist_new(r, v.u.d->n))) return false;
+            for (size_t i = 0; i < v.u.d->n; i++) l->v[i] = kn_jv_ref(v.u.d->k[i]);
+            l->n = v.u.d->n;
+            l->depth = v.u.d->depth;
+            break;
+        case KN_J_ITER: {
+            kn_jiter *it = v.u.it;
+            size_t n = it->l->n - it->pos;
+            if (it->pos == 0) {
+                /* not started: hand over its items */
+                l = it->l;
+                l->rc++;
+                it->pos = it->l->n;
+                break;
+            }
+            if (!kn_jwork_items(r, n) || !(l = kn_jlist_new(r, n))) return false;
+            for (size_t i = 0; i < n; i++) l->v[i] = kn_jv_ref(it->l->v[it->pos + i]);
+            l->n = n;
+            l->depth = it->depth;
             it->pos = it->l->n;
             break;
         }
-        if (!kn_jwork_items(r, n) || !(l = kn_jlist_new(r, n))) return false;
-        for (size_t i = 0; i < n; i++) l->v[i] = kn_jv_ref(it->l->v[it->pos + i]);
-        l->n = n;
-        l->depth = it->depth;
-        it->pos = it->l->n;
-        break;
-    }
-    case KN_J_STR: {
-        const kn_jstr *s = v.u.s;
-        if (!(l = kn_jlist_new(r, 0))) return false;
-        for (size_t i = 0; i < s->len;) {
-            size_t j = kn_ju_next(s->s, s->len, i);
-            kn_jv c;
-            if (!kn_jmk_str(r, s->s + i, j - i, s->safe, &c) || !kn_jlist_push(r, l, c)) {
-                kn_jv_drop(kn_jv_list(l, false));
-                return false;
+        case KN_J_STR: {
+            const kn_jstr *s = v.u.s;
+            if (!(l = kn_jlist_new(r, 0))) return false;
+            for (size_t i = 0; i < s->len;) {
+                size_t j = kn_ju_next(s->s, s->len, i);
+                kn_jv c;
+                if (!kn_jmk_str(r, s->s + i, j - i, s->safe, &c) || !kn_jlist_push(r, l, c)) {
+                    kn_jv_drop(kn_jv_list(l, false));
+                    return false;
+                }
+                i = j;
             }
-            i = j;
+            break;
         }
-        break;
-    }
-    default:
-        return kn_jfail(r, "'%s' object is not iterable", kn_jv_typename(v));
+        default: return kn_jfail(r, "'%s' object is not iterable", kn_jv_typename(v));
     }
     if (!l) return false;
     *out = l;
@@ -89,34 +86,41 @@ bool kn_jlist_own(kn_jr *r, kn_jlist **l) {
 bool kn_jcontains(kn_jr *r, kn_jv c, kn_jv item, bool *res) {
     *res = false;
     switch (c.t) {
-    case KN_J_STR:
-        if (item.t != KN_J_STR)
-            return kn_jfail(r, "'in <string>' requires string as left operand, not %s", kn_jv_typename(item));
-        if (item.u.s->len == 0) { *res = true; return true; }
-        if (!kn_jwork(r, c.u.s->len)) return false;
-        *res = c.u.s->len >= item.u.s->len && memmem(c.u.s->s, c.u.s->len, item.u.s->s, item.u.s->len) != NULL;
-        return true;
-    case KN_J_LIST:
-    case KN_J_TUPLE:
-        if (!kn_jwork_items(r, c.u.l->n)) return false;
-        for (size_t i = 0; i < c.u.l->n; i++)
-            if (kn_jv_eq(c.u.l->v[i], item)) { *res = true; break; }
-        return true;
-    case KN_J_DICT:
-        if (!kn_jv_hashable(item)) return kn_jfail(r, "unhashable type: '%s'", kn_jv_typename(item));
-        *res = kn_jdict_get(c.u.d, item) != NULL;
-        return true;
-    case KN_J_ITER: {
-        kn_jiter *it = c.u.it;
-        while (it->pos < it->l->n) {
-            if (kn_jv_eq(it->l->v[it->pos++], item)) { *res = true; break; }
+        case KN_J_STR:
+            if (item.t != KN_J_STR)
+                return kn_jfail(r, "'in <string>' requires string as left operand, not %s", kn_jv_typename(item));
+            if (item.u.s->len == 0) {
+                *res = true;
+                return true;
+            }
+            if (!kn_jwork(r, c.u.s->len)) return false;
+            *res = c.u.s->len >= item.u.s->len && memmem(c.u.s->s, c.u.s->len, item.u.s->s, item.u.s->len) != NULL;
+            return true;
+        case KN_J_LIST:
+        case KN_J_TUPLE:
+            if (!kn_jwork_items(r, c.u.l->n)) return false;
+            for (size_t i = 0; i < c.u.l->n; i++)
+                if (kn_jv_eq(c.u.l->v[i], item)) {
+                    *res = true;
+                    break;
+                }
+            return true;
+        case KN_J_DICT:
+            if (!kn_jv_hashable(item)) return kn_jfail(r, "unhashable type: '%s'", kn_jv_typename(item));
+            *res = kn_jdict_get(c.u.d, item) != NULL;
+            return true;
+        case KN_J_ITER: {
+            kn_jiter *it = c.u.it;
+            while (it->pos < it->l->n) {
+                if (kn_jv_eq(it->l->v[it->pos++], item)) {
+                    *res = true;
+                    break;
+                }
+            }
+            return true;
         }
-        return true;
-    }
-    case KN_J_UNDEF:
-        return true;
-    default:
-        return kn_jfail(r, "argument of type '%s' is not iterable", kn_jv_typename(c));
+        case KN_J_UNDEF: return true;
+        default: return kn_jfail(r, "argument of type '%s' is not iterable", kn_jv_typename(c));
     }
 }
 
@@ -145,8 +149,8 @@ static bool method_attr(kn_jr *r, kn_jv obj, const char *name, size_t n, bool *f
     *found = id >= 0 || dunder;
     if (!*found) return true;
     if (unsafe || dunder) {
-        *out = kn_jv_undef_hint(r, true, "access to attribute '%.*s' of '%s' object is unsafe.", (int)KN_MIN(n, 64u), name,
-                                kn_jv_typename(obj));
+        *out = kn_jv_undef_hint(r, true, "access to attribute '%.*s' of '%s' object is unsafe.", (int)KN_MIN(n, 64u),
+                                name, kn_jv_typename(obj));
         return true;
     }
     return make_method(r, obj, id, out);
@@ -174,7 +178,9 @@ static bool loop_attr(kn_jr *r, kn_jv obj, const char *name, size_t n, kn_jv *ou
     else {
         bool found;
         if (!method_attr(r, obj, name, n, &found, out)) return false;
-        if (!found) *out = kn_jv_undef_hint(r, false, "'LoopContext' object has no attribute '%.*s'", (int)KN_MIN(n, 64u), name);
+        if (!found)
+            *out =
+                kn_jv_undef_hint(r, false, "'LoopContext' object has no attribute '%.*s'", (int)KN_MIN(n, 64u), name);
     }
 #undef IS
     return true;
@@ -186,33 +192,38 @@ bool kn_jgetattr(kn_jr *r, kn_jv obj, const kn_jstr *name, kn_jv *out) {
     int pn = (int)KN_MIN(n, 64u);
     bool found = false;
     switch (obj.t) {
-    case KN_J_UNDEF:
-        return kn_jundef_error(r, obj);
-    case KN_J_DICT: {
-        if (!method_attr(r, obj, s, n, &found, out)) return false;
-        if (found) return true;
-        kn_jv *v = kn_jdict_get_str(obj.u.d, s, n);
-        *out = v ? kn_jv_ref(*v) : kn_jv_undef_hint(r, false, "'dict object' has no attribute '%.*s'", pn, s);
-        return true;
-    }
-    case KN_J_NS: {
-        kn_jv *v = kn_jdict_get_str(obj.u.ns->attrs, s, n);
-        *out = v ? kn_jv_ref(*v) : kn_jv_undef_hint(r, false, "'Namespace' object has no attribute '%.*s'", pn, s);
-        return true;
-    }
-    case KN_J_LOOP:
-        return loop_attr(r, obj, s, n, out);
-    default:
-        if (!method_attr(r, obj, s, n, &found, out)) return false;
-        if (!found) *out = kn_jv_undef_hint(r, false, "'%s object' has no attribute '%.*s'", kn_jv_typename(obj), pn, s);
-        return true;
+        case KN_J_UNDEF: return kn_jundef_error(r, obj);
+        case KN_J_DICT: {
+            if (!method_attr(r, obj, s, n, &found, out)) return false;
+            if (found) return true;
+            kn_jv *v = kn_jdict_get_str(obj.u.d, s, n);
+            *out = v ? kn_jv_ref(*v) : kn_jv_undef_hint(r, false, "'dict object' has no attribute '%.*s'", pn, s);
+            return true;
+        }
+        case KN_J_NS: {
+            kn_jv *v = kn_jdict_get_str(obj.u.ns->attrs, s, n);
+            *out = v ? kn_jv_ref(*v) : kn_jv_undef_hint(r, false, "'Namespace' object has no attribute '%.*s'", pn, s);
+            return true;
+        }
+        case KN_J_LOOP: return loop_attr(r, obj, s, n, out);
+        default:
+            if (!method_attr(r, obj, s, n, &found, out)) return false;
+            if (!found)
+                *out = kn_jv_undef_hint(r, false, "'%s object' has no attribute '%.*s'", kn_jv_typename(obj), pn, s);
+            return true;
     }
 }
 
 /* An integer index (int or bool) from key. */
 static bool index_of(kn_jv key, int64_t *i) {
-    if (key.t == KN_J_INT) { *i = key.u.i; return true; }
-    if (key.t == KN_J_BOOL) { *i = key.u.b; return true; }
+    if (key.t == KN_J_INT) {
+        *i = key.u.i;
+        return true;
+    }
+    if (key.t == KN_J_BOOL) {
+        *i = key.u.b;
+        return true;
+    }
     return false;
 }
 
@@ -220,43 +231,48 @@ bool kn_jgetitem(kn_jr *r, kn_jv obj, kn_jv key, kn_jv *out) {
     int64_t i;
     bool found = false;
     switch (obj.t) {
-    case KN_J_UNDEF:
-        return kn_jundef_error(r, obj);
-    case KN_J_DICT: {
-        kn_jv *v = kn_jdict_get(obj.u.d, key);
-        if (v) { *out = kn_jv_ref(*v); return true; }
-        break;
-    }
-    case KN_J_LIST:
-    case KN_J_TUPLE:
-        if (index_of(key, &i)) {
-            int64_t n = (int64_t)obj.u.l->n;
-            if (i < 0) i += n;
-            if (i >= 0 && i < n) { *out = kn_jv_ref(obj.u.l->v[i]); return true; }
-            *out = kn_jv_undef_hint(r, false, "'%s object' has no element %lld", kn_jv_typename(obj), (long long)key.u.i);
-            return true;
-        }
-        break;
-    case KN_J_STR:
-        if (index_of(key, &i)) {
-            const kn_jstr *s = obj.u.s;
-            int64_t n = (int64_t)kn_jstr_cplen(s);
-            if (!kn_jwork(r, s->ascii ? 1 : s->len)) return false;
-            if (i < 0) i += n;
-            if (i >= 0 && i < n) {
-                size_t a = kn_jstr_cpoff(s, (size_t)i);
-                return kn_jmk_str(r, s->s + a, kn_ju_next(s->s, s->len, a) - a, s->safe, out);
+        case KN_J_UNDEF: return kn_jundef_error(r, obj);
+        case KN_J_DICT: {
+            kn_jv *v = kn_jdict_get(obj.u.d, key);
+            if (v) {
+                *out = kn_jv_ref(*v);
+                return true;
             }
-            *out = kn_jv_undef_hint(r, false, "'str object' has no element %lld", (long long)key.u.i);
-            return true;
+            break;
         }
-        break;
-    case KN_J_NS:
-    case KN_J_LOOP:
-        if (key.t == KN_J_STR) return kn_jgetattr(r, obj, key.u.s, out);
-        break;
-    default:
-        break;
+        case KN_J_LIST:
+        case KN_J_TUPLE:
+            if (index_of(key, &i)) {
+                int64_t n = (int64_t)obj.u.l->n;
+                if (i < 0) i += n;
+                if (i >= 0 && i < n) {
+                    *out = kn_jv_ref(obj.u.l->v[i]);
+                    return true;
+                }
+                *out = kn_jv_undef_hint(r, false, "'%s object' has no element %lld", kn_jv_typename(obj),
+                                        (long long)key.u.i);
+                return true;
+            }
+            break;
+        case KN_J_STR:
+            if (index_of(key, &i)) {
+                const kn_jstr *s = obj.u.s;
+                int64_t n = (int64_t)kn_jstr_cplen(s);
+                if (!kn_jwork(r, s->ascii ? 1 : s->len)) return false;
+                if (i < 0) i += n;
+                if (i >= 0 && i < n) {
+                    size_t a = kn_jstr_cpoff(s, (size_t)i);
+                    return kn_jmk_str(r, s->s + a, kn_ju_next(s->s, s->len, a) - a, s->safe, out);
+                }
+                *out = kn_jv_undef_hint(r, false, "'str object' has no element %lld", (long long)key.u.i);
+                return true;
+            }
+            break;
+        case KN_J_NS:
+        case KN_J_LOOP:
+            if (key.t == KN_J_STR) return kn_jgetattr(r, obj, key.u.s, out);
+            break;
+        default: break;
     }
     if (key.t == KN_J_STR && obj.t != KN_J_NS) {
         if (!method_attr(r, obj, key.u.s->s, key.u.s->len, &found, out)) return false;
@@ -286,14 +302,18 @@ static bool slice_bounds(kn_jr *r, const kn_jv *bv, int64_t len, int64_t *start,
     if (!given[0]) a = st < 0 ? len - 1 : 0;
     else {
         a = v[0];
-        if (a < 0) { a += len; if (a < 0) a = st < 0 ? -1 : 0; }
-        else if (a >= len) a = st < 0 ? len - 1 : len;
+        if (a < 0) {
+            a += len;
+            if (a < 0) a = st < 0 ? -1 : 0;
+        } else if (a >= len) a = st < 0 ? len - 1 : len;
     }
     if (!given[1]) b = st < 0 ? -1 : len;
     else {
         b = v[1];
-        if (b < 0) { b += len; if (b < 0) b = st < 0 ? -1 : 0; }
-        else if (b >= len) b = st < 0 ? len - 1 : len;
+        if (b < 0) {
+            b += len;
+            if (b < 0) b = st < 0 ? -1 : 0;
+        } else if (b >= len) b = st < 0 ? len - 1 : len;
     }
     int64_t c = 0;
     if (st > 0 && a < b) c = (b - a - 1) / st + 1;
@@ -329,7 +349,10 @@ bool kn_jslice(kn_jr *r, kn_jv obj, const kn_jv *bv, kn_jv *out) {
             if (st == 1) good = kn_jbuf_put(&b, s->s + start, (size_t)count);
             else
                 for (int64_t k = 0; good && k < count; k++) good = kn_jbuf_putc(&b, s->s[start + k * st]);
-            if (!good) { kn_jbuf_free(&b); return false; }
+            if (!good) {
+                kn_jbuf_free(&b);
+                return false;
+            }
             return kn_jbuf_take(&b, s->safe, out);
         }
         /* offsets of every character */
@@ -347,7 +370,10 @@ bool kn_jslice(kn_jr *r, kn_jv obj, const kn_jv *bv, kn_jv *out) {
             good = kn_jbuf_put(&b, s->s + offs[c], offs[c + 1] - offs[c]);
         }
         free(offs);
-        if (!good) { kn_jbuf_free(&b); return false; }
+        if (!good) {
+            kn_jbuf_free(&b);
+            return false;
+        }
         return kn_jbuf_take(&b, s->safe, out);
     }
     if (obj.t == KN_J_DICT) return kn_jfail(r, "unhashable type: 'slice'");
@@ -370,7 +396,10 @@ static void float_divmod(double x, double y, double *fdiv, double *fmod_out) {
     double mod = fmod(x, y);
     double div = (x - mod) / y;
     if (mod != 0) {
-        if ((y < 0) != (mod < 0)) { mod += y; div -= 1.0; }
+        if ((y < 0) != (mod < 0)) {
+            mod += y;
+            div -= 1.0;
+        }
     } else {
         mod = copysign(0.0, y);
     }
@@ -395,7 +424,10 @@ static bool repeat(kn_jr *r, kn_jv seq, int64_t count, kn_jv *out) {
         kn_jbuf b;
         kn_jbuf_init(&b, r);
         for (int64_t i = 0; i < count; i++)
-            if (!kn_jbuf_put(&b, s->s, s->len)) { kn_jbuf_free(&b); return false; }
+            if (!kn_jbuf_put(&b, s->s, s->len)) {
+                kn_jbuf_free(&b);
+                return false;
+            }
         return kn_jbuf_take(&b, s->safe, out);
     }
     const kn_jlist *l = seq.u.l;
@@ -435,7 +467,10 @@ static bool add_strings(kn_jr *r, const kn_jstr *a, const kn_jstr *b, kn_jv *out
     } else {
         ok = kn_jbuf_put(&buf, a->s, a->len) && kn_jbuf_put(&buf, b->s, b->len);
     }
-    if (!ok) { kn_jbuf_free(&buf); return false; }
+    if (!ok) {
+        kn_jbuf_free(&buf);
+        return false;
+    }
     return kn_jbuf_take(&buf, safe, out);
 }
 
@@ -444,7 +479,10 @@ bool kn_jbinop(kn_jr *r, int op, kn_jv a, kn_jv b, kn_jv *out) {
     if (op == KN_OP_CONCAT) {
         kn_jbuf buf;
         kn_jbuf_init(&buf, r);
-        if (!kn_jv_str_to(r, a, &buf) || !kn_jv_str_to(r, b, &buf)) { kn_jbuf_free(&buf); return false; }
+        if (!kn_jv_str_to(r, a, &buf) || !kn_jv_str_to(r, b, &buf)) {
+            kn_jbuf_free(&buf);
+            return false;
+        }
         return kn_jbuf_take(&buf, false, out);
     }
     if (a.t == KN_J_UNDEF) return kn_jundef_error(r, a);
@@ -456,63 +494,77 @@ bool kn_jbinop(kn_jr *r, int op, kn_jv a, kn_jv b, kn_jv *out) {
         int64_t x = as_int(a), y = as_int(b), z;
         double fx = as_float(a), fy = as_float(b);
         switch (op) {
-        case KN_OP_ADD:
-            if (fl) { *out = kn_jv_float(fx + fy); return true; }
-            if (__builtin_add_overflow(x, y, &z)) return overflow(r);
-            *out = kn_jv_int(z);
-            return true;
-        case KN_OP_SUB:
-            if (fl) { *out = kn_jv_float(fx - fy); return true; }
-            if (__builtin_sub_overflow(x, y, &z)) return overflow(r);
-            *out = kn_jv_int(z);
-            return true;
-        case KN_OP_MUL:
-            if (fl) { *out = kn_jv_float(fx * fy); return true; }
-            if (__builtin_mul_overflow(x, y, &z)) return overflow(r);
-            *out = kn_jv_int(z);
-            return true;
-        case KN_OP_DIV:
-            if (fy == 0) return kn_jfail(r, "division by zero");
-            *out = kn_jv_float(fx / fy);
-            return true;
-        case KN_OP_FLOORDIV:
-        case KN_OP_MOD:
-            if (!fl) {
-                if (y == 0) return kn_jfail(r, "integer division or modulo by zero");
-                if (x == INT64_MIN && y == -1) {
-                    if (op == KN_OP_FLOORDIV) return overflow(r);
-                    *out = kn_jv_int(0);
+            case KN_OP_ADD:
+                if (fl) {
+                    *out = kn_jv_float(fx + fy);
                     return true;
                 }
-                int64_t q = x / y, m = x % y;
-                if (m != 0 && ((m < 0) != (y < 0))) { q -= 1; m += y; }
-                *out = kn_jv_int(op == KN_OP_FLOORDIV ? q : m);
+                if (__builtin_add_overflow(x, y, &z)) return overflow(r);
+                *out = kn_jv_int(z);
                 return true;
-            }
-            if (fy == 0) return kn_jfail(r, op == KN_OP_MOD ? "float modulo" : "float floor division by zero");
-            {
-                double d, m;
-                float_divmod(fx, fy, &d, &m);
-                *out = kn_jv_float(op == KN_OP_FLOORDIV ? d : m);
-            }
-            return true;
-        case KN_OP_POW:
-            if (!fl && y >= 0) {
-                int64_t res = 1, base = x;
-                int64_t e = y;
-                while (e > 0) {
-                    if (e & 1) { if (__builtin_mul_overflow(res, base, &res)) return overflow(r); }
-                    e >>= 1;
-                    if (e && __builtin_mul_overflow(base, base, &base)) return overflow(r);
+            case KN_OP_SUB:
+                if (fl) {
+                    *out = kn_jv_float(fx - fy);
+                    return true;
                 }
-                *out = kn_jv_int(res);
+                if (__builtin_sub_overflow(x, y, &z)) return overflow(r);
+                *out = kn_jv_int(z);
                 return true;
-            }
-            if (fx == 0 && fy < 0) return kn_jfail(r, "0.0 cannot be raised to a negative power");
-            if (fx < 0 && fy != floor(fy)) return kn_jfail(r, "complex results are not supported");
-            *out = kn_jv_float(pow(fx, fy));
-            if (isinf(out->u.f) && !isinf(fx) && !isinf(fy)) return kn_jfail(r, "numerical result out of range");
-            return true;
+            case KN_OP_MUL:
+                if (fl) {
+                    *out = kn_jv_float(fx * fy);
+                    return true;
+                }
+                if (__builtin_mul_overflow(x, y, &z)) return overflow(r);
+                *out = kn_jv_int(z);
+                return true;
+            case KN_OP_DIV:
+                if (fy == 0) return kn_jfail(r, "division by zero");
+                *out = kn_jv_float(fx / fy);
+                return true;
+            case KN_OP_FLOORDIV:
+            case KN_OP_MOD:
+                if (!fl) {
+                    if (y == 0) return kn_jfail(r, "integer division or modulo by zero");
+                    if (x == INT64_MIN && y == -1) {
+                        if (op == KN_OP_FLOORDIV) return overflow(r);
+                        *out = kn_jv_int(0);
+                        return true;
+                    }
+                    int64_t q = x / y, m = x % y;
+                    if (m != 0 && ((m < 0) != (y < 0))) {
+                        q -= 1;
+                        m += y;
+                    }
+                    *out = kn_jv_int(op == KN_OP_FLOORDIV ? q : m);
+                    return true;
+                }
+                if (fy == 0) return kn_jfail(r, op == KN_OP_MOD ? "float modulo" : "float floor division by zero");
+                {
+                    double d, m;
+                    float_divmod(fx, fy, &d, &m);
+                    *out = kn_jv_float(op == KN_OP_FLOORDIV ? d : m);
+                }
+                return true;
+            case KN_OP_POW:
+                if (!fl && y >= 0) {
+                    int64_t res = 1, base = x;
+                    int64_t e = y;
+                    while (e > 0) {
+                        if (e & 1) {
+                            if (__builtin_mul_overflow(res, base, &res)) return overflow(r);
+                        }
+                        e >>= 1;
+                        if (e && __builtin_mul_overflow(base, base, &base)) return overflow(r);
+                    }
+                    *out = kn_jv_int(res);
+                    return true;
+                }
+                if (fx == 0 && fy < 0) return kn_jfail(r, "0.0 cannot be raised to a negative power");
+                if (fx < 0 && fy != floor(fy)) return kn_jfail(r, "complex results are not supported");
+                *out = kn_jv_float(pow(fx, fy));
+                if (isinf(out->u.f) && !isinf(fx) && !isinf(fy)) return kn_jfail(r, "numerical result out of range");
+                return true;
         }
     }
     if (op == KN_OP_ADD) {
@@ -537,18 +589,20 @@ bool kn_jbinop(kn_jr *r, int op, kn_jv a, kn_jv b, kn_jv *out) {
 bool kn_jcompare(kn_jr *r, int op, kn_jv a, kn_jv b, bool *res) {
     int c;
     switch (op) {
-    case KN_OP_EQ: *res = kn_jv_eq(a, b); return true;
-    case KN_OP_NE: *res = !kn_jv_eq(a, b); return true;
-    case KN_OP_IN: return kn_jcontains(r, b, a, res);
-    case KN_OP_NOTIN:
-        if (!kn_jcontains(r, b, a, res)) return false;
-        *res = !*res;
-        return true;
-    default:
-        if (!kn_jv_cmp(r, a, b, &c)) return false;
-        if (c == 2) { *res = false; return true; }
-        *res = op == KN_OP_LT ? c < 0 : op == KN_OP_LE ? c <= 0 : op == KN_OP_GT ? c > 0 : c >= 0;
-        return true;
+        case KN_OP_EQ: *res = kn_jv_eq(a, b); return true;
+        case KN_OP_NE: *res = !kn_jv_eq(a, b); return true;
+        case KN_OP_IN: return kn_jcontains(r, b, a, res);
+        case KN_OP_NOTIN:
+            if (!kn_jcontains(r, b, a, res)) return false;
+            *res = !*res;
+            return true;
+        default:
+            if (!kn_jv_cmp(r, a, b, &c)) return false;
+            if (c == 2) {
+                *res = false;
+                return true;
+            }
+            *res = op == KN_OP_LT ? c < 0 : op == KN_OP_LE ? c <= 0 : op == KN_OP_GT ? c > 0 : c >= 0;
+            return true;
     }
 }
-

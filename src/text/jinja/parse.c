@@ -72,15 +72,18 @@ typedef struct parser {
     kn_jtoks toks;
     size_t i;
     int depth;
-    int loops;          /* for loops around the current statement (reset in macros) */
-    bool soft;          /* inside an if: unknown filters/tests fail only when evaluated */
+    int loops; /* for loops around the current statement (reset in macros) */
+    bool soft; /* inside an if: unknown filters/tests fail only when evaluated */
     int macro_depth;
-    kn_jnode *macros[KN_JINJA_MAX_PARSE_DEPTH];  /* macros being parsed (for KN_MAC_* flags) */
+    kn_jnode *macros[KN_JINJA_MAX_PARSE_DEPTH]; /* macros being parsed (for KN_MAC_* flags) */
     bool failed;
 } parser;
 
 /* Growable node list used while parsing (copied into the arena when done). */
-typedef struct nvec { kn_jnode **v; uint32_t n, cap; } nvec;
+typedef struct nvec {
+    kn_jnode **v;
+    uint32_t n, cap;
+} nvec;
 
 /* Records a syntax error at source offset off (the first one wins); returns NULL. */
 static kn_jnode *fail_at(parser *P, size_t off, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -110,7 +113,10 @@ static bool nvec_push(parser *P, nvec *v, kn_jnode *x) {
     if (v->n == v->cap) {
         uint32_t cap = v->cap ? v->cap * 2 : 8;
         kn_jnode **nv = realloc(v->v, cap * sizeof *nv);
-        if (!nv) { nomem(P); return false; }
+        if (!nv) {
+            nomem(P);
+            return false;
+        }
         v->v = nv;
         v->cap = cap;
     }
@@ -123,7 +129,12 @@ static bool nvec_finish(parser *P, nvec *v, kn_jnodes *out) {
     out->v = NULL;
     if (v->n) {
         out->v = arena_alloc(P->t, v->n * sizeof *out->v);
-        if (!out->v) { free(v->v); v->v = NULL; nomem(P); return false; }
+        if (!out->v) {
+            free(v->v);
+            v->v = NULL;
+            nomem(P);
+            return false;
+        }
         memcpy(out->v, v->v, v->n * sizeof *out->v);
     }
     free(v->v);
@@ -137,7 +148,9 @@ static const kn_jtok *peek(const parser *P, size_t k) {
     size_t j = P->i + k;
     return &P->toks.v[j < P->toks.n ? j : P->toks.n - 1];
 }
-static void advance(parser *P) { if (P->i + 1 < P->toks.n) P->i++; }
+static void advance(parser *P) {
+    if (P->i + 1 < P->toks.n) P->i++;
+}
 
 static bool tok_is_name(const parser *P, const kn_jtok *t, const char *name) {
     size_t k = strlen(name);
@@ -149,16 +162,16 @@ static bool is_op(const parser *P, uint8_t op) { return cur(P)->type == KN_T_OP 
 /* A short description of a token for error messages. */
 static void describe(const parser *P, const kn_jtok *t, char *buf, size_t cap) {
     switch (t->type) {
-    case KN_T_EOF: snprintf(buf, cap, "end of template"); break;
-    case KN_T_VAR_END: snprintf(buf, cap, "end of print statement"); break;
-    case KN_T_BLOCK_END: snprintf(buf, cap, "end of statement block"); break;
-    case KN_T_DATA: snprintf(buf, cap, "template data"); break;
-    case KN_T_VAR_BEGIN: snprintf(buf, cap, "begin of print statement"); break;
-    case KN_T_BLOCK_BEGIN: snprintf(buf, cap, "begin of statement block"); break;
-    default: {
-        int len = (int)KN_MIN(t->len, 40u);
-        snprintf(buf, cap, "'%.*s'", len, P->s + t->off);
-    }
+        case KN_T_EOF: snprintf(buf, cap, "end of template"); break;
+        case KN_T_VAR_END: snprintf(buf, cap, "end of print statement"); break;
+        case KN_T_BLOCK_END: snprintf(buf, cap, "end of statement block"); break;
+        case KN_T_DATA: snprintf(buf, cap, "template data"); break;
+        case KN_T_VAR_BEGIN: snprintf(buf, cap, "begin of print statement"); break;
+        case KN_T_BLOCK_BEGIN: snprintf(buf, cap, "begin of statement block"); break;
+        default: {
+            int len = (int)KN_MIN(t->len, 40u);
+            snprintf(buf, cap, "'%.*s'", len, P->s + t->off);
+        }
     }
 }
 
@@ -170,13 +183,19 @@ static kn_jnode *unexpected(parser *P, const char *expected) {
 }
 
 static bool expect_op(parser *P, uint8_t op, const char *what) {
-    if (is_op(P, op)) { advance(P); return true; }
+    if (is_op(P, op)) {
+        advance(P);
+        return true;
+    }
     unexpected(P, what);
     return false;
 }
 
 static bool expect_name(parser *P, const char *name) {
-    if (is_name(P, name)) { advance(P); return true; }
+    if (is_name(P, name)) {
+        advance(P);
+        return true;
+    }
     char what[48];
     snprintf(what, sizeof what, "'%s'", name);
     unexpected(P, what);
@@ -184,7 +203,10 @@ static bool expect_name(parser *P, const char *name) {
 }
 
 static bool expect_block_end(parser *P) {
-    if (cur(P)->type == KN_T_BLOCK_END) { advance(P); return true; }
+    if (cur(P)->type == KN_T_BLOCK_END) {
+        advance(P);
+        return true;
+    }
     unexpected(P, "end of statement block");
     return false;
 }
@@ -222,7 +244,11 @@ static bool keep_lit(parser *P, kn_jstr *s) {
     if (t->n_lits == t->cap_lits) {
         size_t cap = t->cap_lits ? t->cap_lits * 2 : 64;
         kn_jstr **v = realloc(t->lits, cap * sizeof *v);
-        if (!v) { free(s); nomem(P); return false; }
+        if (!v) {
+            free(s);
+            nomem(P);
+            return false;
+        }
         t->lits = v;
         t->cap_lits = cap;
     }
@@ -232,7 +258,10 @@ static bool keep_lit(parser *P, kn_jstr *s) {
 
 static kn_jstr *lit_str(parser *P, const char *s, size_t n) {
     kn_jstr *x = kn_jstr_immortal(s, n);
-    if (!x) { nomem(P); return NULL; }
+    if (!x) {
+        nomem(P);
+        return NULL;
+    }
     return keep_lit(P, x) ? x : NULL;
 }
 
@@ -244,7 +273,10 @@ static int32_t intern(parser *P, const char *s, size_t n) {
     if ((t->n_syms + 1) * 2 > t->sym_idx_cap) {
         uint32_t cap = t->sym_idx_cap ? t->sym_idx_cap * 2 : 64;
         uint32_t *idx = calloc(cap, sizeof *idx);
-        if (!idx) { nomem(P); return -1; }
+        if (!idx) {
+            nomem(P);
+            return -1;
+        }
         for (uint32_t k = 0; k < t->n_syms; k++) {
             uint32_t h = (uint32_t)hash_bytes(t->syms[k].name->s, t->syms[k].name->len) & (cap - 1);
             while (idx[h]) h = (h + 1) & (cap - 1);
@@ -257,7 +289,10 @@ static int32_t intern(parser *P, const char *s, size_t n) {
     if (t->n_syms == t->cap_syms) {
         uint32_t cap = t->cap_syms ? t->cap_syms * 2 : 32;
         kn_jsym *v = realloc(t->syms, cap * sizeof *v);
-        if (!v) { nomem(P); return -1; }
+        if (!v) {
+            nomem(P);
+            return -1;
+        }
         t->syms = v;
         t->cap_syms = cap;
     }
@@ -289,31 +324,37 @@ static bool decode_string(parser *P, const kn_jtok *tk, kn_jbuf *b) {
         int hex = 0;
         char simple = 0;
         switch (e) {
-        case '\n': i += 2; continue;   /* line continuation */
-        case '\\': case '\'': case '"': simple = e; break;
-        case 'a': simple = '\a'; break;
-        case 'b': simple = '\b'; break;
-        case 'f': simple = '\f'; break;
-        case 'n': simple = '\n'; break;
-        case 'r': simple = '\r'; break;
-        case 't': simple = '\t'; break;
-        case 'v': simple = '\v'; break;
-        case 'x': hex = 2; break;
-        case 'u': hex = 4; break;
-        case 'U': hex = 8; break;
-        default:
-            if (e >= '0' && e <= '7') {
-                size_t j = i + 1;
-                int k = 0;
-                while (j < n && k < 3 && s[j] >= '0' && s[j] <= '7') { cp = cp * 8 + (uint32_t)(s[j] - '0'); j++; k++; }
-                if (!kn_jbuf_putcp(b, cp)) return false;
-                i = j;
+            case '\n': i += 2; continue; /* line continuation */
+            case '\\':
+            case '\'':
+            case '"': simple = e; break;
+            case 'a': simple = '\a'; break;
+            case 'b': simple = '\b'; break;
+            case 'f': simple = '\f'; break;
+            case 'n': simple = '\n'; break;
+            case 'r': simple = '\r'; break;
+            case 't': simple = '\t'; break;
+            case 'v': simple = '\v'; break;
+            case 'x': hex = 2; break;
+            case 'u': hex = 4; break;
+            case 'U': hex = 8; break;
+            default:
+                if (e >= '0' && e <= '7') {
+                    size_t j = i + 1;
+                    int k = 0;
+                    while (j < n && k < 3 && s[j] >= '0' && s[j] <= '7') {
+                        cp = cp * 8 + (uint32_t)(s[j] - '0');
+                        j++;
+                        k++;
+                    }
+                    if (!kn_jbuf_putcp(b, cp)) return false;
+                    i = j;
+                    continue;
+                }
+                /* unknown escapes stay as written */
+                if (!kn_jbuf_putc(b, '\\')) return false;
+                i++;
                 continue;
-            }
-            /* unknown escapes stay as written */
-            if (!kn_jbuf_putc(b, '\\')) return false;
-            i++;
-            continue;
         }
         if (simple) {
             if (!kn_jbuf_putc(b, simple)) return false;
@@ -323,7 +364,10 @@ static bool decode_string(parser *P, const kn_jtok *tk, kn_jbuf *b) {
         size_t j = i + 2;
         for (int k = 0; k < hex; k++, j++) {
             char h = j < n ? s[j] : 0;
-            int d = (h >= '0' && h <= '9') ? h - '0' : (h >= 'a' && h <= 'f') ? h - 'a' + 10 : (h >= 'A' && h <= 'F') ? h - 'A' + 10 : -1;
+            int d = (h >= '0' && h <= '9')   ? h - '0'
+                    : (h >= 'a' && h <= 'f') ? h - 'a' + 10
+                    : (h >= 'A' && h <= 'F') ? h - 'A' + 10
+                                             : -1;
             if (d < 0) {
                 fail_at(P, tk->off + 1 + i, "truncated \\%c escape in a string", e);
                 return false;
@@ -351,7 +395,8 @@ static kn_jnode *parse_primary(parser *P);
 static kn_jnode *parse_postfix(parser *P, kn_jnode *n);
 /* Filters, tests and calls following a unary expression. */
 static kn_jnode *parse_filter_expr(parser *P, kn_jnode *n);
-static kn_jnode *parse_tuple(parser *P, bool simplified, bool with_condexpr, const char *end_name, bool explicit_parens);
+static kn_jnode *parse_tuple(parser *P, bool simplified, bool with_condexpr, const char *end_name,
+                             bool explicit_parens);
 
 static bool enter(parser *P) {
     if (++P->depth > KN_JINJA_MAX_PARSE_DEPTH) {
@@ -459,7 +504,11 @@ static kn_jnode *parse_math2(parser *P) {
     kn_jnode *l = parse_pow(P);
     while (l && cur(P)->type == KN_T_OP) {
         uint8_t o = cur(P)->op;
-        uint8_t op = o == KN_TO_MUL ? KN_OP_MUL : o == KN_TO_DIV ? KN_OP_DIV : o == KN_TO_FLOORDIV ? KN_OP_FLOORDIV : o == KN_TO_MOD ? KN_OP_MOD : 0;
+        uint8_t op = o == KN_TO_MUL        ? KN_OP_MUL
+                     : o == KN_TO_DIV      ? KN_OP_DIV
+                     : o == KN_TO_FLOORDIV ? KN_OP_FLOORDIV
+                     : o == KN_TO_MOD      ? KN_OP_MOD
+                                           : 0;
         if (!op) break;
         l = binary(P, l, op, parse_pow);
     }
@@ -490,8 +539,13 @@ static kn_jnode *parse_compare(parser *P) {
         uint8_t op = 0;
         const kn_jtok *t = cur(P);
         if (t->type == KN_T_OP) {
-            op = t->op == KN_TO_EQ ? KN_OP_EQ : t->op == KN_TO_NE ? KN_OP_NE : t->op == KN_TO_LT ? KN_OP_LT
-               : t->op == KN_TO_LE ? KN_OP_LE : t->op == KN_TO_GT ? KN_OP_GT : t->op == KN_TO_GE ? KN_OP_GE : 0;
+            op = t->op == KN_TO_EQ   ? KN_OP_EQ
+                 : t->op == KN_TO_NE ? KN_OP_NE
+                 : t->op == KN_TO_LT ? KN_OP_LT
+                 : t->op == KN_TO_LE ? KN_OP_LE
+                 : t->op == KN_TO_GT ? KN_OP_GT
+                 : t->op == KN_TO_GE ? KN_OP_GE
+                                     : 0;
             if (op) advance(P);
         } else if (is_name(P, "in")) {
             op = KN_OP_IN;
@@ -502,14 +556,23 @@ static kn_jnode *parse_compare(parser *P) {
             advance(P);
         }
         if (!op) break;
-        if (nops == KN_ARRAY_LEN(opsbuf)) { free(operands.v); return fail_at(P, t->off, "comparison chain too long"); }
+        if (nops == KN_ARRAY_LEN(opsbuf)) {
+            free(operands.v);
+            return fail_at(P, t->off, "comparison chain too long");
+        }
         kn_jnode *r = parse_math1(P);
-        if (!r || !nvec_push(P, &operands, r)) { free(operands.v); return NULL; }
+        if (!r || !nvec_push(P, &operands, r)) {
+            free(operands.v);
+            return NULL;
+        }
         opsbuf[nops++] = op;
     }
     if (!nops) return e;
     kn_jnode *n = node(P, KN_N_CMP, off);
-    if (!n) { free(operands.v); return NULL; }
+    if (!n) {
+        free(operands.v);
+        return NULL;
+    }
     n->a = e;
     if (!nvec_finish(P, &operands, &n->kids)) return NULL;
     if (!(n->ops = arena_alloc(P->t, nops))) return nomem(P);
@@ -550,7 +613,10 @@ static bool parse_call_args(parser *P, kn_jnode *n) {
             goto fail;
         }
         if (cur(P)->type == KN_T_NAME && peek(P, 1)->type == KN_T_OP && peek(P, 1)->op == KN_TO_ASSIGN) {
-            if (nk == KN_ARRAY_LEN(names)) { fail_at(P, cur(P)->off, "too many arguments"); goto fail; }
+            if (nk == KN_ARRAY_LEN(names)) {
+                fail_at(P, cur(P)->off, "too many arguments");
+                goto fail;
+            }
             kn_jstr *k = lit_str(P, P->s + cur(P)->off, cur(P)->len);
             if (!k) goto fail;
             advance(P);
@@ -559,7 +625,10 @@ static bool parse_call_args(parser *P, kn_jnode *n) {
             if (!v || !nvec_push(P, &kwv, v)) goto fail;
             names[nk++] = k;
         } else {
-            if (nk) { fail_at(P, cur(P)->off, "positional argument follows keyword argument"); goto fail; }
+            if (nk) {
+                fail_at(P, cur(P)->off, "positional argument follows keyword argument");
+                goto fail;
+            }
             kn_jnode *v = parse_expression(P, true);
             if (!v || !nvec_push(P, &pos, v)) goto fail;
         }
@@ -568,7 +637,10 @@ static bool parse_call_args(parser *P, kn_jnode *n) {
     advance(P);
     if (!nvec_finish(P, &pos, &n->kids) || !nvec_finish(P, &kwv, &n->kids2)) goto fail;
     if (nk) {
-        if (!(n->names = arena_alloc(P->t, nk * sizeof *n->names))) { nomem(P); goto fail; }
+        if (!(n->names = arena_alloc(P->t, nk * sizeof *n->names))) {
+            nomem(P);
+            goto fail;
+        }
         memcpy(n->names, names, nk * sizeof *names);
     }
     return true;
@@ -580,12 +652,18 @@ fail:
 
 /* A dotted filter or test name after "|" or "is". */
 static bool parse_dotted_name(parser *P, char *buf, size_t cap, size_t *off) {
-    if (cur(P)->type != KN_T_NAME) { unexpected(P, "a name"); return false; }
+    if (cur(P)->type != KN_T_NAME) {
+        unexpected(P, "a name");
+        return false;
+    }
     *off = cur(P)->off;
     size_t n = 0;
     for (;;) {
         const kn_jtok *t = cur(P);
-        if (n + t->len + 2 > cap) { fail_at(P, t->off, "name too long"); return false; }
+        if (n + t->len + 2 > cap) {
+            fail_at(P, t->off, "name too long");
+            return false;
+        }
         memcpy(buf + n, P->s + t->off, t->len);
         n += t->len;
         advance(P);
@@ -600,12 +678,15 @@ static bool parse_dotted_name(parser *P, char *buf, size_t cap, size_t *off) {
 /* Resolves a filter or test name: the builtin index, or (inside an if) a deferred error. */
 static bool resolve_builtin(parser *P, kn_jnode *n, const char *name, size_t off, bool test) {
     int id = test ? kn_jtest_find(name, strlen(name)) : kn_jfilter_find(name, strlen(name));
-    if (id >= 0) { n->id = (uint16_t)id; return true; }
+    if (id >= 0) {
+        n->id = (uint16_t)id;
+        return true;
+    }
     if (!P->soft) {
         fail_at(P, off, "No %s named '%s'.", test ? "test" : "filter", name);
         return false;
     }
-    n->id = UINT16_MAX;    /* fails when evaluated */
+    n->id = UINT16_MAX; /* fails when evaluated */
     char msg[200];
     snprintf(msg, sizeof msg, "No %s named '%s' found.", test ? "test" : "filter", name);
     kn_jstr *m = lit_str(P, msg, strlen(msg));
@@ -636,9 +717,12 @@ static kn_jnode *parse_filter(parser *P, kn_jnode *operand, bool start_inline) {
 /* "is [not] test" with its arguments: (args) or one primary argument. */
 static kn_jnode *parse_test(parser *P, kn_jnode *operand) {
     size_t is_off = cur(P)->off;
-    advance(P);     /* "is" */
+    advance(P); /* "is" */
     bool negated = false;
-    if (is_name(P, "not")) { negated = true; advance(P); }
+    if (is_name(P, "not")) {
+        negated = true;
+        advance(P);
+    }
     char name[128];
     size_t off;
     if (!parse_dotted_name(P, name, sizeof name, &off)) return NULL;
@@ -693,7 +777,7 @@ static kn_jnode *parse_subscribed(parser *P, kn_jnode *obj, size_t off) {
         }
         parts[0] = e;
     }
-    advance(P);     /* ":" */
+    advance(P); /* ":" */
     if (!is_op(P, KN_TO_COLON) && !is_op(P, KN_TO_RBRACKET) && !is_op(P, KN_TO_COMMA))
         if (!(parts[1] = parse_expression(P, true))) return NULL;
     if (is_op(P, KN_TO_COLON)) {
@@ -749,17 +833,31 @@ static kn_jnode *parse_postfix(parser *P, kn_jnode *n) {
             kn_jnode *sub = parse_subscribed(P, n, off);
             if (sub && is_op(P, KN_TO_COMMA)) {
                 /* a tuple key: obj[a, b] */
-                if (sub->kind != KN_N_ITEM) { leave(P); return fail_at(P, cur(P)->off, "slices in a tuple subscript are not supported"); }
+                if (sub->kind != KN_N_ITEM) {
+                    leave(P);
+                    return fail_at(P, cur(P)->off, "slices in a tuple subscript are not supported");
+                }
                 kn_jnode *tup = node(P, KN_N_TUPLE, off);
                 nvec items = {0};
-                if (!tup || !nvec_push(P, &items, sub->b)) { leave(P); free(items.v); return NULL; }
+                if (!tup || !nvec_push(P, &items, sub->b)) {
+                    leave(P);
+                    free(items.v);
+                    return NULL;
+                }
                 while (is_op(P, KN_TO_COMMA)) {
                     advance(P);
                     if (is_op(P, KN_TO_RBRACKET)) break;
                     kn_jnode *e = parse_expression(P, true);
-                    if (!e || !nvec_push(P, &items, e)) { leave(P); free(items.v); return NULL; }
+                    if (!e || !nvec_push(P, &items, e)) {
+                        leave(P);
+                        free(items.v);
+                        return NULL;
+                    }
                 }
-                if (!nvec_finish(P, &items, &tup->kids)) { leave(P); return NULL; }
+                if (!nvec_finish(P, &items, &tup->kids)) {
+                    leave(P);
+                    return NULL;
+                }
                 sub->b = tup;
             }
             leave(P);
@@ -793,9 +891,16 @@ static kn_jnode *parse_number(parser *P, const kn_jtok *t) {
     } else {
         int base = 10;
         const char *d = buf;
-        if (len > 2 && buf[0] == '0' && (buf[1] == 'x' || buf[1] == 'X')) { base = 16; d += 2; }
-        else if (len > 2 && buf[0] == '0' && (buf[1] == 'o' || buf[1] == 'O')) { base = 8; d += 2; }
-        else if (len > 2 && buf[0] == '0' && (buf[1] == 'b' || buf[1] == 'B')) { base = 2; d += 2; }
+        if (len > 2 && buf[0] == '0' && (buf[1] == 'x' || buf[1] == 'X')) {
+            base = 16;
+            d += 2;
+        } else if (len > 2 && buf[0] == '0' && (buf[1] == 'o' || buf[1] == 'O')) {
+            base = 8;
+            d += 2;
+        } else if (len > 2 && buf[0] == '0' && (buf[1] == 'b' || buf[1] == 'B')) {
+            base = 2;
+            d += 2;
+        }
         uint64_t v = 0;
         for (; *d; d++) {
             int x = (*d >= '0' && *d <= '9') ? *d - '0' : (*d | 32) - 'a' + 10;
@@ -824,7 +929,9 @@ static kn_jnode *parse_primary(parser *P) {
             n->sym = intern(P, s, len);
             if (n->sym < 0) n = NULL;
             else if (n->sym == P->t->sym_caller || n->sym == P->t->sym_varargs || n->sym == P->t->sym_kwargs) {
-                uint8_t flag = n->sym == P->t->sym_caller ? KN_MAC_CALLER : n->sym == P->t->sym_varargs ? KN_MAC_VARARGS : KN_MAC_KWARGS;
+                uint8_t flag = n->sym == P->t->sym_caller    ? KN_MAC_CALLER
+                               : n->sym == P->t->sym_varargs ? KN_MAC_VARARGS
+                                                             : KN_MAC_KWARGS;
                 for (int k = 0; k < P->macro_depth; k++) P->macros[k]->op |= flag;
             }
         }
@@ -840,8 +947,10 @@ static kn_jnode *parse_primary(parser *P) {
         }
         if (ok && (n = node(P, KN_N_LIT, off))) {
             kn_jstr *s = lit_str(P, b.p ? b.p : "", b.n);
-            if (s) { n->lit.t = KN_J_STR; n->lit.u.s = s; }
-            else n = NULL;
+            if (s) {
+                n->lit.t = KN_J_STR;
+                n->lit.u.s = s;
+            } else n = NULL;
         } else if (!ok && !P->failed) {
             nomem(P);
         }
@@ -861,13 +970,22 @@ static kn_jnode *parse_primary(parser *P) {
         bool ok = n != NULL;
         while (ok && !is_op(P, close)) {
             if (keys.n || vals.n) {
-                if (!expect_op(P, KN_TO_COMMA, "','")) { ok = false; break; }
+                if (!expect_op(P, KN_TO_COMMA, "','")) {
+                    ok = false;
+                    break;
+                }
                 if (is_op(P, close)) break;
             }
             kn_jnode *k = parse_expression(P, true);
-            if (!k) { ok = false; break; }
+            if (!k) {
+                ok = false;
+                break;
+            }
             if (dict) {
-                if (!expect_op(P, KN_TO_COLON, "':'")) { ok = false; break; }
+                if (!expect_op(P, KN_TO_COLON, "':'")) {
+                    ok = false;
+                    break;
+                }
                 kn_jnode *v = parse_expression(P, true);
                 ok = v && nvec_push(P, &keys, k) && nvec_push(P, &vals, v);
             } else {
@@ -877,7 +995,11 @@ static kn_jnode *parse_primary(parser *P) {
         if (ok) advance(P);
         if (ok && dict) ok = nvec_finish(P, &keys, &n->kids) && nvec_finish(P, &vals, &n->kids2);
         else if (ok) ok = nvec_finish(P, &vals, &n->kids);
-        if (!ok) { free(keys.v); free(vals.v); n = NULL; }
+        if (!ok) {
+            free(keys.v);
+            free(vals.v);
+            n = NULL;
+        }
     } else {
         n = unexpected(P, NULL);
     }
@@ -887,18 +1009,25 @@ static kn_jnode *parse_primary(parser *P) {
 
 /* Jinja2's parse_tuple: an expression, or a tuple when commas follow. simplified: primaries only
  * (assignment targets); end_name: a name that ends the tuple ("in" for for-targets). */
-static kn_jnode *parse_tuple(parser *P, bool simplified, bool with_condexpr, const char *end_name, bool explicit_parens) {
+static kn_jnode *parse_tuple(parser *P, bool simplified, bool with_condexpr, const char *end_name,
+                             bool explicit_parens) {
     size_t off = cur(P)->off;
     nvec items = {0};
     bool is_tuple = false;
     for (;;) {
-        if (items.n && !expect_op(P, KN_TO_COMMA, "','")) { free(items.v); return NULL; }
+        if (items.n && !expect_op(P, KN_TO_COMMA, "','")) {
+            free(items.v);
+            return NULL;
+        }
         const kn_jtok *t = cur(P);
         if (t->type == KN_T_VAR_END || t->type == KN_T_BLOCK_END || (t->type == KN_T_OP && t->op == KN_TO_RPAREN) ||
             (end_name && is_name(P, end_name)))
             break;
         kn_jnode *e = simplified ? parse_primary(P) : parse_expression(P, with_condexpr);
-        if (!e || !nvec_push(P, &items, e)) { free(items.v); return NULL; }
+        if (!e || !nvec_push(P, &items, e)) {
+            free(items.v);
+            return NULL;
+        }
         if (is_op(P, KN_TO_COMMA)) is_tuple = true;
         else break;
     }
@@ -908,10 +1037,16 @@ static kn_jnode *parse_tuple(parser *P, bool simplified, bool with_condexpr, con
             free(items.v);
             return e;
         }
-        if (!explicit_parens) { free(items.v); return unexpected(P, "an expression"); }
+        if (!explicit_parens) {
+            free(items.v);
+            return unexpected(P, "an expression");
+        }
     }
     kn_jnode *n = node(P, KN_N_TUPLE, off);
-    if (!n || !nvec_finish(P, &items, &n->kids)) { free(items.v); return NULL; }
+    if (!n || !nvec_finish(P, &items, &n->kids)) {
+        free(items.v);
+        return NULL;
+    }
     return n;
 }
 
@@ -921,7 +1056,10 @@ static bool parse_body(parser *P, const char *const *ends, nvec *out);
 
 static bool body_until(parser *P, const char *const *ends, kn_jnodes *out) {
     nvec v = {0};
-    if (!parse_body(P, ends, &v)) { free(v.v); return false; }
+    if (!parse_body(P, ends, &v)) {
+        free(v.v);
+        return false;
+    }
     return nvec_finish(P, &v, out);
 }
 
@@ -942,12 +1080,15 @@ static bool parse_targets(parser *P, kn_jnode *n, const char *end_name) {
             }
             syms[k++] = t->kids.v[i]->sym;
         }
-        n->op |= 2;     /* tuple target */
+        n->op |= 2; /* tuple target */
     } else {
         fail_at(P, off, "can't assign to %s", t->kind == KN_N_LIT ? "a literal" : "this expression");
         return false;
     }
-    if (!(n->syms = arena_alloc(P->t, k * sizeof *n->syms))) { nomem(P); return false; }
+    if (!(n->syms = arena_alloc(P->t, k * sizeof *n->syms))) {
+        nomem(P);
+        return false;
+    }
     memcpy(n->syms, syms, k * sizeof *syms);
     n->n_syms = k;
     return true;
@@ -965,9 +1106,7 @@ static const char *const END_WITH[] = {"endwith", NULL};
 static const char *const END_GENERATION[] = {"endgeneration", NULL};
 
 /* After a body, the current token is the end name (the block begin was consumed). */
-static bool end_tag(parser *P, const char *name) {
-    return expect_name(P, name) && expect_block_end(P);
-}
+static bool end_tag(parser *P, const char *name) { return expect_name(P, name) && expect_block_end(P); }
 
 /* {% for targets in iterable [if cond] [recursive] %} body [{% else %} body] {% endfor %} */
 static kn_jnode *parse_for(parser *P, size_t off) {
@@ -978,7 +1117,10 @@ static kn_jnode *parse_for(parser *P, size_t off) {
         advance(P);
         if (!(n->b = parse_expression(P, true))) return NULL;
     }
-    if (is_name(P, "recursive")) { advance(P); n->op |= 1; }
+    if (is_name(P, "recursive")) {
+        advance(P);
+        n->op |= 1;
+    }
     if (!expect_block_end(P)) return NULL;
     bool soft = P->soft;
     P->soft = false;
@@ -999,11 +1141,12 @@ static kn_jnode *parse_if(parser *P, size_t off) {
     if (!n) return NULL;
     bool soft = P->soft;
     P->soft = true;
-    bool ok = (n->a = parse_tuple(P, false, false, NULL, false)) && expect_block_end(P) && body_until(P, END_IF, &n->kids);
+    bool ok =
+        (n->a = parse_tuple(P, false, false, NULL, false)) && expect_block_end(P) && body_until(P, END_IF, &n->kids);
     if (ok && is_name(P, "elif")) {
         size_t eoff = cur(P)->off;
         advance(P);
-        kn_jnode *e = enter(P) ? parse_if(P, eoff) : NULL;     /* consumes through endif */
+        kn_jnode *e = enter(P) ? parse_if(P, eoff) : NULL; /* consumes through endif */
         leave(P);
         P->soft = soft;
         if (!e) return NULL;
@@ -1063,8 +1206,14 @@ static bool parse_params(parser *P, kn_jnode *n) {
     while (!is_op(P, KN_TO_RPAREN)) {
         if (k && !expect_op(P, KN_TO_COMMA, "','")) goto fail;
         if (k && is_op(P, KN_TO_RPAREN)) break;
-        if (cur(P)->type != KN_T_NAME) { unexpected(P, "a parameter name"); goto fail; }
-        if (k == KN_ARRAY_LEN(syms)) { fail_at(P, cur(P)->off, "too many parameters"); goto fail; }
+        if (cur(P)->type != KN_T_NAME) {
+            unexpected(P, "a parameter name");
+            goto fail;
+        }
+        if (k == KN_ARRAY_LEN(syms)) {
+            fail_at(P, cur(P)->off, "too many parameters");
+            goto fail;
+        }
         int32_t s = intern(P, P->s + cur(P)->off, cur(P)->len);
         if (s < 0) goto fail;
         advance(P);
@@ -1081,7 +1230,10 @@ static bool parse_params(parser *P, kn_jnode *n) {
     }
     advance(P);
     if (!nvec_finish(P, &defs, &n->kids2)) return false;
-    if (k && !(n->syms = arena_alloc(P->t, k * sizeof *n->syms))) { nomem(P); return false; }
+    if (k && !(n->syms = arena_alloc(P->t, k * sizeof *n->syms))) {
+        nomem(P);
+        return false;
+    }
     if (k) memcpy(n->syms, syms, k * sizeof *syms);
     n->n_syms = k;
     return true;
@@ -1176,12 +1328,19 @@ static kn_jnode *parse_statement(parser *P) {
         nvec vals = {0};
         uint32_t k = 0;
         while (cur(P)->type != KN_T_BLOCK_END) {
-            if (k && !expect_op(P, KN_TO_COMMA, "','")) { free(vals.v); return NULL; }
-            if (cur(P)->type != KN_T_NAME || k == KN_ARRAY_LEN(syms)) { free(vals.v); return unexpected(P, "a name"); }
+            if (k && !expect_op(P, KN_TO_COMMA, "','")) {
+                free(vals.v);
+                return NULL;
+            }
+            if (cur(P)->type != KN_T_NAME || k == KN_ARRAY_LEN(syms)) {
+                free(vals.v);
+                return unexpected(P, "a name");
+            }
             int32_t s = intern(P, P->s + cur(P)->off, cur(P)->len);
             advance(P);
             kn_jnode *v = NULL;
-            if (s < 0 || !expect_op(P, KN_TO_ASSIGN, "'='") || !(v = parse_expression(P, true)) || !nvec_push(P, &vals, v)) {
+            if (s < 0 || !expect_op(P, KN_TO_ASSIGN, "'='") || !(v = parse_expression(P, true)) ||
+                !nvec_push(P, &vals, v)) {
                 free(vals.v);
                 return NULL;
             }
@@ -1229,7 +1388,8 @@ static bool parse_body(parser *P, const char *const *ends, nvec *out) {
             char want[128] = "";
             size_t w = 0;
             for (const char *const *e = ends; *e; e++)
-                w += (size_t)snprintf(want + w, sizeof want - KN_MIN(w, sizeof want - 1), "%s'%s'", w ? " or " : "", *e);
+                w +=
+                    (size_t)snprintf(want + w, sizeof want - KN_MIN(w, sizeof want - 1), "%s'%s'", w ? " or " : "", *e);
             fail_at(P, t->off, "unexpected end of template, expected %s", want);
             return false;
         }
@@ -1237,8 +1397,10 @@ static bool parse_body(parser *P, const char *const *ends, nvec *out) {
         if (t->type == KN_T_DATA) {
             if ((n = node(P, KN_N_TEXT, t->off))) {
                 kn_jstr *s = lit_str(P, P->s + t->off, t->len);
-                if (s) { n->lit.t = KN_J_STR; n->lit.u.s = s; }
-                else n = NULL;
+                if (s) {
+                    n->lit.t = KN_J_STR;
+                    n->lit.u.s = s;
+                } else n = NULL;
             }
             advance(P);
         } else if (t->type == KN_T_VAR_BEGIN) {
@@ -1251,12 +1413,18 @@ static bool parse_body(parser *P, const char *const *ends, nvec *out) {
             }
         } else if (t->type == KN_T_BLOCK_BEGIN) {
             advance(P);
-            if (in_list(P, ends)) { leave(P); return true; }
+            if (in_list(P, ends)) {
+                leave(P);
+                return true;
+            }
             n = parse_statement(P);
         } else {
             n = unexpected(P, NULL);
         }
-        if (!n || !nvec_push(P, out, n)) { leave(P); return false; }
+        if (!n || !nvec_push(P, out, n)) {
+            leave(P);
+            return false;
+        }
     }
 }
 
@@ -1280,7 +1448,8 @@ kiln_status kn_jinja_parse(const char *src, size_t len, kn_jtmpl **out) {
         nvec body = {0};
         if (!P.failed && parse_body(&P, NULL, &body)) nvec_finish(&P, &body, &t->body);
         else free(body.v);
-        if (P.failed) st = kn_error_msg()[0] && strstr(kn_error_msg(), "out of memory") ? KILN_ERR_NOMEM : KILN_ERR_FORMAT;
+        if (P.failed)
+            st = kn_error_msg()[0] && strstr(kn_error_msg(), "out of memory") ? KILN_ERR_NOMEM : KILN_ERR_FORMAT;
     }
     free(P.toks.v);
     if (st) {

@@ -96,12 +96,16 @@ kn_jstr *kn_jstr_alloc(size_t n) {
 void kn_jstr_finish(kn_jstr *s) {
     uint8_t ascii = 1;
     for (size_t i = 0; i < s->len; i++)
-        if ((unsigned char)s->s[i] >= 0x80) { ascii = 0; break; }
+        if ((unsigned char)s->s[i] >= 0x80) {
+            ascii = 0;
+            break;
+        }
     s->ascii = ascii;
 }
 
 bool kn_jmk_str(kn_jr *r, const char *p, size_t n, bool safe, kn_jv *out) {
-    if (n > KN_JINJA_MAX_OUTPUT) return r ? kn_jfail(r, "string exceeds the limit of %u MiB", KN_JINJA_MAX_OUTPUT >> 20) : false;
+    if (n > KN_JINJA_MAX_OUTPUT)
+        return r ? kn_jfail(r, "string exceeds the limit of %u MiB", KN_JINJA_MAX_OUTPUT >> 20) : false;
     if (r && !kn_jwork(r, n)) return false;
     kn_jstr *s = kn_jstr_alloc(n);
     if (!s) return r ? kn_jnomem(r) : false;
@@ -144,11 +148,12 @@ kn_jv kn_jv_undef_hint(kn_jr *r, bool unsafe, const char *fmt, ...) {
 
 int kn_jv_depth(kn_jv v) {
     switch (v.t) {
-    case KN_J_LIST: case KN_J_TUPLE: return v.u.l->depth;
-    case KN_J_DICT: return v.u.d->depth;
-    case KN_J_ITER: return v.u.it->depth;
-    case KN_J_METHOD: return v.u.m->depth;
-    default: return 0;
+        case KN_J_LIST:
+        case KN_J_TUPLE: return v.u.l->depth;
+        case KN_J_DICT: return v.u.d->depth;
+        case KN_J_ITER: return v.u.it->depth;
+        case KN_J_METHOD: return v.u.m->depth;
+        default: return 0;
     }
 }
 
@@ -156,10 +161,15 @@ kn_jlist *kn_jlist_new(kn_jr *r, size_t cap) {
     kn_jlist *l = calloc(1, sizeof *l);
     if (l && cap) {
         l->v = malloc(cap * sizeof *l->v);
-        if (!l->v) { free(l); l = NULL; }
-        else l->cap = cap;
+        if (!l->v) {
+            free(l);
+            l = NULL;
+        } else l->cap = cap;
     }
-    if (!l) { if (r) kn_jnomem(r); return NULL; }
+    if (!l) {
+        if (r) kn_jnomem(r);
+        return NULL;
+    }
     l->rc = 1;
     return l;
 }
@@ -170,11 +180,17 @@ bool kn_jlist_push(kn_jr *r, kn_jlist *l, kn_jv v) {
         kn_jv_drop(v);
         return kn_jfail(r, "value nested too deeply");
     }
-    if (!kn_jwork_items(r, 1)) { kn_jv_drop(v); return false; }
+    if (!kn_jwork_items(r, 1)) {
+        kn_jv_drop(v);
+        return false;
+    }
     if (l->n == l->cap) {
         size_t cap = l->cap ? l->cap * 2 : 4;
         kn_jv *nv = realloc(l->v, cap * sizeof *nv);
-        if (!nv) { kn_jv_drop(v); return kn_jnomem(r); }
+        if (!nv) {
+            kn_jv_drop(v);
+            return kn_jnomem(r);
+        }
         l->v = nv;
         l->cap = cap;
     }
@@ -185,7 +201,10 @@ bool kn_jlist_push(kn_jr *r, kn_jlist *l, kn_jv v) {
 
 kn_jdict *kn_jdict_new(kn_jr *r) {
     kn_jdict *d = calloc(1, sizeof *d);
-    if (!d) { if (r) kn_jnomem(r); return NULL; }
+    if (!d) {
+        if (r) kn_jnomem(r);
+        return NULL;
+    }
     d->rc = 1;
     return d;
 }
@@ -322,41 +341,38 @@ void kn_jv_drop(kn_jv v) {
     uint32_t *rc = v.u.p;
     if (*rc == KN_J_IMMORTAL || --*rc) return;
     switch (v.t) {
-    case KN_J_STR:
-    case KN_J_UNDEF:
-        free(v.u.s);
-        break;
-    case KN_J_LIST:
-    case KN_J_TUPLE:
-        for (size_t i = 0; i < v.u.l->n; i++) kn_jv_drop(v.u.l->v[i]);
-        free(v.u.l->v);
-        free(v.u.l);
-        break;
-    case KN_J_DICT:
-        for (size_t i = 0; i < v.u.d->n; i++) {
-            kn_jv_drop(v.u.d->k[i]);
-            kn_jv_drop(v.u.d->v[i]);
-        }
-        free(v.u.d->k);
-        free(v.u.d->v);
-        free(v.u.d->idx);
-        free(v.u.d);
-        break;
-    case KN_J_ITER:
-        kn_jv_drop(kn_jv_list(v.u.it->l, false));
-        free(v.u.it);
-        break;
-    case KN_J_METHOD:
-        kn_jv_drop(v.u.m->self);
-        free(v.u.m);
-        break;
-    case KN_J_LOOP:
-        if (v.u.loop->items) kn_jv_drop(kn_jv_list(v.u.loop->items, false));
-        kn_jv_drop(v.u.loop->last_changed);
-        free(v.u.loop);
-        break;
-    default:
-        break;
+        case KN_J_STR:
+        case KN_J_UNDEF: free(v.u.s); break;
+        case KN_J_LIST:
+        case KN_J_TUPLE:
+            for (size_t i = 0; i < v.u.l->n; i++) kn_jv_drop(v.u.l->v[i]);
+            free(v.u.l->v);
+            free(v.u.l);
+            break;
+        case KN_J_DICT:
+            for (size_t i = 0; i < v.u.d->n; i++) {
+                kn_jv_drop(v.u.d->k[i]);
+                kn_jv_drop(v.u.d->v[i]);
+            }
+            free(v.u.d->k);
+            free(v.u.d->v);
+            free(v.u.d->idx);
+            free(v.u.d);
+            break;
+        case KN_J_ITER:
+            kn_jv_drop(kn_jv_list(v.u.it->l, false));
+            free(v.u.it);
+            break;
+        case KN_J_METHOD:
+            kn_jv_drop(v.u.m->self);
+            free(v.u.m);
+            break;
+        case KN_J_LOOP:
+            if (v.u.loop->items) kn_jv_drop(kn_jv_list(v.u.loop->items, false));
+            kn_jv_drop(v.u.loop->last_changed);
+            free(v.u.loop);
+            break;
+        default: break;
     }
 }
 
@@ -364,14 +380,16 @@ void kn_jv_drop(kn_jv v) {
 
 bool kn_jv_truthy(kn_jv v) {
     switch (v.t) {
-    case KN_J_UNDEF: case KN_J_NONE: return false;
-    case KN_J_BOOL: return v.u.b;
-    case KN_J_INT: return v.u.i != 0;
-    case KN_J_FLOAT: return v.u.f != 0.0;
-    case KN_J_STR: return v.u.s->len > 0;
-    case KN_J_LIST: case KN_J_TUPLE: return v.u.l->n > 0;
-    case KN_J_DICT: return v.u.d->n > 0;
-    default: return true;
+        case KN_J_UNDEF:
+        case KN_J_NONE: return false;
+        case KN_J_BOOL: return v.u.b;
+        case KN_J_INT: return v.u.i != 0;
+        case KN_J_FLOAT: return v.u.f != 0.0;
+        case KN_J_STR: return v.u.s->len > 0;
+        case KN_J_LIST:
+        case KN_J_TUPLE: return v.u.l->n > 0;
+        case KN_J_DICT: return v.u.d->n > 0;
+        default: return true;
     }
 }
 
@@ -409,26 +427,28 @@ bool kn_jv_eq(kn_jv a, kn_jv b) {
     if (kn_jv_is_num(a) && kn_jv_is_num(b)) return num_cmp(a, b) == 0;
     if (a.t != b.t || a.range != b.range) return false;
     switch (a.t) {
-    case KN_J_UNDEF: case KN_J_NONE: return true;
-    case KN_J_STR:
-        return a.u.s == b.u.s || (a.u.s->len == b.u.s->len && memcmp(a.u.s->s, b.u.s->s, a.u.s->len) == 0);
-    case KN_J_LIST: case KN_J_TUPLE:
-        if (a.u.l == b.u.l) return true;
-        if (a.u.l->n != b.u.l->n) return false;
-        for (size_t i = 0; i < a.u.l->n; i++)
-            if (!kn_jv_eq(a.u.l->v[i], b.u.l->v[i])) return false;
-        return true;
-    case KN_J_DICT:
-        if (a.u.d == b.u.d) return true;
-        if (a.u.d->n != b.u.d->n) return false;
-        for (size_t i = 0; i < a.u.d->n; i++) {
-            kn_jv *o = kn_jdict_get(b.u.d, a.u.d->k[i]);
-            if (!o || !kn_jv_eq(a.u.d->v[i], *o)) return false;
-        }
-        return true;
-    case KN_J_FUNC: return a.u.i == b.u.i;
-    case KN_J_METHOD: return a.u.m->id == b.u.m->id && kn_jv_eq(a.u.m->self, b.u.m->self);
-    default: return a.u.p == b.u.p;
+        case KN_J_UNDEF:
+        case KN_J_NONE: return true;
+        case KN_J_STR:
+            return a.u.s == b.u.s || (a.u.s->len == b.u.s->len && memcmp(a.u.s->s, b.u.s->s, a.u.s->len) == 0);
+        case KN_J_LIST:
+        case KN_J_TUPLE:
+            if (a.u.l == b.u.l) return true;
+            if (a.u.l->n != b.u.l->n) return false;
+            for (size_t i = 0; i < a.u.l->n; i++)
+                if (!kn_jv_eq(a.u.l->v[i], b.u.l->v[i])) return false;
+            return true;
+        case KN_J_DICT:
+            if (a.u.d == b.u.d) return true;
+            if (a.u.d->n != b.u.d->n) return false;
+            for (size_t i = 0; i < a.u.d->n; i++) {
+                kn_jv *o = kn_jdict_get(b.u.d, a.u.d->k[i]);
+                if (!o || !kn_jv_eq(a.u.d->v[i], *o)) return false;
+            }
+            return true;
+        case KN_J_FUNC: return a.u.i == b.u.i;
+        case KN_J_METHOD: return a.u.m->id == b.u.m->id && kn_jv_eq(a.u.m->self, b.u.m->self);
+        default: return a.u.p == b.u.p;
     }
 }
 
@@ -439,7 +459,7 @@ bool kn_jv_cmp(kn_jr *r, kn_jv a, kn_jv b, int *res) {
     }
     if (kn_jv_is_num(a) && kn_jv_is_num(b)) {
         int c = num_cmp(a, b);
-        *res = c == 2 ? 2 : c;      /* NaN: every ordering is false */
+        *res = c == 2 ? 2 : c; /* NaN: every ordering is false */
         return true;
     }
     if (a.t == KN_J_STR && b.t == KN_J_STR) {
@@ -478,60 +498,69 @@ static uint64_t mix(uint64_t h) {
 
 uint64_t kn_jv_hash(kn_jv v) {
     switch (v.t) {
-    case KN_J_BOOL: return mix((uint64_t)v.u.b);
-    case KN_J_INT: return mix((uint64_t)v.u.i);
-    case KN_J_FLOAT: {
-        double f = v.u.f;
-        if (f == floor(f) && fabs(f) < 9.2e18) return mix((uint64_t)(int64_t)f);
-        uint64_t bits;
-        memcpy(&bits, &f, sizeof bits);
-        return mix(bits);
-    }
-    case KN_J_STR: {
-        uint64_t h = 1469598103934665603ull;
-        for (size_t i = 0; i < v.u.s->len; i++) h = (h ^ (unsigned char)v.u.s->s[i]) * 1099511628211ull;
-        return h;
-    }
-    case KN_J_TUPLE: {
-        uint64_t h = 0x345678;
-        for (size_t i = 0; i < v.u.l->n; i++) h = mix(h * 1000003 ^ kn_jv_hash(v.u.l->v[i]));
-        return h;
-    }
-    case KN_J_NONE: return 0x9e3779b97f4a7c15ull;
-    case KN_J_UNDEF: return 0x1234567;
-    case KN_J_FUNC: return mix((uint64_t)v.u.i + 77);
-    case KN_J_METHOD: return mix(v.u.m->id) ^ kn_jv_hash(v.u.m->self);
-    default: return mix((uint64_t)(uintptr_t)v.u.p);
+        case KN_J_BOOL: return mix((uint64_t)v.u.b);
+        case KN_J_INT: return mix((uint64_t)v.u.i);
+        case KN_J_FLOAT: {
+            double f = v.u.f;
+            if (f == floor(f) && fabs(f) < 9.2e18) return mix((uint64_t)(int64_t)f);
+            uint64_t bits;
+            memcpy(&bits, &f, sizeof bits);
+            return mix(bits);
+        }
+        case KN_J_STR: {
+            uint64_t h = 1469598103934665603ull;
+            for (size_t i = 0; i < v.u.s->len; i++) h = (h ^ (unsigned char)v.u.s->s[i]) * 1099511628211ull;
+            return h;
+        }
+        case KN_J_TUPLE: {
+            uint64_t h = 0x345678;
+            for (size_t i = 0; i < v.u.l->n; i++) h = mix(h * 1000003 ^ kn_jv_hash(v.u.l->v[i]));
+            return h;
+        }
+        case KN_J_NONE: return 0x9e3779b97f4a7c15ull;
+        case KN_J_UNDEF: return 0x1234567;
+        case KN_J_FUNC: return mix((uint64_t)v.u.i + 77);
+        case KN_J_METHOD: return mix(v.u.m->id) ^ kn_jv_hash(v.u.m->self);
+        default: return mix((uint64_t)(uintptr_t)v.u.p);
     }
 }
 
 const char *kn_jv_typename(kn_jv v) {
     switch (v.t) {
-    case KN_J_UNDEF: return "Undefined";
-    case KN_J_NONE: return "NoneType";
-    case KN_J_BOOL: return "bool";
-    case KN_J_INT: return "int";
-    case KN_J_FLOAT: return "float";
-    case KN_J_STR: return v.u.s->safe ? "Markup" : "str";
-    case KN_J_LIST: return "list";
-    case KN_J_TUPLE: return v.range ? "range" : "tuple";
-    case KN_J_DICT: return "dict";
-    case KN_J_ITER: return "generator";
-    case KN_J_NS: return "Namespace";
-    case KN_J_MACRO: return "Macro";
-    case KN_J_FUNC: return "function";
-    case KN_J_METHOD: return "builtin_function_or_method";
-    case KN_J_LOOP: return "LoopContext";
-    default: return "object";
+        case KN_J_UNDEF: return "Undefined";
+        case KN_J_NONE: return "NoneType";
+        case KN_J_BOOL: return "bool";
+        case KN_J_INT: return "int";
+        case KN_J_FLOAT: return "float";
+        case KN_J_STR: return v.u.s->safe ? "Markup" : "str";
+        case KN_J_LIST: return "list";
+        case KN_J_TUPLE: return v.range ? "range" : "tuple";
+        case KN_J_DICT: return "dict";
+        case KN_J_ITER: return "generator";
+        case KN_J_NS: return "Namespace";
+        case KN_J_MACRO: return "Macro";
+        case KN_J_FUNC: return "function";
+        case KN_J_METHOD: return "builtin_function_or_method";
+        case KN_J_LOOP: return "LoopContext";
+        default: return "object";
     }
 }
 
 /* ---- str() and repr() ------------------------------------------------------------------------ */
 
 size_t kn_jfloat_repr(double f, char buf[40]) {
-    if (isnan(f)) { memcpy(buf, "nan", 4); return 3; }
-    if (isinf(f)) { strcpy(buf, f > 0 ? "inf" : "-inf"); return strlen(buf); }
-    if (f == 0) { strcpy(buf, signbit(f) ? "-0.0" : "0.0"); return strlen(buf); }
+    if (isnan(f)) {
+        memcpy(buf, "nan", 4);
+        return 3;
+    }
+    if (isinf(f)) {
+        strcpy(buf, f > 0 ? "inf" : "-inf");
+        return strlen(buf);
+    }
+    if (f == 0) {
+        strcpy(buf, signbit(f) ? "-0.0" : "0.0");
+        return strlen(buf);
+    }
     char tmp[40];
     for (int prec = 1; prec <= 17; prec++) {
         snprintf(tmp, sizeof tmp, "%.*e", prec - 1, f);
@@ -555,8 +584,7 @@ size_t kn_jfloat_repr(double f, char buf[40]) {
             buf[n++] = '.';
             if (nd > exp + 1)
                 for (int i = exp + 1; i < nd; i++) buf[n++] = digits[i];
-            else
-                buf[n++] = '0';
+            else buf[n++] = '0';
         } else {
             buf[n++] = '0';
             buf[n++] = '.';
@@ -580,12 +608,12 @@ bool kn_jescape_to(kn_jbuf *b, const char *s, size_t n) {
     for (size_t i = 0; i < n; i++) {
         const char *rep;
         switch (s[i]) {
-        case '&': rep = "&amp;"; break;
-        case '<': rep = "&lt;"; break;
-        case '>': rep = "&gt;"; break;
-        case '\'': rep = "&#39;"; break;
-        case '"': rep = "&#34;"; break;
-        default: continue;
+            case '&': rep = "&amp;"; break;
+            case '<': rep = "&lt;"; break;
+            case '>': rep = "&gt;"; break;
+            case '\'': rep = "&#39;"; break;
+            case '"': rep = "&#34;"; break;
+            default: continue;
         }
         if (!kn_jbuf_put(b, s + start, i - start) || !kn_jbuf_puts(b, rep)) return false;
         start = i + 1;
@@ -646,71 +674,87 @@ static bool put_num(kn_jbuf *b, kn_jv v) {
 bool kn_jv_repr_to(kn_jr *r, kn_jv v, kn_jbuf *b, int depth) {
     if (depth > KN_JINJA_MAX_VALUE_DEPTH) return kn_jfail(r, "value nested too deeply to print");
     switch (v.t) {
-    case KN_J_UNDEF: return kn_jbuf_puts(b, "Undefined");
-    case KN_J_STR: return repr_str(b, v.u.s);
-    case KN_J_LIST:
-    case KN_J_TUPLE: {
-        bool t = v.t == KN_J_TUPLE;
-        if (v.range) {
-            const int64_t *ra = v.u.l->range_args;
-            char buf[80];
-            if (ra[2] == 1) snprintf(buf, sizeof buf, "range(%lld, %lld)", (long long)ra[0], (long long)ra[1]);
-            else snprintf(buf, sizeof buf, "range(%lld, %lld, %lld)", (long long)ra[0], (long long)ra[1], (long long)ra[2]);
-            return kn_jbuf_puts(b, buf);
+        case KN_J_UNDEF: return kn_jbuf_puts(b, "Undefined");
+        case KN_J_STR: return repr_str(b, v.u.s);
+        case KN_J_LIST:
+        case KN_J_TUPLE: {
+            bool t = v.t == KN_J_TUPLE;
+            if (v.range) {
+                const int64_t *ra = v.u.l->range_args;
+                char buf[80];
+                if (ra[2] == 1) snprintf(buf, sizeof buf, "range(%lld, %lld)", (long long)ra[0], (long long)ra[1]);
+                else
+                    snprintf(buf, sizeof buf, "range(%lld, %lld, %lld)", (long long)ra[0], (long long)ra[1],
+                             (long long)ra[2]);
+                return kn_jbuf_puts(b, buf);
+            }
+            if (!kn_jbuf_putc(b, t ? '(' : '[')) return false;
+            for (size_t i = 0; i < v.u.l->n; i++) {
+                if (i && !kn_jbuf_puts(b, ", ")) return false;
+                if (!kn_jv_repr_to(r, v.u.l->v[i], b, depth + 1)) return false;
+            }
+            if (t && v.u.l->n == 1 && !kn_jbuf_putc(b, ',')) return false;
+            return kn_jbuf_putc(b, t ? ')' : ']');
         }
-        if (!kn_jbuf_putc(b, t ? '(' : '[')) return false;
-        for (size_t i = 0; i < v.u.l->n; i++) {
-            if (i && !kn_jbuf_puts(b, ", ")) return false;
-            if (!kn_jv_repr_to(r, v.u.l->v[i], b, depth + 1)) return false;
+        case KN_J_DICT: {
+            if (!kn_jbuf_putc(b, '{')) return false;
+            for (size_t i = 0; i < v.u.d->n; i++) {
+                if (i && !kn_jbuf_puts(b, ", ")) return false;
+                if (!kn_jv_repr_to(r, v.u.d->k[i], b, depth + 1) || !kn_jbuf_puts(b, ": ") ||
+                    !kn_jv_repr_to(r, v.u.d->v[i], b, depth + 1))
+                    return false;
+            }
+            return kn_jbuf_putc(b, '}');
         }
-        if (t && v.u.l->n == 1 && !kn_jbuf_putc(b, ',')) return false;
-        return kn_jbuf_putc(b, t ? ')' : ']');
-    }
-    case KN_J_DICT: {
-        if (!kn_jbuf_putc(b, '{')) return false;
-        for (size_t i = 0; i < v.u.d->n; i++) {
-            if (i && !kn_jbuf_puts(b, ", ")) return false;
-            if (!kn_jv_repr_to(r, v.u.d->k[i], b, depth + 1) || !kn_jbuf_puts(b, ": ") ||
-                !kn_jv_repr_to(r, v.u.d->v[i], b, depth + 1))
-                return false;
-        }
-        return kn_jbuf_putc(b, '}');
-    }
-    case KN_J_NS:
-        return kn_jbuf_puts(b, "<Namespace ") && kn_jv_repr_to(r, kn_jv_dict(v.u.ns->attrs), b, depth + 1) &&
-               kn_jbuf_putc(b, '>');
-    default:
-        return kn_jv_str_to(r, v, b);
+        case KN_J_NS:
+            return kn_jbuf_puts(b, "<Namespace ") && kn_jv_repr_to(r, kn_jv_dict(v.u.ns->attrs), b, depth + 1) &&
+                   kn_jbuf_putc(b, '>');
+        default: return kn_jv_str_to(r, v, b);
     }
 }
 
 bool kn_jv_str_to(kn_jr *r, kn_jv v, kn_jbuf *b) {
     char buf[96];
     switch (v.t) {
-    case KN_J_UNDEF: return true;
-    case KN_J_NONE: return kn_jbuf_puts(b, "None");
-    case KN_J_BOOL: case KN_J_INT: case KN_J_FLOAT: return put_num(b, v);
-    case KN_J_STR: return kn_jbuf_put(b, v.u.s->s, v.u.s->len);
-    case KN_J_LIST: case KN_J_TUPLE: case KN_J_DICT: case KN_J_NS: return kn_jv_repr_to(r, v, b, 0);
-    case KN_J_ITER: return kn_jbuf_puts(b, "<generator object>");
-    case KN_J_MACRO: {
-        const kn_jstr *name = v.u.mac->node->lit.u.s;
-        return kn_jbuf_puts(b, "<Macro ") && repr_str(b, name) && kn_jbuf_putc(b, '>');
-    }
-    case KN_J_FUNC: snprintf(buf, sizeof buf, "<function %s>", kn_jglobal_name((int)v.u.i)); return kn_jbuf_puts(b, buf);
-    case KN_J_METHOD: snprintf(buf, sizeof buf, "<built-in method of %s object>", kn_jv_typename(v.u.m->self)); return kn_jbuf_puts(b, buf);
-    case KN_J_LOOP:
-        snprintf(buf, sizeof buf, "<LoopContext %zu/%zu>", v.u.loop->i + 1, v.u.loop->items->n);
-        return kn_jbuf_puts(b, buf);
-    default: return true;
+        case KN_J_UNDEF: return true;
+        case KN_J_NONE: return kn_jbuf_puts(b, "None");
+        case KN_J_BOOL:
+        case KN_J_INT:
+        case KN_J_FLOAT: return put_num(b, v);
+        case KN_J_STR: return kn_jbuf_put(b, v.u.s->s, v.u.s->len);
+        case KN_J_LIST:
+        case KN_J_TUPLE:
+        case KN_J_DICT:
+        case KN_J_NS: return kn_jv_repr_to(r, v, b, 0);
+        case KN_J_ITER: return kn_jbuf_puts(b, "<generator object>");
+        case KN_J_MACRO: {
+            const kn_jstr *name = v.u.mac->node->lit.u.s;
+            return kn_jbuf_puts(b, "<Macro ") && repr_str(b, name) && kn_jbuf_putc(b, '>');
+        }
+        case KN_J_FUNC:
+            snprintf(buf, sizeof buf, "<function %s>", kn_jglobal_name((int)v.u.i));
+            return kn_jbuf_puts(b, buf);
+        case KN_J_METHOD:
+            snprintf(buf, sizeof buf, "<built-in method of %s object>", kn_jv_typename(v.u.m->self));
+            return kn_jbuf_puts(b, buf);
+        case KN_J_LOOP:
+            snprintf(buf, sizeof buf, "<LoopContext %zu/%zu>", v.u.loop->i + 1, v.u.loop->items->n);
+            return kn_jbuf_puts(b, buf);
+        default: return true;
     }
 }
 
 bool kn_jv_to_str(kn_jr *r, kn_jv v, kn_jv *out) {
-    if (v.t == KN_J_STR) { *out = kn_jv_ref(v); return true; }
+    if (v.t == KN_J_STR) {
+        *out = kn_jv_ref(v);
+        return true;
+    }
     kn_jbuf b;
     kn_jbuf_init(&b, r);
-    if (!kn_jv_str_to(r, v, &b)) { kn_jbuf_free(&b); return false; }
+    if (!kn_jv_str_to(r, v, &b)) {
+        kn_jbuf_free(&b);
+        return false;
+    }
     return kn_jbuf_take(&b, false, out);
 }
 
@@ -725,7 +769,10 @@ size_t kn_ju_next(const char *s, size_t len, size_t i) {
 }
 
 uint32_t kn_ju_cp(const char *s, size_t len, size_t i, size_t *adv) {
-    if ((unsigned char)s[i] < 0x80) { *adv = 1; return (unsigned char)s[i]; }
+    if ((unsigned char)s[i] < 0x80) {
+        *adv = 1;
+        return (unsigned char)s[i];
+    }
     uint32_t cp = kn_utf8_decode((const uint8_t *)s + i, len - i, adv);
     if (!*adv) *adv = 1;
     return cp;
@@ -747,8 +794,8 @@ size_t kn_jstr_cpoff(const kn_jstr *s, size_t k) {
 
 bool kn_ju_isspace(uint32_t cp) {
     if (cp < 0x80) return cp == ' ' || (cp >= 0x09 && cp <= 0x0d) || (cp >= 0x1c && cp <= 0x1f);
-    return cp == 0x85 || cp == 0xa0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200a) || cp == 0x2028 ||
-           cp == 0x2029 || cp == 0x202f || cp == 0x205f || cp == 0x3000;
+    return cp == 0x85 || cp == 0xa0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200a) || cp == 0x2028 || cp == 0x2029 ||
+           cp == 0x202f || cp == 0x205f || cp == 0x3000;
 }
 
 uint32_t kn_ju_lower(uint32_t cp) {
@@ -783,10 +830,10 @@ static void build_upper(void) {
 /* Uppercase mappings the inverted lowercase table cannot give (letters that are not the lowercase
  * of anything, or whose inverse would be the wrong capital). */
 static const uint32_t upper_extra[][2] = {
-    {0x00B5, 0x039C}, {0x00DF, 0x00DF}, {0x0131, 0x0049}, {0x017F, 0x0053}, {0x01C5, 0x01C4}, {0x01C8, 0x01C7},
-    {0x01CB, 0x01CA}, {0x01F2, 0x01F1}, {0x0345, 0x0399}, {0x03C2, 0x03A3}, {0x03D0, 0x0392}, {0x03D1, 0x0398},
-    {0x03D5, 0x03A6}, {0x03D6, 0x03A0}, {0x03F0, 0x039A}, {0x03F1, 0x03A1}, {0x03F5, 0x0395}, {0x1E9B, 0x1E60},
-    {0x1FBE, 0x0399},
+    {0x00B5, 0x039C}, {0x00DF, 0x00DF}, {0x0131, 0x0049}, {0x017F, 0x0053}, {0x01C5, 0x01C4},
+    {0x01C8, 0x01C7}, {0x01CB, 0x01CA}, {0x01F2, 0x01F1}, {0x0345, 0x0399}, {0x03C2, 0x03A3},
+    {0x03D0, 0x0392}, {0x03D1, 0x0398}, {0x03D5, 0x03A6}, {0x03D6, 0x03A0}, {0x03F0, 0x039A},
+    {0x03F1, 0x03A1}, {0x03F5, 0x0395}, {0x1E9B, 0x1E60}, {0x1FBE, 0x0399},
 };
 
 uint32_t kn_ju_upper(uint32_t cp) {
