@@ -5,10 +5,11 @@
  * were cancelled are dropped, and waiting requests take free rows (up to the KV budget's row cap)
  * in arrival order. Then, without the lock: new rows get their KV (allocated on a slot's first
  * use and kept), restore the longest cached prefix of their prompt from the prefix cache (which
- * alone decides whether it comes from RAM or from its SSD tier), and begin; rows whose request was cancelled leave; one
- * executor step advances all active rows together (kn_step_rows: decode tokens first, joining prompts in chunks);
- * finished rows end and free their slot at once. The scheduler never touches tensors itself: the numeric work is the
- * method's (row.c), the KV layout the cache's.
+ * alone decides whether it comes from RAM or from its SSD tier), and begin; rows whose request was
+ * cancelled leave; one executor step advances all active rows together (kn_step_rows: decode
+ * tokens first, joining prompts in chunks); finished rows end and free their slot at once. The
+ * scheduler never touches tensors itself: the numeric work is the method's (row.c), the KV layout
+ * the cache's.
  */
 #include "engine/engine.h"
 

@@ -8,9 +8,10 @@
  *     name, an --allow-host name); an IP address is always fine (rebinding needs a name), with or
  *     without a port, IPv6 in brackets. Otherwise 403.
  *   - Origin: a request a browser marks as coming from another origin (Origin differs from Host,
- *     and its host is not an --allow-host name) is refused with 403 unless --cors lists that origin. Allowed origins
- * get Access-Control-Allow-Origin on every response and an answer to their preflight (OPTIONS); without --cors no
- * response carries CORS headers (the chat page is same-origin).
+ *     and its host is not an --allow-host name) is refused with 403 unless --cors lists that
+ *     origin. Allowed origins get Access-Control-Allow-Origin on every response and an answer to
+ *     their preflight (OPTIONS); without --cors no response carries CORS headers (the chat page is
+ *     same-origin).
  *   - Body type: a JSON route's body must say Content-Type: application/json (or another +json
  *     type; parameters such as charset are fine), else 415. A page can send text/plain without
  *     asking (no preflight); it cannot send JSON that way.

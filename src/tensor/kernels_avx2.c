@@ -1,7 +1,8 @@
 /*
  * kernels_avx2.c - assembles the AVX2+FMA kernel set (x86-64): attention over F16/F32 KV rows
- * (here: SIMD row helpers in the reference's order, run by attend.c's blocked attention), the legacy and float formats
- * (kernels_avx2_legacy.c) and the K formats (kernels_avx2_k.c). The AVX-512 set starts from this one.
+ * (here: SIMD row helpers in the reference's order, run by attend.c's blocked attention), the
+ * legacy and float formats (kernels_avx2_legacy.c) and the K formats (kernels_avx2_k.c). The
+ * AVX-512 set starts from this one.
  */
 #include "tensor/kernels.h"
 

@@ -53,8 +53,9 @@ KI __m128i k4_scales(const uint8_t *scales) {
 /* One token's super-block: its quants are read as stored (vector v = qs[32v .. 32v+31]). */
 typedef struct tok_k {
     const int8_t *qs;
-    __m256i b; /* Q4_K/Q5_K: int32 lane j = bsums[2j] + bsums[2j+1], the sum of sub-block j;
-                * Q6_K: int16 lane j = -bsums[j] */
+    /* Q4_K/Q5_K: int32 lane j = bsums[2j] + bsums[2j+1], the sum of sub-block j;
+     * Q6_K: int16 lane j = -bsums[j] */
+    __m256i b;
 } tok_k;
 
 KI void prep_tok(int kind, const kn_block_q8_k *y, tok_k *T) {
