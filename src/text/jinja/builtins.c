@@ -1,15 +1,14 @@
 /*
- * builtins.c - Jinja2's filters, tests and global functions, as chat templates use them.
+ * builtins.c - Jinja2's filters, as chat templates use them (the tests of `x is ...` are in
+ * predicates.c, the global functions in globals.c).
  *
  * Each builtin takes its arguments the way the Python one does (positional, then by keyword;
  * kn_jbind reports unknown or missing ones) and returns what the Python one returns: map, select,
  * reject, selectattr, rejectattr, items, unique, batch, slice and reverse give one-shot
  * iterators (Python generators: tojson refuses them, |list materializes them), sort and dictsort
  * give lists. tojson is Hugging Face's override: json.dumps(x, ensure_ascii=False, indent=None,
- * separators=None, sort_keys=False). Globals: range (at most KN_JINJA_MAX_RANGE items, as the
- * sandbox allows), namespace, dict, raise_exception (its message becomes the render error), and
- * strftime_now, whose "now" is SOURCE_DATE_EPOCH (UTC) when that is set, for reproducible output,
- * and the local time otherwise. Not implemented: random, groupby, urlize, wordwrap, xmlattr,
+ * separators=None, sort_keys=False). The argument helpers here (kn_jbind, kn_jarg_str) serve the
+ * tests and globals too. Not implemented: random, groupby, urlize, wordwrap, xmlattr,
  * filesizeformat, pprint, striptags, urlencode, lipsum, cycler, joiner.
  */
 #include "text/jinja/impl.h"
@@ -19,7 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 /* ---- argument helpers ------------------------------------------------------------------------ */
 
@@ -69,7 +67,7 @@ static bool arg_int(kn_jr *r, kn_jv v, const char *what, int64_t *out) {
     return kn_jfail(r, "%s must be an integer, not '%s'", what, kn_jv_typename(v));
 }
 
-static bool arg_str(kn_jr *r, kn_jv v, const char *what, const kn_jstr **out) {
+bool kn_jarg_str(kn_jr *r, kn_jv v, const char *what, const kn_jstr **out) {
     *out = NULL;
     if (v.t == KN_J_STR) {
         *out = v.u.s;
@@ -241,7 +239,7 @@ static bool f_attr(kn_jr *r, kn_jv v, const kn_jargs *a, kn_jv *out) {
     enum { nreq_ = 1 };
     BIND("attr", "name");
     const kn_jstr *name;
-    if (!arg_str(r, arg[0], "attr name", &name)) return false;
+    if (!kn_jarg_str(r, arg[0], "attr name", &name)) return false;
     if (v.t == KN_J_DICT) {
         /* getattr only: dict keys are not attributes */
         bool unsafe;
@@ -422,7 +420,7 @@ static bool f_dictsort(kn_jr *r, kn_jv v, const kn_jargs *a, kn_jv *out) {
     int pos = 0;
     if (given[1]) {
         const kn_jstr *by;
-        if (!arg_str(r, arg[1], "by", &by)) return false;
+        if (!kn_jarg_str(r, arg[1], "by", &by)) return false;
         if (by->len == 5 && !memcmp(by->s, "value", 5)) pos = 1;
         else if (!(by->len == 3 && !memcmp(by->s, "key", 3)))
             return kn_jfail(r, "You can only sort by either \"key\" or \"value\"");
@@ -1037,7 +1035,7 @@ static bool f_round(kn_jr *r, kn_jv v, const kn_jargs *a, kn_jv *out) {
     int method = 0; /* common, ceil, floor */
     if (given[1]) {
         const kn_jstr *m;
-        if (!arg_str(r, arg[1], "method", &m)) return false;
+        if (!kn_jarg_str(r, arg[1], "method", &m)) return false;
         if (!strcmp(m->s, "ceil")) method = 1;
         else if (!strcmp(m->s, "floor")) method = 2;
         else if (strcmp(m->s, "common")) return kn_jfail(r, "method must be common, ceil or floor");
@@ -1208,7 +1206,7 @@ static bool f_trim(kn_jr *r, kn_jv v, const kn_jargs *a, kn_jv *out) {
     enum { nreq_ = 0 };
     BIND("trim", "chars");
     const kn_jstr *chars = NULL;
-    if (given[0] && arg[0].t != KN_J_NONE && !arg_str(r, arg[0], "chars", &chars)) return false;
+    if (given[0] && arg[0].t != KN_J_NONE && !kn_jarg_str(r, arg[0], "chars", &chars)) return false;
     kn_jv s;
     if (!soft_str(r, v, &s)) return false;
     bool ok = kn_jstrip(r, s.u.s, chars, 3, out);
@@ -1229,7 +1227,7 @@ static bool f_truncate(kn_jr *r, kn_jv v, const kn_jargs *a, kn_jv *out) {
     size_t endlen = 3;
     if (given[2]) {
         const kn_jstr *e;
-        if (!arg_str(r, arg[2], "end", &e)) return false;
+        if (!kn_jarg_str(r, arg[2], "end", &e)) return false;
         end = e->s;
         endlen = e->len;
     }
@@ -1418,353 +1416,4 @@ int kn_jfilter_find(const char *name, size_t n) {
 bool kn_jfilter_call(kn_jr *r, int id, kn_jv v, const kn_jargs *a, kn_jv *out) {
     if (id < 0 || (size_t)id >= KN_ARRAY_LEN(filters)) return kn_jfail(r, "internal error: bad filter id");
     return filters[id].fn(r, v, a, out);
-}
-
-/* ---- tests ----------------------------------------------------------------------------------- */
-
-enum {
-    T_BOOLEAN,
-    T_CALLABLE,
-    T_DEFINED,
-    T_DIVISIBLEBY,
-    T_EQ,
-    T_ESCAPED,
-    T_EVEN,
-    T_FALSE,
-    T_FILTER,
-    T_FLOAT,
-    T_GE,
-    T_GT,
-    T_IN,
-    T_INTEGER,
-    T_ITERABLE,
-    T_LE,
-    T_LOWER,
-    T_LT,
-    T_MAPPING,
-    T_NE,
-    T_NONE,
-    T_NUMBER,
-    T_ODD,
-    T_SAMEAS,
-    T_SEQUENCE,
-    T_STRING,
-    T_TEST,
-    T_TRUE,
-    T_UNDEFINED,
-    T_UPPER,
-};
-
-static const struct {
-    const char *name;
-    int id;
-    int nargs;
-} tests[] = {
-    {"boolean", T_BOOLEAN, 0},
-    {"callable", T_CALLABLE, 0},
-    {"defined", T_DEFINED, 0},
-    {"divisibleby", T_DIVISIBLEBY, 1},
-    {"eq", T_EQ, 1},
-    {"equalto", T_EQ, 1},
-    {"==", T_EQ, 1},
-    {"escaped", T_ESCAPED, 0},
-    {"even", T_EVEN, 0},
-    {"false", T_FALSE, 0},
-    {"filter", T_FILTER, 0},
-    {"float", T_FLOAT, 0},
-    {"ge", T_GE, 1},
-    {">=", T_GE, 1},
-    {"gt", T_GT, 1},
-    {">", T_GT, 1},
-    {"greaterthan", T_GT, 1},
-    {"in", T_IN, 1},
-    {"integer", T_INTEGER, 0},
-    {"iterable", T_ITERABLE, 0},
-    {"le", T_LE, 1},
-    {"<=", T_LE, 1},
-    {"lower", T_LOWER, 0},
-    {"lt", T_LT, 1},
-    {"<", T_LT, 1},
-    {"lessthan", T_LT, 1},
-    {"mapping", T_MAPPING, 0},
-    {"ne", T_NE, 1},
-    {"!=", T_NE, 1},
-    {"none", T_NONE, 0},
-    {"number", T_NUMBER, 0},
-    {"odd", T_ODD, 0},
-    {"sameas", T_SAMEAS, 1},
-    {"sequence", T_SEQUENCE, 0},
-    {"string", T_STRING, 0},
-    {"test", T_TEST, 0},
-    {"true", T_TRUE, 0},
-    {"undefined", T_UNDEFINED, 0},
-    {"upper", T_UPPER, 0},
-};
-
-int kn_jtest_find(const char *name, size_t n) {
-    for (size_t i = 0; i < KN_ARRAY_LEN(tests); i++)
-        if (strlen(tests[i].name) == n && memcmp(tests[i].name, name, n) == 0) return (int)i;
-    return -1;
-}
-
-/* value % num == 0 (or == 1 for odd) with Python's modulo. */
-static bool mod_is(kn_jr *r, kn_jv v, kn_jv num, int want, bool *res) {
-    if (v.t == KN_J_UNDEF) return kn_jfail(r, "%s", v.u.s ? v.u.s->s : "undefined value");
-    if (!kn_jv_is_num(v) || !kn_jv_is_num(num))
-        return kn_jfail(r, "unsupported operand type(s) for %%: '%s' and '%s'", kn_jv_typename(v), kn_jv_typename(num));
-    if (v.t != KN_J_FLOAT && num.t != KN_J_FLOAT) {
-        int64_t x = v.t == KN_J_INT ? v.u.i : v.u.b, y = num.t == KN_J_INT ? num.u.i : num.u.b;
-        if (y == 0) return kn_jfail(r, "integer division or modulo by zero");
-        int64_t m = (y == -1) ? 0 : x % y;
-        if (m != 0 && ((m < 0) != (y < 0))) m += y;
-        *res = m == want;
-        return true;
-    }
-    double x = v.t == KN_J_FLOAT ? v.u.f : v.t == KN_J_INT ? (double)v.u.i : v.u.b;
-    double y = num.t == KN_J_FLOAT ? num.u.f : num.t == KN_J_INT ? (double)num.u.i : num.u.b;
-    if (y == 0) return kn_jfail(r, "float modulo");
-    double m = fmod(x, y);
-    if (m != 0 && ((m < 0) != (y < 0))) m += y;
-    *res = m == want;
-    return true;
-}
-
-/* Python str.islower() / isupper() on str(v). */
-static bool case_test(kn_jr *r, kn_jv v, bool upper, bool *res) {
-    kn_jv sv;
-    if (!soft_str(r, v, &sv)) return false;
-    const kn_jstr *s = sv.u.s;
-    bool cased = false, ok = true;
-    for (size_t i = 0; i < s->len;) {
-        size_t adv;
-        uint32_t cp = kn_ju_cp(s->s, s->len, i, &adv);
-        i += adv;
-        if (cp == KN_UTF8_INVALID) continue;
-        uint32_t lo = kn_ju_lower(cp), up = kn_ju_upper(cp);
-        if (lo == up) continue; /* not cased */
-        if (upper ? cp != up : cp != lo) {
-            ok = false;
-            break;
-        }
-        cased = true;
-    }
-    kn_jv_drop(sv);
-    *res = ok && cased;
-    return true;
-}
-
-bool kn_jtest_call(kn_jr *r, int idx, kn_jv v, const kn_jargs *a, bool *res) {
-    if (idx < 0 || (size_t)idx >= KN_ARRAY_LEN(tests)) return kn_jfail(r, "internal error: bad test id");
-    int nargs = tests[idx].nargs;
-    if (a->n_kw) return kn_jfail(r, "test '%s' takes no keyword arguments", tests[idx].name);
-    if ((int)a->n_pos != nargs)
-        return kn_jfail(r, "test '%s' takes %d argument(s), %zu given", tests[idx].name, nargs, a->n_pos);
-    kn_jv x = nargs ? a->pos[0] : kn_jv_undef();
-    int c;
-    switch (tests[idx].id) {
-        case T_BOOLEAN: *res = v.t == KN_J_BOOL; return true;
-        case T_CALLABLE:
-            *res = v.t == KN_J_MACRO || v.t == KN_J_FUNC || v.t == KN_J_METHOD || v.t == KN_J_LOOP || v.t == KN_J_UNDEF;
-            return true;
-        case T_DEFINED: *res = v.t != KN_J_UNDEF; return true;
-        case T_UNDEFINED: *res = v.t == KN_J_UNDEF; return true;
-        case T_DIVISIBLEBY: return mod_is(r, v, x, 0, res);
-        case T_EVEN: return mod_is(r, v, kn_jv_int(2), 0, res);
-        case T_ODD: return mod_is(r, v, kn_jv_int(2), 1, res);
-        case T_EQ: *res = kn_jv_eq(v, x); return true;
-        case T_NE: *res = !kn_jv_eq(v, x); return true;
-        case T_ESCAPED: *res = v.t == KN_J_STR && v.u.s->safe; return true;
-        case T_FALSE: *res = v.t == KN_J_BOOL && !v.u.b; return true;
-        case T_TRUE: *res = v.t == KN_J_BOOL && v.u.b; return true;
-        case T_FILTER: *res = v.t == KN_J_STR && kn_jfilter_find(v.u.s->s, v.u.s->len) >= 0; return true;
-        case T_TEST: *res = v.t == KN_J_STR && kn_jtest_find(v.u.s->s, v.u.s->len) >= 0; return true;
-        case T_FLOAT: *res = v.t == KN_J_FLOAT; return true;
-        case T_INTEGER: *res = v.t == KN_J_INT; return true;
-        case T_NUMBER: *res = kn_jv_is_num(v); return true;
-        case T_GE:
-        case T_GT:
-        case T_LE:
-        case T_LT: {
-            int t = tests[idx].id;
-            if (!kn_jv_cmp(r, v, x, &c)) return false;
-            *res = c != 2 && (t == T_GE ? c >= 0 : t == T_GT ? c > 0 : t == T_LE ? c <= 0 : c < 0);
-            return true;
-        }
-        case T_IN: return kn_jcontains(r, x, v, res);
-        case T_ITERABLE:
-            *res = v.t == KN_J_STR || v.t == KN_J_LIST || v.t == KN_J_TUPLE || v.t == KN_J_DICT || v.t == KN_J_ITER ||
-                   v.t == KN_J_UNDEF || v.t == KN_J_LOOP;
-            return true;
-        case T_SEQUENCE:
-            *res = v.t == KN_J_STR || v.t == KN_J_LIST || v.t == KN_J_TUPLE || v.t == KN_J_DICT || v.t == KN_J_UNDEF;
-            return true;
-        case T_MAPPING: *res = v.t == KN_J_DICT; return true;
-        case T_NONE: *res = v.t == KN_J_NONE; return true;
-        case T_STRING: *res = v.t == KN_J_STR; return true;
-        case T_LOWER: return case_test(r, v, false, res);
-        case T_UPPER: return case_test(r, v, true, res);
-        case T_SAMEAS:
-            if (v.t != x.t) {
-                *res = false;
-                return true;
-            }
-            if (kn_jv_is_heap(v) || v.t == KN_J_NS || v.t == KN_J_MACRO || v.t == KN_J_LOOP) *res = v.u.p == x.u.p;
-            else *res = kn_jv_eq(v, x);
-            return true;
-    }
-    return kn_jfail(r, "internal error: bad test");
-}
-
-/* ---- global functions ------------------------------------------------------------------------ */
-
-enum { G_RANGE, G_NAMESPACE, G_DICT, G_RAISE, G_STRFTIME };
-static const char *const globals[] = {"range", "namespace", "dict", "raise_exception", "strftime_now"};
-
-int kn_jglobal_find(const char *name, size_t n) {
-    for (size_t i = 0; i < KN_ARRAY_LEN(globals); i++)
-        if (strlen(globals[i]) == n && memcmp(globals[i], name, n) == 0) return (int)i;
-    return -1;
-}
-
-const char *kn_jglobal_name(int id) { return id >= 0 && (size_t)id < KN_ARRAY_LEN(globals) ? globals[id] : "?"; }
-
-/* dict(*args, **kwargs): a mapping or an iterable of pairs, then keywords. */
-static bool build_dict(kn_jr *r, const char *fname, const kn_jargs *a, kn_jdict **out) {
-    if (a->n_pos > 1) return kn_jfail(r, "%s expected at most 1 argument, got %zu", fname, a->n_pos);
-    kn_jdict *d = kn_jdict_new(r);
-    if (!d) return false;
-    bool ok = true;
-    if (a->n_pos == 1) {
-        kn_jv src = a->pos[0];
-        if (src.t == KN_J_DICT) {
-            for (size_t i = 0; ok && i < src.u.d->n; i++)
-                ok = kn_jdict_set(r, d, kn_jv_ref(src.u.d->k[i]), kn_jv_ref(src.u.d->v[i]));
-        } else {
-            kn_jlist *l = NULL;
-            ok = kn_jiterate(r, src, &l);
-            for (size_t i = 0; ok && i < l->n; i++) {
-                kn_jv p = l->v[i];
-                if (!kn_jv_is_seq(p) || p.u.l->n != 2) {
-                    ok = kn_jfail(r, "dictionary update sequence element #%zu has the wrong length", i);
-                    break;
-                }
-                ok = kn_jdict_set(r, d, kn_jv_ref(p.u.l->v[0]), kn_jv_ref(p.u.l->v[1]));
-            }
-            if (l) kn_jv_drop(kn_jv_list(l, false));
-        }
-    }
-    for (size_t k = 0; ok && k < a->n_kw; k++) {
-        kn_jv key;
-        ok = kn_jmk_str(r, a->kw_names[k]->s, a->kw_names[k]->len, false, &key) &&
-             kn_jdict_set(r, d, key, kn_jv_ref(a->kw[k]));
-    }
-    if (!ok) {
-        kn_jv_drop(kn_jv_dict(d));
-        return false;
-    }
-    *out = d;
-    return true;
-}
-
-/* range(stop) / range(start, stop[, step]) as a list that prints as range(); more than
- * KN_JINJA_MAX_RANGE items is an error, as in Jinja2's sandbox. */
-static bool g_range(kn_jr *r, const kn_jargs *a, kn_jv *out) {
-    if (a->n_kw) return kn_jfail(r, "range() takes no keyword arguments");
-    if (a->n_pos < 1 || a->n_pos > 3) return kn_jfail(r, "range expected 1 to 3 arguments, got %zu", a->n_pos);
-    int64_t v[3] = {0, 0, 0}, start = 0, stop, st = 1;
-    for (size_t i = 0; i < a->n_pos; i++) {
-        kn_jv x = a->pos[i];
-        if (x.t == KN_J_UNDEF) return kn_jfail(r, "%s", x.u.s ? x.u.s->s : "undefined value");
-        if (x.t == KN_J_INT) v[i] = x.u.i;
-        else if (x.t == KN_J_BOOL) v[i] = x.u.b;
-        else return kn_jfail(r, "'%s' object cannot be interpreted as an integer", kn_jv_typename(x));
-    }
-    if (a->n_pos == 1) stop = v[0];
-    else {
-        start = v[0];
-        stop = v[1];
-        if (a->n_pos == 3) st = v[2];
-    }
-    if (st == 0) return kn_jfail(r, "range() arg 3 must not be zero");
-    double count = 0;
-    if (st > 0 && start < stop) count = ((double)stop - (double)start - 1) / (double)st + 1;
-    else if (st < 0 && stop < start) count = ((double)start - (double)stop - 1) / (double)-st + 1;
-    count = floor(count);
-    if (count > KN_JINJA_MAX_RANGE)
-        return kn_jfail(r, "Range too big. The sandbox blocks ranges larger than MAX_RANGE (%d).", KN_JINJA_MAX_RANGE);
-    kn_jlist *l = kn_jlist_new(r, (size_t)count);
-    if (!l) return false;
-    for (int64_t i = 0; i < (int64_t)count; i++) l->v[l->n++] = kn_jv_int(start + i * st);
-    if (!kn_jwork_items(r, (uint64_t)count)) {
-        kn_jv_drop(kn_jv_list(l, false));
-        return false;
-    }
-    l->range_args[0] = start;
-    l->range_args[1] = stop;
-    l->range_args[2] = st;
-    *out = kn_jv_list(l, true);
-    out->range = 1;
-    return true;
-}
-
-/* strftime_now(fmt): the time SOURCE_DATE_EPOCH names (UTC) when set, else the local time now. */
-static bool g_strftime(kn_jr *r, const kn_jargs *a, kn_jv *out) {
-    if (a->n_pos != 1 || a->n_kw) return kn_jfail(r, "strftime_now() takes exactly one argument");
-    const kn_jstr *fmt;
-    if (!arg_str(r, a->pos[0], "format", &fmt)) return false;
-    if (fmt->len > 1024) return kn_jfail(r, "strftime_now() format too long");
-    time_t now;
-    struct tm tm;
-    const char *epoch = getenv("SOURCE_DATE_EPOCH");
-    char *end = NULL;
-    long long e = epoch && *epoch ? strtoll(epoch, &end, 10) : 0;
-    if (epoch && *epoch && end && !*end) {
-        now = (time_t)e;
-        if (!gmtime_r(&now, &tm)) return kn_jfail(r, "strftime_now(): bad SOURCE_DATE_EPOCH");
-    } else {
-        now = time(NULL);
-        if (!localtime_r(&now, &tm)) return kn_jfail(r, "strftime_now(): cannot read the clock");
-    }
-    if (fmt->len == 0) return kn_jmk_str(r, "", 0, false, out);
-    char buf[4096];
-    size_t n = strftime(buf, sizeof buf, fmt->s, &tm);
-    if (n == 0) return kn_jfail(r, "strftime_now(): result too long");
-    return kn_jmk_str(r, buf, n, false, out);
-}
-
-bool kn_jglobal_call(kn_jr *r, int id, const kn_jargs *a, kn_jv *out) {
-    switch (id) {
-        case G_RANGE: return g_range(r, a, out);
-        case G_NAMESPACE: {
-            kn_jdict *d;
-            if (!build_dict(r, "Namespace", a, &d)) return false;
-            kn_jns *ns = kn_jns_new(r);
-            if (!ns) {
-                kn_jv_drop(kn_jv_dict(d));
-                return false;
-            }
-            kn_jv_drop(kn_jv_dict(ns->attrs));
-            ns->attrs = d;
-            *out = (kn_jv){0};
-            out->t = KN_J_NS;
-            out->u.ns = ns;
-            return true;
-        }
-        case G_DICT: {
-            kn_jdict *d;
-            if (!build_dict(r, "dict", a, &d)) return false;
-            *out = kn_jv_dict(d);
-            return true;
-        }
-        case G_RAISE: {
-            kn_jv msg;
-            if (a->n_pos < 1) return kn_jfail(r, "raise_exception() missing its message");
-            if (!kn_jv_to_str(r, a->pos[0], &msg)) return false;
-            kn_jfail(r, "%s", msg.u.s->s);
-            kn_jv_drop(msg);
-            return false;
-        }
-        case G_STRFTIME: return g_strftime(r, a, out);
-        default: return kn_jfail(r, "internal error: bad global");
-    }
 }

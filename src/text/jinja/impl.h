@@ -518,7 +518,7 @@ bool kn_ju_isdigit(uint32_t cp);
 /* Appends cp as UTF-8. */
 bool kn_jbuf_putcp(kn_jbuf *b, uint32_t cp);
 
-/* ---- builtins (builtins.c) ------------------------------------------------------------- */
+/* ---- builtins (builtins.c, predicates.c, globals.c) ------------------------------------- */
 
 /* Index of the filter / test / global function called name, -1 when there is none. */
 int kn_jfilter_find(const char *name, size_t n);
@@ -534,6 +534,8 @@ const char *kn_jglobal_name(int id);
  * required. Errors name fname. */
 bool kn_jbind(kn_jr *r, const char *fname, const kn_jargs *a, const char *const *params, size_t np, size_t nreq,
               kn_jv *slots, bool *given);
+/* A string argument: *out borrows it; TypeError naming `what` for any other type. */
+bool kn_jarg_str(kn_jr *r, kn_jv v, const char *what, const kn_jstr **out);
 
 /* ---- methods (methods.c) --------------------------------------------------------------- */
 

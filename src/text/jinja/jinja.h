@@ -13,7 +13,9 @@
  *   value.c     values (refcounted strings, lists, dicts...), Python str()/repr(), equality
  *   eval.c      the renderer: scopes, statements, expressions, macros, loops, limits
  *   ops.c       iteration, attribute/item access, slicing, operators (Python semantics)
- *   builtins.c  filters, tests and global functions
+ *   builtins.c  filters, and the argument binding every builtin uses
+ *   predicates.c  tests (`x is defined`)
+ *   globals.c   global functions (range, namespace, dict, raise_exception, strftime_now)
  *   methods.c   str / dict / list methods (s.split(), d.get(), ...)
  *   json.c      JSON context -> values (jansson) and tojson output
  * impl.h holds the declarations those files share.
