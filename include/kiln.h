@@ -403,6 +403,52 @@ typedef enum kiln_stop_reason {
     KILN_STOP_STRING     /* a stop string appeared in the output */
 } kiln_stop_reason;
 
+/* ---- constrained output: GBNF grammars, JSON Schema, JSON mode --------------------------------- */
+
+/* A compiled constraint on a generation's output text. With one set, every token a generation emits
+ * is one whose bytes continue a sentence of the grammar's language (tokens are byte strings; a token
+ * may end in the middle of a UTF-8 character), and end-of-generation is allowed exactly when the text
+ * so far is a whole sentence: the output is valid by construction, unless max_tokens or the context
+ * cuts it first (the result then says KILN_STOP_LENGTH / KILN_STOP_CONTEXT). A compiled grammar does
+ * not depend on a model: it is immutable, reference counted and may be shared by any number of
+ * generations on any models and threads. */
+typedef struct kiln_grammar kiln_grammar;
+
+typedef enum kiln_grammar_kind {
+    KILN_GRAMMAR_GBNF,        /* text: a GBNF grammar (rules "name ::= ...", a "root" rule) */
+    KILN_GRAMMAR_JSON_SCHEMA, /* text: a JSON Schema; the output is one JSON value valid under it */
+    KILN_GRAMMAR_JSON_OBJECT, /* JSON mode: any JSON object; text is unused (may be NULL) */
+} kiln_grammar_kind;
+
+typedef struct kiln_grammar_params {
+    kiln_grammar_kind kind; /* default KILN_GRAMMAR_GBNF */
+    bool strict;            /* JSON Schema: strict mode: an object admits only the properties its
+                               schema lists unless it says otherwise (additionalProperties defaults
+                               to false instead of true); default false */
+} kiln_grammar_params;
+
+#define KILN_GRAMMAR_MAX_TEXT (1u << 20) /* bytes of grammar or schema text at most */
+
+KILN_API kiln_grammar_params kiln_grammar_default_params(void);
+
+/* Compiles text[len] (a GBNF grammar or JSON Schema per params->kind; params NULL = defaults) into
+ * *out. Fails closed: text that does not compile, or a schema keyword kiln cannot enforce, returns
+ * KILN_ERR_INVALID_ARG (KILN_ERR_UNSUPPORTED for a feature kiln does not implement, KILN_ERR_NOMEM)
+ * and kiln_last_error() names the place: "line L, column C: ..." in a grammar, the JSON pointer of
+ * the keyword in a schema. Free with kiln_grammar_free. */
+KILN_API kiln_status kiln_grammar_compile(const char *text, size_t len, const kiln_grammar_params *params,
+                                          kiln_grammar **out);
+
+/* Drops the caller's reference; generations that use the grammar hold their own. NULL is a no-op. */
+KILN_API void kiln_grammar_free(kiln_grammar *grammar);
+
+/* The GBNF text the grammar runs (for a JSON Schema or JSON mode: what it compiled to). Owned by the
+ * grammar. */
+KILN_API const char *kiln_grammar_gbnf(const kiln_grammar *grammar);
+
+/* Whether text[len], as a whole, is a sentence of the grammar's language. */
+KILN_API bool kiln_grammar_accepts(const kiln_grammar *grammar, const char *text, size_t len);
+
 #define KILN_MAX_STOP     16   /* stop strings per generation */
 #define KILN_MAX_STOP_LEN 1024 /* bytes per stop string */
 
@@ -417,15 +463,18 @@ typedef struct kiln_generate_params {
     bool add_special;   /* prepend BOS per the model's metadata; default true */
     bool parse_special; /* parse special-token text in the prompt; default false */
     kiln_sampler_params sampling;
-    const char *const *stop; /* stop strings (non-empty, NUL-terminated), matched on the decoded
-                                text; the output ends before the first match, which is never
-                                emitted. Borrowed for the call. */
-    size_t n_stop;           /* at most KILN_MAX_STOP */
-    int32_t logprobs;        /* -1 (default): none; 0: the chosen token's logprob in each event;
-                                N in 1..KILN_MAX_TOP_LOGPROBS: also the N most likely tokens */
-    kiln_token_fn on_token;  /* may be NULL */
-    kiln_done_fn on_done;    /* may be NULL; called once when the generation ends */
-    void *user;              /* passed to on_token and on_done */
+    const char *const *stop;     /* stop strings (non-empty, NUL-terminated), matched on the decoded
+                                    text; the output ends before the first match, which is never
+                                    emitted. Borrowed for the call. */
+    size_t n_stop;               /* at most KILN_MAX_STOP */
+    int32_t logprobs;            /* -1 (default): none; 0: the chosen token's logprob in each event;
+                                    N in 1..KILN_MAX_TOP_LOGPROBS: also the N most likely tokens */
+    const kiln_grammar *grammar; /* NULL (default): unconstrained; else every token is masked to the
+                                    grammar (see kiln_grammar). The generation takes its own
+                                    reference; logprobs then report the constrained distribution */
+    kiln_token_fn on_token;      /* may be NULL */
+    kiln_done_fn on_done;        /* may be NULL; called once when the generation ends */
+    void *user;                  /* passed to on_token and on_done */
 } kiln_generate_params;
 
 KILN_API kiln_generate_params kiln_generate_default_params(void);

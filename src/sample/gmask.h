@@ -1,0 +1,54 @@
+/*
+ * gmask.h - the token mask of a constrained generation: which vocabulary tokens may come next.
+ *
+ * A kn_vtrie is a byte trie over a vocabulary's token texts (the bytes each token adds to the
+ * output, as the detokenizer emits them), built once per model and shared read-only. A kn_gmatch
+ * follows one generation: it walks the trie together with the grammar's state store (grammar.h),
+ * pruning every subtree whose prefix the grammar rejects, and caches the mask of each parser state
+ * it has seen, so states that recur (inside a string, between array items) cost a lookup.
+ *
+ * Token rules: a token is allowed when its whole text continues the language from the current
+ * state. Tokens with empty text (control tokens, unused ids) are never allowed, except that the
+ * model's end-of-generation tokens are allowed exactly when the state is accepting.
+ */
+#ifndef KN_GMASK_H
+#define KN_GMASK_H
+
+#include "sample/grammar.h"
+
+typedef struct kn_vtrie kn_vtrie;
+
+/* The trie of model m's vocabulary, built on first use (thread-safe) and kept with the model; NULL
+ * when memory runs out (kn_error says so). */
+const kn_vtrie *kn_model_vtrie(const kiln_model *m);
+
+/* A trie over n tokens given as byte strings (text[i], len[i]; len 0 = never allowed) with the
+ * end-of-generation ids eog[n_eog]: for benchmarks and tests without a model. */
+kiln_status kn_vtrie_new(int32_t n, const char *const *text, const uint32_t *len, const int32_t *eog, int32_t n_eog,
+                         kn_vtrie **out);
+void kn_vtrie_free(kn_vtrie *t);
+
+typedef struct kn_gmatch kn_gmatch;
+
+/* A matcher for grammar g (retained) over vocabulary trie t (which must outlive it). With
+ * strip_first_space, the first token's leading space is not part of the output (a SentencePiece
+ * vocabulary at the start of a text: see detok.c), so the first mask and step skip it. */
+kiln_status kn_gmatch_new(const kiln_grammar *g, const kn_vtrie *t, bool strip_first_space, kn_gmatch **out);
+void kn_gmatch_free(kn_gmatch *m);
+
+/* The allowed tokens of the current state as a bitmap (bit t % 64 of word t / 64, n_vocab bits),
+ * owned by the matcher and valid until its next call; *n_allowed is their count (0: no token can
+ * continue, the generation is stuck: kn_gmatch_error says why). */
+const uint64_t *kn_gmatch_mask(kn_gmatch *m, int32_t *n_allowed);
+
+/* Advances over token tok. KILN_ERR_INVALID_ARG when tok is not allowed (the state is unchanged). */
+kiln_status kn_gmatch_accept(kn_gmatch *m, int32_t tok);
+
+/* The output so far is a whole sentence / is complete (accepting, and nothing may follow). */
+bool kn_gmatch_accepting(const kn_gmatch *m);
+bool kn_gmatch_final(kn_gmatch *m);
+
+/* Why the last mask or step failed (e.g. the store ran out of memory), or NULL. */
+const char *kn_gmatch_error(const kn_gmatch *m);
+
+#endif

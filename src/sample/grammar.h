@@ -1,0 +1,74 @@
+/*
+ * grammar.h - compiled grammars (struct kiln_grammar) and the byte-level matcher that runs them.
+ *
+ * Every constraint kiln enforces (a GBNF grammar, a JSON Schema, JSON mode) becomes one GBNF text
+ * (schema.h converts schemas), which kn_gbnf_compile turns into a program over BYTES: each terminal
+ * matches one byte from a 256-bit set, and a character class over code points is compiled into the
+ * alternatives of its UTF-8 byte sequences. The program is immutable and reference counted, so one
+ * compiled grammar serves any number of generations on any threads.
+ *
+ * Matching is a pushdown automaton over that program: a parser state is a set of stacks of program
+ * positions (alternatives are followed in parallel). A kn_gstore interns stacks and sets of stacks
+ * as small integer ids and caches transitions between them, so that stepping a known state over a
+ * byte is a table lookup: the pushdown automaton is determinized lazily, only where generation
+ * goes. A store is mutable and belongs to one generation (one thread at a time); its memory is
+ * capped, and kn_gstore_compact forgets everything but the current state when the cap is reached.
+ *
+ * token masks (which vocabulary tokens may come next) are built on the store: see gmask.h.
+ */
+#ifndef KN_GRAMMAR_H
+#define KN_GRAMMAR_H
+
+#include "base/base.h"
+
+/* Compiles GBNF text[len] (at most KILN_GRAMMAR_MAX_TEXT bytes) into a grammar with one reference.
+ * Accepts the dialect llama.cpp's server accepts: rules "name ::= alternatives" (names of letters,
+ * digits and '-'), "root" required, '#' comments to end of line, literals "..." with escapes
+ * (\n \r \t \\ \" \[ \] \xHH \uHHHH \UHHHHHHHH), character classes [...] with ranges and negation
+ * [^...], '.', groups (...), alternation |, postfix * + ? {m} {m,} {m,n}, and rule references.
+ * Errors (KILN_ERR_INVALID_ARG, message "line L, column C: ..." through kn_error): a syntax error,
+ * an undefined rule, a missing root, left recursion (a rule that can reach itself without consuming
+ * a byte), a program larger than the cap. gbnf is kept (a copy) as the grammar's kiln_grammar_gbnf. */
+kiln_status kn_gbnf_compile(const char *text, size_t len, kiln_grammar **out);
+
+/* Adds a reference (atomic); kiln_grammar_free drops one. */
+void kn_grammar_retain(const kiln_grammar *g);
+
+/* ---- the matcher's state store ---------------------------------------------------------------- */
+
+typedef struct kn_gstore kn_gstore;
+
+#define KN_GS_DEAD (-1) /* no sentence of the language continues the bytes so far */
+
+/* A store for grammar g (which it retains). bytes_cap bounds the memory the store's caches hold
+ * (0 = a default of 64 MiB); stepping past it compacts (kn_gstore_compact) instead of failing. */
+kiln_status kn_gstore_new(const kiln_grammar *g, size_t bytes_cap, kn_gstore **out);
+void kn_gstore_free(kn_gstore *s);
+
+/* The state before any byte. */
+int32_t kn_gstore_start(kn_gstore *s);
+
+/* The state after byte b from state, or KN_GS_DEAD. Memoized: a second call with the same
+ * arguments is one load. state must be a live id of this store (not KN_GS_DEAD). When memory runs
+ * out or a state would hold more stacks than the matcher allows (a pathologically ambiguous
+ * grammar), returns KN_GS_DEAD and sets kn_gstore_failed(). */
+int32_t kn_gstore_step(kn_gstore *s, int32_t state, uint8_t b);
+
+/* The text so far is a whole sentence of the language. */
+bool kn_gstore_accepting(const kn_gstore *s, int32_t state);
+
+/* The state is accepting and no byte can follow it (the sentence is complete). */
+bool kn_gstore_final(kn_gstore *s, int32_t state);
+
+/* Bytes held by the store's caches, and whether the cap has been reached. */
+size_t kn_gstore_bytes(const kn_gstore *s);
+bool kn_gstore_full(const kn_gstore *s);
+
+/* Forgets every state but keep, which gets a new id (returned); ids from before are invalid. */
+int32_t kn_gstore_compact(kn_gstore *s, int32_t keep);
+
+/* Why the last KN_GS_DEAD was not a language fact (NULL if none was): out of memory, or too many
+ * stacks. */
+const char *kn_gstore_failed(const kn_gstore *s);
+
+#endif

@@ -1,0 +1,38 @@
+/*
+ * grammar_api.c - kiln_grammar_compile: one entry point for the three kinds of constraint.
+ *
+ * A JSON Schema and JSON mode become GBNF text (schema.h) first; every kind then compiles through
+ * kn_gbnf_compile, so the grammar a schema runs is exactly the one kiln_grammar_gbnf prints.
+ */
+#include "sample/grammar.h"
+#include "sample/schema.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+kiln_grammar_params kiln_grammar_default_params(void) {
+    return (kiln_grammar_params){.kind = KILN_GRAMMAR_GBNF, .strict = false};
+}
+
+kiln_status kiln_grammar_compile(const char *text, size_t len, const kiln_grammar_params *params, kiln_grammar **out) {
+    if (!out) return kn_error(KILN_ERR_INVALID_ARG, "out is NULL");
+    *out = NULL;
+    const kiln_grammar_params p = params ? *params : kiln_grammar_default_params();
+    if (p.kind == KILN_GRAMMAR_JSON_OBJECT) {
+        const char *g = kn_json_object_gbnf();
+        return kn_gbnf_compile(g, strlen(g), out);
+    }
+    if (p.kind != KILN_GRAMMAR_GBNF && p.kind != KILN_GRAMMAR_JSON_SCHEMA)
+        return kn_error(KILN_ERR_INVALID_ARG, "unknown grammar kind %d", (int)p.kind);
+    if (!text && len) return kn_error(KILN_ERR_INVALID_ARG, "the grammar text is NULL");
+    if (len > KILN_GRAMMAR_MAX_TEXT)
+        return kn_error(KILN_ERR_INVALID_ARG, "the %s is %zu bytes; at most %u are accepted",
+                        p.kind == KILN_GRAMMAR_GBNF ? "grammar" : "schema", len, KILN_GRAMMAR_MAX_TEXT);
+    if (p.kind == KILN_GRAMMAR_GBNF) return kn_gbnf_compile(text ? text : "", len, out);
+    char *gbnf = NULL;
+    kiln_status st = kn_schema_to_gbnf(text ? text : "", len, p.strict, &gbnf);
+    if (st) return st;
+    st = kn_gbnf_compile(gbnf, strlen(gbnf), out);
+    free(gbnf);
+    return st;
+}
