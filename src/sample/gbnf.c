@@ -124,7 +124,11 @@ static const char *gb_what(const gb *p, size_t at, char buf[24]) {
     if (at >= p->len) return "the end of the grammar";
     uint8_t c = (uint8_t)p->src[at];
     if (c == '\n' || c == '\r') return "a line break";
+    int n = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+    for (int i = 1; i < n; i++)
+        if (at + (size_t)i >= p->len || ((uint8_t)p->src[at + (size_t)i] & 0xC0) != 0x80) n = 0;
     if (c >= 0x20 && c < 0x7F) snprintf(buf, 24, "'%c'", c);
+    else if (n) snprintf(buf, 24, "'%.*s'", n, p->src + at); /* a (probably valid) UTF-8 character */
     else snprintf(buf, 24, "byte 0x%02X", c);
     return buf;
 }
