@@ -127,7 +127,9 @@ static uint32_t gs_mix(uint64_t x) {
 static inline uint64_t gs_node_key(int32_t pos, int32_t par) { return (uint64_t)(uint32_t)pos << 32 | (uint32_t)par; }
 
 /* Fibonacci hashing: the top bits of key times 2^64 / phi. */
-static inline size_t gs_node_slot(uint64_t key, int bits) { return (size_t)((key * 0x9e3779b97f4a7c15ull) >> (64 - bits)); }
+static inline size_t gs_node_slot(uint64_t key, int bits) {
+    return (size_t)((key * 0x9e3779b97f4a7c15ull) >> (64 - bits));
+}
 
 static uint32_t gs_state_hash(const int32_t *ids, int32_t n, bool acc) {
     uint64_t h = 0x9e3779b97f4a7c15ull ^ (uint64_t)n << 1 ^ acc;

@@ -81,7 +81,6 @@ static void test_fail_closed(void) {
     kiln_grammar_free(g);
 }
 
-
 /* ---- errors ---------------------------------------------------------------------------------- */
 
 /* Each error kind, with the exact message (its place first). */
@@ -106,34 +105,39 @@ static void test_errors(void) {
         {"\n\n  root ::= \"a\" |\n   \"b\" x-1\n", "line 4, column 8: undefined rule 'x-1'"},
         {"foo ::= \"a\"", "line 1, column 1: the grammar has no rule named 'root' (where matching starts)"},
         {"# only a comment\n", "line 1, column 1: the grammar has no rule named 'root' (where matching starts)"},
-        {"root ::= root \"a\"", "line 1, column 10: left recursion in rule 'root': it can reach itself without matching a byte"},
+        {"root ::= root \"a\"",
+         "line 1, column 10: left recursion in rule 'root': it can reach itself without matching a byte"},
         {"root ::= a\na ::= b \"x\"\nb ::= \"\" | a",
          "line 3, column 12: left recursion in rule 'a': it can reach itself without matching a byte"},
         {"root ::= x\nx ::= y? y\ny ::= \"\" | x \"z\"",
          "line 3, column 12: left recursion in rule 'x': it can reach itself without matching a byte"},
-        {"root ::= (\"a\"?)*", "line 1, column 16: left recursion in rule 'root': it can reach itself without matching a byte"},
+        {"root ::= (\"a\"?)*",
+         "line 1, column 16: left recursion in rule 'root': it can reach itself without matching a byte"},
         {"root ::= \"a\" )", "line 1, column 14: unexpected ')' in rule 'root'"},
-        {"root ::= ( \"a\"",
-         "line 1, column 15: expected ')' to close the group opened at line 1, column 10, found the end of the grammar"},
+        {"root ::= ( \"a\"", "line 1, column 15: expected ')' to close the group opened at line 1, column 10, found "
+                             "the end of the grammar"},
         {"root ::= *", "line 1, column 10: nothing to repeat before '*'"},
         {"root ::= \"\"+", "line 1, column 12: nothing to repeat before '+'"},
         {"root ::= [z-a]", "line 1, column 11: bad range in character class: U+007A-U+0061 is backwards"},
         {"root ::= []", "line 1, column 10: empty character class"},
         {"root ::= \"\xff\"", "line 1, column 11: invalid UTF-8"},
-        {"root ::= \"\xc0\x80\"", "line 1, column 11: invalid UTF-8"}, /* overlong */
+        {"root ::= \"\xc0\x80\"", "line 1, column 11: invalid UTF-8"},     /* overlong */
         {"root ::= \"\xed\xa0\x80\"", "line 1, column 11: invalid UTF-8"}, /* a surrogate */
         {"root ::= \"é\" ü", "line 1, column 14: unexpected 'ü' in rule 'root'"},
-        {"root ::= \"a\"\nroot ::= \"b\"", "line 2, column 1: rule 'root' is defined twice (first at line 1, column 1)"},
-        {"root ::= x\nx ::= \"a\" x",
-         "line 1, column 1: rule 'root' matches no text: each alternative recurses forever or needs a character no class "
-         "allows"},
-        {"root ::= [^\\x00-\\U0010FFFF]",
-         "line 1, column 1: rule 'root' matches no text: each alternative recurses forever or needs a character no class "
-         "allows"},
-        {"root ::= <think>", "line 1, column 10: token references (<...>) are not supported: write the text as a literal"},
+        {"root ::= \"a\"\nroot ::= \"b\"",
+         "line 2, column 1: rule 'root' is defined twice (first at line 1, column 1)"},
+        {"root ::= x\nx ::= \"a\" x", "line 1, column 1: rule 'root' matches no text: each alternative recurses "
+                                      "forever or needs a character no class "
+                                      "allows"},
+        {"root ::= [^\\x00-\\U0010FFFF]", "line 1, column 1: rule 'root' matches no text: each alternative recurses "
+                                          "forever or needs a character no class "
+                                          "allows"},
+        {"root ::= <think>",
+         "line 1, column 10: token references (<...>) are not supported: write the text as a literal"},
         {"root ::= \"a\"{10001}", "line 1, column 14: repetition bound 10001 is above the limit of 10000"},
-        {"root ::= \"a\"{0,99999999999999999999}", "line 1, column 16: repetition bound 99999999999999999999 is above the "
-                                                   "limit of 10000"},
+        {"root ::= \"a\"{0,99999999999999999999}",
+         "line 1, column 16: repetition bound 99999999999999999999 is above the "
+         "limit of 10000"},
     };
     for (size_t i = 0; i < KN_ARRAY_LEN(cases); i++) {
         kiln_grammar *g = (kiln_grammar *)1;
@@ -169,7 +173,8 @@ static void test_limits(void) {
     for (int i = 0; i <= KN_GBNF_MAX_NESTING; i++) deep[k++] = '(';
     deep[k] = 0;
     CHECK(kn_gbnf_compile(deep, strlen(deep), &g) == KILN_ERR_INVALID_ARG);
-    CHECKF(strcmp(kn_error_msg(), "line 1, column 110: groups are nested more than 100 deep") == 0, "%s", kn_error_msg());
+    CHECKF(strcmp(kn_error_msg(), "line 1, column 110: groups are nested more than 100 deep") == 0, "%s",
+           kn_error_msg());
 
     /* 420 x 10,000 copies: over the program cap of 4,194,304 elements */
     size_t cap = 420 * 12 + 64;
@@ -180,7 +185,8 @@ static void test_limits(void) {
     st = kn_gbnf_compile(wide, (size_t)k, &g);
     free(wide);
     CHECK(st == KILN_ERR_INVALID_ARG);
-    CHECKF(strstr(kn_error_msg(), "the grammar is too large: more than 4194304 program elements"), "%s", kn_error_msg());
+    CHECKF(strstr(kn_error_msg(), "the grammar is too large: more than 4194304 program elements"), "%s",
+           kn_error_msg());
 
     /* large but within the caps: x{0,10000} runs in constant depth and accepts 10,000, not 10,001 */
     CHECK((g = compile("root ::= \"<\" \"a\"{0,10000} \">\"")));
@@ -246,8 +252,10 @@ static int utf8_enc(uint32_t cp, uint8_t *o) {
     if (cp < 0x80) return o[0] = (uint8_t)cp, 1;
     if (cp < 0x800) return o[0] = (uint8_t)(0xC0 | cp >> 6), o[1] = (uint8_t)(0x80 | (cp & 63)), 2;
     if (cp < 0x10000)
-        return o[0] = (uint8_t)(0xE0 | cp >> 12), o[1] = (uint8_t)(0x80 | (cp >> 6 & 63)), o[2] = (uint8_t)(0x80 | (cp & 63)), 3;
-    o[0] = (uint8_t)(0xF0 | cp >> 18), o[1] = (uint8_t)(0x80 | (cp >> 12 & 63)), o[2] = (uint8_t)(0x80 | (cp >> 6 & 63));
+        return o[0] = (uint8_t)(0xE0 | cp >> 12), o[1] = (uint8_t)(0x80 | (cp >> 6 & 63)),
+               o[2] = (uint8_t)(0x80 | (cp & 63)), 3;
+    o[0] = (uint8_t)(0xF0 | cp >> 18), o[1] = (uint8_t)(0x80 | (cp >> 12 & 63)),
+    o[2] = (uint8_t)(0x80 | (cp >> 6 & 63));
     o[3] = (uint8_t)(0x80 | (cp & 63));
     return 4;
 }
@@ -271,7 +279,10 @@ static void test_utf8_classes(void) {
         {"root ::= [\\U0010FFFF\\x00]", false, {{0x10FFFF, 0x10FFFF}, {0, 0}}, 2},
         {"root ::= .", true, {{0, 0}}, 0},
         {"root ::= [ぁ-ゟ一-鿿]", false, {{0x3041, 0x309F}, {0x4E00, 0x9FFF}}, 2},
-        {"root ::= [\\u0410-\\u0412\\u0415-\\u0417\\u0440]", false, {{0x410, 0x412}, {0x415, 0x417}, {0x440, 0x440}}, 3},
+        {"root ::= [\\u0410-\\u0412\\u0415-\\u0417\\u0440]",
+         false,
+         {{0x410, 0x412}, {0x415, 0x417}, {0x440, 0x440}},
+         3},
         {"root ::= [^\\u0080-\\u07FF\\U00010000-\\U0010FFFF]", true, {{0x80, 0x7FF}, {0x10000, 0x10FFFF}}, 2},
         {"root ::= [\\x00-\\U0010FFFF]", false, {{0, 0x10FFFF}}, 1},
         {"root ::= [\\u0FFF-\\u1000\\u3FFF-\\u4040\\U0003FFFF-\\U00040001]",
@@ -350,7 +361,8 @@ static void test_utf8_invalid(void) {
             for (size_t j = 0; j < sizeof cont; j++)
                 for (size_t k = 0; k < sizeof cont; k++) {
                     b[0] = (uint8_t)lead, b[1] = cont[i], b[2] = cont[j], b[3] = cont[k];
-                    CHECKF(store_accepts(s, b, 4) == utf8_valid_char(b, 4), "%02X %02X %02X %02X", b[0], b[1], b[2], b[3]);
+                    CHECKF(store_accepts(s, b, 4) == utf8_valid_char(b, 4), "%02X %02X %02X %02X", b[0], b[1], b[2],
+                           b[3]);
                 }
     kn_gstore_free(s);
 }
@@ -389,7 +401,8 @@ typedef struct corpus {
 static const corpus k_corpus[] = {
     {"json.gbnf",
      {"{\"a\": [1, 2.5e3, true, null, \"x\\u00e9\"]}", "  [ ]  ", "{}", "-0.5E+12",
-      "{\n  \"k\": {\n    \"n\": [\n      1,\n      {}\n    ]\n  }\n}", "\"\\\"quoted\\\" \xe2\x82\xac\"", "false", "0"},
+      "{\n  \"k\": {\n    \"n\": [\n      1,\n      {}\n    ]\n  }\n}", "\"\\\"quoted\\\" \xe2\x82\xac\"", "false",
+      "0"},
      {"{\"a\" 1}", "[1,]", "01", "\"\x01\"", "{\"a\":1}}", "tru", "[                      1]", "1.e5"}},
     {"arithmetic.gbnf",
      {"1 + 2 = 3\n", "x*(y-2) = 4\n(1)=1\n", "-a / -b = 0.5\n", "((((z)))) = 1\n"},
@@ -468,9 +481,10 @@ static bool walk_ok(const kiln_grammar *g, uint64_t *rng, int n) {
 /* Thousands of mutated corpus grammars compile or fail with a placed message; those that compile
  * run and keep the store's promises. */
 static void test_mutations(void) {
-    static const char *const bits[] = {"(", ")", "|", "*", "+", "?", "{2,1}", "{3}", "{0,}", "\"", "[", "]", "\\",
-                                       "::=", "\n", "root", "x", "[^", "-", " ", "#", "\\u", "{", "}", ".", "\\x4",
-                                       "\xc3", "\xa9", "root ::= ", "x ::= x", "\"\"", "()", "<", "\r\n"};
+    static const char *const bits[] = {"(",    ")",         "|",       "*",    "+",   "?",  "{2,1}", "{3}",  "{0,}",
+                                       "\"",   "[",         "]",       "\\",   "::=", "\n", "root",  "x",    "[^",
+                                       "-",    " ",         "#",       "\\u",  "{",   "}",  ".",     "\\x4", "\xc3",
+                                       "\xa9", "root ::= ", "x ::= x", "\"\"", "()",  "<",  "\r\n"};
     char *texts[KN_ARRAY_LEN(k_corpus)];
     size_t lens[KN_ARRAY_LEN(k_corpus)];
     for (size_t i = 0; i < KN_ARRAY_LEN(k_corpus); i++) {

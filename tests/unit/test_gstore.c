@@ -37,8 +37,9 @@ static char *json_text(size_t n, size_t *len) {
     if (!t) return NULL;
     size_t k = (size_t)sprintf(t, "[");
     for (int i = 0; k < n; i++)
-        k += (size_t)sprintf(t + k, "%s{\"id\": %d, \"name\": \"item %d \\u00e9 \\\"q\\\"\", \"tags\": [\"a\", [\"bc\", {}]], "
-                                    "\"ok\": %s, \"v\": -%d.%de+%d}",
+        k += (size_t)sprintf(t + k,
+                             "%s{\"id\": %d, \"name\": \"item %d \\u00e9 \\\"q\\\"\", \"tags\": [\"a\", [\"bc\", {}]], "
+                             "\"ok\": %s, \"v\": -%d.%de+%d}",
                              i ? ",\n  " : "", i, i * 7, i % 2 ? "true" : "null", i, i % 10, i % 5);
     k += (size_t)sprintf(t + k, "]");
     *len = k;
@@ -147,8 +148,8 @@ static void test_tail_depth(void) {
     check_constant("root ::= \"a\" root | \"b\" root | \"\"", "", "ab", 100000);
     check_constant("root ::= (\"x\" [0-9]{1,3})* \"!\"", "", "x1x22x333", 100000);
     /* a string of 100 KB inside an array inside an object */
-    check_constant("root ::= \"{\\\"k\\\": [\\\"\" char* \"\\\"]}\"\nchar ::= [^\"\\\\] | \"\\\\\" [\"\\\\nt]", "{\"k\": [\"",
-                   "text \\\" \xc3\xa9\\n", 100000);
+    check_constant("root ::= \"{\\\"k\\\": [\\\"\" char* \"\\\"]}\"\nchar ::= [^\"\\\\] | \"\\\\\" [\"\\\\nt]",
+                   "{\"k\": [\"", "text \\\" \xc3\xa9\\n", 100000);
     /* the control: nesting is not a tail call, and the depth follows it */
     kiln_grammar *g;
     CHECK((g = compile("root ::= \"(\" root \")\" | \"\"")));
@@ -184,7 +185,7 @@ static void test_compact(void) {
     CHECK(kn_gstore_n_stacks(s, st) == n_stacks && kn_gstore_depth(s, st) == depth);
     CHECK(kn_gstore_accepting(s, st) == acc);
     CHECK(kn_gstore_step(s, 5, '{') == KN_GS_DEAD && kn_gstore_failed(s)); /* an id from before: refused */
-    st = kn_gstore_compact(s, st); /* compaction also clears the failure */
+    st = kn_gstore_compact(s, st);                                         /* compaction also clears the failure */
     CHECK(st == 0 && !kn_gstore_failed(s));
     for (size_t i = half; i < len; i++) {
         st = kn_gstore_step(s, st, (uint8_t)text[i]);
