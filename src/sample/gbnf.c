@@ -20,6 +20,11 @@
  * surrogates. Repetitions become generated rules: x* is S ::= x S | "" with S's self-reference last
  * (a tail call for the matcher), x{m,n} is m copies of x followed by n-m nested optional rules.
  *
+ * Stricter than llama.cpp where it would silently do something surprising: a rule defined twice, a
+ * backwards range [z-a] and an empty class [] are errors. Simplifications that keep the language:
+ * a group with one alternative is inlined, and an alternative equal to an earlier one of the same
+ * rule is dropped (it would only double the matcher's stacks).
+ *
  * Every error is KILN_ERR_INVALID_ARG with "line L, column C: ..." (columns count characters);
  * running out of memory is KILN_ERR_NOMEM. Sizes are capped (text, repetition bounds, nesting,
  * program elements), so hostile text fails with a message, never a crash or unbounded work.
@@ -653,7 +658,7 @@ static bool gb_repeat(gb *p, gb_vec *seq, size_t item, int32_t owner, long m, lo
     int32_t x = seq->v[item], x_at = seq->at[item];
     seq->n = item;
     size_t extra = n < 0 ? 1 : (size_t)(n - m);
-    if (!gb_budget(p, (size_t)m + extra * 4, at)) return false;
+    if (!gb_budget(p, (size_t)m + extra * 2, at)) return false; /* the symbols; gb_add_alt counts the ends */
     for (long i = 0; i < m; i++)
         if (!gb_vec_push(p, seq, x, (size_t)x_at)) return false;
     if (n < 0) {

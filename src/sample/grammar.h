@@ -65,8 +65,8 @@ int32_t kn_gstore_step_slow(kn_gstore *s, int32_t state, uint8_t b);
 
 /* The state after byte b from state, or KN_GS_DEAD. Memoized: a second call with the same
  * arguments is one load (inline: a bounds check and two loads, then the slow path only for a
- * transition not yet known). state must be a live id of this store (not KN_GS_DEAD; a stale id
- * returns KN_GS_DEAD with kn_gstore_failed set). When memory runs out or a state would hold more
+ * transition not yet known). state is a live id of this store or KN_GS_DEAD (which steps to
+ * KN_GS_DEAD); a stale id returns KN_GS_DEAD with kn_gstore_failed set. When memory runs out or a state would hold more
  * stacks than the matcher allows (a pathologically ambiguous grammar), returns KN_GS_DEAD and sets
  * kn_gstore_failed(). */
 static inline int32_t kn_gstore_step(kn_gstore *s, int32_t state, uint8_t b) {

@@ -16,7 +16,9 @@
  * mark, so shared work is done once; the program has no left recursion, so it terminates.
  *
  * Each state has a lazily allocated table of its 256 transitions (0 = not computed, 1 = dead,
- * else next state + 2), so a repeated kn_gstore_step is a bounds check and two loads. Memory is
+ * else next state + 2; a state not stepped yet shares an all-unknown table), so a repeated
+ * kn_gstore_step is a bounds check and two loads: that fast path is inline in grammar.h (token masks
+ * call it millions of times), and kn_gstore_step_slow below is the rest. Memory is
  * counted: kn_gstore_full() says the cap is reached (the owner then calls kn_gstore_compact at a
  * point where it holds a single state), and steps fail (KN_GS_DEAD with kn_gstore_failed()) only
  * past twice the cap, or when a state would hold more than KN_GS_MAX_STACKS stacks.
@@ -396,6 +398,7 @@ int32_t kn_gstore_start(kn_gstore *s) {
 
 /* The uncached step: advance the ready stacks whose terminal matches b, expand, intern, memoize. */
 int32_t kn_gstore_step_slow(kn_gstore *s, int32_t state, uint8_t b) {
+    if (state == KN_GS_DEAD) return KN_GS_DEAD;
     if (state < 0 || state >= s->h.n_states) return gs_fail(s, "invalid parser state"), KN_GS_DEAD;
     if (s->h.trans[state] == gs_unknown && !gs_table(s, state)) return KN_GS_DEAD;
     const kn_gprog *p = s->p;

@@ -107,6 +107,8 @@ static void test_memo_agrees(void) {
             uint8_t b = opts[rng % (uint64_t)m];
             uint8_t other = (uint8_t)(rng >> 8);
             CHECK((kn_gstore_step(fresh, f, other) >= 0) == (wn[other] >= 0));
+            CHECK(kn_gstore_step_slow(warm, w, other) == wn[other]); /* the plain path: no memo */
+            CHECK(kn_gstore_step_slow(warm, w, b) == wn[b]);
             w = wn[b];
             f = kn_gstore_step(fresh, f, b);
             CHECK(f >= 0);
@@ -297,6 +299,7 @@ static void test_accepting_final(void) {
     CHECK(kn_gstore_accepting(s, st) && kn_gstore_final(s, st));
     CHECK(kn_gstore_step(s, st, 'b') == KN_GS_DEAD && !kn_gstore_failed(s));
     CHECK(!kn_gstore_accepting(s, KN_GS_DEAD) && !kn_gstore_final(s, KN_GS_DEAD));
+    CHECK(kn_gstore_step(s, KN_GS_DEAD, 'a') == KN_GS_DEAD && !kn_gstore_failed(s));
     kn_gstore_free(s);
 
     CHECK((g = compile("root ::= \"a\"*")));
