@@ -975,7 +975,7 @@ static bool gb_emit_program(gb *p, const gb_an *an, kn_gprog *out) {
     int32_t *elem = (int32_t *)mem, *alt_off = (int32_t *)(mem + sz_elem),
             *alt_pos = (int32_t *)(mem + sz_elem + sz_off);
     uint64_t(*sets)[4] = (uint64_t(*)[4])(mem + head);
-    memcpy(sets, p->sets, p->n_sets * 32);
+    if (p->n_sets) memcpy(sets, p->sets, p->n_sets * 32);
     int32_t e = 0, k = 0;
     for (size_t r = 0; r < nr; r++) {
         alt_off[r] = k;
@@ -984,7 +984,7 @@ static bool gb_emit_program(gb *p, const gb_an *an, kn_gprog *out) {
             if (!an->keep[a]) continue;
             alt_pos[k++] = e;
             const gb_alt *al = &p->alts[a];
-            memcpy(elem + e, p->pool.v + al->start, al->len * 4);
+            if (al->len) memcpy(elem + e, p->pool.v + al->start, al->len * 4);
             e += (int32_t)al->len;
             elem[e++] = KN_GP_END;
         }
@@ -1012,7 +1012,7 @@ static bool gb_dedup(gb *p, uint8_t *keep) {
     for (size_t a = 0; a < p->n_alts; a++) {
         if (!keep[a]) continue;
         const gb_alt *al = &p->alts[a];
-        const int32_t *v = p->pool.v + al->start;
+        const int32_t *v = al->len ? p->pool.v + al->start : NULL;
         uint32_t h = (gb_hash_bytes(v, al->len * sizeof *v) ^ (uint32_t)al->rule) * 2654435761u;
         for (size_t k = h & (cap - 1);; k = (k + 1) & (cap - 1)) {
             if (tab[k] < 0) {
@@ -1020,7 +1020,8 @@ static bool gb_dedup(gb *p, uint8_t *keep) {
                 break;
             }
             const gb_alt *o = &p->alts[tab[k]];
-            if (o->rule == al->rule && o->len == al->len && !memcmp(p->pool.v + o->start, v, al->len * sizeof *v)) {
+            if (o->rule == al->rule && o->len == al->len &&
+                (!al->len || !memcmp(p->pool.v + o->start, v, al->len * sizeof *v))) {
                 keep[a] = 0;
                 break;
             }

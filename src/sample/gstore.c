@@ -219,7 +219,8 @@ static int32_t gs_state(kn_gstore *s, const int32_t *ids, int32_t n, bool acc) {
     if ((size_t)s->h.n_states * 2 >= s->state_tab_cap && !gs_state_rehash(s)) return GS_FAIL;
     size_t mask = s->state_tab_cap - 1, h = gs_state_hash(ids, n, acc) & mask;
     for (int32_t id; (id = s->state_tab[h]) >= 0; h = (h + 1) & mask)
-        if (s->scnt[id] == n && s->sacc[id] == acc && !memcmp(s->pool + s->soff[id], ids, (size_t)n * sizeof *ids))
+        if (s->scnt[id] == n && s->sacc[id] == acc &&
+            (!n || !memcmp(s->pool + s->soff[id], ids, (size_t)n * sizeof *ids)))
             return id;
     if ((size_t)s->h.n_states == s->cap_states) {
         size_t nc = gs_next_cap(s->cap_states, (size_t)s->h.n_states + 1, 64);
@@ -238,7 +239,7 @@ static int32_t gs_state(kn_gstore *s, const int32_t *ids, int32_t n, bool acc) {
         s->cap_pool = nc;
     }
     int32_t id = s->h.n_states++;
-    memcpy(s->pool + s->n_pool, ids, (size_t)n * sizeof *ids);
+    if (n) memcpy(s->pool + s->n_pool, ids, (size_t)n * sizeof *ids);
     s->soff[id] = (uint32_t)s->n_pool;
     s->scnt[id] = n;
     s->sacc[id] = acc;
@@ -440,7 +441,7 @@ int32_t kn_gstore_compact(kn_gstore *s, int32_t keep) {
         free(ids), free(map), free(chain);
         return gs_fail(s, "out of memory in the grammar state store"), KN_GS_DEAD;
     }
-    memcpy(ids, s->pool + s->soff[keep], (size_t)cnt * sizeof *ids);
+    if (cnt) memcpy(ids, s->pool + s->soff[keep], (size_t)cnt * sizeof *ids);
     memset(map, 0xff, old_n * sizeof *map);
     s->npos = s->npar = NULL; /* kept (as opos, opar) while the chains are copied */
     s->cap_nodes = 0;

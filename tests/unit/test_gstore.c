@@ -302,6 +302,21 @@ static void test_accepting_final(void) {
     CHECK(kn_gstore_step(s, KN_GS_DEAD, 'a') == KN_GS_DEAD && !kn_gstore_failed(s));
     kn_gstore_free(s);
 
+    /* the empty language's sentence: the first state holds no stack at all */
+    static const char *const empty[] = {"root ::= \"\"", "root ::= () | \"\"", "root ::= x\nx ::= \"a\"{0,0}",
+                                        "root ::="};
+    for (size_t i = 0; i < KN_ARRAY_LEN(empty); i++) {
+        CHECK((g = compile(empty[i])));
+        CHECK(kn_gstore_new(g, 0, &s) == KILN_OK);
+        st = kn_gstore_start(s);
+        CHECKF(st >= 0 && kn_gstore_final(s, st) && kn_gstore_n_stacks(s, st) == 0, "%s", empty[i]);
+        CHECK(kn_gstore_step(s, st, 'a') == KN_GS_DEAD);
+        CHECK(kn_gstore_compact(s, st) == 0 && kn_gstore_final(s, 0));
+        CHECK(kiln_grammar_accepts(g, "", 0) && !kiln_grammar_accepts(g, " ", 1));
+        kn_gstore_free(s);
+        kiln_grammar_free(g);
+    }
+
     CHECK((g = compile("root ::= \"a\"*")));
     CHECK(kn_gstore_new(g, 0, &s) == KILN_OK);
     kiln_grammar_free(g);
