@@ -28,8 +28,12 @@
  * [^...], '.', groups (...), alternation |, postfix * + ? {m} {m,} {m,n}, and rule references.
  * Errors (KILN_ERR_INVALID_ARG, message "line L, column C: ..." through kn_error): a syntax error,
  * an undefined rule, a missing root, left recursion (a rule that can reach itself without consuming
- * a byte), a program larger than the cap. gbnf is kept (a copy) as the grammar's kiln_grammar_gbnf. */
+ * a byte), a program larger than the cap, a repetition bound above KN_GBNF_MAX_REPEAT. gbnf is kept
+ * (a copy) as the grammar's kiln_grammar_gbnf. */
 kiln_status kn_gbnf_compile(const char *text, size_t len, kiln_grammar **out);
+
+/* The largest m and n of x{m}, x{m,} and x{m,n} (each copy costs program size and parser states). */
+#define KN_GBNF_MAX_REPEAT 10000
 
 /* Adds a reference (atomic); kiln_grammar_free drops one. */
 void kn_grammar_retain(const kiln_grammar *g);
@@ -41,7 +45,9 @@ typedef struct kn_gstore kn_gstore;
 #define KN_GS_DEAD (-1) /* no sentence of the language continues the bytes so far */
 
 /* A store for grammar g (which it retains). bytes_cap bounds the memory the store's caches hold
- * (0 = a default of 64 MiB); stepping past it compacts (kn_gstore_compact) instead of failing. */
+ * (0 = a default of 64 MiB; at least 64 KiB): once kn_gstore_full(), the owner compacts
+ * (kn_gstore_compact) at its next point where it holds a single state, instead of failing. Steps
+ * keep working meanwhile, up to twice the cap, past which they fail (kn_gstore_failed). */
 kiln_status kn_gstore_new(const kiln_grammar *g, size_t bytes_cap, kn_gstore **out);
 void kn_gstore_free(kn_gstore *s);
 
@@ -67,8 +73,9 @@ bool kn_gstore_full(const kn_gstore *s);
 /* Forgets every state but keep, which gets a new id (returned); ids from before are invalid. */
 int32_t kn_gstore_compact(kn_gstore *s, int32_t keep);
 
-/* Why the last KN_GS_DEAD was not a language fact (NULL if none was): out of memory, or too many
- * stacks. */
+/* Why a KN_GS_DEAD was not a language fact (NULL if none was): the first failure (out of memory,
+ * the cap, too many stacks) since the store was made or last compacted. A failed step is not
+ * memoized; a memoized KN_GS_DEAD is always a language fact. */
 const char *kn_gstore_failed(const kn_gstore *s);
 
 #endif

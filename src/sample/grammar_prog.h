@@ -1,0 +1,72 @@
+/*
+ * grammar_prog.h - the compiled program of a grammar, shared by the GBNF compiler (gbnf.c), the
+ * grammar object (grammar.c) and the matcher's state store (gstore.c). Not for other components:
+ * they use grammar.h.
+ *
+ * A program is a flat array of elements. Each rule has one or more alternatives; an alternative is
+ * a run of elements ended by KN_GP_END. An element is a terminal (>= 0: the index of a 256-bit byte
+ * set, matching one byte) or a reference to a rule (<= -2, KN_GP_REF(rule)). A position in the
+ * program is an element index; a parser stack is a list of positions (the top is where matching
+ * continues, the others are return positions just after the references that pushed them).
+ *
+ * Invariants the compiler guarantees and the store relies on:
+ *   - every rule reachable from the root has at least one alternative, every byte set in a kept
+ *     alternative is non-empty, and every rule can derive a finite byte string (unproductive
+ *     alternatives are removed), so a stack whose top is a terminal can always be completed to a
+ *     sentence: a state that is not dead is a prefix of some sentence;
+ *   - no rule reaches itself without consuming a byte (no left recursion), so following references
+ *     and popping finished alternatives without consuming a byte terminates;
+ *   - generated repetition rules are right-recursive with the recursive reference last in its
+ *     alternative (a tail call: the store replaces the frame instead of pushing one).
+ */
+#ifndef KN_GRAMMAR_PROG_H
+#define KN_GRAMMAR_PROG_H
+
+#include "sample/grammar.h"
+
+#include <stdatomic.h>
+
+#define KN_GP_END     (-1)
+#define KN_GP_REF(r)  (-2 - (int32_t)(r)) /* element that calls rule r */
+#define KN_GP_RULE(e) (-2 - (e))          /* the rule a reference element calls */
+
+/* Limits of the compiler (hostile grammars fail with a message instead of exhausting memory). */
+#define KN_GBNF_MAX_NESTING 100       /* nested groups (...) at most */
+#define KN_GBNF_MAX_PROGRAM (1 << 22) /* program elements at most, after expanding repetitions */
+
+typedef struct kn_gprog {
+    int32_t n_elem;
+    const int32_t *elem; /* [n_elem]: set index, KN_GP_REF(rule) or KN_GP_END */
+    int32_t n_rule;
+    const int32_t *alt_off; /* [n_rule + 1]: rule r's alternatives are alt_pos[alt_off[r] .. alt_off[r+1]) */
+    const int32_t *alt_pos; /* [alt_off[n_rule]]: the position where each alternative starts */
+    int32_t n_set;
+    const uint64_t (*set)[4]; /* [n_set][4]: bit b % 64 of word b / 64 = byte b matches */
+    int32_t root;
+    void *mem; /* the one allocation holding the arrays above */
+} kn_gprog;
+
+/* Whether byte b is in set s of program p. */
+static inline bool kn_gp_match(const kn_gprog *p, int32_t s, uint8_t b) { return (p->set[s][b >> 6] >> (b & 63)) & 1; }
+
+/* Parses and compiles GBNF text[len] into *out (see kn_gbnf_compile in grammar.h for the dialect and
+ * the errors). On failure nothing is allocated and kn_error holds "line L, column C: ...". */
+kiln_status kn_gbnf_parse(const char *text, size_t len, kn_gprog *out);
+void kn_gprog_free(kn_gprog *p);
+
+struct kiln_grammar {
+    atomic_int refs;
+    char *gbnf; /* NUL-terminated copy of the source text */
+    size_t gbnf_len;
+    kn_gprog prog;
+};
+
+/* Diagnostics for tests: the largest stack depth among a state's stacks (0 for a state that holds
+ * only the empty stack), and the number of stacks it holds. */
+int32_t kn_gstore_depth(const kn_gstore *s, int32_t state);
+int32_t kn_gstore_n_stacks(const kn_gstore *s, int32_t state);
+
+/* The store refuses a state with more stacks than this (pathological ambiguity). */
+#define KN_GS_MAX_STACKS 4096
+
+#endif

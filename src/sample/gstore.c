@@ -1,0 +1,462 @@
+/*
+ * gstore.c - the matcher's state store: a pushdown automaton over a grammar program
+ * (grammar_prog.h), determinized lazily.
+ *
+ * A parser stack is a persistent linked list of program positions: node (pos, parent) with parent
+ * another node or -1 (the bottom). Nodes are interned (hash-consed) in a table, so equal stacks have
+ * equal ids and stacks share their tails. A parser state is the sorted set of the stacks the parser
+ * may be in, interned too (dense int32 ids); its stacks all have a terminal on top (the "ready"
+ * stacks), and the empty stack, when reachable, is kept as a flag: the state is accepting.
+ *
+ * Stepping a state over byte b advances every ready stack whose terminal matches b and expands the
+ * results until every top is a terminal again: a rule reference pushes the return position and
+ * continues at each alternative of the rule (a reference that ends its alternative is a tail call:
+ * the frame is replaced, so right recursion such as x* runs in constant depth), and the end of an
+ * alternative pops to the parent. The expansion is a worklist over node ids with a per-step visited
+ * mark, so shared work is done once; the program has no left recursion, so it terminates.
+ *
+ * Each state has a lazily allocated table of its 256 transitions (0 = not computed, 1 = dead,
+ * else next state + 2), so a repeated kn_gstore_step is a bounds check and two loads. Memory is
+ * counted: kn_gstore_full() says the cap is reached (the owner then calls kn_gstore_compact at a
+ * point where it holds a single state), and steps fail (KN_GS_DEAD with kn_gstore_failed()) only
+ * past twice the cap, or when a state would hold more than KN_GS_MAX_STACKS stacks.
+ */
+#include "sample/grammar_prog.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GS_FAIL        INT32_MIN
+#define GS_MAX_VISITS  (16 * KN_GS_MAX_STACKS) /* nodes one step may expand */
+#define GS_SLAB_TABLES 16                      /* transition tables per allocation */
+#define GS_DEFAULT_CAP ((size_t)64 << 20)
+#define GS_MIN_CAP     ((size_t)64 << 10)
+
+struct kn_gstore {
+    /* The fast path of kn_gstore_step reads these two. */
+    int32_t **trans; /* [cap_states]: state's transitions (0 unknown, 1 dead, next + 2) or NULL */
+    int32_t n_states;
+
+    const kiln_grammar *g;
+    const kn_gprog *p;
+
+    /* stack nodes: (npos, npar), interned through node_tab */
+    int32_t *npos, *npar;
+    uint32_t *seen; /* the step (epoch) that last visited each node */
+    size_t n_nodes, cap_nodes;
+    int32_t *node_tab; /* open addressing, -1 = empty */
+    size_t node_tab_cap;
+
+    /* states: the ready stacks pool[soff .. soff + scnt), accepting flag, interned through state_tab */
+    uint32_t *soff;
+    int32_t *scnt;
+    uint8_t *sacc;
+    size_t cap_states;
+    int32_t *pool;
+    size_t n_pool, cap_pool;
+    int32_t *state_tab;
+    size_t state_tab_cap;
+
+    /* transition tables, GS_SLAB_TABLES per slab */
+    int32_t **slabs;
+    size_t n_slabs, cap_slabs, slab_used;
+
+    /* scratch of one step */
+    int32_t *work, *out;
+    size_t n_work, cap_work, n_out, cap_out;
+    uint32_t epoch;
+    size_t visits;
+    bool acc;
+
+    int32_t start; /* -2 until computed */
+    size_t bytes, cap, hard;
+    const char *failed;
+    char failed_buf[128];
+};
+
+/* ---- memory --------------------------------------------------------------------------------- */
+
+static bool gs_fail(kn_gstore *s, const char *why) {
+    if (!s->failed) {
+        snprintf(s->failed_buf, sizeof s->failed_buf, "%s", why);
+        s->failed = s->failed_buf;
+    }
+    return false;
+}
+
+/* Resizes *buf from old to n elements of elt bytes (new bytes zeroed), counting the difference
+ * against the hard limit. */
+static bool gs_resize(kn_gstore *s, void **buf, size_t old, size_t n, size_t elt) {
+    if (n > SIZE_MAX / elt / 2) return gs_fail(s, "out of memory in the grammar state store");
+    if (n > old && s->bytes + (n - old) * elt > s->hard)
+        return gs_fail(s, "the grammar state store is full (its memory cap is reached)");
+    void *nb = realloc(*buf, n * elt);
+    if (!nb) return gs_fail(s, "out of memory in the grammar state store");
+    if (n > old) memset((char *)nb + old * elt, 0, (n - old) * elt);
+    *buf = nb;
+    s->bytes = s->bytes + n * elt - old * elt;
+    return true;
+}
+
+static size_t gs_next_cap(size_t cap, size_t need, size_t min) {
+    size_t nc = cap ? cap : min;
+    while (nc < need) nc *= 2;
+    return nc;
+}
+
+static uint32_t gs_mix(uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    x ^= x >> 33;
+    return (uint32_t)x;
+}
+
+static uint32_t gs_node_hash(int32_t pos, int32_t par) { return gs_mix((uint64_t)(uint32_t)pos << 32 | (uint32_t)par); }
+
+static uint32_t gs_state_hash(const int32_t *ids, int32_t n, bool acc) {
+    uint64_t h = 0x9e3779b97f4a7c15ull ^ (uint64_t)n << 1 ^ acc;
+    for (int32_t i = 0; i < n; i++) h = (h ^ (uint32_t)ids[i]) * 0x100000001b3ull + (h >> 29);
+    return gs_mix(h);
+}
+
+/* ---- nodes ---------------------------------------------------------------------------------- */
+
+/* Rebuilds the node table with room for twice the nodes. */
+static bool gs_node_rehash(kn_gstore *s) {
+    size_t nc = s->node_tab_cap ? s->node_tab_cap * 2 : 1024;
+    int32_t *nt = NULL;
+    if (!gs_resize(s, (void **)&nt, 0, nc, sizeof *nt)) return false;
+    memset(nt, 0xff, nc * sizeof *nt);
+    for (size_t i = 0; i < s->n_nodes; i++) {
+        size_t h = gs_node_hash(s->npos[i], s->npar[i]) & (nc - 1);
+        while (nt[h] >= 0) h = (h + 1) & (nc - 1);
+        nt[h] = (int32_t)i;
+    }
+    free(s->node_tab);
+    s->bytes -= s->node_tab_cap * sizeof *nt;
+    s->node_tab = nt;
+    s->node_tab_cap = nc;
+    return true;
+}
+
+/* The id of stack node (pos, par), created when new; GS_FAIL when memory runs out. */
+static int32_t gs_node(kn_gstore *s, int32_t pos, int32_t par) {
+    if (s->n_nodes * 2 >= s->node_tab_cap && !gs_node_rehash(s)) return GS_FAIL;
+    size_t mask = s->node_tab_cap - 1, h = gs_node_hash(pos, par) & mask;
+    for (int32_t id; (id = s->node_tab[h]) >= 0; h = (h + 1) & mask)
+        if (s->npos[id] == pos && s->npar[id] == par) return id;
+    if (s->n_nodes == s->cap_nodes) {
+        size_t nc = gs_next_cap(s->cap_nodes, s->n_nodes + 1, 256);
+        if (nc > INT32_MAX) return gs_fail(s, "too many parser stacks"), GS_FAIL;
+        if (!gs_resize(s, (void **)&s->npos, s->cap_nodes, nc, sizeof *s->npos) ||
+            !gs_resize(s, (void **)&s->npar, s->cap_nodes, nc, sizeof *s->npar) ||
+            !gs_resize(s, (void **)&s->seen, s->cap_nodes, nc, sizeof *s->seen))
+            return GS_FAIL;
+        s->cap_nodes = nc;
+    }
+    int32_t id = (int32_t)s->n_nodes++;
+    s->npos[id] = pos;
+    s->npar[id] = par;
+    s->seen[id] = 0;
+    s->node_tab[h] = id;
+    return id;
+}
+
+/* ---- states --------------------------------------------------------------------------------- */
+
+static bool gs_state_rehash(kn_gstore *s) {
+    size_t nc = s->state_tab_cap ? s->state_tab_cap * 2 : 256;
+    int32_t *nt = NULL;
+    if (!gs_resize(s, (void **)&nt, 0, nc, sizeof *nt)) return false;
+    memset(nt, 0xff, nc * sizeof *nt);
+    for (int32_t i = 0; i < s->n_states; i++) {
+        size_t h = gs_state_hash(s->pool + s->soff[i], s->scnt[i], s->sacc[i]) & (nc - 1);
+        while (nt[h] >= 0) h = (h + 1) & (nc - 1);
+        nt[h] = i;
+    }
+    free(s->state_tab);
+    s->bytes -= s->state_tab_cap * sizeof *nt;
+    s->state_tab = nt;
+    s->state_tab_cap = nc;
+    return true;
+}
+
+/* The id of the state with stacks ids[n] (sorted) and accepting flag acc; GS_FAIL on failure. */
+static int32_t gs_state(kn_gstore *s, const int32_t *ids, int32_t n, bool acc) {
+    if ((size_t)s->n_states * 2 >= s->state_tab_cap && !gs_state_rehash(s)) return GS_FAIL;
+    size_t mask = s->state_tab_cap - 1, h = gs_state_hash(ids, n, acc) & mask;
+    for (int32_t id; (id = s->state_tab[h]) >= 0; h = (h + 1) & mask)
+        if (s->scnt[id] == n && s->sacc[id] == acc && !memcmp(s->pool + s->soff[id], ids, (size_t)n * sizeof *ids))
+            return id;
+    if ((size_t)s->n_states == s->cap_states) {
+        size_t nc = gs_next_cap(s->cap_states, (size_t)s->n_states + 1, 64);
+        if (nc > INT32_MAX / 2) return gs_fail(s, "too many parser states"), GS_FAIL;
+        if (!gs_resize(s, (void **)&s->trans, s->cap_states, nc, sizeof *s->trans) ||
+            !gs_resize(s, (void **)&s->soff, s->cap_states, nc, sizeof *s->soff) ||
+            !gs_resize(s, (void **)&s->scnt, s->cap_states, nc, sizeof *s->scnt) ||
+            !gs_resize(s, (void **)&s->sacc, s->cap_states, nc, sizeof *s->sacc))
+            return GS_FAIL;
+        s->cap_states = nc;
+    }
+    if (s->n_pool + (size_t)n > s->cap_pool) {
+        size_t nc = gs_next_cap(s->cap_pool, s->n_pool + (size_t)n, 1024);
+        if (nc > UINT32_MAX) return gs_fail(s, "too many parser stacks"), GS_FAIL;
+        if (!gs_resize(s, (void **)&s->pool, s->cap_pool, nc, sizeof *s->pool)) return GS_FAIL;
+        s->cap_pool = nc;
+    }
+    int32_t id = s->n_states++;
+    memcpy(s->pool + s->n_pool, ids, (size_t)n * sizeof *ids);
+    s->soff[id] = (uint32_t)s->n_pool;
+    s->scnt[id] = n;
+    s->sacc[id] = acc;
+    s->trans[id] = NULL;
+    s->n_pool += (size_t)n;
+    s->state_tab[h] = id;
+    return id;
+}
+
+/* Gives state its (zeroed) transition table. */
+static bool gs_table(kn_gstore *s, int32_t state) {
+    if (!s->n_slabs || s->slab_used == GS_SLAB_TABLES) {
+        if (s->n_slabs == s->cap_slabs) {
+            size_t nc = gs_next_cap(s->cap_slabs, s->n_slabs + 1, 16);
+            if (!gs_resize(s, (void **)&s->slabs, s->cap_slabs, nc, sizeof *s->slabs)) return false;
+            s->cap_slabs = nc;
+        }
+        int32_t *slab = NULL;
+        if (!gs_resize(s, (void **)&slab, 0, (size_t)GS_SLAB_TABLES * 256, sizeof *slab)) return false;
+        s->slabs[s->n_slabs++] = slab;
+        s->slab_used = 0;
+    }
+    s->trans[state] = s->slabs[s->n_slabs - 1] + s->slab_used++ * 256;
+    return true;
+}
+
+/* ---- expansion ------------------------------------------------------------------------------ */
+
+static void gs_begin(kn_gstore *s) {
+    if (++s->epoch == 0) { /* wrapped: forget every mark */
+        memset(s->seen, 0, s->cap_nodes * sizeof *s->seen);
+        s->epoch = 1;
+    }
+    s->n_work = s->n_out = s->visits = 0;
+    s->acc = false;
+}
+
+static bool gs_push(kn_gstore *s, int32_t **v, size_t *n, size_t *cap, int32_t x) {
+    if (*n == *cap) {
+        size_t nc = gs_next_cap(*cap, *n + 1, 64);
+        if (!gs_resize(s, (void **)v, *cap, nc, sizeof **v)) return false;
+        *cap = nc;
+    }
+    (*v)[(*n)++] = x;
+    return true;
+}
+
+/* Queues node id for expansion unless this step has seen it. */
+static bool gs_visit(kn_gstore *s, int32_t id) {
+    if (id == GS_FAIL) return false;
+    if (s->seen[id] == s->epoch) return true;
+    s->seen[id] = s->epoch;
+    if (++s->visits > GS_MAX_VISITS) return gs_fail(s, "too many parser stacks (the grammar is too ambiguous)");
+    return gs_push(s, &s->work, &s->n_work, &s->cap_work, id);
+}
+
+/* Expands the queued nodes until every stack has a terminal on top (into out) or is empty (acc). */
+static bool gs_expand(kn_gstore *s) {
+    const int32_t *elem = s->p->elem, *alt_off = s->p->alt_off, *alt_pos = s->p->alt_pos;
+    while (s->n_work) {
+        int32_t id = s->work[--s->n_work], pos = s->npos[id], e = elem[pos], par = s->npar[id];
+        if (e >= 0) {
+            if (s->n_out >= KN_GS_MAX_STACKS)
+                return gs_fail(s, "too many parser stacks (the grammar is too ambiguous)");
+            if (!gs_push(s, &s->out, &s->n_out, &s->cap_out, id)) return false;
+        } else if (e == KN_GP_END) {
+            if (par < 0) s->acc = true;
+            else if (!gs_visit(s, par)) return false;
+        } else {
+            int32_t r = KN_GP_RULE(e);
+            if (elem[pos + 1] != KN_GP_END && (par = gs_node(s, pos + 1, par)) == GS_FAIL) return false;
+            for (int32_t k = alt_off[r]; k < alt_off[r + 1]; k++)
+                if (!gs_visit(s, gs_node(s, alt_pos[k], par))) return false;
+        }
+    }
+    return true;
+}
+
+static void gs_sort(int32_t *v, size_t n) {
+    for (size_t i = 1; i < n; i++) {
+        int32_t x = v[i];
+        size_t j = i;
+        for (; j > 0 && v[j - 1] > x; j--) v[j] = v[j - 1];
+        v[j] = x;
+    }
+}
+
+static int gs_cmp(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The state of the expansion's result (KN_GS_DEAD when it is empty), GS_FAIL on failure. */
+static int32_t gs_result(kn_gstore *s) {
+    if (!s->n_out && !s->acc) return KN_GS_DEAD;
+    if (s->n_out <= 32) gs_sort(s->out, s->n_out);
+    else qsort(s->out, s->n_out, sizeof *s->out, gs_cmp);
+    return gs_state(s, s->out, (int32_t)s->n_out, s->acc);
+}
+
+/* ---- the store ------------------------------------------------------------------------------ */
+
+/* Frees every node, state and table (the scratch vectors stay). */
+static void gs_clear(kn_gstore *s) {
+    for (size_t i = 0; i < s->n_slabs; i++) free(s->slabs[i]);
+    free(s->slabs), free(s->npos), free(s->npar), free(s->seen), free(s->node_tab);
+    free(s->trans), free(s->soff), free(s->scnt), free(s->sacc), free(s->pool), free(s->state_tab);
+    s->slabs = NULL, s->npos = s->npar = NULL, s->seen = NULL, s->node_tab = NULL;
+    s->trans = NULL, s->soff = NULL, s->scnt = NULL, s->sacc = NULL, s->pool = NULL, s->state_tab = NULL;
+    s->n_slabs = s->cap_slabs = s->slab_used = 0;
+    s->n_nodes = s->cap_nodes = s->node_tab_cap = 0;
+    s->n_states = 0;
+    s->cap_states = s->n_pool = s->cap_pool = s->state_tab_cap = 0;
+    s->bytes = sizeof *s + (s->cap_work + s->cap_out) * sizeof(int32_t);
+    s->epoch = 0;
+    s->start = -2;
+}
+
+kiln_status kn_gstore_new(const kiln_grammar *g, size_t bytes_cap, kn_gstore **out) {
+    if (!out) return kn_error(KILN_ERR_INVALID_ARG, "out is NULL");
+    *out = NULL;
+    if (!g) return kn_error(KILN_ERR_INVALID_ARG, "the grammar is NULL");
+    kn_gstore *s = kn_calloc(1, sizeof *s);
+    if (!s) return KILN_ERR_NOMEM;
+    s->g = g;
+    s->p = &g->prog;
+    s->cap = bytes_cap ? bytes_cap : GS_DEFAULT_CAP;
+    if (s->cap < GS_MIN_CAP) s->cap = GS_MIN_CAP;
+    s->hard = s->cap <= SIZE_MAX / 2 ? s->cap * 2 : SIZE_MAX;
+    gs_clear(s);
+    kn_grammar_retain(g);
+    *out = s;
+    return KILN_OK;
+}
+
+void kn_gstore_free(kn_gstore *s) {
+    if (!s) return;
+    gs_clear(s);
+    free(s->work), free(s->out);
+    kiln_grammar_free((kiln_grammar *)s->g);
+    free(s);
+}
+
+int32_t kn_gstore_start(kn_gstore *s) {
+    if (s->start >= 0) return s->start;
+    const kn_gprog *p = s->p;
+    gs_begin(s);
+    for (int32_t k = p->alt_off[p->root]; k < p->alt_off[p->root + 1]; k++)
+        if (!gs_visit(s, gs_node(s, p->alt_pos[k], -1))) return KN_GS_DEAD;
+    if (!gs_expand(s)) return KN_GS_DEAD;
+    int32_t st = gs_result(s);
+    if (st == GS_FAIL) return KN_GS_DEAD;
+    if (st >= 0) s->start = st;
+    return st;
+}
+
+/* The uncached step: advance the ready stacks whose terminal matches b, expand, intern, memoize. */
+static int32_t gs_step_slow(kn_gstore *s, int32_t state, uint8_t b) {
+    if (state < 0 || state >= s->n_states) return gs_fail(s, "invalid parser state"), KN_GS_DEAD;
+    if (!s->trans[state] && !gs_table(s, state)) return KN_GS_DEAD;
+    const kn_gprog *p = s->p;
+    gs_begin(s);
+    uint32_t off = s->soff[state];
+    for (int32_t i = 0, n = s->scnt[state]; i < n; i++) {
+        int32_t id = s->pool[off + (uint32_t)i], pos = s->npos[id];
+        if (kn_gp_match(p, p->elem[pos], b) && !gs_visit(s, gs_node(s, pos + 1, s->npar[id]))) return KN_GS_DEAD;
+    }
+    if (!gs_expand(s)) return KN_GS_DEAD;
+    int32_t next = gs_result(s);
+    if (next == GS_FAIL) return KN_GS_DEAD;
+    s->trans[state][b] = next + 2;
+    return next;
+}
+
+int32_t kn_gstore_step(kn_gstore *s, int32_t state, uint8_t b) {
+    if ((uint32_t)state < (uint32_t)s->n_states) {
+        const int32_t *t = s->trans[state];
+        if (t) {
+            int32_t e = t[b];
+            if (e) return e - 2;
+        }
+    }
+    return gs_step_slow(s, state, b);
+}
+
+bool kn_gstore_accepting(const kn_gstore *s, int32_t state) {
+    return state >= 0 && state < s->n_states && s->sacc[state];
+}
+
+/* Exact because every ready stack can be completed (grammar_prog.h): a state with one can go on. */
+bool kn_gstore_final(kn_gstore *s, int32_t state) { return kn_gstore_accepting(s, state) && s->scnt[state] == 0; }
+
+size_t kn_gstore_bytes(const kn_gstore *s) { return s->bytes; }
+bool kn_gstore_full(const kn_gstore *s) { return s->bytes >= s->cap; }
+const char *kn_gstore_failed(const kn_gstore *s) { return s->failed; }
+
+/* Rebuilds the store around keep: its stacks are copied (parent chains first) into fresh tables,
+ * and it becomes state 0. */
+int32_t kn_gstore_compact(kn_gstore *s, int32_t keep) {
+    if (keep < 0 || keep >= s->n_states) return gs_fail(s, "invalid parser state"), KN_GS_DEAD;
+    int32_t cnt = s->scnt[keep];
+    bool acc = s->sacc[keep];
+    size_t old_n = s->n_nodes;
+    int32_t *ids = malloc(((size_t)cnt + 1) * sizeof *ids), *map = malloc((old_n + 1) * sizeof *map);
+    int32_t *chain = malloc((old_n + 1) * sizeof *chain);
+    int32_t *opos = s->npos, *opar = s->npar;
+    if (!ids || !map || !chain) {
+        free(ids), free(map), free(chain);
+        return gs_fail(s, "out of memory in the grammar state store"), KN_GS_DEAD;
+    }
+    memcpy(ids, s->pool + s->soff[keep], (size_t)cnt * sizeof *ids);
+    memset(map, 0xff, old_n * sizeof *map);
+    s->npos = s->npar = NULL; /* kept (as opos, opar) while the chains are copied */
+    s->cap_nodes = 0;
+    gs_clear(s);
+    s->failed = NULL;
+    int32_t st = 0;
+    for (int32_t i = 0; i < cnt && st != GS_FAIL; i++) {
+        size_t n = 0;
+        int32_t c = ids[i];
+        while (c >= 0 && map[c] < 0) chain[n++] = c, c = opar[c];
+        int32_t base = c < 0 ? -1 : map[c];
+        while (n && base != GS_FAIL) {
+            c = chain[--n];
+            base = map[c] = gs_node(s, opos[c], base);
+        }
+        if (base == GS_FAIL) st = GS_FAIL;
+        else ids[i] = map[ids[i]];
+    }
+    if (st != GS_FAIL) {
+        if (cnt <= 32) gs_sort(ids, (size_t)cnt);
+        else qsort(ids, (size_t)cnt, sizeof *ids, gs_cmp);
+        st = gs_state(s, ids, cnt, acc);
+    }
+    free(ids), free(map), free(chain), free(opos), free(opar);
+    return st == GS_FAIL ? KN_GS_DEAD : st;
+}
+
+int32_t kn_gstore_n_stacks(const kn_gstore *s, int32_t state) {
+    return state >= 0 && state < s->n_states ? s->scnt[state] : 0;
+}
+
+int32_t kn_gstore_depth(const kn_gstore *s, int32_t state) {
+    int32_t best = 0;
+    for (int32_t i = 0; i < kn_gstore_n_stacks(s, state); i++) {
+        int32_t d = 0;
+        for (int32_t c = s->pool[s->soff[state] + (uint32_t)i]; c >= 0; c = s->npar[c]) d++;
+        if (d > best) best = d;
+    }
+    return best;
+}
