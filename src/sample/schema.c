@@ -14,6 +14,7 @@
  * Schema does not define, and the annotations it does (title, description, ...), are ignored.
  */
 #include "sample/schema.h"
+#include "sample/grammar.h"
 #include "sample/schema_internal.h"
 
 #include <jansson.h>
@@ -38,7 +39,7 @@ const char *kn_json_object_gbnf(void) { return json_object_gbnf; }
 
 /* ---- the converter's state ------------------------------------------------------------------- */
 
-enum { SKIP_ANYOF = 1, SKIP_ONEOF = 2 };
+enum { SKIP_ANYOF = 1, SKIP_ONEOF = 2, FLAT = 4 }; /* FLAT: its $ref, allOf, dependencies are in the list */
 
 /* One schema object applying at a position, with the JSON pointer it was reached by. */
 typedef struct sref {
@@ -154,9 +155,11 @@ static const char *path_idx(ctx *c, const char *base, const char *kw, size_t i) 
 }
 
 static void conj_add(ctx *c, conj *k, sref x) {
+    /* the same object twice: a distributed anyOf / oneOf stays distributed (the branch taken
+     * satisfies it) */
     for (int i = 0; i < k->n; i++)
         if (k->v[i].s == x.s) {
-            k->v[i].skip &= x.skip;
+            k->v[i].skip |= x.skip;
             return;
         }
     if (k->n == k->cap) {
@@ -369,6 +372,10 @@ static json_t *deps_anyof(ctx *c, sref x) {
 
 static void flatten(ctx *c, sref x, conj *out, bool *unsat, int depth) {
     if (c->failed) return;
+    if (x.skip & FLAT) {
+        conj_add(c, out, x);
+        return;
+    }
     if (depth > MAX_DEPTH) {
         fail(c, x.path, NULL, "$ref / allOf nest more than %d deep (a reference cycle?)", MAX_DEPTH);
         return;
@@ -405,6 +412,7 @@ static void flatten(ctx *c, sref x, conj *out, bool *unsat, int depth) {
         json_t *e;
         json_array_foreach(deps, i, e) flatten(c, mk(e, path_join(c, x.path, "dependencies")), out, unsat, depth + 1);
     }
+    x.skip |= FLAT;
     conj_add(c, out, x);
 }
 
@@ -1041,6 +1049,14 @@ static const char *emit_enum(ctx *c, node *n, const char *hint) {
 static bool emit_string(ctx *c, node *n, kn_sbuf *b, const char *hint) {
     long lo = n->minlen, hi = n->maxlen;
     if (hi >= 0 && lo > hi) return false;
+    if (lo > KN_GBNF_MAX_REPEAT) {
+        fail(c, n->path ? n->path : "", "minLength", "kiln enforces minLength up to %d", KN_GBNF_MAX_REPEAT);
+        return false;
+    }
+    if (hi > KN_GBNF_MAX_REPEAT) {
+        approx(c, n->path ? n->path : "", "maxLength", "a maxLength above 10000 is not enforced");
+        hi = -1;
+    }
     if (!n->str) {
         if (lo == 0 && hi < 0) {
             kn_sbuf_puts(b, use(c, U_STRING));
@@ -1404,6 +1420,14 @@ static void item_conj(ctx *c, const node *n, size_t i, bool tail, conj *out, boo
 
 static bool emit_array(ctx *c, node *n, kn_sbuf *b, int depth) {
     long lo = n->minitems, hi = n->maxitems;
+    if (lo > KN_GBNF_MAX_REPEAT) {
+        fail(c, n->path ? n->path : "", "minItems", "kiln enforces minItems up to %d", KN_GBNF_MAX_REPEAT);
+        return false;
+    }
+    if (hi > KN_GBNF_MAX_REPEAT) {
+        approx(c, n->path ? n->path : "", "maxItems", "a maxItems above 10000 is not enforced");
+        hi = -1;
+    }
     size_t np = 0;
     for (int j = 0; j < n->asrc.n; j++) {
         json_t *items = json_object_get(n->asrc.v[j].s, "items");
