@@ -65,6 +65,11 @@ typedef struct patcache {
     kn_dfa *dfa;
 } patcache;
 
+typedef struct keycache {
+    char *sig; /* the sorted declared names, as JSON */
+    const char *name;
+} keycache;
+
 enum { U_VALUE = 1, U_STRING = 2, U_NUMBER = 4, U_NEVER = 8, U_CHAR = 16 };
 
 typedef struct ctx {
@@ -84,6 +89,9 @@ typedef struct ctx {
     char approx_what[KN_SCHEMA_ERRMSG_MAX];
     int calls;
     unsigned used;
+    keycache keys[256];
+    int nkeys;
+    bool cheap_keys; /* additional property names need not differ from the declared ones */
 } ctx;
 
 #define MAX_COMPILES 20000 /* conjunctions compiled per schema at most */
@@ -318,9 +326,64 @@ static bool resolve(ctx *c, sref from, json_t *ref, sref *out) {
     return true;
 }
 
-/* ---- flattening: $ref, allOf and dependencies ------------------------------------------------ */
-
 #define SYNTH_DEPS "$kiln:dependencies" /* where the anyOf form of dependencies is kept */
+#define SYNTH_NOT  "$kiln:not"          /* where a `not` rewritten by De Morgan's laws is kept */
+#define SYNTH_IF   "$kiln:if"           /* where if / then / else as anyOf is kept */
+
+/* ---- keyword lists -------------------------------------------------------------------------------- */
+
+/* Annotations and keywords handled outside the merge (flatten, combinators, containers). */
+static const char *const passive_kw[] = {
+    "$schema",
+    "$id",
+    "id",
+    "$anchor",
+    "$dynamicAnchor",
+    "$recursiveAnchor",
+    "$vocabulary",
+    "$comment",
+    "$defs",
+    "definitions",
+    "title",
+    "description",
+    "default",
+    "examples",
+    "example",
+    "readOnly",
+    "writeOnly",
+    "deprecated",
+    "contentMediaType",
+    "contentEncoding",
+    "contentSchema",
+    "discriminator",
+    "xml",
+    "externalDocs",
+    "$ref",
+    "allOf",
+    "anyOf",
+    "oneOf",
+    "dependencies",
+    "dependentRequired",
+    "dependentSchemas",
+    "nullable",
+    "then",
+    "else",
+    SYNTH_DEPS,
+};
+
+/* Keywords that constrain and that kiln does not enforce: an error. */
+static const char *const refused_kw[] = {
+    "contains",    "minContains",   "maxContains", "unevaluatedItems", "unevaluatedProperties",
+    "$dynamicRef", "$recursiveRef",
+};
+
+static bool in_list(const char *k, const char *const *list, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(k, list[i])) return true;
+    return false;
+}
+
+/* ---- flattening: $ref, allOf and dependencies ------------------------------------------------ */
 
 /* dependencies / dependentRequired / dependentSchemas as anyOf: "a absent, or the dependency
  * holds" for each property a; built once per schema object and kept in it. */
@@ -370,6 +433,58 @@ static json_t *deps_anyof(ctx *c, sref x) {
     return all;
 }
 
+/* Whether `not` of n is rewritten into positive keywords (else merge_not handles it). */
+static bool not_rewrites(const json_t *n) {
+    return json_is_object(n) && (json_object_get(n, "required") || json_object_get(n, "properties") ||
+                                 json_object_get(n, "allOf") || json_object_get(n, "anyOf"));
+}
+
+/* not {k1: v1, k2: v2, ...} = anyOf [not {k1: v1}, not {k2: v2}, ...], with the object keywords in
+ * positive form: not required [a] = an object without a; not properties {k: S} = an object whose k
+ * is there and not S; not allOf = anyOf of nots; not anyOf = allOf of nots. */
+static json_t *not_rewrite(ctx *c, sref x, json_t *n) {
+    json_t *have = json_object_get(x.s, SYNTH_NOT);
+    if (have) return have;
+    json_t *alts = json_array();
+    const char *k;
+    json_t *v;
+    json_object_foreach(n, k, v) {
+        size_t i;
+        json_t *e;
+        if (!strcmp(k, "required") && json_is_array(v)) {
+            json_array_foreach(v, i, e) if (json_is_string(e)) json_array_append_new(
+                alts, json_pack("{ss s{sb}}", "type", "object", "properties", json_string_value(e), 0));
+        } else if (!strcmp(k, "properties") && json_is_object(v)) {
+            const char *pk;
+            json_object_foreach(v, pk, e) json_array_append_new(
+                alts, json_pack("{ss s[s] s{s{sO}}}", "type", "object", "required", pk, "properties", pk, "not", e));
+        } else if (!strcmp(k, "allOf") && json_is_array(v)) {
+            json_array_foreach(v, i, e) json_array_append_new(alts, json_pack("{sO}", "not", e));
+        } else if (!strcmp(k, "anyOf") && json_is_array(v)) {
+            json_t *all = json_array();
+            json_array_foreach(v, i, e) json_array_append_new(all, json_pack("{sO}", "not", e));
+            json_array_append_new(alts, json_pack("{so}", "allOf", all));
+        } else if (!in_list(k, passive_kw, sizeof passive_kw / sizeof *passive_kw) || !strcmp(k, "$ref") ||
+                   !strcmp(k, "oneOf")) {
+            json_array_append_new(alts, json_pack("{s{sO}}", "not", k, v));
+        }
+    }
+    json_t *r = json_array_size(alts) ? json_pack("{so}", "anyOf", alts) : (json_decref(alts), json_false());
+    if (!r || json_object_set_new(x.s, SYNTH_NOT, r)) nomem(c);
+    return json_object_get(x.s, SYNTH_NOT);
+}
+
+/* if I then T else E = anyOf [allOf [I, T], allOf [not I, E]] (T, E absent: true). */
+static json_t *if_rewrite(ctx *c, sref x) {
+    json_t *have = json_object_get(x.s, SYNTH_IF);
+    if (have) return have;
+    json_t *i = json_object_get(x.s, "if"), *t = json_object_get(x.s, "then"), *e = json_object_get(x.s, "else");
+    json_t *r = json_pack("{s[{s[OO]}{s[{sO}O]}]}", "anyOf", "allOf", i, t ? t : json_true(), "allOf", "not", i,
+                          e ? e : json_true());
+    if (!r || json_object_set_new(x.s, SYNTH_IF, r)) nomem(c);
+    return json_object_get(x.s, SYNTH_IF);
+}
+
 static void flatten(ctx *c, sref x, conj *out, bool *unsat, int depth) {
     if (c->failed) return;
     if (x.skip & FLAT) {
@@ -412,61 +527,17 @@ static void flatten(ctx *c, sref x, conj *out, bool *unsat, int depth) {
         json_t *e;
         json_array_foreach(deps, i, e) flatten(c, mk(e, path_join(c, x.path, "dependencies")), out, unsat, depth + 1);
     }
+    json_t *n = json_object_get(x.s, "not");
+    if (not_rewrites(n)) {
+        json_t *r = not_rewrite(c, x, n);
+        if (r) flatten(c, mk(r, path_join(c, x.path, "not")), out, unsat, depth + 1);
+    }
+    if (json_object_get(x.s, "if")) {
+        json_t *r = if_rewrite(c, x);
+        if (r) flatten(c, mk(r, path_join(c, x.path, "if")), out, unsat, depth + 1);
+    }
     x.skip |= FLAT;
     conj_add(c, out, x);
-}
-
-/* ---- keywords -------------------------------------------------------------------------------- */
-
-/* Annotations and keywords handled outside the merge (flatten, combinators, containers). */
-static const char *const passive_kw[] = {
-    "$schema",
-    "$id",
-    "id",
-    "$anchor",
-    "$dynamicAnchor",
-    "$recursiveAnchor",
-    "$vocabulary",
-    "$comment",
-    "$defs",
-    "definitions",
-    "title",
-    "description",
-    "default",
-    "examples",
-    "example",
-    "readOnly",
-    "writeOnly",
-    "deprecated",
-    "contentMediaType",
-    "contentEncoding",
-    "contentSchema",
-    "discriminator",
-    "xml",
-    "externalDocs",
-    "$ref",
-    "allOf",
-    "anyOf",
-    "oneOf",
-    "dependencies",
-    "dependentRequired",
-    "dependentSchemas",
-    "nullable",
-    "then",
-    "else",
-    SYNTH_DEPS,
-};
-
-/* Keywords that constrain and that kiln does not enforce: an error. */
-static const char *const refused_kw[] = {
-    "if",          "contains",      "minContains", "maxContains", "unevaluatedItems", "unevaluatedProperties",
-    "$dynamicRef", "$recursiveRef",
-};
-
-static bool in_list(const char *k, const char *const *list, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (!strcmp(k, list[i])) return true;
-    return false;
 }
 
 enum { T_NULL = 1, T_BOOL = 2, T_OBJ = 4, T_ARR = 8, T_STR = 16, T_INT = 32, T_FRAC = 64, T_ALL = 127 };
@@ -859,7 +930,7 @@ static void merge(ctx *c, node *n, sref x) {
                 fail(c, p, k, "must be a number");
                 return;
             }
-            if (k[9] == 'i') bound_lo(&n->lo, json_number_value(v), true);
+            if (!strcmp(k, "exclusiveMinimum")) bound_lo(&n->lo, json_number_value(v), true);
             else bound_hi(&n->hi, json_number_value(v), true);
         } else if (!strcmp(k, "multipleOf")) {
             double m = json_number_value(v);
@@ -923,7 +994,7 @@ static void merge(ctx *c, node *n, sref x) {
             else n->maxprops = (n->maxprops < 0 || l < n->maxprops) ? l : n->maxprops;
             if (!n->path) n->path = p;
         } else if (!strcmp(k, "not")) {
-            merge_not(c, n, v, p);
+            if (!not_rewrites(v)) merge_not(c, n, v, p);
         } else if (in_list(k, refused_kw, sizeof refused_kw / sizeof *refused_kw)) {
             fail(c, p, k, "this keyword is not supported");
             return;
@@ -1077,12 +1148,10 @@ static bool emit_string(ctx *c, node *n, kn_sbuf *b, const char *hint) {
         }
         own = kn_dfa_and(d, l);
         kn_dfa_free(l);
-        if (!own) {
-            fail(c, n->path ? n->path : "", "pattern",
-                 "the pattern, format and length combine into more than %d automaton states", KN_DFA_MAX_STATES);
-            return false;
-        }
-        d = own;
+        if (!own)
+            approx(c, n->path ? n->path : "", "maxLength",
+                   "a length next to a pattern or format whose combination is too large is not enforced");
+        if (own) d = own;
     }
     bool ok = !kn_dfa_is_empty(d);
     if (ok) {
@@ -1147,6 +1216,41 @@ static kn_dfa *pat_get(ctx *c, json_t *pp, const char *key, const char *path) {
     }
     c->pc[c->npc++] = (patcache){pp, key, d};
     return d;
+}
+
+/* The rule of the names of additional properties: the automaton rest, shared between objects
+ * with the same declared names and no other key constraint (big schemas repeat them). */
+static const char *key_rule(ctx *c, const kn_dfa *rest, json_t *names, const node *n) {
+    bool plain = !n->keys;
+    for (int j = 0; j < n->osrc.n && plain; j++) plain = !json_object_get(n->osrc.v[j].s, "patternProperties");
+    char *sig = NULL;
+    if (plain) {
+        json_t *sorted = json_array();
+        size_t i;
+        json_t *e;
+        json_array_foreach(names, i, e) {
+            size_t at = 0;
+            while (at < json_array_size(sorted) &&
+                   strcmp(json_string_value(json_array_get(sorted, at)), json_string_value(e)) < 0)
+                at++;
+            json_array_insert(sorted, at, e);
+        }
+        sig = json_dumps(sorted, JSON_COMPACT);
+        json_decref(sorted);
+        for (int k = 0; sig && k < c->nkeys; k++)
+            if (!strcmp(c->keys[k].sig, sig)) {
+                free(sig);
+                return c->keys[k].name;
+            }
+    }
+    const char *name = kn_dfa_emit_string(&c->g, rest, "k");
+    if (!name) nomem(c);
+    if (sig && name && c->nkeys < (int)(sizeof c->keys / sizeof *c->keys)) {
+        c->keys[c->nkeys++] = (keycache){sig, name};
+        sig = NULL;
+    }
+    free(sig);
+    return name;
 }
 
 typedef struct kv {
@@ -1263,7 +1367,7 @@ static bool emit_object(ctx *c, node *n, kn_sbuf *b, const char *hint, int depth
                 const char *val = compile(c, &k, "pattern-value", depth + 1);
                 conj_free(&k);
                 if (val) {
-                    const char *kr = kn_dfa_emit_string(&c->g, kd, "pattern-key");
+                    const char *kr = kn_dfa_emit_string(&c->g, kd, "pkey");
                     if (!kr) nomem(c);
                     adds[nadds++] = (kv){NULL, kr, val, false};
                 }
@@ -1284,7 +1388,12 @@ static bool emit_object(ctx *c, node *n, kn_sbuf *b, const char *hint, int depth
         const char *val = unsat ? NULL : (k.n ? compile(c, &k, "additional-value", depth + 1) : use(c, U_VALUE));
         conj_free(&k);
         if (val) {
-            const char *kr = kn_dfa_is_all(rest) ? use(c, U_STRING) : kn_dfa_emit_string(&c->g, rest, "additional-key");
+            const char *kr = kn_dfa_is_all(rest) || (c->cheap_keys && !n->keys && npat == 0)
+                                 ? use(c, U_STRING)
+                                 : key_rule(c, rest, names, n);
+            if (c->cheap_keys && !kn_dfa_is_all(rest) && !n->keys && npat == 0)
+                approx(c, n->path ? n->path : "", "additionalProperties",
+                       "in a schema this large, an additional property may repeat a declared name");
             if (!kr) nomem(c);
             adds[nadds++] = (kv){NULL, kr, val, false};
         }
@@ -1662,19 +1771,16 @@ static const char *compile(ctx *c, conj *in, const char *hint, int depth) {
 
 /* ---- entry ----------------------------------------------------------------------------------- */
 
-kiln_status kn_schema_to_gbnf_info(const char *json, size_t len, bool strict, char **gbnf, kn_schema_info *info) {
-    if (!gbnf) return kn_error(KILN_ERR_INVALID_ARG, "gbnf is NULL");
-    *gbnf = NULL;
-    if (info) *info = (kn_schema_info){0};
-    if (!json) return kn_error(KILN_ERR_INVALID_ARG, "the schema is NULL");
+/* One conversion; cheap: additional property names are not told apart from declared ones. */
+static kiln_status convert(const char *json, size_t len, bool strict, bool cheap, char **gbnf, kn_schema_info *info) {
     json_error_t je;
-    json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
+    json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &je);
     if (!root && strstr(je.text, "too big"))
-        root = json_loadb(json, len, JSON_REJECT_DUPLICATES | JSON_DECODE_INT_AS_REAL, &je);
+        root = json_loadb(json, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL, &je);
     if (!root)
         return kn_error(KILN_ERR_INVALID_ARG, "the schema is not valid JSON: line %d, column %d: %s", je.line,
                         je.column, je.text);
-    ctx c = {.root = root, .strict = strict};
+    ctx c = {.root = root, .strict = strict, .cheap_keys = cheap};
     kn_gout_init(&c.g);
     static const char *const reserved[] = {"root",   "ws",   "value",  "object", "array",
                                            "string", "char", "number", "never",  "jesc"};
@@ -1728,9 +1834,32 @@ kiln_status kn_schema_to_gbnf_info(const char *json, size_t len, bool strict, ch
     for (int i = 0; i < c.npaths; i++) free(c.paths[i]);
     free(c.paths);
     for (int i = 0; i < c.npc; i++) kn_dfa_free(c.pc[i].dfa);
+    for (int i = 0; i < c.nkeys; i++) free(c.keys[i].sig);
     free(c.pc);
     kn_gout_free(&c.g);
     json_decref(root);
+    return st;
+}
+
+kiln_status kn_schema_to_gbnf_info(const char *json, size_t len, bool strict, char **gbnf, kn_schema_info *info) {
+    if (!gbnf) return kn_error(KILN_ERR_INVALID_ARG, "gbnf is NULL");
+    *gbnf = NULL;
+    if (info) *info = (kn_schema_info){0};
+    if (!json) return kn_error(KILN_ERR_INVALID_ARG, "the schema is NULL");
+    kiln_status st = convert(json, len, strict, false, gbnf, info);
+    if (st == KILN_OK && strlen(*gbnf) > KILN_GRAMMAR_MAX_TEXT) {
+        /* too large for the GBNF compiler: the names of additional properties are the first thing
+         * to give up (each object's list of names it must not repeat is most of a big grammar) */
+        free(*gbnf);
+        *gbnf = NULL;
+        st = convert(json, len, strict, true, gbnf, info);
+        if (st == KILN_OK && strlen(*gbnf) > KILN_GRAMMAR_MAX_TEXT) {
+            free(*gbnf);
+            *gbnf = NULL;
+            st = kn_error(KILN_ERR_INVALID_ARG, "schema #: the schema's grammar is larger than %u bytes",
+                          KILN_GRAMMAR_MAX_TEXT);
+        }
+    }
     return st;
 }
 

@@ -18,7 +18,7 @@
 
 #include <stdarg.h>
 
-#define KN_SCHEMA_MAX_GBNF   (KILN_GRAMMAR_MAX_TEXT) /* bytes of GBNF a schema may compile to */
+#define KN_SCHEMA_MAX_GBNF   (16u << 20) /* bytes of GBNF a schema may compile to */
 /* JSON whitespace, bounded: nothing, one space, or a newline and up to 48 blanks (indentation). */
 #define KN_SCHEMA_WS_RULE    "ws ::= | \" \" | \"\\n\" [ \\t]{0,48}\n"
 #define KN_REGEX_MAX_NFA     60000 /* NFA states one pattern may expand into */

@@ -1230,7 +1230,9 @@ bool kn_dfa_match(const kn_dfa *d, const char *s, size_t n) {
 
 /* Appends a code point as a character-class member. */
 static void class_cp(kn_sbuf *b, uint32_t c) {
-    if ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) kn_sbuf_printf(b, "%c", (char)c);
+    if ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '"')
+        kn_sbuf_printf(b, "%c", (char)c);
+    else if (c == '\\') kn_sbuf_puts(b, "\\\\");
     else if (c < 0x80) kn_sbuf_printf(b, "\\x%02X", (unsigned)c);
     else if (c < 0x10000) kn_sbuf_printf(b, "\\u%04X", (unsigned)c);
     else kn_sbuf_printf(b, "\\U%08X", (unsigned)c);
@@ -1241,43 +1243,48 @@ static void class_cp(kn_sbuf *b, uint32_t c) {
  * the number of alternatives written. */
 static int emit_chars(kn_sbuf *b, const kn_dtrans *t, int n, bool *used_jesc) {
     int alts = 0;
-    /* literal: everything but '"', '\\', control characters and surrogates */
-    static const kn_crange excl[] = {{0, 0x1F}, {'"', '"'}, {'\\', '\\'}, {0xD800, 0xDFFF}};
-    bool any = false;
-    kn_sbuf cls;
-    kn_sbuf_init(&cls, 1 << 20);
-    for (int i = 0; i < n; i++) {
-        uint32_t lo = t[i].lo, hi = t[i].hi;
-        /* cut the excluded ranges out of [lo, hi] */
-        uint32_t cur = lo;
-        while (cur <= hi) {
-            uint32_t end = hi;
-            bool skip = false;
-            for (size_t e = 0; e < sizeof excl / sizeof *excl; e++) {
-                if (cur >= excl[e].lo && cur <= excl[e].hi) {
-                    skip = true;
-                    end = excl[e].hi < hi ? excl[e].hi : hi;
-                    break;
-                }
-                if (excl[e].lo > cur && excl[e].lo - 1 < end) end = excl[e].lo - 1;
+    /* literal: everything but '"', '\\', control characters and surrogates; written as a class
+     * or as a negated one, whichever is shorter */
+    kn_cset lit = {0}, neg = {0};
+    bool ok = true;
+    for (int i = 0; i < n && ok; i++) ok = kn_cset_add(&lit, t[i].lo, t[i].hi);
+    kn_cset specials = {0};
+    ok = ok && kn_cset_add(&specials, 0, 0x1F) && kn_cset_add(&specials, '"', '"') &&
+         kn_cset_add(&specials, '\\', '\\') && kn_cset_add(&specials, 0xD800, 0xDFFF);
+    ok = ok && kn_cset_add_set(&neg, &lit) && kn_cset_negate(&neg) && kn_cset_add_set(&neg, &specials); /* not L */
+    kn_cset_free(&lit);
+    ok = ok && kn_cset_add_set(&lit, &neg) && kn_cset_negate(&lit); /* L minus the specials */
+    kn_cset_free(&specials);
+    if (ok && lit.n) {
+        kn_sbuf pos, ng;
+        kn_sbuf_init(&pos, 1 << 20);
+        kn_sbuf_init(&ng, 1 << 20);
+        for (int i = 0; i < lit.n; i++) {
+            class_cp(&pos, lit.r[i].lo);
+            if (lit.r[i].hi > lit.r[i].lo) {
+                if (lit.r[i].hi > lit.r[i].lo + 1) kn_sbuf_puts(&pos, "-");
+                class_cp(&pos, lit.r[i].hi);
             }
-            if (!skip) {
-                class_cp(&cls, cur);
-                if (end > cur) {
-                    if (end > cur + 1) kn_sbuf_puts(&cls, "-");
-                    class_cp(&cls, end);
-                }
-                any = true;
-            }
-            if (end == UINT32_MAX) break;
-            cur = end + 1;
         }
-    }
-    if (any) {
-        kn_sbuf_printf(b, "[%.*s]", (int)cls.len, cls.p);
+        for (int i = 0; i < neg.n; i++) {
+            uint32_t lo = neg.r[i].lo, hi = neg.r[i].hi;
+            if (lo >= 0xD800 && hi <= 0xDFFF) continue; /* the compiler leaves surrogates out anyway */
+            if (lo >= 0xD800 && lo <= 0xDFFF) lo = 0xE000;
+            if (hi >= 0xD800 && hi <= 0xDFFF) hi = 0xD7FF;
+            class_cp(&ng, lo);
+            if (hi > lo) {
+                if (hi > lo + 1) kn_sbuf_puts(&ng, "-");
+                class_cp(&ng, hi);
+            }
+        }
+        if (neg.n && ng.len < pos.len) kn_sbuf_printf(b, "[^%s]", ng.p);
+        else kn_sbuf_printf(b, "[%s]", pos.p);
         alts++;
+        kn_sbuf_free(&pos);
+        kn_sbuf_free(&ng);
     }
-    kn_sbuf_free(&cls);
+    kn_cset_free(&lit);
+    kn_cset_free(&neg);
     /* escapes: one shared rule when every character that has one is in the set (the usual case) */
     bool all_esc = true;
     for (uint32_t c = 0; c <= '\\' && all_esc; c++) {
