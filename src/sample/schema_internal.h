@@ -167,4 +167,135 @@ typedef enum kn_fmt_kind {
 /* The regex of format name (NULL unless EXACT or APPROX). */
 kn_fmt_kind kn_format_regex(const char *name, const char **regex);
 
+/* ---- the converter's walk (schema.c, schema_merge.c, schema_emit.c) ------------------------------ */
+
+#include <jansson.h>
+
+enum { SKIP_ANYOF = 1, SKIP_ONEOF = 2, FLAT = 4 }; /* FLAT: its $ref, allOf, dependencies are in the list */
+
+/* One schema object applying at a position, with the JSON pointer it was reached by. */
+typedef struct sref {
+    json_t *s;
+    const char *path;
+    unsigned skip; /* combinators already distributed */
+} sref;
+
+typedef struct conj {
+    sref *v;
+    int n, cap;
+} conj;
+
+typedef struct memo {
+    uintptr_t *key; /* pointer, skip pairs, sorted */
+    int n;
+    const char *name; /* NULL: the language is empty */
+} memo;
+
+typedef struct patcache {
+    const json_t *obj; /* a patternProperties object */
+    const char *key;
+    kn_dfa *dfa;
+} patcache;
+
+typedef struct keycache {
+    char *sig; /* the sorted declared names, as JSON */
+    const char *name;
+} keycache;
+
+enum { U_VALUE = 1, U_STRING = 2, U_NUMBER = 4, U_NEVER = 8, U_CHAR = 16 };
+
+typedef struct ctx {
+    json_t *root;
+    bool strict;
+    kn_gout g;
+    memo *m;
+    int nm, capm;
+    char **paths;
+    int npaths, cappaths;
+    patcache *pc;
+    int npc, cappc;
+    bool failed;
+    kiln_status st;
+    char err[KN_SCHEMA_ERRMSG_MAX];
+    bool approx;
+    char approx_what[KN_SCHEMA_ERRMSG_MAX];
+    int calls;
+    unsigned used;
+    keycache keys[256];
+    int nkeys;
+    bool cheap_keys; /* additional property names need not differ from the declared ones */
+} ctx;
+
+#define MAX_COMPILES 20000 /* conjunctions compiled per schema at most */
+#define MAX_DEPTH    64    /* $ref and allOf chains, schema nesting */
+
+#define SYNTH_DEPS "$kiln:dependencies" /* where the anyOf form of dependencies is kept */
+#define SYNTH_NOT  "$kiln:not"          /* where a `not` rewritten by De Morgan's laws is kept */
+#define SYNTH_IF   "$kiln:if"           /* where if / then / else as anyOf is kept */
+
+/* Annotations and keywords handled outside the merge; keywords refused. */
+extern const char *const ks_passive_kw[];
+extern const size_t ks_n_passive_kw;
+extern const char *const ks_refused_kw[];
+extern const size_t ks_n_refused_kw;
+
+enum { T_NULL = 1, T_BOOL = 2, T_OBJ = 4, T_ARR = 8, T_STR = 16, T_INT = 32, T_FRAC = 64, T_ALL = 127 };
+#define T_NUM (T_INT | T_FRAC)
+
+/* The merged constraints of a conjunction. */
+typedef struct node {
+    unsigned types;
+    json_t *enums; /* allowed values, or NULL for any */
+    kn_dfa *str;   /* allowed strings (content), or NULL for any */
+    long minlen, maxlen;
+    kn_nbound lo, hi;
+    int mult10;
+    conj osrc;    /* objects with properties / patternProperties / additionalProperties */
+    json_t *req;  /* required names (array of strings) */
+    kn_dfa *keys; /* propertyNames, or NULL */
+    long minprops, maxprops;
+    conj asrc; /* objects with items / prefixItems / additionalItems */
+    long minitems, maxitems;
+    bool unique;
+    const char *path, *unique_path;
+} node;
+
+/* Errors and approximations: the first of each is kept, with the JSON pointer and keyword. */
+void ks_fail(ctx *c, const char *path, const char *kw, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+void ks_nomem(ctx *c);
+void ks_approx(ctx *c, const char *path, const char *kw, const char *how);
+/* JSON pointers (owned by c) and conjunction lists. */
+const char *ks_path_join(ctx *c, const char *base, const char *key);
+const char *ks_path_idx(ctx *c, const char *base, const char *kw, size_t i);
+void ks_conj_add(ctx *c, conj *k, sref x);
+void ks_conj_free(conj *k);
+conj ks_conj_copy(ctx *c, const conj *k);
+sref ks_mk(json_t *s, const char *path);
+int ks_hexdig(char c);
+bool ks_in_list(const char *k, const char *const *list, size_t n);
+bool ks_not_rewrites(const json_t *n);
+unsigned ks_type_bit(const char *t);
+bool ks_is_integral(const json_t *v);
+unsigned ks_value_type(const json_t *v);
+bool ks_values_equal(const json_t *a, const json_t *b);
+bool ks_nonneg_int(const json_t *v, long *out);
+void ks_node_free(node *n);
+void ks_dfa_and_into(ctx *c, kn_dfa **slot, kn_dfa *d, const char *path, const char *kw);
+kn_dfa *ks_pattern_dfa(ctx *c, const char *pattern, const char *path, const char *kw);
+kn_dfa *ks_literals_dfa(ctx *c, json_t *strs);
+/* Merges the keywords of schema object x into n (schema_merge.c). */
+void ks_merge(ctx *c, node *n, sref x);
+/* The name of a shared rule (value, string, number, never, char), marking it to be written. */
+const char *ks_use(ctx *c, unsigned what);
+void ks_value_text(ctx *c, kn_sbuf *b, const json_t *v);
+bool ks_value_ok(const node *n, const json_t *v);
+/* The grammar of n's values of one kind (schema_emit.c): a rule name, or the alternative appended to
+ * b; NULL / false when n admits no such value. */
+const char *ks_emit_enum(ctx *c, node *n, const char *hint);
+bool ks_emit_string(ctx *c, node *n, kn_sbuf *b, const char *hint);
+bool ks_emit_object(ctx *c, node *n, kn_sbuf *b, const char *hint, int depth);
+bool ks_emit_array(ctx *c, node *n, kn_sbuf *b, int depth);
+/* The rule of the values valid under every schema of in; NULL when none is (or on failure). */
+const char *ks_compile(ctx *c, conj *in, const char *hint, int depth);
+
 #endif
