@@ -681,6 +681,7 @@ static void test_corpus(void) {
         } else {
             compiled++;
             exact += !info.approx;
+            if (info.approx) printf("  approximation: %s: %s\n", files[f], info.approx_what);
             json_t *top = json_pack("[O]", schema);
             json_array_foreach(tests, i, t) {
                 json_t *data = json_object_get(t, "data");
@@ -706,6 +707,8 @@ static void test_corpus(void) {
                         ninv_exact++;
                         irej_exact += rej;
                         if (!rej) printf("  invalid instance accepted: %s #%zu\n", files[f], i);
+                    } else if (!rej) {
+                        printf("  invalid instance accepted (approximated schema): %s #%zu\n", files[f], i);
                     }
                 }
             }
