@@ -20,6 +20,11 @@
  * surrogates. Repetitions become generated rules: x* is S ::= x S | "" with S's self-reference last
  * (a tail call for the matcher), x{m,n} is m copies of x followed by n-m nested optional rules.
  *
+ * Stricter than llama.cpp where it would silently do something surprising: a rule defined twice, a
+ * backwards range [z-a] and an empty class [] are errors. Simplifications that keep the language:
+ * a group with one alternative is inlined, and an alternative equal to an earlier one of the same
+ * rule is dropped (it would only double the matcher's stacks).
+ *
  * Every error is KILN_ERR_INVALID_ARG with "line L, column C: ..." (columns count characters);
  * running out of memory is KILN_ERR_NOMEM. Sizes are capped (text, repetition bounds, nesting,
  * program elements), so hostile text fails with a message, never a crash or unbounded work.
@@ -76,7 +81,8 @@ typedef struct gb {
     int32_t *set_tab; /* open addressing over set ids, -1 = empty */
     size_t set_tab_cap;
 
-    gb_cprange *ranges; /* the class being parsed */
+    int32_t byte_set[256]; /* the set id of each single byte, or -1 until needed */
+    gb_cprange *ranges;    /* the class being parsed */
     size_t n_ranges, cap_ranges;
 } gb;
 
@@ -124,7 +130,11 @@ static const char *gb_what(const gb *p, size_t at, char buf[24]) {
     if (at >= p->len) return "the end of the grammar";
     uint8_t c = (uint8_t)p->src[at];
     if (c == '\n' || c == '\r') return "a line break";
+    int n = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+    for (int i = 1; i < n; i++)
+        if (at + (size_t)i >= p->len || ((uint8_t)p->src[at + (size_t)i] & 0xC0) != 0x80) n = 0;
     if (c >= 0x20 && c < 0x7F) snprintf(buf, 24, "'%c'", c);
+    else if (n) snprintf(buf, 24, "'%.*s'", n, p->src + at); /* a (probably valid) UTF-8 character */
     else snprintf(buf, 24, "byte 0x%02X", c);
     return buf;
 }
@@ -154,14 +164,19 @@ static bool gb_budget(gb *p, size_t n, size_t at) {
     return true;
 }
 
+/* Grows v to hold at least need symbols. */
+static bool gb_vec_reserve(gb *p, gb_vec *v, size_t need) {
+    if (need <= v->cap) return true;
+    size_t cap = v->cap;
+    if (!gb_grow(p, (void **)&v->v, &cap, need, sizeof *v->v)) return false;
+    cap = v->cap;
+    if (!gb_grow(p, (void **)&v->at, &cap, need, sizeof *v->at)) return false;
+    v->cap = cap;
+    return true;
+}
+
 static bool gb_vec_push(gb *p, gb_vec *v, int32_t sym, size_t at) {
-    if (v->n == v->cap) {
-        size_t cap = v->cap;
-        if (!gb_grow(p, (void **)&v->v, &cap, v->n + 1, sizeof *v->v)) return false;
-        cap = v->cap;
-        if (!gb_grow(p, (void **)&v->at, &cap, v->n + 1, sizeof *v->at)) return false;
-        v->cap = cap;
-    }
+    if (!gb_vec_reserve(p, v, v->n + 1)) return false;
     v->v[v->n] = sym;
     v->at[v->n] = (int32_t)at;
     v->n++;
@@ -226,11 +241,23 @@ static bool gb_add_alt(gb *p, int32_t rule, const int32_t *syms, const int32_t *
     if (!gb_budget(p, 1, at)) return false; /* its end marker */
     if (!gb_grow(p, (void **)&p->alts, &p->cap_alts, p->n_alts + 1, sizeof *p->alts)) return false;
     size_t start = p->pool.n;
-    for (size_t i = 0; i < n; i++)
-        if (!gb_vec_push(p, &p->pool, syms[i], (size_t)ats[i])) return false;
+    if (!gb_vec_reserve(p, &p->pool, start + n)) return false;
+    if (n) {
+        memcpy(p->pool.v + start, syms, n * sizeof *syms);
+        memcpy(p->pool.at + start, ats, n * sizeof *ats);
+        p->pool.n = start + n;
+    }
     p->alts[p->n_alts++] = (gb_alt){.rule = rule, .start = (uint32_t)start, .len = (uint32_t)n};
     p->rules[rule].n_alts++;
     return true;
+}
+
+static uint32_t gb_hash_set(const uint64_t s[4]) {
+    uint64_t h = s[0] * 0x9e3779b97f4a7c15ull;
+    h = (h ^ (h >> 31) ^ s[1]) * 0xbf58476d1ce4e5b9ull;
+    h = (h ^ (h >> 31) ^ s[2]) * 0x94d049bb133111ebull;
+    h = (h ^ (h >> 31) ^ s[3]) * 0x9e3779b97f4a7c15ull;
+    return (uint32_t)(h >> 32);
 }
 
 /* The id of byte set s (interned). */
@@ -241,7 +268,7 @@ static int32_t gb_set_id(gb *p, const uint64_t s[4]) {
         if (!nt) return gb_nomem(p), -1;
         memset(nt, 0xff, nc * sizeof *nt);
         for (size_t i = 0; i < p->n_sets; i++) {
-            size_t h = gb_hash_bytes(p->sets[i], 32) & (nc - 1);
+            size_t h = gb_hash_set(p->sets[i]) & (nc - 1);
             while (nt[h] >= 0) h = (h + 1) & (nc - 1);
             nt[h] = (int32_t)i;
         }
@@ -249,7 +276,7 @@ static int32_t gb_set_id(gb *p, const uint64_t s[4]) {
         p->set_tab = nt;
         p->set_tab_cap = nc;
     }
-    size_t h = gb_hash_bytes(s, 32) & (p->set_tab_cap - 1);
+    size_t h = gb_hash_set(s) & (p->set_tab_cap - 1);
     for (; p->set_tab[h] >= 0; h = (h + 1) & (p->set_tab_cap - 1))
         if (memcmp(p->sets[p->set_tab[h]], s, 32) == 0) return p->set_tab[h];
     if (!gb_grow(p, (void **)&p->sets, &p->cap_sets, p->n_sets + 1, sizeof *p->sets)) return -1;
@@ -410,25 +437,71 @@ static int gb_cmp_range(const void *a, const void *b) {
     return x->lo < y->lo ? -1 : x->lo > y->lo;
 }
 
-/* Merges runs of equal length that differ in one position only (their union is again a run). */
-static void gb_seq_merge(gb_seqs *q) {
-    if (q->n > 512) return; /* quadratic: only for classes of ordinary size */
-    for (bool changed = true; changed;) {
-        changed = false;
-        for (size_t i = 0; i < q->n; i++)
-            for (size_t j = i + 1; j < q->n; j++) {
-                gb_seq *a = &q->v[i], *b = &q->v[j];
-                if (a->n != b->n) continue;
-                int diff = -1, ndiff = 0;
-                for (int k = 0; k < a->n && ndiff < 2; k++)
-                    if (memcmp(a->s[k], b->s[k], 32)) diff = k, ndiff++;
-                if (ndiff > 1) continue;
-                if (ndiff == 1)
-                    for (int w = 0; w < 4; w++) a->s[diff][w] |= b->s[diff][w];
-                q->v[j--] = q->v[--q->n];
-                changed = true;
-            }
+typedef struct gb_key { /* a run, keyed by its length and a hash of its sets but one position */
+    int n;
+    uint32_t h, i;
+} gb_key;
+
+static int gb_cmp_key(const void *a, const void *b) {
+    const gb_key *x = a, *y = b;
+    if (x->n != y->n) return x->n < y->n ? -1 : 1;
+    if (x->h != y->h) return x->h < y->h ? -1 : 1;
+    return x->i < y->i ? -1 : x->i > y->i;
+}
+
+/* Whether runs a and b (of equal length) have the same sets everywhere but at position skip. */
+static bool gb_seq_same_but(const gb_seq *a, const gb_seq *b, int skip) {
+    for (int k = 0; k < a->n; k++)
+        if (k != skip && memcmp(a->s[k], b->s[k], 32)) return false;
+    return true;
+}
+
+/* Merges runs that differ only in their first set (last = false) or only in their last (last =
+ * true): the union of two such runs is again a run. Sorting by a hash of the other positions finds
+ * them in O(n log n); equal hashes are confirmed before merging. */
+static bool gb_seq_merge_at(gb *p, gb_seqs *q, bool last) {
+    if (q->n < 2) return true;
+    gb_key *keys = malloc(q->n * sizeof *keys);
+    if (!keys) return gb_nomem(p);
+    for (size_t i = 0; i < q->n; i++) {
+        const gb_seq *r = &q->v[i];
+        int skip = last ? r->n - 1 : 0;
+        uint32_t h = 2166136261u;
+        for (int k = 0; k < r->n; k++)
+            if (k != skip) h = (h ^ gb_hash_set(r->s[k])) * 16777619u;
+        keys[i] = (gb_key){.n = r->n, .h = h, .i = (uint32_t)i};
     }
+    qsort(keys, q->n, sizeof *keys, gb_cmp_key);
+    bool *gone = calloc(q->n, sizeof *gone);
+    if (!gone) return free(keys), gb_nomem(p);
+    for (size_t i = 0; i < q->n;) {
+        size_t j = i + 1;
+        while (j < q->n && keys[j].n == keys[i].n && keys[j].h == keys[i].h) j++;
+        for (size_t a = i; a < j; a++) { /* a group of equal hashes: merge each into the first equal one */
+            gb_seq *ra = &q->v[keys[a].i];
+            if (gone[keys[a].i]) continue;
+            int skip = last ? ra->n - 1 : 0;
+            for (size_t b = a + 1; b < j; b++) {
+                gb_seq *rb = &q->v[keys[b].i];
+                if (gone[keys[b].i] || !gb_seq_same_but(ra, rb, skip)) continue;
+                for (int w = 0; w < 4; w++) ra->s[skip][w] |= rb->s[skip][w];
+                gone[keys[b].i] = true;
+            }
+        }
+        i = j;
+    }
+    size_t m = 0;
+    for (size_t i = 0; i < q->n; i++)
+        if (!gone[i]) q->v[m++] = q->v[i];
+    q->n = m;
+    free(keys);
+    free(gone);
+    return true;
+}
+
+/* Fewer, wider runs: same leading bytes first (ranges that share a lead byte), then same tails. */
+static bool gb_seq_merge(gb *p, gb_seqs *q) {
+    return gb_seq_merge_at(p, q, true) && gb_seq_merge_at(p, q, false) && gb_seq_merge_at(p, q, true);
 }
 
 /* Appends to seq the symbols of the class of code points p->ranges (negated when neg): one
@@ -476,8 +549,7 @@ static bool gb_class(gb *p, gb_vec *seq, bool neg, int32_t owner, size_t at) {
             ok = gb_utf8_split(p, &runs, a, b);
         }
     }
-    if (!ok) return free(runs.v), false;
-    gb_seq_merge(&runs);
+    if (!ok || !gb_seq_merge(p, &runs)) return free(runs.v), false;
     bool has_one = one[0] | one[1];
     size_t n_alts = runs.n + has_one;
     if (n_alts <= 1 && runs.n == 1) { /* one multi-byte run: inline */
@@ -551,9 +623,12 @@ static bool gb_parse_literal(gb *p, gb_vec *seq) {
         uint8_t bytes[4];
         int n = gb_utf8_encode(cp, bytes);
         for (int i = 0; i < n; i++) {
-            uint64_t s[4] = {0};
-            s[bytes[i] >> 6] = 1ull << (bytes[i] & 63);
-            int32_t sid = gb_set_id(p, s);
+            int32_t sid = p->byte_set[bytes[i]];
+            if (sid < 0) {
+                uint64_t s[4] = {0};
+                s[bytes[i] >> 6] = 1ull << (bytes[i] & 63);
+                sid = p->byte_set[bytes[i]] = gb_set_id(p, s);
+            }
             if (sid < 0 || !gb_emit(p, seq, sid, at)) return false;
         }
     }
@@ -583,7 +658,7 @@ static bool gb_repeat(gb *p, gb_vec *seq, size_t item, int32_t owner, long m, lo
     int32_t x = seq->v[item], x_at = seq->at[item];
     seq->n = item;
     size_t extra = n < 0 ? 1 : (size_t)(n - m);
-    if (!gb_budget(p, (size_t)m + extra * 4, at)) return false;
+    if (!gb_budget(p, (size_t)m + extra * 2, at)) return false; /* the symbols; gb_add_alt counts the ends */
     for (long i = 0; i < m; i++)
         if (!gb_vec_push(p, seq, x, (size_t)x_at)) return false;
     if (n < 0) {
@@ -926,6 +1001,35 @@ static bool gb_emit_program(gb *p, const gb_an *an, kn_gprog *out) {
     return true;
 }
 
+/* Drops (keep[a] = 0) every alternative equal to an earlier kept one of the same rule: the same
+ * language twice would only make the matcher follow twice as many stacks. */
+static bool gb_dedup(gb *p, uint8_t *keep) {
+    size_t cap = 64;
+    while (cap < p->n_alts * 2) cap *= 2;
+    int32_t *tab = malloc(cap * sizeof *tab);
+    if (!tab) return gb_nomem(p);
+    memset(tab, 0xff, cap * sizeof *tab);
+    for (size_t a = 0; a < p->n_alts; a++) {
+        if (!keep[a]) continue;
+        const gb_alt *al = &p->alts[a];
+        const int32_t *v = p->pool.v + al->start;
+        uint32_t h = (gb_hash_bytes(v, al->len * sizeof *v) ^ (uint32_t)al->rule) * 2654435761u;
+        for (size_t k = h & (cap - 1);; k = (k + 1) & (cap - 1)) {
+            if (tab[k] < 0) {
+                tab[k] = (int32_t)a;
+                break;
+            }
+            const gb_alt *o = &p->alts[tab[k]];
+            if (o->rule == al->rule && o->len == al->len && !memcmp(p->pool.v + o->start, v, al->len * sizeof *v)) {
+                keep[a] = 0;
+                break;
+            }
+        }
+    }
+    free(tab);
+    return true;
+}
+
 /* Checks the parsed rules (definitions, root, left recursion, productivity) and emits the program. */
 static bool gb_finish(gb *p, kn_gprog *out) {
     int32_t root = -1;
@@ -974,7 +1078,8 @@ static bool gb_finish(gb *p, kn_gprog *out) {
             }
             an.keep[a] = keep;
         }
-        if (!an.productive[root])
+        ok = gb_dedup(p, an.keep);
+        if (ok && !an.productive[root])
             ok = gb_fail(p, (size_t)p->rules[root].def_at,
                          "rule 'root' matches no text: each alternative recurses forever or needs a character no class "
                          "allows");
@@ -1001,6 +1106,7 @@ kiln_status kn_gbnf_parse(const char *text, size_t len, kn_gprog *out) {
                         len, KILN_GRAMMAR_MAX_TEXT);
     gb *p = calloc(1, sizeof *p);
     if (!p) return kn_error(KILN_ERR_NOMEM, "out of memory compiling the grammar");
+    memset(p->byte_set, 0xff, sizeof p->byte_set);
     p->src = text ? text : "";
     p->len = len;
     gb_space(p, true);

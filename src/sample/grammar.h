@@ -54,11 +54,29 @@ void kn_gstore_free(kn_gstore *s);
 /* The state before any byte. */
 int32_t kn_gstore_start(kn_gstore *s);
 
+/* The head of every store, read by the inline fast path of kn_gstore_step (the rest is private). */
+typedef struct kn_gstore_head {
+    int32_t **trans;  /* per state: 256 memoized transitions (0 = not yet known, 1 = dead, next + 2) */
+    int32_t n_states; /* live state ids are 0 .. n_states-1 */
+} kn_gstore_head;
+
+/* kn_gstore_step without the memo: computes, memoizes and returns the transition. */
+int32_t kn_gstore_step_slow(kn_gstore *s, int32_t state, uint8_t b);
+
 /* The state after byte b from state, or KN_GS_DEAD. Memoized: a second call with the same
- * arguments is one load. state must be a live id of this store (not KN_GS_DEAD). When memory runs
- * out or a state would hold more stacks than the matcher allows (a pathologically ambiguous
- * grammar), returns KN_GS_DEAD and sets kn_gstore_failed(). */
-int32_t kn_gstore_step(kn_gstore *s, int32_t state, uint8_t b);
+ * arguments is one load (inline: a bounds check and two loads, then the slow path only for a
+ * transition not yet known). state is a live id of this store or KN_GS_DEAD (which steps to
+ * KN_GS_DEAD); a stale id returns KN_GS_DEAD with kn_gstore_failed set. When memory runs out or a state would hold more
+ * stacks than the matcher allows (a pathologically ambiguous grammar), returns KN_GS_DEAD and sets
+ * kn_gstore_failed(). */
+static inline int32_t kn_gstore_step(kn_gstore *s, int32_t state, uint8_t b) {
+    const kn_gstore_head *h = (const kn_gstore_head *)(const void *)s;
+    if ((uint32_t)state < (uint32_t)h->n_states) {
+        int32_t e = h->trans[state][b];
+        if (e) return e - 2;
+    }
+    return kn_gstore_step_slow(s, state, b);
+}
 
 /* The text so far is a whole sentence of the language. */
 bool kn_gstore_accepting(const kn_gstore *s, int32_t state);

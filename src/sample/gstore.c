@@ -16,7 +16,9 @@
  * mark, so shared work is done once; the program has no left recursion, so it terminates.
  *
  * Each state has a lazily allocated table of its 256 transitions (0 = not computed, 1 = dead,
- * else next state + 2), so a repeated kn_gstore_step is a bounds check and two loads. Memory is
+ * else next state + 2; a state not stepped yet shares an all-unknown table), so a repeated
+ * kn_gstore_step is a bounds check and two loads: that fast path is inline in grammar.h (token masks
+ * call it millions of times), and kn_gstore_step_slow below is the rest. Memory is
  * counted: kn_gstore_full() says the cap is reached (the owner then calls kn_gstore_compact at a
  * point where it holds a single state), and steps fail (KN_GS_DEAD with kn_gstore_failed()) only
  * past twice the cap, or when a state would hold more than KN_GS_MAX_STACKS stacks.
@@ -27,16 +29,25 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The transitions of a state not stepped yet: all unknown (read-only, shared). */
+static const int32_t gs_unknown[256];
+
 #define GS_FAIL        INT32_MIN
 #define GS_MAX_VISITS  (16 * KN_GS_MAX_STACKS) /* nodes one step may expand */
 #define GS_SLAB_TABLES 16                      /* transition tables per allocation */
 #define GS_DEFAULT_CAP ((size_t)64 << 20)
 #define GS_MIN_CAP     ((size_t)64 << 10)
 
+typedef struct gs_slot {
+    uint64_t key; /* (pos << 32 | (uint32_t)par), GS_NO_KEY = empty */
+    int32_t id;
+    int32_t pad;
+} gs_slot;
+
+#define GS_NO_KEY UINT64_MAX
+
 struct kn_gstore {
-    /* The fast path of kn_gstore_step reads these two. */
-    int32_t **trans; /* [cap_states]: state's transitions (0 unknown, 1 dead, next + 2) or NULL */
-    int32_t n_states;
+    kn_gstore_head h; /* trans[cap_states] (gs_unknown until the state's first step) and n_states */
 
     const kiln_grammar *g;
     const kn_gprog *p;
@@ -45,8 +56,9 @@ struct kn_gstore {
     int32_t *npos, *npar;
     uint32_t *seen; /* the step (epoch) that last visited each node */
     size_t n_nodes, cap_nodes;
-    int32_t *node_tab; /* open addressing, -1 = empty */
+    gs_slot *node_tab; /* open addressing over (pos, par) keys */
     size_t node_tab_cap;
+    int node_tab_bits; /* node_tab_cap = 1 << node_tab_bits */
 
     /* states: the ready stacks pool[soff .. soff + scnt), accepting flag, interned through state_tab */
     uint32_t *soff;
@@ -114,7 +126,12 @@ static uint32_t gs_mix(uint64_t x) {
     return (uint32_t)x;
 }
 
-static uint32_t gs_node_hash(int32_t pos, int32_t par) { return gs_mix((uint64_t)(uint32_t)pos << 32 | (uint32_t)par); }
+static inline uint64_t gs_node_key(int32_t pos, int32_t par) { return (uint64_t)(uint32_t)pos << 32 | (uint32_t)par; }
+
+/* Fibonacci hashing: the top bits of key times 2^64 / phi. */
+static inline size_t gs_node_slot(uint64_t key, int bits) {
+    return (size_t)((key * 0x9e3779b97f4a7c15ull) >> (64 - bits));
+}
 
 static uint32_t gs_state_hash(const int32_t *ids, int32_t n, bool acc) {
     uint64_t h = 0x9e3779b97f4a7c15ull ^ (uint64_t)n << 1 ^ acc;
@@ -126,28 +143,28 @@ static uint32_t gs_state_hash(const int32_t *ids, int32_t n, bool acc) {
 
 /* Rebuilds the node table with room for twice the nodes. */
 static bool gs_node_rehash(kn_gstore *s) {
-    size_t nc = s->node_tab_cap ? s->node_tab_cap * 2 : 1024;
-    int32_t *nt = NULL;
+    int bits = s->node_tab_cap ? s->node_tab_bits + 1 : 10;
+    size_t nc = (size_t)1 << bits, mask = nc - 1;
+    gs_slot *nt = NULL;
     if (!gs_resize(s, (void **)&nt, 0, nc, sizeof *nt)) return false;
-    memset(nt, 0xff, nc * sizeof *nt);
+    for (size_t i = 0; i < nc; i++) nt[i].key = GS_NO_KEY;
     for (size_t i = 0; i < s->n_nodes; i++) {
-        size_t h = gs_node_hash(s->npos[i], s->npar[i]) & (nc - 1);
-        while (nt[h] >= 0) h = (h + 1) & (nc - 1);
-        nt[h] = (int32_t)i;
+        uint64_t key = gs_node_key(s->npos[i], s->npar[i]);
+        size_t h = gs_node_slot(key, bits);
+        while (nt[h].key != GS_NO_KEY) h = (h + 1) & mask;
+        nt[h].key = key;
+        nt[h].id = (int32_t)i;
     }
     free(s->node_tab);
     s->bytes -= s->node_tab_cap * sizeof *nt;
     s->node_tab = nt;
     s->node_tab_cap = nc;
+    s->node_tab_bits = bits;
     return true;
 }
 
-/* The id of stack node (pos, par), created when new; GS_FAIL when memory runs out. */
-static int32_t gs_node(kn_gstore *s, int32_t pos, int32_t par) {
-    if (s->n_nodes * 2 >= s->node_tab_cap && !gs_node_rehash(s)) return GS_FAIL;
-    size_t mask = s->node_tab_cap - 1, h = gs_node_hash(pos, par) & mask;
-    for (int32_t id; (id = s->node_tab[h]) >= 0; h = (h + 1) & mask)
-        if (s->npos[id] == pos && s->npar[id] == par) return id;
+/* Appends node (pos, par) in slot h of the node table. */
+static int32_t gs_node_add(kn_gstore *s, size_t h, uint64_t key, int32_t pos, int32_t par) {
     if (s->n_nodes == s->cap_nodes) {
         size_t nc = gs_next_cap(s->cap_nodes, s->n_nodes + 1, 256);
         if (nc > INT32_MAX) return gs_fail(s, "too many parser stacks"), GS_FAIL;
@@ -161,8 +178,21 @@ static int32_t gs_node(kn_gstore *s, int32_t pos, int32_t par) {
     s->npos[id] = pos;
     s->npar[id] = par;
     s->seen[id] = 0;
-    s->node_tab[h] = id;
+    s->node_tab[h].key = key;
+    s->node_tab[h].id = id;
     return id;
+}
+
+/* The id of stack node (pos, par), created when new; GS_FAIL when memory runs out. */
+static inline int32_t gs_node(kn_gstore *s, int32_t pos, int32_t par) {
+    if (__builtin_expect(s->n_nodes * 2 >= s->node_tab_cap, 0) && !gs_node_rehash(s)) return GS_FAIL;
+    uint64_t key = gs_node_key(pos, par);
+    size_t mask = s->node_tab_cap - 1, h = gs_node_slot(key, s->node_tab_bits);
+    for (;; h = (h + 1) & mask) {
+        const gs_slot *e = &s->node_tab[h];
+        if (e->key == key) return e->id;
+        if (e->key == GS_NO_KEY) return gs_node_add(s, h, key, pos, par);
+    }
 }
 
 /* ---- states --------------------------------------------------------------------------------- */
@@ -172,7 +202,7 @@ static bool gs_state_rehash(kn_gstore *s) {
     int32_t *nt = NULL;
     if (!gs_resize(s, (void **)&nt, 0, nc, sizeof *nt)) return false;
     memset(nt, 0xff, nc * sizeof *nt);
-    for (int32_t i = 0; i < s->n_states; i++) {
+    for (int32_t i = 0; i < s->h.n_states; i++) {
         size_t h = gs_state_hash(s->pool + s->soff[i], s->scnt[i], s->sacc[i]) & (nc - 1);
         while (nt[h] >= 0) h = (h + 1) & (nc - 1);
         nt[h] = i;
@@ -186,15 +216,15 @@ static bool gs_state_rehash(kn_gstore *s) {
 
 /* The id of the state with stacks ids[n] (sorted) and accepting flag acc; GS_FAIL on failure. */
 static int32_t gs_state(kn_gstore *s, const int32_t *ids, int32_t n, bool acc) {
-    if ((size_t)s->n_states * 2 >= s->state_tab_cap && !gs_state_rehash(s)) return GS_FAIL;
+    if ((size_t)s->h.n_states * 2 >= s->state_tab_cap && !gs_state_rehash(s)) return GS_FAIL;
     size_t mask = s->state_tab_cap - 1, h = gs_state_hash(ids, n, acc) & mask;
     for (int32_t id; (id = s->state_tab[h]) >= 0; h = (h + 1) & mask)
         if (s->scnt[id] == n && s->sacc[id] == acc && !memcmp(s->pool + s->soff[id], ids, (size_t)n * sizeof *ids))
             return id;
-    if ((size_t)s->n_states == s->cap_states) {
-        size_t nc = gs_next_cap(s->cap_states, (size_t)s->n_states + 1, 64);
+    if ((size_t)s->h.n_states == s->cap_states) {
+        size_t nc = gs_next_cap(s->cap_states, (size_t)s->h.n_states + 1, 64);
         if (nc > INT32_MAX / 2) return gs_fail(s, "too many parser states"), GS_FAIL;
-        if (!gs_resize(s, (void **)&s->trans, s->cap_states, nc, sizeof *s->trans) ||
+        if (!gs_resize(s, (void **)&s->h.trans, s->cap_states, nc, sizeof *s->h.trans) ||
             !gs_resize(s, (void **)&s->soff, s->cap_states, nc, sizeof *s->soff) ||
             !gs_resize(s, (void **)&s->scnt, s->cap_states, nc, sizeof *s->scnt) ||
             !gs_resize(s, (void **)&s->sacc, s->cap_states, nc, sizeof *s->sacc))
@@ -207,12 +237,12 @@ static int32_t gs_state(kn_gstore *s, const int32_t *ids, int32_t n, bool acc) {
         if (!gs_resize(s, (void **)&s->pool, s->cap_pool, nc, sizeof *s->pool)) return GS_FAIL;
         s->cap_pool = nc;
     }
-    int32_t id = s->n_states++;
+    int32_t id = s->h.n_states++;
     memcpy(s->pool + s->n_pool, ids, (size_t)n * sizeof *ids);
     s->soff[id] = (uint32_t)s->n_pool;
     s->scnt[id] = n;
     s->sacc[id] = acc;
-    s->trans[id] = NULL;
+    s->h.trans[id] = (int32_t *)gs_unknown;
     s->n_pool += (size_t)n;
     s->state_tab[h] = id;
     return id;
@@ -231,7 +261,7 @@ static bool gs_table(kn_gstore *s, int32_t state) {
         s->slabs[s->n_slabs++] = slab;
         s->slab_used = 0;
     }
-    s->trans[state] = s->slabs[s->n_slabs - 1] + s->slab_used++ * 256;
+    s->h.trans[state] = s->slabs[s->n_slabs - 1] + s->slab_used++ * 256;
     return true;
 }
 
@@ -246,8 +276,8 @@ static void gs_begin(kn_gstore *s) {
     s->acc = false;
 }
 
-static bool gs_push(kn_gstore *s, int32_t **v, size_t *n, size_t *cap, int32_t x) {
-    if (*n == *cap) {
+static inline bool gs_push(kn_gstore *s, int32_t **v, size_t *n, size_t *cap, int32_t x) {
+    if (__builtin_expect(*n == *cap, 0)) {
         size_t nc = gs_next_cap(*cap, *n + 1, 64);
         if (!gs_resize(s, (void **)v, *cap, nc, sizeof **v)) return false;
         *cap = nc;
@@ -257,7 +287,7 @@ static bool gs_push(kn_gstore *s, int32_t **v, size_t *n, size_t *cap, int32_t x
 }
 
 /* Queues node id for expansion unless this step has seen it. */
-static bool gs_visit(kn_gstore *s, int32_t id) {
+static inline bool gs_visit(kn_gstore *s, int32_t id) {
     if (id == GS_FAIL) return false;
     if (s->seen[id] == s->epoch) return true;
     s->seen[id] = s->epoch;
@@ -315,12 +345,13 @@ static int32_t gs_result(kn_gstore *s) {
 static void gs_clear(kn_gstore *s) {
     for (size_t i = 0; i < s->n_slabs; i++) free(s->slabs[i]);
     free(s->slabs), free(s->npos), free(s->npar), free(s->seen), free(s->node_tab);
-    free(s->trans), free(s->soff), free(s->scnt), free(s->sacc), free(s->pool), free(s->state_tab);
+    free(s->h.trans), free(s->soff), free(s->scnt), free(s->sacc), free(s->pool), free(s->state_tab);
     s->slabs = NULL, s->npos = s->npar = NULL, s->seen = NULL, s->node_tab = NULL;
-    s->trans = NULL, s->soff = NULL, s->scnt = NULL, s->sacc = NULL, s->pool = NULL, s->state_tab = NULL;
+    s->h.trans = NULL, s->soff = NULL, s->scnt = NULL, s->sacc = NULL, s->pool = NULL, s->state_tab = NULL;
     s->n_slabs = s->cap_slabs = s->slab_used = 0;
     s->n_nodes = s->cap_nodes = s->node_tab_cap = 0;
-    s->n_states = 0;
+    s->node_tab_bits = 0;
+    s->h.n_states = 0;
     s->cap_states = s->n_pool = s->cap_pool = s->state_tab_cap = 0;
     s->bytes = sizeof *s + (s->cap_work + s->cap_out) * sizeof(int32_t);
     s->epoch = 0;
@@ -366,9 +397,10 @@ int32_t kn_gstore_start(kn_gstore *s) {
 }
 
 /* The uncached step: advance the ready stacks whose terminal matches b, expand, intern, memoize. */
-static int32_t gs_step_slow(kn_gstore *s, int32_t state, uint8_t b) {
-    if (state < 0 || state >= s->n_states) return gs_fail(s, "invalid parser state"), KN_GS_DEAD;
-    if (!s->trans[state] && !gs_table(s, state)) return KN_GS_DEAD;
+int32_t kn_gstore_step_slow(kn_gstore *s, int32_t state, uint8_t b) {
+    if (state == KN_GS_DEAD) return KN_GS_DEAD;
+    if (state < 0 || state >= s->h.n_states) return gs_fail(s, "invalid parser state"), KN_GS_DEAD;
+    if (s->h.trans[state] == gs_unknown && !gs_table(s, state)) return KN_GS_DEAD;
     const kn_gprog *p = s->p;
     gs_begin(s);
     uint32_t off = s->soff[state];
@@ -379,23 +411,12 @@ static int32_t gs_step_slow(kn_gstore *s, int32_t state, uint8_t b) {
     if (!gs_expand(s)) return KN_GS_DEAD;
     int32_t next = gs_result(s);
     if (next == GS_FAIL) return KN_GS_DEAD;
-    s->trans[state][b] = next + 2;
+    s->h.trans[state][b] = next + 2;
     return next;
 }
 
-int32_t kn_gstore_step(kn_gstore *s, int32_t state, uint8_t b) {
-    if ((uint32_t)state < (uint32_t)s->n_states) {
-        const int32_t *t = s->trans[state];
-        if (t) {
-            int32_t e = t[b];
-            if (e) return e - 2;
-        }
-    }
-    return gs_step_slow(s, state, b);
-}
-
 bool kn_gstore_accepting(const kn_gstore *s, int32_t state) {
-    return state >= 0 && state < s->n_states && s->sacc[state];
+    return state >= 0 && state < s->h.n_states && s->sacc[state];
 }
 
 /* Exact because every ready stack can be completed (grammar_prog.h): a state with one can go on. */
@@ -408,7 +429,7 @@ const char *kn_gstore_failed(const kn_gstore *s) { return s->failed; }
 /* Rebuilds the store around keep: its stacks are copied (parent chains first) into fresh tables,
  * and it becomes state 0. */
 int32_t kn_gstore_compact(kn_gstore *s, int32_t keep) {
-    if (keep < 0 || keep >= s->n_states) return gs_fail(s, "invalid parser state"), KN_GS_DEAD;
+    if (keep < 0 || keep >= s->h.n_states) return gs_fail(s, "invalid parser state"), KN_GS_DEAD;
     int32_t cnt = s->scnt[keep];
     bool acc = s->sacc[keep];
     size_t old_n = s->n_nodes;
@@ -448,7 +469,7 @@ int32_t kn_gstore_compact(kn_gstore *s, int32_t keep) {
 }
 
 int32_t kn_gstore_n_stacks(const kn_gstore *s, int32_t state) {
-    return state >= 0 && state < s->n_states ? s->scnt[state] : 0;
+    return state >= 0 && state < s->h.n_states ? s->scnt[state] : 0;
 }
 
 int32_t kn_gstore_depth(const kn_gstore *s, int32_t state) {
