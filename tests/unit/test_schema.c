@@ -483,6 +483,109 @@ static void test_errors(void) {
     kiln_grammar_free(g);
 }
 
+/* ---- mutated schemas ----------------------------------------------------------------------------- */
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static uint32_t rnd(uint32_t n) {
+    rng_state ^= rng_state << 13, rng_state ^= rng_state >> 7, rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state % n);
+}
+
+/* A value to plant somewhere in a schema: keywords with odd or valid arguments. */
+static json_t *odd_value(void) {
+    static const char *const vals[] = {"{\"type\":\"integer\",\"minimum\":-3,\"exclusiveMaximum\":7}",
+                                       "{\"pattern\":\"^(a|b)*c{2,3}$\"}",
+                                       "{\"pattern\":\"(?<=x)\"}",
+                                       "{\"not\":{\"required\":[\"a\"]}}",
+                                       "{\"$ref\":\"#\"}",
+                                       "{\"$ref\":\"#/nope\"}",
+                                       "{\"anyOf\":[]}",
+                                       "{\"allOf\":[{\"type\":\"string\"},{\"format\":\"date\"}]}",
+                                       "{\"enum\":[1,\"a\",null]}",
+                                       "{\"items\":[true,false],\"additionalItems\":{\"$ref\":\"#\"}}",
+                                       "{\"minLength\":5,\"maxLength\":2}",
+                                       "{\"if\":{\"const\":1},\"then\":false}",
+                                       "{\"propertyNames\":{\"pattern\":\"^[a-z]+$\"}}",
+                                       "true",
+                                       "false",
+                                       "-1",
+                                       "\"str\"",
+                                       "[]",
+                                       "{\"type\":[\"null\",\"array\"],\"maxItems\":1}",
+                                       "{\"multipleOf\":0.001}",
+                                       "{\"dependencies\":{\"a\":[\"b\"]}}",
+                                       "{\"oneOf\":[{\"$ref\":\"#\"},{\"type\":\"null\"}]}",
+                                       "{\"format\":\"email\",\"maxLength\":12}",
+                                       "{\"not\":{\"enum\":[\"x\"]},\"type\":\"string\"}"};
+    json_error_t je;
+    return json_loads(vals[rnd(sizeof vals / sizeof *vals)], JSON_DECODE_ANY, &je);
+}
+
+/* Replaces a random member of a random object or array in v (depth-first walk to a random node). */
+static void mutate(json_t *v, int depth) {
+    if (json_is_object(v) && json_object_size(v)) {
+        size_t pick = rnd((uint32_t)json_object_size(v)), i = 0;
+        const char *k;
+        json_t *x;
+        json_object_foreach(v, k, x) {
+            if (i++ != pick) continue;
+            if (depth < 12 && (json_is_object(x) || json_is_array(x)) && rnd(3)) mutate(x, depth + 1);
+            else json_object_set_new(v, k, odd_value());
+            return;
+        }
+    } else if (json_is_array(v) && json_array_size(v)) {
+        size_t pick = rnd((uint32_t)json_array_size(v));
+        json_t *x = json_array_get(v, pick);
+        if (depth < 12 && (json_is_object(x) || json_is_array(x)) && rnd(3)) mutate(x, depth + 1);
+        else json_array_set_new(v, pick, odd_value());
+    }
+}
+
+/* 1,500 mutated corpus schemas each convert or fail with a message; every grammar the converter
+ * returns compiles. */
+static void test_mutated(void) {
+    const char *dir = kt_data("json-schemas");
+    DIR *d = opendir(dir);
+    if (!d) SKIP("no %s", dir);
+    json_t *seeds = json_array();
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (!strstr(de->d_name, "---")) continue;
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        json_error_t je;
+        json_t *doc = json_load_file(path, 0, &je);
+        json_t *schema = json_object_get(doc, "schema");
+        char *t = json_dumps(schema, JSON_COMPACT);
+        if (t && strlen(t) < 6000) json_array_append(seeds, schema);
+        free(t);
+        json_decref(doc);
+    }
+    closedir(d);
+    CHECK(json_array_size(seeds) > 20);
+    int ok = 0, failed = 0;
+    for (int i = 0; i < 1500; i++) {
+        json_t *s = json_deep_copy(json_array_get(seeds, rnd((uint32_t)json_array_size(seeds))));
+        for (int m = 0, nm = 1 + (int)rnd(3); m < nm; m++) mutate(s, 0);
+        char *text = json_dumps(s, JSON_COMPACT | JSON_ENCODE_ANY), *gbnf = NULL;
+        kiln_status st = kn_schema_to_gbnf(text, strlen(text), rnd(2), &gbnf);
+        if (st == KILN_OK) {
+            kiln_grammar *g = NULL;
+            CHECKF(kn_gbnf_compile(gbnf, strlen(gbnf), &g) == KILN_OK, "%s: %s", text, kiln_last_error());
+            kiln_grammar_free(g);
+            ok++;
+        } else {
+            CHECKF(st == KILN_ERR_INVALID_ARG && kiln_last_error()[0], "%s: status %d", text, (int)st);
+            failed++;
+        }
+        free(gbnf);
+        free(text);
+        json_decref(s);
+    }
+    printf("mutated schemas: %d converted, %d refused with a message\n", ok, failed);
+    json_decref(seeds);
+}
+
 /* ---- the corpus: property order as kiln writes it ---------------------------------------------- */
 
 static json_t *resolve_ref(json_t *root, json_t *s) {
@@ -746,5 +849,6 @@ int main(void) {
     RUN(test_refs);
     RUN(test_errors);
     RUN(test_corpus);
+    RUN(test_mutated);
     return kt_summary();
 }
