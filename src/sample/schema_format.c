@@ -1,0 +1,61 @@
+/*
+ * schema_format.c - the string formats kiln enforces, as regular expressions for schema_regex.c.
+ *
+ * Exact: date (with month lengths and leap years), time and date-time (RFC 3339; a leap second :60
+ * is accepted at any minute), uuid, ipv4. Approximate (the usual shape, documented in
+ * docs/structured-output.md): email, hostname, uri, uri-reference, iri, iri-reference, url, ipv6,
+ * duration. Formats JSON Schema defines but kiln does not check (KN_FMT_IGNORED) are listed too; any
+ * other name is not a JSON Schema format and is an annotation (KN_FMT_UNKNOWN).
+ */
+#include "sample/schema_internal.h"
+
+#include <string.h>
+
+/* clang-format off */
+#define YEAR  "\\d{4}"
+#define LEAP  "(\\d\\d(0[48]|[2468][048]|[13579][26])|([02468][048]|[13579][26])00)"
+#define MD    "((0[13578]|1[02])-(0[1-9]|[12]\\d|3[01])|(0[469]|11)-(0[1-9]|[12]\\d|30)|02-(0[1-9]|1\\d|2[0-8]))"
+#define DATE  "(" YEAR "-" MD "|" LEAP "-02-29)"
+#define TIME  "([01]\\d|2[0-3]):[0-5]\\d:([0-5]\\d|60)(\\.\\d+)?([zZ]|[-+]([01]\\d|2[0-3]):[0-5]\\d)"
+#define HEX   "[0-9a-fA-F]"
+#define LABEL "[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+#define OCTET "(25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)"
+#define URICH "[^\\x00-\\x20\"<>\\\\^`{|}\\x7f]"
+
+static const struct {
+    const char *name;
+    kn_fmt_kind kind;
+    const char *regex;
+} formats[] = {
+    {"date", KN_FMT_EXACT, "^" DATE "$"},
+    {"time", KN_FMT_EXACT, "^" TIME "$"},
+    {"date-time", KN_FMT_EXACT, "^" DATE "[Tt]" TIME "$"},
+    {"uuid", KN_FMT_EXACT, "^" HEX "{8}-" HEX "{4}-" HEX "{4}-" HEX "{4}-" HEX "{12}$"},
+    {"ipv4", KN_FMT_EXACT, "^" OCTET "(\\." OCTET "){3}$"},
+    {"email", KN_FMT_APPROX, "^[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]{1,64}@" LABEL "(\\." LABEL ")*$"},
+    {"hostname", KN_FMT_APPROX, "^" LABEL "(\\." LABEL ")*$"},
+    {"uri", KN_FMT_APPROX, "^[A-Za-z][A-Za-z0-9+.-]*:" URICH "*$"},
+    {"url", KN_FMT_APPROX, "^[A-Za-z][A-Za-z0-9+.-]*:" URICH "*$"},
+    {"iri", KN_FMT_APPROX, "^[A-Za-z][A-Za-z0-9+.-]*:" URICH "*$"},
+    {"uri-reference", KN_FMT_APPROX, "^" URICH "*$"},
+    {"iri-reference", KN_FMT_APPROX, "^" URICH "*$"},
+    {"ipv6", KN_FMT_APPROX, "^[0-9a-fA-F:.]{2,45}$"},
+    {"duration", KN_FMT_APPROX, "^P(\\d+W|(\\d+Y)?(\\d+M)?(\\d+D)?(T(\\d+H)?(\\d+M)?(\\d+S)?)?)$"},
+    {"idn-email", KN_FMT_IGNORED, NULL},
+    {"idn-hostname", KN_FMT_IGNORED, NULL},
+    {"uri-template", KN_FMT_IGNORED, NULL},
+    {"json-pointer", KN_FMT_IGNORED, NULL},
+    {"relative-json-pointer", KN_FMT_IGNORED, NULL},
+    {"regex", KN_FMT_IGNORED, NULL},
+};
+/* clang-format on */
+
+kn_fmt_kind kn_format_regex(const char *name, const char **regex) {
+    *regex = NULL;
+    for (size_t i = 0; i < sizeof formats / sizeof *formats; i++) {
+        if (strcmp(formats[i].name, name)) continue;
+        *regex = formats[i].regex;
+        return formats[i].kind;
+    }
+    return KN_FMT_UNKNOWN;
+}

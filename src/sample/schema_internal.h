@@ -1,0 +1,301 @@
+/*
+ * schema_internal.h - the pieces of the JSON Schema converter (schema.c) shared between its files.
+ *
+ * - kn_sbuf: a growable text buffer with a cap (the GBNF being written).
+ * - kn_gout: the GBNF output: unique rule names and the rules' text.
+ * - kn_cset / kn_dfa (schema_regex.c): sets of code points and deterministic automata over code
+ *   points. Every string constraint (pattern, format, length, enum of strings, property-name rules,
+ *   `not` of those) becomes one automaton, so constraints intersect and complement exactly, and an
+ *   automaton is written out as one GBNF rule per state, matching the string's JSON text (quotes and
+ *   escapes included).
+ * - schema_num.c: integer and number ranges as digit grammars.
+ * - schema_format.c: the string formats kiln knows, as regular expressions.
+ */
+#ifndef KN_SCHEMA_INTERNAL_H
+#define KN_SCHEMA_INTERNAL_H
+
+#include "base/base.h"
+
+#include <stdarg.h>
+
+#define KN_SCHEMA_MAX_GBNF   (16u << 20) /* bytes of GBNF a schema may compile to */
+/* JSON whitespace, bounded: nothing, one space, or a newline and up to 48 blanks (indentation). */
+#define KN_SCHEMA_WS_RULE    "ws ::= | \" \" | \"\\n\" [ \\t]{0,48}\n"
+#define KN_REGEX_MAX_NFA     60000 /* NFA states one pattern may expand into */
+#define KN_DFA_MAX_STATES    6000  /* states of one string automaton */
+#define KN_CP_MAX            0x10FFFFu
+#define KN_SCHEMA_ERRMSG_MAX 400
+
+/* What a conversion did besides succeeding (for tests and tools). */
+typedef struct kn_schema_info {
+    bool approx;                            /* some keyword was enforced approximately */
+    char approx_what[KN_SCHEMA_ERRMSG_MAX]; /* the first such: "#/pointer: keyword: how" */
+    int rules;                              /* rules written */
+} kn_schema_info;
+
+/* kn_schema_to_gbnf, also filling *info (may be NULL). */
+kiln_status kn_schema_to_gbnf_info(const char *json, size_t len, bool strict, char **gbnf, kn_schema_info *info);
+
+/* Every JSON escape of a character that needs one ('"', '\\', control characters) and of '/'. */
+#define KN_SCHEMA_JESC_RULE "jesc ::= \"\\\\\" ( [\"\\\\/bfnrt] | \"u00\" [01] [0-9a-fA-F] )\n"
+
+/* ---- text buffer ----------------------------------------------------------------------------- */
+
+typedef struct kn_sbuf {
+    char *p;
+    size_t len, cap;
+    size_t limit; /* bytes at most; past it `over` is set and nothing more is appended */
+    bool over, nomem;
+} kn_sbuf;
+
+void kn_sbuf_init(kn_sbuf *b, size_t limit);
+void kn_sbuf_free(kn_sbuf *b);
+void kn_sbuf_put(kn_sbuf *b, const char *s, size_t n);
+void kn_sbuf_puts(kn_sbuf *b, const char *s);
+void kn_sbuf_printf(kn_sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Appends s[n] as the body of a GBNF literal (without the quotes): \" \\ and control bytes
+ * escaped, everything else (UTF-8 included) as is. */
+void kn_sbuf_gbnf_lit(kn_sbuf *b, const char *s, size_t n);
+
+/* ---- GBNF output ----------------------------------------------------------------------------- */
+
+typedef struct kn_gout {
+    kn_sbuf text; /* the rules written so far */
+    char **names; /* open hash set of rule names in use */
+    size_t nnames, capnames;
+    int nrules;
+    bool used_jesc; /* a rule refers to "jesc" (JSON escapes), which the caller writes */
+} kn_gout;
+
+void kn_gout_init(kn_gout *g);
+void kn_gout_free(kn_gout *g);
+/* A fresh rule name derived from hint (letters, digits, '-'; anything else becomes '-'), unique in
+ * g. Returned string is owned by g. NULL when out of memory. */
+const char *kn_gout_name(kn_gout *g, const char *hint);
+/* Appends "name ::= body\n". */
+void kn_gout_rule(kn_gout *g, const char *name, const char *body);
+bool kn_gout_failed(const kn_gout *g);
+
+/* ---- code point sets --------------------------------------------------------------------------- */
+
+typedef struct kn_crange {
+    uint32_t lo, hi; /* inclusive */
+} kn_crange;
+
+typedef struct kn_cset {
+    kn_crange *r; /* sorted, disjoint, not adjacent */
+    int n, cap;
+} kn_cset;
+
+void kn_cset_free(kn_cset *s);
+bool kn_cset_add(kn_cset *s, uint32_t lo, uint32_t hi); /* false: out of memory */
+bool kn_cset_add_set(kn_cset *s, const kn_cset *o);
+bool kn_cset_negate(kn_cset *s); /* complement within [0, KN_CP_MAX] */
+bool kn_cset_has(const kn_cset *s, uint32_t c);
+
+/* ---- automata over code points --------------------------------------------------------------- */
+
+typedef struct kn_dtrans {
+    uint32_t lo, hi; /* inclusive code point range */
+    int to;
+} kn_dtrans;
+
+typedef struct kn_dstate {
+    kn_dtrans *tr; /* sorted by lo, disjoint */
+    int ntr, cap;
+    bool acc;
+} kn_dstate;
+
+/* A deterministic automaton; state 0 is the start; a missing transition is a dead end. */
+typedef struct kn_dfa {
+    kn_dstate *s;
+    int n, cap;
+} kn_dfa;
+
+void kn_dfa_free(kn_dfa *d);
+
+/* The strings in which the ECMAScript regex pattern finds a match (JSON Schema's `pattern`: a
+ * search, anchored only where ^ and $ say so). NULL on error with err[errcap] filled ("unsupported
+ * lookahead at offset 3", ...). */
+kn_dfa *kn_dfa_regex(const char *pattern, char *err, size_t errcap);
+/* Exactly the strings s[0..n-1] (UTF-8). NULL when out of memory. */
+kn_dfa *kn_dfa_literals(const char *const *s, const size_t *len, int n);
+/* Every string of min..max code points (max < 0: no maximum). */
+kn_dfa *kn_dfa_length(long min, long max);
+/* Intersection, complement (within all strings), both as new automata; NULL when out of memory or
+ * the result would pass KN_DFA_MAX_STATES. Results are trimmed (every state can reach acceptance)
+ * and minimized. */
+kn_dfa *kn_dfa_and(const kn_dfa *a, const kn_dfa *b);
+kn_dfa *kn_dfa_not(const kn_dfa *a);
+bool kn_dfa_is_empty(const kn_dfa *d);
+/* Whether the automaton accepts every string (so it constrains nothing). */
+bool kn_dfa_is_all(const kn_dfa *d);
+bool kn_dfa_match(const kn_dfa *d, const char *s, size_t n);
+
+/* Writes the rules of a JSON string (from its opening quote to its closing one) whose content is in
+ * d's language, one rule per state named prefix-N; returns the name of the first (owned by g), NULL
+ * on error. A character is written as itself, or as JSON's escapes where it needs one (\" \\ \/ \b
+ * \f \n \r \t and \u00XX for control characters); d must not be empty. The rules may refer to
+ * "jesc" (sets g->used_jesc): KN_SCHEMA_JESC_RULE, which the caller writes once. */
+const char *kn_dfa_emit_string(kn_gout *g, const kn_dfa *d, const char *hint);
+
+/* ---- numbers (schema_num.c) ---------------------------------------------------------------------- */
+
+/* A bound of a numeric range: absent, or a value with its exclusiveness. */
+typedef struct kn_nbound {
+    bool set, excl;
+    double v;
+} kn_nbound;
+
+/* Writes the body of a rule matching the JSON numbers in [lo, hi] to b: integers only when integer
+ * (no fraction, no exponent), else a decimal number; with a bound, no exponent is written (a subset
+ * of JSON's notations for the same values). mult10: >= 0 limits fractions to that many digits
+ * (multipleOf 10^-mult10), < 0 = no limit. *approx is set when a bound was not an integer and was
+ * widened to one (numbers) or rounded inward exactly (integers do not need that: exact). Returns
+ * false when the range is empty. */
+bool kn_num_body(kn_sbuf *b, kn_nbound lo, kn_nbound hi, bool integer, int mult10, bool *approx);
+
+/* ---- formats (schema_format.c) --------------------------------------------------------------- */
+
+typedef enum kn_fmt_kind {
+    KN_FMT_UNKNOWN, /* not a format JSON Schema defines: an annotation, ignored */
+    KN_FMT_EXACT,   /* regex gives exactly the format's strings */
+    KN_FMT_APPROX,  /* regex gives the format's usual shape (documented approximation) */
+    KN_FMT_IGNORED, /* a format JSON Schema defines that kiln does not check (documented) */
+} kn_fmt_kind;
+
+/* The regex of format name (NULL unless EXACT or APPROX). */
+kn_fmt_kind kn_format_regex(const char *name, const char **regex);
+
+/* ---- the converter's walk (schema.c, schema_merge.c, schema_emit.c) ------------------------------ */
+
+#include <jansson.h>
+
+enum { SKIP_ANYOF = 1, SKIP_ONEOF = 2, FLAT = 4 }; /* FLAT: its $ref, allOf, dependencies are in the list */
+
+/* One schema object applying at a position, with the JSON pointer it was reached by. */
+typedef struct sref {
+    json_t *s;
+    const char *path;
+    unsigned skip; /* combinators already distributed */
+} sref;
+
+typedef struct conj {
+    sref *v;
+    int n, cap;
+} conj;
+
+typedef struct memo {
+    uintptr_t *key; /* pointer, skip pairs, sorted */
+    int n;
+    const char *name; /* NULL: the language is empty */
+} memo;
+
+typedef struct patcache {
+    const json_t *obj; /* a patternProperties object */
+    const char *key;
+    kn_dfa *dfa;
+} patcache;
+
+typedef struct keycache {
+    char *sig; /* the sorted declared names, as JSON */
+    const char *name;
+} keycache;
+
+enum { U_VALUE = 1, U_STRING = 2, U_NUMBER = 4, U_NEVER = 8, U_CHAR = 16 };
+
+typedef struct ctx {
+    json_t *root;
+    bool strict;
+    kn_gout g;
+    memo *m;
+    int nm, capm;
+    char **paths;
+    int npaths, cappaths;
+    patcache *pc;
+    int npc, cappc;
+    bool failed;
+    kiln_status st;
+    char err[KN_SCHEMA_ERRMSG_MAX];
+    bool approx;
+    char approx_what[KN_SCHEMA_ERRMSG_MAX];
+    int calls;
+    unsigned used;
+    keycache keys[256];
+    int nkeys;
+    bool cheap_keys; /* additional property names need not differ from the declared ones */
+} ctx;
+
+#define MAX_COMPILES 20000 /* conjunctions compiled per schema at most */
+#define MAX_DEPTH    64    /* $ref and allOf chains, schema nesting */
+
+#define SYNTH_DEPS "$kiln:dependencies" /* where the anyOf form of dependencies is kept */
+#define SYNTH_NOT  "$kiln:not"          /* where a `not` rewritten by De Morgan's laws is kept */
+#define SYNTH_IF   "$kiln:if"           /* where if / then / else as anyOf is kept */
+
+/* Annotations and keywords handled outside the merge; keywords refused. */
+extern const char *const ks_passive_kw[];
+extern const size_t ks_n_passive_kw;
+extern const char *const ks_refused_kw[];
+extern const size_t ks_n_refused_kw;
+
+enum { T_NULL = 1, T_BOOL = 2, T_OBJ = 4, T_ARR = 8, T_STR = 16, T_INT = 32, T_FRAC = 64, T_ALL = 127 };
+#define T_NUM (T_INT | T_FRAC)
+
+/* The merged constraints of a conjunction. */
+typedef struct node {
+    unsigned types;
+    json_t *enums; /* allowed values, or NULL for any */
+    kn_dfa *str;   /* allowed strings (content), or NULL for any */
+    long minlen, maxlen;
+    kn_nbound lo, hi;
+    int mult10;
+    conj osrc;    /* objects with properties / patternProperties / additionalProperties */
+    json_t *req;  /* required names (array of strings) */
+    kn_dfa *keys; /* propertyNames, or NULL */
+    long minprops, maxprops;
+    conj asrc; /* objects with items / prefixItems / additionalItems */
+    long minitems, maxitems;
+    bool unique;
+    const char *path, *unique_path;
+} node;
+
+/* Errors and approximations: the first of each is kept, with the JSON pointer and keyword. */
+void ks_fail(ctx *c, const char *path, const char *kw, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+void ks_nomem(ctx *c);
+void ks_approx(ctx *c, const char *path, const char *kw, const char *how);
+/* JSON pointers (owned by c) and conjunction lists. */
+const char *ks_path_join(ctx *c, const char *base, const char *key);
+const char *ks_path_idx(ctx *c, const char *base, const char *kw, size_t i);
+void ks_conj_add(ctx *c, conj *k, sref x);
+void ks_conj_free(conj *k);
+conj ks_conj_copy(ctx *c, const conj *k);
+sref ks_mk(json_t *s, const char *path);
+int ks_hexdig(char c);
+bool ks_in_list(const char *k, const char *const *list, size_t n);
+bool ks_not_rewrites(const json_t *n);
+unsigned ks_type_bit(const char *t);
+bool ks_is_integral(const json_t *v);
+unsigned ks_value_type(const json_t *v);
+bool ks_values_equal(const json_t *a, const json_t *b);
+bool ks_nonneg_int(const json_t *v, long *out);
+void ks_node_free(node *n);
+void ks_dfa_and_into(ctx *c, kn_dfa **slot, kn_dfa *d, const char *path, const char *kw);
+kn_dfa *ks_pattern_dfa(ctx *c, const char *pattern, const char *path, const char *kw);
+kn_dfa *ks_literals_dfa(ctx *c, json_t *strs);
+/* Merges the keywords of schema object x into n (schema_merge.c). */
+void ks_merge(ctx *c, node *n, sref x);
+/* The name of a shared rule (value, string, number, never, char), marking it to be written. */
+const char *ks_use(ctx *c, unsigned what);
+void ks_value_text(ctx *c, kn_sbuf *b, const json_t *v);
+bool ks_value_ok(const node *n, const json_t *v);
+/* The grammar of n's values of one kind (schema_emit.c): a rule name, or the alternative appended to
+ * b; NULL / false when n admits no such value. */
+const char *ks_emit_enum(ctx *c, node *n, const char *hint);
+bool ks_emit_string(ctx *c, node *n, kn_sbuf *b, const char *hint);
+bool ks_emit_object(ctx *c, node *n, kn_sbuf *b, const char *hint, int depth);
+bool ks_emit_array(ctx *c, node *n, kn_sbuf *b, int depth);
+/* The rule of the values valid under every schema of in; NULL when none is (or on failure). */
+const char *ks_compile(ctx *c, conj *in, const char *hint, int depth);
+
+#endif

@@ -1,0 +1,272 @@
+/*
+ * schema_num.c - numeric ranges as GBNF: minimum / maximum / exclusiveMinimum / exclusiveMaximum
+ * and multipleOf 10^-k.
+ *
+ * Integers are exact: a range [lo, hi] of decimal digit strings of any length becomes alternatives
+ * of digit classes (e.g. [17, 342] = "1" [7-9] | [2-9] [0-9] | [1-2] [0-9] [0-9] | "3" [0-3] [0-9] |
+ * "3" "4" [0-2]), with a separate alternative for the negative half. Numbers split into an integer
+ * part I (ranged like an integer) and a fraction F, and need only three fraction languages: any,
+ * zero (absent or all zeros) and non-zero: for an integer bound B, x >= B is I >= B with any F, x > B
+ * is I > B or I = B with F non-zero, x <= B is I < B or I = B with F zero. A bound that is not an
+ * integer is widened to the nearest integer outside it (documented approximation), and a bounded
+ * number is written without an exponent (the same values in plain notation).
+ */
+#include "sample/schema_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NUM_DIGITS 320 /* digits of a bound at most (a double reaches 309) */
+
+typedef struct mag {
+    char d[NUM_DIGITS + 2]; /* decimal digits, no leading zero ("0" for zero) */
+} mag;
+
+static int mag_cmp(const mag *a, const mag *b) {
+    size_t la = strlen(a->d), lb = strlen(b->d);
+    if (la != lb) return la < lb ? -1 : 1;
+    int c = strcmp(a->d, b->d);
+    return (c > 0) - (c < 0);
+}
+
+static void mag_inc(mag *a) {
+    size_t n = strlen(a->d);
+    for (size_t i = n; i-- > 0;) {
+        if (a->d[i] != '9') {
+            a->d[i]++;
+            return;
+        }
+        a->d[i] = '0';
+    }
+    if (n + 1 <= NUM_DIGITS) {
+        memmove(a->d + 1, a->d, n + 1);
+        a->d[0] = '1';
+    }
+}
+
+/* a >= 1 */
+static void mag_dec(mag *a) {
+    size_t n = strlen(a->d);
+    for (size_t i = n; i-- > 0;) {
+        if (a->d[i] != '0') {
+            a->d[i]--;
+            break;
+        }
+        a->d[i] = '9';
+    }
+    if (a->d[0] == '0' && a->d[1]) memmove(a->d, a->d + 1, n);
+}
+
+static void mag_of(mag *a, double v) { /* v >= 0, an integer */
+    snprintf(a->d, sizeof a->d, "%.0f", v);
+}
+
+static bool all_of(const char *s, size_t n, char c) {
+    for (size_t i = 0; i < n; i++)
+        if (s[i] != c) return false;
+    return true;
+}
+
+/* Digit strings of length n (leading zeros allowed) between a[0..n) and b[0..n), a <= b. Writes a
+ * sequence or a parenthesized alternation. */
+static void digits_between(kn_sbuf *out, const char *a, const char *b, size_t n) {
+    if (!n) return;
+    if (!memcmp(a, b, n)) {
+        kn_sbuf_printf(out, "\"%.*s\"", (int)n, a);
+        return;
+    }
+    if (all_of(a, n, '0') && all_of(b, n, '9')) {
+        if (n == 1) kn_sbuf_puts(out, "[0-9]");
+        else kn_sbuf_printf(out, "[0-9]{%zu}", n);
+        return;
+    }
+    if (a[0] == b[0]) {
+        kn_sbuf_printf(out, "\"%c\" ", a[0]);
+        digits_between(out, a + 1, b + 1, n - 1);
+        return;
+    }
+    char nines[NUM_DIGITS + 1], zeros[NUM_DIGITS + 1];
+    memset(nines, '9', n);
+    memset(zeros, '0', n);
+    bool lo_full = all_of(a + 1, n - 1, '0'), hi_full = all_of(b + 1, n - 1, '9');
+    char first = lo_full ? a[0] : (char)(a[0] + 1), last = hi_full ? b[0] : (char)(b[0] - 1);
+    int alts = 0;
+    kn_sbuf_puts(out, "(");
+    if (!lo_full) {
+        kn_sbuf_printf(out, "\"%c\" ", a[0]);
+        digits_between(out, a + 1, nines, n - 1);
+        alts++;
+    }
+    if (first <= last) {
+        if (alts++) kn_sbuf_puts(out, " | ");
+        if (first == last) kn_sbuf_printf(out, "\"%c\"", first);
+        else kn_sbuf_printf(out, "[%c-%c]", first, last);
+        if (n > 2) kn_sbuf_printf(out, " [0-9]{%zu}", n - 1);
+        else if (n == 2) kn_sbuf_puts(out, " [0-9]");
+    }
+    if (!hi_full) {
+        if (alts++) kn_sbuf_puts(out, " | ");
+        kn_sbuf_printf(out, "\"%c\" ", b[0]);
+        digits_between(out, zeros, b + 1, n - 1);
+    }
+    kn_sbuf_puts(out, ")");
+}
+
+/* The integers in [lo, hi] (hi NULL: no maximum), written without leading zeros. lo <= hi. */
+static void int_range(kn_sbuf *out, const mag *lo, const mag *hi) {
+    size_t ll = strlen(lo->d), lh = hi ? strlen(hi->d) : 0;
+    char nines[NUM_DIGITS + 1];
+    int alts = 0;
+    kn_sbuf_puts(out, "(");
+    if (hi && ll == lh) {
+        digits_between(out, lo->d, hi->d, ll);
+        alts++;
+    } else {
+        /* the lengths of lo: lo..99..9 */
+        memset(nines, '9', ll);
+        digits_between(out, lo->d, nines, ll);
+        alts++;
+        /* the lengths in between, and above when unbounded */
+        if (!hi) {
+            kn_sbuf_printf(out, " | [1-9] [0-9]{%zu,}", ll);
+        } else {
+            for (size_t L = ll + 1; L < lh; L++) kn_sbuf_printf(out, " | [1-9] [0-9]{%zu}", L - 1);
+            char lowest[NUM_DIGITS + 1];
+            memset(lowest, '0', lh);
+            lowest[0] = '1';
+            kn_sbuf_puts(out, " | ");
+            digits_between(out, lowest, hi->d, lh);
+        }
+    }
+    (void)alts;
+    kn_sbuf_puts(out, ")");
+}
+
+enum { F_NONE, F_ZERO, F_NONZERO, F_ANY };
+
+static int f_and(int a, int b) {
+    if (a == F_ANY) return b;
+    if (b == F_ANY) return a;
+    if (a == b) return a;
+    return F_NONE;
+}
+
+static void frac(kn_sbuf *out, int f, int mult10) {
+    switch (f) {
+        case F_ZERO: kn_sbuf_puts(out, " (\".\" \"0\"+)?"); break;
+        case F_NONZERO:
+            if (mult10 < 0) kn_sbuf_puts(out, " \".\" \"0\"* [1-9] [0-9]*");
+            else kn_sbuf_printf(out, " \".\" [0-9]{0,%d} [1-9] \"0\"*", mult10 - 1);
+            break;
+        case F_ANY:
+            if (mult10 < 0) kn_sbuf_puts(out, " (\".\" [0-9]+)?");
+            else if (mult10 == 0) kn_sbuf_puts(out, " (\".\" \"0\"+)?");
+            else kn_sbuf_printf(out, " (\".\" [0-9]{0,%d} [1-9] \"0\"* | \".\" \"0\"+)?", mult10 - 1);
+            break;
+        default: break;
+    }
+}
+
+/* Magnitudes a = I.F with lo <= a <= hi (exclusive per flags; hi NULL: no maximum), integer or
+ * not. Appends alternatives to out, separated by " | " after *alts of them. */
+static void half(kn_sbuf *out, int *alts, const char *sign, mag lo, bool lo_excl, const mag *hi, bool hi_excl,
+                 bool integer, int mult10) {
+    if (integer) {
+        mag a = lo, b = {{0}};
+        if (lo_excl) mag_inc(&a);
+        if (hi) {
+            b = *hi;
+            if (hi_excl) {
+                if (!strcmp(b.d, "0")) return;
+                mag_dec(&b);
+            }
+            if (mag_cmp(&a, &b) > 0) return;
+        }
+        if (!strcmp(sign, "-") && !strcmp(a.d, "0")) { /* no "-0" */
+            if (hi && !strcmp(b.d, "0")) return;
+            mag_inc(&a);
+        }
+        if ((*alts)++) kn_sbuf_puts(out, " | ");
+        kn_sbuf_puts(out, sign);
+        int_range(out, &a, hi ? &b : NULL);
+        return;
+    }
+    int c = hi ? mag_cmp(&lo, hi) : -1;
+    if (c > 0) return;
+    /* I = lo */
+    int f_lo = f_and(lo_excl ? F_NONZERO : F_ANY, c == 0 ? (hi_excl ? F_NONE : F_ZERO) : F_ANY);
+    if (mult10 == 0 && f_lo == F_NONZERO) f_lo = F_NONE;
+    if (f_lo != F_NONE) {
+        if ((*alts)++) kn_sbuf_puts(out, " | ");
+        kn_sbuf_printf(out, "%s\"%s\"", sign, lo.d);
+        frac(out, f_lo, mult10);
+    }
+    if (c == 0) return;
+    /* lo < I < hi */
+    mag a = lo;
+    mag_inc(&a);
+    mag b;
+    bool mid = true;
+    if (hi) {
+        b = *hi;
+        mag_dec(&b);
+        mid = mag_cmp(&a, &b) <= 0;
+    }
+    if (mid) {
+        if ((*alts)++) kn_sbuf_puts(out, " | ");
+        kn_sbuf_puts(out, sign);
+        int_range(out, &a, hi ? &b : NULL);
+        frac(out, F_ANY, mult10);
+    }
+    /* I = hi */
+    if (hi && !hi_excl) {
+        if ((*alts)++) kn_sbuf_puts(out, " | ");
+        kn_sbuf_printf(out, "%s\"%s\"", sign, hi->d);
+        frac(out, F_ZERO, mult10);
+    }
+}
+
+bool kn_num_body(kn_sbuf *b, kn_nbound lo, kn_nbound hi, bool integer, int mult10, bool *approx) {
+    if (!lo.set && !hi.set && !integer && mult10 < 0) {
+        kn_sbuf_puts(b, "\"-\"? (\"0\" | [1-9] [0-9]*) (\".\" [0-9]+)? ([eE] [-+]? [0-9]+)?");
+        return true;
+    }
+    if (!lo.set && !hi.set && integer) {
+        kn_sbuf_puts(b, "\"-\"? (\"0\" | [1-9] [0-9]*)");
+        return true;
+    }
+    /* integer bounds: integers round inward exactly; numbers widen outward (approximation) */
+    if (lo.set && floor(lo.v) != lo.v) {
+        if (integer) lo = (kn_nbound){true, false, ceil(lo.v)};
+        else lo = (kn_nbound){true, false, floor(lo.v)}, *approx = true;
+    }
+    if (hi.set && floor(hi.v) != hi.v) {
+        if (integer) hi = (kn_nbound){true, false, floor(hi.v)};
+        else hi = (kn_nbound){true, false, ceil(hi.v)}, *approx = true;
+    }
+    if (lo.set && hi.set && (lo.v > hi.v || (lo.v == hi.v && (lo.excl || hi.excl)))) return false;
+    int alts = 0;
+    kn_sbuf_puts(b, "(");
+    /* non-negative magnitudes: x >= 0 */
+    if (!hi.set || hi.v > 0 || (hi.v == 0 && !hi.excl)) {
+        mag l, h;
+        bool lx = false;
+        mag_of(&l, 0);
+        if (lo.set && lo.v >= 0) mag_of(&l, lo.v), lx = lo.excl;
+        if (hi.set) mag_of(&h, hi.v);
+        half(b, &alts, "", l, lx, hi.set ? &h : NULL, hi.set && hi.excl, integer, mult10);
+    }
+    /* negative values: x = -a, a > 0 */
+    if (!lo.set || lo.v < 0) {
+        mag l, h;
+        bool lx = true; /* a > 0 unless the upper bound says more */
+        mag_of(&l, 0);
+        if (hi.set && hi.v < 0) mag_of(&l, -hi.v), lx = hi.excl;
+        if (lo.set) mag_of(&h, -lo.v);
+        half(b, &alts, "\"-\" ", l, lx, lo.set ? &h : NULL, lo.set && lo.excl, integer, mult10);
+    }
+    kn_sbuf_puts(b, ")");
+    return alts > 0;
+}

@@ -1,0 +1,1393 @@
+/*
+ * schema_regex.c - ECMAScript regular expressions (the subset JSON Schema's `pattern` needs) and
+ * deterministic automata over code points, written out as GBNF rules for JSON strings.
+ *
+ * A pattern is parsed straight into a Thompson NFA (a counted repetition {m,n} re-parses its atom
+ * for each copy), with ^ and $ as assertion edges; a subset construction makes it a DFA over code
+ * point ranges. JSON Schema patterns search: the NFA is wrapped in "any string" loops, and the
+ * assertions hold only at the start (^) and end ($) of the whole string, as in ECMAScript without
+ * the m flag. Supported: literals, escapes (\d \w \s \D \W \S \t \n \r \v \f \0 \xHH \uHHHH \cX and
+ * escaped punctuation), classes with ranges and negation, '.', groups (capturing, (?:...) and
+ * (?<name>...)), alternation, * + ? {m} {m,} {m,n} and their lazy forms, ^ and $. Refused with a
+ * message naming the offset: backreferences, lookaround, word boundaries, unknown letter escapes.
+ *
+ * Automata: intersection, complement, literal sets and length ranges, trimmed and minimized (Moore's
+ * partition refinement), so every string constraint of a schema combines into one automaton.
+ */
+#include "sample/schema_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- code point sets ------------------------------------------------------------------------- */
+
+void kn_cset_free(kn_cset *s) {
+    free(s->r);
+    s->r = NULL;
+    s->n = s->cap = 0;
+}
+
+bool kn_cset_add(kn_cset *s, uint32_t lo, uint32_t hi) {
+    if (lo > hi) return true;
+    if (s->n == s->cap) {
+        int nc = s->cap ? s->cap * 2 : 8;
+        kn_crange *r = realloc(s->r, (size_t)nc * sizeof *r);
+        if (!r) return false;
+        s->r = r;
+        s->cap = nc;
+    }
+    /* insert in order, then merge overlapping or adjacent neighbours */
+    int i = s->n;
+    while (i > 0 && s->r[i - 1].lo > lo) {
+        s->r[i] = s->r[i - 1];
+        i--;
+    }
+    s->r[i] = (kn_crange){lo, hi};
+    s->n++;
+    int w = 0;
+    for (int k = 1; k < s->n; k++) {
+        if (s->r[k].lo <= s->r[w].hi + 1 || s->r[w].hi == UINT32_MAX) {
+            if (s->r[k].hi > s->r[w].hi) s->r[w].hi = s->r[k].hi;
+        } else {
+            s->r[++w] = s->r[k];
+        }
+    }
+    s->n = w + 1;
+    return true;
+}
+
+bool kn_cset_add_set(kn_cset *s, const kn_cset *o) {
+    for (int i = 0; i < o->n; i++)
+        if (!kn_cset_add(s, o->r[i].lo, o->r[i].hi)) return false;
+    return true;
+}
+
+bool kn_cset_negate(kn_cset *s) {
+    kn_cset t = {0};
+    uint32_t next = 0;
+    for (int i = 0; i < s->n; i++) {
+        if (s->r[i].lo > next && !kn_cset_add(&t, next, s->r[i].lo - 1)) goto fail;
+        next = s->r[i].hi + 1;
+    }
+    if (next <= KN_CP_MAX && !kn_cset_add(&t, next, KN_CP_MAX)) goto fail;
+    kn_cset_free(s);
+    *s = t;
+    return true;
+fail:
+    kn_cset_free(&t);
+    return false;
+}
+
+bool kn_cset_has(const kn_cset *s, uint32_t c) {
+    for (int i = 0; i < s->n; i++)
+        if (c >= s->r[i].lo && c <= s->r[i].hi) return true;
+    return false;
+}
+
+/* ---- NFA ------------------------------------------------------------------------------------- */
+
+enum { NE_EPS, NE_SET, NE_BOL, NE_EOL };
+
+typedef struct nedge {
+    int kind, to, set; /* set: index into nfa.sets (NE_SET) */
+} nedge;
+
+typedef struct nstate {
+    nedge *e;
+    int n, cap;
+} nstate;
+
+typedef struct nfa {
+    nstate *s;
+    int n, cap;
+    kn_cset *sets;
+    int nsets, capsets;
+    bool nomem, toobig;
+} nfa;
+
+static int nfa_state(nfa *a) {
+    if (a->n >= KN_REGEX_MAX_NFA) {
+        a->toobig = true;
+        return -1;
+    }
+    if (a->n == a->cap) {
+        int nc = a->cap ? a->cap * 2 : 64;
+        nstate *s = realloc(a->s, (size_t)nc * sizeof *s);
+        if (!s) {
+            a->nomem = true;
+            return -1;
+        }
+        a->s = s;
+        a->cap = nc;
+    }
+    a->s[a->n] = (nstate){0};
+    return a->n++;
+}
+
+static void nfa_edge(nfa *a, int from, int kind, int to, int set) {
+    if (from < 0 || to < 0) return;
+    nstate *s = &a->s[from];
+    if (s->n == s->cap) {
+        int nc = s->cap ? s->cap * 2 : 2;
+        nedge *e = realloc(s->e, (size_t)nc * sizeof *e);
+        if (!e) {
+            a->nomem = true;
+            return;
+        }
+        s->e = e;
+        s->cap = nc;
+    }
+    s->e[s->n++] = (nedge){kind, to, set};
+}
+
+/* Takes ownership of *cs. */
+static int nfa_set(nfa *a, kn_cset *cs) {
+    if (a->nsets == a->capsets) {
+        int nc = a->capsets ? a->capsets * 2 : 16;
+        kn_cset *s = realloc(a->sets, (size_t)nc * sizeof *s);
+        if (!s) {
+            a->nomem = true;
+            kn_cset_free(cs);
+            return -1;
+        }
+        a->sets = s;
+        a->capsets = nc;
+    }
+    a->sets[a->nsets] = *cs;
+    *cs = (kn_cset){0};
+    return a->nsets++;
+}
+
+static void nfa_free(nfa *a) {
+    for (int i = 0; i < a->n; i++) free(a->s[i].e);
+    free(a->s);
+    for (int i = 0; i < a->nsets; i++) kn_cset_free(&a->sets[i]);
+    free(a->sets);
+}
+
+/* ---- regex parser: text -> NFA fragments ----------------------------------------------------- */
+
+typedef struct frag {
+    int start, end;
+} frag;
+
+typedef struct rx {
+    const char *p; /* the pattern (UTF-8) */
+    size_t len, pos;
+    nfa *a;
+    char *err;
+    size_t errcap;
+    bool failed;
+    int depth;
+} rx;
+
+static void rx_fail(rx *r, const char *what) {
+    if (r->failed) return;
+    r->failed = true;
+    snprintf(r->err, r->errcap, "%s at offset %zu", what, r->pos);
+}
+
+static frag frag_empty(rx *r) {
+    int s = nfa_state(r->a), e = nfa_state(r->a);
+    nfa_edge(r->a, s, NE_EPS, e, 0);
+    return (frag){s, e};
+}
+
+static frag frag_set(rx *r, kn_cset *cs) {
+    int s = nfa_state(r->a), e = nfa_state(r->a);
+    int id = nfa_set(r->a, cs);
+    if (id >= 0) nfa_edge(r->a, s, NE_SET, e, id);
+    return (frag){s, e};
+}
+
+/* Decodes one UTF-8 code point at r->pos (invalid bytes stand for themselves). */
+static uint32_t rx_cp(rx *r) {
+    const unsigned char *s = (const unsigned char *)r->p + r->pos;
+    size_t left = r->len - r->pos;
+    uint32_t c = s[0];
+    int n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
+    if ((size_t)n > left) n = 1;
+    if (n > 1) {
+        c &= 0x3F >> (n - 1);
+        for (int i = 1; i < n; i++) c = (c << 6) | (s[i] & 0x3F);
+    }
+    r->pos += (size_t)n;
+    return c;
+}
+
+static int hexval(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+static bool rx_hex(rx *r, int n, uint32_t *out) {
+    uint32_t v = 0;
+    if (r->pos + (size_t)n > r->len) return false;
+    for (int i = 0; i < n; i++) {
+        int h = hexval(r->p[r->pos + (size_t)i]);
+        if (h < 0) return false;
+        v = v * 16 + (uint32_t)h;
+    }
+    r->pos += (size_t)n;
+    *out = v;
+    return true;
+}
+
+static bool add_class_escape(kn_cset *cs, char c) {
+    kn_cset t = {0};
+    bool ok = true;
+    switch (c | 0x20) {
+        case 'd': ok = kn_cset_add(&t, '0', '9'); break;
+        case 'w':
+            ok = kn_cset_add(&t, '0', '9') && kn_cset_add(&t, 'A', 'Z') && kn_cset_add(&t, '_', '_') &&
+                 kn_cset_add(&t, 'a', 'z');
+            break;
+        case 's':
+            ok = kn_cset_add(&t, 9, 13) && kn_cset_add(&t, ' ', ' ') && kn_cset_add(&t, 0xA0, 0xA0) &&
+                 kn_cset_add(&t, 0x1680, 0x1680) && kn_cset_add(&t, 0x2000, 0x200A) &&
+                 kn_cset_add(&t, 0x2028, 0x2029) && kn_cset_add(&t, 0x202F, 0x202F) &&
+                 kn_cset_add(&t, 0x205F, 0x205F) && kn_cset_add(&t, 0x3000, 0x3000) && kn_cset_add(&t, 0xFEFF, 0xFEFF);
+            break;
+    }
+    if (ok && c >= 'A' && c <= 'Z') ok = kn_cset_negate(&t);
+    ok = ok && kn_cset_add_set(cs, &t);
+    kn_cset_free(&t);
+    return ok;
+}
+
+/* Parses the escape after a backslash (r->pos is past it). Either fills *cp with one code point
+ * (returns 1) or adds a class (\d ...) to *cs (returns 2); 0 on error. in_class: \b is backspace. */
+static int rx_escape(rx *r, bool in_class, uint32_t *cp, kn_cset *cs) {
+    if (r->pos >= r->len) {
+        rx_fail(r, "pattern ends with a backslash");
+        return 0;
+    }
+    char c = r->p[r->pos];
+    switch (c) {
+        case 'd':
+        case 'D':
+        case 'w':
+        case 'W':
+        case 's':
+        case 'S':
+            r->pos++;
+            if (!add_class_escape(cs, c)) r->a->nomem = true;
+            return 2;
+        case 't': r->pos++, *cp = '\t'; return 1;
+        case 'n': r->pos++, *cp = '\n'; return 1;
+        case 'r': r->pos++, *cp = '\r'; return 1;
+        case 'v': r->pos++, *cp = '\v'; return 1;
+        case 'f': r->pos++, *cp = '\f'; return 1;
+        case 'x':
+            r->pos++;
+            if (!rx_hex(r, 2, cp)) {
+                rx_fail(r, "bad \\x escape");
+                return 0;
+            }
+            return 1;
+        case 'u':
+            r->pos++;
+            if (!rx_hex(r, 4, cp)) {
+                rx_fail(r, "bad \\u escape");
+                return 0;
+            }
+            if (*cp >= 0xD800 && *cp <= 0xDBFF && r->pos + 6 <= r->len && r->p[r->pos] == '\\' &&
+                r->p[r->pos + 1] == 'u') {
+                size_t save = r->pos;
+                uint32_t lo;
+                r->pos += 2;
+                if (rx_hex(r, 4, &lo) && lo >= 0xDC00 && lo <= 0xDFFF)
+                    *cp = 0x10000 + ((*cp - 0xD800) << 10) + (lo - 0xDC00);
+                else r->pos = save;
+            }
+            return 1;
+        case 'c':
+            if (r->pos + 1 < r->len && ((r->p[r->pos + 1] | 0x20) >= 'a' && (r->p[r->pos + 1] | 0x20) <= 'z')) {
+                *cp = (uint32_t)(r->p[r->pos + 1] & 0x1F);
+                r->pos += 2;
+                return 1;
+            }
+            rx_fail(r, "bad \\c escape");
+            return 0;
+        case '0':
+            if (r->pos + 1 < r->len && r->p[r->pos + 1] >= '0' && r->p[r->pos + 1] <= '9') {
+                rx_fail(r, "octal escapes are not supported");
+                return 0;
+            }
+            r->pos++, *cp = 0;
+            return 1;
+        case 'b':
+            if (in_class) {
+                r->pos++, *cp = 8;
+                return 1;
+            }
+            rx_fail(r, "word boundaries (\\b) are not supported");
+            return 0;
+        case 'B': rx_fail(r, "word boundaries (\\B) are not supported"); return 0;
+        case 'k': rx_fail(r, "backreferences (\\k) are not supported"); return 0;
+        case 'p':
+        case 'P': rx_fail(r, "Unicode property escapes are not supported"); return 0;
+        default: break;
+    }
+    if (c >= '1' && c <= '9') {
+        rx_fail(r, "backreferences are not supported");
+        return 0;
+    }
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) {
+        rx_fail(r, "unknown escape");
+        return 0;
+    }
+    *cp = rx_cp(r);
+    return 1;
+}
+
+static frag rx_class(rx *r) {
+    kn_cset cs = {0};
+    bool neg = false;
+    r->pos++; /* '[' */
+    if (r->pos < r->len && r->p[r->pos] == '^') neg = true, r->pos++;
+    for (;;) {
+        if (r->pos >= r->len) {
+            rx_fail(r, "unterminated character class");
+            break;
+        }
+        if (r->p[r->pos] == ']') {
+            r->pos++;
+            break;
+        }
+        uint32_t lo = 0;
+        int k;
+        if (r->p[r->pos] == '\\') {
+            r->pos++;
+            k = rx_escape(r, true, &lo, &cs);
+            if (!k) break;
+        } else {
+            lo = rx_cp(r);
+            k = 1;
+        }
+        /* a range a-b: only between single characters; otherwise '-' is a literal */
+        if (k == 1 && r->pos + 1 < r->len && r->p[r->pos] == '-' && r->p[r->pos + 1] != ']') {
+            size_t save = r->pos;
+            r->pos++;
+            uint32_t hi = 0;
+            kn_cset tmp = {0};
+            int k2;
+            if (r->p[r->pos] == '\\') {
+                r->pos++;
+                k2 = rx_escape(r, true, &hi, &tmp);
+                if (!k2) {
+                    kn_cset_free(&tmp);
+                    break;
+                }
+            } else {
+                hi = rx_cp(r);
+                k2 = 1;
+            }
+            if (k2 == 1) {
+                if (hi < lo) {
+                    kn_cset_free(&tmp);
+                    rx_fail(r, "character class range out of order");
+                    break;
+                }
+                if (!kn_cset_add(&cs, lo, hi)) r->a->nomem = true;
+                kn_cset_free(&tmp);
+                continue;
+            }
+            /* [a-\d]: a, '-', and the class */
+            kn_cset_free(&tmp);
+            r->pos = save;
+        }
+        if (k == 1 && !kn_cset_add(&cs, lo, lo)) r->a->nomem = true;
+    }
+    if (neg && !kn_cset_negate(&cs)) r->a->nomem = true;
+    if (r->failed) {
+        kn_cset_free(&cs);
+        return frag_empty(r);
+    }
+    return frag_set(r, &cs);
+}
+
+static frag rx_disj(rx *r);
+
+/* One atom at r->pos (not a quantifier, not '|' or ')'). */
+static frag rx_atom(rx *r) {
+    char c = r->p[r->pos];
+    kn_cset cs = {0};
+    if (c == '(') {
+        r->pos++;
+        if (r->pos < r->len && r->p[r->pos] == '?') {
+            if (r->pos + 1 < r->len && r->p[r->pos + 1] == ':') {
+                r->pos += 2;
+            } else if (r->pos + 2 < r->len && r->p[r->pos + 1] == '<' && r->p[r->pos + 2] != '=' &&
+                       r->p[r->pos + 2] != '!') {
+                const char *gt = memchr(r->p + r->pos, '>', r->len - r->pos);
+                if (!gt) {
+                    rx_fail(r, "bad group name");
+                    return frag_empty(r);
+                }
+                r->pos = (size_t)(gt - r->p) + 1;
+            } else {
+                rx_fail(r, "lookaround assertions are not supported");
+                return frag_empty(r);
+            }
+        }
+        if (++r->depth > 200) {
+            rx_fail(r, "groups nest too deeply");
+            return frag_empty(r);
+        }
+        frag f = rx_disj(r);
+        r->depth--;
+        if (r->failed) return f;
+        if (r->pos >= r->len || r->p[r->pos] != ')') {
+            rx_fail(r, "missing )");
+            return f;
+        }
+        r->pos++;
+        return f;
+    }
+    if (c == '[') return rx_class(r);
+    if (c == '.') {
+        r->pos++;
+        if (!kn_cset_add(&cs, '\n', '\n') || !kn_cset_add(&cs, '\r', '\r') || !kn_cset_add(&cs, 0x2028, 0x2029) ||
+            !kn_cset_negate(&cs))
+            r->a->nomem = true;
+        return frag_set(r, &cs);
+    }
+    if (c == '\\') {
+        r->pos++;
+        uint32_t cp = 0;
+        int k = rx_escape(r, false, &cp, &cs);
+        if (!k) {
+            kn_cset_free(&cs);
+            return frag_empty(r);
+        }
+        if (k == 1 && !kn_cset_add(&cs, cp, cp)) r->a->nomem = true;
+        return frag_set(r, &cs);
+    }
+    if (c == '*' || c == '+' || c == '?') {
+        rx_fail(r, "nothing to repeat");
+        return frag_empty(r);
+    }
+    uint32_t cp = rx_cp(r);
+    if (!kn_cset_add(&cs, cp, cp)) r->a->nomem = true;
+    return frag_set(r, &cs);
+}
+
+/* A {m}, {m,} or {m,n} quantifier at r->pos: returns true and moves past it, else leaves pos (a
+ * brace that is not a quantifier is a literal, as ECMAScript's web-compatible grammar says). */
+static bool rx_braces(rx *r, long *m, long *n) {
+    size_t p = r->pos + 1;
+    long a = 0, b;
+    bool digits = false;
+    while (p < r->len && r->p[p] >= '0' && r->p[p] <= '9') {
+        a = a * 10 + (r->p[p++] - '0');
+        if (a > 100000) a = 100000;
+        digits = true;
+    }
+    if (!digits) return false;
+    b = a;
+    if (p < r->len && r->p[p] == ',') {
+        p++;
+        b = -1;
+        bool d2 = false;
+        long v = 0;
+        while (p < r->len && r->p[p] >= '0' && r->p[p] <= '9') {
+            v = v * 10 + (r->p[p++] - '0');
+            if (v > 100000) v = 100000;
+            d2 = true;
+        }
+        if (d2) b = v;
+    }
+    if (p >= r->len || r->p[p] != '}') return false;
+    *m = a;
+    *n = b;
+    r->pos = p + 1;
+    return true;
+}
+
+static frag rx_concat(rx *r, frag a, frag b) {
+    nfa_edge(r->a, a.end, NE_EPS, b.start, 0);
+    return (frag){a.start, b.end};
+}
+
+static frag rx_star(rx *r, frag a) {
+    int s = nfa_state(r->a), e = nfa_state(r->a);
+    nfa_edge(r->a, s, NE_EPS, a.start, 0);
+    nfa_edge(r->a, s, NE_EPS, e, 0);
+    nfa_edge(r->a, a.end, NE_EPS, a.start, 0);
+    nfa_edge(r->a, a.end, NE_EPS, e, 0);
+    return (frag){s, e};
+}
+
+/* A sequence of terms up to '|' or ')' or the end. */
+static frag rx_seq(rx *r) {
+    frag f = frag_empty(r);
+    while (!r->failed && !r->a->nomem && !r->a->toobig && r->pos < r->len && r->p[r->pos] != '|' &&
+           r->p[r->pos] != ')') {
+        char c = r->p[r->pos];
+        if (c == '^' || c == '$') {
+            r->pos++;
+            int s = nfa_state(r->a), e = nfa_state(r->a);
+            nfa_edge(r->a, s, c == '^' ? NE_BOL : NE_EOL, e, 0);
+            f = rx_concat(r, f, (frag){s, e});
+            continue;
+        }
+        size_t at = r->pos;
+        frag t = rx_atom(r);
+        if (r->failed) break;
+        size_t after = r->pos;
+        long m = 1, n = 1;
+        if (r->pos < r->len) {
+            char q = r->p[r->pos];
+            if (q == '*') m = 0, n = -1, r->pos++;
+            else if (q == '+') m = 1, n = -1, r->pos++;
+            else if (q == '?') m = 0, n = 1, r->pos++;
+            else if (q == '{' && rx_braces(r, &m, &n)) {
+                if (n >= 0 && n < m) {
+                    rx_fail(r, "numbers out of order in {} quantifier");
+                    break;
+                }
+            }
+            if (r->pos != after && r->pos < r->len && r->p[r->pos] == '?') r->pos++; /* lazy */
+        }
+        if (m == 1 && n == 1) {
+            f = rx_concat(r, f, t);
+            continue;
+        }
+        size_t end = r->pos;
+        /* copies: t is the first; each further one re-parses the atom's text */
+        long copies = n < 0 ? (m > 0 ? m : 1) : (n > 0 ? n : 1);
+        frag *parts = malloc((size_t)copies * sizeof *parts);
+        if (!parts) {
+            r->a->nomem = true;
+            break;
+        }
+        parts[0] = t;
+        for (long i = 1; i < copies && !r->failed && !r->a->toobig && !r->a->nomem; i++) {
+            r->pos = at;
+            parts[i] = rx_atom(r);
+        }
+        r->pos = end;
+        if (r->failed || r->a->toobig || r->a->nomem) {
+            free(parts);
+            break;
+        }
+        if (n < 0) {
+            /* m copies, the last one starred-plus: x{m,} = x^(m-1) x+ ; m = 0: x* */
+            for (long i = 0; i < copies; i++) {
+                frag p = parts[i];
+                if (i == copies - 1) {
+                    frag s = rx_star(r, p);
+                    if (m > 0) {
+                        /* x+ = x x*: reuse p as the mandatory copy would need another; use the star's
+                         * structure with an edge that forbids skipping: s minus its skip edge */
+                        s = (frag){p.start, p.end};
+                        nfa_edge(r->a, p.end, NE_EPS, p.start, 0);
+                    }
+                    f = rx_concat(r, f, s);
+                } else {
+                    f = rx_concat(r, f, p);
+                }
+            }
+        } else if (n == 0) {
+            /* x{0}: matches the empty string; the parsed copy is left unreachable */
+        } else {
+            /* m mandatory copies, then n-m optional ones nested: (x(x(x)?)?)? */
+            for (long i = 0; i < m; i++) f = rx_concat(r, f, parts[i]);
+            if (n > m) {
+                int tail_end = nfa_state(r->a);
+                for (long i = m; i < n; i++) {
+                    nfa_edge(r->a, i == m ? f.end : parts[i - 1].end, NE_EPS, parts[i].start, 0);
+                    nfa_edge(r->a, i == m ? f.end : parts[i - 1].end, NE_EPS, tail_end, 0);
+                }
+                nfa_edge(r->a, parts[n - 1].end, NE_EPS, tail_end, 0);
+                f.end = tail_end;
+            }
+        }
+        free(parts);
+    }
+    return f;
+}
+
+static frag rx_disj(rx *r) {
+    frag f = rx_seq(r);
+    if (r->failed || r->pos >= r->len || r->p[r->pos] != '|') return f;
+    int s = nfa_state(r->a), e = nfa_state(r->a);
+    nfa_edge(r->a, s, NE_EPS, f.start, 0);
+    nfa_edge(r->a, f.end, NE_EPS, e, 0);
+    while (!r->failed && r->pos < r->len && r->p[r->pos] == '|') {
+        r->pos++;
+        frag g = rx_seq(r);
+        nfa_edge(r->a, s, NE_EPS, g.start, 0);
+        nfa_edge(r->a, g.end, NE_EPS, e, 0);
+    }
+    return (frag){s, e};
+}
+
+/* ---- DFA building blocks --------------------------------------------------------------------- */
+
+void kn_dfa_free(kn_dfa *d) {
+    if (!d) return;
+    for (int i = 0; i < d->n; i++) free(d->s[i].tr);
+    free(d->s);
+    free(d);
+}
+
+static int dfa_add_state(kn_dfa *d, bool acc) {
+    if (d->n >= KN_DFA_MAX_STATES) return -1;
+    if (d->n == d->cap) {
+        int nc = d->cap ? d->cap * 2 : 16;
+        kn_dstate *s = realloc(d->s, (size_t)nc * sizeof *s);
+        if (!s) return -1;
+        d->s = s;
+        d->cap = nc;
+    }
+    d->s[d->n] = (kn_dstate){.acc = acc};
+    return d->n++;
+}
+
+/* Appends a transition; ranges must come in increasing order; merges with the previous one when
+ * adjacent with the same target. */
+static bool dfa_add_tr(kn_dfa *d, int st, uint32_t lo, uint32_t hi, int to) {
+    kn_dstate *s = &d->s[st];
+    if (s->ntr && s->tr[s->ntr - 1].to == to && s->tr[s->ntr - 1].hi + 1 == lo) {
+        s->tr[s->ntr - 1].hi = hi;
+        return true;
+    }
+    if (s->ntr == s->cap) {
+        int nc = s->cap ? s->cap * 2 : 4;
+        kn_dtrans *t = realloc(s->tr, (size_t)nc * sizeof *t);
+        if (!t) return false;
+        s->tr = t;
+        s->cap = nc;
+    }
+    s->tr[s->ntr++] = (kn_dtrans){lo, hi, to};
+    return true;
+}
+
+static int dfa_next(const kn_dfa *d, int st, uint32_t c) {
+    const kn_dstate *s = &d->s[st];
+    int lo = 0, hi = s->ntr - 1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2;
+        if (c < s->tr[mid].lo) hi = mid - 1;
+        else if (c > s->tr[mid].hi) lo = mid + 1;
+        else return s->tr[mid].to;
+    }
+    return -1;
+}
+
+/* A hash map from int sequences (sets of states, pairs) to ids. */
+typedef struct imap {
+    int **keys; /* keys[i][0] = length, then the ints */
+    int *vals;
+    size_t cap, n;
+} imap;
+
+static uint64_t ihash(const int *k, int n) {
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < n; i++) h = (h ^ (uint32_t)k[i]) * 1099511628211ull;
+    return h ^ (h >> 29);
+}
+
+static void imap_free(imap *m) {
+    for (size_t i = 0; i < m->cap; i++) free(m->keys ? m->keys[i] : NULL);
+    free(m->keys);
+    free(m->vals);
+}
+
+static int imap_get(const imap *m, const int *k, int n) {
+    if (!m->cap) return -1;
+    for (size_t i = ihash(k, n) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
+        int *e = m->keys[i];
+        if (!e) return -1;
+        if (e[0] == n && !memcmp(e + 1, k, (size_t)n * sizeof *k)) return m->vals[i];
+    }
+}
+
+static bool imap_put(imap *m, const int *k, int n, int v) {
+    if ((m->n + 1) * 2 > m->cap) {
+        size_t nc = m->cap ? m->cap * 2 : 64;
+        int **nk = calloc(nc, sizeof *nk);
+        int *nv = calloc(nc, sizeof *nv);
+        if (!nk || !nv) {
+            free(nk);
+            free(nv);
+            return false;
+        }
+        for (size_t i = 0; i < m->cap; i++) {
+            int *e = m->keys[i];
+            if (!e) continue;
+            size_t j = ihash(e + 1, e[0]) & (nc - 1);
+            while (nk[j]) j = (j + 1) & (nc - 1);
+            nk[j] = e;
+            nv[j] = m->vals[i];
+        }
+        free(m->keys);
+        free(m->vals);
+        m->keys = nk;
+        m->vals = nv;
+        m->cap = nc;
+    }
+    int *e = malloc((size_t)(n + 1) * sizeof *e);
+    if (!e) return false;
+    e[0] = n;
+    memcpy(e + 1, k, (size_t)n * sizeof *k);
+    size_t j = ihash(k, n) & (m->cap - 1);
+    while (m->keys[j]) j = (j + 1) & (m->cap - 1);
+    m->keys[j] = e;
+    m->vals[j] = v;
+    m->n++;
+    return true;
+}
+
+/* ---- subset construction --------------------------------------------------------------------- */
+
+static int cmp_int(const void *a, const void *b) {
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+static int cmp_u32(const void *a, const void *b) {
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Epsilon closure of set[0..*n) in place (set has room for a->n ints; mark is scratch of a->n). */
+static void closure(const nfa *a, int *set, int *n, unsigned char *mark, bool bol, bool eol) {
+    memset(mark, 0, (size_t)a->n);
+    for (int i = 0; i < *n; i++) mark[set[i]] = 1;
+    for (int i = 0; i < *n; i++) {
+        const nstate *s = &a->s[set[i]];
+        for (int k = 0; k < s->n; k++) {
+            const nedge *e = &s->e[k];
+            bool follow = e->kind == NE_EPS || (e->kind == NE_BOL && bol) || (e->kind == NE_EOL && eol);
+            if (follow && !mark[e->to]) {
+                mark[e->to] = 1;
+                set[(*n)++] = e->to;
+            }
+        }
+    }
+    qsort(set, (size_t)*n, sizeof *set, cmp_int);
+}
+
+static kn_dfa *dfa_trim_min(kn_dfa *d);
+
+static kn_dfa *subset(const nfa *a, int start, int final) {
+    kn_dfa *d = calloc(1, sizeof *d);
+    int *set = malloc((size_t)a->n * sizeof *set), *tmp = malloc((size_t)a->n * sizeof *tmp);
+    unsigned char *mark = malloc((size_t)a->n);
+    uint32_t *bounds = NULL;
+    size_t capb = 0;
+    imap map = {0};
+    int **sets = NULL; /* sets[i]: the NFA set of DFA state i (len first) */
+    int capsets = 0;
+    bool ok = d && set && tmp && mark;
+    if (!ok) goto done;
+    /* the start state: ^ may hold here only */
+    int n = 1;
+    set[0] = start;
+    closure(a, set, &n, mark, true, false);
+    {
+        /* register the start state (^ holds there only) */
+        int m = n;
+        memcpy(tmp, set, (size_t)n * sizeof *set);
+        closure(a, tmp, &m, mark, true, true);
+        bool acc = false;
+        for (int i = 0; i < m; i++) acc |= tmp[i] == final;
+        capsets = 64;
+        sets = malloc((size_t)capsets * sizeof *sets);
+        if (!sets || dfa_add_state(d, acc) != 0 || !imap_put(&map, set, n, 0)) {
+            ok = false;
+            goto done;
+        }
+        sets[0] = malloc((size_t)(n + 1) * sizeof **sets);
+        if (!sets[0]) {
+            ok = false;
+            goto done;
+        }
+        sets[0][0] = n;
+        memcpy(sets[0] + 1, set, (size_t)n * sizeof *set);
+    }
+    /* worklist: states are processed in id order */
+    for (int cur = 0; cur < d->n; cur++) {
+        int cn = sets[cur][0];
+        const int *cs = sets[cur] + 1;
+        size_t nb = 0;
+        for (int i = 0; i < cn; i++) {
+            const nstate *s = &a->s[cs[i]];
+            for (int k = 0; k < s->n; k++) {
+                if (s->e[k].kind != NE_SET) continue;
+                const kn_cset *c = &a->sets[s->e[k].set];
+                for (int r = 0; r < c->n; r++) {
+                    if (nb + 2 > capb) {
+                        size_t nc2 = capb ? capb * 2 : 64;
+                        uint32_t *nbp = realloc(bounds, nc2 * sizeof *nbp);
+                        if (!nbp) {
+                            ok = false;
+                            goto done;
+                        }
+                        bounds = nbp;
+                        capb = nc2;
+                    }
+                    bounds[nb++] = c->r[r].lo;
+                    bounds[nb++] = c->r[r].hi + 1;
+                }
+            }
+        }
+        if (!nb) continue;
+        qsort(bounds, nb, sizeof *bounds, cmp_u32);
+        size_t u = 0;
+        for (size_t i = 0; i < nb; i++)
+            if (!u || bounds[u - 1] != bounds[i]) bounds[u++] = bounds[i];
+        for (size_t b = 0; b + 1 < u; b++) {
+            uint32_t lo = bounds[b], hi = bounds[b + 1] - 1;
+            int m = 0;
+            memset(mark, 0, (size_t)a->n);
+            for (int i = 0; i < cn; i++) {
+                const nstate *s = &a->s[cs[i]];
+                for (int k = 0; k < s->n; k++) {
+                    if (s->e[k].kind != NE_SET || mark[s->e[k].to]) continue;
+                    if (kn_cset_has(&a->sets[s->e[k].set], lo)) {
+                        mark[s->e[k].to] = 1;
+                        set[m++] = s->e[k].to;
+                    }
+                }
+            }
+            if (!m) continue;
+            closure(a, set, &m, mark, false, false);
+            int id = imap_get(&map, set, m);
+            if (id < 0) {
+                int mm = m;
+                memcpy(tmp, set, (size_t)m * sizeof *set);
+                closure(a, tmp, &mm, mark, false, true);
+                bool acc = false;
+                for (int i = 0; i < mm; i++) acc |= tmp[i] == final;
+                id = dfa_add_state(d, acc);
+                if (id < 0 || !imap_put(&map, set, m, id)) {
+                    ok = false;
+                    goto done;
+                }
+                if (id >= capsets) {
+                    int nc = capsets * 2;
+                    int **ns = realloc(sets, (size_t)nc * sizeof *ns);
+                    if (!ns) {
+                        ok = false;
+                        goto done;
+                    }
+                    sets = ns;
+                    capsets = nc;
+                }
+                sets[id] = malloc((size_t)(m + 1) * sizeof **sets);
+                if (!sets[id]) {
+                    ok = false;
+                    goto done;
+                }
+                sets[id][0] = m;
+                memcpy(sets[id] + 1, set, (size_t)m * sizeof *set);
+            }
+            if (!dfa_add_tr(d, cur, lo, hi, id)) {
+                ok = false;
+                goto done;
+            }
+        }
+    }
+done:
+    if (sets)
+        for (int i = 0; i < (d ? d->n : 0) && i < capsets; i++) free(sets[i]);
+    free(sets);
+    imap_free(&map);
+    free(bounds);
+    free(set);
+    free(tmp);
+    free(mark);
+    if (!ok) {
+        kn_dfa_free(d);
+        return NULL;
+    }
+    return dfa_trim_min(d);
+}
+
+kn_dfa *kn_dfa_regex(const char *pattern, char *err, size_t errcap) {
+    nfa a = {0};
+    rx r = {.p = pattern, .len = strlen(pattern), .a = &a, .err = err, .errcap = errcap};
+    if (errcap) err[0] = 0;
+    /* .* (pattern) .* with "any" including line terminators */
+    kn_cset any = {0};
+    if (!kn_cset_add(&any, 0, KN_CP_MAX)) a.nomem = true;
+    int s0 = nfa_state(&a);
+    int anyset = nfa_set(&a, &any);
+    nfa_edge(&a, s0, NE_SET, s0, anyset);
+    frag f = rx_disj(&r);
+    if (!r.failed && r.pos < r.len) rx_fail(&r, "unmatched )");
+    int s1 = nfa_state(&a);
+    nfa_edge(&a, s0, NE_EPS, f.start, 0);
+    nfa_edge(&a, f.end, NE_EPS, s1, 0);
+    nfa_edge(&a, s1, NE_SET, s1, anyset);
+    kn_dfa *d = NULL;
+    if (r.failed) {
+    } else if (a.toobig) {
+        snprintf(err, errcap, "the pattern expands to more than %d automaton states", KN_REGEX_MAX_NFA);
+    } else if (a.nomem) {
+        snprintf(err, errcap, "out of memory");
+    } else {
+        d = subset(&a, s0, s1);
+        if (!d) snprintf(err, errcap, "the pattern needs more than %d automaton states", KN_DFA_MAX_STATES);
+    }
+    nfa_free(&a);
+    return d;
+}
+
+/* ---- DFA operations -------------------------------------------------------------------------- */
+
+/* Removes states that are unreachable or cannot reach acceptance, then merges equivalent states
+ * (Moore). The start stays state 0; an empty language leaves one non-accepting state. Takes d. */
+static kn_dfa *dfa_trim_min(kn_dfa *d) {
+    if (!d) return NULL;
+    int n = d->n;
+    bool *live = calloc((size_t)n + 1, sizeof *live);
+    int *cls = malloc(((size_t)n + 1) * sizeof *cls), *ncls = malloc(((size_t)n + 1) * sizeof *ncls);
+    int *sig = NULL;
+    kn_dfa *out = calloc(1, sizeof *out);
+    imap map = {0};
+    bool ok = live && cls && ncls && out;
+    if (!ok) goto done;
+    /* co-reachability by fixpoint */
+    for (int i = 0; i < n; i++) live[i] = d->s[i].acc;
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (int i = 0; i < n; i++) {
+            if (live[i]) continue;
+            for (int k = 0; k < d->s[i].ntr; k++)
+                if (live[d->s[i].tr[k].to]) {
+                    live[i] = changed = true;
+                    break;
+                }
+        }
+    }
+    /* Moore refinement; class -1 for dead states */
+    for (int i = 0; i < n; i++) cls[i] = live[i] ? (d->s[i].acc ? 1 : 0) : -1;
+    int nclasses = 0;
+    size_t capsig = 0;
+    for (int round = 0;; round++) {
+        imap_free(&map);
+        map = (imap){0};
+        int next = 0;
+        for (int i = 0; i < n; i++) {
+            if (!live[i]) {
+                ncls[i] = -1;
+                continue;
+            }
+            /* signature: class, then (lo, hi, class of target) for live targets, merged */
+            size_t need = 1 + 3 * (size_t)d->s[i].ntr;
+            if (need > capsig) {
+                int *ns = realloc(sig, need * sizeof *ns);
+                if (!ns) {
+                    ok = false;
+                    goto done;
+                }
+                sig = ns;
+                capsig = need;
+            }
+            int m = 0;
+            sig[m++] = cls[i];
+            for (int k = 0; k < d->s[i].ntr; k++) {
+                const kn_dtrans *t = &d->s[i].tr[k];
+                if (!live[t->to]) continue;
+                if (m > 1 && sig[m - 1] == cls[t->to] && (uint32_t)sig[m - 2] + 1 == t->lo) {
+                    sig[m - 2] = (int)t->hi;
+                    continue;
+                }
+                sig[m++] = (int)t->lo;
+                sig[m++] = (int)t->hi;
+                sig[m++] = cls[t->to];
+            }
+            int id = imap_get(&map, sig, m);
+            if (id < 0) {
+                id = next++;
+                if (!imap_put(&map, sig, m, id)) {
+                    ok = false;
+                    goto done;
+                }
+            }
+            ncls[i] = id;
+        }
+        bool stable = next == nclasses;
+        nclasses = next;
+        memcpy(cls, ncls, (size_t)n * sizeof *cls);
+        if (stable && round > 0) break;
+    }
+    /* build: class of the start first */
+    int *order = calloc((size_t)nclasses + 1, sizeof *order);
+    int *rep = malloc(((size_t)nclasses + 1) * sizeof *rep);
+    if (!order || !rep) {
+        free(order);
+        free(rep);
+        ok = false;
+        goto done;
+    }
+    for (int c = 0; c < nclasses; c++) order[c] = -1, rep[c] = -1;
+    if (!live[0]) {
+        ok = dfa_add_state(out, false) == 0;
+        free(order);
+        free(rep);
+        goto done;
+    }
+    int nn = 0;
+    /* BFS from the start to number classes in reach order */
+    int *queue = malloc(((size_t)nclasses + 1) * sizeof *queue);
+    if (!queue) {
+        free(order);
+        free(rep);
+        ok = false;
+        goto done;
+    }
+    int qh = 0, qt = 0;
+    order[cls[0]] = nn++;
+    rep[cls[0]] = 0;
+    queue[qt++] = 0;
+    while (qh < qt) {
+        int i = queue[qh++];
+        for (int k = 0; k < d->s[i].ntr; k++) {
+            int t = d->s[i].tr[k].to;
+            if (!live[t] || order[cls[t]] >= 0) continue;
+            order[cls[t]] = nn++;
+            rep[cls[t]] = t;
+            queue[qt++] = t;
+        }
+    }
+    for (int c = 0; c < nn && ok; c++) ok = dfa_add_state(out, false) >= 0;
+    for (int c = 0; c < nclasses && ok; c++) {
+        if (order[c] < 0) continue;
+        int i = rep[c], o = order[c];
+        out->s[o].acc = d->s[i].acc;
+        for (int k = 0; k < d->s[i].ntr && ok; k++) {
+            const kn_dtrans *t = &d->s[i].tr[k];
+            if (!live[t->to]) continue;
+            ok = dfa_add_tr(out, o, t->lo, t->hi, order[cls[t->to]]);
+        }
+    }
+    free(queue);
+    free(order);
+    free(rep);
+done:
+    imap_free(&map);
+    free(sig);
+    free(live);
+    free(cls);
+    free(ncls);
+    kn_dfa_free(d);
+    if (!ok) {
+        kn_dfa_free(out);
+        return NULL;
+    }
+    return out;
+}
+
+kn_dfa *kn_dfa_literals(const char *const *s, const size_t *len, int n) {
+    kn_dfa *d = calloc(1, sizeof *d);
+    if (!d || dfa_add_state(d, false) < 0) goto fail;
+    for (int i = 0; i < n; i++) {
+        rx r = {.p = s[i], .len = len[i]};
+        int st = 0;
+        while (r.pos < r.len) {
+            uint32_t c = rx_cp(&r);
+            int to = dfa_next(d, st, c);
+            if (to < 0) {
+                to = dfa_add_state(d, false);
+                if (to < 0) goto fail;
+                /* insert in order */
+                kn_dstate *ds = &d->s[st];
+                if (!dfa_add_tr(d, st, c, c, to)) goto fail;
+                ds = &d->s[st];
+                for (int k = ds->ntr - 1; k > 0 && ds->tr[k].lo < ds->tr[k - 1].lo; k--) {
+                    kn_dtrans t = ds->tr[k];
+                    ds->tr[k] = ds->tr[k - 1];
+                    ds->tr[k - 1] = t;
+                }
+            }
+            st = to;
+        }
+        d->s[st].acc = true;
+    }
+    return dfa_trim_min(d);
+fail:
+    kn_dfa_free(d);
+    return NULL;
+}
+
+kn_dfa *kn_dfa_length(long min, long max) {
+    long k = max >= 0 ? max : min;
+    if (k >= KN_DFA_MAX_STATES || min < 0) return NULL;
+    kn_dfa *d = calloc(1, sizeof *d);
+    if (!d) return NULL;
+    for (long i = 0; i <= k; i++)
+        if (dfa_add_state(d, i >= min) < 0) goto fail;
+    for (long i = 0; i <= k; i++) {
+        int to = i < k ? (int)i + 1 : (max < 0 ? (int)k : -1);
+        if (to < 0) continue;
+        if (!dfa_add_tr(d, (int)i, 0, KN_CP_MAX, to)) goto fail;
+    }
+    return dfa_trim_min(d);
+fail:
+    kn_dfa_free(d);
+    return NULL;
+}
+
+kn_dfa *kn_dfa_and(const kn_dfa *a, const kn_dfa *b) {
+    kn_dfa *d = calloc(1, sizeof *d);
+    imap map = {0};
+    int *pairs = NULL; /* pairs[2i], pairs[2i+1]: the states of a and b of product state i */
+    int cappairs = 0;
+    if (!d) return NULL;
+    int key[2] = {0, 0};
+    if (dfa_add_state(d, a->s[0].acc && b->s[0].acc) < 0 || !imap_put(&map, key, 2, 0)) goto fail;
+    cappairs = 64;
+    pairs = malloc((size_t)cappairs * 2 * sizeof *pairs);
+    if (!pairs) goto fail;
+    pairs[0] = pairs[1] = 0;
+    for (int cur = 0; cur < d->n; cur++) {
+        const kn_dstate *x = &a->s[pairs[2 * cur]], *y = &b->s[pairs[2 * cur + 1]];
+        int i = 0, j = 0;
+        while (i < x->ntr && j < y->ntr) {
+            const kn_dtrans *p = &x->tr[i], *q = &y->tr[j];
+            uint32_t lo = p->lo > q->lo ? p->lo : q->lo, hi = p->hi < q->hi ? p->hi : q->hi;
+            if (lo <= hi) {
+                key[0] = p->to;
+                key[1] = q->to;
+                int id = imap_get(&map, key, 2);
+                if (id < 0) {
+                    id = dfa_add_state(d, a->s[p->to].acc && b->s[q->to].acc);
+                    if (id < 0 || !imap_put(&map, key, 2, id)) goto fail;
+                    if (id >= cappairs) {
+                        int nc = cappairs * 2;
+                        int *np = realloc(pairs, (size_t)nc * 2 * sizeof *np);
+                        if (!np) goto fail;
+                        pairs = np;
+                        cappairs = nc;
+                    }
+                    pairs[2 * id] = p->to;
+                    pairs[2 * id + 1] = q->to;
+                    /* d->s may have moved: refresh x and y do not depend on d */
+                }
+                if (!dfa_add_tr(d, cur, lo, hi, id)) goto fail;
+            }
+            if (p->hi < q->hi) i++;
+            else j++;
+        }
+    }
+    imap_free(&map);
+    free(pairs);
+    return dfa_trim_min(d);
+fail:
+    imap_free(&map);
+    free(pairs);
+    kn_dfa_free(d);
+    return NULL;
+}
+
+kn_dfa *kn_dfa_not(const kn_dfa *a) {
+    kn_dfa *d = calloc(1, sizeof *d);
+    if (!d) return NULL;
+    for (int i = 0; i <= a->n; i++)
+        if (dfa_add_state(d, i == a->n ? true : !a->s[i].acc) < 0) goto fail;
+    int dead = a->n;
+    for (int i = 0; i < a->n; i++) {
+        uint32_t next = 0;
+        for (int k = 0; k < a->s[i].ntr; k++) {
+            const kn_dtrans *t = &a->s[i].tr[k];
+            if (t->lo > next && !dfa_add_tr(d, i, next, t->lo - 1, dead)) goto fail;
+            if (!dfa_add_tr(d, i, t->lo, t->hi, t->to)) goto fail;
+            next = t->hi + 1;
+        }
+        if (next <= KN_CP_MAX && !dfa_add_tr(d, i, next, KN_CP_MAX, dead)) goto fail;
+    }
+    if (!dfa_add_tr(d, dead, 0, KN_CP_MAX, dead)) goto fail;
+    return dfa_trim_min(d);
+fail:
+    kn_dfa_free(d);
+    return NULL;
+}
+
+bool kn_dfa_is_empty(const kn_dfa *d) { return d->n == 1 && !d->s[0].acc && d->s[0].ntr == 0; }
+
+bool kn_dfa_is_all(const kn_dfa *d) {
+    /* minimized: "all strings" is one accepting state looping on every code point */
+    return d->n == 1 && d->s[0].acc && d->s[0].ntr == 1 && d->s[0].tr[0].lo == 0 && d->s[0].tr[0].hi == KN_CP_MAX;
+}
+
+bool kn_dfa_match(const kn_dfa *d, const char *s, size_t n) {
+    rx r = {.p = s, .len = n};
+    int st = 0;
+    while (r.pos < r.len && st >= 0) st = dfa_next(d, st, rx_cp(&r));
+    return st >= 0 && d->s[st].acc;
+}
+
+/* ---- emitting a DFA as the GBNF of a JSON string --------------------------------------------- */
+
+/* Appends a code point as a character-class member. */
+static void class_cp(kn_sbuf *b, uint32_t c) {
+    if ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '"')
+        kn_sbuf_printf(b, "%c", (char)c);
+    else if (c == '\\') kn_sbuf_puts(b, "\\\\");
+    else if (c < 0x80) kn_sbuf_printf(b, "\\x%02X", (unsigned)c);
+    else if (c < 0x10000) kn_sbuf_printf(b, "\\u%04X", (unsigned)c);
+    else kn_sbuf_printf(b, "\\U%08X", (unsigned)c);
+}
+
+/* Appends the GBNF alternatives that write one character from the ranges t[0..n) (all with the same
+ * target) as JSON string text: the literal characters in one class, escapes as literals. Returns
+ * the number of alternatives written. */
+static int emit_chars(kn_sbuf *b, const kn_dtrans *t, int n, bool *used_jesc) {
+    int alts = 0;
+    /* literal: everything but '"', '\\', control characters and surrogates; written as a class
+     * or as a negated one, whichever is shorter */
+    kn_cset lit = {0}, neg = {0};
+    bool ok = true;
+    for (int i = 0; i < n && ok; i++) ok = kn_cset_add(&lit, t[i].lo, t[i].hi);
+    kn_cset specials = {0};
+    ok = ok && kn_cset_add(&specials, 0, 0x1F) && kn_cset_add(&specials, '"', '"') &&
+         kn_cset_add(&specials, '\\', '\\') && kn_cset_add(&specials, 0xD800, 0xDFFF);
+    ok = ok && kn_cset_add_set(&neg, &lit) && kn_cset_negate(&neg) && kn_cset_add_set(&neg, &specials); /* not L */
+    kn_cset_free(&lit);
+    ok = ok && kn_cset_add_set(&lit, &neg) && kn_cset_negate(&lit); /* L minus the specials */
+    kn_cset_free(&specials);
+    if (ok && lit.n) {
+        kn_sbuf pos, ng;
+        kn_sbuf_init(&pos, 1 << 20);
+        kn_sbuf_init(&ng, 1 << 20);
+        for (int i = 0; i < lit.n; i++) {
+            class_cp(&pos, lit.r[i].lo);
+            if (lit.r[i].hi > lit.r[i].lo) {
+                if (lit.r[i].hi > lit.r[i].lo + 1) kn_sbuf_puts(&pos, "-");
+                class_cp(&pos, lit.r[i].hi);
+            }
+        }
+        for (int i = 0; i < neg.n; i++) {
+            uint32_t lo = neg.r[i].lo, hi = neg.r[i].hi;
+            if (lo >= 0xD800 && hi <= 0xDFFF) continue; /* the compiler leaves surrogates out anyway */
+            if (lo >= 0xD800 && lo <= 0xDFFF) lo = 0xE000;
+            if (hi >= 0xD800 && hi <= 0xDFFF) hi = 0xD7FF;
+            class_cp(&ng, lo);
+            if (hi > lo) {
+                if (hi > lo + 1) kn_sbuf_puts(&ng, "-");
+                class_cp(&ng, hi);
+            }
+        }
+        if (neg.n && ng.len < pos.len) kn_sbuf_printf(b, "[^%s]", ng.p);
+        else kn_sbuf_printf(b, "[%s]", pos.p);
+        alts++;
+        kn_sbuf_free(&pos);
+        kn_sbuf_free(&ng);
+    }
+    kn_cset_free(&lit);
+    kn_cset_free(&neg);
+    /* escapes: one shared rule when every character that has one is in the set (the usual case) */
+    bool all_esc = true;
+    for (uint32_t c = 0; c <= '\\' && all_esc; c++) {
+        if (c >= 0x20 && c != '"' && c != '/' && c != '\\') continue;
+        bool in = false;
+        for (int i = 0; i < n && !in; i++) in = c >= t[i].lo && c <= t[i].hi;
+        all_esc = in;
+    }
+    if (all_esc) {
+        kn_sbuf_printf(b, "%sjesc", alts ? " | " : "");
+        *used_jesc = true;
+        return alts + 1;
+    }
+    for (int i = 0; i < n; i++) {
+        uint32_t lo = t[i].lo, hi = t[i].hi;
+        if (lo > '\\') break;
+        for (uint32_t c = lo; c <= hi && c <= '\\'; c++) {
+            const char *esc = NULL;
+            switch (c) {
+                case '"': esc = "\"\\\\\\\"\""; break; /* "\\\"" */
+                case '\\': esc = "\"\\\\\\\\\""; break;
+                case '/': esc = "\"\\\\/\""; break;
+                case '\b': esc = "\"\\\\b\""; break;
+                case '\f': esc = "\"\\\\f\""; break;
+                case '\n': esc = "\"\\\\n\""; break;
+                case '\r': esc = "\"\\\\r\""; break;
+                case '\t': esc = "\"\\\\t\""; break;
+                default: break;
+            }
+            if (esc) {
+                kn_sbuf_printf(b, "%s%s", alts ? " | " : "", esc);
+                alts++;
+            }
+            if (c < 0x20) {
+                static const char hex[] = "0123456789abcdef";
+                unsigned lo4 = c & 0xF;
+                kn_sbuf_printf(b, "%s\"\\\\u00%c%c\"", alts ? " | " : "", c < 0x10 ? '0' : '1', hex[lo4]);
+                if (lo4 >= 10) kn_sbuf_printf(b, " | \"\\\\u00%c%c\"", c < 0x10 ? '0' : '1', hex[lo4] - 'a' + 'A');
+                alts += 1 + (lo4 >= 10);
+            }
+        }
+    }
+    return alts;
+}
+
+const char *kn_dfa_emit_string(kn_gout *g, const kn_dfa *d, const char *hint) {
+    const char *base = kn_gout_name(g, hint);
+    if (!base) return NULL;
+    char **names = calloc((size_t)d->n, sizeof *names);
+    kn_sbuf body;
+    kn_sbuf_init(&body, KN_SCHEMA_MAX_GBNF);
+    const char *ret = NULL;
+    if (!names) goto done;
+    for (int i = 0; i < d->n; i++) {
+        char h[96];
+        snprintf(h, sizeof h, "%s-%d", base, i);
+        const char *nm = kn_gout_name(g, h);
+        if (!nm) goto done;
+        names[i] = (char *)nm;
+    }
+    body.len = 0;
+    kn_sbuf_printf(&body, "\"\\\"\" %s", names[0]);
+    kn_gout_rule(g, base, body.p);
+    for (int i = 0; i < d->n; i++) {
+        const kn_dstate *s = &d->s[i];
+        body.len = 0;
+        int alts = 0;
+        if (s->acc) {
+            kn_sbuf_puts(&body, "\"\\\"\"");
+            alts++;
+        }
+        /* group transitions by target */
+        bool *done_t = calloc((size_t)s->ntr + 1, sizeof *done_t);
+        kn_dtrans *grp = malloc(((size_t)s->ntr + 1) * sizeof *grp);
+        if (!done_t || !grp) {
+            free(done_t);
+            free(grp);
+            goto done;
+        }
+        for (int k = 0; k < s->ntr; k++) {
+            if (done_t[k]) continue;
+            int ng = 0;
+            for (int j = k; j < s->ntr; j++)
+                if (!done_t[j] && s->tr[j].to == s->tr[k].to) grp[ng++] = s->tr[j], done_t[j] = true;
+            kn_sbuf chars;
+            kn_sbuf_init(&chars, KN_SCHEMA_MAX_GBNF);
+            int na = emit_chars(&chars, grp, ng, &g->used_jesc);
+            if (na) {
+                if (alts) kn_sbuf_puts(&body, " | ");
+                if (na > 1) kn_sbuf_printf(&body, "(%s) %s", chars.p, names[s->tr[k].to]);
+                else kn_sbuf_printf(&body, "%s %s", chars.p, names[s->tr[k].to]);
+                alts++;
+            }
+            kn_sbuf_free(&chars);
+        }
+        free(done_t);
+        free(grp);
+        if (!alts) kn_sbuf_puts(&body, "[^\\x00-\\U0010FFFF]"); /* unreachable: trimmed automata */
+        kn_gout_rule(g, names[i], body.p);
+    }
+    if (!body.nomem && !body.over) ret = base;
+done:
+    kn_sbuf_free(&body);
+    free(names);
+    return ret;
+}
