@@ -471,7 +471,14 @@ typedef struct kiln_generate_params {
                                     N in 1..KILN_MAX_TOP_LOGPROBS: also the N most likely tokens */
     const kiln_grammar *grammar; /* NULL (default): unconstrained; else every token is masked to the
                                     grammar (see kiln_grammar). The generation takes its own
-                                    reference; logprobs then report the constrained distribution */
+                                    reference (the caller may free its grammar at once); logprobs
+                                    then report the constrained distribution. An end-of-generation
+                                    token, allowed only when the text is a whole sentence, ends a
+                                    constrained generation with KILN_STOP_EOS even with ignore_eos;
+                                    so does a token after which nothing may follow. When no token
+                                    can continue (a grammar the vocabulary cannot spell, or the
+                                    matcher out of memory) the generation fails with an error
+                                    status and result.error says why */
     kiln_token_fn on_token;      /* may be NULL */
     kiln_done_fn on_done;        /* may be NULL; called once when the generation ends */
     void *user;                  /* passed to on_token and on_done */

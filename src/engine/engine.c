@@ -4,6 +4,7 @@
  */
 #include "engine/engine.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -212,12 +213,17 @@ void kn_request_unref(kiln_request *r) {
     free(r->stop);
     free(r->bias);
     free(r->prompt);
+    kiln_grammar_free((kiln_grammar *)r->gp.grammar); /* the request's reference (copy_inputs) */
     free(r);
 }
 
 void kn_request_complete_locked(kiln_engine *e, kiln_request *r, kiln_status st, const kiln_generate_result *res) {
     r->status = st;
     if (res) r->result = *res;
+    if (res && res->error && *res->error && res->error != r->err) { /* the row's message: keep a copy */
+        snprintf(r->err, sizeof r->err, "%s", res->error);
+        r->result.error = r->err;
+    }
     r->done = true;
     pthread_cond_broadcast(&e->done_cv);
 }
@@ -229,12 +235,18 @@ static kiln_status validate(const kiln_engine *e, const kiln_token *prompt, size
     if (st) return st;
     size_t max_len;
     if ((st = kn_stopper_check(gp->stop, gp->n_stop, &max_len))) return st;
-    return kn_sampler_check(&gp->sampling, e->model->hp.n_vocab);
+    if ((st = kn_sampler_check(&gp->sampling, e->model->hp.n_vocab))) return st;
+    /* The vocabulary trie of constrained output is built here, on the caller's thread, the first
+     * time a request has a grammar, not on the scheduler's while other rows wait. */
+    if (gp->grammar && !kn_model_vtrie(e->model)) return KILN_ERR_NOMEM;
+    return KILN_OK;
 }
 
-/* Copies prompt, stop strings and logit bias into r so the caller's buffers can go. */
+/* Copies prompt, stop strings and logit bias into r, and takes a reference to the grammar, so the
+ * caller's buffers can go. */
 static kiln_status copy_inputs(kiln_request *r, const kiln_token *prompt, size_t n, const kiln_generate_params *gp) {
     r->gp = *gp;
+    if (gp->grammar) kn_grammar_retain(gp->grammar); /* the caller may free its grammar at once */
     r->n_prompt = n;
     r->prompt = malloc(n * sizeof *prompt);
     r->stop = kn_calloc(gp->n_stop + 1, sizeof *r->stop);

@@ -3,14 +3,17 @@
  *
  * Order of events in a row, identical whether it runs alone or in a batch:
  *   begin -> prefill chunks -> [logits of the last prompt token] -> loop:
- *     limit reached? -> sample -> end-of-generation token? -> accept, count, emit text/logprobs
- *     -> stop string? -> context full? -> feed the token at the next step
+ *     limit reached? -> [grammar mask] -> sample -> end-of-generation token? -> [grammar accept]
+ *     -> count, emit text/logprobs -> stop string? -> [grammar complete?] -> limit? -> context full?
+ *     -> feed the token at the next step
  *   -> end (flush held text, result, on_done).
  */
 #include "engine/row.h"
 
 #include "sample/logprobs.h"
 
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -45,6 +48,34 @@ kiln_status kn_row_validate(const kiln_model *m, int32_t n_ctx, const kiln_token
     return KILN_OK;
 }
 
+/* Frees what kn_row_begin allocated (any part may be missing). */
+static void free_buffers(kn_row *r) {
+    kn_sampler_free(&r->smp);
+    kn_stopper_free(&r->stop);
+    free(r->seq);
+    r->seq = NULL;
+    kn_gmatch_free(r->gm);
+    r->gm = NULL;
+    free(r->masked);
+    r->masked = NULL;
+}
+
+/* A stream starts a text when nothing but BOS precedes it. */
+static bool starts_text(const kn_row *r) { return r->n_prompt == 1 && r->prompt[0] == kn_tok_bos(r->model->tok); }
+
+/* Creates the row's grammar matcher and masked logits. At the start of a text, a SentencePiece
+ * vocabulary's first space is not output (see kn_detok), so the matcher does not see it either. */
+static kiln_status begin_grammar(kn_row *r) {
+    const kn_vtrie *vt = kn_model_vtrie(r->model);
+    if (!vt) return KILN_ERR_NOMEM;
+    const bool strip = starts_text(r) && kn_tok_strips_first_space(r->model->tok);
+    kiln_status st = kn_gmatch_new(r->gp.grammar, vt, strip, &r->gm);
+    if (st) return st;
+    if (!(r->masked = malloc((size_t)r->model->hp.n_vocab * sizeof *r->masked)))
+        return kn_error(KILN_ERR_NOMEM, "out of memory for a row's masked logits");
+    return KILN_OK;
+}
+
 kiln_status kn_row_begin(kn_row *r, const kiln_model *m, kn_kv *kv, const kiln_token *prompt, size_t n,
                          int32_t n_cached, const kiln_generate_params *gp) {
     memset(r, 0, sizeof *r);
@@ -60,15 +91,13 @@ kiln_status kn_row_begin(kn_row *r, const kiln_model *m, kn_kv *kv, const kiln_t
     if (n_cached < 0 || (size_t)n_cached >= n)
         return kn_error(KILN_ERR_INVALID_ARG, "bad cached prefix length %d", n_cached);
     st = kn_stopper_init(&r->stop, gp->stop, gp->n_stop, sizeof r->detok.out);
-    if (st) return st;
-    if ((st = kn_sampler_init(&r->smp, &gp->sampling, m->hp.n_vocab))) {
-        kn_stopper_free(&r->stop);
+    if (!st) st = kn_sampler_init(&r->smp, &gp->sampling, m->hp.n_vocab);
+    if (!st && !(r->seq = malloc((size_t)kv->n_ctx * sizeof *r->seq)))
+        st = kn_error(KILN_ERR_NOMEM, "out of memory for a row's tokens");
+    if (!st && gp->grammar) st = begin_grammar(r);
+    if (st) {
+        free_buffers(r);
         return st;
-    }
-    if (!(r->seq = malloc((size_t)kv->n_ctx * sizeof *r->seq))) {
-        kn_stopper_free(&r->stop);
-        kn_sampler_free(&r->smp);
-        return kn_error(KILN_ERR_NOMEM, "out of memory for a row's tokens");
     }
     memcpy(r->seq, prompt, n * sizeof *prompt);
     for (size_t i = 0; i < n; i++) kn_sampler_accept(&r->smp, prompt[i]);
@@ -104,6 +133,7 @@ static int emit(kn_row *r, kiln_token tok, const float *logits) {
     kiln_token_event ev = {.token = tok, .text = rel, .text_len = n_rel, .top = r->top};
     if (r->gp.logprobs >= 0) {
         ev.n_top = (size_t)r->gp.logprobs;
+        if (r->gm) ev.n_top = KN_MIN(ev.n_top, (size_t)r->n_allowed); /* never a disallowed token */
         ev.logprob = kn_logprobs(logits, r->model->hp.n_vocab, tok, ev.n_top, r->top);
     }
     return r->gp.on_token(&ev, r->gp.user);
@@ -115,6 +145,49 @@ static bool finish(kn_row *r, kiln_stop_reason why) {
     return true;
 }
 
+/* Ends the row with an error of its grammar: status st, the message kept in the row. */
+static bool grammar_fail(kn_row *r, kiln_status st, const char *why) {
+    char cause[KN_ERRMSG_MAX]; /* why may be the thread's error message, which kn_error rewrites */
+    snprintf(cause, sizeof cause, "%s", why ? why : "no token is allowed");
+    r->status = kn_error(st, "the grammar cannot continue: %s", cause);
+    snprintf(r->err, sizeof r->err, "%s", kn_error_msg());
+    r->res.error = r->err;
+    return finish(r, KILN_STOP_NONE);
+}
+
+/* Copies logits[n_vocab] into r->masked with the tokens the grammar does not allow at -INFINITY;
+ * *mask is the grammar's mask (valid until the matcher's next call). NULL when no token is allowed
+ * (the row has then failed). */
+static const float *mask_logits(kn_row *r, const float *logits, const uint64_t **mask) {
+    const uint64_t *bits = kn_gmatch_mask(r->gm, &r->n_allowed);
+    if (!r->n_allowed) {
+        grammar_fail(r, kn_gmatch_failed(r->gm) ? KILN_ERR_NOMEM : KILN_ERR_INVALID_ARG, kn_gmatch_error(r->gm));
+        return NULL;
+    }
+    const int32_t V = r->model->hp.n_vocab;
+    float *out = r->masked;
+    for (int32_t base = 0; base < V; base += 64) {
+        const uint64_t w = bits[base >> 6];
+        const int32_t n = KN_MIN(64, V - base);
+        if (w == ~0ull) {
+            memcpy(out + base, logits + base, 64 * sizeof *out);
+        } else if (!w) {
+            for (int32_t i = 0; i < n; i++) out[base + i] = -INFINITY;
+        } else {
+            for (int32_t i = 0; i < n; i++) out[base + i] = w >> i & 1 ? logits[base + i] : -INFINITY;
+        }
+    }
+    *mask = bits;
+    return out;
+}
+
+/* The lowest allowed token of a mask with at least one. */
+static kiln_token first_allowed(const uint64_t *mask) {
+    int32_t w = 0;
+    while (!mask[w]) w++;
+    return w * 64 + __builtin_ctzll(mask[w]);
+}
+
 bool kn_row_advance(kn_row *r, const kn_batch_row *planned, const float *logits) {
     if (r->finished) return true;
     if (!r->decoding) {
@@ -124,14 +197,21 @@ bool kn_row_advance(kn_row *r, const kn_batch_row *planned, const float *logits)
         r->t_first = kn_now_ms();
         r->res.n_prompt = (int32_t)r->n_prompt;
         r->res.prompt_ms = r->t_first - r->t_start;
-        /* A stream starts a text when nothing but BOS precedes it. */
-        const bool at_start = r->n_prompt == 1 && r->prompt[0] == kn_tok_bos(r->model->tok);
-        kn_detok_init(&r->detok, r->model->tok, at_start, false);
+        kn_detok_init(&r->detok, r->model->tok, starts_text(r), false);
     }
     const kiln_generate_params *p = &r->gp;
     if (p->max_tokens >= 0 && r->res.n_generated >= p->max_tokens) return finish(r, KILN_STOP_LENGTH);
-    const kiln_token tok = kn_sampler_sample(&r->smp, logits);
-    if (!p->ignore_eos && kn_tok_is_eog(r->model->tok, tok)) return finish(r, KILN_STOP_EOS);
+    const uint64_t *mask = NULL;
+    if (r->gm && !(logits = mask_logits(r, logits, &mask))) return true;
+    kiln_token tok = kn_sampler_sample(&r->smp, logits);
+    if (mask && !(mask[tok >> 6] >> (tok & 63) & 1)) tok = first_allowed(mask); /* every allowed logit -inf */
+    /* With a grammar an end-of-generation token is allowed only when the text is complete: it ends
+     * the row even with ignore_eos. */
+    if ((!p->ignore_eos || r->gm) && kn_tok_is_eog(r->model->tok, tok)) return finish(r, KILN_STOP_EOS);
+    if (r->gm) {
+        kiln_status st = kn_gmatch_accept(r->gm, tok);
+        if (st) return grammar_fail(r, kn_gmatch_failed(r->gm) ? KILN_ERR_NOMEM : KILN_ERR_INTERNAL, kn_error_msg());
+    }
     kn_sampler_accept(&r->smp, tok);
     r->res.n_generated++;
     if (emit(r, tok, logits)) {
@@ -143,6 +223,7 @@ bool kn_row_advance(kn_row *r, const kn_batch_row *planned, const float *logits)
         r->res.stop_index = r->stop.matched;
         return finish(r, KILN_STOP_STRING);
     }
+    if (r->gm && kn_gmatch_final(r->gm)) return finish(r, KILN_STOP_EOS); /* nothing may follow */
     if (p->max_tokens >= 0 && r->res.n_generated >= p->max_tokens) return finish(r, KILN_STOP_LENGTH);
     if (r->kv->n_past >= r->kv->n_ctx) return finish(r, KILN_STOP_CONTEXT);
     r->last = tok;
@@ -176,10 +257,7 @@ kiln_status kn_row_end(kn_row *r, kiln_generate_result *result) {
     }
     if (r->decoding) r->res.gen_ms = kn_now_ms() - r->t_first;
     else r->res.prompt_ms = kn_now_ms() - r->t_start;
-    kn_sampler_free(&r->smp);
-    kn_stopper_free(&r->stop);
-    free(r->seq);
-    r->seq = NULL;
+    free_buffers(r);
     if (result) *result = r->res;
     if (r->gp.on_done) r->gp.on_done(r->status, &r->res, r->gp.user);
     return r->status;

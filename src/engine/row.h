@@ -9,12 +9,17 @@
  * (kn_row_advance): the row samples with its own sampler, emits text through its detokenizer,
  * stop-string matcher and logprobs, and decides whether it has finished. Rows never see each
  * other; the forward pass guarantees a row's logits do not depend on the batch around it.
+ *
+ * A row with a grammar (gp.grammar) also owns a token matcher (sample/gmask.h): before sampling,
+ * its logits are copied with every token the grammar does not allow at -INFINITY, and sampling and
+ * logprobs see only that copy (the constrained distribution). Rows without one pay nothing.
  */
 #ifndef KN_ROW_H
 #define KN_ROW_H
 
 #include "engine/stop.h"
 #include "model/forward.h"
+#include "sample/gmask.h"
 #include "sample/sampler.h"
 #include "text/tokenizer.h"
 
@@ -35,6 +40,10 @@ typedef struct kn_row {
     kn_detok detok;
     kn_stopper stop;
     kiln_top_logprob top[KILN_MAX_TOP_LOGPROBS];
+    kn_gmatch *gm;           /* the grammar's matcher (gp.grammar set), else NULL */
+    float *masked;           /* [n_vocab] logits with disallowed tokens at -INFINITY (with gm) */
+    int32_t n_allowed;       /* tokens the last mask allowed (with gm) */
+    char err[KN_ERRMSG_MAX]; /* res.error when the row failed on its own (a stuck grammar) */
     kiln_generate_result res;
     double t_start, t_first; /* ms: begin, prompt done */
 } kn_row;
@@ -52,8 +61,9 @@ kiln_status kn_row_validate(const kiln_model *m, int32_t n_ctx, const kiln_token
 /* Starts a generation on kv for prompt[n] with params gp. kv holds the K/V of the first n_cached
  * prompt tokens already (restored from the prefix cache; 0: kv is emptied), so prefill starts
  * after them. Validates the prompt (non-empty, ids in the vocabulary, shorter than the context)
- * and parameters; allocates the sampler, stop-string and token buffers (the only allocations of a
- * generation). On failure nothing is held. */
+ * and parameters; allocates the sampler, stop-string and token buffers, and with a grammar its
+ * matcher (which takes a reference to the grammar) and the masked logits (the only allocations of
+ * a generation, apart from the matcher's caches). On failure nothing is held. */
 kiln_status kn_row_begin(kn_row *r, const kiln_model *m, kn_kv *kv, const kiln_token *prompt, size_t n,
                          int32_t n_cached, const kiln_generate_params *gp);
 
@@ -63,14 +73,21 @@ void kn_row_plan(const kn_row *r, int32_t max, kn_batch_row *out);
 
 /* Records that the planned tokens were evaluated; logits is the row's last position (NULL when
  * the plan asked for none). Samples and emits a token when logits are given. Returns true once the
- * row has finished (end of generation, a limit, a stop string, or cancellation by the callback). */
+ * row has finished (end of generation, a limit, a stop string, or cancellation by the callback).
+ * With a grammar: the sample is drawn from the allowed tokens only; an end-of-generation token
+ * (allowed only when the text is a whole sentence) ends the row with KILN_STOP_EOS even with
+ * ignore_eos, and so does a token after which the grammar's sentence is complete (nothing may
+ * follow), without another forward pass; when no token is allowed (the grammar is stuck, or its
+ * matcher ran out of memory) the row fails with a status and res.error saying why. */
 bool kn_row_advance(kn_row *r, const kn_batch_row *planned, const float *logits);
 
 /* Marks an unfinished row cancelled (the caller's cancel request). */
 void kn_row_cancel(kn_row *r);
 
 /* Ends the row: releases held-back text (unless cancelled or failed), fills *result, calls
- * on_done, frees the row's buffers. Returns the row's status. */
+ * on_done, frees the row's buffers (and drops its grammar reference). Returns the row's status.
+ * result->error may point into the row (r->err): a caller that keeps the result longer than the
+ * row copies the message. */
 kiln_status kn_row_end(kn_row *r, kiln_generate_result *result);
 
 /* One executor step over n active rows (1 <= n): the plain decoding method, one token per decoding

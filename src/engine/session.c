@@ -31,6 +31,7 @@ kiln_generate_params kiln_generate_default_params(void) {
         .stop = NULL,
         .n_stop = 0,
         .logprobs = -1,
+        .grammar = NULL,
         .on_token = NULL,
         .on_done = NULL,
         .user = NULL,
@@ -157,7 +158,12 @@ kiln_status kiln_generate_tokens(kiln_session *s, const kiln_token *prompt, size
     while (!row.finished) kn_step_rows(s->model, &s->scratch, rows, 1, s->p.n_batch, s->p.n_batch, s->logits);
     st = kn_row_end(&row, result);
     if (st == KILN_ERR_CANCELLED) kn_error(st, "generation cancelled by the caller");
-    return st ? fail(s, st) : KILN_OK;
+    if (st) fail(s, st);
+    if (row.res.error == row.err) { /* the row's own message (a stuck grammar) outlives the row */
+        memcpy(s->err, row.err, sizeof row.err);
+        if (result) result->error = s->err;
+    }
+    return st;
 }
 
 kiln_status kiln_generate(kiln_session *s, const char *prompt, const kiln_generate_params *params,

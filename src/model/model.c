@@ -12,6 +12,7 @@
 #include "model/model.h"
 
 #include "base/sha256.h"
+#include "sample/gmask.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -490,6 +491,7 @@ kiln_status kn_model_load_ex(const char *path, const kiln_model_params *params, 
 
 void kiln_model_free(kiln_model *m) {
     if (!m) return;
+    kn_vtrie_free(atomic_load(&m->vtrie));
     kn_tokenizer_free(m->tok);
     free(m->chat_template);
     kn_gguf_close(&m->gguf);

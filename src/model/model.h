@@ -16,6 +16,8 @@
 #include "tensor/kernels.h"
 #include "text/tokenizer.h"
 
+#include <stdatomic.h>
+
 typedef struct kn_hparams {
     kn_arch arch;
     int32_t n_vocab;
@@ -81,9 +83,11 @@ struct kiln_model {
     char arch_name[32];
     char desc[160];
     char fingerprint[65];
-    uint8_t tok_hash[32];    /* SHA-256 of the tokenizer.* metadata (see compute_tokenizer_hash) */
-    char tokenizer_hash[65]; /* the same in hex */
-    kn_errslot err;          /* last failed call on the model (the one mutable part, own lock) */
+    uint8_t tok_hash[32];           /* SHA-256 of the tokenizer.* metadata (see compute_tokenizer_hash) */
+    char tokenizer_hash[65];        /* the same in hex */
+    kn_errslot err;                 /* last failed call on the model (the one mutable part, own lock) */
+    struct kn_vtrie *_Atomic vtrie; /* the vocabulary trie of constrained output (sample/gmask.h):
+                                       built on first use by kn_model_vtrie, freed with the model */
 };
 
 /* Records a failed public call on the model in its error slot (st == KILN_OK records nothing) and

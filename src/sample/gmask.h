@@ -51,4 +51,39 @@ bool kn_gmatch_final(kn_gmatch *m);
 /* Why the last mask or step failed (e.g. the store ran out of memory), or NULL. */
 const char *kn_gmatch_error(const kn_gmatch *m);
 
+/* Whether that failure was the matcher's (out of memory, a limit of the state store) rather than a
+ * fact of the language (no token can continue). */
+bool kn_gmatch_failed(const kn_gmatch *m);
+
+/* ---- switches and counters (tests and benchmarks) -------------------------------------------- */
+
+/* Each switch selects a plainer path that must give the same masks, bit for bit. */
+enum {
+    KN_GMATCH_PLAIN = 1,      /* the reference: every token walked through the store byte by byte
+                                 (no trie, no cache) */
+    KN_GMATCH_NO_CACHE = 2,   /* no per-state mask cache */
+    KN_GMATCH_NO_SUBTREE = 4, /* the trie walk never accepts a whole subtree at once */
+};
+
+typedef struct kn_gmatch_opts {
+    unsigned flags;   /* KN_GMATCH_*; 0 = the fast path */
+    size_t store_cap; /* the state store's memory cap (kn_gstore_new; 0 = its default) */
+    size_t cache_cap; /* bytes of cached masks at most (0 = a default of 4 MiB) */
+} kn_gmatch_opts;
+
+/* kn_gmatch_new with options (NULL = the defaults kn_gmatch_new uses). */
+kiln_status kn_gmatch_new_ex(const kiln_grammar *g, const kn_vtrie *t, bool strip_first_space,
+                             const kn_gmatch_opts *opts, kn_gmatch **out);
+
+typedef struct kn_gmatch_stats {
+    uint64_t masks;       /* kn_gmatch_mask calls */
+    uint64_t cache_hits;  /* of those, answered from the cache */
+    uint64_t nodes;       /* trie nodes stepped by the walks */
+    uint64_t subtrees;    /* subtrees accepted whole */
+    uint64_t probes;      /* store steps spent learning what states do (byte classes, UTF-8) */
+    uint64_t compactions; /* times the store was compacted (the cache cleared) */
+} kn_gmatch_stats;
+
+void kn_gmatch_get_stats(const kn_gmatch *m, kn_gmatch_stats *out);
+
 #endif

@@ -29,6 +29,9 @@ bool kn_tok_add_eos(const kn_tokenizer *t);
 bool kn_tok_is_eog(const kn_tokenizer *t, int32_t id);
 /* True for control/special tokens (never shown unless rendered explicitly). */
 bool kn_tok_is_special(const kn_tokenizer *t, int32_t id);
+/* True when the detokenizer drops the leading space of a text's first piece (a SentencePiece
+ * vocabulary that prefixes text with a space; see kn_detok). */
+bool kn_tok_strips_first_space(const kn_tokenizer *t);
 /* The id of the token whose vocabulary text is exactly s[0..n) (e.g. "<|im_end|>"), -1 if none. */
 int32_t kn_tok_find(const kn_tokenizer *t, const char *s, size_t n);
 

@@ -1,0 +1,130 @@
+/*
+ * vtrie.h - the inside of kn_vtrie (gmask.h), shared by vtrie.c (building it) and gmask.c (walking
+ * it). Nothing here is visible outside src/sample.
+ *
+ * The tokens with text are renumbered in sorted byte order (order[] maps a sorted index back to the
+ * token id), so the tokens below any trie node form one contiguous range of sorted indices. The
+ * nodes are stored in preorder, node 0 the root (no byte): a node's first child is the next node,
+ * its subtree ends at node `skip`, and its tokens are the sorted indices [lo, nodes[skip].lo), of
+ * which [lo, nodes[i + 1].lo) end exactly at the node. A sentinel node at index n_nodes has
+ * lo = n_text, so nodes[i + 1] and nodes[skip] always exist.
+ *
+ * Every node with tokens strictly below it carries a summary of its subtree (an index into sums[],
+ * 0 = none): the ASCII bytes that occur below the node, whether any byte >= 0x80 does, and whether
+ * every token's bytes below the node are well-formed UTF-8 read from a character boundary (a token
+ * may stop in the middle of its last character); and `below`, the most bytes a token has below the
+ * node (255: that many or more). The matcher accepts a whole subtree at once when its parser state
+ * moves the same way on every character the summary allows, for as many characters as `below`.
+ */
+#ifndef KN_VTRIE_H
+#define KN_VTRIE_H
+
+#include "sample/gmask.h"
+
+#define KN_VTRIE_MAX_TEXT  1024 /* bytes of one token's text at most (KN_TOK_MAX_PIECE) */
+#define KN_VTRIE_BELOW_MAX 255  /* kn_vnode.below saturates here */
+
+enum {
+    KN_VSUM_NONASCII = 1, /* some byte below the node is >= 0x80 */
+    KN_VSUM_UTF8 = 2,     /* every text below the node is well-formed UTF-8 (truncation allowed) */
+};
+
+/* The kinds of multi-byte UTF-8 characters, by lead byte (each kind has its own continuations). */
+enum {
+    KN_U8_KIND_C2_DF,
+    KN_U8_KIND_E0,
+    KN_U8_KIND_E1_EC,
+    KN_U8_KIND_ED,
+    KN_U8_KIND_EE_EF,
+    KN_U8_KIND_F0,
+    KN_U8_KIND_F1_F3,
+    KN_U8_KIND_F4,
+    KN_U8_KINDS
+};
+
+static inline int kn_u8_kind(uint8_t lead) {
+    if (lead < 0xC2) return -1;
+    if (lead <= 0xDF) return KN_U8_KIND_C2_DF;
+    if (lead == 0xE0) return KN_U8_KIND_E0;
+    if (lead <= 0xEC) return KN_U8_KIND_E1_EC;
+    if (lead == 0xED) return KN_U8_KIND_ED;
+    if (lead <= 0xEF) return KN_U8_KIND_EE_EF;
+    if (lead == 0xF0) return KN_U8_KIND_F0;
+    if (lead <= 0xF3) return KN_U8_KIND_F1_F3;
+    return lead == 0xF4 ? KN_U8_KIND_F4 : -1;
+}
+
+typedef struct kn_vsum {
+    uint64_t ascii[2]; /* bit b: byte b (< 128) occurs below the node */
+    uint16_t flags;    /* KN_VSUM_* */
+    uint16_t kinds;    /* bit k: a lead byte of kind k (kn_u8_kind) occurs below the node */
+} kn_vsum;
+
+typedef struct kn_vnode {
+    uint32_t lo;    /* first sorted token index of the subtree */
+    uint32_t skip;  /* the node after the subtree (preorder) */
+    uint32_t sum;   /* index into sums[], 0 = no summary */
+    uint16_t depth; /* bytes from the root (the root: 0) */
+    uint8_t byte;   /* the byte leading here from the parent */
+    uint8_t below;  /* the most bytes of a token below the node, at most KN_VTRIE_BELOW_MAX */
+} kn_vnode;
+
+/* A UTF-8 validator over bytes that lets a text stop inside a character: q0 (KN_U8_BOUNDARY) between
+ * characters, the others inside one, naming the continuation bytes still due (Unicode's table of
+ * well-formed byte sequences: no overlong forms, no surrogates, nothing above U+10FFFF). */
+enum {
+    KN_U8_BOUNDARY,
+    KN_U8_CONT1, /* one more 80..BF */
+    KN_U8_CONT2, /* two more 80..BF */
+    KN_U8_CONT3, /* three more 80..BF */
+    KN_U8_E0,    /* A0..BF, then one more */
+    KN_U8_ED,    /* 80..9F, then one more */
+    KN_U8_F0,    /* 90..BF, then two more */
+    KN_U8_F4,    /* 80..8F, then two more */
+    KN_U8_STATES
+};
+
+/* The validator's state after byte b in state q, or -1 when b cannot come next. */
+static inline int kn_u8_next(int q, uint8_t b) {
+    switch (q) {
+        case KN_U8_BOUNDARY:
+            if (b < 0x80) return KN_U8_BOUNDARY;
+            if (b >= 0xC2 && b <= 0xDF) return KN_U8_CONT1;
+            if (b == 0xE0) return KN_U8_E0;
+            if (b == 0xED) return KN_U8_ED;
+            if (b >= 0xE1 && b <= 0xEF) return KN_U8_CONT2;
+            if (b == 0xF0) return KN_U8_F0;
+            if (b >= 0xF1 && b <= 0xF3) return KN_U8_CONT3;
+            if (b == 0xF4) return KN_U8_F4;
+            return -1;
+        case KN_U8_CONT1: return b >= 0x80 && b <= 0xBF ? KN_U8_BOUNDARY : -1;
+        case KN_U8_CONT2: return b >= 0x80 && b <= 0xBF ? KN_U8_CONT1 : -1;
+        case KN_U8_CONT3: return b >= 0x80 && b <= 0xBF ? KN_U8_CONT2 : -1;
+        case KN_U8_E0: return b >= 0xA0 && b <= 0xBF ? KN_U8_CONT1 : -1;
+        case KN_U8_ED: return b >= 0x80 && b <= 0x9F ? KN_U8_CONT1 : -1;
+        case KN_U8_F0: return b >= 0x90 && b <= 0xBF ? KN_U8_CONT2 : -1;
+        case KN_U8_F4: return b >= 0x80 && b <= 0x8F ? KN_U8_CONT2 : -1;
+        default: return -1;
+    }
+}
+
+struct kn_vtrie {
+    int32_t n_vocab;
+    int32_t n_text;      /* tokens with text (the others are never allowed, EOG aside) */
+    int32_t *order;      /* [n_text] sorted index -> token id */
+    uint32_t *tok_off;   /* [n_vocab] offset of the token's text in text[] */
+    uint16_t *tok_len;   /* [n_vocab] its length (0: no text) */
+    uint8_t *text;       /* the token texts */
+    uint64_t *text_bits; /* [words] bitmap by id of the tokens with text */
+    uint64_t *eog_bits;  /* [words] bitmap by id of the end-of-generation tokens */
+    int32_t *eog;        /* [n_eog] their ids, ascending */
+    int32_t n_eog;
+    int32_t words;    /* (n_vocab + 63) / 64 */
+    uint32_t n_nodes; /* nodes[n_nodes] is the sentinel */
+    kn_vnode *nodes;  /* [n_nodes + 1] preorder */
+    kn_vsum *sums;    /* [n_sums], sums[0] unused */
+    uint32_t n_sums;
+    uint32_t max_depth; /* the longest text */
+};
+
+#endif
