@@ -385,7 +385,9 @@ typedef struct kiln_token_event {
                                     with a later token (or dropped when it turns out to be a stop string). */
     size_t text_len;             /* may be 0 (e.g. the first half of a multi-byte character) */
     float logprob;               /* natural-log probability of token under the model's distribution (the
-                                    softmax of the raw logits); 0 when logprobs were not requested */
+                                    softmax of the raw logits; with a grammar, of the logits of the
+                                    allowed tokens: the constrained distribution); 0 when logprobs
+                                    were not requested */
     const kiln_top_logprob *top; /* the n_top most likely tokens, most likely first (lowest id on
                                     ties); valid during the callback only */
     size_t n_top;
