@@ -40,6 +40,7 @@ void srv_job_unref(srv_job *j) {
     for (size_t i = 0; i < j->gp.n_stop; i++) free(j->stop[i]);
     free(j->stop);
     free(j->bias);
+    srv_grammar_release(j->grammar); /* the engine holds its own reference while it runs */
     free(j->out);
     if (j->free_user) j->free_user(j->user);
     pthread_mutex_destroy(&j->mu);

@@ -3,7 +3,8 @@
  *
  * A request is validated field by field into one immutable set of generation parameters
  * (request value, else the server's flag, else the model's recommendation, else the library's
- * default); any invalid field is a 400 naming it, before anything is queued. The prompt is rendered
+ * default); any invalid field is a 400 naming it, before anything is queued. An output
+ * constraint (response_format, json_schema, grammar) is compiled here too (constraint.c). The prompt is rendered
  * (chat: the model's template), tokenized and checked against the context here, on the
  * connection's thread; the engine only generates. Output events are turned into the response on
  * the engine's thread: appended to the text (non-streaming) or formatted as server-sent events
@@ -214,6 +215,8 @@ static bool parse_common(srv_req *r, json_t *req, srv_job *j, gen_out *g) {
     if (seed == -1) sp->seed = KILN_SEED_RANDOM;
     if (!srv_get_bool(r, req, "ignore_eos", &gp->ignore_eos)) return false;
     if (!get_stop(r, req, j) || !get_logit_bias(r, req, j)) return false;
+    if (!srv_constraint(r, req, &j->grammar)) return false;
+    gp->grammar = srv_grammar_get(j->grammar);
     if (!srv_get_bool(r, req, "stream", &g->stream)) return false;
     json_t *so = json_object_get(req, "stream_options");
     if (so && !json_is_null(so)) {

@@ -15,6 +15,8 @@
  *              parameters, and the response and stream-chunk shapes.
  *   job.c      a generation job: what a request hands to the engine (kiln_engine, continuously
  *              batched) and the state its connection waits on.
+ *   constraint.c  a request's output constraint (response_format, json_schema, grammar) compiled
+ *              into a kiln_grammar, through a small cache of compiled grammars.
  *   stats.c    request / token / error counters behind /metrics and /stats.
  *   web.c      the browser chat page at "/" (files from web/, embedded in the binary).
  *
@@ -101,6 +103,7 @@ json_t *srv_stats_json(srv_stats *s, const kiln_engine_stats *es, unsigned conne
 
 typedef struct srv_job srv_job;
 typedef struct srv srv;
+typedef struct srv_grammar srv_grammar;
 
 /* Called on the engine's thread for each token event and once at the end (ev == NULL, with
  * status and result set), with the job's lock held. */
@@ -113,6 +116,8 @@ struct srv_job {
     kiln_generate_params gp; /* stop, logit_bias point into the owned arrays below */
     char **stop;             /* [n_stop] owned strings */
     kiln_logit_bias *bias;   /* owned */
+    srv_grammar *grammar;    /* the output constraint (a reference, released with the job), or NULL;
+                                gp.grammar is its compiled grammar */
     srv_job_event_fn on_event;
     void *user; /* owned by the route that made the job (freed by free_user) */
     void (*free_user)(void *user);
@@ -242,5 +247,20 @@ kiln_token *srv_tokenize_prompt(srv_req *r, const char *param, const char *text,
 /* Renders a chat request's messages with the model's template into a malloc'd prompt; NULL after
  * sending 400. */
 char *srv_render_chat(srv_req *r, json_t *req, size_t *len);
+
+/* ---- output constraints (constraint.c) ------------------------------------------------------- */
+
+/* The output constraint request req asks for: response_format ({"type": "text" | "json_object" |
+ * "json_schema"}, with llama-server's "schema" in json_object), llama-server's top-level
+ * "json_schema" and "grammar" (GBNF). *out is a reference to the compiled grammar (shared through a
+ * bounded process-wide cache; release it with srv_grammar_release), or NULL when the request is
+ * unconstrained. False after sending the error: 400 naming the field for a bad shape, two
+ * constraints at once, text over KILN_GRAMMAR_MAX_TEXT or a schema or grammar that does not compile
+ * (the message then quotes kiln_last_error()); 500 when memory runs out. */
+bool srv_constraint(srv_req *r, json_t *req, srv_grammar **out);
+/* The compiled grammar of sg (NULL for NULL), valid while the reference is held. */
+const kiln_grammar *srv_grammar_get(const srv_grammar *sg);
+/* Drops a reference from srv_constraint; NULL is a no-op. Thread-safe. */
+void srv_grammar_release(srv_grammar *sg);
 
 #endif

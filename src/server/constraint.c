@@ -1,0 +1,311 @@
+/*
+ * constraint.c - the output constraint of a chat or completions request, from its wire fields to
+ * a compiled kiln_grammar.
+ *
+ * A request may constrain its output in one of four ways: OpenAI's response_format
+ * {"type": "json_object"} (JSON mode: any JSON object) or {"type": "json_schema", "json_schema":
+ * {"name", "schema", "strict"}}, llama-server's {"type": "json_object", "schema": {...}} and its
+ * top-level "json_schema" (a schema) and "grammar" (GBNF text). {"type": "text"}, a null field and
+ * an empty grammar mean no constraint. Every other shape is a 400 naming the field, and so is a
+ * request that gives two constraints at once (nothing says which should win) and a schema or
+ * grammar that does not compile: a constrained request never runs unconstrained.
+ *
+ * Compiled grammars are kept in a small process-wide cache keyed by (kind, strict, text), so a
+ * client that sends the same schema with every request compiles it once. The cache holds at most
+ * CACHE_ENTRIES grammars and CACHE_TEXT_MAX bytes of their texts, evicting the least recently
+ * used; a grammar is shared read-only (the library allows that), and an entry in use by a request
+ * stays alive after its eviction until the request lets go of it. Failures are not cached.
+ */
+#include "server.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define CACHE_ENTRIES  32
+#define CACHE_TEXT_MAX ((size_t)8 << 20)
+
+/* A compiled grammar and the text it came from. refs counts the requests holding it plus one for
+ * the cache while it is listed; all fields but refs and used are immutable once made. */
+struct srv_grammar {
+    kiln_grammar *g;
+    kiln_grammar_kind kind;
+    bool strict;
+    uint64_t hash;
+    char *text; /* [len], the cache key */
+    size_t len;
+    int refs;      /* under cache.mu */
+    uint64_t used; /* under cache.mu: the cache clock at the last lookup */
+    bool listed;   /* under cache.mu: in cache.e[] */
+};
+
+static struct {
+    pthread_mutex_t mu;
+    srv_grammar *e[CACHE_ENTRIES]; /* the first n are used */
+    size_t n;
+    size_t bytes; /* text bytes of the listed entries */
+    uint64_t clock;
+} cache = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static void grammar_destroy(srv_grammar *sg) {
+    kiln_grammar_free(sg->g);
+    free(sg->text);
+    free(sg);
+}
+
+/* Drops one reference (cache.mu held); returns the entry when that was the last, for the caller
+ * to destroy after unlocking. */
+static srv_grammar *drop_locked(srv_grammar *sg) { return --sg->refs == 0 ? sg : NULL; }
+
+void srv_grammar_release(srv_grammar *sg) {
+    if (!sg) return;
+    pthread_mutex_lock(&cache.mu);
+    srv_grammar *dead = drop_locked(sg);
+    pthread_mutex_unlock(&cache.mu);
+    if (dead) grammar_destroy(dead);
+}
+
+const kiln_grammar *srv_grammar_get(const srv_grammar *sg) { return sg ? sg->g : NULL; }
+
+static uint64_t key_hash(kiln_grammar_kind kind, bool strict, const char *text, size_t len) {
+    uint64_t h = 0xcbf29ce484222325ull ^ ((uint64_t)kind << 1 | (uint64_t)strict);
+    for (size_t i = 0; i < len; i++) h = (h ^ (unsigned char)text[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* The listed entry for the key with a new reference, or NULL. */
+static srv_grammar *cache_find(kiln_grammar_kind kind, bool strict, uint64_t hash, const char *text, size_t len) {
+    srv_grammar *found = NULL;
+    pthread_mutex_lock(&cache.mu);
+    for (size_t i = 0; i < cache.n && !found; i++) {
+        srv_grammar *sg = cache.e[i];
+        if (sg->hash == hash && sg->kind == kind && sg->strict == strict && sg->len == len &&
+            memcmp(sg->text, text, len) == 0)
+            found = sg;
+    }
+    if (found) {
+        found->refs++;
+        found->used = ++cache.clock;
+    }
+    pthread_mutex_unlock(&cache.mu);
+    return found;
+}
+
+/* Lists sg (which holds the caller's reference) unless an equal entry was listed meanwhile: then
+ * that one is returned with a reference and sg is destroyed. Least recently used entries leave
+ * until the new one fits; one that cannot fit is simply not listed. */
+static srv_grammar *cache_add(srv_grammar *sg) {
+    srv_grammar *other = cache_find(sg->kind, sg->strict, sg->hash, sg->text, sg->len);
+    if (other) {
+        grammar_destroy(sg);
+        return other;
+    }
+    srv_grammar *dead[CACHE_ENTRIES];
+    size_t n_dead = 0;
+    pthread_mutex_lock(&cache.mu);
+    if (sg->len <= CACHE_TEXT_MAX) {
+        while (cache.n && (cache.n == CACHE_ENTRIES || cache.bytes + sg->len > CACHE_TEXT_MAX)) {
+            size_t lru = 0;
+            for (size_t i = 1; i < cache.n; i++)
+                if (cache.e[i]->used < cache.e[lru]->used) lru = i;
+            srv_grammar *old = cache.e[lru];
+            cache.e[lru] = cache.e[--cache.n];
+            cache.bytes -= old->len;
+            old->listed = false;
+            if ((old = drop_locked(old))) dead[n_dead++] = old;
+        }
+        sg->refs++; /* the cache's */
+        sg->listed = true;
+        sg->used = ++cache.clock;
+        cache.e[cache.n++] = sg;
+        cache.bytes += sg->len;
+    }
+    pthread_mutex_unlock(&cache.mu);
+    for (size_t i = 0; i < n_dead; i++) grammar_destroy(dead[i]);
+    return sg;
+}
+
+/* ---- request fields ----------------------------------------------------------------------------- */
+
+#define BAD(r, param, ...) srv_send_error(r, 400, "invalid_request_error", param, "invalid_value", __VA_ARGS__)
+
+/* One constraint a request gives: where it came from and what to compile. */
+typedef struct wanted {
+    const char *param; /* the field, as error messages name it */
+    kiln_grammar_kind kind;
+    bool strict;
+    json_t *schema;   /* JSON_SCHEMA: the schema value (borrowed) */
+    const char *text; /* GBNF: the grammar (borrowed) */
+    size_t len;
+} wanted;
+
+static bool is_schema(json_t *v) { return json_is_object(v) || json_is_boolean(v); }
+
+static bool present(json_t *v) { return v && !json_is_null(v); }
+
+/* response_format into *w (w->param stays NULL when it asks for no constraint); false after
+ * sending 400. */
+static bool parse_response_format(srv_req *r, json_t *rf, wanted *w) {
+    if (!json_is_object(rf)) {
+        BAD(r, "response_format",
+            "'response_format' must be an object: {\"type\": \"text\"}, {\"type\": \"json_object\"} or "
+            "{\"type\": \"json_schema\", \"json_schema\": {\"name\": ..., \"schema\": {...}}}");
+        return false;
+    }
+    json_t *type = json_object_get(rf, "type");
+    if (!json_is_string(type)) {
+        BAD(r, "response_format.type", "'response_format.type' must be a string: text, json_object or json_schema");
+        return false;
+    }
+    const char *t = json_string_value(type);
+    if (strcmp(t, "text") == 0) return true;
+    if (strcmp(t, "json_object") == 0) {
+        json_t *schema = json_object_get(rf, "schema"); /* llama-server's JSON mode with a schema */
+        if (!present(schema)) {
+            *w = (wanted){.param = "response_format", .kind = KILN_GRAMMAR_JSON_OBJECT};
+            return true;
+        }
+        if (!is_schema(schema)) {
+            BAD(r, "response_format.schema", "'response_format.schema' must be a JSON Schema (an object or a boolean)");
+            return false;
+        }
+        *w = (wanted){.param = "response_format.schema", .kind = KILN_GRAMMAR_JSON_SCHEMA, .schema = schema};
+        return true;
+    }
+    if (strcmp(t, "json_schema") == 0) {
+        json_t *js = json_object_get(rf, "json_schema");
+        if (!json_is_object(js)) {
+            BAD(r, "response_format.json_schema",
+                "'response_format.json_schema' must be an object with 'name', 'schema' and optionally 'strict'");
+            return false;
+        }
+        json_t *name = json_object_get(js, "name"), *schema = json_object_get(js, "schema");
+        json_t *strict = json_object_get(js, "strict");
+        if (present(name) && !json_is_string(name)) {
+            BAD(r, "response_format.json_schema.name", "'response_format.json_schema.name' must be a string");
+            return false;
+        }
+        if (!present(schema)) {
+            BAD(r, "response_format.json_schema.schema", "'response_format.json_schema.schema' is required");
+            return false;
+        }
+        if (!is_schema(schema)) {
+            BAD(r, "response_format.json_schema.schema",
+                "'response_format.json_schema.schema' must be a JSON Schema (an object or a boolean)");
+            return false;
+        }
+        if (present(strict) && !json_is_boolean(strict)) {
+            BAD(r, "response_format.json_schema.strict", "'response_format.json_schema.strict' must be a boolean");
+            return false;
+        }
+        *w = (wanted){.param = "response_format.json_schema.schema",
+                      .kind = KILN_GRAMMAR_JSON_SCHEMA,
+                      .strict = json_is_true(strict),
+                      .schema = schema};
+        return true;
+    }
+    BAD(r, "response_format.type", "response_format type '%s' is not supported: use text, json_object or json_schema",
+        t);
+    return false;
+}
+
+/* Compiles w (through the cache) into *out; false after sending the error. */
+static bool compile(srv_req *r, const wanted *w, srv_grammar **out) {
+    char *dumped = NULL;
+    const char *text = "";
+    size_t len = 0;
+    if (w->kind == KILN_GRAMMAR_JSON_SCHEMA) {
+        /* The schema as compact JSON, members in the order the client sent them. */
+        if (!(dumped = json_dumps(w->schema, JSON_COMPACT | JSON_ENCODE_ANY))) {
+            srv_send_error(r, 500, "server_error", NULL, NULL, "out of memory");
+            return false;
+        }
+        text = dumped;
+        len = strlen(dumped);
+    } else if (w->kind == KILN_GRAMMAR_GBNF) {
+        text = w->text;
+        len = w->len;
+    }
+    if (len > KILN_GRAMMAR_MAX_TEXT) {
+        BAD(r, w->param, "'%s' is %zu bytes%s; at most %u bytes are accepted", w->param, len,
+            dumped ? " as compact JSON" : "", KILN_GRAMMAR_MAX_TEXT);
+        free(dumped);
+        return false;
+    }
+    const uint64_t hash = key_hash(w->kind, w->strict, text, len);
+    srv_grammar *sg = cache_find(w->kind, w->strict, hash, text, len);
+    if (sg) {
+        free(dumped);
+        *out = sg;
+        return true;
+    }
+    sg = calloc(1, sizeof *sg);
+    char *copy = malloc(len + 1);
+    if (!sg || !copy) {
+        free(sg);
+        free(copy);
+        free(dumped);
+        srv_send_error(r, 500, "server_error", NULL, NULL, "out of memory");
+        return false;
+    }
+    memcpy(copy, text, len);
+    copy[len] = 0;
+    free(dumped);
+    kiln_grammar_params gp = kiln_grammar_default_params();
+    gp.kind = w->kind;
+    gp.strict = w->strict;
+    kiln_status st = kiln_grammar_compile(copy, len, &gp, &sg->g);
+    if (st) {
+        free(copy);
+        free(sg);
+        if (st == KILN_ERR_NOMEM)
+            srv_send_error(r, 500, "server_error", NULL, NULL, "out of memory compiling '%s'", w->param);
+        else if (w->kind == KILN_GRAMMAR_JSON_OBJECT)
+            BAD(r, w->param, "JSON mode is not available: %s", kiln_last_error());
+        else BAD(r, w->param, "'%s' does not compile: %s", w->param, kiln_last_error());
+        return false;
+    }
+    *sg = (srv_grammar){
+        .g = sg->g, .kind = w->kind, .strict = w->strict, .hash = hash, .text = copy, .len = len, .refs = 1};
+    *out = cache_add(sg);
+    return true;
+}
+
+bool srv_constraint(srv_req *r, json_t *req, srv_grammar **out) {
+    *out = NULL;
+    wanted w[3];
+    size_t n = 0;
+    json_t *rf = json_object_get(req, "response_format");
+    if (present(rf)) {
+        w[n] = (wanted){0};
+        if (!parse_response_format(r, rf, &w[n])) return false;
+        if (w[n].param) n++;
+    }
+    json_t *js = json_object_get(req, "json_schema");
+    if (present(js)) {
+        if (!is_schema(js)) {
+            BAD(r, "json_schema", "'json_schema' must be a JSON Schema (an object or a boolean)");
+            return false;
+        }
+        w[n++] = (wanted){.param = "json_schema", .kind = KILN_GRAMMAR_JSON_SCHEMA, .schema = js};
+    }
+    json_t *gr = json_object_get(req, "grammar");
+    if (present(gr)) {
+        if (!json_is_string(gr)) {
+            BAD(r, "grammar", "'grammar' must be a string (a GBNF grammar)");
+            return false;
+        }
+        if (json_string_length(gr) > 0)
+            w[n++] = (wanted){.param = "grammar",
+                              .kind = KILN_GRAMMAR_GBNF,
+                              .text = json_string_value(gr),
+                              .len = json_string_length(gr)};
+    }
+    if (n > 1) {
+        BAD(r, w[1].param,
+            "'%s' and '%s' both constrain the output; give only one of response_format, json_schema "
+            "and grammar",
+            w[0].param, w[1].param);
+        return false;
+    }
+    return n == 0 || compile(r, &w[0], out);
+}
