@@ -90,6 +90,24 @@ kiln_status cli_chat_render(const kiln_model *m, struct json_t *messages, char *
  * added unless present) into a malloc'd array: *ids (caller frees) of *n tokens. */
 kiln_status cli_tokenize_chat(const kiln_model *m, const char *text, kiln_token **ids, size_t *n);
 
+/* An output constraint given by flags (grammar.c): --gbnf / --grammar-file FILE, --grammar TEXT,
+ * --schema / --json-schema-file FILE, --json-schema TEXT (a file when it does not look like JSON),
+ * --json-object, and --strict for a schema. flag is NULL while none was given. */
+typedef struct cli_constraint {
+    const char *flag; /* the flag that gave it */
+    kiln_grammar_kind kind;
+    const char *text; /* the grammar or schema itself, or NULL */
+    const char *path; /* a file holding it, or NULL */
+    bool strict;
+} cli_constraint;
+
+/* Tries to consume the constraint flag at argv[*i] (and its value) into c: 1 if consumed, 0 if it
+ * is not one, -1 after printing an error (a missing value, a second constraint). */
+int cli_parse_constraint(int argc, char **argv, int *i, cli_constraint *c, const char *verb);
+/* Compiles c into *out (NULL when c gives no constraint). On failure prints "kiln VERB: ..." with
+ * kiln_last_error() (or the file error) and returns the status. */
+kiln_status cli_constraint_compile(const cli_constraint *c, const char *verb, kiln_grammar **out);
+
 int cli_run(int argc, char **argv);
 int cli_chat(int argc, char **argv);
 int cli_perplexity(int argc, char **argv);
@@ -98,6 +116,7 @@ int cli_bench(int argc, char **argv);
 int cli_template(int argc, char **argv);
 int cli_serve(int argc, char **argv);
 int cli_ls(int argc, char **argv);
+int cli_grammar(int argc, char **argv);
 
 /* ---- local models (models.c) ----------------------------------------------------------------- */
 

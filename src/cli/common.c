@@ -79,7 +79,12 @@ static const usage_entry usages[] = {
      "                       reply is printed)\n"
      "  --system TEXT        a system message before the prompt (with the chat template)\n"
      "  -n, --n-predict N    new tokens at most (default 256; -1 = until end of text)\n"
-     "  --ignore-eos         keep generating past end-of-text tokens\n" MODEL_FLAGS,
+     "  --ignore-eos         keep generating past end-of-text tokens\n"
+     "  --grammar-file FILE  constrain the output to a GBNF grammar (--grammar TEXT: given inline)\n"
+     "  --json-schema SCHEMA constrain the output to JSON valid under a JSON Schema (the schema's\n"
+     "                       text, or a file holding it); --strict: objects admit only the\n"
+     "                       properties their schema lists\n"
+     "  --json-object        constrain the output to a JSON object (JSON mode)\n" MODEL_FLAGS,
      true},
     {"chat",
      "usage: kiln chat [-m MODEL] [--system TEXT] [-n N] [options]\n"
@@ -171,6 +176,24 @@ static const usage_entry usages[] = {
      "  -r, --repetitions R  measured runs per test (default 5)\n"
      "  --json               JSON lines instead of a table\n" MODEL_FLAGS,
      false},
+    {"grammar",
+     "usage: kiln grammar (--schema FILE | --gbnf FILE | --json-object) [--strict] [--check INSTANCE.json]...\n"
+     "                    [--print-gbnf]\n"
+     "Compiles an output constraint as kiln serve and kiln run do: a JSON Schema, a GBNF grammar or\n"
+     "JSON mode (any JSON object). Without --check or --print-gbnf it prints '<source>: compiles'.\n"
+     "  --schema FILE        a JSON Schema (also --json-schema-file FILE, or --json-schema TEXT)\n"
+     "  --gbnf FILE          a GBNF grammar (also --grammar-file FILE, or --grammar TEXT)\n"
+     "  --json-object        JSON mode\n"
+     "  --strict             a schema in strict mode: objects admit only the properties they list\n"
+     "  --check FILE         whether the JSON instance in FILE is in the language: it must be\n"
+     "                       accepted both serialized compactly and pretty-printed with indent 2\n"
+     "                       (may be repeated)\n"
+     "  --print-gbnf         print the GBNF the constraint runs (what a schema compiles to)\n"
+     "Exit status: 0 compiled and every instance accepted; 1 an instance is not in the language\n"
+     "(stderr says which form was rejected); 2 bad usage, an unreadable file, a schema or grammar\n"
+     "that does not compile (stderr names the place: line and column, or the JSON pointer), an\n"
+     "instance that is not JSON.\n",
+     false},
     {"tokenize",
      "usage: kiln tokenize -m MODEL [-p TEXT | -f FILE] [--ids] [--no-bos] [--parse-special]\n"
      "Prints the tokens of a text, one 'id -> 'piece'' per line (works on vocab-only files).\n"
@@ -217,6 +240,7 @@ void cli_usage(const char *verb, bool to_stderr) {
           "  tokenize     show how a text is tokenized\n"
           "  bench        measure prompt and generation speed\n"
           "  template     render a chat template with a JSON context\n"
+          "  grammar      compile a JSON Schema or GBNF grammar; check JSON against it\n"
           "  help [CMD]   show help for a command\n\n"
           "  --version    print the version\n",
           f);

@@ -3,6 +3,7 @@
  *
  * A model with a chat template gets the prompt as one user message rendered by the template (and
  * only the reply is printed), as users of chat models expect; --raw sends the text as it is.
+ * --grammar-file, --json-schema and --json-object constrain the output (compiled by grammar.c).
  */
 #include "cli.h"
 
@@ -42,6 +43,7 @@ int cli_run(int argc, char **argv) {
     cli_common_init(&c);
     bool raw = false;
     const char *system_prompt = NULL;
+    cli_constraint con = {0};
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
             cli_usage("run", false);
@@ -55,7 +57,8 @@ int cli_run(int argc, char **argv) {
             system_prompt = argv[++i];
             continue;
         }
-        int r = cli_parse_common(argc, argv, &i, &c);
+        int r = cli_parse_constraint(argc, argv, &i, &con, "run");
+        if (r == 0) r = cli_parse_common(argc, argv, &i, &c);
         if (r == 1) continue;
         if (r == 0) fprintf(stderr, "kiln run: unknown option '%s'\n", argv[i]);
         cli_usage("run", true);
@@ -66,18 +69,25 @@ int cli_run(int argc, char **argv) {
         return CLI_EXIT_USAGE;
     }
     cli_setup_log(c.verbose);
+    kiln_grammar *grammar = NULL; /* compiled before the model loads: a bad one fails fast */
+    if (cli_constraint_compile(&con, "run", &grammar)) return CLI_EXIT_FAIL;
     char *file_text = NULL;
     size_t flen = 0;
-    if (c.file && !(file_text = cli_read_file(c.file, &flen))) return CLI_EXIT_FAIL;
+    if (c.file && !(file_text = cli_read_file(c.file, &flen))) {
+        kiln_grammar_free(grammar);
+        return CLI_EXIT_FAIL;
+    }
     if (file_text && strlen(file_text) != flen) {
         fprintf(stderr, "kiln run: '%s' contains a NUL byte\n", c.file);
         free(file_text);
+        kiln_grammar_free(grammar);
         return CLI_EXIT_FAIL;
     }
     const char *prompt = file_text ? file_text : (c.prompt ? c.prompt : "");
     kiln_model *m = cli_load_model(&c, false);
     if (!m) {
         free(file_text);
+        kiln_grammar_free(grammar);
         return CLI_EXIT_FAIL;
     }
     kiln_session_params sp = kiln_session_default_params();
@@ -91,6 +101,7 @@ int cli_run(int argc, char **argv) {
         fprintf(stderr, "kiln run: cannot create a session: %s\n", kiln_last_error());
         kiln_model_free(m);
         free(file_text);
+        kiln_grammar_free(grammar);
         return CLI_EXIT_FAIL;
     }
     kiln_generate_params gp = kiln_generate_default_params();
@@ -98,6 +109,7 @@ int cli_run(int argc, char **argv) {
     gp.ignore_eos = c.ignore_eos;
     gp.sampling = cli_sampler_params(&c, m);
     gp.on_token = on_token;
+    gp.grammar = grammar;
     kiln_generate_result res;
     char *rendered = NULL;
     const bool chat = !raw && kiln_model_chat_template(m);
@@ -132,6 +144,7 @@ int cli_run(int argc, char **argv) {
     }
     kiln_session_free(s);
     kiln_model_free(m);
+    kiln_grammar_free(grammar);
     free(file_text);
     return rc;
 }
