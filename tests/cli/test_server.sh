@@ -1,5 +1,5 @@
 # test_server.sh - `kiln serve` end to end with the official openai npm client: the cases live in
-# tests/client/server.test.mjs (and hostile.test.mjs, cache.test.mjs), which start their own servers
+# tests/client/server.test.mjs (and hostile.test.mjs, cache.test.mjs, structured.test.mjs), which start their own servers
 # on ephemeral ports and print one PASS/FAIL/SKIP line per case. A few checks that need no node
 # come first (--print-config sources, the no-key warning). This script installs the client (npm ci,
 # when node_modules is missing or older than the lock file) and skips gracefully without node, npm,
@@ -89,3 +89,5 @@ KILN="$KILN" KILN_MODEL="$M" limit 170 node "$C/server.test.mjs"
 KILN="$KILN" KILN_MODEL="$M" limit 110 node "$C/hostile.test.mjs"
 # The SSD tier of the prefix cache: restarts, damaged files, kill -9, the flush route.
 KILN="$KILN" KILN_MODEL="$M" limit 90 node "$C/cache.test.mjs"
+# Structured output: response_format, json_schema, grammar, end to end and every bad input.
+KILN="$KILN" KILN_MODEL="$M" limit 180 node "$C/structured.test.mjs"
