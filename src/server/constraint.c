@@ -35,7 +35,6 @@ struct srv_grammar {
     size_t len;
     int refs;      /* under cache.mu */
     uint64_t used; /* under cache.mu: the cache clock at the last lookup */
-    bool listed;   /* under cache.mu: in cache.e[] */
 };
 
 static struct {
@@ -72,16 +71,21 @@ static uint64_t key_hash(kiln_grammar_kind kind, bool strict, const char *text, 
     return h;
 }
 
-/* The listed entry for the key with a new reference, or NULL. */
-static srv_grammar *cache_find(kiln_grammar_kind kind, bool strict, uint64_t hash, const char *text, size_t len) {
-    srv_grammar *found = NULL;
-    pthread_mutex_lock(&cache.mu);
-    for (size_t i = 0; i < cache.n && !found; i++) {
+/* The listed entry equal to the key, or NULL (cache.mu held). */
+static srv_grammar *find_locked(kiln_grammar_kind kind, bool strict, uint64_t hash, const char *text, size_t len) {
+    for (size_t i = 0; i < cache.n; i++) {
         srv_grammar *sg = cache.e[i];
         if (sg->hash == hash && sg->kind == kind && sg->strict == strict && sg->len == len &&
             memcmp(sg->text, text, len) == 0)
-            found = sg;
+            return sg;
     }
+    return NULL;
+}
+
+/* The listed entry for the key with a new reference, or NULL. */
+static srv_grammar *cache_find(kiln_grammar_kind kind, bool strict, uint64_t hash, const char *text, size_t len) {
+    pthread_mutex_lock(&cache.mu);
+    srv_grammar *found = find_locked(kind, strict, hash, text, len);
     if (found) {
         found->refs++;
         found->used = ++cache.clock;
@@ -90,19 +94,20 @@ static srv_grammar *cache_find(kiln_grammar_kind kind, bool strict, uint64_t has
     return found;
 }
 
-/* Lists sg (which holds the caller's reference) unless an equal entry was listed meanwhile: then
- * that one is returned with a reference and sg is destroyed. Least recently used entries leave
- * until the new one fits; one that cannot fit is simply not listed. */
+/* Lists sg (which holds the caller's reference) unless an equal entry was listed meanwhile (by a
+ * request that compiled the same text at the same time): then that one is returned with a
+ * reference and sg is destroyed. Least recently used entries leave until the new one fits. */
 static srv_grammar *cache_add(srv_grammar *sg) {
-    srv_grammar *other = cache_find(sg->kind, sg->strict, sg->hash, sg->text, sg->len);
-    if (other) {
-        grammar_destroy(sg);
-        return other;
-    }
-    srv_grammar *dead[CACHE_ENTRIES];
+    srv_grammar *dead[CACHE_ENTRIES + 1];
     size_t n_dead = 0;
     pthread_mutex_lock(&cache.mu);
-    if (sg->len <= CACHE_TEXT_MAX) {
+    srv_grammar *other = find_locked(sg->kind, sg->strict, sg->hash, sg->text, sg->len);
+    if (other) {
+        other->refs++;
+        other->used = ++cache.clock;
+        dead[n_dead++] = sg;
+        sg = other;
+    } else {
         while (cache.n && (cache.n == CACHE_ENTRIES || cache.bytes + sg->len > CACHE_TEXT_MAX)) {
             size_t lru = 0;
             for (size_t i = 1; i < cache.n; i++)
@@ -110,11 +115,9 @@ static srv_grammar *cache_add(srv_grammar *sg) {
             srv_grammar *old = cache.e[lru];
             cache.e[lru] = cache.e[--cache.n];
             cache.bytes -= old->len;
-            old->listed = false;
             if ((old = drop_locked(old))) dead[n_dead++] = old;
         }
         sg->refs++; /* the cache's */
-        sg->listed = true;
         sg->used = ++cache.clock;
         cache.e[cache.n++] = sg;
         cache.bytes += sg->len;
