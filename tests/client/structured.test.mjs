@@ -217,6 +217,38 @@ await test('structured_batch_leaves_free_rows_unchanged', async () => {
   for (const r of constrained) assertValid(r.choices[0].text, 'batched');
 });
 
+await test('structured_strict_mode', async () => {
+  // The same schema with and without strict: strict admits only the listed property. Where the
+  // value of "a" ends, the constrained alternatives (logprobs) offer a comma only without strict.
+  const schema = { type: 'object', properties: { a: { enum: [1] } }, required: ['a'] };
+  const run = (strict) => client.chat.completions.create(chatReq({
+    response_format: { type: 'json_schema', json_schema: { name: 'a', schema, strict } },
+    temperature: 0, max_tokens: 200, logprobs: true, top_logprobs: 20,
+  }));
+  const commaOffered = (r) => r.choices[0].logprobs.content.some((e) => e.top_logprobs.some((t) => t.token.includes(',')));
+  const strict = await run(true);
+  assert.deepEqual(JSON.parse(strict.choices[0].message.content), { a: 1 }, strict.choices[0].message.content);
+  assert.ok(!commaOffered(strict), 'strict: a comma was offered');
+  const loose = await run(false);
+  assert.ok(commaOffered(loose), 'without strict: no comma was offered after the value');
+}, 60000);
+
+await test('structured_many_schemas_through_the_cache', async () => {
+  // More distinct schemas than the cache holds, at once and twice over: entries leave the cache
+  // while requests still use them, and each request keeps its own grammar.
+  const one = (i) => client.completions.create(cmplReq({
+    json_schema: { type: 'integer', minimum: 100 * i, maximum: 100 * i + 9 }, temperature: 1, seed: i, max_tokens: 20,
+  }));
+  for (let round = 0; round < 2; round++) {
+    const n = 40;
+    const rs = await Promise.all(Array.from({ length: n }, (_, i) => one(i)));
+    rs.forEach((r, i) => {
+      const v = Number(r.choices[0].text);
+      assert.ok(Number.isInteger(v) && v >= 100 * i && v <= 100 * i + 9, `round ${round}, schema ${i}: ${r.choices[0].text}`);
+    });
+  }
+}, 60000);
+
 // ---- bad input: 400 naming the field --------------------------------------------------------------
 
 const rf = (json_schema) => ({ response_format: { type: 'json_schema', json_schema } });
