@@ -246,8 +246,104 @@ KILN_API kiln_status kiln_template_render(const char *tmpl, size_t tmpl_len, con
 KILN_API kiln_status kiln_chat_apply(const kiln_model *model, const char *chat_json, size_t len, char **out,
                                      size_t *out_len);
 
-/* Releases memory the library handed to the caller (kiln_template_render, kiln_chat_apply). */
+/* Releases memory the library handed to the caller (kiln_template_render, kiln_chat_apply,
+ * kiln_chat_parser_message). */
 KILN_API void kiln_free(void *p);
+
+/* ---- tool calls and reasoning: reading a model's reply ---------------------------------------- */
+
+/* A chat parser reads a model's reply, as it is generated, and turns it into an OpenAI message:
+ * content (the answer), reasoning_content (the thinking) and tool_calls, from the markup the
+ * model's family writes (<tool_call>{...}</tool_call>, [TOOL_CALLS]name[ARGS]{...}, harmony
+ * channels, <think>...</think>, ...). It is fed text in pieces of any size (a piece may end in the
+ * middle of a marker or of a UTF-8 character) and hands out deltas the way OpenAI streams them:
+ * content and reasoning text, and per tool call a first delta with its index, id and name and then
+ * fragments of its arguments, whose concatenation is the final arguments JSON. Deltas are final:
+ * text that might be the start of markup is held back until it is known, so markup never appears
+ * as content. A parser is used by one thread at a time. */
+typedef struct kiln_chat_parser kiln_chat_parser;
+
+typedef enum kiln_reasoning_format {
+    KILN_REASONING_AUTO = 0, /* thinking text goes to reasoning_content (default) */
+    KILN_REASONING_NONE,     /* thinking stays in content, with its markers */
+    KILN_REASONING_DEEPSEEK, /* as AUTO (the name OpenAI-compatible servers use for it) */
+} kiln_reasoning_format;
+
+typedef struct kiln_chat_parser_params {
+    const char *format;              /* a format name (kiln_chat_format_get), or NULL / "auto" (default):
+                                        detected from chat_template (kiln_chat_format_detect) */
+    const char *chat_template;       /* the model's chat template (Jinja text), for detection; may be NULL */
+    const char *tools;               /* the request's "tools": a JSON array of {"type": "function",
+                                        "function": {"name", "parameters"}} (or of the inner objects);
+                                        NULL: none. Parameter types decide how typeless formats' values
+                                        are read (a string parameter stays a string); formats that
+                                        mark calls by no markup at all (a bare [name(...)]) need them */
+    kiln_reasoning_format reasoning; /* default AUTO */
+    const char *prompt;              /* the rendered prompt (at least its end), or NULL: tells what state
+                                        the generation prompt leaves, e.g. a thinking block it opened */
+    bool thinking_open;              /* the prompt left a thinking block open (also detected from
+                                        prompt): the reply starts inside reasoning */
+    bool parse_tool_calls;           /* default true; false: tool-call markup stays content (harmony
+                                        calls, which are not content, are dropped) */
+    uint64_t id_seed;                /* ids of calls the model writes without one are made from it;
+                                        0 (default): a random seed */
+} kiln_chat_parser_params;
+
+KILN_API kiln_chat_parser_params kiln_chat_parser_default_params(void);
+
+/* Creates a parser. KILN_ERR_INVALID_ARG for an unknown format name or tools that are not a JSON
+ * array of functions with names (kiln_last_error() says which); KILN_ERR_NOMEM. */
+KILN_API kiln_status kiln_chat_parser_new(const kiln_chat_parser_params *params, kiln_chat_parser **out);
+KILN_API void kiln_chat_parser_free(kiln_chat_parser *parser);
+/* The name of the format the parser reads (e.g. "hermes"). */
+KILN_API const char *kiln_chat_parser_format(const kiln_chat_parser *parser);
+
+/* Adds len bytes of the reply. KILN_ERR_INVALID_ARG after finish or past the input limit (64 MiB),
+ * KILN_ERR_NOMEM; the parser then keeps what it had. */
+KILN_API kiln_status kiln_chat_parser_feed(kiln_chat_parser *parser, const char *text, size_t len);
+/* Ends the input: text held back is decided (markup that never completed is content), an open
+ * tool call is closed with the arguments it has. */
+KILN_API kiln_status kiln_chat_parser_finish(kiln_chat_parser *parser);
+
+typedef enum kiln_chat_delta_kind {
+    KILN_DELTA_CONTENT = 0,
+    KILN_DELTA_REASONING,
+    KILN_DELTA_TOOL_CALL,
+} kiln_chat_delta_kind;
+
+/* One piece of the message. Strings are owned by the parser, valid until its next call. */
+typedef struct kiln_chat_delta {
+    kiln_chat_delta_kind kind;
+    const char *text; /* content or reasoning text; for a tool call a fragment of its arguments
+                         (may be empty on its first delta) */
+    size_t len;
+    int32_t index;    /* tool call: its index in the message (0, 1, ...) */
+    const char *id;   /* tool call: its id on its first delta, else NULL */
+    const char *name; /* tool call: its function name on its first delta, else NULL */
+} kiln_chat_delta;
+
+/* Takes the next delta in the order the reply produced them (reasoning before the content that
+ * followed it); false when none is pending. Consecutive text of one kind comes as one delta. */
+KILN_API bool kiln_chat_parser_next(kiln_chat_parser *parser, kiln_chat_delta *out);
+
+/* The message so far as an OpenAI assistant message, {"role": "assistant", "content": ...,
+ * "reasoning_content": ..., "tool_calls": [{"id", "type": "function", "function": {"name",
+ * "arguments"}}]}: content is null when empty, reasoning_content and tool_calls are left out when
+ * empty. Before finish it also shows a tool call whose first delta is held back because its id may
+ * still follow. *json is NUL-terminated and owned by the caller (kiln_free). */
+KILN_API kiln_status kiln_chat_parser_message(const kiln_chat_parser *parser, char **json, size_t *len);
+/* Tool calls in the message so far (a reply with calls ends with finish_reason "tool_calls"). */
+KILN_API int32_t kiln_chat_parser_n_tool_calls(const kiln_chat_parser *parser);
+/* The message of the parser's last failed call, "" when none failed. */
+KILN_API const char *kiln_chat_parser_last_error(const kiln_chat_parser *parser);
+
+/* The format a chat template writes tool calls and reasoning in ("generic" when it names none of
+ * kiln's: a JSON object {"tool_calls": [...]} or {"response": "..."} when tools are declared).
+ * tmpl may be NULL. The name is static. */
+KILN_API const char *kiln_chat_format_detect(const char *tmpl);
+/* Format i of kiln's table (0, 1, ...): its name and a line naming the models that write it;
+ * false past the end. Strings are static. */
+KILN_API bool kiln_chat_format_get(size_t i, const char **name, const char **models);
 
 /* ---- sampling -------------------------------------------------------------------------------- */
 

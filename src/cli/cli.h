@@ -114,6 +114,7 @@ int cli_perplexity(int argc, char **argv);
 int cli_tokenize(int argc, char **argv);
 int cli_bench(int argc, char **argv);
 int cli_template(int argc, char **argv);
+int cli_parse(int argc, char **argv);
 int cli_serve(int argc, char **argv);
 int cli_ls(int argc, char **argv);
 int cli_grammar(int argc, char **argv);

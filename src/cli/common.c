@@ -214,6 +214,24 @@ static const usage_entry usages[] = {
      "                       come from the model and add_generation_prompt defaults to true\n"
      "  --context FILE       the JSON object of variables (default: {})\n",
      false},
+    {"parse",
+     "usage: kiln parse --template FILE [--tools TOOLS.json] [--reasoning-format none|auto|deepseek]\n"
+     "                  [--chat-template-kwargs JSON] [--tool-format NAME] [--deltas [--chunk N]] < RAW\n"
+     "       kiln parse --list-formats\n"
+     "Reads a model's raw reply on standard input and prints the OpenAI message kiln makes of it\n"
+     "(content, reasoning_content, tool_calls) as one line of JSON. The reply answers a conversation\n"
+     "rendered with the template, whose generation prompt may leave a thinking block open.\n"
+     "  --template FILE      the model's chat template (Jinja): its tool-call format and prompt\n"
+     "  --tools FILE         the request's tools (a JSON array of OpenAI function tools)\n"
+     "  --reasoning-format F none: thinking stays in content; auto / deepseek (default auto):\n"
+     "                       thinking goes to reasoning_content\n"
+     "  --chat-template-kwargs JSON  extra template variables, e.g. '{\"enable_thinking\": false}'\n"
+     "  --tool-format NAME   read this format instead of the template's (--list-formats names them)\n"
+     "  --no-tool-calls      leave tool-call markup in content\n"
+     "  --deltas             also print each streamed delta as a JSON line first\n"
+     "  --chunk N            with --deltas: feed the reply N bytes at a time (default: all at once)\n"
+     "  --seed N             seed of the ids made for calls the model writes without one\n",
+     false},
 };
 
 void cli_usage(const char *verb, bool to_stderr) {
@@ -241,6 +259,7 @@ void cli_usage(const char *verb, bool to_stderr) {
           "  bench        measure prompt and generation speed\n"
           "  template     render a chat template with a JSON context\n"
           "  grammar      compile a JSON Schema or GBNF grammar; check JSON against it\n"
+          "  parse        turn a model's raw reply into content, reasoning and tool calls\n"
           "  help [CMD]   show help for a command\n\n"
           "  --version    print the version\n",
           f);

@@ -52,6 +52,7 @@ int main(int argc, char **argv) {
     if (strcmp(verb, "tokenize") == 0) return cli_tokenize(argc - 1, argv + 1);
     if (strcmp(verb, "bench") == 0) return cli_bench(argc - 1, argv + 1);
     if (strcmp(verb, "template") == 0) return cli_template(argc - 1, argv + 1);
+    if (strcmp(verb, "parse") == 0) return cli_parse(argc - 1, argv + 1);
     if (strcmp(verb, "serve") == 0) return cli_serve(argc - 1, argv + 1);
     if (strcmp(verb, "ls") == 0) return cli_ls(argc - 1, argv + 1);
     if (strcmp(verb, "grammar") == 0) return cli_grammar(argc - 1, argv + 1);
