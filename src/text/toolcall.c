@@ -153,6 +153,11 @@ static bool release(kn_tcp *p, int32_t i) {
 }
 
 int32_t kn_tc_call_begin(kn_tcp *p, const char *name, size_t nn, const char *id, size_t ni, bool id_later) {
+    if (nn == 0) return -1;
+    for (size_t k = 0; k < nn; k++)
+        if ((unsigned char)name[k] < 0x20) return -1; /* not a function name: no call */
+    for (size_t k = 0; k < ni; k++)
+        if ((unsigned char)id[k] < 0x20) ni = 0; /* not an id: one is made */
     if (p->n_calls >= KN_TC_MAX_CALLS) {
         kn_tc_fail(p, KILN_ERR_INVALID_ARG, "more than %d tool calls", KN_TC_MAX_CALLS);
         return -1;
@@ -181,6 +186,8 @@ bool kn_tc_call_id(kn_tcp *p, int32_t i, const char *id, size_t ni) {
     kn_tc_call *c = &p->calls[i];
     if (c->released) return true; /* the id went out with the first delta: it never changes */
     if (ni > KN_TC_MAX_ID) ni = KN_TC_MAX_ID;
+    for (size_t k = 0; k < ni; k++)
+        if ((unsigned char)id[k] < 0x20) ni = 0; /* not an id: one is made */
     c->id.n = 0;
     if (!kn_tcbuf_add(&c->id, id, ni)) return oom(p);
     return release(p, i);
@@ -329,16 +336,50 @@ static kiln_status fail_call(kn_tcp *p, kiln_status st, const char *msg) {
     return kn_error(st, "%s", msg);
 }
 
-/* The length of s[n] without an incomplete UTF-8 character at its end (at most 3 bytes are cut;
- * bytes that cannot start or continue a character count as whole). */
-static size_t utf8_whole(const char *s, size_t n) {
-    for (size_t back = 1; back <= 3 && back <= n; back++) {
-        unsigned char c = (unsigned char)s[n - back];
-        if ((c & 0xC0) == 0x80) continue; /* a continuation byte: look further back */
-        size_t need = c >= 0xF0 && c < 0xF8 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
-        return need > back ? n - back : n;
+/* The length of the valid UTF-8 sequence at s[0, n): 1..4, 0 when s[0] cannot start one there
+ * (invalid, or cut short: *short_ says the bytes so far are a valid beginning). */
+static size_t utf8_seq(const unsigned char *s, size_t n, bool *short_) {
+    *short_ = false;
+    unsigned char c = s[0];
+    size_t k;
+    unsigned char lo = 0x80, hi = 0xBF; /* the range of the second byte */
+    if (c < 0x80) return 1;
+    if (c >= 0xC2 && c <= 0xDF) k = 2;
+    else if (c >= 0xE0 && c <= 0xEF) k = 3, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+    else if (c >= 0xF0 && c <= 0xF4) k = 4, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+    else return 0;
+    for (size_t i = 1; i < k; i++) {
+        if (i >= n) {
+            *short_ = true;
+            return 0;
+        }
+        if (s[i] < (i == 1 ? lo : 0x80) || s[i] > (i == 1 ? hi : 0xBF)) return 0;
     }
-    return n;
+    return k;
+}
+
+/* Appends s[n] to b as UTF-8: a byte that does not begin a valid character becomes U+FFFD. With
+ * more_follows, a valid beginning of a character cut off at the end is not appended: its length
+ * goes to *kept (it waits for the next piece). */
+static bool add_clean_utf8(kn_tcbuf *b, const char *s, size_t n, bool more_follows, size_t *kept) {
+    const unsigned char *u = (const unsigned char *)s;
+    size_t run = 0, i = 0;
+    *kept = 0;
+    while (i < n) {
+        bool cut;
+        size_t k = utf8_seq(u + i, n - i, &cut);
+        if (k) {
+            i += k;
+            continue;
+        }
+        if (cut && more_follows) {
+            *kept = n - i;
+            break;
+        }
+        if (!kn_tcbuf_add(b, s + run, i - run) || !kn_tcbuf_adds(b, "\xEF\xBF\xBD")) return false;
+        run = ++i;
+    }
+    return kn_tcbuf_add(b, s + run, i - run);
 }
 
 kiln_status kiln_chat_parser_feed(kiln_chat_parser *cp, const char *text, size_t len) {
@@ -352,14 +393,22 @@ kiln_status kiln_chat_parser_feed(kiln_chat_parser *cp, const char *text, size_t
         p->failed = true;
         return fail_call(p, KILN_ERR_INVALID_ARG, "the reply is longer than the parser's limit (64 MiB)");
     }
-    /* the scanner sees whole UTF-8 characters only: an incomplete one at the end waits in utf8 */
-    if (!kn_tcbuf_add(&p->in, p->utf8, p->n_utf8) || !kn_tcbuf_add(&p->in, text, len))
-        return fail_call(p, KILN_ERR_NOMEM, "out of memory");
-    size_t whole = utf8_whole(p->in.p, p->in.n);
-    p->n_utf8 = p->in.n - whole;
-    memcpy(p->utf8, p->in.p + whole, p->n_utf8);
-    p->in.n = whole;
-    p->in.p[whole] = 0;
+    /* the scanner sees whole, valid UTF-8 characters: a character cut at the end waits in utf8 for
+     * the next piece, and bytes that are not UTF-8 are read as U+FFFD */
+    size_t kept;
+    bool ok;
+    if (p->n_utf8) {
+        kn_tcbuf joined = {0};
+        ok = kn_tcbuf_add(&joined, p->utf8, p->n_utf8) && kn_tcbuf_add(&joined, text, len) &&
+             add_clean_utf8(&p->in, joined.p, joined.n, true, &kept);
+        if (ok) memcpy(p->utf8, joined.p + joined.n - kept, kept);
+        kn_tcbuf_free(&joined);
+    } else {
+        ok = add_clean_utf8(&p->in, text, len, true, &kept);
+        if (ok) memcpy(p->utf8, text + len - kept, kept);
+    }
+    if (!ok) return fail_call(p, KILN_ERR_NOMEM, "out of memory");
+    p->n_utf8 = kept;
     kn_tc_scan(p);
     if (p->failed) return kn_error(KILN_ERR_INVALID_ARG, "%s", p->errmsg);
     return KILN_OK;
@@ -371,7 +420,9 @@ kiln_status kiln_chat_parser_finish(kiln_chat_parser *cp) {
     kn_tcp *p = &cp->p;
     if (p->at_end) return KILN_OK;
     p->at_end = true;
-    if (p->n_utf8 && !kn_tcbuf_add(&p->in, p->utf8, p->n_utf8)) return fail_call(p, KILN_ERR_NOMEM, "out of memory");
+    size_t kept;
+    if (p->n_utf8 && !add_clean_utf8(&p->in, p->utf8, p->n_utf8, false, &kept))
+        return fail_call(p, KILN_ERR_NOMEM, "out of memory");
     p->n_utf8 = 0;
     if (!p->failed) kn_tc_scan(p);
     for (size_t i = 0; i < p->n_calls; i++) kn_tc_call_end(p, (int32_t)i);

@@ -230,6 +230,7 @@ struct kn_tcp {
     bool think_started; /* this reasoning block has released non-space text */
     kn_tcbuf think_ws;   /* trailing spaces of reasoning, held until more text follows */
     bool failed;        /* an input limit was hit: input is ignored from there */
+    bool after_call;    /* a block of calls just ended: white space is dropped */
     kn_tc_block blk;
 
     /* compiled markers */
@@ -266,7 +267,8 @@ bool kn_tc_emit_content(kn_tcp *p, const char *s, size_t n);
 bool kn_tc_emit_reasoning(kn_tcp *p, const char *s, size_t n);
 /* Starts a call named name[nn] with id[ni] (ni 0: the parser makes one unless id_later). A call
  * whose id may still follow (id_later) is released at kn_tc_call_id or kn_tc_call_end. Returns the
- * call's index, or -1. */
+ * call's index, or -1: a name that is empty or has control characters is not a call (the reader
+ * ends its block), or a limit or out of memory stopped the parser. */
 int32_t kn_tc_call_begin(kn_tcp *p, const char *name, size_t nn, const char *id, size_t ni, bool id_later);
 bool kn_tc_call_id(kn_tcp *p, int32_t call, const char *id, size_t ni);
 bool kn_tc_call_args(kn_tcp *p, int32_t call, const char *s, size_t n);

@@ -76,14 +76,14 @@ static kn_tc_step header_step(kn_tcp *p) {
     kn_tc_block *b = &p->blk;
     const char *s = kn_tc_rest(p);
     size_t n = kn_tc_avail(p);
+    bool need;
+    if (!headerish(s, n, &need)) return kn_tc_block_end(p); /* not harmony: content */
     const char *m = memmem(s, n < KN_TC_MAX_HEADER ? n : KN_TC_MAX_HEADER, "<|message|>", 11);
     if (!m) {
-        bool need;
-        if (n < KN_TC_MAX_HEADER && headerish(s, n, &need)) {
-            if (!p->at_end) return KN_TC_NEED;
-            p->pos += n; /* a header cut off by the end of the reply says nothing */
-        }
-        return kn_tc_block_end(p); /* not harmony: content */
+        if (n >= KN_TC_MAX_HEADER) return kn_tc_block_end(p); /* no header is that long: content */
+        if (!p->at_end) return KN_TC_NEED;
+        p->pos += n; /* a header cut off by the end of the reply says nothing */
+        return kn_tc_block_end(p);
     }
     size_t hn = (size_t)(m - s);
     const char *ch, *to;

@@ -9,7 +9,8 @@
  * At the end of the input (finish) nothing is partial: what never completed is text.
  *
  * Rules of the message it builds (they keep streaming and the whole-text parse identical):
- *   - content never starts with white space (space after reasoning or after a call is dropped);
+ *   - content never starts with white space, and white space right after a tool call is dropped
+ *     (space after reasoning, between calls, after the last call);
  *   - each reasoning block loses its leading and trailing white space, and blocks are joined by a
  *     blank line; with reasoning "none" the reasoning text, markers included, is content;
  *   - tool-call markup inside reasoning stays reasoning, except for formats where a call opener
@@ -107,10 +108,10 @@ kiln_status kn_tc_scan_init(kn_tcp *p, const char *prompt, bool thinking_open) {
         if (!p->parse_calls && !(f->open[i].flags & KN_OP_ALWAYS)) continue;
         if ((f->open[i].flags & KN_OP_TOOLS) && !tools) continue;
         if (!add_mark(p, f->open[i].re, false, MK_OPEN, (int16_t)i, f->open[i].flags))
-            return kn_error(KILN_ERR_INTERNAL, "%s", kn_error_msg());
+            return KILN_ERR_INTERNAL; /* kn_tc_compile recorded why */
     }
     for (int i = 0; i < KN_TC_MAX_FRE && f->fre[i]; i++)
-        if (!kn_tc_compile(p, f->fre[i], &p->fre[i])) return kn_error(KILN_ERR_INTERNAL, "%s", kn_error_msg());
+        if (!kn_tc_compile(p, f->fre[i], &p->fre[i])) return KILN_ERR_INTERNAL; /* kn_tc_compile recorded why */
     p->md = pcre2_match_data_create(20, NULL);
     if (!p->md) return kn_error(KILN_ERR_NOMEM, "out of memory");
 
@@ -192,6 +193,9 @@ static void start_block(kn_tcp *p, const kn_re *m, size_t ms, size_t me) {
     kn_tc_block_reset(p, op->fam ? op->fam : p->fmt->family, op->cfg ? op->cfg : p->fmt->cfg);
     p->blk.opener = m->index;
     p->blk.kind = op->kind;
+    /* the match data holds the last pattern tried: match this one again for its groups */
+    p->pos = ms;
+    kn_tc_match(p, m->code, true, &ms, &me);
     p->pos = me;
     p->blk.fam->begin(p, m->code, ms, me);
 }
@@ -218,6 +222,11 @@ static kn_tc_step try_start(kn_tcp *p) {
 
 /* Content mode. */
 static kn_tc_step scan_content(kn_tcp *p) {
+    if (p->after_call) { /* white space right after a call is dropped */
+        kn_tc_skip_ws(p);
+        if (kn_tc_avail(p) == 0) return KN_TC_NEED;
+        p->after_call = false;
+    }
     if (p->content.n == 0 && p->n_calls == 0) {
         kn_tc_step r = try_start(p);
         if (r != KN_TC_DONE) return r;
@@ -282,6 +291,7 @@ kn_tc_step kn_tc_block_end(kn_tcp *p) {
     if (p->blk.call >= 0) kn_tc_call_end(p, p->blk.call);
     p->blk.call = -1;
     p->mode = KN_MODE_CONTENT;
+    p->after_call = p->n_calls > 0;
     return KN_TC_DONE;
 }
 

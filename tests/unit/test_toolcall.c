@@ -43,52 +43,54 @@ static const char *const TOOLS_JSON =
     "{"
     "\"special_function_tool\": " FN(
         "special_function",
-        INT_PARAM("arg1")) ","
-                           "\"special_function_tool_with_optional_param\": " FN(
-                               "special_function_with_opt",
-                               INT_PARAM("arg1") ", " INT_PARAM(
-                                   "arg2")) ","
-                                            "\"python_tool\": " FN(
-                                                "python",
-                                                STR_PARAM("code")) ","
-                                                                   "\"code_interpreter_tool\": " FN(
-                                                                       "code_interpreter",
-                                                                       STR_PARAM("code")) ","
-                                                                                          "\"html_tool\": " FN(
-                                                                                              "html",
-                                                                                              STR_PARAM("markup")) ","
-                                                                                                                   "\"t"
-                                                                                                                   "odo"
-                                                                                                                   "_li"
-                                                                                                                   "st"
-                                                                                                                   "\":"
-                                                                                                                   " " FN("todo_list",
-                                                                                                                          "\"todos\": {\"type\": \"array\"}") ","
-                                                                                                                                                              "\"get_time_tool\": " FN("get_time", STR_PARAM(
-                                                                                                                                                                                                       "city")) ","
-                                                                                                                                                                                                                "\"get_weather_tool\": " FN("get_weather", STR_PARAM("city")) ","
-                                                                                                                                                                                                                                                                              "\"empty_args_tool\": " FN("empty_args", "") ","
-                                                                                                                                                                                                                                                                                                                           "\"empty_args_tool_no_properties\": {\"type\": \"function\", \"function\": {\"name\": \"empty_args_no_props\", \"parameters\": {\"type\": \"object\"}}},"
-                                                                                                                                                                                                                                                                                                                           "\"magic_int_tool\": " FN("magic_int", INT_PARAM("ref") ", " STR_PARAM("name")) ","
-                                                                                                                                                                                                                                                                                                                                                                                                           "\"amount_tool\": " FN("amount",
-                                                                                                                                                                                                                                                                                                                                                                                                                                  "\"orig\": {\"type\": \"number\"}") ","
-                                                                                                                                                                                                                                                                                                                                                                                                                                                                      "\"config_tool\": " FN("set_config",
-                                                                                                                                                                                                                                                                                                                                                                                                                                                                                             "\"config\": {\"type\": \"object\"}") ","
-                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                   "\"tool_2req_5opt\": " FN("tool_2req_5opt", STR_PARAM("req1") ", " INT_PARAM("req2") ", " STR_PARAM("opt1") ", " INT_PARAM(
-                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                   "opt2") ", " STR_PARAM("opt3") ", " INT_PARAM("opt4") ", " STR_PARAM("opt5")) ","
-                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                 "\"no_args_tool\": " FN(
-                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                     "read_file_diff_md", STR_PARAM(
-                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                              "review_id") ", " STR_PARAM("file_id")) ","
-                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                      "\"nullable_string_tool\": " FN(
-                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                          "set_nullable_str", "\"name\": {\"type\": [\"string\", \"null\"]}") ","
-                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                              "\"nullable_int_tool\": " FN(
-                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                  "set_nullable_int", "\"count\": {\"type\": [\"integer\", \"null\"]}") ","
-                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                        "\"quoted_unquoted_tool\": " FN("quoted_unquoted",
-                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                        STR_PARAM("quoted") ", " STR_PARAM(
-                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                            "unquoted")) ","
-                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                         "\"string_param_tool\": " FN("string_param",
-                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                      STR_PARAM(
-                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                          "text")) "}";
+        INT_PARAM(
+            "arg1")) ","
+                     "\"special_function_tool_with_optional_param\": " FN(
+                         "special_function_with_opt",
+                         INT_PARAM("arg1") ", " INT_PARAM(
+                             "arg2")) ","
+                                      "\"python_tool\": " FN(
+                                          "python",
+                                          STR_PARAM(
+                                              "code")) ","
+                                                       "\"code_interpreter_tool\": " FN(
+                                                           "code_interpreter",
+                                                           STR_PARAM(
+                                                               "code")) ","
+                                                                        "\"html_tool\": " FN(
+                                                                            "html", STR_PARAM(
+                                                                                        "markup")) ","
+                                                                                                   "\"t"
+                                                                                                   "odo"
+                                                                                                   "_li"
+                                                                                                   "st"
+                                                                                                   "\":"
+                                                                                                   " " FN("todo_list", "\"todos\": {\"type\": \"array\"}") ","
+                                                                                                                                                           "\"get_time_tool\": " FN("get_time", STR_PARAM("city")) ","
+                                                                                                                                                                                                                   "\"get_weather_tool\": " FN("get_weather", STR_PARAM("city")) ","
+                                                                                                                                                                                                                                                                                 "\"empty_args_tool\": " FN("empty_args", "") ","
+                                                                                                                                                                                                                                                                                                                              "\"empty_args_tool_no_properties\": {\"type\": \"function\", \"function\": {\"name\": \"empty_args_no_props\", \"parameters\": {\"type\": \"object\"}}},"
+                                                                                                                                                                                                                                                                                                                              "\"magic_int_tool\": " FN("magic_int", INT_PARAM(
+                                                                                                                                                                                                                                                                                                                                                                         "ref") ", " STR_PARAM("name")) ","
+                                                                                                                                                                                                                                                                                                                                                                                                        "\"amount_tool\": " FN("amount",
+                                                                                                                                                                                                                                                                                                                                                                                                                               "\"orig\": {\"type\": \"number\"}") ","
+                                                                                                                                                                                                                                                                                                                                                                                                                                                                   "\"config_tool\": " FN("set_config", "\"config\": {\"type\": \"object\"}") ","
+                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                              "\"tool_2req_5opt\": " FN("tool_2req_5opt", STR_PARAM(
+                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                              "req1") ", " INT_PARAM("req2") ", " STR_PARAM("opt1") ", " INT_PARAM("opt2") ", " STR_PARAM("opt3") ", " INT_PARAM("opt4") ", " STR_PARAM("opt5")) ","
+                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                 "\"no_args_tool\": " FN(
+                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                     "read_file_diff_md",
+                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                     STR_PARAM("review_id") ", " STR_PARAM("file_id")) ","
+                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                       "\"nullable_string_tool\": " FN(
+                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                           "set_nullable_str", "\"name\": {\"type\": [\"string\", \"null\"]}") ","
+                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                               "\"nullable_int_tool\": " FN(
+                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                   "set_nullable_int", "\"count\": {\"type\": [\"integer\", \"null\"]}") ","
+                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                         "\"quoted_unquoted_tool\": " FN("quoted_unquoted",
+                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                         STR_PARAM("quoted") ", " STR_PARAM(
+                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                             "unquoted")) ","
+                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                          "\"string_param_tool\": " FN(
+                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                              "string_param",
+                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                              STR_PARAM(
+                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                  "text")) "}";
 
 /* The tools the older vectors (no "tools" field) were parsed with. */
 static const char *const OLD_TOOLS[] = {"special_function_tool",
@@ -637,6 +639,468 @@ static void test_detection(void) {
     CHECK(rows >= 25);
 }
 
+/* ---- API, ids, streaming rules ------------------------------------------------------------------ */
+
+/* Parses text whole with params pp; the message into msg (a static buffer). */
+static kiln_status parse_whole(const kiln_chat_parser_params *pp, const char *text, char *msg, size_t cap) {
+    kiln_chat_parser *p;
+    kiln_status st = kiln_chat_parser_new(pp, &p);
+    if (st) return st;
+    if (!(st = kiln_chat_parser_feed(p, text, strlen(text)))) st = kiln_chat_parser_finish(p);
+    char *m = NULL;
+    if (kiln_chat_parser_message(p, &m, NULL) == KILN_OK) snprintf(msg, cap, "%s", m);
+    kiln_free(m);
+    kiln_chat_parser_free(p);
+    return st;
+}
+
+static void test_api_errors(void) {
+    kiln_chat_parser *p = NULL;
+    kiln_chat_parser_params pp = kiln_chat_parser_default_params();
+    CHECK(pp.parse_tool_calls && pp.reasoning == KILN_REASONING_AUTO && !pp.format);
+    CHECK(kiln_chat_parser_new(&pp, NULL) == KILN_ERR_INVALID_ARG);
+    pp.format = "no-such-format";
+    CHECK(kiln_chat_parser_new(&pp, &p) == KILN_ERR_INVALID_ARG && !p);
+    CHECK(strstr(kiln_last_error(), "no-such-format"));
+    pp.format = "hermes";
+    const char *bad_tools[][2] = {{"[{\"type\": \"function\"", "not valid JSON"},
+                                  {"{\"a\": 1}", "array"},
+                                  {"[{\"type\": \"function\", \"function\": {\"name\": \"f\"}}, 7]", "tools[1]"},
+                                  {"[{\"type\": \"function\", \"function\": {\"description\": \"x\"}}]", "tools[0]"},
+                                  {"[{\"function\": {\"name\": \"f\", \"parameters\": \"x\"}}]", "parameters"}};
+    for (size_t i = 0; i < sizeof bad_tools / sizeof bad_tools[0]; i++) {
+        pp.tools = bad_tools[i][0];
+        CHECKF(kiln_chat_parser_new(&pp, &p) == KILN_ERR_INVALID_ARG, "tools %s", bad_tools[i][0]);
+        CHECKF(strstr(kiln_last_error(), bad_tools[i][1]), "tools %s: %s", bad_tools[i][0], kiln_last_error());
+    }
+    pp.tools = "[{\"name\": \"f\", \"parameters\": {\"type\": \"object\"}}]"; /* the inner object alone */
+    CHECK(kiln_chat_parser_new(&pp, &p) == KILN_OK);
+    CHECK(strcmp(kiln_chat_parser_format(p), "hermes") == 0);
+    CHECK(kiln_chat_parser_feed(p, NULL, 1) == KILN_ERR_INVALID_ARG);
+    CHECK(kiln_chat_parser_feed(p, "hi", 2) == KILN_OK);
+    CHECK(kiln_chat_parser_finish(p) == KILN_OK && kiln_chat_parser_finish(p) == KILN_OK);
+    CHECK(kiln_chat_parser_feed(p, "more", 4) == KILN_ERR_INVALID_ARG);
+    CHECK(strstr(kiln_chat_parser_last_error(p), "finished"));
+    kiln_chat_parser_free(p);
+    /* NULL handles */
+    kiln_chat_delta d;
+    char *m;
+    CHECK(kiln_chat_parser_feed(NULL, "x", 1) == KILN_ERR_INVALID_ARG);
+    CHECK(kiln_chat_parser_finish(NULL) == KILN_ERR_INVALID_ARG);
+    CHECK(!kiln_chat_parser_next(NULL, &d));
+    CHECK(kiln_chat_parser_message(NULL, &m, NULL) == KILN_ERR_INVALID_ARG);
+    CHECK(kiln_chat_parser_n_tool_calls(NULL) == 0);
+    kiln_chat_parser_free(NULL);
+    /* defaults: no params, no template: generic, plain content */
+    CHECK(kiln_chat_parser_new(NULL, &p) == KILN_OK);
+    CHECK(strcmp(kiln_chat_parser_format(p), "generic") == 0);
+    kiln_chat_parser_free(p);
+    /* aliases */
+    pp = kiln_chat_parser_default_params();
+    pp.format = "Qwen3";
+    CHECK(kiln_chat_parser_new(&pp, &p) == KILN_OK && strcmp(kiln_chat_parser_format(p), "hermes") == 0);
+    kiln_chat_parser_free(p);
+}
+
+/* Generated ids: "call_" and 24 alphanumerics (9 alphanumerics for Mistral's formats), the same for
+ * the same seed, other for another seed; ids the model writes are kept. */
+static void test_ids(void) {
+    static char m1[4096], m2[4096], m3[4096];
+    kiln_chat_parser_params pp = kiln_chat_parser_default_params();
+    pp.format = "hermes";
+    pp.id_seed = 7;
+    const char *two = "<tool_call>{\"name\": \"a\", \"arguments\": {}}</tool_call><tool_call>{\"name\": \"b\", "
+                      "\"arguments\": {}}</tool_call>";
+    CHECK(parse_whole(&pp, two, m1, sizeof m1) == KILN_OK);
+    CHECK(parse_whole(&pp, two, m2, sizeof m2) == KILN_OK);
+    pp.id_seed = 8;
+    CHECK(parse_whole(&pp, two, m3, sizeof m3) == KILN_OK);
+    CHECK(strcmp(m1, m2) == 0 && strcmp(m1, m3) != 0);
+    json_error_t e;
+    json_t *j = json_loads(m1, 0, &e);
+    json_t *calls = json_object_get(j, "tool_calls");
+    CHECK(json_array_size(calls) == 2);
+    const char *id0 = json_string_value(json_object_get(json_array_get(calls, 0), "id"));
+    const char *id1 = json_string_value(json_object_get(json_array_get(calls, 1), "id"));
+    CHECKF(strlen(id0) == 29 && strncmp(id0, "call_", 5) == 0 && strcmp(id0, id1) != 0, "%s %s", id0, id1);
+    for (const char *c = id0 + 5; *c; c++)
+        CHECK((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9'));
+    json_decref(j);
+    pp.format = "mistral";
+    CHECK(parse_whole(&pp, "[TOOL_CALLS]f[ARGS]{\"x\": 1}", m1, sizeof m1) == KILN_OK);
+    j = json_loads(m1, 0, &e);
+    const char *mid = json_string_value(json_object_get(json_array_get(json_object_get(j, "tool_calls"), 0), "id"));
+    CHECKF(mid && strlen(mid) == 9, "%s", m1);
+    json_decref(j);
+    CHECK(parse_whole(&pp, "[TOOL_CALLS]f[CALL_ID]abcDEF123[ARGS]{\"x\": 1}", m1, sizeof m1) == KILN_OK);
+    CHECKF(strstr(m1, "\"id\":\"abcDEF123\""), "%s", m1);
+}
+
+/* Deltas come in the order of the reply: reasoning, content, then a call's first delta with id and
+ * name, then its argument fragments without them. */
+static void test_delta_order(void) {
+    kiln_chat_parser_params pp = kiln_chat_parser_default_params();
+    pp.format = "hermes";
+    pp.id_seed = 1;
+    kiln_chat_parser *p;
+    CHECK(kiln_chat_parser_new(&pp, &p) == KILN_OK);
+    const char *pieces[] = {"<th",
+                            "ink>Let me",
+                            " think.</think>\n\nSure",
+                            ": <tool_",
+                            "call>\n{\"name\": \"get\", \"arg",
+                            "uments\": {\"city\": \"Par",
+                            "is\"}}\n</tool_call>"};
+    int kinds[32], n = 0;
+    bool first_seen = false;
+    for (size_t i = 0; i < sizeof pieces / sizeof pieces[0]; i++) {
+        CHECK(kiln_chat_parser_feed(p, pieces[i], strlen(pieces[i])) == KILN_OK);
+        kiln_chat_delta d;
+        while (kiln_chat_parser_next(p, &d) && n < 32) {
+            if (n == 0 || kinds[n - 1] != (int)d.kind) kinds[n++] = (int)d.kind;
+            if (d.kind == KILN_DELTA_TOOL_CALL) {
+                CHECK(d.index == 0);
+                CHECKF(!first_seen == (d.id != NULL), "id on delta %d", n);
+                CHECK(!d.id || (strcmp(d.name, "get") == 0 && strncmp(d.id, "call_", 5) == 0));
+                first_seen = true;
+            }
+            if (d.kind == KILN_DELTA_CONTENT)
+                CHECKF(!memchr(d.text, '<', d.len), "markup in content: %.*s", (int)d.len, d.text);
+        }
+    }
+    CHECK(kiln_chat_parser_finish(p) == KILN_OK);
+    CHECK(n == 3 && kinds[0] == KILN_DELTA_REASONING && kinds[1] == KILN_DELTA_CONTENT &&
+          kinds[2] == KILN_DELTA_TOOL_CALL);
+    CHECK(kiln_chat_parser_n_tool_calls(p) == 1);
+    char *m;
+    CHECK(kiln_chat_parser_message(p, &m, NULL) == KILN_OK);
+    CHECKF(strcmp(m, "{\"role\":\"assistant\",\"content\":\"Sure: \",\"reasoning_content\":\"Let me think.\","
+                     "\"tool_calls\":[{\"id\":\"call_zvlZ6MRqCXMUnxuYUQYyy6NH\",\"type\":\"function\",\"function\":{"
+                     "\"name\":\"get\",\"arguments\":\"{\\\"city\\\":\\\"Paris\\\"}\"}}]}") == 0,
+           "%s", m);
+    kiln_free(m);
+    kiln_chat_parser_free(p);
+}
+
+/* A reply cut inside UTF-8 characters: every delta holds whole characters. */
+static void test_utf8_pieces(void) {
+    const char *text =
+        "<think>d\xc3\xa9j\xc3\xa0 \xe2\x82\xac</think>na\xc3\xafve \xf0\x9f\x99\x82 <tool_call>{\"name\": \"f\", "
+        "\"arguments\": {\"s\": \"\xe6\x97\xa5\xe6\x9c\xac\"}}</tool_call>";
+    kiln_chat_parser_params pp = kiln_chat_parser_default_params();
+    pp.format = "hermes";
+    kiln_chat_parser *p;
+    CHECK(kiln_chat_parser_new(&pp, &p) == KILN_OK);
+    for (size_t i = 0; text[i]; i++) {
+        CHECK(kiln_chat_parser_feed(p, text + i, 1) == KILN_OK);
+        kiln_chat_delta d;
+        while (kiln_chat_parser_next(p, &d)) {
+            json_t *s = json_stringn(d.text, d.len); /* jansson accepts valid UTF-8 only */
+            CHECKF(s || d.len == 0, "delta not whole UTF-8 after byte %zu: %.*s", i, (int)d.len, d.text);
+            json_decref(s);
+        }
+    }
+    CHECK(kiln_chat_parser_finish(p) == KILN_OK);
+    char *m;
+    CHECK(kiln_chat_parser_message(p, &m, NULL) == KILN_OK);
+    CHECKF(strstr(m, "\"content\":\"na\xc3\xafve \xf0\x9f\x99\x82 \"") && strstr(m, "d\xc3\xa9j\xc3\xa0 \xe2\x82\xac"),
+           "%s", m);
+    kiln_free(m);
+    kiln_chat_parser_free(p);
+}
+
+/* Families on inputs the vectors do not cover: parallel calls, content around calls, arguments as
+ * a JSON string, typed XML values, malformed JSON inside a call, calls inside reasoning. */
+static void test_family_cases(void) {
+    static char m[8192];
+    kiln_chat_parser_params pp = kiln_chat_parser_default_params();
+    pp.id_seed = 3;
+    struct {
+        const char *format, *tools, *raw, *want[4];
+    } cases[] = {
+        {"hermes",
+         NULL,
+         "Checking both.\n<tool_call>{\"name\": \"a\", \"arguments\": {\"x\": [1, "
+         "2]}}</tool_call>\n<tool_call>{\"arguments\": "
+         "{\"y\": \"z\"}, \"name\": \"b\"}</tool_call>",
+         {"\"content\":\"Checking both.\\n\"", "\"name\":\"a\",\"arguments\":\"{\\\"x\\\":[1,2]}\"",
+          "\"name\":\"b\",\"arguments\":\"{\\\"y\\\":\\\"z\\\"}\""}},
+        {"hermes",
+         NULL,
+         "<tool_call>{\"name\": \"s\", \"arguments\": \"{\\\"q\\\": 1}\"}</tool_call>",
+         {"\"arguments\":\"{\\\"q\\\": 1}\""}},
+        {"hermes",
+         NULL,
+         "<tool_call>{\"name\": \"bad\", \"arguments\": {\"a\": tr<ue}}</tool_call> and on",
+         {"\"name\":\"bad\"", "and on"}},
+        {"hermes",
+         NULL,
+         "<think>maybe <tool_call>{\"name\": \"no\", \"arguments\": {}}</tool_call></think>ok",
+         {"\"reasoning_content\":\"maybe <tool_call>", "\"content\":\"ok\""}},
+        {"qwen3-coder",
+         "[{\"type\": \"function\", \"function\": {\"name\": \"w\", \"parameters\": {\"properties\": {\"s\": "
+         "{\"type\": \"string\"}, \"n\": {\"type\": \"number\"}}}}}]",
+         "<tool_call>\n<function=w>\n<parameter=s>\n42\n</parameter>\n<parameter=n>\n4.5\n</"
+         "parameter>\n<parameter=o>\n{\"k\": "
+         "[true, null]}\n</parameter>\n</function>\n</tool_call>",
+         {"\"arguments\":\"{\\\"s\\\":\\\"42\\\",\\\"n\\\":4.5,\\\"o\\\":{\\\"k\\\":[true,null]}}\""}},
+        {"lfm2",
+         NULL,
+         "<|tool_call_start|>[f(a='it\\'s', b=[1, (2, 3)], c=None, d=True)]<|tool_call_end|>",
+         {"\"arguments\":\"{\\\"a\\\":\\\"it's\\\",\\\"b\\\":[1,[2,3]],\\\"c\\\":null,\\\"d\\\":true}\""}},
+        {"gemma4",
+         NULL,
+         "<|tool_call>call:f{a:<|\"|>x, y<|\"|>,b:{c:[1,2]},d:false}<tool_call|>",
+         {"\"arguments\":\"{\\\"a\\\":\\\"x, y\\\",\\\"b\\\":{\\\"c\\\":[1,2]},\\\"d\\\":false}\""}},
+        {"gpt-oss",
+         NULL,
+         "<|channel|>analysis<|message|>think<|end|><|start|>assistant<|channel|>commentary to=functions.f "
+         "<|constrain|>json<|message|>{\"a\":1}<|call|>",
+         {"\"reasoning_content\":\"think\"", "\"name\":\"f\",\"arguments\":\"{\\\"a\\\":1}\""}},
+        {"gpt-oss", NULL, "plain text, no harmony", {"\"content\":\"plain text, no harmony\""}},
+        {"deepseek-v3.1",
+         NULL,
+         "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>a<｜tool▁sep｜>{}<｜tool▁call▁end｜><｜tool▁call▁begin｜>b<"
+         "｜tool▁sep｜>{\"x\":"
+         "2}<｜tool▁call▁end｜><｜tool▁calls▁end｜>done",
+         {"\"name\":\"a\",\"arguments\":\"{}\"", "\"name\":\"b\",\"arguments\":\"{\\\"x\\\":2}\"",
+          "\"content\":\"done\""}},
+        {"functionary-v3.2",
+         NULL,
+         "all\nLet me check.>>>get\n{\"q\": 1}>>>all\nDone.",
+         {"\"content\":\"Let me check.Done.\"", "\"name\":\"get\""}},
+        {"kimi-k2",
+         NULL,
+         "<think>plan<|tool_calls_section_begin|><|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>{}<|tool_"
+         "call_end|><|"
+         "tool_calls_section_end|>",
+         {"\"reasoning_content\":\"plan\"", "\"id\":\"functions.f:0\""}},
+        {"command-r7b", NULL, "<|START_RESPONSE|>Hi<|END_RESPONSE|>", {"\"content\":\"Hi\""}},
+        {"hermes",
+         NULL,
+         "no calls here: a < b and {\"name\": 1}",
+         {"\"content\":\"no calls here: a < b and {\\\"name\\\": 1}\""}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        pp.format = cases[i].format;
+        pp.tools = cases[i].tools;
+        CHECKF(parse_whole(&pp, cases[i].raw, m, sizeof m) == KILN_OK, "case %zu: %s", i, kiln_last_error());
+        for (int k = 0; k < 4 && cases[i].want[k]; k++)
+            CHECKF(strstr(m, cases[i].want[k]), "case %zu (%s): no %s in %s", i, cases[i].format, cases[i].want[k], m);
+        /* and the same fed byte by byte */
+        const char *raw = cases[i].raw;
+        size_t raw_len = strlen(raw);
+        char why[1024];
+        kiln_chat_parser *p;
+        CHECK(kiln_chat_parser_new(&pp, &p) == KILN_OK);
+        static streamed st;
+        memset(&st, 0, sizeof st);
+        for (size_t k = 0; k < raw_len; k++) {
+            CHECK(kiln_chat_parser_feed(p, raw + k, 1) == KILN_OK);
+            take_deltas(p, &st);
+        }
+        CHECK(kiln_chat_parser_finish(p) == KILN_OK);
+        take_deltas(p, &st);
+        char *m2;
+        CHECK(kiln_chat_parser_message(p, &m2, NULL) == KILN_OK);
+        json_error_t e;
+        json_t *msg = json_loads(m2, 0, &e);
+        bool same = strcmp(m2, m) == 0, rebuilt = deltas_match(&st, msg, false, why, sizeof why);
+        json_decref(msg);
+        kiln_chat_parser_free(p);
+        CHECKF(same, "case %zu byte by byte: %s vs %s", i, m2, m);
+        kiln_free(m2);
+        CHECKF(rebuilt, "case %zu: %s", i, why);
+    }
+}
+
+/* Limits: a long streamed argument, too many calls. */
+static void test_limits(void) {
+    kiln_chat_parser_params pp = kiln_chat_parser_default_params();
+    pp.format = "hermes";
+    kiln_chat_parser *p;
+    CHECK(kiln_chat_parser_new(&pp, &p) == KILN_OK);
+    const char *head = "<tool_call>{\"name\": \"write\", \"arguments\": {\"text\": \"";
+    CHECK(kiln_chat_parser_feed(p, head, strlen(head)) == KILN_OK);
+    char chunk[1000];
+    memset(chunk, 'x', sizeof chunk);
+    size_t got = 0;
+    kiln_chat_delta d;
+    for (int i = 0; i < 2000; i++) { /* 2 MB in 1000-byte pieces: each piece streams out at once */
+        CHECK(kiln_chat_parser_feed(p, chunk, sizeof chunk) == KILN_OK);
+        size_t before = got;
+        while (kiln_chat_parser_next(p, &d)) got += d.len;
+        CHECK(got - before >= sizeof chunk || i == 0);
+    }
+    CHECK(kiln_chat_parser_feed(p, "\"}}</tool_call>", 15) == KILN_OK && kiln_chat_parser_finish(p) == KILN_OK);
+    kiln_chat_parser_free(p);
+    /* more calls than the limit: an error, not a crash */
+    CHECK(kiln_chat_parser_new(&pp, &p) == KILN_OK);
+    kiln_status st = KILN_OK;
+    for (int i = 0; i < 1100 && st == KILN_OK; i++) {
+        const char *c = "<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>";
+        st = kiln_chat_parser_feed(p, c, strlen(c));
+    }
+    CHECK(st == KILN_ERR_INVALID_ARG && strstr(kiln_last_error(), "tool calls"));
+    CHECK(kiln_chat_parser_n_tool_calls(p) == 1024);
+    kiln_chat_parser_free(p);
+}
+
+/* ---- fuzz --------------------------------------------------------------------------------------- */
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull; /* FUZZSEED */
+static uint32_t rnd(uint32_t n) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state % n);
+}
+
+/* Runs text with pp whole and in random pieces: no crash, the deltas rebuild the message, and the
+ * pieces give the same message as the whole. */
+static bool fuzz_one(const kiln_chat_parser_params *pp, const char *text, size_t len, char *why, size_t cap) {
+    char *whole = NULL;
+    bool ok = true;
+    for (int way = 0; way < 2 && ok; way++) {
+        kiln_chat_parser *p;
+        if (kiln_chat_parser_new(pp, &p) != KILN_OK) return snprintf(why, cap, "new"), false;
+        static streamed st;
+        memset(&st, 0, sizeof st);
+        size_t off = 0;
+        while (off < len) {
+            size_t n = way == 0 ? len : 1 + rnd(6);
+            if (n > len - off) n = len - off;
+            kiln_chat_parser_feed(p, text + off, n);
+            off += n;
+            take_deltas(p, &st);
+        }
+        kiln_chat_parser_finish(p);
+        take_deltas(p, &st);
+        char *m = NULL;
+        kiln_chat_parser_message(p, &m, NULL);
+        json_error_t e;
+        json_t *msg = m ? json_loads(m, JSON_ALLOW_NUL, &e) : NULL;
+        if (!msg) snprintf(why, cap, "no message: %s", m ? e.text : kiln_last_error());
+        ok = msg && deltas_match(&st, msg, false, why, cap);
+        json_decref(msg);
+        if (ok && way == 1 && strcmp(m, whole) != 0)
+            ok = false, snprintf(why, cap, "pieces %.400s vs whole %.400s", m, whole);
+        if (way == 0) whole = m;
+        else kiln_free(m);
+        kiln_chat_parser_free(p);
+    }
+    kiln_free(whole);
+    return ok;
+}
+
+static void test_fuzz(void) {
+    static const char *const atoms[] = {"<tool_call>",
+                                        "</tool_call>",
+                                        "<think>",
+                                        "</think>",
+                                        "{",
+                                        "}",
+                                        "[",
+                                        "]",
+                                        "\"name\"",
+                                        "\"arguments\"",
+                                        ":",
+                                        ",",
+                                        "\"f\"",
+                                        " ",
+                                        "\n",
+                                        "x",
+                                        "1",
+                                        "\"",
+                                        "\\",
+                                        "<function=f>",
+                                        "<parameter=a>",
+                                        "</parameter>",
+                                        "</function>",
+                                        "[TOOL_CALLS]",
+                                        "[ARGS]",
+                                        "<|channel|>",
+                                        "analysis",
+                                        "<|message|>",
+                                        "<|end|>",
+                                        " to=functions.f",
+                                        "<|start|>assistant",
+                                        "<｜tool▁calls▁begin｜>",
+                                        "<｜tool▁call▁begin｜>",
+                                        "<｜tool▁sep｜>",
+                                        ">>>",
+                                        "all\n",
+                                        "<|python_tag|>",
+                                        ".call(",
+                                        "(",
+                                        ")",
+                                        "=",
+                                        "'",
+                                        "<|tool_call>call:",
+                                        "<|\"|>",
+                                        "<tool_call|>",
+                                        "```json\n",
+                                        "é",
+                                        "\xe2\x82"};
+    const char *tools =
+        "[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"properties\": {\"a\": "
+        "{\"type\": \"string\"}}}}}]";
+    char buf[512], why[1024];
+    const char *fname;
+    int runs = 0;
+    for (size_t f = 0; kiln_chat_format_get(f, &fname, NULL); f++) {
+        for (int r = 0; r < 3; r++) {
+            kiln_chat_parser_params pp = kiln_chat_parser_default_params();
+            pp.format = fname;
+            pp.tools = tools;
+            pp.id_seed = 5;
+            pp.reasoning = r == 1 ? KILN_REASONING_NONE : KILN_REASONING_AUTO;
+            pp.thinking_open = r == 2;
+            for (int t = 0; t < 60; t++) {
+                size_t n = 0;
+                int k = 1 + (int)rnd(24);
+                for (int a = 0; a < k; a++) {
+                    const char *at = atoms[rnd(sizeof atoms / sizeof atoms[0])];
+                    size_t al = strlen(at);
+                    if (n + al >= sizeof buf) break;
+                    memcpy(buf + n, at, al);
+                    n += al;
+                }
+                buf[n] = 0;
+                runs++;
+                if (!fuzz_one(&pp, buf, n, why, sizeof why)) {
+                    FILE *df = fopen("/tmp/fuzzfail.bin", "wb");
+                    fwrite(buf, 1, n, df);
+                    fclose(df);
+                }
+                CHECKF(fuzz_one(&pp, buf, n, why, sizeof why), "%s (reasoning %d): %s\n  input: %s", fname, r, why,
+                       buf);
+            }
+        }
+    }
+    /* the vectors with random bytes changed */
+    json_t *vs = json_object_get(g_vectors, "vectors");
+    for (size_t i = 0; i < json_array_size(vs); i++) {
+        json_t *v = json_array_get(vs, i);
+        const char *raw = json_string_value(json_object_get(v, "raw"));
+        size_t n = strlen(raw);
+        if (n == 0 || n >= sizeof buf) continue;
+        const char *vf = kiln_format_of(json_string_value(json_object_get(v, "format")));
+        kiln_chat_parser_params pp = kiln_chat_parser_default_params();
+        pp.format = vf;
+        pp.tools = tools;
+        pp.id_seed = 5;
+        for (int t = 0; t < 8; t++) {
+            memcpy(buf, raw, n + 1);
+            for (int k = 0; k < 3; k++) buf[rnd((uint32_t)n)] = "{}[]<>\"\\:, \nx|\0"[rnd(15)]; /* NUL too */
+            runs++;
+            CHECKF(fuzz_one(&pp, buf, n, why, sizeof why), "vector %zu mutated: %s\n  input: %.*s", i, why, (int)n,
+                   buf);
+        }
+    }
+    printf("  %d fuzz inputs\n", runs);
+}
+
 int main(void) {
     size_t len;
     char *text = kt_read_file(kt_data("tool-calls/vectors.json"), &len);
@@ -652,6 +1116,13 @@ int main(void) {
     RUN(test_vectors_whole);
     RUN(test_vectors_split);
     RUN(test_vectors_bytewise);
+    RUN(test_api_errors);
+    RUN(test_ids);
+    RUN(test_delta_order);
+    RUN(test_utf8_pieces);
+    RUN(test_family_cases);
+    RUN(test_limits);
+    RUN(test_fuzz);
     json_decref(g_vectors);
     json_decref(g_tools);
     return kt_summary();
