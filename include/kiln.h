@@ -298,8 +298,9 @@ KILN_API void kiln_chat_parser_free(kiln_chat_parser *parser);
 /* The name of the format the parser reads (e.g. "hermes"). */
 KILN_API const char *kiln_chat_parser_format(const kiln_chat_parser *parser);
 
-/* Adds len bytes of the reply. KILN_ERR_INVALID_ARG after finish or past the input limit (64 MiB),
- * KILN_ERR_NOMEM; the parser then keeps what it had. */
+/* Adds len bytes of the reply. KILN_ERR_INVALID_ARG after finish or past a limit (64 MiB of reply,
+ * 1,024 tool calls, 4 MiB for an argument value read whole), KILN_ERR_NOMEM; the message keeps what
+ * was parsed before, and later feeds return the same error. */
 KILN_API kiln_status kiln_chat_parser_feed(kiln_chat_parser *parser, const char *text, size_t len);
 /* Ends the input: text held back is decided (markup that never completed is content), an open
  * tool call is closed with the arguments it has. */

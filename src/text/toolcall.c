@@ -53,7 +53,7 @@ kn_tc_step kn_tc_fail(kn_tcp *p, kiln_status st, const char *fmt, ...) {
         va_start(ap, fmt);
         vsnprintf(p->errmsg, sizeof p->errmsg, fmt, ap);
         va_end(ap);
-        (void)st;
+        p->fail_st = st;
         p->failed = true;
     }
     return KN_TC_DONE;
@@ -388,10 +388,10 @@ kiln_status kiln_chat_parser_feed(kiln_chat_parser *cp, const char *text, size_t
     kn_tcp *p = &cp->p;
     if (!text && len) return fail_call(p, KILN_ERR_INVALID_ARG, "kiln_chat_parser_feed: text is NULL");
     if (p->at_end) return fail_call(p, KILN_ERR_INVALID_ARG, "kiln_chat_parser_feed: the parser was finished");
-    if (p->failed) return kn_error(KILN_ERR_INVALID_ARG, "%s", p->errmsg);
+    if (p->failed) return kn_error(p->fail_st, "%s", p->errmsg);
     if (len > KN_TC_MAX_INPUT - p->in.n) {
-        p->failed = true;
-        return fail_call(p, KILN_ERR_INVALID_ARG, "the reply is longer than the parser's limit (64 MiB)");
+        kn_tc_fail(p, KILN_ERR_INVALID_ARG, "the reply is longer than the parser's limit (64 MiB)");
+        return kn_error(p->fail_st, "%s", p->errmsg);
     }
     /* the scanner sees whole, valid UTF-8 characters: a character cut at the end waits in utf8 for
      * the next piece, and bytes that are not UTF-8 are read as U+FFFD */
@@ -410,7 +410,7 @@ kiln_status kiln_chat_parser_feed(kiln_chat_parser *cp, const char *text, size_t
     if (!ok) return fail_call(p, KILN_ERR_NOMEM, "out of memory");
     p->n_utf8 = kept;
     kn_tc_scan(p);
-    if (p->failed) return kn_error(KILN_ERR_INVALID_ARG, "%s", p->errmsg);
+    if (p->failed) return kn_error(p->fail_st, "%s", p->errmsg);
     return KILN_OK;
 }
 
@@ -426,7 +426,7 @@ kiln_status kiln_chat_parser_finish(kiln_chat_parser *cp) {
     p->n_utf8 = 0;
     if (!p->failed) kn_tc_scan(p);
     for (size_t i = 0; i < p->n_calls; i++) kn_tc_call_end(p, (int32_t)i);
-    if (p->failed) return kn_error(KILN_ERR_INVALID_ARG, "%s", p->errmsg);
+    if (p->failed) return kn_error(p->fail_st, "%s", p->errmsg);
     return KILN_OK;
 }
 

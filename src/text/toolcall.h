@@ -226,11 +226,12 @@ struct kn_tcp {
 
     /* driver state */
     kn_tc_mode mode;
-    int think_pair;     /* the reasoning pair in effect (mode THINK) */
-    bool think_started; /* this reasoning block has released non-space text */
-    kn_tcbuf think_ws;   /* trailing spaces of reasoning, held until more text follows */
-    bool failed;        /* an input limit was hit: input is ignored from there */
-    bool after_call;    /* a block of calls just ended: white space is dropped */
+    int think_pair;      /* the reasoning pair in effect (mode THINK) */
+    bool think_started;  /* this reasoning block has released non-space text */
+    kn_tcbuf think_ws;    /* trailing spaces of reasoning, held until more text follows */
+    bool failed;         /* a limit was hit or memory ran out: input is ignored from there */
+    kiln_status fail_st; /* why (feed and finish return it) */
+    bool after_call;     /* a block of calls just ended: white space is dropped */
     kn_tc_block blk;
 
     /* compiled markers */
@@ -323,8 +324,6 @@ bool kn_tc_param_is_string(const kn_tcp *p, const char *tool, const char *key);
 /* Appends value[n] to the call's arguments as a JSON value: a string when as_string, else the text
  * itself when it is valid JSON (trimmed), else a string. */
 bool kn_tc_args_value(kn_tcp *p, int32_t call, const char *value, size_t n, bool as_string);
-/* Whether a declared tool is named name[n]. */
-bool kn_tc_tool_declared(const kn_tcp *p, const char *name, size_t n);
 
 /* ---- families --------------------------------------------------------------------------------- */
 

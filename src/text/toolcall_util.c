@@ -543,8 +543,6 @@ static const json_t *find_tool(const kn_tcp *p, const char *tool, size_t n) {
     return NULL;
 }
 
-bool kn_tc_tool_declared(const kn_tcp *p, const char *name, size_t n) { return find_tool(p, name, n) != NULL; }
-
 /* Whether a schema's type admits only-or-also strings (type "string", a type list with "string",
  * an enum of strings, or such a schema in anyOf / oneOf). */
 static bool schema_is_string(const json_t *s, int depth) {
