@@ -329,9 +329,9 @@ KILN_API bool kiln_chat_parser_next(kiln_chat_parser *parser, kiln_chat_delta *o
 
 /* The message so far as an OpenAI assistant message, {"role": "assistant", "content": ...,
  * "reasoning_content": ..., "tool_calls": [{"id", "type": "function", "function": {"name",
- * "arguments"}}]}: content is null when empty, reasoning_content and tool_calls are left out when
- * empty. Before finish it also shows a tool call whose first delta is held back because its id may
- * still follow. *json is NUL-terminated and owned by the caller (kiln_free). */
+ * "arguments"}}]}: content is null when it is empty and there are tool calls, reasoning_content
+ * and tool_calls are left out when empty. Before finish it also shows a tool call whose first delta is held back
+ * because its id may still follow. *json is NUL-terminated and owned by the caller (kiln_free). */
 KILN_API kiln_status kiln_chat_parser_message(const kiln_chat_parser *parser, char **json, size_t *len);
 /* Tool calls in the message so far (a reply with calls ends with finish_reason "tool_calls"). */
 KILN_API int32_t kiln_chat_parser_n_tool_calls(const kiln_chat_parser *parser);

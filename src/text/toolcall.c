@@ -87,13 +87,10 @@ static bool add_reasoning(kn_tcp *p, const char *s, size_t n) {
 bool kn_tc_emit_reasoning(kn_tcp *p, const char *s, size_t n) {
     if (p->rfmt == KILN_REASONING_NONE) {
         /* the opening marker of a thinking block the prompt opened, before its first text */
-        if (p->think_prefix) {
-            const char *pre = p->think_prefix;
-            p->think_prefix = NULL;
-            if (!kn_tcbuf_add(&p->content, "", 0)) return oom(p);
-            size_t off = p->content.n;
-            if (!kn_tcbuf_add(&p->content, pre, p->think_prefix_len) ||
-                !push_event(p, KN_EV_CONTENT, -1, false, off, p->think_prefix_len))
+        if (p->think_prefix.n) {
+            size_t off = p->content.n, k = p->think_prefix.n;
+            p->think_prefix.n = 0;
+            if (!kn_tcbuf_add(&p->content, p->think_prefix.p, k) || !push_event(p, KN_EV_CONTENT, -1, false, off, k))
                 return oom(p);
         }
         return kn_tc_emit_content(p, s, n);
@@ -310,6 +307,7 @@ void kiln_chat_parser_free(kiln_chat_parser *cp) {
     kn_tcbuf_free(&p->content);
     kn_tcbuf_free(&p->reasoning);
     kn_tcbuf_free(&p->think_ws);
+    kn_tcbuf_free(&p->think_prefix);
     kn_tcbuf_free(&p->blk.key);
     kn_tcbuf_free(&p->blk.val);
     kn_tcbuf_free(&p->blk.aux);
@@ -499,7 +497,8 @@ kiln_status kiln_chat_parser_message(const kiln_chat_parser *cp, char **json, si
     const kn_tcp *p = &cp->p;
     json_t *m = json_object();
     bool ok = m && !json_object_set_new(m, "role", json_string("assistant"));
-    ok = ok && !json_object_set_new(m, "content", p->content.n ? jstring(p->content.p, p->content.n) : json_null());
+    ok = ok && !json_object_set_new(m, "content",
+                                    p->content.n || !p->n_calls ? jstring(p->content.p, p->content.n) : json_null());
     if (ok && p->reasoning.n)
         ok = !json_object_set_new(m, "reasoning_content", jstring(p->reasoning.p, p->reasoning.n));
     if (ok && p->n_calls) {

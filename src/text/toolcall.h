@@ -239,9 +239,8 @@ struct kn_tcp {
     size_t n_marks;
     pcre2_code *fre[KN_TC_MAX_FRE];
     pcre2_match_data *md;
-    const char *think_prefix; /* reasoning NONE with a thinking block the prompt opened: the
-                                 prompt's text from the marker on, to start content with */
-    size_t think_prefix_len;
+    kn_tcbuf think_prefix; /* reasoning NONE with a thinking block the prompt opened: the prompt's
+                             text from the marker on, to show before the block's first text */
 
     /* output: the message so far and the deltas not yet taken */
     kn_tcbuf content, reasoning;

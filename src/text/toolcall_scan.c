@@ -133,8 +133,8 @@ kiln_status kn_tc_scan_init(kn_tcp *p, const char *prompt, bool thinking_open) {
         /* the reply continues the prompt's thinking block: with reasoning "none" content shows the
          * block whole, its opening marker (as the prompt wrote it) before its first text */
         if (p->rfmt == KILN_REASONING_NONE) {
-            p->think_prefix = prompt && at < strlen(prompt) ? prompt + at : f->think[pair].open;
-            p->think_prefix_len = strlen(p->think_prefix);
+            const char *pre = prompt && at < strlen(prompt) ? prompt + at : f->think[pair].open;
+            if (!kn_tcbuf_adds(&p->think_prefix, pre)) return kn_error(KILN_ERR_NOMEM, "out of memory");
         }
     }
     return KILN_OK;

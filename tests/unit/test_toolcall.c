@@ -12,6 +12,9 @@
  * reasoning, every call's arguments), with each call's id and name on its first delta and never
  * changed, and the same final message as the whole feed.
  *
+ * Deltas are append-only, so "the deltas rebuild the expected message" also means no delta ever
+ * showed text that is not in it: markup never reaches content, even for a moment.
+ *
  * Comparison rules follow the vectors' source: arguments are compared as JSON values (a partial
  * reply's unfinished arguments as text without insignificant spaces); ids only where the vector
  * gives one; content and reasoning exactly, except that "peg" vectors compare them with white space
@@ -914,6 +917,44 @@ static void test_family_cases(void) {
     }
 }
 
+/* The prompt's state: a thinking block the prompt opened (its end, white space aside, is an opening
+ * marker), shown whole in content with reasoning "none"; the prompt is the caller's and may be gone
+ * after kiln_chat_parser_new. */
+static void test_prompt_state(void) {
+    static char m[4096];
+    kiln_chat_parser_params pp = kiln_chat_parser_default_params();
+    pp.format = "hermes";
+    char *prompt = strdup("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n");
+    pp.prompt = prompt;
+    CHECK(parse_whole(&pp, "Hmm.\n</think>\n\nHello", m, sizeof m) == KILN_OK);
+    CHECKF(strcmp(m, "{\"role\":\"assistant\",\"content\":\"Hello\",\"reasoning_content\":\"Hmm.\"}") == 0, "%s", m);
+    pp.reasoning = KILN_REASONING_NONE;
+    kiln_chat_parser *p;
+    CHECK(kiln_chat_parser_new(&pp, &p) == KILN_OK);
+    memset(prompt, 'x', strlen(prompt)); /* the parser keeps what it needs */
+    free(prompt);
+    const char *r = "Hmm.\n</think>\n\nHello";
+    CHECK(kiln_chat_parser_feed(p, r, strlen(r)) == KILN_OK && kiln_chat_parser_finish(p) == KILN_OK);
+    char *j;
+    CHECK(kiln_chat_parser_message(p, &j, NULL) == KILN_OK);
+    CHECKF(strcmp(j, "{\"role\":\"assistant\",\"content\":\"<think>\\nHmm.\\n</think>\\n\\nHello\"}") == 0, "%s", j);
+    kiln_free(j);
+    kiln_chat_parser_free(p);
+    /* a closed block in the prompt, or an opening marker earlier in it, leaves the reply in content */
+    pp.reasoning = KILN_REASONING_AUTO;
+    pp.prompt = "<|im_start|>assistant\n<think>\n\n</think>\n\n";
+    CHECK(parse_whole(&pp, "Hmm.</think>Hello", m, sizeof m) == KILN_OK);
+    CHECKF(strstr(m, "\"content\":\"Hmm.</think>Hello\""), "%s", m);
+    pp.prompt = "user: what does <think> do?\nassistant:";
+    CHECK(parse_whole(&pp, "It marks thinking.", m, sizeof m) == KILN_OK);
+    CHECKF(strstr(m, "\"content\":\"It marks thinking.\"") && !strstr(m, "reasoning"), "%s", m);
+    /* thinking_open without a prompt */
+    pp.prompt = NULL;
+    pp.thinking_open = true;
+    CHECK(parse_whole(&pp, "Hmm.</think>Hello", m, sizeof m) == KILN_OK);
+    CHECKF(strstr(m, "\"reasoning_content\":\"Hmm.\""), "%s", m);
+}
+
 /* Limits: a long streamed argument, too many calls. */
 static void test_limits(void) {
     kiln_chat_parser_params pp = kiln_chat_parser_default_params();
@@ -1121,6 +1162,7 @@ int main(void) {
     RUN(test_delta_order);
     RUN(test_utf8_pieces);
     RUN(test_family_cases);
+    RUN(test_prompt_state);
     RUN(test_limits);
     RUN(test_fuzz);
     json_decref(g_vectors);
