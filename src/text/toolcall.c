@@ -452,7 +452,8 @@ bool kiln_chat_parser_next(kiln_chat_parser *cp, kiln_chat_delta *out) {
             if (e.first) {
                 /* copies: the strings stay valid until the next call whatever the parser does */
                 p->delta_id.n = p->delta_name.n = 0;
-                if (!kn_tcbuf_add(&p->delta_id, c->id.p, c->id.n) || !kn_tcbuf_add(&p->delta_name, c->name.p, c->name.n))
+                if (!kn_tcbuf_add(&p->delta_id, c->id.p, c->id.n) ||
+                    !kn_tcbuf_add(&p->delta_name, c->name.p, c->name.n))
                     return false;
                 out->id = p->delta_id.p;
                 out->name = p->delta_name.p;

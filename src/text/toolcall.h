@@ -228,7 +228,7 @@ struct kn_tcp {
     kn_tc_mode mode;
     int think_pair;      /* the reasoning pair in effect (mode THINK) */
     bool think_started;  /* this reasoning block has released non-space text */
-    kn_tcbuf think_ws;    /* trailing spaces of reasoning, held until more text follows */
+    kn_tcbuf think_ws;   /* trailing spaces of reasoning, held until more text follows */
     bool failed;         /* a limit was hit or memory ran out: input is ignored from there */
     kiln_status fail_st; /* why (feed and finish return it) */
     bool after_call;     /* a block of calls just ended: white space is dropped */

@@ -91,7 +91,8 @@ static bool py_to_json(const char *s, size_t n, kn_tcbuf *out) {
             size_t j = i + 1;
             while (j < n && s[j] != c) j += s[j] == '\\' ? 2 : 1;
             if (j >= n) return false;
-            if (!kn_tcbuf_addc(out, '"') || !py_str(s + i + 1, j - i - 1, out) || !kn_tcbuf_addc(out, '"')) return false;
+            if (!kn_tcbuf_addc(out, '"') || !py_str(s + i + 1, j - i - 1, out) || !kn_tcbuf_addc(out, '"'))
+                return false;
             i = j + 1;
             continue;
         }
