@@ -161,7 +161,8 @@ static bool grammar_fail(kn_row *r, kiln_status st, const char *why) {
 static const float *mask_logits(kn_row *r, const float *logits, const uint64_t **mask) {
     const uint64_t *bits = kn_gmatch_mask(r->gm, &r->n_allowed);
     if (!r->n_allowed) {
-        grammar_fail(r, kn_gmatch_failed(r->gm) ? KILN_ERR_NOMEM : KILN_ERR_INVALID_ARG, kn_gmatch_error(r->gm));
+        grammar_fail(r, kn_gmatch_failed(r->gm) ? kn_gmatch_fail_status(r->gm) : KILN_ERR_INVALID_ARG,
+                     kn_gmatch_error(r->gm));
         return NULL;
     }
     const int32_t V = r->model->hp.n_vocab;
@@ -210,7 +211,7 @@ bool kn_row_advance(kn_row *r, const kn_batch_row *planned, const float *logits)
     if ((!p->ignore_eos || r->gm) && kn_tok_is_eog(r->model->tok, tok)) return finish(r, KILN_STOP_EOS);
     if (r->gm) {
         kiln_status st = kn_gmatch_accept(r->gm, tok);
-        if (st) return grammar_fail(r, kn_gmatch_failed(r->gm) ? KILN_ERR_NOMEM : KILN_ERR_INTERNAL, kn_error_msg());
+        if (st) return grammar_fail(r, kn_gmatch_failed(r->gm) ? st : KILN_ERR_INTERNAL, kn_error_msg());
     }
     kn_sampler_accept(&r->smp, tok);
     r->res.n_generated++;

@@ -22,8 +22,12 @@
  *
  * Stricter than llama.cpp where it would silently do something surprising: a rule defined twice, a
  * backwards range [z-a] and an empty class [] are errors. Simplifications that keep the language:
- * a group with one alternative is inlined, and an alternative equal to an earlier one of the same
- * rule is dropped (it would only double the matcher's stacks).
+ * a group with one alternative is inlined, an alternative equal to an earlier one of the same rule
+ * is dropped (it would only double the matcher's stacks), and alternatives that begin alike are
+ * left-factored (gb_factor: a set of literals, such as a JSON Schema enum of thousands of strings,
+ * becomes a byte trie, so the matcher follows one stack per way on rather than one per literal).
+ * Last, the program is checked for ambiguity the matcher could not follow (kn_gprog_check): a
+ * grammar that compiles does not fail on its first bytes for holding too many parser stacks.
  *
  * Every error is KILN_ERR_INVALID_ARG with "line L, column C: ..." (columns count characters);
  * running out of memory is KILN_ERR_NOMEM. Sizes are capped (text, repetition bounds, nesting,
@@ -62,6 +66,7 @@ typedef struct gb_cprange {
 typedef struct gb {
     const char *src;
     size_t len, pos;
+    unsigned flags; /* KN_GBNF_* */
     kiln_status st; /* KILN_OK until the first error */
     char msg[KN_ERRMSG_MAX];
     size_t emitted; /* program elements created so far (the size cap) */
@@ -1031,6 +1036,131 @@ static bool gb_dedup(gb *p, uint8_t *keep) {
     return true;
 }
 
+/* ---- left factoring ------------------------------------------------------------------------- */
+
+static int gb_cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+typedef struct gb_fwork { /* a rule to factor: its alternatives are list[off .. off+n) */
+    int32_t rule;
+    size_t off, n;
+} gb_fwork;
+
+/* Left-factors the kept alternatives of every rule: alternatives that begin with the same symbol
+ * (the same byte set, or a reference to the same rule) are merged into one, their longest common
+ * prefix followed by a reference to a new rule whose alternatives are what follows the prefix in
+ * each (A ::= x y B | x y C  becomes  A ::= x y A1, A1 ::= B | C), and the new rules are factored in
+ * turn. A set of literals becomes a byte trie, so the matcher's state after any prefix holds one
+ * stack per way on instead of one per literal. The language is unchanged (concatenation
+ * distributes over alternation), and so are the analyses: no rule becomes nullable or
+ * unproductive, and a new rule is entered only after its prefix, whose first symbol the merged
+ * alternatives shared, so it adds no left edge that was not there. The tails are not copied: an
+ * alternative's symbols are a slice of the pool, and its tail is the same slice shortened. Work is
+ * linear in the symbols plus a sort per rule. keep (*keep_cap entries) grows with the alternatives
+ * the pass adds (kept). */
+static bool gb_factor(gb *p, const gb_an *an, uint8_t **keep, size_t *keep_cap) {
+    size_t na = p->n_alts, n_list = 0;
+    int32_t *list = malloc((na ? na : 1) * sizeof *list);
+    uint64_t *keys = malloc((na ? na : 1) * sizeof *keys);
+    gb_fwork *work = NULL;
+    size_t n_work = 0, cap_work = 0;
+    bool ok = list && keys;
+    if (!ok) gb_nomem(p);
+    for (size_t r = 0; ok && r < p->n_rules; r++) {
+        size_t off = n_list;
+        for (int32_t i = an->off[r]; i < an->off[r + 1]; i++)
+            if ((*keep)[an->order[i]]) list[n_list++] = an->order[i];
+        if (n_list - off < 2) continue;
+        ok = gb_grow(p, (void **)&work, &cap_work, n_work + 1, sizeof *work);
+        if (ok) work[n_work++] = (gb_fwork){(int32_t)r, off, n_list - off};
+    }
+    gb_vec *pre = &p->scratch[0]; /* the common prefix being factored out (the pool may move) */
+    while (ok && n_work) {
+        gb_fwork w = work[--n_work];
+        int32_t *L = list + w.off;
+        size_t nk = 0; /* the alternatives with a first symbol, sorted by it (then by index) */
+        for (size_t i = 0; i < w.n; i++) {
+            const gb_alt *al = &p->alts[L[i]];
+            if (al->len) keys[nk++] = (uint64_t)(uint32_t)p->pool.v[al->start] << 32 | (uint32_t)L[i];
+        }
+        if (nk < 2) continue;
+        qsort(keys, nk, sizeof *keys, gb_cmp_u64);
+        for (size_t i = 0; i < nk; i++) L[i] = (int32_t)(uint32_t)keys[i]; /* groups are runs of L now */
+        for (size_t i = 0; ok && i < nk;) {
+            size_t j = i + 1;
+            while (j < nk && keys[j] >> 32 == keys[i] >> 32) j++;
+            if (j - i < 2) {
+                i = j;
+                continue;
+            }
+            const gb_alt *a0 = &p->alts[L[i]];
+            uint32_t k = a0->len; /* the longest common prefix of the group */
+            for (size_t g = i + 1; g < j; g++) {
+                const gb_alt *ag = &p->alts[L[g]];
+                uint32_t m = 1, lim = ag->len < k ? ag->len : k;
+                while (m < lim && p->pool.v[ag->start + m] == p->pool.v[a0->start + m]) m++;
+                k = m;
+            }
+            int32_t nr = gb_new_rule(p, p->rules[w.rule].owner, true);
+            pre->n = 0;
+            ok = nr >= 0 && gb_vec_reserve(p, pre, (size_t)k + 1);
+            if (ok) {
+                memcpy(pre->v, p->pool.v + a0->start, k * sizeof *pre->v);
+                memcpy(pre->at, p->pool.at + a0->start, k * sizeof *pre->at);
+                pre->v[k] = KN_GP_REF(nr);
+                pre->at[k] = pre->at[0];
+                pre->n = (size_t)k + 1;
+            }
+            for (size_t g = i; ok && g < j; g++) { /* the group's alternatives become nr's tails */
+                gb_alt *ag = &p->alts[L[g]];
+                ag->rule = nr, ag->start += k, ag->len -= k;
+                p->rules[w.rule].n_alts--;
+                p->rules[nr].n_alts++;
+            }
+            ok = ok && gb_add_alt(p, w.rule, pre->v, pre->at, pre->n, (size_t)pre->at[0]) &&
+                 gb_grow(p, (void **)keep, keep_cap, p->n_alts, 1) &&
+                 gb_grow(p, (void **)&work, &cap_work, n_work + 1, sizeof *work);
+            if (ok) {
+                (*keep)[p->n_alts - 1] = 1;
+                work[n_work++] = (gb_fwork){nr, w.off + i, j - i};
+            }
+            i = j;
+        }
+    }
+    free(list), free(keys), free(work);
+    return ok;
+}
+
+/* Rebuilds an's grouping of the alternatives by rule (off, order) after alternatives and rules
+ * were added or moved. */
+static bool gb_group(gb *p, gb_an *an) {
+    size_t nr = p->n_rules, na = p->n_alts;
+    int32_t *off = calloc(nr + 1, sizeof *off), *order = malloc((na ? na : 1) * sizeof *order),
+            *cur = malloc((nr ? nr : 1) * sizeof *cur);
+    if (!off || !order || !cur) return free(off), free(order), free(cur), gb_nomem(p);
+    for (size_t a = 0; a < na; a++) off[p->alts[a].rule + 1]++;
+    for (size_t r = 0; r < nr; r++) off[r + 1] += off[r];
+    memcpy(cur, off, nr * sizeof *cur);
+    for (size_t a = 0; a < na; a++) order[cur[p->alts[a].rule]++] = (int32_t)a;
+    free(cur), free(an->off), free(an->order);
+    an->off = off;
+    an->order = order;
+    return true;
+}
+
+/* Refuses a program the matcher could not run: its start state, or a state a few bytes on, would
+ * hold more parser stacks than the matcher allows (kn_gprog_check). Frees *out when it refuses. */
+static bool gb_check(gb *p, int32_t root, kn_gprog *out) {
+    char why[KN_ERRMSG_MAX - 64];
+    kiln_status st = kn_gprog_check(out, why, sizeof why);
+    if (!st) return true;
+    kn_gprog_free(out);
+    if (st == KILN_ERR_NOMEM) return gb_nomem(p);
+    return gb_fail(p, (size_t)p->rules[root].def_at, "the grammar is too ambiguous: %s", why);
+}
+
 /* Checks the parsed rules (definitions, root, left recursion, productivity) and emits the program. */
 static bool gb_finish(gb *p, kn_gprog *out) {
     int32_t root = -1;
@@ -1085,11 +1215,16 @@ static bool gb_finish(gb *p, kn_gprog *out) {
                          "rule 'root' matches no text: each alternative recurses forever or needs a character no class "
                          "allows");
     }
+    if (ok && !(p->flags & KN_GBNF_NO_FACTOR)) {
+        size_t keep_cap = na ? na : 1;
+        ok = gb_factor(p, &an, &an.keep, &keep_cap) && gb_group(p, &an);
+    }
     if (ok) {
         ok = gb_emit_program(p, &an, out);
         if (ok) out->root = root;
     }
     free(an.off), free(an.order), free(an.nullable), free(an.productive), free(an.keep);
+    if (ok && !(p->flags & KN_GBNF_NO_CHECK)) ok = gb_check(p, root, out);
     return ok;
 }
 
@@ -1099,7 +1234,9 @@ static void gb_free(gb *p) {
     for (int i = 0; i <= KN_GBNF_MAX_NESTING; i++) free(p->scratch[i].v), free(p->scratch[i].at);
 }
 
-kiln_status kn_gbnf_parse(const char *text, size_t len, kn_gprog *out) {
+kiln_status kn_gbnf_parse(const char *text, size_t len, kn_gprog *out) { return kn_gbnf_parse_ex(text, len, 0, out); }
+
+kiln_status kn_gbnf_parse_ex(const char *text, size_t len, unsigned flags, kn_gprog *out) {
     memset(out, 0, sizeof *out);
     if (!text && len) return kn_error(KILN_ERR_INVALID_ARG, "the grammar text is NULL");
     if (len > KILN_GRAMMAR_MAX_TEXT)
@@ -1110,6 +1247,7 @@ kiln_status kn_gbnf_parse(const char *text, size_t len, kn_gprog *out) {
     memset(p->byte_set, 0xff, sizeof p->byte_set);
     p->src = text ? text : "";
     p->len = len;
+    p->flags = flags;
     gb_space(p, true);
     while (p->pos < p->len && gb_rule_def(p)) {}
     if (!p->st) gb_finish(p, out);

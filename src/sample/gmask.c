@@ -63,11 +63,12 @@ struct kn_gmatch {
     unsigned flags; /* KN_GMATCH_* */
     const char *err;
     char errbuf[KN_ERRMSG_MAX];
-    int32_t *st;    /* [max_depth + 1] states along the walk's path */
-    uint32_t *rng;  /* allowed ranges of sorted indices, pairs [a, b) */
-    size_t n_rng;   /* pairs */
-    size_t cap_rng; /* pairs */
-    uint64_t *mask; /* [words] the last mask when it is not in the cache */
+    kiln_status err_st; /* the matcher's failure in errbuf: KILN_ERR_NOMEM or KILN_ERR_UNSUPPORTED */
+    int32_t *st;        /* [max_depth + 1] states along the walk's path */
+    uint32_t *rng;      /* allowed ranges of sorted indices, pairs [a, b) */
+    size_t n_rng;       /* pairs */
+    size_t cap_rng;     /* pairs */
+    uint64_t *mask;     /* [words] the last mask when it is not in the cache */
     /* the mask cache, direct-mapped by state id */
     uint32_t c_slots; /* a power of two; 0 = no cache */
     int32_t *c_state; /* [c_slots] -1 = empty */
@@ -114,10 +115,12 @@ kiln_status kn_gmatch_new_ex(const kiln_grammar *g, const kn_vtrie *t, bool stri
     m->cur = kn_gstore_start(m->store);
     if (m->cur < 0) {
         const char *why = kn_gstore_failed(m->store);
+        kiln_status fst = kn_gstore_fail_status(m->store);
+        kiln_status st2 = why ? kn_error(fst ? fst : KILN_ERR_NOMEM, "the grammar matcher failed: %s", why)
+                              : kn_error(KILN_ERR_INVALID_ARG, "the grammar's language is empty");
         kn_gstore_free(m->store);
         free(m);
-        return why ? kn_error(KILN_ERR_NOMEM, "the grammar matcher failed: %s", why)
-                   : kn_error(KILN_ERR_INVALID_ARG, "the grammar's language is empty");
+        return st2;
     }
     const size_t W = (size_t)KN_MAX(t->words, 1);
     m->mask = kn_calloc(W, sizeof *m->mask);
@@ -384,9 +387,17 @@ static bool add_range(kn_gmatch *m, uint32_t a, uint32_t b) {
     return true;
 }
 
-static void set_failed(kn_gmatch *m, const char *why) {
+/* Records the matcher's failure: status st (KILN_ERR_NOMEM or KILN_ERR_UNSUPPORTED), message why. */
+static void set_failed(kn_gmatch *m, kiln_status st, const char *why) {
     snprintf(m->errbuf, sizeof m->errbuf, "%s", why);
     m->err = m->errbuf;
+    m->err_st = st;
+}
+
+/* Records the store's failure (kn_gstore_failed, kn_gstore_fail_status). */
+static void store_failed(kn_gmatch *m, const char *why) {
+    kiln_status st = kn_gstore_fail_status(m->store);
+    set_failed(m, st ? st : KILN_ERR_NOMEM, why);
 }
 
 /* Walks the trie from state s0 and collects the allowed ranges; false on failure (m->err set). */
@@ -424,7 +435,7 @@ static bool walk(kn_gmatch *m, int32_t s0, bool strip) {
             const char *why = kn_gstore_failed(m->store);
             if (why) {
                 m->stats.nodes += steps;
-                set_failed(m, why);
+                store_failed(m, why);
                 return false;
             }
             i = n->skip;
@@ -445,7 +456,7 @@ static bool walk(kn_gmatch *m, int32_t s0, bool strip) {
     return true;
 nomem:
     m->stats.nodes += steps;
-    set_failed(m, "out of memory computing a token mask");
+    set_failed(m, KILN_ERR_NOMEM, "out of memory computing a token mask");
     return false;
 }
 
@@ -491,7 +502,7 @@ static int32_t plain_mask(kn_gmatch *m, int32_t s0, bool strip, uint64_t *mask) 
         if (s < 0) {
             const char *why = kn_gstore_failed(m->store);
             if (why) {
-                set_failed(m, why);
+                store_failed(m, why);
                 return -1;
             }
             continue;
@@ -572,8 +583,8 @@ kiln_status kn_gmatch_accept(kn_gmatch *m, int32_t tok) {
         if (s < 0) {
             const char *why = kn_gstore_failed(m->store);
             if (why) {
-                set_failed(m, why);
-                return kn_error(KILN_ERR_NOMEM, "the grammar matcher failed: %s", why);
+                store_failed(m, why);
+                return kn_error(m->err_st, "the grammar matcher failed: %s", why);
             }
             return kn_error(KILN_ERR_INVALID_ARG, "token %d does not continue the grammar's text", tok);
         }
@@ -587,8 +598,8 @@ kiln_status kn_gmatch_accept(kn_gmatch *m, int32_t tok) {
         m->stats.compactions++;
         if (m->cur < 0) {
             const char *why = kn_gstore_failed(m->store);
-            set_failed(m, why ? why : "the grammar's state store could not be compacted");
-            return kn_error(KILN_ERR_NOMEM, "the grammar matcher failed: %s", m->errbuf);
+            store_failed(m, why ? why : "the grammar's state store could not be compacted");
+            return kn_error(m->err_st, "the grammar matcher failed: %s", m->errbuf);
         }
     }
     return KILN_OK;
@@ -598,4 +609,5 @@ bool kn_gmatch_accepting(const kn_gmatch *m) { return kn_gstore_accepting(m->sto
 bool kn_gmatch_final(kn_gmatch *m) { return kn_gstore_final(m->store, m->cur); }
 const char *kn_gmatch_error(const kn_gmatch *m) { return m->err; }
 bool kn_gmatch_failed(const kn_gmatch *m) { return m->err == m->errbuf; }
+kiln_status kn_gmatch_fail_status(const kn_gmatch *m) { return m->err == m->errbuf ? m->err_st : KILN_OK; }
 void kn_gmatch_get_stats(const kn_gmatch *m, kn_gmatch_stats *out) { *out = m->stats; }

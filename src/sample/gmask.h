@@ -55,6 +55,12 @@ const char *kn_gmatch_error(const kn_gmatch *m);
  * fact of the language (no token can continue). */
 bool kn_gmatch_failed(const kn_gmatch *m);
 
+/* The status of that failure: KILN_ERR_NOMEM (memory, the store's cap), KILN_ERR_UNSUPPORTED (the
+ * grammar is too ambiguous for the matcher at this point of the text: a property of the grammar),
+ * KILN_OK when kn_gmatch_failed is false. kn_gmatch_new and kn_gmatch_accept return the same
+ * statuses for the same failures. */
+kiln_status kn_gmatch_fail_status(const kn_gmatch *m);
+
 /* ---- switches and counters (tests and benchmarks) -------------------------------------------- */
 
 /* Each switch selects a plainer path that must give the same masks, bit for bit. */

@@ -28,7 +28,8 @@
  * [^...], '.', groups (...), alternation |, postfix * + ? {m} {m,} {m,n}, and rule references.
  * Errors (KILN_ERR_INVALID_ARG, message "line L, column C: ..." through kn_error): a syntax error,
  * an undefined rule, a missing root, left recursion (a rule that can reach itself without consuming
- * a byte), a program larger than the cap, a repetition bound above KN_GBNF_MAX_REPEAT. gbnf is kept
+ * a byte), a program larger than the cap, a repetition bound above KN_GBNF_MAX_REPEAT, a grammar
+ * too ambiguous for the matcher ("the grammar is too ambiguous: ...", see kn_gprog_check). gbnf is kept
  * (a copy) as the grammar's kiln_grammar_gbnf. */
 kiln_status kn_gbnf_compile(const char *text, size_t len, kiln_grammar **out);
 
@@ -96,5 +97,10 @@ int32_t kn_gstore_compact(kn_gstore *s, int32_t keep);
  * the cap, too many stacks) since the store was made or last compacted. A failed step is not
  * memoized; a memoized KN_GS_DEAD is always a language fact. */
 const char *kn_gstore_failed(const kn_gstore *s);
+
+/* What kind of failure kn_gstore_failed is: KILN_OK (none), KILN_ERR_UNSUPPORTED (a state would
+ * hold too many stacks: the grammar is too ambiguous for the matcher on this text, a property of the
+ * grammar) or KILN_ERR_NOMEM (memory or the store's cap). */
+kiln_status kn_gstore_fail_status(const kn_gstore *s);
 
 #endif

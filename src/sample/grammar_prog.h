@@ -50,9 +50,28 @@ typedef struct kn_gprog {
 static inline bool kn_gp_match(const kn_gprog *p, int32_t s, uint8_t b) { return (p->set[s][b >> 6] >> (b & 63)) & 1; }
 
 /* Parses and compiles GBNF text[len] into *out (see kn_gbnf_compile in grammar.h for the dialect and
- * the errors). On failure nothing is allocated and kn_error holds "line L, column C: ...". */
+ * the errors). On failure nothing is allocated and kn_error holds "line L, column C: ...". The
+ * program is left-factored (alternatives of a rule that begin alike share that beginning, so a
+ * set of literals is a byte trie) and checked with kn_gprog_check. */
 kiln_status kn_gbnf_parse(const char *text, size_t len, kn_gprog *out);
 void kn_gprog_free(kn_gprog *p);
+
+/* kn_gbnf_parse with switches for tests: the program as written (unfactored, the reference the
+ * factored one must agree with), without the ambiguity check. */
+enum {
+    KN_GBNF_NO_FACTOR = 1, /* do not left-factor the alternatives */
+    KN_GBNF_NO_CHECK = 2,  /* do not run kn_gprog_check */
+};
+kiln_status kn_gbnf_parse_ex(const char *text, size_t len, unsigned flags, kn_gprog *out);
+
+/* Whether the matcher can run program p: its start state and the states a breadth-first walk
+ * reaches over the first KN_GS_CHECK_STATES states (one byte per class of bytes that every ready
+ * stack treats alike) each hold at most KN_GS_MAX_STACKS stacks. KILN_ERR_INVALID_ARG when one
+ * would hold more, with why[cap] saying after which text; KILN_ERR_NOMEM when memory runs out;
+ * KILN_OK otherwise (also when the walk stops at its bounds: states further on may still be too
+ * ambiguous, and the matcher then fails with KILN_ERR_UNSUPPORTED, see kn_gstore_fail_status). */
+kiln_status kn_gprog_check(const kn_gprog *p, char *why, size_t cap);
+#define KN_GS_CHECK_STATES 64
 
 struct kiln_grammar {
     atomic_int refs;

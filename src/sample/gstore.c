@@ -21,7 +21,11 @@
  * call it millions of times), and kn_gstore_step_slow below is the rest. Memory is
  * counted: kn_gstore_full() says the cap is reached (the owner then calls kn_gstore_compact at a
  * point where it holds a single state), and steps fail (KN_GS_DEAD with kn_gstore_failed()) only
- * past twice the cap, or when a state would hold more than KN_GS_MAX_STACKS stacks.
+ * past twice the cap, or when a state would hold more than KN_GS_MAX_STACKS stacks (a property of
+ * the grammar, told apart from memory by kn_gstore_fail_status).
+ *
+ * kn_gprog_check runs a store over a program the compiler has just built and walks its first
+ * states, so that a grammar too ambiguous to start is refused when it is compiled.
  */
 #include "sample/grammar_prog.h"
 
@@ -84,6 +88,7 @@ struct kn_gstore {
     int32_t start; /* -2 until computed */
     size_t bytes, cap, hard;
     const char *failed;
+    bool ambiguous; /* the failure was too many stacks (a property of the grammar), not memory */
     char failed_buf[128];
 };
 
@@ -95,6 +100,14 @@ static bool gs_fail(kn_gstore *s, const char *why) {
         s->failed = s->failed_buf;
     }
     return false;
+}
+
+#define GS_TOO_AMBIGUOUS "too many parser stacks (the grammar is too ambiguous)"
+
+/* Fails for the grammar's ambiguity: a state would hold more stacks than the matcher allows. */
+static bool gs_fail_ambiguous(kn_gstore *s) {
+    if (!s->failed) s->ambiguous = true;
+    return gs_fail(s, GS_TOO_AMBIGUOUS);
 }
 
 /* Resizes *buf from old to n elements of elt bytes (new bytes zeroed), counting the difference
@@ -292,7 +305,7 @@ static inline bool gs_visit(kn_gstore *s, int32_t id) {
     if (id == GS_FAIL) return false;
     if (s->seen[id] == s->epoch) return true;
     s->seen[id] = s->epoch;
-    if (++s->visits > GS_MAX_VISITS) return gs_fail(s, "too many parser stacks (the grammar is too ambiguous)");
+    if (++s->visits > GS_MAX_VISITS) return gs_fail_ambiguous(s);
     return gs_push(s, &s->work, &s->n_work, &s->cap_work, id);
 }
 
@@ -302,8 +315,7 @@ static bool gs_expand(kn_gstore *s) {
     while (s->n_work) {
         int32_t id = s->work[--s->n_work], pos = s->npos[id], e = elem[pos], par = s->npar[id];
         if (e >= 0) {
-            if (s->n_out >= KN_GS_MAX_STACKS)
-                return gs_fail(s, "too many parser stacks (the grammar is too ambiguous)");
+            if (s->n_out >= KN_GS_MAX_STACKS) return gs_fail_ambiguous(s);
             if (!gs_push(s, &s->out, &s->n_out, &s->cap_out, id)) return false;
         } else if (e == KN_GP_END) {
             if (par < 0) s->acc = true;
@@ -359,19 +371,26 @@ static void gs_clear(kn_gstore *s) {
     s->start = -2;
 }
 
-kiln_status kn_gstore_new(const kiln_grammar *g, size_t bytes_cap, kn_gstore **out) {
-    if (!out) return kn_error(KILN_ERR_INVALID_ARG, "out is NULL");
-    *out = NULL;
-    if (!g) return kn_error(KILN_ERR_INVALID_ARG, "the grammar is NULL");
+/* A store running program p (of grammar g, retained, or of no grammar object yet when g is NULL). */
+static kn_gstore *gs_new(const kiln_grammar *g, const kn_gprog *p, size_t bytes_cap) {
     kn_gstore *s = kn_calloc(1, sizeof *s);
-    if (!s) return KILN_ERR_NOMEM;
+    if (!s) return NULL;
     s->g = g;
-    s->p = &g->prog;
+    s->p = p;
     s->cap = bytes_cap ? bytes_cap : GS_DEFAULT_CAP;
     if (s->cap < GS_MIN_CAP) s->cap = GS_MIN_CAP;
     s->hard = s->cap <= SIZE_MAX / 2 ? s->cap * 2 : SIZE_MAX;
     gs_clear(s);
     kn_grammar_retain(g);
+    return s;
+}
+
+kiln_status kn_gstore_new(const kiln_grammar *g, size_t bytes_cap, kn_gstore **out) {
+    if (!out) return kn_error(KILN_ERR_INVALID_ARG, "out is NULL");
+    *out = NULL;
+    if (!g) return kn_error(KILN_ERR_INVALID_ARG, "the grammar is NULL");
+    kn_gstore *s = gs_new(g, &g->prog, bytes_cap);
+    if (!s) return KILN_ERR_NOMEM;
     *out = s;
     return KILN_OK;
 }
@@ -427,6 +446,10 @@ size_t kn_gstore_bytes(const kn_gstore *s) { return s->bytes; }
 bool kn_gstore_full(const kn_gstore *s) { return s->bytes >= s->cap; }
 const char *kn_gstore_failed(const kn_gstore *s) { return s->failed; }
 
+kiln_status kn_gstore_fail_status(const kn_gstore *s) {
+    return !s->failed ? KILN_OK : s->ambiguous ? KILN_ERR_UNSUPPORTED : KILN_ERR_NOMEM;
+}
+
 /* Rebuilds the store around keep: its stacks are copied (parent chains first) into fresh tables,
  * and it becomes state 0. */
 int32_t kn_gstore_compact(kn_gstore *s, int32_t keep) {
@@ -447,6 +470,7 @@ int32_t kn_gstore_compact(kn_gstore *s, int32_t keep) {
     s->cap_nodes = 0;
     gs_clear(s);
     s->failed = NULL;
+    s->ambiguous = false;
     int32_t st = 0;
     for (int32_t i = 0; i < cnt && st != GS_FAIL; i++) {
         size_t n = 0;
@@ -481,4 +505,88 @@ int32_t kn_gstore_depth(const kn_gstore *s, int32_t state) {
         if (d > best) best = d;
     }
     return best;
+}
+
+/* ---- the compile-time check ------------------------------------------------------------------- */
+
+#define GS_CHECK_CAP ((size_t)16 << 20) /* memory of the check's store */
+
+/* Appends text (escaped where not printable ASCII) to why[cap] at *k. */
+static void gs_put_text(char *why, size_t cap, size_t *k, const uint8_t *text, int n) {
+    for (int i = 0; i < n && *k + 8 < cap; i++) {
+        uint8_t c = text[i];
+        int w = c == '"' || c == '\\'   ? snprintf(why + *k, cap - *k, "\\%c", c)
+                : c >= 0x20 && c < 0x7F ? snprintf(why + *k, cap - *k, "%c", c)
+                                        : snprintf(why + *k, cap - *k, "\\x%02X", c);
+        if (w > 0) *k += (size_t)w;
+    }
+}
+
+/* A breadth-first walk from the start state: from each state, one byte of each class of bytes
+ * that every ready stack treats alike (so one step stands for all of the class: they lead to the
+ * same state), until KN_GS_CHECK_STATES states are seen. The classes come from a refinement of
+ * the 256 bytes by the distinct byte sets of the state's stacks. */
+kiln_status kn_gprog_check(const kn_gprog *p, char *why, size_t cap) {
+    kn_gstore *s = gs_new(NULL, p, GS_CHECK_CAP);
+    if (!s) return KILN_ERR_NOMEM;
+    int32_t par[KN_GS_CHECK_STATES], depth[KN_GS_CHECK_STATES]; /* by state id: the walk's tree */
+    uint8_t via[KN_GS_CHECK_STATES];
+    uint32_t *set_seen = calloc((size_t)(p->n_set ? p->n_set : 1), sizeof *set_seen);
+    kiln_status st = set_seen ? KILN_OK : KILN_ERR_NOMEM;
+    int32_t start = st ? KN_GS_DEAD : kn_gstore_start(s);
+    int32_t bad = -2, bad_byte = -1; /* the state whose step failed (-1: the start) and the byte */
+    if (!st && start < 0 && s->ambiguous) bad = -1;
+    if (!st && start == 0) par[0] = -1, depth[0] = 0;
+    for (int32_t q = 0; !st && bad == -2 && start == 0 && q < s->h.n_states && q < KN_GS_CHECK_STATES; q++) {
+        uint64_t sig[256] = {0};
+        const int32_t *ids = s->pool + s->soff[q];
+        for (int32_t i = 0; i < s->scnt[q]; i++) {
+            int32_t set = p->elem[s->npos[ids[i]]];
+            if (set_seen[set] == (uint32_t)q + 1) continue;
+            set_seen[set] = (uint32_t)q + 1;
+            uint64_t h = ((uint64_t)set + 1) * 0x9e3779b97f4a7c15ull;
+            for (int b = 0; b < 256; b++)
+                if (kn_gp_match(p, set, (uint8_t)b)) sig[b] = (sig[b] ^ h) * 0xbf58476d1ce4e5b9ull + 1;
+        }
+        uint64_t cls[512] = {0}; /* the classes stepped so far (open addressing by signature) */
+        for (int b = 0; b < 256 && bad == -2; b++) {
+            if (!sig[b]) continue; /* no stack takes b */
+            size_t h = gs_mix(sig[b]) & 511;
+            while (cls[h] && cls[h] != sig[b]) h = (h + 1) & 511;
+            if (cls[h]) continue; /* its class was stepped */
+            cls[h] = sig[b];
+            int32_t n0 = s->h.n_states, next = kn_gstore_step(s, q, (uint8_t)b);
+            if (next < 0 && s->failed) {
+                if (s->ambiguous) bad = q, bad_byte = b;
+                else st = KILN_OK, q = KN_GS_CHECK_STATES; /* the check's own memory: stop, not the grammar's fault */
+            } else if (next >= n0 && next < KN_GS_CHECK_STATES) {
+                par[next] = q, via[next] = (uint8_t)b, depth[next] = depth[q] + 1;
+            }
+        }
+    }
+    if (!st && bad != -2) {
+        size_t k = 0;
+        if (bad < 0) {
+            k = (size_t)snprintf(why, cap, "its start state ");
+        } else {
+            uint8_t text[KN_GS_CHECK_STATES + 1];
+            int n = depth[bad] + 1;
+            text[n - 1] = (uint8_t)bad_byte;
+            for (int32_t c = bad, i = n - 2; c > 0; c = par[c]) text[i--] = via[c];
+            k = (size_t)snprintf(why, cap, "after the text \"");
+            gs_put_text(why, cap, &k, text, n);
+            if (k < cap) k += (size_t)snprintf(why + k, cap - k, "\" its state ");
+        }
+        if (k < cap)
+            snprintf(why + k, cap - k,
+                     "would hold more than %d parser stacks (alternatives the matcher follows at once); merge "
+                     "alternatives that begin alike or nest fewer optional repetitions",
+                     KN_GS_MAX_STACKS);
+        st = KILN_ERR_INVALID_ARG;
+    } else if (!st && start < 0 && s->failed) {
+        st = KILN_OK; /* the start state hit the check's memory cap: not the grammar's fault */
+    }
+    free(set_seen);
+    kn_gstore_free(s);
+    return st;
 }

@@ -248,9 +248,19 @@ static void test_cap(void) {
     kiln_grammar_free(g);
 }
 
-/* More stacks than KN_GS_MAX_STACKS in one state: the step fails (not a language fact), and
- * kiln_grammar_accepts fails closed. */
-static void test_too_many_stacks(void) {
+/* Builds root ::= "x"{prefix} ("a"?){n}: after the x's, a state with one ready stack per optional
+ * "a" (n of them). The prefix keeps that state beyond what the compile-time check walks. */
+static kiln_grammar *nullable_run(int prefix, int n) {
+    char text[96];
+    int k = snprintf(text, sizeof text, "root ::= \"x\"{%d} (\"a\"?){%d}", prefix, n);
+    kiln_grammar *g = NULL;
+    if (kn_gbnf_compile(text, (size_t)k, &g)) printf("  compile failed: %s\n", kn_error_msg());
+    return g;
+}
+
+/* 5,000 literals after a common byte: left-factored into a trie, so the state after the byte holds
+ * one stack per next byte, not one per literal. */
+static void test_many_literals(void) {
     size_t cap = 5000 * 16 + 64;
     char *text = malloc(cap);
     CHECK(text);
@@ -265,23 +275,58 @@ static void test_too_many_stacks(void) {
     int32_t st = kn_gstore_start(s);
     CHECK(st >= 0 && kn_gstore_n_stacks(s, st) == 1);
     CHECK(kn_gstore_step(s, st, 'y') == KN_GS_DEAD && !kn_gstore_failed(s));
+    CHECK((st = kn_gstore_step(s, st, 'x')) >= 0 && kn_gstore_n_stacks(s, st) == 1);
+    CHECK((st = kn_gstore_step(s, st, 'a')) >= 0);
+    CHECKF(kn_gstore_n_stacks(s, st) <= 10, "%d stacks after \"xa\"", kn_gstore_n_stacks(s, st));
+    CHECK(!kn_gstore_failed(s) && kn_gstore_fail_status(s) == KILN_OK);
+    kn_gstore_free(s);
+    CHECK(kiln_grammar_accepts(g, "xa17", 4));
+    CHECK(kiln_grammar_accepts(g, "xa4999", 6));
+    CHECK(!kiln_grammar_accepts(g, "xa5000", 6));
+    CHECK(!kiln_grammar_accepts(g, "xa", 2));
+    kiln_grammar_free(g);
+}
+
+/* More stacks than KN_GS_MAX_STACKS in one state the compile-time check does not reach: the step
+ * fails (not a language fact), the failure is the grammar's (KILN_ERR_UNSUPPORTED, not memory),
+ * it is not memoized, and kiln_grammar_accepts fails closed. */
+static void test_too_many_stacks(void) {
+    kiln_grammar *g = nullable_run(100, 5000);
+    CHECK(g);
+    kn_gstore *s;
+    CHECK(kn_gstore_new(g, 0, &s) == KILN_OK);
+    int32_t st = kn_gstore_start(s);
+    for (int i = 0; i < 99 && st >= 0; i++) st = kn_gstore_step(s, st, 'x');
+    CHECK(st >= 0 && kn_gstore_n_stacks(s, st) == 1);
+    CHECK(kn_gstore_step(s, st, 'y') == KN_GS_DEAD && !kn_gstore_failed(s));
     CHECK(kn_gstore_step(s, st, 'x') == KN_GS_DEAD);
     CHECKF(kn_gstore_failed(s) && strstr(kn_gstore_failed(s), "too many parser stacks"), "%s", kn_gstore_failed(s));
+    CHECK(kn_gstore_fail_status(s) == KILN_ERR_UNSUPPORTED);
     CHECK(kn_gstore_step(s, st, 'x') == KN_GS_DEAD); /* not memoized: computed (and refused) again */
     kn_gstore_free(s);
-    CHECK(!kiln_grammar_accepts(g, "xa17", 4));
+    char text[112];
+    memset(text, 'x', 100);
+    memcpy(text + 100, "aaa", 3);
+    CHECK(!kiln_grammar_accepts(g, text, 103));
     kiln_grammar_free(g);
     /* at the cap exactly it works */
-    cap = KN_GS_MAX_STACKS * 16 + 64;
-    text = malloc(cap);
-    CHECK(text);
-    k = snprintf(text, cap, "root ::= \"x\" (");
-    for (int i = 0; i < KN_GS_MAX_STACKS; i++) k += snprintf(text + k, cap - (size_t)k, "%s\"a%d\"", i ? " | " : "", i);
-    k += snprintf(text + k, cap - (size_t)k, ")");
-    CHECK(kn_gbnf_compile(text, (size_t)k, &g) == KILN_OK);
-    free(text);
-    CHECK(kiln_grammar_accepts(g, "xa4095", 6));
-    CHECK(!kiln_grammar_accepts(g, "xa4096", 6));
+    CHECK((g = nullable_run(100, KN_GS_MAX_STACKS)));
+    CHECK(kn_gstore_new(g, 0, &s) == KILN_OK);
+    st = kn_gstore_start(s);
+    for (int i = 0; i < 100 && st >= 0; i++) st = kn_gstore_step(s, st, 'x');
+    CHECKF(st >= 0 && kn_gstore_n_stacks(s, st) == KN_GS_MAX_STACKS, "%s", kn_gstore_failed(s));
+    kn_gstore_free(s);
+    CHECK(kiln_grammar_accepts(g, text, 100));
+    CHECK(kiln_grammar_accepts(g, text, 103));
+    CHECK(!kiln_grammar_accepts(g, text, 99));
+    kiln_grammar_free(g);
+    /* a store that runs out of memory says so: KILN_ERR_NOMEM, not the grammar's ambiguity */
+    CHECK((g = nullable_run(1, 3000)));
+    CHECK(kn_gstore_new(g, 1, &s) == KILN_OK); /* the smallest cap */
+    st = kn_gstore_start(s);
+    for (int i = 0; i < 200 && st >= 0; i++) st = kn_gstore_step(s, st, i ? 'a' : 'x');
+    CHECK(st == KN_GS_DEAD && kn_gstore_failed(s) && kn_gstore_fail_status(s) == KILN_ERR_NOMEM);
+    kn_gstore_free(s);
     kiln_grammar_free(g);
 }
 
@@ -334,6 +379,7 @@ int main(void) {
     RUN(test_tail_depth);
     RUN(test_compact);
     RUN(test_cap);
+    RUN(test_many_literals);
     RUN(test_too_many_stacks);
     RUN(test_accepting_final);
     return kt_summary();
