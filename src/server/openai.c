@@ -537,8 +537,8 @@ static void on_event(srv_job *j, const kiln_token_event *ev) {
         }
     } else {
         const char *msg = j->status == KILN_ERR_CANCELLED ? "the generation was cancelled (server stopping)" : j->error;
-        emit_sse(
-            j, json_pack("{s:{s:s, s:s, s:n, s:n}}", "error", "message", msg, "type", "server_error", "param", "code"));
+        const char *type = j->status == KILN_ERR_UNSUPPORTED ? "invalid_request_error" : "server_error";
+        emit_sse(j, json_pack("{s:{s:s, s:s, s:n, s:n}}", "error", "message", msg, "type", type, "param", "code"));
     }
     if (!srv_job_append(j, "data: [DONE]\n\n", 14)) g->oom = true;
 }
@@ -550,6 +550,8 @@ static void send_result(srv_req *r, srv_job *j) {
         if (j->status == KILN_ERR_CANCELLED)
             srv_send_error(r, 503, "server_error", NULL, NULL,
                            "the generation was cancelled because the server is stopping");
+        else if (j->status == KILN_ERR_UNSUPPORTED && !g->oom) /* the grammar's property, e.g. too ambiguous */
+            srv_send_error(r, 400, "invalid_request_error", NULL, NULL, "generation failed: %s", j->error);
         else
             srv_send_error(r, 500, "server_error", NULL, NULL, "generation failed: %s",
                            g->oom ? "out of memory" : j->error);

@@ -49,6 +49,22 @@ head -c 1100000 /dev/zero | tr '\0' ' ' >"$TMP/huge.gbnf"
 printf 'root ::= "a"\n' >>"$TMP/huge.gbnf"
 expect_out gbnf_over_1mib 2 'huge.gbnf does not compile: .*bytes' "$KILN" grammar --gbnf "$TMP/huge.gbnf"
 
+# Big enums compile and check (left-factored into a trie); a grammar too ambiguous for the matcher
+# is refused when it compiles (exit 2), naming the cause.
+python3 -c 'print("root ::= " + " | ".join("\"%d\"" % i for i in range(10000)))' >"$TMP/enum.gbnf"
+expect_out gbnf_enum_10000_compiles 0 'enum.gbnf: compiles' "$KILN" grammar --gbnf "$TMP/enum.gbnf"
+printf '9876\n' >"$TMP/n9876.json"
+printf '10000\n' >"$TMP/n10000.json"
+expect_out gbnf_enum_10000_checks 0 'accepted' "$KILN" grammar --gbnf "$TMP/enum.gbnf" --check "$TMP/n9876.json"
+expect_out gbnf_enum_10000_rejects 1 'not in the language' "$KILN" grammar --gbnf "$TMP/enum.gbnf" --check "$TMP/n10000.json"
+python3 -c 'import json; print(json.dumps({"type": "string", "enum": ["code-%05d" % i for i in range(5000)]}))' \
+  >"$TMP/enum.schema.json"
+printf '"code-04321"\n' >"$TMP/code.json"
+expect_out schema_enum_5000_checks 0 'accepted' "$KILN" grammar --schema "$TMP/enum.schema.json" --check "$TMP/code.json"
+printf 'root ::= ("a"?){5000}\n' >"$TMP/ambiguous.gbnf"
+expect_out gbnf_too_ambiguous 2 'ambiguous.gbnf does not compile: .*line 1, column 1: the grammar is too ambiguous' \
+  "$KILN" grammar --gbnf "$TMP/ambiguous.gbnf"
+
 # Usage: exit 2.
 expect_out no_constraint 2 'give --schema FILE' "$KILN" grammar
 expect_out two_constraints 2 'both give a constraint' "$KILN" grammar --schema $G/person.schema.json --json-object

@@ -400,6 +400,64 @@ static void test_engine_keeps_grammar(void) {
     kiln_engine_free(e);
 }
 
+/* A grammar of 10,000 literals (the numbers 0..9999 after a phrase, left-factored into a trie when
+ * compiled): greedy and seeded sampled generations all end accepted, with one of the numbers. */
+static void test_big_enum(void) {
+    if (!g_model) SKIP("no model");
+    size_t cap = 10000 * 10 + 64;
+    char *text = malloc(cap);
+    CHECK(text);
+    int k = snprintf(text, cap, "root ::= \"She was \" n \" years old.\"\nn ::= ");
+    for (int i = 0; i < 10000; i++) k += snprintf(text + k, cap - (size_t)k, "%s\"%d\"", i ? " | " : "", i);
+    kiln_grammar *g = NULL;
+    CHECKF(kiln_grammar_compile(text, (size_t)k, NULL, &g) == KILN_OK, "%s", kiln_last_error());
+    free(text);
+    kiln_session *s = NULL;
+    kiln_session_params sp = kiln_session_default_params();
+    sp.n_ctx = 256;
+    sp.n_threads = 1;
+    CHECK(kiln_session_new(g_model, &sp, &s) == KILN_OK);
+    static out o;
+    for (int i = 0; i < 6; i++) {
+        kiln_generate_params gp = params(&o, g, i ? 1.0f : 0.0f, (uint64_t)i, 60);
+        kiln_generate_result res;
+        kiln_status st = kiln_generate_tokens(s, g_prompt, g_n_prompt, &gp, &res);
+        CHECKF(st == KILN_OK, "%d: %s", i, res.error);
+        int age = -1;
+        CHECKF(res.stop == KILN_STOP_EOS && kiln_grammar_accepts(g, o.text, o.len) &&
+                   sscanf(o.text, "She was %d years old.", &age) == 1 && age >= 0 && age <= 9999,
+               "%d: stop %d: [%s]", i, res.stop, o.text);
+        if (getenv("KT_VERBOSE")) printf("  %s\n", o.text);
+    }
+    kiln_session_free(s);
+    kiln_grammar_free(g);
+}
+
+/* A state too ambiguous for the matcher that the compile-time check does not reach (behind a long
+ * literal): the generation ends with KILN_ERR_UNSUPPORTED and a message saying so, not with
+ * KILN_ERR_NOMEM. */
+static void test_too_ambiguous_mid_generation(void) {
+    if (!g_model) SKIP("no model");
+    kiln_grammar *g =
+        compile("root ::= \"Once upon a time, there was a little girl named Lily. She liked to play outside "
+                "in the park.\" (\" a\"?){5000} \"!\"\n");
+    CHECK(g);
+    kiln_session *s = NULL;
+    kiln_session_params sp = kiln_session_default_params();
+    sp.n_ctx = 256;
+    sp.n_threads = 1;
+    CHECK(kiln_session_new(g_model, &sp, &s) == KILN_OK);
+    static out o;
+    kiln_generate_params gp = params(&o, g, 0, 0, 100);
+    kiln_generate_result res;
+    kiln_status st = kiln_generate_tokens(s, g_prompt, g_n_prompt, &gp, &res);
+    CHECKF(st == KILN_ERR_UNSUPPORTED, "status %d: %s", (int)st, res.error);
+    CHECKF(res.error && strstr(res.error, "too ambiguous"), "%s", res.error);
+    CHECK(o.n > 5); /* it got some way along the literal */
+    kiln_session_free(s);
+    kiln_grammar_free(g);
+}
+
 int main(void) {
     if (kt_exists(model_path())) {
         if (kiln_model_load(model_path(), NULL, &g_model) != KILN_OK) printf("  load failed: %s\n", kiln_last_error());
@@ -417,6 +475,8 @@ int main(void) {
     RUN(test_logprobs_constrained);
     RUN(test_first_space_of_a_text);
     RUN(test_engine_keeps_grammar);
+    RUN(test_big_enum);
+    RUN(test_too_ambiguous_mid_generation);
     kiln_model_free(g_model);
     return kt_summary();
 }

@@ -547,6 +547,267 @@ static void test_mutations(void) {
     CHECKF(compiled > 100 && failed > 100, "compiled %d, failed %d", compiled, failed);
 }
 
+/* ---- left factoring and the ambiguity check -------------------------------------------------- */
+
+/* A grammar object around the program of text compiled with kn_gbnf_parse_ex flags. */
+static kiln_grammar *wrap(const char *text, size_t len, unsigned flags) {
+    kiln_grammar *g = calloc(1, sizeof *g);
+    if (!g) return NULL;
+    if (kn_gbnf_parse_ex(text, len, flags, &g->prog)) {
+        printf("  compile failed: %s\n", kn_error_msg());
+        free(g);
+        return NULL;
+    }
+    atomic_init(&g->refs, 1);
+    return g;
+}
+
+/* Random walks over the bytes either grammar lets continue: at every step both must let the same
+ * bytes continue and agree on accepting, so they have the same live prefixes and the same
+ * sentences along the walks. Returns the steps taken (-1 at the first disagreement, printed). */
+static int same_language_walks(const kiln_grammar *a, const kiln_grammar *b, uint64_t *rng, int walks, int n) {
+    kn_gstore *sa, *sb;
+    if (kn_gstore_new(a, 0, &sa)) return -1;
+    if (kn_gstore_new(b, 0, &sb)) return kn_gstore_free(sa), -1;
+    int steps = 0;
+    for (int w = 0; w < walks && steps >= 0; w++) {
+        int32_t x = kn_gstore_start(sa), y = kn_gstore_start(sb);
+        for (int i = 0; i < n && steps >= 0; i++) {
+            if (x < 0 || y < 0 || kn_gstore_accepting(sa, x) != kn_gstore_accepting(sb, y)) {
+                printf("  walk %d, byte %d: states %d / %d, accepting %d / %d\n", w, i, x, y,
+                       kn_gstore_accepting(sa, x), kn_gstore_accepting(sb, y));
+                steps = -1;
+                break;
+            }
+            int32_t nx[256], ny[256];
+            uint8_t opts[256];
+            int m = 0;
+            for (int c = 0; c < 256; c++) {
+                nx[c] = kn_gstore_step(sa, x, (uint8_t)c);
+                ny[c] = kn_gstore_step(sb, y, (uint8_t)c);
+                if ((nx[c] >= 0) != (ny[c] >= 0)) {
+                    printf("  walk %d, byte %d: 0x%02x continues in only one (%d / %d)\n", w, i, c, nx[c], ny[c]);
+                    steps = -1;
+                    break;
+                }
+                if (nx[c] >= 0) opts[m++] = (uint8_t)c;
+            }
+            if (steps < 0 || !m) break;
+            int c = opts[rng_next(rng) % (uint64_t)m];
+            x = nx[c], y = ny[c];
+            steps++;
+        }
+    }
+    if (kn_gstore_failed(sa) || kn_gstore_failed(sb)) steps = -1;
+    kn_gstore_free(sa);
+    kn_gstore_free(sb);
+    return steps;
+}
+
+/* The factored program (the default) and the program as written accept the same language: on
+ * the corpus grammars (their texts in and out of the language, and random walks). */
+static void test_factoring_corpus(void) {
+    uint64_t rng = 12345;
+    for (size_t i = 0; i < KN_ARRAY_LEN(k_corpus); i++) {
+        size_t len;
+        char *text = read_grammar(k_corpus[i].file, &len);
+        CHECK(text);
+        kiln_grammar *f = wrap(text, len, 0), *u = wrap(text, len, KN_GBNF_NO_FACTOR | KN_GBNF_NO_CHECK);
+        free(text);
+        CHECK(f && u);
+        for (int k = 0; k < 8 && k_corpus[i].yes[k]; k++) CHECK(accepts(f, k_corpus[i].yes[k]));
+        for (int k = 0; k < 8 && k_corpus[i].no[k]; k++) CHECK(!accepts(f, k_corpus[i].no[k]));
+        int steps = same_language_walks(f, u, &rng, 20, 80);
+        CHECKF(steps > 100, "%s: %d steps", k_corpus[i].file, steps);
+        kiln_grammar_free(f);
+        kiln_grammar_free(u);
+    }
+}
+
+/* A random literal over a small alphabet (with a two-byte character), 0..maxlen characters. */
+static size_t random_literal(uint64_t *rng, char *out, int maxlen) {
+    static const char *const alpha[] = {"a", "b", "c", "\xc3\xa9"};
+    int n = (int)(rng_next(rng) % (uint64_t)(maxlen + 1));
+    size_t k = 0;
+    for (int i = 0; i < n; i++) {
+        const char *c = alpha[rng_next(rng) % 4];
+        memcpy(out + k, c, strlen(c));
+        k += strlen(c);
+    }
+    out[k] = 0;
+    return k;
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+static bool in_set(char **set, size_t n, const char *s) { return bsearch(&s, set, n, sizeof *set, cmp_str) != NULL; }
+
+/* Random enum grammars (sets of literals that share prefixes, contain one another and the empty
+ * string) in several settings: the factored program agrees with the unfactored one on random
+ * walks, with the set itself (brute force) on every literal and near misses, and its states hold
+ * at most one stack per next byte. */
+static void test_factoring_random_enums(void) {
+    uint64_t rng = 0xfeedface;
+    static const char *const forms[] = {
+        "root ::= e\n",
+        "root ::= \"<\" e \">\" | \"<\" e \"]\"\n",
+        "root ::= (\"[\" e \"]\")* \"!\"\n",
+        "root ::= x \"1\" | x \"2\" | x e | y\nx ::= \"ab\" | \"a\" | \"\\xe9\"\ny ::= \"a\"+ \"z\"\n",
+        "root ::= e \",\" e\n",
+    };
+    char *text = malloc(1 << 16), lit[64];
+    char **set = malloc(400 * sizeof *set);
+    CHECK(text && set);
+    for (int it = 0; it < 60; it++) {
+        int form = it % (int)KN_ARRAY_LEN(forms);
+        size_t n = 1 + rng_next(&rng) % 300, k = (size_t)snprintf(text, 1 << 16, "%se ::= ", forms[form]);
+        size_t n_set = 0;
+        for (size_t i = 0; i < n; i++) {
+            size_t l = random_literal(&rng, lit, 6);
+            k += (size_t)snprintf(text + k, (1 << 16) - k, "%s\"%s\"", i ? " | " : "", lit);
+            set[n_set] = malloc(l + 1);
+            memcpy(set[n_set++], lit, l + 1);
+        }
+        text[k++] = '\n';
+        qsort(set, n_set, sizeof *set, cmp_str);
+        kiln_grammar *f = wrap(text, k, 0), *u = wrap(text, k, KN_GBNF_NO_FACTOR | KN_GBNF_NO_CHECK);
+        CHECK(f && u);
+        int steps = same_language_walks(f, u, &rng, 10, 40);
+        CHECKF(steps > 0, "form %d, %zu literals: %d steps\n%.*s", form, n, steps, (int)k, text);
+        if (form == 0) {
+            for (size_t i = 0; i < n_set; i++) {
+                CHECKF(accepts(f, set[i]), "rejects \"%s\"", set[i]);
+                size_t l = strlen(set[i]);
+                snprintf(lit, sizeof lit, "%sb", set[i]); /* one byte more */
+                CHECK(accepts(f, lit) == in_set(set, n_set, lit));
+                if (l) { /* one byte fewer, one byte changed */
+                    snprintf(lit, sizeof lit, "%.*s", (int)l - 1, set[i]);
+                    CHECK(accepts(f, lit) == in_set(set, n_set, lit));
+                    snprintf(lit, sizeof lit, "%s", set[i]);
+                    lit[l - 1] = lit[l - 1] == 'c' ? 'a' : 'c';
+                    CHECK(accepts(f, lit) == in_set(set, n_set, lit));
+                }
+            }
+            /* a walk along each literal: never more stacks than the alphabet's first bytes (4) */
+            kn_gstore *s;
+            CHECK(kn_gstore_new(f, 0, &s) == KILN_OK);
+            int most = 0;
+            for (size_t i = 0; i < n_set; i++) {
+                int32_t st = kn_gstore_start(s);
+                for (size_t j = 0; st >= 0; j++) {
+                    most = KN_MAX(most, kn_gstore_n_stacks(s, st));
+                    if (!set[i][j]) break;
+                    st = kn_gstore_step(s, st, (uint8_t)set[i][j]);
+                }
+                CHECK(st >= 0 && kn_gstore_accepting(s, st));
+            }
+            CHECKF(most <= 4, "%d stacks in a state of an enum of %zu literals", most, n_set);
+            kn_gstore_free(s);
+        }
+        kiln_grammar_free(f);
+        kiln_grammar_free(u);
+        for (size_t i = 0; i < n_set; i++) free(set[i]);
+    }
+    free(text);
+    free(set);
+}
+
+/* Literal i of the word enums: one of four prefixes, i in base 7 over "aeioxyz", and an "é" on
+ * every third (all distinct). */
+static size_t enum_word(int i, char *out) {
+    static const char *const pre[] = {"US-", "EUR-", "icon-", ""};
+    size_t k = (size_t)sprintf(out, "%s", pre[i % 4]);
+    char d[16];
+    int n = 0;
+    for (int v = i; n == 0 || v; v /= 7) d[n++] = "aeioxyz"[v % 7];
+    while (n) out[k++] = d[--n];
+    if (i % 3 == 0) k += (size_t)sprintf(out + k, "\xc3\xa9");
+    out[k] = 0;
+    return k;
+}
+
+/* root ::= "0" | "1" | ... | "9999" (10,000 numbers) and 50,000 words: they compile, every literal
+ * is accepted and every near miss is judged as the set says; the start state and the state after
+ * any byte hold few stacks. */
+static void test_big_enums(void) {
+    for (int which = 0; which < 2; which++) {
+        int n = which ? 50000 : 10000;
+        size_t cap = (size_t)n * 24 + 64, k = 0;
+        char *text = malloc(cap), w[40];
+        char **set = malloc((size_t)n * sizeof *set);
+        CHECK(text && set);
+        k = (size_t)snprintf(text, cap, "root ::= ");
+        for (int i = 0; i < n; i++) {
+            size_t l = which ? enum_word(i, w) : (size_t)sprintf(w, "%d", i);
+            k += (size_t)snprintf(text + k, cap - k, "%s\"%s\"", i ? " | " : "", w);
+            set[i] = malloc(l + 1);
+            memcpy(set[i], w, l + 1);
+        }
+        qsort(set, (size_t)n, sizeof *set, cmp_str);
+        kiln_grammar *g = NULL;
+        CHECKF(kn_gbnf_compile(text, k, &g) == KILN_OK, "%d literals: %s", n, kn_error_msg());
+        int wrong = 0, most = 0;
+        kn_gstore *s;
+        CHECK(kn_gstore_new(g, 0, &s) == KILN_OK);
+        for (int i = 0; i < n; i++) {
+            if (!accepts(g, set[i])) wrong++;
+            size_t l = strlen(set[i]);
+            char miss[3][48];
+            snprintf(miss[0], 48, "%sa", set[i]);
+            snprintf(miss[1], 48, "%.*s", (int)l - 1, set[i]);
+            snprintf(miss[2], 48, "%s", set[i]);
+            miss[2][0] = miss[2][0] == '9' ? 'x' : '9';
+            for (int m = 0; m < 3; m++) {
+                int32_t st = kn_gstore_start(s);
+                for (const char *c = miss[m]; *c && st >= 0; c++) {
+                    most = KN_MAX(most, kn_gstore_n_stacks(s, st));
+                    st = kn_gstore_step(s, st, (uint8_t)*c);
+                }
+                if ((st >= 0 && kn_gstore_accepting(s, st)) != in_set(set, (size_t)n, miss[m])) wrong++;
+            }
+        }
+        CHECK(!kn_gstore_failed(s));
+        kn_gstore_free(s);
+        CHECKF(wrong == 0, "%d literals: %d wrong answers", n, wrong);
+        CHECKF(most <= 12, "%d literals: a state with %d stacks", n, most);
+        kiln_grammar_free(g);
+        for (int i = 0; i < n; i++) free(set[i]);
+        free(set);
+        free(text);
+    }
+}
+
+/* A grammar too ambiguous for the matcher is refused when it compiles, naming where: at its start
+ * (many nullable repetitions in a row, or many alternatives that each begin with their own
+ * repetition), or after a few bytes; the limit itself compiles. */
+static void test_ambiguity_refused(void) {
+    kiln_grammar *g = NULL;
+    const char *t = "root ::= (\"a\"?){5000}";
+    CHECK(kn_gbnf_compile(t, strlen(t), &g) == KILN_ERR_INVALID_ARG && !g);
+    CHECKF(strstr(kn_error_msg(), "line 1, column 1: the grammar is too ambiguous: its start state would hold more "
+                                  "than 4096 parser stacks"),
+           "%s", kn_error_msg());
+    t = "# nullable\n\nroot ::= \"x\" (\"a\"?){5000}";
+    CHECK(kn_gbnf_compile(t, strlen(t), &g) == KILN_ERR_INVALID_ARG && !g);
+    CHECKF(strstr(kn_error_msg(), "line 3, column 1: the grammar is too ambiguous: after the text \"x\" its state"),
+           "%s", kn_error_msg());
+    size_t cap = 5000 * 24 + 64;
+    char *text = malloc(cap);
+    CHECK(text);
+    int k = snprintf(text, cap, "root ::= ");
+    for (int i = 0; i < 5000; i++) k += snprintf(text + k, cap - (size_t)k, "%s\"a\"* \"b%d\"", i ? " | " : "", i);
+    CHECK(kn_gbnf_compile(text, (size_t)k, &g) == KILN_ERR_INVALID_ARG && !g);
+    CHECKF(strstr(kn_error_msg(), "too ambiguous: its start state"), "%s", kn_error_msg());
+    /* the same through kiln_grammar_compile: KILN_ERR_INVALID_ARG, what a server answers 400 to */
+    CHECK(kiln_grammar_compile(text, (size_t)k, NULL, &g) == KILN_ERR_INVALID_ARG && !g);
+    CHECK(strstr(kiln_last_error(), "too ambiguous"));
+    free(text);
+    t = "root ::= (\"a\"?){4096}";
+    CHECK((g = compile(t)));
+    CHECK(accepts(g, "") && accepts(g, "aaaa") && !accepts(g, "b"));
+    kiln_grammar_free(g);
+}
+
 int main(void) {
     RUN(test_literals);
     RUN(test_repetition);
@@ -560,5 +821,9 @@ int main(void) {
     RUN(test_corpus);
     RUN(test_mutations);
     RUN(test_fail_closed);
+    RUN(test_factoring_corpus);
+    RUN(test_factoring_random_enums);
+    RUN(test_big_enums);
+    RUN(test_ambiguity_refused);
     return kt_summary();
 }

@@ -505,6 +505,94 @@ static void test_stuck_grammar(void) {
     kn_vtrie_free(t);
 }
 
+/* A JSON Schema with an enum of 5,000 strings (compiled through kiln_grammar_compile): where the
+ * value begins, every value is allowed as one token and near misses are not, the fast masks equal
+ * the reference along random walks, and a whole object ends accepted. */
+static void test_schema_big_enum(void) {
+    enum { N = 5000 };
+    size_t cap = (size_t)N * 32 + 256, k = 0;
+    char *schema = malloc(cap);
+    /* tokens: printable ASCII bytes, each value quoted, the value without its closing quote, a miss */
+    static char vals[2 * N + 1][32];
+    const char *text[95 + 2 * N + 2];
+    uint32_t len[95 + 2 * N + 2];
+    CHECK(schema);
+    int32_t n = 0;
+    static char one[95][2];
+    for (int c = 32; c < 127; c++) {
+        one[c - 32][0] = (char)c;
+        text[n] = one[c - 32], len[n++] = 1;
+    }
+    k = (size_t)snprintf(schema, cap, "{\"type\": \"object\", \"properties\": {\"icon\": {\"enum\": [");
+    const int32_t first_value = n;
+    for (int i = 0; i < N; i++) {
+        char v[24];
+        snprintf(v, sizeof v, "ic-%04d-%c", i, "abcdefg"[i % 7]);
+        k += (size_t)snprintf(schema + k, cap - k, "%s\"%s\"", i ? ", " : "", v);
+        snprintf(vals[2 * i], 32, "\"%s\"", v);
+        snprintf(vals[2 * i + 1], 32, "\"%s", v);
+        text[n] = vals[2 * i], len[n++] = (uint32_t)strlen(vals[2 * i]);
+        text[n] = vals[2 * i + 1], len[n++] = (uint32_t)strlen(vals[2 * i + 1]);
+    }
+    k += (size_t)snprintf(schema + k, cap - k, "]}}, \"required\": [\"icon\"], \"additionalProperties\": false}");
+    const int32_t miss = n;
+    snprintf(vals[2 * N], 32, "\"ic-0001-a\""); /* 0001 ends in b */
+    text[n] = vals[2 * N], len[n++] = (uint32_t)strlen(vals[2 * N]);
+    const int32_t eog = n;
+    text[n] = "", len[n++] = 0;
+    kn_vtrie *t = NULL;
+    CHECK(kn_vtrie_new(n, text, len, &eog, 1, &t) == KILN_OK);
+    kiln_grammar_params gp = kiln_grammar_default_params();
+    gp.kind = KILN_GRAMMAR_JSON_SCHEMA;
+    kiln_grammar *g = NULL;
+    CHECKF(kiln_grammar_compile(schema, k, &gp, &g) == KILN_OK, "%s", kiln_last_error());
+    free(schema);
+    kn_gmatch *m;
+    CHECK(kn_gmatch_new(g, t, false, &m) == KILN_OK);
+    for (const char *c = "{\"icon\":"; *c; c++) CHECKF(kn_gmatch_accept(m, *c - 32) == KILN_OK, "%s", kn_error_msg());
+    int32_t allowed = 0;
+    const uint64_t *mask = kn_gmatch_mask(m, &allowed);
+    CHECKF(allowed > 2 * N && !kn_gmatch_error(m), "%d allowed: %s", allowed, kn_gmatch_error(m));
+    int missing = 0;
+    for (int32_t id = first_value; id < first_value + 2 * N; id++) missing += !bit(mask, id);
+    CHECKF(missing == 0, "%d values not allowed", missing);
+    CHECK(!bit(mask, miss) && bit(mask, '"' - 32) && !bit(mask, 'i' - 32) && !bit(mask, eog));
+    CHECK(kn_gmatch_accept(m, first_value + 2 * 4321) == KILN_OK);
+    CHECK(kn_gmatch_accept(m, '}' - 32) == KILN_OK && kn_gmatch_final(m));
+    kn_gmatch_free(m);
+    CHECK(kiln_grammar_accepts(g, "{\"icon\":\"ic-4999-b\"}", 20));
+    CHECK(!kiln_grammar_accepts(g, "{\"icon\":\"ic-4999-a\"}", 20));
+    CHECK(!kiln_grammar_accepts(g, "{\"icon\":\"ic-5000-c\"}", 20));
+    walk_result res;
+    CHECKF(lockstep(g, t, false, 77, 6, 12, 0, &res), "%s", res.why);
+    kiln_grammar_free(g);
+    kn_vtrie_free(t);
+}
+
+/* A state too ambiguous for the matcher, met after the bytes the compile-time check walks: the
+ * mask is empty and the failure is the matcher's, classified KILN_ERR_UNSUPPORTED (the grammar's),
+ * not KILN_ERR_NOMEM; accepting a token into it says the same. */
+static void test_too_ambiguous_mid_text(void) {
+    const char *text[] = {"x", "a", "b"};
+    kn_vtrie *t = synth(3, text, NULL, 0);
+    kiln_grammar *g = compile("root ::= \"x\"{100} (\"a\"?){5000} \"b\"\n");
+    CHECK(t && g);
+    kn_gmatch *m;
+    CHECK(kn_gmatch_new(g, t, false, &m) == KILN_OK);
+    for (int i = 0; i < 99; i++) CHECK(kn_gmatch_accept(m, 0) == KILN_OK);
+    CHECK(kn_gmatch_fail_status(m) == KILN_OK);
+    int32_t n = -1;
+    kn_gmatch_mask(m, &n);
+    CHECK(n == 0 && kn_gmatch_failed(m));
+    CHECK(kn_gmatch_fail_status(m) == KILN_ERR_UNSUPPORTED);
+    CHECKF(strstr(kn_gmatch_error(m), "too ambiguous"), "%s", kn_gmatch_error(m));
+    CHECK(kn_gmatch_accept(m, 0) == KILN_ERR_UNSUPPORTED && kn_gmatch_fail_status(m) == KILN_ERR_UNSUPPORTED);
+    CHECK(strstr(kn_error_msg(), "the grammar matcher failed: too many parser stacks"));
+    kn_gmatch_free(m);
+    kiln_grammar_free(g);
+    kn_vtrie_free(t);
+}
+
 int main(void) {
     RUN(test_trie_layout_synthetic);
     RUN(test_trie_of_models);
@@ -519,5 +607,7 @@ int main(void) {
     RUN(test_cache_survives_compaction);
     RUN(test_tokenized_document_allowed);
     RUN(test_stuck_grammar);
+    RUN(test_schema_big_enum);
+    RUN(test_too_ambiguous_mid_text);
     return kt_summary();
 }
