@@ -557,10 +557,14 @@ struct kiln_generate_result;
 typedef void (*kiln_done_fn)(kiln_status status, const struct kiln_generate_result *result, void *user);
 
 typedef struct kiln_generate_params {
-    int32_t max_tokens; /* new tokens at most; default 256; < 0 = until EOS or context end */
-    bool ignore_eos;    /* keep going past end-of-generation tokens */
-    bool add_special;   /* prepend BOS per the model's metadata; default true */
-    bool parse_special; /* parse special-token text in the prompt; default false */
+    int32_t max_tokens;  /* new tokens at most; default 256; < 0 = until EOS or context end */
+    bool ignore_eos;     /* keep going past end-of-generation tokens */
+    bool add_special;    /* prepend BOS per the model's metadata; default true */
+    bool parse_special;  /* parse special-token text in the prompt; default false */
+    bool render_special; /* the output text (token events, stop-string matching) includes the text of
+                            special tokens such as "<|channel|>" or "<|tool_calls_section_begin|>",
+                            for a chat parser of a family whose markup is special tokens; default
+                            false. End-of-generation tokens that end the generation give no text */
     kiln_sampler_params sampling;
     const char *const *stop;     /* stop strings (non-empty, NUL-terminated), matched on the decoded
                                     text; the output ends before the first match, which is never

@@ -550,7 +550,7 @@ int cli_chat(int argc, char **argv) {
     cli_common c;
     cli_common_init(&c);
     c.n_predict = -1; /* a reply runs to its end of turn unless -n says otherwise */
-    const char *system_prompt = NULL;
+    const char *system_prompt = NULL, *template_file = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
             cli_usage("chat", false);
@@ -564,7 +564,8 @@ int cli_chat(int argc, char **argv) {
             system_prompt = argv[++i];
             continue;
         }
-        int r = cli_parse_common(argc, argv, &i, &c);
+        int r = cli_parse_template_flags(argc, argv, &i, &template_file, NULL);
+        if (r == 0) r = cli_parse_common(argc, argv, &i, &c);
         if (r == 1 && (c.prompt || c.file)) {
             fprintf(stderr, "kiln chat: -p and -f are not used: type the messages, or pipe them on stdin\n");
             r = -1;
@@ -589,7 +590,7 @@ int cli_chat(int argc, char **argv) {
         c.model = chosen;
     }
     ch.m = cli_load_model(&c, false);
-    if (!ch.m) goto out;
+    if (!ch.m || !cli_use_chat_template(template_file, ch.m)) goto out;
     kiln_engine_params ep = kiln_engine_default_params();
     ep.n_ctx = c.ctx ? c.ctx : kiln_default_n_ctx(kiln_model_n_ctx_train(ch.m));
     ep.max_rows = 1;
@@ -643,7 +644,7 @@ int cli_chat(int argc, char **argv) {
     if (ch.interactive) {
         setlocale(LC_CTYPE, ""); /* line editing of the terminal's multibyte characters */
         printf("kiln chat: %s%s\n/help lists the commands; Ctrl-D or /quit leaves.\n\n", kiln_model_desc(ch.m),
-               kiln_model_chat_template(ch.m) ? "" : " (no chat template: the conversation goes in as plain text)");
+               cli_chat_template(ch.m) ? "" : " (no chat template: the conversation goes in as plain text)");
         fflush(stdout);
         rc = loop_edit(&ch);
     } else {

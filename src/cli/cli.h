@@ -86,6 +86,18 @@ struct json_t;
  * (release it with kiln_free); on failure kiln_last_error() says why. */
 kiln_status cli_chat_render(const kiln_model *m, struct json_t *messages, char **out);
 
+/* --chat-template-file FILE (serve, run, chat) and --tool-format NAME (serve): consumes the flag at
+ * argv[*i] and its value. Returns 1 if consumed, 0 if it is neither, -1 after printing an error (an
+ * unknown format name gets the list of names). */
+int cli_parse_template_flags(int argc, char **argv, int *i, const char **template_file, const char **tool_format);
+
+/* Reads the chat template of --chat-template-file (at most 1 MiB) and checks that it renders a
+ * conversation for m; from then on it replaces the model's template (cli_chat_render,
+ * cli_chat_template). NULL path: nothing changes. False after printing why. */
+bool cli_use_chat_template(const char *path, const kiln_model *m);
+/* The chat template in use: --chat-template-file's text, else the model's (NULL when none). */
+const char *cli_chat_template(const kiln_model *m);
+
 /* Tokenizes a rendered chat prompt as kiln_tokenize_chat does (special-token text parsed, BOS
  * added unless present) into a malloc'd array: *ids (caller frees) of *n tokens. */
 kiln_status cli_tokenize_chat(const kiln_model *m, const char *text, kiln_token **ids, size_t *n);

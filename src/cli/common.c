@@ -84,7 +84,8 @@ static const usage_entry usages[] = {
      "  --json-schema SCHEMA constrain the output to JSON valid under a JSON Schema (the schema's\n"
      "                       text, or a file holding it); --strict: objects admit only the\n"
      "                       properties their schema lists\n"
-     "  --json-object        constrain the output to a JSON object (JSON mode)\n" MODEL_FLAGS,
+     "  --json-object        constrain the output to a JSON object (JSON mode)\n"
+     "  --chat-template-file FILE  use this Jinja chat template instead of the model's\n" MODEL_FLAGS,
      true},
     {"chat",
      "usage: kiln chat [-m MODEL] [--system TEXT] [-n N] [options]\n"
@@ -97,7 +98,8 @@ static const usage_entry usages[] = {
      "user turn (or a command) and each reply is printed followed by a newline.\n"
      "  --system TEXT        the system prompt\n"
      "  -n, --n-predict N    new tokens per reply at most (default -1: to the end of the turn)\n"
-     "  --ignore-eos         keep generating past end-of-text tokens\n" MODEL_FLAGS,
+     "  --ignore-eos         keep generating past end-of-text tokens\n"
+     "  --chat-template-file FILE  use this Jinja chat template instead of the model's\n" MODEL_FLAGS,
      true},
     {"serve",
      "usage: kiln serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--api-key KEY] [options]\n"
@@ -123,6 +125,9 @@ static const usage_entry usages[] = {
      "  --cors ORIGIN[,...]  let web pages of these origins call the API ('*': any; default none)\n"
      "  --allow-host NAME[,...]  Host names accepted besides IP addresses, localhost and --host\n"
      "                       (for reverse proxies; '*': any); others get 403\n"
+     "  --chat-template-file FILE  use this Jinja chat template instead of the model's\n"
+     "  --tool-format NAME   how replies write tool calls and reasoning (default auto: detected\n"
+     "                       from the chat template; `kiln parse --list-formats` names them)\n"
      "  --max-tokens N       new tokens when a request gives no max_tokens (default -1: to the\n"
      "                       end of text or of the context)\n"
      "  --batch N            requests generated together, continuously batched (default 8;\n"
@@ -555,16 +560,99 @@ kiln_model *cli_load_model(const cli_common *c, bool vocab_only) {
     return m;
 }
 
+/* --chat-template-file's text (read once at start, never freed), or NULL. */
+static char *g_chat_template;
+
+const char *cli_chat_template(const kiln_model *m) {
+    return g_chat_template ? g_chat_template : kiln_model_chat_template(m);
+}
+
 kiln_status cli_chat_render(const kiln_model *m, json_t *messages, char **out) {
     *out = NULL;
     json_t *chat = json_pack("{s:O, s:b}", "messages", messages, "add_generation_prompt", 1);
+    if (chat && g_chat_template) { /* kiln_chat_apply's context, rendered with the replacement */
+        kiln_token ids[2] = {kiln_token_bos(m), kiln_token_eos(m)};
+        const char *keys[2] = {"bos_token", "eos_token"};
+        for (int k = 0; k < 2; k++) {
+            char piece[256];
+            size_t n = 0;
+            if (ids[k] < 0 || kiln_token_piece(m, ids[k], true, piece, sizeof piece, &n) != KILN_OK) n = 0;
+            json_t *v = json_stringn(piece, n);
+            json_object_set_new(chat, keys[k], v ? v : json_string(""));
+        }
+    }
     char *js = chat ? json_dumps(chat, JSON_COMPACT) : NULL;
     json_decref(chat);
     if (!js) return KILN_ERR_NOMEM;
     size_t len;
-    kiln_status st = kiln_chat_apply(m, js, strlen(js), out, &len);
+    kiln_status st = g_chat_template
+                         ? kiln_template_render(g_chat_template, strlen(g_chat_template), js, strlen(js), out, &len)
+                         : kiln_chat_apply(m, js, strlen(js), out, &len);
     free(js);
     return st;
+}
+
+int cli_parse_template_flags(int argc, char **argv, int *i, const char **template_file, const char **tool_format) {
+    const char *a = argv[*i], *v = *i + 1 < argc ? argv[*i + 1] : NULL;
+    const bool tf = strcmp(a, "--chat-template-file") == 0;
+    if (!tf && !(tool_format && strcmp(a, "--tool-format") == 0)) return 0;
+    if (!v) {
+        fprintf(stderr, "kiln: %s needs a value\n", a);
+        return -1;
+    }
+    (*i)++;
+    if (tf) {
+        *template_file = v;
+        return 1;
+    }
+    const char *name, *models;
+    for (size_t k = 0; kiln_chat_format_get(k, &name, &models); k++)
+        if (strcmp(name, v) == 0 || strcmp(v, "auto") == 0) {
+            *tool_format = strcmp(v, "auto") == 0 ? NULL : v;
+            return 1;
+        }
+    fprintf(stderr, "kiln: unknown --tool-format '%s'; the formats are: auto", v);
+    for (size_t k = 0; kiln_chat_format_get(k, &name, &models); k++) fprintf(stderr, ", %s", name);
+    fputc('\n', stderr);
+    return -1;
+}
+
+bool cli_use_chat_template(const char *path, const kiln_model *m) {
+    if (!path) return true;
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "kiln: cannot read the chat template '%s': %s\n", path, strerror(errno));
+        return false;
+    }
+    const size_t cap = (size_t)1 << 20;
+    char *text = malloc(cap + 1);
+    size_t n = text ? fread(text, 1, cap + 1, f) : 0;
+    const bool err = ferror(f);
+    fclose(f);
+    if (!text || err || n > cap || memchr(text, 0, n)) {
+        fprintf(stderr, "kiln: cannot read the chat template '%s': %s\n", path,
+                !text     ? "out of memory"
+                : err     ? "read error"
+                : n > cap ? "larger than 1 MiB"
+                          : "it contains a NUL byte");
+        free(text);
+        return false;
+    }
+    text[n] = 0;
+    free(g_chat_template);
+    g_chat_template = text;
+    json_t *msgs = json_pack("[{s:s, s:s}]", "role", "user", "content", "Hello");
+    char *out = NULL;
+    kiln_status st = msgs ? cli_chat_render(m, msgs, &out) : KILN_ERR_NOMEM;
+    json_decref(msgs);
+    kiln_free(out);
+    if (st) {
+        fprintf(stderr, "kiln: the chat template '%s' does not render a conversation: %s\n", path, kiln_last_error());
+        free(g_chat_template);
+        g_chat_template = NULL;
+        return false;
+    }
+    return true;
 }
 
 kiln_status cli_tokenize_chat(const kiln_model *m, const char *text, kiln_token **ids, size_t *n) {

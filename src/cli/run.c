@@ -44,6 +44,7 @@ int cli_run(int argc, char **argv) {
     bool raw = false;
     const char *system_prompt = NULL;
     cli_constraint con = {0};
+    const char *template_file = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
             cli_usage("run", false);
@@ -58,6 +59,7 @@ int cli_run(int argc, char **argv) {
             continue;
         }
         int r = cli_parse_constraint(argc, argv, &i, &con, "run");
+        if (r == 0) r = cli_parse_template_flags(argc, argv, &i, &template_file, NULL);
         if (r == 0) r = cli_parse_common(argc, argv, &i, &c);
         if (r == 1) continue;
         if (r == 0) fprintf(stderr, "kiln run: unknown option '%s'\n", argv[i]);
@@ -85,6 +87,10 @@ int cli_run(int argc, char **argv) {
     }
     const char *prompt = file_text ? file_text : (c.prompt ? c.prompt : "");
     kiln_model *m = cli_load_model(&c, false);
+    if (m && !cli_use_chat_template(template_file, m)) {
+        kiln_model_free(m);
+        m = NULL;
+    }
     if (!m) {
         free(file_text);
         kiln_grammar_free(grammar);
@@ -112,7 +118,7 @@ int cli_run(int argc, char **argv) {
     gp.grammar = grammar;
     kiln_generate_result res;
     char *rendered = NULL;
-    const bool chat = !raw && kiln_model_chat_template(m);
+    const bool chat = !raw && cli_chat_template(m);
     if (chat) st = render_chat(m, system_prompt, prompt, &rendered);
     if (!chat) {
         fputs(prompt, stdout);

@@ -626,6 +626,7 @@ int cli_serve(int argc, char **argv) {
     serve_opts o;
     opts_init(&o);
     bool ssd_verify = kiln_engine_default_params().ssd_verify;
+    const char *template_file = NULL, *tool_format = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -658,7 +659,8 @@ int cli_serve(int argc, char **argv) {
             o.no_open = true;
             continue;
         }
-        int r = cli_parse_common(argc, argv, &i, &c);
+        int r = cli_parse_template_flags(argc, argv, &i, &template_file, &tool_format);
+        if (r == 0) r = cli_parse_common(argc, argv, &i, &c);
         if (r == 1) continue;
         if (r == 0)
             fprintf(stderr, "kiln serve: unknown option '%s'%s\n", a, (a[0] == '-' && !v) ? " (or missing value)" : "");
@@ -729,7 +731,7 @@ int cli_serve(int argc, char **argv) {
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    if (!(m = cli_load_model(&lc, false))) {
+    if (!(m = cli_load_model(&lc, false)) || !cli_use_chat_template(template_file, m)) {
         rc = CLI_EXIT_FAIL;
         goto out;
     }
@@ -765,6 +767,8 @@ int cli_serve(int argc, char **argv) {
         .cors = o.cors,
         .allow_hosts = o.allow_hosts,
         .sampling = cli_sampler_params(&c, m),
+        .chat_template = template_file ? cli_chat_template(m) : NULL,
+        .tool_format = tool_format,
         .verbose = c.verbose,
     };
     id = model_id(p.model);

@@ -198,7 +198,7 @@ bool kn_row_advance(kn_row *r, const kn_batch_row *planned, const float *logits)
         r->t_first = kn_now_ms();
         r->res.n_prompt = (int32_t)r->n_prompt;
         r->res.prompt_ms = r->t_first - r->t_start;
-        kn_detok_init(&r->detok, r->model->tok, starts_text(r), false);
+        kn_detok_init(&r->detok, r->model->tok, starts_text(r), r->gp.render_special);
     }
     const kiln_generate_params *p = &r->gp;
     if (p->max_tokens >= 0 && r->res.n_generated >= p->max_tokens) return finish(r, KILN_STOP_LENGTH);

@@ -27,6 +27,7 @@ kiln_generate_params kiln_generate_default_params(void) {
         .ignore_eos = false,
         .add_special = true,
         .parse_special = false,
+        .render_special = false,
         .sampling = kiln_sampler_default_params(),
         .stop = NULL,
         .n_stop = 0,

@@ -312,3 +312,9 @@ bool srv_constraint(srv_req *r, json_t *req, srv_grammar **out) {
     }
     return n == 0 || compile(r, &w[0], out);
 }
+
+bool srv_grammar_gbnf(srv_req *r, const char *param, const char *text, size_t len, srv_grammar **out) {
+    *out = NULL;
+    wanted w = {.param = param, .kind = KILN_GRAMMAR_GBNF, .text = text, .len = len};
+    return compile(r, &w, out);
+}

@@ -36,6 +36,8 @@ typedef struct gen_out {
     json_t *lp_pending; /* streaming: entries of tokens not yet sent with text */
     size_t text_offset; /* completions logprobs: byte offset of the next token */
     bool oom;
+    kiln_chat_parser *parser; /* chat with tools or a reasoning format: the reply's parser, else NULL */
+    bool parse_failed;        /* the parser refused input (past a limit): the rest is not parsed */
 } gen_out;
 
 static void gen_out_free(void *p) {
@@ -44,6 +46,7 @@ static void gen_out_free(void *p) {
     free(g->text);
     json_decref(g->lp);
     json_decref(g->lp_pending);
+    kiln_chat_parser_free(g->parser);
     free(g);
 }
 
@@ -333,9 +336,13 @@ char *srv_render_chat(srv_req *r, json_t *req, size_t *len) {
             json_decref(norm);
             return NULL;
         }
-        json_t *copy = json_copy(m); /* keeps tool_calls, name, tool_call_id, ... */
+        json_t *copy = json_deep_copy(m); /* keeps tool_calls, name, tool_call_id, ... */
         json_object_set_new(copy, "content", text);
         json_array_append_new(norm, copy);
+        if (!srv_tools_message(r, m, i, copy)) {
+            json_decref(norm);
+            return NULL;
+        }
     }
     json_t *ctx = json_object();
     json_t *kw = json_object_get(req, "chat_template_kwargs");
@@ -360,6 +367,20 @@ char *srv_render_chat(srv_req *r, json_t *req, size_t *len) {
     }
     json_t *agp = json_object_get(req, "add_generation_prompt");
     json_object_set_new(ctx, "add_generation_prompt", json_boolean(!json_is_false(agp)));
+    const char *tmpl = r->server->cfg.chat_template;
+    if (tmpl) { /* --chat-template-file: kiln_chat_apply's context, rendered with that template */
+        kiln_token ids[2] = {kiln_token_bos(r->server->model), kiln_token_eos(r->server->model)};
+        const char *keys[2] = {"bos_token", "eos_token"};
+        for (int k = 0; k < 2; k++) {
+            char piece[256];
+            size_t n = 0;
+            if (ids[k] < 0 || kiln_token_piece(r->server->model, ids[k], true, piece, sizeof piece, &n) != KILN_OK)
+                n = 0;
+            json_t *v = json_stringn(piece, n);
+            if (!json_object_get(ctx, keys[k])) json_object_set_new(ctx, keys[k], v ? v : json_string(""));
+            else json_decref(v);
+        }
+    }
     char *cj = json_dumps(ctx, JSON_COMPACT);
     json_decref(ctx);
     char *out = NULL;
@@ -367,7 +388,8 @@ char *srv_render_chat(srv_req *r, json_t *req, size_t *len) {
         oom(r);
         return NULL;
     }
-    kiln_status st = kiln_chat_apply(r->server->model, cj, strlen(cj), &out, len);
+    kiln_status st = tmpl ? kiln_template_render(tmpl, strlen(tmpl), cj, strlen(cj), &out, len)
+                          : kiln_chat_apply(r->server->model, cj, strlen(cj), &out, len);
     free(cj);
     if (st == KILN_ERR_NOMEM) oom(r);
     else if (st) BAD(r, "messages", "the chat template failed: %s", kiln_last_error());
@@ -447,6 +469,12 @@ static const char *finish_reason(kiln_stop_reason s) {
     return (s == KILN_STOP_LENGTH || s == KILN_STOP_CONTEXT) ? "length" : "stop";
 }
 
+/* finish_reason of a chat reply: "tool_calls" when it made calls (unless it was cut off). */
+static const char *chat_finish(gen_out *g, kiln_stop_reason s) {
+    const char *f = finish_reason(s);
+    return g->parser && strcmp(f, "stop") == 0 && kiln_chat_parser_n_tool_calls(g->parser) > 0 ? "tool_calls" : f;
+}
+
 static json_t *usage(const kiln_generate_result *res) {
     return json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", res->n_prompt, "completion_tokens", res->n_generated,
                      "total_tokens", res->n_prompt + res->n_generated, "prompt_tokens_details", "cached_tokens",
@@ -494,8 +522,55 @@ static json_t *chunk(gen_out *g, const char *text, size_t len, const char *finis
     return o;
 }
 
+/* A streaming chunk of one parser delta, as OpenAI streams them: content, reasoning_content, or a
+ * tool call (its first delta with index, id, type, name and the start of its arguments; later
+ * ones with index and more arguments). */
+static json_t *delta_chunk(gen_out *g, const kiln_chat_delta *d) {
+    json_t *delta;
+    if (d->kind == KILN_DELTA_TOOL_CALL) {
+        json_t *fn = d->name ? json_pack("{s:s}", "name", d->name) : json_object();
+        json_object_set_new(fn, "arguments", json_stringn(d->text ? d->text : "", d->text ? d->len : 0));
+        json_t *call = json_pack("{s:i}", "index", (int)d->index);
+        if (d->id) {
+            json_object_set_new(call, "id", json_string(d->id));
+            json_object_set_new(call, "type", json_string("function"));
+        }
+        json_object_set_new(call, "function", fn);
+        delta = json_pack("{s:[o]}", "tool_calls", call);
+    } else
+        delta = json_pack("{s:s%}", d->kind == KILN_DELTA_REASONING ? "reasoning_content" : "content", d->text, d->len);
+    json_t *lp = g->lp_pending;
+    g->lp_pending = NULL;
+    json_t *choice =
+        json_pack("{s:i, s:o, s:o, s:n}", "index", 0, "delta", delta, "logprobs", lp_value(g, lp), "finish_reason");
+    json_decref(lp);
+    json_t *o = envelope(g, "chat.completion.chunk", choice);
+    if (o && g->include_usage) json_object_set_new(o, "usage", json_null());
+    return o;
+}
+
+/* Feeds text to the parser (finish: ends its input) and, streaming, sends the deltas it has. */
+static void parse_text(srv_job *j, const char *text, size_t len, bool finish) {
+    gen_out *g = j->user;
+    if (!g->parse_failed && len && kiln_chat_parser_feed(g->parser, text, len) != KILN_OK) g->parse_failed = true;
+    if (finish && !g->parse_failed && kiln_chat_parser_finish(g->parser) != KILN_OK) g->parse_failed = true;
+    if (!g->stream) return;
+    kiln_chat_delta d;
+    while (kiln_chat_parser_next(g->parser, &d)) emit_sse(j, delta_chunk(g, &d));
+}
+
 static void on_event(srv_job *j, const kiln_token_event *ev) {
     gen_out *g = j->user;
+    if (ev && g->parser) {
+        if (g->logprobs >= 0 && ev->token >= 0) {
+            json_t **dst = g->stream ? &g->lp_pending : &g->lp;
+            if (!*dst) *dst = new_lp(g->chat);
+            add_logprob(g, *dst, ev);
+        }
+        parse_text(j, ev->text, ev->text_len, false);
+        return;
+    }
+    if (!ev && g->parser) parse_text(j, NULL, 0, true);
     if (ev) {
         if (g->logprobs >= 0 && ev->token >= 0) {
             json_t **dst = g->stream ? &g->lp_pending : &g->lp;
@@ -529,7 +604,7 @@ static void on_event(srv_job *j, const kiln_token_event *ev) {
     /* End of the generation: the final chunk, usage, [DONE] (streaming only). */
     if (!g->stream) return;
     if (j->status == KILN_OK) {
-        emit_sse(j, chunk(g, NULL, 0, finish_reason(j->result.stop)));
+        emit_sse(j, chunk(g, NULL, 0, g->chat ? chat_finish(g, j->result.stop) : finish_reason(j->result.stop)));
         if (g->include_usage) {
             json_t *o = envelope(g, g->chat ? "chat.completion.chunk" : "text_completion", NULL);
             if (o) json_object_set_new(o, "usage", usage(&j->result));
@@ -559,8 +634,23 @@ static void send_result(srv_req *r, srv_job *j) {
     }
     json_t *lp = g->logprobs >= 0 && !g->lp ? new_lp(g->chat) : json_incref(g->lp);
     json_t *choice;
-    const char *finish = finish_reason(j->result.stop);
-    if (g->chat)
+    const char *finish = g->chat ? chat_finish(g, j->result.stop) : finish_reason(j->result.stop);
+    if (g->parser) {
+        char *mj = NULL;
+        size_t mlen = 0;
+        json_t *msg = NULL;
+        if (kiln_chat_parser_message(g->parser, &mj, &mlen) == KILN_OK) msg = json_loadb(mj, mlen, 0, NULL);
+        kiln_free(mj);
+        if (!msg) {
+            json_decref(lp);
+            srv_send_error(r, 500, "server_error", NULL, NULL, "out of memory");
+            return;
+        }
+        if (!json_object_get(msg, "content")) json_object_set_new(msg, "content", json_string(""));
+        json_object_set_new(msg, "refusal", json_null());
+        choice = json_pack("{s:i, s:o, s:o, s:s}", "index", 0, "message", msg, "logprobs", lp_value(g, lp),
+                           "finish_reason", finish);
+    } else if (g->chat)
         choice = json_pack("{s:i, s:{s:s, s:s%, s:n}, s:o, s:s}", "index", 0, "message", "role", "assistant", "content",
                            g->text ? g->text : "", g->n_text, "refusal", "logprobs", lp_value(g, lp), "finish_reason",
                            finish);
@@ -632,6 +722,53 @@ static srv_job *new_job(srv_req *r, bool chat) {
     return j;
 }
 
+/* Formats whose markup is plain text in their vocabularies; the others' markers are special
+ * tokens, which the generation must render for the parser to see them. */
+static bool markup_is_text(const char *format) {
+    return strcmp(format, "hermes") == 0 || strcmp(format, "qwen3-coder") == 0 || strcmp(format, "generic") == 0;
+}
+
+/* The reply's parser (and the grammar of a required call): a chat with tools (unless tool_choice
+ * is "none") or whose template's format writes reasoning (unless reasoning_format is "none") gets
+ * one; any other chat keeps the plain path. False after sending the error. */
+static bool setup_parser(srv_req *r, srv_job *j, const srv_tools *t, const char *prompt) {
+    srv *s = r->server;
+    gen_out *g = j->user;
+    const char *tmpl = s->cfg.chat_template ? s->cfg.chat_template : kiln_model_chat_template(s->model);
+    const char *format = s->cfg.tool_format ? s->cfg.tool_format : kiln_chat_format_detect(tmpl);
+    const bool calls = t->tools && t->choice != SRV_TOOL_NONE;
+    if (!calls && (t->reasoning == KILN_REASONING_NONE || strcmp(format, "generic") == 0)) return true;
+    kiln_chat_parser_params pp = kiln_chat_parser_default_params();
+    pp.format = format;
+    pp.chat_template = tmpl;
+    pp.reasoning = t->reasoning;
+    pp.prompt = prompt;
+    pp.parse_tool_calls = calls;
+    char *tools_json = t->tools ? json_dumps(t->tools, JSON_COMPACT) : NULL;
+    pp.tools = tools_json;
+    kiln_status st = (t->tools && !tools_json) ? KILN_ERR_NOMEM : kiln_chat_parser_new(&pp, &g->parser);
+    free(tools_json);
+    if (st == KILN_ERR_NOMEM) return oom(r);
+    if (st) {
+        BAD(r, "tools", "the tools cannot be read: %s", kiln_last_error());
+        return false;
+    }
+    format = kiln_chat_parser_format(g->parser); /* the canonical name of an alias */
+    j->gp.render_special = !markup_is_text(format);
+    if (calls && (t->choice == SRV_TOOL_REQUIRED || t->choice == SRV_TOOL_NAMED)) {
+        if (j->grammar) {
+            BAD(r, "tool_choice",
+                "'tool_choice' %s and an output constraint (response_format, json_schema or "
+                "grammar) cannot be combined",
+                t->choice == SRV_TOOL_REQUIRED ? "\"required\"" : "naming a function");
+            return false;
+        }
+        if (!srv_tools_grammar(r, t, format, &j->grammar)) return false;
+        j->gp.grammar = srv_grammar_get(j->grammar);
+    }
+    return true;
+}
+
 void srv_chat_completions(srv_req *r) {
     json_t *req = srv_parse_body(r);
     if (!req) return;
@@ -650,8 +787,11 @@ void srv_chat_completions(srv_req *r) {
         goto done;
     }
     g->logprobs = lp ? (int)top : -1;
+    srv_tools tools;
+    if (!srv_tools_parse(r, req, &tools)) goto done;
     if (!(prompt = srv_render_chat(r, req, &len))) goto done;
     if (!(j->prompt = srv_tokenize_prompt(r, "messages", prompt, len, &j->n_prompt))) goto done;
+    if (!setup_parser(r, j, &tools, prompt)) goto done;
     run(r, j);
 done:
     free(prompt);

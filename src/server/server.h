@@ -15,6 +15,8 @@
  *              parameters, and the response and stream-chunk shapes.
  *   job.c      a generation job: what a request hands to the engine (kiln_engine, continuously
  *              batched) and the state its connection waits on.
+ *   tools.c    a chat request's tools: validation of tools, tool_choice and tool messages, and the
+ *              grammar that enforces tool_choice "required".
  *   constraint.c  a request's output constraint (response_format, json_schema, grammar) compiled
  *              into a kiln_grammar, through a small cache of compiled grammars.
  *   stats.c    request / token / error counters behind /metrics and /stats.
@@ -58,6 +60,8 @@ typedef struct srv_config {
     const char *allow_hosts;      /* Host names accepted besides IP addresses, localhost and the
                                      --host name, comma-separated ("*": any) */
     kiln_sampler_params sampling; /* defaults: flags over the model's metadata over the library's */
+    const char *chat_template;    /* --chat-template-file's text, replacing the model's; NULL: the model's */
+    const char *tool_format;      /* --tool-format: the chat parser's format; NULL: detected from the template */
     bool verbose;                 /* one log line per request */
 } srv_config;
 
@@ -262,5 +266,33 @@ bool srv_constraint(srv_req *r, json_t *req, srv_grammar **out);
 const kiln_grammar *srv_grammar_get(const srv_grammar *sg);
 /* Drops a reference from srv_constraint; NULL is a no-op. Thread-safe. */
 void srv_grammar_release(srv_grammar *sg);
+/* Compiles a GBNF grammar the server built (through the same cache) into *out; false after sending
+ * the error (400 naming param when it does not compile, 500 when memory runs out). */
+bool srv_grammar_gbnf(srv_req *r, const char *param, const char *text, size_t len, srv_grammar **out);
+
+/* ---- tools (tools.c) ------------------------------------------------------------------------- */
+
+typedef enum srv_tool_choice { SRV_TOOL_AUTO, SRV_TOOL_NONE, SRV_TOOL_REQUIRED, SRV_TOOL_NAMED } srv_tool_choice;
+
+typedef struct srv_tools {
+    json_t *tools; /* the request's non-empty "tools" array (borrowed), or NULL */
+    srv_tool_choice choice;
+    const char *named; /* SRV_TOOL_NAMED: the function's name (borrowed) */
+    bool parallel;     /* parallel_tool_calls, default true */
+    kiln_reasoning_format reasoning;
+} srv_tools;
+
+/* Reads and validates tools, tool_choice, parallel_tool_calls and reasoning_format; false after
+ * sending a 400 naming the field. */
+bool srv_tools_parse(srv_req *r, json_t *req, srv_tools *t);
+/* Checks history message msg (messages[idx], whose role is known): a tool message needs a
+ * tool_call_id, an assistant message's tool_calls must be well-formed. Arguments given as a JSON
+ * string of an object become that object in copy (the message the template sees). False after
+ * sending a 400. */
+bool srv_tools_message(srv_req *r, json_t *msg, size_t idx, json_t *copy);
+/* The grammar of one call of the allowed tools (all for "required", the named one) in format's
+ * markup, compiled into *out; false after sending the error (400 for a format without support or a
+ * parameter schema that cannot be enforced). */
+bool srv_tools_grammar(srv_req *r, const srv_tools *t, const char *format, srv_grammar **out);
 
 #endif
