@@ -1,5 +1,5 @@
 # test_server.sh - `kiln serve` end to end with the official openai npm client: the cases live in
-# tests/client/server.test.mjs (and hostile.test.mjs, cache.test.mjs, structured.test.mjs), which start their own servers
+# tests/client/server.test.mjs (and hostile.test.mjs, cache.test.mjs, structured.test.mjs, tools.test.mjs), which start their own servers
 # on ephemeral ports and print one PASS/FAIL/SKIP line per case. A few checks that need no node
 # come first (--print-config sources, the no-key warning). This script installs the client (npm ci,
 # when node_modules is missing or older than the lock file) and skips gracefully without node, npm,
@@ -91,3 +91,5 @@ KILN="$KILN" KILN_MODEL="$M" limit 110 node "$C/hostile.test.mjs"
 KILN="$KILN" KILN_MODEL="$M" limit 90 node "$C/cache.test.mjs"
 # Structured output: response_format, json_schema, grammar, end to end and every bad input.
 KILN="$KILN" KILN_MODEL="$M" limit 180 node "$C/structured.test.mjs"
+# Tool calls: tools, tool_choice, streaming deltas, runTools, multi-turn history, every bad input.
+KILN="$KILN" KILN_MODEL="$M" limit 180 node "$C/tools.test.mjs"
