@@ -1,12 +1,14 @@
 # test_templates.sh - `kiln template` and the Jinja2 interpreter against the reference: every real chat
-# template in $DATA/chat-templates/llama.cpp is rendered with every context in
-# tests/conformance/contexts by kiln and by Python's jinja2 set up as Hugging Face's
-# apply_chat_template (tests/conformance/jinja_oracle.py). The outputs must be byte-identical, and a
-# template that raises in Python must fail in kiln (exit 1; the messages may differ). One PASS/FAIL
-# line per template, naming the first differing context with a diff excerpt. Then the CLI's own
-# behaviour: error positions, exit codes, --model with a GGUF that carries a template.
+# template in $DATA/chat-templates/llama.cpp and $DATA/chat-templates/llama.cpp-2026 is rendered with
+# every context in tests/conformance/contexts (plain chats, tools, assistant tool_calls with and without
+# reasoning_content, tool results, enable_thinking true and false, ...) by kiln and by Python's jinja2
+# set up as Hugging Face's apply_chat_template (tests/conformance/jinja_oracle.py). The outputs must be
+# byte-identical, and a template that raises in Python must fail in kiln (exit 1; the messages may
+# differ). One PASS/FAIL line per template, naming the first differing context with a diff excerpt; a
+# template in KNOWN_FAILURES below is a SKIP with its reason while it differs (and a FAIL once it
+# passes, so that the list stays true). Then the CLI's own behaviour: error positions, exit codes,
+# --model with a GGUF that carries a template.
 . tests/cli/lib.sh
-T="$DATA/chat-templates/llama.cpp"
 C=tests/conformance/contexts
 # Both renderers take strftime_now's "now" from here (2024-07-26 00:00:00 UTC).
 SOURCE_DATE_EPOCH=1721952000
@@ -56,51 +58,81 @@ else
 fi
 
 # ---- conformance with Python's jinja2 ----
-if [ ! -d "$T" ]; then skip template_conformance "no $T"; exit 0; fi
+# KNOWN_FAILURES: "folder/template-name|reason" lines for templates kiln does not yet render exactly.
+# (None today: all 72 templates of both folders render byte-identically.)
+KNOWN_FAILURES=""
+
+known_reason() {
+  printf '%s\n' "$KNOWN_FAILURES" | while IFS='|' read -r k why; do
+    if [ "$k" = "$1" ]; then echo "$why"; fi
+  done
+}
+
 PY=""
 for p in python3 /usr/bin/python3; do
   if command -v "$p" >/dev/null 2>&1 && "$p" -c 'import jinja2' >/dev/null 2>&1; then PY=$p; break; fi
 done
 if [ -z "$PY" ]; then skip template_conformance "no python3 with jinja2 (scripts/setup installs python3-jinja2)"; exit 0; fi
 
-mkdir -p "$TMP/oracle" "$TMP/kiln"
-t0=$(date +%s.%N)
-if ! "$PY" tests/conformance/jinja_oracle.py --batch "$TMP/oracle" "$T"/*.jinja -- "$C"/*.json 2>"$TMP/oracle.err"; then
-  fail template_oracle_runs "$(head -c 300 "$TMP/oracle.err")"
-  exit 0
-fi
-t1=$(date +%s.%N)
-pairs=0
-for t in "$T"/*.jinja; do
-  name=$(basename "$t" .jinja)
-  bad=""
-  for c in "$C"/*.json; do
-    cn=$(basename "$c" .json)
-    base="${name}__$cn"
-    pairs=$((pairs + 1))
-    "$KILN" template --template "$t" --context "$c" >"$TMP/kiln/$base.out" 2>"$TMP/kiln/$base.err"
-    rc=$?
-    if [ -f "$TMP/oracle/$base.raised" ]; then
-      if [ "$rc" -ne 1 ]; then
-        bad="$cn: Python raised ($(head -c 200 "$TMP/oracle/$base.raised")) but kiln exited $rc"
+# conform FOLDER: every template of $DATA/chat-templates/FOLDER against every context.
+conform() {
+  folder=$1
+  T="$DATA/chat-templates/$folder"
+  if [ ! -d "$T" ]; then skip "template_conformance_$folder" "no $T"; return; fi
+  rm -rf "$TMP/oracle" "$TMP/kiln"
+  mkdir -p "$TMP/oracle" "$TMP/kiln"
+  t0=$(date +%s.%N)
+  if ! "$PY" tests/conformance/jinja_oracle.py --batch "$TMP/oracle" "$T"/*.jinja -- "$C"/*.json 2>"$TMP/oracle.err"; then
+    fail "template_oracle_runs_$folder" "$(head -c 300 "$TMP/oracle.err")"
+    return
+  fi
+  t1=$(date +%s.%N)
+  pairs=0
+  ntemplates=0
+  npass=0
+  for t in "$T"/*.jinja; do
+    name=$(basename "$t" .jinja)
+    ntemplates=$((ntemplates + 1))
+    bad=""
+    for c in "$C"/*.json; do
+      cn=$(basename "$c" .json)
+      base="${name}__$cn"
+      pairs=$((pairs + 1))
+      "$KILN" template --template "$t" --context "$c" >"$TMP/kiln/$base.out" 2>"$TMP/kiln/$base.err"
+      rc=$?
+      if [ -f "$TMP/oracle/$base.raised" ]; then
+        if [ "$rc" -ne 1 ]; then
+          bad="$cn: Python raised ($(head -c 200 "$TMP/oracle/$base.raised")) but kiln exited $rc"
+          break
+        fi
+      elif [ "$rc" -ne 0 ]; then
+        bad="$cn: kiln failed: $(head -c 300 "$TMP/kiln/$base.err")"
+        break
+      elif ! cmp -s "$TMP/oracle/$base.out" "$TMP/kiln/$base.out"; then
+        bad="$cn: output differs from Python's ($(cmp "$TMP/oracle/$base.out" "$TMP/kiln/$base.out" 2>&1 | head -n 1))"
         break
       fi
-    elif [ "$rc" -ne 0 ]; then
-      bad="$cn: kiln failed: $(head -c 300 "$TMP/kiln/$base.err")"
-      break
-    elif ! cmp -s "$TMP/oracle/$base.out" "$TMP/kiln/$base.out"; then
-      bad="$cn: output differs from Python's ($(cmp "$TMP/oracle/$base.out" "$TMP/kiln/$base.out" 2>&1 | head -n 1))"
-      break
+    done
+    why=$(known_reason "$folder/$name")
+    if [ -z "$bad" ]; then
+      npass=$((npass + 1))
+      if [ -n "$why" ]; then
+        fail "template_$name" "renders exactly now: remove it from KNOWN_FAILURES"
+      else
+        pass "template_$name"
+      fi
+    elif [ -n "$why" ]; then
+      skip "template_$name" "known failure: $why ($bad)"
+    else
+      fail "template_$name" "$bad"
+      if [ -f "$TMP/oracle/$base.out" ] && [ -f "$TMP/kiln/$base.out" ]; then
+        diff "$TMP/oracle/$base.out" "$TMP/kiln/$base.out" | head -n 12 | sed 's/^/  /'
+      fi
     fi
   done
-  if [ -z "$bad" ]; then
-    pass "template_$name"
-  else
-    fail "template_$name" "$bad"
-    if [ -f "$TMP/oracle/$base.out" ] && [ -f "$TMP/kiln/$base.out" ]; then
-      diff "$TMP/oracle/$base.out" "$TMP/kiln/$base.out" | head -n 12 | sed 's/^/  /'
-    fi
-  fi
-done
-t2=$(date +%s.%N)
-echo "# $pairs template x context pairs: python oracle $(awk "BEGIN { printf \"%.1f\", $t1 - $t0 }") s, kiln $(awk "BEGIN { printf \"%.1f\", $t2 - $t1 }") s"
+  t2=$(date +%s.%N)
+  echo "# $folder: $npass of $ntemplates templates byte-identical; $pairs template x context pairs: python oracle $(awk "BEGIN { printf \"%.1f\", $t1 - $t0 }") s, kiln $(awk "BEGIN { printf \"%.1f\", $t2 - $t1 }") s"
+}
+
+conform llama.cpp
+conform llama.cpp-2026
