@@ -1,5 +1,6 @@
 # test_server.sh - `kiln serve` end to end with the official openai npm client: the cases live in
-# tests/client/server.test.mjs (and hostile.test.mjs, cache.test.mjs, structured.test.mjs, tools.test.mjs), which start their own servers
+# tests/client/server.test.mjs (and hostile.test.mjs, cache.test.mjs, structured.test.mjs, tools.test.mjs,
+# aisdk.test.mjs with the Vercel AI SDK as a second client), which start their own servers
 # on ephemeral ports and print one PASS/FAIL/SKIP line per case. A few checks that need no node
 # come first (--print-config sources, the no-key warning). This script installs the client (npm ci,
 # when node_modules is missing or older than the lock file) and skips gracefully without node, npm,
@@ -76,7 +77,8 @@ fi
 # a time limit for commands that could hang (npm on a dead network), where coreutils has one
 limit() { if command -v timeout >/dev/null 2>&1; then timeout "$@"; else shift; "$@"; fi; }
 
-if [ ! -f "$C/node_modules/openai/package.json" ] || [ ! -f "$C/node_modules/.package-lock.json" ] ||
+if [ ! -f "$C/node_modules/openai/package.json" ] || [ ! -f "$C/node_modules/ai/package.json" ] ||
+   [ ! -f "$C/node_modules/.package-lock.json" ] ||
    [ "$C/package-lock.json" -nt "$C/node_modules/.package-lock.json" ]; then
   if ! (cd "$C" && limit 180 npm ci --no-audit --no-fund --prefer-offline) >"$TMP/npm.log" 2>&1; then
     skip server_tests "npm ci failed in $C: $(tail -n 3 "$TMP/npm.log" | tr '\n' ' ' | cut -c 1-300)"
@@ -93,3 +95,5 @@ KILN="$KILN" KILN_MODEL="$M" limit 90 node "$C/cache.test.mjs"
 KILN="$KILN" KILN_MODEL="$M" limit 180 node "$C/structured.test.mjs"
 # Tool calls: tools, tool_choice, streaming deltas, runTools, multi-turn history, every bad input.
 KILN="$KILN" KILN_MODEL="$M" limit 180 node "$C/tools.test.mjs"
+# Tool calls with the Vercel AI SDK: generateText and streamText with toolChoice required.
+KILN="$KILN" KILN_MODEL="$M" limit 120 node "$C/aisdk.test.mjs"
