@@ -7,6 +7,12 @@
  * tokenizes it and generates the reply, streaming it to stdout; the reply then joins the
  * conversation as an assistant message.
  *
+ * Reasoning and tool calls: when the template's format (kiln_chat_format_detect, or --tool-format)
+ * is one kiln's chat parser reads, the reply is fed to a kiln_chat_parser as it streams, and what it
+ * hands out is shown by kind: the answer as it is, thinking dimmed on a terminal (or after a
+ * "[reasoning] " prefix otherwise), and a tool call as "[tool call NAME] ARGUMENTS" on its own line,
+ * so that markup is never shown as text. The conversation keeps the raw reply.
+ *
  * KV reuse across turns: generation runs on a one-row kiln_engine with a small prefix cache rather
  * than on a kiln_session (whose generate calls always start from an empty KV). The row's tokens,
  * prompt and reply, are published to the cache when a turn ends, so the next turn, whose rendered
@@ -63,6 +69,12 @@ typedef struct chat {
     char *reply;
     size_t reply_len, reply_cap;
     bool reply_truncated;
+    const char *tool_format;    /* --tool-format, or NULL: detected from the template */
+    kiln_chat_parser *parser;   /* the reply's parser during a turn, or NULL: the text as it comes */
+    bool color;                 /* stdout is a terminal: thinking is shown dimmed */
+    bool render_special;        /* the format's markers are special tokens: generate their text */
+    kiln_chat_delta_kind shown; /* the kind of what was shown last in this reply */
+    bool shown_any;
     int done_pipe[2]; /* on_done writes one byte: the main thread wakes */
 } chat;
 
@@ -82,12 +94,47 @@ static void clear_conversation(chat *ch) {
 
 /* ---- generation ------------------------------------------------------------------------------- */
 
-/* Engine thread: streams the text and keeps it for the conversation; a pending Ctrl-C stops. */
+#define ANSI_DIM   "\033[2m"
+#define ANSI_RESET "\033[0m"
+
+/* Shows one delta of the reply's parser: content as it is; reasoning dimmed on a terminal, else
+ * after a "[reasoning] " prefix; a tool call's first delta as "[tool call NAME] " on a line of its
+ * own, then its argument fragments. A change of kind ends what was shown before (the dim style, or
+ * the line of a call or of reasoning). */
+static void show_delta(chat *ch, const kiln_chat_delta *d) {
+    const bool new_call = d->kind == KILN_DELTA_TOOL_CALL && d->name;
+    const bool change = !ch->shown_any || ch->shown != d->kind || new_call;
+    if (ch->shown_any && change) {
+        if (ch->shown == KILN_DELTA_REASONING && ch->color) fputs(ANSI_RESET, stdout);
+        fputc('\n', stdout);
+    }
+    if (change) {
+        if (d->kind == KILN_DELTA_REASONING) fputs(ch->color ? ANSI_DIM : "[reasoning] ", stdout);
+        if (new_call) printf("[tool call %s] ", d->name);
+    }
+    ch->shown = d->kind;
+    ch->shown_any = true;
+    fwrite(d->text, 1, d->len, stdout);
+}
+
+/* Shows the parser's pending deltas. */
+static void show_parsed(chat *ch) {
+    kiln_chat_delta d;
+    while (kiln_chat_parser_next(ch->parser, &d)) show_delta(ch, &d);
+    fflush(stdout);
+}
+
+/* Engine thread: streams the text (through the parser when there is one) and keeps it for the
+ * conversation; a pending Ctrl-C stops. */
 static int on_token(const kiln_token_event *ev, void *user) {
     chat *ch = user;
     if (ev->text_len) {
-        fwrite(ev->text, 1, ev->text_len, stdout);
-        fflush(stdout);
+        if (ch->parser && kiln_chat_parser_feed(ch->parser, ev->text, ev->text_len) == KILN_OK) {
+            show_parsed(ch);
+        } else {
+            fwrite(ev->text, 1, ev->text_len, stdout);
+            fflush(stdout);
+        }
         if (ch->reply_len + ev->text_len > ch->reply_cap) {
             size_t cap = ch->reply_cap ? ch->reply_cap : 256;
             while (cap < ch->reply_len + ev->text_len && cap <= REPLY_MAX) cap *= 2;
@@ -117,6 +164,38 @@ static void on_done(kiln_status st, const kiln_generate_result *res, void *user)
     while (w < 0 && errno == EINTR);
 }
 
+/* Formats whose markup is plain text in their vocabularies; the others' markers are special
+ * tokens, which the generation must render for the parser to see them. */
+static bool markup_is_text(const char *format) {
+    return strcmp(format, "hermes") == 0 || strcmp(format, "qwen3-coder") == 0 || strcmp(format, "generic") == 0;
+}
+
+/* Starts the parser of a reply to the rendered prompt when the chat has a template whose format
+ * kiln reads (the "generic" JSON format is left out: a chat declares no tools). False: the reply is
+ * shown as it comes. */
+static bool start_parser(chat *ch, const char *rendered) {
+    ch->shown_any = false;
+    const char *tmpl = cli_chat_template(ch->m);
+    if (!tmpl) return false;
+    const char *format = ch->tool_format ? ch->tool_format : kiln_chat_format_detect(tmpl);
+    if (strcmp(format, "generic") == 0) return false;
+    kiln_chat_parser_params pp = kiln_chat_parser_default_params();
+    pp.format = format;
+    pp.chat_template = tmpl;
+    pp.prompt = rendered;
+    if (kiln_chat_parser_new(&pp, &ch->parser) != KILN_OK) {
+        ch->parser = NULL;
+        return false;
+    }
+    ch->render_special = !markup_is_text(kiln_chat_parser_format(ch->parser));
+    return true;
+}
+
+static void stop_parser(chat *ch) {
+    kiln_chat_parser_free(ch->parser);
+    ch->parser = NULL;
+}
+
 static void print_context_full(const chat *ch, size_t n) {
     fprintf(stderr,
             "kiln chat: the conversation no longer fits the context (%zu tokens; the context holds %d); "
@@ -144,6 +223,7 @@ static void turn(chat *ch, const char *text) {
         goto undo;
     }
     st = cli_tokenize_chat(ch->m, rendered, &ids, &n);
+    const bool parsed = st == KILN_OK && start_parser(ch, rendered);
     kiln_free(rendered);
     if (st) {
         fprintf(stderr, "kiln chat: cannot tokenize the conversation: %s\n", kiln_last_error());
@@ -162,6 +242,7 @@ static void turn(chat *ch, const char *text) {
     ch->reply_len = 0;
     ch->reply_truncated = false;
     kiln_generate_params gp = ch->gp;
+    gp.render_special = parsed && ch->render_special;
     gp.on_token = on_token;
     gp.on_done = on_done;
     gp.user = ch;
@@ -199,6 +280,12 @@ static void turn(chat *ch, const char *text) {
     kiln_request_free(req);
     char byte;
     while (read(ch->done_pipe[0], &byte, 1) < 0 && errno == EINTR) {}
+    if (ch->parser) { /* what was held back, then the end of the dim style */
+        kiln_chat_parser_finish(ch->parser);
+        show_parsed(ch);
+        if (ch->shown_any && ch->shown == KILN_DELTA_REASONING && ch->color) fputs(ANSI_RESET, stdout);
+        stop_parser(ch);
+    }
     fputs(ch->interactive ? "\n\n" : "\n", stdout);
     fflush(stdout);
     if (st && st != KILN_ERR_CANCELLED) {
@@ -225,6 +312,7 @@ static void turn(chat *ch, const char *text) {
                 res.gen_ms > 0 ? res.n_generated * 1000.0 / res.gen_ms : 0.0);
     return;
 undo:
+    stop_parser(ch);
     free(ids);
     while (json_array_size(ch->msgs) > n_before) json_array_remove(ch->msgs, json_array_size(ch->msgs) - 1);
 }
@@ -550,7 +638,7 @@ int cli_chat(int argc, char **argv) {
     cli_common c;
     cli_common_init(&c);
     c.n_predict = -1; /* a reply runs to its end of turn unless -n says otherwise */
-    const char *system_prompt = NULL, *template_file = NULL;
+    const char *system_prompt = NULL, *template_file = NULL, *ch_tool_format = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
             cli_usage("chat", false);
@@ -564,7 +652,7 @@ int cli_chat(int argc, char **argv) {
             system_prompt = argv[++i];
             continue;
         }
-        int r = cli_parse_template_flags(argc, argv, &i, &template_file, NULL);
+        int r = cli_parse_template_flags(argc, argv, &i, &template_file, &ch_tool_format);
         if (r == 0) r = cli_parse_common(argc, argv, &i, &c);
         if (r == 1 && (c.prompt || c.file)) {
             fprintf(stderr, "kiln chat: -p and -f are not used: type the messages, or pipe them on stdin\n");
@@ -624,6 +712,8 @@ int cli_chat(int argc, char **argv) {
     ch.n_ctx = kiln_engine_n_ctx(ch.eng);
     ch.verbose = c.verbose;
     ch.interactive = isatty(STDIN_FILENO) && isatty(STDOUT_FILENO);
+    ch.color = isatty(STDOUT_FILENO);
+    ch.tool_format = ch_tool_format;
     ch.gp = kiln_generate_default_params();
     ch.gp.max_tokens = c.n_predict;
     ch.gp.ignore_eos = c.ignore_eos;

@@ -99,7 +99,9 @@ static const usage_entry usages[] = {
      "  --system TEXT        the system prompt\n"
      "  -n, --n-predict N    new tokens per reply at most (default -1: to the end of the turn)\n"
      "  --ignore-eos         keep generating past end-of-text tokens\n"
-     "  --chat-template-file FILE  use this Jinja chat template instead of the model's\n" MODEL_FLAGS,
+     "  --chat-template-file FILE  use this Jinja chat template instead of the model's\n"
+     "  --tool-format NAME   how replies write reasoning and tool calls (default auto: from the template;\n"
+     "                       generic: show replies as they come)\n" MODEL_FLAGS,
      true},
     {"serve",
      "usage: kiln serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--api-key KEY] [options]\n"

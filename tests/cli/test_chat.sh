@@ -71,7 +71,8 @@ T="$DATA/chat-templates/llama.cpp/Qwen-Qwen2.5-7B-Instruct.jinja"
 GEN="$BUILD/kiln-gen"
 if [ -f "$T" ] && [ -x "$GEN" ] && "$GEN" --preset tiny-qwen2 --seed 5 --chat-template "$T" -o "$TMP/q.gguf" >/dev/null 2>&1; then
   Q="$TMP/q.gguf"
-  printf 'Hello there\nHow are you\n' | "$KILN" chat -m "$Q" -n 10 --temp 0 --ignore-eos -v >"$TMP/q.out" 2>"$TMP/q.err"
+  # (--tool-format generic: the reply as it comes, not through the chat parser, which trims content)
+  printf 'Hello there\nHow are you\n' | "$KILN" chat -m "$Q" -n 10 --temp 0 --ignore-eos -v --tool-format generic >"$TMP/q.out" 2>"$TMP/q.err"
   "$KILN" run -m "$Q" -p "Hello there" -n 10 --temp 0 --ignore-eos >"$TMP/q1" 2>/dev/null
   python3 - "$TMP" <<'EOF'
 import json, sys
@@ -93,6 +94,31 @@ else
 fi
 
 # ---- the terminal: driven through a pseudo-terminal ----
+# ---- reasoning and tool calls through the chat parser ----
+# A template whose generation prompt opens <think> makes the whole reply reasoning: on a pipe it is
+# shown after "[reasoning] "; a hermes-format template leaves plain replies as they were; the
+# deepseek-r1 format forced by --tool-format on a template that opens no thinking block shows content.
+T26="$DATA/chat-templates/llama.cpp-2026"
+if [ -f "$T26/Qwen3.5-4B.jinja" ]; then
+  printf 'Hi\n' | "$KILN" chat -m "$M" --chat-template-file "$T26/Qwen3.5-4B.jinja" -n 12 --temp 0 --ignore-eos \
+    >"$TMP/r1" 2>"$TMP/r1.err"
+  # the same reply unparsed: --tool-format generic keeps a chat (which declares no tools) on the plain path
+  printf 'Hi\n' | "$KILN" chat -m "$M" --chat-template-file "$T26/Qwen3.5-4B.jinja" -n 12 --temp 0 --ignore-eos \
+    --tool-format generic >"$TMP/r1.plain" 2>/dev/null
+  RR=$(sed 's/^[[:space:]]*//' "$TMP/r1.plain")
+  if [ -n "$RR" ] && [ "$(cat "$TMP/r1")" = "[reasoning] $RR" ]; then pass chat_reasoning_prefixed
+  else fail chat_reasoning_prefixed "got '$(cat "$TMP/r1")' want '[reasoning] $RR' $(head -c 300 "$TMP/r1.err")"; fi
+  printf 'Hi\n' | "$KILN" chat -m "$M" --chat-template-file "$T26/Qwen-Qwen2.5-7B-Instruct.jinja" -n 12 --temp 0 \
+    --ignore-eos >"$TMP/r2" 2>/dev/null
+  printf 'Hi\n' | "$KILN" chat -m "$M" --chat-template-file "$T26/Qwen-Qwen2.5-7B-Instruct.jinja" -n 12 --temp 0 \
+    --ignore-eos --tool-format deepseek-r1 >"$TMP/r3" 2>/dev/null
+  if [ -s "$TMP/r2" ] && ! grep -q '\[reasoning\]' "$TMP/r2" && cmp -s "$TMP/r2" "$TMP/r3"; then pass chat_plain_reply_unchanged
+  else fail chat_plain_reply_unchanged "'$(cat "$TMP/r2")' / '$(cat "$TMP/r3")'"; fi
+  expect_exit chat_tool_format_unknown 2 "$KILN" chat -m "$M" --tool-format klingon
+else
+  skip chat_reasoning "no $T26"
+fi
+
 if ! python3 -c 'import pty' 2>/dev/null; then skip chat_pty "no python3 pty module"; exit 0; fi
 mkdir -p "$TMP/home"
 HOME="$TMP/home" python3 - "$KILN" "$M" "$R1" "$TMP/home" <<'EOF'
