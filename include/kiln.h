@@ -345,6 +345,11 @@ KILN_API const char *kiln_chat_format_detect(const char *tmpl);
 /* Format i of kiln's table (0, 1, ...): its name and a line naming the models that write it;
  * false past the end. Strings are static. */
 KILN_API bool kiln_chat_format_get(size_t i, const char **name, const char **models);
+/* Whether a generation read by a parser of this format must render special tokens
+ * (kiln_generate_params.render_special): true where the format's markers are special tokens of the
+ * vocabulary (gpt-oss, Kimi, DeepSeek, ...), false where its markup is plain text (hermes,
+ * qwen3-coder, generic). */
+KILN_API bool kiln_chat_format_renders_special(const char *format);
 
 /* ---- sampling -------------------------------------------------------------------------------- */
 

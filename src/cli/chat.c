@@ -164,12 +164,6 @@ static void on_done(kiln_status st, const kiln_generate_result *res, void *user)
     while (w < 0 && errno == EINTR);
 }
 
-/* Formats whose markup is plain text in their vocabularies; the others' markers are special
- * tokens, which the generation must render for the parser to see them. */
-static bool markup_is_text(const char *format) {
-    return strcmp(format, "hermes") == 0 || strcmp(format, "qwen3-coder") == 0 || strcmp(format, "generic") == 0;
-}
-
 /* Starts the parser of a reply to the rendered prompt when the chat has a template whose format
  * kiln reads (the "generic" JSON format is left out: a chat declares no tools). False: the reply is
  * shown as it comes. */
@@ -187,7 +181,7 @@ static bool start_parser(chat *ch, const char *rendered) {
         ch->parser = NULL;
         return false;
     }
-    ch->render_special = !markup_is_text(kiln_chat_parser_format(ch->parser));
+    ch->render_special = kiln_chat_format_renders_special(kiln_chat_parser_format(ch->parser));
     return true;
 }
 

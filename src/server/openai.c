@@ -722,12 +722,6 @@ static srv_job *new_job(srv_req *r, bool chat) {
     return j;
 }
 
-/* Formats whose markup is plain text in their vocabularies; the others' markers are special
- * tokens, which the generation must render for the parser to see them. */
-static bool markup_is_text(const char *format) {
-    return strcmp(format, "hermes") == 0 || strcmp(format, "qwen3-coder") == 0 || strcmp(format, "generic") == 0;
-}
-
 /* The reply's parser (and the grammar of a required call): a chat with tools (unless tool_choice
  * is "none") or whose template's format writes reasoning (unless reasoning_format is "none") gets
  * one; any other chat keeps the plain path. False after sending the error. */
@@ -754,7 +748,7 @@ static bool setup_parser(srv_req *r, srv_job *j, const srv_tools *t, const char 
         return false;
     }
     format = kiln_chat_parser_format(g->parser); /* the canonical name of an alias */
-    j->gp.render_special = !markup_is_text(format);
+    j->gp.render_special = kiln_chat_format_renders_special(format);
     if (calls && (t->choice == SRV_TOOL_REQUIRED || t->choice == SRV_TOOL_NAMED)) {
         if (j->grammar) {
             BAD(r, "tool_choice",

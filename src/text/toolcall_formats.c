@@ -276,6 +276,11 @@ const kn_tc_format *kn_tc_format_detect(const char *tmpl) { return kn_tc_format_
 
 const char *kiln_chat_format_detect(const char *tmpl) { return kn_tc_format_detect(tmpl)->name; }
 
+bool kiln_chat_format_renders_special(const char *format) {
+    if (!format) return false;
+    return strcmp(format, "hermes") != 0 && strcmp(format, "qwen3-coder") != 0 && strcmp(format, "generic") != 0;
+}
+
 bool kiln_chat_format_get(size_t i, const char **name, const char **models) {
     if (i >= kn_tc_n_formats) return false;
     if (name) *name = kn_tc_formats[i].name;
