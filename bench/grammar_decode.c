@@ -7,6 +7,7 @@
  * all rows produced inside it. Three kinds of batch alternate in every round, so that the host's
  * drift (shared machines move 20-40% within minutes) hits them alike:
  *   free         B unconstrained rows
+ *   control      B unconstrained rows again: its ratio to free shows the noise of the run
  *   constrained  B rows under one compiled grammar (JSON mode by default; --schema or --gbnf)
  *   mixed        B/2 constrained rows and B/2 free rows in the same batch
  * It prints one line per batch, then the medians over the rounds and the ratio of each kind to the
@@ -206,21 +207,22 @@ int main(int argc, char **argv) {
              .rows = n_rows,
              .n_gen = n_gen,
              .greedy = greedy};
-    static const char *const names[3] = {"free", "constrained", "mixed"};
-    const int n_con[3] = {0, n_rows, n_rows / 2};
-    double tps[3][MAX_ROUNDS], ratio[3][MAX_ROUNDS], toks[3] = {0, 0, 0};
-    int ended[3] = {0, 0, 0}, valid[3] = {0, 0, 0};
+    enum { KINDS = 4 };
+    static const char *const names[KINDS] = {"free", "control", "constrained", "mixed"};
+    const int n_con[KINDS] = {0, 0, n_rows, n_rows / 2};
+    double tps[KINDS][MAX_ROUNDS], ratio[KINDS][MAX_ROUNDS], toks[KINDS] = {0};
+    int ended[KINDS] = {0}, valid[KINDS] = {0};
     run_batch(&c, n_rows / 2, 999); /* warm-up: page in the weights, allocate the rows' KV */
     for (int r = 0; r < rounds; r++) {
-        batch_result br[3];
-        for (int k = 0; k < 3; k++) {
-            int kk = (k + r) % 3; /* rotate the order from round to round */
+        batch_result br[KINDS];
+        for (int k = 0; k < KINDS; k++) {
+            int kk = (k + r) % KINDS; /* rotate the order from round to round */
             br[kk] = run_batch(&c, n_con[kk], (uint64_t)r * 1000);
             printf("round %d %-11s %8.2f tok/s in the full batch, %.1f tokens per row, %d of %d rows to max_tokens\n",
                    r, names[kk], br[kk].tps, br[kk].mean_tokens, br[kk].at_length, n_rows);
             fflush(stdout);
         }
-        for (int k = 0; k < 3; k++) {
+        for (int k = 0; k < KINDS; k++) {
             toks[k] += br[k].mean_tokens;
             ended[k] += n_rows - br[k].at_length;
             if (br[k].tps > 0 && br[0].tps > 0) {
@@ -232,7 +234,7 @@ int main(int argc, char **argv) {
     printf("\n| batch (%d rows) | tok/s median | ratio to free (median of rounds) | tokens per row | rows ended before "
            "max_tokens |\n| --- | ---: | ---: | ---: | ---: |\n",
            n_rows);
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < KINDS; k++)
         printf("| %s | %.2f | %.3f | %.1f | %d of %d |\n", names[k], median(tps[k], valid[k]),
                median(ratio[k], valid[k]), toks[k] / rounds, ended[k], rounds * n_rows);
     kiln_engine_free(e);
