@@ -8,18 +8,21 @@
  * drift (shared machines move 20-40% within minutes) hits them alike:
  *   free         B unconstrained rows
  *   control      B unconstrained rows again: its ratio to free shows the noise of the run
- *   constrained  B rows under one compiled grammar (JSON mode by default; --schema or --gbnf)
+ *   constrained  B rows under one compiled grammar (by default the schema below; --json-mode,
+ *                --schema or --gbnf)
  *   mixed        B/2 constrained rows and B/2 free rows in the same batch
  * It prints one line per batch, then the medians over the rounds and the ratio of each kind to the
  * free batches of the same round (median of the per-round ratios).
  *
  * Sampling is the library default (temperature 0.8, top-k 40, ...) with a fixed seed per row, or
- * greedy with --greedy. Free rows ignore end-of-generation; constrained rows end when the grammar's
- * sentence is complete, so they may generate fewer tokens (printed; the window only counts the
- * time all B rows were running).
+ * greedy with --greedy. Free rows ignore end-of-generation; a constrained row ends when its text is
+ * a complete sentence, which would empty the batch early: the default constraint is therefore a
+ * JSON Schema whose instances are long (an object with an array of at least 40 small objects, each
+ * a string and an integer), so every row runs to max_tokens through keys, strings, numbers and
+ * punctuation. Rows that end early are printed; the window only counts the time all B rows ran.
  *
  * usage: grammar_decode -m MODEL.gguf [-t THREADS] [-n TOKENS] [-r ROUNDS] [-b ROWS] [-c CTX]
- *                       [--schema FILE | --gbnf FILE] [--greedy]
+ *                       [--json-mode | --schema FILE | --gbnf FILE] [--greedy]
  * bench/grammar/run.sh decode makes the model (the Llama-3.2-1B shape with the real Llama 3
  * tokenizer) and runs this; docs/benchmarks.md records the figures.
  */
@@ -32,6 +35,13 @@
 
 #define MAX_ROWS   64
 #define MAX_ROUNDS 100
+
+/* The default constraint: long instances of varied JSON (see the top of the file). */
+static const char LONG_SCHEMA[] =
+    "{\"type\":\"object\",\"properties\":{\"items\":{\"type\":\"array\",\"minItems\":40,\"items\":{"
+    "\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},\"count\":{\"type\":\"integer\"}},"
+    "\"required\":[\"name\",\"count\"],\"additionalProperties\":false}}},\"required\":[\"items\"],"
+    "\"additionalProperties\":false}";
 
 static double now_ns(void) {
     struct timespec ts;
@@ -150,10 +160,11 @@ static char *read_text(const char *path, size_t *len) {
 int main(int argc, char **argv) {
     const char *model = NULL, *schema = NULL, *gbnf = NULL;
     int threads = 1, n_gen = 128, rounds = 5, n_rows = 8, n_ctx = 512;
-    bool greedy = false;
+    bool greedy = false, json_mode = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--greedy") == 0) greedy = true;
+        else if (strcmp(a, "--json-mode") == 0) json_mode = true;
         else if (!v) goto usage;
         else if (strcmp(a, "-m") == 0) model = v, i++;
         else if (strcmp(a, "--schema") == 0) schema = v, i++;
@@ -166,22 +177,26 @@ int main(int argc, char **argv) {
         else goto usage;
     }
     if (!model || threads < 1 || n_gen < 2 || rounds < 1 || rounds > MAX_ROUNDS || n_rows < 2 || n_rows > MAX_ROWS ||
-        n_ctx < n_gen + 64 || (schema && gbnf))
+        n_ctx < n_gen + 64 || (schema && gbnf) || (json_mode && (schema || gbnf)))
         goto usage;
 
     kiln_grammar_params gparams = kiln_grammar_default_params();
-    const char *kind = "JSON mode";
+    const char *kind = "JSON Schema: an object with an array of at least 40 {name, count} objects";
     char *text = NULL;
     size_t len = 0;
     if (schema || gbnf) {
         text = read_text(schema ? schema : gbnf, &len);
         gparams.kind = schema ? KILN_GRAMMAR_JSON_SCHEMA : KILN_GRAMMAR_GBNF;
         kind = schema ? schema : gbnf;
-    } else {
+    } else if (json_mode) {
         gparams.kind = KILN_GRAMMAR_JSON_OBJECT;
+        kind = "JSON mode";
+    } else {
+        gparams.kind = KILN_GRAMMAR_JSON_SCHEMA;
     }
     kiln_grammar *grammar = NULL;
-    if (kiln_grammar_compile(text, len, &gparams, &grammar)) die("kiln_grammar_compile");
+    if (kiln_grammar_compile(text ? text : LONG_SCHEMA, text ? len : strlen(LONG_SCHEMA), &gparams, &grammar))
+        die("kiln_grammar_compile");
     free(text);
 
     kiln_model *m = NULL;
@@ -244,7 +259,7 @@ int main(int argc, char **argv) {
 usage:
     fprintf(stderr,
             "usage: grammar_decode -m MODEL.gguf [-t THREADS] [-n TOKENS] [-r ROUNDS (1..%d)] [-b ROWS (2..%d)] "
-            "[-c CTX (>= TOKENS + 64)] [--schema FILE | --gbnf FILE] [--greedy]\n",
+            "[-c CTX (>= TOKENS + 64)] [--json-mode | --schema FILE | --gbnf FILE] [--greedy]\n",
             MAX_ROUNDS, MAX_ROWS);
     return 2;
 }
