@@ -3,11 +3,11 @@
  * fail cleanly, and what compiles behaves.
  *
  * 10,000 cases (KILN_FUZZ_N overrides), deterministic from one seed (KILN_FUZZ_SEED overrides):
- * the JSON Schemas of the test material (../shared/data/json-schemas) and a corpus of GBNF grammars
- * (written below, plus the .gbnf files of tests/grammars when that folder exists), each mutated by
- * one of: byte flips, truncation, spliced keywords or GBNF fragments, deep nesting, huge numbers,
- * bogus $refs, giant repetition bounds, or left as they are. Every case goes through
- * kiln_grammar_compile:
+ * the JSON Schemas of the test material (../shared/data/json-schemas, those up to 16 KB) and a
+ * corpus of GBNF grammars (written below, plus the .gbnf files of tests/grammars when that folder
+ * exists), each mutated by one of: byte flips, truncation, spliced keywords or GBNF fragments, deep
+ * nesting, huge numbers, bogus $refs, giant repetition bounds, or left as they are. Every case goes
+ * through kiln_grammar_compile:
  *   - a failure must be an error status with a message (kiln_last_error non-empty);
  *   - a success must give GBNF text (kiln_grammar_gbnf) that compiles again by itself to a grammar
  *     that answers kiln_grammar_accepts like the first on a few probe strings (and the same way
@@ -27,6 +27,9 @@
 #define N_CASES_DEFAULT 10000
 #define MAX_CORPUS      256
 #define MAX_TEXT        (1u << 20) /* KILN_GRAMMAR_MAX_TEXT */
+/* Schemas larger than this are left out of the corpus: a few 50-70 KB schemas take a quarter to a
+ * half second each to compile and would be most of the run (test_schema compiles every one). */
+#define MAX_SCHEMA      (16u << 10)
 
 /* ---- deterministic randomness ------------------------------------------------------------------ */
 
@@ -215,7 +218,7 @@ static void load_dir(corpus *c, const char *dir, const char *ext, bool schemas) 
         char *text = kt_read_file(path, &len);
         if (text && !schemas) corpus_add(c, text, len, NULL, 0);
         kn_jspan root = {text, len}, schema, tests, t, valid, data;
-        if (text && schemas && kn_jspan_member(root, "schema", &schema)) {
+        if (text && schemas && kn_jspan_member(root, "schema", &schema) && schema.n <= MAX_SCHEMA) {
             const char *probe = NULL;
             size_t probe_len = 0;
             for (size_t k = 0; kn_jspan_member(root, "tests", &tests) && kn_jspan_elem(tests, k, &t); k++)
