@@ -14,6 +14,10 @@
  * It prints one line per batch, then the medians over the rounds and the ratio of each kind to the
  * free batches of the same round (median of the per-round ratios), by the wall clock and by the
  * process's CPU time (which leaves out the time the engine waited for a core on a busy machine).
+ * Because those ratios carry the host's noise (the control batch shows how much), the matchers'
+ * own cost is also measured directly: after each batch, every constrained row's tokens are replayed
+ * through a fresh matcher (kn_gmatch_mask before each token, kn_gmatch_accept), and that time is
+ * given as a share of the batch's decode time. It leaves out the masked sampling itself.
  *
  * Sampling is the library default (temperature 0.8, top-k 40, ...) with a fixed seed per row, or
  * greedy with --greedy. Free rows ignore end-of-generation; a constrained row ends when its text is
@@ -28,6 +32,7 @@
  * tokenizer) and runs this; docs/benchmarks.md records the figures.
  */
 #include "kiln.h"
+#include "sample/gmask.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,7 +60,6 @@ static void die(const char *what) {
     exit(1);
 }
 
-/* The times at which one row's tokens arrived. */
 /* The process's CPU time (all threads). With one compute thread it is the wall time minus the
  * time the process waited for a core, which on a busy shared machine is most of the noise. */
 static double cpu_ns(void) {
@@ -64,9 +68,10 @@ static double cpu_ns(void) {
     return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
 }
 
-/* The wall-clock and CPU times at which one row's tokens arrived. */
+/* One row's tokens and the wall-clock and CPU times at which they arrived. */
 typedef struct row {
     double *t, *c;
+    kiln_token *tok;
     int n, cap;
 } row;
 
@@ -74,20 +79,41 @@ static int on_token(const kiln_token_event *ev, void *user) {
     row *r = user;
     if (ev->token >= 0 && r->n < r->cap) {
         r->c[r->n] = cpu_ns();
+        r->tok[r->n] = ev->token;
         r->t[r->n++] = now_ns();
     }
     return 0;
 }
 
+/* The matcher time of one constrained row, measured again outside the engine: a fresh matcher (as
+ * the row had) computes the mask before each of the row's tokens and accepts it. Nanoseconds. */
+static double replay_matcher(const kiln_grammar *g, const kn_vtrie *trie, const row *r) {
+    kn_gmatch *m = NULL;
+    if (kn_gmatch_new(g, trie, false, &m)) return 0;
+    double t = 0;
+    for (int i = 0; i < r->n; i++) {
+        int32_t n_allowed;
+        double t0 = now_ns();
+        kn_gmatch_mask(m, &n_allowed);
+        kiln_status st = kn_gmatch_accept(m, r->tok[i]);
+        t += now_ns() - t0;
+        if (st) break;
+    }
+    kn_gmatch_free(m);
+    return t;
+}
+
 typedef struct batch_result {
     double tps;         /* tokens per second while all rows ran; 0 when the window is empty */
     double cpu_tps;     /* the same tokens per second of process CPU time */
+    double match_share; /* the constrained rows' matcher time (replayed) over the batch's decode time */
     double mean_tokens; /* tokens per row */
     int at_length;      /* rows that ran to max_tokens */
 } batch_result;
 
 typedef struct cfg {
     kiln_engine *engine;
+    const kn_vtrie *trie;
     const kiln_grammar *grammar;
     const kiln_token *prompt;
     size_t n_prompt;
@@ -102,9 +128,10 @@ static batch_result run_batch(const cfg *c, int n_constrained, uint64_t seed) {
     for (int i = 0; i < c->rows; i++) {
         rows[i] = (row){.t = calloc((size_t)c->n_gen + 1, sizeof(double)),
                         .c = calloc((size_t)c->n_gen + 1, sizeof(double)),
+                        .tok = calloc((size_t)c->n_gen + 1, sizeof(kiln_token)),
                         .n = 0,
                         .cap = c->n_gen + 1};
-        if (!rows[i].t || !rows[i].c) die("out of memory");
+        if (!rows[i].t || !rows[i].c || !rows[i].tok) die("out of memory");
         kiln_generate_params gp = kiln_generate_default_params();
         gp.max_tokens = c->n_gen;
         gp.sampling.seed = seed + (uint64_t)i;
@@ -115,7 +142,7 @@ static batch_result run_batch(const cfg *c, int n_constrained, uint64_t seed) {
         else gp.ignore_eos = true;
         if (kiln_engine_submit(c->engine, c->prompt, c->n_prompt, &gp, &req[i])) die("kiln_engine_submit");
     }
-    batch_result br = {0, 0, 0, 0};
+    batch_result br = {0, 0, 0, 0, 0};
     for (int i = 0; i < c->rows; i++) {
         kiln_generate_result res;
         kiln_status st = kiln_request_wait(req[i], &res);
@@ -143,7 +170,18 @@ static batch_result run_batch(const cfg *c, int n_constrained, uint64_t seed) {
         br.tps = (double)count / ((end - start) / 1e9);
         if (cpu_end > cpu_start) br.cpu_tps = (double)count / ((cpu_end - cpu_start) / 1e9);
     }
-    for (int i = 0; i < c->rows; i++) free(rows[i].t), free(rows[i].c);
+    /* what the matchers cost: their time replayed, over the time of the whole decode (first token
+     * to last, all rows) */
+    double match = 0, first = 1e300, last = 0;
+    for (int i = 0; i < c->rows; i++) {
+        if (i < n_constrained) match += replay_matcher(c->grammar, c->trie, &rows[i]);
+        if (rows[i].n) {
+            if (rows[i].t[0] < first) first = rows[i].t[0];
+            if (rows[i].t[rows[i].n - 1] > last) last = rows[i].t[rows[i].n - 1];
+        }
+    }
+    if (last > first) br.match_share = match / (last - first);
+    for (int i = 0; i < c->rows; i++) free(rows[i].t), free(rows[i].c), free(rows[i].tok);
     return br;
 }
 
@@ -233,7 +271,10 @@ int main(int argc, char **argv) {
 
     printf("model %s (%s), %d rows, %d tokens per row, %d thread(s), constraint: %s, %s\n", model, kiln_model_desc(m),
            n_rows, n_gen, threads, kind, greedy ? "greedy" : "sampled (library defaults)");
+    const kn_vtrie *trie = kn_model_vtrie(m);
+    if (!trie) die("kn_model_vtrie");
     cfg c = {.engine = e,
+             .trie = trie,
              .grammar = grammar,
              .prompt = prompt,
              .n_prompt = n_prompt,
@@ -244,7 +285,7 @@ int main(int argc, char **argv) {
     static const char *const names[KINDS] = {"free", "control", "constrained", "mixed"};
     const int n_con[KINDS] = {0, 0, n_rows, n_rows / 2};
     double tps[KINDS][MAX_ROUNDS], ratio[KINDS][MAX_ROUNDS], toks[KINDS] = {0};
-    double ctps[KINDS][MAX_ROUNDS], cratio[KINDS][MAX_ROUNDS];
+    double ctps[KINDS][MAX_ROUNDS], cratio[KINDS][MAX_ROUNDS], share[KINDS][MAX_ROUNDS];
     int ended[KINDS] = {0}, valid[KINDS] = {0};
     run_batch(&c, n_rows / 2, 999); /* warm-up: page in the weights, allocate the rows' KV */
     for (int r = 0; r < rounds; r++) {
@@ -253,8 +294,9 @@ int main(int argc, char **argv) {
             int kk = (k + r) % KINDS; /* rotate the order from round to round */
             br[kk] = run_batch(&c, n_con[kk], (uint64_t)r * 1000);
             printf("round %d %-11s %8.2f tok/s in the full batch (%8.2f per CPU second), %.1f tokens per row, %d of %d "
-                   "rows to max_tokens\n",
-                   r, names[kk], br[kk].tps, br[kk].cpu_tps, br[kk].mean_tokens, br[kk].at_length, n_rows);
+                   "rows to max_tokens, matchers %.2f%% of the decode time\n",
+                   r, names[kk], br[kk].tps, br[kk].cpu_tps, br[kk].mean_tokens, br[kk].at_length, n_rows,
+                   100 * br[kk].match_share);
             fflush(stdout);
         }
         for (int k = 0; k < KINDS; k++) {
@@ -264,18 +306,20 @@ int main(int argc, char **argv) {
                 tps[k][valid[k]] = br[k].tps;
                 ctps[k][valid[k]] = br[k].cpu_tps;
                 cratio[k][valid[k]] = br[k].cpu_tps / br[0].cpu_tps;
+                share[k][valid[k]] = br[k].match_share;
                 ratio[k][valid[k]++] = br[k].tps / br[0].tps;
             }
         }
     }
     printf(
-        "\n| batch (%d rows) | tok/s median | ratio to free | tok per CPU-s median | ratio to free (CPU) | tokens per "
-        "row | rows ended before max_tokens |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+        "\n| batch (%d rows) | tok/s median | ratio to free | tok per CPU-s median | ratio to free (CPU) | matchers' "
+        "share of the decode time | tokens per row | rows ended before max_tokens |\n"
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
         n_rows);
     for (int k = 0; k < KINDS; k++)
-        printf("| %s | %.2f | %.3f | %.2f | %.3f | %.1f | %d of %d |\n", names[k], median(tps[k], valid[k]),
-               median(ratio[k], valid[k]), median(ctps[k], valid[k]), median(cratio[k], valid[k]), toks[k] / rounds,
-               ended[k], rounds * n_rows);
+        printf("| %s | %.2f | %.3f | %.2f | %.3f | %.2f%% | %.1f | %d of %d |\n", names[k], median(tps[k], valid[k]),
+               median(ratio[k], valid[k]), median(ctps[k], valid[k]), median(cratio[k], valid[k]),
+               100 * median(share[k], valid[k]), toks[k] / rounds, ended[k], rounds * n_rows);
     printf("(ratios: the median over the rounds of each batch's figure over the same round's free batch)\n");
     kiln_engine_free(e);
     kiln_grammar_free(grammar);
