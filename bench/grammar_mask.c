@@ -274,7 +274,7 @@ static void run_schema(result *r, const opts *o, const kiln_model *m, const kn_v
     char *text = read_file(path, &len);
     kn_jspan root = {text, text ? len : 0}, schema, tests;
     if (!text || !kn_jspan_member(root, "schema", &schema) || !kn_jspan_member(root, "tests", &tests)) {
-        printf("  %s: not a schema file, skipped\n", name);
+        if (o->verbose) printf("  %s: not a schema file, skipped\n", name);
         free(text);
         return;
     }
