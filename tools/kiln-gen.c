@@ -866,7 +866,11 @@ static void load_tokenizer_json(vocab *v, const char *path, const char **pre, bo
     if (!bos && tmpl_bos) v->bos = find_token(v, tmpl_bos);
     if (json_is_boolean(jab)) *add_bos = json_is_true(jab);
     else *add_bos = tmpl_bos != NULL || (v->bos >= 0 && !json_is_null(json_object_get(cfg, "bos_token")));
-    if (v->eos < 0) die("%s: no EOS token (eos_token in tokenizer_config.json)", path);
+    if (v->eos < 0)
+        fprintf(stderr,
+                "kiln-gen: %s: no EOS token named (eos_token in tokenizer_config.json); kiln will look one up "
+                "by its text\n",
+                path);
     fprintf(stderr, "kiln-gen: %s: %d tokens, %d merges, pre '%s', bos %d (%s), eos %d%s\n", path, v->n, v->n_merges,
             *pre, v->bos, *add_bos ? "added" : "not added", v->eos, cfg ? "" : " (no tokenizer_config.json)");
     free(cfg_path);
