@@ -1,7 +1,9 @@
 /*
  * kiln-gen.c - the synthetic model generator: writes GGUF models of a supported architecture (llama,
  * qwen2, qwen3) and any shape, with deterministic random weights in any supported weight type, plus a
- * small byte-level BPE tokenizer.
+ * small byte-level BPE tokenizer, or the tokenizer of a real model read from its Hugging Face
+ * tokenizer.json (--tokenizer-json; alone it makes a vocabulary-only GGUF, as kiln's grammar
+ * benchmarks use for the Qwen3 and Llama 3 vocabularies).
  *
  * Speed work needs models shaped like real ones (Llama-3.2-1B, Qwen2.5-0.5B, ...) but does not depend
  * on weight values, and tests need tiny models of every architecture and weight type. This tool makes
@@ -14,12 +16,14 @@
  * family's real models: "llama-bpe" or "qwen2"): the 256 byte characters (token id = byte value), the
  * tokens of BPE merges learned on a small built-in English text, control tokens (<|begin_of_text|>,
  * <|end_of_text|>, <|eot_id|>, ...) and <|reserved_N|> filler (type unused) up to the vocab size.
+ * A tokenizer.json is converted as llama.cpp's converter does (see load_tokenizer_json).
  */
 #include "base/base.h"
 #include "gguf_write.h"
 #include "tensor/dtype.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -92,6 +96,7 @@ static void usage(FILE *f) {
     fprintf(f, "usage: kiln-gen --preset NAME [options] -o out.gguf\n"
                "       kiln-gen --arch llama|qwen2|qwen3 --vocab V --dim D --layers L --heads H --kv-heads KV\n"
                "                --ffn F [options] -o out.gguf\n"
+               "       kiln-gen --tokenizer-json tokenizer.json [--pre NAME] [--vocab V] -o vocab.gguf\n"
                "Writes a GGUF model with deterministic random weights and a byte-level BPE tokenizer.\n"
                "Options given after or without --preset override the preset's values.\n"
                "  --type T          weight type of 2-D matrices (default Q8_0): F32 F16 BF16 Q4_0 Q4_1 Q5_0\n"
@@ -109,7 +114,14 @@ static void usage(FILE *f) {
                "  --no-llama3-rope  no rope scaling (overrides a preset)\n"
                "  --name S          general.name (default: the preset or arch)\n"
                "  --chat-template FILE   store FILE's text as tokenizer.chat_template\n"
-               "  --pre NAME        tokenizer.ggml.pre (default: llama-bpe for llama, qwen2 for qwen2/qwen3)\n"
+               "  --pre NAME        tokenizer.ggml.pre (default: llama-bpe for llama, qwen2 for qwen2/qwen3;\n"
+               "                    with --tokenizer-json: detected from its pre-tokenizer)\n"
+               "  --tokenizer-json FILE   take the tokenizer from a Hugging Face tokenizer.json of a byte-level\n"
+               "                    BPE model (and the tokenizer_config.json beside it, when present: BOS, EOS,\n"
+               "                    padding, add_bos_token) instead of the built-in one; the vocabulary is\n"
+               "                    padded with unused tokens up to the model's --vocab. Without --preset or\n"
+               "                    --arch the output is vocabulary-only\n"
+               "  --vocab-only      write the tokenizer alone (no tensors), like llama.cpp's ggml-vocab files\n"
                "  --threads N       quantization threads (default: all cores)\n"
                "  --list-presets    print the presets and exit\n"
                "Presets:");
@@ -482,7 +494,7 @@ typedef struct vocab {
     int n; /* tokens so far */
     char **merges;
     int n_merges;
-    int32_t bos, eos, eot;
+    int32_t bos, eos, eot, pad; /* -1: none */
 } vocab;
 
 static bool word_eq(const word *w, const char *s, int len) {
@@ -609,6 +621,7 @@ static void build_vocab(vocab *v, int64_t n_vocab) {
     v->bos = find_token(v, "<|begin_of_text|>");
     v->eos = find_token(v, "<|end_of_text|>");
     v->eot = find_token(v, "<|eot_id|>");
+    v->pad = -1;
     for (int r = 0; v->n < n_vocab; r++) {
         char buf[48];
         snprintf(buf, sizeof buf, "<|reserved_%d|>", r);
@@ -624,6 +637,261 @@ static void free_vocab(vocab *v) {
     free(v->tok);
     free(v->type);
     free(v->merges);
+}
+
+/* ---- a Hugging Face tokenizer.json --------------------------------------------------------------- */
+
+/* Byte-level BPE tokenizers write every byte as one character of GPT-2's byte-to-unicode map (a
+ * space is 'Ġ'), both in model.vocab and model.merges, which is also how GGUF stores them: the
+ * texts are copied as they are. The map is used to check them: a normal token must consist of map
+ * characters only, and all 256 single-byte tokens must exist, or the file is not byte-level BPE. */
+
+/* The byte character c (UTF-8 at s, *n bytes) stands for, or -1 when it is none. */
+static int map_char_byte(const unsigned char *s, size_t avail, size_t *n) {
+    static int inv[324]; /* code point -> byte + 1 */
+    static bool ready;
+    if (!ready) {
+        for (int b = 0; b < 256; b++) {
+            char c[4];
+            byte_char(b, c);
+            const unsigned char *u = (const unsigned char *)c;
+            int cp = u[0] < 0x80 ? u[0] : ((u[0] & 0x1F) << 6) | (u[1] & 0x3F);
+            inv[cp] = b + 1;
+        }
+        ready = true;
+    }
+    int cp;
+    if (s[0] < 0x80) {
+        cp = s[0];
+        *n = 1;
+    } else if ((s[0] & 0xE0) == 0xC0 && avail >= 2 && (s[1] & 0xC0) == 0x80) {
+        cp = ((s[0] & 0x1F) << 6) | (s[1] & 0x3F);
+        *n = 2;
+    } else {
+        *n = 1;
+        return -1;
+    }
+    return cp < (int)KN_ARRAY_LEN(inv) ? inv[cp] - 1 : -1;
+}
+
+static bool is_byte_text(const char *s) {
+    size_t len = strlen(s), n;
+    if (len == 0) return false;
+    for (size_t i = 0; i < len; i += n)
+        if (map_char_byte((const unsigned char *)s + i, len - i, &n) < 0) return false;
+    return true;
+}
+
+/* The pre-tokenizer regexes of the two byte-level BPE families kiln-gen recognizes, as their
+ * tokenizer.json files write them (JSON-unescaped), and their tokenizer.ggml.pre names. */
+static const struct {
+    const char *regex, *pre;
+} known_splits[] = {
+    {"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+     "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+     "llama-bpe"},
+    {"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+     "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+     "qwen2"},
+};
+
+/* The Split regex of a pre_tokenizer (itself or inside a Sequence), or NULL. */
+static const char *split_regex(json_t *pt) {
+    if (!json_is_object(pt)) return NULL;
+    const char *type = json_string_value(json_object_get(pt, "type"));
+    if (type && strcmp(type, "Split") == 0)
+        return json_string_value(json_object_get(json_object_get(pt, "pattern"), "Regex"));
+    if (type && strcmp(type, "Sequence") == 0) {
+        json_t *arr = json_object_get(pt, "pretokenizers");
+        for (size_t i = 0; i < json_array_size(arr); i++) {
+            const char *r = split_regex(json_array_get(arr, i));
+            if (r) return r;
+        }
+    }
+    return NULL;
+}
+
+static bool has_byte_level(json_t *pt) {
+    if (!json_is_object(pt)) return false;
+    const char *type = json_string_value(json_object_get(pt, "type"));
+    if (type && strcmp(type, "ByteLevel") == 0) return true;
+    json_t *arr = json_object_get(pt, "pretokenizers");
+    for (size_t i = 0; i < json_array_size(arr); i++)
+        if (has_byte_level(json_array_get(arr, i))) return true;
+    return false;
+}
+
+/* A special token named in tokenizer_config.json: a string or {"content": ...}; NULL when absent or
+ * null. */
+static const char *config_token(json_t *cfg, const char *key) {
+    json_t *v = json_object_get(cfg, key);
+    if (json_is_object(v)) v = json_object_get(v, "content");
+    return json_string_value(v);
+}
+
+/* The JSON object in file path; NULL when the file does not exist and !required. flags: jansson's
+ * (tokenizer_config.json needs JSON_DECODE_INT_AS_REAL: its model_max_length can be 1e30). */
+static json_t *load_json(const char *path, bool required, size_t flags) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        if (required) die("cannot open '%s'", path);
+        return NULL;
+    }
+    json_error_t err;
+    json_t *j = json_loadf(f, flags | JSON_REJECT_DUPLICATES, &err);
+    fclose(f);
+    if (!j) die("%s: line %d, column %d: %s", path, err.line, err.column, err.text);
+    if (!json_is_object(j)) die("%s: not a JSON object", path);
+    return j;
+}
+
+/* Fills v from the tokenizer.json at path (and the tokenizer_config.json beside it, when there is
+ * one): tokens by id from model.vocab and added_tokens (ids nobody names become "[PAD<id>]" of type
+ * unused), merges in order (written "a b" whether the file has strings or pairs), added tokens of
+ * type control (special) or user-defined (the others, e.g. Qwen3's "<think>"). BOS / EOS / padding
+ * and add_bos come from tokenizer_config.json, else from the post-processor's template; *pre is
+ * set from the pre-tokenizer's regex when NULL. Anything else than byte-level BPE is refused. */
+static void load_tokenizer_json(vocab *v, const char *path, const char **pre, bool *add_bos) {
+    json_t *j = load_json(path, true, 0);
+    json_t *model = json_object_get(j, "model");
+    const char *mtype = json_string_value(json_object_get(model, "type"));
+    if (!mtype || strcmp(mtype, "BPE") != 0) die("%s: model.type is '%s', not BPE", path, mtype ? mtype : "(none)");
+    if (!has_byte_level(json_object_get(j, "pre_tokenizer")) && !has_byte_level(json_object_get(j, "decoder")))
+        die("%s: no ByteLevel pre-tokenizer or decoder: not a byte-level BPE tokenizer", path);
+    json_t *jv = json_object_get(model, "vocab"), *jm = json_object_get(model, "merges");
+    json_t *added = json_object_get(j, "added_tokens");
+    if (!json_is_object(jv) || !json_is_array(jm)) die("%s: model.vocab or model.merges is missing", path);
+    if (added && !json_is_array(added)) die("%s: added_tokens is not an array", path);
+
+    /* the vocabulary size: one past the largest id anyone names */
+    const json_int_t max_id = ((json_int_t)1 << 24) - 1;
+    json_int_t n = 0;
+    const char *key;
+    json_t *val;
+    json_object_foreach(jv, key, val) {
+        json_int_t id = json_integer_value(val);
+        if (!json_is_integer(val) || id < 0 || id > max_id) die("%s: model.vocab['%s'] is not an id", path, key);
+        if (id + 1 > n) n = id + 1;
+    }
+    for (size_t i = 0; i < json_array_size(added); i++) {
+        json_t *a = json_array_get(added, i), *jid = json_object_get(a, "id");
+        json_int_t id = json_integer_value(jid);
+        if (!json_is_integer(jid) || id < 0 || id > max_id || !json_is_string(json_object_get(a, "content")))
+            die("%s: added_tokens[%zu] has no id or content", path, i);
+        if (id + 1 > n) n = id + 1;
+    }
+    v->n = (int)n;
+    v->tok = xcalloc((size_t)n, sizeof(char *));
+    v->type = xcalloc((size_t)n, sizeof(int32_t));
+    json_object_foreach(jv, key, val) {
+        json_int_t id = json_integer_value(val);
+        if (v->tok[id]) die("%s: id %lld is given to '%s' and '%s'", path, (long long)id, v->tok[id], key);
+        if (!is_byte_text(key)) die("%s: token '%s' (id %lld) is not byte-level text", path, key, (long long)id);
+        v->tok[id] = xstrdup(key);
+        v->type[id] = 1; /* normal */
+    }
+    for (int b = 0; b < 256; b++) {
+        char c[4];
+        byte_char(b, c);
+        if (!json_is_integer(json_object_get(jv, c))) die("%s: no token for byte 0x%02x ('%s')", path, b, c);
+    }
+    for (size_t i = 0; i < json_array_size(added); i++) {
+        json_t *a = json_array_get(added, i);
+        json_int_t id = json_integer_value(json_object_get(a, "id"));
+        const char *content = json_string_value(json_object_get(a, "content"));
+        if (!content[0] || strlen(content) != json_string_length(json_object_get(a, "content")))
+            die("%s: added token %lld is empty or holds a NUL byte", path, (long long)id);
+        if (v->tok[id] && strcmp(v->tok[id], content) != 0 && v->type[id] != 1)
+            die("%s: id %lld is given to '%s' and '%s'", path, (long long)id, v->tok[id], content);
+        free(v->tok[id]);
+        v->tok[id] = xstrdup(content);
+        v->type[id] = json_is_true(json_object_get(a, "special")) ? 3 : 4; /* control : user-defined */
+    }
+    for (json_int_t id = 0; id < n; id++)
+        if (!v->tok[id]) {
+            char buf[32];
+            snprintf(buf, sizeof buf, "[PAD%lld]", (long long)id);
+            v->tok[id] = xstrdup(buf);
+            v->type[id] = 5; /* unused */
+        }
+
+    const size_t nm = json_array_size(jm);
+    v->merges = xcalloc(nm, sizeof(char *));
+    for (size_t i = 0; i < nm; i++) {
+        json_t *m = json_array_get(jm, i);
+        const char *a, *b;
+        char *joined;
+        if (json_is_string(m)) {
+            joined = xstrdup(json_string_value(m));
+            char *sp = strchr(joined, ' ');
+            if (!sp || sp == joined || !sp[1] || strchr(sp + 1, ' '))
+                die("%s: merge %zu '%s' is not 'a b'", path, i, joined);
+        } else {
+            a = json_string_value(json_array_get(m, 0));
+            b = json_string_value(json_array_get(m, 1));
+            if (json_array_size(m) != 2 || !a || !b || !a[0] || !b[0] || strchr(a, ' ') || strchr(b, ' '))
+                die("%s: merge %zu is not a pair of texts without spaces", path, i);
+            size_t la = strlen(a), lb = strlen(b);
+            joined = xcalloc(1, la + lb + 2);
+            memcpy(joined, a, la);
+            joined[la] = ' ';
+            memcpy(joined + la + 1, b, lb + 1);
+        }
+        v->merges[v->n_merges++] = joined;
+    }
+
+    if (!*pre) {
+        const char *re = split_regex(json_object_get(j, "pre_tokenizer"));
+        for (size_t i = 0; re && i < KN_ARRAY_LEN(known_splits); i++)
+            if (strcmp(re, known_splits[i].regex) == 0) *pre = known_splits[i].pre;
+        if (!*pre) die("%s: the pre-tokenizer is not one kiln-gen recognizes: give --pre NAME", path);
+    }
+
+    /* special tokens: tokenizer_config.json beside the file, else the post-processor's template */
+    v->bos = v->eos = v->eot = v->pad = -1;
+    char *cfg_path = xcalloc(1, strlen(path) + 32);
+    strcpy(cfg_path, path);
+    char *slash = strrchr(cfg_path, '/');
+    strcpy(slash ? slash + 1 : cfg_path, "tokenizer_config.json");
+    json_t *cfg = load_json(cfg_path, false, JSON_DECODE_INT_AS_REAL);
+    const char *bos = config_token(cfg, "bos_token"), *eos = config_token(cfg, "eos_token");
+    const char *pad = config_token(cfg, "pad_token");
+    if (bos) v->bos = find_token(v, bos);
+    if (eos) v->eos = find_token(v, eos);
+    if (pad) v->pad = find_token(v, pad);
+    json_t *jab = json_object_get(cfg, "add_bos_token");
+    json_t *single = json_object_get(json_object_get(j, "post_processor"), "single");
+    const char *tmpl_bos =
+        json_string_value(json_object_get(json_object_get(json_array_get(single, 0), "SpecialToken"), "id"));
+    if (!bos && tmpl_bos) v->bos = find_token(v, tmpl_bos);
+    if (json_is_boolean(jab)) *add_bos = json_is_true(jab);
+    else *add_bos = tmpl_bos != NULL || (v->bos >= 0 && !json_is_null(json_object_get(cfg, "bos_token")));
+    if (v->eos < 0)
+        fprintf(stderr,
+                "kiln-gen: %s: no EOS token named (eos_token in tokenizer_config.json); kiln will look one up "
+                "by its text\n",
+                path);
+    fprintf(stderr, "kiln-gen: %s: %d tokens, %d merges, pre '%s', bos %d (%s), eos %d%s\n", path, v->n, v->n_merges,
+            *pre, v->bos, *add_bos ? "added" : "not added", v->eos, cfg ? "" : " (no tokenizer_config.json)");
+    free(cfg_path);
+    json_decref(cfg);
+    json_decref(j);
+}
+
+/* Pads v with "[PAD<id>]" tokens of type unused up to n tokens (a model's vocab_size). */
+static void pad_vocab(vocab *v, int64_t n) {
+    if (n <= v->n) return;
+    char **tok = realloc(v->tok, (size_t)n * sizeof *tok);
+    int32_t *type = realloc(v->type, (size_t)n * sizeof *type);
+    if (!tok || !type) die("out of memory");
+    v->tok = tok;
+    v->type = type;
+    for (; v->n < n; v->n++) {
+        char buf[32];
+        snprintf(buf, sizeof buf, "[PAD%d]", v->n);
+        v->tok[v->n] = xstrdup(buf);
+        v->type[v->n] = 5;
+    }
 }
 
 /* ---- main -------------------------------------------------------------------------------------- */
@@ -655,6 +923,66 @@ static char *read_text_file(const char *path) {
     return p;
 }
 
+/* Writes v's tokenizer.ggml.* metadata (and the chat template read from tmpl_path, when given,
+ * whose text is returned for the caller to free). */
+static char *write_tokenizer(kn_gguf_writer *w, const vocab *v, const char *pre, bool add_bos, const char *tmpl_path) {
+    check(kn_gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2"));
+    check(kn_gguf_writer_set_str(w, "tokenizer.ggml.pre", pre));
+    check(kn_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v->tok, (uint64_t)v->n));
+    check(kn_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", KN_GGUF_INT32, v->type, (uint64_t)v->n));
+    check(
+        kn_gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", (const char *const *)v->merges, (uint64_t)v->n_merges));
+    if (v->bos >= 0) check(kn_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)v->bos));
+    if (v->eos >= 0) check(kn_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)v->eos));
+    if (v->eot >= 0) check(kn_gguf_writer_set_u32(w, "tokenizer.ggml.eot_token_id", (uint32_t)v->eot));
+    if (v->pad >= 0) check(kn_gguf_writer_set_u32(w, "tokenizer.ggml.padding_token_id", (uint32_t)v->pad));
+    check(kn_gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", add_bos));
+    check(kn_gguf_writer_set_bool(w, "tokenizer.ggml.add_eos_token", false));
+    char *tmpl = NULL;
+    if (tmpl_path) {
+        tmpl = read_text_file(tmpl_path);
+        check(kn_gguf_writer_set_str(w, "tokenizer.chat_template", tmpl));
+    }
+    return tmpl;
+}
+
+/* --vocab-only (or --tokenizer-json without a model shape): a GGUF with the tokenizer and no
+ * tensors, like llama.cpp's ggml-vocab-*.gguf files. general.architecture is --arch, else the
+ * family the pre-tokenizer belongs to. The vocabulary is padded to --vocab when given. */
+static int write_vocab_only(const gen_cfg *c, const char *out, const char *tok_json, const char *pre,
+                            const char *tmpl_path, bool vocab_given) {
+    vocab v;
+    memset(&v, 0, sizeof v);
+    bool add_bos = true;
+    if (tok_json) {
+        load_tokenizer_json(&v, tok_json, &pre, &add_bos);
+    } else {
+        if (!c->vocab) die("--vocab-only without --tokenizer-json needs --vocab or --preset");
+        if (c->vocab < 256 + (int64_t)KN_ARRAY_LEN(specials))
+            die("--vocab must be at least %d", 256 + (int)KN_ARRAY_LEN(specials));
+        build_vocab(&v, c->vocab);
+    }
+    if (vocab_given) {
+        if (c->vocab < v.n) die("--vocab %lld is below the tokenizer's %d tokens", (long long)c->vocab, v.n);
+        pad_vocab(&v, c->vocab);
+    }
+    const char *arch = c->arch;
+    if (!pre) pre = arch && strcmp(arch, "llama") != 0 ? "qwen2" : "llama-bpe";
+    if (!arch) arch = strcmp(pre, "qwen2") == 0 ? "qwen2" : "llama";
+    kn_gguf_writer *w;
+    check(kn_gguf_writer_create(&w));
+    check(kn_gguf_writer_set_str(w, "general.architecture", arch));
+    check(kn_gguf_writer_set_str(w, "general.name", c->name ? c->name : arch));
+    char *tmpl = write_tokenizer(w, &v, pre, add_bos, tmpl_path);
+    check(kn_gguf_writer_write(w, out));
+    fprintf(stderr, "kiln-gen: wrote %s: vocabulary only (%s, pre %s), %d tokens, %d merges\n", out, arch, pre, v.n,
+            v.n_merges);
+    kn_gguf_writer_free(w);
+    free(tmpl);
+    free_vocab(&v);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     gen_cfg c;
     memset(&c, 0, sizeof c);
@@ -667,8 +995,9 @@ int main(int argc, char **argv) {
     c.rope_low = 1;
     c.rope_high = 4;
     c.rope_orig_ctx = 8192;
-    const char *out = NULL, *tmpl_path = NULL, *preset_name = NULL, *pre = NULL;
+    const char *out = NULL, *tmpl_path = NULL, *preset_name = NULL, *pre = NULL, *tok_json = NULL;
     int threads = 0;
+    bool vocab_only = false, vocab_given = false;
 
     /* the preset first, so that every other option overrides it wherever it appears */
     for (int i = 1; i < argc; i++) {
@@ -700,7 +1029,7 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0) out = VAL();
         else if (strcmp(a, "--arch") == 0) c.arch = VAL();
         else if (strcmp(a, "--name") == 0) c.name = VAL();
-        else if (strcmp(a, "--vocab") == 0) c.vocab = parse_int(a, VAL(), 1, BIG);
+        else if (strcmp(a, "--vocab") == 0) c.vocab = parse_int(a, VAL(), 1, BIG), vocab_given = true;
         else if (strcmp(a, "--dim") == 0) c.dim = parse_int(a, VAL(), 1, 1 << 20);
         else if (strcmp(a, "--layers") == 0) c.layers = parse_int(a, VAL(), 1, 4096);
         else if (strcmp(a, "--heads") == 0) c.heads = parse_int(a, VAL(), 1, 4096);
@@ -722,6 +1051,8 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--seed") == 0) c.seed = (uint64_t)parse_int(a, VAL(), 0, INT64_MAX);
         else if (strcmp(a, "--chat-template") == 0) tmpl_path = VAL();
         else if (strcmp(a, "--pre") == 0) pre = VAL();
+        else if (strcmp(a, "--tokenizer-json") == 0) tok_json = VAL();
+        else if (strcmp(a, "--vocab-only") == 0) vocab_only = true;
         else if (strcmp(a, "--threads") == 0) threads = (int)parse_int(a, VAL(), 1, 1024);
         else {
             usage(stderr);
@@ -733,10 +1064,13 @@ int main(int argc, char **argv) {
         usage(stderr);
         die("no output file (-o out.gguf)");
     }
+    /* a tokenizer.json without a model shape, or --vocab-only: the tokenizer alone */
+    if (tok_json && !c.arch) vocab_only = true;
+    if (vocab_only) return write_vocab_only(&c, out, tok_json, pre, tmpl_path, vocab_given);
     if (!c.arch) die("no architecture: give --preset or --arch");
     if (strcmp(c.arch, "llama") != 0 && strcmp(c.arch, "qwen2") != 0 && strcmp(c.arch, "qwen3") != 0)
         die("--arch: '%s' is not llama, qwen2 or qwen3", c.arch);
-    if (!c.vocab || !c.dim || !c.layers || !c.heads || !c.ffn)
+    if ((!c.vocab && !tok_json) || !c.dim || !c.layers || !c.heads || !c.ffn)
         die("the shape is incomplete: --vocab, --dim, --layers, --heads and --ffn are needed");
     if (!c.kv_heads) c.kv_heads = c.heads;
     if (c.heads % c.kv_heads != 0)
@@ -747,7 +1081,7 @@ int main(int argc, char **argv) {
         c.head_dim = c.dim / c.heads;
     }
     if (c.head_dim % 2 != 0) die("head_dim %lld must be even for rope", (long long)c.head_dim);
-    if (c.vocab < 256 + (int64_t)KN_ARRAY_LEN(specials))
+    if (!tok_json && c.vocab < 256 + (int64_t)KN_ARRAY_LEN(specials))
         die("--vocab must be at least %d (256 byte tokens + %d control tokens)", 256 + (int)KN_ARRAY_LEN(specials),
             (int)KN_ARRAY_LEN(specials));
     if (c.vocab > ((int64_t)1 << 24)) die("--vocab is too large");
@@ -769,13 +1103,23 @@ int main(int argc, char **argv) {
 #endif
 
     double t0 = kn_now_ms();
+    vocab v;
+    memset(&v, 0, sizeof v);
+    bool add_bos = true;
+    if (tok_json) {
+        load_tokenizer_json(&v, tok_json, &pre, &add_bos);
+        if (!c.vocab) c.vocab = v.n;
+        if (v.n > c.vocab)
+            die("%s has %d tokens, more than the model's vocab of %lld (give --vocab %d or more)", tok_json, v.n,
+                (long long)c.vocab, v.n);
+        pad_vocab(&v, c.vocab);
+    } else {
+        build_vocab(&v, c.vocab);
+    }
     gen_state g;
     memset(&g, 0, sizeof g);
     g.cfg = c;
     build_tensors(&g);
-    vocab v;
-    memset(&v, 0, sizeof v);
-    build_vocab(&v, c.vocab);
 
     kn_gguf_writer *w;
     check(kn_gguf_writer_create(&w));
@@ -800,23 +1144,9 @@ int main(int argc, char **argv) {
         check(kn_gguf_writer_set_u32(w, K("attention.value_length"), (uint32_t)c.head_dim));
     }
 #undef K
-    check(kn_gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2"));
     /* the pre-tokenizer of the real models of each family (llama.cpp's names) */
     if (!pre) pre = strcmp(c.arch, "llama") == 0 ? "llama-bpe" : "qwen2";
-    check(kn_gguf_writer_set_str(w, "tokenizer.ggml.pre", pre));
-    check(kn_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v.tok, (uint64_t)v.n));
-    check(kn_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", KN_GGUF_INT32, v.type, (uint64_t)v.n));
-    check(kn_gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", (const char *const *)v.merges, (uint64_t)v.n_merges));
-    check(kn_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)v.bos));
-    check(kn_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)v.eos));
-    check(kn_gguf_writer_set_u32(w, "tokenizer.ggml.eot_token_id", (uint32_t)v.eot));
-    check(kn_gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", true));
-    check(kn_gguf_writer_set_bool(w, "tokenizer.ggml.add_eos_token", false));
-    char *tmpl = NULL;
-    if (tmpl_path) {
-        tmpl = read_text_file(tmpl_path);
-        check(kn_gguf_writer_set_str(w, "tokenizer.chat_template", tmpl));
-    }
+    char *tmpl = write_tokenizer(w, &v, pre, add_bos, tmpl_path);
 
     uint64_t n_params = 0;
     for (int i = 0; i < g.n; i++) {

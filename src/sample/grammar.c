@@ -12,6 +12,14 @@
 kiln_status kn_gbnf_compile(const char *text, size_t len, kiln_grammar **out) {
     if (!out) return kn_error(KILN_ERR_INVALID_ARG, "out is NULL");
     *out = NULL;
+    /* the text is kept and printed as a C string (kiln_grammar_gbnf): a NUL byte, even in a
+     * comment, would cut it short */
+    const char *nul = len ? memchr(text, 0, len) : NULL;
+    if (nul) {
+        size_t line = 1, col = 1;
+        for (const char *p = text; p < nul; p++) col = *p == '\n' ? (line++, 1) : col + 1;
+        return kn_error(KILN_ERR_INVALID_ARG, "line %zu, column %zu: a NUL byte", line, col);
+    }
     kiln_grammar *g = kn_calloc(1, sizeof *g);
     if (!g) return KILN_ERR_NOMEM;
     kiln_status st = kn_gbnf_parse(text, len, &g->prog);

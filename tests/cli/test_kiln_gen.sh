@@ -1,0 +1,71 @@
+# test_kiln_gen.sh - kiln-gen --tokenizer-json: a GGUF tokenizer from a Hugging Face tokenizer.json
+# (byte-level BPE), vocabulary-only or under a synthetic model, read back by kiln's tokenizer.
+. tests/cli/lib.sh
+GEN="$BUILD/kiln-gen"
+if ! command -v node >/dev/null 2>&1; then skip kiln_gen_tokenizer_json "no node to write the test files"; exit 0; fi
+
+# A small byte-level BPE tokenizer: the 256 byte characters of GPT-2's map (id = byte value), five
+# merges (he, ll, hell, hello, Ġw), an added control token and a non-special added token.
+# $1: merges as "a b" strings or as pairs; $2: the pre-tokenizer regex; $3: model type.
+write_tokenizer() {
+  node -e '
+    const [form, re, type, out] = process.argv.slice(1);
+    const keep = b => (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+    const vocab = {};
+    let n = 0;
+    for (let b = 0; b < 256; b++) vocab[String.fromCodePoint(keep(b) ? b : 256 + n++)] = b;
+    const merges = [["h", "e"], ["l", "l"], ["he", "ll"], ["hell", "o"], ["\u0120", "w"]];
+    merges.forEach((m, i) => (vocab[m[0] + m[1]] = 256 + i));
+    const tj = {
+      version: "1.0",
+      added_tokens: [
+        { id: 261, content: "<|end|>", special: true },
+        { id: 262, content: "<think>", special: false },
+      ],
+      normalizer: null,
+      pre_tokenizer: { type: "Sequence", pretokenizers: [
+        { type: "Split", pattern: { Regex: re }, behavior: "Isolated", invert: false },
+        { type: "ByteLevel", add_prefix_space: false, trim_offsets: false, use_regex: false } ] },
+      decoder: { type: "ByteLevel" },
+      model: { type, vocab, merges: form === "pairs" ? merges : merges.map(m => m.join(" ")) },
+    };
+    require("fs").writeFileSync(out, JSON.stringify(tj));
+  ' "$1" "$2" "$3" "$4"
+}
+QWEN2_RE="(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+mkdir -p "$TMP/pairs" "$TMP/strings" "$TMP/other" "$TMP/wp"
+write_tokenizer pairs "$QWEN2_RE" BPE "$TMP/pairs/tokenizer.json"
+write_tokenizer strings "$QWEN2_RE" BPE "$TMP/strings/tokenizer.json"
+write_tokenizer pairs "\\w+|\\s" BPE "$TMP/other/tokenizer.json"
+write_tokenizer pairs "$QWEN2_RE" WordPiece "$TMP/wp/tokenizer.json"
+printf '{"eos_token": "<|end|>", "bos_token": null, "add_bos_token": false, "model_max_length": 1e30}' \
+  >"$TMP/pairs/tokenizer_config.json"
+
+ids() { "$KILN" tokenize -m "$1" -p "$2" --ids --no-bos 2>&1; }
+expect_exit kiln_gen_tokjson_pairs 0 "$GEN" --tokenizer-json "$TMP/pairs/tokenizer.json" -o "$TMP/pairs.gguf"
+expect_exit kiln_gen_tokjson_strings 0 "$GEN" --tokenizer-json "$TMP/strings/tokenizer.json" -o "$TMP/strings.gguf"
+for f in pairs strings; do
+  out=$(ids "$TMP/$f.gguf" "hello wx hi")
+  [ "$out" = "259 260 120 32 104 105" ] && pass "kiln_gen_tokjson_merges_$f" || fail "kiln_gen_tokjson_merges_$f" "$out"
+done
+out=$(ids "$TMP/pairs.gguf" "a<think>b")
+[ "$out" = "97 262 98" ] && pass kiln_gen_tokjson_added_token || fail kiln_gen_tokjson_added_token "$out"
+# the EOS from tokenizer_config.json is a control token: no text, and not parsed from plain text
+out=$("$KILN" tokenize -m "$TMP/pairs.gguf" -p "<|end|>" --ids --no-bos --parse-special 2>&1)
+[ "$out" = "261" ] && pass kiln_gen_tokjson_control_token || fail kiln_gen_tokjson_control_token "$out"
+# an unknown pre-tokenizer needs --pre
+expect_exit kiln_gen_tokjson_unknown_pre 1 "$GEN" --tokenizer-json "$TMP/other/tokenizer.json" -o "$TMP/x.gguf"
+grep -q -- "--pre" "$TMP/err" && pass kiln_gen_tokjson_unknown_pre_message || fail kiln_gen_tokjson_unknown_pre_message "$(cat "$TMP/err")"
+expect_exit kiln_gen_tokjson_given_pre 0 "$GEN" --tokenizer-json "$TMP/other/tokenizer.json" --pre llama-bpe -o "$TMP/o.gguf"
+expect_exit kiln_gen_tokjson_not_bpe 1 "$GEN" --tokenizer-json "$TMP/wp/tokenizer.json" -o "$TMP/x.gguf"
+printf '{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}, "decoder": {"type": "ByteLevel"}}' >"$TMP/nobytes.json"
+expect_exit kiln_gen_tokjson_missing_bytes 1 "$GEN" --tokenizer-json "$TMP/nobytes.json" -o "$TMP/x.gguf"
+expect_exit kiln_gen_tokjson_missing_file 1 "$GEN" --tokenizer-json "$TMP/none.json" -o "$TMP/x.gguf"
+# padded to --vocab, and under a synthetic model (whose vocab must hold the tokenizer)
+expect_exit kiln_gen_tokjson_padded 0 "$GEN" --tokenizer-json "$TMP/pairs/tokenizer.json" --vocab 300 -o "$TMP/pad.gguf"
+out=$(ids "$TMP/pad.gguf" "hello")
+[ "$out" = "259" ] && pass kiln_gen_tokjson_padded_tokenizes || fail kiln_gen_tokjson_padded_tokenizes "$out"
+expect_exit kiln_gen_tokjson_vocab_too_small 1 "$GEN" --tokenizer-json "$TMP/pairs/tokenizer.json" --vocab 100 -o "$TMP/x.gguf"
+expect_exit kiln_gen_tokjson_model 0 "$GEN" --preset tiny-llama --tokenizer-json "$TMP/pairs/tokenizer.json" -o "$TMP/m.gguf"
+expect_exit kiln_gen_tokjson_model_runs 0 "$KILN" run -m "$TMP/m.gguf" -p "hello" -n 4 --seed 1
+expect_exit kiln_gen_tokjson_model_vocab_small 1 "$GEN" --preset tiny-llama --vocab 200 --tokenizer-json "$TMP/pairs/tokenizer.json" -o "$TMP/x.gguf"
