@@ -584,9 +584,10 @@ typedef struct kiln_generate_params {
                                     token, allowed only when the text is a whole sentence, ends a
                                     constrained generation with KILN_STOP_EOS even with ignore_eos;
                                     so does a token after which nothing may follow. When no token
-                                    can continue (a grammar the vocabulary cannot spell, or the
-                                    matcher out of memory) the generation fails with an error
-                                    status and result.error says why */
+                                    can continue, the generation fails and result.error says
+                                    why: KILN_ERR_UNSUPPORTED for the grammar's own property (text
+                                    the vocabulary cannot spell, a state too ambiguous),
+                                    KILN_ERR_NOMEM when the matcher ran out of memory */
     kiln_token_fn on_token;      /* may be NULL */
     kiln_done_fn on_done;        /* may be NULL; called once when the generation ends */
     void *user;                  /* passed to on_token and on_done */

@@ -161,7 +161,7 @@ static bool grammar_fail(kn_row *r, kiln_status st, const char *why) {
 static const float *mask_logits(kn_row *r, const float *logits, const uint64_t **mask) {
     const uint64_t *bits = kn_gmatch_mask(r->gm, &r->n_allowed);
     if (!r->n_allowed) {
-        grammar_fail(r, kn_gmatch_failed(r->gm) ? kn_gmatch_fail_status(r->gm) : KILN_ERR_INVALID_ARG,
+        grammar_fail(r, kn_gmatch_failed(r->gm) ? kn_gmatch_fail_status(r->gm) : KILN_ERR_UNSUPPORTED,
                      kn_gmatch_error(r->gm));
         return NULL;
     }
