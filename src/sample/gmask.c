@@ -400,9 +400,9 @@ static void store_failed(kn_gmatch *m, const char *why) {
     set_failed(m, st ? st : KILN_ERR_NOMEM, why);
 }
 
-/* Walks the trie from state s0 and collects the allowed ranges; false on failure (m->err set). */
-static bool walk(kn_gmatch *m, int32_t s0, bool strip) {
-    const kn_vtrie *t = m->t;
+/* Walks trie t (the matcher's, or its exception trie) from state s0 and collects the allowed ranges
+ * of t's sorted indices; false on failure (m->err set). */
+static bool walk(kn_gmatch *m, const kn_vtrie *t, int32_t s0, bool strip) {
     const kn_vnode *nd = t->nodes;
     const bool subtrees = !(m->flags & KN_GMATCH_NO_SUBTREE);
     int32_t *st = m->st;
@@ -458,6 +458,31 @@ nomem:
     m->stats.nodes += steps;
     set_failed(m, KILN_ERR_NOMEM, "out of memory computing a token mask");
     return false;
+}
+
+/* Turns the allowed ranges of the exception trie into the bitmap by id, over every plain token
+ * allowed; returns the count of allowed tokens with text. */
+static int32_t scatter_exc(kn_gmatch *m, uint64_t *mask) {
+    const kn_vtrie *t = m->t, *x = t->exc;
+    memcpy(mask, t->plain_bits, (size_t)t->words * sizeof *mask);
+    int64_t count = t->n_plain;
+    for (size_t r = 0; r < m->n_rng; r++) {
+        for (uint32_t k = m->rng[2 * r]; k < m->rng[2 * r + 1]; k++)
+            mask[x->order[k] >> 6] |= 1ull << (x->order[k] & 63);
+        count += m->rng[2 * r + 1] - m->rng[2 * r];
+    }
+    return (int32_t)count;
+}
+
+/* Whether every plain token (vtrie.h) keeps state s alive, so that only the exceptions need a walk. */
+static bool plain_ok(kn_gmatch *m, int32_t s) {
+    const kn_vtrie *t = m->t;
+    if (!t->exc || (m->flags & KN_GMATCH_NO_SUBTREE)) return false;
+    for (int g = 0; g < 2; g++) {
+        state_info *e = NULL;
+        if (t->plain_below[g] && !subtree_ok(m, s, &t->plain_sum[g], t->plain_below[g], &e)) return false;
+    }
+    return true;
 }
 
 /* Turns the allowed ranges into the bitmap by id; returns the count of allowed tokens with text. */
@@ -541,7 +566,11 @@ const uint64_t *kn_gmatch_mask(kn_gmatch *m, int32_t *n_allowed) {
     if (m->flags & KN_GMATCH_PLAIN) {
         count = plain_mask(m, s, m->strip, mask);
     } else {
-        count = walk(m, s, m->strip) ? scatter(m, mask) : -1;
+        if (m->li_n > INFO_MAX / 2) clear_infos(m);
+        if (!m->strip && plain_ok(m, s)) {
+            m->stats.plain++;
+            count = walk(m, m->t->exc, s, false) ? scatter_exc(m, mask) : -1;
+        } else count = walk(m, m->t, s, m->strip) ? scatter(m, mask) : -1;
     }
     if (count < 0) {
         memset(mask, 0, (size_t)m->t->words * sizeof *mask);

@@ -43,6 +43,8 @@ void kn_vtrie_free(kn_vtrie *t) {
     free(t->eog);
     free(t->nodes);
     free(t->sums);
+    free(t->plain_bits);
+    kn_vtrie_free(t->exc);
     free(t);
 }
 
@@ -158,8 +160,83 @@ static kiln_status build_sums(kn_vtrie *t) {
     return KILN_OK;
 }
 
+static kiln_status vtrie_new(int32_t n, const char *const *text, const uint32_t *len, const int32_t *eog, int32_t n_eog,
+                             bool with_exc, kn_vtrie **out);
+
+/* Whether a token's text is plain (vtrie.h): printable ASCII but '"' and '\\', and well-formed UTF-8
+ * (the last character may be cut). */
+static bool is_plain(const uint8_t *p, uint32_t len) {
+    int q = KN_U8_BOUNDARY;
+    for (uint32_t k = 0; k < len; k++) {
+        const uint8_t b = p[k];
+        if (q == KN_U8_BOUNDARY && b < 0x80) {
+            if (b < 0x20 || b == 0x7F || b == '"' || b == '\\') return false;
+            continue;
+        }
+        if ((q = kn_u8_next(q, b)) < 0) return false;
+    }
+    return true;
+}
+
+/* The most characters of a plain token, ASCII [0] or not [1]: longer ones are exceptions, so that
+ * the chains of states the plain summaries are checked over stay short. */
+static const uint32_t PLAIN_MAX_CHARS[2] = {16, 6};
+
+/* Splits the tokens with text into plain ones (bitmap, summary) and the exception trie. */
+static kiln_status build_plain(kn_vtrie *t) {
+    const size_t W = (size_t)KN_MAX(t->words, 1);
+    const int32_t n = t->n_vocab;
+    t->plain_bits = kn_calloc(W, sizeof *t->plain_bits);
+    const char **text = kn_calloc((size_t)KN_MAX(n, 1), sizeof *text);
+    uint32_t *len = kn_calloc((size_t)KN_MAX(n, 1), sizeof *len);
+    kiln_status st = KILN_OK;
+    if (!t->plain_bits || !text || !len) {
+        st = kn_error(KILN_ERR_NOMEM, "out of memory for a vocabulary trie");
+        goto done;
+    }
+    int32_t n_exc = 0;
+    for (int32_t id = 0; id < n; id++) {
+        const uint8_t *p = t->text + t->tok_off[id];
+        const uint32_t l = t->tok_len[id];
+        if (!l) continue;
+        uint32_t chars = 0, g = 0;
+        for (uint32_t k = 0; k < l; k++) {
+            chars += p[k] < 0x80 || p[k] >= 0xC0;
+            g |= p[k] >= 0x80;
+        }
+        if (!is_plain(p, l) || chars > PLAIN_MAX_CHARS[g]) {
+            text[id] = (const char *)p;
+            len[id] = l;
+            n_exc++;
+            continue;
+        }
+        t->plain_bits[id >> 6] |= 1ull << (id & 63);
+        t->n_plain++;
+        kn_vsum *ps = &t->plain_sum[g];
+        t->plain_below[g] = (uint8_t)KN_MAX(t->plain_below[g], KN_MIN(chars, KN_VTRIE_BELOW_MAX));
+        for (uint32_t k = 0; k < l; k++) {
+            if (p[k] < 128) ps->ascii[p[k] >> 6] |= 1ull << (p[k] & 63);
+            else ps->flags |= KN_VSUM_NONASCII;
+            if (kn_u8_kind(p[k]) >= 0) ps->kinds |= (uint16_t)(1u << kn_u8_kind(p[k]));
+        }
+    }
+    t->plain_sum[0].flags |= KN_VSUM_UTF8;
+    t->plain_sum[1].flags |= KN_VSUM_UTF8;
+    if (n_exc && t->n_plain) st = vtrie_new(n, text, len, NULL, 0, false, &t->exc);
+done:
+    free(text);
+    free(len);
+    return st;
+}
+
 kiln_status kn_vtrie_new(int32_t n, const char *const *text, const uint32_t *len, const int32_t *eog, int32_t n_eog,
                          kn_vtrie **out) {
+    return vtrie_new(n, text, len, eog, n_eog, true, out);
+}
+
+/* kn_vtrie_new; with_exc: also the plain tokens and the exception trie (not for that trie itself). */
+static kiln_status vtrie_new(int32_t n, const char *const *text, const uint32_t *len, const int32_t *eog, int32_t n_eog,
+                             bool with_exc, kn_vtrie **out) {
     *out = NULL;
     if (n < 0 || n_eog < 0 || (n && (!text || !len)) || (n_eog && !eog))
         return kn_error(KILN_ERR_INVALID_ARG, "a vocabulary trie needs n >= 0 texts and lengths");
@@ -226,7 +303,7 @@ kiln_status kn_vtrie_new(int32_t n, const char *const *text, const uint32_t *len
         goto done;
     }
     for (int32_t k = 0; k < t->n_text; k++) t->order[k] = items[k].id;
-    if (!(st = build_nodes(t, total))) st = build_sums(t);
+    if (!(st = build_nodes(t, total)) && !(st = build_sums(t)) && with_exc) st = build_plain(t);
 done:
     free(items);
     if (st) {

@@ -15,6 +15,17 @@
  * may stop in the middle of its last character); and `below`, the most bytes a token has below the
  * node (255: that many or more). The matcher accepts a whole subtree at once when its parser state
  * moves the same way on every character the summary allows, for as many characters as `below`.
+ *
+ * Plain tokens and exceptions. Most tokens are plain text: short runs (vtrie.c: PLAIN_MAX_CHARS) of
+ * printable ASCII other than '"' and '\\' and of well-formed UTF-8 (the last character may be cut),
+ * all of which a JSON string's content takes alike. The root's summary also covers the others
+ * (quotes, backslashes, control bytes, stray UTF-8 bytes, long runs), so it fails inside a string;
+ * hence the trie also keeps the summaries of the plain tokens alone, their bitmap by id, and a
+ * second trie `exc` over the other tokens only (same ids, no end-of-generation tokens). When a state
+ * passes the plain summaries, every plain token is allowed at once and only the exception trie is
+ * walked. The plain tokens are summarized in two groups, the ASCII ones and those with multi-byte
+ * characters, each with its most characters (not bytes) per token: multi-byte characters are the
+ * dear ones to check, so a bounded string checks them over a short chain of states only.
  */
 #ifndef KN_VTRIE_H
 #define KN_VTRIE_H
@@ -125,6 +136,12 @@ struct kn_vtrie {
     kn_vsum *sums;    /* [n_sums], sums[0] unused */
     uint32_t n_sums;
     uint32_t max_depth; /* the longest text */
+    /* plain tokens and the exception trie (NULL when either set is empty) */
+    struct kn_vtrie *exc;   /* the trie of the tokens with text that are not plain */
+    uint64_t *plain_bits;   /* [words] bitmap by id of the plain tokens */
+    int32_t n_plain;        /* plain tokens */
+    kn_vsum plain_sum[2];   /* summaries of the ASCII plain tokens [0] and of the others [1] */
+    uint8_t plain_below[2]; /* their most characters per token, at most KN_VTRIE_BELOW_MAX */
 };
 
 #endif

@@ -347,6 +347,7 @@ static bool lockstep(const kiln_grammar *g, const kn_vtrie *t, bool strip, uint6
         res->fast.masks += st.masks;
         res->fast.cache_hits += st.cache_hits;
         res->fast.subtrees += st.subtrees;
+        res->fast.plain += st.plain;
         res->fast.nodes += st.nodes;
         res->fast.compactions += st.compactions;
         for (int v = 0; v < N_VARIANTS; v++) kn_gmatch_free(m[v]);
@@ -365,7 +366,7 @@ static void compare_on(const char *rel, int walks, int steps) {
     CHECK(t);
     const char *grammars[] = {JSON_GBNF, UTF8_GBNF, SPAN_GBNF, ALT_GBNF};
     const char *names[] = {"json", "utf8", "span", "alt"};
-    uint64_t subtrees = 0, hits = 0;
+    uint64_t subtrees = 0, hits = 0, plain = 0;
     for (size_t i = 0; i < KN_ARRAY_LEN(grammars); i++) {
         kiln_grammar *g = compile(grammars[i]);
         CHECK(g);
@@ -377,6 +378,7 @@ static void compare_on(const char *rel, int walks, int steps) {
         CHECKF(r.masks >= walks * 2, "%s, %s grammar: only %d masks", rel, names[i], r.masks);
         subtrees += r.fast.subtrees;
         hits += r.fast.cache_hits;
+        plain += r.fast.plain;
         if (getenv("KT_VERBOSE"))
             printf("  %s %s: %d masks, eog %d, fast: %llu masks %llu hits %llu subtrees %llu nodes\n", rel, names[i],
                    r.masks, r.accepted_eog, (unsigned long long)r.fast.masks, (unsigned long long)r.fast.cache_hits,
@@ -384,6 +386,7 @@ static void compare_on(const char *rel, int walks, int steps) {
     }
     CHECK(subtrees > 0); /* the fast paths were taken, so the comparison means something */
     CHECK(hits > 0);
+    CHECK(plain > 0);
     kiln_model_free(m);
 }
 
@@ -432,9 +435,45 @@ static void test_fast_equals_reference_synthetic(void) {
         const bool ok = lockstep(g, t, i == 1, 7 + i, 10, 25, 0, &r);
         kiln_grammar_free(g);
         CHECKF(ok, "grammar %zu: %s", i, r.why);
-        subtrees += r.fast.subtrees;
+        subtrees += r.fast.subtrees + r.fast.plain; /* whole subtrees, or all plain tokens, at once */
     }
     CHECK(subtrees > 0);
+    kn_vtrie_free(t);
+}
+
+/* A vocabulary where a third of the tokens are exceptions to plain string text (quotes, backslashes,
+ * control bytes, stray UTF-8 bytes): inside free and bounded strings the fast path allows the plain
+ * tokens at once and walks only the exception trie, and its masks equal the reference's. */
+static void test_plain_tokens_and_exceptions(void) {
+    static const char *pieces[] = {"a", "Z", " ", "-", "é", "中", "\"", "\\", "\n", "\x01", "\xb1", "\xe4\xb8", "\x7f"};
+    enum { A = 13, N = A + A * A + A * A * A + 1 };
+    static char buf[N][16];
+    static const char *text[N];
+    int32_t n = strings_of(pieces, A, buf, 0);
+    for (int32_t i = 0; i < n; i++) text[i] = buf[i];
+    text[n++] = "";
+    uint32_t len[N];
+    for (int32_t i = 0; i < n; i++) len[i] = (uint32_t)strlen(text[i]);
+    const int32_t eog[] = {n - 1};
+    kn_vtrie *t = NULL;
+    CHECK(kn_vtrie_new(n, text, len, eog, 1, &t) == KILN_OK);
+    CHECK(t->exc && t->n_plain > 0 && t->exc->n_text > t->n_text / 4);
+    CHECK(t->n_plain + t->exc->n_text == t->n_text);
+    const char *grammars[] = {JSON_GBNF, "root ::= \"\\\"\" [^\"\\\\\\x00-\\x1F]* \"\\\"\"\n",
+                              "root ::= \"\\\"\" [^\"\\\\\\x00-\\x1F]{0,7} \"\\\"\" \" \"?\n",
+                              "root ::= ([^\"\\\\] | \"\\\\\" [nt\"])*\n"};
+    uint64_t plain = 0;
+    for (size_t i = 0; i < KN_ARRAY_LEN(grammars); i++) {
+        kiln_grammar *g = compile(grammars[i]);
+        CHECKF(g, "grammar %zu", i);
+        walk_result r;
+        const bool ok = lockstep(g, t, false, 99 + i, 8, 20, 0, &r);
+        kiln_grammar_free(g);
+        CHECKF(ok, "grammar %zu: %s", i, r.why);
+        CHECKF(i == 0 || r.fast.plain > 0, "grammar %zu: the plain path was never taken", i);
+        plain += r.fast.plain;
+    }
+    CHECK(plain > 0);
     kn_vtrie_free(t);
 }
 
@@ -601,6 +640,7 @@ int main(void) {
     RUN(test_eog_only_when_accepting);
     RUN(test_strip_first_space);
     RUN(test_fast_equals_reference_synthetic);
+    RUN(test_plain_tokens_and_exceptions);
     RUN(test_fast_equals_reference_stories);
     RUN(test_fast_equals_reference_spm);
     RUN(test_fast_equals_reference_bpe);
