@@ -6,14 +6,13 @@
 // PASS/FAIL/SKIP line per case (see lib.mjs); run by tests/cli/test_server.sh.
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
-import { dirname, resolve } from 'node:path';
 import { createOpenAICompatible } from '@ai-sdk/openai-compatible';
 import { generateText, jsonSchema, streamText, tool } from 'ai';
 import Ajv from 'ajv';
 import { MODEL, MODEL_ID, failed, startServer, stopCleanly, test } from './lib.mjs';
+import { TEMPLATE, WEATHER } from './tool_fixtures.mjs';
 
 const t_start = Date.now();
-const TEMPLATE = resolve(dirname(MODEL), '../../chat-templates/llama.cpp-2026/Qwen-Qwen2.5-7B-Instruct.jinja');
 if (!existsSync(MODEL) || !existsSync(TEMPLATE)) {
   console.log(`SKIP aisdk_tests: no model ${MODEL} or template ${TEMPLATE}`);
   process.exit(0);
@@ -23,17 +22,7 @@ setTimeout(() => {
   process.exit(1);
 }, 110000).unref();
 
-// A bounded schema, so every constrained call can finish.
-const WEATHER = {
-  type: 'object',
-  properties: {
-    city: { type: 'string', pattern: '^[A-Z][a-z]{2,9}$' },
-    days: { type: 'integer', minimum: 1, maximum: 7 },
-    unit: { type: 'string', enum: ['celsius', 'fahrenheit'] },
-  },
-  required: ['city', 'days', 'unit'],
-  additionalProperties: false,
-};
+// The tool's schema (tool_fixtures.mjs) is bounded, so every constrained call can finish.
 const ajv = new Ajv({ strict: true, allErrors: true });
 const validate = ajv.compile(WEATHER);
 

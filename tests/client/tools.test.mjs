@@ -10,13 +10,12 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { dirname, resolve } from 'node:path';
 import Ajv from 'ajv';
 import OpenAI from 'openai';
 import { KILN, MODEL, MODEL_ID, Skip, assertClientError, assertHttpError, failed, get, post, startServer, stopCleanly, test } from './lib.mjs';
+import { TEMPLATE, WEATHER } from './tool_fixtures.mjs';
 
 const t_start = Date.now();
-const TEMPLATE = resolve(dirname(MODEL), '../../chat-templates/llama.cpp-2026/Qwen-Qwen2.5-7B-Instruct.jinja');
 if (!existsSync(MODEL) || !existsSync(TEMPLATE)) {
   console.log(`SKIP tools_tests: no model ${MODEL} or template ${TEMPLATE}`);
   process.exit(0);
@@ -26,17 +25,7 @@ setTimeout(() => {
   process.exit(1);
 }, 170000).unref();
 
-// Bounded schemas, so every constrained call can finish.
-const WEATHER = {
-  type: 'object',
-  properties: {
-    city: { type: 'string', pattern: '^[A-Z][a-z]{2,9}$' },
-    days: { type: 'integer', minimum: 1, maximum: 7 },
-    unit: { type: 'string', enum: ['celsius', 'fahrenheit'] },
-  },
-  required: ['city', 'days', 'unit'],
-  additionalProperties: false,
-};
+// Bounded schemas (WEATHER in tool_fixtures.mjs), so every constrained call can finish.
 const SEARCH = {
   type: 'object',
   properties: { query: { type: 'string', maxLength: 20 }, limit: { type: 'integer', minimum: 1, maximum: 5 } },
