@@ -520,7 +520,9 @@ typedef struct kiln_grammar kiln_grammar;
 
 typedef enum kiln_grammar_kind {
     KILN_GRAMMAR_GBNF,        /* text: a GBNF grammar (rules "name ::= ...", a "root" rule) */
-    KILN_GRAMMAR_JSON_SCHEMA, /* text: a JSON Schema; the output is one JSON value valid under it */
+    KILN_GRAMMAR_JSON_SCHEMA, /* text: a JSON Schema; the output is one JSON value valid under it,
+                                 its objects' properties in the schema's order (what is enforced
+                                 exactly or approximately: docs/structured-output.md) */
     KILN_GRAMMAR_JSON_OBJECT, /* JSON mode: any JSON object; text is unused (may be NULL) */
 } kiln_grammar_kind;
 
