@@ -46,7 +46,15 @@ static void detect(kn_cpu *c) {
     }
 }
 #else
-static void detect(kn_cpu *c) { (void)c; }
+#include "base/cpu.h"
+
+static void detect(kn_cpu *c) {
+    kn_arm_caps a;
+    kn_arm_caps_get(&a);
+    c->neon = a.neon;
+    c->dotprod = a.dotprod;
+    c->i8mm = a.i8mm;
+}
 #endif
 
 static kn_cpu g_cpu;
@@ -107,6 +115,8 @@ static void init_all(void) {
     if (g_cpu.avx2 && g_cpu.fma && g_cpu.f16c) kn_kernels_init_avx2(&g_best);
     if (g_cpu.avx2 && g_cpu.fma && g_cpu.f16c && g_cpu.avx512f && g_cpu.avx512bw && g_cpu.avx512vl && g_cpu.avx512vnni)
         kn_kernels_init_avx512(&g_best);
+#elif defined(__aarch64__)
+    if (g_cpu.neon) kn_kernels_init_neon(&g_best);
 #endif
 }
 

@@ -1,0 +1,308 @@
+/*
+ * kernels_neon_q.c - ARM64 NEON GEMM tile kernels of the block formats, with the dotprod extension
+ * (SDOT: four int8 products summed into each int32 lane): the legacy formats (Q4_0, Q5_0, Q8_0 x Q8_0
+ * activations; Q4_1, Q5_1 x Q8_1) and the K formats (Q4_K, Q5_K, Q6_K x Q8_K). Registered only when
+ * the CPU reports dotprod (kernels_neon.c); the file is built for ARMv8.2-A+dotprod code.
+ *
+ * Bit identity with the reference (quant.h's numerics contract): every integer partial sum is exact
+ * (any order gives the same integer), so only the float steps matter, and they are the reference's:
+ *   Q4_0, Q8_0  per block acc = fma((float)p, dw * dx, acc), in block order;
+ *   Q5_0        the eight 4-element sums p[j] of a block are exactly the int32 lanes of two SDOTs
+ *               over 16 bytes each, so the 16 fp32 lanes (block parity * 8 + j) take one vector fma;
+ *   Q4_1, Q5_1  per block sum += (float)sumi * (dw * dx) + m * s, plain operations;
+ *   K formats   per super-block the exact integers S1, S2 (S), then the reference's two (one) fmas.
+ * The sub-block integer sums use SDOT on the quants as signed bytes (4-, 5- and 6-bit codes are
+ * non-negative and below 128; Q4_0 / Q5_0 codes are shifted to -8..7 / -16..15 first).
+ *
+ * A tile runs row by row: a weight block is unpacked once and taken against every token of the tile
+ * (up to 4, each with its own accumulators), so prefill unpacks each weight once per 4 tokens.
+ *
+ * Tile contract (kernels.h): each output's sequence of operations depends only on its own row and
+ * token, whatever the tile, so a tile call equals 1x1 calls bit for bit.
+ */
+#include "tensor/kernels.h"
+
+#if defined(__aarch64__)
+#pragma GCC target("arch=armv8.2-a+dotprod")
+#include "tensor/quant.h"
+
+#include <arm_neon.h>
+#include <string.h>
+
+/* fp16 bits to fp32 (exact; the hardware conversion, equal to kn_fp16_to_fp32 for every non-NaN). */
+static inline float h2f(kn_half h) {
+    __fp16 f;
+    memcpy(&f, &h, sizeof f);
+    return (float)f;
+}
+
+/* sum of a[e] * b[e] over 32 bytes, exact. */
+static inline int32_t dot32(int8x16_t a0, int8x16_t a1, const int8_t *b) {
+    int32x4_t s = vdotq_s32(vdupq_n_s32(0), a0, vld1q_s8(b));
+    s = vdotq_s32(s, a1, vld1q_s8(b + 16));
+    return vaddvq_s32(s);
+}
+
+/* The 32 bit-4 bytes (0 or 16) of a 5-bit legacy block: element e has bit e of qh (little-endian). */
+static inline void legacy_hbits(const uint8_t qh[4], uint8x16_t *h0, uint8x16_t *h1) {
+    static const uint8_t idx0[16] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1};
+    static const uint8_t bits[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+    uint32_t q32;
+    memcpy(&q32, qh, 4);
+    const uint8x16_t src = vreinterpretq_u8_u32(vdupq_n_u32(q32));
+    const uint8x16_t i0 = vld1q_u8(idx0), b = vld1q_u8(bits), sixteen = vdupq_n_u8(16);
+    *h0 = vandq_u8(vtstq_u8(vqtbl1q_u8(src, i0), b), sixteen);
+    *h1 = vandq_u8(vtstq_u8(vqtbl1q_u8(src, vaddq_u8(i0, vdupq_n_u8(2))), b), sixteen);
+}
+
+/* ---- legacy formats ----
+ * A tile runs row by row; each weight block is unpacked once into its 32 codes (two vectors) and
+ * taken against every token of the tile, each token with its own accumulator. */
+
+/* Codes of one block: c0 = elements 0..15, c1 = elements 16..31 (signed bytes). */
+static inline void codes_q8_0(const kn_block_q8_0 *a, int8x16_t *c0, int8x16_t *c1) {
+    *c0 = vld1q_s8(a->qs);
+    *c1 = vld1q_s8(a->qs + 16);
+}
+static inline void codes_q4_0(const kn_block_q4_0 *a, int8x16_t *c0, int8x16_t *c1) {
+    const uint8x16_t q = vld1q_u8(a->qs);
+    *c0 = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(q, vdupq_n_u8(0x0F))), vdupq_n_s8(8));
+    *c1 = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(q, 4)), vdupq_n_s8(8));
+}
+static inline void codes_q5_0(const kn_block_q5_0 *a, int8x16_t *c0, int8x16_t *c1) {
+    uint8x16_t h0, h1;
+    legacy_hbits(a->qh, &h0, &h1);
+    const uint8x16_t q = vld1q_u8(a->qs);
+    *c0 = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(vandq_u8(q, vdupq_n_u8(0x0F)), h0)), vdupq_n_s8(16));
+    *c1 = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(q, 4), h1)), vdupq_n_s8(16));
+}
+static inline void codes_q4_1(const kn_block_q4_1 *a, int8x16_t *c0, int8x16_t *c1) {
+    const uint8x16_t q = vld1q_u8(a->qs);
+    *c0 = vreinterpretq_s8_u8(vandq_u8(q, vdupq_n_u8(0x0F)));
+    *c1 = vreinterpretq_s8_u8(vshrq_n_u8(q, 4));
+}
+static inline void codes_q5_1(const kn_block_q5_1 *a, int8x16_t *c0, int8x16_t *c1) {
+    uint8x16_t h0, h1;
+    legacy_hbits(a->qh, &h0, &h1);
+    const uint8x16_t q = vld1q_u8(a->qs);
+    *c0 = vreinterpretq_s8_u8(vorrq_u8(vandq_u8(q, vdupq_n_u8(0x0F)), h0));
+    *c1 = vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(q, 4), h1));
+}
+
+/* Q4_0, Q8_0 (x Q8_0): per block acc = fma((float)p, dw * dx, acc). */
+#define TILE_BLOCK(NAME, WT, CODES)                                                                                    \
+    static void NAME(int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, float *out,  \
+                     size_t ldo) {                                                                                     \
+        const int64_t nb = n / 32;                                                                                     \
+        for (int r = 0; r < nr; r++) {                                                                                 \
+            const WT *a = (const WT *)(const void *)(w + (size_t)r * ws);                                              \
+            float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};                                                                   \
+            for (int64_t i = 0; i < nb; i++) {                                                                         \
+                int8x16_t c0, c1;                                                                                      \
+                CODES(&a[i], &c0, &c1);                                                                                \
+                const float dw = h2f(a[i].d);                                                                          \
+                for (int t = 0; t < nt; t++) {                                                                         \
+                    const kn_block_q8_0 *b = (const kn_block_q8_0 *)(const void *)(x + (size_t)t * xs) + i;            \
+                    acc[t] = fmaf((float)dot32(c0, c1, b->qs), dw * h2f(b->d), acc[t]);                                \
+                }                                                                                                      \
+            }                                                                                                          \
+            for (int t = 0; t < nt; t++) out[(size_t)t * ldo + (size_t)r] = acc[t];                                    \
+        }                                                                                                              \
+    }
+TILE_BLOCK(gemm_q8_0, kn_block_q8_0, codes_q8_0)
+TILE_BLOCK(gemm_q4_0, kn_block_q4_0, codes_q4_0)
+
+/* Q4_1, Q5_1 (x Q8_1): per block sum += (float)sumi * (dw * dx) + m * s. */
+#define TILE_OFFSET(NAME, WT, CODES)                                                                                   \
+    static void NAME(int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, float *out,  \
+                     size_t ldo) {                                                                                     \
+        const int64_t nb = n / 32;                                                                                     \
+        for (int r = 0; r < nr; r++) {                                                                                 \
+            const WT *a = (const WT *)(const void *)(w + (size_t)r * ws);                                              \
+            float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};                                                                   \
+            for (int64_t i = 0; i < nb; i++) {                                                                         \
+                int8x16_t c0, c1;                                                                                      \
+                CODES(&a[i], &c0, &c1);                                                                                \
+                const float dw = h2f(a[i].d), m = h2f(a[i].m);                                                         \
+                for (int t = 0; t < nt; t++) {                                                                         \
+                    const kn_block_q8_1 *b = (const kn_block_q8_1 *)(const void *)(x + (size_t)t * xs) + i;            \
+                    const float t1 = (float)dot32(c0, c1, b->qs) * (dw * h2f(b->d)), t2 = m * h2f(b->s);               \
+                    sum[t] += t1 + t2;                                                                                 \
+                }                                                                                                      \
+            }                                                                                                          \
+            for (int t = 0; t < nt; t++) out[(size_t)t * ldo + (size_t)r] = sum[t];                                    \
+        }                                                                                                              \
+    }
+TILE_OFFSET(gemm_q4_1, kn_block_q4_1, codes_q4_1)
+TILE_OFFSET(gemm_q5_1, kn_block_q5_1, codes_q5_1)
+
+/* Q5_0 (x Q8_0): the eight 4-element sums of a block are the int32 lanes of two SDOTs; lanes
+ * (block parity) * 8 + j of 16 fp32 accumulators, kn_reduce16 at the end. */
+static void gemm_q5_0(int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, float *out,
+                      size_t ldo) {
+    const int64_t nb = n / 32;
+    for (int r = 0; r < nr; r++) {
+        const kn_block_q5_0 *a = (const kn_block_q5_0 *)(const void *)(w + (size_t)r * ws);
+        float32x4_t acc[4][4];
+        for (int t = 0; t < 4; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = vdupq_n_f32(0.0f);
+        for (int64_t i = 0; i < nb; i++) {
+            int8x16_t c0, c1;
+            codes_q5_0(&a[i], &c0, &c1);
+            const float dw = h2f(a[i].d);
+            const int k = (int)(i & 1) * 2;
+            for (int t = 0; t < nt; t++) {
+                const kn_block_q8_0 *b = (const kn_block_q8_0 *)(const void *)(x + (size_t)t * xs) + i;
+                const int32x4_t p0 = vdotq_s32(vdupq_n_s32(0), c0, vld1q_s8(b->qs));      /* p[0..3] */
+                const int32x4_t p1 = vdotq_s32(vdupq_n_s32(0), c1, vld1q_s8(b->qs + 16)); /* p[4..7] */
+                const float s = dw * h2f(b->d);
+                acc[t][k] = vfmaq_n_f32(acc[t][k], vcvtq_f32_s32(p0), s);
+                acc[t][k + 1] = vfmaq_n_f32(acc[t][k + 1], vcvtq_f32_s32(p1), s);
+            }
+        }
+        for (int t = 0; t < nt; t++) { /* kn_reduce16 */
+            const float32x4_t v = vaddq_f32(vaddq_f32(acc[t][0], acc[t][2]), vaddq_f32(acc[t][1], acc[t][3]));
+            const float32x2_t h = vadd_f32(vget_low_f32(v), vget_high_f32(v));
+            out[(size_t)t * ldo + (size_t)r] = vget_lane_f32(h, 0) + vget_lane_f32(h, 1);
+        }
+    }
+}
+
+/* ---- K formats ----
+ * Row by row; each super-block's quants are unpacked once into 16 vectors (16 elements each, element
+ * order) with the sub-block scales, then taken against every token of the tile. */
+
+/* S2 of Q4_K / Q5_K: sum_j m[j] * (bsums[2j] + bsums[2j + 1]). */
+static inline int32_t k_mins(const uint8_t m[8], const int16_t bsums[16]) {
+    int32_t summ = 0;
+    for (int j = 0; j < 8; j++) summ += (int32_t)m[j] * (bsums[2 * j] + bsums[2 * j + 1]);
+    return summ;
+}
+
+/* S1 = sum over the 8 sub-blocks of 32 of sc[j] * (q . xq): q[2j], q[2j + 1] hold sub-block j. */
+static inline int32_t k_sum32(const int8x16_t q[16], const uint8_t sc[8], const int8_t *xq) {
+    int32_t sumi = 0;
+    for (int j = 0; j < 8; j++) {
+        int32x4_t s = vdotq_s32(vdupq_n_s32(0), q[2 * j], vld1q_s8(xq + 32 * j));
+        s = vdotq_s32(s, q[2 * j + 1], vld1q_s8(xq + 32 * j + 16));
+        sumi += (int32_t)sc[j] * vaddvq_s32(s);
+    }
+    return sumi;
+}
+
+static inline void unpack_q4_k(const kn_block_q4_k *a, int8x16_t q[16], uint8_t sc[8], uint8_t m[8]) {
+    const uint8x16_t lo = vdupq_n_u8(0x0F);
+    for (int j = 0; j < 8; j++) kn_k_scale_min(j, a->scales, &sc[j], &m[j]);
+    for (int c = 0; c < 4; c++) { /* chunk c: sub-blocks 2c (low nibbles) and 2c + 1 (high) */
+        const uint8x16_t q0 = vld1q_u8(a->qs + 32 * c), q1 = vld1q_u8(a->qs + 32 * c + 16);
+        q[4 * c] = vreinterpretq_s8_u8(vandq_u8(q0, lo));
+        q[4 * c + 1] = vreinterpretq_s8_u8(vandq_u8(q1, lo));
+        q[4 * c + 2] = vreinterpretq_s8_u8(vshrq_n_u8(q0, 4));
+        q[4 * c + 3] = vreinterpretq_s8_u8(vshrq_n_u8(q1, 4));
+    }
+}
+
+static inline void unpack_q5_k(const kn_block_q5_k *a, int8x16_t q[16], uint8_t sc[8], uint8_t m[8]) {
+    const uint8x16_t lo = vdupq_n_u8(0x0F), sixteen = vdupq_n_u8(16);
+    const uint8x16_t h0 = vld1q_u8(a->qh), h1 = vld1q_u8(a->qh + 16);
+    for (int j = 0; j < 8; j++) kn_k_scale_min(j, a->scales, &sc[j], &m[j]);
+    for (int c = 0; c < 4; c++) { /* bit 4 of sub-block j is bit j of qh[l] */
+        const uint8x16_t q0 = vld1q_u8(a->qs + 32 * c), q1 = vld1q_u8(a->qs + 32 * c + 16);
+        const uint8x16_t bl = vdupq_n_u8((uint8_t)(1u << (2 * c))), bh = vdupq_n_u8((uint8_t)(2u << (2 * c)));
+        q[4 * c] = vreinterpretq_s8_u8(vorrq_u8(vandq_u8(q0, lo), vandq_u8(vtstq_u8(h0, bl), sixteen)));
+        q[4 * c + 1] = vreinterpretq_s8_u8(vorrq_u8(vandq_u8(q1, lo), vandq_u8(vtstq_u8(h1, bl), sixteen)));
+        q[4 * c + 2] = vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(q0, 4), vandq_u8(vtstq_u8(h0, bh), sixteen)));
+        q[4 * c + 3] = vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(q1, 4), vandq_u8(vtstq_u8(h1, bh), sixteen)));
+    }
+}
+
+/* Q4_K, Q5_K (x Q8_K): sa = fma(S1, dw * dx, sa), sm = fma(S2, dmin * dx, sm); result sa - sm. */
+#define TILE_K(NAME, WT, UNPACK)                                                                                       \
+    static void NAME(int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, float *out,  \
+                     size_t ldo) {                                                                                     \
+        const int64_t nb = n / KN_QK_K;                                                                                \
+        for (int r = 0; r < nr; r++) {                                                                                 \
+            const WT *a = (const WT *)(const void *)(w + (size_t)r * ws);                                              \
+            float sa[4] = {0.0f, 0.0f, 0.0f, 0.0f}, sm[4] = {0.0f, 0.0f, 0.0f, 0.0f};                                  \
+            for (int64_t i = 0; i < nb; i++) {                                                                         \
+                int8x16_t q[16];                                                                                       \
+                uint8_t sc[8], m[8];                                                                                   \
+                UNPACK(&a[i], q, sc, m);                                                                               \
+                const float d = h2f(a[i].d), dmin = h2f(a[i].dmin);                                                    \
+                for (int t = 0; t < nt; t++) {                                                                         \
+                    const kn_block_q8_k *b = (const kn_block_q8_k *)(const void *)(x + (size_t)t * xs) + i;            \
+                    const int32_t sumi = k_sum32(q, sc, b->qs), summ = k_mins(m, b->bsums);                            \
+                    sa[t] = fmaf((float)sumi, d * b->d, sa[t]);                                                        \
+                    sm[t] = fmaf((float)summ, dmin * b->d, sm[t]);                                                     \
+                }                                                                                                      \
+            }                                                                                                          \
+            for (int t = 0; t < nt; t++) out[(size_t)t * ldo + (size_t)r] = sa[t] - sm[t];                             \
+        }                                                                                                              \
+    }
+TILE_K(gemm_q4_k, kn_block_q4_k, unpack_q4_k)
+TILE_K(gemm_q5_k, kn_block_q5_k, unpack_q5_k)
+
+/* Q6_K quants of a super-block in element order, 16 per vector (sub-block j in q[j]), 0..63. Element
+ * e = 128h + 32k + l: low 4 bits from ql[64h + 32(k & 1) + l] (high nibble for k >= 2), high 2 bits
+ * from bits 2k, 2k + 1 of qh[32h + l]. */
+static inline void unpack_q6_k(const kn_block_q6_k *a, int8x16_t q[16]) {
+    const uint8x16_t lo = vdupq_n_u8(0x0F), three = vdupq_n_u8(3);
+    for (int h = 0; h < 2; h++) {
+        const uint8_t *ql = a->ql + 64 * h, *qh = a->qh + 32 * h;
+        const uint8x16_t L[4] = {vld1q_u8(ql), vld1q_u8(ql + 16), vld1q_u8(ql + 32), vld1q_u8(ql + 48)};
+        const uint8x16_t H[2] = {vld1q_u8(qh), vld1q_u8(qh + 16)};
+        for (int half = 0; half < 2; half++) { /* l = 16 half .. 16 half + 15: sub-block 8h + 2k + half */
+            const uint8x16_t hb = H[half];
+            const uint8x16_t his[4] = {vandq_u8(hb, three), vandq_u8(vshrq_n_u8(hb, 2), three),
+                                       vandq_u8(vshrq_n_u8(hb, 4), three), vshrq_n_u8(hb, 6)};
+            for (int k = 0; k < 4; k++) {
+                const uint8x16_t l4 = L[2 * (k & 1) + half];
+                const uint8x16_t low = (k >> 1) ? vshrq_n_u8(l4, 4) : vandq_u8(l4, lo);
+                q[8 * h + 2 * k + half] = vreinterpretq_s8_u8(vorrq_u8(low, vshlq_n_u8(his[k], 4)));
+            }
+        }
+    }
+}
+
+/* Q6_K (x Q8_K): S = sum_j sc[j] * (q . xq - 32 bsums[j]); sa = fma(S, d * dx, sa). */
+static void gemm_q6_k(int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, float *out,
+                      size_t ldo) {
+    const int64_t nb = n / KN_QK_K;
+    for (int r = 0; r < nr; r++) {
+        const kn_block_q6_k *a = (const kn_block_q6_k *)(const void *)(w + (size_t)r * ws);
+        float sa[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int64_t i = 0; i < nb; i++) {
+            int8x16_t q[16];
+            unpack_q6_k(&a[i], q);
+            const float d = h2f(a[i].d);
+            for (int t = 0; t < nt; t++) {
+                const kn_block_q8_k *b = (const kn_block_q8_k *)(const void *)(x + (size_t)t * xs) + i;
+                int32_t sumi = 0;
+                for (int j = 0; j < 16; j++) {
+                    const int32_t s = vaddvq_s32(vdotq_s32(vdupq_n_s32(0), q[j], vld1q_s8(b->qs + 16 * j)));
+                    sumi += (int32_t)a[i].scales[j] * (s - 32 * (int32_t)b->bsums[j]);
+                }
+                sa[t] = fmaf((float)sumi, d * b->d, sa[t]);
+            }
+        }
+        for (int t = 0; t < nt; t++) out[(size_t)t * ldo + (size_t)r] = sa[t];
+    }
+}
+#endif
+
+bool kn_neon_init_dotprod(kn_kernels *k) {
+#if defined(__aarch64__)
+    k->name = "neon+dotprod";
+    k->gemm[KN_Q4_0] = gemm_q4_0;
+    k->gemm[KN_Q4_1] = gemm_q4_1;
+    k->gemm[KN_Q5_0] = gemm_q5_0;
+    k->gemm[KN_Q5_1] = gemm_q5_1;
+    k->gemm[KN_Q8_0] = gemm_q8_0;
+    k->gemm[KN_Q4_K] = gemm_q4_k;
+    k->gemm[KN_Q5_K] = gemm_q5_k;
+    k->gemm[KN_Q6_K] = gemm_q6_k;
+    return true;
+#else
+    (void)k;
+    return false;
+#endif
+}

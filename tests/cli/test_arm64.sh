@@ -1,0 +1,49 @@
+#!/bin/sh
+# test_arm64.sh - the ARM64 part of the suite: cross-builds the unit tests named in ARM64_TESTS (the
+# kernel and model tests; Makefile) for aarch64 into $ARM64_BUILD and runs them under qemu-user.
+#   qemu -cpu max         every test: the NEON set with dotprod (and i8mm reported), bit-identical to
+#                         the reference;
+#   qemu -cpu cortex-a72  the NEON kernel test again on a CPU without dotprod (Raspberry Pi 4 class):
+#                         the library must choose the plain NEON set, whose kernels must still match.
+# Each line a test program prints is relabelled "arm64 <program>: ..." (and "arm64-a72 ..."), so the
+# totals of tests/run.sh count them apart from the native ones; the last lines name the kernel sets
+# that ran. Skipped (one SKIP line) when the cross compiler or qemu-aarch64 is missing.
+ARM64_CC=${ARM64_CC:-aarch64-linux-gnu-gcc}
+ARM64_BUILD=${ARM64_BUILD:-build-arm64}
+ARM64_TESTS=${ARM64_TESTS:-$(MAKEFLAGS= make -s --no-print-directory arm64-list)}
+SYSROOT=${ARM64_SYSROOT:-/usr/aarch64-linux-gnu}
+LIMIT=${ARM64_TEST_LIMIT:-240}
+
+if ! command -v "$ARM64_CC" >/dev/null 2>&1 || ! command -v qemu-aarch64 >/dev/null 2>&1; then
+  echo "SKIP arm64: $ARM64_CC or qemu-aarch64 not installed (scripts/setup installs them)"
+  exit 0
+fi
+mkdir -p "$ARM64_BUILD"
+# A make of its own (not the jobserver of a calling make), two jobs as the machines have.
+if ! MAKEFLAGS= make -s -j2 arm64-tests ARM64_CC="$ARM64_CC" ARM64_BUILD="$ARM64_BUILD" ARM64_TESTS="$ARM64_TESTS" \
+    >"$ARM64_BUILD/build.log" 2>&1; then
+  tail -20 "$ARM64_BUILD/build.log"
+  echo "FAIL arm64 build (see $ARM64_BUILD/build.log)"
+  exit 1
+fi
+
+# run LABEL CPU PROGRAM: runs one test program under qemu, relabelling its lines.
+run() {
+  label=$1; cpu=$2; prog=$3
+  out="$ARM64_BUILD/$prog.$label.out"
+  timeout "$LIMIT" qemu-aarch64 -cpu "$cpu" -L "$SYSROOT" "$ARM64_BUILD/tests/$prog" >"$out" 2>&1
+  st=$?
+  sed -e "s/^\(PASS\|FAIL\|SKIP\) /\1 $label $prog: /" "$out"
+  if [ $st -ne 0 ] && ! grep -q '^FAIL ' "$out"; then
+    echo "FAIL $label $prog (exit status $st; 124: over the $LIMIT s limit)"
+  fi
+}
+
+for t in $ARM64_TESTS; do
+  run arm64 max "$t"
+done
+run arm64-a72 cortex-a72 test_kernels_neon
+
+# Which kernel sets ran where (test_kernels_neon prints the library's choice).
+echo "# arm64 kernel sets: qemu -cpu max: $(grep -h 'kernel set chosen' "$ARM64_BUILD"/test_kernels_neon.arm64.out | sed 's/.*chosen: //')"
+echo "# arm64 kernel sets: qemu -cpu cortex-a72: $(grep -h 'kernel set chosen' "$ARM64_BUILD"/test_kernels_neon.arm64-a72.out | sed 's/.*chosen: //')"
