@@ -65,7 +65,7 @@ void kn_attend_blocked(kn_kv_dot_fn dot, kn_kv_axpy_fn axpy, const uint8_t *k, c
 float kn_expf_ref(float x);
 
 typedef struct kn_kernels {
-    const char *name; /* "ref", "avx2", "avx512", "neon", "neon+dotprod" */
+    const char *name; /* "ref", "avx2", "avx512", "neon", "neon+dotprod", "neon+i8mm" */
     kn_attend_fn attend_f16, attend_f32;
     int tile_r, tile_t;                        /* largest tile the gemm kernels take */
     kn_gemm_fn gemm[KN_DTYPE_COUNT];           /* per weight type; NULL: use the reference */
@@ -133,10 +133,11 @@ void kn_avx512_init_kquants(kn_kernels *k); /* kernels_avx512_k.c */
 void kn_avx512_init_p16(kn_kernels *k);     /* kernels_avx512_p16.c: Q4_0, Q8_0, Q4_K panel kernels */
 void kn_avx512_init_attn(kn_kernels *k);    /* kernels_avx512_attn.c: attention */
 /* ARM64: the NEON set (kernels_neon.c: F32/F16/BF16, attention, the three quantizers, then the block
- * formats when the CPU has dotprod). The two parts return false (and change nothing) when kiln is not
- * built for ARM64. */
+ * formats when the CPU has dotprod, and over those the i8mm ones when it has i8mm too). The parts return false (and
+ * change nothing) when kiln is not built for ARM64. */
 void kn_kernels_init_neon(kn_kernels *k);
 bool kn_neon_init_float(kn_kernels *k);   /* kernels_neon.c */
 bool kn_neon_init_dotprod(kn_kernels *k); /* kernels_neon_q.c: Q4_0..Q8_0, Q4_K, Q5_K, Q6_K */
+bool kn_neon_init_i8mm(kn_kernels *k);    /* kernels_neon_mm.c: the same but Q5_0, in 2x2 SMMLA blocks */
 
 #endif

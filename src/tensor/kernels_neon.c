@@ -2,7 +2,8 @@
  * kernels_neon.c - the ARM64 NEON kernel set: the float weight formats (F32, F16, BF16 x F32
  * activations), attention over F16/F32 KV rows, the Q8_0 / Q8_1 / Q8_K activation quantizers, and
  * the assembly of the set (the integer kernels of the block formats are in kernels_neon_q.c and need
- * the dotprod extension; without it those types keep the reference kernels).
+ * the dotprod extension, without which those types keep the reference kernels; kernels_neon_mm.c
+ * replaces most of them where the CPU also has i8mm).
  *
  * Every kernel here is bit-identical to the scalar reference (tests/unit/test_kernels_neon.c checks
  * it with zero tolerance), by computing the reference's float operations in the reference's order:
@@ -227,5 +228,7 @@ bool kn_neon_init_float(kn_kernels *k) {
 void kn_kernels_init_neon(kn_kernels *k) {
     k->name = "neon";
     kn_neon_init_float(k);
-    if (kn_cpu_features()->dotprod) kn_neon_init_dotprod(k);
+    const kn_cpu *c = kn_cpu_features();
+    if (c->dotprod) kn_neon_init_dotprod(k);
+    if (c->dotprod && c->i8mm) kn_neon_init_i8mm(k);
 }

@@ -1,11 +1,12 @@
 #!/bin/sh
 # test_arm64.sh - the ARM64 part of the suite: cross-builds the unit tests named in ARM64_TESTS (the
 # kernel and model tests; Makefile) for aarch64 into $ARM64_BUILD and runs them under qemu-user.
-#   qemu -cpu max         every test: the NEON set with dotprod (and i8mm reported), bit-identical to
-#                         the reference;
-#   qemu -cpu cortex-a72  the NEON kernel test again on a CPU without dotprod (Raspberry Pi 4 class):
-#                         the library must choose the plain NEON set, whose kernels must still match.
-# Each line a test program prints is relabelled "arm64 <program>: ..." (and "arm64-a72 ..."), so the
+#   qemu -cpu max         every test: the NEON set with dotprod and i8mm, bit-identical to the
+#                         reference (the NEON kernel test also checks the neon and neon+dotprod sets);
+#   qemu -cpu cortex-a76  the NEON kernel test again on a CPU with dotprod but no i8mm: the library
+#                         must choose neon+dotprod;
+#   qemu -cpu cortex-a72  and on one with neither (Raspberry Pi 4 class): the plain neon set.
+# Each line a test program prints is relabelled "arm64 <program>: ..." ("arm64-a76 ...", ...), so the
 # totals of tests/run.sh count them apart from the native ones; the last lines name the kernel sets
 # that ran. Skipped (one SKIP line) when the cross compiler or qemu-aarch64 is missing.
 ARM64_CC=${ARM64_CC:-aarch64-linux-gnu-gcc}
@@ -42,8 +43,12 @@ run() {
 for t in $ARM64_TESTS; do
   run arm64 max "$t"
 done
+run arm64-a76 cortex-a76 test_kernels_neon
 run arm64-a72 cortex-a72 test_kernels_neon
 
-# Which kernel sets ran where (test_kernels_neon prints the library's choice).
-echo "# arm64 kernel sets: qemu -cpu max: $(grep -h 'kernel set chosen' "$ARM64_BUILD"/test_kernels_neon.arm64.out | sed 's/.*chosen: //')"
-echo "# arm64 kernel sets: qemu -cpu cortex-a72: $(grep -h 'kernel set chosen' "$ARM64_BUILD"/test_kernels_neon.arm64-a72.out | sed 's/.*chosen: //')"
+# Which kernel sets ran where (test_kernels_neon prints the library's choice and runs the lesser sets).
+for l in arm64 arm64-a76 arm64-a72; do
+  echo "# $l: $(grep -h 'kernel set chosen' "$ARM64_BUILD/test_kernels_neon.$l.out" | sed 's/.*chosen: //');" \
+    "sets tested: $(grep -h '^PASS test_\(neon\|dotprod\|i8mm\)_' "$ARM64_BUILD/test_kernels_neon.$l.out" |
+      sed 's/^PASS test_\([a-z0-9]*\)_.*/\1/' | sort -u | tr '\n' ' ')"
+done

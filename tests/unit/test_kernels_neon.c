@@ -4,7 +4,8 @@
  * Q8_0 / Q8_1 / Q8_K activation quantizers (identical bytes, also on special values) and attention.
  * Two sets are built here and tested wherever they can run:
  *   neon          the float formats, attention and the quantizers (every ARM64 CPU);
- *   neon+dotprod  plus the block formats (CPUs with the dotprod extension).
+ *   neon+dotprod  plus the block formats (CPUs with the dotprod extension);
+ *   neon+i8mm     with the 2x2 SMMLA kernels over most of those (CPUs with i8mm too).
  * The set the library chooses must be the best the CPU reports. On other CPUs every test is skipped
  * with the reason; `make test-arm64` runs this program under qemu-user (tests/cli/test_arm64.sh).
  */
@@ -15,9 +16,10 @@
 #include <float.h>
 #include <stdbool.h>
 
-static kn_kernels set_neon, set_dotprod;
-static bool have_neon, have_dotprod;
-static const char *why_neon = "not an ARM64 build", *why_dotprod = "not an ARM64 build";
+static kn_kernels set_neon, set_dotprod, set_i8mm;
+static bool have_neon, have_dotprod, have_i8mm;
+static const char *why_neon = "not an ARM64 build", *why_dotprod = "not an ARM64 build",
+                  *why_i8mm = "not an ARM64 build";
 
 static void make_sets(void) {
     const kn_cpu *c = kn_cpu_features();
@@ -30,6 +32,9 @@ static void make_sets(void) {
     set_dotprod = set_neon;
     if (have_neon && !c->dotprod) why_dotprod = "CPU lacks the dotprod extension";
     have_dotprod = have_neon && c->dotprod && kn_neon_init_dotprod(&set_dotprod);
+    set_i8mm = set_dotprod;
+    if (have_neon) why_i8mm = have_dotprod ? "CPU lacks the i8mm extension" : why_dotprod;
+    have_i8mm = have_dotprod && c->i8mm && kn_neon_init_i8mm(&set_i8mm);
 }
 
 /* ---- GEMM tiles ---- */
@@ -52,6 +57,13 @@ GEMM_TEST(dotprod, Q8_0)
 GEMM_TEST(dotprod, Q4_K)
 GEMM_TEST(dotprod, Q5_K)
 GEMM_TEST(dotprod, Q6_K)
+GEMM_TEST(i8mm, Q4_0)
+GEMM_TEST(i8mm, Q4_1)
+GEMM_TEST(i8mm, Q5_1)
+GEMM_TEST(i8mm, Q8_0)
+GEMM_TEST(i8mm, Q4_K)
+GEMM_TEST(i8mm, Q5_K)
+GEMM_TEST(i8mm, Q6_K)
 
 /* The block kernels on raw random bytes (any finite scale, any quant):
  * the integer paths must still equal the reference exactly. */
@@ -63,8 +75,8 @@ static uint32_t rnd32(void) {
     return (uint32_t)((rng * 2685821657736338717ULL) >> 32);
 }
 
-static void test_dotprod_raw(void) {
-    if (!have_dotprod) SKIP("%s", why_dotprod);
+static void check_raw(const kn_kernels *set, bool have, const char *why) {
+    if (!have) SKIP("%s", why);
     const kn_dtype types[] = {KN_Q4_0, KN_Q4_1, KN_Q5_0, KN_Q5_1, KN_Q8_0, KN_Q4_K, KN_Q5_K, KN_Q6_K};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const kn_type_traits *tr = kn_type_traits_get(types[ti]);
@@ -107,13 +119,15 @@ static void test_dotprod_raw(void) {
         }
         float ref[16], got[16];
         kn_kernels_gemm(kn_kernels_get(KN_KERNELS_REF), types[ti])(n, w, wrb, 4, x, arb, 4, ref, 4);
-        set_dotprod.gemm[types[ti]](n, w, wrb, 4, x, arb, 4, got, 4);
+        set->gemm[types[ti]](n, w, wrb, 4, x, arb, 4, got, 4);
         const bool same = memcmp(ref, got, sizeof ref) == 0;
         free(w);
         free(x);
-        CHECKF(same, "%s on raw blocks", tr->name);
+        CHECKF(same, "%s %s on raw blocks", set->name, tr->name);
     }
 }
+static void test_dotprod_raw(void) { check_raw(&set_dotprod, have_dotprod, why_dotprod); }
+static void test_i8mm_raw(void) { check_raw(&set_i8mm, have_i8mm, why_i8mm); }
 
 /* ---- activation quantizers: the reference's bytes ---- */
 
@@ -229,7 +243,7 @@ static void test_neon_attention(void) {
 
 static void test_best_is_neon(void) {
     if (!have_neon) SKIP("%s", why_neon);
-    const char *want = have_dotprod ? "neon+dotprod" : "neon";
+    const char *want = have_i8mm ? "neon+i8mm" : have_dotprod ? "neon+dotprod" : "neon";
     const char *got = kn_kernels_get(KN_KERNELS_AUTO)->name;
     printf("  kernel set chosen: %s (dotprod %s, i8mm %s)\n", got, kn_cpu_features()->dotprod ? "yes" : "no",
            kn_cpu_features()->i8mm ? "yes" : "no");
@@ -253,5 +267,13 @@ int main(void) {
     RUN(test_dotprod_Q5_K);
     RUN(test_dotprod_Q6_K);
     RUN(test_dotprod_raw);
+    RUN(test_i8mm_Q4_0);
+    RUN(test_i8mm_Q4_1);
+    RUN(test_i8mm_Q5_1);
+    RUN(test_i8mm_Q8_0);
+    RUN(test_i8mm_Q4_K);
+    RUN(test_i8mm_Q5_K);
+    RUN(test_i8mm_Q6_K);
+    RUN(test_i8mm_raw);
     return kt_summary();
 }
