@@ -19,6 +19,12 @@ if ! command -v "$ARM64_CC" >/dev/null 2>&1 || ! command -v qemu-aarch64 >/dev/n
   echo "SKIP arm64: $ARM64_CC or qemu-aarch64 not installed (scripts/setup installs them)"
   exit 0
 fi
+for lib in pcre2-8 jansson sqlite3; do
+  if [ ! -f "/usr/lib/aarch64-linux-gnu/lib$lib.a" ]; then
+    echo "SKIP arm64: the arm64 build of lib$lib is not installed (scripts/setup installs it)"
+    exit 0
+  fi
+done
 mkdir -p "$ARM64_BUILD"
 # A make of its own (not the jobserver of a calling make), two jobs as the machines have.
 if ! MAKEFLAGS= make -s -j2 arm64-tests ARM64_CC="$ARM64_CC" ARM64_BUILD="$ARM64_BUILD" ARM64_TESTS="$ARM64_TESTS" \
