@@ -89,8 +89,8 @@ static const preset presets[] = {
 };
 /* clang-format on */
 
-static const kn_dtype weight_types[] = {KN_F32,  KN_F16,  KN_BF16, KN_Q4_0, KN_Q4_1, KN_Q5_0,
-                                        KN_Q5_1, KN_Q8_0, KN_Q4_K, KN_Q5_K, KN_Q6_K};
+static const kn_dtype weight_types[] = {KN_F32,  KN_F16,  KN_BF16, KN_Q4_0, KN_Q4_1, KN_Q5_0,   KN_Q5_1,   KN_Q8_0,
+                                        KN_Q4_K, KN_Q5_K, KN_Q6_K, KN_Q2_K, KN_Q3_K, KN_IQ4_NL, KN_IQ4_XS, KN_MXFP4};
 
 static void usage(FILE *f) {
     fprintf(f, "usage: kiln-gen --preset NAME [options] -o out.gguf\n"
@@ -100,8 +100,9 @@ static void usage(FILE *f) {
                "Writes a GGUF model with deterministic random weights and a byte-level BPE tokenizer.\n"
                "Options given after or without --preset override the preset's values.\n"
                "  --type T          weight type of 2-D matrices (default Q8_0): F32 F16 BF16 Q4_0 Q4_1 Q5_0\n"
-               "                    Q5_1 Q8_0 Q4_K Q5_K Q6_K; a matrix whose row length is not a multiple of\n"
-               "                    T's block falls back to Q8_0 (or F16). Norms and biases are always F32.\n"
+               "                    Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS MXFP4; a matrix whose row\n"
+               "                    length is not a multiple of T's block falls back to Q8_0 (or F16). Norms\n"
+               "                    and biases are always F32.\n"
                "  --seed N          RNG seed (default 1); same arguments + seed = byte-identical file\n"
                "  --head-dim HD     per-head dimension (default dim/heads)\n"
                "  --ctx N           context_length (default 2048)\n"
@@ -172,7 +173,9 @@ static double parse_double(const char *opt, const char *v) {
 static kn_dtype parse_type(const char *v) {
     for (size_t i = 0; i < KN_ARRAY_LEN(weight_types); i++)
         if (strcasecmp(v, kn_dtype_name((int32_t)weight_types[i])) == 0) return weight_types[i];
-    die("--type: unknown weight type '%s' (F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K)", v);
+    die("--type: unknown weight type '%s' (F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL "
+        "IQ4_XS MXFP4)",
+        v);
 }
 
 /* llama.cpp's general.file_type (LLAMA_FTYPE_*) for a model whose matrices are all of type t. */
@@ -188,6 +191,11 @@ static uint32_t file_type_of(kn_dtype t) {
         case KN_Q4_K: return 14; /* Q4_K_S */
         case KN_Q5_K: return 16; /* Q5_K_S */
         case KN_Q6_K: return 18;
+        case KN_Q2_K: return 10;
+        case KN_Q3_K: return 11; /* Q3_K_S */
+        case KN_IQ4_NL: return 25;
+        case KN_IQ4_XS: return 30;
+        case KN_MXFP4: return 38; /* MXFP4_MOE */
         case KN_BF16: return 32;
         default: return 0;
     }
