@@ -29,6 +29,17 @@
 
 #define KI static inline __attribute__((always_inline))
 
+/* Calls BODY(KIND, nt, ...) with nt as a constant 1..4 (the tile contract's range), so that each copy
+ * keeps its per-token accumulators in registers. */
+#define TILE_NT(BODY, KIND, ...)                                                                                       \
+    switch (nt) {                                                                                                      \
+        case 1: BODY(KIND, 1, __VA_ARGS__); break;                                                                     \
+        case 2: BODY(KIND, 2, __VA_ARGS__); break;                                                                     \
+        case 3: BODY(KIND, 3, __VA_ARGS__); break;                                                                     \
+        case 4: BODY(KIND, 4, __VA_ARGS__); break;                                                                     \
+        default: break;                                                                                                \
+    }
+
 /* Sum of the 8 int32 lanes (exact integers: any order). */
 KI int32_t hsum_i32(__m256i v) {
     __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
@@ -51,14 +62,40 @@ KI __m256i table32(const uint8_t *qs, __m128i lut) {
     return _mm256_set_m128i(_mm_shuffle_epi8(lut, hi), _mm_shuffle_epi8(lut, lo));
 }
 
-/* int16 scale vector: lanes 0..7 = a, lanes 8..15 = b. */
-KI __m256i scale_pair(int16_t a, int16_t b) { return _mm256_set_m128i(_mm_set1_epi16(b), _mm_set1_epi16(a)); }
+/* From 16 int16 sub-block scales (lane j = sub-block j of 16 elements), the scale vectors of the 8
+ * vectors of 32 elements: s[k] has sub-block 2k's scale in int16 lanes 0..7, 2k+1's in lanes 8..15. */
+KI void scale_pairs(__m256i s16, __m256i s[8]) {
+    /* int32 lanes (s_j, s_j): lo holds j = 0..3 | 8..11, hi holds j = 4..7 | 12..15 */
+    const __m256i lo = _mm256_unpacklo_epi16(s16, s16), hi = _mm256_unpackhi_epi16(s16, s16);
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++) {
+        const int j = 2 * k, lane = j < 4 ? j : j < 8 ? j - 4 : j < 12 ? j - 4 : j - 8;
+        const __m256i v = (j & 4) ? hi : lo;
+        s[k] = _mm256_permutevar8x32_epi32(
+            v, _mm256_setr_epi32(lane, lane, lane, lane, lane + 1, lane + 1, lane + 1, lane + 1));
+    }
+}
+
+/* The 16 Q3_K sub-block scales minus 32 as int16 lanes (kn_q3k_scale): low nibbles from bytes 0..7
+ * (j < 8: low nibble of byte j, j >= 8: high nibble of byte j - 8), bits 4-5 from bits 2(j / 4) of byte
+ * 8 + j % 4, which a 32-bit shift of those 4 bytes by 2(j / 4) brings to byte j. */
+KI __m256i q3k_scales(const uint8_t *scales) {
+    uint64_t lo8;
+    uint32_t h;
+    memcpy(&lo8, scales, 8);
+    memcpy(&h, scales + 8, 4);
+    const __m128i l = _mm_cvtsi64_si128((long long)lo8), m4 = _mm_set1_epi8(0x0F);
+    const __m128i low = _mm_and_si128(_mm_unpacklo_epi64(l, _mm_srli_epi16(l, 4)), m4);
+    const __m128i hi =
+        _mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32((int)h), _mm_setr_epi32(0, 2, 4, 6)), _mm_set1_epi8(3));
+    return _mm256_cvtepi8_epi16(_mm_sub_epi8(_mm_or_si128(low, _mm_slli_epi16(hi, 4)), _mm_set1_epi8(32)));
+}
 
 /* ---- IQ4_NL and MXFP4 (blocks of 32, Q8_0 activations) ---- */
 
 enum { NL_IQ4 = 0, NL_MXFP4 = 1 };
 
-KI void gemm_nl(int kind, int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt,
+KI void gemm_nl(int kind, int nt, int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs,
                 float *out, size_t ldo) {
     const int64_t nb = n / 32;
     const size_t bb = kind == NL_IQ4 ? sizeof(kn_block_iq4_nl) : sizeof(kn_block_mxfp4);
@@ -73,6 +110,7 @@ KI void gemm_nl(int kind, int64_t n, const uint8_t *w, size_t ws, int nr, const 
             const uint8_t *blk = row + (size_t)b * bb;
             const __m256i c = table32(blk + qoff, lut), ac = _mm256_abs_epi8(c);
             const float dw = kind == NL_IQ4 ? half_at(blk) : kn_e8m0_half(blk[0]);
+#pragma GCC unroll 4
             for (int t = 0; t < nt; t++) {
                 const kn_block_q8_0 *y = (const kn_block_q8_0 *)(x + (size_t)t * xs) + b;
                 const __m256i yq = _mm256_loadu_si256((const __m256i *)y->qs);
@@ -81,6 +119,7 @@ KI void gemm_nl(int kind, int64_t n, const uint8_t *w, size_t ws, int nr, const 
                 acc[t][b & 1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(s), acc[t][b & 1]);
             }
         }
+#pragma GCC unroll 4
         for (int t = 0; t < nt; t++) {
             float a[16];
             _mm256_storeu_ps(a, acc[t][0]);
@@ -92,12 +131,12 @@ KI void gemm_nl(int kind, int64_t n, const uint8_t *w, size_t ws, int nr, const 
 
 static void gemm_iq4_nl(int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, float *out,
                         size_t ldo) {
-    gemm_nl(NL_IQ4, n, w, ws, nr, x, xs, nt, out, ldo);
+    TILE_NT(gemm_nl, NL_IQ4, n, w, ws, nr, x, xs, out, ldo);
 }
 
 static void gemm_mxfp4(int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, float *out,
                        size_t ldo) {
-    gemm_nl(NL_MXFP4, n, w, ws, nr, x, xs, nt, out, ldo);
+    TILE_NT(gemm_nl, NL_MXFP4, n, w, ws, nr, x, xs, out, ldo);
 }
 
 /* ---- Q2_K, Q3_K, IQ4_XS (super-blocks of 256, Q8_K activations) ---- */
@@ -124,13 +163,9 @@ KI void decode_row(int kind, const uint8_t *blk, row_lb *R) {
     }
     if (kind == K_Q2) {
         const kn_block_q2_k *b = (const kn_block_q2_k *)blk;
-        int16_t sc[16], m[16];
-        for (int j = 0; j < 16; j++) {
-            sc[j] = (int16_t)(b->scales[j] & 0x0F);
-            m[j] = (int16_t)(b->scales[j] >> 4);
-        }
-        for (int k = 0; k < 8; k++) R->s[k] = scale_pair(sc[2 * k], sc[2 * k + 1]);
-        R->s16 = _mm256_loadu_si256((const __m256i *)m);
+        const __m128i raw = _mm_loadu_si128((const __m128i *)b->scales), m4 = _mm_set1_epi8(0x0F);
+        scale_pairs(_mm256_cvtepu8_epi16(_mm_and_si128(raw, m4)), R->s);
+        R->s16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), m4));
         R->d = _cvtsh_ss(b->d);
         R->dmin = _cvtsh_ss(b->dmin);
     } else if (kind == K_Q3) {
@@ -139,10 +174,8 @@ KI void decode_row(int kind, const uint8_t *blk, row_lb *R) {
 #pragma GCC unroll 8
         for (int k = 0; k < 8; k++) /* bit k of hmask[l] adds 4 */
             R->q[k] = _mm256_or_si256(R->q[k], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hm, k), one), 2));
-        int16_t sc[16];
-        for (int j = 0; j < 16; j++) sc[j] = (int16_t)(kn_q3k_scale(j, b->scales) - 32);
-        for (int k = 0; k < 8; k++) R->s[k] = scale_pair(sc[2 * k], sc[2 * k + 1]);
-        R->s16 = _mm256_loadu_si256((const __m256i *)sc);
+        R->s16 = q3k_scales(b->scales);
+        scale_pairs(R->s16, R->s);
         R->d = _cvtsh_ss(b->d);
     } else {
         const kn_block_iq4_xs *b = (const kn_block_iq4_xs *)blk;
@@ -175,7 +208,7 @@ KI void dot_row(int kind, const row_lb *R, const kn_block_q8_k *y, int32_t *s1, 
     }
 }
 
-KI void gemm_lb(int kind, int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt,
+KI void gemm_lb(int kind, int nt, int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs,
                 float *out, size_t ldo) {
     const int64_t nb = n / KN_QK_K;
     const size_t bb = kind == K_Q2   ? sizeof(kn_block_q2_k)
@@ -186,6 +219,7 @@ KI void gemm_lb(int kind, int64_t n, const uint8_t *w, size_t ws, int nr, const 
         for (int64_t i = 0; i < nb; i++) {
             row_lb R;
             decode_row(kind, w + (size_t)r * ws + (size_t)i * bb, &R);
+#pragma GCC unroll 4
             for (int t = 0; t < nt; t++) {
                 const kn_block_q8_k *y = (const kn_block_q8_k *)(x + (size_t)t * xs) + i;
                 int32_t s1, s2 = 0;
@@ -200,17 +234,17 @@ KI void gemm_lb(int kind, int64_t n, const uint8_t *w, size_t ws, int nr, const 
 
 static void gemm_q2_k(int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, float *out,
                       size_t ldo) {
-    gemm_lb(K_Q2, n, w, ws, nr, x, xs, nt, out, ldo);
+    TILE_NT(gemm_lb, K_Q2, n, w, ws, nr, x, xs, out, ldo);
 }
 
 static void gemm_q3_k(int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, float *out,
                       size_t ldo) {
-    gemm_lb(K_Q3, n, w, ws, nr, x, xs, nt, out, ldo);
+    TILE_NT(gemm_lb, K_Q3, n, w, ws, nr, x, xs, out, ldo);
 }
 
 static void gemm_iq4_xs(int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, float *out,
                         size_t ldo) {
-    gemm_lb(K_IQ4XS, n, w, ws, nr, x, xs, nt, out, ldo);
+    TILE_NT(gemm_lb, K_IQ4XS, n, w, ws, nr, x, xs, out, ldo);
 }
 
 #pragma GCC pop_options

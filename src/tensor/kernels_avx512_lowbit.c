@@ -29,6 +29,17 @@
 
 #define KI static inline __attribute__((always_inline))
 
+/* Calls BODY(KIND, nt, ...) with nt as a constant 1..4 (the tile contract's range), so that each copy
+ * keeps its per-token accumulators in registers. */
+#define TILE_NT(BODY, KIND, ...)                                                                                       \
+    switch (nt) {                                                                                                      \
+        case 1: BODY(KIND, 1, __VA_ARGS__); break;                                                                     \
+        case 2: BODY(KIND, 2, __VA_ARGS__); break;                                                                     \
+        case 3: BODY(KIND, 3, __VA_ARGS__); break;                                                                     \
+        case 4: BODY(KIND, 4, __VA_ARGS__); break;                                                                     \
+        default: break;                                                                                                \
+    }
+
 KI int32_t hsum256(__m256i v) {
     __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
     s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
@@ -55,11 +66,26 @@ KI __m512i nibbles2(__m128i a, __m128i b) {
     return _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0));
 }
 
+/* The 16 Q3_K sub-block scales minus 32 as int16 lanes (kn_q3k_scale): low nibbles from bytes 0..7
+ * (j < 8: low nibble of byte j, j >= 8: high nibble of byte j - 8), bits 4-5 from bits 2(j / 4) of byte
+ * 8 + j % 4, which a 32-bit shift of those 4 bytes by 2(j / 4) brings to byte j. */
+KI __m256i q3k_scales(const uint8_t *scales) {
+    uint64_t lo8;
+    uint32_t h;
+    memcpy(&lo8, scales, 8);
+    memcpy(&h, scales + 8, 4);
+    const __m128i l = _mm_cvtsi64_si128((long long)lo8), m4 = _mm_set1_epi8(0x0F);
+    const __m128i low = _mm_and_si128(_mm_unpacklo_epi64(l, _mm_srli_epi16(l, 4)), m4);
+    const __m128i hi =
+        _mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32((int)h), _mm_setr_epi32(0, 2, 4, 6)), _mm_set1_epi8(3));
+    return _mm256_cvtepi8_epi16(_mm_sub_epi8(_mm_or_si128(low, _mm_slli_epi16(hi, 4)), _mm_set1_epi8(32)));
+}
+
 /* ---- IQ4_NL and MXFP4 (blocks of 32, Q8_0 activations) ---- */
 
 enum { NL_IQ4 = 0, NL_MXFP4 = 1 };
 
-KI void gemm_nl(int kind, int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt,
+KI void gemm_nl(int kind, int nt, int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs,
                 float *out, size_t ldo) {
     const int64_t nb = n / 32;
     const size_t bb = kind == NL_IQ4 ? sizeof(kn_block_iq4_nl) : sizeof(kn_block_mxfp4);
@@ -80,6 +106,7 @@ KI void gemm_nl(int kind, int64_t n, const uint8_t *w, size_t ws, int nr, const 
             const __mmask64 neg = _mm512_movepi8_mask(c);
             const float dw0 = kind == NL_IQ4 ? half_at(b0) : kn_e8m0_half(b0[0]);
             const float dw1 = kind == NL_IQ4 ? half_at(b1) : kn_e8m0_half(b1[0]);
+#pragma GCC unroll 4
             for (int t = 0; t < nt; t++) {
                 const kn_block_q8_0 *y0 = (const kn_block_q8_0 *)(x + (size_t)t * xs) + b, *y1 = two ? y0 + 1 : y0;
                 __m512i yq = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)y0->qs)),
@@ -91,6 +118,7 @@ KI void gemm_nl(int kind, int64_t n, const uint8_t *w, size_t ws, int nr, const 
                 acc[t] = _mm512_mask3_fmadd_ps(p, sv, acc[t], two ? 0xFFFF : 0x00FF);
             }
         }
+#pragma GCC unroll 4
         for (int t = 0; t < nt; t++) {
             float a[16];
             _mm512_storeu_ps(a, acc[t]);
@@ -101,12 +129,12 @@ KI void gemm_nl(int kind, int64_t n, const uint8_t *w, size_t ws, int nr, const 
 
 static void gemm_iq4_nl(int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, float *out,
                         size_t ldo) {
-    gemm_nl(NL_IQ4, n, w, ws, nr, x, xs, nt, out, ldo);
+    TILE_NT(gemm_nl, NL_IQ4, n, w, ws, nr, x, xs, out, ldo);
 }
 
 static void gemm_mxfp4(int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, float *out,
                        size_t ldo) {
-    gemm_nl(NL_MXFP4, n, w, ws, nr, x, xs, nt, out, ldo);
+    TILE_NT(gemm_nl, NL_MXFP4, n, w, ws, nr, x, xs, out, ldo);
 }
 
 /* ---- Q2_K, Q3_K, IQ4_XS (super-blocks of 256, Q8_K activations) ---- */
@@ -163,26 +191,34 @@ KI void decode_row(int kind, const uint8_t *blk, row_lb *R) {
             const __m512i hb = _mm512_and_si512(_mm512_srlv_epi16(hm, cnt), _mm512_set1_epi8(1));
             R->q[k] = _mm512_or_si512(bits2(b->qs, k), _mm512_slli_epi16(hb, 2));
         }
-        int16_t sc[16];
-        for (int j = 0; j < 16; j++) sc[j] = (int16_t)(kn_q3k_scale(j, b->scales) - 32);
-        R->s16 = _mm256_loadu_si256((const __m256i *)sc);
+        R->s16 = q3k_scales(b->scales);
         scales16(R->s16, R->s);
         R->d = _cvtsh_ss(b->d);
     } else {
         const kn_block_iq4_xs *b = (const kn_block_iq4_xs *)blk;
         const __m512i lut = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)kn_iq4nl_values));
+        /* the 8 scales ls - 32: nibble (j & 1) of scales_l[j / 2] | bits 2j, 2j+1 of scales_h << 4 */
+        uint32_t sl;
+        memcpy(&sl, b->scales_l, 4);
+        const __m128i l = _mm_cvtsi32_si128((int)sl), m4 = _mm_set1_epi8(0x0F);
+        const __m128i nib =
+            _mm_cvtepu8_epi16(_mm_unpacklo_epi8(_mm_and_si128(l, m4), _mm_and_si128(_mm_srli_epi16(l, 4), m4)));
+        const __m128i hh =
+            _mm_and_si128(_mm_srlv_epi16(_mm_set1_epi16((short)b->scales_h), _mm_setr_epi16(0, 2, 4, 6, 8, 10, 12, 14)),
+                          _mm_set1_epi16(3));
+        const __m512i ls =
+            _mm512_castsi128_si512(_mm_sub_epi16(_mm_or_si128(nib, _mm_slli_epi16(hh, 4)), _mm_set1_epi16(32)));
+#pragma GCC unroll 4
         for (int k = 0; k < 4; k++) {
             const __m512i c =
                 _mm512_shuffle_epi8(lut, nibbles2(_mm_loadu_si128((const __m128i *)(b->qs + 32 * k)),
                                                   _mm_loadu_si128((const __m128i *)(b->qs + 32 * k + 16))));
             R->q[k] = _mm512_abs_epi8(c);
             R->neg[k] = _mm512_movepi8_mask(c);
-            int ls[2];
-            for (int h = 0; h < 2; h++) {
-                const int j = 2 * k + h;
-                ls[h] = (((b->scales_l[j >> 1] >> (4 * (j & 1))) & 0x0F) | (((b->scales_h >> (2 * j)) & 3) << 4)) - 32;
-            }
-            R->s[k] = _mm512_inserti64x4(_mm512_set1_epi16((short)ls[0]), _mm256_set1_epi16((short)ls[1]), 1);
+            /* int16 lanes 0..15: ls[2k], 16..31: ls[2k+1] */
+            const __m512i idx =
+                _mm512_inserti64x4(_mm512_set1_epi16((short)(2 * k)), _mm256_set1_epi16((short)(2 * k + 1)), 1);
+            R->s[k] = _mm512_permutexvar_epi16(idx, ls);
         }
         R->d = _cvtsh_ss(b->d);
     }
@@ -206,7 +242,7 @@ KI void dot_row(int kind, const row_lb *R, const kn_block_q8_k *y, int32_t *s1, 
     }
 }
 
-KI void gemm_lb(int kind, int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt,
+KI void gemm_lb(int kind, int nt, int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs,
                 float *out, size_t ldo) {
     const int64_t nb = n / KN_QK_K;
     const size_t bb = kind == K_Q2   ? sizeof(kn_block_q2_k)
@@ -217,6 +253,7 @@ KI void gemm_lb(int kind, int64_t n, const uint8_t *w, size_t ws, int nr, const 
         for (int64_t i = 0; i < nb; i++) {
             row_lb R;
             decode_row(kind, w + (size_t)r * ws + (size_t)i * bb, &R);
+#pragma GCC unroll 4
             for (int t = 0; t < nt; t++) {
                 const kn_block_q8_k *y = (const kn_block_q8_k *)(x + (size_t)t * xs) + i;
                 int32_t s1, s2 = 0;
@@ -231,17 +268,17 @@ KI void gemm_lb(int kind, int64_t n, const uint8_t *w, size_t ws, int nr, const 
 
 static void gemm_q2_k(int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, float *out,
                       size_t ldo) {
-    gemm_lb(K_Q2, n, w, ws, nr, x, xs, nt, out, ldo);
+    TILE_NT(gemm_lb, K_Q2, n, w, ws, nr, x, xs, out, ldo);
 }
 
 static void gemm_q3_k(int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, float *out,
                       size_t ldo) {
-    gemm_lb(K_Q3, n, w, ws, nr, x, xs, nt, out, ldo);
+    TILE_NT(gemm_lb, K_Q3, n, w, ws, nr, x, xs, out, ldo);
 }
 
 static void gemm_iq4_xs(int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, float *out,
                         size_t ldo) {
-    gemm_lb(K_IQ4XS, n, w, ws, nr, x, xs, nt, out, ldo);
+    TILE_NT(gemm_lb, K_IQ4XS, n, w, ws, nr, x, xs, out, ldo);
 }
 
 #pragma GCC pop_options
