@@ -11,7 +11,9 @@
  * Variants alternate within each repetition and the median of the repetitions is printed, because
  * these machines are shared and noisy.
  *
- * Usage: build/bench/kernels [-r REPS] [-n PREFILL_TOKENS] [-c COLS (matrix width, default 8192)]
+ * Usage: build/bench/kernels [-r REPS] [-n PREFILL_TOKENS] [-c COLS (matrix width, default 8192)] [-t cpu]
+ * (-t cpu times the thread's CPU time instead of the wall clock: on a loaded machine it leaves out the
+ * time slices given to others, though not their share of the caches and memory bandwidth)
  */
 #include "tensor/kernels.h"
 #include "tensor/pack.h"
@@ -22,9 +24,11 @@
 #include <string.h>
 #include <time.h>
 
+static int g_cpu_clock; /* -t cpu: time this thread's CPU time (a shared machine's time slices left out) */
+
 static double now_s(void) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(g_cpu_clock ? CLOCK_THREAD_CPUTIME_ID : CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
@@ -79,9 +83,11 @@ int main(int argc, char **argv) {
         if (strcmp(argv[i], "-r") == 0) reps = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "-n") == 0) NP = atoll(argv[i + 1]);
         else if (strcmp(argv[i], "-c") == 0) cols = atoll(argv[i + 1]);
+        else if (strcmp(argv[i], "-t") == 0) g_cpu_clock = strcmp(argv[i + 1], "cpu") == 0;
     }
     if (reps < 1 || reps > 100 || NP < 1 || NP > 4096 || cols < 256 || cols > 65536 || cols % 256) {
-        fprintf(stderr, "usage: kernels [-r REPS 1..100] [-n TOKENS 1..4096] [-c COLS, a multiple of 256]\n");
+        fprintf(stderr,
+                "usage: kernels [-r REPS 1..100] [-n TOKENS 1..4096] [-c COLS, a multiple of 256] [-t cpu|wall]\n");
         return 2;
     }
     const kn_kernels *k = kn_kernels_get(KN_KERNELS_AUTO);
@@ -91,8 +97,8 @@ int main(int argc, char **argv) {
     }
     const kn_dtype types[] = {KN_Q4_0, KN_Q8_0, KN_Q4_K, KN_Q2_K, KN_Q3_K, KN_IQ4_NL, KN_IQ4_XS, KN_MXFP4};
     const int64_t rows = 2048, stack = 24; /* 24 matrices: 226 MB in Q4_0 at the default width */
-    printf("kernel set %s, one thread, matrices %lld x %lld, %d repetitions (median)\n", k->name, (long long)rows,
-           (long long)cols, reps);
+    printf("kernel set %s, one thread, matrices %lld x %lld, %d repetitions (median), %s time\n", k->name,
+           (long long)rows, (long long)cols, reps, g_cpu_clock ? "CPU" : "wall-clock");
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const kn_dtype t = types[ti];
         const kn_type_traits *tr = kn_type_traits_get(t);
