@@ -7,8 +7,9 @@
  * kiln assumes a little-endian host, as GGUF tooling does.
  *
  * The layout of each format is documented at its struct below, in terms of "element e of the block"
- * (e = 0 .. block_size-1, the order of the dequantized floats). The reference kernels in quant_legacy.c
- * and quant_k.c implement exactly that documentation; SIMD kernels must match them (see dtype.h).
+ * (e = 0 .. block_size-1, the order of the dequantized floats). The reference kernels in quant_legacy.c,
+ * quant_k.c, quant_lowbit.c (Q2_K, Q3_K) and quant_nl.c (IQ4_NL, IQ4_XS, MXFP4) implement exactly that
+ * documentation; SIMD kernels must match them (see dtype.h).
  *
  * Kernel conventions, shared by every function declared here:
  *   n is a count of elements and must be a non-negative multiple of the format's block size; whole
@@ -142,7 +143,8 @@ _Static_assert(sizeof(kn_block_q8_1) == 36, "Q8_1 block must be 36 bytes");
 
 /* ---------------------------------------------------------------------------------------------------
  * K formats: super-blocks of 256 elements made of sub-blocks, each sub-block with its own small integer
- * scale (and min) that is itself scaled by the fp16 super-block scale d (and dmin).
+ * scale (and min) that is itself scaled by the fp16 super-block scale d (and dmin). IQ4_XS has the same
+ * shape with table-coded quants; IQ4_NL and MXFP4 are 32-element blocks with table-coded quants.
  * ------------------------------------------------------------------------------------------------- */
 
 /*
