@@ -12,7 +12,8 @@
  *   IQ4_NL / MXFP4: one vector holds two blocks, so its 16 int32 lanes are exactly the reference's 16
  *     float lanes (block b in lanes 0..7, block b+1 in 8..15); vpdpbusd of |code| with the signed
  *     activations gives the reference's p[j] (sums of 4 products), then one vfmadd per block pair (a
- *     masked one for a last odd block).
+ *     masked one for a last odd block). The tokens' block scales are converted once per tile call (in
+ *     chunks of 32 block pairs), not once per row.
  * Signed table values use |code| times the activation with code's sign applied (vpsubb under the mask
  * of negative codes), exact because activation quants are in -127..127 (quant.h).
  * Entries left unset keep the previous set's kernel.
@@ -85,46 +86,71 @@ KI __m256i q3k_scales(const uint8_t *scales) {
 
 enum { NL_IQ4 = 0, NL_MXFP4 = 1 };
 
+/* Block pairs per chunk of gemm_nl: the tokens' scale vectors of a chunk (4 x 32 x 64 bytes) stay in L1. */
+enum { NL_CHUNK = 32 };
+
 KI void gemm_nl(int kind, int nt, int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs,
                 float *out, size_t ldo) {
-    const int64_t nb = n / 32;
+    const int64_t nb = n / 32, np = (nb + 1) / 2; /* blocks, block pairs */
     const size_t bb = kind == NL_IQ4 ? sizeof(kn_block_iq4_nl) : sizeof(kn_block_mxfp4);
     const size_t qoff = kind == NL_IQ4 ? offsetof(kn_block_iq4_nl, qs) : offsetof(kn_block_mxfp4, qs);
     const __m512i lut =
         _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(kind == NL_IQ4 ? kn_iq4nl_values : kn_mxfp4_values)));
     const __m512i zero = _mm512_setzero_si512();
-    for (int r = 0; r < nr; r++) {
-        const uint8_t *row = w + (size_t)r * ws;
-        __m512 acc[4];
-        for (int t = 0; t < 4; t++) acc[t] = _mm512_setzero_ps();
-        for (int64_t b = 0; b < nb; b += 2) {
-            const int two = b + 1 < nb; /* a last odd block pairs with itself, its copy masked off */
-            const uint8_t *b0 = row + (size_t)b * bb, *b1 = two ? b0 + bb : b0;
-            const __m512i c = _mm512_shuffle_epi8(lut, nibbles2(_mm_loadu_si128((const __m128i *)(b0 + qoff)),
-                                                                _mm_loadu_si128((const __m128i *)(b1 + qoff))));
-            const __m512i ac = _mm512_abs_epi8(c);
-            const __mmask64 neg = _mm512_movepi8_mask(c);
-            const float dw0 = kind == NL_IQ4 ? half_at(b0) : kn_e8m0_half(b0[0]);
-            const float dw1 = kind == NL_IQ4 ? half_at(b1) : kn_e8m0_half(b1[0]);
-#pragma GCC unroll 4
-            for (int t = 0; t < nt; t++) {
-                const kn_block_q8_0 *y0 = (const kn_block_q8_0 *)(x + (size_t)t * xs) + b, *y1 = two ? y0 + 1 : y0;
-                __m512i yq = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)y0->qs)),
-                                                _mm256_loadu_si256((const __m256i *)y1->qs), 1);
-                yq = _mm512_mask_sub_epi8(yq, neg, zero, yq);
-                const __m512 p = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(zero, ac, yq));
-                const float s0 = dw0 * half_at((const uint8_t *)&y0->d), s1 = dw1 * half_at((const uint8_t *)&y1->d);
-                const __m512 sv = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(s0), _mm512_set1_ps(s1));
-                acc[t] = _mm512_mask3_fmadd_ps(p, sv, acc[t], two ? 0xFFFF : 0x00FF);
-            }
-        }
+    __m512 acc[4][4]; /* [row][token] */
+    for (int r = 0; r < 4; r++)
+        for (int t = 0; t < 4; t++) acc[r][t] = _mm512_setzero_ps();
+    __m512 dxv[4][NL_CHUNK]; /* token t, pair p: fp16(x.d) of block 2p in lanes 0..7, of block 2p+1 in 8..15 */
+    for (int64_t p0 = 0; p0 < np; p0 += NL_CHUNK) {
+        const int pc = (int)(np - p0 < NL_CHUNK ? np - p0 : NL_CHUNK);
 #pragma GCC unroll 4
         for (int t = 0; t < nt; t++) {
-            float a[16];
-            _mm512_storeu_ps(a, acc[t]);
-            out[(size_t)t * ldo + (size_t)r] = kn_reduce16(a);
+            const kn_block_q8_0 *y = (const kn_block_q8_0 *)(x + (size_t)t * xs);
+            for (int p = 0; p < pc; p++) {
+                const int64_t b = 2 * (p0 + p);
+                const float d0 = half_at((const uint8_t *)&y[b].d),
+                            d1 = b + 1 < nb ? half_at((const uint8_t *)&y[b + 1].d) : d0;
+                dxv[t][p] = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(d0), _mm512_set1_ps(d1));
+            }
+        }
+        for (int r = 0; r < nr; r++) {
+            const uint8_t *row = w + (size_t)r * ws;
+            __m512 a[4];
+#pragma GCC unroll 4
+            for (int t = 0; t < nt; t++) a[t] = acc[r][t];
+            for (int p = 0; p < pc; p++) {
+                const int64_t b = 2 * (p0 + p);
+                const int two = b + 1 < nb; /* a last odd block pairs with itself, its copy masked off */
+                const uint8_t *b0 = row + (size_t)b * bb, *b1 = two ? b0 + bb : b0;
+                const __m512i c = _mm512_shuffle_epi8(lut, nibbles2(_mm_loadu_si128((const __m128i *)(b0 + qoff)),
+                                                                    _mm_loadu_si128((const __m128i *)(b1 + qoff))));
+                const __m512i ac = _mm512_abs_epi8(c);
+                const __mmask64 neg = _mm512_movepi8_mask(c);
+                const float dw0 = kind == NL_IQ4 ? half_at(b0) : kn_e8m0_half(b0[0]);
+                const float dw1 = kind == NL_IQ4 ? half_at(b1) : kn_e8m0_half(b1[0]);
+                const __m512 dwv = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(dw0), _mm512_set1_ps(dw1));
+#pragma GCC unroll 4
+                for (int t = 0; t < nt; t++) {
+                    const kn_block_q8_0 *y0 = (const kn_block_q8_0 *)(x + (size_t)t * xs) + b, *y1 = two ? y0 + 1 : y0;
+                    __m512i yq = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)y0->qs)),
+                                                    _mm256_loadu_si256((const __m256i *)y1->qs), 1);
+                    yq = _mm512_mask_sub_epi8(yq, neg, zero, yq);
+                    const __m512 pr = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(zero, ac, yq));
+                    /* lane-wise the reference's per-block product fp16(w.d) (or e8m0) x fp16(x.d) */
+                    a[t] = _mm512_mask3_fmadd_ps(pr, _mm512_mul_ps(dwv, dxv[t][p]), a[t], two ? 0xFFFF : 0x00FF);
+                }
+            }
+#pragma GCC unroll 4
+            for (int t = 0; t < nt; t++) acc[r][t] = a[t];
         }
     }
+    for (int r = 0; r < nr; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++) {
+            float f[16];
+            _mm512_storeu_ps(f, acc[r][t]);
+            out[(size_t)t * ldo + (size_t)r] = kn_reduce16(f);
+        }
 }
 
 static void gemm_iq4_nl(int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, float *out,
