@@ -26,8 +26,8 @@ void kn_block_attend(const kiln_model *m, kn_scratch *s, kn_batch_row *rows, int
 void kn_block_ffn(const kiln_model *m, kn_scratch *s, int l, int64_t N);
 
 /* The pre-norm decoder block (a kn_arch_def block function):
- *   x += wo . attention(norm(x));  x += ffn(norm(x))
- * with the layer's attn_norm and ffn_norm. */
+ *   x += post_attn_norm(wo . attention(attn_norm(x)));  x += post_ffn_norm(ffn(ffn_norm(x)))
+ * where a post-norm the layer does not have is the identity. */
 void kn_block_decoder(const kiln_model *m, kn_scratch *s, kn_batch_row *rows, int l, int64_t N);
 
 #endif

@@ -7,18 +7,11 @@
 #include "model/block.h"
 #include "model/load.h"
 
-#include <math.h>
-
 /* The attention every layer of a file of this family has: full causal attention, RoPE over n_rot
  * dims with the file's base, linear scale and llama3 factors, scores scaled by 1/sqrt(head_dim). */
 static kn_layer_attn plain_attn(const kiln_model *m) {
     const kn_hparams *hp = &m->hp;
-    kn_layer_attn a = {.window = 0, .scale = 1.0f / sqrtf((float)hp->head_dim)};
-    a.rope = (kn_rope_cfg){.style = hp->rope_style,
-                           .n_rot = hp->n_rot,
-                           .base = hp->rope_base,
-                           .pos_scale = hp->rope_scale,
-                           .freq_div = m->rope_freqs};
+    kn_layer_attn a = {.window = 0, .scale = hp->attn_scale, .rope = kn_rope_default(m)};
     return a;
 }
 

@@ -32,10 +32,17 @@ typedef struct kn_hparams {
     int32_t n_rot;     /* rotated dims per head (<= head_dim, even) */
     float norm_eps;
     float rope_base;
-    float rope_scale; /* linear position scale (1 = none) */
+    float rope_scale;        /* linear position scale (1 = none) */
+    float rope_mscale;       /* rope magnitude scale ({arch}.rope.scaling.attn_factor; YaRN adds its own) */
+    float yarn_ext;          /* YaRN extrapolation mix: 1 with YaRN scaling, else 0 */
+    float yarn_lo, yarn_hi;  /* YaRN correction range (frequency pairs) */
+    int32_t rope_n_ctx_orig; /* {arch}.rope.scaling.original_context_length (default n_ctx_train) */
     kn_rope_style rope_style;
     float embd_scale;    /* token embeddings are multiplied by this (1: none) */
     float logit_softcap; /* final logits become c * tanh(logits / c) (0: none) */
+    float attn_softcap;  /* attention scores become c * tanh(score / c) (0: none) */
+    float attn_scale;    /* score = attn_scale * q . k */
+    int32_t n_swa;       /* the window of the family's sliding-window layers (0: none) */
     bool tied_output;    /* output projection shares token_embd */
 } kn_hparams;
 
@@ -53,10 +60,16 @@ typedef struct kn_weight {
 /* How one layer rotates q and k (tensor/ops.h kn_rope). */
 typedef struct kn_rope_cfg {
     kn_rope_style style;
-    int n_rot;             /* rotated dims per head (even, <= head_dim); 0: no RoPE in this layer */
-    float base;            /* frequency base */
-    float pos_scale;       /* linear position scale (1 = none) */
-    const float *freq_div; /* [n_rot/2] per-frequency divisors (llama3 scaling), or NULL */
+    int n_rot;                  /* rotated dims per head (even, <= head_dim); 0: no RoPE in this layer */
+    float base;                 /* frequency base */
+    float pos_scale;            /* linear position scale (1 = none; YaRN: 1 / factor) */
+    const float *freq_div;      /* [n_rot/2] per-frequency divisors (llama3, LongRoPE short), or NULL */
+    const float *freq_div_long; /* LongRoPE: the divisors of rows whose context exceeds n_ctx_orig, or NULL */
+    int32_t n_ctx_orig;         /* LongRoPE: the context the short divisors serve */
+    float mscale;               /* cos and sin are multiplied by this (1: none; LongRoPE and YaRN magnitude) */
+    float yarn_ext;             /* YaRN: extrapolation mix (0: no YaRN) */
+    float yarn_lo, yarn_hi;     /* YaRN: the frequency pairs where the ramp from extrapolated to
+                                   interpolated angles starts and ends */
 } kn_rope_cfg;
 
 /* One layer's attention, beyond its weights. */
@@ -64,6 +77,7 @@ typedef struct kn_layer_attn {
     int32_t window;   /* 0: a token attends to every earlier position; else to the last `window` positions
                          (pos - window, pos] of its row (sliding-window layers) */
     float scale;      /* score = scale * q . k */
+    float softcap;    /* score = softcap * tanh(score / softcap) before the softmax (0: none) */
     kn_rope_cfg rope; /* the rotation of q and k */
 } kn_layer_attn;
 
@@ -72,8 +86,8 @@ typedef struct kn_layer_attn {
  * kn_block_ffn (block.h); the family table does not change. */
 typedef enum kn_ffn_kind { KN_FFN_DENSE } kn_ffn_kind;
 
-/* The activation of a gated FFN: SILU (SwiGLU). */
-typedef enum kn_ffn_act { KN_ACT_SILU } kn_ffn_act;
+/* The activation of a gated FFN: SILU (SwiGLU) or GELU with the tanh approximation (GeGLU). */
+typedef enum kn_ffn_act { KN_ACT_SILU, KN_ACT_GELU_TANH } kn_ffn_act;
 
 typedef struct kn_layer {
     const float *attn_norm;       /* [n_embd] */
@@ -84,7 +98,9 @@ typedef struct kn_layer {
     const float *bq, *bk, *bv;    /* q/k/v biases [q_dim], [kv_dim], [kv_dim] (qwen2); else NULL */
     const float *q_norm, *k_norm; /* per-head RMSNorm weights of q and k [head_dim] (qwen3); else NULL */
     kn_layer_attn attn;
-    const float *ffn_norm; /* [n_embd] */
+    const float *post_attn_norm; /* [n_embd] RMSNorm of the attention output before the residual add, or NULL */
+    const float *ffn_norm;       /* [n_embd] */
+    const float *post_ffn_norm;  /* [n_embd] RMSNorm of the FFN output before the residual add, or NULL */
     kn_ffn_kind ffn;
     kn_ffn_act act;
     kn_weight w_gate; /* DENSE: [n_ff][n_embd] */
@@ -98,12 +114,13 @@ struct kiln_model {
     kn_gguf gguf;            /* open only while loading, or for the model's life with use_mmap */
     uint8_t *weight_mem;     /* anonymous copy of the matrices (NULL with use_mmap) */
     size_t weight_bytes;
-    float *vec_mem;           /* F32 vectors (norms, biases, rope factors) */
-    kn_weight tok_embd;       /* [n_vocab][n_embd] */
-    kn_weight output;         /* [n_vocab][n_embd]; = tok_embd when tied */
-    const float *output_norm; /* [n_embd] */
-    const float *rope_freqs;  /* [n_rot/2] llama3 frequency divisors, or NULL */
-    kn_layer *layers;         /* [n_layer] */
+    float *vec_mem;               /* F32 vectors (norms, biases, rope factors) */
+    kn_weight tok_embd;           /* [n_vocab][n_embd] */
+    kn_weight output;             /* [n_vocab][n_embd]; = tok_embd when tied */
+    const float *output_norm;     /* [n_embd] */
+    const float *rope_freqs;      /* [n_rot/2] llama3 or LongRoPE (short) frequency divisors, or NULL */
+    const float *rope_freqs_long; /* [n_rot/2] LongRoPE long-context divisors, or NULL */
+    kn_layer *layers;             /* [n_layer] */
     kn_tokenizer *tok;
     char *chat_template;          /* tokenizer.chat_template (NUL-terminated copy), or NULL */
     kiln_sampler_params sampling; /* library defaults overridden by general.sampling.* */
