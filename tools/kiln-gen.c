@@ -1,7 +1,8 @@
 /*
  * kiln-gen.c - the synthetic model generator: writes GGUF models of a supported architecture (llama,
- * qwen2, qwen3, gemma2, gemma3, phi3) and any shape, with deterministic random weights in any supported weight type,
- * plus a small byte-level BPE tokenizer, or the tokenizer of a real model read from its Hugging Face tokenizer.json
+ * qwen2, qwen3, gemma2, gemma3, phi3, smollm3) and any shape, with deterministic random weights in any supported weight
+ * type, plus a small byte-level BPE tokenizer, or the tokenizer of a real model read from its Hugging Face
+ * tokenizer.json
  * (--tokenizer-json; alone it makes a vocabulary-only GGUF, as kiln's grammar benchmarks use for the Qwen3 and Llama 3
  * vocabularies).
  *
@@ -78,6 +79,7 @@ static const arch_info archs[] = {
      .pre = "llama-bpe",
      .norm_eps = 1e-6},
     {.name = "phi3", .fused = true, .pre = "llama-bpe", .norm_eps = 1e-5},
+    {.name = "smollm3", .pre = "llama-bpe", .norm_eps = 1e-6},
 };
 
 static const arch_info *find_arch(const char *name) {
@@ -151,7 +153,8 @@ static void usage(FILE *f) {
                "       kiln-gen --tokenizer-json tokenizer.json [--pre NAME] [--vocab V] -o vocab.gguf\n"
                "Writes a GGUF model with deterministic random weights and a byte-level BPE tokenizer.\n"
                "Options given after or without --preset override the preset's values.\n"
-               "  --arch A          llama, qwen2, qwen3, gemma2, gemma3 or phi3 (llama.cpp's GGUF layout of each)\n"
+               "  --arch A          llama, qwen2, qwen3, gemma2, gemma3, phi3 or smollm3 (llama.cpp's GGUF layout\n"
+               "                    of each)\n"
                "  --scale S         multiply every random matrix (embeddings included) by S, for peaked logits\n"
                "  --type T          weight type of 2-D matrices (default Q8_0): F32 F16 BF16 Q4_0 Q4_1 Q5_0\n"
                "                    Q5_1 Q8_0 Q4_K Q5_K Q6_K; a matrix whose row length is not a multiple of\n"
@@ -1165,7 +1168,7 @@ int main(int argc, char **argv) {
     if (vocab_only) return write_vocab_only(&c, out, tok_json, pre, tmpl_path, vocab_given);
     if (!c.arch) die("no architecture: give --preset or --arch");
     const arch_info *ai = find_arch(c.arch);
-    if (!ai) die("--arch: '%s' is not llama, qwen2, qwen3, gemma2, gemma3 or phi3", c.arch);
+    if (!ai) die("--arch: '%s' is not llama, qwen2, qwen3, gemma2, gemma3, phi3 or smollm3", c.arch);
     if (c.rope_scaling && strcmp(c.rope_scaling, "none") == 0) c.rope_scaling = NULL;
     if (c.rope_scaling && strcmp(c.rope_scaling, "linear") != 0 && strcmp(c.rope_scaling, "yarn") != 0 &&
         strcmp(c.rope_scaling, "longrope") != 0)

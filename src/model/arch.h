@@ -4,7 +4,7 @@
  * a hook that reads the family's own metadata keys, the tensor map (which GGUF tensors a layer has
  * and where they go in kn_layer) and the block function the forward pass runs per layer.
  *
- * Each family lives in one file under src/model/ (llama.c: llama, qwen2, qwen3; gemma.c: gemma2,
+ * Each family lives in one file under src/model/ (llama.c: llama, qwen2, qwen3, smollm3; gemma.c: gemma2,
  * gemma3; phi3.c: phi3) that defines its
  * rows; arch.c lists them. Adding a family is one new file plus one line in that list. The shared
  * pieces of a decoder block (grouped-query attention with RoPE and sliding windows, norms, the FFN
@@ -52,8 +52,8 @@ const kn_arch_def *kn_arch_find(const char *name, size_t len);
 void kn_arch_names(char *buf, size_t cap);
 
 /* The rows, each defined in its family's file. */
-extern const kn_arch_def kn_arch_llama, kn_arch_qwen2, kn_arch_qwen3; /* llama.c */
-extern const kn_arch_def kn_arch_gemma2, kn_arch_gemma3;              /* gemma.c */
-extern const kn_arch_def kn_arch_phi3;                                /* phi3.c */
+extern const kn_arch_def kn_arch_llama, kn_arch_qwen2, kn_arch_qwen3, kn_arch_smollm3; /* llama.c */
+extern const kn_arch_def kn_arch_gemma2, kn_arch_gemma3;                               /* gemma.c */
+extern const kn_arch_def kn_arch_phi3;                                                 /* phi3.c */
 
 #endif

@@ -1,8 +1,9 @@
 /*
- * llama.c - the Llama family: llama (also Mistral and SmolLM-style files of that architecture),
- * qwen2 (biases on q, k and v) and qwen3 (per-head RMSNorm of q and k). Pre-norm decoder blocks of
- * grouped-query attention with RoPE and a SiLU-gated FFN (model/block.h kn_block_decoder); the
- * rows differ only in flags and defaults.
+ * llama.c - the Llama family: llama (also Mistral files of that architecture), qwen2 (biases on q,
+ * k and v), qwen3 (per-head RMSNorm of q and k) and smollm3 (every fourth layer without RoPE: layer l
+ * when (l + 1) % 4 == 0, a constant of the architecture that no GGUF key holds, as in llama.cpp).
+ * Pre-norm decoder blocks of grouped-query attention with RoPE and a SiLU-gated FFN (model/block.h
+ * kn_block_decoder); the rows differ only in flags, defaults and the NoPE layers.
  */
 #include "model/block.h"
 #include "model/load.h"
@@ -47,6 +48,15 @@ static kiln_status llama_tensors(kn_loader *L, int l) {
     return kn_load_matrix(L, kn_blk_name(n, l, "ffn_down.weight"), ff, d, &ly->w_down);
 }
 
+/* SmolLM3: the llama layout; layers (l + 1) % SMOLLM3_NOPE_STEP == 0 have no RoPE. */
+#define SMOLLM3_NOPE_STEP 4
+
+static kiln_status smollm3_tensors(kn_loader *L, int l) {
+    kiln_status st = llama_tensors(L, l);
+    if (!st && l >= 0 && (l + 1) % SMOLLM3_NOPE_STEP == 0) kn_loader_model(L)->layers[l].attn.rope.n_rot = 0;
+    return st;
+}
+
 const kn_arch_def kn_arch_llama = {.name = "llama",
                                    .rope_style = KN_ROPE_NORM,
                                    .norm_eps = 1e-5f,
@@ -69,3 +79,10 @@ const kn_arch_def kn_arch_qwen3 = {.name = "qwen3",
                                    .rope_base = 1000000.0f,
                                    .tensors = llama_tensors,
                                    .block = kn_block_decoder};
+
+const kn_arch_def kn_arch_smollm3 = {.name = "smollm3",
+                                     .rope_style = KN_ROPE_NORM,
+                                     .norm_eps = 1e-6f,
+                                     .rope_base = 10000.0f,
+                                     .tensors = smollm3_tensors,
+                                     .block = kn_block_decoder};

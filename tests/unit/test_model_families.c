@@ -8,6 +8,7 @@
  *     (full attention) does change: the test fails with full attention;
  *   - the engine: greedy tokens identical at any batch size and with prefix cache hits (RAM and the
  *     SSD tier) on prompts far longer than the window;
+ *   - SmolLM3's layers without RoPE;
  *   - LongRoPE (the long factors serve rows whose context exceeds the original one) and YaRN
  *     (kn_rope against the formula written out in double precision);
  *   - the new operations: GELU gating and soft-capping.
@@ -463,6 +464,38 @@ static void test_yarn_model(void) {
     kiln_model_free(p);
 }
 
+/* SmolLM3: the llama layout whose every fourth layer has no RoPE. The same weights (the tensor names
+ * match, so the seed gives the same values) as llama give the same bits with 3 layers and differ
+ * with 4. */
+static void test_smollm3_nope(void) {
+    if (!kt_exists(gen_path())) SKIP("no %s", gen_path());
+    const char *shape = "--vocab 512 --dim 128 --layers %d --heads 4 --kv-heads 2 --ffn 256 --norm-eps 1e-6 "
+                        "--tied --type F32 --seed 9";
+    char args[512], fmt[512];
+    float *out[2][2];
+    for (int layers = 3; layers <= 4; layers++) {
+        for (int a = 0; a < 2; a++) {
+            const char *arch = a ? "smollm3" : "llama";
+            char name[64];
+            snprintf(name, sizeof name, "%s-%dl", arch, layers);
+            snprintf(fmt, sizeof fmt, "--arch %s %s", arch, shape);
+            snprintf(args, sizeof args, fmt, layers);
+            kiln_model *m = load(gen(name, args));
+            CHECKF(m, "%s: %s", name, kiln_last_error());
+            CHECK(m->layers[layers - 1].attn.rope.n_rot == (a && layers == 4 ? 0 : 32));
+            const int V = kiln_model_n_vocab(m);
+            kiln_token t[10];
+            for (int i = 0; i < 10; i++) t[i] = (kiln_token)((i * 41 + 2) % V);
+            out[layers - 3][a] = malloc(sizeof(float) * (size_t)V);
+            CHECK(session_logits(m, t, 10, 64, out[layers - 3][a]));
+            kiln_model_free(m);
+        }
+    }
+    CHECK(memcmp(out[0][0], out[0][1], 512 * sizeof(float)) == 0);
+    CHECK(memcmp(out[1][0], out[1][1], 512 * sizeof(float)) != 0);
+    for (int i = 0; i < 4; i++) free(out[i / 2][i % 2]);
+}
+
 /* ---- operations -------------------------------------------------------------------------------- */
 
 static void test_ops(void) {
@@ -505,6 +538,7 @@ int main(void) {
     RUN(test_sliding_window_gemma2_softcap);
     RUN(test_longrope_switch);
     RUN(test_yarn_model);
+    RUN(test_smollm3_nope);
     RUN(test_engine_gemma3);
     RUN(test_engine_gemma2);
     RUN(test_engine_phi3);
