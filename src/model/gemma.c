@@ -47,7 +47,7 @@ static kiln_status gemma2_hparams(kiln_model *m) {
     hp->attn_softcap = GEMMA2_ATTN_SOFTCAP;
     hp->logit_softcap = GEMMA2_FINAL_SOFTCAP;
     kiln_status st;
-    if ((st = kn_meta_int(m, "attention.sliding_window", false, 1, INT32_MAX, &hp->n_swa))) return st;
+    if ((st = kn_meta_int(m, "attention.sliding_window", false, 0, INT32_MAX, &hp->n_swa))) return st;
     if ((st = kn_meta_float(m, "attn_logit_softcapping", &hp->attn_softcap))) return st;
     return kn_meta_float(m, "final_logit_softcapping", &hp->logit_softcap);
 }
@@ -55,7 +55,7 @@ static kiln_status gemma2_hparams(kiln_model *m) {
 static kiln_status gemma3_hparams(kiln_model *m) {
     common_hparams(m, GEMMA3_27B_LAYERS);
     m->hp.n_swa = 0; /* absent: every layer is global */
-    return kn_meta_int(m, "attention.sliding_window", false, 1, INT32_MAX, &m->hp.n_swa);
+    return kn_meta_int(m, "attention.sliding_window", false, 0, INT32_MAX, &m->hp.n_swa);
 }
 
 /* Layer l's tensors and attention; pattern: the sliding-window layer pattern; local_base: the RoPE
