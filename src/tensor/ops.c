@@ -229,9 +229,9 @@ void kn_add(float *x, const float *y, int64_t n_total) {
 static void glu_range(float *gate, const float *up, int64_t i0, int64_t i1, bool gelu) {
     if (gelu) {
         const float c = 0.7978845608028654f; /* sqrt(2 / pi) */
-        for (int64_t i = i0; i < i1; i++) {
-            const float g = gate[i];
-            gate[i] = 0.5f * g * (1.0f + tanhf(c * (g + 0.044715f * g * g * g))) * up[i];
+        for (int64_t i = i0; i < i1; i++) {  /* tanh(u) = 1 - 2 / (e^2u + 1): one expf, not tanhf */
+            const float g = gate[i], u = c * (g + 0.044715f * g * g * g);
+            gate[i] = 0.5f * g * (2.0f - 2.0f / (expf(2.0f * u) + 1.0f)) * up[i];
         }
         return;
     }
