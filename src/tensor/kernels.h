@@ -58,6 +58,11 @@ void kn_attend_f32_ref(const uint8_t *k, const uint8_t *v, size_t stride, int32_
 void kn_attend_blocked(kn_kv_dot_fn dot, kn_kv_axpy_fn axpy, const uint8_t *k, const uint8_t *v, size_t stride,
                        int32_t n, const float *q, int nq, int hd, float scale, float *out);
 
+/* The reference attention with soft-capped scores, score = cap * tanh(scale * k . q / cap) (cap > 0),
+ * over F16 (f16) or F32 rows; otherwise the kn_attend_fn contract. Every kernel set uses this one. */
+void kn_attend_softcap_ref(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int nq, int hd,
+                           float scale, float cap, bool f16, float *out);
+
 /* e^x as every kernel set computes it in attention (attend.c): 0 below KN_EXPF_MIN (and for NaN),
  * x clamped to KN_EXPF_MAX, else within 2 ulp of e^x through fixed float steps. */
 #define KN_EXPF_MIN (-87.0f)
