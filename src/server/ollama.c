@@ -17,8 +17,9 @@
  * Output: a stream is one JSON object per line ({"model", "created_at", "message": {"role",
  * "content"} or "response", "done": false}), then a last one with "done": true, done_reason
  * ("stop" or "length") and the counts and durations (nanoseconds); a failure mid-stream is a line
- * {"error": "..."}. Reasoning goes into "thinking", tool calls into message.tool_calls with their
- * arguments as objects. `stream` defaults to true, as in Ollama.
+ * {"error": "..."}. A chat without messages or a generation without a prompt (how Ollama's clients
+ * load a model) answers at once with done_reason "load". Reasoning goes into "thinking", tool calls into
+ * message.tool_calls with their arguments as objects. `stream` defaults to true, as in Ollama.
  *
  * Models: the served one answers to its id and to "ID:latest"; /api/tags also lists the other
  * models `kiln ls` finds (srv_config.list_models), which a request may not name (400 saying how to
@@ -576,6 +577,19 @@ static srv_job *new_job(srv_req *r, json_t *req, bool chat) {
 
 /* ---- the endpoints ---------------------------------------------------------------------------- */
 
+/* The answer to a request without messages (chat) or prompt (generate), which Ollama's clients send
+ * to load a model: done at once, done_reason "load". */
+static void send_loaded(srv_req *r, json_t *req, bool chat) {
+    json_t *m = json_object_get(req, "model");
+    json_t *e = json_pack("{s:s, s:o}", "model", json_is_string(m) ? json_string_value(m) : r->server->model_id,
+                          "created_at", now_value());
+    if (chat) json_object_set_new(e, "message", json_pack("{s:s, s:s}", "role", "assistant", "content", ""));
+    else json_object_set_new(e, "response", json_string(""));
+    json_object_set_new(e, "done", json_true());
+    json_object_set_new(e, "done_reason", json_string("load"));
+    srv_send_json(r, 200, e);
+}
+
 static void api_chat(srv_req *r) {
     json_t *req = srv_parse_body(r);
     if (!req) return;
@@ -587,9 +601,13 @@ static void api_chat(srv_req *r) {
         oom(r);
         goto done;
     }
-    if (!check_model(r, req) || !translate_options(r, req, oai) || !translate_messages(r, req, oai) ||
-        !translate_think(r, req, oai))
+    if (!check_model(r, req)) goto done;
+    json_t *given = json_object_get(req, "messages");
+    if (!given || json_is_null(given) || (json_is_array(given) && json_array_size(given) == 0)) {
+        send_loaded(r, req, true); /* Ollama's way to load a model: it is loaded */
         goto done;
+    }
+    if (!translate_options(r, req, oai) || !translate_messages(r, req, oai) || !translate_think(r, req, oai)) goto done;
     json_t *tools = json_object_get(req, "tools"), *choice = json_object_get(req, "tool_choice");
     if (tools && !json_is_null(tools) && !(json_is_array(tools) && json_array_size(tools) == 0))
         json_object_set(oai, "tools", tools);
@@ -653,11 +671,7 @@ static void api_generate(srv_req *r) {
     if (!(j = new_job(r, req, false))) goto done;
     ollama_out *o = j->user;
     if (!plen && !system) { /* Ollama's way to load a model: it is loaded */
-        json_t *e = envelope(o);
-        json_object_set_new(e, "response", json_string(""));
-        json_object_set_new(e, "done", json_true());
-        json_object_set_new(e, "done_reason", json_string("load"));
-        srv_send_json(r, 200, e);
+        send_loaded(r, req, false);
         goto done;
     }
     if (!srv_generation_params(r, oai, j) || !apply_options(r, req, j)) goto done;

@@ -129,10 +129,14 @@ await test('ollama_generate_stream', async () => {
   assert.equal(parts.map((p) => p.response).join(''), whole.response);
 });
 
-await test('ollama_generate_load', async () => {
+await test('ollama_generate_and_chat_load', async () => {
   const r = await ollama.generate({ model: MODEL_ID, prompt: '' });
   assert.equal(r.done, true);
   assert.equal(r.done_reason, 'load');
+  const c = await ollama.chat({ model: NAME, messages: [] });
+  assert.equal(c.done_reason, 'load');
+  assert.equal(c.message.content, '');
+  await assertOllamaError(ollama.chat({ model: 'nosuch', messages: [] }), 404, /not found/, 'loading an unknown model');
 });
 
 const MSGS = [{ role: 'user', content: 'Once upon a time' }, { role: 'assistant', content: ' there was a cat.' },
@@ -203,7 +207,9 @@ await test('ollama_bad_input_errors', async () => {
   await assertOllamaError(chat({ options: [1, 2] }), 400, /'options' must be an object/, 'options not an object');
   await assertOllamaError(chat({ format: 'yaml' }), 400, /format/, 'an unknown format');
   await assertOllamaError(chat({ format: { type: 'nonsense' } }), 400, /.+/, 'a schema that does not compile');
-  await assertOllamaError(chat({ messages: [] }), 400, /messages/, 'no messages');
+  await assertOllamaError(chat({ messages: 'Hi' }), 400, /messages/, 'messages not an array');
+  await assertOllamaError(chat({ messages: [{ content: 'Hi' }] }), 400, /role/, 'a message without a role');
+  await assertOllamaError(chat({ messages: [{ role: 'user', content: 7 }] }), 400, /content/, 'content not a string');
   await assertOllamaError(chat({ messages: [{ role: 'user', content: 'Hi', images: ['aGk='] }] }), 400, /images/, 'images');
   await assertOllamaError(ollama.generate({ model: NAME, prompt: 'Hi', suffix: 'end' }), 400, /suffix/, 'suffix');
   await assertOllamaError(ollama.embed({ model: NAME, input: 'Hi' }), 501, /embeddings are not supported/, 'embed');
