@@ -20,19 +20,20 @@
  * what is new. The output is the same as a full re-prefill (the engine's invariant).
  *
  * A base model (no chat template) rarely ends its turn: its replies stop at a blank line (setting
- * stop_at: "blank", "line" or "none") and after 256 tokens unless -n says otherwise. When the conversation
- * outgrows the context, its oldest turns are dropped (one dim line on stderr says so) until the
- * prompt leaves room for a reply; only a message that alone does not fit is refused.
+ * stop_at: "blank", "line" or "none") and after 256 tokens unless -n says otherwise. When the
+ * conversation outgrows the context, its oldest turns are dropped (one dim line on stderr says so)
+ * until the prompt leaves room for a reply; only a message that alone does not fit is refused.
  *
  * Input: with a terminal on stdin and stdout, lines come from libedit (editing, history kept in
  * ~/.cache/kiln/chat_history); text typed while a reply streams is not echoed into it: the
  * terminal's echo is off during the turn and the keys wait in its input queue, so they appear at
- * the next prompt, ready to edit (an Enter typed ahead sends the line, as in a shell); otherwise every line of stdin is
- * a user turn or a /command, and every reply is printed followed by one newline, which makes the chat scriptable.
- * Interrupts: Ctrl-C during a reply stops it (what was generated stays in the conversation, as it was shown; a reply
- * stopped before its first token takes the user's message with it); Ctrl-C at the prompt discards the line being typed,
- * and a second one in a row prints how to leave; Ctrl-D on an empty line or /quit leaves. Ctrl-C while reading a pipe
- * exits with 130.
+ * the next prompt, ready to edit (an Enter typed ahead sends the line, as in a shell). Otherwise
+ * every line of stdin is a user turn or a /command, and every reply is printed followed by one
+ * newline, which makes the chat scriptable. Interrupts: Ctrl-C during a reply stops it (what was
+ * generated stays in the conversation, as it was shown; a reply stopped before its first token
+ * takes the user's message with it); Ctrl-C at the prompt discards the line being typed, and a
+ * second one in a row prints how to leave; Ctrl-D on an empty line or /quit leaves. Ctrl-C while
+ * reading a pipe exits with 130.
  */
 #include "cli.h"
 
@@ -642,18 +643,38 @@ static char *history_path(void) {
     return path;
 }
 
+/* The terminal's settings while hold_typed_input has changed them (g_tty_held), for a signal
+ * that ends the process meanwhile (SIGTERM, SIGHUP, Ctrl-\'s SIGQUIT) to put back first. */
+static struct termios g_tty_saved;
+static volatile sig_atomic_t g_tty_held;
+
+static void on_fatal_signal(int sig) {
+    if (g_tty_held) tcsetattr(STDIN_FILENO, TCSANOW, &g_tty_saved);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
 /* While a line runs (a reply streams), the terminal does not echo what is typed: echo and line
  * editing are off, so the keys wait in its input queue, and at the next prompt libedit reads them
  * as if typed there. NOFLSH keeps them across a Ctrl-C that stops the reply. Returns false (and
- * changes nothing) when the terminal's settings cannot be read or set; *saved gets them back. */
-static bool hold_typed_input(struct termios *saved) {
-    if (tcgetattr(STDIN_FILENO, saved)) return false;
-    struct termios t = *saved;
+ * changes nothing) when the terminal's settings cannot be read or set; release_typed_input puts
+ * them back. */
+static bool hold_typed_input(void) {
+    if (tcgetattr(STDIN_FILENO, &g_tty_saved)) return false;
+    struct termios t = g_tty_saved;
     t.c_lflag &= ~(tcflag_t)(ECHO | ECHONL | ICANON);
     t.c_lflag |= NOFLSH;
     t.c_cc[VMIN] = 1;
     t.c_cc[VTIME] = 0;
-    return tcsetattr(STDIN_FILENO, TCSANOW, &t) == 0;
+    g_tty_held = 1;
+    if (tcsetattr(STDIN_FILENO, TCSANOW, &t) == 0) return true;
+    g_tty_held = 0;
+    return false;
+}
+
+static void release_typed_input(void) {
+    tcsetattr(STDIN_FILENO, TCSANOW, &g_tty_saved);
+    g_tty_held = 0;
 }
 
 /* Lines from libedit on a terminal. Returns the exit code. */
@@ -666,6 +687,13 @@ static int loop_edit(chat *ch) {
         fprintf(stderr, "kiln chat: cannot set up line editing; reading lines without it\n");
         return loop_plain(ch);
     }
+    struct sigaction fatal;
+    memset(&fatal, 0, sizeof fatal);
+    fatal.sa_handler = on_fatal_signal;
+    sigemptyset(&fatal.sa_mask);
+    const int fatal_signals[] = {SIGTERM, SIGHUP, SIGQUIT};
+    for (size_t i = 0; i < sizeof fatal_signals / sizeof fatal_signals[0]; i++)
+        sigaction(fatal_signals[i], &fatal, NULL);
     HistEvent hev;
     history(hist, &hev, H_SETSIZE, HISTORY_MAX);
     history(hist, &hev, H_SETUNIQUE, 1);
@@ -705,10 +733,9 @@ static int loop_edit(chat *ch) {
             history(hist, &hev, H_ENTER, line);
             if (hpath) history(hist, &hev, H_SAVE, hpath);
         }
-        struct termios saved;
-        const bool held = hold_typed_input(&saved);
+        const bool held = hold_typed_input();
         const bool go_on = handle_line(ch, line);
-        if (held) tcsetattr(STDIN_FILENO, TCSANOW, &saved);
+        if (held) release_typed_input();
         free(line);
         if (!go_on) break;
     }
@@ -752,7 +779,7 @@ int cli_chat(int argc, char **argv) {
         if (strcmp(argv[i], "--stop-at") == 0) {
             const char *unused;
             if (i + 1 >= argc || !stop_at_value(argv[i + 1], &unused)) {
-                if (i + 1 >= argc) fprintf(stderr, "kiln chat: --stop-at needs a value (blank or none)\n");
+                if (i + 1 >= argc) fprintf(stderr, "kiln chat: --stop-at needs a value (blank, line or none)\n");
                 return CLI_EXIT_USAGE;
             }
             stop_at = argv[++i];

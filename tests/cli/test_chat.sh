@@ -3,7 +3,8 @@
 # reused), the /commands and their errors, a conversation that outgrows the context, and the
 # interactive path driven through a pseudo-terminal (streamed reply, Ctrl-C during a reply and at
 # the prompt, keys typed during a reply held for the next prompt, up-arrow history, the history file,
-# /quit and Ctrl-D); a base model's reply cap and stop (stop_at), and a full context dropping the
+# /quit and Ctrl-D, the terminal's settings back after a SIGTERM during a reply); a base model's reply
+# cap and stop (stop_at), and a full context dropping the
 # oldest turns.
 . tests/cli/lib.sh
 M="$DATA/models/stories260K/stories260K.gguf"
@@ -344,6 +345,27 @@ try:
     code = t.wait_exit()
     check(step, code == 0, "exit %r" % code)
 except Hang as e:
+    print("FAIL %s: %s" % (step, e))
+finally:
+    t.kill()
+# a signal that ends the chat during a reply (while the terminal's echo is held off) puts the
+# terminal's settings back first
+import termios
+t = Term("--temp", "0", "-n", "-1", "--ignore-eos", "-c", "60000")
+step = "chat_pty_sigterm_restores_terminal"
+try:
+    t.expect(PROMPT)
+    before = termios.tcgetattr(t.fd)[3]
+    t.send(b"Lily\r")
+    t.expect(b"Lily\r\n")
+    t.expect_bytes(40)
+    during = termios.tcgetattr(t.fd)[3]
+    os.kill(t.pid, signal.SIGTERM)
+    code = t.wait_exit()
+    after = termios.tcgetattr(t.fd)[3]
+    check(step, not (during & termios.ECHO) and (after & termios.ECHO) and (after & termios.ICANON) and code == -signal.SIGTERM,
+          "lflag before %#x during %#x after %#x, exit %r" % (before, during, after, code))
+except (Hang, termios.error) as e:
     print("FAIL %s: %s" % (step, e))
 finally:
     t.kill()
