@@ -4,8 +4,7 @@
 # interactive path driven through a pseudo-terminal (streamed reply, Ctrl-C during a reply and at
 # the prompt, keys typed during a reply held for the next prompt, up-arrow history, the history file,
 # /quit and Ctrl-D, the terminal's settings back after a SIGTERM during a reply); a base model's reply
-# cap and stop (stop_at), and a full context dropping the
-# oldest turns.
+# cap and stop (stop_at), and a full context dropping the oldest turns.
 . tests/cli/lib.sh
 M="$DATA/models/stories260K/stories260K.gguf"
 if [ ! -f "$M" ]; then skip chat "no $M"; exit 0; fi
