@@ -94,11 +94,12 @@ static bool collect(conn_ctx *c, const char *data, size_t n, size_t max) {
     return true;
 }
 
-/* Constant-time comparison of the Authorization header against "Bearer KEY". */
+/* Constant-time comparison of the key a request gives against the server's: the Authorization
+ * header "Bearer KEY" (OpenAI's clients), else the x-api-key header "KEY" (Anthropic's). */
 static bool authorized(struct MHD_Connection *conn, const char *key) {
     const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-    if (!h || strncmp(h, "Bearer ", 7) != 0) return false;
-    h += 7;
+    if (h && strncmp(h, "Bearer ", 7) == 0) h += 7;
+    else if (!(h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "x-api-key"))) return false;
     size_t a = strlen(h), b = strlen(key);
     unsigned diff = (unsigned)(a ^ b);
     for (size_t i = 0; i < b; i++)
@@ -142,7 +143,8 @@ static void serve(srv_req *r, const conn_ctx *c) {
     } else if (s->cfg.api_key && strcmp(r->url, "/health") != 0 && strcmp(r->url, "/v1/health") != 0 &&
                !authorized(r->conn, s->cfg.api_key)) {
         srv_send_error(r, 401, "invalid_request_error", NULL, "invalid_api_key",
-                       "missing or incorrect API key: send the header 'Authorization: Bearer KEY'");
+                       "missing or incorrect API key: send the header 'Authorization: Bearer KEY' (or "
+                       "'x-api-key: KEY')");
     } else {
         srv_route(r);
     }
@@ -152,7 +154,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                                   const char *version, const char *upload, size_t *upload_size, void **con_cls) {
     srv *s = cls;
     conn_ctx *c = *con_cls;
-    srv_req r = {.server = s, .conn = conn, .method = method, .url = url, .body = "", .body_len = 0};
+    srv_req r = {
+        .server = s, .conn = conn, .method = method, .url = url, .api = srv_route_api(url), .body = "", .body_len = 0};
     if (!c) { /* the headers are in, the body (if any) is not */
         if (!(c = calloc(1, sizeof *c))) return MHD_NO;
         c->t_start = now_ms();
@@ -322,6 +325,10 @@ void srv_send_error(srv_req *r, unsigned status, const char *type, const char *p
     va_end(ap);
     if (n < 0) n = 0;
     srv_text_sanitize(msg, sizeof msg, raw, (size_t)n < sizeof raw ? (size_t)n : sizeof raw - 1, true);
+    if (r->api == SRV_API_ANTHROPIC) {
+        srv_send_json(r, status, srv_anthropic_error(status, msg));
+        return;
+    }
     json_t *err = json_pack("{s:s, s:s, s:s?, s:s?}", "message", msg, "type", type, "param", param, "code", code);
     srv_send_json(r, status, err ? json_pack("{s:o}", "error", err) : NULL);
 }

@@ -1,7 +1,8 @@
 /*
- * routes.c - request routing and the small routes of `kiln serve`: /health, /v1/models,
- * /metrics, /stats, /admin/cache/flush, and llama-server's helpers /tokenize, /detokenize and
- * /apply-template with llama-server's request and response shapes.
+ * routes.c - request routing (and which API's error shape a URL's responses take) and the small
+ * routes of `kiln serve`: /health, /v1/models, /metrics, /stats, /admin/cache/flush, and
+ * llama-server's helpers /tokenize, /detokenize and /apply-template with llama-server's request and
+ * response shapes.
  */
 #include "server.h"
 
@@ -194,7 +195,14 @@ static const route routes[] = {
     {"GET", "/metrics", metrics},
     {"GET", "/stats", stats},
     {"POST", "/admin/cache/flush", cache_flush},
+    {"POST", "/v1/messages", srv_messages},
+    {"POST", "/v1/messages/count_tokens", srv_messages_count_tokens},
 };
+
+srv_api srv_route_api(const char *url) {
+    return strncmp(url, "/v1/messages", 12) == 0 && (url[12] == 0 || url[12] == '/') ? SRV_API_ANTHROPIC
+                                                                                     : SRV_API_OPENAI;
+}
 
 void srv_route(srv_req *r) {
     bool path_known = false;
