@@ -197,6 +197,7 @@ static const route routes[] = {
     {"POST", "/admin/cache/flush", cache_flush},
     {"POST", "/v1/messages", srv_messages},
     {"POST", "/v1/messages/count_tokens", srv_messages_count_tokens},
+    {"POST", "/v1/responses", srv_responses},
 };
 
 srv_api srv_route_api(const char *url) {
@@ -217,6 +218,11 @@ void srv_route(srv_req *r) {
     }
     if (strncmp(r->url, "/v1/models/", 11) == 0 && r->url[11] && strcmp(r->method, "GET") == 0) {
         model_by_id(r, r->url + 11);
+        return;
+    }
+    if (strncmp(r->url, "/v1/responses/", 14) == 0 && r->url[14] && !strchr(r->url + 14, '/') &&
+        (strcmp(r->method, "GET") == 0 || strcmp(r->method, "DELETE") == 0)) {
+        srv_response_by_id(r, r->url + 14);
         return;
     }
     if (path_known) {

@@ -13,6 +13,9 @@
  *              /metrics, /stats, /admin/cache/flush.
  *   openai.c   /v1/chat/completions and /v1/completions: request validation into generation
  *              parameters, and the response and stream-chunk shapes.
+ *   responses.c  /v1/responses (OpenAI's Responses API): the request translated into a chat
+ *              request, output items and typed stream events, and the bounded store of responses
+ *              that previous_response_id continues.
  *   anthropic.c  /v1/messages and /v1/messages/count_tokens (Anthropic's Messages API): its request
  *              translated into a chat request for the shared code above, its response, event
  *              stream and error shapes.
@@ -215,7 +218,7 @@ void srv_send_stream(srv_req *r, srv_job *job);
  * client is still there. */
 bool srv_wait_job(srv_req *r, srv_job *job);
 
-/* Route handlers (routes.c, openai.c, anthropic.c). */
+/* Route handlers (routes.c, openai.c, anthropic.c, responses.c). */
 void srv_route(srv_req *r);
 /* The API whose error shape a URL's responses take. */
 srv_api srv_route_api(const char *url);
@@ -224,6 +227,9 @@ void srv_completions(srv_req *r);
 void srv_apply_template(srv_req *r);
 void srv_messages(srv_req *r);
 void srv_messages_count_tokens(srv_req *r);
+void srv_responses(srv_req *r);
+/* GET (the stored response) or DELETE (drops it) /v1/responses/{id}; 404 when none is stored. */
+void srv_response_by_id(srv_req *r, const char *id);
 /* Anthropic's error body {"type": "error", "error": {"type", "message"}} for an HTTP status
  * (400 invalid_request_error, 401 authentication_error, 403 permission_error, 404 not_found_error,
  * 413 request_too_large, 429 rate_limit_error, 503 overloaded_error, other 5xx api_error); NULL
