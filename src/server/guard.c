@@ -136,9 +136,9 @@ static void options(srv_req *r) {
         srv_send_error(r, 500, "server_error", NULL, NULL, "out of memory");
         return;
     }
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, "GET, HEAD, POST, OPTIONS");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, "GET, HEAD, POST, DELETE, OPTIONS");
     if (o) {
-        MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, HEAD, POST, OPTIONS");
+        MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, HEAD, POST, DELETE, OPTIONS");
         MHD_add_response_header(resp, "Access-Control-Allow-Headers", preflight_headers(r));
         MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
     }

@@ -94,11 +94,12 @@ static bool collect(conn_ctx *c, const char *data, size_t n, size_t max) {
     return true;
 }
 
-/* Constant-time comparison of the Authorization header against "Bearer KEY". */
+/* Constant-time comparison of the key a request gives against the server's: the Authorization
+ * header "Bearer KEY" (OpenAI's clients), else the x-api-key header "KEY" (Anthropic's). */
 static bool authorized(struct MHD_Connection *conn, const char *key) {
     const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-    if (!h || strncmp(h, "Bearer ", 7) != 0) return false;
-    h += 7;
+    if (h && strncmp(h, "Bearer ", 7) == 0) h += 7;
+    else if (!(h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "x-api-key"))) return false;
     size_t a = strlen(h), b = strlen(key);
     unsigned diff = (unsigned)(a ^ b);
     for (size_t i = 0; i < b; i++)
@@ -142,7 +143,8 @@ static void serve(srv_req *r, const conn_ctx *c) {
     } else if (s->cfg.api_key && strcmp(r->url, "/health") != 0 && strcmp(r->url, "/v1/health") != 0 &&
                !authorized(r->conn, s->cfg.api_key)) {
         srv_send_error(r, 401, "invalid_request_error", NULL, "invalid_api_key",
-                       "missing or incorrect API key: send the header 'Authorization: Bearer KEY'");
+                       "missing or incorrect API key: send the header 'Authorization: Bearer KEY' (or "
+                       "'x-api-key: KEY')");
     } else {
         srv_route(r);
     }
@@ -325,6 +327,10 @@ void srv_send_error(srv_req *r, unsigned status, const char *type, const char *p
     srv_text_sanitize(msg, sizeof msg, raw, (size_t)n < sizeof raw ? (size_t)n : sizeof raw - 1, true);
     if (r->api == SRV_API_OLLAMA) {
         srv_send_json(r, status, json_pack("{s:s}", "error", msg));
+        return;
+    }
+    if (r->api == SRV_API_ANTHROPIC) {
+        srv_send_json(r, status, srv_anthropic_error(status, msg));
         return;
     }
     json_t *err = json_pack("{s:s, s:s, s:s?, s:s?}", "message", msg, "type", type, "param", param, "code", code);

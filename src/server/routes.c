@@ -195,9 +195,16 @@ static const route routes[] = {
     {"GET", "/metrics", metrics},
     {"GET", "/stats", stats},
     {"POST", "/admin/cache/flush", cache_flush},
+    {"POST", "/v1/messages", srv_messages},
+    {"POST", "/v1/messages/count_tokens", srv_messages_count_tokens},
+    {"POST", "/v1/responses", srv_responses},
 };
 
-srv_api srv_route_api(const char *url) { return strncmp(url, "/api/", 5) == 0 ? SRV_API_OLLAMA : SRV_API_OPENAI; }
+srv_api srv_route_api(const char *url) {
+    if (strncmp(url, "/api/", 5) == 0) return SRV_API_OLLAMA;
+    return strncmp(url, "/v1/messages", 12) == 0 && (url[12] == 0 || url[12] == '/') ? SRV_API_ANTHROPIC
+                                                                                     : SRV_API_OPENAI;
+}
 
 void srv_route(srv_req *r) {
     if (srv_ollama_route(r)) return;
@@ -213,6 +220,11 @@ void srv_route(srv_req *r) {
     }
     if (strncmp(r->url, "/v1/models/", 11) == 0 && r->url[11] && strcmp(r->method, "GET") == 0) {
         model_by_id(r, r->url + 11);
+        return;
+    }
+    if (strncmp(r->url, "/v1/responses/", 14) == 0 && r->url[14] && !strchr(r->url + 14, '/') &&
+        (strcmp(r->method, "GET") == 0 || strcmp(r->method, "DELETE") == 0)) {
+        srv_response_by_id(r, r->url + 14);
         return;
     }
     if (path_known) {

@@ -15,6 +15,12 @@
  *              parameters, and the response and stream-chunk shapes.
  *   ollama.c   Ollama's API under /api/ (chat, generate, tags, show, ps, version): its requests
  *              translated for the shared code above, its NDJSON stream and error shapes.
+ *   responses.c  /v1/responses (OpenAI's Responses API): the request translated into a chat
+ *              request, output items and typed stream events, and the bounded store of responses
+ *              that previous_response_id continues.
+ *   anthropic.c  /v1/messages and /v1/messages/count_tokens (Anthropic's Messages API): its request
+ *              translated into a chat request for the shared code above, its response, event
+ *              stream and error shapes.
  *   job.c      a generation job: what a request hands to the engine (kiln_engine, continuously
  *              batched) and the state its connection waits on.
  *   tools.c    a chat request's tools: validation of tools, tool_choice and tool messages, and the
@@ -181,6 +187,7 @@ struct srv {
 typedef enum srv_api {
     SRV_API_OPENAI = 0, /* {"error": {"message", "type", "param", "code"}} */
     SRV_API_OLLAMA,     /* {"error": "message"} */
+    SRV_API_ANTHROPIC,  /* {"type": "error", "error": {"type", "message"}} */
 } srv_api;
 
 /* One request as routes see it. */
@@ -222,7 +229,7 @@ void srv_send_ndjson(srv_req *r, srv_job *job);
  * client is still there. */
 bool srv_wait_job(srv_req *r, srv_job *job);
 
-/* Route handlers (routes.c, openai.c, ollama.c). */
+/* Route handlers (routes.c, openai.c, ollama.c, anthropic.c, responses.c). */
 void srv_route(srv_req *r);
 /* The API whose error shape a URL's responses take. */
 srv_api srv_route_api(const char *url);
@@ -231,6 +238,16 @@ void srv_completions(srv_req *r);
 void srv_apply_template(srv_req *r);
 /* Ollama's routes: an /api/ URL; false (nothing sent) for any other. */
 bool srv_ollama_route(srv_req *r);
+void srv_messages(srv_req *r);
+void srv_messages_count_tokens(srv_req *r);
+void srv_responses(srv_req *r);
+/* GET (the stored response) or DELETE (drops it) /v1/responses/{id}; 404 when none is stored. */
+void srv_response_by_id(srv_req *r, const char *id);
+/* Anthropic's error body {"type": "error", "error": {"type", "message"}} for an HTTP status
+ * (400 invalid_request_error, 401 authentication_error, 403 permission_error, 404 not_found_error,
+ * 413 request_too_large, 429 rate_limit_error, 503 overloaded_error, other 5xx api_error); NULL
+ * when out of memory. */
+json_t *srv_anthropic_error(unsigned status, const char *message);
 
 /* The browser chat page (web.c): its files, embedded at build time by scripts/embed into the
  * generated web_assets.c, ending with an entry whose path is NULL. */
