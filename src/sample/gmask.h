@@ -44,6 +44,11 @@ const uint64_t *kn_gmatch_mask(kn_gmatch *m, int32_t *n_allowed);
 /* Advances over token tok. KILN_ERR_INVALID_ARG when tok is not allowed (the state is unchanged). */
 kiln_status kn_gmatch_accept(kn_gmatch *m, int32_t tok);
 
+/* Advances over text[len] given as bytes (a lazy grammar's trigger and what followed it in the same
+ * token). KILN_ERR_INVALID_ARG when the bytes do not continue the language (the state is unchanged);
+ * the matcher's own failures as kn_gmatch_accept. */
+kiln_status kn_gmatch_feed(kn_gmatch *m, const char *text, size_t len);
+
 /* The output so far is a whole sentence / is complete (accepting, and nothing may follow). */
 bool kn_gmatch_accepting(const kn_gmatch *m);
 bool kn_gmatch_final(kn_gmatch *m);
