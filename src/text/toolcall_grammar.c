@@ -22,8 +22,8 @@
  * With "required" or a named function the reply may begin with the format's reasoning block (the
  * parser's reasoning markers), or starts inside it when the prompt left it open. A lazy grammar
  * starts at its trigger, so it has no reasoning prefix; in formats with reasoning markers it allows
- * the reasoning's close and a second block of calls after the first (a model that wrote a call
- * while thinking, then the real one).
+ * text up to the reasoning's close and a second block of calls after the first (a model that wrote
+ * a call while thinking, then the real one).
  */
 #include "text/toolcall.h"
 
@@ -390,8 +390,8 @@ static void body_rule(gb *b, bool parallel, bool lazy) {
     }
     if (fd->kind == F_FV32) {
         /* the first recipient is written right after the prompt's ">>>", later ones after ">>>" */
-        if (lazy) fprintf(b->f, "body ::= \">>>\" call%s\n", multi ? " (w \">>>\" call)*" : "");
-        else fprintf(b->f, "body ::= call%s\n", multi ? " (w \">>>\" call)*" : "");
+        if (lazy) fprintf(b->f, "body ::= \">>>\" call%s w\n", multi ? " (w \">>>\" call)*" : "");
+        else fprintf(b->f, "body ::= call%s w\n", multi ? " (w \">>>\" call)*" : "");
         return;
     }
     if (fd->kind == F_LLAMA3) {
@@ -428,11 +428,9 @@ static bool root_rule(gb *b, const kiln_tool_grammar_params *p) {
         return true;
     }
     if (lazy) {
-        if (tclose) {
-            fputs("root ::= body (", b->f);
-            lit(b->f, tclose);
-            fputs(" w body)?\n", b->f);
-        } else fputs("root ::= body\n", b->f);
+        int u = tclose ? until(b, tclose) : -1;
+        if (u >= 0) fprintf(b->f, "root ::= body (u%d-0 w body)?\n", u);
+        else fputs("root ::= body\n", b->f);
         return true;
     }
     if (!topen) {
