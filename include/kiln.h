@@ -363,15 +363,19 @@ typedef enum kiln_tool_choice {
 } kiln_tool_choice;
 
 typedef struct kiln_tool_grammar_params {
-    const char *format;      /* a format name or alias (kiln_chat_format_get); required */
-    const char *tools;       /* a JSON array of {"type": "function", "function": {"name", "parameters",
-                                "strict"}} (or of the inner objects); required, non-empty */
-    kiln_tool_choice choice; /* default AUTO */
-    const char *name;        /* NAMED: the function's name */
-    bool parallel;           /* true (default): one call or more; false: exactly one */
-    const char *prompt;      /* the rendered prompt (its end is enough), or NULL: a prompt that leaves
-                                the format's thinking block open makes REQUIRED / NAMED replies start
-                                inside it */
+    const char *format;        /* a format name or alias (kiln_chat_format_get); required */
+    const char *tools;         /* a JSON array of {"type": "function", "function": {"name", "parameters",
+                                  "strict"}} (or of the inner objects); required, non-empty */
+    kiln_tool_choice choice;   /* default AUTO */
+    const char *name;          /* NAMED: the function's name */
+    bool parallel;             /* true (default): one call or more; false: exactly one */
+    const char *prompt;        /* the rendered prompt (its end is enough), or NULL: a prompt that
+                                  leaves the format's thinking block open makes REQUIRED / NAMED
+                                  replies start inside it; one that closed it (thinking disabled)
+                                  allows none */
+    const char *chat_template; /* the chat template, or NULL: REQUIRED / NAMED replies may begin with
+                                  the format's reasoning block only when the template writes its
+                                  reasoning markers (a thinking model) */
 } kiln_tool_grammar_params;
 
 KILN_API kiln_tool_grammar_params kiln_tool_grammar_default_params(void);

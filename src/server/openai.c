@@ -722,7 +722,7 @@ static srv_job *new_job(srv_req *r, bool chat) {
     return j;
 }
 
-/* The reply's parser (and the grammar of a required call): a chat with tools (unless tool_choice
+/* The reply's parser (and the grammar of the calls, lazy under "auto"): a chat with tools (unless tool_choice
  * is "none") or whose template's format writes reasoning (unless reasoning_format is "none") gets
  * one; any other chat keeps the plain path. False after sending the error. */
 static bool setup_parser(srv_req *r, srv_job *j, const srv_tools *t, const char *prompt) {
@@ -757,7 +757,9 @@ static bool setup_parser(srv_req *r, srv_job *j, const srv_tools *t, const char 
                 t->choice == SRV_TOOL_REQUIRED ? "\"required\"" : "naming a function");
             return false;
         }
-        if (!srv_tools_grammar(r, t, format, &j->grammar)) return false;
+    }
+    if (calls && !j->grammar) { /* "auto" with an output constraint keeps that constraint */
+        if (!srv_tools_grammar(r, t, format, tmpl, prompt, &j->grammar)) return false;
         j->gp.grammar = srv_grammar_get(j->grammar);
     }
     return true;

@@ -13,14 +13,17 @@
  *     once and the required ones all present (one rule per set of parameters written so far, up to
  *     XML_EXACT_MAX parameters; beyond, any sequence of the declared parameters);
  *   - the wrapper's own rules have names no prefixed name can take: "root", "body", "call", "w"
- *     (white space), "u<k>-<q>" (text up to a closing marker, a KMP automaton over code points),
- *     "x<i>-<set>" (XML parameters), "py..." (Llama's built-in calls);
+ *     (white space between markup: a space, a line break or two and an indent), "wt" (white space at
+ *     the end), "s" (an optional space: after a JSON key, around a colon), "u<k>-<q>" (text up to a closing marker, a
+ * KMP automaton over code points), "x<i>-<set>" (XML parameters), "py..." (Llama's built-in calls);
  *   - a format is a row of FORMATS: the block's opener, one call (a pattern where @N is the
  *     function's name and @A its arguments rule, @P its XML parameters), the separator between
  *     calls, the block's close, and the lazy grammar's triggers (the openers). gpt-oss, Llama 3.x
  *     and Functionary v3.2 have a little code of their own.
  * With "required" or a named function the reply may begin with the format's reasoning block (the
- * parser's reasoning markers), or starts inside it when the prompt left it open. A lazy grammar
+ * parser's reasoning markers) when the template writes them and the prompt did not close the block,
+ * or starts inside it when the prompt left it open; the eager grammar ends with the last call's
+ * close (white space after it is not written, an end-of-generation token may follow). A lazy grammar
  * starts at its trigger, so it has no reasoning prefix; in formats with reasoning markers it allows
  * text up to the reasoning's close and a second block of calls after the first (a model that wrote
  * a call while thinking, then the real one).
@@ -45,23 +48,23 @@ typedef struct fdesc {
     const char *vclose;                    /* F_XML: the literal that ends a value */
 } fdesc;
 
-#define JCALL(nk, ak) "\"{\" w \"\\\"" nk "\\\"\" w \":\" w \"\\\"@N\\\"\" w \",\" w \"\\\"" ak "\\\"\" w \":\" w @A w "
-#define ID_OPT        "(\",\" w \"\\\"id\\\"\" w \":\" w \"\\\"\" [A-Za-z0-9_-]{1,64} \"\\\"\" w)? "
+#define JCALL(nk, ak) "\"{\" w \"\\\"" nk "\\\"\" s \":\" s \"\\\"@N\\\"\" s \",\" w \"\\\"" ak "\\\"\" s \":\" s @A w "
+#define ID_OPT        "(\",\" w \"\\\"id\\\"\" s \":\" s \"\\\"\" [A-Za-z0-9_-]{1,64} \"\\\"\" w)? "
 
 /* clang-format off */
 static const fdesc FORMATS[] = {
-    {"hermes", F_JSON, "", "\"<tool_call>\" w " JCALL("name", "arguments") "\"}\" w \"</tool_call>\"", "w", "w", true,
+    {"hermes", F_JSON, "", "\"<tool_call>\" w " JCALL("name", "arguments") "\"}\" w \"</tool_call>\"", "w", "", true,
      {"<tool_call>"}, NULL, NULL},
     {"generic", F_JSON, "\"{\" w \"\\\"tool_calls\\\"\" w \":\" w \"[\" w", JCALL("name", "arguments") ID_OPT "\"}\"",
      "w \",\" w", "w \"]\" w \"}\"", true, {"{\"tool_call"}, NULL, NULL},
-    {"qwen3-coder", F_XML, "", "\"<tool_call>\" w \"<function=@N>\" w @P \"</function>\" w \"</tool_call>\"", "w", "w",
+    {"qwen3-coder", F_XML, "", "\"<tool_call>\" w \"<function=@N>\" w @P \"</function>\" w \"</tool_call>\"", "w", "",
      true, {"<tool_call>"}, "\"<parameter=@K>\" @V w", "</parameter>"},
-    {"glm-4.5", F_XML, "", "\"<tool_call>\" w \"@N\" w @P \"</tool_call>\"", "w", "w", true, {"<tool_call>"},
+    {"glm-4.5", F_XML, "", "\"<tool_call>\" w \"@N\" w @P \"</tool_call>\"", "w", "", true, {"<tool_call>"},
      "\"<arg_key>@K</arg_key>\" w \"<arg_value>\" @V w", "</arg_value>"},
     {"mistral-nemo", F_JSON, "\"[TOOL_CALLS]\" w \"[\" w", JCALL("name", "arguments") ID_OPT "\"}\"", "w \",\" w",
      "w \"]\"", true, {"[TOOL_CALLS]"}, NULL, NULL},
     {"mistral", F_JSON, "", "\"[TOOL_CALLS]\" w \"@N\" w (\"[CALL_ID]\" w [A-Za-z0-9_-]{1,64} w)? \"[ARGS]\" w @A", "w",
-     "w", true, {"[TOOL_CALLS]"}, NULL, NULL},
+     "", true, {"[TOOL_CALLS]"}, NULL, NULL},
     {"deepseek-r1", F_JSON, "\"<｜tool▁calls▁begin｜>\" w",
      "\"<｜tool▁call▁begin｜>function<｜tool▁sep｜>@N\\n```json\\n\" w @A w \"```\" w \"<｜tool▁call▁end｜>\"", "w",
      "w \"<｜tool▁calls▁end｜>\"", true, {"<｜tool▁calls▁begin｜>"}, NULL, NULL},
@@ -76,7 +79,7 @@ static const fdesc FORMATS[] = {
      "\"{\" w \"\\\"tool_call_id\\\"\" w \":\" w \"\\\"\" [A-Za-z0-9_-]{1,32} \"\\\"\" w \",\" w "
      "\"\\\"tool_name\\\"\" w \":\" w \"\\\"@N\\\"\" w \",\" w \"\\\"parameters\\\"\" w \":\" w @A w \"}\"",
      "w \",\" w", "w \"]\" w \"<|END_ACTION|>\"", true, {"<|START_ACTION|>"}, NULL, NULL},
-    {"functionary-v3.1", F_JSON, "", "\"<function=@N>\" w @A w \"</function>\"", "w", "w", true, {"<function="}, NULL,
+    {"functionary-v3.1", F_JSON, "", "\"<function=@N>\" w @A w \"</function>\"", "w", "", true, {"<function="}, NULL,
      NULL},
     {"firefunction-v2", F_JSON, "\"functools[\" w", JCALL("name", "arguments") "\"}\"", "w \",\" w", "w \"]\"", true,
      {"functools["}, NULL, NULL},
@@ -85,7 +88,7 @@ static const fdesc FORMATS[] = {
     {"llama3", F_LLAMA3, "", "\"{\" w (\"\\\"type\\\"\" w \":\" w \"\\\"function\\\"\" w \",\" w)? \"\\\"name\\\"\" w \":\" w "
      "\"\\\"@N\\\"\" w \",\" w \"\\\"parameters\\\"\" w \":\" w @A w \"}\"", "w", "w", false,
      {"{\"name\"", "{\"type\"", "<|python_tag|>"}, NULL, NULL},
-    {"functionary-v3.2", F_FV32, "", "\"@N\\n\" w @A", "w", "w", true, {">>>"}, NULL, NULL},
+    {"functionary-v3.2", F_FV32, "", "\"@N\\n\" w @A", "w", "", true, {">>>"}, NULL, NULL},
     {"gpt-oss", F_HARMONY, "", NULL, NULL, NULL, false, {"<|channel|>commentary to=", " to=functions."}, NULL, NULL},
 };
 /* clang-format on */
@@ -390,8 +393,8 @@ static void body_rule(gb *b, bool parallel, bool lazy) {
     }
     if (fd->kind == F_FV32) {
         /* the first recipient is written right after the prompt's ">>>", later ones after ">>>" */
-        if (lazy) fprintf(b->f, "body ::= \">>>\" call%s w\n", multi ? " (w \">>>\" call)*" : "");
-        else fprintf(b->f, "body ::= call%s w\n", multi ? " (w \">>>\" call)*" : "");
+        if (lazy) fprintf(b->f, "body ::= \">>>\" call%s\n", multi ? " (w \">>>\" call)*" : "");
+        else fprintf(b->f, "body ::= call%s\n", multi ? " (w \">>>\" call)*" : "");
         return;
     }
     if (fd->kind == F_LLAMA3) {
@@ -404,14 +407,18 @@ static void body_rule(gb *b, bool parallel, bool lazy) {
     fprintf(b->f, " %s\n", fd->close);
 }
 
-/* Whether the prompt ends (white space aside) with the format's reasoning opener. */
-static bool prompt_opens_think(const kn_tc_format *f, const char *prompt) {
-    if (!prompt || !f->think[0].open) return false;
-    size_t n = strlen(prompt);
+/* Whether the prompt ends with marker, white space aside (of both). */
+static bool prompt_ends_with(const char *prompt, const char *marker) {
+    if (!prompt || !marker) return false;
+    size_t n = strlen(prompt), k = strlen(marker);
     while (n && strchr(" \t\r\n", prompt[n - 1])) n--;
-    size_t k = strlen(f->think[0].open);
-    while (k && strchr(" \t\r\n", f->think[0].open[k - 1])) k--;
-    return n >= k && memcmp(prompt + n - k, f->think[0].open, k) == 0;
+    while (k && strchr(" \t\r\n", marker[k - 1])) k--;
+    return n >= k && memcmp(prompt + n - k, marker, k) == 0;
+}
+
+/* Whether the prompt leaves the format's reasoning block open. */
+static bool prompt_opens_think(const kn_tc_format *f, const char *prompt) {
+    return prompt_ends_with(prompt, f->think[0].open);
 }
 
 /* The rule "root". */
@@ -419,7 +426,7 @@ static bool root_rule(gb *b, const kiln_tool_grammar_params *p) {
     const bool lazy = p->choice == KILN_TOOL_CHOICE_AUTO;
     const char *topen = b->tf->think[0].open, *tclose = b->tf->think[0].close;
     if (b->fd->kind == F_HARMONY) {
-        if (lazy) fputs("root ::= body\n", b->f);
+        if (lazy) fputs("root ::= body wt\n", b->f);
         else {
             int u = until(b, "<|end|>");
             fprintf(b->f, "root ::= (\"<|channel|>analysis<|message|>\" u%d-0 \"<|start|>assistant\")? hstart body\n",
@@ -429,17 +436,21 @@ static bool root_rule(gb *b, const kiln_tool_grammar_params *p) {
     }
     if (lazy) {
         int u = tclose ? until(b, tclose) : -1;
-        if (u >= 0) fprintf(b->f, "root ::= body (u%d-0 w body)?\n", u);
-        else fputs("root ::= body\n", b->f);
+        if (u >= 0) fprintf(b->f, "root ::= body wt (u%d-0 w body wt)?\n", u);
+        else fputs("root ::= body wt\n", b->f);
         return true;
     }
-    if (!topen) {
+    /* a reasoning block only where the model thinks: the prompt opened it, or the template writes
+     * the markers and the prompt did not close the block already (thinking disabled) */
+    const bool open = prompt_opens_think(b->tf, p->prompt);
+    if (!topen ||
+        (!open && (!p->chat_template || !strstr(p->chat_template, topen) || prompt_ends_with(p->prompt, tclose)))) {
         fputs("root ::= body\n", b->f);
         return true;
     }
     int u = until(b, tclose);
     if (u < 0) return false;
-    if (prompt_opens_think(b->tf, p->prompt)) fprintf(b->f, "root ::= u%d-0 w body\n", u);
+    if (open) fprintf(b->f, "root ::= u%d-0 w body\n", u);
     else {
         fputs("root ::= (", b->f);
         lit(b->f, topen);
@@ -514,7 +525,8 @@ kiln_status kiln_tool_grammar(const kiln_tool_grammar_params *params, kiln_gramm
     if (!st && !(b.f = open_memstream(&text, &len))) st = kn_error(KILN_ERR_NOMEM, "out of memory");
     if (!st) {
         const bool lazy = params->choice == KILN_TOOL_CHOICE_AUTO;
-        fputs("w ::= [ \\t\\r\\n]*\n", b.f);
+        /* white space between markup: little of it, so that a weak model does not wander */
+        fputs("w ::= \" \"? (\"\\n\" \"\\n\"? [ \\t]{0,8})?\nwt ::= [ \\t\\r\\n]{0,64}\ns ::= \" \"?\n", b.f);
         for (size_t t = 0; t < b.n && !b.st; t++) {
             char prefix[32];
             snprintf(prefix, sizeof prefix, "t%zu-", b.idx[t]);
