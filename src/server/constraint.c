@@ -224,6 +224,8 @@ static void tools_error(srv_req *r, const kiln_tool_grammar_params *p, kiln_stat
     const char *msg = kiln_last_error();
     if (st == KILN_ERR_NOMEM) {
         srv_send_error(r, 500, "server_error", NULL, NULL, "out of memory building the tool-call grammar");
+    } else if (st == KILN_ERR_UNSUPPORTED && p->choice == KILN_TOOL_CHOICE_AUTO) {
+        BAD(r, "tools", "a strict tool's calls cannot be enforced: %s", msg);
     } else if (st == KILN_ERR_UNSUPPORTED) {
         BAD(r, "tool_choice", "tool_choice %s cannot be enforced: %s; use \"auto\"",
             p->choice == KILN_TOOL_CHOICE_NAMED ? "naming a function" : "\"required\"", msg);

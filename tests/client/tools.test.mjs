@@ -208,6 +208,8 @@ await test('tools_multi_turn_renders', async () => {
 });
 
 const fn = (f) => ({ type: 'function', function: f });
+// A parameter schema kiln refuses to enforce (a lookahead in a pattern).
+const LOOKAROUND = { type: 'object', properties: { a: { type: 'string', pattern: '(?=a)b' } } };
 const BAD = [
   ['tools not a list', { tools: { a: 1 } }, 'tools'],
   ['tool entry without type function', { tools: [{ type: 'retrieval' }] }, 'tools[0]'],
@@ -220,6 +222,10 @@ const BAD = [
   ['tool_choice names an unknown function', { tool_choice: { type: 'function', function: { name: 'nope' } } }, 'tool_choice'],
   ['required without tools', { tools: [], tool_choice: 'required' }, 'tool_choice'],
   ['required with a response_format', { tool_choice: 'required', response_format: { type: 'json_object' } }, 'tool_choice'],
+  ['required with a schema kiln cannot enforce', { tools: [fn({ name: 'f', parameters: LOOKAROUND })], tool_choice: 'required' },
+    'tools[0].function.parameters'],
+  ['auto with a strict tool kiln cannot enforce', { tools: [fn({ name: 'f', strict: true, parameters: LOOKAROUND })] },
+    'tools[0].function.parameters'],
   ['reasoning_format unknown', { reasoning_format: 'verbose' }, 'reasoning_format'],
   ['parallel_tool_calls not a boolean', { parallel_tool_calls: 'yes' }, 'parallel_tool_calls'],
   ['tool message without tool_call_id', { messages: [{ role: 'user', content: 'x' }, { role: 'tool', content: 'r' }] },
@@ -242,6 +248,9 @@ await test('tools_bad_input_400', async () => {
       assert.equal(e.param, param, `${what}: param (${e.message})`);
     }
   }
+  // the same schema under "auto" without strict: the reply runs unconstrained
+  const ok = await post(S, '/v1/chat/completions', chatReq({ max_tokens: 4, tools: [fn({ name: 'f', parameters: LOOKAROUND })] }));
+  assert.equal(ok.status, 200, ok.text);
   const e = await assertClientError(client.chat.completions.create(chatReq({ tool_choice: 'sometimes' })),
     OpenAI.BadRequestError, 400, 'client');
   assert.equal(e.param, 'tool_choice');
