@@ -631,7 +631,8 @@ typedef struct kiln_generate_params {
     bool render_special; /* the output text (token events, stop-string matching) includes the text of
                             special tokens such as "<|channel|>" or "<|tool_calls_section_begin|>",
                             for a chat parser of a family whose markup is special tokens; default
-                            false. End-of-generation tokens that end the generation give no text */
+                            false. End-of-generation tokens that end the generation give no text.
+                            A grammar then matches special tokens by their texts */
     kiln_sampler_params sampling;
     const char *const *stop;     /* stop strings (non-empty, NUL-terminated), matched on the decoded
                                     text; the output ends before the first match, which is never

@@ -67,9 +67,10 @@ static void free_buffers(kn_row *r) {
 static bool starts_text(const kn_row *r) { return r->n_prompt == 1 && r->prompt[0] == kn_tok_bos(r->model->tok); }
 
 /* Creates the row's grammar matcher and masked logits. At the start of a text, a SentencePiece
- * vocabulary's first space is not output (see kn_detok), so the matcher does not see it either. */
+ * vocabulary's first space is not output (see kn_detok), so the matcher does not see it either. A
+ * row that renders special tokens matches them by their texts (the special trie). */
 static kiln_status begin_grammar(kn_row *r) {
-    const kn_vtrie *vt = kn_model_vtrie(r->model);
+    const kn_vtrie *vt = r->gp.render_special ? kn_model_vtrie_special(r->model) : kn_model_vtrie(r->model);
     if (!vt) return KILN_ERR_NOMEM;
     /* a lazy grammar starts at a trigger, never at the first byte of the text */
     const bool strip =

@@ -22,6 +22,11 @@ typedef struct kn_vtrie kn_vtrie;
  * when memory runs out (kn_error says so). */
 const kn_vtrie *kn_model_vtrie(const kiln_model *m);
 
+/* The same trie with the texts of special (control) tokens, for generations that render them
+ * (kiln_generate_params.render_special): a grammar can then spell markup such as "<|channel|>"
+ * with the model's own special token. End-of-generation tokens still have no text. */
+const kn_vtrie *kn_model_vtrie_special(const kiln_model *m);
+
 /* A trie over n tokens given as byte strings (text[i], len[i]; len 0 = never allowed) with the
  * end-of-generation ids eog[n_eog]: for benchmarks and tests without a model. */
 kiln_status kn_vtrie_new(int32_t n, const char *const *text, const uint32_t *len, const int32_t *eog, int32_t n_eog,

@@ -599,6 +599,37 @@ static void test_lazy_bad_triggers(void) {
     kiln_grammar_free(g);
 }
 
+/* With render_special a grammar matches special tokens by their texts: "<s>" can be the model's BOS
+ * token (pushed up with a logit bias), which without render_special has no text and is never
+ * allowed (the grammar then spells "<s>" with ordinary tokens). */
+static void test_special_token_texts(void) {
+    if (!g_model) SKIP("no model");
+    kiln_grammar *g = compile("root ::= \"<s>\" [a-z]{1,3}\n");
+    CHECK(g);
+    const kiln_token bos = kiln_token_bos(g_model);
+    CHECK(bos >= 0);
+    kiln_session *s = NULL;
+    kiln_session_params sp = kiln_session_default_params();
+    sp.n_ctx = 256;
+    sp.n_threads = 1;
+    CHECK(kiln_session_new(g_model, &sp, &s) == KILN_OK);
+    kiln_logit_bias bias = {.token = bos, .bias = 100.0f};
+    static out o;
+    for (int special = 0; special < 2; special++) {
+        kiln_generate_params gp = params(&o, g, 0, 0, 20);
+        gp.render_special = special;
+        gp.sampling.logit_bias = &bias;
+        gp.sampling.n_logit_bias = 1;
+        kiln_generate_result res;
+        CHECK(kiln_generate_tokens(s, g_prompt, g_n_prompt, &gp, &res) == KILN_OK);
+        CHECKF(kiln_grammar_accepts(g, o.text, o.len), "%s", o.text);
+        if (special) CHECKF(o.n >= 2 && o.toks[0] == bos, "first token %d", o.toks[0]);
+        else CHECKF(o.n >= 4 && o.toks[0] != bos, "first token %d of %d", o.toks[0], o.n);
+    }
+    kiln_session_free(s);
+    kiln_grammar_free(g);
+}
+
 int main(void) {
     if (kt_exists(model_path())) {
         if (kiln_model_load(model_path(), NULL, &g_model) != KILN_OK) printf("  load failed: %s\n", kiln_last_error());
@@ -621,6 +652,7 @@ int main(void) {
     RUN(test_lazy_free_then_constrained);
     RUN(test_lazy_trigger_inside_a_token);
     RUN(test_lazy_bad_triggers);
+    RUN(test_special_token_texts);
     kiln_model_free(g_model);
     return kt_summary();
 }
