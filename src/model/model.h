@@ -83,12 +83,13 @@ struct kiln_model {
     char arch_name[32];
     char desc[160];
     char fingerprint[65];
-    uint8_t tok_hash[32];                   /* SHA-256 of the tokenizer.* metadata (see compute_tokenizer_hash) */
-    char tokenizer_hash[65];                /* the same in hex */
-    kn_errslot err;                         /* last failed call on the model (the one mutable part, own lock) */
-    struct kn_vtrie *_Atomic vtrie;         /* the vocabulary trie of constrained output (sample/gmask.h):
-                                               built on first use by kn_model_vtrie, freed with the model */
-    struct kn_vtrie *_Atomic vtrie_special; /* the same with special tokens' texts (render_special) */
+    uint8_t tok_hash[32];           /* SHA-256 of the tokenizer.* metadata (see compute_tokenizer_hash) */
+    char tokenizer_hash[65];        /* the same in hex */
+    kn_errslot err;                 /* last failed call on the model (the one mutable part, own lock) */
+    struct kn_vtrie *_Atomic vtrie; /* the vocabulary trie of constrained output (sample/gmask.h):
+                                       built on first use by kn_model_vtrie, freed with the model */
+    /* the same with special tokens' texts (render_special), built by kn_model_vtrie_special */
+    struct kn_vtrie *_Atomic vtrie_special;
 };
 
 /* Records a failed public call on the model in its error slot (st == KILN_OK records nothing) and
