@@ -351,6 +351,46 @@ KILN_API bool kiln_chat_format_get(size_t i, const char **name, const char **mod
  * qwen3-coder, generic). */
 KILN_API bool kiln_chat_format_renders_special(const char *format);
 
+/* ---- tool calls: the grammar that enforces them ------------------------------------------------ */
+
+typedef enum kiln_tool_choice {
+    KILN_TOOL_CHOICE_AUTO = 0, /* a LAZY grammar (kiln_grammar_params.triggers): the reply is free until
+                                  the format's call opener appears; from it on only well-formed calls
+                                  of the declared tools, then what the format allows after them */
+    KILN_TOOL_CHOICE_REQUIRED, /* the reply is calls of the declared tools (after the format's reasoning
+                                  block, where the format has one) */
+    KILN_TOOL_CHOICE_NAMED,    /* as REQUIRED, of the function `name` only */
+} kiln_tool_choice;
+
+typedef struct kiln_tool_grammar_params {
+    const char *format;        /* a format name or alias (kiln_chat_format_get); required */
+    const char *tools;         /* a JSON array of {"type": "function", "function": {"name", "parameters",
+                                  "strict"}} (or of the inner objects); required, non-empty */
+    kiln_tool_choice choice;   /* default AUTO */
+    const char *name;          /* NAMED: the function's name */
+    bool parallel;             /* true (default): one call or more; false: exactly one */
+    const char *prompt;        /* the rendered prompt (its end is enough), or NULL: a prompt that
+                                  leaves the format's thinking block open makes REQUIRED / NAMED
+                                  replies start inside it; one that closed it (thinking disabled)
+                                  allows none */
+    const char *chat_template; /* the chat template, or NULL: REQUIRED / NAMED replies may begin with
+                                  the format's reasoning block only when the template writes its
+                                  reasoning markers (a thinking model) */
+} kiln_tool_grammar_params;
+
+KILN_API kiln_tool_grammar_params kiln_tool_grammar_default_params(void);
+
+typedef struct kiln_grammar kiln_grammar; /* see "constrained output" below */
+
+/* Compiles the grammar of tool calls in the markup of params->format into *out: each call's
+ * arguments are valid under its function's "parameters" schema (strict when the function says
+ * "strict": true; objects' properties in the schema's order in JSON arguments, in any order in the
+ * XML-like formats, whose string values are raw text). Formats: see docs/tool-calls.md; one that has
+ * no call grammar gives KILN_ERR_UNSUPPORTED naming it. Bad tools or a schema kiln cannot enforce
+ * give KILN_ERR_INVALID_ARG with kiln_last_error() starting with the field, e.g.
+ * "tools[1].function.parameters: ...". Free with kiln_grammar_free. */
+KILN_API kiln_status kiln_tool_grammar(const kiln_tool_grammar_params *params, kiln_grammar **out);
+
 /* ---- sampling -------------------------------------------------------------------------------- */
 
 typedef struct kiln_logit_bias {
@@ -527,13 +567,32 @@ typedef enum kiln_grammar_kind {
 } kiln_grammar_kind;
 
 typedef struct kiln_grammar_params {
-    kiln_grammar_kind kind; /* default KILN_GRAMMAR_GBNF */
-    bool strict;            /* JSON Schema: strict mode: an object admits only the properties its
-                               schema lists unless it says otherwise (additionalProperties defaults
-                               to false instead of true); default false */
+    kiln_grammar_kind kind;      /* default KILN_GRAMMAR_GBNF */
+    bool strict;                 /* JSON Schema: strict mode: an object admits only the properties its
+                                    schema lists unless it says otherwise (additionalProperties
+                                    defaults to false instead of true); default false */
+    const char *const *triggers; /* NULL (default): the grammar constrains the whole output. Else a
+                                    LAZY grammar: the output is free (no mask is computed, only each
+                                    token's bytes are scanned) until one of these strings appears
+                                    in it; from that occurrence's first byte on, the rest of the
+                                    output must be a sentence of the grammar, so the grammar's
+                                    sentences begin with a trigger (e.g. root ::= "<tool_call>" ...).
+                                    The occurrence that completes first counts (the earlier start on
+                                    a tie); it may span tokens. Triggers are matched on each token's
+                                    text as output, special tokens included when render_special is
+                                    set (so "<|python_tag|>" can be a trigger). A token that would
+                                    complete a trigger but whose bytes from it on cannot begin a
+                                    sentence is never emitted (it is excluded and the token drawn
+                                    again). Before the trigger, end-of-generation and ignore_eos act
+                                    as unconstrained. Copied at compile time; each trigger must
+                                    begin a sentence (else KILN_ERR_INVALID_ARG names it) */
+    size_t n_triggers;           /* at most KILN_GRAMMAR_MAX_TRIGGERS, each 1 to
+                                    KILN_GRAMMAR_MAX_TRIGGER_LEN bytes */
 } kiln_grammar_params;
 
-#define KILN_GRAMMAR_MAX_TEXT (1u << 20) /* bytes of grammar or schema text at most */
+#define KILN_GRAMMAR_MAX_TEXT        (1u << 20) /* bytes of grammar or schema text at most */
+#define KILN_GRAMMAR_MAX_TRIGGERS    16         /* triggers of a lazy grammar at most */
+#define KILN_GRAMMAR_MAX_TRIGGER_LEN 256        /* bytes per trigger */
 
 KILN_API kiln_grammar_params kiln_grammar_default_params(void);
 
@@ -552,7 +611,8 @@ KILN_API void kiln_grammar_free(kiln_grammar *grammar);
  * grammar. */
 KILN_API const char *kiln_grammar_gbnf(const kiln_grammar *grammar);
 
-/* Whether text[len], as a whole, is a sentence of the grammar's language. */
+/* Whether text[len], as a whole, is a sentence of the grammar's language; for a lazy grammar
+ * (triggers), whether it has no trigger, or is a sentence from its first trigger on. */
 KILN_API bool kiln_grammar_accepts(const kiln_grammar *grammar, const char *text, size_t len);
 
 #define KILN_MAX_STOP     16   /* stop strings per generation */
@@ -571,7 +631,8 @@ typedef struct kiln_generate_params {
     bool render_special; /* the output text (token events, stop-string matching) includes the text of
                             special tokens such as "<|channel|>" or "<|tool_calls_section_begin|>",
                             for a chat parser of a family whose markup is special tokens; default
-                            false. End-of-generation tokens that end the generation give no text */
+                            false. End-of-generation tokens that end the generation give no text.
+                            A grammar then matches special tokens by their texts */
     kiln_sampler_params sampling;
     const char *const *stop;     /* stop strings (non-empty, NUL-terminated), matched on the decoded
                                     text; the output ends before the first match, which is never

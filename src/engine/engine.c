@@ -238,7 +238,8 @@ static kiln_status validate(const kiln_engine *e, const kiln_token *prompt, size
     if ((st = kn_sampler_check(&gp->sampling, e->model->hp.n_vocab))) return st;
     /* The vocabulary trie of constrained output is built here, on the caller's thread, the first
      * time a request has a grammar, not on the scheduler's while other rows wait. */
-    if (gp->grammar && !kn_model_vtrie(e->model)) return KILN_ERR_NOMEM;
+    if (gp->grammar && !(gp->render_special ? kn_model_vtrie_special(e->model) : kn_model_vtrie(e->model)))
+        return KILN_ERR_NOMEM;
     return KILN_OK;
 }
 

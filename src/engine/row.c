@@ -3,7 +3,8 @@
  *
  * Order of events in a row, identical whether it runs alone or in a batch:
  *   begin -> prefill chunks -> [logits of the last prompt token] -> loop:
- *     limit reached? -> [grammar mask] -> sample -> end-of-generation token? -> [grammar accept]
+ *     limit reached? -> [grammar mask] -> sample -> end-of-generation token? -> [lazy grammar: trigger
+ *     scan, re-draw] -> [grammar accept]
  *     -> count, emit text/logprobs -> stop string? -> [grammar complete?] -> limit? -> context full?
  *     -> feed the token at the next step
  *   -> end (flush held text, result, on_done).
@@ -58,21 +59,32 @@ static void free_buffers(kn_row *r) {
     r->gm = NULL;
     free(r->masked);
     r->masked = NULL;
+    free(r->scan);
+    r->scan = NULL;
 }
 
 /* A stream starts a text when nothing but BOS precedes it. */
 static bool starts_text(const kn_row *r) { return r->n_prompt == 1 && r->prompt[0] == kn_tok_bos(r->model->tok); }
 
 /* Creates the row's grammar matcher and masked logits. At the start of a text, a SentencePiece
- * vocabulary's first space is not output (see kn_detok), so the matcher does not see it either. */
+ * vocabulary's first space is not output (see kn_detok), so the matcher does not see it either. A
+ * row that renders special tokens matches them by their texts (the special trie). */
 static kiln_status begin_grammar(kn_row *r) {
-    const kn_vtrie *vt = kn_model_vtrie(r->model);
+    const kn_vtrie *vt = r->gp.render_special ? kn_model_vtrie_special(r->model) : kn_model_vtrie(r->model);
     if (!vt) return KILN_ERR_NOMEM;
-    const bool strip = starts_text(r) && kn_tok_strips_first_space(r->model->tok);
+    /* a lazy grammar starts at a trigger, never at the first byte of the text */
+    const bool strip =
+        starts_text(r) && kn_tok_strips_first_space(r->model->tok) && !kn_grammar_trigger_max(r->gp.grammar);
     kiln_status st = kn_gmatch_new(r->gp.grammar, vt, strip, &r->gm);
     if (st) return st;
     if (!(r->masked = malloc((size_t)r->model->hp.n_vocab * sizeof *r->masked)))
         return kn_error(KILN_ERR_NOMEM, "out of memory for a row's masked logits");
+    const size_t tmax = kn_grammar_trigger_max(r->gp.grammar);
+    if (tmax) {
+        r->lazy = true;
+        if (!(r->scan = malloc(tmax + KN_TOK_MAX_PIECE)))
+            return kn_error(KILN_ERR_NOMEM, "out of memory for a row's trigger scan");
+    }
     return KILN_OK;
 }
 
@@ -189,6 +201,53 @@ static kiln_token first_allowed(const uint64_t *mask) {
     return w * 64 + __builtin_ctzll(mask[w]);
 }
 
+#define LAZY_REDRAWS 256 /* tokens a trigger check may exclude at one step before the row fails */
+
+/* A lazy row (no trigger yet) that sampled tok from logits: scans tok's bytes after the text's
+ * tail for a trigger. Without one, keeps the new tail and returns tok. With one, feeds the bytes
+ * from the trigger on to the matcher and ends the lazy phase (the matcher has then seen tok); a
+ * token whose bytes the grammar rejects there is excluded (r->masked) and the draw repeated, from
+ * *logits, which then points to r->masked. -1 after failing the row. */
+static kiln_token lazy_step(kn_row *r, const float **logits, kiln_token tok) {
+    const size_t tmax = kn_grammar_trigger_max(r->gp.grammar);
+    const int32_t V = r->model->hp.n_vocab;
+    for (int attempt = 0;; attempt++) {
+        const size_t n =
+            kn_token_piece(r->model->tok, tok, r->gp.render_special, r->scan + r->n_tail, KN_TOK_MAX_PIECE);
+        const size_t total = r->n_tail + KN_MIN(n, (size_t)KN_TOK_MAX_PIECE);
+        size_t at;
+        if (!kn_grammar_find_trigger(r->gp.grammar, r->scan, total, &at)) {
+            const size_t keep = KN_MIN(total, tmax - 1);
+            memmove(r->scan, r->scan + total - keep, keep);
+            r->n_tail = keep;
+            return tok;
+        }
+        kiln_status st = kn_gmatch_feed(r->gm, r->scan + at, total - at);
+        if (!st) {
+            r->lazy = false;
+            return tok;
+        }
+        if (kn_gmatch_failed(r->gm)) {
+            grammar_fail(r, st, kn_error_msg());
+            return -1;
+        }
+        if (attempt == LAZY_REDRAWS) {
+            grammar_fail(r, KILN_ERR_UNSUPPORTED, "every drawn token completes a trigger the grammar cannot continue");
+            return -1;
+        }
+        if (*logits != r->masked) {
+            memcpy(r->masked, *logits, (size_t)V * sizeof *r->masked);
+            *logits = r->masked;
+        }
+        r->masked[tok] = -INFINITY;
+        tok = kn_sampler_sample(&r->smp, r->masked);
+        if (r->masked[tok] == -INFINITY) {
+            grammar_fail(r, KILN_ERR_UNSUPPORTED, "no token is left after excluding those a trigger cannot continue");
+            return -1;
+        }
+    }
+}
+
 bool kn_row_advance(kn_row *r, const kn_batch_row *planned, const float *logits) {
     if (r->finished) return true;
     if (!r->decoding) {
@@ -203,13 +262,16 @@ bool kn_row_advance(kn_row *r, const kn_batch_row *planned, const float *logits)
     const kiln_generate_params *p = &r->gp;
     if (p->max_tokens >= 0 && r->res.n_generated >= p->max_tokens) return finish(r, KILN_STOP_LENGTH);
     const uint64_t *mask = NULL;
-    if (r->gm && !(logits = mask_logits(r, logits, &mask))) return true;
+    const bool masked = r->gm && !r->lazy;
+    if (masked && !(logits = mask_logits(r, logits, &mask))) return true;
+    if (r->lazy) r->n_allowed = r->model->hp.n_vocab;
     kiln_token tok = kn_sampler_sample(&r->smp, logits);
     if (mask && !(mask[tok >> 6] >> (tok & 63) & 1)) tok = first_allowed(mask); /* every allowed logit -inf */
     /* With a grammar an end-of-generation token is allowed only when the text is complete: it ends
      * the row even with ignore_eos. */
-    if ((!p->ignore_eos || r->gm) && kn_tok_is_eog(r->model->tok, tok)) return finish(r, KILN_STOP_EOS);
-    if (r->gm) {
+    if ((!p->ignore_eos || masked) && kn_tok_is_eog(r->model->tok, tok)) return finish(r, KILN_STOP_EOS);
+    if (r->lazy && (tok = lazy_step(r, &logits, tok)) < 0) return true;
+    if (masked) {
         kiln_status st = kn_gmatch_accept(r->gm, tok);
         if (st) return grammar_fail(r, kn_gmatch_failed(r->gm) ? st : KILN_ERR_INTERNAL, kn_error_msg());
     }
@@ -224,7 +286,7 @@ bool kn_row_advance(kn_row *r, const kn_batch_row *planned, const float *logits)
         r->res.stop_index = r->stop.matched;
         return finish(r, KILN_STOP_STRING);
     }
-    if (r->gm && kn_gmatch_final(r->gm)) return finish(r, KILN_STOP_EOS); /* nothing may follow */
+    if (r->gm && !r->lazy && kn_gmatch_final(r->gm)) return finish(r, KILN_STOP_EOS); /* nothing may follow */
     if (p->max_tokens >= 0 && r->res.n_generated >= p->max_tokens) return finish(r, KILN_STOP_LENGTH);
     if (r->kv->n_past >= r->kv->n_ctx) return finish(r, KILN_STOP_CONTEXT);
     r->last = tok;

@@ -13,6 +13,11 @@
  * A row with a grammar (gp.grammar) also owns a token matcher (sample/gmask.h): before sampling,
  * its logits are copied with every token the grammar does not allow at -INFINITY, and sampling and
  * logprobs see only that copy (the constrained distribution). Rows without one pay nothing.
+ * A lazy grammar (one with triggers) computes no mask until a trigger appears: each sampled
+ * token's bytes are scanned together with the tail of the text before it (a trigger may span
+ * tokens); the token that completes a trigger feeds the bytes from the trigger on to the matcher
+ * (a token they cannot start a sentence with is excluded and the draw repeated), and from then on
+ * the row is masked like any constrained row.
  */
 #ifndef KN_ROW_H
 #define KN_ROW_H
@@ -43,6 +48,9 @@ typedef struct kn_row {
     kn_gmatch *gm;           /* the grammar's matcher (gp.grammar set), else NULL */
     float *masked;           /* [n_vocab] logits with disallowed tokens at -INFINITY (with gm) */
     int32_t n_allowed;       /* tokens the last mask allowed (with gm) */
+    bool lazy;               /* gm's grammar is lazy and no trigger has appeared yet: no mask */
+    char *scan;              /* [trigger_max + KN_TOK_MAX_PIECE] (lazy): the tail of the text, then a token */
+    size_t n_tail;           /* bytes of text tail at the start of scan (< trigger_max) */
     char err[KN_ERRMSG_MAX]; /* res.error when the row failed on its own (a stuck grammar) */
     kiln_generate_result res;
     double t_start, t_first; /* ms: begin, prompt done */

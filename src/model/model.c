@@ -574,6 +574,7 @@ kiln_status kn_model_load_ex(const char *path, const kiln_model_params *params, 
 void kiln_model_free(kiln_model *m) {
     if (!m) return;
     kn_vtrie_free(atomic_load(&m->vtrie));
+    kn_vtrie_free(atomic_load(&m->vtrie_special));
     kn_tokenizer_free(m->tok);
     free(m->chat_template);
     kn_gguf_close(&m->gguf);

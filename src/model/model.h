@@ -135,6 +135,8 @@ struct kiln_model {
     kn_errslot err;                 /* last failed call on the model (the one mutable part, own lock) */
     struct kn_vtrie *_Atomic vtrie; /* the vocabulary trie of constrained output (sample/gmask.h):
                                        built on first use by kn_model_vtrie, freed with the model */
+    /* the same with special tokens' texts (render_special), built by kn_model_vtrie_special */
+    struct kn_vtrie *_Atomic vtrie_special;
 };
 
 /* Records a failed public call on the model in its error slot (st == KILN_OK records nothing) and

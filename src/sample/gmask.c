@@ -590,6 +590,50 @@ const uint64_t *kn_gmatch_mask(kn_gmatch *m, int32_t *n_allowed) {
 
 /* ---- advancing ---------------------------------------------------------------------------------- */
 
+/* Steps the current state over p[len] into *out; the status kn_gmatch_accept returns for tok. */
+static kiln_status step_bytes(kn_gmatch *m, const uint8_t *p, size_t len, int32_t tok, int32_t *out) {
+    int32_t s = m->cur;
+    for (size_t k = 0; k < len; k++) {
+        s = kn_gstore_step(m->store, s, p[k]);
+        if (s < 0) {
+            const char *why = kn_gstore_failed(m->store);
+            if (why) {
+                store_failed(m, why);
+                return kn_error(m->err_st, "the grammar matcher failed: %s", why);
+            }
+            if (tok < 0) return kn_error(KILN_ERR_INVALID_ARG, "the text does not continue the grammar's text");
+            return kn_error(KILN_ERR_INVALID_ARG, "token %d does not continue the grammar's text", tok);
+        }
+    }
+    *out = s;
+    return KILN_OK;
+}
+
+/* Makes s the current state, compacting the store when it is full. */
+static kiln_status move_to(kn_gmatch *m, int32_t s) {
+    m->cur = s;
+    m->strip = false;
+    if (kn_gstore_full(m->store)) { /* only the current state matters: forget the rest */
+        m->cur = kn_gstore_compact(m->store, s);
+        clear_cache(m);
+        clear_infos(m);
+        m->stats.compactions++;
+        if (m->cur < 0) {
+            const char *why = kn_gstore_failed(m->store);
+            store_failed(m, why ? why : "the grammar's state store could not be compacted");
+            return kn_error(m->err_st, "the grammar matcher failed: %s", m->errbuf);
+        }
+    }
+    return KILN_OK;
+}
+
+kiln_status kn_gmatch_feed(kn_gmatch *m, const char *text, size_t len) {
+    m->err = NULL;
+    int32_t s = m->cur;
+    kiln_status st = step_bytes(m, (const uint8_t *)text, len, -1, &s);
+    return st ? st : move_to(m, s);
+}
+
 kiln_status kn_gmatch_accept(kn_gmatch *m, int32_t tok) {
     m->err = NULL;
     const kn_vtrie *t = m->t;
@@ -607,31 +651,8 @@ kiln_status kn_gmatch_accept(kn_gmatch *m, int32_t tok) {
         len--;
     }
     int32_t s = m->cur;
-    for (uint32_t k = 0; k < len; k++) {
-        s = kn_gstore_step(m->store, s, p[k]);
-        if (s < 0) {
-            const char *why = kn_gstore_failed(m->store);
-            if (why) {
-                store_failed(m, why);
-                return kn_error(m->err_st, "the grammar matcher failed: %s", why);
-            }
-            return kn_error(KILN_ERR_INVALID_ARG, "token %d does not continue the grammar's text", tok);
-        }
-    }
-    m->cur = s;
-    m->strip = false;
-    if (kn_gstore_full(m->store)) { /* only the current state matters: forget the rest */
-        m->cur = kn_gstore_compact(m->store, s);
-        clear_cache(m);
-        clear_infos(m);
-        m->stats.compactions++;
-        if (m->cur < 0) {
-            const char *why = kn_gstore_failed(m->store);
-            store_failed(m, why ? why : "the grammar's state store could not be compacted");
-            return kn_error(m->err_st, "the grammar matcher failed: %s", m->errbuf);
-        }
-    }
-    return KILN_OK;
+    kiln_status st = step_bytes(m, p, len, tok, &s);
+    return st ? st : move_to(m, s);
 }
 
 bool kn_gmatch_accepting(const kn_gmatch *m) { return kn_gstore_accepting(m->store, m->cur); }

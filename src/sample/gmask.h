@@ -22,6 +22,11 @@ typedef struct kn_vtrie kn_vtrie;
  * when memory runs out (kn_error says so). */
 const kn_vtrie *kn_model_vtrie(const kiln_model *m);
 
+/* The same trie with the texts of special (control) tokens, for generations that render them
+ * (kiln_generate_params.render_special): a grammar can then spell markup such as "<|channel|>"
+ * with the model's own special token. End-of-generation tokens still have no text. */
+const kn_vtrie *kn_model_vtrie_special(const kiln_model *m);
+
 /* A trie over n tokens given as byte strings (text[i], len[i]; len 0 = never allowed) with the
  * end-of-generation ids eog[n_eog]: for benchmarks and tests without a model. */
 kiln_status kn_vtrie_new(int32_t n, const char *const *text, const uint32_t *len, const int32_t *eog, int32_t n_eog,
@@ -43,6 +48,11 @@ const uint64_t *kn_gmatch_mask(kn_gmatch *m, int32_t *n_allowed);
 
 /* Advances over token tok. KILN_ERR_INVALID_ARG when tok is not allowed (the state is unchanged). */
 kiln_status kn_gmatch_accept(kn_gmatch *m, int32_t tok);
+
+/* Advances over text[len] given as bytes (a lazy grammar's trigger and what followed it in the same
+ * token). KILN_ERR_INVALID_ARG when the bytes do not continue the language (the state is unchanged);
+ * the matcher's own failures as kn_gmatch_accept. */
+kiln_status kn_gmatch_feed(kn_gmatch *m, const char *text, size_t len);
 
 /* The output so far is a whole sentence / is complete (accepting, and nothing may follow). */
 bool kn_gmatch_accepting(const kn_gmatch *m);

@@ -36,6 +36,18 @@ kiln_status kn_gbnf_compile(const char *text, size_t len, kiln_grammar **out);
 /* The largest m and n of x{m}, x{m,} and x{m,n} (each copy costs program size and parser states). */
 #define KN_GBNF_MAX_REPEAT 10000
 
+/* Sets a lazy grammar's triggers (kiln_grammar_params.triggers): copies the n strings (each 1 to
+ * KILN_GRAMMAR_MAX_TRIGGER_LEN bytes, n at most KILN_GRAMMAR_MAX_TRIGGERS) into g, after checking that
+ * the grammar's language has a sentence that begins with each. KILN_ERR_INVALID_ARG names a bad one. */
+kiln_status kn_grammar_set_triggers(kiln_grammar *g, const char *const *triggers, size_t n);
+
+/* The longest trigger of a lazy grammar, 0 for an eager one. */
+size_t kn_grammar_trigger_max(const kiln_grammar *g);
+
+/* Where a lazy grammar's constraint starts in text[len]: the trigger occurrence that completes
+ * first (the one that starts earlier on a tie), as *start; false when no trigger occurs. */
+bool kn_grammar_find_trigger(const kiln_grammar *g, const char *text, size_t len, size_t *start);
+
 /* Adds a reference (atomic); kiln_grammar_free drops one. */
 void kn_grammar_retain(const kiln_grammar *g);
 

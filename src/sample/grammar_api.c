@@ -11,16 +11,28 @@
 #include <string.h>
 
 kiln_grammar_params kiln_grammar_default_params(void) {
-    return (kiln_grammar_params){.kind = KILN_GRAMMAR_GBNF, .strict = false};
+    return (kiln_grammar_params){.kind = KILN_GRAMMAR_GBNF, .strict = false, .triggers = NULL, .n_triggers = 0};
+}
+
+/* Gives the compiled *out the triggers of p (a lazy grammar); on failure frees it. */
+static kiln_status with_triggers(const kiln_grammar_params *p, kiln_grammar **out) {
+    kiln_status st = kn_grammar_set_triggers(*out, p->triggers, p->n_triggers);
+    if (st) {
+        kiln_grammar_free(*out);
+        *out = NULL;
+    }
+    return st;
 }
 
 kiln_status kiln_grammar_compile(const char *text, size_t len, const kiln_grammar_params *params, kiln_grammar **out) {
     if (!out) return kn_error(KILN_ERR_INVALID_ARG, "out is NULL");
     *out = NULL;
     const kiln_grammar_params p = params ? *params : kiln_grammar_default_params();
+    kiln_status st;
     if (p.kind == KILN_GRAMMAR_JSON_OBJECT) {
         const char *g = kn_json_object_gbnf();
-        return kn_gbnf_compile(g, strlen(g), out);
+        st = kn_gbnf_compile(g, strlen(g), out);
+        return st ? st : with_triggers(&p, out);
     }
     if (p.kind != KILN_GRAMMAR_GBNF && p.kind != KILN_GRAMMAR_JSON_SCHEMA)
         return kn_error(KILN_ERR_INVALID_ARG, "unknown grammar kind %d", (int)p.kind);
@@ -28,11 +40,14 @@ kiln_status kiln_grammar_compile(const char *text, size_t len, const kiln_gramma
     if (len > KILN_GRAMMAR_MAX_TEXT)
         return kn_error(KILN_ERR_INVALID_ARG, "the %s is %zu bytes; at most %u are accepted",
                         p.kind == KILN_GRAMMAR_GBNF ? "grammar" : "schema", len, KILN_GRAMMAR_MAX_TEXT);
-    if (p.kind == KILN_GRAMMAR_GBNF) return kn_gbnf_compile(text ? text : "", len, out);
+    if (p.kind == KILN_GRAMMAR_GBNF) {
+        st = kn_gbnf_compile(text ? text : "", len, out);
+        return st ? st : with_triggers(&p, out);
+    }
     char *gbnf = NULL;
-    kiln_status st = kn_schema_to_gbnf(text ? text : "", len, p.strict, &gbnf);
+    st = kn_schema_to_gbnf(text ? text : "", len, p.strict, &gbnf);
     if (st) return st;
     st = kn_gbnf_compile(gbnf, strlen(gbnf), out);
     free(gbnf);
-    return st;
+    return st ? st : with_triggers(&p, out);
 }

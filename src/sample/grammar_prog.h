@@ -78,6 +78,9 @@ struct kiln_grammar {
     char *gbnf; /* NUL-terminated copy of the source text */
     size_t gbnf_len;
     kn_gprog prog;
+    char **triggers; /* [n_triggers] NUL-terminated copies: a lazy grammar's triggers (none: eager) */
+    size_t n_triggers;
+    size_t trigger_max; /* the longest trigger's length */
 };
 
 /* Diagnostics for tests: the largest stack depth among a state's stacks (0 for a state that holds

@@ -315,11 +315,11 @@ done:
 }
 
 /* The trie of a tokenizer: each token's text as the detokenizer emits it (control and unused tokens
- * have none), end-of-generation tokens without text. */
-static kiln_status vtrie_of_tokenizer(const kn_tokenizer *tok, kn_vtrie **out) {
+ * have none, unless special: then they have theirs), end-of-generation tokens without text. */
+static kiln_status vtrie_of_tokenizer(const kn_tokenizer *tok, bool special, kn_vtrie **out) {
     const int32_t n = kn_tok_n_vocab(tok);
     size_t total = 0;
-    for (int32_t i = 0; i < n; i++) total += kn_token_piece(tok, i, false, NULL, 0);
+    for (int32_t i = 0; i < n; i++) total += kn_token_piece(tok, i, special, NULL, 0);
     char *pool = malloc(KN_MAX(total, 1));
     const char **text = kn_calloc((size_t)KN_MAX(n, 1), sizeof *text);
     uint32_t *len = kn_calloc((size_t)KN_MAX(n, 1), sizeof *len);
@@ -329,8 +329,9 @@ static kiln_status vtrie_of_tokenizer(const kn_tokenizer *tok, kn_vtrie **out) {
         size_t off = 0;
         int32_t n_eog = 0;
         for (int32_t i = 0; i < n; i++) {
-            if (kn_tok_is_eog(tok, i)) eog[n_eog++] = i;
-            const size_t k = kn_token_piece(tok, i, false, pool + off, total - off);
+            const bool is_eog = kn_tok_is_eog(tok, i);
+            if (is_eog) eog[n_eog++] = i;
+            const size_t k = is_eog ? 0 : kn_token_piece(tok, i, special, pool + off, total - off);
             text[i] = pool + off;
             len[i] = (uint32_t)k;
             off += k;
@@ -349,13 +350,23 @@ static kiln_status vtrie_of_tokenizer(const kn_tokenizer *tok, kn_vtrie **out) {
 /* Serializes first builds across models (a build takes tens of milliseconds, once per model). */
 static pthread_mutex_t build_mu = PTHREAD_MUTEX_INITIALIZER;
 
-const kn_vtrie *kn_model_vtrie(const kiln_model *m) {
-    kiln_model *mm = (kiln_model *)m; /* the trie slot is the model's one lazily built part */
-    kn_vtrie *t = atomic_load_explicit(&mm->vtrie, memory_order_acquire);
+/* The trie in slot (built on first use). */
+static const kn_vtrie *model_trie(const kiln_model *m, kn_vtrie *_Atomic *slot, bool special) {
+    kn_vtrie *t = atomic_load_explicit(slot, memory_order_acquire);
     if (t) return t;
     pthread_mutex_lock(&build_mu);
-    t = atomic_load_explicit(&mm->vtrie, memory_order_relaxed);
-    if (!t && vtrie_of_tokenizer(m->tok, &t) == KILN_OK) atomic_store_explicit(&mm->vtrie, t, memory_order_release);
+    t = atomic_load_explicit(slot, memory_order_relaxed);
+    if (!t && vtrie_of_tokenizer(m->tok, special, &t) == KILN_OK) atomic_store_explicit(slot, t, memory_order_release);
     pthread_mutex_unlock(&build_mu);
     return t;
+}
+
+const kn_vtrie *kn_model_vtrie(const kiln_model *m) {
+    kiln_model *mm = (kiln_model *)m; /* the trie slots are the model's lazily built parts */
+    return model_trie(m, &mm->vtrie, false);
+}
+
+const kn_vtrie *kn_model_vtrie_special(const kiln_model *m) {
+    kiln_model *mm = (kiln_model *)m;
+    return model_trie(m, &mm->vtrie_special, true);
 }

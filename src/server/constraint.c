@@ -131,14 +131,20 @@ static srv_grammar *cache_add(srv_grammar *sg) {
 
 #define BAD(r, param, ...) srv_send_error(r, 400, "invalid_request_error", param, "invalid_value", __VA_ARGS__)
 
+/* The cache's kind of a tool-call grammar (kiln_tool_grammar): its key text is the request's
+ * parameters, serialized by tools_key. */
+#define KIND_TOOLS ((kiln_grammar_kind)0x100)
+
 /* One constraint a request gives: where it came from and what to compile. */
 typedef struct wanted {
     const char *param; /* the field, as error messages name it */
     kiln_grammar_kind kind;
     bool strict;
     json_t *schema;   /* JSON_SCHEMA: the schema value (borrowed) */
-    const char *text; /* GBNF: the grammar (borrowed) */
+    const char *text; /* GBNF: the grammar; KIND_TOOLS: the key (borrowed) */
     size_t len;
+    const kiln_tool_grammar_params *tgp; /* KIND_TOOLS: what to build */
+    bool quiet;                          /* on failure send nothing (the caller decides) */
 } wanted;
 
 static bool is_schema(json_t *v) { return json_is_object(v) || json_is_boolean(v); }
@@ -211,7 +217,27 @@ static bool parse_response_format(srv_req *r, json_t *rf, wanted *w) {
     return false;
 }
 
-/* Compiles w (through the cache) into *out; false after sending the error. */
+/* Sends the error of a tool-call grammar that failed with st: 400 naming the field the library's
+ * message starts with ("tools[1].function.parameters: ..."), or tool_choice for a format without a
+ * grammar. */
+static void tools_error(srv_req *r, const kiln_tool_grammar_params *p, kiln_status st) {
+    const char *msg = kiln_last_error();
+    if (st == KILN_ERR_NOMEM) {
+        srv_send_error(r, 500, "server_error", NULL, NULL, "out of memory building the tool-call grammar");
+    } else if (st == KILN_ERR_UNSUPPORTED && p->choice == KILN_TOOL_CHOICE_AUTO) {
+        BAD(r, "tools", "a strict tool's calls cannot be enforced: %s", msg);
+    } else if (st == KILN_ERR_UNSUPPORTED) {
+        BAD(r, "tool_choice", "tool_choice %s cannot be enforced: %s; use \"auto\"",
+            p->choice == KILN_TOOL_CHOICE_NAMED ? "naming a function" : "\"required\"", msg);
+    } else {
+        char param[96] = "tools";
+        size_t k = strcspn(msg, ": ");
+        if (strncmp(msg, "tools", 5) == 0 && k < sizeof param) snprintf(param, sizeof param, "%.*s", (int)k, msg);
+        BAD(r, param, "%s cannot be enforced for tool calls: %s", param, msg);
+    }
+}
+
+/* Compiles w (through the cache) into *out; false after sending the error (unless w->quiet). */
 static bool compile(srv_req *r, const wanted *w, srv_grammar **out) {
     char *dumped = NULL;
     const char *text = "";
@@ -224,11 +250,11 @@ static bool compile(srv_req *r, const wanted *w, srv_grammar **out) {
         }
         text = dumped;
         len = strlen(dumped);
-    } else if (w->kind == KILN_GRAMMAR_GBNF) {
+    } else if (w->kind == KILN_GRAMMAR_GBNF || w->kind == KIND_TOOLS) {
         text = w->text;
         len = w->len;
     }
-    if (len > KILN_GRAMMAR_MAX_TEXT) {
+    if (len > KILN_GRAMMAR_MAX_TEXT && !w->quiet) {
         BAD(r, w->param, "'%s' is %zu bytes%s; at most %u bytes are accepted", w->param, len,
             dumped ? " as compact JSON" : "", KILN_GRAMMAR_MAX_TEXT);
         free(dumped);
@@ -256,11 +282,14 @@ static bool compile(srv_req *r, const wanted *w, srv_grammar **out) {
     kiln_grammar_params gp = kiln_grammar_default_params();
     gp.kind = w->kind;
     gp.strict = w->strict;
-    kiln_status st = kiln_grammar_compile(copy, len, &gp, &sg->g);
+    kiln_status st =
+        w->kind == KIND_TOOLS ? kiln_tool_grammar(w->tgp, &sg->g) : kiln_grammar_compile(copy, len, &gp, &sg->g);
     if (st) {
         free(copy);
         free(sg);
-        if (st == KILN_ERR_NOMEM)
+        if (w->quiet) return false;
+        if (w->kind == KIND_TOOLS) tools_error(r, w->tgp, st);
+        else if (st == KILN_ERR_NOMEM)
             srv_send_error(r, 500, "server_error", NULL, NULL, "out of memory compiling '%s'", w->param);
         else if (w->kind == KILN_GRAMMAR_JSON_OBJECT)
             BAD(r, w->param, "JSON mode is not available: %s", kiln_last_error());
@@ -317,4 +346,38 @@ bool srv_grammar_gbnf(srv_req *r, const char *param, const char *text, size_t le
     *out = NULL;
     wanted w = {.param = param, .kind = KILN_GRAMMAR_GBNF, .text = text, .len = len};
     return compile(r, &w, out);
+}
+
+/* The cache key of a tool-call grammar: every parameter the library reads, the prompt by its end
+ * (all the library looks at), the template whole. Caller frees; NULL when memory runs out. */
+static char *tools_key(const kiln_tool_grammar_params *p, size_t *len) {
+    char *key = NULL;
+    FILE *f = open_memstream(&key, len);
+    if (!f) return NULL;
+    const char *prompt = p->prompt ? p->prompt : "";
+    const size_t pl = strlen(prompt), tail = pl > 64 ? 64 : pl;
+    fprintf(f, "%s%c%d%c%s%c%d%c%s%c", p->format, 0, (int)p->choice, 0, p->name ? p->name : "", 0, (int)p->parallel, 0,
+            prompt + pl - tail, 0);
+    fputs(p->tools, f);
+    fputc(0, f);
+    if (p->chat_template) fputs(p->chat_template, f);
+    if (fclose(f) != 0) {
+        free(key);
+        return NULL;
+    }
+    return key;
+}
+
+bool srv_grammar_tools(srv_req *r, const kiln_tool_grammar_params *p, bool quiet, srv_grammar **out) {
+    *out = NULL;
+    size_t len = 0;
+    char *key = tools_key(p, &len);
+    if (!key) {
+        if (!quiet) srv_send_error(r, 500, "server_error", NULL, NULL, "out of memory");
+        return false;
+    }
+    wanted w = {.param = "tools", .kind = KIND_TOOLS, .text = key, .len = len, .tgp = p, .quiet = quiet};
+    bool ok = compile(r, &w, out);
+    free(key);
+    return ok;
 }

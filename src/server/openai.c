@@ -758,7 +758,9 @@ bool srv_chat_parser_setup(srv_req *r, srv_job *j, const srv_tools *t, const cha
                 t->choice == SRV_TOOL_REQUIRED ? "\"required\"" : "naming a function");
             return false;
         }
-        if (!srv_tools_grammar(r, t, format, &j->grammar)) return false;
+    }
+    if (calls && !j->grammar) { /* "auto" with an output constraint keeps that constraint */
+        if (!srv_tools_grammar(r, t, format, tmpl, prompt, &j->grammar)) return false;
         j->gp.grammar = srv_grammar_get(j->grammar);
     }
     return true;

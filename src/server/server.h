@@ -24,7 +24,7 @@
  *   job.c      a generation job: what a request hands to the engine (kiln_engine, continuously
  *              batched) and the state its connection waits on.
  *   tools.c    a chat request's tools: validation of tools, tool_choice and tool messages, and the
- *              grammar that enforces tool_choice "required".
+ *              grammar that enforces the calls (lazy under tool_choice "auto").
  *   constraint.c  a request's output constraint (response_format, json_schema, grammar) compiled
  *              into a kiln_grammar, through a small cache of compiled grammars.
  *   stats.c    request / token / error counters behind /metrics and /stats.
@@ -316,6 +316,11 @@ void srv_grammar_release(srv_grammar *sg);
  * the error (400 naming param when it does not compile, 500 when memory runs out). */
 bool srv_grammar_gbnf(srv_req *r, const char *param, const char *text, size_t len, srv_grammar **out);
 
+/* Builds the tool-call grammar p asks for (kiln_tool_grammar, through the same cache) into *out.
+ * False when it cannot be built: after sending the error (400 naming the tool's field, or
+ * tool_choice for a format without a grammar), or, when quiet, without sending anything. */
+bool srv_grammar_tools(srv_req *r, const kiln_tool_grammar_params *p, bool quiet, srv_grammar **out);
+
 /* ---- tools (tools.c) ------------------------------------------------------------------------- */
 
 typedef enum srv_tool_choice { SRV_TOOL_AUTO, SRV_TOOL_NONE, SRV_TOOL_REQUIRED, SRV_TOOL_NAMED } srv_tool_choice;
@@ -336,16 +341,23 @@ bool srv_tools_parse(srv_req *r, json_t *req, srv_tools *t);
  * string of an object become that object in copy (the message the template sees). False after
  * sending a 400. */
 bool srv_tools_message(srv_req *r, json_t *msg, size_t idx, json_t *copy);
-/* The grammar of one call of the allowed tools (all for "required", the named one) in format's
- * markup, compiled into *out; false after sending the error (400 for a format without support or a
- * parameter schema that cannot be enforced). */
-bool srv_tools_grammar(srv_req *r, const srv_tools *t, const char *format, srv_grammar **out);
+/* The grammar that enforces the request's tool calls in format's markup (kiln_tool_grammar) into
+ * *out: for "required" or a named function, eager (one call, or one or more with
+ * parallel_tool_calls); for "auto", lazy (free text until the format's call opener), or NULL when
+ * the format has no grammar or a schema cannot be enforced and no tool asks for "strict". tmpl and
+ * prompt are the chat template and the rendered prompt (whether the model thinks, and a thinking
+ * block the prompt left open or closed). False after sending the error (400 for a
+ * format without a grammar under "required", or a parameter schema that cannot be enforced where
+ * it must be). */
+bool srv_tools_grammar(srv_req *r, const srv_tools *t, const char *format, const char *tmpl, const char *prompt,
+                       srv_grammar **out);
 
 /* The reply's parser of a chat request (openai.c), with t its validated tools and prompt its
  * rendered prompt: a chat with tools (unless tool_choice is "none") or whose template's format
  * writes reasoning (unless reasoning is "none") gets one in *parser (the caller frees it, also
- * after a failure); any other chat gets NULL and keeps the plain path. A required or named call is
- * enforced with the grammar of srv_tools_grammar in j->grammar. Sets j->gp.render_special for the
+ * after a failure); any other chat gets NULL and keeps the plain path. The calls' grammar of
+ * srv_tools_grammar goes to j->grammar (enforcing a required or named call; lazy under "auto",
+ * unless an output constraint is already set). Sets j->gp.render_special for the
  * format. False after sending the error. */
 bool srv_chat_parser_setup(srv_req *r, srv_job *j, const srv_tools *t, const char *prompt, kiln_chat_parser **parser);
 

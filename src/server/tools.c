@@ -9,14 +9,13 @@
  * its items as an object; a string that parses as a JSON object is given to the template as that
  * object (other strings stay strings).
  *
- * The grammar of a required call is built from the tools' parameter schemas with the public API
- * only: each schema is compiled (kiln_grammar_compile, JSON Schema) and the GBNF it compiled to
- * (kiln_grammar_gbnf) is spliced into one grammar with its rule names prefixed "t<i>-" (tool i),
- * so the rules of two schemas (each has its own "root", "string", "ws", ...) cannot collide; the
- * wrapper's own rules are named "call" and "root", which no prefixed name can be. The sentences are
- * exactly one call, in the markup of the detected format: Hermes / Qwen <tool_call>\n{"name": ...,
- * "arguments": ...}\n</tool_call> and the generic envelope {"tool_call": {"name": ..., "arguments":
- * ...}}. Other formats refuse "required" with a 400 rather than run unconstrained.
+ * The grammar of the calls is the library's (kiln_tool_grammar), built through the server's grammar
+ * cache: with tool_choice "required" or a named function the reply must be calls (one, or one or
+ * more with parallel_tool_calls), and a format without a grammar is a 400 rather than a run
+ * unconstrained; with "auto" (and tools) the grammar is lazy: free text until the format's call
+ * opener, then well-formed calls whose arguments match their schemas. Under "auto" a schema kiln
+ * cannot enforce, or a format without a grammar, leaves the reply unconstrained, unless a tool
+ * says "strict": true, which makes it a 400 as under "required".
  */
 #include "server.h"
 
@@ -194,95 +193,32 @@ bool srv_tools_message(srv_req *r, json_t *msg, size_t idx, json_t *copy) {
     return true;
 }
 
-/* ---- the grammar of a required call ------------------------------------------------------------ */
+/* ---- the grammar of the calls ------------------------------------------------------------------- */
 
-/* Appends gbnf with every rule name prefixed by prefix: names are the word runs ([A-Za-z0-9-]+)
- * outside string literals, character classes, repetition braces and comments. */
-static void splice(FILE *f, const char *g, const char *prefix) {
-    for (size_t i = 0; g[i];) {
-        char c = g[i];
-        if (c == '"' || c == '[') {
-            char close = c == '"' ? '"' : ']';
-            fputc(g[i++], f);
-            while (g[i] && g[i] != close) {
-                if (g[i] == '\\' && g[i + 1]) fputc(g[i++], f);
-                fputc(g[i++], f);
-            }
-            if (g[i]) fputc(g[i++], f);
-        } else if (c == '{' || c == '#') {
-            char close = c == '{' ? '}' : '\n';
-            while (g[i] && g[i] != close) fputc(g[i++], f);
-            if (g[i]) fputc(g[i++], f);
-        } else if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-') {
-            fputs(prefix, f);
-            while ((g[i] >= 'a' && g[i] <= 'z') || (g[i] >= 'A' && g[i] <= 'Z') || (g[i] >= '0' && g[i] <= '9') ||
-                   g[i] == '-')
-                fputc(g[i++], f);
-        } else fputc(g[i++], f);
-    }
-}
-
-bool srv_tools_grammar(srv_req *r, const srv_tools *t, const char *format, srv_grammar **out) {
+bool srv_tools_grammar(srv_req *r, const srv_tools *t, const char *format, const char *tmpl, const char *prompt,
+                       srv_grammar **out) {
     *out = NULL;
-    bool hermes = strcmp(format, "hermes") == 0, generic = strcmp(format, "generic") == 0;
-    if (!hermes && !generic) {
-        BAD(r, "tool_choice",
-            "tool_choice %s is not supported for format %s (kiln enforces calls for the hermes and generic "
-            "formats); use \"auto\"",
-            t->choice == SRV_TOOL_NAMED ? "naming a function" : "required", format);
-        return false;
-    }
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    if (!f) {
+    char *tools = json_dumps(t->tools, JSON_COMPACT);
+    if (!tools) {
         srv_send_error(r, 500, "server_error", NULL, NULL, "out of memory");
         return false;
     }
-    fprintf(f, "root ::= %s\ncall ::= ",
-            hermes ? "\"<tool_call>\\n\" call \"\\n</tool_call>\"" : "\"{\\\"tool_call\\\": \" call \"}\"");
-    bool first = true, ok = true;
-    char param[64];
-    for (size_t i = 0; ok && i < json_array_size(t->tools); i++) {
-        json_t *fn = tool_fn(t->tools, i);
-        const char *name = json_string_value(json_object_get(fn, "name"));
-        if (t->choice == SRV_TOOL_NAMED && strcmp(name, t->named) != 0) continue;
-        fprintf(f, "%s\"{\\\"name\\\": \\\"%s\\\", \\\"arguments\\\": \" t%zu-root \"}\"", first ? "" : " | ", name, i);
-        first = false;
-    }
-    fputc('\n', f);
-    for (size_t i = 0; ok && i < json_array_size(t->tools); i++) {
-        json_t *fn = tool_fn(t->tools, i);
-        if (t->choice == SRV_TOOL_NAMED && strcmp(json_string_value(json_object_get(fn, "name")), t->named) != 0)
-            continue;
-        json_t *params = json_object_get(fn, "parameters");
-        char *schema = json_is_object(params) ? json_dumps(params, JSON_COMPACT) : strdup("{\"type\":\"object\"}");
-        kiln_grammar_params gp = kiln_grammar_default_params();
-        gp.kind = KILN_GRAMMAR_JSON_SCHEMA;
-        gp.strict = json_is_true(json_object_get(fn, "strict"));
-        kiln_grammar *g = NULL;
-        kiln_status st = schema ? kiln_grammar_compile(schema, strlen(schema), &gp, &g) : KILN_ERR_NOMEM;
-        free(schema);
-        snprintf(param, sizeof param, "tools[%zu].function.parameters", i);
-        if (st == KILN_ERR_NOMEM) {
-            srv_send_error(r, 500, "server_error", NULL, NULL, "out of memory");
-            ok = false;
-        } else if (st) {
-            BAD(r, param, "%s cannot be enforced for tool_choice: %s", param, kiln_last_error());
-            ok = false;
-        } else {
-            char prefix[32];
-            snprintf(prefix, sizeof prefix, "t%zu-", i);
-            splice(f, kiln_grammar_gbnf(g), prefix);
-            fputc('\n', f);
-        }
-        kiln_grammar_free(g);
-    }
-    if (fclose(f) != 0 && ok) {
-        srv_send_error(r, 500, "server_error", NULL, NULL, "out of memory");
-        ok = false;
-    }
-    if (ok) ok = srv_grammar_gbnf(r, "tool_choice", text, len, out);
-    free(text);
-    return ok;
+    kiln_tool_grammar_params p = kiln_tool_grammar_default_params();
+    p.format = format;
+    p.tools = tools;
+    p.choice = t->choice == SRV_TOOL_REQUIRED ? KILN_TOOL_CHOICE_REQUIRED
+               : t->choice == SRV_TOOL_NAMED  ? KILN_TOOL_CHOICE_NAMED
+                                              : KILN_TOOL_CHOICE_AUTO;
+    p.name = t->named;
+    p.parallel = t->parallel;
+    p.prompt = prompt;
+    p.chat_template = tmpl;
+    /* "auto" is enforced on a best-effort basis, unless a tool asks for strict */
+    bool strict = false;
+    for (size_t i = 0; i < json_array_size(t->tools); i++)
+        strict |= json_is_true(json_object_get(tool_fn(t->tools, i), "strict"));
+    const bool quiet = p.choice == KILN_TOOL_CHOICE_AUTO && !strict;
+    bool ok = srv_grammar_tools(r, &p, quiet, out);
+    free(tools);
+    return ok || quiet;
 }

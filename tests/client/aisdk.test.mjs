@@ -35,6 +35,8 @@ if (!S) process.exit(1);
 const kiln = createOpenAICompatible({ name: 'kiln', baseURL: `${S.base}/v1`, apiKey: 'none' });
 const model = kiln.chatModel(MODEL_ID);
 const executed = [];
+// One call per reply: parallel_tool_calls false, passed through to the request body.
+const ONE_CALL = { kiln: { parallel_tool_calls: false } };
 const tools = {
   get_weather: tool({
     description: 'The weather in a city',
@@ -58,7 +60,7 @@ await test('aisdk_generate_text_required_tool_validates', async () => {
     executed.length = 0;
     const r = await generateText({
       model, tools, toolChoice: 'required', prompt: 'What is the weather in Paris?',
-      maxOutputTokens: 300, temperature: 1, seed, maxRetries: 0,
+      maxOutputTokens: 300, temperature: 1, seed, maxRetries: 0, providerOptions: ONE_CALL,
     });
     const what = `seed ${seed}`;
     assert.equal(r.finishReason, 'tool-calls', `${what}: finishReason ${r.finishReason}: ${r.text}`);
@@ -75,7 +77,7 @@ await test('aisdk_generate_text_required_tool_validates', async () => {
 await test('aisdk_stream_text_required_tool_validates', async () => {
   const r = streamText({
     model, tools, toolChoice: 'required', prompt: 'What is the weather in Paris?',
-    maxOutputTokens: 300, temperature: 1, seed: 4, maxRetries: 0,
+    maxOutputTokens: 300, temperature: 1, seed: 4, maxRetries: 0, providerOptions: ONE_CALL,
   });
   let deltas = '';
   let callPart = null;

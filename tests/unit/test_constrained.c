@@ -458,6 +458,178 @@ static void test_too_ambiguous_mid_generation(void) {
     kiln_grammar_free(g);
 }
 
+/* ---- lazy grammars ------------------------------------------------------------------------------ */
+
+static kiln_grammar *compile_lazy(const char *gbnf, const char *trigger) {
+    kiln_grammar_params gp = kiln_grammar_default_params();
+    const char *trig[1] = {trigger};
+    gp.triggers = trig;
+    gp.n_triggers = 1;
+    kiln_grammar *g = NULL;
+    if (kiln_grammar_compile(gbnf, strlen(gbnf), &gp, &g)) printf("  compile failed: %s\n", kiln_last_error());
+    return g;
+}
+
+/* Greedy text of the model alone and with a lazy grammar whose trigger is "Lily": the text before
+ * the trigger is the same (free text stays free, token for token), the trigger and what follows are
+ * the grammar's (digits, which the model never writes on its own), the generation ends when the
+ * sentence is complete, and the whole text is accepted by the lazy grammar. A trigger that never
+ * appears leaves the generation exactly as without a grammar. */
+static void test_lazy_free_then_constrained(void) {
+    if (!g_model) SKIP("no model");
+    kiln_session *s = NULL;
+    kiln_session_params sp = kiln_session_default_params();
+    sp.n_ctx = 256;
+    sp.n_threads = 1;
+    CHECK(kiln_session_new(g_model, &sp, &s) == KILN_OK);
+    static out free_o, lazy_o;
+    kiln_generate_params gp = params(&free_o, NULL, 0, 0, 80);
+    kiln_generate_result res;
+    CHECK(kiln_generate_tokens(s, g_prompt, g_n_prompt, &gp, &res) == KILN_OK);
+    const char *at = strstr(free_o.text, "Lily");
+    CHECKF(at, "the model's own text has no trigger: %s", free_o.text);
+    CHECKF(!strpbrk(free_o.text, "0123456789"), "the model wrote digits: %s", free_o.text);
+    const size_t before = (size_t)(at - free_o.text);
+
+    kiln_grammar *g = compile_lazy("root ::= \"Lily\" \" has \" [0-9]{3} \" apples.\"\n", "Lily");
+    CHECK(g);
+    CHECK(kiln_grammar_accepts(g, "free text", 9));
+    CHECK(kiln_grammar_accepts(g, "free Lily has 123 apples.", 25));
+    CHECK(!kiln_grammar_accepts(g, "free Lily has 12 apples.", 24));
+    CHECK(!kiln_grammar_accepts(g, "free Lily has 123 apples. more", 30));
+    gp = params(&lazy_o, g, 0, 0, 80);
+    CHECK(kiln_generate_tokens(s, g_prompt, g_n_prompt, &gp, &res) == KILN_OK);
+    CHECKF(lazy_o.len > before && memcmp(lazy_o.text, free_o.text, before) == 0, "free part differs: %s | %s",
+           lazy_o.text, free_o.text);
+    CHECKF(strcmp(lazy_o.text + before, "Lily has ") > 0 && strncmp(lazy_o.text + before, "Lily has ", 9) == 0, "%s",
+           lazy_o.text);
+    CHECKF(res.stop == KILN_STOP_EOS && kiln_grammar_accepts(g, lazy_o.text, lazy_o.len), "stop %d: %s", res.stop,
+           lazy_o.text);
+    CHECKF(strlen(lazy_o.text + before) == strlen("Lily has 123 apples."), "%s", lazy_o.text);
+    kiln_grammar_free(g);
+
+    /* a trigger that never appears: the same tokens as without a grammar */
+    g = compile_lazy("root ::= \"QZX\" [0-9]\n", "QZX");
+    CHECK(g);
+    gp = params(&lazy_o, g, 0, 0, 80);
+    CHECK(kiln_generate_tokens(s, g_prompt, g_n_prompt, &gp, &res) == KILN_OK);
+    CHECK(same_tokens(&lazy_o, &free_o) && strcmp(lazy_o.text, free_o.text) == 0);
+    kiln_grammar_free(g);
+    kiln_session_free(s);
+}
+
+/* A trigger that ends inside a token: "Lil" completes within the model's token for "Lily", whose
+ * remaining bytes the grammar rejects (it wants a digit), so that token is excluded and another drawn;
+ * the text stays in the lazy language, with the trigger followed by digits. Also on an engine in a
+ * batch with a free row, which the lazy row does not disturb. */
+static void test_lazy_trigger_inside_a_token(void) {
+    if (!g_model) SKIP("no model");
+    kiln_grammar *g = compile_lazy("root ::= \"Lil\" [0-9]{2} \".\"\n", "Lil");
+    CHECK(g);
+    kiln_session *s = NULL;
+    kiln_session_params sp = kiln_session_default_params();
+    sp.n_ctx = 256;
+    sp.n_threads = 1;
+    CHECK(kiln_session_new(g_model, &sp, &s) == KILN_OK);
+    static out o, o2, f;
+    kiln_generate_params gp = params(&o, g, 0, 0, 80);
+    kiln_generate_result res;
+    CHECK(kiln_generate_tokens(s, g_prompt, g_n_prompt, &gp, &res) == KILN_OK);
+    CHECKF(kiln_grammar_accepts(g, o.text, o.len), "%s", o.text);
+    kiln_generate_params fp = params(&f, NULL, 0, 0, 80);
+    CHECK(kiln_generate_tokens(s, g_prompt, g_n_prompt, &fp, &res) == KILN_OK);
+    const char *at = strstr(f.text, "Lily");
+    CHECKF(at, "the model's own text has no \"Lily\": %s", f.text);
+    const size_t before = (size_t)(at - f.text);
+    CHECKF(memcmp(o.text, f.text, before) == 0 && strncmp(o.text + before, "Lily", 4) != 0, "%s | %s", o.text, f.text);
+    const char *lil = strstr(o.text, "Lil");
+    CHECKF(!lil || (lil[3] >= '0' && lil[3] <= '9'), "%s", o.text);
+    kiln_session_free(s);
+    /* the same on an engine next to a free row */
+    kiln_engine *e = engine(2, 0);
+    CHECK(e);
+    kiln_request *r1, *r2;
+    gp = params(&o2, g, 0, 0, 80);
+    kiln_generate_params fp2 = params(&f, NULL, 0, 0, 80);
+    static out f2;
+    fp2.user = &f2;
+    memset(&f2, 0, sizeof f2);
+    CHECK(kiln_engine_submit(e, g_prompt, g_n_prompt, &gp, &r1) == KILN_OK);
+    CHECK(kiln_engine_submit(e, g_prompt, g_n_prompt, &fp2, &r2) == KILN_OK);
+    CHECK(kiln_request_wait(r1, &res) == KILN_OK);
+    CHECK(kiln_request_wait(r2, NULL) == KILN_OK);
+    kiln_request_free(r1);
+    kiln_request_free(r2);
+    kiln_engine_free(e);
+    CHECKF(strcmp(o2.text, o.text) == 0, "engine %s vs session %s", o2.text, o.text);
+    CHECKF(!strpbrk(f2.text, "0123456789"), "the free row was constrained: %s", f2.text);
+    kiln_grammar_free(g);
+}
+
+/* Bad triggers are refused at compile time, naming the trigger. */
+static void test_lazy_bad_triggers(void) {
+    const char *gbnf = "root ::= \"<call>\" [0-9]+\n";
+    kiln_grammar_params gp = kiln_grammar_default_params();
+    kiln_grammar *g = NULL;
+    const char *bad[2] = {"<call>", "<nope>"};
+    gp.triggers = bad;
+    gp.n_triggers = 2;
+    CHECK(kiln_grammar_compile(gbnf, strlen(gbnf), &gp, &g) == KILN_ERR_INVALID_ARG && !g);
+    CHECKF(strstr(kiln_last_error(), "trigger 1"), "%s", kiln_last_error());
+    const char *empty[1] = {""};
+    gp.triggers = empty;
+    gp.n_triggers = 1;
+    CHECK(kiln_grammar_compile(gbnf, strlen(gbnf), &gp, &g) == KILN_ERR_INVALID_ARG && !g);
+    gp.triggers = NULL;
+    CHECK(kiln_grammar_compile(gbnf, strlen(gbnf), &gp, &g) == KILN_ERR_INVALID_ARG && !g);
+    /* the trigger that completes first wins; a trigger may be a prefix of the grammar's opener */
+    const char *two[2] = {"<call>", "ca"};
+    gp.triggers = two;
+    gp.n_triggers = 2;
+    const char *g2 = "root ::= \"<call>\" [0-9]+ | \"ca\" [a-z]+\n";
+    CHECK(kiln_grammar_compile(g2, strlen(g2), &gp, &g) == KILN_OK && g);
+    CHECK(!kiln_grammar_accepts(g, "x <call>12", 10)); /* "ca" completes first: "call>12" is not a sentence */
+    CHECK(kiln_grammar_accepts(g, "x cab", 5));
+    kiln_grammar_free(g);
+    const char *tie[2] = {"all>", "<call>"};
+    gp.triggers = tie;
+    const char *g3 = "root ::= \"<call>\" [0-9]+ | \"all>\" [a-z]+\n";
+    CHECK(kiln_grammar_compile(g3, strlen(g3), &gp, &g) == KILN_OK && g);
+    CHECK(kiln_grammar_accepts(g, "x <call>12", 10)); /* both end at byte 8: the earlier start counts */
+    kiln_grammar_free(g);
+}
+
+/* With render_special a grammar matches special tokens by their texts: "<s>" can be the model's BOS
+ * token (pushed up with a logit bias), which without render_special has no text and is never
+ * allowed (the grammar then spells "<s>" with ordinary tokens). */
+static void test_special_token_texts(void) {
+    if (!g_model) SKIP("no model");
+    kiln_grammar *g = compile("root ::= \"<s>\" [a-z]{1,3}\n");
+    CHECK(g);
+    const kiln_token bos = kiln_token_bos(g_model);
+    CHECK(bos >= 0);
+    kiln_session *s = NULL;
+    kiln_session_params sp = kiln_session_default_params();
+    sp.n_ctx = 256;
+    sp.n_threads = 1;
+    CHECK(kiln_session_new(g_model, &sp, &s) == KILN_OK);
+    kiln_logit_bias bias = {.token = bos, .bias = 100.0f};
+    static out o;
+    for (int special = 0; special < 2; special++) {
+        kiln_generate_params gp = params(&o, g, 0, 0, 20);
+        gp.render_special = special;
+        gp.sampling.logit_bias = &bias;
+        gp.sampling.n_logit_bias = 1;
+        kiln_generate_result res;
+        CHECK(kiln_generate_tokens(s, g_prompt, g_n_prompt, &gp, &res) == KILN_OK);
+        CHECKF(kiln_grammar_accepts(g, o.text, o.len), "%s", o.text);
+        if (special) CHECKF(o.n >= 2 && o.toks[0] == bos, "first token %d", o.toks[0]);
+        else CHECKF(o.n >= 4 && o.toks[0] != bos, "first token %d of %d", o.toks[0], o.n);
+    }
+    kiln_session_free(s);
+    kiln_grammar_free(g);
+}
+
 int main(void) {
     if (kt_exists(model_path())) {
         if (kiln_model_load(model_path(), NULL, &g_model) != KILN_OK) printf("  load failed: %s\n", kiln_last_error());
@@ -477,6 +649,10 @@ int main(void) {
     RUN(test_engine_keeps_grammar);
     RUN(test_big_enum);
     RUN(test_too_ambiguous_mid_generation);
+    RUN(test_lazy_free_then_constrained);
+    RUN(test_lazy_trigger_inside_a_token);
+    RUN(test_lazy_bad_triggers);
+    RUN(test_special_token_texts);
     kiln_model_free(g_model);
     return kt_summary();
 }
