@@ -367,17 +367,25 @@ DEFINE_ENTRY(q5_k_p, PLAIN, 256, 16 * sizeof(kn_block_q5_k))
 DEFINE_ENTRY(q6_k_v, VNNI, 256, 16 * sizeof(kn_block_q6_k))
 DEFINE_ENTRY(q6_k_p, PLAIN, 256, 16 * sizeof(kn_block_q6_k))
 
+/* Test and benchmark hook: sets (on) or clears the Q6_K panel kernel of k, a set filled by
+ * kn_avx2_init_p16 with the same vnni. */
+void kn__avx2_p16_q6_k(kn_kernels *k, bool vnni, bool on);
+void kn__avx2_p16_q6_k(kn_kernels *k, bool vnni, bool on) { k->p16[KN_Q6_K] = !on ? NULL : vnni ? q6_k_v : q6_k_p; }
+
 /* Fills the panel kernels of k (kernels.h): the AVX-VNNI ones when vnni (the caller checked the CPU),
- * else the plain AVX2 ones. Called only on CPUs with AVX2, FMA and F16C. */
+ * else the plain AVX2 ones. Called only on CPUs with AVX2, FMA and F16C. Q6_K matrices stay plain:
+ * its panel kernel (kept for measurement, and tested) decoded at 0.57x the plain kernel's rate in
+ * the one measurement so far (docs/benchmarks.md), and Q6_K matrices are mostly read in decode. */
 void kn_avx2_init_p16(kn_kernels *k, bool vnni) {
     k->p16_tile_t = TILE_T;
     k->p16[KN_Q4_0] = vnni ? q4_0_v : q4_0_p;
     k->p16[KN_Q8_0] = vnni ? q8_0_v : q8_0_p;
     k->p16[KN_Q4_K] = vnni ? q4_k_v : q4_k_p;
     k->p16[KN_Q5_K] = vnni ? q5_k_v : q5_k_p;
-    k->p16[KN_Q6_K] = vnni ? q6_k_v : q6_k_p;
 }
 
 #else /* not x86-64: the set is never selected */
 void kn_avx2_init_p16(kn_kernels *k, bool vnni) { (void)k, (void)vnni; }
+void kn__avx2_p16_q6_k(kn_kernels *k, bool vnni, bool on);
+void kn__avx2_p16_q6_k(kn_kernels *k, bool vnni, bool on) { (void)k, (void)vnni, (void)on; }
 #endif

@@ -169,10 +169,16 @@ static int check_kernel(const kn_kernels *set, kn_dtype t, int np, int64_t n, in
     return rc;
 }
 
-/* Every panel kernel of the set called name, every type it has one for, every tile shape. */
+void kn__avx2_p16_q6_k(kn_kernels *k, bool vnni, bool on); /* kernels_avx2_p16.c */
+
+/* Every panel kernel of the set called name, every type it has one for, every tile shape (the AVX2
+ * sets with their Q6_K panel kernel, which they do not select by default). */
 static void check_set(const char *name) {
-    const kn_kernels *set = kn_kernels_named(name);
-    if (!set) SKIP("this CPU cannot run the %s kernel set", name);
+    const kn_kernels *named = kn_kernels_named(name);
+    if (!named) SKIP("this CPU cannot run the %s kernel set", name);
+    kn_kernels copy = *named;
+    if (strncmp(name, "avx2", 4) == 0) kn__avx2_p16_q6_k(&copy, strcmp(name, "avx2vnni") == 0, true);
+    const kn_kernels *set = &copy;
     if (!set->p16[KN_Q4_0]) SKIP("kernel set %s has no panel kernels", set->name);
     printf("KSET %s: panel kernels tested:", name);
     for (size_t ti = 0; ti < KN_ARRAY_LEN(types); ti++)
