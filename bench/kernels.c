@@ -1,8 +1,9 @@
 /*
  * kernels.c - micro-benchmark of the quantized GEMM kernels on one thread, side by side in one run:
  * the plain-layout tile kernels (kn_kernels.gemm, 4 rows x 4 tokens) against the 16-row panel kernels
- * (kn_kernels.p16) on the same Q4_0 / Q8_0 / Q4_K matrices; the types without panel kernels (Q2_K, Q3_K,
- * IQ4_NL, IQ4_XS, MXFP4) get the plain figures only.
+ * (kn_kernels.p16) on the same Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K matrices (KILN_KERNELS picks the set; for
+ * a type the set keeps plain, the panel kernel of the best AVX2 set runs beside its plain kernel); the types
+ * without panel kernels (Q2_K, Q3_K, IQ4_NL, IQ4_XS, MXFP4) get the plain figures only.
  *
  *   decode (1 token): a stack of matrices far larger than the caches, each read once per pass;
  *                     reported as GB/s of weights streamed.
@@ -25,6 +26,7 @@
 #include <time.h>
 
 static int g_cpu_clock; /* -t cpu: time this thread's CPU time (a shared machine's time slices left out) */
+void kn__avx2_p16_q6_k(kn_kernels *k, bool vnni, bool on); /* kernels_avx2_p16.c */
 
 static double now_s(void) {
     struct timespec ts;
@@ -90,20 +92,27 @@ int main(int argc, char **argv) {
                 "usage: kernels [-r REPS 1..100] [-n TOKENS 1..4096] [-c COLS, a multiple of 256] [-t cpu|wall]\n");
         return 2;
     }
-    const kn_kernels *k = kn_kernels_get(KN_KERNELS_AUTO);
+    kn_kernels kq = *kn_kernels_get(KN_KERNELS_AUTO); /* with the AVX2 sets' Q6_K panels, kept for this */
+    if (strncmp(kq.name, "avx2", 4) == 0) kn__avx2_p16_q6_k(&kq, strcmp(kq.name, "avx2vnni") == 0, true);
+    const kn_kernels *k = &kq;
     if (!k->p16[KN_Q4_0]) {
         printf("kernel set %s has no panel kernels\n", k->name);
         return 0;
     }
-    const kn_dtype types[] = {KN_Q4_0, KN_Q8_0, KN_Q4_K, KN_Q2_K, KN_Q3_K, KN_IQ4_NL, KN_IQ4_XS, KN_MXFP4};
+    const kn_dtype types[] = {KN_Q4_0, KN_Q8_0, KN_Q4_K,   KN_Q5_K,   KN_Q6_K,
+                              KN_Q2_K, KN_Q3_K, KN_IQ4_NL, KN_IQ4_XS, KN_MXFP4};
     const int64_t rows = 2048, stack = 24; /* 24 matrices: 226 MB in Q4_0 at the default width */
     printf("kernel set %s, one thread, matrices %lld x %lld, %d repetitions (median), %s time\n", k->name,
            (long long)rows, (long long)cols, reps, g_cpu_clock ? "CPU" : "wall-clock");
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const kn_dtype t = types[ti];
         const kn_type_traits *tr = kn_type_traits_get(t);
+        /* a type the set keeps plain: its panels as the best AVX2 set has them, for comparison */
+        kn_kernels a2 = kn_kernels_named("avx2vnni") ? *kn_kernels_named("avx2vnni") : *kn_kernels_named("avx2");
+        kn__avx2_p16_q6_k(&a2, strcmp(a2.name, "avx2vnni") == 0, true);
+        const kn_kernels *ps = k->p16[t] ? k : &a2;
         const kn_dtype at = tr->vec_dot_type;
-        const int panel = k->p16[t] != NULL;
+        const int panel = ps->p16[t] != NULL;
         const kn_from_float_fn aq = kn_kernels_quantize(k, at);
         const size_t mb = kn_row_bytes(t, cols) * (size_t)rows;
         uint8_t *plain = malloc(mb * stack), *packed = malloc(mb * stack);
@@ -130,14 +139,14 @@ int main(int argc, char **argv) {
             double t0 = now_s();
             for (int64_t m = 0; m < stack; m++) run_plain(k, t, plain + (size_t)m * mb, rows, cols, xq, 1, y);
             double t1 = now_s();
-            for (int64_t m = 0; panel && m < stack; m++) run_p16(k, t, packed + (size_t)m * mb, rows, cols, xx, 1, y);
+            for (int64_t m = 0; panel && m < stack; m++) run_p16(ps, t, packed + (size_t)m * mb, rows, cols, xx, 1, y);
             double t2 = now_s();
             dp[r] = (double)(mb * stack) / (t1 - t0) / 1e9;
             dk[r] = (double)(mb * stack) / (t2 - t1) / 1e9;
             t0 = now_s();
             run_plain(k, t, plain, rows, cols, xq, NP, y);
             t1 = now_s();
-            if (panel) run_p16(k, t, packed, rows, cols, xx, NP, y);
+            if (panel) run_p16(ps, t, packed, rows, cols, xx, NP, y);
             t2 = now_s();
             const double ops = 2.0 * (double)rows * (double)cols * (double)NP;
             pp[r] = ops / (t1 - t0) / 1e9;
@@ -150,7 +159,8 @@ int main(int argc, char **argv) {
             free(plain), free(packed), free(f), free(y), free(xq), free(xx);
             continue;
         }
-        printf("%s decode  (1 token):  plain %6.1f GB/s   panel %6.1f GB/s   ratio %.2f\n", tr->name, a, b, b / a);
+        printf("%s decode  (1 token):  plain %6.1f GB/s   panel %6.1f GB/s   ratio %.2f%s\n", tr->name, a, b, b / a,
+               ps == k ? "" : " (panel kernel of the AVX2 set)");
         printf("%s prefill (%lld tokens): plain %6.1f GOP/s  panel %6.1f GOP/s  ratio %.2f\n", tr->name, (long long)NP,
                c, d, d / c);
         free(plain), free(packed), free(f), free(y), free(xq), free(xx);

@@ -1,7 +1,10 @@
 /*
  * probe.c - measures this machine's ceilings for kiln's benchmarks: DRAM read bandwidth on 1 and
- * 2 threads (a buffer far larger than the caches), and the peak int8 dot-product rate (vpdpbusd,
- * 512-bit where available) and fp32 FMA rate of one core. Prints one JSON object.
+ * 2 threads (a buffer far larger than the caches), and the peak int8 dot-product and fp32 FMA rates
+ * of one core for each kernel level the CPU has: AVX-512 (512-bit vpdpbusd / vfmadd), AVX-VNNI
+ * (256-bit vpdpbusd) and plain AVX2 (vpmaddubsw + vpaddw, the step of the AVX2 kernels: 32
+ * multiply-adds per pair; 256-bit vfmadd). A level the CPU lacks reports 0. Prints one JSON object;
+ * int8_gops_1core / fp32_gflops_1core are the best level's.
  *
  * Each figure is the median of several runs; bandwidth uses 512-bit (or 256-bit) loads summed into
  * independent registers so the loop is bound by memory, not by the adds.
@@ -136,6 +139,55 @@ __attribute__((target("avx512f"))) static double fp32_peak(void) {
     return median(r, 5);
 }
 
+/* Peak of one core for the instruction step STEP(c) on 12 independent 256-bit chains: OPS operations
+ * per step. */
+#define PEAK256(NAME, TARGET, TYPE, INIT, STEP, OPS)                                                                   \
+    __attribute__((target(TARGET))) static double NAME(void) {                                                         \
+        const __m256i a8 = _mm256_set1_epi8(3), b8 = _mm256_set1_epi8(5); /* small: int16 sums never saturate */       \
+        const __m256 af = _mm256_set1_ps(1.0000001f), bf = _mm256_set1_ps(0.9999999f);                                 \
+        (void)a8, (void)b8, (void)af, (void)bf;                                                                        \
+        double r[5];                                                                                                   \
+        const long iters = 20000000;                                                                                   \
+        for (int k = 0; k < 5; k++) {                                                                                  \
+            TYPE c[12];                                                                                                \
+            for (int i = 0; i < 12; i++) c[i] = INIT;                                                                  \
+            TYPE c0 = c[0], c1 = c[1], c2 = c[2], c3 = c[3], c4 = c[4], c5 = c[5], c6 = c[6], c7 = c[7], c8 = c[8],    \
+                 c9 = c[9], c10 = c[10], c11 = c[11];                                                                  \
+            double t0 = now_s();                                                                                       \
+            for (long i = 0; i < iters; i++) {                                                                         \
+                STEP(c0);                                                                                              \
+                STEP(c1);                                                                                              \
+                STEP(c2);                                                                                              \
+                STEP(c3);                                                                                              \
+                STEP(c4);                                                                                              \
+                STEP(c5);                                                                                              \
+                STEP(c6);                                                                                              \
+                STEP(c7);                                                                                              \
+                STEP(c8);                                                                                              \
+                STEP(c9);                                                                                              \
+                STEP(c10);                                                                                             \
+                STEP(c11);                                                                                             \
+                __asm__ volatile("" : "+x"(c0), "+x"(c1), "+x"(c2), "+x"(c3), "+x"(c4), "+x"(c5));                     \
+                __asm__ volatile("" : "+x"(c6), "+x"(c7), "+x"(c8), "+x"(c9), "+x"(c10), "+x"(c11));                   \
+            }                                                                                                          \
+            double dt = now_s() - t0;                                                                                  \
+            c[0] = c0, c[1] = c1, c[2] = c2, c[3] = c3, c[4] = c4, c[5] = c5, c[6] = c6, c[7] = c7, c[8] = c8,         \
+            c[9] = c9, c[10] = c10, c[11] = c11;                                                                       \
+            volatile char sink = 0;                                                                                    \
+            for (int i = 0; i < 12; i++) sink ^= ((volatile char *)&c[i])[0];                                          \
+            (void)sink;                                                                                                \
+            r[k] = (double)iters * 12 * (OPS) / dt;                                                                    \
+        }                                                                                                              \
+        return median(r, 5);                                                                                           \
+    }
+
+#define AVX2_I8(c)  c = _mm256_add_epi16(c, _mm256_maddubs_epi16(a8, b8))
+#define VNNI_I8(c)  c = _mm256_dpbusd_avx_epi32(c, a8, b8)
+#define AVX2_F32(c) c = _mm256_fmadd_ps(af, bf, c)
+PEAK256(int8_peak_avx2, "avx2", __m256i, _mm256_setzero_si256(), AVX2_I8, 32 * 2)
+PEAK256(int8_peak_avxvnni, "avx2,avxvnni", __m256i, _mm256_setzero_si256(), VNNI_I8, 32 * 2)
+PEAK256(fp32_peak_avx2, "avx2,fma", __m256, _mm256_setzero_ps(), AVX2_F32, 8 * 2)
+
 int main(void) {
     const size_t size = (size_t)1 << 30;
     uint8_t *buf = aligned_alloc(64, size);
@@ -146,10 +198,17 @@ int main(void) {
     memset(buf, 1, size);
     __builtin_cpu_init();
     int avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vnni");
+    int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    int vnni = avx2 && __builtin_cpu_supports("avxvnni");
     double bw1 = bandwidth(buf, size, 1, 7), bw2 = bandwidth(buf, size, 2, 7);
     double i8 = avx512 ? int8_peak() : 0.0, f32 = avx512 ? fp32_peak() : 0.0;
-    printf("{\"read_gbs_1t\": %.1f, \"read_gbs_2t\": %.1f, \"int8_gops_1core\": %.0f, \"fp32_gflops_1core\": %.0f}\n",
-           bw1, bw2, i8 / 1e9, f32 / 1e9);
+    double i8a = avx2 ? int8_peak_avx2() : 0.0, i8v = vnni ? int8_peak_avxvnni() : 0.0;
+    double f32a = avx2 ? fp32_peak_avx2() : 0.0;
+    double i8best = i8 > 0 ? i8 : i8v > 0 ? i8v : i8a, f32best = f32 > 0 ? f32 : f32a;
+    printf("{\"read_gbs_1t\": %.1f, \"read_gbs_2t\": %.1f, \"int8_gops_1core\": %.0f, \"fp32_gflops_1core\": %.0f, "
+           "\"int8_avx512_gops_1core\": %.0f, \"int8_avxvnni_gops_1core\": %.0f, \"int8_avx2_gops_1core\": %.0f, "
+           "\"fp32_avx512_gflops_1core\": %.0f, \"fp32_avx2_gflops_1core\": %.0f}\n",
+           bw1, bw2, i8best / 1e9, f32best / 1e9, i8 / 1e9, i8v / 1e9, i8a / 1e9, f32 / 1e9, f32a / 1e9);
     free(buf);
     return 0;
 }

@@ -9,6 +9,9 @@
 #                weights, fp32 peak for F32/F16/BF16)
 # Usage: bench/run.sh [-r REPS] [-p PROMPT] [-n GEN] [-t THREADS] [MODEL...]
 #   MODEL is a preset spec NAME:TYPE (default: the list below).
+# KILN_KERNELS=avx2|avx2vnni|avx512 in the environment runs kiln with that kernel set (where the CPU has
+# it) and takes the pp ceilings from that level's peaks (plain AVX2: vpmaddubsw; AVX-VNNI: 256-bit
+# vpdpbusd; both with 256-bit FMA for float weights).
 set -e
 cd "$(dirname "$0")/.."
 REPS=5 PP=512 TG=128 THREADS=1,2
@@ -26,11 +29,15 @@ probe() {
   probe=$(build/bench/probe)
   echo "probe: $probe" >&2
   BW1=$(num read_gbs_1t) BW2=$(num read_gbs_2t) I8=$(num int8_gops_1core) F32=$(num fp32_gflops_1core)
+  case ${KILN_KERNELS:-} in
+    avx2) I8=$(num int8_avx2_gops_1core) F32=$(num fp32_avx2_gflops_1core);;
+    avx2vnni) I8=$(num int8_avxvnni_gops_1core) F32=$(num fp32_avx2_gflops_1core);;
+  esac
 }
 num() { echo "$probe" | sed -n "s/.*\"$1\": \([0-9.]*\).*/\1/p"; }
 probes=""
 
-echo "Machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); ceilings from the probe run before each model (listed below the table)"
+echo "Machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); kernel set ${KILN_KERNELS:-auto (the best)}; ceilings from the probe run before each model (listed below the table)"
 echo
 echo "| model | type | size MiB | threads | test | t/s (median) | min .. max | ceiling t/s | fraction |"
 echo "| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: |"

@@ -29,5 +29,10 @@ fail=$(grep -c '^FAIL ' "$log")
 skip=$(grep -c '^SKIP ' "$log")
 echo
 grep '^FAIL ' "$log" | sed 's/^/  /'
+# Which SIMD kernel sets the kernel tests ran ("KSET name: ..." lines) and which this CPU lacks, so a
+# green run on one machine does not hide an untested set.
+sets=$(sed -n 's/^KSET \([a-z0-9]*\):.*/\1/p' "$log" | sort -u | tr '\n' ' ')
+nosets=$(sed -n 's/^SKIP .*cannot run the \([a-z0-9]*\) kernel set.*/\1/p' "$log" | sort -u | tr '\n' ' ')
+echo "kernel sets tested: ${sets:-none}; not on this CPU: ${nosets:-none}"
 echo "$pass passed, $fail failed, $skip skipped"
 [ "$fail" -eq 0 ]

@@ -7,6 +7,8 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -58,7 +60,9 @@ static void detect(kn_cpu *c) {
 #endif
 
 static kn_cpu g_cpu;
-static kn_kernels g_ref, g_best;
+/* The sets this CPU can run (name NULL: not this CPU), weakest first, and the one AUTO returns. */
+static kn_kernels g_ref, g_avx2, g_avx2vnni, g_avx512, g_neon;
+static const kn_kernels *g_best;
 static pthread_once_t g_cpu_once = PTHREAD_ONCE_INIT, g_once = PTHREAD_ONCE_INIT;
 
 static void detect_cpu(void) { detect(&g_cpu); }
@@ -120,14 +124,44 @@ static void init_ref(kn_kernels *k) {
 static void init_all(void) {
     pthread_once(&g_cpu_once, detect_cpu); /* its own once: the set inits may ask for features */
     init_ref(&g_ref);
-    g_best = g_ref;
+    g_best = &g_ref;
 #if defined(__x86_64__)
-    if (g_cpu.avx2 && g_cpu.fma && g_cpu.f16c) kn_kernels_init_avx2(&g_best);
-    if (g_cpu.avx2 && g_cpu.fma && g_cpu.f16c && g_cpu.avx512f && g_cpu.avx512bw && g_cpu.avx512vl && g_cpu.avx512vnni)
-        kn_kernels_init_avx512(&g_best);
+    if (g_cpu.avx2 && g_cpu.fma && g_cpu.f16c) {
+        g_avx2 = g_ref;
+        kn_kernels_init_avx2_vnni(&g_avx2, false);
+        g_best = &g_avx2;
+        if (g_cpu.avxvnni) {
+            g_avx2vnni = g_ref;
+            kn_kernels_init_avx2_vnni(&g_avx2vnni, true);
+            g_best = &g_avx2vnni;
+        }
+        if (g_cpu.avx512f && g_cpu.avx512bw && g_cpu.avx512vl && g_cpu.avx512vnni) {
+            g_avx512 = *g_best; /* the AVX-512 set starts from the best AVX2 one */
+            kn_kernels_init_avx512(&g_avx512);
+            /* Q5_K / Q6_K stay in the plain layout there (its plain K kernels; the AVX2 panels not measured on it) */
+            g_avx512.p16[KN_Q5_K] = g_avx512.p16[KN_Q6_K] = NULL;
+            g_best = &g_avx512;
+        }
+    }
 #elif defined(__aarch64__)
-    if (g_cpu.neon) kn_kernels_init_neon(&g_best);
+    if (g_cpu.neon) {
+        g_neon = g_ref;
+        kn_kernels_init_neon(&g_neon);
+        g_best = &g_neon;
+    }
 #endif
+    const char *env = getenv("KILN_KERNELS");
+    if (env && *env && strcmp(env, "auto") != 0) {
+        const kn_kernels *k = strcmp(env, "ref") == 0        ? &g_ref
+                              : strcmp(env, "avx2") == 0     ? &g_avx2
+                              : strcmp(env, "avx2vnni") == 0 ? &g_avx2vnni
+                              : strcmp(env, "avx512") == 0   ? &g_avx512
+                                                             : NULL;
+        if (k && k->name) g_best = k;
+        else
+            fprintf(stderr, "kiln: KILN_KERNELS=%s: not a kernel set this CPU runs (ref, avx2, avx2vnni, avx512)\n",
+                    env);
+    }
 }
 
 const kn_cpu *kn_cpu_features(void) {
@@ -137,7 +171,15 @@ const kn_cpu *kn_cpu_features(void) {
 
 const kn_kernels *kn_kernels_get(kn_kernel_choice choice) {
     pthread_once(&g_once, init_all);
-    return choice == KN_KERNELS_REF ? &g_ref : &g_best;
+    return choice == KN_KERNELS_REF ? &g_ref : g_best;
+}
+
+const kn_kernels *kn_kernels_named(const char *name) {
+    pthread_once(&g_once, init_all);
+    const kn_kernels *sets[] = {&g_ref, &g_avx2, &g_avx2vnni, &g_avx512, &g_neon};
+    for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++)
+        if (sets[i]->name && strcmp(sets[i]->name, name) == 0) return sets[i];
+    return NULL;
 }
 
 kn_gemm_fn kn_kernels_gemm(const kn_kernels *k, kn_dtype t) {

@@ -3,8 +3,11 @@
  *
  * A kernel set supplies, per weight type, a GEMM tile kernel (weight rows x activation rows), and per
  * activation type (Q8_0, Q8_1, Q8_K) a quantizer. The reference set wraps the scalar kernels of the
- * type-traits table (dtype.h), which stay the source of truth; SIMD sets (AVX2+FMA, AVX-512 with
- * VNNI/BF16) are tested against it. `--kernels ref` selects the reference set.
+ * type-traits table (dtype.h), which stay the source of truth; SIMD sets ("avx2": AVX2+FMA+F16C,
+ * "avx2vnni": the same with 256-bit AVX-VNNI, "avx512": AVX-512 with VNNI/BF16) are tested against it.
+ * `--kernels ref` selects the reference set; the environment variable KILN_KERNELS=NAME makes the
+ * automatic choice take the named set instead of the best one (where this CPU can run it), so the
+ * weaker sets can be measured and tested on a CPU that has a stronger one.
  *
  * Tile contract (what makes greedy output independent of batch size and of the tile shape): every
  * output of a tile call is bit-identical to the output of a 1x1 call on the same weight row and
@@ -70,7 +73,7 @@ void kn_attend_softcap_ref(const uint8_t *k, const uint8_t *v, size_t stride, in
 float kn_expf_ref(float x);
 
 typedef struct kn_kernels {
-    const char *name; /* "ref", "avx2", "avx512", "neon", "neon+dotprod", "neon+i8mm" */
+    const char *name; /* "ref", "avx2", "avx2vnni", "avx512", "neon", "neon+dotprod", "neon+i8mm" */
     kn_attend_fn attend_f16, attend_f32;
     int tile_r, tile_t;                        /* largest tile the gemm kernels take */
     kn_gemm_fn gemm[KN_DTYPE_COUNT];           /* per weight type; NULL: use the reference */
@@ -83,8 +86,14 @@ typedef struct kn_kernels {
 
 typedef enum kn_kernel_choice { KN_KERNELS_AUTO = 0, KN_KERNELS_REF = 1 } kn_kernel_choice;
 
-/* The kernel set to use: the reference set, or the best this CPU supports. Never NULL. */
+/* The kernel set to use: the reference set, or the best this CPU supports (or the one KILN_KERNELS
+ * names, when this CPU can run it; an unknown or unsupported name is reported once on stderr and
+ * ignored). Never NULL. */
 const kn_kernels *kn_kernels_get(kn_kernel_choice choice);
+
+/* The set called name ("ref", "avx2", "avx2vnni", "avx512"), or NULL when the name is unknown or this
+ * CPU cannot run that set. */
+const kn_kernels *kn_kernels_named(const char *name);
 
 /* The GEMM kernel of set k for weight type t (falls back to the reference one). */
 kn_gemm_fn kn_kernels_gemm(const kn_kernels *k, kn_dtype t);
@@ -129,16 +138,19 @@ kn_from_float_fn kn_kernels_quantize(const kn_kernels *k, kn_dtype t);
 
 /* SIMD sets, each in its own files; each init fills the entries it implements and leaves the others.
  * The tile is 4x4 for every set (tile_r = tile_t = 4); a kernel may process sub-tiles internally. */
-void kn_kernels_init_avx2(kn_kernels *k);   /* kernels_avx2.c: attention, then the two below */
-void kn_avx2_init_legacy(kn_kernels *k);    /* kernels_avx2_legacy.c: F32/F16/BF16, Q4_0..Q8_0, Q8_0/Q8_1 quantizers */
-void kn_avx2_init_kquants(kn_kernels *k);   /* kernels_avx2_k.c: Q4_K, Q5_K, Q6_K, Q8_K quantizer */
-void kn_avx2_init_lowbit(kn_kernels *k);    /* kernels_avx2_lowbit.c: Q2_K, Q3_K, IQ4_NL, IQ4_XS, MXFP4 */
-void kn_kernels_init_avx512(kn_kernels *k); /* kernels_avx512.c: calls the two below */
-void kn_avx512_init_legacy(kn_kernels *k);  /* kernels_avx512_legacy.c */
-void kn_avx512_init_kquants(kn_kernels *k); /* kernels_avx512_k.c */
-void kn_avx512_init_lowbit(kn_kernels *k);  /* kernels_avx512_lowbit.c: Q2_K, Q3_K, IQ4_NL, IQ4_XS, MXFP4 */
-void kn_avx512_init_p16(kn_kernels *k);     /* kernels_avx512_p16.c: Q4_0, Q8_0, Q4_K panel kernels */
-void kn_avx512_init_attn(kn_kernels *k);    /* kernels_avx512_attn.c: attention */
+void kn_kernels_init_avx2(kn_kernels *k);                 /* kernels_avx2.c: attention, then the three below */
+void kn_kernels_init_avx2_vnni(kn_kernels *k, bool vnni); /* the same, AVX-VNNI kernels where vnni (and the CPU) */
+void kn_avx2_init_legacy(kn_kernels *k);  /* kernels_avx2_legacy.c: F32/F16/BF16, Q4_0..Q8_0, Q8_0/Q8_1 quantizers */
+void kn_avx2_init_kquants(kn_kernels *k); /* kernels_avx2_k.c: Q4_K, Q5_K, Q6_K, Q8_K quantizer */
+void kn_avx2_init_lowbit(kn_kernels *k);  /* kernels_avx2_lowbit.c: Q2_K, Q3_K, IQ4_NL, IQ4_XS, MXFP4 */
+void kn_avx2_init_p16(kn_kernels *k, bool vnni); /* kernels_avx2_p16.c: panel kernels (AVX-VNNI ones where vnni) */
+void kn_avx2_init_attn(kn_kernels *k);           /* kernels_avx2_attn.c: attention */
+void kn_kernels_init_avx512(kn_kernels *k);      /* kernels_avx512.c: calls the two below */
+void kn_avx512_init_legacy(kn_kernels *k);       /* kernels_avx512_legacy.c */
+void kn_avx512_init_kquants(kn_kernels *k);      /* kernels_avx512_k.c */
+void kn_avx512_init_lowbit(kn_kernels *k);       /* kernels_avx512_lowbit.c: Q2_K, Q3_K, IQ4_NL, IQ4_XS, MXFP4 */
+void kn_avx512_init_p16(kn_kernels *k);          /* kernels_avx512_p16.c: Q4_0, Q8_0, Q4_K panel kernels */
+void kn_avx512_init_attn(kn_kernels *k);         /* kernels_avx512_attn.c: attention */
 /* ARM64: the NEON set (kernels_neon.c: F32/F16/BF16, attention, the three quantizers, then the block
  * formats when the CPU has dotprod, and over those the i8mm ones when it has i8mm too). The parts return false (and
  * change nothing) when kiln is not built for ARM64. */

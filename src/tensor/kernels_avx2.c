@@ -1,12 +1,16 @@
 /*
  * kernels_avx2.c - assembles the AVX2+FMA kernel set (x86-64): attention over F16/F32 KV rows
  * (here: SIMD row helpers in the reference's order, run by attend.c's blocked attention), the
- * legacy and float formats (kernels_avx2_legacy.c) and the K formats (kernels_avx2_k.c). The
- * AVX-512 set starts from this one.
+ * legacy and float formats (kernels_avx2_legacy.c), the K formats (kernels_avx2_k.c) and the panel
+ * kernels of repacked matrices (kernels_avx2_p16.c). Two sets come from here: "avx2" (vpmaddubsw /
+ * vpmaddwd integer products) and "avx2vnni" (256-bit vpdpbusd, on CPUs with AVX-VNNI); both give the
+ * same bits. The AVX-512 set starts from the best of them.
  */
 #include "tensor/kernels.h"
 
 #include <math.h>
+
+bool kn__avx2_legacy_vnni(kn_kernels *k, bool use_vnni); /* kernels_avx2_legacy.c */
 
 #if defined(__x86_64__)
 #pragma GCC target("avx2,fma,f16c")
@@ -70,24 +74,35 @@ static void kv_axpy_f32(float a, const void *v, float *y, int n) {
     for (; i < n; i++) y[i] = fmaf(a, f[i], y[i]);
 }
 
-/* The blocked attention of attend.c over these row helpers (bit-identical to the reference). */
-static void attend_f16(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int nq, int hd,
-                       float scale, float *out) {
+/* The blocked attention of attend.c over these row helpers (bit-identical to the reference): the
+ * set's attention for head sizes kernels_avx2_attn.c does not specialize. */
+void kn__avx2_attend_rows_f16(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int nq,
+                              int hd, float scale, float *out);
+void kn__avx2_attend_rows_f32(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int nq,
+                              int hd, float scale, float *out);
+void kn__avx2_attend_rows_f16(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int nq,
+                              int hd, float scale, float *out) {
     kn_attend_blocked(kv_dot_f16, kv_axpy_f16, k, v, stride, n, q, nq, hd, scale, out);
 }
-static void attend_f32(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int nq, int hd,
-                       float scale, float *out) {
+void kn__avx2_attend_rows_f32(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int nq,
+                              int hd, float scale, float *out) {
     kn_attend_blocked(kv_dot_f32, kv_axpy_f32, k, v, stride, n, q, nq, hd, scale, out);
 }
 #endif
 
-void kn_kernels_init_avx2(kn_kernels *k) {
-    k->name = "avx2";
+void kn_kernels_init_avx2_vnni(kn_kernels *k, bool vnni) {
+    vnni = vnni && kn_cpu_features()->avxvnni;
+    k->name = vnni ? "avx2vnni" : "avx2";
 #if defined(__x86_64__)
-    k->attend_f16 = attend_f16;
-    k->attend_f32 = attend_f32;
+    kn_avx2_init_attn(k);
 #endif
     kn_avx2_init_legacy(k);
+#if defined(__x86_64__)
+    kn__avx2_legacy_vnni(k, vnni);
+#endif
     kn_avx2_init_kquants(k);
     kn_avx2_init_lowbit(k);
+    kn_avx2_init_p16(k, vnni);
 }
+
+void kn_kernels_init_avx2(kn_kernels *k) { kn_kernels_init_avx2_vnni(k, true); }

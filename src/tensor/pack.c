@@ -1,5 +1,5 @@
 /*
- * pack.c - the 16-row panel layout of Q4_0 / Q8_0 / Q4_K matrices (see pack.h): repacking at load,
+ * pack.c - the 16-row panel layout of Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K matrices (see pack.h): repacking at load,
  * reading a row back, and the activation rows of the panel kernels. Plain C: the layout is a byte
  * format, not an instruction set. The reference for the panel kernels is the plain vec_dot of quant.h
  * on rows read back with kn_p16_row_plain (tests/unit/test_pack.c).
@@ -14,7 +14,7 @@
 
 #include <string.h>
 
-bool kn_p16_type(kn_dtype t) { return t == KN_Q4_0 || t == KN_Q8_0 || t == KN_Q4_K; }
+bool kn_p16_type(kn_dtype t) { return t == KN_Q4_0 || t == KN_Q8_0 || t == KN_Q4_K || t == KN_Q5_K || t == KN_Q6_K; }
 
 typedef struct field {
     uint16_t off, size; /* bytes in the plain block */
@@ -23,7 +23,7 @@ typedef struct field {
 
 typedef struct layout {
     int n_fields;
-    field f[4];
+    field f[5];
     int block_elems;    /* elements per block */
     size_t block_bytes; /* bytes per plain block; a group is 16 of them */
 } layout;
@@ -32,8 +32,12 @@ static layout layout_of(kn_dtype t) {
     switch (t) {
         case KN_Q4_0: return (layout){2, {{0, 2, 0}, {2, 16, 0}}, 32, sizeof(kn_block_q4_0)};
         case KN_Q8_0: return (layout){2, {{0, 2, 0}, {2, 32, 0x80808080u}}, 32, sizeof(kn_block_q8_0)};
-        default: /* KN_Q4_K */
-            return (layout){4, {{0, 2, 0}, {2, 2, 0}, {4, 12, 0}, {16, 128, 0}}, 256, sizeof(kn_block_q4_k)};
+        case KN_Q4_K: return (layout){4, {{0, 2, 0}, {2, 2, 0}, {4, 12, 0}, {16, 128, 0}}, 256, sizeof(kn_block_q4_k)};
+        case KN_Q5_K:
+            return (layout){
+                5, {{0, 2, 0}, {2, 2, 0}, {4, 12, 0}, {16, 32, 0}, {48, 128, 0}}, 256, sizeof(kn_block_q5_k)};
+        default: /* KN_Q6_K */
+            return (layout){4, {{0, 128, 0}, {128, 64, 0}, {192, 16, 0}, {208, 2, 0}}, 256, sizeof(kn_block_q6_k)};
     }
 }
 
@@ -85,18 +89,30 @@ void kn_p16_row_f32(kn_dtype t, const uint8_t *data, int64_t cols, int64_t r, fl
     const size_t rb = (size_t)(cols / L.block_elems) * L.block_bytes, gb = KN_P16_ROWS * L.block_bytes;
     const uint8_t *panel = data + (size_t)(r / KN_P16_ROWS) * KN_P16_ROWS * rb;
     for (int64_t b = 0; b < cols / L.block_elems; b++) { /* one block at a time: no row buffer */
-        uint8_t blk[sizeof(kn_block_q4_k)];              /* the largest block of the formats */
+        uint8_t blk[sizeof(kn_block_q6_k)];              /* the largest block of the formats */
         move_block(&L, panel + (size_t)b * gb, blk, (int)(r % KN_P16_ROWS), false);
         tr->to_float(blk, out + (int64_t)L.block_elems * b, L.block_elems);
     }
 }
 
 size_t kn_q8x_row_bytes(kn_dtype t, int64_t n) {
-    return t == KN_Q4_K ? (size_t)(n / KN_QK_K) * KN_Q8KX_BLOCK : (size_t)(n / 32) * KN_Q8X_BLOCK;
+    if (t == KN_Q6_K) return (size_t)(n / KN_QK_K) * KN_Q8K6_BLOCK;
+    return t == KN_Q4_K || t == KN_Q5_K ? (size_t)(n / KN_QK_K) * KN_Q8KX_BLOCK : (size_t)(n / 32) * KN_Q8X_BLOCK;
 }
 
 void kn_q8x_quantize(kn_dtype t, kn_from_float_fn q, const float *x, uint8_t *dst, int64_t n) {
-    if (t == KN_Q4_K) {
+    if (t == KN_Q6_K) {
+        for (int64_t b = 0; b < n / KN_QK_K; b++) {
+            kn_block_q8_k k;
+            q(x + b * KN_QK_K, &k, KN_QK_K);
+            uint8_t *o = dst + (size_t)b * KN_Q8K6_BLOCK;
+            memcpy(o, k.qs, KN_QK_K);
+            memcpy(o + KN_QK_K, &k.d, 4);
+            memcpy(o + KN_QK_K + 4, k.bsums, sizeof k.bsums);
+        }
+        return;
+    }
+    if (t == KN_Q4_K || t == KN_Q5_K) {
         for (int64_t b = 0; b < n / KN_QK_K; b++) {
             kn_block_q8_k k;
             q(x + b * KN_QK_K, &k, KN_QK_K);

@@ -1,11 +1,12 @@
 /*
- * pack.h - the 16-row panel layout ("P16") of Q4_0, Q8_0 and Q4_K weight matrices, and the activation
- * formats of the panel kernels.
+ * pack.h - the 16-row panel layout ("P16") of Q4_0, Q8_0, Q4_K, Q5_K and Q6_K weight matrices, and the
+ * activation formats of the panel kernels.
  *
  * SIMD kernels that put one weight row in each 32-bit lane of a 512-bit register want the 16 rows of a
  * panel side by side: then one sequential stream of bytes feeds a whole panel (decode reads the matrix
  * front to back once), and one vpdpbusd multiplies 4 consecutive weights of 16 rows by 4 activation
- * quants broadcast to every lane. Matrices whose kernel set has panel kernels (kn_kernels.p16) and whose
+ * quants broadcast to every lane (a 256-bit register: the 8 rows of one half of a panel, the lower or
+ * upper 32 bytes of each 64-byte vector below). Matrices whose kernel set has panel kernels (kn_kernels.p16) and whose
  * row count is a multiple of 16 are repacked into this layout when the model is copied into memory; the
  * packed matrix has exactly the bytes of the plain one (kn_weight.packed says which layout it holds).
  *
@@ -18,14 +19,21 @@
  *   Q8_0 (544 bytes): d | qs (8 vectors) stored with the top bit flipped: unsigned codes w + 128
  *   Q4_K (2304 bytes): d | dmin | scales (3 vectors) | qs (32 vectors: vector 8c + q holds
  *        qs[32c + 4q .. +3]: low nibbles are elements 4q .. 4q+3 of sub-block 2c, high nibbles of 2c+1)
+ *   Q5_K (2816 bytes): d | dmin | scales (3 vectors) | qh (8 vectors: vector q holds qh[4q .. +3], bit s
+ *        of a byte is bit 4 of element 4q + i of sub-block s) | qs (32 vectors, as Q4_K)
+ *   Q6_K (3360 bytes): ql (32 vectors) | qh (16 vectors) | scales (4 vectors) | d, each vector j holding
+ *        bytes 4j .. 4j+3 of the field (quant.h: element 128h + 32k + 4m + i takes nibble k / 2 of ql
+ *        vector 16h + 8(k & 1) + m and bits 2k, 2k+1 of qh vector 8h + m)
  *
  * Activation rows for panel kernels:
  *   Q8X (Q4_0, Q8_0 weights), per 32 elements: {int8 qs[32]; float d; int32 c} (40 bytes): qs and d are
  *     exactly the Q8_0 quantization (d the stored fp16 scale as fp32), c = -off * sum(qs) with the
  *     weight codes' offset off (8 for Q4_0, 128 for Q8_0): a chain of vpdpbusd started at c yields the
  *     exact integer dot product of the signed weights with the quants.
- *   Q8KX (Q4_K weights), per 256 elements: {int8 qs[256]; float d; int16 bs[8]} (276 bytes): the Q8_K
- *     quantization, with bs[j] = bsums[2j] + bsums[2j + 1] (the sum of sub-block j's 32 quants).
+ *   Q8KX (Q4_K, Q5_K weights), per 256 elements: {int8 qs[256]; float d; int16 bs[8]} (276 bytes): the
+ *     Q8_K quantization, with bs[j] = bsums[2j] + bsums[2j + 1] (the sum of sub-block j's 32 quants).
+ *   Q8K6 (Q6_K weights), per 256 elements: {int8 qs[256]; float d; int16 bsums[16]} (292 bytes): the
+ *     Q8_K quantization with its 16 sums (Q6_K's sub-blocks are 16 elements).
  *
  * Numerics: a panel kernel's output for (row, token) is exactly the reference vec_dot of quant.h, bit
  * for bit (the integer sums are exact, and the float steps per block are the reference's).
@@ -42,6 +50,7 @@
 #define KN_P16_ROWS   16
 #define KN_Q8X_BLOCK  40  /* bytes of a Q8X activation block of 32: qs[32], float d, int32 c */
 #define KN_Q8KX_BLOCK 276 /* bytes of a Q8KX activation block of 256: qs[256], float d, int16 bs[8] */
+#define KN_Q8K6_BLOCK 292 /* bytes of a Q8K6 activation block of 256: qs[256], float d, int16 bsums[16] */
 
 #define KN_P16_PANELS 2 /* panels per panel-kernel call at most */
 
@@ -53,7 +62,7 @@
 typedef void (*kn_p16_fn)(int64_t n, const uint8_t *w, int np, const uint8_t *x, size_t xs, int nt, float *out,
                           size_t ldo);
 
-/* True when matrices of type t have a panel layout (Q4_0, Q8_0, Q4_K). */
+/* True when matrices of type t have a panel layout (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K). */
 bool kn_p16_type(kn_dtype t);
 
 /* Repacks a rows x cols matrix of type t (kn_p16_type(t), rows % 16 == 0, whole blocks) from the

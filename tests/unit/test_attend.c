@@ -3,11 +3,10 @@
  *   - kn_expf_ref against the C library's expf: within 2 ulp over the range attention uses, 0 below
  *     KN_EXPF_MIN and for -inf / NaN;
  *   - the reference kernel against a plain double-precision softmax-weighted sum (relative 1e-5);
- *   - the best set's and the AVX2 set's kernels against the reference bit for bit (tolerance 0:
- *     the blocked algorithm is specified to the float step), for F16 and F32 caches, head sizes
- *     8 .. 256 (multiples of 16 take the AVX-512 vector path, others the reference one), lengths
- *     around the 16-position blocks and 1 .. KN_ATTEND_MAX_Q query heads per call (each head's output
- *     equals a one-head call's).
+ *   - the best set's and every set's this CPU runs (avx2, avx2vnni, avx512) against the reference bit for bit
+ * (tolerance 0: the blocked algorithm is specified to the float step), for F16 and F32 caches, head sizes 8 .. 256
+ * (multiples of 16 take the AVX-512 vector path, others the reference one), lengths around the 16-position blocks and 1
+ * .. KN_ATTEND_MAX_Q query heads per call (each head's output equals a one-head call's).
  */
 #include "harness.h"
 
@@ -138,20 +137,23 @@ static void test_best_equals_ref(void) {
     CHECK(check_set(best) == 0);
 }
 
-/* The AVX2 set (its row helpers under attend.c's blocked attention), built here from the
- * reference set as kernels.c builds it, so it is tested on AVX-512 machines too. */
-static void test_avx2_equals_ref(void) {
-    const kn_cpu *c = kn_cpu_features();
-    if (!(c->avx2 && c->fma && c->f16c)) SKIP("CPU lacks AVX2+FMA+F16C");
-    kn_kernels set = *kn_kernels_get(KN_KERNELS_REF);
-    kn_kernels_init_avx2(&set);
-    CHECK(check_set(&set) == 0);
+/* The set called name (every set this CPU runs, so the AVX2 kernels are tested on AVX-512 machines too). */
+static void check_named(const char *name) {
+    const kn_kernels *set = kn_kernels_named(name);
+    if (!set) SKIP("this CPU cannot run the %s kernel set", name);
+    printf("KSET %s: attention tested\n", name);
+    CHECK(check_set(set) == 0);
 }
+static void test_avx2_equals_ref(void) { check_named("avx2"); }
+static void test_avx2vnni_equals_ref(void) { check_named("avx2vnni"); }
+static void test_avx512_equals_ref(void) { check_named("avx512"); }
 
 int main(void) {
     RUN(test_expf);
     RUN(test_ref_vs_double);
     RUN(test_best_equals_ref);
     RUN(test_avx2_equals_ref);
+    RUN(test_avx2vnni_equals_ref);
+    RUN(test_avx512_equals_ref);
     return kt_summary();
 }

@@ -1,6 +1,7 @@
 /*
- * test_pack.c - the 16-row panel layout of Q4_0 / Q8_0 / Q4_K matrices (src/tensor/pack.h) and the panel
- * kernels of the best kernel set against the scalar reference:
+ * test_pack.c - the 16-row panel layout of Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K matrices (src/tensor/pack.h) and
+ * the panel kernels of every kernel set this CPU runs (avx2, avx2vnni, avx512; a set the CPU lacks is
+ * SKIPped with the reason) against the scalar reference:
  *   - repacking is lossless: every row read back (plain blocks or floats) equals the original row;
  *   - Q8X / Q8KX activation rows hold exactly the reference Q8_0 / Q8_K quantization plus the sums;
  *   - every output of a panel kernel, for every tile width 1 .. p16_tile_t and odd lengths, is
@@ -31,13 +32,15 @@ static double kc_gauss(void) {
     return sqrt(-2.0 * log(u[0] + 1e-300)) * cos(6.283185307179586 * u[1]);
 }
 
-static const kn_dtype types[] = {KN_Q4_0, KN_Q8_0, KN_Q4_K};
+static const kn_dtype types[] = {KN_Q4_0, KN_Q8_0, KN_Q4_K, KN_Q5_K, KN_Q6_K};
+
+static bool is_k(kn_dtype t) { return t == KN_Q4_K || t == KN_Q5_K || t == KN_Q6_K; }
 #define N_LENS 5
 
 /* Row lengths to test for type t: odd block counts around the kernels' loops. */
 static int64_t len_of(kn_dtype t, int i) {
     static const int64_t legacy[N_LENS] = {32, 64, 96, 288, 2080}, k[N_LENS] = {256, 512, 768, 2304, 4352};
-    return t == KN_Q4_K ? k[i] : legacy[i];
+    return is_k(t) ? k[i] : legacy[i];
 }
 
 /* rows x n random weights (two magnitudes) quantized with the reference quantizer; caller frees. */
@@ -86,7 +89,19 @@ static void test_q8x_rows(void) {
         for (int64_t i = 0; i < n; i++) x[i] = (float)(kc_gauss() * (i % 7 ? 0.3 : 40.0));
         uint8_t *q = malloc(kn_q8x_row_bytes(t, n));
         int bad = -1;
-        if (t == KN_Q4_K) {
+        if (t == KN_Q6_K) {
+            kn_block_q8_k *ref = malloc(sizeof *ref * (size_t)(n / 256));
+            kn_q8_k_from_float(x, ref, n);
+            kn_q8x_quantize(t, kn_q8_k_from_float, x, q, n);
+            for (int64_t b = 0; b < n / 256 && bad < 0; b++) {
+                const uint8_t *blk = q + (size_t)b * KN_Q8K6_BLOCK;
+                float d;
+                memcpy(&d, blk + 256, 4);
+                if (memcmp(blk, ref[b].qs, 256) != 0 || d != ref[b].d || memcmp(blk + 260, ref[b].bsums, 32) != 0)
+                    bad = (int)b;
+            }
+            free(ref);
+        } else if (is_k(t)) {
             kn_block_q8_k *ref = malloc(sizeof *ref * (size_t)(n / 256));
             kn_q8_k_from_float(x, ref, n);
             kn_q8x_quantize(t, kn_q8_k_from_float, x, q, n);
@@ -154,19 +169,39 @@ static int check_kernel(const kn_kernels *set, kn_dtype t, int np, int64_t n, in
     return rc;
 }
 
-static void test_panel_kernels(void) {
-    const kn_kernels *set = kn_kernels_get(KN_KERNELS_AUTO);
+void kn__avx2_p16_q6_k(kn_kernels *k, bool vnni, bool on); /* kernels_avx2_p16.c */
+
+/* Every panel kernel of the set called name, every type it has one for, every tile shape (the AVX2
+ * sets with their Q6_K panel kernel, which they do not select by default). */
+static void check_set(const char *name) {
+    const kn_kernels *named = kn_kernels_named(name);
+    if (!named) SKIP("this CPU cannot run the %s kernel set", name);
+    kn_kernels copy = *named;
+    if (strncmp(name, "avx2", 4) == 0) kn__avx2_p16_q6_k(&copy, strcmp(name, "avx2vnni") == 0, true);
+    const kn_kernels *set = &copy;
     if (!set->p16[KN_Q4_0]) SKIP("kernel set %s has no panel kernels", set->name);
+    printf("KSET %s: panel kernels tested:", name);
     for (size_t ti = 0; ti < KN_ARRAY_LEN(types); ti++)
+        if (set->p16[types[ti]]) printf(" %s", kn_type_traits_get(types[ti])->name);
+    printf("\n");
+    for (size_t ti = 0; ti < KN_ARRAY_LEN(types); ti++) {
+        if (!set->p16[types[ti]]) continue;
         for (int li = 0; li < N_LENS; li++)
             for (int np = 1; np <= KN_P16_PANELS; np++)
                 for (int nt = 1; nt <= set->p16_tile_t; nt++)
                     CHECK(check_kernel(set, types[ti], np, len_of(types[ti], li), nt) == 0);
+    }
 }
+
+static void panels_avx2(void) { check_set("avx2"); }
+static void panels_avx2vnni(void) { check_set("avx2vnni"); }
+static void panels_avx512(void) { check_set("avx512"); }
 
 int main(void) {
     RUN(test_pack_roundtrip);
     RUN(test_q8x_rows);
-    RUN(test_panel_kernels);
+    RUN(panels_avx2);
+    RUN(panels_avx2vnni);
+    RUN(panels_avx512);
     return kt_summary();
 }

@@ -1,0 +1,201 @@
+/*
+ * kernels_avx2_attn.c - AVX2 attention kernel (kn_attend_fn) for the query heads that share one KV head:
+ * the blocked online softmax of attend.c, 16 positions per block, bit-identical to the reference.
+ *
+ * A position's score is its dot product kept as two 8-lane fma accumulators (lanes = element index % 16,
+ * as the reference row dot), added lane to lane (kn_reduce16's first step); 8 positions are then
+ * reduced at once by a transposing tree whose additions are kn_reduce16's next steps (lanes i + 4, i + 2,
+ * i + 1). The block's exponentials are one vector evaluation of kn_expf_ref's steps; V rows are
+ * accumulated in position order with fused multiply-adds, each V chunk loaded once for a group of up to
+ * 4 heads (the heads of a KV head share the K and V rows, which stay in L1 between heads). Head sizes
+ * that are not a multiple of 16 (or above 256) take the blocked attention over the AVX2 row helpers.
+ */
+#include "tensor/kernels.h"
+
+#if defined(__x86_64__)
+#pragma GCC target("avx2,fma,f16c")
+#include <immintrin.h>
+#include <math.h>
+
+#define AI     static inline __attribute__((always_inline))
+#define MAX_HD 256
+#define UNROLL _Pragma("GCC unroll 16")
+#define VG     4 /* heads per V pass at most */
+
+/* kn_expf_ref on 8 lanes, the same float steps. */
+AI __m256 expf8(__m256 x) {
+    const __m256 ok = _mm256_cmp_ps(x, _mm256_set1_ps(KN_EXPF_MIN), _CMP_GE_OQ); /* false for NaN */
+    x = _mm256_min_ps(x, _mm256_set1_ps(KN_EXPF_MAX));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-0.693359375f), x);
+    r = _mm256_fmadd_ps(n, _mm256_set1_ps(2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    const __m256 y = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
+    const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_and_ps(ok, _mm256_mul_ps(y, _mm256_castsi256_ps(bits)));
+}
+
+/* Lane p of the result = the rest of kn_reduce16 for position p, given r[p] = its 16 lanes already
+ * folded to 8 (lane i = acc[i] + acc[i + 8]): lanes i + 4 onto i, then i + 2, then i + 1. */
+AI __m256 reduce8x8(const __m256 r[8]) {
+    __m256 b[4], c[2];
+    UNROLL for (int i = 0; i < 4; i++) /* [r[2i] lanes 0..3 + 4..7 | r[2i+1] the same] */
+        b[i] = _mm256_add_ps(_mm256_permute2f128_ps(r[2 * i], r[2 * i + 1], 0x20),
+                             _mm256_permute2f128_ps(r[2 * i], r[2 * i + 1], 0x31));
+    UNROLL for (int i = 0; i < 2; i++) /* lanes i + 2 onto i */
+        c[i] = _mm256_add_ps(_mm256_shuffle_ps(b[2 * i], b[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm256_shuffle_ps(b[2 * i], b[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    /* lane 1 onto lane 0: positions 0 2 4 6 | 1 3 5 7 */
+    const __m256 d = _mm256_add_ps(_mm256_shuffle_ps(c[0], c[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                   _mm256_shuffle_ps(c[0], c[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    return _mm256_permutevar8x32_ps(d, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+/* kn_reduce16 of the 16 lanes lo (0..7) and hi (8..15). */
+AI float reduce16(__m256 lo, __m256 hi) {
+    const __m256 v = _mm256_add_ps(lo, hi);
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* 8 elements of a K or V row as fp32. */
+AI __m256 ld_f16(const uint8_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+AI __m256 ld_f32(const uint8_t *p) { return _mm256_loadu_ps((const float *)p); }
+
+/* Attention of nq heads with NC = hd / 16 pairs of vectors per row. Per block of 16 positions: each
+ * head's scores (8 positions at a time), its online-softmax step and weights w[h][16]; then the V pass,
+ * 16 elements at a time for up to VG heads. Every head's float steps are the one-head algorithm's. */
+#define DEFINE_ATTEND(NAME, LD, ES)                                                                                    \
+    AI void NAME##_nc(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int nq, int hd,    \
+                      float scale, float *out, const int NC) {                                                         \
+        _Alignas(32) float O[KN_ATTEND_MAX_Q][MAX_HD], wj[KN_ATTEND_MAX_Q][16], sc[16];                                \
+        float m[KN_ATTEND_MAX_Q];                                                                                      \
+        __m256 lsum[KN_ATTEND_MAX_Q][2];                                                                               \
+        for (int h = 0; h < nq; h++) {                                                                                 \
+            m[h] = -INFINITY;                                                                                          \
+            lsum[h][0] = lsum[h][1] = _mm256_setzero_ps();                                                             \
+            for (int c = 0; c < 2 * NC; c++) _mm256_store_ps(O[h] + 8 * c, _mm256_setzero_ps());                       \
+        }                                                                                                              \
+        for (int32_t p0 = 0; p0 < n; p0 += 16) {                                                                       \
+            const int cnt = n - p0 < 16 ? (int)(n - p0) : 16;                                                          \
+            const uint8_t *kb = k + (size_t)p0 * stride;                                                               \
+            for (int h = 0; h < nq; h++) {                                                                             \
+                const float *qh = q + (size_t)h * hd;                                                                  \
+                __m256 s2[2];                                                                                          \
+                for (int half = 0; half < 2; half++) {                                                                 \
+                    __m256 r[8];                                                                                       \
+                    UNROLL for (int j = 0; j < 8; j++) {                                                               \
+                        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();                                     \
+                        if (8 * half + j < cnt) {                                                                      \
+                            const uint8_t *kr = kb + (size_t)(8 * half + j) * stride;                                  \
+                            UNROLL for (int c = 0; c < NC; c++) {                                                      \
+                                a0 = _mm256_fmadd_ps(LD(kr + 16 * (ES)*c), _mm256_loadu_ps(qh + 16 * c), a0);          \
+                                a1 = _mm256_fmadd_ps(LD(kr + (16 * c + 8) * (ES)), _mm256_loadu_ps(qh + 16 * c + 8),   \
+                                                     a1);                                                              \
+                            }                                                                                          \
+                        }                                                                                              \
+                        r[j] = _mm256_add_ps(a0, a1);                                                                  \
+                    }                                                                                                  \
+                    s2[half] = _mm256_mul_ps(reduce8x8(r), _mm256_set1_ps(scale));                                     \
+                }                                                                                                      \
+                _mm256_storeu_ps(sc, s2[0]);                                                                           \
+                _mm256_storeu_ps(sc + 8, s2[1]);                                                                       \
+                float bm = -INFINITY;                                                                                  \
+                for (int j = 0; j < cnt; j++) bm = sc[j] > bm ? sc[j] : bm;                                            \
+                if (bm > m[h]) {                                                                                       \
+                    const __m256 cv = _mm256_set1_ps(kn_expf_ref(m[h] - bm));                                          \
+                    lsum[h][0] = _mm256_mul_ps(lsum[h][0], cv);                                                        \
+                    lsum[h][1] = _mm256_mul_ps(lsum[h][1], cv);                                                        \
+                    for (int c = 0; c < 2 * NC; c++)                                                                   \
+                        _mm256_store_ps(O[h] + 8 * c, _mm256_mul_ps(_mm256_load_ps(O[h] + 8 * c), cv));                \
+                    m[h] = bm;                                                                                         \
+                }                                                                                                      \
+                for (int j = cnt; j < 16; j++) sc[j] = -INFINITY; /* weight 0 */                                       \
+                const __m256 mv = _mm256_set1_ps(m[h]);                                                                \
+                const __m256 w0 = expf8(_mm256_sub_ps(_mm256_loadu_ps(sc), mv));                                       \
+                const __m256 w1 = expf8(_mm256_sub_ps(_mm256_loadu_ps(sc + 8), mv));                                   \
+                lsum[h][0] = _mm256_add_ps(lsum[h][0], w0);                                                            \
+                lsum[h][1] = _mm256_add_ps(lsum[h][1], w1);                                                            \
+                _mm256_storeu_ps(wj[h], w0);                                                                           \
+                _mm256_storeu_ps(wj[h] + 8, w1);                                                                       \
+            }                                                                                                          \
+            const uint8_t *vb = v + (size_t)p0 * stride;                                                               \
+            for (int h0 = 0; h0 < nq; h0 += VG) {                                                                      \
+                const int gn = nq - h0 < VG ? nq - h0 : VG;                                                            \
+                for (int c = 0; c < NC; c++) {                                                                         \
+                    __m256 R[VG][2];                                                                                   \
+                    UNROLL for (int g = 0; g < VG; g++) {                                                              \
+                        R[g][0] = g < gn ? _mm256_load_ps(O[h0 + g] + 16 * c) : _mm256_setzero_ps();                   \
+                        R[g][1] = g < gn ? _mm256_load_ps(O[h0 + g] + 16 * c + 8) : _mm256_setzero_ps();               \
+                    }                                                                                                  \
+                    for (int j = 0; j < cnt; j++) {                                                                    \
+                        const uint8_t *vr = vb + (size_t)j * stride;                                                   \
+                        const __m256 V0 = LD(vr + 16 * (ES)*c), V1 = LD(vr + (16 * c + 8) * (ES));                     \
+                        UNROLL for (int g = 0; g < VG; g++) if (g < gn) {                                              \
+                            const __m256 a = _mm256_set1_ps(wj[h0 + g][j]);                                            \
+                            R[g][0] = _mm256_fmadd_ps(a, V0, R[g][0]);                                                 \
+                            R[g][1] = _mm256_fmadd_ps(a, V1, R[g][1]);                                                 \
+                        }                                                                                              \
+                    }                                                                                                  \
+                    UNROLL for (int g = 0; g < VG; g++) if (g < gn) {                                                  \
+                        _mm256_store_ps(O[h0 + g] + 16 * c, R[g][0]);                                                  \
+                        _mm256_store_ps(O[h0 + g] + 16 * c + 8, R[g][1]);                                              \
+                    }                                                                                                  \
+                }                                                                                                      \
+            }                                                                                                          \
+        }                                                                                                              \
+        for (int h = 0; h < nq; h++) {                                                                                 \
+            const __m256 inv = _mm256_set1_ps(1.0f / reduce16(lsum[h][0], lsum[h][1]));                                \
+            for (int c = 0; c < 2 * NC; c++)                                                                           \
+                _mm256_storeu_ps(out + (size_t)h * hd + 8 * c, _mm256_mul_ps(_mm256_load_ps(O[h] + 8 * c), inv));      \
+        }                                                                                                              \
+    }
+
+DEFINE_ATTEND(attn_f16, ld_f16, 2)
+DEFINE_ATTEND(attn_f32, ld_f32, 4)
+
+/* The kn_attend_fn NAME: NAME##_nc specialized for head sizes 16 .. 128 in steps of 16 and 256; other
+ * head sizes take FALLBACK. */
+#define DEFINE_ENTRY(NAME, IMPL, FALLBACK)                                                                             \
+    static void NAME(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int nq, int hd,     \
+                     float scale, float *out) {                                                                        \
+        switch (hd) {                                                                                                  \
+            case 16: IMPL(k, v, stride, n, q, nq, hd, scale, out, 1); break;                                           \
+            case 32: IMPL(k, v, stride, n, q, nq, hd, scale, out, 2); break;                                           \
+            case 48: IMPL(k, v, stride, n, q, nq, hd, scale, out, 3); break;                                           \
+            case 64: IMPL(k, v, stride, n, q, nq, hd, scale, out, 4); break;                                           \
+            case 80: IMPL(k, v, stride, n, q, nq, hd, scale, out, 5); break;                                           \
+            case 96: IMPL(k, v, stride, n, q, nq, hd, scale, out, 6); break;                                           \
+            case 112: IMPL(k, v, stride, n, q, nq, hd, scale, out, 7); break;                                          \
+            case 128: IMPL(k, v, stride, n, q, nq, hd, scale, out, 8); break;                                          \
+            case 256: IMPL(k, v, stride, n, q, nq, hd, scale, out, 16); break;                                         \
+            default: FALLBACK(k, v, stride, n, q, nq, hd, scale, out);                                                 \
+        }                                                                                                              \
+    }
+
+/* The blocked attention over the AVX2 row helpers (kernels_avx2.c), for the other head sizes. */
+void kn__avx2_attend_rows_f16(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int nq,
+                              int hd, float scale, float *out);
+void kn__avx2_attend_rows_f32(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int nq,
+                              int hd, float scale, float *out);
+
+DEFINE_ENTRY(attend_f16, attn_f16_nc, kn__avx2_attend_rows_f16)
+DEFINE_ENTRY(attend_f32, attn_f32_nc, kn__avx2_attend_rows_f32)
+
+/* Fills the attention kernels of k (kernels.h). Called only on CPUs with AVX2, FMA and F16C. */
+void kn_avx2_init_attn(kn_kernels *k) {
+    k->attend_f16 = attend_f16;
+    k->attend_f32 = attend_f32;
+}
+
+#else /* not x86-64: the set is never selected */
+void kn_avx2_init_attn(kn_kernels *k) { (void)k; }
+#endif

@@ -1,0 +1,391 @@
+/*
+ * kernels_avx2_p16.c - AVX2 panel kernels (pack.h) for Q4_0, Q8_0, Q4_K, Q5_K and Q6_K matrices, in two
+ * variants that give the same bits: with AVX-VNNI (256-bit vpdpbusd, Alder Lake and later, Zen 5) and
+ * without it (vpmaddubsw + vpmaddwd, every AVX2 CPU).
+ *
+ * A ymm register holds 4 consecutive codes of the 8 rows of one half of a panel (the lower or upper 32
+ * bytes of each 64-byte vector of pack.h), one row per 32-bit lane; one integer product of it with 4
+ * activation quants broadcast to every lane advances 8 dot products. Per block (or sub-block) and
+ * token the kernels form the exact integer sums of the reference (quant.h), then take its float steps
+ * per lane, so every output is the reference vec_dot bit for bit, whatever the tile:
+ *   VNNI:  a vpdpbusd chain over the quads of a block, started at the exact offset correction
+ *          c = -off * sum(x) of the Q8X row (unsigned codes w + off, pack.h);
+ *   plain: vpmaddubsw of unsigned codes and signed quants gives int16 pairs, summed in int16 over as
+ *          many quads as cannot overflow (codes <= 15: 8 quads, 8 * 2 * 15 * 127 < 2^15; codes <= 31:
+ *          4 quads; codes <= 63: 2 quads), then vpmaddwd by 1 (or by the sub-block scale, which also
+ *          does the K formats' scale multiply exactly). Q8_0's codes (w + 128) would overflow int16
+ *          pairs: its plain kernel multiplies |w| by sign(x, w) (pairs <= 2 * 128 * 127) instead.
+ * Shapes: decode (1 or 2 tokens) walks each panel once, both halves per quad, so the panel is one
+ * sequential stream; prefill (3 .. TILE_T tokens) takes one half at a time with all the tokens, each
+ * code vector unpacked once and used by every token (the activation rows stay in L1 across halves and
+ * panels). A call takes up to KN_P16_PANELS panels.
+ */
+#include "tensor/kernels.h"
+
+#if defined(__x86_64__)
+#pragma GCC target("avx2,fma,f16c")
+#include "tensor/pack.h"
+#include "tensor/quant.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#define AI     static inline __attribute__((always_inline))
+#define UNROLL _Pragma("GCC unroll 8")
+#define TILE_T 6 /* tokens per kernel call at most */
+#define VNNI   __attribute__((target("avx2,fma,f16c,avxvnni")))
+#define PLAIN
+
+static inline int32_t ld_i32(const uint8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+static inline float ld_f32(const uint8_t *p) {
+    float v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+AI __m256i bc32(const uint8_t *p) { return _mm256_set1_epi32(ld_i32(p)); }
+AI __m256i ld256(const uint8_t *p) { return _mm256_loadu_si256((const __m256i *)p); }
+AI __m256 ld_ph8(const uint8_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+
+/* ---- integer engines: S accumulates the exact products of code vectors with broadcast quads ----
+ * Each engine is (ZERO, STEP, SUM): S = ZERO; STEP(S, W, A, bx) per quad (A: W's helper vector, |w| for
+ * Q8_0 plain, else unused); SUM(S) = the int32 lanes. *_S16: as many steps as int16 holds (see top). */
+#define V_ZERO()           _mm256_setzero_si256()
+#define V_STEP(S, W, A, B) S = _mm256_dpbusd_avx_epi32(S, W, B)
+#define V_SUM(S)           (S)
+#define P_STEP(S, W, A, B) S = _mm256_add_epi16(S, _mm256_maddubs_epi16(W, B))
+#define P_SUM(S)           _mm256_madd_epi16(S, _mm256_set1_epi16(1))
+/* Q8_0 plain: W holds the signed weights, A = |W| */
+#define S_STEP(S, W, A, B)                                                                                             \
+    S = _mm256_add_epi32(S, _mm256_madd_epi16(_mm256_maddubs_epi16(A, _mm256_sign_epi8(B, W)), _mm256_set1_epi16(1)))
+
+/* ---- Q4_0 / Q8_0: groups of GB bytes per block column: d (16 lanes fp16) | codes ---- */
+
+/* Code vector j (elements 4j .. 4j+3 of each row's block) of half h of the group at g; *A its helper. */
+AI __m256i code_q4_0(const uint8_t *g, int j, int h, __m256i *A) {
+    const __m256i v = ld256(g + 32 + 64 * (j % 4) + 32 * h), m4 = _mm256_set1_epi8(0x0F);
+    (void)A;
+    return j < 4 ? _mm256_and_si256(v, m4) : _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+}
+AI __m256i code_q8_0(const uint8_t *g, int j, int h, __m256i *A) {
+    (void)A;
+    return ld256(g + 32 + 64 * j + 32 * h); /* w + 128 */
+}
+AI __m256i code_q8_0s(const uint8_t *g, int j, int h, __m256i *A) {
+    const __m256i w = _mm256_xor_si256(ld256(g + 32 + 64 * j + 32 * h), _mm256_set1_epi8((char)0x80));
+    *A = _mm256_abs_epi8(w);
+    return w;
+}
+
+/* NAME##_tile: halves h0 .. h0+NH-1 of the panel at w (NH = 2: rows 0..15, else rows 8 h0 ..) times NT
+ * Q8X activation rows, out[t * ldo + 8 (h - h0) + i]. Per block: the exact integer sum p of each
+ * (half, token) through the engine (ZERO, STEP, SUM), plus the row's offset correction c when
+ * ADD_C, then acc = fma((float)p, dw * dx, acc). */
+#define DEFINE_LEG(NAME, ATTR, GB, CODE, ZERO, STEP, SUM, ADD_C)                                                       \
+    ATTR AI void NAME##_tile(int64_t nb, const uint8_t *w, const uint8_t *x, size_t xs, float *out, size_t ldo,        \
+                             const int h0, const int NH, const int NT) {                                               \
+        __m256 acc[2][TILE_T];                                                                                         \
+        UNROLL for (int h = 0; h < NH; h++) UNROLL for (int t = 0; t < NT; t++) acc[h][t] = _mm256_setzero_ps();       \
+        for (int64_t b = 0; b < nb; b++) {                                                                             \
+            const uint8_t *g = w + (size_t)b * (GB), *xb = x + (size_t)b * KN_Q8X_BLOCK;                               \
+            __m256i S[2][TILE_T];                                                                                      \
+            UNROLL for (int h = 0; h < NH; h++) UNROLL for (int t = 0; t < NT; t++) S[h][t] = ZERO();                  \
+            UNROLL for (int j = 0; j < 8; j++) {                                                                       \
+                __m256i W[2], A[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};                                 \
+                UNROLL for (int h = 0; h < NH; h++) W[h] = CODE(g, j, h0 + h, &A[h]);                                  \
+                UNROLL for (int t = 0; t < NT; t++) {                                                                  \
+                    const __m256i bx = bc32(xb + t * xs + 4 * j);                                                      \
+                    UNROLL for (int h = 0; h < NH; h++) STEP(S[h][t], W[h], A[h], bx);                                 \
+                }                                                                                                      \
+            }                                                                                                          \
+            UNROLL for (int h = 0; h < NH; h++) {                                                                      \
+                const __m256 dw = ld_ph8(g + 16 * (h0 + h));                                                           \
+                UNROLL for (int t = 0; t < NT; t++) {                                                                  \
+                    __m256i p = SUM(S[h][t]);                                                                          \
+                    if (ADD_C) p = _mm256_add_epi32(p, bc32(xb + t * xs + 36));                                        \
+                    const __m256 s = _mm256_mul_ps(dw, _mm256_set1_ps(ld_f32(xb + t * xs + 32)));                      \
+                    acc[h][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), s, acc[h][t]);                                  \
+                }                                                                                                      \
+            }                                                                                                          \
+        }                                                                                                              \
+        UNROLL for (int h = 0; h < NH; h++) UNROLL for (int t = 0; t < NT; t++)                                        \
+            _mm256_storeu_ps(out + (size_t)t * ldo + 8 * h, acc[h][t]);                                                \
+    }
+
+DEFINE_LEG(q4_0_v, VNNI, 16 * sizeof(kn_block_q4_0), code_q4_0, V_ZERO, V_STEP, V_SUM, 1)
+DEFINE_LEG(q8_0_v, VNNI, 16 * sizeof(kn_block_q8_0), code_q8_0, V_ZERO, V_STEP, V_SUM, 1)
+DEFINE_LEG(q4_0_p, PLAIN, 16 * sizeof(kn_block_q4_0), code_q4_0, V_ZERO, P_STEP, P_SUM, 1)
+DEFINE_LEG(q8_0_p, PLAIN, 16 * sizeof(kn_block_q8_0), code_q8_0s, V_ZERO, S_STEP, V_SUM, 0)
+
+/* ---- K formats: super-block groups; per sub-block s the exact sum times the sub-block scale ---- */
+
+/* Byte k of each dword lane of v as int32 (unsigned), and the same in both int16 halves. */
+AI __m256i byte_of(__m256i v, int k) { return _mm256_and_si256(_mm256_srli_epi32(v, 8 * k), _mm256_set1_epi32(0xFF)); }
+AI __m256i byte_of16(__m256i v, int k) {
+    const __m256i b = byte_of(v, k);
+    return _mm256_or_si256(b, _mm256_slli_epi32(b, 16));
+}
+/* Signed byte k of each dword lane as int32, and the same in both int16 halves. */
+AI __m256i sbyte_of(__m256i v, int k) { return _mm256_srai_epi32(_mm256_slli_epi32(v, 24 - 8 * k), 24); }
+AI __m256i sbyte_of16(__m256i v, int k) {
+    const __m256i b = sbyte_of(v, k);
+    return _mm256_blend_epi16(b, _mm256_slli_epi32(b, 16), 0xAA);
+}
+/* Bytes k, k+1 of each dword lane as the int16 pair (unsigned), for vpmaddwd with int16 pairs. */
+AI __m256i bytes_as_words(__m256i v, int k) {
+    return _mm256_or_si256(byte_of(v, k), _mm256_slli_epi32(byte_of(v, k + 1), 16));
+}
+/* Signed bytes k, k+1 (k even) of each dword lane as an int16 pair. */
+AI __m256i sbytes_as_words(__m256i v, int k) {
+    const __m256i lo = _mm256_srai_epi16(_mm256_slli_epi16(v, 8), 8), hi = _mm256_srai_epi16(v, 8); /* b0 b2 | b1 b3 */
+    return k == 0 ? _mm256_blend_epi16(lo, _mm256_slli_epi32(hi, 16), 0xAA)
+                  : _mm256_blend_epi16(_mm256_srli_epi32(lo, 16), hi, 0xAA);
+}
+
+/* Q4_K / Q5_K group (pack.h) fields of half h: the 6-bit scales sc[0] (sub-blocks 0..3, a byte each) and
+ * sc[1] (4..7); the mins as int16 pairs mp[k] = (m[2k], m[2k+1]). */
+AI void k4_scales(const uint8_t *g, int h, __m256i sc[2]) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m6 = _mm256_set1_epi8(0x3F), m2 = _mm256_set1_epi8(0x30);
+    const __m256i S0 = ld256(g + 64 + 32 * h), S2 = ld256(g + 192 + 32 * h);
+    sc[0] = _mm256_and_si256(S0, m6);
+    sc[1] = _mm256_or_si256(_mm256_and_si256(S2, m4), _mm256_and_si256(_mm256_srli_epi32(S0, 2), m2));
+}
+AI void k4_mins(const uint8_t *g, int h, __m256i mp[4]) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m6 = _mm256_set1_epi8(0x3F), m2 = _mm256_set1_epi8(0x30);
+    const __m256i S1 = ld256(g + 128 + 32 * h), S2 = ld256(g + 192 + 32 * h);
+    const __m256i mn0 = _mm256_and_si256(S1, m6);
+    const __m256i mn1 =
+        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(S2, 4), m4), _mm256_and_si256(_mm256_srli_epi32(S1, 2), m2));
+    mp[0] = bytes_as_words(mn0, 0), mp[1] = bytes_as_words(mn0, 2), mp[2] = bytes_as_words(mn1, 0),
+    mp[3] = bytes_as_words(mn1, 2);
+}
+
+/* Code vector of quad j of sub-block s, half h. Q4_K: nibble s % 2 of qs vector 8 (s / 2) + j (at QS);
+ * Q5_K adds bit s of qh vector j (at QH) as bit 4. Q6_K (sub-blocks of 16: s = 0..15, j = 0..3): element
+ * 16 s + 4 j = 128 hh + 32 k + 4 m with hh = s / 8, k = (s / 2) % 4, m = 4 (s % 2) + j. */
+AI __m256i code_k4(const uint8_t *qs, int s, int j, int h) {
+    const __m256i v = ld256(qs + 64 * (8 * (s / 2) + j) + 32 * h), m4 = _mm256_set1_epi8(0x0F);
+    return _mm256_and_si256(s % 2 ? _mm256_srli_epi16(v, 4) : v, m4);
+}
+AI __m256i code_k5(const uint8_t *qs, const uint8_t *qh, int s, int j, int h) {
+    const __m256i H = ld256(qh + 64 * j + 32 * h);
+    const __m256i hb = s <= 4 ? _mm256_slli_epi16(H, 4 - s) : _mm256_srli_epi16(H, s - 4); /* bit s -> bit 4 */
+    return _mm256_or_si256(code_k4(qs, s, j, h), _mm256_and_si256(hb, _mm256_set1_epi8(0x10)));
+}
+AI __m256i code_k6(const uint8_t *g, int s, int j, int h) {
+    const int hh = s / 8, k = (s / 2) % 4, m = 4 * (s % 2) + j;
+    const __m256i L = ld256(g + 64 * (16 * hh + 8 * (k & 1) + m) + 32 * h);
+    const __m256i H = ld256(g + 2048 + 64 * (8 * hh + m) + 32 * h);
+    const __m256i lo = _mm256_and_si256(k >> 1 ? _mm256_srli_epi16(L, 4) : L, _mm256_set1_epi8(0x0F));
+    const __m256i hi = k == 0   ? _mm256_slli_epi16(H, 4)
+                       : k == 1 ? _mm256_slli_epi16(H, 2)
+                       : k == 2 ? H
+                                : _mm256_srli_epi16(H, 2);
+    return _mm256_or_si256(lo, _mm256_and_si256(hi, _mm256_set1_epi8(0x30)));
+}
+
+/* Sub-block scale application: sumi += (exact sum S of the sub-block) * sc, sc the scale vector
+ * (VNNI: int32 lanes; plain: int16 halves, the int16 pair sums multiplied by vpmaddwd). */
+#define V_SCALE(sumi, S, sc32, sc16) ((void)(sc16), sumi = _mm256_add_epi32(sumi, _mm256_mullo_epi32(S, sc32)))
+#define P_SCALE(sumi, S, sc32, sc16) ((void)(sc32), sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(S, sc16)))
+
+/* Q4_K / Q5_K tile: halves h0 .. h0+NH-1 of the panel at w times NT Q8KX rows (kn_p16_fn outputs).
+ * Per super-block and (half, token):
+ *   sumi = sum_s sc[s] * (exact dot of sub-block s)  in pieces of QPS quads (engine ZERO/STEP, SCALE)
+ *   summ = sum_k madd(mp[k], bs pair k)
+ *   sa = fma((float)sumi, d * xd, sa); sm = fma((float)summ, dmin * xd, sm); out = sa - sm
+ * as kn_q4_k_vec_dot_q8_k / kn_q5_k_vec_dot_q8_k. */
+#define DEFINE_K45(NAME, ATTR, Q5, QPS, ZERO, STEP, SCALE)                                                             \
+    ATTR AI void NAME##_tile(int64_t nsb, const uint8_t *w, const uint8_t *x, size_t xs, float *out, size_t ldo,       \
+                             const int h0, const int NH, const int NT) {                                               \
+        const size_t GB = 16 * (Q5 ? sizeof(kn_block_q5_k) : sizeof(kn_block_q4_k));                                   \
+        __m256 sa[2][TILE_T], sm[2][TILE_T];                                                                           \
+        UNROLL for (int h = 0; h < NH; h++) UNROLL for (int t = 0; t < NT; t++) sa[h][t] = sm[h][t] =                  \
+            _mm256_setzero_ps();                                                                                       \
+        for (int64_t sb = 0; sb < nsb; sb++) {                                                                         \
+            const uint8_t *g = w + (size_t)sb * GB, *xsb = x + (size_t)sb * KN_Q8KX_BLOCK;                             \
+            const uint8_t *qs = g + (Q5 ? 768 : 256), *qh = g + 256;                                                   \
+            __m256i sc[2][2], sumi[2][TILE_T];                                                                         \
+            UNROLL for (int h = 0; h < NH; h++) {                                                                      \
+                k4_scales(g, h0 + h, sc[h]);                                                                           \
+                UNROLL for (int t = 0; t < NT; t++) sumi[h][t] = _mm256_setzero_si256();                               \
+            }                                                                                                          \
+            _Pragma("GCC unroll 8") for (int s = 0; s < 8; s++) {                                                      \
+                UNROLL for (int j0 = 0; j0 < 8; j0 += QPS) {                                                           \
+                    __m256i S[2][TILE_T];                                                                              \
+                    UNROLL for (int h = 0; h < NH; h++) UNROLL for (int t = 0; t < NT; t++) S[h][t] = ZERO();          \
+                    UNROLL for (int j = j0; j < j0 + QPS; j++) {                                                       \
+                        __m256i W[2];                                                                                  \
+                        UNROLL for (int h = 0; h < NH; h++) W[h] =                                                     \
+                            Q5 ? code_k5(qs, qh, s, j, h0 + h) : code_k4(qs, s, j, h0 + h);                            \
+                        UNROLL for (int t = 0; t < NT; t++) {                                                          \
+                            const __m256i bx = bc32(xsb + t * xs + 32 * s + 4 * j);                                    \
+                            UNROLL for (int h = 0; h < NH; h++) STEP(S[h][t], W[h], W[h], bx);                         \
+                        }                                                                                              \
+                    }                                                                                                  \
+                    UNROLL for (int h = 0; h < NH; h++) {                                                              \
+                        const __m256i v = sc[h][s / 4];                                                                \
+                        const __m256i s32 = byte_of(v, s % 4), s16 = byte_of16(v, s % 4);                              \
+                        UNROLL for (int t = 0; t < NT; t++) SCALE(sumi[h][t], S[h][t], s32, s16);                      \
+                    }                                                                                                  \
+                }                                                                                                      \
+            }                                                                                                          \
+            UNROLL for (int h = 0; h < NH; h++) {                                                                      \
+                __m256i mp[4];                                                                                         \
+                k4_mins(g, h0 + h, mp);                                                                                \
+                const __m256 dw = ld_ph8(g + 16 * (h0 + h)), dmin = ld_ph8(g + 32 + 16 * (h0 + h));                    \
+                UNROLL for (int t = 0; t < NT; t++) {                                                                  \
+                    const uint8_t *xb = xsb + t * xs;                                                                  \
+                    __m256i summ = _mm256_madd_epi16(mp[0], bc32(xb + 260));                                           \
+                    UNROLL for (int k = 1; k < 4; k++) summ =                                                          \
+                        _mm256_add_epi32(summ, _mm256_madd_epi16(mp[k], bc32(xb + 260 + 4 * k)));                      \
+                    const __m256 xd = _mm256_set1_ps(ld_f32(xb + 256));                                                \
+                    sa[h][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[h][t]), _mm256_mul_ps(dw, xd), sa[h][t]);       \
+                    sm[h][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(summ), _mm256_mul_ps(dmin, xd), sm[h][t]);           \
+                }                                                                                                      \
+            }                                                                                                          \
+        }                                                                                                              \
+        UNROLL for (int h = 0; h < NH; h++) UNROLL for (int t = 0; t < NT; t++)                                        \
+            _mm256_storeu_ps(out + (size_t)t * ldo + 8 * h, _mm256_sub_ps(sa[h][t], sm[h][t]));                        \
+    }
+
+DEFINE_K45(q4_k_v, VNNI, 0, 8, V_ZERO, V_STEP, V_SCALE)
+DEFINE_K45(q4_k_p, PLAIN, 0, 8, V_ZERO, P_STEP, P_SCALE)
+DEFINE_K45(q5_k_v, VNNI, 1, 8, V_ZERO, V_STEP, V_SCALE)
+DEFINE_K45(q5_k_p, PLAIN, 1, 4, V_ZERO, P_STEP, P_SCALE)
+
+/* Q6_K tile (group: ql | qh | scales | d, pack.h) times NT Q8K6 rows. Per super-block and (half, token):
+ *   sumi = sum_s sc[s] * (exact dot of the codes q of sub-block s)   (16 sub-blocks of 4 quads)
+ *   corr = sum_k madd((sc[2k], sc[2k+1]), (bsums[2k], bsums[2k+1]));  sumi -= 32 * corr
+ *   sa = fma((float)sumi, d * xd, sa)
+ * which is kn_q6_k_vec_dot_q8_k's integer sum_s sc[s] * (dot_s - 32 bsums[s]) and float step. */
+#define DEFINE_K6(NAME, ATTR, QPS, ZERO, STEP, SCALE)                                                                  \
+    ATTR AI void NAME##_tile(int64_t nsb, const uint8_t *w, const uint8_t *x, size_t xs, float *out, size_t ldo,       \
+                             const int h0, const int NH, const int NT) {                                               \
+        const size_t GB = 16 * sizeof(kn_block_q6_k);                                                                  \
+        __m256 sa[2][TILE_T];                                                                                          \
+        UNROLL for (int h = 0; h < NH; h++) UNROLL for (int t = 0; t < NT; t++) sa[h][t] = _mm256_setzero_ps();        \
+        for (int64_t sb = 0; sb < nsb; sb++) {                                                                         \
+            const uint8_t *g = w + (size_t)sb * GB, *xsb = x + (size_t)sb * KN_Q8K6_BLOCK;                             \
+            __m256i sumi[2][TILE_T];                                                                                   \
+            UNROLL for (int h = 0; h < NH; h++) UNROLL for (int t = 0; t < NT; t++) sumi[h][t] =                       \
+                _mm256_setzero_si256();                                                                                \
+            _Pragma("GCC unroll 16") for (int s = 0; s < 16; s++) {                                                    \
+                __m256i sc32[2], sc16[2];                                                                              \
+                UNROLL for (int h = 0; h < NH; h++) {                                                                  \
+                    const __m256i v = ld256(g + 3072 + 64 * (s / 4) + 32 * (h0 + h));                                  \
+                    sc32[h] = sbyte_of(v, s % 4), sc16[h] = sbyte_of16(v, s % 4);                                      \
+                }                                                                                                      \
+                UNROLL for (int j0 = 0; j0 < 4; j0 += QPS) {                                                           \
+                    __m256i S[2][TILE_T];                                                                              \
+                    UNROLL for (int h = 0; h < NH; h++) UNROLL for (int t = 0; t < NT; t++) S[h][t] = ZERO();          \
+                    UNROLL for (int j = j0; j < j0 + QPS; j++) {                                                       \
+                        __m256i W[2];                                                                                  \
+                        UNROLL for (int h = 0; h < NH; h++) W[h] = code_k6(g, s, j, h0 + h);                           \
+                        UNROLL for (int t = 0; t < NT; t++) {                                                          \
+                            const __m256i bx = bc32(xsb + t * xs + 16 * s + 4 * j);                                    \
+                            UNROLL for (int h = 0; h < NH; h++) STEP(S[h][t], W[h], W[h], bx);                         \
+                        }                                                                                              \
+                    }                                                                                                  \
+                    UNROLL for (int h = 0; h < NH; h++) UNROLL for (int t = 0; t < NT; t++)                            \
+                        SCALE(sumi[h][t], S[h][t], sc32[h], sc16[h]);                                                  \
+                }                                                                                                      \
+            }                                                                                                          \
+            UNROLL for (int h = 0; h < NH; h++) {                                                                      \
+                const __m256i V0 = ld256(g + 3072 + 32 * (h0 + h)), V1 = ld256(g + 3072 + 64 + 32 * (h0 + h));         \
+                const __m256i V2 = ld256(g + 3072 + 128 + 32 * (h0 + h)), V3 = ld256(g + 3072 + 192 + 32 * (h0 + h));  \
+                const __m256i scp[8] = {sbytes_as_words(V0, 0), sbytes_as_words(V0, 2), sbytes_as_words(V1, 0),        \
+                                        sbytes_as_words(V1, 2), sbytes_as_words(V2, 0), sbytes_as_words(V2, 2),        \
+                                        sbytes_as_words(V3, 0), sbytes_as_words(V3, 2)};                               \
+                const __m256 dw = ld_ph8(g + 3328 + 16 * (h0 + h));                                                    \
+                UNROLL for (int t = 0; t < NT; t++) {                                                                  \
+                    const uint8_t *xb = xsb + t * xs;                                                                  \
+                    __m256i corr = _mm256_madd_epi16(scp[0], bc32(xb + 260));                                          \
+                    UNROLL for (int k = 1; k < 8; k++) corr =                                                          \
+                        _mm256_add_epi32(corr, _mm256_madd_epi16(scp[k], bc32(xb + 260 + 4 * k)));                     \
+                    const __m256i si = _mm256_sub_epi32(sumi[h][t], _mm256_slli_epi32(corr, 5));                       \
+                    const __m256 xd = _mm256_set1_ps(ld_f32(xb + 256));                                                \
+                    sa[h][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_mul_ps(dw, xd), sa[h][t]);               \
+                }                                                                                                      \
+            }                                                                                                          \
+        }                                                                                                              \
+        UNROLL for (int h = 0; h < NH; h++) UNROLL for (int t = 0; t < NT; t++)                                        \
+            _mm256_storeu_ps(out + (size_t)t * ldo + 8 * h, sa[h][t]);                                                 \
+    }
+
+DEFINE_K6(q6_k_v, VNNI, 4, V_ZERO, V_STEP, V_SCALE)
+DEFINE_K6(q6_k_p, PLAIN, 2, V_ZERO, P_STEP, P_SCALE)
+
+/* ---- entries (kn_p16_fn) ---- */
+
+/* NAME##_tile over the np panels of the call: decode (nt <= 2) both halves of a panel at once, prefill
+ * one half at a time. NB: blocks (or super-blocks) per row; PB: bytes of a panel. */
+#define P16_NT(NAME, NH, H, NT_)                                                                                       \
+    switch (NT_) {                                                                                                     \
+        case 1: NAME##_tile(nb, p, x, xs, o, ldo, H, NH, 1); break;                                                    \
+        case 2: NAME##_tile(nb, p, x, xs, o, ldo, H, NH, 2); break;                                                    \
+        case 3: NAME##_tile(nb, p, x, xs, o, ldo, H, NH, 3); break;                                                    \
+        case 4: NAME##_tile(nb, p, x, xs, o, ldo, H, NH, 4); break;                                                    \
+        case 5: NAME##_tile(nb, p, x, xs, o, ldo, H, NH, 5); break;                                                    \
+        default: NAME##_tile(nb, p, x, xs, o, ldo, H, NH, 6); break;                                                   \
+    }
+#define DEFINE_ENTRY(NAME, ATTR, BLOCK_ELEMS, GROUP_BYTES)                                                             \
+    ATTR static void NAME(int64_t n, const uint8_t *w, int np, const uint8_t *x, size_t xs, int nt, float *out,        \
+                          size_t ldo) {                                                                                \
+        const int64_t nb = n / (BLOCK_ELEMS);                                                                          \
+        const size_t pb = (size_t)nb * (GROUP_BYTES);                                                                  \
+        for (int q = 0; q < np; q++) {                                                                                 \
+            const uint8_t *p = w + q * pb;                                                                             \
+            if (nt == 1) {                                                                                             \
+                float *o = out + 16 * q;                                                                               \
+                NAME##_tile(nb, p, x, xs, o, ldo, 0, 2, 1);                                                            \
+            } else if (nt == 2) {                                                                                      \
+                float *o = out + 16 * q;                                                                               \
+                NAME##_tile(nb, p, x, xs, o, ldo, 0, 2, 2);                                                            \
+            } else {                                                                                                   \
+                for (int h = 0; h < 2; h++) {                                                                          \
+                    float *o = out + 16 * q + 8 * h;                                                                   \
+                    P16_NT(NAME, 1, h, nt)                                                                             \
+                }                                                                                                      \
+            }                                                                                                          \
+        }                                                                                                              \
+    }
+
+DEFINE_ENTRY(q4_0_v, VNNI, 32, 16 * sizeof(kn_block_q4_0))
+DEFINE_ENTRY(q8_0_v, VNNI, 32, 16 * sizeof(kn_block_q8_0))
+DEFINE_ENTRY(q4_0_p, PLAIN, 32, 16 * sizeof(kn_block_q4_0))
+DEFINE_ENTRY(q8_0_p, PLAIN, 32, 16 * sizeof(kn_block_q8_0))
+DEFINE_ENTRY(q4_k_v, VNNI, 256, 16 * sizeof(kn_block_q4_k))
+DEFINE_ENTRY(q4_k_p, PLAIN, 256, 16 * sizeof(kn_block_q4_k))
+DEFINE_ENTRY(q5_k_v, VNNI, 256, 16 * sizeof(kn_block_q5_k))
+DEFINE_ENTRY(q5_k_p, PLAIN, 256, 16 * sizeof(kn_block_q5_k))
+DEFINE_ENTRY(q6_k_v, VNNI, 256, 16 * sizeof(kn_block_q6_k))
+DEFINE_ENTRY(q6_k_p, PLAIN, 256, 16 * sizeof(kn_block_q6_k))
+
+/* Test and benchmark hook: sets (on) or clears the Q6_K panel kernel of k, a set filled by
+ * kn_avx2_init_p16 with the same vnni. */
+void kn__avx2_p16_q6_k(kn_kernels *k, bool vnni, bool on);
+void kn__avx2_p16_q6_k(kn_kernels *k, bool vnni, bool on) { k->p16[KN_Q6_K] = !on ? NULL : vnni ? q6_k_v : q6_k_p; }
+
+/* Fills the panel kernels of k (kernels.h): the AVX-VNNI ones when vnni (the caller checked the CPU),
+ * else the plain AVX2 ones. Called only on CPUs with AVX2, FMA and F16C. Q6_K matrices stay plain:
+ * its panel kernel (kept for measurement, and tested) decoded at 0.57x the plain kernel's rate in
+ * the one measurement so far (docs/benchmarks.md), and Q6_K matrices are mostly read in decode. */
+void kn_avx2_init_p16(kn_kernels *k, bool vnni) {
+    k->p16_tile_t = TILE_T;
+    k->p16[KN_Q4_0] = vnni ? q4_0_v : q4_0_p;
+    k->p16[KN_Q8_0] = vnni ? q8_0_v : q8_0_p;
+    k->p16[KN_Q4_K] = vnni ? q4_k_v : q4_k_p;
+    k->p16[KN_Q5_K] = vnni ? q5_k_v : q5_k_p;
+}
+
+#else /* not x86-64: the set is never selected */
+void kn_avx2_init_p16(kn_kernels *k, bool vnni) { (void)k, (void)vnni; }
+void kn__avx2_p16_q6_k(kn_kernels *k, bool vnni, bool on);
+void kn__avx2_p16_q6_k(kn_kernels *k, bool vnni, bool on) { (void)k, (void)vnni, (void)on; }
+#endif
