@@ -10,7 +10,8 @@
  * parameters, `format` ("json" or a JSON Schema) the output constraint of the constrained decoder,
  * `tools` and the messages' tool_calls the tool declarations and history of the chat parser, and
  * `think` the template's enable_thinking (and, as kiln's extension, `tool_choice` takes OpenAI's
- * values: "required" or a named function makes the reply a call, through the tools' grammar). So the same validation,
+ * values: "required" or a named function makes the reply a call, through the tools' grammar, and
+ * `parallel_tool_calls` false keeps it to one). So the same validation,
  * prompt rendering, batching, prefix cache, parser and grammar serve both APIs; only the shapes differ. Errors take
  * Ollama's shape {"error": "message"} (srv_send_error on an /api/ route), with the same status codes.
  *
@@ -608,10 +609,12 @@ static void api_chat(srv_req *r) {
         goto done;
     }
     if (!translate_options(r, req, oai) || !translate_messages(r, req, oai) || !translate_think(r, req, oai)) goto done;
-    json_t *tools = json_object_get(req, "tools"), *choice = json_object_get(req, "tool_choice");
+    json_t *tools = json_object_get(req, "tools"), *choice = json_object_get(req, "tool_choice"),
+           *parallel = json_object_get(req, "parallel_tool_calls");
     if (tools && !json_is_null(tools) && !(json_is_array(tools) && json_array_size(tools) == 0))
         json_object_set(oai, "tools", tools);
     if (choice) json_object_set(oai, "tool_choice", choice); /* kiln's extension: OpenAI's values */
+    if (parallel) json_object_set(oai, "parallel_tool_calls", parallel);
     if (!(j = new_job(r, req, true))) goto done;
     ollama_out *o = j->user;
     srv_tools t;

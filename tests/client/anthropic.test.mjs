@@ -247,7 +247,7 @@ await test('anthropic_prefill', async () => {
 let CALL; // the tool_use message of the round trip
 await test('anthropic_tool_choice_any', async () => {
   const rs = await Promise.all([1, 2].map(() => client.messages.create({
-    model: MODEL_NAME, max_tokens: 300, temperature: 1, tools: TOOLS, tool_choice: { type: 'any' }, messages: ASK,
+    model: MODEL_NAME, max_tokens: 300, temperature: 1, tools: TOOLS, tool_choice: { type: 'any', disable_parallel_tool_use: true }, messages: ASK,
   })));
   rs.forEach((m, i) => {
     assert.equal(m.stop_reason, 'tool_use', `${i}: ${JSON.stringify(m)}`);
@@ -260,7 +260,7 @@ await test('anthropic_tool_choice_any', async () => {
 
 await test('anthropic_tool_choice_tool_streamed', async () => {
   const stream = client.messages.stream({
-    model: MODEL_NAME, max_tokens: 300, temperature: 1, tools: TOOLS, tool_choice: { type: 'tool', name: 'search' },
+    model: MODEL_NAME, max_tokens: 300, temperature: 1, tools: TOOLS, tool_choice: { type: 'tool', name: 'search', disable_parallel_tool_use: true },
     messages: ASK,
   });
   let partial = null;

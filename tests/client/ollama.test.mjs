@@ -246,8 +246,8 @@ if (T) {
   const validate = new Ajv({ strict: true }).compile(WEATHER);
   const ask = [{ role: 'user', content: 'What is the weather in Paris?' }];
   await test('ollama_tool_call_arguments_object', async () => {
-    // tool_choice (kiln's extension, OpenAI's values) makes the reply a call
-    const r = await client.chat({ model: T.modelId, messages: ask, tools: TOOLS, tool_choice: 'required',
+    // tool_choice and parallel_tool_calls (kiln's extension, OpenAI's values) make the reply one call
+    const r = await client.chat({ model: T.modelId, messages: ask, tools: TOOLS, tool_choice: 'required', parallel_tool_calls: false,
       options: { temperature: 1, seed: 2, num_predict: 300 } });
     const calls = r.message.tool_calls;
     assert.equal(calls?.length, 1, JSON.stringify(r.message));
@@ -255,7 +255,7 @@ if (T) {
     assert.equal(typeof calls[0].function.arguments, 'object');
     assert.ok(validate(calls[0].function.arguments), JSON.stringify(calls[0].function.arguments));
     assert.ok(!r.message.content.includes('<tool_call>'), `markup in content: ${r.message.content}`);
-    const parts = await collect(await client.chat({ model: T.modelId, messages: ask, tools: TOOLS, tool_choice: 'required',
+    const parts = await collect(await client.chat({ model: T.modelId, messages: ask, tools: TOOLS, tool_choice: 'required', parallel_tool_calls: false,
       options: { temperature: 1, seed: 2, num_predict: 300 }, stream: true }));
     const streamed = parts.flatMap((p) => p.message.tool_calls || []);
     assert.deepEqual(streamed.map((c) => c.function), calls.map((c) => c.function));

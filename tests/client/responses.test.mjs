@@ -98,7 +98,7 @@ await test('responses_stream', async () => {
 let CALL;
 await test('responses_function_call_loop', async () => {
   const r = await client.responses.create({
-    model: MODEL_ID, input: 'What is the weather in Paris?', tools: TOOLS, tool_choice: 'required', max_output_tokens: 300, temperature: 1,
+    model: MODEL_ID, input: 'What is the weather in Paris?', tools: TOOLS, tool_choice: 'required', parallel_tool_calls: false, max_output_tokens: 300, temperature: 1,
   });
   assert.equal(r.status, 'completed', JSON.stringify(r.output));
   const calls = r.output.filter((o) => o.type === 'function_call');
@@ -123,7 +123,7 @@ await test('responses_function_call_loop', async () => {
 await test('responses_stream_function_call', async () => {
   const stream = client.responses.stream({
     model: MODEL_ID, input: 'What is the weather in Paris?', tools: TOOLS,
-    tool_choice: { type: 'function', name: 'get_weather' }, max_output_tokens: 300, temperature: 1,
+    tool_choice: { type: 'function', name: 'get_weather' }, parallel_tool_calls: false, max_output_tokens: 300, temperature: 1,
   });
   let args = '';
   stream.on('response.function_call_arguments.delta', (e) => {
