@@ -1,5 +1,6 @@
 /*
- * forward.h - the batched forward pass of the Llama family (llama, qwen2, qwen3).
+ * forward.h - the batched forward pass of every family kiln runs (model/arch.h; forward.c, with the
+ * shared block pieces of block.h).
  *
  * A forward call advances B rows by T_b tokens each. Each row has its own KV cache and position
  * (kv->n_past); the tokens of all rows are stacked into one [N = sum T_b][n_embd] activation matrix

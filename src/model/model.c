@@ -11,6 +11,8 @@
  */
 #include "model/model.h"
 
+#include "model/load.h"
+
 #include "base/sha256.h"
 #include "sample/gmask.h"
 
@@ -34,11 +36,10 @@ kiln_model_params kiln_model_default_params(void) {
 #define MAX_HEADS     4096
 #define MAX_HEAD_DIM  4096
 
-/* Reads `{arch}.{suffix}` as an integer in [lo, hi]; `required` decides whether absence fails. */
-static kiln_status arch_int(const kn_gguf *g, const char *arch, const char *suffix, bool required, int64_t lo,
-                            int64_t hi, int32_t *out) {
+kiln_status kn_meta_int(const kiln_model *m, const char *suffix, bool required, int64_t lo, int64_t hi, int32_t *out) {
+    const kn_gguf *g = &m->gguf;
     char key[128];
-    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    snprintf(key, sizeof key, "%s.%s", m->arch_name, suffix);
     int64_t v;
     if (!kn_gguf_get_i64(g, key, &v)) {
         if (kn_gguf_find(g, key)) return kn_error(KILN_ERR_FORMAT, "metadata '%s' is not an integer", key);
@@ -52,9 +53,10 @@ static kiln_status arch_int(const kn_gguf *g, const char *arch, const char *suff
     return KILN_OK;
 }
 
-static kiln_status arch_float(const kn_gguf *g, const char *arch, const char *suffix, float *out) {
+kiln_status kn_meta_float(const kiln_model *m, const char *suffix, float *out) {
+    const kn_gguf *g = &m->gguf;
     char key[128];
-    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    snprintf(key, sizeof key, "%s.%s", m->arch_name, suffix);
     double v;
     if (!kn_gguf_get_f64(g, key, &v)) {
         if (kn_gguf_find(g, key)) return kn_error(KILN_ERR_FORMAT, "metadata '%s' is not a number", key);
@@ -82,46 +84,45 @@ static kiln_status read_hparams(kiln_model *m) {
         return kn_error(KILN_ERR_UNSUPPORTED, "architecture '%s' is not supported (kiln runs %s)", m->arch_name, names);
     }
     if (m->vocab_only) return KILN_OK;
-    hp->arch = def->arch;
+    m->arch = def;
     hp->rope_style = def->rope_style;
-    hp->qkv_bias = def->qkv_bias;
-    hp->qk_norm = def->qk_norm;
+    hp->embd_scale = 1.0f;
 
     const char *a = m->arch_name;
     kiln_status st;
     hp->n_ctx_train = KILN_N_CTX_TRAIN_ASSUMED;
-    if ((st = arch_int(g, a, "context_length", false, 1, MAX_CTX_TRAIN, &hp->n_ctx_train))) return st;
-    if ((st = arch_int(g, a, "embedding_length", true, 1, MAX_EMBD, &hp->n_embd))) return st;
-    if ((st = arch_int(g, a, "block_count", true, 1, MAX_LAYERS, &hp->n_layer))) return st;
-    if ((st = arch_int(g, a, "feed_forward_length", true, 1, MAX_FF, &hp->n_ff))) return st;
-    if ((st = arch_int(g, a, "attention.head_count", true, 1, MAX_HEADS, &hp->n_head))) return st;
+    if ((st = kn_meta_int(m, "context_length", false, 1, MAX_CTX_TRAIN, &hp->n_ctx_train))) return st;
+    if ((st = kn_meta_int(m, "embedding_length", true, 1, MAX_EMBD, &hp->n_embd))) return st;
+    if ((st = kn_meta_int(m, "block_count", true, 1, MAX_LAYERS, &hp->n_layer))) return st;
+    if ((st = kn_meta_int(m, "feed_forward_length", true, 1, MAX_FF, &hp->n_ff))) return st;
+    if ((st = kn_meta_int(m, "attention.head_count", true, 1, MAX_HEADS, &hp->n_head))) return st;
     hp->n_head_kv = hp->n_head;
-    if ((st = arch_int(g, a, "attention.head_count_kv", false, 1, MAX_HEADS, &hp->n_head_kv))) return st;
+    if ((st = kn_meta_int(m, "attention.head_count_kv", false, 1, MAX_HEADS, &hp->n_head_kv))) return st;
     if (hp->n_head % hp->n_head_kv != 0)
         return kn_error(KILN_ERR_FORMAT, "head count %d is not a multiple of the KV head count %d", hp->n_head,
                         hp->n_head_kv);
     hp->head_dim = hp->n_embd / hp->n_head;
-    if ((st = arch_int(g, a, "attention.key_length", false, 2, MAX_HEAD_DIM, &hp->head_dim))) return st;
+    if ((st = kn_meta_int(m, "attention.key_length", false, 2, MAX_HEAD_DIM, &hp->head_dim))) return st;
     int32_t vdim = hp->head_dim;
-    if ((st = arch_int(g, a, "attention.value_length", false, 2, MAX_HEAD_DIM, &vdim))) return st;
+    if ((st = kn_meta_int(m, "attention.value_length", false, 2, MAX_HEAD_DIM, &vdim))) return st;
     if (vdim != hp->head_dim)
         return kn_error(KILN_ERR_UNSUPPORTED, "key length %d differs from value length %d", hp->head_dim, vdim);
     if (hp->head_dim < 2 || hp->head_dim % 2 != 0)
         return kn_error(KILN_ERR_FORMAT, "head dimension %d must be even and positive", hp->head_dim);
     hp->n_rot = hp->head_dim;
-    if ((st = arch_int(g, a, "rope.dimension_count", false, 2, hp->head_dim, &hp->n_rot))) return st;
+    if ((st = kn_meta_int(m, "rope.dimension_count", false, 2, hp->head_dim, &hp->n_rot))) return st;
     if (hp->n_rot % 2 != 0) return kn_error(KILN_ERR_FORMAT, "rope dimension count %d is odd", hp->n_rot);
     hp->norm_eps = def->norm_eps;
-    if ((st = arch_float(g, a, "attention.layer_norm_rms_epsilon", &hp->norm_eps))) return st;
+    if ((st = kn_meta_float(m, "attention.layer_norm_rms_epsilon", &hp->norm_eps))) return st;
     hp->rope_base = def->rope_base;
-    if ((st = arch_float(g, a, "rope.freq_base", &hp->rope_base))) return st;
+    if ((st = kn_meta_float(m, "rope.freq_base", &hp->rope_base))) return st;
     hp->rope_scale = 1.0f;
     char key[128];
     kn_str stype;
     snprintf(key, sizeof key, "%s.rope.scaling.type", a);
     if (kn_gguf_get_str(g, key, &stype) && !kn_str_eq(stype, "none")) {
         float factor = 1.0f;
-        if ((st = arch_float(g, a, "rope.scaling.factor", &factor))) return st;
+        if ((st = kn_meta_float(m, "rope.scaling.factor", &factor))) return st;
         if (kn_str_eq(stype, "linear")) {
             hp->rope_scale = 1.0f / factor;
         } else if (!kn_str_eq(stype, "llama3")) {
@@ -129,7 +130,7 @@ static kiln_status read_hparams(kiln_model *m) {
                     (int)KN_MIN(stype.len, 32), stype.ptr);
         }
     }
-    return KILN_OK;
+    return def->hparams ? def->hparams(m) : KILN_OK;
 }
 
 /* ---- tensors ----------------------------------------------------------------------------------- */
@@ -139,15 +140,17 @@ static kiln_status read_hparams(kiln_model *m) {
 #define MAT_ALIGN        64
 #define VEC_ALIGN_FLOATS 16
 
-typedef struct loader {
+struct kn_loader {
     kiln_model *m;
+    bool fill;                                    /* pass 2: copy and convert (pass 1: check and size) */
     bool force_f32;                               /* dequantize every matrix to F32 (the reference path) */
     size_t vec_used, vec_cap;                     /* floats */
     size_t mat_used;                              /* bytes of matrices copied so far */
     size_t mat_total;                             /* bytes of all matrices (known after pass 1) */
     bool (*progress)(float fraction, void *user); /* kiln_model_params.progress, or NULL */
     void *progress_user;
-} loader;
+};
+typedef struct kn_loader loader;
 
 /* Tells the caller's progress callback that done of mat_total bytes are in place;
  * KILN_ERR_CANCELLED when it asks to stop. */
@@ -176,7 +179,8 @@ static kiln_status check_shape(const kn_gguf_tensor *t, const char *name, int64_
 
 /* A weight matrix [rows][cols] stored with ne = {cols, rows}. Pass 1 (copy == false) only checks
  * and counts bytes; pass 2 points the view at the copied (or mapped) bytes. */
-static kiln_status get_matrix(loader *L, const char *name, int64_t cols, int64_t rows, kn_weight *w, bool copy) {
+static kiln_status get_matrix(loader *L, const char *name, int64_t cols, int64_t rows, kn_weight *w, bool may_pack) {
+    const bool copy = L->fill;
     const kn_gguf_tensor *t = find_tensor(&L->m->gguf, name);
     if (!t) return kn_error(KILN_ERR_FORMAT, "missing tensor '%s'", name);
     kiln_status st = check_shape(t, name, cols, rows);
@@ -198,7 +202,7 @@ static kiln_status get_matrix(loader *L, const char *name, int64_t cols, int64_t
             for (int64_t r = 0; r < rows; r++)
                 tr->to_float(t->data + (size_t)r * src_rb, (float *)(dst + (size_t)r * w->row_bytes), cols);
             if ((st = report(L, L->mat_used + nbytes))) return st;
-        } else if (copy && L->m->kernels->p16[w->type] && rows % KN_P16_ROWS == 0) {
+        } else if (copy && may_pack && L->m->kernels->p16[w->type] && rows % KN_P16_ROWS == 0) {
             /* repacked into 16-row panels for the set's panel kernels, a step of panels at a time */
             const size_t pb = w->row_bytes * KN_P16_ROWS;
             const int64_t step = (int64_t)KN_MAX(PROGRESS_STEP / pb, 1);
@@ -248,46 +252,75 @@ static kiln_status get_vector(loader *L, const char *name, int64_t n, bool requi
     return KILN_OK;
 }
 
-/* Walks every tensor of the architecture. Called twice: to size the buffers, then to fill them. */
+kiln_model *kn_loader_model(kn_loader *L) { return L->m; }
+
+bool kn_load_has(kn_loader *L, const char *name) { return find_tensor(&L->m->gguf, name) != NULL; }
+
+kiln_status kn_load_matrix(kn_loader *L, const char *name, int64_t cols, int64_t rows, kn_weight *w) {
+    return get_matrix(L, name, cols, rows, w, true);
+}
+
+kiln_status kn_load_matrix_parts(kn_loader *L, const char *name, int64_t cols, int n_parts, const int64_t *rows,
+                                 kn_weight *out) {
+    int64_t total = 0;
+    bool whole_panels = true;
+    for (int i = 0; i < n_parts; i++) {
+        total += rows[i];
+        whole_panels = whole_panels && rows[i] % KN_P16_ROWS == 0;
+    }
+    kn_weight all;
+    kiln_status st = get_matrix(L, name, cols, total, &all, whole_panels);
+    if (st) return st;
+    int64_t r0 = 0;
+    for (int i = 0; i < n_parts; i++) { /* a panel holds the bytes of its 16 rows: the same offset either way */
+        out[i] = all;
+        out[i].rows = rows[i];
+        out[i].data = all.data ? all.data + (size_t)r0 * all.row_bytes : NULL;
+        r0 += rows[i];
+    }
+    return KILN_OK;
+}
+
+kiln_status kn_load_vector(kn_loader *L, const char *name, int64_t n, bool required, const float **out) {
+    return get_vector(L, name, n, required, out);
+}
+
+const char *kn_blk_name(char buf[96], int l, const char *suffix) {
+    snprintf(buf, 96, "blk.%d.%s", l, suffix);
+    return buf;
+}
+
+int kn_layer_weights(const kn_layer *ly, const kn_weight **out, int cap) {
+    const kn_weight *all[] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo, &ly->w_gate, &ly->w_up, &ly->w_down};
+    int n = 0;
+    for (size_t i = 0; i < KN_ARRAY_LEN(all) && n < cap; i++)
+        if (all[i]->rows) out[n++] = all[i];
+    return n;
+}
+
+/* Walks every tensor of the architecture: the model-wide ones, then the family's (model/arch.h).
+ * Called twice: to size the buffers (fill == false), then to fill them. */
 static kiln_status map_tensors(loader *L, bool fill) {
     kiln_model *m = L->m;
     const kn_hparams *hp = &m->hp;
-    const int64_t d = hp->n_embd, qd = (int64_t)hp->n_head * hp->head_dim, kvd = (int64_t)hp->n_head_kv * hp->head_dim,
-                  ff = hp->n_ff, V = hp->n_vocab;
+    const int64_t d = hp->n_embd, V = hp->n_vocab;
     kiln_status st;
+    L->fill = fill;
     L->vec_used = 0;
     L->mat_used = 0;
     m->n_params = 0;
-    if ((st = get_matrix(L, "token_embd.weight", d, V, &m->tok_embd, fill))) return st;
+    if ((st = get_matrix(L, "token_embd.weight", d, V, &m->tok_embd, true))) return st;
     if ((st = get_vector(L, "output_norm.weight", d, true, &m->output_norm))) return st;
     if (find_tensor(&m->gguf, "output.weight")) {
-        if ((st = get_matrix(L, "output.weight", d, V, &m->output, fill))) return st;
+        if ((st = get_matrix(L, "output.weight", d, V, &m->output, true))) return st;
         m->hp.tied_output = false;
     } else {
         m->output = m->tok_embd;
         m->hp.tied_output = true;
     }
     if ((st = get_vector(L, "rope_freqs.weight", hp->n_rot / 2, false, &m->rope_freqs))) return st;
-    char name[96];
-#define LNAME(fmt) (snprintf(name, sizeof name, "blk.%d." fmt, l), name)
-    for (int l = 0; l < hp->n_layer; l++) {
-        kn_layer *ly = &m->layers[l];
-        if ((st = get_vector(L, LNAME("attn_norm.weight"), d, true, &ly->attn_norm))) return st;
-        if ((st = get_matrix(L, LNAME("attn_q.weight"), d, qd, &ly->wq, fill))) return st;
-        if ((st = get_matrix(L, LNAME("attn_k.weight"), d, kvd, &ly->wk, fill))) return st;
-        if ((st = get_matrix(L, LNAME("attn_v.weight"), d, kvd, &ly->wv, fill))) return st;
-        if ((st = get_matrix(L, LNAME("attn_output.weight"), qd, d, &ly->wo, fill))) return st;
-        if ((st = get_vector(L, LNAME("attn_q.bias"), qd, hp->qkv_bias, &ly->bq))) return st;
-        if ((st = get_vector(L, LNAME("attn_k.bias"), kvd, hp->qkv_bias, &ly->bk))) return st;
-        if ((st = get_vector(L, LNAME("attn_v.bias"), kvd, hp->qkv_bias, &ly->bv))) return st;
-        if ((st = get_vector(L, LNAME("attn_q_norm.weight"), hp->head_dim, hp->qk_norm, &ly->q_norm))) return st;
-        if ((st = get_vector(L, LNAME("attn_k_norm.weight"), hp->head_dim, hp->qk_norm, &ly->k_norm))) return st;
-        if ((st = get_vector(L, LNAME("ffn_norm.weight"), d, true, &ly->ffn_norm))) return st;
-        if ((st = get_matrix(L, LNAME("ffn_gate.weight"), d, ff, &ly->w_gate, fill))) return st;
-        if ((st = get_matrix(L, LNAME("ffn_up.weight"), d, ff, &ly->w_up, fill))) return st;
-        if ((st = get_matrix(L, LNAME("ffn_down.weight"), ff, d, &ly->w_down, fill))) return st;
-    }
-#undef LNAME
+    for (int l = -1; l < hp->n_layer; l++)
+        if ((st = m->arch->tensors(L, l))) return st;
     return KILN_OK;
 }
 

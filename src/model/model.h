@@ -1,10 +1,12 @@
 /*
  * model.h - the loaded model: hyperparameters, weight views and tokenizer behind kiln_model.
  *
- * One struct describes the whole Llama family kiln runs (the families of model/arch.h): they share
- * the pre-norm decoder block and differ in flags (QKV bias, per-head q/k RMSNorm, RoPE pairing). Weights
- * are views: matrices keep their file type (quantized or float) and are read by the kernels in
- * place; vectors (norms, biases, RoPE factors) are converted to F32 at load.
+ * One struct describes every family kiln runs (the rows of model/arch.h): decoder blocks of
+ * grouped-query attention and a feed-forward network, whose variations are data: optional tensors
+ * (biases, q/k norms, post-norms), a per-layer attention configuration (RoPE, sliding window, score
+ * scale) and a per-layer FFN kind. Weights are views: matrices keep their file type (quantized or
+ * float) and are read by the kernels in place; vectors (norms, biases, RoPE factors) are converted to
+ * F32 at load.
  */
 #ifndef KN_MODEL_H
 #define KN_MODEL_H
@@ -19,7 +21,6 @@
 #include <stdatomic.h>
 
 typedef struct kn_hparams {
-    kn_arch arch;
     int32_t n_vocab;
     int32_t n_ctx_train;
     int32_t n_embd; /* model width (dim) */
@@ -33,9 +34,9 @@ typedef struct kn_hparams {
     float rope_base;
     float rope_scale; /* linear position scale (1 = none) */
     kn_rope_style rope_style;
-    bool qkv_bias;    /* qwen2 */
-    bool qk_norm;     /* qwen3 */
-    bool tied_output; /* output projection shares token_embd */
+    float embd_scale;    /* token embeddings are multiplied by this (1: none) */
+    float logit_softcap; /* final logits become c * tanh(logits / c) (0: none) */
+    bool tied_output;    /* output projection shares token_embd */
 } kn_hparams;
 
 /* A weight matrix W [rows = out features][cols = in features], each row in `type`: row-major, or
@@ -49,24 +50,53 @@ typedef struct kn_weight {
     bool packed;
 } kn_weight;
 
+/* How one layer rotates q and k (tensor/ops.h kn_rope). */
+typedef struct kn_rope_cfg {
+    kn_rope_style style;
+    int n_rot;             /* rotated dims per head (even, <= head_dim); 0: no RoPE in this layer */
+    float base;            /* frequency base */
+    float pos_scale;       /* linear position scale (1 = none) */
+    const float *freq_div; /* [n_rot/2] per-frequency divisors (llama3 scaling), or NULL */
+} kn_rope_cfg;
+
+/* One layer's attention, beyond its weights. */
+typedef struct kn_layer_attn {
+    int32_t window;   /* 0: a token attends to every earlier position; else to the last `window` positions
+                         (pos - window, pos] of its row (sliding-window layers) */
+    float scale;      /* score = scale * q . k */
+    kn_rope_cfg rope; /* the rotation of q and k */
+} kn_layer_attn;
+
+/* What a layer's feed-forward network is. DENSE: down(act(gate . x) * (up . x)) with w_gate, w_up,
+ * w_down. A new kind (mixture of experts) adds its weights to kn_layer and its case to
+ * kn_block_ffn (block.h); the family table does not change. */
+typedef enum kn_ffn_kind { KN_FFN_DENSE } kn_ffn_kind;
+
+/* The activation of a gated FFN: SILU (SwiGLU). */
+typedef enum kn_ffn_act { KN_ACT_SILU } kn_ffn_act;
+
 typedef struct kn_layer {
     const float *attn_norm;       /* [n_embd] */
     kn_weight wq;                 /* [n_head*head_dim][n_embd] */
     kn_weight wk;                 /* [n_head_kv*head_dim][n_embd] */
     kn_weight wv;                 /* [n_head_kv*head_dim][n_embd] */
     kn_weight wo;                 /* [n_embd][n_head*head_dim] */
-    const float *bq, *bk, *bv;    /* qwen2 biases [q_dim], [kv_dim], [kv_dim]; else NULL */
-    const float *q_norm, *k_norm; /* qwen3 per-head RMSNorm weights [head_dim]; else NULL */
-    const float *ffn_norm;        /* [n_embd] */
-    kn_weight w_gate;             /* [n_ff][n_embd] */
-    kn_weight w_up;               /* [n_ff][n_embd] */
-    kn_weight w_down;             /* [n_embd][n_ff] */
+    const float *bq, *bk, *bv;    /* q/k/v biases [q_dim], [kv_dim], [kv_dim] (qwen2); else NULL */
+    const float *q_norm, *k_norm; /* per-head RMSNorm weights of q and k [head_dim] (qwen3); else NULL */
+    kn_layer_attn attn;
+    const float *ffn_norm; /* [n_embd] */
+    kn_ffn_kind ffn;
+    kn_ffn_act act;
+    kn_weight w_gate; /* DENSE: [n_ff][n_embd] */
+    kn_weight w_up;   /* DENSE: [n_ff][n_embd] */
+    kn_weight w_down; /* DENSE: [n_embd][n_ff] */
 } kn_layer;
 
 struct kiln_model {
     kn_hparams hp;
-    kn_gguf gguf;        /* open only while loading, or for the model's life with use_mmap */
-    uint8_t *weight_mem; /* anonymous copy of the matrices (NULL with use_mmap) */
+    const kn_arch_def *arch; /* the family's row (NULL with vocab_only) */
+    kn_gguf gguf;            /* open only while loading, or for the model's life with use_mmap */
+    uint8_t *weight_mem;     /* anonymous copy of the matrices (NULL with use_mmap) */
     size_t weight_bytes;
     float *vec_mem;           /* F32 vectors (norms, biases, rope factors) */
     kn_weight tok_embd;       /* [n_vocab][n_embd] */
@@ -99,6 +129,10 @@ static inline kiln_status kn_model_fail(const kiln_model *m, kiln_status st) {
 /* kiln_model_load, optionally dequantizing every weight matrix to F32 at load: the F32 reference
  * path that quantized kernels are compared against. */
 kiln_status kn_model_load_ex(const char *path, const kiln_model_params *params, bool force_f32, kiln_model **out);
+
+/* The weight matrices of layer ly (for sizing scratch), into out[cap]; returns their count. */
+#define KN_LAYER_MAX_WEIGHTS 16
+int kn_layer_weights(const kn_layer *ly, const kn_weight **out, int cap);
 
 /* Dequantizes row `r` of w into out[w->cols]. */
 void kn_weight_row_f32(const kn_weight *w, int64_t r, float *out);

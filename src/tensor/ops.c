@@ -259,9 +259,10 @@ void kn_swiglu(float *gate, const float *up, int64_t n_total, kn_pool *pool) {
     kn_pool_run(pool, (n_total + c.chunk - 1) / c.chunk, swiglu_task, &c);
 }
 
-void kn_rope(float *x, int n_heads, int head_dim, int n_rot, int32_t pos, float base, float pos_scale,
-             const float *freq_div, kn_rope_style style) {
-    const int half = n_rot / 2;
+void kn_rope(float *x, int n_heads, int head_dim, int32_t pos, const kn_rope_cfg *r) {
+    const int n_rot = r->n_rot, half = n_rot / 2;
+    const float base = r->base, pos_scale = r->pos_scale, *freq_div = r->freq_div;
+    const kn_rope_style style = r->style;
     for (int j = 0; j < half; j++) {
         float freq = 1.0f / powf(base, (float)(2 * j) / (float)n_rot);
         if (freq_div) freq /= freq_div[j];
@@ -276,6 +277,11 @@ void kn_rope(float *x, int n_heads, int head_dim, int n_rot, int32_t pos, float 
             v[i1] = a * s + b * c;
         }
     }
+}
+
+void kn_softcap(float *x, int64_t n, float cap) {
+    const float inv = 1.0f / cap;
+    for (int64_t i = 0; i < n; i++) x[i] = cap * tanhf(x[i] * inv);
 }
 
 void kn_softmax(float *x, int64_t n) {

@@ -57,10 +57,12 @@ void kn_add(float *x, const float *y, int64_t n_total);
 /* gate[n] = silu(gate[n]) * up[n] (element ranges in parallel on pool when large; pool may be NULL) */
 void kn_swiglu(float *gate, const float *up, int64_t n_total, kn_pool *pool);
 
-/* Rotates the first n_rot dims of each of n_heads heads of width head_dim in x[n_heads*head_dim],
- * at position pos. freq_div: per-frequency divisors (llama3 scaling) or NULL. */
-void kn_rope(float *x, int n_heads, int head_dim, int n_rot, int32_t pos, float base, float pos_scale,
-             const float *freq_div, kn_rope_style style);
+/* Rotates the first r->n_rot dims of each of n_heads heads of width head_dim in
+ * x[n_heads*head_dim], at position pos, as r says (model/model.h kn_rope_cfg). */
+void kn_rope(float *x, int n_heads, int head_dim, int32_t pos, const kn_rope_cfg *r);
+
+/* x[n] = cap * tanh(x[n] / cap): soft-capping of logits (cap > 0). */
+void kn_softcap(float *x, int64_t n, float cap);
 
 /* In-place softmax of x[n]. */
 void kn_softmax(float *x, int64_t n);
