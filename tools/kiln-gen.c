@@ -37,7 +37,7 @@
 /* ---- configuration ----------------------------------------------------------------------------- */
 
 typedef struct gen_cfg {
-    const char *arch;                                                /* "llama", "qwen2", "qwen3" */
+    const char *arch;                                                /* "llama", "qwen2", "qwen3", "qwen3moe" */
     const char *name;                                                /* general.name */
     int64_t vocab, dim, layers, heads, kv_heads, ffn, head_dim, ctx; /* head_dim 0: dim / heads */
     int tied;                                                        /* 1 tied (no output.weight), 0 untied */
@@ -48,6 +48,7 @@ typedef struct gen_cfg {
     int64_t rope_orig_ctx;
     kn_dtype type;
     uint64_t seed;
+    int64_t experts, experts_used, expert_ffn; /* mixture of experts (0: dense); expert_ffn 0: --ffn */
 } gen_cfg;
 
 typedef struct preset {
@@ -86,6 +87,16 @@ static const preset presets[] = {
     {"tiny-qwen3", "test model: qwen3, dim 256, 2 layers, GQA 4/2, head_dim 128 (q is 512 wide), q/k norm, tied",
      {.arch = "qwen3", .vocab = 512, .dim = 256, .layers = 2, .heads = 4, .kv_heads = 2, .head_dim = 128,
       .ffn = 512, .ctx = 512, .tied = 1, .rope_base = 1e6}},
+    {"qwen3-30b-a3b", "Qwen3-30B-A3B shape (48 layers, GQA 32/4, 128 experts of 768, 8 per token, untied)",
+     {.arch = "qwen3moe", .vocab = 151936, .dim = 2048, .layers = 48, .heads = 32, .kv_heads = 4, .head_dim = 128,
+      .ffn = 6144, .experts = 128, .experts_used = 8, .expert_ffn = 768, .ctx = 40960, .tied = 0,
+      .rope_base = 1e6}},
+    {"tiny-qwen3moe", "test model: qwen3moe, dim 256, 2 layers, GQA 4/2, 16 experts of 256, 4 per token",
+     {.arch = "qwen3moe", .vocab = 512, .dim = 256, .layers = 2, .heads = 4, .kv_heads = 2, .head_dim = 64,
+      .ffn = 512, .experts = 16, .experts_used = 4, .expert_ffn = 256, .ctx = 512, .tied = 1, .rope_base = 1e6}},
+    {"tiny-mixtral", "test model: llama with 8 experts of 256, 2 per token (Mixtral), dim 256, 2 layers, GQA 8/2",
+     {.arch = "llama", .vocab = 512, .dim = 256, .layers = 2, .heads = 8, .kv_heads = 2, .ffn = 256,
+      .experts = 8, .experts_used = 2, .ctx = 512, .tied = 0, .rope_base = 1e6}},
 };
 /* clang-format on */
 
@@ -93,38 +104,42 @@ static const kn_dtype weight_types[] = {KN_F32,  KN_F16,  KN_BF16, KN_Q4_0, KN_Q
                                         KN_Q5_1, KN_Q8_0, KN_Q4_K, KN_Q5_K, KN_Q6_K};
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: kiln-gen --preset NAME [options] -o out.gguf\n"
-               "       kiln-gen --arch llama|qwen2|qwen3 --vocab V --dim D --layers L --heads H --kv-heads KV\n"
-               "                --ffn F [options] -o out.gguf\n"
-               "       kiln-gen --tokenizer-json tokenizer.json [--pre NAME] [--vocab V] -o vocab.gguf\n"
-               "Writes a GGUF model with deterministic random weights and a byte-level BPE tokenizer.\n"
-               "Options given after or without --preset override the preset's values.\n"
-               "  --type T          weight type of 2-D matrices (default Q8_0): F32 F16 BF16 Q4_0 Q4_1 Q5_0\n"
-               "                    Q5_1 Q8_0 Q4_K Q5_K Q6_K; a matrix whose row length is not a multiple of\n"
-               "                    T's block falls back to Q8_0 (or F16). Norms and biases are always F32.\n"
-               "  --seed N          RNG seed (default 1); same arguments + seed = byte-identical file\n"
-               "  --head-dim HD     per-head dimension (default dim/heads)\n"
-               "  --ctx N           context_length (default 2048)\n"
-               "  --tied|--untied   share token_embd as the output matrix, or write output.weight\n"
-               "  --rope-base B     rope.freq_base (default 10000)\n"
-               "  --norm-eps E      RMSNorm epsilon (default 1e-5 llama, 1e-6 qwen)\n"
-               "  --llama3-rope     write rope_freqs.weight for llama3 rope scaling (factor 32, low 1, high 4,\n"
-               "                    original context 8192 unless given below)\n"
-               "  --rope-factor F --rope-low F --rope-high F --rope-orig-ctx N   llama3 scaling parameters\n"
-               "  --no-llama3-rope  no rope scaling (overrides a preset)\n"
-               "  --name S          general.name (default: the preset or arch)\n"
-               "  --chat-template FILE   store FILE's text as tokenizer.chat_template\n"
-               "  --pre NAME        tokenizer.ggml.pre (default: llama-bpe for llama, qwen2 for qwen2/qwen3;\n"
-               "                    with --tokenizer-json: detected from its pre-tokenizer)\n"
-               "  --tokenizer-json FILE   take the tokenizer from a Hugging Face tokenizer.json of a byte-level\n"
-               "                    BPE model (and the tokenizer_config.json beside it, when present: BOS, EOS,\n"
-               "                    padding, add_bos_token) instead of the built-in one; the vocabulary is\n"
-               "                    padded with unused tokens up to the model's --vocab. Without --preset or\n"
-               "                    --arch the output is vocabulary-only\n"
-               "  --vocab-only      write the tokenizer alone (no tensors), like llama.cpp's ggml-vocab files\n"
-               "  --threads N       quantization threads (default: all cores)\n"
-               "  --list-presets    print the presets and exit\n"
-               "Presets:");
+    fprintf(f,
+            "usage: kiln-gen --preset NAME [options] -o out.gguf\n"
+            "       kiln-gen --arch llama|qwen2|qwen3|qwen3moe --vocab V --dim D --layers L --heads H --kv-heads KV\n"
+            "                --ffn F [options] -o out.gguf\n"
+            "       kiln-gen --tokenizer-json tokenizer.json [--pre NAME] [--vocab V] -o vocab.gguf\n"
+            "Writes a GGUF model with deterministic random weights and a byte-level BPE tokenizer.\n"
+            "Options given after or without --preset override the preset's values.\n"
+            "  --type T          weight type of 2-D matrices (default Q8_0): F32 F16 BF16 Q4_0 Q4_1 Q5_0\n"
+            "                    Q5_1 Q8_0 Q4_K Q5_K Q6_K; a matrix whose row length is not a multiple of\n"
+            "                    T's block falls back to Q8_0 (or F16). Norms and biases are always F32.\n"
+            "  --seed N          RNG seed (default 1); same arguments + seed = byte-identical file\n"
+            "  --head-dim HD     per-head dimension (default dim/heads)\n"
+            "  --ctx N           context_length (default 2048)\n"
+            "  --tied|--untied   share token_embd as the output matrix, or write output.weight\n"
+            "  --rope-base B     rope.freq_base (default 10000)\n"
+            "  --norm-eps E      RMSNorm epsilon (default 1e-5 llama, 1e-6 qwen)\n"
+            "  --llama3-rope     write rope_freqs.weight for llama3 rope scaling (factor 32, low 1, high 4,\n"
+            "                    original context 8192 unless given below)\n"
+            "  --rope-factor F --rope-low F --rope-high F --rope-orig-ctx N   llama3 scaling parameters\n"
+            "  --no-llama3-rope  no rope scaling (overrides a preset)\n"
+            "  --name S          general.name (default: the preset or arch)\n"
+            "  --chat-template FILE   store FILE's text as tokenizer.chat_template\n"
+            "  --pre NAME        tokenizer.ggml.pre (default: llama-bpe for llama, qwen2 for qwen2/qwen3;\n"
+            "                    with --tokenizer-json: detected from its pre-tokenizer)\n"
+            "  --tokenizer-json FILE   take the tokenizer from a Hugging Face tokenizer.json of a byte-level\n"
+            "                    BPE model (and the tokenizer_config.json beside it, when present: BOS, EOS,\n"
+            "                    padding, add_bos_token) instead of the built-in one; the vocabulary is\n"
+            "                    padded with unused tokens up to the model's --vocab. Without --preset or\n"
+            "                    --arch the output is vocabulary-only\n"
+            "  --vocab-only      write the tokenizer alone (no tensors), like llama.cpp's ggml-vocab files\n"
+            "  --threads N       quantization threads (default: all cores)\n"
+            "  --experts N       a mixture of N experts in every layer (llama: Mixtral; qwen3moe needs it)\n"
+            "  --experts-used K  experts per token (top-k routing)\n"
+            "  --expert-ffn F    hidden width of one expert (default: --ffn)\n"
+            "  --list-presets    print the presets and exit\n"
+            "Presets:");
     for (size_t i = 0; i < KN_ARRAY_LEN(presets); i++) fprintf(f, " %s", presets[i].name);
     fprintf(f, "\n");
 }
@@ -255,7 +270,7 @@ static void gaussian_row(uint64_t key, int64_t row, float mean, float std, float
 typedef struct gen_tensor {
     char name[96];
     uint32_t n_dims;
-    int64_t ne[2];
+    int64_t ne[3];
     kn_dtype type;
     float mean, std;     /* gaussian parameters */
     const float *values; /* fixed values instead (rope_freqs), [ne[0]] */
@@ -308,14 +323,16 @@ typedef struct gen_state {
     uint64_t total_bytes;
 } gen_state;
 
-static gen_tensor *add(gen_state *g, const char *name, int64_t ne0, int64_t ne1, bool matrix) {
+/* A tensor of ne0 x ne1 (ne1 0: a vector) x ne2 (0: none; the experts of a MoE tensor). */
+static gen_tensor *add3(gen_state *g, const char *name, int64_t ne0, int64_t ne1, int64_t ne2, bool matrix) {
     if (g->n == g->cap) die("internal: too many tensors");
     gen_tensor *t = &g->t[g->n++];
     memset(t, 0, sizeof *t);
     snprintf(t->name, sizeof t->name, "%s", name);
-    t->n_dims = ne1 > 0 ? 2 : 1;
+    t->n_dims = ne2 > 0 ? 3 : ne1 > 0 ? 2 : 1;
     t->ne[0] = ne0;
     t->ne[1] = ne1 > 0 ? ne1 : 1;
+    t->ne[2] = ne2 > 0 ? ne2 : 1;
     t->key = fnv1a(name) ^ (g->cfg.seed * 0x9E3779B97F4A7C15ull);
     kn_dtype type = KN_F32;
     if (matrix) {
@@ -342,6 +359,10 @@ static gen_tensor *add(gen_state *g, const char *name, int64_t ne0, int64_t ne1,
         die("type %s has no reference quantizer in this build", kn_dtype_name((int32_t)type));
     t->row_bytes = kn_row_bytes(type, ne0);
     return t;
+}
+
+static gen_tensor *add(gen_state *g, const char *name, int64_t ne0, int64_t ne1, bool matrix) {
+    return add3(g, name, ne0, ne1, 0, matrix);
 }
 
 static void add_norm(gen_state *g, const char *name, int64_t n) {
@@ -380,7 +401,8 @@ static float *llama3_rope_freqs(const gen_cfg *c, int64_t hd) {
 static void build_tensors(gen_state *g) {
     const gen_cfg *c = &g->cfg;
     const int64_t hd = c->head_dim, qd = c->heads * hd, kvd = c->kv_heads * hd;
-    const bool qwen2 = strcmp(c->arch, "qwen2") == 0, qwen3 = strcmp(c->arch, "qwen3") == 0;
+    const bool qwen2 = strcmp(c->arch, "qwen2") == 0,
+               qwen3 = strcmp(c->arch, "qwen3") == 0 || strcmp(c->arch, "qwen3moe") == 0;
     g->cap = (int)(c->layers * 16 + 8);
     g->t = xcalloc((size_t)g->cap, sizeof *g->t);
     char nm[96];
@@ -407,6 +429,17 @@ static void build_tensors(gen_state *g) {
         }
         add(g, NM("attn_output.weight"), qd, c->dim, true);
         add_norm(g, NM("ffn_norm.weight"), c->dim);
+        if (c->experts) {
+            /* the router stays F32, as llama.cpp's quantizer leaves it; its logits are spread wider than
+             * a plain matrix's (std 8 rather than 1 for unit inputs), as trained routers' are, so that
+             * quantization rarely changes which experts a token goes to */
+            gen_tensor *r = add(g, NM("ffn_gate_inp.weight"), c->dim, c->experts, false);
+            r->std = 8.0f / sqrtf((float)c->dim);
+            add3(g, NM("ffn_gate_exps.weight"), c->dim, c->expert_ffn, c->experts, true);
+            add3(g, NM("ffn_up_exps.weight"), c->dim, c->expert_ffn, c->experts, true);
+            add3(g, NM("ffn_down_exps.weight"), c->expert_ffn, c->dim, c->experts, true);
+            continue;
+        }
         add(g, NM("ffn_gate.weight"), c->dim, c->ffn, true);
         add(g, NM("ffn_up.weight"), c->dim, c->ffn, true);
         add(g, NM("ffn_down.weight"), c->ffn, c->dim, true);
@@ -1054,6 +1087,9 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--tokenizer-json") == 0) tok_json = VAL();
         else if (strcmp(a, "--vocab-only") == 0) vocab_only = true;
         else if (strcmp(a, "--threads") == 0) threads = (int)parse_int(a, VAL(), 1, 1024);
+        else if (strcmp(a, "--experts") == 0) c.experts = parse_int(a, VAL(), 0, 1024);
+        else if (strcmp(a, "--experts-used") == 0) c.experts_used = parse_int(a, VAL(), 1, 1024);
+        else if (strcmp(a, "--expert-ffn") == 0) c.expert_ffn = parse_int(a, VAL(), 1, 1 << 22);
         else {
             usage(stderr);
             die("unknown option '%s'", a);
@@ -1068,8 +1104,15 @@ int main(int argc, char **argv) {
     if (tok_json && !c.arch) vocab_only = true;
     if (vocab_only) return write_vocab_only(&c, out, tok_json, pre, tmpl_path, vocab_given);
     if (!c.arch) die("no architecture: give --preset or --arch");
-    if (strcmp(c.arch, "llama") != 0 && strcmp(c.arch, "qwen2") != 0 && strcmp(c.arch, "qwen3") != 0)
-        die("--arch: '%s' is not llama, qwen2 or qwen3", c.arch);
+    if (strcmp(c.arch, "llama") != 0 && strcmp(c.arch, "qwen2") != 0 && strcmp(c.arch, "qwen3") != 0 &&
+        strcmp(c.arch, "qwen3moe") != 0)
+        die("--arch: '%s' is not llama, qwen2, qwen3 or qwen3moe", c.arch);
+    if (strcmp(c.arch, "qwen3moe") == 0 && !c.experts) die("--arch qwen3moe needs --experts N --experts-used K");
+    if (c.experts && strcmp(c.arch, "qwen2") == 0) die("--experts: only llama and qwen3moe have experts");
+    if (!c.experts) c.experts_used = 0;
+    if (c.experts && (!c.experts_used || c.experts_used > c.experts))
+        die("--experts-used must be given and at most --experts (%lld)", (long long)c.experts);
+    if (!c.expert_ffn) c.expert_ffn = c.ffn;
     if ((!c.vocab && !tok_json) || !c.dim || !c.layers || !c.heads || !c.ffn)
         die("the shape is incomplete: --vocab, --dim, --layers, --heads and --ffn are needed");
     if (!c.kv_heads) c.kv_heads = c.heads;
@@ -1139,7 +1182,13 @@ int main(int argc, char **argv) {
     check(kn_gguf_writer_set_f32(w, K("attention.layer_norm_rms_epsilon"), (float)c.norm_eps));
     check(kn_gguf_writer_set_f32(w, K("rope.freq_base"), (float)c.rope_base));
     check(kn_gguf_writer_set_u32(w, K("rope.dimension_count"), (uint32_t)c.head_dim));
-    if (c.head_dim * c.heads != c.dim || strcmp(c.arch, "qwen3") == 0) {
+    if (c.experts) {
+        check(kn_gguf_writer_set_u32(w, K("expert_count"), (uint32_t)c.experts));
+        check(kn_gguf_writer_set_u32(w, K("expert_used_count"), (uint32_t)c.experts_used));
+        if (strcmp(c.arch, "llama") != 0)
+            check(kn_gguf_writer_set_u32(w, K("expert_feed_forward_length"), (uint32_t)c.expert_ffn));
+    }
+    if (c.head_dim * c.heads != c.dim || strcmp(c.arch, "qwen3") == 0 || strcmp(c.arch, "qwen3moe") == 0) {
         check(kn_gguf_writer_set_u32(w, K("attention.key_length"), (uint32_t)c.head_dim));
         check(kn_gguf_writer_set_u32(w, K("attention.value_length"), (uint32_t)c.head_dim));
     }
@@ -1151,8 +1200,8 @@ int main(int argc, char **argv) {
     uint64_t n_params = 0;
     for (int i = 0; i < g.n; i++) {
         gen_tensor *t = &g.t[i];
-        n_params += (uint64_t)(t->ne[0] * t->ne[1]);
-        g.total_bytes += t->row_bytes * (uint64_t)t->ne[1];
+        n_params += (uint64_t)(t->ne[0] * t->ne[1] * t->ne[2]);
+        g.total_bytes += t->row_bytes * (uint64_t)(t->ne[1] * t->ne[2]);
         check(kn_gguf_writer_add_tensor_fn(w, t->name, t->n_dims, t->ne, t->type, fill_tensor, t));
     }
     for (int k = 0; k < g.n_notes; k++)

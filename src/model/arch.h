@@ -52,5 +52,11 @@ void kn_arch_names(char *buf, size_t cap);
 
 /* The rows, each defined in its family's file. */
 extern const kn_arch_def kn_arch_llama, kn_arch_qwen2, kn_arch_qwen3;
+extern const kn_arch_def kn_arch_qwen3moe; /* qwen3moe.c */
+extern const kn_arch_def kn_arch_gptoss;   /* gptoss.c */
+
+/* The Llama family's tensor hook (llama.c): attention with the row's optional biases and q/k norms,
+ * then a dense FFN, or a mixture of experts when m->hp.n_expert > 0 (also qwen3moe's). */
+kiln_status kn_llama_tensors(struct kn_loader *L, int l);
 
 #endif

@@ -11,6 +11,7 @@
  */
 #include "model/block.h"
 
+#include "model/moe.h"
 #include "tensor/ops.h"
 
 #include <math.h>
@@ -160,6 +161,7 @@ void kn_block_ffn(const kiln_model *m, kn_scratch *s, int l, int64_t N) {
             kn_matmul(&ly->w_down, s->hb, s->xb2, N, s->qbuf, s->pool, m->kernels);
             break;
         }
+        case KN_FFN_MOE: kn_moe_ffn(m, s, l, N); break;
     }
 }
 

@@ -2,10 +2,12 @@
  * llama.c - the Llama family: llama (also Mistral and SmolLM-style files of that architecture),
  * qwen2 (biases on q, k and v) and qwen3 (per-head RMSNorm of q and k). Pre-norm decoder blocks of
  * grouped-query attention with RoPE and a SiLU-gated FFN (model/block.h kn_block_decoder); the
- * rows differ only in flags and defaults.
+ * rows differ only in flags and defaults. A llama file with experts (Mixtral) has a mixture-of-experts
+ * FFN (model/moe.h) in every layer.
  */
 #include "model/block.h"
 #include "model/load.h"
+#include "model/moe.h"
 
 #include <math.h>
 
@@ -22,8 +24,7 @@ static kn_layer_attn plain_attn(const kiln_model *m) {
     return a;
 }
 
-/* The tensors of layer l (the family has no model-wide tensors of its own). */
-static kiln_status llama_tensors(kn_loader *L, int l) {
+kiln_status kn_llama_tensors(kn_loader *L, int l) {
     if (l < 0) return KILN_OK;
     kiln_model *m = kn_loader_model(L);
     const kn_hparams *hp = &m->hp;
@@ -47,6 +48,8 @@ static kiln_status llama_tensors(kn_loader *L, int l) {
         return st;
     ly->attn = plain_attn(m);
     if ((st = kn_load_vector(L, kn_blk_name(n, l, "ffn_norm.weight"), d, true, &ly->ffn_norm))) return st;
+    if (hp->n_expert > 0) /* Mixtral, Qwen3-MoE: softmax router, top-k renormalized */
+        return kn_moe_load(L, l, KN_ACT_SILU, KN_MOE_SOFTMAX, true, false);
     ly->ffn = KN_FFN_DENSE;
     ly->act = KN_ACT_SILU;
     if ((st = kn_load_matrix(L, kn_blk_name(n, l, "ffn_gate.weight"), d, ff, &ly->w_gate))) return st;
@@ -54,11 +57,16 @@ static kiln_status llama_tensors(kn_loader *L, int l) {
     return kn_load_matrix(L, kn_blk_name(n, l, "ffn_down.weight"), ff, d, &ly->w_down);
 }
 
+/* llama files with experts (Mixtral): {arch}.expert_count and expert_used_count, experts as wide as
+ * feed_forward_length. */
+static kiln_status llama_hparams(kiln_model *m) { return kn_moe_hparams(m, m->hp.n_ff); }
+
 const kn_arch_def kn_arch_llama = {.name = "llama",
                                    .rope_style = KN_ROPE_NORM,
                                    .norm_eps = 1e-5f,
                                    .rope_base = 10000.0f,
-                                   .tensors = llama_tensors,
+                                   .hparams = llama_hparams,
+                                   .tensors = kn_llama_tensors,
                                    .block = kn_block_decoder};
 
 const kn_arch_def kn_arch_qwen2 = {.name = "qwen2",
@@ -66,7 +74,7 @@ const kn_arch_def kn_arch_qwen2 = {.name = "qwen2",
                                    .qkv_bias = true,
                                    .norm_eps = 1e-6f,
                                    .rope_base = 1000000.0f,
-                                   .tensors = llama_tensors,
+                                   .tensors = kn_llama_tensors,
                                    .block = kn_block_decoder};
 
 const kn_arch_def kn_arch_qwen3 = {.name = "qwen3",
@@ -74,5 +82,5 @@ const kn_arch_def kn_arch_qwen3 = {.name = "qwen3",
                                    .qk_norm = true,
                                    .norm_eps = 1e-6f,
                                    .rope_base = 1000000.0f,
-                                   .tensors = llama_tensors,
+                                   .tensors = kn_llama_tensors,
                                    .block = kn_block_decoder};
