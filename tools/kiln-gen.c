@@ -49,6 +49,9 @@ typedef struct gen_cfg {
     kn_dtype type;
     uint64_t seed;
     int64_t experts, experts_used, expert_ffn; /* mixture of experts (0: dense); expert_ffn 0: --ffn */
+    int64_t swa;                               /* gpt-oss: sliding window of the even layers */
+    double yarn_factor;                        /* gpt-oss: YaRN scaling factor (0: none) */
+    int64_t yarn_orig_ctx;                     /* and its original context */
 } gen_cfg;
 
 typedef struct preset {
@@ -94,6 +97,14 @@ static const preset presets[] = {
     {"tiny-qwen3moe", "test model: qwen3moe, dim 256, 2 layers, GQA 4/2, 16 experts of 256, 4 per token",
      {.arch = "qwen3moe", .vocab = 512, .dim = 256, .layers = 2, .heads = 4, .kv_heads = 2, .head_dim = 64,
       .ffn = 512, .experts = 16, .experts_used = 4, .expert_ffn = 256, .ctx = 512, .tied = 1, .rope_base = 1e6}},
+    {"gpt-oss-20b", "gpt-oss-20b shape (24 layers, GQA 64/8, head_dim 64, 32 experts of 2880, 4 per token, YaRN)",
+     {.arch = "gpt-oss", .vocab = 201088, .dim = 2880, .layers = 24, .heads = 64, .kv_heads = 8, .head_dim = 64,
+      .ffn = 2880, .experts = 32, .experts_used = 4, .expert_ffn = 2880, .ctx = 131072, .tied = 0,
+      .rope_base = 150000, .swa = 128, .yarn_factor = 32, .yarn_orig_ctx = 4096}},
+    {"tiny-gptoss", "test model: gpt-oss, dim 256, 2 layers (window 8, full), GQA 8/2, 8 experts of 256, 4 per token",
+     {.arch = "gpt-oss", .vocab = 512, .dim = 256, .layers = 2, .heads = 8, .kv_heads = 2, .head_dim = 32,
+      .ffn = 256, .experts = 8, .experts_used = 4, .expert_ffn = 256, .ctx = 512, .tied = 0, .rope_base = 150000,
+      .swa = 8, .yarn_factor = 4, .yarn_orig_ctx = 64}},
     {"tiny-mixtral", "test model: llama with 8 experts of 256, 2 per token (Mixtral), dim 256, 2 layers, GQA 8/2",
      {.arch = "llama", .vocab = 512, .dim = 256, .layers = 2, .heads = 8, .kv_heads = 2, .ffn = 256,
       .experts = 8, .experts_used = 2, .ctx = 512, .tied = 0, .rope_base = 1e6}},
@@ -104,42 +115,44 @@ static const kn_dtype weight_types[] = {KN_F32,  KN_F16,  KN_BF16, KN_Q4_0, KN_Q
                                         KN_Q5_1, KN_Q8_0, KN_Q4_K, KN_Q5_K, KN_Q6_K};
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: kiln-gen --preset NAME [options] -o out.gguf\n"
-            "       kiln-gen --arch llama|qwen2|qwen3|qwen3moe --vocab V --dim D --layers L --heads H --kv-heads KV\n"
-            "                --ffn F [options] -o out.gguf\n"
-            "       kiln-gen --tokenizer-json tokenizer.json [--pre NAME] [--vocab V] -o vocab.gguf\n"
-            "Writes a GGUF model with deterministic random weights and a byte-level BPE tokenizer.\n"
-            "Options given after or without --preset override the preset's values.\n"
-            "  --type T          weight type of 2-D matrices (default Q8_0): F32 F16 BF16 Q4_0 Q4_1 Q5_0\n"
-            "                    Q5_1 Q8_0 Q4_K Q5_K Q6_K; a matrix whose row length is not a multiple of\n"
-            "                    T's block falls back to Q8_0 (or F16). Norms and biases are always F32.\n"
-            "  --seed N          RNG seed (default 1); same arguments + seed = byte-identical file\n"
-            "  --head-dim HD     per-head dimension (default dim/heads)\n"
-            "  --ctx N           context_length (default 2048)\n"
-            "  --tied|--untied   share token_embd as the output matrix, or write output.weight\n"
-            "  --rope-base B     rope.freq_base (default 10000)\n"
-            "  --norm-eps E      RMSNorm epsilon (default 1e-5 llama, 1e-6 qwen)\n"
-            "  --llama3-rope     write rope_freqs.weight for llama3 rope scaling (factor 32, low 1, high 4,\n"
-            "                    original context 8192 unless given below)\n"
-            "  --rope-factor F --rope-low F --rope-high F --rope-orig-ctx N   llama3 scaling parameters\n"
-            "  --no-llama3-rope  no rope scaling (overrides a preset)\n"
-            "  --name S          general.name (default: the preset or arch)\n"
-            "  --chat-template FILE   store FILE's text as tokenizer.chat_template\n"
-            "  --pre NAME        tokenizer.ggml.pre (default: llama-bpe for llama, qwen2 for qwen2/qwen3;\n"
-            "                    with --tokenizer-json: detected from its pre-tokenizer)\n"
-            "  --tokenizer-json FILE   take the tokenizer from a Hugging Face tokenizer.json of a byte-level\n"
-            "                    BPE model (and the tokenizer_config.json beside it, when present: BOS, EOS,\n"
-            "                    padding, add_bos_token) instead of the built-in one; the vocabulary is\n"
-            "                    padded with unused tokens up to the model's --vocab. Without --preset or\n"
-            "                    --arch the output is vocabulary-only\n"
-            "  --vocab-only      write the tokenizer alone (no tensors), like llama.cpp's ggml-vocab files\n"
-            "  --threads N       quantization threads (default: all cores)\n"
-            "  --experts N       a mixture of N experts in every layer (llama: Mixtral; qwen3moe needs it)\n"
-            "  --experts-used K  experts per token (top-k routing)\n"
-            "  --expert-ffn F    hidden width of one expert (default: --ffn)\n"
-            "  --list-presets    print the presets and exit\n"
-            "Presets:");
+    fprintf(f, "usage: kiln-gen --preset NAME [options] -o out.gguf\n"
+               "       kiln-gen --arch llama|qwen2|qwen3|qwen3moe|gpt-oss --vocab V --dim D --layers L --heads H "
+               "--kv-heads KV\n"
+               "                --ffn F [options] -o out.gguf\n"
+               "       kiln-gen --tokenizer-json tokenizer.json [--pre NAME] [--vocab V] -o vocab.gguf\n"
+               "Writes a GGUF model with deterministic random weights and a byte-level BPE tokenizer.\n"
+               "Options given after or without --preset override the preset's values.\n"
+               "  --type T          weight type of 2-D matrices (default Q8_0): F32 F16 BF16 Q4_0 Q4_1 Q5_0\n"
+               "                    Q5_1 Q8_0 Q4_K Q5_K Q6_K; a matrix whose row length is not a multiple of\n"
+               "                    T's block falls back to Q8_0 (or F16). Norms and biases are always F32.\n"
+               "  --seed N          RNG seed (default 1); same arguments + seed = byte-identical file\n"
+               "  --head-dim HD     per-head dimension (default dim/heads)\n"
+               "  --ctx N           context_length (default 2048)\n"
+               "  --tied|--untied   share token_embd as the output matrix, or write output.weight\n"
+               "  --rope-base B     rope.freq_base (default 10000)\n"
+               "  --norm-eps E      RMSNorm epsilon (default 1e-5 llama, 1e-6 qwen)\n"
+               "  --llama3-rope     write rope_freqs.weight for llama3 rope scaling (factor 32, low 1, high 4,\n"
+               "                    original context 8192 unless given below)\n"
+               "  --rope-factor F --rope-low F --rope-high F --rope-orig-ctx N   llama3 scaling parameters\n"
+               "  --no-llama3-rope  no rope scaling (overrides a preset)\n"
+               "  --name S          general.name (default: the preset or arch)\n"
+               "  --chat-template FILE   store FILE's text as tokenizer.chat_template\n"
+               "  --pre NAME        tokenizer.ggml.pre (default: llama-bpe for llama, qwen2 for qwen2/qwen3;\n"
+               "                    with --tokenizer-json: detected from its pre-tokenizer)\n"
+               "  --tokenizer-json FILE   take the tokenizer from a Hugging Face tokenizer.json of a byte-level\n"
+               "                    BPE model (and the tokenizer_config.json beside it, when present: BOS, EOS,\n"
+               "                    padding, add_bos_token) instead of the built-in one; the vocabulary is\n"
+               "                    padded with unused tokens up to the model's --vocab. Without --preset or\n"
+               "                    --arch the output is vocabulary-only\n"
+               "  --vocab-only      write the tokenizer alone (no tensors), like llama.cpp's ggml-vocab files\n"
+               "  --threads N       quantization threads (default: all cores)\n"
+               "  --experts N       a mixture of N experts in every layer (llama: Mixtral; qwen3moe needs it)\n"
+               "  --experts-used K  experts per token (top-k routing)\n"
+               "  --expert-ffn F    hidden width of one expert (default: --ffn)\n"
+               "  --sliding-window N  gpt-oss: the window of the even layers (default 128)\n"
+               "  --yarn-factor F   gpt-oss: YaRN rope scaling by F (with --yarn-orig-ctx N)\n"
+               "  --list-presets    print the presets and exit\n"
+               "Presets:");
     for (size_t i = 0; i < KN_ARRAY_LEN(presets); i++) fprintf(f, " %s", presets[i].name);
     fprintf(f, "\n");
 }
@@ -371,10 +384,11 @@ static void add_norm(gen_state *g, const char *name, int64_t n) {
     t->std = 0.1f;
 }
 
-static void add_bias(gen_state *g, const char *name, int64_t n) {
+static gen_tensor *add_bias(gen_state *g, const char *name, int64_t n) {
     gen_tensor *t = add(g, name, n, 0, false);
     t->mean = 0.0f;
     t->std = 0.1f;
+    return t;
 }
 
 /* llama.cpp's converter (LlamaModel, rope_type "llama3"): per rotary frequency pair i the divisor
@@ -401,9 +415,10 @@ static float *llama3_rope_freqs(const gen_cfg *c, int64_t hd) {
 static void build_tensors(gen_state *g) {
     const gen_cfg *c = &g->cfg;
     const int64_t hd = c->head_dim, qd = c->heads * hd, kvd = c->kv_heads * hd;
+    const bool gptoss = strcmp(c->arch, "gpt-oss") == 0;
     const bool qwen2 = strcmp(c->arch, "qwen2") == 0,
                qwen3 = strcmp(c->arch, "qwen3") == 0 || strcmp(c->arch, "qwen3moe") == 0;
-    g->cap = (int)(c->layers * 16 + 8);
+    g->cap = (int)(c->layers * 24 + 8);
     g->t = xcalloc((size_t)g->cap, sizeof *g->t);
     char nm[96];
     add(g, "token_embd.weight", c->dim, c->vocab, true);
@@ -418,7 +433,7 @@ static void build_tensors(gen_state *g) {
         add(g, NM("attn_q.weight"), c->dim, qd, true);
         add(g, NM("attn_k.weight"), c->dim, kvd, true);
         add(g, NM("attn_v.weight"), c->dim, kvd, true);
-        if (qwen2) {
+        if (qwen2 || gptoss) {
             add_bias(g, NM("attn_q.bias"), qd);
             add_bias(g, NM("attn_k.bias"), kvd);
             add_bias(g, NM("attn_v.bias"), kvd);
@@ -428,7 +443,11 @@ static void build_tensors(gen_state *g) {
             add_norm(g, NM("attn_k_norm.weight"), hd);
         }
         add(g, NM("attn_output.weight"), qd, c->dim, true);
-        add_norm(g, NM("ffn_norm.weight"), c->dim);
+        if (gptoss) {
+            add_bias(g, NM("attn_output.bias"), c->dim);
+            add_bias(g, NM("attn_sinks.weight"), c->heads)->std = 1.0f;
+        }
+        add_norm(g, gptoss ? NM("attn_post_norm.weight") : NM("ffn_norm.weight"), c->dim);
         if (c->experts) {
             /* the router stays F32, as llama.cpp's quantizer leaves it; its logits are spread wider than
              * a plain matrix's (std 8 rather than 1 for unit inputs), as trained routers' are, so that
@@ -438,6 +457,12 @@ static void build_tensors(gen_state *g) {
             add3(g, NM("ffn_gate_exps.weight"), c->dim, c->expert_ffn, c->experts, true);
             add3(g, NM("ffn_up_exps.weight"), c->dim, c->expert_ffn, c->experts, true);
             add3(g, NM("ffn_down_exps.weight"), c->expert_ffn, c->dim, c->experts, true);
+            if (gptoss) {
+                add_bias(g, NM("ffn_gate_inp.bias"), c->experts);
+                add(g, NM("ffn_gate_exps.bias"), c->expert_ffn, c->experts, false)->std = 0.1f;
+                add(g, NM("ffn_up_exps.bias"), c->expert_ffn, c->experts, false)->std = 0.1f;
+                add(g, NM("ffn_down_exps.bias"), c->dim, c->experts, false)->std = 0.1f;
+            }
             continue;
         }
         add(g, NM("ffn_gate.weight"), c->dim, c->ffn, true);
@@ -1090,6 +1115,9 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--experts") == 0) c.experts = parse_int(a, VAL(), 0, 1024);
         else if (strcmp(a, "--experts-used") == 0) c.experts_used = parse_int(a, VAL(), 1, 1024);
         else if (strcmp(a, "--expert-ffn") == 0) c.expert_ffn = parse_int(a, VAL(), 1, 1 << 22);
+        else if (strcmp(a, "--sliding-window") == 0) c.swa = parse_int(a, VAL(), 1, BIG);
+        else if (strcmp(a, "--yarn-factor") == 0) c.yarn_factor = parse_double(a, VAL());
+        else if (strcmp(a, "--yarn-orig-ctx") == 0) c.yarn_orig_ctx = parse_int(a, VAL(), 1, BIG);
         else {
             usage(stderr);
             die("unknown option '%s'", a);
@@ -1105,10 +1133,13 @@ int main(int argc, char **argv) {
     if (vocab_only) return write_vocab_only(&c, out, tok_json, pre, tmpl_path, vocab_given);
     if (!c.arch) die("no architecture: give --preset or --arch");
     if (strcmp(c.arch, "llama") != 0 && strcmp(c.arch, "qwen2") != 0 && strcmp(c.arch, "qwen3") != 0 &&
-        strcmp(c.arch, "qwen3moe") != 0)
-        die("--arch: '%s' is not llama, qwen2, qwen3 or qwen3moe", c.arch);
-    if (strcmp(c.arch, "qwen3moe") == 0 && !c.experts) die("--arch qwen3moe needs --experts N --experts-used K");
-    if (c.experts && strcmp(c.arch, "qwen2") == 0) die("--experts: only llama and qwen3moe have experts");
+        strcmp(c.arch, "qwen3moe") != 0 && strcmp(c.arch, "gpt-oss") != 0)
+        die("--arch: '%s' is not llama, qwen2, qwen3, qwen3moe or gpt-oss", c.arch);
+    const bool gptoss = strcmp(c.arch, "gpt-oss") == 0;
+    if ((strcmp(c.arch, "qwen3moe") == 0 || gptoss) && !c.experts)
+        die("--arch %s needs --experts N --experts-used K", c.arch);
+    if (gptoss && !c.swa) c.swa = 128;
+    if (c.experts && strcmp(c.arch, "qwen2") == 0) die("--experts: qwen2 has no experts");
     if (!c.experts) c.experts_used = 0;
     if (c.experts && (!c.experts_used || c.experts_used > c.experts))
         die("--experts-used must be given and at most --experts (%lld)", (long long)c.experts);
@@ -1188,7 +1219,15 @@ int main(int argc, char **argv) {
         if (strcmp(c.arch, "llama") != 0)
             check(kn_gguf_writer_set_u32(w, K("expert_feed_forward_length"), (uint32_t)c.expert_ffn));
     }
-    if (c.head_dim * c.heads != c.dim || strcmp(c.arch, "qwen3") == 0 || strcmp(c.arch, "qwen3moe") == 0) {
+    if (gptoss) {
+        check(kn_gguf_writer_set_u32(w, K("attention.sliding_window"), (uint32_t)c.swa));
+        if (c.yarn_factor > 0) {
+            check(kn_gguf_writer_set_str(w, K("rope.scaling.type"), "yarn"));
+            check(kn_gguf_writer_set_f32(w, K("rope.scaling.factor"), (float)c.yarn_factor));
+            check(kn_gguf_writer_set_u32(w, K("rope.scaling.original_context_length"), (uint32_t)c.yarn_orig_ctx));
+        }
+    }
+    if (c.head_dim * c.heads != c.dim || strcmp(c.arch, "qwen3") == 0 || strcmp(c.arch, "qwen3moe") == 0 || gptoss) {
         check(kn_gguf_writer_set_u32(w, K("attention.key_length"), (uint32_t)c.head_dim));
         check(kn_gguf_writer_set_u32(w, K("attention.value_length"), (uint32_t)c.head_dim));
     }

@@ -31,6 +31,7 @@ typedef struct kn_arch_def {
     bool qk_norm;    /* attn_{q,k}_norm.weight: per-head RMSNorm of q and k (qwen3, gemma3) */
     float norm_eps;  /* when {arch}.attention.layer_norm_rms_epsilon is absent */
     float rope_base; /* when {arch}.rope.freq_base is absent */
+    bool rope_yarn;  /* the family's hparams hook applies {arch}.rope.scaling.type "yarn" itself */
     /* The family's own metadata, after the common keys are in m->hp (model.c read_hparams): may
      * set hp fields and fail with a format error naming the key. NULL: nothing more. */
     kiln_status (*hparams)(struct kiln_model *m);

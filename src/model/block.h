@@ -19,15 +19,16 @@ void kn_block_qkv(const kiln_model *m, kn_scratch *s, int l, int64_t N);
 
 /* Attention of layer l from s->q, s->k, s->v: per token, the per-head q/k norms (when the layer has
  * them) and RoPE, k and v appended to the token's row cache at its position; then every query head
- * attends over its row's cached positions (the layer's window of them) into att[N][q_dim]. */
+ * attends over its row's cached positions (the layer's window of them, with the layer's attention
+ * sinks when it has them) into att[N][q_dim]. */
 void kn_block_attend(const kiln_model *m, kn_scratch *s, kn_batch_row *rows, int l, int64_t N);
 
 /* xb2[N][n_embd] = the FFN of layer l applied to xb[N][n_embd] (hb, hb2 as scratch). */
 void kn_block_ffn(const kiln_model *m, kn_scratch *s, int l, int64_t N);
 
 /* The pre-norm decoder block (a kn_arch_def block function):
- *   x += wo . attention(norm(x));  x += ffn(norm(x))
- * with the layer's attn_norm and ffn_norm. */
+ *   x += wo . attention(norm(x)) (+ bo);  x += ffn(norm(x))
+ * with the layer's attn_norm and ffn_norm (and attn_output bias when the layer has one). */
 void kn_block_decoder(const kiln_model *m, kn_scratch *s, kn_batch_row *rows, int l, int64_t N);
 
 #endif

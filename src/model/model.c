@@ -125,7 +125,7 @@ static kiln_status read_hparams(kiln_model *m) {
         if ((st = kn_meta_float(m, "rope.scaling.factor", &factor))) return st;
         if (kn_str_eq(stype, "linear")) {
             hp->rope_scale = 1.0f / factor;
-        } else if (!kn_str_eq(stype, "llama3")) {
+        } else if (!kn_str_eq(stype, "llama3") && !(kn_str_eq(stype, "yarn") && def->rope_yarn)) {
             KN_LOGW("rope scaling '%.*s' is not implemented; positions beyond the original context will degrade",
                     (int)KN_MIN(stype.len, 32), stype.ptr);
         }
@@ -575,6 +575,7 @@ void kiln_model_free(kiln_model *m) {
     kn_gguf_close(&m->gguf);
     kn_free_aligned(m->weight_mem);
     kn_free_aligned(m->vec_mem);
+    free(m->rope_yarn);
     free(m->layers);
     kn_errslot_destroy(&m->err);
     free(m);

@@ -34,12 +34,14 @@ typedef struct kn_hparams {
     float rope_base;
     float rope_scale; /* linear position scale (1 = none) */
     kn_rope_style rope_style;
-    float embd_scale;      /* token embeddings are multiplied by this (1: none) */
-    float logit_softcap;   /* final logits become c * tanh(logits / c) (0: none) */
-    bool tied_output;      /* output projection shares token_embd */
-    int32_t n_expert;      /* experts per MoE layer (0: dense FFN) */
-    int32_t n_expert_used; /* experts each token is routed to (top-k) */
-    int32_t n_ff_exp;      /* FFN hidden width of one expert */
+    float embd_scale;       /* token embeddings are multiplied by this (1: none) */
+    float logit_softcap;    /* final logits become c * tanh(logits / c) (0: none) */
+    bool tied_output;       /* output projection shares token_embd */
+    int32_t n_expert;       /* experts per MoE layer (0: dense FFN) */
+    int32_t n_expert_used;  /* experts each token is routed to (top-k) */
+    int32_t n_ff_exp;       /* FFN hidden width of one expert */
+    int32_t n_swa;          /* sliding window of the windowed layers ({arch}.attention.sliding_window; 0: none) */
+    float rope_yarn_factor; /* YaRN context scale factor a family applies (gpt-oss.c; 0: none) */
 } kn_hparams;
 
 /* A weight matrix W [rows = out features][cols = in features], each row in `type`: row-major, or
@@ -64,10 +66,12 @@ typedef struct kn_rope_cfg {
 
 /* One layer's attention, beyond its weights. */
 typedef struct kn_layer_attn {
-    int32_t window;   /* 0: a token attends to every earlier position; else to the last `window` positions
-                         (pos - window, pos] of its row (sliding-window layers) */
-    float scale;      /* score = scale * q . k */
-    kn_rope_cfg rope; /* the rotation of q and k */
+    int32_t window;     /* 0: a token attends to every earlier position; else to the last `window` positions
+                           (pos - window, pos] of its row (sliding-window layers) */
+    float scale;        /* score = scale * q . k */
+    kn_rope_cfg rope;   /* the rotation of q and k */
+    const float *sinks; /* [n_head] per-head sink logits (gpt-oss): each head's softmax denominator gets
+                           exp(sink) added, a position no value stands for; NULL: none */
 } kn_layer_attn;
 
 /* What a layer's feed-forward network is. DENSE: down(act(gate . x) * (up . x)) with w_gate, w_up,
@@ -113,12 +117,11 @@ typedef struct kn_layer {
     const float *ffn_norm; /* [n_embd] */
     kn_ffn_kind ffn;
     kn_ffn_act act;
-    kn_weight w_gate;   /* DENSE: [n_ff][n_embd] */
-    kn_weight w_up;     /* DENSE: [n_ff][n_embd] */
-    kn_weight w_down;   /* DENSE: [n_embd][n_ff] */
-    kn_moe moe;         /* MOE */
-    const float *bo;    /* attn_output bias [n_embd] (gpt-oss); else NULL */
-    const float *sinks; /* per-head attention sink logits [n_head] (gpt-oss); else NULL */
+    kn_weight w_gate; /* DENSE: [n_ff][n_embd] */
+    kn_weight w_up;   /* DENSE: [n_ff][n_embd] */
+    kn_weight w_down; /* DENSE: [n_embd][n_ff] */
+    kn_moe moe;       /* MOE */
+    const float *bo;  /* attn_output bias [n_embd] (gpt-oss); else NULL */
 } kn_layer;
 
 struct kiln_model {
@@ -132,6 +135,7 @@ struct kiln_model {
     kn_weight output;         /* [n_vocab][n_embd]; = tok_embd when tied */
     const float *output_norm; /* [n_embd] */
     const float *rope_freqs;  /* [n_rot/2] llama3 frequency divisors, or NULL */
+    float *rope_yarn;         /* [n_rot/2] YaRN frequency divisors a family computed (gpt-oss.c), or NULL */
     kn_layer *layers;         /* [n_layer] */
     kn_tokenizer *tok;
     char *chat_template;          /* tokenizer.chat_template (NUL-terminated copy), or NULL */

@@ -1,6 +1,6 @@
 /*
  * test_moe.c - the mixture-of-experts FFN (model/moe.h) and the MoE families (qwen3moe, Mixtral as
- * llama with experts):
+ * llama with experts, gpt-oss with its biases, attention sinks, sliding-window layers and YaRN):
  *   - routing on a hand-built router: the chosen experts and their weights are known in closed form
  *     for each gating (softmax renormalized, softmax kept, softmax over the top-k), ties go to the
  *     lower expert index;
@@ -265,6 +265,7 @@ static void check_family(const char *preset) {
 
 static void test_qwen3moe_types_and_chunks(void) { check_family("tiny-qwen3moe"); }
 static void test_mixtral_types_and_chunks(void) { check_family("tiny-mixtral"); }
+static void test_gptoss_types_and_chunks(void) { check_family("tiny-gptoss"); }
 
 static kiln_engine *new_engine(kiln_model *m, int rows, int64_t cache) {
     kiln_engine_params ep = kiln_engine_default_params();
@@ -329,13 +330,16 @@ static void check_batch_and_cache(const char *preset) {
 
 static void test_qwen3moe_batch_and_cache(void) { check_batch_and_cache("tiny-qwen3moe"); }
 static void test_mixtral_batch_and_cache(void) { check_batch_and_cache("tiny-mixtral"); }
+static void test_gptoss_batch_and_cache(void) { check_batch_and_cache("tiny-gptoss"); }
 
 int main(void) {
     RUN(test_route_known);
     RUN(test_moe_ffn_hand_built);
     RUN(test_qwen3moe_types_and_chunks);
     RUN(test_mixtral_types_and_chunks);
+    RUN(test_gptoss_types_and_chunks);
     RUN(test_qwen3moe_batch_and_cache);
     RUN(test_mixtral_batch_and_cache);
+    RUN(test_gptoss_batch_and_cache);
     return kt_summary();
 }
