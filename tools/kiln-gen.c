@@ -149,6 +149,8 @@ static void usage(FILE *f) {
                "  --experts N       a mixture of N experts in every layer (llama: Mixtral; qwen3moe needs it)\n"
                "  --experts-used K  experts per token (top-k routing)\n"
                "  --expert-ffn F    hidden width of one expert (default: --ffn)\n"
+               "  --fast            quantize only 64 rows per matrix and repeat them (rows chosen per row's RNG\n"
+               "                    stream): real-shaped files for speed measurements in minutes\n"
                "  --sliding-window N  gpt-oss: the window of the even layers (default 128)\n"
                "  --yarn-factor F   gpt-oss: YaRN rope scaling by F (with --yarn-orig-ctx N)\n"
                "  --list-presets    print the presets and exit\n"
@@ -280,6 +282,9 @@ static void gaussian_row(uint64_t key, int64_t row, float mean, float std, float
 
 /* ---- tensors ----------------------------------------------------------------------------------- */
 
+/* Rows per matrix that --fast quantizes; every other row repeats one of them. */
+#define FAST_POOL 64
+
 typedef struct gen_tensor {
     char name[96];
     uint32_t n_dims;
@@ -287,6 +292,7 @@ typedef struct gen_tensor {
     kn_dtype type;
     float mean, std;     /* gaussian parameters */
     const float *values; /* fixed values instead (rope_freqs), [ne[0]] */
+    uint8_t *pool;       /* --fast: FAST_POOL rows already in the tensor's type; row r is a copy of one */
     uint64_t key;        /* RNG stream key */
     const kn_type_traits *tr;
     uint64_t row_bytes;
@@ -298,6 +304,14 @@ typedef struct gen_tensor {
 static kiln_status fill_tensor(void *user, int64_t row0, int64_t n, void *dst) {
     const gen_tensor *t = user;
     const int64_t ne0 = t->ne[0];
+    if (t->pool) { /* --fast: each row a copy of a pool row chosen by the row's own stream */
+        for (int64_t r = 0; r < n; r++) {
+            uint64_t st = t->key ^ ((uint64_t)(row0 + r) * 0xD1B54A32D192ED03ull);
+            const uint64_t k = splitmix64(&st) % FAST_POOL;
+            memcpy((uint8_t *)dst + (uint64_t)r * t->row_bytes, t->pool + k * t->row_bytes, t->row_bytes);
+        }
+        return KILN_OK;
+    }
     int failed = 0;
     /* threads only pay off for big chunks (and spin-waiting costs on a busy machine) */
     const bool par = (uint64_t)n * (uint64_t)ne0 >= ((uint64_t)1 << 20);
@@ -1055,7 +1069,7 @@ int main(int argc, char **argv) {
     c.rope_orig_ctx = 8192;
     const char *out = NULL, *tmpl_path = NULL, *preset_name = NULL, *pre = NULL, *tok_json = NULL;
     int threads = 0;
-    bool vocab_only = false, vocab_given = false;
+    bool vocab_only = false, vocab_given = false, fast = false;
 
     /* the preset first, so that every other option overrides it wherever it appears */
     for (int i = 1; i < argc; i++) {
@@ -1115,6 +1129,7 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--experts") == 0) c.experts = parse_int(a, VAL(), 0, 1024);
         else if (strcmp(a, "--experts-used") == 0) c.experts_used = parse_int(a, VAL(), 1, 1024);
         else if (strcmp(a, "--expert-ffn") == 0) c.expert_ffn = parse_int(a, VAL(), 1, 1 << 22);
+        else if (strcmp(a, "--fast") == 0) fast = true;
         else if (strcmp(a, "--sliding-window") == 0) c.swa = parse_int(a, VAL(), 1, BIG);
         else if (strcmp(a, "--yarn-factor") == 0) c.yarn_factor = parse_double(a, VAL());
         else if (strcmp(a, "--yarn-orig-ctx") == 0) c.yarn_orig_ctx = parse_int(a, VAL(), 1, BIG);
@@ -1241,6 +1256,12 @@ int main(int argc, char **argv) {
         gen_tensor *t = &g.t[i];
         n_params += (uint64_t)(t->ne[0] * t->ne[1] * t->ne[2]);
         g.total_bytes += t->row_bytes * (uint64_t)(t->ne[1] * t->ne[2]);
+        if (fast && t->type != KN_F32 && t->ne[1] * t->ne[2] > FAST_POOL) {
+            uint8_t *pool = malloc(FAST_POOL * t->row_bytes);
+            if (!pool) die("out of memory");
+            check(fill_tensor(t, 0, FAST_POOL, pool));
+            t->pool = pool;
+        }
         check(kn_gguf_writer_add_tensor_fn(w, t->name, t->n_dims, t->ne, t->type, fill_tensor, t));
     }
     for (int k = 0; k < g.n_notes; k++)
@@ -1261,6 +1282,7 @@ int main(int argc, char **argv) {
     free(tmpl);
     free_vocab(&v);
     free(g.rope_freqs);
+    for (int i = 0; i < g.n; i++) free(g.t[i].pool);
     free(g.t);
     return 0;
 }
