@@ -14,6 +14,7 @@
 #include "harness.h"
 
 #include "engine/session.h"
+#include "model/block.h"
 #include "model/forward.h"
 #include "model/model.h"
 #include "model/moe.h"
@@ -157,6 +158,63 @@ static void test_moe_ffn_hand_built(void) {
     kn_moe_ffn(&m, &s, 0, NT);
     for (int t = 0; t < NT; t++)
         CHECKF(memcmp(s.xb2 + t * D, all + (NT - 1 - t) * D, sizeof(float) * D) == 0, "token %d reversed differs", t);
+    kn_scratch_free(&s);
+}
+
+/* ---- gpt-oss attention: sinks and a sliding window ------------------------------------------- */
+
+/* Attention of a hand-built layer (2 query heads sharing 1 KV head of width 4, no RoPE, window 3,
+ * per-head sinks) over 8 positions against the direct computation: each head's softmax over the
+ * window's positions with exp(sink) added to its denominator. Full attention or no sinks would
+ * differ from it at every position past the window. */
+static void test_sinks_and_window(void) {
+    enum { H = 2, HD = 4, T = 8, W = 3 };
+    static const float sinks[H] = {0.7f, -1.5f};
+    kn_layer layer = {.ffn = KN_FFN_DENSE};
+    layer.attn = (kn_layer_attn){.window = W, .scale = 0.5f, .sinks = sinks};
+    kiln_model m = {0};
+    m.hp =
+        (kn_hparams){.n_embd = 8, .n_layer = 1, .n_head = H, .n_head_kv = 1, .head_dim = HD, .n_ff = 4, .n_vocab = 4};
+    m.layers = &layer;
+    static float out_w[4 * 8];
+    m.output = f32_weight(out_w, 4, 8);
+    m.kernels = kn_kernels_get(KN_KERNELS_AUTO);
+    kn_scratch s;
+    CHECK(kn_scratch_init(&s, &m, T, 16, 1) == KILN_OK);
+    kn_kv kv;
+    CHECK(kn_kv_init(&kv, KN_F32, 1, 16, HD) == KILN_OK);
+    kn_batch_row row = {.kv = &kv, .n_tokens = T};
+    float q[T][H * HD], k[T][HD], v[T][HD];
+    for (int t = 0; t < T; t++) {
+        for (int i = 0; i < H * HD; i++) q[t][i] = 2 * val(6, t, i);
+        for (int i = 0; i < HD; i++) k[t][i] = 2 * val(7, t, i), v[t][i] = val(8, t, i);
+        s.tok_row[t] = 0;
+        s.tok_pos[t] = t;
+    }
+    memcpy(s.q, q, sizeof q);
+    memcpy(s.k, k, sizeof k);
+    memcpy(s.v, v, sizeof v);
+    kn_block_attend(&m, &s, &row, 0, T);
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < H; h++) {
+            const int p0 = t >= W ? t - W + 1 : 0;
+            double sc[T], mx = sinks[h], z = 0;
+            for (int p = p0; p <= t; p++) {
+                sc[p] = 0;
+                for (int i = 0; i < HD; i++) sc[p] += (double)q[t][h * HD + i] * k[p][i];
+                sc[p] *= 0.5;
+                if (sc[p] > mx) mx = sc[p];
+            }
+            z = exp(sinks[h] - mx);
+            for (int p = p0; p <= t; p++) z += exp(sc[p] - mx);
+            for (int i = 0; i < HD; i++) {
+                double o = 0;
+                for (int p = p0; p <= t; p++) o += exp(sc[p] - mx) / z * v[p][i];
+                CHECKF(fabs(s.att[t * H * HD + h * HD + i] - o) <= 1e-5, "token %d head %d: %g vs %g", t, h,
+                       (double)s.att[t * H * HD + h * HD + i], o);
+            }
+        }
+    kn_kv_free(&kv);
     kn_scratch_free(&s);
 }
 
@@ -335,6 +393,7 @@ static void test_gptoss_batch_and_cache(void) { check_batch_and_cache("tiny-gpto
 int main(void) {
     RUN(test_route_known);
     RUN(test_moe_ffn_hand_built);
+    RUN(test_sinks_and_window);
     RUN(test_qwen3moe_types_and_chunks);
     RUN(test_mixtral_types_and_chunks);
     RUN(test_gptoss_types_and_chunks);
