@@ -1,9 +1,9 @@
 /*
  * kiln-gen.c - the synthetic model generator: writes GGUF models of a supported architecture (llama,
- * qwen2, qwen3) and any shape, with deterministic random weights in any supported weight type, plus a
- * small byte-level BPE tokenizer, or the tokenizer of a real model read from its Hugging Face
- * tokenizer.json (--tokenizer-json; alone it makes a vocabulary-only GGUF, as kiln's grammar
- * benchmarks use for the Qwen3 and Llama 3 vocabularies).
+ * qwen2, qwen3, and the mixtures of experts qwen3moe, gpt-oss and llama with --experts) and any shape, with
+ * deterministic random weights in any supported weight type, plus a small byte-level BPE tokenizer, or the tokenizer of
+ * a real model read from its Hugging Face tokenizer.json (--tokenizer-json; alone it makes a vocabulary-only GGUF, as
+ * kiln's grammar benchmarks use for the Qwen3 and Llama 3 vocabularies).
  *
  * Speed work needs models shaped like real ones (Llama-3.2-1B, Qwen2.5-0.5B, ...) but does not depend
  * on weight values, and tests need tiny models of every architecture and weight type. This tool makes
