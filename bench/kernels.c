@@ -1,7 +1,8 @@
 /*
  * kernels.c - micro-benchmark of the quantized GEMM kernels on one thread, side by side in one run:
  * the plain-layout tile kernels (kn_kernels.gemm, 4 rows x 4 tokens) against the 16-row panel kernels
- * (kn_kernels.p16) on the same Q4_0 / Q8_0 / Q4_K matrices.
+ * (kn_kernels.p16) on the same Q4_0 / Q8_0 / Q4_K matrices; the types without panel kernels (Q2_K, Q3_K,
+ * IQ4_NL, IQ4_XS, MXFP4) get the plain figures only.
  *
  *   decode (1 token): a stack of matrices far larger than the caches, each read once per pass;
  *                     reported as GB/s of weights streamed.
@@ -10,7 +11,9 @@
  * Variants alternate within each repetition and the median of the repetitions is printed, because
  * these machines are shared and noisy.
  *
- * Usage: build/bench/kernels [-r REPS] [-n PREFILL_TOKENS] [-c COLS (matrix width, default 8192)]
+ * Usage: build/bench/kernels [-r REPS] [-n PREFILL_TOKENS] [-c COLS (matrix width, default 8192)] [-t cpu]
+ * (-t cpu times the thread's CPU time instead of the wall clock: on a loaded machine it leaves out the
+ * time slices given to others, though not their share of the caches and memory bandwidth)
  */
 #include "tensor/kernels.h"
 #include "tensor/pack.h"
@@ -21,9 +24,11 @@
 #include <string.h>
 #include <time.h>
 
+static int g_cpu_clock; /* -t cpu: time this thread's CPU time (a shared machine's time slices left out) */
+
 static double now_s(void) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(g_cpu_clock ? CLOCK_THREAD_CPUTIME_ID : CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
@@ -78,9 +83,11 @@ int main(int argc, char **argv) {
         if (strcmp(argv[i], "-r") == 0) reps = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "-n") == 0) NP = atoll(argv[i + 1]);
         else if (strcmp(argv[i], "-c") == 0) cols = atoll(argv[i + 1]);
+        else if (strcmp(argv[i], "-t") == 0) g_cpu_clock = strcmp(argv[i + 1], "cpu") == 0;
     }
     if (reps < 1 || reps > 100 || NP < 1 || NP > 4096 || cols < 256 || cols > 65536 || cols % 256) {
-        fprintf(stderr, "usage: kernels [-r REPS 1..100] [-n TOKENS 1..4096] [-c COLS, a multiple of 256]\n");
+        fprintf(stderr,
+                "usage: kernels [-r REPS 1..100] [-n TOKENS 1..4096] [-c COLS, a multiple of 256] [-t cpu|wall]\n");
         return 2;
     }
     const kn_kernels *k = kn_kernels_get(KN_KERNELS_AUTO);
@@ -88,50 +95,61 @@ int main(int argc, char **argv) {
         printf("kernel set %s has no panel kernels\n", k->name);
         return 0;
     }
-    const kn_dtype types[] = {KN_Q4_0, KN_Q8_0, KN_Q4_K};
+    const kn_dtype types[] = {KN_Q4_0, KN_Q8_0, KN_Q4_K, KN_Q2_K, KN_Q3_K, KN_IQ4_NL, KN_IQ4_XS, KN_MXFP4};
     const int64_t rows = 2048, stack = 24; /* 24 matrices: 226 MB in Q4_0 at the default width */
-    printf("kernel set %s, one thread, matrices %lld x %lld, %d repetitions (median)\n", k->name, (long long)rows,
-           (long long)cols, reps);
+    printf("kernel set %s, one thread, matrices %lld x %lld, %d repetitions (median), %s time\n", k->name,
+           (long long)rows, (long long)cols, reps, g_cpu_clock ? "CPU" : "wall-clock");
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const kn_dtype t = types[ti];
         const kn_type_traits *tr = kn_type_traits_get(t);
         const kn_dtype at = tr->vec_dot_type;
+        const int panel = k->p16[t] != NULL;
         const kn_from_float_fn aq = kn_kernels_quantize(k, at);
         const size_t mb = kn_row_bytes(t, cols) * (size_t)rows;
         uint8_t *plain = malloc(mb * stack), *packed = malloc(mb * stack);
         float *f = malloc(sizeof(float) * (size_t)cols * (size_t)NP),
               *y = malloc(sizeof(float) * (size_t)rows * (size_t)NP);
-        uint8_t *xq = malloc(kn_row_bytes(at, cols) * (size_t)NP), *xx = malloc(kn_q8x_row_bytes(t, cols) * (size_t)NP);
+        uint8_t *xq = malloc(kn_row_bytes(at, cols) * (size_t)NP),
+                *xx = malloc((panel ? kn_q8x_row_bytes(t, cols) : 1) * (size_t)NP);
         if (!plain || !packed || !f || !y || !xq || !xx) return 1;
         unsigned s = 12345;
         for (int64_t i = 0; i < cols; i++) f[i] = (float)((s = s * 1103515245u + 12345u) >> 8) / 16777216.0f - 0.5f;
-        for (int64_t r = 0; r < rows; r++) tr->from_float(f, plain + (size_t)r * kn_row_bytes(t, cols), cols);
+        tr->from_float(f, plain, cols); /* every row the same: quantized once */
+        for (int64_t r = 1; r < rows; r++)
+            memcpy(plain + (size_t)r * kn_row_bytes(t, cols), plain, kn_row_bytes(t, cols));
         for (int64_t m = 1; m < stack; m++) memcpy(plain + (size_t)m * mb, plain, mb);
-        for (int64_t m = 0; m < stack; m++) kn_p16_pack(t, plain + (size_t)m * mb, rows, cols, packed + (size_t)m * mb);
+        for (int64_t m = 0; panel && m < stack; m++)
+            kn_p16_pack(t, plain + (size_t)m * mb, rows, cols, packed + (size_t)m * mb);
         for (int64_t i = cols; i < cols * NP; i++) f[i] = f[i % cols] * (float)(1 + i / cols % 3);
         for (int64_t n = 0; n < NP; n++) {
             aq(f + n * cols, xq + (size_t)n * kn_row_bytes(at, cols), cols);
-            kn_q8x_quantize(t, aq, f + n * cols, xx + (size_t)n * kn_q8x_row_bytes(t, cols), cols);
+            if (panel) kn_q8x_quantize(t, aq, f + n * cols, xx + (size_t)n * kn_q8x_row_bytes(t, cols), cols);
         }
         double dp[100], dk[100], pp[100], pk[100];
         for (int r = 0; r < reps; r++) {
             double t0 = now_s();
             for (int64_t m = 0; m < stack; m++) run_plain(k, t, plain + (size_t)m * mb, rows, cols, xq, 1, y);
             double t1 = now_s();
-            for (int64_t m = 0; m < stack; m++) run_p16(k, t, packed + (size_t)m * mb, rows, cols, xx, 1, y);
+            for (int64_t m = 0; panel && m < stack; m++) run_p16(k, t, packed + (size_t)m * mb, rows, cols, xx, 1, y);
             double t2 = now_s();
             dp[r] = (double)(mb * stack) / (t1 - t0) / 1e9;
             dk[r] = (double)(mb * stack) / (t2 - t1) / 1e9;
             t0 = now_s();
             run_plain(k, t, plain, rows, cols, xq, NP, y);
             t1 = now_s();
-            run_p16(k, t, packed, rows, cols, xx, NP, y);
+            if (panel) run_p16(k, t, packed, rows, cols, xx, NP, y);
             t2 = now_s();
             const double ops = 2.0 * (double)rows * (double)cols * (double)NP;
             pp[r] = ops / (t1 - t0) / 1e9;
             pk[r] = ops / (t2 - t1) / 1e9;
         }
         const double a = median(dp, reps), b = median(dk, reps), c = median(pp, reps), d = median(pk, reps);
+        if (!panel) {
+            printf("%s decode  (1 token):  plain %6.1f GB/s\n", tr->name, a);
+            printf("%s prefill (%lld tokens): plain %6.1f GOP/s\n", tr->name, (long long)NP, c);
+            free(plain), free(packed), free(f), free(y), free(xq), free(xx);
+            continue;
+        }
         printf("%s decode  (1 token):  plain %6.1f GB/s   panel %6.1f GB/s   ratio %.2f\n", tr->name, a, b, b / a);
         printf("%s prefill (%lld tokens): plain %6.1f GOP/s  panel %6.1f GOP/s  ratio %.2f\n", tr->name, (long long)NP,
                c, d, d / c);

@@ -1,9 +1,9 @@
 /*
  * kiln-gen.c - the synthetic model generator: writes GGUF models of a supported architecture (llama,
- * qwen2, qwen3, and the mixtures of experts qwen3moe, gpt-oss and llama with --experts) and any shape, with
- * deterministic random weights in any supported weight type, plus a small byte-level BPE tokenizer, or the tokenizer of
- * a real model read from its Hugging Face tokenizer.json (--tokenizer-json; alone it makes a vocabulary-only GGUF, as
- * kiln's grammar benchmarks use for the Qwen3 and Llama 3 vocabularies).
+ * qwen2, qwen3, gemma2, gemma3, phi3, smollm3, and the mixtures of experts qwen3moe, gpt-oss and llama with
+ * --experts) and any shape, with deterministic random weights in any supported weight type, plus a small byte-level
+ * BPE tokenizer, or the tokenizer of a real model read from its Hugging Face tokenizer.json (--tokenizer-json; alone
+ * it makes a vocabulary-only GGUF, as kiln's grammar benchmarks use for the Qwen3 and Llama 3 vocabularies).
  *
  * Speed work needs models shaped like real ones (Llama-3.2-1B, Qwen2.5-0.5B, ...) but does not depend
  * on weight values, and tests need tiny models of every architecture and weight type. This tool makes
@@ -37,7 +37,7 @@
 /* ---- configuration ----------------------------------------------------------------------------- */
 
 typedef struct gen_cfg {
-    const char *arch;                                                /* "llama", "qwen2", "qwen3", "qwen3moe" */
+    const char *arch;                                                /* see archs[] */
     const char *name;                                                /* general.name */
     int64_t vocab, dim, layers, heads, kv_heads, ffn, head_dim, ctx; /* head_dim 0: dim / heads */
     int tied;                                                        /* 1 tied (no output.weight), 0 untied */
@@ -46,13 +46,58 @@ typedef struct gen_cfg {
     int llama3_rope; /* write rope_freqs.weight (llama3 rope scaling) */
     double rope_factor, rope_low, rope_high;
     int64_t rope_orig_ctx;
+    const char *rope_scaling; /* rope.scaling.type "linear" or "yarn" (factor, original context above), "longrope"
+                                (phi3: rope_factors_long/short tensors), or NULL */
+    int64_t swa;              /* attention.sliding_window (gemma2, gemma3) */
+    double attn_softcap, final_softcap; /* gemma2 soft-capping (0: the architecture's default) */
+    double scale;                       /* multiplies every random matrix (0: 1) */
     kn_dtype type;
     uint64_t seed;
     int64_t experts, experts_used, expert_ffn; /* mixture of experts (0: dense); expert_ffn 0: --ffn */
-    int64_t swa;                               /* gpt-oss: sliding window of the even layers */
-    double yarn_factor;                        /* gpt-oss: YaRN scaling factor (0: none) */
-    int64_t yarn_orig_ctx;                     /* and its original context */
 } gen_cfg;
+
+/* The architectures kiln-gen writes, and what their files hold beyond the llama layout. */
+typedef struct arch_info {
+    const char *name;
+    bool qkv_bias, qk_norm; /* attn_{q,k,v}.bias; attn_{q,k}_norm.weight */
+    bool post_norms;        /* gemma: post_attention_norm, post_ffw_norm */
+    bool fused;             /* phi3: attn_qkv and ffn_up holding gate and up */
+    bool head_dim_keys;     /* always write attention.key_length / value_length */
+    const char *pre;        /* the default tokenizer.ggml.pre */
+    double norm_eps;        /* the default RMSNorm epsilon */
+    bool moe;               /* every layer a mixture of experts: --experts is needed (qwen3moe, gpt-oss) */
+    bool oss;               /* gpt-oss: attn_output.bias, attn_sinks, attn_post_norm before the FFN, expert
+                               biases, a sliding window (default 128) on the even layers */
+} arch_info;
+
+static const arch_info archs[] = {
+    {.name = "llama", .pre = "llama-bpe", .norm_eps = 1e-5},
+    {.name = "qwen2", .qkv_bias = true, .pre = "qwen2", .norm_eps = 1e-6},
+    {.name = "qwen3", .qk_norm = true, .head_dim_keys = true, .pre = "qwen2", .norm_eps = 1e-6},
+    {.name = "gemma2", .post_norms = true, .head_dim_keys = true, .pre = "llama-bpe", .norm_eps = 1e-6},
+    {.name = "gemma3",
+     .qk_norm = true,
+     .post_norms = true,
+     .head_dim_keys = true,
+     .pre = "llama-bpe",
+     .norm_eps = 1e-6},
+    {.name = "phi3", .fused = true, .pre = "llama-bpe", .norm_eps = 1e-5},
+    {.name = "smollm3", .pre = "llama-bpe", .norm_eps = 1e-6},
+    {.name = "qwen3moe", .qk_norm = true, .head_dim_keys = true, .pre = "qwen2", .norm_eps = 1e-6, .moe = true},
+    {.name = "gpt-oss",
+     .qkv_bias = true,
+     .head_dim_keys = true,
+     .pre = "qwen2",
+     .norm_eps = 1e-6,
+     .moe = true,
+     .oss = true},
+};
+
+static const arch_info *find_arch(const char *name) {
+    for (size_t i = 0; i < KN_ARRAY_LEN(archs); i++)
+        if (strcmp(archs[i].name, name) == 0) return &archs[i];
+    return NULL;
+}
 
 typedef struct preset {
     const char *name;
@@ -90,6 +135,22 @@ static const preset presets[] = {
     {"tiny-qwen3", "test model: qwen3, dim 256, 2 layers, GQA 4/2, head_dim 128 (q is 512 wide), q/k norm, tied",
      {.arch = "qwen3", .vocab = 512, .dim = 256, .layers = 2, .heads = 4, .kv_heads = 2, .head_dim = 128,
       .ffn = 512, .ctx = 512, .tied = 1, .rope_base = 1e6}},
+    {"gemma3-4b", "Gemma-3-4B shape (GQA 8/4, head_dim 256, 5 local (window 1024) : 1 global, linear rope x8, tied)",
+     {.arch = "gemma3", .vocab = 262208, .dim = 2560, .layers = 34, .heads = 8, .kv_heads = 4, .head_dim = 256,
+      .ffn = 10240, .ctx = 131072, .tied = 1, .rope_base = 1e6, .swa = 1024, .rope_scaling = "linear",
+      .rope_factor = 8}},
+    {"phi3-mini", "Phi-3.5-mini shape (32 heads, fused QKV and gate-up, LongRoPE from 4096, untied)",
+     {.arch = "phi3", .vocab = 32064, .dim = 3072, .layers = 32, .heads = 32, .kv_heads = 32, .ffn = 8192,
+      .ctx = 131072, .tied = 0, .rope_base = 10000, .rope_scaling = "longrope", .rope_orig_ctx = 4096}},
+    {"tiny-gemma2", "test model: gemma2, dim 256, 2 layers (sliding window 8, then global), GQA 4/2, soft-caps",
+     {.arch = "gemma2", .vocab = 512, .dim = 256, .layers = 2, .heads = 4, .kv_heads = 2, .head_dim = 64,
+      .ffn = 512, .ctx = 512, .tied = 1, .rope_base = 10000, .swa = 8}},
+    {"tiny-gemma3", "test model: gemma3, dim 256, 6 layers (5 with sliding window 8, 1 global), GQA 4/2, q/k norm",
+     {.arch = "gemma3", .vocab = 512, .dim = 256, .layers = 6, .heads = 4, .kv_heads = 2, .head_dim = 64,
+      .ffn = 512, .ctx = 512, .tied = 1, .rope_base = 1e6, .swa = 8, .rope_scaling = "linear", .rope_factor = 8}},
+    {"tiny-phi3", "test model: phi3, dim 256, 2 layers, GQA 8/2, fused tensors, LongRoPE from 64, untied",
+     {.arch = "phi3", .vocab = 512, .dim = 256, .layers = 2, .heads = 8, .kv_heads = 2, .ffn = 512,
+      .ctx = 512, .tied = 0, .rope_base = 10000, .rope_scaling = "longrope", .rope_orig_ctx = 64}},
     {"qwen3-30b-a3b", "Qwen3-30B-A3B shape (48 layers, GQA 32/4, 128 experts of 768, 8 per token, untied)",
      {.arch = "qwen3moe", .vocab = 151936, .dim = 2048, .layers = 48, .heads = 32, .kv_heads = 4, .head_dim = 128,
       .ffn = 6144, .experts = 128, .experts_used = 8, .expert_ffn = 768, .ctx = 40960, .tied = 0,
@@ -100,31 +161,35 @@ static const preset presets[] = {
     {"gpt-oss-20b", "gpt-oss-20b shape (24 layers, GQA 64/8, head_dim 64, 32 experts of 2880, 4 per token, YaRN)",
      {.arch = "gpt-oss", .vocab = 201088, .dim = 2880, .layers = 24, .heads = 64, .kv_heads = 8, .head_dim = 64,
       .ffn = 2880, .experts = 32, .experts_used = 4, .expert_ffn = 2880, .ctx = 131072, .tied = 0,
-      .rope_base = 150000, .swa = 128, .yarn_factor = 32, .yarn_orig_ctx = 4096}},
+      .rope_base = 150000, .swa = 128, .rope_scaling = "yarn", .rope_factor = 32,
+      .rope_orig_ctx = 4096}},
     {"tiny-gptoss", "test model: gpt-oss, dim 256, 2 layers (window 8, full), GQA 8/2, 8 experts of 256, 4 per token",
      {.arch = "gpt-oss", .vocab = 512, .dim = 256, .layers = 2, .heads = 8, .kv_heads = 2, .head_dim = 32,
       .ffn = 256, .experts = 8, .experts_used = 4, .expert_ffn = 256, .ctx = 512, .tied = 0, .rope_base = 150000,
-      .swa = 8, .yarn_factor = 4, .yarn_orig_ctx = 64}},
+      .swa = 8, .rope_scaling = "yarn", .rope_factor = 4, .rope_orig_ctx = 64}},
     {"tiny-mixtral", "test model: llama with 8 experts of 256, 2 per token (Mixtral), dim 256, 2 layers, GQA 8/2",
      {.arch = "llama", .vocab = 512, .dim = 256, .layers = 2, .heads = 8, .kv_heads = 2, .ffn = 256,
       .experts = 8, .experts_used = 2, .ctx = 512, .tied = 0, .rope_base = 1e6}},
 };
 /* clang-format on */
 
-static const kn_dtype weight_types[] = {KN_F32,  KN_F16,  KN_BF16, KN_Q4_0, KN_Q4_1, KN_Q5_0,
-                                        KN_Q5_1, KN_Q8_0, KN_Q4_K, KN_Q5_K, KN_Q6_K};
+static const kn_dtype weight_types[] = {KN_F32,  KN_F16,  KN_BF16, KN_Q4_0, KN_Q4_1, KN_Q5_0,   KN_Q5_1,   KN_Q8_0,
+                                        KN_Q4_K, KN_Q5_K, KN_Q6_K, KN_Q2_K, KN_Q3_K, KN_IQ4_NL, KN_IQ4_XS, KN_MXFP4};
 
 static void usage(FILE *f) {
     fprintf(f, "usage: kiln-gen --preset NAME [options] -o out.gguf\n"
-               "       kiln-gen --arch llama|qwen2|qwen3|qwen3moe|gpt-oss --vocab V --dim D --layers L --heads H "
-               "--kv-heads KV\n"
+               "       kiln-gen --arch A --vocab V --dim D --layers L --heads H --kv-heads KV\n"
                "                --ffn F [options] -o out.gguf\n"
                "       kiln-gen --tokenizer-json tokenizer.json [--pre NAME] [--vocab V] -o vocab.gguf\n"
                "Writes a GGUF model with deterministic random weights and a byte-level BPE tokenizer.\n"
                "Options given after or without --preset override the preset's values.\n"
+               "  --arch A          llama, qwen2, qwen3, gemma2, gemma3, phi3, smollm3, qwen3moe or gpt-oss\n"
+               "                    (llama.cpp's GGUF layout of each)\n"
+               "  --scale S         multiply every random matrix (embeddings included) by S, for peaked logits\n"
                "  --type T          weight type of 2-D matrices (default Q8_0): F32 F16 BF16 Q4_0 Q4_1 Q5_0\n"
-               "                    Q5_1 Q8_0 Q4_K Q5_K Q6_K; a matrix whose row length is not a multiple of\n"
-               "                    T's block falls back to Q8_0 (or F16). Norms and biases are always F32.\n"
+               "                    Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS MXFP4; a matrix whose row\n"
+               "                    length is not a multiple of T's block falls back to Q8_0 (or F16). Norms\n"
+               "                    and biases are always F32.\n"
                "  --seed N          RNG seed (default 1); same arguments + seed = byte-identical file\n"
                "  --head-dim HD     per-head dimension (default dim/heads)\n"
                "  --ctx N           context_length (default 2048)\n"
@@ -134,10 +199,16 @@ static void usage(FILE *f) {
                "  --llama3-rope     write rope_freqs.weight for llama3 rope scaling (factor 32, low 1, high 4,\n"
                "                    original context 8192 unless given below)\n"
                "  --rope-factor F --rope-low F --rope-high F --rope-orig-ctx N   llama3 scaling parameters\n"
-               "  --no-llama3-rope  no rope scaling (overrides a preset)\n"
+               "  --no-llama3-rope  no llama3 rope scaling (overrides a preset)\n"
+               "  --rope-scaling T  linear or yarn (rope.scaling.type, with --rope-factor and, for yarn,\n"
+               "                    --rope-orig-ctx), longrope (phi3: long and short factors from --rope-orig-ctx\n"
+               "                    to --ctx), or none\n"
+               "  --sliding-window N   attention.sliding_window (gemma2, gemma3; gpt-oss: the window of the even\n"
+               "                    layers, default 128)\n"
+               "  --attn-softcap C --final-softcap C   gemma2 soft-capping (default 50 and 30)\n"
                "  --name S          general.name (default: the preset or arch)\n"
                "  --chat-template FILE   store FILE's text as tokenizer.chat_template\n"
-               "  --pre NAME        tokenizer.ggml.pre (default: llama-bpe for llama, qwen2 for qwen2/qwen3;\n"
+               "  --pre NAME        tokenizer.ggml.pre (default: qwen2 for qwen2/qwen3, else llama-bpe;\n"
                "                    with --tokenizer-json: detected from its pre-tokenizer)\n"
                "  --tokenizer-json FILE   take the tokenizer from a Hugging Face tokenizer.json of a byte-level\n"
                "                    BPE model (and the tokenizer_config.json beside it, when present: BOS, EOS,\n"
@@ -151,8 +222,6 @@ static void usage(FILE *f) {
                "  --expert-ffn F    hidden width of one expert (default: --ffn)\n"
                "  --fast            quantize only 64 rows per matrix and repeat them (rows chosen per row's RNG\n"
                "                    stream): real-shaped files for speed measurements in minutes\n"
-               "  --sliding-window N  gpt-oss: the window of the even layers (default 128)\n"
-               "  --yarn-factor F   gpt-oss: YaRN rope scaling by F (with --yarn-orig-ctx N)\n"
                "  --list-presets    print the presets and exit\n"
                "Presets:");
     for (size_t i = 0; i < KN_ARRAY_LEN(presets); i++) fprintf(f, " %s", presets[i].name);
@@ -202,7 +271,9 @@ static double parse_double(const char *opt, const char *v) {
 static kn_dtype parse_type(const char *v) {
     for (size_t i = 0; i < KN_ARRAY_LEN(weight_types); i++)
         if (strcasecmp(v, kn_dtype_name((int32_t)weight_types[i])) == 0) return weight_types[i];
-    die("--type: unknown weight type '%s' (F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K)", v);
+    die("--type: unknown weight type '%s' (F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL "
+        "IQ4_XS MXFP4)",
+        v);
 }
 
 /* llama.cpp's general.file_type (LLAMA_FTYPE_*) for a model whose matrices are all of type t. */
@@ -218,6 +289,11 @@ static uint32_t file_type_of(kn_dtype t) {
         case KN_Q4_K: return 14; /* Q4_K_S */
         case KN_Q5_K: return 16; /* Q5_K_S */
         case KN_Q6_K: return 18;
+        case KN_Q2_K: return 10;
+        case KN_Q3_K: return 11; /* Q3_K_S */
+        case KN_IQ4_NL: return 25;
+        case KN_IQ4_XS: return 30;
+        case KN_MXFP4: return 38; /* MXFP4_MOE */
         case KN_BF16: return 32;
         default: return 0;
     }
@@ -345,6 +421,7 @@ typedef struct gen_state {
     gen_tensor *t;
     int n, cap;
     float *rope_freqs;
+    float *rope_long, *rope_short; /* longrope factors, [head_dim / 2] each */
     fallback_note notes[16];
     int n_notes;
     uint64_t total_bytes;
@@ -378,7 +455,7 @@ static gen_tensor *add3(gen_state *g, const char *name, int64_t ne0, int64_t ne1
             if (k < (int)KN_ARRAY_LEN(g->notes)) g->notes[k].count++;
         }
         t->mean = 0;
-        t->std = 1.0f / sqrtf((float)ne0);
+        t->std = (float)(g->cfg.scale > 0 ? g->cfg.scale : 1.0) / sqrtf((float)ne0);
     }
     t->type = type;
     t->tr = kn_type_traits_get((int32_t)type);
@@ -426,12 +503,27 @@ static float *llama3_rope_freqs(const gen_cfg *c, int64_t hd) {
     return f;
 }
 
+/* LongRoPE factors of a phi3 file (rope_factors_short / _long.weight, [hd/2]): deterministic values
+ * shaped like Phi-3.5's, near 1 for the short context and rising from 1 to about the context ratio
+ * over the low frequencies for the long one. */
+static void longrope_factors(gen_state *g, int64_t hd) {
+    const gen_cfg *c = &g->cfg;
+    const int64_t n = hd / 2;
+    const double ratio = (double)c->ctx / (double)c->rope_orig_ctx;
+    g->rope_short = xcalloc((size_t)n, sizeof(float));
+    g->rope_long = xcalloc((size_t)n, sizeof(float));
+    for (int64_t i = 0; i < n; i++) {
+        const double t = n > 1 ? (double)i / (double)(n - 1) : 0.0;
+        g->rope_short[i] = (float)(1.0 + 0.05 * t);
+        g->rope_long[i] = (float)(1.0 + (ratio - 1.0) * t * t);
+    }
+}
+
 static void build_tensors(gen_state *g) {
     const gen_cfg *c = &g->cfg;
+    const arch_info *ai = find_arch(c->arch);
     const int64_t hd = c->head_dim, qd = c->heads * hd, kvd = c->kv_heads * hd;
-    const bool gptoss = strcmp(c->arch, "gpt-oss") == 0;
-    const bool qwen2 = strcmp(c->arch, "qwen2") == 0,
-               qwen3 = strcmp(c->arch, "qwen3") == 0 || strcmp(c->arch, "qwen3moe") == 0;
+    const bool gptoss = ai->oss;
     g->cap = (int)(c->layers * 24 + 8);
     g->t = xcalloc((size_t)g->cap, sizeof *g->t);
     char nm[96];
@@ -441,18 +533,27 @@ static void build_tensors(gen_state *g) {
         gen_tensor *t = add(g, "rope_freqs.weight", hd / 2, 0, false);
         t->values = g->rope_freqs;
     }
+    if (c->rope_scaling && strcmp(c->rope_scaling, "longrope") == 0) {
+        longrope_factors(g, hd);
+        add(g, "rope_factors_long.weight", hd / 2, 0, false)->values = g->rope_long;
+        add(g, "rope_factors_short.weight", hd / 2, 0, false)->values = g->rope_short;
+    }
 #define NM(fmt) (snprintf(nm, sizeof nm, "blk.%d." fmt, (int)l), nm)
     for (int64_t l = 0; l < c->layers; l++) {
         add_norm(g, NM("attn_norm.weight"), c->dim);
-        add(g, NM("attn_q.weight"), c->dim, qd, true);
-        add(g, NM("attn_k.weight"), c->dim, kvd, true);
-        add(g, NM("attn_v.weight"), c->dim, kvd, true);
-        if (qwen2 || gptoss) {
+        if (ai->fused) {
+            add(g, NM("attn_qkv.weight"), c->dim, qd + 2 * kvd, true); /* q, k, v rows in that order */
+        } else {
+            add(g, NM("attn_q.weight"), c->dim, qd, true);
+            add(g, NM("attn_k.weight"), c->dim, kvd, true);
+            add(g, NM("attn_v.weight"), c->dim, kvd, true);
+        }
+        if (ai->qkv_bias) {
             add_bias(g, NM("attn_q.bias"), qd);
             add_bias(g, NM("attn_k.bias"), kvd);
             add_bias(g, NM("attn_v.bias"), kvd);
         }
-        if (qwen3) {
+        if (ai->qk_norm) {
             add_norm(g, NM("attn_q_norm.weight"), hd);
             add_norm(g, NM("attn_k_norm.weight"), hd);
         }
@@ -461,6 +562,7 @@ static void build_tensors(gen_state *g) {
             add_bias(g, NM("attn_output.bias"), c->dim);
             add_bias(g, NM("attn_sinks.weight"), c->heads)->std = 1.0f;
         }
+        if (ai->post_norms) add_norm(g, NM("post_attention_norm.weight"), c->dim);
         add_norm(g, gptoss ? NM("attn_post_norm.weight") : NM("ffn_norm.weight"), c->dim);
         if (c->experts) {
             /* the router stays F32, as llama.cpp's quantizer leaves it; its logits are spread wider than
@@ -479,9 +581,14 @@ static void build_tensors(gen_state *g) {
             }
             continue;
         }
-        add(g, NM("ffn_gate.weight"), c->dim, c->ffn, true);
-        add(g, NM("ffn_up.weight"), c->dim, c->ffn, true);
+        if (ai->fused) {
+            add(g, NM("ffn_up.weight"), c->dim, 2 * c->ffn, true); /* gate rows, then up rows */
+        } else {
+            add(g, NM("ffn_gate.weight"), c->dim, c->ffn, true);
+            add(g, NM("ffn_up.weight"), c->dim, c->ffn, true);
+        }
         add(g, NM("ffn_down.weight"), c->ffn, c->dim, true);
+        if (ai->post_norms) add_norm(g, NM("post_ffw_norm.weight"), c->dim);
     }
 #undef NM
     add_norm(g, "output_norm.weight", c->dim);
@@ -1119,6 +1226,11 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--rope-low") == 0) c.rope_low = parse_double(a, VAL());
         else if (strcmp(a, "--rope-high") == 0) c.rope_high = parse_double(a, VAL());
         else if (strcmp(a, "--rope-orig-ctx") == 0) c.rope_orig_ctx = parse_int(a, VAL(), 1, BIG);
+        else if (strcmp(a, "--rope-scaling") == 0) c.rope_scaling = VAL();
+        else if (strcmp(a, "--sliding-window") == 0) c.swa = parse_int(a, VAL(), 0, BIG - 1);
+        else if (strcmp(a, "--attn-softcap") == 0) c.attn_softcap = parse_double(a, VAL());
+        else if (strcmp(a, "--final-softcap") == 0) c.final_softcap = parse_double(a, VAL());
+        else if (strcmp(a, "--scale") == 0) c.scale = parse_double(a, VAL());
         else if (strcmp(a, "--type") == 0) c.type = parse_type(VAL());
         else if (strcmp(a, "--seed") == 0) c.seed = (uint64_t)parse_int(a, VAL(), 0, INT64_MAX);
         else if (strcmp(a, "--chat-template") == 0) tmpl_path = VAL();
@@ -1130,9 +1242,6 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--experts-used") == 0) c.experts_used = parse_int(a, VAL(), 1, 1024);
         else if (strcmp(a, "--expert-ffn") == 0) c.expert_ffn = parse_int(a, VAL(), 1, 1 << 22);
         else if (strcmp(a, "--fast") == 0) fast = true;
-        else if (strcmp(a, "--sliding-window") == 0) c.swa = parse_int(a, VAL(), 1, BIG);
-        else if (strcmp(a, "--yarn-factor") == 0) c.yarn_factor = parse_double(a, VAL());
-        else if (strcmp(a, "--yarn-orig-ctx") == 0) c.yarn_orig_ctx = parse_int(a, VAL(), 1, BIG);
         else {
             usage(stderr);
             die("unknown option '%s'", a);
@@ -1147,18 +1256,23 @@ int main(int argc, char **argv) {
     if (tok_json && !c.arch) vocab_only = true;
     if (vocab_only) return write_vocab_only(&c, out, tok_json, pre, tmpl_path, vocab_given);
     if (!c.arch) die("no architecture: give --preset or --arch");
-    if (strcmp(c.arch, "llama") != 0 && strcmp(c.arch, "qwen2") != 0 && strcmp(c.arch, "qwen3") != 0 &&
-        strcmp(c.arch, "qwen3moe") != 0 && strcmp(c.arch, "gpt-oss") != 0)
-        die("--arch: '%s' is not llama, qwen2, qwen3, qwen3moe or gpt-oss", c.arch);
-    const bool gptoss = strcmp(c.arch, "gpt-oss") == 0;
-    if ((strcmp(c.arch, "qwen3moe") == 0 || gptoss) && !c.experts)
-        die("--arch %s needs --experts N --experts-used K", c.arch);
-    if (gptoss && !c.swa) c.swa = 128;
-    if (c.experts && strcmp(c.arch, "qwen2") == 0) die("--experts: qwen2 has no experts");
+    const arch_info *ai = find_arch(c.arch);
+    if (!ai) die("--arch: '%s' is not llama, qwen2, qwen3, gemma2, gemma3, phi3, smollm3, qwen3moe or gpt-oss", c.arch);
+    if (ai->moe && !c.experts) die("--arch %s needs --experts N --experts-used K", c.arch);
+    if (ai->oss && !c.swa) c.swa = 128;
+    if (c.experts && !ai->moe && strcmp(c.arch, "llama") != 0 && strcmp(c.arch, "qwen3") != 0)
+        die("--experts: %s has no experts", c.arch);
     if (!c.experts) c.experts_used = 0;
     if (c.experts && (!c.experts_used || c.experts_used > c.experts))
         die("--experts-used must be given and at most --experts (%lld)", (long long)c.experts);
     if (!c.expert_ffn) c.expert_ffn = c.ffn;
+    if (c.rope_scaling && strcmp(c.rope_scaling, "none") == 0) c.rope_scaling = NULL;
+    if (c.rope_scaling && strcmp(c.rope_scaling, "linear") != 0 && strcmp(c.rope_scaling, "yarn") != 0 &&
+        strcmp(c.rope_scaling, "longrope") != 0)
+        die("--rope-scaling: '%s' is not linear, yarn, longrope or none", c.rope_scaling);
+    if (c.rope_scaling && strcmp(c.rope_scaling, "longrope") == 0 && !ai->fused)
+        die("--rope-scaling longrope is written as phi3 files hold it (--arch phi3)");
+    if (c.scale < 0) die("--scale must be positive");
     if ((!c.vocab && !tok_json) || !c.dim || !c.layers || !c.heads || !c.ffn)
         die("the shape is incomplete: --vocab, --dim, --layers, --heads and --ffn are needed");
     if (!c.kv_heads) c.kv_heads = c.heads;
@@ -1175,7 +1289,11 @@ int main(int argc, char **argv) {
             (int)KN_ARRAY_LEN(specials));
     if (c.vocab > ((int64_t)1 << 24)) die("--vocab is too large");
     if (c.tied < 0) c.tied = 0;
-    if (!c.norm_eps) c.norm_eps = strcmp(c.arch, "llama") == 0 ? 1e-5 : 1e-6;
+    if (!c.norm_eps) c.norm_eps = ai->norm_eps;
+    if (c.rope_scaling && strcmp(c.rope_scaling, "longrope") != 0 && !c.rope_factor) c.rope_factor = 8;
+    if (c.rope_scaling && strcmp(c.rope_scaling, "linear") != 0 && !c.rope_orig_ctx) c.rope_orig_ctx = 4096;
+    if (c.rope_scaling && strcmp(c.rope_scaling, "longrope") == 0 && c.rope_orig_ctx > c.ctx)
+        die("--rope-orig-ctx %lld is larger than --ctx %lld", (long long)c.rope_orig_ctx, (long long)c.ctx);
     if (c.llama3_rope) {
         /* a preset without scaling leaves these at 0: use Llama 3.2's values */
         if (!c.rope_factor) c.rope_factor = 32;
@@ -1234,21 +1352,31 @@ int main(int argc, char **argv) {
         if (strcmp(c.arch, "llama") != 0)
             check(kn_gguf_writer_set_u32(w, K("expert_feed_forward_length"), (uint32_t)c.expert_ffn));
     }
-    if (gptoss) {
-        check(kn_gguf_writer_set_u32(w, K("attention.sliding_window"), (uint32_t)c.swa));
-        if (c.yarn_factor > 0) {
-            check(kn_gguf_writer_set_str(w, K("rope.scaling.type"), "yarn"));
-            check(kn_gguf_writer_set_f32(w, K("rope.scaling.factor"), (float)c.yarn_factor));
-            check(kn_gguf_writer_set_u32(w, K("rope.scaling.original_context_length"), (uint32_t)c.yarn_orig_ctx));
-        }
-    }
-    if (c.head_dim * c.heads != c.dim || strcmp(c.arch, "qwen3") == 0 || strcmp(c.arch, "qwen3moe") == 0 || gptoss) {
+    if (c.head_dim * c.heads != c.dim || ai->head_dim_keys) {
         check(kn_gguf_writer_set_u32(w, K("attention.key_length"), (uint32_t)c.head_dim));
         check(kn_gguf_writer_set_u32(w, K("attention.value_length"), (uint32_t)c.head_dim));
     }
+    if (c.swa) check(kn_gguf_writer_set_u32(w, K("attention.sliding_window"), (uint32_t)c.swa));
+    if (strcmp(c.arch, "gemma2") == 0) {
+        check(kn_gguf_writer_set_f32(w, K("attn_logit_softcapping"), (float)(c.attn_softcap ? c.attn_softcap : 50)));
+        check(kn_gguf_writer_set_f32(w, K("final_logit_softcapping"), (float)(c.final_softcap ? c.final_softcap : 30)));
+    }
+    if (c.rope_scaling && strcmp(c.rope_scaling, "longrope") == 0) {
+        /* as llama.cpp's converter writes Phi-3: no scaling type, the factors as tensors, the magnitude
+         * scale sqrt(1 + ln(ctx / orig) / ln(orig)) */
+        const double ratio = (double)c.ctx / (double)c.rope_orig_ctx;
+        const double attn = ratio > 1 ? sqrt(1 + log(ratio) / log((double)c.rope_orig_ctx)) : 1.0;
+        check(kn_gguf_writer_set_u32(w, K("rope.scaling.original_context_length"), (uint32_t)c.rope_orig_ctx));
+        check(kn_gguf_writer_set_f32(w, K("rope.scaling.attn_factor"), (float)attn));
+    } else if (c.rope_scaling) {
+        check(kn_gguf_writer_set_str(w, K("rope.scaling.type"), c.rope_scaling));
+        check(kn_gguf_writer_set_f32(w, K("rope.scaling.factor"), (float)c.rope_factor));
+        if (strcmp(c.rope_scaling, "yarn") == 0)
+            check(kn_gguf_writer_set_u32(w, K("rope.scaling.original_context_length"), (uint32_t)c.rope_orig_ctx));
+    }
 #undef K
     /* the pre-tokenizer of the real models of each family (llama.cpp's names) */
-    if (!pre) pre = strcmp(c.arch, "llama") == 0 ? "llama-bpe" : "qwen2";
+    if (!pre) pre = ai->pre;
     char *tmpl = write_tokenizer(w, &v, pre, add_bos, tmpl_path);
 
     uint64_t n_params = 0;
@@ -1282,6 +1410,8 @@ int main(int argc, char **argv) {
     free(tmpl);
     free_vocab(&v);
     free(g.rope_freqs);
+    free(g.rope_long);
+    free(g.rope_short);
     for (int i = 0; i < g.n; i++) free(g.t[i].pool);
     free(g.t);
     return 0;

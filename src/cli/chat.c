@@ -19,13 +19,21 @@
  * prompt starts with the same tokens, copies their KV instead of recomputing it and only prefills
  * what is new. The output is the same as a full re-prefill (the engine's invariant).
  *
+ * A base model (no chat template) rarely ends its turn: its replies stop at a blank line (setting
+ * stop_at: "blank", "line" or "none") and after 256 tokens unless -n says otherwise. When the
+ * conversation outgrows the context, its oldest turns are dropped (one dim line on stderr says so)
+ * until the prompt leaves room for a reply; only a message that alone does not fit is refused.
+ *
  * Input: with a terminal on stdin and stdout, lines come from libedit (editing, history kept in
- * ~/.cache/kiln/chat_history); otherwise every line of stdin is a user turn or a /command, and
- * every reply is printed followed by one newline, which makes the chat scriptable. Interrupts:
- * Ctrl-C during a reply stops it (what was generated stays in the conversation, as it was shown;
- * a reply stopped before its first token takes the user's message with it);
- * Ctrl-C at the prompt discards the line being typed, and a second one in a row prints how to
- * leave; Ctrl-D on an empty line or /quit leaves. Ctrl-C while reading a pipe exits with 130.
+ * ~/.cache/kiln/chat_history); text typed while a reply streams is not echoed into it: the
+ * terminal's echo is off during the turn and the keys wait in its input queue, so they appear at
+ * the next prompt, ready to edit (an Enter typed ahead sends the line, as in a shell). Otherwise
+ * every line of stdin is a user turn or a /command, and every reply is printed followed by one
+ * newline, which makes the chat scriptable. Interrupts: Ctrl-C during a reply stops it (what was
+ * generated stays in the conversation, as it was shown; a reply stopped before its first token
+ * takes the user's message with it); Ctrl-C at the prompt discards the line being typed, and a
+ * second one in a row prints how to leave; Ctrl-D on an empty line or /quit leaves. Ctrl-C while
+ * reading a pipe exits with 130.
  */
 #include "cli.h"
 
@@ -41,13 +49,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <termios.h>
 #include <unistd.h>
 #include <wchar.h>
 
-#define HISTORY_MAX    1000              /* lines kept in the history file */
-#define REPLY_MAX      ((size_t)1 << 30) /* bytes of one reply kept for the conversation */
-#define CANCEL_POLL_MS 100               /* how often a waiting reply looks at the Ctrl-C flag */
-#define EXIT_SIGINT    130               /* the shell's status for a process ended by SIGINT (128 + 2) */
+#define HISTORY_MAX     1000              /* lines kept in the history file */
+#define REPLY_MAX       ((size_t)1 << 30) /* bytes of one reply kept for the conversation */
+#define CANCEL_POLL_MS  100               /* how often a waiting reply looks at the Ctrl-C flag */
+#define EXIT_SIGINT     130               /* the shell's status for a process ended by SIGINT (128 + 2) */
+#define BASE_MAX_TOKENS 256               /* a reply's default cap for a model without a chat template */
+#define N_PREDICT_UNSET INT_MIN           /* -n not given: the default depends on the template */
 
 static volatile sig_atomic_t g_sigint;
 
@@ -64,6 +75,9 @@ typedef struct chat {
     json_t *msgs;            /* the conversation; a system message first when one is set */
     char *system;            /* the system prompt (malloc'd) or NULL */
     kiln_generate_params gp; /* max_tokens, ignore_eos and sampling of every turn */
+    const char *stop_at;     /* what ends a reply besides its end token (setting stop_at): "\n\n" (blank,
+                                the default for base models), "\n" (line), or NULL (none) */
+    bool dim_err;            /* stderr is a terminal: notes there are dimmed */
     /* The reply being generated: written by the engine's thread during a turn, read by the main
      * thread after the turn ended (kiln_request_wait orders the two). */
     char *reply;
@@ -84,6 +98,22 @@ static bool add_message(json_t *msgs, const char *role, const char *content, siz
     json_t *s = json_stringn(content, len);
     if (!s) return false;
     return json_array_append_new(msgs, json_pack("{s:s, s:o}", "role", role, "content", s)) == 0;
+}
+
+/* Index of the first message after the system prompt. */
+static size_t first_turn(const chat *ch) { return ch->system ? 1 : 0; }
+
+/* Drops the oldest turn: the first user message after the system prompt and the messages that
+ * follow it up to the next user message. False when nothing may be dropped: the last user message
+ * (the one being answered) is always kept. */
+static bool drop_oldest_turn(chat *ch) {
+    const size_t first = first_turn(ch), n = json_array_size(ch->msgs);
+    size_t end = first + 1;
+    while (end < n && strcmp(json_string_value(json_object_get(json_array_get(ch->msgs, end), "role")), "user") != 0)
+        end++;
+    if (end >= n) return false; /* the first turn is the last one */
+    for (size_t k = first; k < end; k++) json_array_remove(ch->msgs, first);
+    return true;
 }
 
 /* Forgets the conversation, keeping the system prompt. */
@@ -192,17 +222,61 @@ static void stop_parser(chat *ch) {
 
 static void print_context_full(const chat *ch, size_t n) {
     fprintf(stderr,
-            "kiln chat: the conversation no longer fits the context (%zu tokens; the context holds %d); "
-            "/clear starts a new one%s\n",
+            "kiln chat: the message no longer fits the context (%zu tokens; the context holds %d); "
+            "/clear starts a new conversation%s\n",
             n, ch->n_ctx, ch->n_ctx < kiln_model_n_ctx_train(ch->m) ? " (or give a larger -c)" : "");
 }
 
+/* Tokens a prompt leaves free for the reply before older turns are dropped: the reply's cap, but
+ * at most half the context; a quarter of it for a reply without a cap. */
+static size_t reply_room(const chat *ch) {
+    const size_t half = (size_t)ch->n_ctx / 2;
+    if (ch->gp.max_tokens > 0) return (size_t)ch->gp.max_tokens < half ? (size_t)ch->gp.max_tokens : half;
+    return (size_t)ch->n_ctx / 4;
+}
+
+/* Renders and tokenizes the conversation into *ids / *n (freed by the caller; *rendered too, with
+ * kiln_free). While the prompt leaves less than reply_room() of the context, the oldest turns are
+ * dropped from the conversation; *dropped counts them. False (said on stderr) when it cannot be
+ * rendered or tokenized, or the last message alone does not fit. */
+static bool render_fitting(chat *ch, char **rendered, kiln_token **ids, size_t *n, int *dropped) {
+    for (;;) {
+        *rendered = NULL;
+        *ids = NULL;
+        *n = 0;
+        kiln_status st = cli_chat_render(ch->m, ch->msgs, rendered);
+        if (st) {
+            fprintf(stderr, "kiln chat: the chat template failed: %s\n",
+                    *kiln_last_error() ? kiln_last_error() : kiln_status_str(st));
+            return false;
+        }
+        st = cli_tokenize_chat(ch->m, *rendered, ids, n);
+        if (st) {
+            fprintf(stderr, "kiln chat: cannot tokenize the conversation: %s\n", kiln_last_error());
+            return false;
+        }
+        if (*n + reply_room(ch) <= (size_t)ch->n_ctx || !drop_oldest_turn(ch)) break;
+        kiln_free(*rendered);
+        free(*ids);
+        (*dropped)++;
+    }
+    if (*n >= (size_t)ch->n_ctx) {
+        print_context_full(ch, *n);
+        return false;
+    }
+    if (*n == 0) {
+        fprintf(stderr, "kiln chat: the conversation renders to no tokens\n");
+        return false;
+    }
+    return true;
+}
+
 /* One turn: the user's text joins the conversation, the reply is generated and streamed, then
- * joins it too (also when Ctrl-C stopped it, as far as it got). A turn that cannot run (template
- * error, conversation too long) or is stopped before its first token leaves the conversation as
- * it was, and says why on stderr. */
+ * joins it too (also when Ctrl-C stopped it, as far as it got). When the conversation outgrows the
+ * context, its oldest turns are dropped first. A turn that cannot run (template error, a message
+ * too long for the context) or is stopped before its first token takes the user's message out of
+ * the conversation again, and says why on stderr. */
 static void turn(chat *ch, const char *text) {
-    const size_t n_before = json_array_size(ch->msgs);
     if (!add_message(ch->msgs, "user", text, strlen(text))) {
         fprintf(stderr, "kiln chat: the message is not valid UTF-8 text\n");
         return;
@@ -210,38 +284,29 @@ static void turn(chat *ch, const char *text) {
     char *rendered = NULL;
     kiln_token *ids = NULL;
     size_t n = 0;
-    kiln_status st = cli_chat_render(ch->m, ch->msgs, &rendered);
-    if (st) {
-        fprintf(stderr, "kiln chat: the chat template failed: %s\n",
-                *kiln_last_error() ? kiln_last_error() : kiln_status_str(st));
-        goto undo;
-    }
-    st = cli_tokenize_chat(ch->m, rendered, &ids, &n);
-    const bool parsed = st == KILN_OK && start_parser(ch, rendered);
+    int dropped = 0;
+    const bool fits = render_fitting(ch, &rendered, &ids, &n, &dropped);
+    if (dropped)
+        fprintf(stderr, "%s(the context is full: the %d oldest turn%s dropped)%s\n", ch->dim_err ? ANSI_DIM : "",
+                dropped, dropped == 1 ? " was" : "s were", ch->dim_err ? ANSI_RESET : "");
+    const bool parsed = fits && start_parser(ch, rendered);
     kiln_free(rendered);
-    if (st) {
-        fprintf(stderr, "kiln chat: cannot tokenize the conversation: %s\n", kiln_last_error());
-        goto undo;
-    }
-    if (n >= (size_t)ch->n_ctx) {
-        print_context_full(ch, n);
-        goto undo;
-    }
-    if (n == 0) {
-        fprintf(stderr, "kiln chat: the conversation renders to no tokens\n");
-        goto undo;
-    }
+    if (!fits) goto undo;
 
     g_sigint = 0;
     ch->reply_len = 0;
     ch->reply_truncated = false;
     kiln_generate_params gp = ch->gp;
+    if (ch->stop_at) {
+        gp.stop = &ch->stop_at;
+        gp.n_stop = 1;
+    }
     gp.render_special = parsed && ch->render_special;
     gp.on_token = on_token;
     gp.on_done = on_done;
     gp.user = ch;
     kiln_request *req = NULL;
-    st = kiln_engine_submit(ch->eng, ids, n, &gp, &req);
+    kiln_status st = kiln_engine_submit(ch->eng, ids, n, &gp, &req);
     free(ids);
     ids = NULL;
     if (st == KILN_ERR_CONTEXT_FULL) {
@@ -297,7 +362,7 @@ static void turn(chat *ch, const char *text) {
     }
     if (res.stop == KILN_STOP_CONTEXT)
         fprintf(stderr,
-                "kiln chat: the context (%d tokens) is full: the reply was cut; /clear starts a new conversation\n",
+                "kiln chat: the context (%d tokens) is full: the reply was cut (the next turn drops the oldest)\n",
                 ch->n_ctx);
     if (ch->verbose)
         fprintf(stderr, "kiln: prompt %d tokens (%d reused), %.1f tok/s | generated %d tokens, %.1f tok/s\n",
@@ -305,10 +370,10 @@ static void turn(chat *ch, const char *text) {
                 res.prompt_ms > 0 ? (res.n_prompt - res.n_cached) * 1000.0 / res.prompt_ms : 0.0, res.n_generated,
                 res.gen_ms > 0 ? res.n_generated * 1000.0 / res.gen_ms : 0.0);
     return;
-undo:
+undo: /* the user's message is the last one: nothing was added after it */
     stop_parser(ch);
     free(ids);
-    while (json_array_size(ch->msgs) > n_before) json_array_remove(ch->msgs, json_array_size(ch->msgs) - 1);
+    json_array_remove(ch->msgs, json_array_size(ch->msgs) - 1);
 }
 
 /* ---- commands --------------------------------------------------------------------------------- */
@@ -318,7 +383,8 @@ static const char chat_help[] =
     "  /clear              forget the conversation (the system prompt stays)\n"
     "  /system [TEXT]      set the system prompt (none without TEXT); clears the conversation\n"
     "  /set NAME VALUE     change a setting: temp, top_p, top_k, min_p, repeat_penalty,\n"
-    "                      seed (a number or 'random'), max_tokens (or n; -1 = no limit)\n"
+    "                      seed (a number or 'random'), max_tokens (or n; -1 = no limit),\n"
+    "                      stop_at (blank: a blank line ends a reply; line; none)\n"
     "  /set                show the settings\n"
     "  /help               this text\n"
     "  /quit               leave (also /exit, or Ctrl-D on an empty line)\n"
@@ -326,13 +392,31 @@ static const char chat_help[] =
     "Ctrl-C stops a reply (the part shown stays in the conversation); at the prompt it discards\n"
     "the line.\n";
 
+/* The value of stop_at (--stop-at, /set stop_at): "blank" (a blank line ends a reply), "line" (a
+ * line break does) or "none", into *stop (the stop string or NULL). False (said on stderr) for
+ * another value. */
+static bool stop_at_value(const char *v, const char **stop) {
+    if (!strcmp(v, "blank")) *stop = "\n\n";
+    else if (!strcmp(v, "line")) *stop = "\n";
+    else if (!strcmp(v, "none")) *stop = NULL;
+    else {
+        fprintf(stderr, "kiln chat: stop_at is 'blank' (a blank line ends a reply), 'line' or 'none', got '%s'\n", v);
+        return false;
+    }
+    return true;
+}
+
+static const char *stop_at_name(const char *stop) {
+    return !stop ? "none" : strcmp(stop, "\n") == 0 ? "line" : "blank";
+}
+
 static void show_settings(const chat *ch) {
     const kiln_sampler_params *s = &ch->gp.sampling;
     printf("temp %g  top_k %d  top_p %g  min_p %g  repeat_penalty %g  seed ", s->temperature, s->top_k, s->top_p,
            s->min_p, s->repeat_penalty);
     if (s->seed == KILN_SEED_RANDOM) printf("random");
     else printf("%llu", (unsigned long long)s->seed);
-    printf("  max_tokens %d\n", ch->gp.max_tokens);
+    printf("  max_tokens %d  stop_at %s\n", ch->gp.max_tokens, stop_at_name(ch->stop_at));
 }
 
 /* `/set NAME VALUE`: false (with a one-line error on stderr) for an unknown name or a bad value. */
@@ -347,6 +431,7 @@ static bool set_setting(chat *ch, const char *name, const char *v) {
         return cli_sampler_value(name, v, KILN_SAMPLER_REPEAT_PENALTY, s);
     if (!strcmp(name, "max_tokens") || !strcmp(name, "n"))
         return cli_int(name, v, -1, CLI_MAX_TOKENS_MAX, &ch->gp.max_tokens);
+    if (!strcmp(name, "stop_at") || !strcmp(name, "stop-at")) return stop_at_value(v, &ch->stop_at);
     if (!strcmp(name, "seed")) {
         if (!strcmp(v, "random")) {
             s->seed = KILN_SEED_RANDOM;
@@ -362,7 +447,9 @@ static bool set_setting(chat *ch, const char *name, const char *v) {
         s->seed = x;
         return true;
     }
-    fprintf(stderr, "kiln chat: no setting '%s' (temp, top_p, top_k, min_p, repeat_penalty, seed, max_tokens)\n", name);
+    fprintf(stderr,
+            "kiln chat: no setting '%s' (temp, top_p, top_k, min_p, repeat_penalty, seed, max_tokens, stop_at)\n",
+            name);
     return false;
 }
 
@@ -556,6 +643,40 @@ static char *history_path(void) {
     return path;
 }
 
+/* The terminal's settings while hold_typed_input has changed them (g_tty_held), for a signal
+ * that ends the process meanwhile (SIGTERM, SIGHUP, Ctrl-\'s SIGQUIT) to put back first. */
+static struct termios g_tty_saved;
+static volatile sig_atomic_t g_tty_held;
+
+static void on_fatal_signal(int sig) {
+    if (g_tty_held) tcsetattr(STDIN_FILENO, TCSANOW, &g_tty_saved);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+/* While a line runs (a reply streams), the terminal does not echo what is typed: echo and line
+ * editing are off, so the keys wait in its input queue, and at the next prompt libedit reads them
+ * as if typed there. NOFLSH keeps them across a Ctrl-C that stops the reply. Returns false (and
+ * changes nothing) when the terminal's settings cannot be read or set; release_typed_input puts
+ * them back. */
+static bool hold_typed_input(void) {
+    if (tcgetattr(STDIN_FILENO, &g_tty_saved)) return false;
+    struct termios t = g_tty_saved;
+    t.c_lflag &= ~(tcflag_t)(ECHO | ECHONL | ICANON);
+    t.c_lflag |= NOFLSH;
+    t.c_cc[VMIN] = 1;
+    t.c_cc[VTIME] = 0;
+    g_tty_held = 1;
+    if (tcsetattr(STDIN_FILENO, TCSANOW, &t) == 0) return true;
+    g_tty_held = 0;
+    return false;
+}
+
+static void release_typed_input(void) {
+    tcsetattr(STDIN_FILENO, TCSANOW, &g_tty_saved);
+    g_tty_held = 0;
+}
+
 /* Lines from libedit on a terminal. Returns the exit code. */
 static int loop_edit(chat *ch) {
     EditLine *el = el_init("kiln", stdin, stdout, stderr);
@@ -566,6 +687,13 @@ static int loop_edit(chat *ch) {
         fprintf(stderr, "kiln chat: cannot set up line editing; reading lines without it\n");
         return loop_plain(ch);
     }
+    struct sigaction fatal;
+    memset(&fatal, 0, sizeof fatal);
+    fatal.sa_handler = on_fatal_signal;
+    sigemptyset(&fatal.sa_mask);
+    const int fatal_signals[] = {SIGTERM, SIGHUP, SIGQUIT};
+    for (size_t i = 0; i < sizeof fatal_signals / sizeof fatal_signals[0]; i++)
+        sigaction(fatal_signals[i], &fatal, NULL);
     HistEvent hev;
     history(hist, &hev, H_SETSIZE, HISTORY_MAX);
     history(hist, &hev, H_SETUNIQUE, 1);
@@ -605,7 +733,9 @@ static int loop_edit(chat *ch) {
             history(hist, &hev, H_ENTER, line);
             if (hpath) history(hist, &hev, H_SAVE, hpath);
         }
+        const bool held = hold_typed_input();
         const bool go_on = handle_line(ch, line);
+        if (held) release_typed_input();
         free(line);
         if (!go_on) break;
     }
@@ -631,8 +761,8 @@ static uint64_t cache_budget(const kiln_model *m, int32_t n_ctx, kiln_kv_type kv
 int cli_chat(int argc, char **argv) {
     cli_common c;
     cli_common_init(&c);
-    c.n_predict = -1; /* a reply runs to its end of turn unless -n says otherwise */
-    const char *system_prompt = NULL, *template_file = NULL, *ch_tool_format = NULL;
+    c.n_predict = N_PREDICT_UNSET; /* -1 with a chat template, else BASE_MAX_TOKENS */
+    const char *system_prompt = NULL, *template_file = NULL, *ch_tool_format = NULL, *stop_at = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
             cli_usage("chat", false);
@@ -644,6 +774,15 @@ int cli_chat(int argc, char **argv) {
                 return CLI_EXIT_USAGE;
             }
             system_prompt = argv[++i];
+            continue;
+        }
+        if (strcmp(argv[i], "--stop-at") == 0) {
+            const char *unused;
+            if (i + 1 >= argc || !stop_at_value(argv[i + 1], &unused)) {
+                if (i + 1 >= argc) fprintf(stderr, "kiln chat: --stop-at needs a value (blank, line or none)\n");
+                return CLI_EXIT_USAGE;
+            }
+            stop_at = argv[++i];
             continue;
         }
         int r = cli_parse_template_flags(argc, argv, &i, &template_file, &ch_tool_format);
@@ -709,7 +848,12 @@ int cli_chat(int argc, char **argv) {
     ch.color = isatty(STDOUT_FILENO);
     ch.tool_format = ch_tool_format;
     ch.gp = kiln_generate_default_params();
-    ch.gp.max_tokens = c.n_predict;
+    /* A base model rarely ends its turn: its replies stop at a blank line, and are capped. */
+    const bool base = !cli_chat_template(ch.m);
+    ch.gp.max_tokens = c.n_predict != N_PREDICT_UNSET ? c.n_predict : base ? BASE_MAX_TOKENS : -1;
+    ch.stop_at = base ? "\n\n" : NULL;
+    if (stop_at) stop_at_value(stop_at, &ch.stop_at);
+    ch.dim_err = isatty(STDERR_FILENO);
     ch.gp.ignore_eos = c.ignore_eos;
     ch.gp.sampling = cli_sampler_params(&c, ch.m);
     ch.msgs = json_array();
@@ -728,7 +872,8 @@ int cli_chat(int argc, char **argv) {
     if (ch.interactive) {
         setlocale(LC_CTYPE, ""); /* line editing of the terminal's multibyte characters */
         printf("kiln chat: %s%s\n/help lists the commands; Ctrl-D or /quit leaves.\n\n", kiln_model_desc(ch.m),
-               cli_chat_template(ch.m) ? "" : " (no chat template: the conversation goes in as plain text)");
+               base ? " (no chat template: the conversation goes in as plain text; a reply stops at a blank line)"
+                    : "");
         fflush(stdout);
         rc = loop_edit(&ch);
     } else {

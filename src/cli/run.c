@@ -4,6 +4,8 @@
  * A model with a chat template gets the prompt as one user message rendered by the template (and
  * only the reply is printed), as users of chat models expect; --raw sends the text as it is.
  * --grammar-file, --json-schema and --json-object constrain the output (compiled by grammar.c).
+ * The text always ends with one newline, written and flushed before the summary goes to stderr, so
+ * that a log holding both (2>&1) has the summary on a line of its own.
  */
 #include "cli.h"
 
@@ -138,7 +140,8 @@ int cli_run(int argc, char **argv) {
         free(ids);
     }
     kiln_free(rendered);
-    printf("\n");
+    fputc('\n', stdout);
+    fflush(stdout); /* before the summary on stderr: a log of both keeps the order */
     int rc = 0;
     if (st) {
         fprintf(stderr, "kiln run: %s\n", *kiln_last_error() ? kiln_last_error() : kiln_session_last_error(s));

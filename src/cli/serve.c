@@ -45,6 +45,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -81,6 +82,29 @@ static char *model_id(const char *path) {
     char *id = malloc(cap);
     if (id) srv_text_sanitize(id, cap, b, n, false);
     return id;
+}
+
+/* The server's list of local models (srv_config.list_models): what `kiln ls` finds, without the
+ * served file. */
+static json_t *list_models(const char *served_path) {
+    cli_model_list l;
+    cli_models_find(&l, false);
+    char *served = served_path ? realpath(served_path, NULL) : NULL;
+    json_t *a = json_array();
+    for (size_t i = 0; a && i < l.n; i++) {
+        const cli_model_entry *e = &l.v[i];
+        if (served && e->real && strcmp(served, e->real) == 0) continue;
+        struct stat st;
+        const long long modified = e->real && stat(e->real, &st) == 0 ? (long long)st.st_mtime : 0;
+        json_t *o = json_pack("{s:s, s:s, s:I, s:I, s:s, s:I, s:s, s:i}", "name", e->name, "path", e->path, "size",
+                              (json_int_t)e->info.file_bytes, "modified", (json_int_t)modified, "arch", e->info.arch,
+                              "n_params", (json_int_t)e->info.n_params, "weight_type", e->info.weight_type,
+                              "n_ctx_train", e->info.n_ctx_train);
+        if (o) json_array_append_new(a, o); /* (a name that is not UTF-8 is left out) */
+    }
+    free(served);
+    cli_models_free(&l);
+    return a;
 }
 
 static double now_ms(void) {
@@ -769,9 +793,11 @@ int cli_serve(int argc, char **argv) {
         .sampling = cli_sampler_params(&c, m),
         .chat_template = template_file ? cli_chat_template(m) : NULL,
         .tool_format = tool_format,
+        .list_models = list_models,
         .verbose = c.verbose,
     };
     id = model_id(p.model);
+    s.model_path = p.model;
     s.model = m;
     s.model_id = id ? id : "model";
     s.engine = engine;

@@ -4,7 +4,8 @@
  * a hook that reads the family's own metadata keys, the tensor map (which GGUF tensors a layer has
  * and where they go in kn_layer) and the block function the forward pass runs per layer.
  *
- * Each family lives in one file under src/model/ (llama.c: llama, qwen2, qwen3) that defines its
+ * Each family lives in one file under src/model/ (llama.c: llama, qwen2, qwen3, smollm3; gemma.c: gemma2,
+ * gemma3; phi3.c: phi3; qwen3moe.c: qwen3moe; gptoss.c: gpt-oss) that defines its
  * rows; arch.c lists them. Adding a family is one new file plus one line in that list. The shared
  * pieces of a decoder block (grouped-query attention with RoPE and sliding windows, norms, the FFN
  * of a layer, dense or otherwise) live in model/block.h, so a family composes them rather than
@@ -31,7 +32,6 @@ typedef struct kn_arch_def {
     bool qk_norm;    /* attn_{q,k}_norm.weight: per-head RMSNorm of q and k (qwen3, gemma3) */
     float norm_eps;  /* when {arch}.attention.layer_norm_rms_epsilon is absent */
     float rope_base; /* when {arch}.rope.freq_base is absent */
-    bool rope_yarn;  /* the family's hparams hook applies {arch}.rope.scaling.type "yarn" itself */
     /* The family's own metadata, after the common keys are in m->hp (model.c read_hparams): may
      * set hp fields and fail with a format error naming the key. NULL: nothing more. */
     kiln_status (*hparams)(struct kiln_model *m);
@@ -52,9 +52,11 @@ const kn_arch_def *kn_arch_find(const char *name, size_t len);
 void kn_arch_names(char *buf, size_t cap);
 
 /* The rows, each defined in its family's file. */
-extern const kn_arch_def kn_arch_llama, kn_arch_qwen2, kn_arch_qwen3;
-extern const kn_arch_def kn_arch_qwen3moe; /* qwen3moe.c */
-extern const kn_arch_def kn_arch_gptoss;   /* gptoss.c */
+extern const kn_arch_def kn_arch_llama, kn_arch_qwen2, kn_arch_qwen3, kn_arch_smollm3; /* llama.c */
+extern const kn_arch_def kn_arch_gemma2, kn_arch_gemma3;                               /* gemma.c */
+extern const kn_arch_def kn_arch_phi3;                                                 /* phi3.c */
+extern const kn_arch_def kn_arch_qwen3moe;                                             /* qwen3moe.c */
+extern const kn_arch_def kn_arch_gptoss;                                               /* gptoss.c */
 
 /* The Llama family's tensor hook (llama.c): attention with the row's optional biases and q/k norms,
  * then a dense FFN, or a mixture of experts when m->hp.n_expert > 0 (also qwen3moe's). */

@@ -33,12 +33,19 @@ static int32_t window_start(int32_t window, int32_t pos) { return window > 0 && 
 
 /* Causal attention of nq query heads of one token that share the KV head at kv_off, over its row's
  * KV positions [p0, pos] (p0: the window's first position): the kernel set's fused attention (online
- * softmax, no score vector; see tensor/attend.c), given the K and V rows from p0 on.
+ * softmax, no score vector; see tensor/attend.c), given the K and V rows from p0 on; soft-capped
+ * scores (Gemma 2) take the reference kernel, the only one that caps.
  * q[nq][hd] -> out[nq][hd]. */
 static void attend_heads(const kn_kernels *ks, const kn_kv *kv, int l, const kn_layer_attn *a, int32_t pos, int kv_off,
                          int nq, int hd, const float *q, float *out) {
-    const kn_attend_fn attend = kv->type == KN_F16 ? ks->attend_f16 : ks->attend_f32;
     const int32_t p0 = window_start(a->window, pos);
+    if (a->softcap > 0) {
+        kn_attend_softcap_ref(kn_kv_k_at(kv, l, p0, kv_off), kn_kv_v_at(kv, l, p0, kv_off),
+                              (size_t)kv->kv_dim * kv->elt, pos + 1 - p0, q, nq, hd, a->scale, a->softcap,
+                              kv->type == KN_F16, out);
+        return;
+    }
+    const kn_attend_fn attend = kv->type == KN_F16 ? ks->attend_f16 : ks->attend_f32;
     attend(kn_kv_k_at(kv, l, p0, kv_off), kn_kv_v_at(kv, l, p0, kv_off), (size_t)kv->kv_dim * kv->elt, pos + 1 - p0, q,
            nq, hd, a->scale, out);
 }
@@ -93,11 +100,13 @@ static void prep_tokens(const block_ctx *c, int64_t t0, int64_t t1) {
         if (ly->q_norm) kn_rmsnorm(q, q, ly->q_norm, nh, hd, hp->norm_eps, NULL);
         if (ly->k_norm) kn_rmsnorm(k, k, ly->k_norm, nkv, hd, hp->norm_eps, NULL);
         const int32_t pos = s->tok_pos[t];
+        kn_kv *kv = c->rows[s->tok_row[t]].kv;
         if (ly->attn.rope.n_rot) {
-            kn_rope(q, nh, hd, pos, &ly->attn.rope);
-            kn_rope(k, nkv, hd, pos, &ly->attn.rope);
+            const bool long_ctx = kv->n_ctx > ly->attn.rope.n_ctx_orig;
+            kn_rope(q, nh, hd, pos, &ly->attn.rope, long_ctx);
+            kn_rope(k, nkv, hd, pos, &ly->attn.rope, long_ctx);
         }
-        kn_kv_store(c->rows[s->tok_row[t]].kv, c->l, pos, k, s->v + t * kvd);
+        kn_kv_store(kv, c->l, pos, k, s->v + t * kvd);
     }
 }
 
@@ -187,7 +196,8 @@ void kn_block_ffn(const kiln_model *m, kn_scratch *s, int l, int64_t N) {
             /* hb[N][ff] = gate . xb, hb2[N][ff] = up . xb; hb = act(hb) * hb2; xb2 = down . hb */
             const kn_matmul_out gate_up[2] = {{&ly->w_gate, s->hb}, {&ly->w_up, s->hb2}};
             kn_matmul_multi(gate_up, 2, s->xb, N, s->qbuf, s->pool, m->kernels);
-            kn_swiglu(s->hb, s->hb2, N * ff, s->pool);
+            if (ly->act == KN_ACT_GELU_TANH) kn_geglu(s->hb, s->hb2, N * ff, s->pool);
+            else kn_swiglu(s->hb, s->hb2, N * ff, s->pool);
             kn_matmul(&ly->w_down, s->hb, s->xb2, N, s->qbuf, s->pool, m->kernels);
             break;
         }
@@ -205,9 +215,11 @@ void kn_block_decoder(const kiln_model *m, kn_scratch *s, kn_batch_row *rows, in
     kn_block_attend(m, s, rows, l, N);
     kn_matmul(&ly->wo, s->att, s->xb2, N, s->qbuf, s->pool, m->kernels);
     if (ly->bo) kn_add_bias(s->xb2, ly->bo, N, d);
+    if (ly->post_attn_norm) kn_rmsnorm(s->xb2, s->xb2, ly->post_attn_norm, N, d, hp->norm_eps, s->pool);
     kn_add(s->x, s->xb2, N * d);
     /* FFN: x += ffn(norm(x)) */
     kn_rmsnorm(s->xb, s->x, ly->ffn_norm, N, d, hp->norm_eps, s->pool);
     kn_block_ffn(m, s, l, N);
+    if (ly->post_ffn_norm) kn_rmsnorm(s->xb2, s->xb2, ly->post_ffn_norm, N, d, hp->norm_eps, s->pool);
     kn_add(s->x, s->xb2, N * d);
 }

@@ -27,8 +27,9 @@ void kn_block_attend(const kiln_model *m, kn_scratch *s, kn_batch_row *rows, int
 void kn_block_ffn(const kiln_model *m, kn_scratch *s, int l, int64_t N);
 
 /* The pre-norm decoder block (a kn_arch_def block function):
- *   x += wo . attention(norm(x)) (+ bo);  x += ffn(norm(x))
- * with the layer's attn_norm and ffn_norm (and attn_output bias when the layer has one). */
+ *   x += post_attn_norm(wo . attention(attn_norm(x)) (+ bo));  x += post_ffn_norm(ffn(ffn_norm(x)))
+ * where a post-norm the layer does not have is the identity (and bo the attn_output bias when the
+ * layer has one). */
 void kn_block_decoder(const kiln_model *m, kn_scratch *s, kn_batch_row *rows, int l, int64_t N);
 
 #endif

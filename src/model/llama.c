@@ -1,26 +1,20 @@
 /*
- * llama.c - the Llama family: llama (also Mistral and SmolLM-style files of that architecture),
- * qwen2 (biases on q, k and v) and qwen3 (per-head RMSNorm of q and k). Pre-norm decoder blocks of
- * grouped-query attention with RoPE and a SiLU-gated FFN (model/block.h kn_block_decoder); the
- * rows differ only in flags and defaults. A llama file with experts (Mixtral) has a mixture-of-experts
- * FFN (model/moe.h) in every layer.
+ * llama.c - the Llama family: llama (also Mistral files of that architecture), qwen2 (biases on q,
+ * k and v), qwen3 (per-head RMSNorm of q and k) and smollm3 (every fourth layer without RoPE: layer l
+ * when (l + 1) % 4 == 0, a constant of the architecture that no GGUF key holds, as in llama.cpp).
+ * Pre-norm decoder blocks of grouped-query attention with RoPE and a SiLU-gated FFN (model/block.h
+ * kn_block_decoder); the rows differ only in flags, defaults and the NoPE layers. A llama file with
+ * experts (Mixtral) has a mixture-of-experts FFN (model/moe.h) in every layer.
  */
 #include "model/block.h"
 #include "model/load.h"
 #include "model/moe.h"
 
-#include <math.h>
-
 /* The attention every layer of a file of this family has: full causal attention, RoPE over n_rot
  * dims with the file's base, linear scale and llama3 factors, scores scaled by 1/sqrt(head_dim). */
 static kn_layer_attn plain_attn(const kiln_model *m) {
     const kn_hparams *hp = &m->hp;
-    kn_layer_attn a = {.window = 0, .scale = 1.0f / sqrtf((float)hp->head_dim)};
-    a.rope = (kn_rope_cfg){.style = hp->rope_style,
-                           .n_rot = hp->n_rot,
-                           .base = hp->rope_base,
-                           .pos_scale = hp->rope_scale,
-                           .freq_div = m->rope_freqs};
+    kn_layer_attn a = {.window = 0, .scale = hp->attn_scale, .rope = kn_rope_default(m)};
     return a;
 }
 
@@ -61,6 +55,15 @@ kiln_status kn_llama_tensors(kn_loader *L, int l) {
  * feed_forward_length. */
 static kiln_status llama_hparams(kiln_model *m) { return kn_moe_hparams(m, m->hp.n_ff); }
 
+/* SmolLM3: the llama layout; layers (l + 1) % SMOLLM3_NOPE_STEP == 0 have no RoPE. */
+#define SMOLLM3_NOPE_STEP 4
+
+static kiln_status smollm3_tensors(kn_loader *L, int l) {
+    kiln_status st = kn_llama_tensors(L, l);
+    if (!st && l >= 0 && (l + 1) % SMOLLM3_NOPE_STEP == 0) kn_loader_model(L)->layers[l].attn.rope.n_rot = 0;
+    return st;
+}
+
 const kn_arch_def kn_arch_llama = {.name = "llama",
                                    .rope_style = KN_ROPE_NORM,
                                    .norm_eps = 1e-5f,
@@ -84,3 +87,10 @@ const kn_arch_def kn_arch_qwen3 = {.name = "qwen3",
                                    .rope_base = 1000000.0f,
                                    .tensors = kn_llama_tensors,
                                    .block = kn_block_decoder};
+
+const kn_arch_def kn_arch_smollm3 = {.name = "smollm3",
+                                     .rope_style = KN_ROPE_NORM,
+                                     .norm_eps = 1e-6f,
+                                     .rope_base = 10000.0f,
+                                     .tensors = smollm3_tensors,
+                                     .block = kn_block_decoder};

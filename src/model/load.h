@@ -40,6 +40,11 @@ kiln_status kn_load_experts(kn_loader *L, const char *name, int64_t cols, int64_
  * converted to F32 [count][n] in model memory; absent and not required: *out = NULL. */
 kiln_status kn_load_vectors(kn_loader *L, const char *name, int64_t n, int64_t count, bool required, const float **out);
 
+/* The rotation the file's hyperparameters give every layer (RoPE style, dims, base, linear, llama3,
+ * YaRN or LongRoPE scaling); a family changes what differs per layer. Call it from the tensor hook
+ * (the model-wide factors are loaded by then). */
+kn_rope_cfg kn_rope_default(const kiln_model *m);
+
 /* "blk.<l>.<suffix>" in buf[96]; returns buf. */
 const char *kn_blk_name(char buf[96], int l, const char *suffix);
 

@@ -16,6 +16,7 @@
 #include "base/sha256.h"
 #include "sample/gmask.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,6 +65,31 @@ kiln_status kn_meta_float(const kiln_model *m, const char *suffix, float *out) {
     }
     if (!(v > 0 && v < 1e30)) return kn_error(KILN_ERR_FORMAT, "metadata '%s' = %g is out of range", key, v);
     *out = (float)v;
+    return KILN_OK;
+}
+
+/* The dimension-pair index where the YaRN ramp for n_rot rotations at the original context sits
+ * (llama.cpp's ggml_rope_yarn_corr_dim). */
+static float yarn_corr_dim(int n_rot, int32_t n_ctx_orig, float rotations, float base) {
+    return (float)n_rot * logf((float)n_ctx_orig / (rotations * 2.0f * 3.14159265358979f)) / (2.0f * logf(base));
+}
+
+/* YaRN scaling by factor (llama.cpp's conventions): angles interpolated by 1 / factor at low
+ * frequencies, kept at high ones, ramped between the pairs of beta_slow and beta_fast rotations over
+ * the original context ({arch}.rope.scaling.yarn_beta_fast / _slow, default 32 and 1), and the
+ * magnitude scaled by 1 + 0.1 ln(factor). */
+static kiln_status read_yarn(kiln_model *m, float factor) {
+    kn_hparams *hp = &m->hp;
+    float beta_fast = 32.0f, beta_slow = 1.0f;
+    kiln_status st;
+    if ((st = kn_meta_float(m, "rope.scaling.yarn_beta_fast", &beta_fast))) return st;
+    if ((st = kn_meta_float(m, "rope.scaling.yarn_beta_slow", &beta_slow))) return st;
+    hp->rope_scale = 1.0f / factor;
+    hp->yarn_ext = 1.0f;
+    hp->yarn_lo = KN_MAX(0.0f, floorf(yarn_corr_dim(hp->n_rot, hp->rope_n_ctx_orig, beta_fast, hp->rope_base)));
+    hp->yarn_hi =
+        KN_MIN((float)(hp->n_rot - 1), ceilf(yarn_corr_dim(hp->n_rot, hp->rope_n_ctx_orig, beta_slow, hp->rope_base)));
+    hp->rope_mscale *= 1.0f + 0.1f * logf(factor);
     return KILN_OK;
 }
 
@@ -120,16 +146,24 @@ static kiln_status read_hparams(kiln_model *m) {
     char key[128];
     kn_str stype;
     snprintf(key, sizeof key, "%s.rope.scaling.type", a);
+    hp->rope_mscale = 1.0f;
+    if ((st = kn_meta_float(m, "rope.scaling.attn_factor", &hp->rope_mscale))) return st;
+    hp->rope_n_ctx_orig = hp->n_ctx_train;
+    if ((st = kn_meta_int(m, "rope.scaling.original_context_length", false, 1, MAX_CTX_TRAIN, &hp->rope_n_ctx_orig)))
+        return st;
     if (kn_gguf_get_str(g, key, &stype) && !kn_str_eq(stype, "none")) {
         float factor = 1.0f;
         if ((st = kn_meta_float(m, "rope.scaling.factor", &factor))) return st;
         if (kn_str_eq(stype, "linear")) {
             hp->rope_scale = 1.0f / factor;
-        } else if (!kn_str_eq(stype, "llama3") && !(kn_str_eq(stype, "yarn") && def->rope_yarn)) {
+        } else if (kn_str_eq(stype, "yarn")) {
+            if ((st = read_yarn(m, factor))) return st;
+        } else if (!kn_str_eq(stype, "llama3")) {
             KN_LOGW("rope scaling '%.*s' is not implemented; positions beyond the original context will degrade",
                     (int)KN_MIN(stype.len, 32), stype.ptr);
         }
     }
+    hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
     return def->hparams ? def->hparams(m) : KILN_OK;
 }
 
@@ -274,7 +308,7 @@ kiln_status kn_load_matrix_parts(kn_loader *L, const char *name, int64_t cols, i
         total += rows[i];
         whole_panels = whole_panels && rows[i] % KN_P16_ROWS == 0;
     }
-    kn_weight all;
+    kn_weight all = {0};
     kiln_status st = get_matrix(L, name, cols, total, &all, whole_panels);
     if (st) return st;
     int64_t r0 = 0;
@@ -327,6 +361,21 @@ kiln_status kn_load_vectors(kn_loader *L, const char *name, int64_t n, int64_t c
     L->vec_used += (size_t)((total + VEC_ALIGN_FLOATS - 1) & ~(VEC_ALIGN_FLOATS - 1));
     L->m->n_params += (uint64_t)total;
     return KILN_OK;
+}
+
+kn_rope_cfg kn_rope_default(const kiln_model *m) {
+    const kn_hparams *hp = &m->hp;
+    return (kn_rope_cfg){.style = hp->rope_style,
+                         .n_rot = hp->n_rot,
+                         .base = hp->rope_base,
+                         .pos_scale = hp->rope_scale,
+                         .freq_div = m->rope_freqs,
+                         .freq_div_long = m->rope_freqs_long,
+                         .n_ctx_orig = hp->rope_n_ctx_orig,
+                         .mscale = hp->rope_mscale,
+                         .yarn_ext = hp->yarn_ext,
+                         .yarn_lo = hp->yarn_lo,
+                         .yarn_hi = hp->yarn_hi};
 }
 
 const char *kn_blk_name(char buf[96], int l, const char *suffix) {
@@ -575,7 +624,6 @@ void kiln_model_free(kiln_model *m) {
     kn_gguf_close(&m->gguf);
     kn_free_aligned(m->weight_mem);
     kn_free_aligned(m->vec_mem);
-    free(m->rope_yarn);
     free(m->layers);
     kn_errslot_destroy(&m->err);
     free(m);

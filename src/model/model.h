@@ -32,16 +32,21 @@ typedef struct kn_hparams {
     int32_t n_rot;     /* rotated dims per head (<= head_dim, even) */
     float norm_eps;
     float rope_base;
-    float rope_scale; /* linear position scale (1 = none) */
+    float rope_scale;        /* linear position scale (1 = none) */
+    float rope_mscale;       /* rope magnitude scale ({arch}.rope.scaling.attn_factor; YaRN adds its own) */
+    float yarn_ext;          /* YaRN extrapolation mix: 1 with YaRN scaling, else 0 */
+    float yarn_lo, yarn_hi;  /* YaRN correction range (frequency pairs) */
+    int32_t rope_n_ctx_orig; /* {arch}.rope.scaling.original_context_length (default n_ctx_train) */
     kn_rope_style rope_style;
-    float embd_scale;       /* token embeddings are multiplied by this (1: none) */
-    float logit_softcap;    /* final logits become c * tanh(logits / c) (0: none) */
-    bool tied_output;       /* output projection shares token_embd */
-    int32_t n_expert;       /* experts per MoE layer (0: dense FFN) */
-    int32_t n_expert_used;  /* experts each token is routed to (top-k) */
-    int32_t n_ff_exp;       /* FFN hidden width of one expert */
-    int32_t n_swa;          /* sliding window of the windowed layers ({arch}.attention.sliding_window; 0: none) */
-    float rope_yarn_factor; /* YaRN context scale factor a family applies (gpt-oss.c; 0: none) */
+    float embd_scale;      /* token embeddings are multiplied by this (1: none) */
+    float logit_softcap;   /* final logits become c * tanh(logits / c) (0: none) */
+    float attn_softcap;    /* attention scores become c * tanh(score / c) (0: none) */
+    float attn_scale;      /* score = attn_scale * q . k */
+    int32_t n_swa;         /* the window of the family's sliding-window layers (0: none) */
+    bool tied_output;      /* output projection shares token_embd */
+    int32_t n_expert;      /* experts per MoE layer (0: dense FFN) */
+    int32_t n_expert_used; /* experts each token is routed to (top-k) */
+    int32_t n_ff_exp;      /* FFN hidden width of one expert */
 } kn_hparams;
 
 /* A weight matrix W [rows = out features][cols = in features], each row in `type`: row-major, or
@@ -58,10 +63,16 @@ typedef struct kn_weight {
 /* How one layer rotates q and k (tensor/ops.h kn_rope). */
 typedef struct kn_rope_cfg {
     kn_rope_style style;
-    int n_rot;             /* rotated dims per head (even, <= head_dim); 0: no RoPE in this layer */
-    float base;            /* frequency base */
-    float pos_scale;       /* linear position scale (1 = none) */
-    const float *freq_div; /* [n_rot/2] per-frequency divisors (llama3 scaling), or NULL */
+    int n_rot;                  /* rotated dims per head (even, <= head_dim); 0: no RoPE in this layer */
+    float base;                 /* frequency base */
+    float pos_scale;            /* linear position scale (1 = none; YaRN: 1 / factor) */
+    const float *freq_div;      /* [n_rot/2] per-frequency divisors (llama3, LongRoPE short), or NULL */
+    const float *freq_div_long; /* LongRoPE: the divisors of rows whose context exceeds n_ctx_orig, or NULL */
+    int32_t n_ctx_orig;         /* LongRoPE: the context the short divisors serve */
+    float mscale;               /* cos and sin are multiplied by this (1: none; LongRoPE and YaRN magnitude) */
+    float yarn_ext;             /* YaRN: extrapolation mix (0: no YaRN) */
+    float yarn_lo, yarn_hi;     /* YaRN: the frequency pairs where the ramp from extrapolated to
+                                   interpolated angles starts and ends */
 } kn_rope_cfg;
 
 /* One layer's attention, beyond its weights. */
@@ -69,6 +80,7 @@ typedef struct kn_layer_attn {
     int32_t window;     /* 0: a token attends to every earlier position; else to the last `window` positions
                            (pos - window, pos] of its row (sliding-window layers) */
     float scale;        /* score = scale * q . k */
+    float softcap;      /* score = softcap * tanh(score / softcap) before the softmax (0: none) */
     kn_rope_cfg rope;   /* the rotation of q and k */
     const float *sinks; /* [n_head] per-head sink logits (gpt-oss): each head's softmax denominator gets
                            exp(sink) added, a position no value stands for; NULL: none */
@@ -80,9 +92,10 @@ typedef struct kn_layer_attn {
  * its case to kn_block_ffn (block.h); the family table does not change. */
 typedef enum kn_ffn_kind { KN_FFN_DENSE, KN_FFN_MOE } kn_ffn_kind;
 
-/* The activation of a gated FFN: SILU (SwiGLU: silu(g) * u); SWIGLU_CLAMP (gpt-oss): g clamped to at
- * most 7, u to [-7, 7], then g * sigmoid(1.702 g) * (u + 1). */
-typedef enum kn_ffn_act { KN_ACT_SILU, KN_ACT_SWIGLU_CLAMP } kn_ffn_act;
+/* The activation of a gated FFN: SILU (SwiGLU: silu(g) * u); GELU_TANH (GeGLU: GELU with the tanh
+ * approximation); SWIGLU_CLAMP (gpt-oss): g clamped to at most 7, u to [-7, 7], then
+ * g * sigmoid(1.702 g) * (u + 1). */
+typedef enum kn_ffn_act { KN_ACT_SILU, KN_ACT_GELU_TANH, KN_ACT_SWIGLU_CLAMP } kn_ffn_act;
 
 /* How a MoE router turns the logits of the experts into the weights of the chosen ones:
  * SOFTMAX: softmax over all n_expert logits, the top n_used kept (renormalized to sum 1 when
@@ -114,7 +127,9 @@ typedef struct kn_layer {
     const float *bq, *bk, *bv;    /* q/k/v biases [q_dim], [kv_dim], [kv_dim] (qwen2); else NULL */
     const float *q_norm, *k_norm; /* per-head RMSNorm weights of q and k [head_dim] (qwen3); else NULL */
     kn_layer_attn attn;
-    const float *ffn_norm; /* [n_embd] */
+    const float *post_attn_norm; /* [n_embd] RMSNorm of the attention output before the residual add, or NULL */
+    const float *ffn_norm;       /* [n_embd] */
+    const float *post_ffn_norm;  /* [n_embd] RMSNorm of the FFN output before the residual add, or NULL */
     kn_ffn_kind ffn;
     kn_ffn_act act;
     kn_weight w_gate; /* DENSE: [n_ff][n_embd] */
@@ -130,13 +145,13 @@ struct kiln_model {
     kn_gguf gguf;            /* open only while loading, or for the model's life with use_mmap */
     uint8_t *weight_mem;     /* anonymous copy of the matrices (NULL with use_mmap) */
     size_t weight_bytes;
-    float *vec_mem;           /* F32 vectors (norms, biases, rope factors) */
-    kn_weight tok_embd;       /* [n_vocab][n_embd] */
-    kn_weight output;         /* [n_vocab][n_embd]; = tok_embd when tied */
-    const float *output_norm; /* [n_embd] */
-    const float *rope_freqs;  /* [n_rot/2] llama3 frequency divisors, or NULL */
-    float *rope_yarn;         /* [n_rot/2] YaRN frequency divisors a family computed (gpt-oss.c), or NULL */
-    kn_layer *layers;         /* [n_layer] */
+    float *vec_mem;               /* F32 vectors (norms, biases, rope factors) */
+    kn_weight tok_embd;           /* [n_vocab][n_embd] */
+    kn_weight output;             /* [n_vocab][n_embd]; = tok_embd when tied */
+    const float *output_norm;     /* [n_embd] */
+    const float *rope_freqs;      /* [n_rot/2] llama3 or LongRoPE (short) frequency divisors, or NULL */
+    const float *rope_freqs_long; /* [n_rot/2] LongRoPE long-context divisors, or NULL */
+    kn_layer *layers;             /* [n_layer] */
     kn_tokenizer *tok;
     char *chat_template;          /* tokenizer.chat_template (NUL-terminated copy), or NULL */
     kiln_sampler_params sampling; /* library defaults overridden by general.sampling.* */

@@ -152,7 +152,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                                   const char *version, const char *upload, size_t *upload_size, void **con_cls) {
     srv *s = cls;
     conn_ctx *c = *con_cls;
-    srv_req r = {.server = s, .conn = conn, .method = method, .url = url, .body = "", .body_len = 0};
+    srv_req r = {
+        .server = s, .conn = conn, .method = method, .url = url, .api = srv_route_api(url), .body = "", .body_len = 0};
     if (!c) { /* the headers are in, the body (if any) is not */
         if (!(c = calloc(1, sizeof *c))) return MHD_NO;
         c->t_start = now_ms();
@@ -322,6 +323,10 @@ void srv_send_error(srv_req *r, unsigned status, const char *type, const char *p
     va_end(ap);
     if (n < 0) n = 0;
     srv_text_sanitize(msg, sizeof msg, raw, (size_t)n < sizeof raw ? (size_t)n : sizeof raw - 1, true);
+    if (r->api == SRV_API_OLLAMA) {
+        srv_send_json(r, status, json_pack("{s:s}", "error", msg));
+        return;
+    }
     json_t *err = json_pack("{s:s, s:s, s:s?, s:s?}", "message", msg, "type", type, "param", param, "code", code);
     srv_send_json(r, status, err ? json_pack("{s:o}", "error", err) : NULL);
 }
@@ -365,6 +370,7 @@ typedef struct stream_ctx {
     struct MHD_Connection *conn;
     unsigned timeout_s; /* the connection's read/write timeout */
     double last_ms;     /* when bytes were last handed to the connection */
+    bool keepalive;     /* SSE: comment lines keep a silent stream alive */
 } stream_ctx;
 
 /* Restarts the connection's inactivity clock: the time a stream spent waiting for its next token
@@ -381,6 +387,7 @@ static void restart_clock(struct MHD_Connection *conn, unsigned timeout_s) {
 
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     stream_ctx *sc = cls;
+    const bool keepalive = sc->keepalive;
     srv_job *j = sc->job;
     static const char ka[] = ": keep-alive\n\n";
     bool waited = false;
@@ -407,7 +414,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
         /* Nothing pending means the last event went out whole: a comment may go in between. */
-        if (!j->n_out && !j->done && now_ms() - sc->last_ms >= KEEPALIVE_MS && max >= sizeof ka - 1) {
+        if (keepalive && !j->n_out && !j->done && now_ms() - sc->last_ms >= KEEPALIVE_MS && max >= sizeof ka - 1) {
             memcpy(buf, ka, sizeof ka - 1);
             ret = (ssize_t)(sizeof ka - 1);
             break;
@@ -426,7 +433,8 @@ static void stream_free(void *cls) {
     free(sc);
 }
 
-void srv_send_stream(srv_req *r, srv_job *job) {
+/* A stream of job->out with this content type (keepalive: SSE comments in silences). */
+static void send_stream(srv_req *r, srv_job *job, const char *content_type, bool keepalive) {
     stream_ctx *sc = malloc(sizeof *sc);
     if (!sc) {
         srv_job_cancel(job);
@@ -438,6 +446,7 @@ void srv_send_stream(srv_req *r, srv_job *job) {
     sc->conn = r->conn;
     sc->timeout_s = r->server->cfg.timeout_s;
     sc->last_ms = now_ms();
+    sc->keepalive = keepalive;
     struct MHD_Response *resp =
         MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, sc, stream_free);
     if (!resp) {
@@ -447,8 +456,12 @@ void srv_send_stream(srv_req *r, srv_job *job) {
     }
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
     MHD_add_response_header(resp, "X-Accel-Buffering", "no");
-    send_typed(r, 200, resp, "text/event-stream");
+    send_typed(r, 200, resp, content_type);
 }
+
+void srv_send_stream(srv_req *r, srv_job *job) { send_stream(r, job, "text/event-stream", true); }
+
+void srv_send_ndjson(srv_req *r, srv_job *job) { send_stream(r, job, "application/x-ndjson", false); }
 
 bool srv_get_bool(srv_req *r, json_t *o, const char *key, bool *out) {
     json_t *v = json_object_get(o, key);

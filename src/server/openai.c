@@ -59,8 +59,7 @@ static uint64_t splitmix(uint64_t *x) {
     return z ^ (z >> 31);
 }
 
-/* "prefix" + 24 random characters from [A-Za-z0-9]. */
-static void make_id(char *out, size_t cap, const char *prefix) {
+void srv_make_id(char *out, size_t cap, const char *prefix) {
     static atomic_uint_fast64_t counter;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -181,8 +180,7 @@ static bool get_logit_bias(srv_req *r, json_t *o, srv_job *j) {
     return true;
 }
 
-/* The fields both endpoints share, into the job's generation parameters and g. */
-static bool parse_common(srv_req *r, json_t *req, srv_job *j, gen_out *g) {
+bool srv_generation_params(srv_req *r, json_t *req, srv_job *j) {
     const srv_config *cfg = &r->server->cfg;
     kiln_generate_params *gp = &j->gp;
     gp->sampling = cfg->sampling;
@@ -220,6 +218,12 @@ static bool parse_common(srv_req *r, json_t *req, srv_job *j, gen_out *g) {
     if (!get_stop(r, req, j) || !get_logit_bias(r, req, j)) return false;
     if (!srv_constraint(r, req, &j->grammar)) return false;
     gp->grammar = srv_grammar_get(j->grammar);
+    return true;
+}
+
+/* The fields both endpoints share, into the job's generation parameters and g. */
+static bool parse_common(srv_req *r, json_t *req, srv_job *j, gen_out *g) {
+    if (!srv_generation_params(r, req, j)) return false;
     if (!srv_get_bool(r, req, "stream", &g->stream)) return false;
     json_t *so = json_object_get(req, "stream_options");
     if (so && !json_is_null(so)) {
@@ -715,19 +719,16 @@ static srv_job *new_job(srv_req *r, bool chat) {
     g->model = r->server->model;
     g->model_id = r->server->model_id;
     g->fingerprint = r->server->fingerprint;
-    make_id(g->id, sizeof g->id, chat ? "chatcmpl-" : "cmpl-");
+    srv_make_id(g->id, sizeof g->id, chat ? "chatcmpl-" : "cmpl-");
     j->user = g;
     j->free_user = gen_out_free;
     j->on_event = on_event;
     return j;
 }
 
-/* The reply's parser (and the grammar of a required call): a chat with tools (unless tool_choice
- * is "none") or whose template's format writes reasoning (unless reasoning_format is "none") gets
- * one; any other chat keeps the plain path. False after sending the error. */
-static bool setup_parser(srv_req *r, srv_job *j, const srv_tools *t, const char *prompt) {
+bool srv_chat_parser_setup(srv_req *r, srv_job *j, const srv_tools *t, const char *prompt, kiln_chat_parser **parser) {
     srv *s = r->server;
-    gen_out *g = j->user;
+    *parser = NULL;
     const char *tmpl = s->cfg.chat_template ? s->cfg.chat_template : kiln_model_chat_template(s->model);
     const char *format = s->cfg.tool_format ? s->cfg.tool_format : kiln_chat_format_detect(tmpl);
     const bool calls = t->tools && t->choice != SRV_TOOL_NONE;
@@ -740,14 +741,14 @@ static bool setup_parser(srv_req *r, srv_job *j, const srv_tools *t, const char 
     pp.parse_tool_calls = calls;
     char *tools_json = t->tools ? json_dumps(t->tools, JSON_COMPACT) : NULL;
     pp.tools = tools_json;
-    kiln_status st = (t->tools && !tools_json) ? KILN_ERR_NOMEM : kiln_chat_parser_new(&pp, &g->parser);
+    kiln_status st = (t->tools && !tools_json) ? KILN_ERR_NOMEM : kiln_chat_parser_new(&pp, parser);
     free(tools_json);
     if (st == KILN_ERR_NOMEM) return oom(r);
     if (st) {
         BAD(r, "tools", "the tools cannot be read: %s", kiln_last_error());
         return false;
     }
-    format = kiln_chat_parser_format(g->parser); /* the canonical name of an alias */
+    format = kiln_chat_parser_format(*parser); /* the canonical name of an alias */
     j->gp.render_special = kiln_chat_format_renders_special(format);
     if (calls && (t->choice == SRV_TOOL_REQUIRED || t->choice == SRV_TOOL_NAMED)) {
         if (j->grammar) {
@@ -785,7 +786,7 @@ void srv_chat_completions(srv_req *r) {
     if (!srv_tools_parse(r, req, &tools)) goto done;
     if (!(prompt = srv_render_chat(r, req, &len))) goto done;
     if (!(j->prompt = srv_tokenize_prompt(r, "messages", prompt, len, &j->n_prompt))) goto done;
-    if (!setup_parser(r, j, &tools, prompt)) goto done;
+    if (!srv_chat_parser_setup(r, j, &tools, prompt, &g->parser)) goto done;
     run(r, j);
 done:
     free(prompt);

@@ -1,7 +1,8 @@
 /*
- * routes.c - request routing and the small routes of `kiln serve`: /health, /v1/models,
- * /metrics, /stats, /admin/cache/flush, and llama-server's helpers /tokenize, /detokenize and
- * /apply-template with llama-server's request and response shapes.
+ * routes.c - request routing (and which API's error shape a URL's responses take) and the small
+ * routes of `kiln serve`: /health, /v1/models, /metrics, /stats, /admin/cache/flush, and
+ * llama-server's helpers /tokenize, /detokenize and /apply-template with llama-server's request and
+ * response shapes. Ollama's /api/ routes are ollama.c's.
  */
 #include "server.h"
 
@@ -196,7 +197,10 @@ static const route routes[] = {
     {"POST", "/admin/cache/flush", cache_flush},
 };
 
+srv_api srv_route_api(const char *url) { return strncmp(url, "/api/", 5) == 0 ? SRV_API_OLLAMA : SRV_API_OPENAI; }
+
 void srv_route(srv_req *r) {
+    if (srv_ollama_route(r)) return;
     bool path_known = false;
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
         if (strcmp(r->url, routes[i].path) != 0) continue;

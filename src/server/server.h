@@ -13,6 +13,8 @@
  *              /metrics, /stats, /admin/cache/flush.
  *   openai.c   /v1/chat/completions and /v1/completions: request validation into generation
  *              parameters, and the response and stream-chunk shapes.
+ *   ollama.c   Ollama's API under /api/ (chat, generate, tags, show, ps, version): its requests
+ *              translated for the shared code above, its NDJSON stream and error shapes.
  *   job.c      a generation job: what a request hands to the engine (kiln_engine, continuously
  *              batched) and the state its connection waits on.
  *   tools.c    a chat request's tools: validation of tools, tool_choice and tool messages, and the
@@ -62,7 +64,11 @@ typedef struct srv_config {
     kiln_sampler_params sampling; /* defaults: flags over the model's metadata over the library's */
     const char *chat_template;    /* --chat-template-file's text, replacing the model's; NULL: the model's */
     const char *tool_format;      /* --tool-format: the chat parser's format; NULL: detected from the template */
-    bool verbose;                 /* one log line per request */
+    /* The models on this machine besides the served one (`kiln ls`), as a JSON array of {"name",
+     * "path", "size", "modified" (unix seconds), "arch", "n_params", "weight_type", "n_ctx_train"},
+     * a new reference; the served file (served_path) is left out. NULL: none are listed. */
+    json_t *(*list_models)(const char *served_path);
+    bool verbose; /* one log line per request */
 } srv_config;
 
 /* ---- counters -------------------------------------------------------------------------------- */
@@ -159,10 +165,11 @@ struct srv {
     srv_config cfg;
     kiln_model *model;
     kiln_engine *engine;
-    const char *model_id; /* file name without .gguf */
-    int32_t n_ctx;        /* context of each row */
-    char fingerprint[24]; /* system_fingerprint: "fp_" + 12 hex of the model fingerprint */
-    long started;         /* unix time the server started */
+    const char *model_id;   /* file name without .gguf */
+    const char *model_path; /* the served model's file, or NULL */
+    int32_t n_ctx;          /* context of each row */
+    char fingerprint[24];   /* system_fingerprint: "fp_" + 12 hex of the model fingerprint */
+    long started;           /* unix time the server started */
     srv_stats stats;
     struct MHD_Daemon *daemon;
     int bound_port;
@@ -170,12 +177,19 @@ struct srv {
     atomic_bool stopping;
 };
 
+/* The API a route speaks, which decides the shape of its error responses (srv_send_error). */
+typedef enum srv_api {
+    SRV_API_OPENAI = 0, /* {"error": {"message", "type", "param", "code"}} */
+    SRV_API_OLLAMA,     /* {"error": "message"} */
+} srv_api;
+
 /* One request as routes see it. */
 typedef struct srv_req {
     srv *server;
     struct MHD_Connection *conn;
     const char *method;
     const char *url;
+    srv_api api;      /* srv_route_api(url), set before anything is answered */
     const char *body; /* NUL-terminated */
     size_t body_len;
     unsigned status; /* status of the response queued (for the log line) */
@@ -194,21 +208,29 @@ void srv_send_response(srv_req *r, unsigned status, struct MHD_Response *resp);
 void srv_send_json(srv_req *r, unsigned status, json_t *body); /* steals body */
 void srv_send_text(srv_req *r, unsigned status, const char *content_type, const char *text, size_t len);
 /* OpenAI's error shape {"error": {"message", "type", "param", "code"}}; param/code may be NULL.
- * The message may quote anything a client sent: it is made valid UTF-8 and cut at a character
- * (srv_text_sanitize), so a bad request always gets its 4xx. */
+ * On a route of another API (r->api) the error takes that API's shape instead, its type following
+ * from the status. The message may quote anything a client sent: it is made valid UTF-8 and cut at
+ * a character (srv_text_sanitize), so a bad request always gets its 4xx. */
 void srv_send_error(srv_req *r, unsigned status, const char *type, const char *param, const char *code, const char *fmt,
                     ...) __attribute__((format(printf, 6, 7)));
 /* A server-sent-event stream fed from job->out until the job is done. Takes a job reference. */
 void srv_send_stream(srv_req *r, srv_job *job);
+/* The same for newline-delimited JSON (application/x-ndjson, Ollama's streams): no keep-alive
+ * comments, which that format has no room for. */
+void srv_send_ndjson(srv_req *r, srv_job *job);
 /* Blocks until the job is done, cancelling it if the client disconnects first. True when the
  * client is still there. */
 bool srv_wait_job(srv_req *r, srv_job *job);
 
-/* Route handlers (routes.c, openai.c). */
+/* Route handlers (routes.c, openai.c, ollama.c). */
 void srv_route(srv_req *r);
+/* The API whose error shape a URL's responses take. */
+srv_api srv_route_api(const char *url);
 void srv_chat_completions(srv_req *r);
 void srv_completions(srv_req *r);
 void srv_apply_template(srv_req *r);
+/* Ollama's routes: an /api/ URL; false (nothing sent) for any other. */
+bool srv_ollama_route(srv_req *r);
 
 /* The browser chat page (web.c): its files, embedded at build time by scripts/embed into the
  * generated web_assets.c, ending with an entry whose path is NULL. */
@@ -251,6 +273,13 @@ kiln_token *srv_tokenize_prompt(srv_req *r, const char *param, const char *text,
 /* Renders a chat request's messages with the model's template into a malloc'd prompt; NULL after
  * sending 400. */
 char *srv_render_chat(srv_req *r, json_t *req, size_t *len);
+/* The generation parameters of a chat or completions request (openai.c): max_tokens and
+ * max_completion_tokens, the sampling fields, seed, ignore_eos, stop, logit_bias and the output
+ * constraint, over the server's defaults, into j->gp (and j->stop, j->bias, j->grammar). n must be
+ * 1. False after sending a 400 naming the field. */
+bool srv_generation_params(srv_req *r, json_t *req, srv_job *j);
+/* out = prefix + 24 random characters from [A-Za-z0-9] (cut to cap, NUL-terminated). */
+void srv_make_id(char *out, size_t cap, const char *prefix);
 
 /* ---- output constraints (constraint.c) ------------------------------------------------------- */
 
@@ -294,5 +323,13 @@ bool srv_tools_message(srv_req *r, json_t *msg, size_t idx, json_t *copy);
  * markup, compiled into *out; false after sending the error (400 for a format without support or a
  * parameter schema that cannot be enforced). */
 bool srv_tools_grammar(srv_req *r, const srv_tools *t, const char *format, srv_grammar **out);
+
+/* The reply's parser of a chat request (openai.c), with t its validated tools and prompt its
+ * rendered prompt: a chat with tools (unless tool_choice is "none") or whose template's format
+ * writes reasoning (unless reasoning is "none") gets one in *parser (the caller frees it, also
+ * after a failure); any other chat gets NULL and keeps the plain path. A required or named call is
+ * enforced with the grammar of srv_tools_grammar in j->grammar. Sets j->gp.render_special for the
+ * format. False after sending the error. */
+bool srv_chat_parser_setup(srv_req *r, srv_job *j, const srv_tools *t, const char *prompt, kiln_chat_parser **parser);
 
 #endif

@@ -13,6 +13,7 @@
  *     w[j]  = expf(s[j] - m)                          (j < cnt; the other lanes add 0)
  *     lsum[j] += w[j]; then for j in order: out[i] = fmaf(w[j], v[p0 + j][i], out[i])   (axpy)
  *   out[*] *= 1 / kn_reduce16(lsum)
+ * kn_attend_softcap_ref adds one step, s[j] = cap * tanh(s[j] / cap), right after the scaling.
  * No T x T score matrix exists: a block's 16 scores live in registers. kn_attend_blocked runs it over
  * any row helpers that compute the reference's bits (the AVX2 set passes its SIMD ones).
  */
@@ -72,7 +73,7 @@ static void axpy_f32_ref(float a, const void *v, float *y, int n) {
 
 /* The algorithm above for one head: q[hd] -> out[hd]. */
 static void attend_one(kn_kv_dot_fn dot, kn_kv_axpy_fn axpy, const uint8_t *k, const uint8_t *v, size_t stride,
-                       int32_t n, const float *q, int hd, float scale, float *out) {
+                       int32_t n, const float *q, int hd, float scale, float cap, float *out) {
     float m = -INFINITY, lsum[16] = {0}, s[16];
     memset(out, 0, (size_t)hd * sizeof(float));
     for (int32_t p0 = 0; p0 < n; p0 += 16) {
@@ -80,6 +81,7 @@ static void attend_one(kn_kv_dot_fn dot, kn_kv_axpy_fn axpy, const uint8_t *k, c
         float bm = -INFINITY;
         for (int j = 0; j < cnt; j++) {
             s[j] = dot(k + (size_t)(p0 + j) * stride, q, hd) * scale;
+            if (cap > 0) s[j] = cap * tanhf(s[j] / cap);
             bm = s[j] > bm ? s[j] : bm;
         }
         if (bm > m) {
@@ -101,7 +103,7 @@ static void attend_one(kn_kv_dot_fn dot, kn_kv_axpy_fn axpy, const uint8_t *k, c
 void kn_attend_blocked(kn_kv_dot_fn dot, kn_kv_axpy_fn axpy, const uint8_t *k, const uint8_t *v, size_t stride,
                        int32_t n, const float *q, int nq, int hd, float scale, float *out) {
     for (int h = 0; h < nq; h++)
-        attend_one(dot, axpy, k, v, stride, n, q + (size_t)h * hd, hd, scale, out + (size_t)h * hd);
+        attend_one(dot, axpy, k, v, stride, n, q + (size_t)h * hd, hd, scale, 0.0f, out + (size_t)h * hd);
 }
 
 void kn_attend_f16_ref(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int nq, int hd,
@@ -112,4 +114,11 @@ void kn_attend_f16_ref(const uint8_t *k, const uint8_t *v, size_t stride, int32_
 void kn_attend_f32_ref(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int nq, int hd,
                        float scale, float *out) {
     kn_attend_blocked(dot_f32_ref, axpy_f32_ref, k, v, stride, n, q, nq, hd, scale, out);
+}
+
+void kn_attend_softcap_ref(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int nq, int hd,
+                           float scale, float cap, bool f16, float *out) {
+    for (int h = 0; h < nq; h++)
+        attend_one(f16 ? dot_f16_ref : dot_f32_ref, f16 ? axpy_f16_ref : axpy_f32_ref, k, v, stride, n,
+                   q + (size_t)h * hd, hd, scale, cap, out + (size_t)h * hd);
 }

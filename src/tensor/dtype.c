@@ -3,9 +3,9 @@
  * types (F32, F16, BF16) and the scalar fp16 / bf16 conversions.
  *
  * The table is the one place that maps a type id read from a file to its block geometry and kernels;
- * everything else asks kn_type_traits_get. Quantized kernels live in quant_legacy.c and quant_k.c; the
- * float types' kernels live here: their vec_dot takes an F32 activation row and converts the weight
- * element by element, accumulating in double (the reference is meant to be the accurate answer).
+ * everything else asks kn_type_traits_get. Quantized kernels live in quant_legacy.c, quant_k.c,
+ * quant_lowbit.c and quant_nl.c; the float types' kernels live here: their vec_dot takes an F32
+ * activation row and converts the weight element by element (the order of quant.h).
  *
  * The fp16 / bf16 conversions work on the bit patterns with integer arithmetic: exact for every input,
  * round to nearest with ties to even, infinities and NaN preserved (NaN stays a quiet NaN), subnormals
@@ -172,16 +172,24 @@ static const kn_type_traits traits[KN_DTYPE_COUNT] = {
                  kn_q5_k_vec_dot_q8_k},
     [KN_Q6_K] = {"Q6_K", KN_QK_K, sizeof(kn_block_q6_k), KN_Q8_K, kn_q6_k_to_float, kn_q6_k_from_float,
                  kn_q6_k_vec_dot_q8_k},
+    [KN_Q2_K] = {"Q2_K", KN_QK_K, sizeof(kn_block_q2_k), KN_Q8_K, kn_q2_k_to_float, kn_q2_k_from_float,
+                 kn_q2_k_vec_dot_q8_k},
+    [KN_Q3_K] = {"Q3_K", KN_QK_K, sizeof(kn_block_q3_k), KN_Q8_K, kn_q3_k_to_float, kn_q3_k_from_float,
+                 kn_q3_k_vec_dot_q8_k},
     [KN_Q8_K] = {"Q8_K", KN_QK_K, sizeof(kn_block_q8_k), KN_Q8_K, kn_q8_k_to_float, kn_q8_k_from_float, NULL},
+    [KN_IQ4_NL] = {"IQ4_NL", KN_QK4_NL, sizeof(kn_block_iq4_nl), KN_Q8_0, kn_iq4_nl_to_float, kn_iq4_nl_from_float,
+                   kn_iq4_nl_vec_dot_q8_0},
+    [KN_IQ4_XS] = {"IQ4_XS", KN_QK_K, sizeof(kn_block_iq4_xs), KN_Q8_K, kn_iq4_xs_to_float, kn_iq4_xs_from_float,
+                   kn_iq4_xs_vec_dot_q8_k},
+    [KN_MXFP4] = {"MXFP4", KN_QK_MXFP4, sizeof(kn_block_mxfp4), KN_Q8_0, kn_mxfp4_to_float, kn_mxfp4_from_float,
+                  kn_mxfp4_vec_dot_q8_0},
 };
 
 /* Names of GGUF type ids kiln does not support, for error messages (ids whose types were removed from
  * the format have none and print as "type N"). */
 static const char *const other_names[KN_DTYPE_COUNT] = {
-    [10] = "Q2_K",  [11] = "Q3_K",   [16] = "IQ2_XXS", [17] = "IQ2_XS", [18] = "IQ3_XXS",
-    [19] = "IQ1_S", [20] = "IQ4_NL", [21] = "IQ3_S",   [22] = "IQ2_S",  [23] = "IQ4_XS",
-    [24] = "I8",    [25] = "I16",    [26] = "I32",     [27] = "I64",    [28] = "F64",
-    [29] = "IQ1_M", [34] = "TQ1_0",  [35] = "TQ2_0",   [39] = "MXFP4",
+    [16] = "IQ2_XXS", [17] = "IQ2_XS", [18] = "IQ3_XXS", [19] = "IQ1_S", [21] = "IQ3_S", [22] = "IQ2_S", [24] = "I8",
+    [25] = "I16",     [26] = "I32",    [27] = "I64",     [28] = "F64",   [29] = "IQ1_M", [34] = "TQ1_0", [35] = "TQ2_0",
 };
 
 const kn_type_traits *kn_type_traits_get(int32_t t) {

@@ -26,11 +26,16 @@ typedef enum kn_dtype {
     KN_Q5_1 = 7,
     KN_Q8_0 = 8,
     KN_Q8_1 = 9,
+    KN_Q2_K = 10,
+    KN_Q3_K = 11,
     KN_Q4_K = 12,
     KN_Q5_K = 13,
     KN_Q6_K = 14,
     KN_Q8_K = 15,
+    KN_IQ4_NL = 20,
+    KN_IQ4_XS = 23,
     KN_BF16 = 30,
+    KN_MXFP4 = 39,
     KN_DTYPE_COUNT = 40
 } kn_dtype;
 

@@ -83,6 +83,11 @@ REF_GEMM(gemm_ref_q8_0, KN_Q8_0)
 REF_GEMM(gemm_ref_q4_k, KN_Q4_K)
 REF_GEMM(gemm_ref_q5_k, KN_Q5_K)
 REF_GEMM(gemm_ref_q6_k, KN_Q6_K)
+REF_GEMM(gemm_ref_q2_k, KN_Q2_K)
+REF_GEMM(gemm_ref_q3_k, KN_Q3_K)
+REF_GEMM(gemm_ref_iq4_nl, KN_IQ4_NL)
+REF_GEMM(gemm_ref_iq4_xs, KN_IQ4_XS)
+REF_GEMM(gemm_ref_mxfp4, KN_MXFP4)
 
 static void init_ref(kn_kernels *k) {
     memset(k, 0, sizeof *k);
@@ -102,6 +107,11 @@ static void init_ref(kn_kernels *k) {
     k->gemm[KN_Q4_K] = gemm_ref_q4_k;
     k->gemm[KN_Q5_K] = gemm_ref_q5_k;
     k->gemm[KN_Q6_K] = gemm_ref_q6_k;
+    k->gemm[KN_Q2_K] = gemm_ref_q2_k;
+    k->gemm[KN_Q3_K] = gemm_ref_q3_k;
+    k->gemm[KN_IQ4_NL] = gemm_ref_iq4_nl;
+    k->gemm[KN_IQ4_XS] = gemm_ref_iq4_xs;
+    k->gemm[KN_MXFP4] = gemm_ref_mxfp4;
     const kn_dtype acts[] = {KN_Q8_0, KN_Q8_1, KN_Q8_K};
     for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++)
         k->quantize[acts[i]] = kn_type_traits_get(acts[i])->from_float;

@@ -58,6 +58,11 @@ void kn_attend_f32_ref(const uint8_t *k, const uint8_t *v, size_t stride, int32_
 void kn_attend_blocked(kn_kv_dot_fn dot, kn_kv_axpy_fn axpy, const uint8_t *k, const uint8_t *v, size_t stride,
                        int32_t n, const float *q, int nq, int hd, float scale, float *out);
 
+/* The reference attention with soft-capped scores, score = cap * tanh(scale * k . q / cap) (cap > 0),
+ * over F16 (f16) or F32 rows; otherwise the kn_attend_fn contract. Every kernel set uses this one. */
+void kn_attend_softcap_ref(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int nq, int hd,
+                           float scale, float cap, bool f16, float *out);
+
 /* e^x as every kernel set computes it in attention (attend.c): 0 below KN_EXPF_MIN (and for NaN),
  * x clamped to KN_EXPF_MAX, else within 2 ulp of e^x through fixed float steps. */
 #define KN_EXPF_MIN (-87.0f)
@@ -127,9 +132,11 @@ kn_from_float_fn kn_kernels_quantize(const kn_kernels *k, kn_dtype t);
 void kn_kernels_init_avx2(kn_kernels *k);   /* kernels_avx2.c: attention, then the two below */
 void kn_avx2_init_legacy(kn_kernels *k);    /* kernels_avx2_legacy.c: F32/F16/BF16, Q4_0..Q8_0, Q8_0/Q8_1 quantizers */
 void kn_avx2_init_kquants(kn_kernels *k);   /* kernels_avx2_k.c: Q4_K, Q5_K, Q6_K, Q8_K quantizer */
+void kn_avx2_init_lowbit(kn_kernels *k);    /* kernels_avx2_lowbit.c: Q2_K, Q3_K, IQ4_NL, IQ4_XS, MXFP4 */
 void kn_kernels_init_avx512(kn_kernels *k); /* kernels_avx512.c: calls the two below */
 void kn_avx512_init_legacy(kn_kernels *k);  /* kernels_avx512_legacy.c */
 void kn_avx512_init_kquants(kn_kernels *k); /* kernels_avx512_k.c */
+void kn_avx512_init_lowbit(kn_kernels *k);  /* kernels_avx512_lowbit.c: Q2_K, Q3_K, IQ4_NL, IQ4_XS, MXFP4 */
 void kn_avx512_init_p16(kn_kernels *k);     /* kernels_avx512_p16.c: Q4_0, Q8_0, Q4_K panel kernels */
 void kn_avx512_init_attn(kn_kernels *k);    /* kernels_avx512_attn.c: attention */
 /* ARM64: the NEON set (kernels_neon.c: F32/F16/BF16, attention, the three quantizers, then the block

@@ -89,4 +89,5 @@ void kn_kernels_init_avx2(kn_kernels *k) {
 #endif
     kn_avx2_init_legacy(k);
     kn_avx2_init_kquants(k);
+    kn_avx2_init_lowbit(k);
 }

@@ -11,6 +11,7 @@ void kn_kernels_init_avx512(kn_kernels *k) {
     k->name = "avx512";
     kn_avx512_init_legacy(k);
     kn_avx512_init_kquants(k);
+    kn_avx512_init_lowbit(k);
     kn_avx512_init_p16(k);
     kn_avx512_init_attn(k);
 }

@@ -225,49 +225,68 @@ void kn_add(float *x, const float *y, int64_t n_total) {
     for (int64_t i = 0; i < n_total; i++) x[i] += y[i];
 }
 
-/* swiglu over elements [i0, i1). */
-static void swiglu_range(float *gate, const float *up, int64_t i0, int64_t i1) {
+/* The gated activation over elements [i0, i1): gate = act(gate) * up. */
+static void glu_range(float *gate, const float *up, int64_t i0, int64_t i1, bool gelu) {
+    if (gelu) {
+        const float c = 0.7978845608028654f; /* sqrt(2 / pi) */
+        for (int64_t i = i0; i < i1; i++) {  /* tanh(u) = 1 - 2 / (e^2u + 1): one expf, not tanhf */
+            const float g = gate[i], u = c * (g + 0.044715f * g * g * g);
+            gate[i] = 0.5f * g * (2.0f - 2.0f / (expf(2.0f * u) + 1.0f)) * up[i];
+        }
+        return;
+    }
     for (int64_t i = i0; i < i1; i++) {
         float g = gate[i];
         gate[i] = g * (1.0f / (1.0f + expf(-g))) * up[i];
     }
 }
 
-/* Elements per swiglu task are a multiple of this (whole cache lines per task). */
-#define SWIGLU_ALIGN 16
+/* Elements per gated-activation task are a multiple of this (whole cache lines per task). */
+#define GLU_ALIGN 16
 
-typedef struct swiglu_ctx {
+typedef struct glu_ctx {
     float *gate;
     const float *up;
     int64_t n_total, chunk;
-} swiglu_ctx;
+    bool gelu;
+} glu_ctx;
 
-static void swiglu_task(void *arg, int64_t task, int worker) {
-    const swiglu_ctx *c = arg;
+static void glu_task(void *arg, int64_t task, int worker) {
+    const glu_ctx *c = arg;
     const int64_t i0 = task * c->chunk;
-    swiglu_range(c->gate, c->up, i0, KN_MIN(c->n_total, i0 + c->chunk));
+    glu_range(c->gate, c->up, i0, KN_MIN(c->n_total, i0 + c->chunk), c->gelu);
 }
 
-void kn_swiglu(float *gate, const float *up, int64_t n_total, kn_pool *pool) {
+static void glu(float *gate, const float *up, int64_t n_total, kn_pool *pool, bool gelu) {
     if (n_total < ELEM_PAR_WORK || kn_pool_threads(pool) < 2) {
-        swiglu_range(gate, up, 0, n_total);
+        glu_range(gate, up, 0, n_total, gelu);
         return;
     }
     const int64_t tasks = task_count(pool, n_total, n_total, ELEM_PAR_WORK / 4, ELEM_TASKS_PER_THREAD);
-    swiglu_ctx c = {.gate = gate, .up = up, .n_total = n_total};
-    c.chunk = ((n_total + tasks - 1) / tasks + SWIGLU_ALIGN - 1) / SWIGLU_ALIGN * SWIGLU_ALIGN;
-    kn_pool_run(pool, (n_total + c.chunk - 1) / c.chunk, swiglu_task, &c);
+    glu_ctx c = {.gate = gate, .up = up, .n_total = n_total, .gelu = gelu};
+    c.chunk = ((n_total + tasks - 1) / tasks + GLU_ALIGN - 1) / GLU_ALIGN * GLU_ALIGN;
+    kn_pool_run(pool, (n_total + c.chunk - 1) / c.chunk, glu_task, &c);
 }
 
-void kn_rope(float *x, int n_heads, int head_dim, int32_t pos, const kn_rope_cfg *r) {
+void kn_swiglu(float *gate, const float *up, int64_t n_total, kn_pool *pool) { glu(gate, up, n_total, pool, false); }
+
+void kn_geglu(float *gate, const float *up, int64_t n_total, kn_pool *pool) { glu(gate, up, n_total, pool, true); }
+
+void kn_rope(float *x, int n_heads, int head_dim, int32_t pos, const kn_rope_cfg *r, bool long_ctx) {
     const int n_rot = r->n_rot, half = n_rot / 2;
-    const float base = r->base, pos_scale = r->pos_scale, *freq_div = r->freq_div;
+    const float base = r->base, pos_scale = r->pos_scale;
+    const float *freq_div = long_ctx && r->freq_div_long ? r->freq_div_long : r->freq_div;
     const kn_rope_style style = r->style;
     for (int j = 0; j < half; j++) {
         float freq = 1.0f / powf(base, (float)(2 * j) / (float)n_rot);
         if (freq_div) freq /= freq_div[j];
         float theta = (float)pos * pos_scale * freq;
-        float c = cosf(theta), s = sinf(theta);
+        if (r->yarn_ext != 0) { /* mix in the extrapolated angle where the ramp says */
+            const float y = ((float)j - r->yarn_lo) / KN_MAX(0.001f, r->yarn_hi - r->yarn_lo);
+            const float mix = (1.0f - KN_MIN(1.0f, KN_MAX(0.0f, y))) * r->yarn_ext;
+            theta = theta * (1.0f - mix) + (float)pos * freq * mix;
+        }
+        float c = cosf(theta) * r->mscale, s = sinf(theta) * r->mscale;
         for (int h = 0; h < n_heads; h++) {
             float *v = x + (int64_t)h * head_dim;
             int i0 = style == KN_ROPE_NORM ? 2 * j : j;

@@ -57,9 +57,14 @@ void kn_add(float *x, const float *y, int64_t n_total);
 /* gate[n] = silu(gate[n]) * up[n] (element ranges in parallel on pool when large; pool may be NULL) */
 void kn_swiglu(float *gate, const float *up, int64_t n_total, kn_pool *pool);
 
+/* gate[n] = gelu(gate[n]) * up[n], GELU with the tanh approximation
+ * 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (parallel as kn_swiglu) */
+void kn_geglu(float *gate, const float *up, int64_t n_total, kn_pool *pool);
+
 /* Rotates the first r->n_rot dims of each of n_heads heads of width head_dim in
- * x[n_heads*head_dim], at position pos, as r says (model/model.h kn_rope_cfg). */
-void kn_rope(float *x, int n_heads, int head_dim, int32_t pos, const kn_rope_cfg *r);
+ * x[n_heads*head_dim], at position pos, as r says (model/model.h kn_rope_cfg); long_ctx: the row's
+ * context exceeds r->n_ctx_orig (LongRoPE takes the long divisors). */
+void kn_rope(float *x, int n_heads, int head_dim, int32_t pos, const kn_rope_cfg *r, bool long_ctx);
 
 /* x[n] = cap * tanh(x[n] / cap): soft-capping of logits (cap > 0). */
 void kn_softcap(float *x, int64_t n, float cap);

@@ -7,8 +7,9 @@
  * kiln assumes a little-endian host, as GGUF tooling does.
  *
  * The layout of each format is documented at its struct below, in terms of "element e of the block"
- * (e = 0 .. block_size-1, the order of the dequantized floats). The reference kernels in quant_legacy.c
- * and quant_k.c implement exactly that documentation; SIMD kernels must match them (see dtype.h).
+ * (e = 0 .. block_size-1, the order of the dequantized floats). The reference kernels in quant_legacy.c,
+ * quant_k.c, quant_lowbit.c (Q2_K, Q3_K) and quant_nl.c (IQ4_NL, IQ4_XS, MXFP4) implement exactly that
+ * documentation; SIMD kernels must match them (see dtype.h).
  *
  * Kernel conventions, shared by every function declared here:
  *   n is a count of elements and must be a non-negative multiple of the format's block size; whole
@@ -48,6 +49,15 @@
  *                   sm = fmaf((float)S2, fp16(w.dmin) * x.d, sm);    result = sa - sm
  *      Q6_K:        S  = sum_j sc[j] * (sum over sub-block j of (q[e] - 32) * xq[e])
  *                   sa = fmaf((float)S, fp16(w.d) * x.d, sa);        result = sa
+ *      Q2_K:        as Q4_K over 16 sub-blocks of 16 (S2 = sum_j m[j] * x.bsums[j]).
+ *      Q3_K:        S  = sum_j (sc[j] - 32) * (sum over sub-block j of q[e] * xq[e]), q in -4..3, 16 sub-blocks
+ *                   sa = fmaf((float)S, fp16(w.d) * x.d, sa);        result = sa
+ *      IQ4_XS:      S  = sum_j (ls[j] - 32) * (sum over sub-block j of kv[q[e]] * xq[e]), 8 sub-blocks
+ *                   sa = fmaf((float)S, fp16(w.d) * x.d, sa);        result = sa
+ *  IQ4_NL, MXFP4 x Q8_0: as Q5_0 with code = kv[q] (the format's table) and, for MXFP4,
+ *      s = e8m0_half(w.e) * fp16(x.d).
+ *    The activation quants of these five formats must be in -127..127 (what kiln's Q8_0 / Q8_K quantizers
+ *    write; -128 never occurs): SIMD kernels multiply |code| by the activation with code's sign applied.
  *  kn_reduce16 adds the upper half of the lanes onto the lower half, 8 then 4, 2 and 1 wide (the
  *  order of a 512 -> 256 -> 128 -> 64 -> 32-bit horizontal reduction).
  * Activation quantizers round to nearest with ties away from zero (roundf), which SIMD code emulates.
@@ -133,7 +143,8 @@ _Static_assert(sizeof(kn_block_q8_1) == 36, "Q8_1 block must be 36 bytes");
 
 /* ---------------------------------------------------------------------------------------------------
  * K formats: super-blocks of 256 elements made of sub-blocks, each sub-block with its own small integer
- * scale (and min) that is itself scaled by the fp16 super-block scale d (and dmin).
+ * scale (and min) that is itself scaled by the fp16 super-block scale d (and dmin). IQ4_XS has the same
+ * shape with table-coded quants; IQ4_NL and MXFP4 are 32-element blocks with table-coded quants.
  * ------------------------------------------------------------------------------------------------- */
 
 /*
@@ -182,6 +193,99 @@ typedef struct kn_block_q6_k {
     kn_half d;
 } kn_block_q6_k;
 _Static_assert(sizeof(kn_block_q6_k) == 210, "Q6_K block must be 210 bytes");
+
+/*
+ * Q2_K: 16 sub-blocks of 16. x[e] = d * sc[j] * q[e] - dmin * m[j], j = e / 16, q in 0..3; sc[j] is the
+ * low nibble of scales[j] and m[j] its high nibble. The block is 2 halves of 128; write element
+ * e = 128h + 32k + l (h in 0..1, k in 0..3, l in 0..31): q[e] = bits 2k, 2k+1 of qs[32h + l].
+ * 84 bytes / 256 elements.
+ */
+typedef struct kn_block_q2_k {
+    uint8_t scales[KN_QK_K / 16];
+    uint8_t qs[KN_QK_K / 4];
+    kn_half d;
+    kn_half dmin;
+} kn_block_q2_k;
+_Static_assert(sizeof(kn_block_q2_k) == 84, "Q2_K block must be 84 bytes");
+
+/*
+ * Q3_K: 16 sub-blocks of 16. x[e] = d * (sc[j] - 32) * q[e], j = e / 16, q in -4..3, sc[j] a 6-bit value
+ * (see kn_q3k_scale). With e = 128h + 32k + l as in Q2_K: the low 2 bits of q[e] + 4 are bits 2k, 2k+1 of
+ * qs[32h + l], and q[e] = low2 when bit 4h + k of hmask[l] is set, low2 - 4 when it is clear.
+ * 110 bytes / 256 elements.
+ */
+typedef struct kn_block_q3_k {
+    uint8_t hmask[KN_QK_K / 8];
+    uint8_t qs[KN_QK_K / 4];
+    uint8_t scales[12];
+    kn_half d;
+} kn_block_q3_k;
+_Static_assert(sizeof(kn_block_q3_k) == 110, "Q3_K block must be 110 bytes");
+
+/* The 6-bit scale (0..63, used as sc - 32) of sub-block j (0..15) of a Q3_K block: low 4 bits are the
+ * low nibble of scales[j] (j < 8) or the high nibble of scales[j - 8] (j >= 8); high 2 bits are bits
+ * 2(j / 4), 2(j / 4) + 1 of scales[8 + j % 4]. */
+static inline int kn_q3k_scale(int j, const uint8_t scales[12]) {
+    int lo = j < 8 ? (scales[j] & 0x0F) : (scales[j - 8] >> 4);
+    int hi = (scales[8 + (j & 3)] >> (2 * (j >> 2))) & 3;
+    return lo | (hi << 4);
+}
+
+/* Inverse of kn_q3k_scale: packs sc[16] (each 0..63) into scales[12]. */
+static inline void kn_q3k_pack_scales(const uint8_t sc[16], uint8_t scales[12]) {
+    for (int j = 0; j < 8; j++) scales[j] = (uint8_t)((sc[j] & 0x0F) | ((sc[j + 8] & 0x0F) << 4));
+    for (int j = 0; j < 4; j++)
+        scales[8 + j] = (uint8_t)(((sc[j] >> 4) & 3) | (((sc[j + 4] >> 4) & 3) << 2) | (((sc[j + 8] >> 4) & 3) << 4) |
+                                  (((sc[j + 12] >> 4) & 3) << 6));
+}
+
+/* The 16 levels of IQ4_NL and IQ4_XS (a non-uniform 4-bit grid, denser near zero). */
+extern const int8_t kn_iq4nl_values[16];
+/* The 16 levels of MXFP4: the E2M1 values times 2 (index 8 is -0). */
+extern const int8_t kn_mxfp4_values[16];
+
+/* IQ4_NL: x[e] = d * kn_iq4nl_values[q[e]], q in 0..15 in the legacy nibble layout (element e < 16 is
+ * the low nibble of qs[e], element e >= 16 the high nibble of qs[e - 16]). 18 bytes / 32 elements. */
+#define KN_QK4_NL 32
+typedef struct kn_block_iq4_nl {
+    kn_half d;
+    uint8_t qs[KN_QK4_NL / 2];
+} kn_block_iq4_nl;
+_Static_assert(sizeof(kn_block_iq4_nl) == 18, "IQ4_NL block must be 18 bytes");
+
+/*
+ * IQ4_XS: 8 sub-blocks of 32. x[e] = d * (ls[j] - 32) * kn_iq4nl_values[q[e]], j = e / 32. ls[j] (6 bits)
+ * = nibble (j & 1) of scales_l[j / 2] | (bits 2j, 2j+1 of scales_h) << 4. Sub-block j's quants are
+ * qs[16j .. 16j+15] in the legacy nibble layout (element 32j + l: low nibble of qs[16j + l] for l < 16,
+ * high nibble of qs[16j + l - 16] for l >= 16). 136 bytes / 256 elements.
+ */
+typedef struct kn_block_iq4_xs {
+    kn_half d;
+    uint16_t scales_h;
+    uint8_t scales_l[KN_QK_K / 64];
+    uint8_t qs[KN_QK_K / 2];
+} kn_block_iq4_xs;
+_Static_assert(sizeof(kn_block_iq4_xs) == 136, "IQ4_XS block must be 136 bytes");
+
+/* MXFP4 (the OCP microscaling FP4 format): x[e] = kn_e8m0_half(e) * kn_mxfp4_values[q[e]], q in 0..15
+ * in the legacy nibble layout; e is a power-of-two exponent (E8M0). 17 bytes / 32 elements. */
+#define KN_QK_MXFP4 32
+typedef struct kn_block_mxfp4 {
+    uint8_t e;
+    uint8_t qs[KN_QK_MXFP4 / 2];
+} kn_block_mxfp4;
+_Static_assert(sizeof(kn_block_mxfp4) == 17, "MXFP4 block must be 17 bytes");
+
+/* Half the value of an E8M0 exponent byte, 2^(e - 128) (the table holds doubled E2M1 values), exact for
+ * every e (e = 0, 1 give fp32 subnormals). */
+static inline float kn_e8m0_half(uint8_t e) {
+    union {
+        uint32_t u;
+        float f;
+    } v;
+    v.u = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    return v.f;
+}
 
 /* Q8_K: x[e] = d * qs[e] with an fp32 d; bsums[j] = sum of qs[16j .. 16j+15]. Activation format of the K
  * weight formats (bsums apply Q4_K/Q5_K mins and Q6_K's -32 offset per sub-block). 292 bytes / 256. */
@@ -259,7 +363,38 @@ float kn_q6_k_vec_dot_q8_k(int64_t n, const void *w, const void *x);
 void kn_q8_k_to_float(const void *src, float *dst, int64_t n);
 void kn_q8_k_from_float(const float *src, void *dst, int64_t n);
 
+/* quant_lowbit.c */
+void kn_q2_k_to_float(const void *src, float *dst, int64_t n);
+void kn_q2_k_from_float(const float *src, void *dst, int64_t n);
+float kn_q2_k_vec_dot_q8_k(int64_t n, const void *w, const void *x);
+
+void kn_q3_k_to_float(const void *src, float *dst, int64_t n);
+void kn_q3_k_from_float(const float *src, void *dst, int64_t n);
+float kn_q3_k_vec_dot_q8_k(int64_t n, const void *w, const void *x);
+
+/* quant_nl.c */
+void kn_iq4_nl_to_float(const void *src, float *dst, int64_t n);
+void kn_iq4_nl_from_float(const float *src, void *dst, int64_t n);
+float kn_iq4_nl_vec_dot_q8_0(int64_t n, const void *w, const void *x);
+
+void kn_iq4_xs_to_float(const void *src, float *dst, int64_t n);
+void kn_iq4_xs_from_float(const float *src, void *dst, int64_t n);
+float kn_iq4_xs_vec_dot_q8_k(int64_t n, const void *w, const void *x);
+
+void kn_mxfp4_to_float(const void *src, float *dst, int64_t n);
+void kn_mxfp4_from_float(const float *src, void *dst, int64_t n);
+float kn_mxfp4_vec_dot_q8_0(int64_t n, const void *w, const void *x);
+
 /* ---- helpers shared by the quantizers ---- */
+
+/* quant_k.c (documented there): the sub-block fitting steps of the K-format quantizers, shared with
+ * quant_lowbit.c and quant_nl.c. */
+float kn_quant_sanitize(const float *x, float *out, int n);
+float kn_fit_scale_min(int n, int nmax, const float *x, uint8_t *L, float *mn);
+float kn_fit_scale_sym(int n, int lo, int hi, const float *x, int8_t *L);
+void kn_importance_d(const float *x, double *w, int n);
+double kn_round_affine(int n, int nmax, const float *x, const double *w, float ds, float dm, uint8_t *L);
+double kn_round_sym(int n, int lo, int hi, const float *x, const double *w, float ds, int8_t *L);
 
 /* fp16 bits of v, with finite values beyond the fp16 range saturated to +-65504 instead of becoming
  * infinite (a block scale must stay finite). NaN stays NaN. */

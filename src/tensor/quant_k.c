@@ -52,7 +52,7 @@ static inline int q6k_get(const kn_block_q6_k *b, int e) {
 /* ---- quantizer helpers ---- */
 
 /* Copies n inputs with NaN replaced by 0 and infinities by +-FLT_MAX; returns the largest magnitude. */
-static float sanitize(const float *x, float *out, int n) {
+float kn_quant_sanitize(const float *x, float *out, int n) {
     float amax = 0.0f;
     for (int i = 0; i < n; i++) {
         float v = x[i];
@@ -110,12 +110,14 @@ static bool solve_affine(int n, const float *x, const float *w, const uint8_t *L
 }
 
 /*
- * Fits n values x ~ s * L - mn with L in 0..nmax, s >= 0 and mn >= 0, minimising sum w (error)^2.
+ * Fits n (<= 32) values x ~ s * L - mn with L in 0..nmax, s >= 0 and mn >= 0, minimising sum w (error)^2.
  * Writes L, *mn and returns s (0 when the sub-block is constant: then x ~ -mn exactly or mn = 0).
  * x must be finite; the fit (weights included) is done on x / max|x| so any finite magnitude works.
  */
-static float fit_scale_min(int n, int nmax, const float *xin, uint8_t *L, float *mn) {
+float kn_fit_scale_min(int n, int nmax, const float *xin, uint8_t *L, float *mn) {
     float x[32], w[32], amax = 0.0f;
+    *mn = 0.0f;
+    if (n <= 0 || n > 32) return 0.0f;
     for (int i = 0; i < n; i++)
         if (fabsf(xin[i]) > amax) amax = fabsf(xin[i]);
     memset(L, 0, (size_t)n);
@@ -168,12 +170,13 @@ static float fit_scale_min(int n, int nmax, const float *xin, uint8_t *L, float 
 }
 
 /*
- * Fits n values x ~ s * L with L in -32..31 (Q6_K's levels), minimising sum w (error)^2; writes L and
- * returns s (signed: a negative s lets the element of largest magnitude use level -32 whatever its sign).
- * x must be finite.
+ * Fits n (<= 32) values x ~ s * L with L in lo..hi (lo < 0 < hi; Q6_K: -32..31, Q3_K: -4..3), minimising
+ * sum w (error)^2; writes L and returns s (signed: a negative s lets the element of largest magnitude use
+ * level lo whatever its sign). x must be finite.
  */
-static float fit_scale_sym(int n, const float *xin, int8_t *L) {
-    float x[16], w[16], amax = 0.0f, vmax = 0.0f;
+float kn_fit_scale_sym(int n, int lo, int hi, const float *xin, int8_t *L) {
+    float x[32], w[32], amax = 0.0f, vmax = 0.0f;
+    if (n <= 0 || n > 32) return 0.0f;
     for (int i = 0; i < n; i++) {
         if (fabsf(xin[i]) > amax) {
             amax = fabsf(xin[i]);
@@ -186,14 +189,14 @@ static float fit_scale_sym(int n, const float *xin, int8_t *L) {
     importance(x, w, n);
     float sign = vmax < 0.0f ? -1.0f : 1.0f; /* sign of the largest element, normalised to +-1 */
     float best_q = -1.0f, best_s = 0.0f;     /* quality (sum w x l)^2 / sum w l^2, to maximise */
-    int8_t T[16];
+    int8_t T[32];
     for (int target = 0; target < 2; target++) {
         for (int k = -9; k <= 9; k++) {
-            /* target 0 maps the largest element near -32, target 1 near +31 */
-            float is = target == 0 ? -(32.0f + 0.1f * (float)k) * sign : (31.0f + 0.1f * (float)k) * sign;
+            /* target 0 maps the largest element near lo, target 1 near hi */
+            float is = target == 0 ? ((float)lo - 0.1f * (float)k) * sign : ((float)hi + 0.1f * (float)k) * sign;
             float sxl = 0.0f, sl2 = 0.0f;
             for (int i = 0; i < n; i++) {
-                T[i] = (int8_t)kn_round_clamp(x[i] * is, -32, 31);
+                T[i] = (int8_t)kn_round_clamp(x[i] * is, lo, hi);
                 sxl += w[i] * x[i] * (float)T[i];
                 sl2 += w[i] * (float)T[i] * (float)T[i];
             }
@@ -209,7 +212,7 @@ static float fit_scale_sym(int n, const float *xin, int8_t *L) {
     for (int it = 0; it < 8 && best_s != 0.0f; it++) {
         float sxl = 0.0f, sl2 = 0.0f;
         for (int i = 0; i < n; i++) {
-            T[i] = (int8_t)kn_round_clamp(x[i] / best_s, -32, 31);
+            T[i] = (int8_t)kn_round_clamp(x[i] / best_s, lo, hi);
             sxl += w[i] * x[i] * (float)T[i];
             sl2 += w[i] * (float)T[i] * (float)T[i];
         }
@@ -224,7 +227,7 @@ static float fit_scale_sym(int n, const float *xin, int8_t *L) {
 }
 
 /* Importance weights of a sub-block in double (for the final rounding, on unnormalised values). */
-static void importance_d(const float *x, double *w, int n) {
+void kn_importance_d(const float *x, double *w, int n) {
     double s2 = 0.0;
     for (int i = 0; i < n; i++) s2 += (double)x[i] * x[i];
     double r = sqrt(s2 / n);
@@ -233,7 +236,7 @@ static void importance_d(const float *x, double *w, int n) {
 
 /* Rounds sub-block x[n] against the stored scale ds and min dm (x ~ ds*L - dm, L in 0..nmax), writes L
  * and returns the weighted squared error (in double: safe for any finite x). */
-static double round_affine(int n, int nmax, const float *x, const double *w, float ds, float dm, uint8_t *L) {
+double kn_round_affine(int n, int nmax, const float *x, const double *w, float ds, float dm, uint8_t *L) {
     double err = 0.0;
     for (int i = 0; i < n; i++) {
         L[i] = (uint8_t)(ds > 0.0f ? kn_round_clamp((x[i] + dm) / ds, 0, nmax) : 0);
@@ -243,12 +246,12 @@ static double round_affine(int n, int nmax, const float *x, const double *w, flo
     return err;
 }
 
-/* Rounds sub-block x[n] against the stored scale ds (x ~ ds*L, L in -32..31), writes L and returns the
+/* Rounds sub-block x[n] against the stored scale ds (x ~ ds*L, L in lo..hi), writes L and returns the
  * weighted squared error. */
-static double round_sym(int n, const float *x, const double *w, float ds, int8_t *L) {
+double kn_round_sym(int n, int lo, int hi, const float *x, const double *w, float ds, int8_t *L) {
     double err = 0.0;
     for (int i = 0; i < n; i++) {
-        L[i] = (int8_t)(ds != 0.0f ? kn_round_clamp(x[i] / ds, -32, 31) : 0);
+        L[i] = (int8_t)(ds != 0.0f ? kn_round_clamp(x[i] / ds, lo, hi) : 0);
         double r = (double)ds * L[i] - x[i];
         err += w[i] * r * r;
     }
@@ -265,10 +268,10 @@ static double round_sym(int n, const float *x, const double *w, float ds, int8_t
 static void quantize_k_affine(const float *src, int nmax, kn_half *dh, kn_half *dminh, uint8_t scales[12],
                               uint8_t L[256]) {
     float x[256], s[8], m[8];
-    sanitize(src, x, 256);
+    kn_quant_sanitize(src, x, 256);
     float max_s = 0.0f, max_m = 0.0f;
     for (int j = 0; j < 8; j++) {
-        s[j] = fit_scale_min(32, nmax, x + 32 * j, L + 32 * j, &m[j]);
+        s[j] = kn_fit_scale_min(32, nmax, x + 32 * j, L + 32 * j, &m[j]);
         if (s[j] > max_s) max_s = s[j];
         if (m[j] > max_m) max_m = m[j];
     }
@@ -281,13 +284,13 @@ static void quantize_k_affine(const float *src, int nmax, kn_half *dh, kn_half *
         int sc0 = d > 0.0f ? kn_round_clamp(s[j] / d, 0, 63) : 0;
         int m0 = dmin > 0.0f ? kn_round_clamp(m[j] / dmin, 0, 63) : 0;
         const float *xj = x + 32 * j;
-        importance_d(xj, w, 32);
+        kn_importance_d(xj, w, 32);
         double best = -1.0;
         for (int a = sc0 - 1; a <= sc0 + 1; a++) {
             if (a < 0 || a > 63 || (a != sc0 && d == 0.0f)) continue;
             for (int b = m0 - 1; b <= m0 + 1; b++) {
                 if (b < 0 || b > 63 || (b != m0 && dmin == 0.0f)) continue;
-                double e = round_affine(32, nmax, xj, w, d * (float)a, dmin * (float)b, T);
+                double e = kn_round_affine(32, nmax, xj, w, d * (float)a, dmin * (float)b, T);
                 if (best < 0.0 || e < best) {
                     best = e;
                     sc[j] = (uint8_t)a;
@@ -423,10 +426,10 @@ void kn_q6_k_from_float(const float *src, void *dst, int64_t n) {
     int8_t L[256], T[16];
     double w[16];
     for (int64_t i = 0; i < n / KN_QK_K; i++, src += KN_QK_K) {
-        sanitize(src, x, 256);
+        kn_quant_sanitize(src, x, 256);
         float max_s = 0.0f;
         for (int j = 0; j < 16; j++) {
-            s[j] = fit_scale_sym(16, x + 16 * j, L + 16 * j);
+            s[j] = kn_fit_scale_sym(16, -32, 31, x + 16 * j, L + 16 * j);
             if (fabsf(s[j]) > max_s) max_s = fabsf(s[j]);
         }
         b[i].d = kn_fp32_to_fp16_scale(max_s / 127.0f);
@@ -435,11 +438,11 @@ void kn_q6_k_from_float(const float *src, void *dst, int64_t n) {
             /* the rounded fitted scale or a neighbour, whichever rounds the sub-block best */
             int sc0 = d > 0.0f ? kn_round_clamp(s[j] / d, -127, 127) : 0;
             const float *xj = x + 16 * j;
-            importance_d(xj, w, 16);
+            kn_importance_d(xj, w, 16);
             double best = -1.0;
             for (int a = sc0 - 1; a <= sc0 + 1; a++) {
                 if (a < -127 || a > 127 || (a != sc0 && d == 0.0f)) continue;
-                double e = round_sym(16, xj, w, d * (float)a, T);
+                double e = kn_round_sym(16, -32, 31, xj, w, d * (float)a, T);
                 if (best < 0.0 || e < best) {
                     best = e;
                     b[i].scales[j] = (int8_t)a;
@@ -488,7 +491,7 @@ void kn_q8_k_from_float(const float *src, void *dst, int64_t n) {
     kn_block_q8_k *b = dst;
     float x[256];
     for (int64_t i = 0; i < n / KN_QK_K; i++, src += KN_QK_K) {
-        float amax = sanitize(src, x, 256);
+        float amax = kn_quant_sanitize(src, x, 256);
         b[i].d = amax / 127.0f;
         while (isinf(b[i].d * 127.0f)) b[i].d = nextafterf(b[i].d, 0.0f); /* near FLT_MAX: keep 127*d finite */
         float id = amax > 0.0f ? 127.0f / amax : 0.0f;

@@ -2,7 +2,9 @@
 # the same rendered conversation, with and without a chat template, with the KV of earlier turns
 # reused), the /commands and their errors, a conversation that outgrows the context, and the
 # interactive path driven through a pseudo-terminal (streamed reply, Ctrl-C during a reply and at
-# the prompt, up-arrow history, the history file, /quit and Ctrl-D).
+# the prompt, keys typed during a reply held for the next prompt, up-arrow history, the history file,
+# /quit and Ctrl-D, the terminal's settings back after a SIGTERM during a reply); a base model's reply
+# cap and stop (stop_at), and a full context dropping the oldest turns.
 . tests/cli/lib.sh
 M="$DATA/models/stories260K/stories260K.gguf"
 if [ ! -f "$M" ]; then skip chat "no $M"; exit 0; fi
@@ -49,13 +51,47 @@ printf '/set seed 7\n/set temp 1\nLily\n' | "$KILN" chat -m "$M" -n 24 >"$TMP/s1
 printf 'Lily\n' | "$KILN" chat -m "$M" -n 24 --seed 7 --temp 1 >"$TMP/s2" 2>/dev/null
 [ -s "$TMP/s1" ] && cmp -s "$TMP/s1" "$TMP/s2" && pass chat_seed || fail chat_seed "'$(cat "$TMP/s1")' vs '$(cat "$TMP/s2")'"
 
-# a conversation that outgrows the context: a reply cut by it, then a refused turn, then /clear
+# a conversation that outgrows the context: a reply cut by it; the next turn drops the oldest turn
+# (one line on stderr says so) and is answered as if it came first; /clear still starts afresh
+"$KILN" run -m "$M" -p "The end" -c 24 -n -1 --temp 0 --ignore-eos >"$TMP/rune" 2>/dev/null
+RE=$(tail -c +8 "$TMP/rune")
 printf 'Once upon a time\nThe end\n/clear\nOnce upon a time\n' |
   "$KILN" chat -m "$M" -c 24 -n -1 --temp 0 --ignore-eos >"$TMP/c8" 2>"$TMP/c8.err"
 st=$?
-if [ $st -eq 0 ] && grep -q 'context (24 tokens) is full' "$TMP/c8.err" && grep -q 'no longer fits.*/clear' "$TMP/c8.err" &&
-   [ "$(wc -l <"$TMP/c8")" -eq 2 ] && [ "$(sed -n 1p "$TMP/c8")" = "$(sed -n 2p "$TMP/c8")" ]; then pass chat_context_full
-else fail chat_context_full "exit $st: $(cat "$TMP/c8" "$TMP/c8.err")"; fi
+if [ $st -eq 0 ] && [ "$(grep -c 'context (24 tokens) is full: the reply was cut' "$TMP/c8.err")" -eq 3 ] &&
+   [ "$(grep -c '^(the context is full: the 1 oldest turn was dropped)$' "$TMP/c8.err")" -eq 1 ] &&
+   ! grep -q 'no longer fits' "$TMP/c8.err" && [ "$(wc -l <"$TMP/c8")" -eq 3 ] && [ -n "$RE" ] &&
+   [ "$(sed -n 2p "$TMP/c8")" = "$RE" ] && [ "$(sed -n 1p "$TMP/c8")" = "$(sed -n 3p "$TMP/c8")" ]; then pass chat_context_full_drops_oldest
+else fail chat_context_full_drops_oldest "exit $st, want line 2 '$RE': $(cat "$TMP/c8" "$TMP/c8.err")"; fi
+# several short turns in a small context: the chat goes on, dropping what no longer fits
+printf 'Lily\nTom\nThe dog\nThe cat\nA bird\nThe sun\n' |
+  "$KILN" chat -m "$M" -c 48 -n 10 --temp 0 --ignore-eos >"$TMP/c9" 2>"$TMP/c9.err"
+if [ $? -eq 0 ] && [ "$(wc -l <"$TMP/c9")" -eq 6 ] && grep -q 'oldest turns* w' "$TMP/c9.err" && ! grep -q 'no longer fits' "$TMP/c9.err"
+then pass chat_many_turns_small_context; else fail chat_many_turns_small_context "$(cat "$TMP/c9" "$TMP/c9.err")"; fi
+# a message that alone does not fit is refused, and the chat goes on
+LONG=$(printf 'Lily went to the park. %.0s' 1 2 3 4 5 6 7 8 9 10)
+printf '%s\nOnce upon a time\n' "$LONG" | "$KILN" chat -m "$M" -c 24 -n 6 --temp 0 --ignore-eos >"$TMP/c10" 2>"$TMP/c10.err"
+if [ $? -eq 0 ] && grep -q 'message no longer fits the context.*/clear' "$TMP/c10.err" && [ "$(wc -l <"$TMP/c10")" -eq 1 ] &&
+   [ -n "$(cat "$TMP/c10")" ]; then pass chat_message_too_long; else fail chat_message_too_long "$(cat "$TMP/c10" "$TMP/c10.err")"; fi
+
+# a base model (no chat template): a reply is capped at 256 tokens and stops at a blank line by
+# default (both shown by /set); --stop-at and /set stop_at change where it stops
+printf 'Once upon a time\n/set\n' | "$KILN" chat -m "$M" --temp 0 --ignore-eos -v >"$TMP/b1" 2>"$TMP/b1.err"
+grep -q 'generated 256 tokens' "$TMP/b1.err" && grep -q 'max_tokens 256  stop_at blank' "$TMP/b1" &&
+  pass chat_base_defaults || fail chat_base_defaults "$(tail -n 2 "$TMP/b1") $(cat "$TMP/b1.err")"
+"$KILN" run -m "$M" -p "Once upon a time" -n 256 --temp 0 --ignore-eos >"$TMP/runl" 2>/dev/null
+RL=$(tail -c +17 "$TMP/runl" | head -n 1)   # the continuation up to its first line break
+printf 'Once upon a time\n' | "$KILN" chat -m "$M" --temp 0 --ignore-eos --stop-at line >"$TMP/b2" 2>/dev/null
+printf '/set stop_at line\nOnce upon a time\n/set stop_at none\n/set n 40\n/set\nOnce upon a time\n' |
+  "$KILN" chat -m "$M" --temp 0 --ignore-eos -v >"$TMP/b3" 2>"$TMP/b3.err"
+if [ -n "$RL" ] && [ "$(cat "$TMP/b2")" = "$RL" ] && [ "$(sed -n 1p "$TMP/b3")" = "$RL" ] &&
+   grep -q 'max_tokens 40  stop_at none' "$TMP/b3" && grep -q 'generated 40 tokens' "$TMP/b3.err"
+then pass chat_stop_at_line; else fail chat_stop_at_line "want '$RL' got '$(cat "$TMP/b2")' / $(cat "$TMP/b3" "$TMP/b3.err")"; fi
+printf '/set stop_at paragraph\n/set\n' | "$KILN" chat -m "$M" >"$TMP/b4" 2>"$TMP/b4.err"
+grep -q "stop_at is 'blank'" "$TMP/b4.err" && grep -q 'stop_at blank' "$TMP/b4" && pass chat_stop_at_bad ||
+  fail chat_stop_at_bad "$(cat "$TMP/b4" "$TMP/b4.err")"
+expect_exit chat_stop_at_flag_bad 2 "$KILN" chat -m "$M" --stop-at paragraph
+expect_exit chat_stop_at_flag_missing 2 "$KILN" chat -m "$M" --stop-at
 
 # usage errors; EOF at once ends the chat with 0
 expect_exit chat_bad_flag 2 "$KILN" chat -m "$M" --no-such-flag
@@ -89,6 +125,9 @@ EOF
   cmp -s "$TMP/q.out" "$TMP/q.want" && pass chat_template_turns_equal_run || fail chat_template_turns_equal_run "$(head -c 300 "$TMP/q.err")"
   reused=$(sed -n 's/.*prompt [0-9]* tokens (\([0-9]*\) reused).*/\1/p' "$TMP/q.err" | sed -n 2p)
   [ "${reused:-0}" -gt 10 ] && pass chat_reuses_kv || fail chat_reuses_kv "$(cat "$TMP/q.err")"
+  # with a chat template a reply runs to its end of turn: no cap, no stop at blank lines
+  printf '/set\n' | "$KILN" chat -m "$Q" >"$TMP/q.set" 2>&1
+  grep -q 'max_tokens -1  stop_at none' "$TMP/q.set" && pass chat_template_defaults || fail chat_template_defaults "$(cat "$TMP/q.set")"
 else
   skip chat_template_turns_equal_run "no $T or $GEN"
 fi
@@ -211,12 +250,23 @@ try:
     t.send(b"Lily\r")
     t.expect(b"Lily\r\n")
     t.expect_bytes(40)
+    # typed while the reply streams: not echoed into it (the reply goes on after the keys)
+    t.send(b"xyzzy")
+    t.expect_bytes(len(t.buf) + 80)
     t.send(b"\x03")
     stopped = t.expect(PROMPT)
     check(step, b"[reply stopped]" in stopped, "%r" % stopped[-200:])
+    check("chat_pty_typed_not_in_reply", b"xyzz" not in stopped and b"yzzy" not in stopped, "%r" % stopped[-300:])
+
+    # the keys wait for the next prompt, where they show as the line being typed
+    step = "chat_pty_typed_at_next_prompt"
+    held = t.expect(b"xyzzy")
+    check(step, len(held) < 40, "%r before the typed text" % held)
+    t.send(b"\x15")                           # Ctrl-U: the held line is not wanted
 
     step = "chat_pty_after_ctrl_c"
     t.send(b"/set n 8\r")
+    t.expect(b"/set n 8\r\n")                 # (past the prompt libedit redraws for Ctrl-U)
     t.expect(PROMPT)
     t.send(b"Tom\r")
     t.expect(b"Tom\r\n")
@@ -256,6 +306,32 @@ except Hang as e:
 finally:
     t.kill()
 
+# a base model in a small context: the reply stops at the cap (/set shows it), and a turn that no
+# longer fits drops the oldest one with one dim line, instead of being refused
+t = Term("--temp", "0", "-c", "40", "--ignore-eos")
+step = "chat_pty_base_settings"
+try:
+    t.expect(PROMPT)
+    t.send(b"/set\r")
+    shown = t.expect(PROMPT)
+    check(step, b"max_tokens 256  stop_at blank" in shown, "%r" % shown)
+    step = "chat_pty_context_drops_oldest"
+    t.send(b"Once upon a time\r")
+    t.expect(b"Once upon a time\r\n")
+    first = t.expect(PROMPT)
+    t.send(b"Lily\r")
+    t.expect(b"Lily\r\n")
+    second = t.expect(PROMPT)
+    note = b"\x1b[2m(the context is full: the 1 oldest turn was dropped)\x1b[0m"
+    check(step, b"is full: the reply was cut" in first and note in second and second.count(b"oldest turn") == 1 and
+          len(second.split(note)[1].strip()) > 0 and b"no longer fits" not in second, "%r / %r" % (first, second))
+    t.send(b"/quit\r")
+    t.wait_exit()
+except Hang as e:
+    print("FAIL %s: %s" % (step, e))
+finally:
+    t.kill()
+
 # Ctrl-D on an empty line leaves with 0; the history of the last chat comes back with up arrow
 t = Term("--temp", "0", "-n", "4")
 step = "chat_pty_ctrl_d"
@@ -268,6 +344,27 @@ try:
     code = t.wait_exit()
     check(step, code == 0, "exit %r" % code)
 except Hang as e:
+    print("FAIL %s: %s" % (step, e))
+finally:
+    t.kill()
+# a signal that ends the chat during a reply (while the terminal's echo is held off) puts the
+# terminal's settings back first
+import termios
+t = Term("--temp", "0", "-n", "-1", "--ignore-eos", "-c", "60000")
+step = "chat_pty_sigterm_restores_terminal"
+try:
+    t.expect(PROMPT)
+    before = termios.tcgetattr(t.fd)[3]
+    t.send(b"Lily\r")
+    t.expect(b"Lily\r\n")
+    t.expect_bytes(40)
+    during = termios.tcgetattr(t.fd)[3]
+    os.kill(t.pid, signal.SIGTERM)
+    code = t.wait_exit()
+    after = termios.tcgetattr(t.fd)[3]
+    check(step, not (during & termios.ECHO) and (after & termios.ECHO) and (after & termios.ICANON) and code == -signal.SIGTERM,
+          "lflag before %#x during %#x after %#x, exit %r" % (before, during, after, code))
+except (Hang, termios.error) as e:
     print("FAIL %s: %s" % (step, e))
 finally:
     t.kill()

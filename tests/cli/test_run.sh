@@ -1,5 +1,6 @@
 # test_run.sh - `kiln run` end to end: golden greedy output of the real stories260K model, seeded
-# sampling, and every kind of bad input (bad flags exit 2; bad files exit 1 with a message).
+# sampling, the summary line on a line of its own (a shared log, a terminal), and every kind of bad
+# input (bad flags exit 2; bad files exit 1 with a message).
 . tests/cli/lib.sh
 M="$DATA/models/stories260K/stories260K.gguf"
 G="$DATA/models/stories260K/golden"
@@ -10,6 +11,39 @@ starts_with golden_once_upon_a_time "$TMP/a" "$G/greedy_once_upon_a_time_n64.txt
 "$KILN" run -m "$M" -p "" -n 300 --temp 0 >"$TMP/b" 2>"$TMP/b.err"
 starts_with golden_noprompt "$TMP/b" "$G/greedy_noprompt_n256.txt"
 grep -q "prompt .* tokens.*generated .* tokens" "$TMP/a.err" && pass run_summary_line || fail run_summary_line "$(cat "$TMP/a.err")"
+# stdout and stderr in one log (2>&1, as in CI): the text ends with a newline before the summary, so
+# the summary is a line of its own; the same through a terminal
+"$KILN" run -m "$M" -p "Once upon a time" -n 12 --temp 0 --ignore-eos >"$TMP/log" 2>&1
+if [ "$(tail -n 1 "$TMP/log" | cut -c 1-14)" = "kiln: prompt 5" ] && [ "$(head -n 1 "$TMP/log" | cut -c 1-17)" = "Once upon a time," ] &&
+   [ "$(wc -l <"$TMP/log")" -eq 2 ]; then pass run_log_summary_own_line
+else fail run_log_summary_own_line "$(cat "$TMP/log")"; fi
+if python3 -c 'import pty' 2>/dev/null; then
+  python3 - "$KILN" "$M" <<'EOF2'
+import os, pty, select, sys, time
+kiln, model = sys.argv[1:3]
+pid, fd = pty.fork()
+if pid == 0:
+    os.execv(kiln, [kiln, "run", "-m", model, "-p", "Once upon a time", "-n", "12", "--temp", "0", "--ignore-eos"])
+buf, deadline = b"", time.time() + 120   # a guard against a hang, not a timing check
+while time.time() < deadline:
+    r, _, _ = select.select([fd], [], [], 1)
+    if not r:
+        continue
+    try:
+        d = os.read(fd, 4096)
+    except OSError:
+        d = b""
+    if not d:
+        break
+    buf += d
+os.waitpid(pid, 0)
+lines = buf.split(b"\r\n")
+ok = len(lines) >= 3 and lines[-1] == b"" and lines[-2].startswith(b"kiln: prompt 5") and b"Once upon a time," in lines[-3]
+print("PASS run_pty_summary_own_line" if ok else "FAIL run_pty_summary_own_line: %r" % buf[-300:])
+EOF2
+else
+  skip run_pty_summary_own_line "no python3 pty module"
+fi
 
 # greedy output is the same with one and two threads, F16 and F32 KV, small prefill chunks, mmap
 "$KILN" run -m "$M" -p "Once upon a time" -n 100 --temp 0 -t 1 >"$TMP/t1" 2>/dev/null

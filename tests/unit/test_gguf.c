@@ -846,7 +846,7 @@ static void test_crafted(void) {
     bb_zeros(&b, 64);
     EXPECT_PARSE(b, KILN_ERR_FORMAT);
     /* tensor types */
-    const uint32_t bad_tt[] = {4, 5, 16, 17, 31, 39, 40, 99, 0xFFFFFFFFu};
+    const uint32_t bad_tt[] = {4, 5, 16, 17, 18, 19, 29, 31, 34, 40, 99, 0xFFFFFFFFu};
     for (size_t i = 0; i < KN_ARRAY_LEN(bad_tt); i++) {
         bb_head(&b, 3, 1, 0);
         uint64_t ne256[1] = {256};
@@ -854,6 +854,9 @@ static void test_crafted(void) {
         bb_pad(&b, 32);
         bb_zeros(&b, 1024);
         EXPECT_PARSE(b, KILN_ERR_UNSUPPORTED);
+        /* the types GGUF files use that kiln lacks are named in the message */
+        const char *want = bad_tt[i] == 16 ? "IQ2_XXS" : bad_tt[i] == 19 ? "IQ1_S" : bad_tt[i] == 34 ? "TQ1_0" : NULL;
+        if (want) CHECKF(strstr(kn_error_msg(), want) != NULL, "message '%s' lacks %s", kn_error_msg(), want);
     }
     /* row length not a multiple of the block */
     uint64_t ne33[2] = {33, 2};

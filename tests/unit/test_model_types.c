@@ -20,10 +20,11 @@ typedef struct type_case {
 } type_case;
 
 static const type_case types[] = {
-    {"F32", 1e-6},  {"F16", 1e-5},  {"BF16", 1e-5}, {"Q8_0", 0.06}, {"Q4_0", 0.06}, {"Q4_1", 0.06},
-    {"Q5_0", 0.06}, {"Q5_1", 0.06}, {"Q4_K", 0.06}, {"Q5_K", 0.06}, {"Q6_K", 0.06},
+    {"F32", 1e-6},  {"F16", 1e-5},    {"BF16", 1e-5},   {"Q8_0", 0.06},  {"Q4_0", 0.06}, {"Q4_1", 0.06},
+    {"Q5_0", 0.06}, {"Q5_1", 0.06},   {"Q4_K", 0.06},   {"Q5_K", 0.06},  {"Q6_K", 0.06}, {"Q2_K", 0.06},
+    {"Q3_K", 0.06}, {"IQ4_NL", 0.06}, {"IQ4_XS", 0.06}, {"MXFP4", 0.06},
 };
-static const char *archs[] = {"tiny-llama", "tiny-qwen2", "tiny-qwen3"};
+static const char *archs[] = {"tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-gemma2", "tiny-gemma3", "tiny-phi3"};
 
 static const char *gen_path(void) {
     static char p[512];
@@ -93,6 +94,9 @@ static void check_arch(const char *arch) {
 static void test_llama_all_types(void) { check_arch(archs[0]); }
 static void test_qwen2_all_types(void) { check_arch(archs[1]); }
 static void test_qwen3_all_types(void) { check_arch(archs[2]); }
+static void test_gemma2_all_types(void) { check_arch(archs[3]); }
+static void test_gemma3_all_types(void) { check_arch(archs[4]); }
+static void test_phi3_all_types(void) { check_arch(archs[5]); }
 
 /* Greedy generation on a quantized model is deterministic and identical with 1 and 2 threads. */
 static void test_greedy_threads_q4k(void) {
@@ -212,6 +216,9 @@ int main(void) {
     RUN(test_llama_all_types);
     RUN(test_qwen2_all_types);
     RUN(test_qwen3_all_types);
+    RUN(test_gemma2_all_types);
+    RUN(test_gemma3_all_types);
+    RUN(test_phi3_all_types);
     RUN(test_greedy_threads_q4k);
     RUN(test_kernels_ref_equals_auto);
     RUN(test_rss_bounded);

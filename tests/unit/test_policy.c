@@ -120,10 +120,16 @@ static void test_kv_estimate_edges(void) {
 /* The families kiln runs are one table: for a generated model of each, the header read calls it
  * runnable and the loader runs it. */
 static void test_arch_table_agrees(void) {
-    static const char *const presets[][2] = {
-        {"gqa-llama", "--preset tiny-llama"},       {"plain-qwen2", "--preset tiny-qwen2"},
-        {"wide-head-qwen3", "--preset tiny-qwen3"}, {"moe-qwen3moe", "--preset tiny-qwen3moe"},
-        {"moe-mixtral", "--preset tiny-mixtral"},   {"moe-gptoss", "--preset tiny-gptoss"}};
+    static const char *const presets[][2] = {{"gqa-llama", "--preset tiny-llama"},
+                                             {"plain-qwen2", "--preset tiny-qwen2"},
+                                             {"wide-head-qwen3", "--preset tiny-qwen3"},
+                                             {"swa-gemma2", "--preset tiny-gemma2"},
+                                             {"swa-gemma3", "--preset tiny-gemma3"},
+                                             {"fused-phi3", "--preset tiny-phi3"},
+                                             {"nope-smollm3", "--preset tiny-llama-plain --arch smollm3"},
+                                             {"moe-qwen3moe", "--preset tiny-qwen3moe"},
+                                             {"moe-mixtral", "--preset tiny-mixtral"},
+                                             {"moe-gptoss", "--preset tiny-gptoss"}};
     for (size_t i = 0; i < KN_ARRAY_LEN(presets); i++) {
         const char *path = generate(presets[i][0], presets[i][1]);
         if (!path) SKIP("kiln-gen unavailable");

@@ -44,10 +44,11 @@ static void fill_gauss(float *x, int64_t n, float sigma) {
 
 /* ---- helpers ---- */
 
-static const kn_dtype weight_types[] = {KN_F32,  KN_F16,  KN_BF16, KN_Q4_0, KN_Q4_1, KN_Q5_0,
-                                        KN_Q5_1, KN_Q8_0, KN_Q4_K, KN_Q5_K, KN_Q6_K};
-static const kn_dtype all_types[] = {KN_F32,  KN_F16,  KN_BF16, KN_Q4_0, KN_Q4_1, KN_Q5_0, KN_Q5_1,
-                                     KN_Q8_0, KN_Q8_1, KN_Q4_K, KN_Q5_K, KN_Q6_K, KN_Q8_K};
+static const kn_dtype weight_types[] = {KN_F32,  KN_F16,  KN_BF16, KN_Q4_0, KN_Q4_1, KN_Q5_0,   KN_Q5_1,   KN_Q8_0,
+                                        KN_Q4_K, KN_Q5_K, KN_Q6_K, KN_Q2_K, KN_Q3_K, KN_IQ4_NL, KN_IQ4_XS, KN_MXFP4};
+static const kn_dtype all_types[] = {KN_F32,  KN_F16,  KN_BF16, KN_Q4_0,   KN_Q4_1,   KN_Q5_0,
+                                     KN_Q5_1, KN_Q8_0, KN_Q8_1, KN_Q4_K,   KN_Q5_K,   KN_Q6_K,
+                                     KN_Q8_K, KN_Q2_K, KN_Q3_K, KN_IQ4_NL, KN_IQ4_XS, KN_MXFP4};
 #define N_WEIGHT_TYPES (int)(sizeof weight_types / sizeof weight_types[0])
 #define N_ALL_TYPES    (int)(sizeof all_types / sizeof all_types[0])
 
@@ -136,14 +137,15 @@ static void test_struct_sizes(void) {
 }
 
 static void test_traits_table(void) {
-    static const int32_t bad[] = {-1, -2, INT32_MIN, 4, 5, 10, 11, 16, 24, 31, 39, 40, 41, 1000, INT32_MAX};
+    static const int32_t bad[] = {-1, -2, INT32_MIN, 4, 5, 16, 24, 31, 34, 40, 41, 1000, INT32_MAX};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         CHECKF(kn_type_traits_get(bad[i]) == NULL, "id %d", bad[i]);
         CHECKF(!kn_dtype_is_weight(bad[i]), "id %d", bad[i]);
         const char *nm = kn_dtype_name(bad[i]);
         CHECKF(nm != NULL && nm[0], "id %d", bad[i]);
     }
-    CHECK(strcmp(kn_dtype_name(10), "Q2_K") == 0);
+    CHECK(strcmp(kn_dtype_name(10), "Q2_K") == 0 && strcmp(kn_dtype_name(39), "MXFP4") == 0);
+    CHECK(strcmp(kn_dtype_name(16), "IQ2_XXS") == 0 && strcmp(kn_dtype_name(34), "TQ1_0") == 0);
     CHECK(strcmp(kn_dtype_name(-7), "type -7") == 0);
     CHECK(strcmp(kn_dtype_name(4), "type 4") == 0);
     CHECK(strcmp(kn_dtype_name(INT32_MIN), "type -2147483648") == 0);
@@ -152,10 +154,12 @@ static void test_traits_table(void) {
     static const struct {
         kn_dtype t, act;
         bool weight;
-    } want[] = {{KN_F32, KN_F32, true},    {KN_F16, KN_F32, true},   {KN_BF16, KN_F32, true},  {KN_Q4_0, KN_Q8_0, true},
-                {KN_Q4_1, KN_Q8_1, true},  {KN_Q5_0, KN_Q8_0, true}, {KN_Q5_1, KN_Q8_1, true}, {KN_Q8_0, KN_Q8_0, true},
-                {KN_Q8_1, KN_Q8_1, false}, {KN_Q4_K, KN_Q8_K, true}, {KN_Q5_K, KN_Q8_K, true}, {KN_Q6_K, KN_Q8_K, true},
-                {KN_Q8_K, KN_Q8_K, false}};
+    } want[] = {{KN_F32, KN_F32, true},     {KN_F16, KN_F32, true},     {KN_BF16, KN_F32, true},
+                {KN_Q4_0, KN_Q8_0, true},   {KN_Q4_1, KN_Q8_1, true},   {KN_Q5_0, KN_Q8_0, true},
+                {KN_Q5_1, KN_Q8_1, true},   {KN_Q8_0, KN_Q8_0, true},   {KN_Q8_1, KN_Q8_1, false},
+                {KN_Q4_K, KN_Q8_K, true},   {KN_Q5_K, KN_Q8_K, true},   {KN_Q6_K, KN_Q8_K, true},
+                {KN_Q8_K, KN_Q8_K, false},  {KN_Q2_K, KN_Q8_K, true},   {KN_Q3_K, KN_Q8_K, true},
+                {KN_IQ4_NL, KN_Q8_0, true}, {KN_IQ4_XS, KN_Q8_K, true}, {KN_MXFP4, KN_Q8_0, true}};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         const kn_type_traits *tr = kn_type_traits_get(want[i].t);
         CHECK(tr != NULL);
@@ -173,7 +177,10 @@ static void test_traits_table(void) {
     CHECK(kn_row_bytes(KN_Q6_K, 128) == 0);
     CHECK(kn_row_bytes(KN_Q8_0, -32) == 0);
     CHECK(kn_row_bytes(KN_Q8_0, 0) == 0);
-    CHECK(kn_row_bytes((kn_dtype)10, 256) == 0);
+    CHECK(kn_row_bytes((kn_dtype)16, 256) == 0);
+    CHECK(kn_row_bytes(KN_Q2_K, 512) == 168 && kn_row_bytes(KN_Q3_K, 256) == 110 &&
+          kn_row_bytes(KN_IQ4_XS, 256) == 136);
+    CHECK(kn_row_bytes(KN_IQ4_NL, 64) == 36 && kn_row_bytes(KN_MXFP4, 64) == 34 && kn_row_bytes(KN_MXFP4, 48) == 0);
     CHECK(kn_row_bytes(KN_F32, INT64_MAX) == 0 || sizeof(size_t) > 8); /* overflow is reported as 0 */
 }
 
@@ -525,18 +532,23 @@ static void test_kat_vec_dot(void) {
 static double rmse_bound(kn_dtype t) {
     switch (t) {
         case KN_F32: return 0.0;
-        case KN_F16: return 2.8e-4;  /* measured 2.1e-4 */
-        case KN_BF16: return 2.2e-3; /* measured 1.65e-3 */
-        case KN_Q4_0: return 0.113;  /* measured 0.0867 */
-        case KN_Q4_1: return 0.102;  /* measured 0.0784 */
-        case KN_Q5_0: return 0.056;  /* measured 0.0432 */
-        case KN_Q5_1: return 0.049;  /* measured 0.0379 */
-        case KN_Q8_0: return 0.007;  /* measured 0.0054 */
-        case KN_Q8_1: return 0.007;  /* measured 0.0054 */
-        case KN_Q4_K: return 0.092;  /* measured 0.0706 */
-        case KN_Q5_K: return 0.045;  /* measured 0.0349 */
-        case KN_Q6_K: return 0.022;  /* measured 0.0171 */
-        case KN_Q8_K: return 0.0093; /* measured 0.0072 (one scale per 256: larger than Q8_0's) */
+        case KN_F16: return 2.8e-4;   /* measured 2.1e-4 */
+        case KN_BF16: return 2.2e-3;  /* measured 1.65e-3 */
+        case KN_Q4_0: return 0.113;   /* measured 0.0867 */
+        case KN_Q4_1: return 0.102;   /* measured 0.0784 */
+        case KN_Q5_0: return 0.056;   /* measured 0.0432 */
+        case KN_Q5_1: return 0.049;   /* measured 0.0379 */
+        case KN_Q8_0: return 0.007;   /* measured 0.0054 */
+        case KN_Q8_1: return 0.007;   /* measured 0.0054 */
+        case KN_Q4_K: return 0.092;   /* measured 0.0706 */
+        case KN_Q5_K: return 0.045;   /* measured 0.0349 */
+        case KN_Q6_K: return 0.022;   /* measured 0.0171 */
+        case KN_Q8_K: return 0.0093;  /* measured 0.0072 (one scale per 256: larger than Q8_0's) */
+        case KN_Q2_K: return 0.35;    /* measured 0.268 */
+        case KN_Q3_K: return 0.19;    /* measured 0.144 */
+        case KN_IQ4_NL: return 0.096; /* measured 0.0739 */
+        case KN_IQ4_XS: return 0.097; /* measured 0.0747 */
+        case KN_MXFP4: return 0.144;  /* measured 0.111 (power-of-two scales) */
         default: return 0.0;
     }
 }
@@ -689,6 +701,8 @@ static void test_constant_rows(void) {
             /* fp16-stored scales bound the error to about 2^-11 relative; bf16 to 2^-8. Measured worst:
              * 3.6e-4 (Q4_K), bf16 2.3e-3; subnormal scales 1.7e-2 (Q5_0 at 1e-5) */
             double tol = (fabsf(values[v]) < 0.01f ? 2.5e-2 : t == KN_BF16 ? 4e-3 : 2e-3) * fabs(values[v]);
+            /* MXFP4's power-of-two scale and levels 0, 1, 2, 3, 4, 6, 8, 12: within 1/5 (between 8 and 12) */
+            if (t == KN_MXFP4) tol = fabs(values[v]) / 5.0;
             for (int j = 0; j < 512; j++)
                 CHECKF(fabs(y[j] - values[v]) <= tol, "%s const %g: y[%d] = %g", kn_dtype_name(t), values[v], j, y[j]);
         }

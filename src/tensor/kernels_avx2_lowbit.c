@@ -1,0 +1,262 @@
+/*
+ * kernels_avx2_lowbit.c - AVX2 (+FMA, F16C) GEMM tiles of the low-bit and table formats: Q2_K, Q3_K and
+ * IQ4_XS (x Q8_K), IQ4_NL and MXFP4 (x Q8_0). Every output is bit-identical to the scalar reference of
+ * quant_lowbit.c / quant_nl.c, which fixes the order of every float operation (quant.h); the integer
+ * parts are exact, so only the float steps need to follow the reference, and they do, one (row, token)
+ * at a time. tests/unit/test_kernels_lowbit.c checks it.
+ *
+ * Tiles (up to 4 rows x 4 tokens): each weight row's block is decoded once for all tokens of the tile
+ * into byte vectors in element order (32 elements each):
+ *   Q2_K / Q3_K: unsigned quants (Q3_K as q + 4, 0..7) and per-vector int16 sub-block scales (lanes
+ *     0..7 for the first 16 elements, 8..15 for the next 16); vpmaddubsw x activations, vpmaddwd by the
+ *     scales, int32 adds, one horizontal sum per super-block. Q3_K's +4 is taken back with the bsums:
+ *     S = sum_j (sc_j - 32) (sum (q + 4) y - 4 bsums_j). Q2_K's mins: sum_j m_j bsums_j.
+ *   IQ4_XS / IQ4_NL / MXFP4: the table values (signed) through vpshufb; the products use
+ *     vpmaddubsw(|code|, sign(code) * y), exact because activation quants are in -127..127 (quant.h).
+ *   IQ4_NL / MXFP4 keep the reference's 16 float lanes as two 8-lane accumulators (even and odd blocks):
+ *     vpmaddwd by ones gives exactly the reference's p[j] (sums of 4 products), then one vfmadd per block.
+ * Entries left unset keep the previous set's kernel.
+ */
+#include "tensor/kernels.h"
+#include "tensor/quant.h"
+
+#if defined(__x86_64__)
+#include <string.h>
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+#include <immintrin.h>
+
+#define KI static inline __attribute__((always_inline))
+
+/* Calls BODY(KIND, nt, ...) with nt as a constant 1..4 (the tile contract's range), so that each copy
+ * keeps its per-token accumulators in registers. */
+#define TILE_NT(BODY, KIND, ...)                                                                                       \
+    switch (nt) {                                                                                                      \
+        case 1: BODY(KIND, 1, __VA_ARGS__); break;                                                                     \
+        case 2: BODY(KIND, 2, __VA_ARGS__); break;                                                                     \
+        case 3: BODY(KIND, 3, __VA_ARGS__); break;                                                                     \
+        case 4: BODY(KIND, 4, __VA_ARGS__); break;                                                                     \
+        default: break;                                                                                                \
+    }
+
+/* Sum of the 8 int32 lanes (exact integers: any order). */
+KI int32_t hsum_i32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+    return _mm_cvtsi128_si32(s);
+}
+
+KI float half_at(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, sizeof h);
+    return _cvtsh_ss(h);
+}
+
+/* The 32 table values of a 16-byte legacy nibble group (element e < 16: low nibble of qs[e], e >= 16:
+ * high nibble of qs[e - 16]) in element order. */
+KI __m256i table32(const uint8_t *qs, __m128i lut) {
+    const __m128i raw = _mm_loadu_si128((const __m128i *)qs), m4 = _mm_set1_epi8(0x0F);
+    const __m128i lo = _mm_and_si128(raw, m4), hi = _mm_and_si128(_mm_srli_epi16(raw, 4), m4);
+    return _mm256_set_m128i(_mm_shuffle_epi8(lut, hi), _mm_shuffle_epi8(lut, lo));
+}
+
+/* From 16 int16 sub-block scales (lane j = sub-block j of 16 elements), the scale vectors of the 8
+ * vectors of 32 elements: s[k] has sub-block 2k's scale in int16 lanes 0..7, 2k+1's in lanes 8..15. */
+KI void scale_pairs(__m256i s16, __m256i s[8]) {
+    /* int32 lanes (s_j, s_j): lo holds j = 0..3 | 8..11, hi holds j = 4..7 | 12..15 */
+    const __m256i lo = _mm256_unpacklo_epi16(s16, s16), hi = _mm256_unpackhi_epi16(s16, s16);
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++) {
+        const int j = 2 * k, lane = j < 4 ? j : j < 8 ? j - 4 : j < 12 ? j - 4 : j - 8;
+        const __m256i v = (j & 4) ? hi : lo;
+        s[k] = _mm256_permutevar8x32_epi32(
+            v, _mm256_setr_epi32(lane, lane, lane, lane, lane + 1, lane + 1, lane + 1, lane + 1));
+    }
+}
+
+/* The 16 Q3_K sub-block scales minus 32 as int16 lanes (kn_q3k_scale): low nibbles from bytes 0..7
+ * (j < 8: low nibble of byte j, j >= 8: high nibble of byte j - 8), bits 4-5 from bits 2(j / 4) of byte
+ * 8 + j % 4, which a 32-bit shift of those 4 bytes by 2(j / 4) brings to byte j. */
+KI __m256i q3k_scales(const uint8_t *scales) {
+    uint64_t lo8;
+    uint32_t h;
+    memcpy(&lo8, scales, 8);
+    memcpy(&h, scales + 8, 4);
+    const __m128i l = _mm_cvtsi64_si128((long long)lo8), m4 = _mm_set1_epi8(0x0F);
+    const __m128i low = _mm_and_si128(_mm_unpacklo_epi64(l, _mm_srli_epi16(l, 4)), m4);
+    const __m128i hi =
+        _mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32((int)h), _mm_setr_epi32(0, 2, 4, 6)), _mm_set1_epi8(3));
+    return _mm256_cvtepi8_epi16(_mm_sub_epi8(_mm_or_si128(low, _mm_slli_epi16(hi, 4)), _mm_set1_epi8(32)));
+}
+
+/* ---- IQ4_NL and MXFP4 (blocks of 32, Q8_0 activations) ---- */
+
+enum { NL_IQ4 = 0, NL_MXFP4 = 1 };
+
+KI void gemm_nl(int kind, int nt, int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs,
+                float *out, size_t ldo) {
+    const int64_t nb = n / 32;
+    const size_t bb = kind == NL_IQ4 ? sizeof(kn_block_iq4_nl) : sizeof(kn_block_mxfp4);
+    const size_t qoff = kind == NL_IQ4 ? offsetof(kn_block_iq4_nl, qs) : offsetof(kn_block_mxfp4, qs);
+    const __m128i lut = _mm_loadu_si128((const __m128i *)(kind == NL_IQ4 ? kn_iq4nl_values : kn_mxfp4_values));
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int r = 0; r < nr; r++) {
+        const uint8_t *row = w + (size_t)r * ws;
+        __m256 acc[4][2];
+        for (int t = 0; t < 4; t++) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t *blk = row + (size_t)b * bb;
+            const __m256i c = table32(blk + qoff, lut), ac = _mm256_abs_epi8(c);
+            const float dw = kind == NL_IQ4 ? half_at(blk) : kn_e8m0_half(blk[0]);
+#pragma GCC unroll 4
+            for (int t = 0; t < nt; t++) {
+                const kn_block_q8_0 *y = (const kn_block_q8_0 *)(x + (size_t)t * xs) + b;
+                const __m256i yq = _mm256_loadu_si256((const __m256i *)y->qs);
+                const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(ac, _mm256_sign_epi8(yq, c)), ones);
+                const float s = dw * half_at((const uint8_t *)&y->d);
+                acc[t][b & 1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(s), acc[t][b & 1]);
+            }
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++) {
+            float a[16];
+            _mm256_storeu_ps(a, acc[t][0]);
+            _mm256_storeu_ps(a + 8, acc[t][1]);
+            out[(size_t)t * ldo + (size_t)r] = kn_reduce16(a);
+        }
+    }
+}
+
+static void gemm_iq4_nl(int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, float *out,
+                        size_t ldo) {
+    TILE_NT(gemm_nl, NL_IQ4, n, w, ws, nr, x, xs, out, ldo);
+}
+
+static void gemm_mxfp4(int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, float *out,
+                       size_t ldo) {
+    TILE_NT(gemm_nl, NL_MXFP4, n, w, ws, nr, x, xs, out, ldo);
+}
+
+/* ---- Q2_K, Q3_K, IQ4_XS (super-blocks of 256, Q8_K activations) ---- */
+
+enum { K_Q2 = 0, K_Q3 = 1, K_IQ4XS = 2 };
+
+/* One weight row's super-block, decoded for all tokens of the tile. */
+typedef struct row_lb {
+    __m256i q[8];  /* Q2_K, Q3_K: unsigned quants (Q3_K: q + 4); IQ4_XS: |table value| */
+    __m256i c[8];  /* IQ4_XS: the signed table values (for the sign of the activations) */
+    __m256i s[8];  /* int16 sub-block scales per lane (see scale_pair) */
+    __m256i s16;   /* Q2_K: the 16 mins; Q3_K: the 16 scales sc - 32 (int16 lanes) */
+    float d, dmin; /* fp16 super-block scales */
+} row_lb;
+
+KI void decode_row(int kind, const uint8_t *blk, row_lb *R) {
+    const __m256i m3 = _mm256_set1_epi8(3);
+    if (kind == K_Q2 || kind == K_Q3) {
+        const uint8_t *qs = blk + (kind == K_Q2 ? offsetof(kn_block_q2_k, qs) : offsetof(kn_block_q3_k, qs));
+        const __m256i q0 = _mm256_loadu_si256((const __m256i *)qs), q1 = _mm256_loadu_si256((const __m256i *)(qs + 32));
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) /* vector k = elements 32k .. 32k+31: bits 2(k & 3) of qs[32(k / 4) + l] */
+            R->q[k] = _mm256_and_si256(_mm256_srli_epi16(k < 4 ? q0 : q1, 2 * (k & 3)), m3);
+    }
+    if (kind == K_Q2) {
+        const kn_block_q2_k *b = (const kn_block_q2_k *)blk;
+        const __m128i raw = _mm_loadu_si128((const __m128i *)b->scales), m4 = _mm_set1_epi8(0x0F);
+        scale_pairs(_mm256_cvtepu8_epi16(_mm_and_si128(raw, m4)), R->s);
+        R->s16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), m4));
+        R->d = _cvtsh_ss(b->d);
+        R->dmin = _cvtsh_ss(b->dmin);
+    } else if (kind == K_Q3) {
+        const kn_block_q3_k *b = (const kn_block_q3_k *)blk;
+        const __m256i hm = _mm256_loadu_si256((const __m256i *)b->hmask), one = _mm256_set1_epi8(1);
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) /* bit k of hmask[l] adds 4 */
+            R->q[k] = _mm256_or_si256(R->q[k], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hm, k), one), 2));
+        R->s16 = q3k_scales(b->scales);
+        scale_pairs(R->s16, R->s);
+        R->d = _cvtsh_ss(b->d);
+    } else {
+        const kn_block_iq4_xs *b = (const kn_block_iq4_xs *)blk;
+        const __m128i lut = _mm_loadu_si128((const __m128i *)kn_iq4nl_values);
+        for (int j = 0; j < 8; j++) {
+            R->c[j] = table32(b->qs + 16 * j, lut);
+            R->q[j] = _mm256_abs_epi8(R->c[j]);
+            int ls = ((b->scales_l[j >> 1] >> (4 * (j & 1))) & 0x0F) | (((b->scales_h >> (2 * j)) & 3) << 4);
+            R->s[j] = _mm256_set1_epi16((int16_t)(ls - 32));
+        }
+        R->d = _cvtsh_ss(b->d);
+    }
+}
+
+/* The exact integer sums of (row, token) for one super-block: *s1 = S (Q3_K, IQ4_XS) or S1 (Q2_K), and
+ * for Q2_K *s2 = S2 (quant.h). */
+KI void dot_row(int kind, const row_lb *R, const kn_block_q8_k *y, int32_t *s1, int32_t *s2) {
+    __m256i acc = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++) {
+        __m256i yq = _mm256_loadu_si256((const __m256i *)(y->qs + 32 * k));
+        if (kind == K_IQ4XS) yq = _mm256_sign_epi8(yq, R->c[k]);
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(R->q[k], yq), R->s[k]));
+    }
+    *s1 = hsum_i32(acc);
+    if (kind != K_IQ4XS) {
+        const int32_t sb = hsum_i32(_mm256_madd_epi16(R->s16, _mm256_loadu_si256((const __m256i *)y->bsums)));
+        if (kind == K_Q2) *s2 = sb;
+        else *s1 -= 4 * sb; /* Q3_K: sum (q + 4) y - 4 sum y per sub-block */
+    }
+}
+
+KI void gemm_lb(int kind, int nt, int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs,
+                float *out, size_t ldo) {
+    const int64_t nb = n / KN_QK_K;
+    const size_t bb = kind == K_Q2   ? sizeof(kn_block_q2_k)
+                      : kind == K_Q3 ? sizeof(kn_block_q3_k)
+                                     : sizeof(kn_block_iq4_xs);
+    for (int r = 0; r < nr; r++) {
+        float sa[4] = {0}, sm[4] = {0}; /* canonical order: quant.h */
+        for (int64_t i = 0; i < nb; i++) {
+            row_lb R;
+            decode_row(kind, w + (size_t)r * ws + (size_t)i * bb, &R);
+#pragma GCC unroll 4
+            for (int t = 0; t < nt; t++) {
+                const kn_block_q8_k *y = (const kn_block_q8_k *)(x + (size_t)t * xs) + i;
+                int32_t s1, s2 = 0;
+                dot_row(kind, &R, y, &s1, &s2);
+                sa[t] = fmaf((float)s1, R.d * y->d, sa[t]);
+                if (kind == K_Q2) sm[t] = fmaf((float)s2, R.dmin * y->d, sm[t]);
+            }
+        }
+        for (int t = 0; t < nt; t++) out[(size_t)t * ldo + (size_t)r] = kind == K_Q2 ? sa[t] - sm[t] : sa[t];
+    }
+}
+
+static void gemm_q2_k(int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, float *out,
+                      size_t ldo) {
+    TILE_NT(gemm_lb, K_Q2, n, w, ws, nr, x, xs, out, ldo);
+}
+
+static void gemm_q3_k(int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, float *out,
+                      size_t ldo) {
+    TILE_NT(gemm_lb, K_Q3, n, w, ws, nr, x, xs, out, ldo);
+}
+
+static void gemm_iq4_xs(int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, float *out,
+                        size_t ldo) {
+    TILE_NT(gemm_lb, K_IQ4XS, n, w, ws, nr, x, xs, out, ldo);
+}
+
+#pragma GCC pop_options
+
+void kn_avx2_init_lowbit(kn_kernels *k) {
+    k->gemm[KN_Q2_K] = gemm_q2_k;
+    k->gemm[KN_Q3_K] = gemm_q3_k;
+    k->gemm[KN_IQ4_XS] = gemm_iq4_xs;
+    k->gemm[KN_IQ4_NL] = gemm_iq4_nl;
+    k->gemm[KN_MXFP4] = gemm_mxfp4;
+}
+
+#else
+void kn_avx2_init_lowbit(kn_kernels *k) { (void)k; }
+#endif
