@@ -54,6 +54,8 @@ typedef struct gen_cfg {
     kn_dtype type;
     uint64_t seed;
     int64_t experts, experts_used, expert_ffn; /* mixture of experts (0: dense); expert_ffn 0: --ffn */
+    bool expert_typed;    /* the expert matrices are of expert_type, not of --type (the gpt-oss presets: */
+    kn_dtype expert_type; /* MXFP4, as gpt-oss files hold them; --expert-type) */
 } gen_cfg;
 
 /* The architectures kiln-gen writes, and what their files hold beyond the llama layout. */
@@ -105,7 +107,8 @@ typedef struct preset {
     gen_cfg cfg;
 } preset;
 
-#define L3ROPE .llama3_rope = 1, .rope_factor = 32, .rope_low = 1, .rope_high = 4, .rope_orig_ctx = 8192
+#define MXFP4_EXPERTS .expert_typed = true, .expert_type = KN_MXFP4
+#define L3ROPE        .llama3_rope = 1, .rope_factor = 32, .rope_low = 1, .rope_high = 4, .rope_orig_ctx = 8192
 
 /* One preset per entry (the formatter would put one field per line). */
 /* clang-format off */
@@ -158,15 +161,15 @@ static const preset presets[] = {
     {"tiny-qwen3moe", "test model: qwen3moe, dim 256, 2 layers, GQA 4/2, 16 experts of 256, 4 per token",
      {.arch = "qwen3moe", .vocab = 512, .dim = 256, .layers = 2, .heads = 4, .kv_heads = 2, .head_dim = 64,
       .ffn = 512, .experts = 16, .experts_used = 4, .expert_ffn = 256, .ctx = 512, .tied = 1, .rope_base = 1e6}},
-    {"gpt-oss-20b", "gpt-oss-20b shape (24 layers, GQA 64/8, head_dim 64, 32 experts of 2880, 4 per token, YaRN)",
+    {"gpt-oss-20b", "gpt-oss-20b shape (24 layers, GQA 64/8, head_dim 64, 32 experts of 2880, 4 per token, YaRN, MXFP4 experts)",
      {.arch = "gpt-oss", .vocab = 201088, .dim = 2880, .layers = 24, .heads = 64, .kv_heads = 8, .head_dim = 64,
       .ffn = 2880, .experts = 32, .experts_used = 4, .expert_ffn = 2880, .ctx = 131072, .tied = 0,
-      .rope_base = 150000, .swa = 128, .rope_scaling = "yarn", .rope_factor = 32,
+      .rope_base = 150000, .swa = 128, .rope_scaling = "yarn", .rope_factor = 32, MXFP4_EXPERTS,
       .rope_orig_ctx = 4096}},
-    {"tiny-gptoss", "test model: gpt-oss, dim 256, 2 layers (window 8, full), GQA 8/2, 8 experts of 256, 4 per token",
+    {"tiny-gptoss", "test model: gpt-oss, dim 256, 2 layers (window 8, full), GQA 8/2, 8 MXFP4 experts of 256, 4 per token",
      {.arch = "gpt-oss", .vocab = 512, .dim = 256, .layers = 2, .heads = 8, .kv_heads = 2, .head_dim = 32,
       .ffn = 256, .experts = 8, .experts_used = 4, .expert_ffn = 256, .ctx = 512, .tied = 0, .rope_base = 150000,
-      .swa = 8, .rope_scaling = "yarn", .rope_factor = 4, .rope_orig_ctx = 64}},
+      .swa = 8, .rope_scaling = "yarn", .rope_factor = 4, .rope_orig_ctx = 64, MXFP4_EXPERTS}},
     {"tiny-mixtral", "test model: llama with 8 experts of 256, 2 per token (Mixtral), dim 256, 2 layers, GQA 8/2",
      {.arch = "llama", .vocab = 512, .dim = 256, .layers = 2, .heads = 8, .kv_heads = 2, .ffn = 256,
       .experts = 8, .experts_used = 2, .ctx = 512, .tied = 0, .rope_base = 1e6}},
@@ -220,6 +223,8 @@ static void usage(FILE *f) {
                "  --experts N       a mixture of N experts in every layer (llama: Mixtral; qwen3moe needs it)\n"
                "  --experts-used K  experts per token (top-k routing)\n"
                "  --expert-ffn F    hidden width of one expert (default: --ffn)\n"
+               "  --expert-type T   weight type of the expert matrices (default: --type; the gpt-oss presets:\n"
+               "                    MXFP4, as gpt-oss files hold them)\n"
                "  --fast            quantize only 64 rows per matrix and repeat them (rows chosen per row's RNG\n"
                "                    stream): real-shaped files for speed measurements in minutes\n"
                "  --list-presets    print the presets and exit\n"
@@ -268,12 +273,12 @@ static double parse_double(const char *opt, const char *v) {
     return x;
 }
 
-static kn_dtype parse_type(const char *v) {
+static kn_dtype parse_type(const char *opt, const char *v) {
     for (size_t i = 0; i < KN_ARRAY_LEN(weight_types); i++)
         if (strcasecmp(v, kn_dtype_name((int32_t)weight_types[i])) == 0) return weight_types[i];
-    die("--type: unknown weight type '%s' (F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL "
+    die("%s: unknown weight type '%s' (F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL "
         "IQ4_XS MXFP4)",
-        v);
+        opt, v);
 }
 
 /* llama.cpp's general.file_type (LLAMA_FTYPE_*) for a model whose matrices are all of type t. */
@@ -427,8 +432,10 @@ typedef struct gen_state {
     uint64_t total_bytes;
 } gen_state;
 
-/* A tensor of ne0 x ne1 (ne1 0: a vector) x ne2 (0: none; the experts of a MoE tensor). */
-static gen_tensor *add3(gen_state *g, const char *name, int64_t ne0, int64_t ne1, int64_t ne2, bool matrix) {
+/* A tensor of ne0 x ne1 (ne1 0: a vector) x ne2 (0: none; the experts of a MoE tensor); a matrix is
+ * of mtype (or the fallback type when its rows are not whole blocks of mtype), else F32. */
+static gen_tensor *add3_typed(gen_state *g, const char *name, int64_t ne0, int64_t ne1, int64_t ne2, bool matrix,
+                              kn_dtype mtype) {
     if (g->n == g->cap) die("internal: too many tensors");
     gen_tensor *t = &g->t[g->n++];
     memset(t, 0, sizeof *t);
@@ -440,7 +447,7 @@ static gen_tensor *add3(gen_state *g, const char *name, int64_t ne0, int64_t ne1
     t->key = fnv1a(name) ^ (g->cfg.seed * 0x9E3779B97F4A7C15ull);
     kn_dtype type = KN_F32;
     if (matrix) {
-        type = g->cfg.type;
+        type = mtype;
         const kn_type_traits *tr = kn_type_traits_get((int32_t)type);
         if (!tr) die("weight type %s is not supported by this build", kn_dtype_name((int32_t)type));
         if (ne0 % tr->block_size != 0) {
@@ -463,6 +470,10 @@ static gen_tensor *add3(gen_state *g, const char *name, int64_t ne0, int64_t ne1
         die("type %s has no reference quantizer in this build", kn_dtype_name((int32_t)type));
     t->row_bytes = kn_row_bytes(type, ne0);
     return t;
+}
+
+static gen_tensor *add3(gen_state *g, const char *name, int64_t ne0, int64_t ne1, int64_t ne2, bool matrix) {
+    return add3_typed(g, name, ne0, ne1, ne2, matrix, g->cfg.type);
 }
 
 static gen_tensor *add(gen_state *g, const char *name, int64_t ne0, int64_t ne1, bool matrix) {
@@ -570,9 +581,10 @@ static void build_tensors(gen_state *g) {
              * quantization rarely changes which experts a token goes to */
             gen_tensor *r = add(g, NM("ffn_gate_inp.weight"), c->dim, c->experts, false);
             r->std = 8.0f / sqrtf((float)c->dim);
-            add3(g, NM("ffn_gate_exps.weight"), c->dim, c->expert_ffn, c->experts, true);
-            add3(g, NM("ffn_up_exps.weight"), c->dim, c->expert_ffn, c->experts, true);
-            add3(g, NM("ffn_down_exps.weight"), c->expert_ffn, c->dim, c->experts, true);
+            const kn_dtype et = c->expert_typed ? c->expert_type : c->type;
+            add3_typed(g, NM("ffn_gate_exps.weight"), c->dim, c->expert_ffn, c->experts, true, et);
+            add3_typed(g, NM("ffn_up_exps.weight"), c->dim, c->expert_ffn, c->experts, true, et);
+            add3_typed(g, NM("ffn_down_exps.weight"), c->expert_ffn, c->dim, c->experts, true, et);
             if (gptoss) {
                 add_bias(g, NM("ffn_gate_inp.bias"), c->experts);
                 add(g, NM("ffn_gate_exps.bias"), c->expert_ffn, c->experts, false)->std = 0.1f;
@@ -1231,7 +1243,8 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--attn-softcap") == 0) c.attn_softcap = parse_double(a, VAL());
         else if (strcmp(a, "--final-softcap") == 0) c.final_softcap = parse_double(a, VAL());
         else if (strcmp(a, "--scale") == 0) c.scale = parse_double(a, VAL());
-        else if (strcmp(a, "--type") == 0) c.type = parse_type(VAL());
+        else if (strcmp(a, "--type") == 0) c.type = parse_type(a, VAL());
+        else if (strcmp(a, "--expert-type") == 0) c.expert_type = parse_type(a, VAL()), c.expert_typed = true;
         else if (strcmp(a, "--seed") == 0) c.seed = (uint64_t)parse_int(a, VAL(), 0, INT64_MAX);
         else if (strcmp(a, "--chat-template") == 0) tmpl_path = VAL();
         else if (strcmp(a, "--pre") == 0) pre = VAL();

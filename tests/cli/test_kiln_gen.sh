@@ -79,3 +79,11 @@ expect_exit kiln_gen_moe_mixtral_flags 0 "$GEN" --arch llama --vocab 512 --dim 6
 expect_exit kiln_gen_moe_mixtral_runs 0 "$KILN" run -m "$TMP/mx.gguf" -p "hello" -n 4 --seed 1
 expect_exit kiln_gen_moe_gptoss_fast 0 "$GEN" --preset tiny-gptoss --fast --type Q8_0 -o "$TMP/go.gguf"
 expect_exit kiln_gen_moe_gptoss_runs 0 "$KILN" run -m "$TMP/go.gguf" -p "hello" -n 4 --seed 1
+# the gpt-oss presets write the experts in MXFP4 (4.25 bits a weight) unless --expert-type says otherwise
+expect_exit kiln_gen_moe_expert_type_unknown 1 "$GEN" --preset tiny-gptoss --expert-type Q9 -o "$TMP/x.gguf"
+"$GEN" --preset tiny-gptoss --seed 3 -o "$TMP/g4.gguf" >/dev/null 2>&1
+"$GEN" --preset tiny-gptoss --seed 3 --expert-type Q8_0 -o "$TMP/g8.gguf" >/dev/null 2>&1
+s4=$(wc -c <"$TMP/g4.gguf" 2>/dev/null || echo 0); s8=$(wc -c <"$TMP/g8.gguf" 2>/dev/null || echo 0)
+# 2 layers x 3 matrices x 8 experts x 256 x 256 weights: MXFP4 saves 4.25 bits of Q8_0's 8.5 on each
+if [ "$s4" -gt 0 ] && [ $((s8 - s4)) -ge 1600000 ]; then pass kiln_gen_gptoss_mxfp4_experts
+else fail kiln_gen_gptoss_mxfp4_experts "sizes $s4 (default) and $s8 (Q8_0 experts)"; fi
