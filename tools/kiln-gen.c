@@ -1,10 +1,9 @@
 /*
  * kiln-gen.c - the synthetic model generator: writes GGUF models of a supported architecture (llama,
- * qwen2, qwen3, gemma2, gemma3, phi3, smollm3) and any shape, with deterministic random weights in any supported weight
- * type, plus a small byte-level BPE tokenizer, or the tokenizer of a real model read from its Hugging Face
- * tokenizer.json
- * (--tokenizer-json; alone it makes a vocabulary-only GGUF, as kiln's grammar benchmarks use for the Qwen3 and Llama 3
- * vocabularies).
+ * qwen2, qwen3, gemma2, gemma3, phi3, smollm3, and the mixtures of experts qwen3moe, gpt-oss and llama with
+ * --experts) and any shape, with deterministic random weights in any supported weight type, plus a small byte-level
+ * BPE tokenizer, or the tokenizer of a real model read from its Hugging Face tokenizer.json (--tokenizer-json; alone
+ * it makes a vocabulary-only GGUF, as kiln's grammar benchmarks use for the Qwen3 and Llama 3 vocabularies).
  *
  * Speed work needs models shaped like real ones (Llama-3.2-1B, Qwen2.5-0.5B, ...) but does not depend
  * on weight values, and tests need tiny models of every architecture and weight type. This tool makes
@@ -54,6 +53,9 @@ typedef struct gen_cfg {
     double scale;                       /* multiplies every random matrix (0: 1) */
     kn_dtype type;
     uint64_t seed;
+    int64_t experts, experts_used, expert_ffn; /* mixture of experts (0: dense); expert_ffn 0: --ffn */
+    bool expert_typed;    /* the expert matrices are of expert_type, not of --type (the gpt-oss presets: */
+    kn_dtype expert_type; /* MXFP4, as gpt-oss files hold them; --expert-type) */
 } gen_cfg;
 
 /* The architectures kiln-gen writes, and what their files hold beyond the llama layout. */
@@ -65,6 +67,9 @@ typedef struct arch_info {
     bool head_dim_keys;     /* always write attention.key_length / value_length */
     const char *pre;        /* the default tokenizer.ggml.pre */
     double norm_eps;        /* the default RMSNorm epsilon */
+    bool moe;               /* every layer a mixture of experts: --experts is needed (qwen3moe, gpt-oss) */
+    bool oss;               /* gpt-oss: attn_output.bias, attn_sinks, attn_post_norm before the FFN, expert
+                               biases, a sliding window (default 128) on the even layers */
 } arch_info;
 
 static const arch_info archs[] = {
@@ -80,6 +85,14 @@ static const arch_info archs[] = {
      .norm_eps = 1e-6},
     {.name = "phi3", .fused = true, .pre = "llama-bpe", .norm_eps = 1e-5},
     {.name = "smollm3", .pre = "llama-bpe", .norm_eps = 1e-6},
+    {.name = "qwen3moe", .qk_norm = true, .head_dim_keys = true, .pre = "qwen2", .norm_eps = 1e-6, .moe = true},
+    {.name = "gpt-oss",
+     .qkv_bias = true,
+     .head_dim_keys = true,
+     .pre = "qwen2",
+     .norm_eps = 1e-6,
+     .moe = true,
+     .oss = true},
 };
 
 static const arch_info *find_arch(const char *name) {
@@ -94,7 +107,8 @@ typedef struct preset {
     gen_cfg cfg;
 } preset;
 
-#define L3ROPE .llama3_rope = 1, .rope_factor = 32, .rope_low = 1, .rope_high = 4, .rope_orig_ctx = 8192
+#define MXFP4_EXPERTS .expert_typed = true, .expert_type = KN_MXFP4
+#define L3ROPE        .llama3_rope = 1, .rope_factor = 32, .rope_low = 1, .rope_high = 4, .rope_orig_ctx = 8192
 
 /* One preset per entry (the formatter would put one field per line). */
 /* clang-format off */
@@ -140,6 +154,25 @@ static const preset presets[] = {
     {"tiny-phi3", "test model: phi3, dim 256, 2 layers, GQA 8/2, fused tensors, LongRoPE from 64, untied",
      {.arch = "phi3", .vocab = 512, .dim = 256, .layers = 2, .heads = 8, .kv_heads = 2, .ffn = 512,
       .ctx = 512, .tied = 0, .rope_base = 10000, .rope_scaling = "longrope", .rope_orig_ctx = 64}},
+    {"qwen3-30b-a3b", "Qwen3-30B-A3B shape (48 layers, GQA 32/4, 128 experts of 768, 8 per token, untied)",
+     {.arch = "qwen3moe", .vocab = 151936, .dim = 2048, .layers = 48, .heads = 32, .kv_heads = 4, .head_dim = 128,
+      .ffn = 6144, .experts = 128, .experts_used = 8, .expert_ffn = 768, .ctx = 40960, .tied = 0,
+      .rope_base = 1e6}},
+    {"tiny-qwen3moe", "test model: qwen3moe, dim 256, 2 layers, GQA 4/2, 16 experts of 256, 4 per token",
+     {.arch = "qwen3moe", .vocab = 512, .dim = 256, .layers = 2, .heads = 4, .kv_heads = 2, .head_dim = 64,
+      .ffn = 512, .experts = 16, .experts_used = 4, .expert_ffn = 256, .ctx = 512, .tied = 1, .rope_base = 1e6}},
+    {"gpt-oss-20b", "gpt-oss-20b shape (24 layers, GQA 64/8, head_dim 64, 32 experts of 2880, 4 per token, YaRN, MXFP4 experts)",
+     {.arch = "gpt-oss", .vocab = 201088, .dim = 2880, .layers = 24, .heads = 64, .kv_heads = 8, .head_dim = 64,
+      .ffn = 2880, .experts = 32, .experts_used = 4, .expert_ffn = 2880, .ctx = 131072, .tied = 0,
+      .rope_base = 150000, .swa = 128, .rope_scaling = "yarn", .rope_factor = 32, MXFP4_EXPERTS,
+      .rope_orig_ctx = 4096}},
+    {"tiny-gptoss", "test model: gpt-oss, dim 256, 2 layers (window 8, full), GQA 8/2, 8 MXFP4 experts of 256, 4 per token",
+     {.arch = "gpt-oss", .vocab = 512, .dim = 256, .layers = 2, .heads = 8, .kv_heads = 2, .head_dim = 32,
+      .ffn = 256, .experts = 8, .experts_used = 4, .expert_ffn = 256, .ctx = 512, .tied = 0, .rope_base = 150000,
+      .swa = 8, .rope_scaling = "yarn", .rope_factor = 4, .rope_orig_ctx = 64, MXFP4_EXPERTS}},
+    {"tiny-mixtral", "test model: llama with 8 experts of 256, 2 per token (Mixtral), dim 256, 2 layers, GQA 8/2",
+     {.arch = "llama", .vocab = 512, .dim = 256, .layers = 2, .heads = 8, .kv_heads = 2, .ffn = 256,
+      .experts = 8, .experts_used = 2, .ctx = 512, .tied = 0, .rope_base = 1e6}},
 };
 /* clang-format on */
 
@@ -153,8 +186,8 @@ static void usage(FILE *f) {
                "       kiln-gen --tokenizer-json tokenizer.json [--pre NAME] [--vocab V] -o vocab.gguf\n"
                "Writes a GGUF model with deterministic random weights and a byte-level BPE tokenizer.\n"
                "Options given after or without --preset override the preset's values.\n"
-               "  --arch A          llama, qwen2, qwen3, gemma2, gemma3, phi3 or smollm3 (llama.cpp's GGUF layout\n"
-               "                    of each)\n"
+               "  --arch A          llama, qwen2, qwen3, gemma2, gemma3, phi3, smollm3, qwen3moe or gpt-oss\n"
+               "                    (llama.cpp's GGUF layout of each)\n"
                "  --scale S         multiply every random matrix (embeddings included) by S, for peaked logits\n"
                "  --type T          weight type of 2-D matrices (default Q8_0): F32 F16 BF16 Q4_0 Q4_1 Q5_0\n"
                "                    Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS MXFP4; a matrix whose row\n"
@@ -173,7 +206,8 @@ static void usage(FILE *f) {
                "  --rope-scaling T  linear or yarn (rope.scaling.type, with --rope-factor and, for yarn,\n"
                "                    --rope-orig-ctx), longrope (phi3: long and short factors from --rope-orig-ctx\n"
                "                    to --ctx), or none\n"
-               "  --sliding-window N   attention.sliding_window (gemma2, gemma3)\n"
+               "  --sliding-window N   attention.sliding_window (gemma2, gemma3; gpt-oss: the window of the even\n"
+               "                    layers, default 128)\n"
                "  --attn-softcap C --final-softcap C   gemma2 soft-capping (default 50 and 30)\n"
                "  --name S          general.name (default: the preset or arch)\n"
                "  --chat-template FILE   store FILE's text as tokenizer.chat_template\n"
@@ -186,6 +220,13 @@ static void usage(FILE *f) {
                "                    --arch the output is vocabulary-only\n"
                "  --vocab-only      write the tokenizer alone (no tensors), like llama.cpp's ggml-vocab files\n"
                "  --threads N       quantization threads (default: all cores)\n"
+               "  --experts N       a mixture of N experts in every layer (llama: Mixtral; qwen3moe needs it)\n"
+               "  --experts-used K  experts per token (top-k routing)\n"
+               "  --expert-ffn F    hidden width of one expert (default: --ffn)\n"
+               "  --expert-type T   weight type of the expert matrices (default: --type; the gpt-oss presets:\n"
+               "                    MXFP4, as gpt-oss files hold them)\n"
+               "  --fast            quantize only 64 rows per matrix and repeat them (rows chosen per row's RNG\n"
+               "                    stream): real-shaped files for speed measurements in minutes\n"
                "  --list-presets    print the presets and exit\n"
                "Presets:");
     for (size_t i = 0; i < KN_ARRAY_LEN(presets); i++) fprintf(f, " %s", presets[i].name);
@@ -232,12 +273,12 @@ static double parse_double(const char *opt, const char *v) {
     return x;
 }
 
-static kn_dtype parse_type(const char *v) {
+static kn_dtype parse_type(const char *opt, const char *v) {
     for (size_t i = 0; i < KN_ARRAY_LEN(weight_types); i++)
         if (strcasecmp(v, kn_dtype_name((int32_t)weight_types[i])) == 0) return weight_types[i];
-    die("--type: unknown weight type '%s' (F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL "
+    die("%s: unknown weight type '%s' (F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL "
         "IQ4_XS MXFP4)",
-        v);
+        opt, v);
 }
 
 /* llama.cpp's general.file_type (LLAMA_FTYPE_*) for a model whose matrices are all of type t. */
@@ -322,13 +363,17 @@ static void gaussian_row(uint64_t key, int64_t row, float mean, float std, float
 
 /* ---- tensors ----------------------------------------------------------------------------------- */
 
+/* Rows per matrix that --fast quantizes; every other row repeats one of them. */
+#define FAST_POOL 64
+
 typedef struct gen_tensor {
     char name[96];
     uint32_t n_dims;
-    int64_t ne[2];
+    int64_t ne[3];
     kn_dtype type;
     float mean, std;     /* gaussian parameters */
     const float *values; /* fixed values instead (rope_freqs), [ne[0]] */
+    uint8_t *pool;       /* --fast: FAST_POOL rows already in the tensor's type; row r is a copy of one */
     uint64_t key;        /* RNG stream key */
     const kn_type_traits *tr;
     uint64_t row_bytes;
@@ -340,6 +385,14 @@ typedef struct gen_tensor {
 static kiln_status fill_tensor(void *user, int64_t row0, int64_t n, void *dst) {
     const gen_tensor *t = user;
     const int64_t ne0 = t->ne[0];
+    if (t->pool) { /* --fast: each row a copy of a pool row chosen by the row's own stream */
+        for (int64_t r = 0; r < n; r++) {
+            uint64_t st = t->key ^ ((uint64_t)(row0 + r) * 0xD1B54A32D192ED03ull);
+            const uint64_t k = splitmix64(&st) % FAST_POOL;
+            memcpy((uint8_t *)dst + (uint64_t)r * t->row_bytes, t->pool + k * t->row_bytes, t->row_bytes);
+        }
+        return KILN_OK;
+    }
     int failed = 0;
     /* threads only pay off for big chunks (and spin-waiting costs on a busy machine) */
     const bool par = (uint64_t)n * (uint64_t)ne0 >= ((uint64_t)1 << 20);
@@ -379,18 +432,22 @@ typedef struct gen_state {
     uint64_t total_bytes;
 } gen_state;
 
-static gen_tensor *add(gen_state *g, const char *name, int64_t ne0, int64_t ne1, bool matrix) {
+/* A tensor of ne0 x ne1 (ne1 0: a vector) x ne2 (0: none; the experts of a MoE tensor); a matrix is
+ * of mtype (or the fallback type when its rows are not whole blocks of mtype), else F32. */
+static gen_tensor *add3_typed(gen_state *g, const char *name, int64_t ne0, int64_t ne1, int64_t ne2, bool matrix,
+                              kn_dtype mtype) {
     if (g->n == g->cap) die("internal: too many tensors");
     gen_tensor *t = &g->t[g->n++];
     memset(t, 0, sizeof *t);
     snprintf(t->name, sizeof t->name, "%s", name);
-    t->n_dims = ne1 > 0 ? 2 : 1;
+    t->n_dims = ne2 > 0 ? 3 : ne1 > 0 ? 2 : 1;
     t->ne[0] = ne0;
     t->ne[1] = ne1 > 0 ? ne1 : 1;
+    t->ne[2] = ne2 > 0 ? ne2 : 1;
     t->key = fnv1a(name) ^ (g->cfg.seed * 0x9E3779B97F4A7C15ull);
     kn_dtype type = KN_F32;
     if (matrix) {
-        type = g->cfg.type;
+        type = mtype;
         const kn_type_traits *tr = kn_type_traits_get((int32_t)type);
         if (!tr) die("weight type %s is not supported by this build", kn_dtype_name((int32_t)type));
         if (ne0 % tr->block_size != 0) {
@@ -415,16 +472,25 @@ static gen_tensor *add(gen_state *g, const char *name, int64_t ne0, int64_t ne1,
     return t;
 }
 
+static gen_tensor *add3(gen_state *g, const char *name, int64_t ne0, int64_t ne1, int64_t ne2, bool matrix) {
+    return add3_typed(g, name, ne0, ne1, ne2, matrix, g->cfg.type);
+}
+
+static gen_tensor *add(gen_state *g, const char *name, int64_t ne0, int64_t ne1, bool matrix) {
+    return add3(g, name, ne0, ne1, 0, matrix);
+}
+
 static void add_norm(gen_state *g, const char *name, int64_t n) {
     gen_tensor *t = add(g, name, n, 0, false);
     t->mean = 1.0f;
     t->std = 0.1f;
 }
 
-static void add_bias(gen_state *g, const char *name, int64_t n) {
+static gen_tensor *add_bias(gen_state *g, const char *name, int64_t n) {
     gen_tensor *t = add(g, name, n, 0, false);
     t->mean = 0.0f;
     t->std = 0.1f;
+    return t;
 }
 
 /* llama.cpp's converter (LlamaModel, rope_type "llama3"): per rotary frequency pair i the divisor
@@ -468,7 +534,8 @@ static void build_tensors(gen_state *g) {
     const gen_cfg *c = &g->cfg;
     const arch_info *ai = find_arch(c->arch);
     const int64_t hd = c->head_dim, qd = c->heads * hd, kvd = c->kv_heads * hd;
-    g->cap = (int)(c->layers * 16 + 8);
+    const bool gptoss = ai->oss;
+    g->cap = (int)(c->layers * 24 + 8);
     g->t = xcalloc((size_t)g->cap, sizeof *g->t);
     char nm[96];
     add(g, "token_embd.weight", c->dim, c->vocab, true);
@@ -502,8 +569,30 @@ static void build_tensors(gen_state *g) {
             add_norm(g, NM("attn_k_norm.weight"), hd);
         }
         add(g, NM("attn_output.weight"), qd, c->dim, true);
+        if (gptoss) {
+            add_bias(g, NM("attn_output.bias"), c->dim);
+            add_bias(g, NM("attn_sinks.weight"), c->heads)->std = 1.0f;
+        }
         if (ai->post_norms) add_norm(g, NM("post_attention_norm.weight"), c->dim);
-        add_norm(g, NM("ffn_norm.weight"), c->dim);
+        add_norm(g, gptoss ? NM("attn_post_norm.weight") : NM("ffn_norm.weight"), c->dim);
+        if (c->experts) {
+            /* the router stays F32, as llama.cpp's quantizer leaves it; its logits are spread wider than
+             * a plain matrix's (std 8 rather than 1 for unit inputs), as trained routers' are, so that
+             * quantization rarely changes which experts a token goes to */
+            gen_tensor *r = add(g, NM("ffn_gate_inp.weight"), c->dim, c->experts, false);
+            r->std = 8.0f / sqrtf((float)c->dim);
+            const kn_dtype et = c->expert_typed ? c->expert_type : c->type;
+            add3_typed(g, NM("ffn_gate_exps.weight"), c->dim, c->expert_ffn, c->experts, true, et);
+            add3_typed(g, NM("ffn_up_exps.weight"), c->dim, c->expert_ffn, c->experts, true, et);
+            add3_typed(g, NM("ffn_down_exps.weight"), c->expert_ffn, c->dim, c->experts, true, et);
+            if (gptoss) {
+                add_bias(g, NM("ffn_gate_inp.bias"), c->experts);
+                add(g, NM("ffn_gate_exps.bias"), c->expert_ffn, c->experts, false)->std = 0.1f;
+                add(g, NM("ffn_up_exps.bias"), c->expert_ffn, c->experts, false)->std = 0.1f;
+                add(g, NM("ffn_down_exps.bias"), c->dim, c->experts, false)->std = 0.1f;
+            }
+            continue;
+        }
         if (ai->fused) {
             add(g, NM("ffn_up.weight"), c->dim, 2 * c->ffn, true); /* gate rows, then up rows */
         } else {
@@ -1099,7 +1188,7 @@ int main(int argc, char **argv) {
     c.rope_orig_ctx = 8192;
     const char *out = NULL, *tmpl_path = NULL, *preset_name = NULL, *pre = NULL, *tok_json = NULL;
     int threads = 0;
-    bool vocab_only = false, vocab_given = false;
+    bool vocab_only = false, vocab_given = false, fast = false;
 
     /* the preset first, so that every other option overrides it wherever it appears */
     for (int i = 1; i < argc; i++) {
@@ -1154,13 +1243,18 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--attn-softcap") == 0) c.attn_softcap = parse_double(a, VAL());
         else if (strcmp(a, "--final-softcap") == 0) c.final_softcap = parse_double(a, VAL());
         else if (strcmp(a, "--scale") == 0) c.scale = parse_double(a, VAL());
-        else if (strcmp(a, "--type") == 0) c.type = parse_type(VAL());
+        else if (strcmp(a, "--type") == 0) c.type = parse_type(a, VAL());
+        else if (strcmp(a, "--expert-type") == 0) c.expert_type = parse_type(a, VAL()), c.expert_typed = true;
         else if (strcmp(a, "--seed") == 0) c.seed = (uint64_t)parse_int(a, VAL(), 0, INT64_MAX);
         else if (strcmp(a, "--chat-template") == 0) tmpl_path = VAL();
         else if (strcmp(a, "--pre") == 0) pre = VAL();
         else if (strcmp(a, "--tokenizer-json") == 0) tok_json = VAL();
         else if (strcmp(a, "--vocab-only") == 0) vocab_only = true;
         else if (strcmp(a, "--threads") == 0) threads = (int)parse_int(a, VAL(), 1, 1024);
+        else if (strcmp(a, "--experts") == 0) c.experts = parse_int(a, VAL(), 0, 1024);
+        else if (strcmp(a, "--experts-used") == 0) c.experts_used = parse_int(a, VAL(), 1, 1024);
+        else if (strcmp(a, "--expert-ffn") == 0) c.expert_ffn = parse_int(a, VAL(), 1, 1 << 22);
+        else if (strcmp(a, "--fast") == 0) fast = true;
         else {
             usage(stderr);
             die("unknown option '%s'", a);
@@ -1176,7 +1270,15 @@ int main(int argc, char **argv) {
     if (vocab_only) return write_vocab_only(&c, out, tok_json, pre, tmpl_path, vocab_given);
     if (!c.arch) die("no architecture: give --preset or --arch");
     const arch_info *ai = find_arch(c.arch);
-    if (!ai) die("--arch: '%s' is not llama, qwen2, qwen3, gemma2, gemma3, phi3 or smollm3", c.arch);
+    if (!ai) die("--arch: '%s' is not llama, qwen2, qwen3, gemma2, gemma3, phi3, smollm3, qwen3moe or gpt-oss", c.arch);
+    if (ai->moe && !c.experts) die("--arch %s needs --experts N --experts-used K", c.arch);
+    if (ai->oss && !c.swa) c.swa = 128;
+    if (c.experts && !ai->moe && strcmp(c.arch, "llama") != 0 && strcmp(c.arch, "qwen3") != 0)
+        die("--experts: %s has no experts", c.arch);
+    if (!c.experts) c.experts_used = 0;
+    if (c.experts && (!c.experts_used || c.experts_used > c.experts))
+        die("--experts-used must be given and at most --experts (%lld)", (long long)c.experts);
+    if (!c.expert_ffn) c.expert_ffn = c.ffn;
     if (c.rope_scaling && strcmp(c.rope_scaling, "none") == 0) c.rope_scaling = NULL;
     if (c.rope_scaling && strcmp(c.rope_scaling, "linear") != 0 && strcmp(c.rope_scaling, "yarn") != 0 &&
         strcmp(c.rope_scaling, "longrope") != 0)
@@ -1257,6 +1359,12 @@ int main(int argc, char **argv) {
     check(kn_gguf_writer_set_f32(w, K("attention.layer_norm_rms_epsilon"), (float)c.norm_eps));
     check(kn_gguf_writer_set_f32(w, K("rope.freq_base"), (float)c.rope_base));
     check(kn_gguf_writer_set_u32(w, K("rope.dimension_count"), (uint32_t)c.head_dim));
+    if (c.experts) {
+        check(kn_gguf_writer_set_u32(w, K("expert_count"), (uint32_t)c.experts));
+        check(kn_gguf_writer_set_u32(w, K("expert_used_count"), (uint32_t)c.experts_used));
+        if (strcmp(c.arch, "llama") != 0)
+            check(kn_gguf_writer_set_u32(w, K("expert_feed_forward_length"), (uint32_t)c.expert_ffn));
+    }
     if (c.head_dim * c.heads != c.dim || ai->head_dim_keys) {
         check(kn_gguf_writer_set_u32(w, K("attention.key_length"), (uint32_t)c.head_dim));
         check(kn_gguf_writer_set_u32(w, K("attention.value_length"), (uint32_t)c.head_dim));
@@ -1287,8 +1395,14 @@ int main(int argc, char **argv) {
     uint64_t n_params = 0;
     for (int i = 0; i < g.n; i++) {
         gen_tensor *t = &g.t[i];
-        n_params += (uint64_t)(t->ne[0] * t->ne[1]);
-        g.total_bytes += t->row_bytes * (uint64_t)t->ne[1];
+        n_params += (uint64_t)(t->ne[0] * t->ne[1] * t->ne[2]);
+        g.total_bytes += t->row_bytes * (uint64_t)(t->ne[1] * t->ne[2]);
+        if (fast && t->type != KN_F32 && t->ne[1] * t->ne[2] > FAST_POOL) {
+            uint8_t *pool = malloc(FAST_POOL * t->row_bytes);
+            if (!pool) die("out of memory");
+            check(fill_tensor(t, 0, FAST_POOL, pool));
+            t->pool = pool;
+        }
         check(kn_gguf_writer_add_tensor_fn(w, t->name, t->n_dims, t->ne, t->type, fill_tensor, t));
     }
     for (int k = 0; k < g.n_notes; k++)
@@ -1311,6 +1425,7 @@ int main(int argc, char **argv) {
     free(g.rope_freqs);
     free(g.rope_long);
     free(g.rope_short);
+    for (int i = 0; i < g.n; i++) free(g.t[i].pool);
     free(g.t);
     return 0;
 }

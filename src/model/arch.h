@@ -5,7 +5,7 @@
  * and where they go in kn_layer) and the block function the forward pass runs per layer.
  *
  * Each family lives in one file under src/model/ (llama.c: llama, qwen2, qwen3, smollm3; gemma.c: gemma2,
- * gemma3; phi3.c: phi3) that defines its
+ * gemma3; phi3.c: phi3; qwen3moe.c: qwen3moe; gptoss.c: gpt-oss) that defines its
  * rows; arch.c lists them. Adding a family is one new file plus one line in that list. The shared
  * pieces of a decoder block (grouped-query attention with RoPE and sliding windows, norms, the FFN
  * of a layer, dense or otherwise) live in model/block.h, so a family composes them rather than
@@ -55,5 +55,11 @@ void kn_arch_names(char *buf, size_t cap);
 extern const kn_arch_def kn_arch_llama, kn_arch_qwen2, kn_arch_qwen3, kn_arch_smollm3; /* llama.c */
 extern const kn_arch_def kn_arch_gemma2, kn_arch_gemma3;                               /* gemma.c */
 extern const kn_arch_def kn_arch_phi3;                                                 /* phi3.c */
+extern const kn_arch_def kn_arch_qwen3moe;                                             /* qwen3moe.c */
+extern const kn_arch_def kn_arch_gptoss;                                               /* gptoss.c */
+
+/* The Llama family's tensor hook (llama.c): attention with the row's optional biases and q/k norms,
+ * then a dense FFN, or a mixture of experts when m->hp.n_expert > 0 (also qwen3moe's). */
+kiln_status kn_llama_tensors(struct kn_loader *L, int l);
 
 #endif

@@ -11,6 +11,7 @@
  */
 #include "model/block.h"
 
+#include "model/moe.h"
 #include "tensor/ops.h"
 
 #include <math.h>
@@ -47,6 +48,33 @@ static void attend_heads(const kn_kernels *ks, const kn_kv *kv, int l, const kn_
     const kn_attend_fn attend = kv->type == KN_F16 ? ks->attend_f16 : ks->attend_f32;
     attend(kn_kv_k_at(kv, l, p0, kv_off), kn_kv_v_at(kv, l, p0, kv_off), (size_t)kv->kv_dim * kv->elt, pos + 1 - p0, q,
            nq, hd, a->scale, out);
+}
+
+/* Attention sinks: out[nq][hd] (the softmax over the row's positions [p0, pos]) becomes the softmax
+ * with exp(sink[h]) added to head h's denominator: out * 1 / (1 + exp(sink - lse)), lse the log of
+ * the sum of exp(score) over the positions, recomputed here from K in a fixed order. */
+static void apply_sinks(const kn_kv *kv, int l, const kn_layer_attn *a, int32_t pos, int kv_off, int nq, int hd,
+                        const float *q, const float *sinks, float *out) {
+    const int32_t p0 = window_start(a->window, pos);
+    for (int h = 0; h < nq; h++) {
+        const float *qh = q + (int64_t)h * hd;
+        float max = -INFINITY, sum = 0;
+        for (int pass = 0; pass < 2; pass++) {
+            for (int32_t p = p0; p <= pos; p++) {
+                const void *k = kn_kv_k_at(kv, l, p, kv_off);
+                float dot = 0;
+                if (kv->type == KN_F16)
+                    for (int i = 0; i < hd; i++) dot += kn_fp16_to_fp32(((const uint16_t *)k)[i]) * qh[i];
+                else
+                    for (int i = 0; i < hd; i++) dot += ((const float *)k)[i] * qh[i];
+                const float sc = a->scale * dot;
+                if (pass == 0) max = fmaxf(max, sc);
+                else sum += expf(sc - max);
+            }
+        }
+        const float lse = max + logf(sum), f = 1.0f / (1.0f + expf(sinks[h] - lse));
+        for (int i = 0; i < hd; i++) out[(int64_t)h * hd + i] *= f;
+    }
 }
 
 /* The per-token and per-(token, head chunk) steps of one block, as pool tasks. */
@@ -111,6 +139,9 @@ static void attend_units(const block_ctx *c, int64_t i0, int64_t i1) {
         const int nq = KN_MIN(chunk, (g + 1) * gqa - h0);
         attend_heads(c->m->kernels, c->rows[s->tok_row[t]].kv, c->l, a, s->tok_pos[t], g * hd, nq, hd,
                      s->q + t * qd + (int64_t)h0 * hd, s->att + t * qd + (int64_t)h0 * hd);
+        if (a->sinks)
+            apply_sinks(c->rows[s->tok_row[t]].kv, c->l, a, s->tok_pos[t], g * hd, nq, hd,
+                        s->q + t * qd + (int64_t)h0 * hd, a->sinks + h0, s->att + t * qd + (int64_t)h0 * hd);
     }
 }
 
@@ -170,6 +201,7 @@ void kn_block_ffn(const kiln_model *m, kn_scratch *s, int l, int64_t N) {
             kn_matmul(&ly->w_down, s->hb, s->xb2, N, s->qbuf, s->pool, m->kernels);
             break;
         }
+        case KN_FFN_MOE: kn_moe_ffn(m, s, l, N); break;
     }
 }
 
@@ -182,6 +214,7 @@ void kn_block_decoder(const kiln_model *m, kn_scratch *s, kn_batch_row *rows, in
     kn_block_qkv(m, s, l, N);
     kn_block_attend(m, s, rows, l, N);
     kn_matmul(&ly->wo, s->att, s->xb2, N, s->qbuf, s->pool, m->kernels);
+    if (ly->bo) kn_add_bias(s->xb2, ly->bo, N, d);
     if (ly->post_attn_norm) kn_rmsnorm(s->xb2, s->xb2, ly->post_attn_norm, N, d, hp->norm_eps, s->pool);
     kn_add(s->x, s->xb2, N * d);
     /* FFN: x += ffn(norm(x)) */

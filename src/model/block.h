@@ -19,15 +19,17 @@ void kn_block_qkv(const kiln_model *m, kn_scratch *s, int l, int64_t N);
 
 /* Attention of layer l from s->q, s->k, s->v: per token, the per-head q/k norms (when the layer has
  * them) and RoPE, k and v appended to the token's row cache at its position; then every query head
- * attends over its row's cached positions (the layer's window of them) into att[N][q_dim]. */
+ * attends over its row's cached positions (the layer's window of them, with the layer's attention
+ * sinks when it has them) into att[N][q_dim]. */
 void kn_block_attend(const kiln_model *m, kn_scratch *s, kn_batch_row *rows, int l, int64_t N);
 
 /* xb2[N][n_embd] = the FFN of layer l applied to xb[N][n_embd] (hb, hb2 as scratch). */
 void kn_block_ffn(const kiln_model *m, kn_scratch *s, int l, int64_t N);
 
 /* The pre-norm decoder block (a kn_arch_def block function):
- *   x += post_attn_norm(wo . attention(attn_norm(x)));  x += post_ffn_norm(ffn(ffn_norm(x)))
- * where a post-norm the layer does not have is the identity. */
+ *   x += post_attn_norm(wo . attention(attn_norm(x)) (+ bo));  x += post_ffn_norm(ffn(ffn_norm(x)))
+ * where a post-norm the layer does not have is the identity (and bo the attn_output bias when the
+ * layer has one). */
 void kn_block_decoder(const kiln_model *m, kn_scratch *s, kn_batch_row *rows, int l, int64_t N);
 
 #endif

@@ -36,8 +36,23 @@ kiln_status kn_scratch_init(kn_scratch *s, const kiln_model *m, int32_t n_max, i
     s->k = kn_alloc_aligned(N * kvd * sizeof(float));
     s->v = kn_alloc_aligned(N * kvd * sizeof(float));
     s->att = kn_alloc_aligned(N * qd * sizeof(float));
-    s->hb = kn_alloc_aligned(N * hp->n_ff * sizeof(float));
-    s->hb2 = kn_alloc_aligned(N * hp->n_ff * sizeof(float));
+    const size_t ff = (size_t)KN_MAX(hp->n_ff, hp->n_ff_exp);
+    s->hb = kn_alloc_aligned(N * ff * sizeof(float));
+    s->hb2 = kn_alloc_aligned(N * ff * sizeof(float));
+    bool moe_ok = true;
+    if (hp->n_expert > 0) {
+        const size_t E = (size_t)hp->n_expert, k = (size_t)hp->n_expert_used;
+        s->moe_logits = kn_alloc_aligned(N * E * sizeof(float));
+        s->moe_ids = kn_alloc_aligned(N * k * sizeof(int32_t));
+        s->moe_w = kn_alloc_aligned(N * k * sizeof(float));
+        s->moe_tok = kn_alloc_aligned(N * k * sizeof(int32_t));
+        s->moe_start = kn_alloc_aligned((E + 1) * sizeof(int32_t));
+        s->moe_fill = kn_alloc_aligned(E * sizeof(int32_t));
+        s->moe_x = kn_alloc_aligned(N * hp->n_embd * sizeof(float));
+        s->moe_y = kn_alloc_aligned(N * hp->n_embd * sizeof(float));
+        moe_ok = s->moe_logits && s->moe_ids && s->moe_w && s->moe_tok && s->moe_start && s->moe_fill && s->moe_x &&
+                 s->moe_y;
+    }
     s->qbuf = kn_alloc_aligned(KN_MAX(max_qbuf(m, n_max), 64));
     s->tok_row = kn_alloc_aligned(N * sizeof(int32_t));
     s->tok_pos = kn_alloc_aligned(N * sizeof(int32_t));
@@ -49,7 +64,7 @@ kiln_status kn_scratch_init(kn_scratch *s, const kiln_model *m, int32_t n_max, i
         }
     }
     if (!s->x || !s->xb || !s->xb2 || !s->q || !s->k || !s->v || !s->att || !s->hb || !s->hb2 || !s->qbuf ||
-        !s->tok_row || !s->tok_pos) {
+        !s->tok_row || !s->tok_pos || !moe_ok) {
         kn_scratch_free(s);
         return kn_error(KILN_ERR_NOMEM, "cannot allocate activation buffers for %d tokens", n_max);
     }
@@ -57,7 +72,9 @@ kiln_status kn_scratch_init(kn_scratch *s, const kiln_model *m, int32_t n_max, i
 }
 
 void kn_scratch_free(kn_scratch *s) {
-    void *bufs[] = {s->x, s->xb, s->xb2, s->q, s->k, s->v, s->att, s->hb, s->hb2, s->qbuf, s->tok_row, s->tok_pos};
+    void *bufs[] = {s->x,     s->xb,      s->xb2,       s->q,        s->k,       s->v,          s->att,
+                    s->hb,    s->hb2,     s->qbuf,      s->tok_row,  s->tok_pos, s->moe_logits, s->moe_ids,
+                    s->moe_w, s->moe_tok, s->moe_start, s->moe_fill, s->moe_x,   s->moe_y};
     for (size_t i = 0; i < KN_ARRAY_LEN(bufs); i++) kn_free_aligned(bufs[i]);
     kn_pool_free(s->pool);
     memset(s, 0, sizeof *s);

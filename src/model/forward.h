@@ -29,19 +29,28 @@ typedef struct kn_scratch {
     int32_t n_max;
     int32_t n_ctx;
     int n_threads;
-    kn_pool *pool;    /* NULL when n_threads == 1 (every operation runs on the caller) */
-    float *x;         /* [n_max][n_embd]   residual stream */
-    float *xb;        /* [n_max][n_embd]   normed input of a sub-block */
-    float *xb2;       /* [n_max][n_embd]   sub-block output */
-    float *q;         /* [n_max][q_dim] */
-    float *k;         /* [n_max][kv_dim] */
-    float *v;         /* [n_max][kv_dim] */
-    float *att;       /* [n_max][q_dim]    attention output */
-    float *hb;        /* [n_max][n_ff]     gate, then gated product */
-    float *hb2;       /* [n_max][n_ff]     up */
-    void *qbuf;       /* activations converted to a weight's vec_dot format */
-    int32_t *tok_row; /* [n_max] row index of each stacked token */
-    int32_t *tok_pos; /* [n_max] position of each stacked token */
+    kn_pool *pool; /* NULL when n_threads == 1 (every operation runs on the caller) */
+    float *x;      /* [n_max][n_embd]   residual stream */
+    float *xb;     /* [n_max][n_embd]   normed input of a sub-block */
+    float *xb2;    /* [n_max][n_embd]   sub-block output */
+    float *q;      /* [n_max][q_dim] */
+    float *k;      /* [n_max][kv_dim] */
+    float *v;      /* [n_max][kv_dim] */
+    float *att;    /* [n_max][q_dim]    attention output */
+    float *hb;     /* [n_max][ff]       gate, then gated product (ff: the larger of n_ff, n_ff_exp) */
+    float *hb2;    /* [n_max][ff]       up */
+    /* mixture of experts (model/moe.h; NULL for a dense model): E = n_expert, k = n_expert_used */
+    float *moe_logits;  /* [n_max][E]      router logits */
+    int32_t *moe_ids;   /* [n_max][k]      each token's experts, ascending */
+    float *moe_w;       /* [n_max][k]      and their weights */
+    int32_t *moe_tok;   /* [n_max * k]     (token * k + slot) grouped by expert */
+    int32_t *moe_start; /* [E + 1]         each expert's first entry in moe_tok */
+    int32_t *moe_fill;  /* [E]             grouping cursor */
+    float *moe_x;       /* [n_max][n_embd] an expert's gathered input rows */
+    float *moe_y;       /* [n_max][n_embd] and its output rows */
+    void *qbuf;         /* activations converted to a weight's vec_dot format */
+    int32_t *tok_row;   /* [n_max] row index of each stacked token */
+    int32_t *tok_pos;   /* [n_max] position of each stacked token */
 } kn_scratch;
 
 kiln_status kn_scratch_init(kn_scratch *s, const kiln_model *m, int32_t n_max, int32_t n_ctx, int n_threads);

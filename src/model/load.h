@@ -32,6 +32,14 @@ kiln_status kn_load_matrix_parts(kn_loader *L, const char *name, int64_t cols, i
  * and not required: *out = NULL. */
 kiln_status kn_load_vector(kn_loader *L, const char *name, int64_t n, bool required, const float **out);
 
+/* A GGUF expert tensor of n_expert matrices [rows][cols] (stored with ne = {cols, rows, n_expert}) as
+ * one stacked matrix [n_expert * rows][cols] into *w (one copy; expert e is rows [e*rows, (e+1)*rows)). */
+kiln_status kn_load_experts(kn_loader *L, const char *name, int64_t cols, int64_t rows, int64_t n_expert, kn_weight *w);
+
+/* count vectors of n elements stored as one tensor with ne = {n, count} (per-expert biases),
+ * converted to F32 [count][n] in model memory; absent and not required: *out = NULL. */
+kiln_status kn_load_vectors(kn_loader *L, const char *name, int64_t n, int64_t count, bool required, const float **out);
+
 /* The rotation the file's hyperparameters give every layer (RoPE style, dims, base, linear, llama3,
  * YaRN or LongRoPE scaling); a family changes what differs per layer. Call it from the tensor hook
  * (the model-wide factors are loaded by then). */

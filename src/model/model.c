@@ -202,13 +202,17 @@ static kiln_status report(const loader *L, size_t done) {
 
 static const kn_gguf_tensor *find_tensor(const kn_gguf *g, const char *name) { return kn_gguf_find_tensor(g, name); }
 
-/* Checks the shape of t against {ne0, ne1} (ne1 = 1 for vectors). */
-static kiln_status check_shape(const kn_gguf_tensor *t, const char *name, int64_t ne0, int64_t ne1) {
-    if (t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != 1 || t->ne[3] != 1)
-        return kn_error(KILN_ERR_FORMAT, "tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]", name,
-                        (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3],
-                        (long long)ne0, (long long)ne1);
+/* Checks the shape of t against {ne0, ne1, ne2} (ne1 = 1 for vectors, ne2 = 1 but for expert tensors). */
+static kiln_status check_shape3(const kn_gguf_tensor *t, const char *name, int64_t ne0, int64_t ne1, int64_t ne2) {
+    if (t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != ne2 || t->ne[3] != 1)
+        return kn_error(KILN_ERR_FORMAT, "tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld, %lld]",
+                        name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3],
+                        (long long)ne0, (long long)ne1, (long long)ne2);
     return KILN_OK;
+}
+
+static kiln_status check_shape(const kn_gguf_tensor *t, const char *name, int64_t ne0, int64_t ne1) {
+    return check_shape3(t, name, ne0, ne1, 1);
 }
 
 /* A weight matrix [rows][cols] stored with ne = {cols, rows}. Pass 1 (copy == false) only checks
@@ -217,7 +221,9 @@ static kiln_status get_matrix(loader *L, const char *name, int64_t cols, int64_t
     const bool copy = L->fill;
     const kn_gguf_tensor *t = find_tensor(&L->m->gguf, name);
     if (!t) return kn_error(KILN_ERR_FORMAT, "missing tensor '%s'", name);
-    kiln_status st = check_shape(t, name, cols, rows);
+    /* an expert tensor {cols, rows / n, n} (kn_load_experts) is the same bytes as {cols, rows} */
+    const int64_t n3 = t->ne[2] >= 1 && rows % t->ne[2] == 0 ? t->ne[2] : 1;
+    kiln_status st = check_shape3(t, name, cols, rows / n3, n3);
     if (st) return st;
     if (!kn_dtype_is_weight(t->type))
         return kn_error(KILN_ERR_UNSUPPORTED, "tensor '%s' has type %s, which kiln cannot use as a weight", name,
@@ -319,6 +325,44 @@ kiln_status kn_load_vector(kn_loader *L, const char *name, int64_t n, bool requi
     return get_vector(L, name, n, required, out);
 }
 
+kiln_status kn_load_experts(kn_loader *L, const char *name, int64_t cols, int64_t rows, int64_t n_expert,
+                            kn_weight *w) {
+    const kn_gguf_tensor *t = find_tensor(&L->m->gguf, name);
+    if (!t) return kn_error(KILN_ERR_FORMAT, "missing tensor '%s'", name);
+    kiln_status st = check_shape3(t, name, cols, rows, n_expert);
+    if (st) return st;
+    /* panels never straddle two experts when each expert's rows are whole panels */
+    return get_matrix(L, name, cols, rows * n_expert, w, rows % KN_P16_ROWS == 0);
+}
+
+kiln_status kn_load_vectors(kn_loader *L, const char *name, int64_t n, int64_t count, bool required,
+                            const float **out) {
+    *out = NULL;
+    const kn_gguf_tensor *t = find_tensor(&L->m->gguf, name);
+    if (!t) return required ? kn_error(KILN_ERR_FORMAT, "missing tensor '%s'", name) : KILN_OK;
+    kiln_status st = check_shape(t, name, n, count);
+    if (st) return st;
+    if (!kn_dtype_is_weight(t->type) && t->type != KN_F32)
+        return kn_error(KILN_ERR_UNSUPPORTED, "tensor '%s' has unsupported type %s", name, kn_dtype_name(t->type));
+    /* the rows as one vector of n * count elements: get_vector checks a 1-row shape, so convert here */
+    const kn_type_traits *tr = kn_type_traits_get(t->type);
+    if (!tr || !tr->to_float)
+        return kn_error(KILN_ERR_UNSUPPORTED, "tensor '%s' has unsupported type %s", name, kn_dtype_name(t->type));
+    const int64_t total = n * count;
+    if (L->m->vec_mem) {
+        float *dst = L->m->vec_mem + L->vec_used;
+        const size_t rb = kn_row_bytes(t->type, n);
+        for (int64_t r = 0; r < count; r++) tr->to_float(t->data + (size_t)r * rb, dst + r * n, n);
+        for (int64_t i = 0; i < total; i++)
+            if (dst[i] != dst[i] || dst[i] - dst[i] != 0)
+                return kn_error(KILN_ERR_FORMAT, "tensor '%s' holds a non-finite value at %lld", name, (long long)i);
+        *out = dst;
+    }
+    L->vec_used += (size_t)((total + VEC_ALIGN_FLOATS - 1) & ~(VEC_ALIGN_FLOATS - 1));
+    L->m->n_params += (uint64_t)total;
+    return KILN_OK;
+}
+
 kn_rope_cfg kn_rope_default(const kiln_model *m) {
     const kn_hparams *hp = &m->hp;
     return (kn_rope_cfg){.style = hp->rope_style,
@@ -340,7 +384,8 @@ const char *kn_blk_name(char buf[96], int l, const char *suffix) {
 }
 
 int kn_layer_weights(const kn_layer *ly, const kn_weight **out, int cap) {
-    const kn_weight *all[] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo, &ly->w_gate, &ly->w_up, &ly->w_down};
+    const kn_weight *all[] = {&ly->wq,     &ly->wk,         &ly->wv,       &ly->wo,     &ly->w_gate,  &ly->w_up,
+                              &ly->w_down, &ly->moe.router, &ly->moe.gate, &ly->moe.up, &ly->moe.down};
     int n = 0;
     for (size_t i = 0; i < KN_ARRAY_LEN(all) && n < cap; i++)
         if (all[i]->rows) out[n++] = all[i];

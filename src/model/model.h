@@ -38,12 +38,15 @@ typedef struct kn_hparams {
     float yarn_lo, yarn_hi;  /* YaRN correction range (frequency pairs) */
     int32_t rope_n_ctx_orig; /* {arch}.rope.scaling.original_context_length (default n_ctx_train) */
     kn_rope_style rope_style;
-    float embd_scale;    /* token embeddings are multiplied by this (1: none) */
-    float logit_softcap; /* final logits become c * tanh(logits / c) (0: none) */
-    float attn_softcap;  /* attention scores become c * tanh(score / c) (0: none) */
-    float attn_scale;    /* score = attn_scale * q . k */
-    int32_t n_swa;       /* the window of the family's sliding-window layers (0: none) */
-    bool tied_output;    /* output projection shares token_embd */
+    float embd_scale;      /* token embeddings are multiplied by this (1: none) */
+    float logit_softcap;   /* final logits become c * tanh(logits / c) (0: none) */
+    float attn_softcap;    /* attention scores become c * tanh(score / c) (0: none) */
+    float attn_scale;      /* score = attn_scale * q . k */
+    int32_t n_swa;         /* the window of the family's sliding-window layers (0: none) */
+    bool tied_output;      /* output projection shares token_embd */
+    int32_t n_expert;      /* experts per MoE layer (0: dense FFN) */
+    int32_t n_expert_used; /* experts each token is routed to (top-k) */
+    int32_t n_ff_exp;      /* FFN hidden width of one expert */
 } kn_hparams;
 
 /* A weight matrix W [rows = out features][cols = in features], each row in `type`: row-major, or
@@ -74,20 +77,46 @@ typedef struct kn_rope_cfg {
 
 /* One layer's attention, beyond its weights. */
 typedef struct kn_layer_attn {
-    int32_t window;   /* 0: a token attends to every earlier position; else to the last `window` positions
-                         (pos - window, pos] of its row (sliding-window layers) */
-    float scale;      /* score = scale * q . k */
-    float softcap;    /* score = softcap * tanh(score / softcap) before the softmax (0: none) */
-    kn_rope_cfg rope; /* the rotation of q and k */
+    int32_t window;     /* 0: a token attends to every earlier position; else to the last `window` positions
+                           (pos - window, pos] of its row (sliding-window layers) */
+    float scale;        /* score = scale * q . k */
+    float softcap;      /* score = softcap * tanh(score / softcap) before the softmax (0: none) */
+    kn_rope_cfg rope;   /* the rotation of q and k */
+    const float *sinks; /* [n_head] per-head sink logits (gpt-oss): each head's softmax denominator gets
+                           exp(sink) added, a position no value stands for; NULL: none */
 } kn_layer_attn;
 
 /* What a layer's feed-forward network is. DENSE: down(act(gate . x) * (up . x)) with w_gate, w_up,
- * w_down. A new kind (mixture of experts) adds its weights to kn_layer and its case to
- * kn_block_ffn (block.h); the family table does not change. */
-typedef enum kn_ffn_kind { KN_FFN_DENSE } kn_ffn_kind;
+ * w_down. MOE: a mixture of experts (kn_moe, model/moe.h): a router picks n_used of n_expert gated
+ * FFNs per token and the output is their weighted sum. A new kind adds its weights to kn_layer and
+ * its case to kn_block_ffn (block.h); the family table does not change. */
+typedef enum kn_ffn_kind { KN_FFN_DENSE, KN_FFN_MOE } kn_ffn_kind;
 
-/* The activation of a gated FFN: SILU (SwiGLU) or GELU with the tanh approximation (GeGLU). */
-typedef enum kn_ffn_act { KN_ACT_SILU, KN_ACT_GELU_TANH } kn_ffn_act;
+/* The activation of a gated FFN: SILU (SwiGLU: silu(g) * u); GELU_TANH (GeGLU: GELU with the tanh
+ * approximation); SWIGLU_CLAMP (gpt-oss): g clamped to at most 7, u to [-7, 7], then
+ * g * sigmoid(1.702 g) * (u + 1). */
+typedef enum kn_ffn_act { KN_ACT_SILU, KN_ACT_GELU_TANH, KN_ACT_SWIGLU_CLAMP } kn_ffn_act;
+
+/* How a MoE router turns the logits of the experts into the weights of the chosen ones:
+ * SOFTMAX: softmax over all n_expert logits, the top n_used kept (renormalized to sum 1 when
+ * kn_moe.norm_topk); SOFTMAX_TOPK: the top n_used logits chosen, softmax over those alone. */
+typedef enum kn_moe_gating { KN_MOE_SOFTMAX, KN_MOE_SOFTMAX_TOPK } kn_moe_gating;
+
+/* A mixture-of-experts FFN. The expert matrices are the GGUF 3-D tensors [n_expert][rows][cols] as
+ * one stacked matrix of n_expert * rows rows (one copy); expert e's matrix is rows [e*rows, (e+1)*rows)
+ * (kn_moe_expert). Ties between equal router logits go to the lower expert index. */
+typedef struct kn_moe {
+    int32_t n_expert, n_used, n_ff; /* n_ff: hidden width of one expert */
+    kn_moe_gating gating;
+    bool norm_topk;
+    kn_weight router;         /* [n_expert][n_embd] (ffn_gate_inp) */
+    const float *router_bias; /* [n_expert] or NULL */
+    kn_weight gate, up;       /* [n_expert * n_ff][n_embd] (ffn_gate_exps, ffn_up_exps) */
+    kn_weight down;           /* [n_expert * n_embd][n_ff] (ffn_down_exps) */
+    const float *gate_bias;   /* [n_expert][n_ff] or NULL */
+    const float *up_bias;     /* [n_expert][n_ff] or NULL */
+    const float *down_bias;   /* [n_expert][n_embd] or NULL */
+} kn_moe;
 
 typedef struct kn_layer {
     const float *attn_norm;       /* [n_embd] */
@@ -106,6 +135,8 @@ typedef struct kn_layer {
     kn_weight w_gate; /* DENSE: [n_ff][n_embd] */
     kn_weight w_up;   /* DENSE: [n_ff][n_embd] */
     kn_weight w_down; /* DENSE: [n_embd][n_ff] */
+    kn_moe moe;       /* MOE */
+    const float *bo;  /* attn_output bias [n_embd] (gpt-oss); else NULL */
 } kn_layer;
 
 struct kiln_model {

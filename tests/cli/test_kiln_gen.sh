@@ -69,3 +69,21 @@ expect_exit kiln_gen_tokjson_vocab_too_small 1 "$GEN" --tokenizer-json "$TMP/pai
 expect_exit kiln_gen_tokjson_model 0 "$GEN" --preset tiny-llama --tokenizer-json "$TMP/pairs/tokenizer.json" -o "$TMP/m.gguf"
 expect_exit kiln_gen_tokjson_model_runs 0 "$KILN" run -m "$TMP/m.gguf" -p "hello" -n 4 --seed 1
 expect_exit kiln_gen_tokjson_model_vocab_small 1 "$GEN" --preset tiny-llama --vocab 200 --tokenizer-json "$TMP/pairs/tokenizer.json" -o "$TMP/x.gguf"
+
+# mixture of experts: the arch flags, the expert tensors as 3-D tensors, and the errors
+expect_exit kiln_gen_moe_needs_experts 1 "$GEN" --arch qwen3moe --vocab 512 --dim 64 --layers 1 --heads 2 --ffn 64 -o "$TMP/x.gguf"
+expect_exit kiln_gen_moe_used_over_experts 1 "$GEN" --preset tiny-mixtral --experts 4 --experts-used 5 -o "$TMP/x.gguf"
+expect_exit kiln_gen_moe_qwen2 1 "$GEN" --preset tiny-qwen2 --experts 4 --experts-used 2 -o "$TMP/x.gguf"
+expect_exit kiln_gen_moe_mixtral_flags 0 "$GEN" --arch llama --vocab 512 --dim 64 --layers 1 --heads 2 --ffn 64 \
+  --experts 4 --experts-used 2 --type F32 -o "$TMP/mx.gguf"
+expect_exit kiln_gen_moe_mixtral_runs 0 "$KILN" run -m "$TMP/mx.gguf" -p "hello" -n 4 --seed 1
+expect_exit kiln_gen_moe_gptoss_fast 0 "$GEN" --preset tiny-gptoss --fast --type Q8_0 -o "$TMP/go.gguf"
+expect_exit kiln_gen_moe_gptoss_runs 0 "$KILN" run -m "$TMP/go.gguf" -p "hello" -n 4 --seed 1
+# the gpt-oss presets write the experts in MXFP4 (4.25 bits a weight) unless --expert-type says otherwise
+expect_exit kiln_gen_moe_expert_type_unknown 1 "$GEN" --preset tiny-gptoss --expert-type Q9 -o "$TMP/x.gguf"
+"$GEN" --preset tiny-gptoss --seed 3 -o "$TMP/g4.gguf" >/dev/null 2>&1
+"$GEN" --preset tiny-gptoss --seed 3 --expert-type Q8_0 -o "$TMP/g8.gguf" >/dev/null 2>&1
+s4=$(wc -c <"$TMP/g4.gguf" 2>/dev/null || echo 0); s8=$(wc -c <"$TMP/g8.gguf" 2>/dev/null || echo 0)
+# 2 layers x 3 matrices x 8 experts x 256 x 256 weights: MXFP4 saves 4.25 bits of Q8_0's 8.5 on each
+if [ "$s4" -gt 0 ] && [ $((s8 - s4)) -ge 1600000 ]; then pass kiln_gen_gptoss_mxfp4_experts
+else fail kiln_gen_gptoss_mxfp4_experts "sizes $s4 (default) and $s8 (Q8_0 experts)"; fi

@@ -126,7 +126,10 @@ static void test_arch_table_agrees(void) {
                                              {"swa-gemma2", "--preset tiny-gemma2"},
                                              {"swa-gemma3", "--preset tiny-gemma3"},
                                              {"fused-phi3", "--preset tiny-phi3"},
-                                             {"nope-smollm3", "--preset tiny-llama-plain --arch smollm3"}};
+                                             {"nope-smollm3", "--preset tiny-llama-plain --arch smollm3"},
+                                             {"moe-qwen3moe", "--preset tiny-qwen3moe"},
+                                             {"moe-mixtral", "--preset tiny-mixtral"},
+                                             {"moe-gptoss", "--preset tiny-gptoss"}};
     for (size_t i = 0; i < KN_ARRAY_LEN(presets); i++) {
         const char *path = generate(presets[i][0], presets[i][1]);
         if (!path) SKIP("kiln-gen unavailable");
