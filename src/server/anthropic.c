@@ -732,20 +732,8 @@ static void on_event(srv_job *j, const kiln_token_event *ev) {
         } else if (g->stream) {
             const kiln_chat_delta d = {.kind = KILN_DELTA_CONTENT, .text = ev->text, .len = ev->text_len};
             stream_delta(j, &d);
-        } else {
-            if (g->n_text + ev->text_len + 1 > g->cap_text) {
-                size_t cap = g->cap_text ? g->cap_text * 2 : 4096;
-                while (cap < g->n_text + ev->text_len + 1) cap *= 2;
-                char *t = realloc(g->text, cap);
-                if (!t) {
-                    g->oom = true;
-                    return;
-                }
-                g->text = t;
-                g->cap_text = cap;
-            }
-            memcpy(g->text + g->n_text, ev->text, ev->text_len);
-            g->n_text += ev->text_len;
+        } else if (!srv_text_append(&g->text, &g->n_text, &g->cap_text, ev->text, ev->text_len)) {
+            g->oom = true;
         }
         return;
     }

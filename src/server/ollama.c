@@ -445,21 +445,7 @@ static void on_event(srv_job *j, const kiln_token_event *ev) {
         if (!ev->text_len) return;
         if (o->parser) parse_text(j, ev->text, ev->text_len, false);
         else if (o->stream) emit(j, piece(o, ev->text, ev->text_len, false));
-        else if (o->n_text + ev->text_len + 1 > o->cap_text) {
-            size_t cap = o->cap_text ? o->cap_text * 2 : 4096;
-            while (cap < o->n_text + ev->text_len + 1) cap *= 2;
-            char *t = realloc(o->text, cap);
-            if (!t) {
-                o->oom = true;
-                return;
-            }
-            o->text = t;
-            o->cap_text = cap;
-        }
-        if (!o->parser && !o->stream) {
-            memcpy(o->text + o->n_text, ev->text, ev->text_len);
-            o->n_text += ev->text_len;
-        }
+        else if (!srv_text_append(&o->text, &o->n_text, &o->cap_text, ev->text, ev->text_len)) o->oom = true;
         return;
     }
     if (o->parser) parse_text(j, NULL, 0, true);

@@ -589,20 +589,7 @@ static void on_event(srv_job *j, const kiln_token_event *ev) {
             return;
         }
         if (g->stream || !ev->text_len) return;
-        if (g->n_text + ev->text_len + 1 > g->cap_text) {
-            size_t cap = g->cap_text ? g->cap_text * 2 : 4096;
-            while (cap < g->n_text + ev->text_len + 1) cap *= 2;
-            char *t = realloc(g->text, cap);
-            if (!t) {
-                g->oom = true;
-                return;
-            }
-            g->text = t;
-            g->cap_text = cap;
-        }
-        memcpy(g->text + g->n_text, ev->text, ev->text_len);
-        g->n_text += ev->text_len;
-        g->text[g->n_text] = 0;
+        if (!srv_text_append(&g->text, &g->n_text, &g->cap_text, ev->text, ev->text_len)) g->oom = true;
         return;
     }
     /* End of the generation: the final chunk, usage, [DONE] (streaming only). */

@@ -278,6 +278,11 @@ void srv_cors_headers(srv_req *r, struct MHD_Response *resp);
  * between two characters and ends with "...". Returns the length written. (text.c) */
 size_t srv_text_sanitize(char *out, size_t cap, const char *in, size_t n, bool keep_newlines);
 
+/* Appends s[0..len) to the growing buffer *text (*n bytes used, *cap allocated; all zero to start),
+ * keeping it NUL-terminated; the capacity doubles from 4096. False when out of memory (the buffer
+ * is then unchanged). (text.c) */
+bool srv_text_append(char **text, size_t *n, size_t *cap, const char *s, size_t len);
+
 /* Shared helpers. */
 json_t *srv_parse_body(srv_req *r); /* a JSON object, or NULL after sending 415 or 400 */
 /* An optional boolean field: *out is left as it is when the field is absent or null; any other

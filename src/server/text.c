@@ -10,6 +10,7 @@
 #include "server.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Length of the well-formed UTF-8 sequence at s[0..n) (RFC 3629: no overlong forms, no
@@ -90,4 +91,19 @@ size_t srv_text_sanitize(char *out, size_t cap, const char *in, size_t n, bool k
     }
     out[len] = 0;
     return len;
+}
+
+bool srv_text_append(char **text, size_t *n, size_t *cap, const char *s, size_t len) {
+    if (*n + len + 1 > *cap) {
+        size_t c = *cap ? *cap * 2 : 4096;
+        while (c < *n + len + 1) c *= 2;
+        char *t = realloc(*text, c);
+        if (!t) return false;
+        *text = t;
+        *cap = c;
+    }
+    memcpy(*text + *n, s, len);
+    *n += len;
+    (*text)[*n] = 0;
+    return true;
 }
