@@ -268,44 +268,7 @@ KI void dot_row(int kind, const row_lb *R, const kn_block_q8_k *y, int32_t *s1, 
     }
 }
 
-KI void gemm_lb(int kind, int nt, int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs,
-                float *out, size_t ldo) {
-    const int64_t nb = n / KN_QK_K;
-    const size_t bb = kind == K_Q2   ? sizeof(kn_block_q2_k)
-                      : kind == K_Q3 ? sizeof(kn_block_q3_k)
-                                     : sizeof(kn_block_iq4_xs);
-    for (int r = 0; r < nr; r++) {
-        float sa[4] = {0}, sm[4] = {0}; /* canonical order: quant.h */
-        for (int64_t i = 0; i < nb; i++) {
-            row_lb R;
-            decode_row(kind, w + (size_t)r * ws + (size_t)i * bb, &R);
-#pragma GCC unroll 4
-            for (int t = 0; t < nt; t++) {
-                const kn_block_q8_k *y = (const kn_block_q8_k *)(x + (size_t)t * xs) + i;
-                int32_t s1, s2 = 0;
-                dot_row(kind, &R, y, &s1, &s2);
-                sa[t] = fmaf((float)s1, R.d * y->d, sa[t]);
-                if (kind == K_Q2) sm[t] = fmaf((float)s2, R.dmin * y->d, sm[t]);
-            }
-        }
-        for (int t = 0; t < nt; t++) out[(size_t)t * ldo + (size_t)r] = kind == K_Q2 ? sa[t] - sm[t] : sa[t];
-    }
-}
-
-static void gemm_q2_k(int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, float *out,
-                      size_t ldo) {
-    TILE_NT(gemm_lb, K_Q2, n, w, ws, nr, x, xs, out, ldo);
-}
-
-static void gemm_q3_k(int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, float *out,
-                      size_t ldo) {
-    TILE_NT(gemm_lb, K_Q3, n, w, ws, nr, x, xs, out, ldo);
-}
-
-static void gemm_iq4_xs(int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, float *out,
-                        size_t ldo) {
-    TILE_NT(gemm_lb, K_IQ4XS, n, w, ws, nr, x, xs, out, ldo);
-}
+#include "tensor/kernels_lowbit.h"
 
 #pragma GCC pop_options
 
