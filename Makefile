@@ -27,6 +27,8 @@ OMPFLAGS  = -fopenmp
 # The HTTP server and the terminal chat live in the kiln binary only; the library does not depend
 # on libmicrohttpd or libedit.
 CLI_LIBS  = $(shell pkg-config --libs libmicrohttpd libedit 2>/dev/null || echo -lmicrohttpd -ledit)
+# kiln pull downloads over HTTP(S) with libcurl: the kiln binary links it, the library does not.
+CLI_LIBS += $(shell pkg-config --libs libcurl 2>/dev/null || echo -lcurl)
 
 LIB_SRC  := $(sort $(wildcard src/base/*.c src/tensor/*.c src/model/*.c src/text/*.c src/text/jinja/*.c \
                               src/sample/*.c src/engine/*.c src/cache/*.c))

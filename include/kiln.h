@@ -192,6 +192,13 @@ KILN_API int32_t kiln_physical_cores(void);
 /* Bytes of physical memory of this machine; 0 when unknown. */
 KILN_API uint64_t kiln_physical_memory(void);
 
+/* ---- checksums ------------------------------------------------------------------------------- */
+
+/* The SHA-256 of the whole file at path, as 64 lowercase hex characters and a terminator in hex
+ * (for checking a download against its published digest). KILN_ERR_IO when it cannot be opened or
+ * read, with kiln_last_error() saying why; hex is then "". */
+KILN_API kiln_status kiln_sha256_file(const char *path, char hex[65]);
+
 /* ---- tokenizer ------------------------------------------------------------------------------- */
 
 /* Special tokens; -1 when the model has none. */

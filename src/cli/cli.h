@@ -130,6 +130,8 @@ int cli_parse(int argc, char **argv);
 int cli_serve(int argc, char **argv);
 int cli_ls(int argc, char **argv);
 int cli_grammar(int argc, char **argv);
+int cli_pull(int argc, char **argv);
+int cli_rm(int argc, char **argv);
 
 /* ---- local models (models.c) ----------------------------------------------------------------- */
 
@@ -162,6 +164,8 @@ void cli_models_free(cli_model_list *l);
 char *cli_models_dir(void);
 /* Prints the places discovery searches, one per line, indented. */
 void cli_models_print_places(FILE *f);
+/* The small model whose pull command kiln suggests when it finds none. */
+#define CLI_DEFAULT_PULL "Qwen/Qwen3-0.6B-GGUF:Q8_0"
 /* Prints how to get a model (several lines). */
 void cli_models_print_howto(FILE *f);
 /* The entry with this friendly name, or NULL. */

@@ -169,6 +169,25 @@ static const usage_entry usages[] = {
      "                       model_name, parameters, weight_type, size_bytes, context_length,\n"
      "                       kv_bytes_per_token (F16 KV per token of context), runnable)\n",
      false},
+    {"pull",
+     "usage: kiln pull ORG/NAME[:QUANT] [--revision REV]\n"
+     "Downloads a model from the Hugging Face Hub into the Hugging Face cache, where kiln ls and\n"
+     "-m ORG/NAME[:QUANT] find it (and Python tools share it). ORG/NAME fetches the repository's\n"
+     "safetensors, configs and tokenizer files (not other frameworks' weights); a repository of GGUF\n"
+     "files gets its Q4_K_M. ORG/NAME:QUANT fetches that GGUF quant (case-insensitive; every part of\n"
+     "a split one); an unknown quant lists those available. It first says whether the model fits\n"
+     "this machine. Files are checked against their sha256; an interrupted download resumes when the\n"
+     "command runs again, and files already in the cache are not downloaded again.\n"
+     "  --revision REV       a branch, tag or commit (default main)\n"
+     "Environment: HF_TOKEN (gated or private models), HF_ENDPOINT (another hub), HF_HUB_OFFLINE=1\n"
+     "(the cache only), HF_HUB_CACHE / HF_HOME (where the cache is).\n",
+     false},
+    {"rm",
+     "usage: kiln rm ORG/NAME[:QUANT] [-y]\n"
+     "Removes a pulled model from the Hugging Face cache: ORG/NAME the whole repository, ORG/NAME:QUANT\n"
+     "that quant's files (and the blobs no other snapshot uses). Asks first on a terminal.\n"
+     "  -y, --yes            do not ask\n",
+     false},
     {"perplexity",
      "usage: kiln perplexity -m MODEL -f TEXT [-c CTX] [options]\n"
      "Perplexity of the model on a text, by llama.cpp's llama-perplexity method: the tokens are split\n"
@@ -265,6 +284,8 @@ void cli_usage(const char *verb, bool to_stderr) {
           "  serve        serve a model over an OpenAI-compatible HTTP API (the default: kiln alone\n"
           "               serves the most suitable local model)\n"
           "  ls           list the models found on this machine\n"
+          "  pull         download a model from Hugging Face (kiln pull ORG/NAME[:QUANT])\n"
+          "  rm           remove a pulled model\n"
           "  perplexity   measure a model's perplexity on a text\n"
           "  tokenize     show how a text is tokenized\n"
           "  bench        measure prompt and generation speed\n"

@@ -8,18 +8,26 @@
  *   2. every entry of KILN_MODELS (colon-separated directories, searched like 1, or files);
  *   3. the Hugging Face hub cache ($HF_HUB_CACHE, else $HF_HOME/hub, else
  *      $XDG_CACHE_HOME/huggingface/hub, else ~/.cache/huggingface/hub):
- *      models--ORG--NAME/snapshots/REV/ ... /FILE.gguf, symlinks into ../blobs that are followed.
+ *      models--ORG--NAME/snapshots/REV/ ... /FILE.gguf, symlinks into ../blobs that are followed,
+ *      and a snapshot holding config.json and *.safetensors (a model directory as kiln pull
+ *      ORG/NAME fetches it), listed as the directory itself.
  * Only each file's header is read (kiln_model_info_read). An unreadable or invalid .gguf is left
  * out with a one-line reason; a model split into several files (NAME-00001-of-00003.gguf) is left
  * out too, with a note on its first part, because kiln loads single-file GGUFs.
  *
  * Friendly names: the path under the searched directory without ".gguf" (a file named directly
- * in KILN_MODELS: its base name), or ORG/NAME:FILE for the Hugging Face cache.
+ * in KILN_MODELS: its base name), or ORG/NAME:FILE for the Hugging Face cache (ORG/NAME for a
+ * model directory). -m also takes ORG/NAME[:QUANT] as kiln pull does: the snapshot refs/main
+ * names (else the newest), its GGUF file of that quant, or without one its model directory (else
+ * its Q4_K_M GGUF, else its first GGUF).
  */
 #include "cli.h"
+#include "hub.h"
+#include "hub_fit.h"
 
 #include <dirent.h>
 #include <errno.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -207,14 +215,93 @@ static void walk(walker *w, const char *dir, const char *rel, int depth, const c
 }
 
 /* The Hugging Face hub cache directory (malloc'd), or NULL when no HOME-like variable is set. */
-static char *hf_hub_dir(void) {
-    const char *v;
-    char *d = NULL;
-    if ((v = getenv("HF_HUB_CACHE")) && *v) return strdup(v);
-    if ((v = getenv("HF_HOME")) && *v) return asprintf(&d, "%s/hub", v) < 0 ? NULL : d;
-    if ((v = getenv("XDG_CACHE_HOME")) && *v) return asprintf(&d, "%s/huggingface/hub", v) < 0 ? NULL : d;
-    if ((v = getenv("HOME")) && *v) return asprintf(&d, "%s/.cache/huggingface/hub", v) < 0 ? NULL : d;
-    return NULL;
+static char *hf_hub_dir(void) { return hub_cache_dir(); }
+
+/* True when dir holds config.json and at least one *.safetensors file (a model directory); the
+ * safetensors bytes go in *bytes. */
+static bool is_model_dir(const char *dir, uint64_t *bytes) {
+    size_t n;
+    char **names = read_dir_sorted(dir, &n);
+    bool config = false, weights = false;
+    *bytes = 0;
+    for (size_t i = 0; i < n; i++) {
+        char *p = NULL;
+        struct stat st;
+        if (strcmp(names[i], "config.json") == 0) config = true;
+        if (has_suffix(names[i], ".safetensors") && asprintf(&p, "%s/%s", dir, names[i]) >= 0 && stat(p, &st) == 0) {
+            weights = true;
+            *bytes += (uint64_t)st.st_size;
+        }
+        free(p);
+    }
+    free_names(names, n);
+    return config && weights;
+}
+
+/* What a model directory's config.json says, for a listing when the library cannot read the
+ * directory itself: the dimensions, the weights' type (torch_dtype, or MLX-Qn for MLX's n-bit
+ * quantization) and size. runnable stays false. */
+static void dir_info_from_config(const char *dir, uint64_t bytes, kiln_model_info *info) {
+    memset(info, 0, sizeof *info);
+    char *p = NULL;
+    size_t len = 0;
+    char *text = asprintf(&p, "%s/config.json", dir) >= 0 ? cli_read_file(p, &len) : NULL;
+    free(p);
+    if (text) {
+        hub_fit_from_config(text, len, info);
+        json_t *root = json_loadb(text, len, 0, NULL);
+        const char *dt = json_string_value(json_object_get(root, "torch_dtype"));
+        json_t *q = json_object_get(root, "quantization");
+        if (json_is_integer(json_object_get(q, "bits")))
+            snprintf(info->weight_type, sizeof info->weight_type, "MLX-Q%d",
+                     (int)json_integer_value(json_object_get(q, "bits")));
+        else if (dt)
+            snprintf(info->weight_type, sizeof info->weight_type, "%s",
+                     strcmp(dt, "bfloat16") == 0  ? "BF16"
+                     : strcmp(dt, "float16") == 0 ? "F16"
+                     : strcmp(dt, "float32") == 0 ? "F32"
+                                                  : dt);
+        json_decref(root);
+        free(text);
+    }
+    info->tensor_bytes = info->file_bytes = bytes;
+    info->n_tensors = 1; /* not counted; not 0, which a listing shows as "no weights" */
+    info->split_count = 1;
+}
+
+/* Adds the model directory dir of the Hugging Face cache under the name repo (ORG/NAME). */
+static void add_dir(walker *w, const char *dir, const char *repo, uint64_t bytes) {
+    cli_model_list *l = w->list;
+    char *real = realpath(dir, NULL);
+    if (!real) return;
+    for (size_t i = 0; i < l->n; i++) {
+        if (strcmp(l->v[i].name, repo) == 0 || strcmp(l->v[i].real, real) == 0) { /* an older snapshot */
+            free(real);
+            return;
+        }
+    }
+    kiln_model_info info;
+    if (kiln_model_info_read(real, &info) != KILN_OK) dir_info_from_config(real, bytes, &info);
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 16;
+        cli_model_entry *v = l->n < MAX_MODELS ? realloc(l->v, cap * sizeof *v) : NULL;
+        if (!v) {
+            w->nomem = l->n < MAX_MODELS;
+            free(real);
+            return;
+        }
+        l->v = v;
+        l->cap = cap;
+    }
+    char *p = strdup(dir), *name = strdup(repo);
+    if (!p || !name) {
+        w->nomem = true;
+        free(p);
+        free(name);
+        free(real);
+        return;
+    }
+    l->v[l->n++] = (cli_model_entry){.name = name, .path = p, .real = real, .source = "huggingface", .info = info};
 }
 
 char *cli_models_dir(void) {
@@ -248,10 +335,24 @@ static void walk_hf(walker *w, const char *hub) {
         }
         size_t nr;
         char **revs = read_dir_sorted(snaps, &nr);
+        /* the snapshot refs/main names first: its model directory is the one listed as ORG/NAME */
+        char *repo_dir = NULL, *main_rev = NULL;
+        if (asprintf(&repo_dir, "%s/%s", hub, repos[i]) >= 0) main_rev = hub_read_ref(repo_dir, HUB_DEFAULT_REV);
+        for (size_t r = 1; main_rev && r < nr; r++) {
+            if (strcmp(revs[r], main_rev) == 0) {
+                char *t = revs[0];
+                revs[0] = revs[r];
+                revs[r] = t;
+            }
+        }
+        free(main_rev);
+        free(repo_dir);
         for (size_t r = 0; r < nr && !w->nomem; r++) {
             char *rev = NULL, *prefix = NULL;
             if (asprintf(&rev, "%s/%s", snaps, revs[r]) < 0) rev = NULL;
             if (asprintf(&prefix, "%s:", repo) < 0) prefix = NULL;
+            uint64_t bytes = 0;
+            if (rev && is_model_dir(rev, &bytes)) add_dir(w, rev, repo, bytes);
             if (rev && prefix) walk(w, rev, "", MAX_DEPTH - 1, prefix, "huggingface");
             else w->nomem = true;
             free(rev);
@@ -316,10 +417,10 @@ void cli_models_print_howto(FILE *f) {
     fputs("To get a model:\n"
           "  - put a GGUF file (or a link to one) in ~/.cache/kiln/models, or name files or directories in\n"
           "    KILN_MODELS (colon-separated);\n"
-          "  - or download one with the Hugging Face CLI (huggingface-cli download ORG/NAME FILE.gguf),\n"
-          "    which kiln finds in the Hugging Face cache;\n"
-          "  - or give a file directly: kiln serve -m PATH.gguf (or set KILN_MODEL=PATH.gguf);\n"
-          "  - kiln pull ORG/NAME will download models itself when that command is available.\n"
+          "  - or download one from Hugging Face into its cache, e.g. a small one to start with:\n"
+          "      kiln pull " CLI_DEFAULT_PULL "\n"
+          "    (kiln pull ORG/NAME:QUANT for a GGUF quant, kiln pull ORG/NAME for a safetensors model);\n"
+          "  - or give a file directly: kiln serve -m PATH.gguf (or set KILN_MODEL=PATH.gguf).\n"
           "kiln runs Llama-family GGUF models (llama, qwen2, qwen3), e.g. a Q4_0 or Q8_0 file.\n",
           f);
 }
@@ -330,12 +431,59 @@ const cli_model_entry *cli_models_lookup(const cli_model_list *l, const char *s)
     return NULL;
 }
 
+/* ORG/NAME[:QUANT] in the Hugging Face cache (see the top of this file): the file or directory
+ * (malloc'd), or NULL when the cache does not hold it. */
+static char *resolve_pulled(const char *arg) {
+    char *repo = NULL, *tag = NULL, *dir = NULL, *commit = NULL, *found = NULL;
+    if (!hub_parse_name(arg, &repo, &tag) || !(dir = hub_repo_dir(repo))) goto out;
+    commit = hub_read_ref(dir, HUB_DEFAULT_REV);
+    if (!commit) { /* no ref: the last snapshot by name */
+        char *snaps = NULL;
+        size_t n = 0;
+        char **names = asprintf(&snaps, "%s/snapshots", dir) >= 0 ? read_dir_sorted(snaps, &n) : NULL;
+        if (n) commit = strdup(names[n - 1]);
+        free_names(names, n);
+        free(snaps);
+    }
+    hub_repo r;
+    if (!commit || !hub_list_snapshot(dir, commit, &r)) goto out;
+    char *snap = NULL;
+    uint64_t bytes;
+    if (asprintf(&snap, "%s/snapshots/%s", dir, commit) < 0) snap = NULL;
+    bool *pick = calloc(r.n ? r.n : 1, sizeof *pick);
+    if (snap && pick) {
+        size_t k = 0;
+        if (tag) k = hub_pick_quant(r.files, r.n, tag, pick);
+        else if (is_model_dir(snap, &bytes)) found = strdup(snap);
+        else if (!(k = hub_pick_quant(r.files, r.n, HUB_DEFAULT_QUANT, pick)))
+            for (size_t i = 0; i < r.n && !k; i++)
+                if (hub_is_gguf_model(r.files[i].path)) k = hub_pick_quant(r.files, r.n, r.files[i].path, pick);
+        for (size_t i = 0; i < r.n && k && !found; i++) /* the first part of a split model */
+            if (pick[i] && asprintf(&found, "%s/%s", snap, r.files[i].path) < 0) found = NULL;
+    }
+    free(pick);
+    free(snap);
+    hub_repo_free(&r);
+out:
+    free(repo);
+    free(tag);
+    free(dir);
+    free(commit);
+    return found;
+}
+
 char *cli_model_resolve(const char *arg, bool verbose) {
     struct stat st;
     if (stat(arg, &st) == 0) return strdup(arg);
     cli_model_list l;
     cli_models_find(&l, verbose);
     const cli_model_entry *e = cli_models_lookup(&l, arg);
+    char *pulled = e ? NULL : resolve_pulled(arg);
+    if (pulled) {
+        if (verbose) fprintf(stderr, "kiln: model %s is %s\n", arg, pulled);
+        cli_models_free(&l);
+        return pulled;
+    }
     char *r = strdup(e ? e->path : arg);
     if (e && verbose) fprintf(stderr, "kiln: model %s is %s\n", arg, e->path);
     cli_models_free(&l);
