@@ -7,7 +7,7 @@
  * Every request follows redirects (the Hub sends large files to a CDN; curl drops the token when
  * the host changes), gives up connecting after 30 s and a transfer that moves nothing for 60 s,
  * and is retried on a dropped connection, a timeout, 429 or 5xx with growing pauses (0.5 s, 1 s,
- * 2 s, ... at most 8 tries), a download resuming from what it has. HF_TOKEN (else
+ * 2 s, ... at most 8 tries; 3 when nothing answers at all), a download resuming from what it has. HF_TOKEN (else
  * HUGGING_FACE_HUB_TOKEN, else the token file huggingface-cli login writes) is sent as a bearer
  * token. SIGINT / SIGTERM set a flag that stops the transfer (the partial file stays, resumable);
  * SIGXFSZ is ignored so that a file-size limit is a write error like a full disk.
@@ -361,6 +361,8 @@ static hub_fail perform(const char *url, sink *s, uint64_t size, const char *wha
             set_error(e, HUB_NET, 0, "%s: %s", what, curl_easy_strerror(rc));
             result = HUB_NET;
             if (rc == CURLE_OUT_OF_MEMORY) break;
+            /* nothing listening or no such host: a few tries only */
+            if ((rc == CURLE_COULDNT_CONNECT || rc == CURLE_COULDNT_RESOLVE_HOST) && attempt >= 2) break;
             continue; /* dropped connection, timeout, DNS hiccup: try again */
         }
         if (status == 416 && s->fd >= 0) { /* nothing after the asked start */

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -30,6 +31,24 @@ static bool open_std_fds(void) {
     return true;
 }
 
+/* `kiln run ORG/NAME:QUANT -p ...` (also chat and serve): a model named right after the verb, as
+ * `ollama run` takes it, is -m's value. Returns a new argv (argc updated) with "-m" inserted before
+ * it, or NULL when the verb is another or its next argument is a flag. */
+static char **model_first(int *argc, char **argv) {
+    static const char *const verbs[] = {"run", "chat", "serve"};
+    bool takes = false;
+    for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++) takes |= strcmp(argv[1], verbs[i]) == 0;
+    if (!takes || *argc < 3 || argv[2][0] == '-') return NULL;
+    char **v = malloc(((size_t)*argc + 2) * sizeof *v);
+    if (!v) return NULL;
+    v[0] = argv[0];
+    v[1] = argv[1];
+    v[2] = "-m";
+    for (int i = 2; i <= *argc; i++) v[i + 1] = argv[i]; /* with the terminating NULL */
+    (*argc)++;
+    return v;
+}
+
 int main(int argc, char **argv) {
     if (!open_std_fds()) {
         fprintf(stderr, "kiln: standard input, output or error is closed and /dev/null cannot be opened: %s\n",
@@ -46,6 +65,8 @@ int main(int argc, char **argv) {
         cli_usage(argc > 2 ? argv[2] : NULL, false);
         return 0;
     }
+    char **with_m = model_first(&argc, argv);
+    if (with_m) argv = with_m;
     if (strcmp(verb, "run") == 0) return cli_run(argc - 1, argv + 1);
     if (strcmp(verb, "chat") == 0) return cli_chat(argc - 1, argv + 1);
     if (strcmp(verb, "perplexity") == 0) return cli_perplexity(argc - 1, argv + 1);

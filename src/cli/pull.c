@@ -28,7 +28,8 @@ typedef struct bar {
     const char *label;
     bool tty;
     double t0, last;
-    uint64_t start; /* bytes present when this run began (resumed) */
+    uint64_t start;     /* bytes present when this run began (resumed) */
+    uint64_t last_done; /* bytes drawn last */
     int shown;
 } bar;
 
@@ -49,10 +50,13 @@ static void on_progress(void *user, uint64_t done, uint64_t total) {
     bar *b = user;
     if (!b->tty) return;
     const double t = now_s();
-    if (b->shown && t - b->last < 0.1 && done < total) return;
+    if (b->shown && (t - b->last < 0.1 || done == b->last_done) && done < total) return;
+    if (b->shown && done == b->last_done) return; /* the end, drawn once */
     b->last = t;
+    b->last_done = done;
     b->shown = 1;
-    const double rate = t > b->t0 + 0.05 && done > b->start ? (double)(done - b->start) / (t - b->t0) : 0;
+    const double dt = t - b->t0 > 1e-3 ? t - b->t0 : 1e-3;
+    const double rate = done > b->start ? (double)(done - b->start) / dt : 0;
     char d[32], tot[32], r[32], eta[16], cells[21];
     cli_fmt_bytes(done, d, sizeof d);
     cli_fmt_bytes(total, tot, sizeof tot);
@@ -210,7 +214,7 @@ static int fetch_one(job *j, const hub_file *f, uint64_t *fetched) {
     const bool tty = isatty(STDERR_FILENO) == 1;
     struct stat st;
     if (stat(blob, &st) == 0 && S_ISREG(st.st_mode) && (!f->size || (uint64_t)st.st_size == f->size)) {
-        if (!tty) fprintf(stderr, "  %s: in the cache\n", f->path);
+        fprintf(stderr, "  %s: in the cache\n", f->path);
     } else {
         uint64_t before = stat(partial, &st) == 0 ? (uint64_t)st.st_size : 0;
         bar b = {.label = f->path, .tty = tty, .t0 = now_s(), .start = before};

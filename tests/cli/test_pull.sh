@@ -30,7 +30,7 @@ head -c 300000 /dev/urandom >"$T/model.safetensors"
 head -c 1000 /dev/urandom >"$T/pytorch_model.bin"
 head -c 1000 /dev/urandom >"$T/onnx/model.onnx"
 head -c 1000 /dev/urandom >"$T/original/consolidated.00.pth"
-echo '{"drop": ["model.safetensors"], "revs": {"v1": "0000000000000000000000000000000000000001"}}' >"$T/_hub.json"
+echo '{"drop": ["model.safetensors"], "e503": ["tokenizer.json"], "revs": {"v1": "0000000000000000000000000000000000000001"}}' >"$T/_hub.json"
 # a GGUF repository: two quants with the same bytes (one blob), a split quant, a projector
 G="$R/acme/stories-GGUF"
 cp "$S" "$G/stories260K-Q4_0.gguf"
@@ -97,6 +97,8 @@ if [ "$(readlink "$SNAP/model.safetensors")" = "../../blobs/$ST_SHA" ] && [ -f "
 if grep -q "^GET /cdn/$ST_SHA bytes=[1-9][0-9]*-" "$LOG" && [ "$(sha "$SNAP/model.safetensors")" = "$ST_SHA" ] &&
    grep -q "model.safetensors: .*sha256 ok" "$TMP/err"; then pass pull_resumes_dropped_connection; else
   fail pull_resumes_dropped_connection "$(cat "$LOG")"; fi
+[ "$(grep -c "^GET /acme/tiny/resolve/$COMMIT/tokenizer.json" "$LOG")" -eq 2 ] && cmp -s "$SNAP/tokenizer.json" "$T/tokenizer.json" &&
+  pass pull_retries_503 || fail pull_retries_503 "$(cat "$LOG")"
 grep -q "Fits this machine: .* of weights + 1.[23] MiB of KV cache for 2048 tokens" "$TMP/err" && pass pull_says_it_fits ||
   fail pull_says_it_fits "$(cat "$TMP/err")"
 
@@ -136,6 +138,8 @@ k run -m acme/stories-GGUF:Q4_0 -p "Once upon a time" -n 8 --temp 0 >"$TMP/run" 
 "$KILN" run -m "$S" -p "Once upon a time" -n 8 --temp 0 >"$TMP/run.ref" 2>/dev/null
 [ $st -eq 0 ] && grep -q "^Once upon a time" "$TMP/run" && cmp -s "$TMP/run" "$TMP/run.ref" && pass run_pulled_quant_by_name ||
   fail run_pulled_quant_by_name "exit $st: $(cat "$TMP/run" "$TMP/err")"
+k run acme/stories-GGUF:Q4_0 -p "Once upon a time" -n 8 --temp 0 >"$TMP/run2" 2>"$TMP/err"; st=$?
+[ $st -eq 0 ] && cmp -s "$TMP/run2" "$TMP/run.ref" && pass run_model_named_first || fail run_model_named_first "exit $st: $(cat "$TMP/err")"
 k ls >"$TMP/ls" 2>"$TMP/ls.err"
 if grep -q "^acme/stories-GGUF:stories260K-Q4_0 .*llama" "$TMP/ls" && grep -q "^acme/tiny .*llama .*BF16 .*2048 .*$SNAP" "$TMP/ls"; then
   pass ls_lists_pulled_models; else fail ls_lists_pulled_models "$(cat "$TMP/ls" "$TMP/ls.err")"; fi
@@ -213,6 +217,16 @@ k rm acme/tiny </dev/null >/dev/null 2>"$TMP/err"; st=$?
 expect_exit rm_not_pulled 1 k rm acme/tiny
 k rm acme/stories-GGUF:Q2_K -y >/dev/null 2>&1
 [ ! -e "$GD" ] && pass rm_last_quant_removes_repo || fail rm_last_quant_removes_repo "$(find "$GD")"
+
+# ---- a progress bar on a terminal ----
+if command -v script >/dev/null 2>&1; then
+  script -qec "env HOME=$TMP/home HF_ENDPOINT=$EP HF_HUB_CACHE=$C HF_TOKEN= KILN_TEST_MEMORY=1G $KILN pull acme/stories-GGUF:Q4_0" \
+    /dev/null </dev/null >"$TMP/tty" 2>&1; st=$?
+  [ $st -eq 0 ] && grep -q "stories260K-Q4_0.gguf \[####################\] 100% 1.1 MiB / 1.1 MiB .*/s  ETA 0:00" "$TMP/tty" &&
+    pass pull_terminal_progress_bar || fail pull_terminal_progress_bar "exit $st: $(head -c 600 "$TMP/tty")"
+else
+  skip pull_terminal_progress_bar "no script(1)"
+fi
 
 # ---- nothing anywhere: automatic mode offers a pull command ----
 env HOME="$TMP/empty" HF_HUB_CACHE= HF_HOME= XDG_CACHE_HOME= KILN_MODELS= KILN_MODEL= DISPLAY= WAYLAND_DISPLAY= \

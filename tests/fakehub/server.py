@@ -16,6 +16,7 @@ Each repository may hold a _hub.json of behaviours:
   {"bad_sha": ["PATH"]}  the info lists a wrong sha256 for PATH
   {"revs": {"v1": SHA}}  extra revision names (main and the commit itself always work)
   {"missing": ["PATH"]}  PATH is listed but its download gets 404
+  {"e503": ["PATH"]}     the first download of PATH gets 503 (the client must retry)
   {"slow": ["PATH"]}     a full GET of PATH is sent in 64 KiB pieces 50 ms apart (time for a Ctrl-C)
 Every request is appended to LOG as "METHOD PATH RANGE" (one line), so tests can count downloads.
 """
@@ -153,6 +154,12 @@ class Handler(BaseHTTPRequestHandler):
         p = os.path.join(d, rel)
         if ".." in rel.split("/") or rel == "_hub.json" or not os.path.isfile(p) or rel in b.get("missing", []):
             return self.error(404, "EntryNotFound", "Entry not found")
+        with lock:
+            busy = rel in b.get("e503", []) and ("503:" + repo + "/" + rel) not in dropped
+            if busy:
+                dropped.add("503:" + repo + "/" + rel)
+        if busy:
+            return self.error(503, "ServiceUnavailable", "try again")
         if rel.endswith(LFS_SUFFIXES):  # to the "CDN", as the Hub does
             loc = "/cdn/%s?repo=%s&path=%s" % (sha256_of(p), repo, rel)
             return self.reply(302, b"", [("Location", loc)])
