@@ -112,6 +112,7 @@ typedef enum hub_fail {
     HUB_CHECKSUM,  /* the content does not match its sha256 or size */
     HUB_INTERRUPT, /* Ctrl-C */
     HUB_BADREPLY,  /* an unusable reply */
+    HUB_BUSY,      /* another process is downloading the same file */
     HUB_NOMEM
 } hub_fail;
 
@@ -142,7 +143,8 @@ typedef void (*hub_progress_fn)(void *user, uint64_t done, uint64_t total);
 /* Downloads ENDPOINT/REPO/resolve/COMMIT/PATH into dest, resuming from dest's current size with
  * an HTTP Range request (a server that ignores it restarts the file). Redirects are followed;
  * a dropped connection or a 5xx reply is retried with backoff, resuming. The file is left as it is
- * on failure (a later call resumes it). progress is called as bytes arrive (may be NULL). */
+ * on failure (a later call resumes it). dest is locked (flock) while the download runs: HUB_BUSY
+ * when another process holds it. progress is called as bytes arrive (may be NULL). */
 hub_fail hub_download(const char *repo, const char *commit, const hub_file *f, const char *dest,
                       hub_progress_fn progress, void *user, hub_error *e);
 

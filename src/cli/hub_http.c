@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -571,6 +572,12 @@ hub_fail hub_download(const char *repo, const char *commit, const hub_file *f, c
         set_error(e, HUB_WRITE, 0, "%s", strerror(errno));
         free(url);
         return HUB_WRITE;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) { /* two pulls of one file would interleave their bytes */
+        set_error(e, HUB_BUSY, 0, "%s: another kiln pull is downloading it into %s", what, dest);
+        close(fd);
+        free(url);
+        return HUB_BUSY;
     }
     sink s = {.fd = fd, .total = f->size, .progress = progress, .user = user};
     hub_fail r = perform(url, &s, f->size, what, 0, e);

@@ -20,6 +20,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -296,6 +297,45 @@ static bool make_dirs(const char *repo_dir) {
     return ok;
 }
 
+/* Bytes still to download: the chosen files not in blobs/, less their partial downloads. */
+static uint64_t bytes_missing(const job *j) {
+    uint64_t need = 0;
+    for (size_t i = 0; i < j->r.n; i++) {
+        if (!j->pick[i]) continue;
+        const hub_file *f = &j->r.files[i];
+        char *blob = NULL, *partial = NULL;
+        struct stat st;
+        if (asprintf(&blob, "%s/blobs/%s", j->repo_dir, f->blob_id) < 0) continue;
+        if (stat(blob, &st) != 0 && asprintf(&partial, "%s.incomplete", blob) >= 0) {
+            const uint64_t have = stat(partial, &st) == 0 ? (uint64_t)st.st_size : 0;
+            need += f->size > have ? f->size - have : 0;
+        }
+        free(blob);
+        free(partial);
+    }
+    return need;
+}
+
+/* False after saying so when the file system of the cache has less free space than need. */
+static bool space_ok(const job *j, uint64_t need) {
+    char *blobs = NULL;
+    struct statvfs vfs;
+    if (asprintf(&blobs, "%s/blobs", j->repo_dir) < 0) return true;
+    bool ok = true;
+    if (statvfs(blobs, &vfs) == 0) {
+        const uint64_t avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+        if (avail < need) {
+            char a[32], n[32];
+            cli_fmt_bytes(avail, a, sizeof a);
+            cli_fmt_bytes(need, n, sizeof n);
+            fprintf(stderr, "kiln pull: not enough space in %s: %s free, %s to download\n", blobs, a, n);
+            ok = false;
+        }
+    }
+    free(blobs);
+    return ok;
+}
+
 /* HF_HUB_OFFLINE: the model from the cache only. */
 static int pull_offline(job *j) {
     char *commit = hub_read_ref(j->repo_dir, j->rev);
@@ -395,6 +435,10 @@ int cli_pull(int argc, char **argv) {
     fprintf(stderr, "Pulling %s%s%s from %s (commit %.12s): %zu file(s), %s.\n", repo, tag ? ":" : "", tag ? tag : "",
             hub_endpoint(), j.r.commit, j.n_pick, tot);
     report_fit(&j);
+    if (!space_ok(&j, bytes_missing(&j))) {
+        rc = CLI_EXIT_FAIL;
+        goto done;
+    }
     /* small files first: the configs are there early, and the weights come last */
     for (int pass = 0; pass < 2 && !rc; pass++)
         for (size_t i = 0; i < j.r.n && !rc; i++)
@@ -409,6 +453,10 @@ int cli_pull(int argc, char **argv) {
         fprintf(stderr, "Pulled %s%s%s (%s downloaded) into %s/snapshots/%s\n", repo, tag ? ":" : "", tag ? tag : "",
                 fetched ? f : "nothing new", j.repo_dir, j.r.commit);
         printf("%s/snapshots/%s\n", j.repo_dir, j.r.commit);
+        bool gguf = false;
+        for (size_t i = 0; i < j.r.n; i++) gguf |= j.pick[i] && hub_is_gguf_model(j.r.files[i].path);
+        if (gguf)
+            fprintf(stderr, "Run it: kiln run %s%s%s -p 'Once upon a time'\n", repo, tag ? ":" : "", tag ? tag : "");
     }
 done:
     hub_http_cleanup();

@@ -48,7 +48,7 @@ echo '{"bad_sha": ["b-Q4_0.gguf"]}' >"$R/acme/badsum/_hub.json"
 cp "$T/config.json" "$R/acme/holes/config.json"
 head -c 1000 /dev/urandom >"$R/acme/holes/model.safetensors"
 echo '{"missing": ["model.safetensors"]}' >"$R/acme/holes/_hub.json"
-head -c 3000000 /dev/urandom >"$R/acme/slow-GGUF/slow-Q4_0.gguf"
+head -c 6000000 /dev/urandom >"$R/acme/slow-GGUF/slow-Q4_0.gguf"
 echo '{"slow": ["slow-Q4_0.gguf"]}' >"$R/acme/slow-GGUF/_hub.json"
 
 python3 tests/fakehub/server.py "$R" "$TMP/port" "$LOG" 2>"$TMP/hub.err" &
@@ -191,11 +191,13 @@ kx pull acme/slow-GGUF:Q4_0 >/dev/null 2>"$TMP/err" &
 KP=$!
 i=0
 while [ ! -s "$SD/blobs/$SLOW_SHA.incomplete" ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i + 1)); done
-sleep 0.2
+k pull acme/slow-GGUF:Q4_0 >/dev/null 2>"$TMP/err2"; st2=$?
+[ $st2 -eq 1 ] && grep -q "another kiln pull is downloading it" "$TMP/err2" && pass pull_same_file_twice_at_once_stops ||
+  fail pull_same_file_twice_at_once_stops "exit $st2: $(cat "$TMP/err2")"
 kill -INT $KP
 wait $KP; st=$?
 part=$(stat -c %s "$SD/blobs/$SLOW_SHA.incomplete" 2>/dev/null || echo 0)
-if [ $st -eq 130 ] && [ "$part" -gt 0 ] && [ "$part" -lt 3000000 ] && grep -q "interrupted; .* resumes it" "$TMP/err" &&
+if [ $st -eq 130 ] && [ "$part" -gt 0 ] && [ "$part" -lt 6000000 ] && grep -q "interrupted; .* resumes it" "$TMP/err" &&
    [ ! -e "$SD/snapshots" ]; then pass pull_ctrl_c_leaves_partial; else
   fail pull_ctrl_c_leaves_partial "exit $st, partial $part: $(cat "$TMP/err")"; fi
 k pull acme/slow-GGUF:Q4_0 >/dev/null 2>"$TMP/err"; st=$?
