@@ -3,8 +3,9 @@
 # cache in a temporary HF_HUB_CACHE. The hub's repositories are built here: a safetensors model
 # (whose weights' first download is cut halfway), a GGUF repository with stories260K as two quants
 # (one blob), a split quant and a projector, a gated, a forbidden and a wrong-checksum one, a file
-# listed but missing, and a slow file for Ctrl-C. A file-size limit (ulimit -f) stands for a full
-# disk. Nothing leaves the loopback interface.
+# listed but missing, one listed larger than any disk, and a slow file for Ctrl-C and for two pulls at
+# once. A file-size limit (ulimit -f) stands for a disk filling up during a download. Nothing leaves
+# the loopback interface.
 . tests/cli/lib.sh
 S="$DATA/models/stories260K/stories260K.gguf"
 if [ ! -f "$S" ]; then skip pull_tests "no $S"; exit 0; fi
@@ -14,7 +15,7 @@ R="$TMP/repos"
 C="$TMP/cache"
 LOG="$TMP/hub.log"
 mkdir -p "$R/acme/tiny/onnx" "$R/acme/tiny/original" "$R/acme/stories-GGUF" "$R/acme/gated-GGUF" "$R/acme/forbidden" \
-  "$R/acme/badsum" "$R/acme/holes" "$R/acme/slow-GGUF" "$TMP/home" "$TMP/empty"
+  "$R/acme/badsum" "$R/acme/holes" "$R/acme/huge" "$R/acme/slow-GGUF" "$TMP/home" "$TMP/empty"
 # a safetensors repository (the weights are random bytes: kiln only stores them)
 T="$R/acme/tiny"
 cat >"$T/config.json" <<'EOF'
@@ -48,6 +49,9 @@ echo '{"bad_sha": ["b-Q4_0.gguf"]}' >"$R/acme/badsum/_hub.json"
 cp "$T/config.json" "$R/acme/holes/config.json"
 head -c 1000 /dev/urandom >"$R/acme/holes/model.safetensors"
 echo '{"missing": ["model.safetensors"]}' >"$R/acme/holes/_hub.json"
+cp "$T/config.json" "$R/acme/huge/config.json"
+head -c 1000 /dev/urandom >"$R/acme/huge/model.safetensors"
+echo '{"huge": ["model.safetensors"]}' >"$R/acme/huge/_hub.json"
 head -c 6000000 /dev/urandom >"$R/acme/slow-GGUF/slow-Q4_0.gguf"
 echo '{"slow": ["slow-Q4_0.gguf"]}' >"$R/acme/slow-GGUF/_hub.json"
 
@@ -184,6 +188,12 @@ SLOW_SHA=$(sha "$R/acme/slow-GGUF/slow-Q4_0.gguf")
 if [ $st -eq 1 ] && grep -q "cannot write $SD/blobs/$SLOW_SHA.incomplete: File too large (free some space" "$TMP/err" &&
    [ -f "$SD/blobs/$SLOW_SHA.incomplete" ] && [ ! -e "$SD/snapshots" ]; then pass pull_full_disk_stops_cleanly; else
   fail pull_full_disk_stops_cleanly "exit $st: $(cat "$TMP/err")"; fi
+
+# a download larger than the free space stops before it starts
+n0=$(downloads)
+k pull acme/huge >/dev/null 2>"$TMP/err"; st=$?
+[ $st -eq 1 ] && grep -q "not enough space in $C/models--acme--huge/blobs: .* free, 1024 TiB to download" "$TMP/err" &&
+  [ "$(downloads)" -eq "$((n0 + 1))" ] && pass pull_no_room_stops_first || fail pull_no_room_stops_first "exit $st: $(cat "$TMP/err")"
 
 # ---- Ctrl-C leaves a resumable partial, never a file in the snapshot; the next pull resumes ----
 rm -f "$SD/blobs/$SLOW_SHA.incomplete"

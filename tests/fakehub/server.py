@@ -16,6 +16,7 @@ Each repository may hold a _hub.json of behaviours:
   {"bad_sha": ["PATH"]}  the info lists a wrong sha256 for PATH
   {"revs": {"v1": SHA}}  extra revision names (main and the commit itself always work)
   {"missing": ["PATH"]}  PATH is listed but its download gets 404
+  {"huge": ["PATH"]}     the info lists PATH as 1 PiB (more than any test disk holds)
   {"e503": ["PATH"]}     the first download of PATH gets 503 (the client must retry)
   {"slow": ["PATH"]}     a full GET of PATH is sent in 64 KiB pieces 50 ms apart (time for a Ctrl-C)
 Every request is appended to LOG as "METHOD PATH RANGE" (one line), so tests can count downloads.
@@ -135,6 +136,8 @@ class Handler(BaseHTTPRequestHandler):
         for rel in repo_files(d):
             p = os.path.join(d, rel)
             e = {"rfilename": rel, "size": os.path.getsize(p), "blobId": git_blob_id(p)}
+            if rel in b.get("huge", []):
+                e["size"] = 1 << 50
             if rel.endswith(LFS_SUFFIXES):
                 sha = sha256_of(p)
                 if rel in b.get("bad_sha", []):
