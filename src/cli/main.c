@@ -33,7 +33,10 @@ static bool open_std_fds(void) {
 
 /* `kiln run ORG/NAME:QUANT -p ...` (also chat and serve): a model named right after the verb, as
  * `ollama run` takes it, is -m's value. Returns a new argv (argc updated) with "-m" inserted before
- * it, or NULL when the verb is another or its next argument is a flag. */
+ * it (freed at exit), or NULL when the verb is another or its next argument is a flag. */
+static char **g_with_m; /* model_first's argv, freed at exit */
+static void free_with_m(void) { free(g_with_m); }
+
 static char **model_first(int *argc, char **argv) {
     static const char *const verbs[] = {"run", "chat", "serve"};
     bool takes = false;
@@ -46,6 +49,8 @@ static char **model_first(int *argc, char **argv) {
     v[2] = "-m";
     for (int i = 2; i <= *argc; i++) v[i + 1] = argv[i]; /* with the terminating NULL */
     (*argc)++;
+    g_with_m = v;
+    atexit(free_with_m);
     return v;
 }
 
