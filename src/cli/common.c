@@ -160,7 +160,8 @@ static const usage_entry usages[] = {
      true},
     {"ls",
      "usage: kiln ls [--json] [-v]\n"
-     "Lists the GGUF models found on this machine, one row each: name, architecture, parameters,\n"
+     "Lists the GGUF models found on this machine (and model directories kiln pull fetched), one\n"
+     "row each: name, architecture, parameters,\n"
      "weight type, size, training context and path. kiln looks in ~/.cache/kiln/models, in every\n"
      "directory or file of $KILN_MODELS (colon-separated), and in the Hugging Face cache\n"
      "($HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub). A name works as -m NAME.\n"

@@ -1,10 +1,9 @@
 /*
- * ls.c - `kiln ls [--json] [-v]`: the GGUF models found on this machine (see models.c for where
- * kiln looks), one row each: friendly name, architecture, parameters, dominant weight type, size
- * on disk, training context and path. --json prints one JSON array of objects with the same facts
- * instead. Files that cannot be used are left out with a one-line reason on stderr. Finding
- * nothing is not an error: a message says where kiln looked and how to get a model, and the exit
- * status is 0.
+ * ls.c - `kiln ls [--json] [-v]`: the GGUF models found on this machine, and the model directories
+ * kiln pull fetched into the Hugging Face cache (see models.c for where kiln looks), one row each: friendly name,
+ * architecture, parameters, dominant weight type, size on disk, training context and path. --json prints one JSON array
+ * of objects with the same facts instead. Files that cannot be used are left out with a one-line reason on stderr.
+ * Finding nothing is not an error: a message says where kiln looked and how to get a model, and the exit status is 0.
  */
 #include "cli.h"
 
