@@ -185,6 +185,43 @@ typedef struct kiln_model_info {
  * not an error: runnable is then false. */
 KILN_API kiln_status kiln_model_info_read(const char *path, kiln_model_info *out);
 
+/* ---- inspecting a model file ------------------------------------------------------------------ */
+
+/* A GGUF file, or a Hugging Face / MLX model directory (config.json + safetensors), opened to show what
+ * it holds (`kiln inspect`): its format, metadata (a GGUF's key/values; a directory's config.json
+ * members) and tensor table as stored, and any tensor's values. Headers are validated as a load does;
+ * no tensor data is read until asked for. */
+typedef struct kiln_file kiln_file;
+
+typedef struct kiln_file_tensor {
+    const char *name; /* as the file names it; valid while the file is open */
+    const char *type; /* "Q4_K", "F32", "BF16", "U32", ... */
+    int32_t n_dims;
+    int64_t shape[8];            /* outermost first: a matrix is rows, then columns */
+    uint64_t n_bytes;            /* bytes stored */
+    uint64_t n_values;           /* floats kiln_file_dequant writes (an MLX weight: its unpacked count) */
+    int32_t mlx_bits, mlx_group; /* an MLX-quantized weight's bits and group size; 0 otherwise */
+} kiln_file_tensor;
+
+/* Opens path (errors as kiln_model_load's: KILN_ERR_IO, KILN_ERR_FORMAT, KILN_ERR_UNSUPPORTED). */
+KILN_API kiln_status kiln_file_open(const char *path, kiln_file **out);
+KILN_API void kiln_file_close(kiln_file *f);
+/* "gguf", "safetensors" (a directory of float tensors) or "mlx" (a directory with MLX quantization). */
+KILN_API const char *kiln_file_format(const kiln_file *f);
+KILN_API size_t kiln_file_n_meta(const kiln_file *f);
+/* Metadata entry i: returns its key and writes its value as text into value[cap] (NUL-terminated,
+ * cut to fit; long strings and arrays are abbreviated). NULL when i is out of range. */
+KILN_API const char *kiln_file_meta(const kiln_file *f, size_t i, char *value, size_t cap);
+KILN_API size_t kiln_file_n_tensors(const kiln_file *f);
+/* Tensor i's description into *out; false when i is out of range. */
+KILN_API bool kiln_file_tensor_info(const kiln_file *f, size_t i, kiln_file_tensor *out);
+/* The index of the tensor named name, or -1. */
+KILN_API int64_t kiln_file_find(const kiln_file *f, const char *name);
+/* Tensor i's values as float32 into out[n_values], row-major: float types converted exactly, GGUF
+ * quantized types by kiln's reference dequantizer, an MLX weight as scale * q + bias (f32).
+ * KILN_ERR_UNSUPPORTED for other integer tensors; KILN_ERR_INVALID_ARG for a bad index. */
+KILN_API kiln_status kiln_file_dequant(const kiln_file *f, size_t i, float *out);
+
 /* ---- machine --------------------------------------------------------------------------------- */
 
 /* Physical cores of this machine (at least 1): the thread count used when a params struct says 0. */

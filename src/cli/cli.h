@@ -124,6 +124,7 @@ int cli_run(int argc, char **argv);
 int cli_chat(int argc, char **argv);
 int cli_perplexity(int argc, char **argv);
 int cli_tokenize(int argc, char **argv);
+int cli_inspect(int argc, char **argv);
 int cli_bench(int argc, char **argv);
 int cli_template(int argc, char **argv);
 int cli_parse(int argc, char **argv);

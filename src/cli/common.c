@@ -235,6 +235,14 @@ static const usage_entry usages[] = {
      "  --parse-special      turn special-token text such as <|eot_id|> into special tokens\n"
      "  -m, --model FILE     GGUF model or vocabulary file\n",
      false},
+    {"inspect",
+     "usage: kiln inspect MODEL [--tensor NAME [--dequant]]\n"
+     "Shows what a GGUF file or a Hugging Face / MLX model directory holds: its format (gguf,\n"
+     "safetensors or mlx), metadata (a directory's config.json) and tensor table as stored.\n"
+     "  --tensor NAME        show only that tensor\n"
+     "  --dequant            with --tensor: write its values to stdout as little-endian float32\n"
+     "                       (an MLX weight as scale * q + bias) and nothing else\n",
+     false},
     {"template",
      "usage: kiln template (--template FILE | -m MODEL) [--context JSON_FILE]\n"
      "Renders a Jinja2 chat template as Hugging Face's apply_chat_template does and prints the result\n"
@@ -289,6 +297,7 @@ void cli_usage(const char *verb, bool to_stderr) {
           "  rm           remove a pulled model\n"
           "  perplexity   measure a model's perplexity on a text\n"
           "  tokenize     show how a text is tokenized\n"
+          "  inspect      show a model file's metadata and tensors\n"
           "  bench        measure prompt and generation speed\n"
           "  template     render a chat template with a JSON context\n"
           "  grammar      compile a JSON Schema or GBNF grammar; check JSON against it\n"

@@ -76,6 +76,7 @@ int main(int argc, char **argv) {
     if (strcmp(verb, "chat") == 0) return cli_chat(argc - 1, argv + 1);
     if (strcmp(verb, "perplexity") == 0) return cli_perplexity(argc - 1, argv + 1);
     if (strcmp(verb, "tokenize") == 0) return cli_tokenize(argc - 1, argv + 1);
+    if (strcmp(verb, "inspect") == 0) return cli_inspect(argc - 1, argv + 1);
     if (strcmp(verb, "bench") == 0) return cli_bench(argc - 1, argv + 1);
     if (strcmp(verb, "template") == 0) return cli_template(argc - 1, argv + 1);
     if (strcmp(verb, "parse") == 0) return cli_parse(argc - 1, argv + 1);

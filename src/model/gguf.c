@@ -244,6 +244,7 @@ void kn_gguf_close(kn_gguf *g) {
     free(g->kv);
     free(g->tensors);
     kn_unmap_file(&g->map);
+    if (g->owner_free) g->owner_free(g->owner);
     memset(g, 0, sizeof *g);
 }
 

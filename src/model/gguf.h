@@ -72,6 +72,10 @@ typedef struct kn_gguf {
     kn_gguf_tensor *tensors; /* [n_tensors] */
     uint64_t alignment;
     uint64_t data_offset; /* file offset of the data section */
+    /* A model directory presented as GGUF (model/hf.h): what kv, tensors and their views point into,
+     * released by kn_gguf_close through owner_free(owner). NULL for a GGUF file. */
+    void *owner;
+    void (*owner_free)(void *owner);
 } kn_gguf;
 
 /* Opens and validates path. On failure returns KILN_ERR_IO / KILN_ERR_FORMAT / KILN_ERR_UNSUPPORTED

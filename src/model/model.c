@@ -11,6 +11,7 @@
  */
 #include "model/model.h"
 
+#include "model/hf.h"
 #include "model/load.h"
 
 #include "base/sha256.h"
@@ -547,10 +548,11 @@ static void read_sampling_defaults(kiln_model *m) {
 /* ---- load -------------------------------------------------------------------------------------- */
 
 static kiln_status load(kiln_model *m, const char *path, const kiln_model_params *p, bool force_f32) {
-    kiln_status st = kn_gguf_open(path, &m->gguf);
+    const bool hf = kn_hf_is_dir(path); /* a Hugging Face / MLX directory, presented as GGUF (model/hf.h) */
+    kiln_status st = hf ? kn_hf_open(path, &m->gguf) : kn_gguf_open(path, &m->gguf);
     if (st) return st;
     if ((st = read_hparams(m))) return st;
-    if ((st = kn_tokenizer_load(&m->gguf, &m->tok))) return st;
+    if ((st = hf ? kn_hf_tokenizer(&m->gguf, &m->tok) : kn_tokenizer_load(&m->gguf, &m->tok))) return st;
     m->hp.n_vocab = kn_tok_n_vocab(m->tok);
     if ((st = copy_chat_template(m))) return st;
     read_sampling_defaults(m);

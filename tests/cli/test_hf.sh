@@ -1,0 +1,101 @@
+# test_hf.sh - Hugging Face / MLX model directories end to end: stories260K converted by kiln-hf to an
+# F32 directory gives exactly the GGUF's greedy text; its MLX 8-bit and 4-bit copies give perplexity
+# within 1% and 5% of the F32 copy's; `kiln inspect` on GGUF, safetensors and MLX (format, config,
+# tensor table, --dequant bytes equal to the GGUF's for the same tensor); bad directories exit 1 with
+# a message naming the file.
+. tests/cli/lib.sh
+M="$DATA/models/stories260K/stories260K.gguf"
+HF="$BUILD/kiln-hf"
+if [ ! -f "$M" ]; then skip hf_dirs "no $M"; exit 0; fi
+if [ ! -x "$HF" ]; then skip hf_dirs "no $HF"; exit 0; fi
+
+"$HF" "$M" "$TMP/f32" 2>"$TMP/conv.err" && pass hf_convert_f32 || fail hf_convert_f32 "$(cat "$TMP/conv.err")"
+"$HF" "$M" "$TMP/mlx8" --mlx-bits 8 --mlx-group 32 2>/dev/null && pass hf_convert_mlx8 || fail hf_convert_mlx8
+"$HF" "$M" "$TMP/mlx4" --mlx-bits 4 --mlx-group 32 --mlx-layer model.layers.0.mlp.up_proj=8 2>/dev/null &&
+  pass hf_convert_mlx4 || fail hf_convert_mlx4
+for f in config.json model.safetensors tokenizer.json tokenizer_config.json; do
+  [ -s "$TMP/f32/$f" ] || fail hf_convert_files "no $f"
+done
+
+# inspect: formats, config, tensor table
+"$KILN" inspect "$M" >"$TMP/i.gguf" 2>&1 && grep -q "^format: gguf" "$TMP/i.gguf" &&
+  grep -q "llama.embedding_length = 64" "$TMP/i.gguf" && grep -q "blk.0.attn_q.weight" "$TMP/i.gguf" &&
+  pass inspect_gguf || fail inspect_gguf "$(head -c 300 "$TMP/i.gguf")"
+"$KILN" inspect "$TMP/f32" >"$TMP/i.st" 2>&1 && grep -q "^format: safetensors" "$TMP/i.st" &&
+  grep -q "hidden_size = 64" "$TMP/i.st" && grep -q "model.layers.0.self_attn.q_proj.weight *F32 *\[64, 64\]" "$TMP/i.st" &&
+  pass inspect_safetensors || fail inspect_safetensors "$(head -c 600 "$TMP/i.st")"
+"$KILN" inspect "$TMP/mlx4" >"$TMP/i.mlx" 2>&1 && grep -q "^format: mlx" "$TMP/i.mlx" &&
+  grep -q "model.layers.1.mlp.up_proj.weight *U32.*MLX 4-bit, group 32" "$TMP/i.mlx" &&
+  grep -q "model.layers.0.mlp.up_proj.weight *U32.*MLX 8-bit, group 32" "$TMP/i.mlx" &&
+  pass inspect_mlx || fail inspect_mlx "$(grep mlp "$TMP/i.mlx" | head -5)"
+# --dequant: the same values byte for byte (the norm needs no permutation)
+"$KILN" inspect "$M" --tensor output_norm.weight --dequant >"$TMP/a.bin" 2>"$TMP/a.err"
+"$KILN" inspect "$TMP/f32" --tensor model.norm.weight --dequant >"$TMP/b.bin" 2>"$TMP/b.err"
+if [ -s "$TMP/a.bin" ] && [ "$(wc -c <"$TMP/a.bin")" -eq 256 ] && cmp -s "$TMP/a.bin" "$TMP/b.bin"; then
+  pass inspect_dequant_same_bytes; else fail inspect_dequant_same_bytes "$(cat "$TMP/a.err" "$TMP/b.err")"; fi
+"$KILN" inspect "$M" --tensor token_embd.weight --dequant >"$TMP/e1.bin" 2>/dev/null
+"$KILN" inspect "$TMP/f32" --tensor model.embed_tokens.weight --dequant >"$TMP/e2.bin" 2>/dev/null
+cmp -s "$TMP/e1.bin" "$TMP/e2.bin" && [ "$(wc -c <"$TMP/e1.bin")" -eq $((512 * 64 * 4)) ] &&
+  pass inspect_dequant_embeddings || fail inspect_dequant_embeddings
+# an MLX weight: scale * q + bias, checked against a reference computed here from the raw file
+"$KILN" inspect "$TMP/mlx4" --tensor model.layers.1.mlp.up_proj.weight --dequant >"$TMP/q.bin" 2>"$TMP/q.err"
+if command -v python3 >/dev/null 2>&1; then
+  python3 - "$TMP/mlx4/model.safetensors" "$TMP/q.bin" <<'PY' && pass inspect_dequant_mlx_reference || fail inspect_dequant_mlx_reference
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+h = json.loads(raw[8:8 + n]); base = 8 + n
+def get(name):
+    e = h[name]; b, e2 = e["data_offsets"]; return e, raw[base + b:base + e2]
+w, wb = get("model.layers.1.mlp.up_proj.weight")
+s, sb = get("model.layers.1.mlp.up_proj.scales")
+bi, bb = get("model.layers.1.mlp.up_proj.biases")
+rows, words = w["shape"]; cols = words * 8; g = 32
+sc = struct.unpack("<%de" % (len(sb) // 2), sb); bs = struct.unpack("<%de" % (len(bb) // 2), bb)
+f32 = lambda x: struct.unpack("<f", struct.pack("<f", x))[0]
+out = []
+for r in range(rows):
+    for j in range(cols):
+        word = struct.unpack_from("<I", wb, (r * words + j // 8) * 4)[0]
+        q = (word >> (4 * (j % 8))) & 15
+        k = r * (cols // g) + j // g
+        out.append(f32(f32(f32(sc[k]) * q) + f32(bs[k])))
+got = open(sys.argv[2], "rb").read()
+sys.exit(0 if got == struct.pack("<%df" % len(out), *out) else 1)
+PY
+else skip inspect_dequant_mlx_reference "no python3"; fi
+expect_exit inspect_no_tensor 1 "$KILN" inspect "$TMP/f32" --tensor nope
+expect_exit inspect_no_model 2 "$KILN" inspect
+expect_exit inspect_dequant_needs_tensor 2 "$KILN" inspect "$M" --dequant
+
+# loading: the tokenizer comes from tokenizer.json; skip the generation checks in a build without it
+"$KILN" run -m "$TMP/f32" -p "Once upon a time" -n 64 --temp 0 >"$TMP/hf.txt" 2>"$TMP/hf.err"
+if grep -q "cannot read tokenizer.json" "$TMP/hf.err"; then
+  skip hf_greedy_equals_gguf "this build has no tokenizer.json reader"
+else
+  "$KILN" run -m "$M" -p "Once upon a time" -n 64 --temp 0 >"$TMP/gguf.txt" 2>/dev/null
+  if [ -s "$TMP/gguf.txt" ] && cmp -s "$TMP/gguf.txt" "$TMP/hf.txt"; then pass hf_greedy_equals_gguf; else
+    fail hf_greedy_equals_gguf "$(head -c 300 "$TMP/hf.err")"; echo "  gguf: $(head -c 200 "$TMP/gguf.txt")"
+    echo "  hf:   $(head -c 200 "$TMP/hf.txt")"; fi
+  # perplexity of the MLX copies against the F32 copy
+  head -c 6000 "$DATA/models/stories260K/golden/greedy_noprompt_n256.txt" >"$TMP/text.txt"
+  ppl() { "$KILN" perplexity -m "$1" -f "$TMP/text.txt" -c 128 2>/dev/null | sed -n 's/^Final estimate: PPL = \([0-9.]*\).*/\1/p'; }
+  P32=$(ppl "$TMP/f32"); P8=$(ppl "$TMP/mlx8"); P4=$(ppl "$TMP/mlx4")
+  within() { awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN { d = (a - b) / b; if (d < 0) d = -d; exit !(a > 0 && b > 0 && d <= t) }'; }
+  within "$P8" "$P32" 0.01 && pass hf_mlx8_perplexity || fail hf_mlx8_perplexity "f32 $P32, mlx8 $P8"
+  within "$P4" "$P32" 0.05 && pass hf_mlx4_perplexity || fail hf_mlx4_perplexity "f32 $P32, mlx4 $P4"
+fi
+
+# bad directories: exit 1 and name the file
+cp -r "$TMP/f32" "$TMP/bad"
+rm "$TMP/bad/tokenizer.json"
+expect_exit hf_missing_tokenizer 1 "$KILN" run -m "$TMP/bad" -p x -n 1
+grep -q "tokenizer.json" "$TMP/err" && pass hf_missing_tokenizer_named || fail hf_missing_tokenizer_named "$(cat "$TMP/err")"
+cp "$TMP/f32/tokenizer.json" "$TMP/bad/"
+head -c 3000 "$TMP/f32/model.safetensors" >"$TMP/bad/model.safetensors"
+expect_exit hf_truncated_weights 1 "$KILN" inspect "$TMP/bad"
+grep -q "model.safetensors" "$TMP/err" && pass hf_truncated_named || fail hf_truncated_named "$(cat "$TMP/err")"
+sed 's/"model_type": "llama"/"model_type": "nonesuch"/' "$TMP/f32/config.json" >"$TMP/bad/config.json"
+cp "$TMP/f32/model.safetensors" "$TMP/bad/"
+expect_exit hf_unknown_arch 1 "$KILN" run -m "$TMP/bad" -p x -n 1
+grep -q "nonesuch" "$TMP/err" && pass hf_unknown_arch_named || fail hf_unknown_arch_named "$(cat "$TMP/err")"
