@@ -33,6 +33,7 @@ typedef struct kn_hf {
     char *tok_json, *tok_cfg; /* tokenizer.json, tokenizer_config.json (NUL-terminated; tok_cfg may be NULL) */
     size_t tok_len, tok_cfg_len;
     int q_bits, q_group; /* config.json quantization (0: none) */
+    bool headers_only;   /* kn_hf_open_headers: types and shapes only, no tensor converted */
     json_t *q;           /* the quantization object, or NULL */
 } kn_hf;
 
@@ -575,6 +576,12 @@ static kiln_status convert_mlx(builder *b, const char *base, const kn_st_tensor 
     for (int i = 1; i < nd; i++) c->ne[i] = w->shape[nd - 1 - i];
     const int64_t ng = cols / group;
     const size_t es = kn_st_dtype_size(s->dtype);
+    if (h->headers_only) { /* what a load would most likely make of it, unconverted */
+        c->type = bits == 4 ? KN_Q4_1 : KN_F16;
+        c->data = w->data;
+        c->nbytes = kn_row_bytes(c->type, cols) * (uint64_t)rows;
+        return KILN_OK;
+    }
     bool q41 = bits == 4;
     for (int64_t i = 0; i < rows * ng && q41; i++) {
         const float sv = scalar_f32(s->data + (size_t)i * es, s->dtype),
@@ -658,6 +665,7 @@ static kiln_status permute_rows(builder *b, conv *c, int64_t n_head, const char 
                         (long long)rows, (long long)n_head);
     const int64_t hd = rows / n_head;
     const size_t rb = kn_row_bytes(c->type, c->ne[0]);
+    if (b->h->headers_only) return KILN_OK;
     uint8_t *out = owned(b->h, c->nbytes);
     if (!out) return kn_error(KILN_ERR_NOMEM, "out of memory");
     for (int64_t hh = 0; hh < n_head; hh++)
@@ -671,6 +679,7 @@ static kiln_status permute_rows(builder *b, conv *c, int64_t n_head, const char 
 
 /* Gemma's RMSNorm multiplies by (1 + w); GGUF stores 1 + w. */
 static kiln_status plus_one(builder *b, conv *c) {
+    if (b->h->headers_only) return KILN_OK;
     float *v = owned(b->h, (size_t)c->ne[0] * c->ne[1] * sizeof *v);
     if (!v) return kn_error(KILN_ERR_NOMEM, "out of memory");
     const kn_type_traits *tr = kn_type_traits_get(c->type);
@@ -793,13 +802,14 @@ static kiln_status stack_experts(builder *b, int64_t n_layer, int64_t n_exp) {
                 if (c.n_dims != 2) return kn_error(KILN_ERR_FORMAT, "%s: tensor '%s' is not a matrix", h->dir, wn);
                 if (e == 0) {
                     first = c;
-                    if (!(all = owned(h, (size_t)c.nbytes * (size_t)n_exp)))
+                    if (h->headers_only) all = (uint8_t *)c.data;
+                    else if (!(all = owned(h, (size_t)c.nbytes * (size_t)n_exp)))
                         return kn_error(KILN_ERR_NOMEM, "out of memory");
                 } else if (c.type != first.type || c.ne[0] != first.ne[0] || c.ne[1] != first.ne[1]) {
                     return kn_error(KILN_ERR_FORMAT, "%s: tensor '%s' differs in type or shape from expert 0", h->dir,
                                     wn);
                 }
-                memcpy(all + (size_t)e * first.nbytes, c.data, c.nbytes);
+                if (!h->headers_only) memcpy(all + (size_t)e * first.nbytes, c.data, c.nbytes);
             }
             first.n_dims = 3;
             first.ne[2] = n_exp;
@@ -872,6 +882,19 @@ json_t *kn_hf_config(const kn_gguf *g) {
     return g->owner_free == hf_free ? ((const kn_hf *)g->owner)->config_root : NULL;
 }
 
+void kn_hf_fit_vocab(kn_gguf *g, int64_t n_vocab) {
+    if (g->owner_free != hf_free || n_vocab <= 0) return;
+    static const char *const names[2] = {"token_embd.weight", "output.weight"};
+    for (int i = 0; i < 2; i++) {
+        kn_gguf_tensor *t = (kn_gguf_tensor *)kn_gguf_find_tensor(g, names[i]);
+        if (!t || t->n_dims != 2 || t->ne[1] <= n_vocab) continue;
+        KN_LOGD("%s: using %lld of %lld rows (the tokenizer has %lld tokens)", names[i], (long long)n_vocab,
+                (long long)t->ne[1], (long long)n_vocab);
+        t->nbytes = t->nbytes / (uint64_t)t->ne[1] * (uint64_t)n_vocab;
+        t->ne[1] = n_vocab;
+    }
+}
+
 static kiln_status read_quantization(kn_hf *h) {
     json_t *q = json_object_get(h->config_root, "quantization");
     if (!q) q = json_object_get(h->config_root, "quantization_config");
@@ -892,10 +915,11 @@ static kiln_status read_quantization(kn_hf *h) {
     return KILN_OK;
 }
 
-kiln_status kn_hf_open(const char *dir, kn_gguf *g) {
+static kiln_status hf_open(const char *dir, kn_gguf *g, bool headers_only) {
     memset(g, 0, sizeof *g);
     kn_hf *h = kn_calloc(1, sizeof *h);
     if (!h) return KILN_ERR_NOMEM;
+    h->headers_only = headers_only;
     g->owner = h;
     g->owner_free = hf_free;
     snprintf(h->dir, sizeof h->dir, "%s", dir);
@@ -948,6 +972,9 @@ fail:
     kn_gguf_close(g);
     return st;
 }
+
+kiln_status kn_hf_open(const char *dir, kn_gguf *g) { return hf_open(dir, g, false); }
+kiln_status kn_hf_open_headers(const char *dir, kn_gguf *g) { return hf_open(dir, g, true); }
 
 /* The tokenizer side (tokenizer.json) is built by the text module. */
 kiln_status kn_tokenizer_load_hf(const char *tokenizer_json, size_t len, const char *tokenizer_config_json,

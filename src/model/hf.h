@@ -34,6 +34,10 @@ bool kn_hf_is_dir(const char *path);
 /* Opens the directory into *g (ownership of everything in it passes to g: kn_gguf_close releases it).
  * Errors (KILN_ERR_FORMAT / IO / UNSUPPORTED) name the file and the key or tensor. */
 kiln_status kn_hf_open(const char *dir, kn_gguf *g);
+/* The same without converting any tensor (for listings and `kiln inspect`): every key/value, tensor name,
+ * type and shape is what kn_hf_open gives (an MLX weight's type assumed Q4_1 at 4 bits), but the
+ * tensors' data views point at the unconverted bytes and must not be read as their type. */
+kiln_status kn_hf_open_headers(const char *dir, kn_gguf *g);
 
 /* Builds the tokenizer of a directory opened by kn_hf_open (from tokenizer.json and
  * tokenizer_config.json). */
@@ -41,6 +45,11 @@ kiln_status kn_hf_tokenizer(const kn_gguf *g, kn_tokenizer **out);
 
 /* config.json as read (the whole file, not only text_config), or NULL when g is a GGUF file. */
 json_t *kn_hf_config(const kn_gguf *g);
+
+/* Hugging Face checkpoints often pad the embedding (and lm_head) past the tokenizer's vocabulary (to a
+ * multiple of 64 or 128 rows); rows no token id reaches are dropped from g's view of both, so their
+ * shapes match the vocabulary of n_vocab tokens as the loader requires. Nothing for a GGUF file. */
+void kn_hf_fit_vocab(kn_gguf *g, int64_t n_vocab);
 
 /* The safetensors files behind g, or NULL when g is a GGUF file. */
 const kn_safetensors *kn_hf_safetensors(const kn_gguf *g);

@@ -25,7 +25,7 @@ kiln_status kiln_file_open(const char *path, kiln_file **out) {
     *out = NULL;
     kiln_file *f = kn_calloc(1, sizeof *f);
     if (!f) return KILN_ERR_NOMEM;
-    kiln_status st = kn_hf_is_dir(path) ? kn_hf_open(path, &f->g) : kn_gguf_open(path, &f->g);
+    kiln_status st = kn_hf_is_dir(path) ? kn_hf_open_headers(path, &f->g) : kn_gguf_open(path, &f->g);
     if (st) {
         free(f);
         return st;

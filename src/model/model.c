@@ -554,6 +554,7 @@ static kiln_status load(kiln_model *m, const char *path, const kiln_model_params
     if ((st = read_hparams(m))) return st;
     if ((st = hf ? kn_hf_tokenizer(&m->gguf, &m->tok) : kn_tokenizer_load(&m->gguf, &m->tok))) return st;
     m->hp.n_vocab = kn_tok_n_vocab(m->tok);
+    if (hf) kn_hf_fit_vocab(&m->gguf, m->hp.n_vocab);
     if ((st = copy_chat_template(m))) return st;
     read_sampling_defaults(m);
     compute_fingerprint(m);
