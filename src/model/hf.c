@@ -199,7 +199,12 @@ static kiln_status read_rope_scaling(builder *b, double base, int64_t n_rot) {
                 return kn_error(KILN_ERR_FORMAT, "%s/config.json: rope_scaling.%s must be an array of %lld numbers",
                                 h->dir, names[i], (long long)(n_rot / 2));
             float f[4096];
-            for (size_t j = 0; j < json_array_size(a); j++) f[j] = (float)json_number_value(json_array_get(a, j));
+            for (size_t j = 0; j < json_array_size(a); j++) {
+                f[j] = (float)json_number_value(json_array_get(a, j));
+                if (!(f[j] > 0 && f[j] < 1e30f))
+                    return kn_error(KILN_ERR_FORMAT, "%s/config.json: rope_scaling.%s[%zu] is not a positive number",
+                                    h->dir, names[i], j);
+            }
             if ((st = add_f32_tensor(b, tnames[i], f, n_rot / 2))) return st;
         }
         int64_t orig = 0, maxpos = 0;
@@ -296,6 +301,8 @@ static kiln_status read_config(builder *b) {
     if (have && (st = set_f32(b, akey(b, k, "rope.freq_base"), base))) return st;
     int64_t n_rot = hd;
     if ((st = obj_num(h, h->config, "config.json", "partial_rotary_factor", &v, &have))) return st;
+    if (have && !(v > 0 && v <= 1))
+        return kn_error(KILN_ERR_FORMAT, "%s/config.json: 'partial_rotary_factor' = %g is not in (0, 1]", h->dir, v);
     if (have) n_rot = (int64_t)(v * (double)hd) & ~(int64_t)1;
     if (n_rot != hd && (st = set_u32(b, akey(b, k, "rope.dimension_count"), (uint64_t)n_rot))) return st;
     if (n_rot > 8192)

@@ -78,12 +78,28 @@ else
     fail hf_greedy_equals_gguf "$(head -c 300 "$TMP/hf.err")"; echo "  gguf: $(head -c 200 "$TMP/gguf.txt")"
     echo "  hf:   $(head -c 200 "$TMP/hf.txt")"; fi
   # perplexity of the MLX copies against the F32 copy
-  head -c 6000 "$DATA/models/stories260K/golden/greedy_noprompt_n256.txt" >"$TMP/text.txt"
-  ppl() { "$KILN" perplexity -m "$1" -f "$TMP/text.txt" -c 128 2>/dev/null | sed -n 's/^Final estimate: PPL = \([0-9.]*\).*/\1/p'; }
+  # a short story in the style of the model's training text (written for this test)
+  cat >"$TMP/text.txt" <<'STORY'
+Once upon a time, there was a little dog named Max. Max liked to run in the big green park near his house. Every day he played with a red ball and a small stick. One sunny morning, Max saw a cat sitting under a tall tree. The cat was sad because she lost her toy. Max wanted to help her. He looked behind the bench and under the slide. At last he found a little blue mouse made of cloth. He gave it to the cat and she was very happy. "Thank you, Max!" said the cat. From that day on, Max and the cat were best friends. They played together in the park and shared their toys.
+One day, a girl named Sue went to the store with her mom. She wanted to buy a big cake for her brother. The cake had pink flowers on top. Sue was careful not to drop it. When they got home, her brother smiled and gave her a hug. They ate the cake together and laughed all day.
+Tim had a toy boat. He liked to play with it in the bath. One day, the boat fell on the floor and broke. Tim was sad and started to cry. His dad came and said, "Don't worry, we can fix it." They used glue to fix the boat. Soon the boat was as good as new. Tim learned that it is good to ask for help when something goes wrong.
+STORY
+  ppl() { "$KILN" perplexity -m "$1" -f "$TMP/text.txt" -c 64 2>/dev/null | sed -n 's/^Final estimate: PPL = \([0-9.]*\).*/\1/p'; }
   P32=$(ppl "$TMP/f32"); P8=$(ppl "$TMP/mlx8"); P4=$(ppl "$TMP/mlx4")
   within() { awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN { d = (a - b) / b; if (d < 0) d = -d; exit !(a > 0 && b > 0 && d <= t) }'; }
   within "$P8" "$P32" 0.01 && pass hf_mlx8_perplexity || fail hf_mlx8_perplexity "f32 $P32, mlx8 $P8"
   within "$P4" "$P32" 0.05 && pass hf_mlx4_perplexity || fail hf_mlx4_perplexity "f32 $P32, mlx4 $P4"
+  # a synthetic model of each family: the converted directory generates the GGUF's greedy text
+  if [ -x "$BUILD/kiln-gen" ]; then
+    for p in tiny-llama-plain tiny-qwen2 tiny-qwen3 tiny-gemma3 tiny-phi3 tiny-qwen3moe; do
+      "$BUILD/kiln-gen" --preset $p --type f32 -o "$TMP/$p.gguf" >/dev/null 2>&1 &&
+        "$HF" "$TMP/$p.gguf" "$TMP/$p" 2>/dev/null || { fail hf_family_$p "conversion failed"; continue; }
+      "$KILN" run -m "$TMP/$p.gguf" -p "hello world" -n 24 --temp 0 --ignore-eos >"$TMP/g.txt" 2>/dev/null
+      "$KILN" run -m "$TMP/$p" -p "hello world" -n 24 --temp 0 --ignore-eos >"$TMP/h.txt" 2>"$TMP/h.err"
+      if [ -s "$TMP/g.txt" ] && cmp -s "$TMP/g.txt" "$TMP/h.txt"; then pass hf_family_$p; else
+        fail hf_family_$p "$(head -c 300 "$TMP/h.err")"; fi
+    done
+  else skip hf_families "no kiln-gen"; fi
 fi
 
 # bad directories: exit 1 and name the file
