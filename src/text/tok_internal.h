@@ -2,6 +2,8 @@
  * tok_internal.h - the inside of kn_tokenizer, shared by the files of src/text that implement it:
  *   tok_util.c    hashing, the text->id and merge-pair hash maps, growable vectors, the bigram heap
  *   tok_load.c    building a tokenizer from GGUF metadata (every count, length and id checked)
+ *   tok_tj*.c     building one from a Hugging Face tokenizer.json, and its encoder (see tok_tj.h)
+ *   tok_json.c    the JSON reader under it
  *   tokenizer.c   kn_tokenize (special-token partition, BOS/EOS) and kn_token_piece
  *   spm.c         SentencePiece-style encoding (score-ordered bigram merges, byte fallback)
  *   bpe.c         byte-level BPE encoding (GPT-2 byte mapping, merge ranks)
@@ -185,7 +187,16 @@ struct kn_tokenizer {
     int32_t trie_nodes;
     kn_u64map trie_edges;   /* (node << 8 | byte) -> child */
     uint8_t trie_first[32]; /* bitmap of first bytes */
+
+    struct kn_tj *tj; /* built from a tokenizer.json (tok_tj.h); NULL for GGUF metadata */
 };
+
+/* tok_load.c, shared with tok_tj_load.c: the decoded piece of every token (by kind and attr), the
+ * special-token list and trie of the GGUF partition, and the end-of-generation rules by token text
+ * (EOT / EOM by name, gpt-oss's shown tokens). */
+kiln_status kn_tok_build_pieces(kn_tokenizer *t);
+kiln_status kn_tok_build_specials(kn_tokenizer *t);
+void kn_tok_apply_eog_rules(kn_tokenizer *t);
 
 /* Text -> id lookup; -1 when text is not a token. */
 int32_t kn_tok_lookup(const kn_tokenizer *t, const char *s, size_t n);

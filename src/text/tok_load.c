@@ -11,6 +11,7 @@
  * a missing BOS/EOS/UNK/SEP id is looked up by the conventional token text ("<s>", "[CLS]", ...).
  */
 #include "text/tok_internal.h"
+#include "text/tok_tj.h"
 #include "text/unicode.h"
 
 #include <ctype.h>
@@ -236,7 +237,7 @@ static bool name_has_phi3(const kn_gguf *g) {
     return false;
 }
 
-static void apply_name_rules(kn_tokenizer *t, const kn_gguf *g) {
+void kn_tok_apply_eog_rules(kn_tokenizer *t) {
     if (t->eot < 0)
         for (size_t i = 0; i < KN_ARRAY_LEN(EOT_TEXTS) && t->eot < 0; i++) {
             t->eot = find_cstr(t, EOT_TEXTS[i]);
@@ -263,6 +264,10 @@ static void apply_name_rules(kn_tokenizer *t, const kn_gguf *g) {
         t->tok[end].attr = KN_ATTR_USER_DEFINED;
         if (t->eot == end) t->eot = -1;
     }
+}
+
+static void apply_name_rules(kn_tokenizer *t, const kn_gguf *g) {
+    kn_tok_apply_eog_rules(t);
     /* Phi-3's added tokens strip the whitespace after them (rstrip in its tokenizer.json) */
     if (name_has_phi3(g)) {
         for (int32_t id = 0; id < t->n_vocab; id++)
@@ -337,7 +342,7 @@ static bool decode_piece(const kn_tokenizer *t, int32_t id, kn_bvec *pool) {
     return true;
 }
 
-static kiln_status build_pieces(kn_tokenizer *t) {
+kiln_status kn_tok_build_pieces(kn_tokenizer *t) {
     kn_bvec pool = {0};
     for (int32_t id = 0; id < t->n_vocab; id++) {
         size_t before = pool.n;
@@ -370,7 +375,7 @@ static int cmp_u64(const void *a, const void *b) {
 
 /* Lists the tokens the input text is partitioned on (longest text first, then lowest id) and
  * builds a byte trie over their texts. */
-static kiln_status build_specials(kn_tokenizer *t) {
+kiln_status kn_tok_build_specials(kn_tokenizer *t) {
     int32_t n = 0;
     uint64_t bytes = 0;
     for (int32_t id = 0; id < t->n_vocab; id++)
@@ -536,8 +541,8 @@ static kiln_status load(kn_tokenizer *t, const kn_gguf *g) {
 
     if (t->kind == KN_TOK_SPM) t->spm_split_ok = !has_inner_space_mark(t);
     apply_name_rules(t, g);
-    if ((st = build_pieces(t))) return st;
-    return build_specials(t);
+    if ((st = kn_tok_build_pieces(t))) return st;
+    return kn_tok_build_specials(t);
 }
 
 kiln_status kn_tokenizer_load(const kn_gguf *g, kn_tokenizer **out) {
@@ -571,5 +576,6 @@ void kn_tokenizer_free(kn_tokenizer *t) {
     free(t->special_rank);
     free(t->trie_term);
     kn_u64map_free(&t->trie_edges);
+    kn_tj_free(t->tj);
     free(t);
 }

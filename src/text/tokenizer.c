@@ -6,8 +6,11 @@
  * token text is cut out first (everywhere it occurs, left to right), then the next longest in what
  * is left, and so on. The raw fragments in between go through the vocabulary's encoder (spm.c,
  * bpe.c, wordpiece.c); BOS/EOS/SEP are added around the result when add_special asks for them.
+ * A tokenizer built from tokenizer.json encodes through tok_tj_enc.c instead, with the special tokens
+ * of its post-processor.
  */
 #include "text/tok_internal.h"
+#include "text/tok_tj.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -105,7 +108,18 @@ kiln_status kn_tokenize(const kn_tokenizer *t, const char *text, size_t len, boo
     *n_out = 0;
     kn_ivec ids = {0};
     fragvec f = {0};
-    kiln_status st = partition(t, text, len, parse_special, &f);
+    kiln_status st = KILN_OK;
+    if (t->tj) { /* a tokenizer.json: its own added-token split and the post-processor's tokens */
+        const kn_tj *tj = t->tj;
+        for (int i = 0; add_special && i < tj->n_pre_ids; i++)
+            if (!kn_ivec_push(&ids, tj->pre_ids[i])) st = KILN_ERR_NOMEM;
+        if (!st) st = kn_tj_encode(t, text, len, parse_special, &ids);
+        for (int i = 0; !st && add_special && i < tj->n_post_ids; i++)
+            if (!kn_ivec_push(&ids, tj->post_ids[i])) st = KILN_ERR_NOMEM;
+        if (st) goto done;
+        goto out;
+    }
+    st = partition(t, text, len, parse_special, &f);
     if (st) goto done;
 
     if (add_special && t->add_bos && t->bos >= 0 && !kn_ivec_push(&ids, t->bos)) {
@@ -143,6 +157,7 @@ kiln_status kn_tokenize(const kn_tokenizer *t, const char *text, size_t len, boo
         goto done;
     }
 
+out:
     *n_out = ids.n;
     if (ids.n > cap) {
         st = kn_error(KILN_ERR_BUFFER_SMALL, "%zu tokens do not fit in a buffer of %zu", ids.n, cap);

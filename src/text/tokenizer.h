@@ -16,6 +16,30 @@ typedef struct kn_tokenizer kn_tokenizer;
 /* Builds the tokenizer from g's metadata (g may be freed afterwards: everything is copied).
  * KILN_ERR_FORMAT / KILN_ERR_UNSUPPORTED with a message on bad or unknown metadata. */
 kiln_status kn_tokenizer_load(const kn_gguf *g, kn_tokenizer **out);
+
+/* Builds the tokenizer from a Hugging Face tokenizer.json (len bytes) and, when not NULL, the
+ * tokenizer_config.json beside it (cfg_len bytes); both are copied, the caller keeps its buffers.
+ * Models BPE (byte-level, or SentencePiece-style with byte_fallback), WordPiece and Unigram; the
+ * normalizers, pre-tokenizers, post-processors and decoders of the tokenizers library that
+ * src/text/tok_tj.h lists. Which special tokens encoding adds (BOS/EOS) comes from the
+ * post-processor; bos_token / eos_token / chat_template come from the config. Errors: KILN_ERR_FORMAT
+ * naming the file and the JSON path (malformed JSON, a wrong type, a file over its size cap),
+ * KILN_ERR_UNSUPPORTED naming a model / normalizer / pre-tokenizer / post-processor type kiln does
+ * not implement. Takes well under a second for a 33 MB file. */
+kiln_status kn_tokenizer_load_hf(const char *tokenizer_json, size_t len, const char *tokenizer_config_json,
+                                 size_t cfg_len, kn_tokenizer **out);
+/* For a tokenizer from tokenizer.json (NULL / 0 / false for one from GGUF metadata):
+ * kn_tok_chat_template: the config's chat template; name NULL gives the default one (the string, or
+ *   the entry named "default" of a list), a name gives that entry of the list; NULL when none. Valid
+ *   as long as the tokenizer.
+ * kn_tok_eos_ids: the end-of-generation ids, the config's eos_token first (*ids valid as long as the
+ *   tokenizer).
+ * kn_tok_json_sha256: the tokenizer hash: SHA-256 of the tokenizer.json bytes followed by the text
+ *   "|bos=B|eos=E|pad=P" of the ids the config names (the config fields that change what encoding
+ *   gives). A loader that hashes the files itself may use that instead. */
+const char *kn_tok_chat_template(const kn_tokenizer *t, const char *name);
+size_t kn_tok_eos_ids(const kn_tokenizer *t, const int32_t **ids);
+bool kn_tok_json_sha256(const kn_tokenizer *t, uint8_t out[32]);
 void kn_tokenizer_free(kn_tokenizer *t);
 
 int32_t kn_tok_n_vocab(const kn_tokenizer *t);

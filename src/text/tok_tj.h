@@ -1,0 +1,158 @@
+/*
+ * tok_tj.h - the inside of a tokenizer built from a Hugging Face tokenizer.json (kn_tokenizer.tj):
+ * the normalizer and pre-tokenizer pipelines, the model's options, the post-processor's special
+ * tokens and the added-token tries. Shared by
+ *   tok_tj_load.c   reading tokenizer.json / tokenizer_config.json into kn_tokenizer + kn_tj
+ *   tok_tj_norm.c   the normalizers (NFC/NFD/NFKC/NFKD, Lowercase, Replace, Strip, BertNormalizer...)
+ *   tok_tj_pre.c    the pre-tokenizers (Split, ByteLevel, Metaspace, Digits, Whitespace, ...)
+ *   tok_tj_enc.c    encoding: added tokens, normalize, pre-tokenize, the model (BPE, WordPiece, Unigram)
+ * The semantics follow Hugging Face's tokenizers (the JS port is the test oracle); where the JS port
+ * and the Rust library differ, the comment at the step says which one kiln follows.
+ */
+#ifndef KN_TOK_TJ_H
+#define KN_TOK_TJ_H
+
+#include "text/tok_internal.h"
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+typedef enum kn_tj_model { KN_TJ_BPE, KN_TJ_WORDPIECE, KN_TJ_UNIGRAM } kn_tj_model;
+
+typedef enum kn_tj_norm_type {
+    KN_TJN_NFC,
+    KN_TJN_NFD,
+    KN_TJN_NFKC,
+    KN_TJN_NFKD,
+    KN_TJN_LOWERCASE,
+    KN_TJN_STRIP_ACCENTS,
+    KN_TJN_STRIP,   /* flags: left, right */
+    KN_TJN_PREPEND, /* str */
+    KN_TJN_REPLACE, /* pattern (str or re) -> content */
+    KN_TJN_BERT,    /* flags: clean_text, handle_chinese_chars, strip_accents, lowercase */
+} kn_tj_norm_type;
+
+typedef struct kn_tj_norm {
+    kn_tj_norm_type type;
+    char *str; /* Prepend text / Replace literal pattern */
+    size_t str_len;
+    char *content; /* Replace's replacement */
+    size_t content_len;
+    pcre2_code *re; /* Replace with a regex */
+    bool f[4];
+} kn_tj_norm;
+
+/* Split behaviours (Hugging Face's SplitDelimiterBehavior). */
+typedef enum kn_tj_behavior {
+    KN_TJB_REMOVED,
+    KN_TJB_ISOLATED,
+    KN_TJB_MERGED_PREV,
+    KN_TJB_MERGED_NEXT,
+    KN_TJB_CONTIGUOUS
+} kn_tj_behavior;
+
+typedef enum kn_tj_pre_type {
+    KN_TJP_SPLIT,      /* re (or a literal str), behavior, invert */
+    KN_TJP_BYTELEVEL,  /* f[0] add_prefix_space, f[1] use_regex (re = GPT-2's) */
+    KN_TJP_METASPACE,  /* str = replacement; scheme; f[0] split */
+    KN_TJP_BYTEMAP,    /* internal: ByteLevel's byte -> char mapping only */
+    KN_TJP_REPLACE,    /* re or str -> content */
+    KN_TJP_FIXEDLEN,   /* n characters per piece */
+    KN_TJP_UNICODE_SC, /* UnicodeScripts: refused at load */
+} kn_tj_pre_type;
+
+enum { KN_TJ_PREPEND_ALWAYS, KN_TJ_PREPEND_NEVER, KN_TJ_PREPEND_FIRST };
+
+typedef struct kn_tj_pre {
+    kn_tj_pre_type type;
+    pcre2_code *re;
+    char *str;
+    size_t str_len;
+    char *content;
+    size_t content_len;
+    kn_tj_behavior behavior;
+    bool invert;
+    int scheme;
+    size_t n;
+    bool f[2];
+} kn_tj_pre;
+
+/* A byte trie over added-token texts, matched leftmost-longest. */
+typedef struct kn_tj_trie {
+    kn_u64map edges; /* (node << 8 | byte) -> child */
+    int32_t *term;   /* [nodes] token id ending here, -1 */
+    int32_t nodes, cap;
+    uint8_t first[32]; /* bitmap of first bytes */
+} kn_tj_trie;
+
+typedef struct kn_tj {
+    kn_tj_model model;
+    kn_tj_norm *norm;
+    int n_norm;
+    kn_tj_pre *pre;
+    int n_pre;
+    /* model options */
+    bool byte_fallback, fuse_unk;
+    char *cont_prefix; /* BPE continuing_subword_prefix / WordPiece "##" (NULL: none) */
+    size_t cont_prefix_len;
+    char *eow_suffix; /* BPE end_of_word_suffix */
+    size_t eow_suffix_len;
+    int32_t max_word_chars; /* WordPiece max_input_chars_per_word */
+    double unigram_min_score;
+    /* post-processor: the special tokens before and after a single sequence */
+    int32_t pre_ids[8], post_ids[8];
+    int n_pre_ids, n_post_ids;
+    /* added tokens: matched in the raw text, and in the normalized text (normalized: true) */
+    kn_tj_trie raw, normed;
+    /* decoding */
+    bool strip_first_space; /* decoder Strip(" ", 1, 0) or Metaspace prepend: drop a text's first space */
+    /* tokenizer_config.json */
+    char *chat_template; /* the default template (NUL-terminated), NULL when none */
+    char **tmpl_names, **tmpl_texts;
+    int n_tmpl;
+    kn_ivec eos_ids; /* eos_token of the config, then every other end-of-generation token */
+    uint8_t sha256[32];
+} kn_tj;
+
+void kn_tj_free(kn_tj *tj);
+
+/* ---- tries ------------------------------------------------------------------------------------- */
+kiln_status kn_tj_trie_add(kn_tj_trie *tr, const char *s, size_t n, int32_t id);
+/* The id and length of the longest token starting at s[0..len) that allowed() accepts; -1 if none. */
+int32_t kn_tj_trie_match(const kn_tj_trie *tr, const kn_tokenizer *t, const uint8_t *s, size_t len, bool parse_special,
+                         size_t *mlen);
+void kn_tj_trie_free(kn_tj_trie *tr);
+
+/* ---- normalizers (tok_tj_norm.c) --------------------------------------------------------------- */
+/* Applies the pipeline to in[0..n) into out (cleared first). */
+kiln_status kn_tj_normalize(const kn_tj *tj, const char *in, size_t n, kn_bvec *out);
+void kn_tj_norm_free(kn_tj_norm *nm);
+
+/* Unicode forms over UTF-8 (ill-formed bytes pass through unchanged). */
+kiln_status kn_tj_unicode_form(const char *in, size_t n, bool compose, bool compat, kn_bvec *out);
+
+/* ---- pre-tokenizers (tok_tj_pre.c) ------------------------------------------------------------- */
+/* Words of one text section: bytes in buf, spans into it. */
+typedef struct kn_tj_words {
+    kn_bvec buf;
+    kn_spanvec w;
+} kn_tj_words;
+/* Runs the pipeline over in[0..n) (section_index: the position of the section among the added-token
+ * split, for Metaspace's "first" scheme) into *out (cleared first). */
+kiln_status kn_tj_pretokenize(const kn_tj *tj, const char *in, size_t n, size_t section_index, kn_tj_words *out,
+                              kn_tj_words *tmp);
+void kn_tj_pre_free(kn_tj_pre *p);
+/* Compiles a Hugging Face (Oniguruma) regex with PCRE2; KILN_ERR_FORMAT naming `where` on error. */
+kiln_status kn_tj_compile(const char *re, size_t n, const char *where, pcre2_code **out);
+/* Splits text[0..n) at the matches of re (or of the literal lit when re is NULL) with a behaviour,
+ * appending spans relative to base. */
+kiln_status kn_tj_split(const pcre2_code *re, const char *lit, size_t lit_len, kn_tj_behavior b, bool invert,
+                        const char *text, size_t n, size_t base, kn_spanvec *out);
+
+/* ---- encoding (tok_tj_enc.c) ------------------------------------------------------------------- */
+/* Appends the ids of text[0..len) (no post-processor tokens) to out. */
+kiln_status kn_tj_encode(const kn_tokenizer *t, const char *text, size_t len, bool parse_special, kn_ivec *out);
+/* Unigram (unigram.c): appends the ids of one pre-tokenized word. */
+kiln_status kn_unigram_encode(const kn_tokenizer *t, const char *w, size_t n, kn_ivec *out);
+
+#endif
