@@ -983,14 +983,9 @@ fail:
 kiln_status kn_hf_open(const char *dir, kn_gguf *g) { return hf_open(dir, g, false); }
 kiln_status kn_hf_open_headers(const char *dir, kn_gguf *g) { return hf_open(dir, g, true); }
 
-/* The tokenizer side (tokenizer.json) is built by the text module. */
-kiln_status kn_tokenizer_load_hf(const char *tokenizer_json, size_t len, const char *tokenizer_config_json,
-                                 size_t cfg_len, kn_tokenizer **out) __attribute__((weak));
-
 kiln_status kn_hf_tokenizer(const kn_gguf *g, kn_tokenizer **out) {
     const kn_hf *h = g->owner_free == hf_free ? g->owner : NULL;
     if (!h || !h->tok_json) return kn_error(KILN_ERR_INVALID_ARG, "not a Hugging Face model directory");
-    if (!kn_tokenizer_load_hf) return kn_error(KILN_ERR_UNSUPPORTED, "this build cannot read tokenizer.json");
     kiln_status st = kn_tokenizer_load_hf(h->tok_json, h->tok_len, h->tok_cfg, h->tok_cfg_len, out);
     if (st) kn_error_prefix("%s/tokenizer.json", h->dir);
     return st;
