@@ -14,9 +14,11 @@
  *   so does stories260K. MLX 4-bit copies become Q4_1 whose values equal the MLX formula; 8-bit become
  *   F16 within rounding of it.
  * - Directory errors: missing config key, unknown model_type, missing tokenizer.json, wrong dtype.
+ * - The fingerprint and tokenizer hash of a directory: stable, and changed by its weights / tokenizer.json.
  */
 #include "harness.h"
 
+#include "kiln.h"
 #include "model/gguf.h"
 #include "model/hf.h"
 #include "model/safetensors.h"
@@ -397,6 +399,40 @@ static void test_dir_errors(void) {
     kn_gguf_close(&h);
 }
 
+/* The fingerprint and tokenizer hash cover a directory: the same directory loads with the same hashes,
+ * an edit of tokenizer.json changes the tokenizer hash, and different weights change the fingerprint. */
+static void test_fingerprint(void) {
+    const char *g = kt_data("models/stories260K/stories260K.gguf");
+    if (!kt_exists(g)) SKIP("no stories260K");
+    if (access(tool("kiln-hf"), X_OK)) SKIP("kiln-hf not built");
+    char cmd[2048], a[512], b[512], p[600];
+    snprintf(a, sizeof a, "%s/fp-f32", kt_tmpdir());
+    snprintf(b, sizeof b, "%s/fp-mlx4", kt_tmpdir());
+    snprintf(cmd, sizeof cmd, "%s %s %s 2>/dev/null && %s %s %s --mlx-bits 4 --mlx-group 64 2>/dev/null",
+             tool("kiln-hf"), g, a, tool("kiln-hf"), g, b);
+    CHECK(sh(cmd) == 0);
+    kiln_model_params mp = kiln_model_default_params();
+    kiln_model *m1, *m2, *m3, *m4;
+    CHECKF(kiln_model_load(a, &mp, &m1) == KILN_OK, "%s", kiln_last_error());
+    CHECK(kiln_model_load(a, &mp, &m2) == KILN_OK);
+    CHECK(kiln_model_load(b, &mp, &m3) == KILN_OK);
+    CHECK(!strcmp(kiln_model_fingerprint(m1), kiln_model_fingerprint(m2)));
+    CHECK(!strcmp(kiln_model_tokenizer_hash(m1), kiln_model_tokenizer_hash(m2)));
+    CHECK(strcmp(kiln_model_fingerprint(m1), kiln_model_fingerprint(m3)) != 0);
+    CHECK(!strcmp(kiln_model_tokenizer_hash(m1), kiln_model_tokenizer_hash(m3)));
+    snprintf(p, sizeof p, "%s/tokenizer.json", a);
+    FILE *f = fopen(p, "ab");
+    CHECK(f);
+    fputs("\n", f);
+    fclose(f);
+    CHECK(kiln_model_load(a, &mp, &m4) == KILN_OK);
+    CHECK(strcmp(kiln_model_tokenizer_hash(m1), kiln_model_tokenizer_hash(m4)) != 0);
+    kiln_model_free(m1);
+    kiln_model_free(m2);
+    kiln_model_free(m3);
+    kiln_model_free(m4);
+}
+
 int main(void) {
     RUN(test_good_file);
     RUN(test_bad_headers);
@@ -406,5 +442,6 @@ int main(void) {
     RUN(test_roundtrip_families);
     RUN(test_mlx_load);
     RUN(test_dir_errors);
+    RUN(test_fingerprint);
     return kt_summary();
 }
