@@ -302,8 +302,9 @@ static kiln_status open_index(const char *dir, const char *ipath, kn_safetensors
         snprintf(path, sizeof path, "%s/%s", dir, files[i]);
         kn_mapping map;
         if ((s = kn_map_file(path, &map))) {
-            s = kn_error(KILN_ERR_IO, "%s names shard '%s', which cannot be opened: %s", ipath, files[i],
-                         kn_error_msg());
+            char why[KN_ERRMSG_MAX];
+            snprintf(why, sizeof why, "%s", kn_error_msg()); /* kn_error rewrites the message buffer */
+            s = kn_error(KILN_ERR_IO, "%s names shard '%s', which cannot be opened: %s", ipath, files[i], why);
             break;
         }
         s = parse_one(path, map, st);
