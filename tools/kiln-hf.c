@@ -651,9 +651,8 @@ int main(int argc, char **argv) {
     if (kn_gguf_get_str(&g, "tokenizer.huggingface.config", &tc)) { /* a directory: its config, template back in */
         json_t *src = json_loadb(tc.ptr, tc.len, 0, NULL);
         if (src) {
-            json_object_update(src, json_object_get(tcfg, "chat_template")
-                                        ? json_pack("{s:O}", "chat_template", json_object_get(tcfg, "chat_template"))
-                                        : json_object());
+            json_t *t = json_object_get(tcfg, "chat_template");
+            if (t) json_object_set(src, "chat_template", t);
             json_decref(tcfg);
             tcfg = src;
         }

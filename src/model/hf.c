@@ -739,9 +739,9 @@ static const struct {
 
 static bool is_gemma(const builder *b) { return !strncmp(b->arch, "gemma", 5); }
 
-/* Maps one tensor `base`.`suffix` (base without a leading "language_model."); *skip when kiln has no
- * use for it. */
-static kiln_status map_one(builder *b, const char *base, const char *suffix, const kn_st_tensor *t) {
+/* Maps one tensor `raw`.`suffix` to kiln's name (base: raw without a leading "language_model.", as
+ * multimodal checkpoints name their text model); nothing when kiln has no use for it. */
+static kiln_status map_one(builder *b, const char *base, const char *raw, const char *suffix, const kn_st_tensor *t) {
     char name[256];
     int layer = -1, used = 0;
     const char *rest = NULL;
@@ -772,7 +772,7 @@ static kiln_status map_one(builder *b, const char *base, const char *suffix, con
         return KILN_OK;
     }
     conv c;
-    kiln_status st = convert(b, base, suffix, t, &c);
+    kiln_status st = convert(b, raw, suffix, t, &c);
     if (st) return st;
     if (rest && b->def->rope_style == KN_ROPE_NORM &&
         (!strcmp(rest, "self_attn.q_proj") || !strcmp(rest, "self_attn.k_proj")))
@@ -842,8 +842,9 @@ static kiln_status map_tensors(builder *b) {
             KN_LOGD("%s: ignoring tensor '%s'", h->dir, t->name);
             continue;
         }
-        char base[1100];
+        char base[1100], raw[1200];
         snprintf(base, sizeof base, "%.*s", (int)(dot - full), full);
+        snprintf(raw, sizeof raw, "%.*s", (int)(dot - t->name), t->name);
         const char *suffix = dot + 1;
         if (!strcmp(suffix, "scales") || !strcmp(suffix, "biases")) {
             char wn[1200];
@@ -854,7 +855,7 @@ static kiln_status map_tensors(builder *b) {
             KN_LOGD("%s: ignoring tensor '%s'", h->dir, t->name);
             continue;
         }
-        if ((st = map_one(b, base, suffix, t))) return st;
+        if ((st = map_one(b, base, raw, suffix, t))) return st;
     }
     int64_t nl = 0, ne = 0;
     cfg_int(h, "num_hidden_layers", false, 0, 4096, &nl);

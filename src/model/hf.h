@@ -16,6 +16,8 @@
  *     4-bit weights whose scales and biases are exact in f16 become Q4_1 blocks (the same formula,
  *     the group's scale and bias repeated per 32 elements, so the values are unchanged); every other
  *     width (2, 3, 6, 8 bits) or scale outside f16 is dequantized at load to F16.
+ * Converted tensors live in buffers g owns until kn_gguf_close, so while the loader copies them a
+ * converted tensor is in memory twice (with use_mmap, for the model's life once).
  * The tokenizer is read from tokenizer.json by kn_hf_tokenizer; its bytes (and tokenizer_config.json
  * without its chat template) are `tokenizer.huggingface.*` strings, so the tokenizer hash covers them.
  */
