@@ -6,12 +6,14 @@
  * The file goes through the same validating GGUF reader as a load (every count, length and tensor
  * extent is checked against the file size), but only the header, the metadata and the tensor table
  * are read; tensor data is never touched, so listing a directory of multi-gigabyte models costs a
- * few page reads per file.
+ * few page reads per file. A Hugging Face directory is read the same way through its config.json and
+ * safetensors headers (nothing converted).
  */
 #include "kiln.h"
 
 #include "model/arch.h"
 #include "model/gguf.h"
+#include "model/hf.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -48,9 +50,10 @@ kiln_status kiln_model_info_read(const char *path, kiln_model_info *out) {
     out->split_count = 1;
     if (!path) return kn_error(KILN_ERR_INVALID_ARG, "kiln_model_info_read: path is NULL");
     kn_gguf g;
-    kiln_status st = kn_gguf_open(path, &g);
+    const bool dir = kn_hf_is_dir(path);
+    kiln_status st = dir ? kn_hf_open_headers(path, &g) : kn_gguf_open(path, &g);
     if (st) {
-        kn_error_prefix("%s", path);
+        if (!dir) kn_error_prefix("%s", path);
         return st;
     }
     out->file_bytes = g.map.size;
@@ -88,6 +91,7 @@ kiln_status kiln_model_info_read(const char *path, kiln_model_info *out) {
     int best = -1;
     for (int t = 0; t < KN_DTYPE_COUNT; t++)
         if (by_type[t] && (best < 0 || by_type[t] > by_type[best])) best = t;
+    if (dir) out->file_bytes = out->tensor_bytes; /* a directory: its weights, not one mapping */
     if (best >= 0) snprintf(out->weight_type, sizeof out->weight_type, "%s", kn_dtype_name(best));
     out->runnable = g.n_tensors > 0 && kn_arch_find(out->arch, strlen(out->arch)) && out->split_count == 1;
     kn_gguf_close(&g);

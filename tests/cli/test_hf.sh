@@ -113,3 +113,13 @@ sed 's/"model_type": "llama"/"model_type": "nonesuch"/' "$TMP/f32/config.json" >
 cp "$TMP/f32/model.safetensors" "$TMP/bad/"
 expect_exit hf_unknown_arch 1 "$KILN" run -m "$TMP/bad" -p x -n 1
 grep -q "nonesuch" "$TMP/err" && pass hf_unknown_arch_named || fail hf_unknown_arch_named "$(cat "$TMP/err")"
+
+# A directory in the Hugging Face cache is listed by `kiln ls` with its architecture, parameters and
+# type (read from config.json and the safetensors headers, nothing converted), and runs by its name.
+C="$TMP/hub/models--local--st260k"
+mkdir -p "$C/snapshots/0123abc" "$C/refs" && printf 0123abc >"$C/refs/main" && cp "$TMP/f32"/* "$C/snapshots/0123abc/"
+HF_HUB_CACHE="$TMP/hub" "$KILN" ls >"$TMP/ls.txt" 2>&1
+grep -E "^local/st260k +llama +[0-9.]+K +F32" "$TMP/ls.txt" >/dev/null && pass hf_dir_listed ||
+  fail hf_dir_listed "$(cat "$TMP/ls.txt")"
+HF_HUB_CACHE="$TMP/hub" "$KILN" run local/st260k -p "Once" -n 8 --temp 0 >"$TMP/byname.txt" 2>/dev/null
+grep -q "Once upon a time" "$TMP/byname.txt" && pass hf_dir_runs_by_name || fail hf_dir_runs_by_name "$(cat "$TMP/byname.txt")"
