@@ -421,7 +421,9 @@ void cli_models_print_howto(FILE *f) {
           "      kiln pull " CLI_DEFAULT_PULL "\n"
           "    (kiln pull ORG/NAME:QUANT for a GGUF quant, kiln pull ORG/NAME for a safetensors model);\n"
           "  - or give a file directly: kiln serve -m PATH.gguf (or set KILN_MODEL=PATH.gguf).\n"
-          "kiln runs Llama-family GGUF models (llama, qwen2, qwen3), e.g. a Q4_0 or Q8_0 file.\n",
+          "kiln runs GGUF files and Hugging Face / MLX directories of the llama, mistral, qwen2, qwen3,\n"
+          "qwen3-moe, gemma2, gemma3, phi3, smollm3, mixtral and gpt-oss families (`kiln ls` marks what it\n"
+          "cannot run).\n",
           f);
 }
 
