@@ -49,6 +49,12 @@ struct MHD_Connection;
 struct MHD_Daemon;
 struct MHD_Response;
 
+/* Request limits beyond the body cap (srv_config.max_body): messages of a chat request (after any
+ * API's translation) and tools it declares; more gets 400. They bound the work a request can ask
+ * for before generation (template rendering, the tools' name check) within any body size. */
+#define SRV_MAX_MESSAGES 8192
+#define SRV_MAX_TOOLS    512
+
 /* ---- configuration (resolved once by `kiln serve`) ------------------------------------------ */
 
 typedef struct srv_config {
@@ -151,6 +157,8 @@ struct srv_job {
     char *out; /* bytes produced for the client and not yet sent (streaming) */
     size_t n_out, cap_out;
     atomic_bool cancel; /* the client went away */
+    unsigned abort_at;  /* --debug-crash: the process aborts at this token event (0: never; isolate.h) */
+    unsigned n_events;  /* token events so far (counted only with abort_at) */
 };
 
 /* A new job with one reference; NULL when out of memory. */
