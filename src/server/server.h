@@ -29,6 +29,8 @@
  *              into a kiln_grammar, through a small cache of compiled grammars.
  *   stats.c    request / token / error counters behind /metrics and /stats.
  *   web.c      the browser chat page at "/" (files from web/, embedded in the binary).
+ *   supervise.c  crash isolation (isolate.h): the parent's supervisor that hands connections to
+ *              the engine's child process, answers for it when it dies, and restarts it.
  *
  * Like every kiln front end, the server uses only include/kiln.h (plus jansson and
  * libmicrohttpd). Handlers never generate themselves: they validate, render and tokenize (the model
