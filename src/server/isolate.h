@@ -3,7 +3,7 @@
  * supervisor in the parent (supervise.c; the child's side is in http.c).
  *
  * Design. The parent owns the listening socket and nothing else of the server: it loads no model,
- * starts no thread, and links no state a crash could corrupt. It accepts each connection itself and
+ * starts no thread, and holds no state a crash could corrupt. It accepts each connection itself and
  * hands the socket to the child over a Unix SOCK_SEQPACKET socketpair (SCM_RIGHTS), keeping its own
  * descriptor of it; the child serves the connection with libmicrohttpd (MHD_add_connection) exactly
  * as a single process would, so no byte is relayed or copied. The child reports, on the same
@@ -12,7 +12,7 @@
  * request finished (IDLE again), the connection closed (the parent then closes its descriptor).
  *
  * When the child dies (a signal, an abort, an exit), the parent still holds every connection open
- * and knows its state: a request that had no response yet gets a 500 in its API's error shape naming
+ * and knows its state: a request none of whose response was sent gets a 500 in its API's error shape naming
  * the cause ("the engine stopped: signal 6 (Aborted); restarting"); a stream gets an error event in
  * its format (SSE or NDJSON, in its chunked framing) and ends; a connection whose request the child
  * never read is kept and handed to the next child; an idle one is closed. The parent then starts a
@@ -27,10 +27,12 @@
  * one again: the child then cancels running generations at once), the listening socket is closed,
  * and the parent exits with the child's status once it is gone.
  *
- * A crash while the child writes a response's bytes can cut it anywhere: the parent then only closes
- * (a non-stream response), or appends its error event to a stream after the last whole chunk the
- * child handed to libmicrohttpd (a stream's chunk cut by the crash leaves the client a broken chunk,
- * which it reports as an error too).
+ * Whether any byte of a response reached the client is read from the socket itself, which parent
+ * and child share: the bytes it has written (acknowledged + queued, srv_iso_sent) now and when the
+ * request's headers were in (the child measures that one). None: the whole 500 goes out, whatever
+ * the child had queued. Some, of a stream: the error event follows. Some, of another response: the
+ * parent only closes (the client sees a cut response). A crash while a stream's chunk is being
+ * written leaves that chunk cut before the error event: the client then sees a broken stream.
  */
 #ifndef KILN_SERVER_ISOLATE_H
 #define KILN_SERVER_ISOLATE_H

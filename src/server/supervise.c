@@ -58,6 +58,7 @@ typedef struct sup {
     bool ready;        /* the child reported READY */
     bool ever_ready;   /* some child did */
     bool stopping;     /* a signal came: no restart */
+    bool retry;        /* a hand-over found the child's socket full: connections wait (C_WAIT) */
     int port;
     conn *c; /* [cap] indexed by connection id */
     size_t cap, n_open;
@@ -212,7 +213,9 @@ static void hand_over(sup *s, uint32_t id) {
     cm->cmsg_type = SCM_RIGHTS;
     cm->cmsg_len = CMSG_LEN(sizeof(int));
     memcpy(CMSG_DATA(cm), &c->fd, sizeof(int));
-    c->state = sendmsg(s->ctl, &mh, MSG_NOSIGNAL) == (ssize_t)sizeof m ? C_NEW : C_WAIT;
+    /* never blocking: the child may be blocked itself, sending to this process */
+    c->state = sendmsg(s->ctl, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)sizeof m ? C_NEW : C_WAIT;
+    if (c->state == C_WAIT) s->retry = true;
 }
 
 static void start_child(sup *s) {
@@ -434,7 +437,7 @@ int srv_supervise(const srv_supervisor *sv) {
         struct pollfd p[3] = {{.fd = s.sfd, .events = POLLIN},
                               {.fd = s.ctl, .events = POLLIN},
                               {.fd = s.stopping ? -1 : s.lfd, .events = POLLIN}};
-        if (poll(p, 3, s.ready ? 1000 : POLL_MS) < 0 && errno != EINTR) break;
+        if (poll(p, 3, s.ready && !s.retry ? 1000 : POLL_MS) < 0 && errno != EINTR) break;
         if (p[0].revents & POLLIN) {
             struct signalfd_siginfo si;
             while (read(s.sfd, &si, sizeof si) == (ssize_t)sizeof si) {
@@ -466,6 +469,11 @@ int srv_supervise(const srv_supervisor *sv) {
         }
         if (p[2].revents & POLLIN) accept_all(&s);
         if (!s.ready) check_waiting(&s);
+        if (s.ready && s.retry) {
+            s.retry = false;
+            for (uint32_t id = 0; id < s.cap; id++)
+                if (s.c[id].state == C_WAIT) hand_over(&s, id);
+        }
     }
 out:
     if (s.child) {

@@ -83,11 +83,18 @@ if [ "$c" = 200 ] && grep -q '^event: error' "$TMP/body" &&
 healthy >/dev/null
 
 # 4. Ollama's route, not streamed: its error shape; right after, /health says "restarting" (the
-#    fourth fast crash waits 800 ms before the restart)
+#    fourth fast crash waits 800 ms before the restart), and a request sent meanwhile waits for the
+#    new engine
 c=$(req /api/chat '{"model":"stories260K","stream":false,"messages":[{"role":"user","content":"hi"}]}' -H 'X-Kiln-Debug-Crash: 2')
+cp "$TMP/body" "$TMP/ollama"
+curl -s --max-time 20 -o /dev/null -w '%{http_code}' -H "$J" --data-binary "$CHAT" "$base/v1/chat/completions" >"$TMP/held" &
+held=$!
 h=$(healthy)
-if [ "$c" = 500 ] && grep -q '^{"error":"the engine stopped: signal 6 (Aborted); restarting"}$' "$TMP/body"; then
-  pass isolation_crash_ollama; else fail isolation_crash_ollama "$c $(head -c 300 "$TMP/body")"; fi
+wait $held
+if [ "$(cat "$TMP/held")" = 200 ]; then pass isolation_request_waits_for_restart; else
+  fail isolation_request_waits_for_restart "status $(cat "$TMP/held")"; fi
+if [ "$c" = 500 ] && grep -q '^{"error":"the engine stopped: signal 6 (Aborted); restarting"}$' "$TMP/ollama"; then
+  pass isolation_crash_ollama; else fail isolation_crash_ollama "$c $(head -c 300 "$TMP/ollama")"; fi
 case "$h" in
   '|{"status":"restarting"} 503'*'|{"status":"ok"} 200') pass isolation_health_restarting ;;
   *) fail isolation_health_restarting "$h" ;;
