@@ -23,6 +23,11 @@
  * bounded by --timeout, --max-connections and --max-connections-per-ip (see server/http.c); the
  * open-file limit is raised to fit them.
  *
+ * Isolation (server/isolate.h): unless --no-isolation, everything from loading the model on runs in
+ * a child process (engine_child), under the supervisor of the parent, which keeps the listening
+ * socket and restarts the child when it crashes; the child serves exactly as the single process
+ * does. --debug-crash lets a request abort the engine (for tests).
+ *
  * Shutdown: the first signal stops accepting connections, cancels queued generations, lets the
  * running ones finish for up to SHUTDOWN_GRACE_MS (a second signal cancels them at once), closes the
  * remaining connections, flushes the SSD cache (--ssd-cache: every cached prefix not on disk yet is
@@ -745,13 +750,13 @@ out:
 /* The engine's child process of an isolated server (srv_supervisor.child_main): the server as
  * without isolation, on the connections the supervisor hands over through ctl, on its port. The
  * browser is opened by the first child only. */
-static int engine_child(int ctl, int port, bool first, void *arg) {
+static int engine_child(int ctl, int port, unsigned restarts, void *arg) {
     serve_run run = *(const serve_run *)arg;
     plan p = *run.p;
     p.port = port;
-    p.open_browser = p.open_browser && first;
+    p.open_browser = p.open_browser && restarts == 0;
     run.p = &p;
-    srv_iso_set_ctl(ctl);
+    srv_iso_set_ctl(ctl, restarts);
     const int rc = run_server(&run);
     fflush(NULL);
     return rc;

@@ -142,12 +142,20 @@ static atomic_bool iso_quit;
 _Thread_local unsigned srv_iso_abort_at;
 static _Thread_local bool iso_queueing_stream; /* srv_send_response queues a stream (send_stream) */
 
-void srv_iso_set_ctl(int ctl) {
+static unsigned iso_restarts;
+
+void srv_iso_set_ctl(int ctl, unsigned restarts) {
     iso_ctl = ctl;
+    iso_restarts = restarts;
     if (ctl >= 0) fcntl(ctl, F_SETFD, FD_CLOEXEC);
 }
 
 void srv_iso_debug_crash(bool on) { iso_crash = on; }
+
+bool srv_iso_child(unsigned *restarts) {
+    *restarts = iso_restarts;
+    return iso_ctl >= 0;
+}
 
 static void iso_send(uint32_t type, uint32_t id, uint32_t api, uint32_t flags) {
     if (iso_ctl < 0 || !id) return;

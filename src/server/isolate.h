@@ -69,14 +69,14 @@ typedef struct srv_iso_msg {
 uint64_t srv_iso_sent(int fd);
 
 /* What the supervisor needs: where to listen (already probed by the caller; port 0: any) and the
- * child's body. child_main runs in the forked child with ctl (the child's end of the socketpair)
- * and port (the bound one); it returns the child's exit status. first says whether this is the first
- * child (the caller opens a browser only then). */
+ * child's body. child_main runs in the forked child with ctl (the child's end of the socketpair),
+ * port (the bound one) and restarts (children started before this one: 0 for the first, the only
+ * one that opens a browser); it returns the child's exit status. */
 typedef struct srv_supervisor {
     const char *host;
     int port;
     unsigned max_conns; /* connections held at most (more are closed at once) */
-    int (*child_main)(int ctl, int port, bool first, void *arg);
+    int (*child_main)(int ctl, int port, unsigned restarts, void *arg);
     void *arg;
 } srv_supervisor;
 
@@ -89,7 +89,10 @@ int srv_supervise(const srv_supervisor *sv);
 /* The child's side (http.c): the control socket of an isolated server (-1: a single process), set
  * before srv_http_start, which then starts libmicrohttpd without a listening socket, serves the
  * connections the parent hands over and reports READY. */
-void srv_iso_set_ctl(int ctl);
+void srv_iso_set_ctl(int ctl, unsigned restarts);
+/* Whether this process is an isolated server's engine, and the restarts before it (for /stats and
+ * /metrics). */
+bool srv_iso_child(unsigned *restarts);
 
 /* Debug crash (--debug-crash): a request with the header "X-Kiln-Debug-Crash: N" makes the process
  * abort at its N-th token event (on the engine's thread); 0 aborts in the handler before anything is

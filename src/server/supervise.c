@@ -63,7 +63,8 @@ typedef struct sup {
     conn *c; /* [cap] indexed by connection id */
     size_t cap, n_open;
     double started_ms, restart_at_ms;
-    int fast; /* fast crashes in a row */
+    int fast;        /* fast crashes in a row */
+    unsigned starts; /* children started */
 } sup;
 
 static double now_ms(void) {
@@ -226,7 +227,7 @@ static void start_child(sup *s) {
         return;
     }
     const pid_t parent = getpid();
-    const bool first = !s->ever_ready;
+
     fflush(NULL);
     const pid_t pid = fork();
     if (pid == 0) {
@@ -238,7 +239,7 @@ static void start_child(sup *s) {
         struct rlimit rl;
         const int top = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < 65536 ? (int)rl.rlim_cur : 65536;
         for (int fd = 4; fd < top; fd++) close(fd);
-        _exit(s->sv->child_main(3, s->port, first, s->sv->arg));
+        _exit(s->sv->child_main(3, s->port, s->starts, s->sv->arg));
     }
     close(sp[1]);
     if (pid < 0) {
@@ -248,6 +249,7 @@ static void start_child(sup *s) {
         return;
     }
     s->child = pid;
+    s->starts++;
     s->ctl = sp[0];
     s->ready = false;
     s->started_ms = now_ms();

@@ -108,6 +108,13 @@ if [ "$c" = 200 ] && [ "$zombies" = 0 ] && [ "$fds1" = "$fds0" ]; then pass isol
   fail isolation_no_zombie_no_fd_leak "status $c, zombies $zombies, fds $fds0 -> $fds1"; fi
 if [ "$(grep -c 'the engine stopped: signal 6 (Aborted); restarting' "$TMP/s.err")" = 4 ]; then
   pass isolation_crash_logged; else fail isolation_crash_logged "$(head -c 600 "$TMP/s.err")"; fi
+st=$(curl -s --max-time 10 "$base/stats")
+me=$(curl -s --max-time 10 "$base/metrics" | grep '^kiln_engine_restarts_total')
+case "$st" in
+  *'"engine_restarts":4'*) [ "$me" = "kiln_engine_restarts_total 4" ] && pass isolation_restarts_counted ||
+    fail isolation_restarts_counted "metrics: '$me'" ;;
+  *) fail isolation_restarts_counted "$(printf '%s' "$st" | head -c 300)" ;;
+esac
 
 # SIGTERM: both processes stop, exit 0
 c2=$(child)
@@ -154,6 +161,7 @@ if [ $st = 1 ] && grep -q "the engine stopped 5 times in a row within 10 s of st
 # --no-isolation: one process, the debug header ignored without --debug-crash
 start --no-isolation
 c=$(req /v1/chat/completions "$CHAT" -H 'X-Kiln-Debug-Crash: 1')
-if [ -z "$(child)" ] && [ "$c" = 200 ]; then pass isolation_off_one_process; else
-  fail isolation_off_one_process "child '$(child)', status $c"; fi
+st=$(curl -s --max-time 10 "$base/stats")
+if [ -z "$(child)" ] && [ "$c" = 200 ] && [ "${st#*engine_restarts}" = "$st" ]; then pass isolation_off_one_process; else
+  fail isolation_off_one_process "child '$(child)', status $c, stats $(printf '%s' "$st" | head -c 200)"; fi
 kill -TERM $pid; wait $pid
