@@ -63,8 +63,9 @@ typedef struct sup {
     conn *c; /* [cap] indexed by connection id */
     size_t cap, n_open;
     double started_ms, restart_at_ms;
-    int fast;        /* fast crashes in a row */
-    unsigned starts; /* children started */
+    double accept_at_ms; /* out of descriptors: accept again from then on */
+    int fast;            /* fast crashes in a row */
+    unsigned starts;     /* children started */
 } sup;
 
 static double now_ms(void) {
@@ -355,7 +356,12 @@ static void on_msg(sup *s, const srv_iso_msg *m) {
 static void accept_all(sup *s) {
     for (;;) {
         const int fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0) return;
+        if (fd < 0) {
+            /* out of descriptors: the connection waits in the backlog, not in a busy loop */
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+                s->accept_at_ms = now_ms() + POLL_MS;
+            return;
+        }
         if (s->n_open >= s->sv->max_conns) {
             close(fd);
             continue;
@@ -438,8 +444,10 @@ int srv_supervise(const srv_supervisor *sv) {
         }
         struct pollfd p[3] = {{.fd = s.sfd, .events = POLLIN},
                               {.fd = s.ctl, .events = POLLIN},
-                              {.fd = s.stopping ? -1 : s.lfd, .events = POLLIN}};
-        if (poll(p, 3, s.ready && !s.retry ? 1000 : POLL_MS) < 0 && errno != EINTR) break;
+                              {.fd = s.stopping || now_ms() < s.accept_at_ms ? -1 : s.lfd, .events = POLLIN}};
+        const bool slow = s.ready && !s.retry && !s.accept_at_ms;
+        if (poll(p, 3, slow ? 1000 : POLL_MS) < 0 && errno != EINTR) break;
+        if (s.accept_at_ms && now_ms() >= s.accept_at_ms) s.accept_at_ms = 0;
         if (p[0].revents & POLLIN) {
             struct signalfd_siginfo si;
             while (read(s.sfd, &si, sizeof si) == (ssize_t)sizeof si) {
