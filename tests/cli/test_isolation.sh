@@ -138,6 +138,28 @@ if [ -n "$c3" ] && ! kill -0 "$c3" 2>/dev/null; then pass isolation_kill9_takes_
 # Fast crashes in a row: the supervisor gives up (exit 1); the Responses API's stream error event,
 # and a crash in the handler before any token, on the way.
 start --debug-crash
+# Every request in flight gets the error: three streams and one plain request, long ones, while a
+# fifth makes the engine abort.
+clients=""
+for k in 1 2 3; do
+  curl -s -N --max-time 30 -o "$TMP/inflight$k" -H "$J" "$base/v1/completions" \
+    --data-binary '{"prompt":"Once","max_tokens":2000,"ignore_eos":true,"stream":true}' &
+  clients="$clients $!"
+done
+curl -s --max-time 30 -o "$TMP/inflight4" -H "$J" "$base/v1/completions" \
+  --data-binary '{"prompt":"Once","max_tokens":2000,"ignore_eos":true}' &
+clients="$clients $!"
+sleep 1
+req /v1/completions '{"prompt":"Once","max_tokens":50,"stream":true}' -H 'X-Kiln-Debug-Crash: 10' >/dev/null
+for k in $clients; do wait "$k"; done
+bad=""
+for k in 1 2 3; do
+  tail -n 2 "$TMP/inflight$k" | grep -q '^data: {"error":{"message":"the engine stopped: signal 6' || bad="$bad stream$k"
+done
+grep -q '^{"error":{"message":"the engine stopped: signal 6' "$TMP/inflight4" || bad="$bad plain"
+if [ -z "$bad" ]; then pass isolation_crash_fails_all_in_flight; else
+  fail isolation_crash_fails_all_in_flight "no error for$bad: $(tail -c 200 "$TMP/inflight4")"; fi
+healthy >/dev/null
 c=$(req /v1/responses '{"input":"hi","max_output_tokens":60,"stream":true}' -H 'X-Kiln-Debug-Crash: 12')
 if [ "$c" = 200 ] && grep -q '^event: error' "$TMP/body" && grep -q '"type":"error","code":"server_error","message":"the engine stopped' "$TMP/body"; then
   pass isolation_crash_responses_stream; else fail isolation_crash_responses_stream "$c $(tail -c 400 "$TMP/body")"; fi
@@ -145,8 +167,8 @@ healthy >/dev/null
 c=$(req /v1/completions '{"prompt":"hi","max_tokens":4}' -H 'X-Kiln-Debug-Crash: 0')
 if [ "$c" = 500 ] && grep -q 'the engine stopped: signal 6' "$TMP/body"; then pass isolation_crash_in_handler; else
   fail isolation_crash_in_handler "$c $(head -c 300 "$TMP/body")"; fi
-k=2
-while [ $k -lt 5 ] && kill -0 $pid 2>/dev/null; do
+k=3
+while [ $k -lt 8 ] && kill -0 $pid 2>/dev/null; do
   healthy >/dev/null
   req /v1/completions '{"prompt":"hi","max_tokens":4}' -H 'X-Kiln-Debug-Crash: 0' >/dev/null
   k=$((k + 1))
