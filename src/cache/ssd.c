@@ -107,6 +107,22 @@ static bool is_entry_name(const char *f) {
     return true;
 }
 
+/* Whether the writer of a temporary file is gone: no such process, or one that has ended and waits
+ * to be reaped (a zombie: an engine process of `kiln serve` killed with its supervisor stays one
+ * until the system reaps it, and writes nothing more). */
+static bool writer_gone(long pid) {
+    if (kill((pid_t)pid, 0) != 0) return errno == ESRCH;
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return false;
+    const size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *e = strrchr(buf, ')'); /* "pid (comm) S ...": the state follows the last ')' */
+    return e && e[1] == ' ' && (e[2] == 'Z' || e[2] == 'X');
+}
+
 /* A temporary file "<entry name>.tmp.<pid>"; *pid gets the writer's process id. */
 static bool is_temp_name(const char *f, long *pid) {
     if (strlen(f) <= NAME_LEN + 5 || strncmp(f + NAME_LEN, ".tmp.", 5) != 0) return false;
@@ -738,7 +754,7 @@ static kiln_status load(kn_ssd *s) {
             long pid;
             const char *name = de->d_name;
             if (is_temp_name(name, &pid)) {
-                if (pid != (long)getpid() && kill((pid_t)pid, 0) != 0 && errno == ESRCH) unlinkat(s->dirfd, name, 0);
+                if (pid != (long)getpid() && writer_gone(pid)) unlinkat(s->dirfd, name, 0);
             } else if (is_entry_name(name) && !bsearch(&name, known, n_known, sizeof *known, cmp_name)) {
                 adopt(s, name);
             }

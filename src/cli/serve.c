@@ -23,6 +23,11 @@
  * bounded by --timeout, --max-connections and --max-connections-per-ip (see server/http.c); the
  * open-file limit is raised to fit them.
  *
+ * Isolation (server/isolate.h): unless --no-isolation, everything from loading the model on runs in
+ * a child process (engine_child), under the supervisor of the parent, which keeps the listening
+ * socket and restarts the child when it crashes; the child serves exactly as the single process
+ * does. --debug-crash lets a request abort the engine (for tests).
+ *
  * Shutdown: the first signal stops accepting connections, cancels queued generations, lets the
  * running ones finish for up to SHUTDOWN_GRACE_MS (a second signal cancels them at once), closes the
  * remaining connections, flushes the SSD cache (--ssd-cache: every cached prefix not on disk yet is
@@ -30,6 +35,7 @@
  * load (exit 1).
  */
 #include "cli.h"
+#include "isolate.h"
 #include "server.h"
 
 #include <arpa/inet.h>
@@ -186,6 +192,7 @@ typedef struct serve_opts {
     bool given[OPT_COUNT];
     /* flags without a value (or with an optional one) */
     bool ssd_on, print_cfg, no_open;
+    bool no_isolation, debug_crash; /* --no-isolation, --debug-crash (server/isolate.h) */
     const char *ssd_dir;
 } serve_opts;
 
@@ -458,6 +465,8 @@ static void print_config(const cli_common *c, const plan *p, const serve_opts *o
     printf("%-15s %s   (%s)\n", "allow-host", o->allow_hosts ? o->allow_hosts : "none",
            opt_src(o, OPT_ALLOW_HOST, "default: IP addresses, localhost and --host"));
     printf("%-15s %s   (%s)\n", "open browser", p->open_browser ? "yes" : "no", p->open_src);
+    printf("%-15s %s   (%s)\n", "isolation", o->no_isolation ? "off" : "engine in a child process",
+           o->no_isolation ? "flag --no-isolation" : "default");
     printf("%-15s %g   (%s)\n", "temp", (double)sp->temperature,
            sp_src(c, CLI_SP_TEMP, msp->temperature != def.temperature));
     printf("%-15s %d   (%s)\n", "top-k", sp->top_k, sp_src(c, CLI_SP_TOP_K, msp->top_k != def.top_k));
@@ -644,117 +653,32 @@ static void serve_until_signal(srv *s, const plan *p, const serve_opts *o, const
     }
 }
 
-int cli_serve(int argc, char **argv) {
-    cli_common c;
-    cli_common_init(&c);
-    serve_opts o;
-    opts_init(&o);
-    bool ssd_verify = kiln_engine_default_params().ssd_verify;
-    const char *template_file = NULL, *tool_format = NULL;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            cli_usage("serve", false);
-            return 0;
-        }
-        const int taken = parse_opt(a, v, &o);
-        if (taken < 0) return CLI_EXIT_USAGE;
-        if (taken) {
-            i++;
-            continue;
-        }
-        if (strcmp(a, "--ssd-cache") == 0) { /* the directory is optional */
-            o.ssd_on = true;
-            if (v && v[0] != '-') {
-                o.ssd_dir = v;
-                i++;
-            }
-            continue;
-        }
-        if (strcmp(a, "--ssd-cache-verify") == 0 || strcmp(a, "--no-ssd-cache-verify") == 0) {
-            ssd_verify = a[2] == 's';
-            continue;
-        }
-        if (strcmp(a, "--print-config") == 0) {
-            o.print_cfg = true;
-            continue;
-        }
-        if (strcmp(a, "--no-open") == 0) {
-            o.no_open = true;
-            continue;
-        }
-        int r = cli_parse_template_flags(argc, argv, &i, &template_file, &tool_format);
-        if (r == 0) r = cli_parse_common(argc, argv, &i, &c);
-        if (r == 1) continue;
-        if (r == 0)
-            fprintf(stderr, "kiln serve: unknown option '%s'%s\n", a, (a[0] == '-' && !v) ? " (or missing value)" : "");
-        cli_usage("serve", true);
-        return CLI_EXIT_USAGE;
-    }
-    if (o.cors && !valid_origins(o.cors)) return CLI_EXIT_USAGE;
-    cli_setup_log(c.verbose);
+/* What running the server needs of cli_serve's resolved settings (read-only here). */
+typedef struct serve_run {
+    const cli_common *c, *lc;
+    const plan *p;
+    const serve_opts *o;
+    const char *template_file, *tool_format;
+    bool ssd_verify;
+    const sigset_t *sigs; /* SIGINT, SIGTERM: blocked, taken by sigwait */
+} serve_run;
 
-    /* Everything below is released at `out`, whatever was reached. */
+/* Loads the model, starts the engine and the HTTP server, and serves until a signal (the whole
+ * server without isolation, the engine's child process with it). Returns the exit status. */
+static int run_server(const serve_run *run) {
+    const cli_common c = *run->c, lc = *run->lc;
+    const plan p = *run->p;
+    const serve_opts o = *run->o;
+    const char *template_file = run->template_file, *tool_format = run->tool_format;
+    const bool ssd_verify = run->ssd_verify;
+    sigset_t sigs = *run->sigs;
     int rc = 0;
-    plan p;
-    memset(&p, 0, sizeof p);
     srv s;
     memset(&s, 0, sizeof s);
     bool stats_ready = false;
     kiln_model *m = NULL;
     kiln_engine *engine = NULL;
-    char *ssd_default = NULL, *id = NULL;
-    cli_common lc = c; /* the flags, loading the resolved file */
-    sigset_t sigs;
-
-    /* ---- resolve every setting once ---- */
-    p.mem = cli_machine_memory();
-    const bool mem_unknown = p.mem == 0;
-    if (mem_unknown) p.mem = CLI_MEMORY_ASSUMED; /* the machine does not say: plan for a modest one */
-    p.budget = p.mem / 100 * CLI_MEMORY_PCT;
-    if ((rc = plan_model(&c, &p))) goto out;
-    plan_machine(&c, &p, o.given[OPT_BATCH] ? o.batch : 0, o.given[OPT_PROMPT_CACHE] ? o.prompt_cache_gb : -1);
-    plan_open(&p, o.no_open);
-    if (!plan_port(&p, &o)) {
-        rc = CLI_EXIT_USAGE;
-        goto out;
-    }
-    if (o.ssd_on && !o.ssd_dir && !(o.ssd_dir = ssd_default = default_ssd_dir())) {
-        fprintf(stderr, "kiln serve: --ssd-cache needs a directory when HOME is not set\n");
-        rc = CLI_EXIT_FAIL;
-        goto out;
-    }
-    lc.model = p.model;
-    if (o.print_cfg) { /* the sampling defaults come from the model's metadata: load it vocab-only */
-        if (!(m = cli_load_model(&lc, true))) {
-            rc = CLI_EXIT_FAIL;
-            goto out;
-        }
-        p.model_sp = kiln_model_sampler_params(m);
-        p.sp = cli_sampler_params(&c, m);
-        print_config(&c, &p, &o);
-        goto out;
-    }
-    if (!o.api_key && reachable_from_outside(o.host))
-        fprintf(stderr,
-                "kiln serve: warning: listening on %s without --api-key: anyone who can reach this address can "
-                "use the model\n",
-                o.host);
-    if (!choose_port(o.host, &p)) {
-        rc = CLI_EXIT_FAIL;
-        goto out;
-    }
-    fit_fd_limit(&o);
-    if (c.verbose || !c.model) fprintf(stderr, "kiln serve: model %s (%s)\n", p.model, p.model_src);
-
-    /* Signals are taken by sigwait; every thread started from here inherits the mask. A signal
-     * that arrives while the model loads cancels the load (cli_load_model polls for it). */
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-    signal(SIGPIPE, SIG_IGN);
-
+    char *id = NULL;
     if (!(m = cli_load_model(&lc, false)) || !cli_use_chat_template(template_file, m)) {
         rc = CLI_EXIT_FAIL;
         goto out;
@@ -820,8 +744,159 @@ out:
     if (stats_ready) srv_stats_destroy(&s.stats);
     kiln_model_free(m);
     free(id);
+    if (!rc && s.bound_port) fprintf(stderr, "kiln serve: stopped\n");
+    return rc;
+}
+/* The engine's child process of an isolated server (srv_supervisor.child_main): the server as
+ * without isolation, on the connections the supervisor hands over through ctl, on its port. The
+ * browser is opened by the first child only. */
+static int engine_child(int ctl, int port, unsigned restarts, void *arg) {
+    serve_run run = *(const serve_run *)arg;
+    plan p = *run.p;
+    p.port = port;
+    p.open_browser = p.open_browser && restarts == 0;
+    run.p = &p;
+    srv_iso_set_ctl(ctl, restarts);
+    const int rc = run_server(&run);
+    fflush(NULL);
+    return rc;
+}
+
+int cli_serve(int argc, char **argv) {
+    cli_common c;
+    cli_common_init(&c);
+    serve_opts o;
+    opts_init(&o);
+    bool ssd_verify = kiln_engine_default_params().ssd_verify;
+    const char *template_file = NULL, *tool_format = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            cli_usage("serve", false);
+            return 0;
+        }
+        const int taken = parse_opt(a, v, &o);
+        if (taken < 0) return CLI_EXIT_USAGE;
+        if (taken) {
+            i++;
+            continue;
+        }
+        if (strcmp(a, "--ssd-cache") == 0) { /* the directory is optional */
+            o.ssd_on = true;
+            if (v && v[0] != '-') {
+                o.ssd_dir = v;
+                i++;
+            }
+            continue;
+        }
+        if (strcmp(a, "--ssd-cache-verify") == 0 || strcmp(a, "--no-ssd-cache-verify") == 0) {
+            ssd_verify = a[2] == 's';
+            continue;
+        }
+        if (strcmp(a, "--print-config") == 0) {
+            o.print_cfg = true;
+            continue;
+        }
+        if (strcmp(a, "--no-open") == 0) {
+            o.no_open = true;
+            continue;
+        }
+        if (strcmp(a, "--no-isolation") == 0 || strcmp(a, "--debug-crash") == 0) {
+            *(a[2] == 'n' ? &o.no_isolation : &o.debug_crash) = true;
+            continue;
+        }
+        int r = cli_parse_template_flags(argc, argv, &i, &template_file, &tool_format);
+        if (r == 0) r = cli_parse_common(argc, argv, &i, &c);
+        if (r == 1) continue;
+        if (r == 0)
+            fprintf(stderr, "kiln serve: unknown option '%s'%s\n", a, (a[0] == '-' && !v) ? " (or missing value)" : "");
+        cli_usage("serve", true);
+        return CLI_EXIT_USAGE;
+    }
+    if (o.cors && !valid_origins(o.cors)) return CLI_EXIT_USAGE;
+    cli_setup_log(c.verbose);
+
+    /* Everything below is released at `out`, whatever was reached. */
+    int rc = 0;
+    plan p;
+    memset(&p, 0, sizeof p);
+    kiln_model *m = NULL; /* --print-config only */
+    char *ssd_default = NULL;
+    cli_common lc = c; /* the flags, loading the resolved file */
+    sigset_t sigs;
+
+    /* ---- resolve every setting once ---- */
+    p.mem = cli_machine_memory();
+    const bool mem_unknown = p.mem == 0;
+    if (mem_unknown) p.mem = CLI_MEMORY_ASSUMED; /* the machine does not say: plan for a modest one */
+    p.budget = p.mem / 100 * CLI_MEMORY_PCT;
+    if ((rc = plan_model(&c, &p))) goto out;
+    plan_machine(&c, &p, o.given[OPT_BATCH] ? o.batch : 0, o.given[OPT_PROMPT_CACHE] ? o.prompt_cache_gb : -1);
+    plan_open(&p, o.no_open);
+    if (!plan_port(&p, &o)) {
+        rc = CLI_EXIT_USAGE;
+        goto out;
+    }
+    if (o.ssd_on && !o.ssd_dir && !(o.ssd_dir = ssd_default = default_ssd_dir())) {
+        fprintf(stderr, "kiln serve: --ssd-cache needs a directory when HOME is not set\n");
+        rc = CLI_EXIT_FAIL;
+        goto out;
+    }
+    lc.model = p.model;
+    if (o.print_cfg) { /* the sampling defaults come from the model's metadata: load it vocab-only */
+        if (!(m = cli_load_model(&lc, true))) {
+            rc = CLI_EXIT_FAIL;
+            goto out;
+        }
+        p.model_sp = kiln_model_sampler_params(m);
+        p.sp = cli_sampler_params(&c, m);
+        print_config(&c, &p, &o);
+        goto out;
+    }
+    if (!o.api_key && reachable_from_outside(o.host))
+        fprintf(stderr,
+                "kiln serve: warning: listening on %s without --api-key: anyone who can reach this address can "
+                "use the model\n",
+                o.host);
+    if (!choose_port(o.host, &p)) {
+        rc = CLI_EXIT_FAIL;
+        goto out;
+    }
+    fit_fd_limit(&o);
+    if (c.verbose || !c.model) fprintf(stderr, "kiln serve: model %s (%s)\n", p.model, p.model_src);
+
+    /* Signals are taken by sigwait (or the supervisor's signalfd); every thread and process started
+     * from here inherits the mask. A signal that arrives while the model loads cancels the load
+     * (cli_load_model polls for it). */
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    srv_iso_debug_crash(o.debug_crash);
+
+    serve_run run = {.c = &c,
+                     .lc = &lc,
+                     .p = &p,
+                     .o = &o,
+                     .template_file = template_file,
+                     .tool_format = tool_format,
+                     .ssd_verify = ssd_verify,
+                     .sigs = &sigs};
+    if (o.no_isolation) {
+        rc = run_server(&run);
+    } else {
+        const srv_supervisor sv = {.host = o.host,
+                                   .port = p.port,
+                                   .max_conns = (unsigned)o.max_conns,
+                                   .child_main = engine_child,
+                                   .arg = &run};
+        rc = srv_supervise(&sv);
+    }
+
+out:
+    kiln_model_free(m);
     free(ssd_default);
     free(p.model);
-    if (!rc && s.bound_port) fprintf(stderr, "kiln serve: stopped\n");
     return rc;
 }

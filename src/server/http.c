@@ -18,18 +18,26 @@
  *     closing the connection.
  * While a handler waits on a job it polls the connection's socket for a hang-up, so a client that
  * goes away cancels its generation within ~50 ms.
+ *
+ * Isolated (isolate.h): the engine's child process runs libmicrohttpd without a listening socket;
+ * a receiver thread takes each connection the supervisor hands over (MHD_add_connection), and the
+ * callbacks below report what each connection does (busy, responding, streaming, idle, closed) so
+ * that the supervisor can answer for the child should it die.
  */
+#include "isolate.h"
 #include "server.h"
 
 #include <microhttpd.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -122,6 +130,110 @@ static void send_too_large(srv_req *r) {
                    "the request body is larger than the limit of %zu bytes", r->server->cfg.max_body);
 }
 
+/* ---- the child's side of isolation (isolate.h) ------------------------------------------------- */
+
+static int iso_ctl = -1;  /* the control socket to the supervisor; -1: a single process */
+static bool iso_crash;    /* --debug-crash */
+static uint32_t *iso_ids; /* [iso_n_ids] the supervisor's id of each connection, by socket */
+static size_t iso_n_ids;
+static pthread_mutex_t iso_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_t iso_thread;
+static atomic_bool iso_quit;
+_Thread_local unsigned srv_iso_abort_at;
+static _Thread_local bool iso_queueing_stream; /* srv_send_response queues a stream (send_stream) */
+
+static unsigned iso_restarts;
+
+void srv_iso_set_ctl(int ctl, unsigned restarts) {
+    iso_ctl = ctl;
+    iso_restarts = restarts;
+    if (ctl >= 0) fcntl(ctl, F_SETFD, FD_CLOEXEC);
+}
+
+void srv_iso_debug_crash(bool on) { iso_crash = on; }
+
+bool srv_iso_child(unsigned *restarts) {
+    *restarts = iso_restarts;
+    return iso_ctl >= 0;
+}
+
+static void iso_send(uint32_t type, uint32_t id, uint32_t api, uint32_t flags) {
+    if (iso_ctl < 0 || !id) return;
+    srv_iso_msg m = {.type = type, .conn = id - 1, .api = api, .flags = flags};
+    send(iso_ctl, &m, sizeof m, MSG_NOSIGNAL);
+}
+
+/* The supervisor's id of a connection, plus one (0: none, a single process). */
+static uint32_t iso_id(struct MHD_Connection *conn) {
+    if (iso_ctl < 0) return 0;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? (uint32_t)(uintptr_t)ci->socket_context : 0;
+}
+
+/* Reports a request whose headers are in, with the bytes its connection has written so far. */
+static void iso_busy(struct MHD_Connection *conn, const srv_req *r, const char *version) {
+    const uint32_t id = iso_id(conn);
+    if (!id) return;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    srv_iso_msg m = {.type = SRV_ISO_BUSY,
+                     .conn = id - 1,
+                     .api = (uint32_t)r->api,
+                     .flags = (strcmp(version, MHD_HTTP_VERSION_1_1) == 0 ? SRV_ISO_HTTP11 : 0) |
+                              (strncmp(r->url, "/v1/responses", 13) == 0 ? SRV_ISO_RESPONSES : 0),
+                     .sent = ci ? srv_iso_sent(ci->connect_fd) : 0};
+    send(iso_ctl, &m, sizeof m, MSG_NOSIGNAL);
+}
+
+/* Takes the connections the supervisor hands over until iso_quit. */
+static void *iso_receive(void *arg) {
+    srv *s = arg;
+    while (!atomic_load(&iso_quit)) {
+        struct pollfd p = {.fd = iso_ctl, .events = POLLIN};
+        if (poll(&p, 1, 100) <= 0) continue;
+        srv_iso_msg m;
+        struct iovec iov = {.iov_base = &m, .iov_len = sizeof m};
+        union {
+            char buf[CMSG_SPACE(sizeof(int))];
+            struct cmsghdr align;
+        } u;
+        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
+        const ssize_t n = recvmsg(iso_ctl, &mh, MSG_CMSG_CLOEXEC);
+        if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) break; /* the supervisor is gone */
+        const struct cmsghdr *cm = n == (ssize_t)sizeof m ? CMSG_FIRSTHDR(&mh) : NULL;
+        if (!cm || cm->cmsg_type != SCM_RIGHTS || m.type != SRV_ISO_CONN) continue;
+        int fd;
+        memcpy(&fd, CMSG_DATA(cm), sizeof fd);
+        pthread_mutex_lock(&iso_mu);
+        const bool fits = fd >= 0 && (size_t)fd < iso_n_ids;
+        if (fits) iso_ids[fd] = m.conn + 1;
+        pthread_mutex_unlock(&iso_mu);
+        if (!fits || atomic_load(&s->stopping)) {
+            if (fd >= 0) close(fd);
+            iso_send(SRV_ISO_CLOSED, m.conn + 1, 0, 0);
+            continue;
+        }
+        struct sockaddr_storage sa;
+        socklen_t len = sizeof sa;
+        if (getpeername(fd, (struct sockaddr *)&sa, &len) != 0) len = 0;
+        if (MHD_add_connection(s->daemon, fd, len ? (struct sockaddr *)&sa : NULL, len) != MHD_YES)
+            iso_send(SRV_ISO_CLOSED, m.conn + 1, 0, 0); /* libmicrohttpd closed it */
+    }
+    return NULL;
+}
+
+/* --debug-crash: the header X-Kiln-Debug-Crash: N aborts the process now (0) or at the request's
+ * N-th token event (srv_job_submit reads srv_iso_abort_at on this thread). */
+static void debug_crash(srv_req *r) {
+    srv_iso_abort_at = 0;
+    if (!iso_crash) return;
+    const char *h = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "X-Kiln-Debug-Crash");
+    if (!h) return;
+    const unsigned long n = strtoul(h, NULL, 10);
+    fprintf(stderr, "kiln serve: --debug-crash: aborting %s\n", n ? "during the generation" : "now");
+    if (n == 0) abort();
+    srv_iso_abort_at = (unsigned)n;
+}
+
 /* One line per request on stderr (-v); the URL as text that cannot disturb a terminal or log. */
 static void log_request(srv_req *r, double t_start) {
     if (!r->server->cfg.verbose) return;
@@ -146,7 +258,9 @@ static void serve(srv_req *r, const conn_ctx *c) {
                        "missing or incorrect API key: send the header 'Authorization: Bearer KEY' (or "
                        "'x-api-key: KEY')");
     } else {
+        debug_crash(r);
         srv_route(r);
+        srv_iso_abort_at = 0;
     }
 }
 
@@ -161,6 +275,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         c->t_start = now_ms();
         *con_cls = c;
         srv_stats_request(&s->stats);
+        iso_busy(conn, &r, version);
         if (declared_too_large(conn, s->cfg.max_body)) { /* not worth reading: answer and close */
             send_too_large(&r);
             c->answered_early = true;
@@ -212,6 +327,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     conn_ctx *c = *con_cls;
     if (!c) return;
     if (c->answered_early && t == MHD_REQUEST_TERMINATED_COMPLETED_OK) linger(conn, s->cfg.timeout_s);
+    iso_send(SRV_ISO_IDLE, iso_id(conn), 0, 0);
     free(c->body);
     free(c);
     *con_cls = NULL;
@@ -222,6 +338,15 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
                           enum MHD_ConnectionNotificationCode code) {
     srv *s = cls;
+    if (iso_ctl >= 0 && code == MHD_CONNECTION_NOTIFY_STARTED) { /* its id, kept with the connection */
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        pthread_mutex_lock(&iso_mu);
+        if (ci && ci->connect_fd >= 0 && (size_t)ci->connect_fd < iso_n_ids)
+            *socket_context = (void *)(uintptr_t)iso_ids[ci->connect_fd];
+        pthread_mutex_unlock(&iso_mu);
+    } else if (iso_ctl >= 0) {
+        iso_send(SRV_ISO_CLOSED, (uint32_t)(uintptr_t)*socket_context, 0, 0);
+    }
     if (code == MHD_CONNECTION_NOTIFY_STARTED) atomic_fetch_add(&s->conns, 1);
     else atomic_fetch_sub(&s->conns, 1);
 }
@@ -233,7 +358,41 @@ static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen
     return atomic_load(&s->conns) < s->cfg.max_conns ? MHD_YES : MHD_NO;
 }
 
+/* The isolated child's daemon: no listening socket, connections from the supervisor. */
+static bool start_isolated(srv *s, unsigned flags) {
+    struct rlimit rl;
+    iso_n_ids = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < (1u << 20) ? (size_t)rl.rlim_cur : (1u << 20);
+    if (!(iso_ids = calloc(iso_n_ids, sizeof *iso_ids))) {
+        fprintf(stderr, "kiln serve: out of memory\n");
+        return false;
+    }
+    atomic_init(&s->conns, 0);
+    s->daemon =
+        MHD_start_daemon(flags | MHD_USE_NO_LISTEN_SOCKET, 0, on_accept, s, on_request, s, MHD_OPTION_NOTIFY_COMPLETED,
+                         on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_CONNECTION_TIMEOUT,
+                         s->cfg.timeout_s, MHD_OPTION_CONNECTION_LIMIT, s->cfg.max_conns + MHD_LIMIT_SLACK,
+                         MHD_OPTION_PER_IP_CONNECTION_LIMIT, s->cfg.max_conns_per_ip, MHD_OPTION_END);
+    if (!s->daemon) {
+        fprintf(stderr, "kiln serve: cannot start the HTTP server\n");
+        return false;
+    }
+    atomic_init(&iso_quit, false);
+    if (pthread_create(&iso_thread, NULL, iso_receive, s) != 0) {
+        MHD_stop_daemon(s->daemon);
+        s->daemon = NULL;
+        fprintf(stderr, "kiln serve: cannot start a thread\n");
+        return false;
+    }
+    s->bound_port = s->cfg.port;
+    iso_send(SRV_ISO_READY, 1, 0, 0);
+    return true;
+}
+
 bool srv_http_start(srv *s) {
+    /* poll, not select: connection sockets may be numbered past FD_SETSIZE */
+    if (iso_ctl >= 0)
+        return start_isolated(s, MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC |
+                                     MHD_USE_POLL);
     char port[16];
     snprintf(port, sizeof port, "%d", s->cfg.port);
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
@@ -265,12 +424,18 @@ bool srv_http_start(srv *s) {
 }
 
 void srv_http_quiesce(srv *s) {
-    if (!s->daemon) return;
+    if (!s->daemon || iso_ctl >= 0) return; /* isolated: the supervisor stops handing connections over */
     MHD_socket fd = MHD_quiesce_daemon(s->daemon);
     if (fd != MHD_INVALID_SOCKET) close(fd);
 }
 
 void srv_http_stop(srv *s) {
+    if (iso_ctl >= 0 && iso_ids) {
+        atomic_store(&iso_quit, true);
+        pthread_join(iso_thread, NULL);
+        free(iso_ids);
+        iso_ids = NULL;
+    }
     if (s->daemon) MHD_stop_daemon(s->daemon);
     s->daemon = NULL;
 }
@@ -284,6 +449,7 @@ void srv_send_response(srv_req *r, unsigned status, struct MHD_Response *resp) {
         return;
     }
     srv_cors_headers(r, resp);
+    if (!iso_queueing_stream) iso_send(SRV_ISO_RESP, iso_id(r->conn), 0, 0);
     MHD_queue_response(r->conn, status, resp);
     MHD_destroy_response(resp);
     r->status = status;
@@ -462,7 +628,10 @@ static void send_stream(srv_req *r, srv_job *job, const char *content_type, bool
     }
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
     MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+    iso_send(SRV_ISO_STREAM, iso_id(r->conn), 0, 0);
+    iso_queueing_stream = true;
     send_typed(r, 200, resp, content_type);
+    iso_queueing_stream = false;
 }
 
 void srv_send_stream(srv_req *r, srv_job *job) { send_stream(r, job, "text/event-stream", true); }

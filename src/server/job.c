@@ -7,10 +7,12 @@
  * lock and wakes the connection thread; when the client goes away the connection cancels the
  * engine request, which leaves the batch at the next step.
  */
+#include "isolate.h"
 #include "server.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 srv_job *srv_job_new(void) {
     srv_job *j = calloc(1, sizeof *j);
@@ -62,8 +64,23 @@ bool srv_job_append(srv_job *j, const char *s, size_t n) {
     return true;
 }
 
+/* --debug-crash (isolate.h): aborts the process, once a stream has handed its client what came
+ * before (waiting up to 2 s), so that the crash falls mid-stream. */
+static void debug_abort(srv_job *j) {
+    for (int k = 0; k < 200; k++) {
+        pthread_mutex_lock(&j->mu);
+        const size_t left = j->n_out;
+        pthread_mutex_unlock(&j->mu);
+        if (!left) break;
+        usleep(10000);
+    }
+    usleep(50000); /* for the bytes taken to reach the socket */
+    abort();
+}
+
 static int on_token(const kiln_token_event *ev, void *user) {
     srv_job *j = user;
+    if (j->abort_at && ++j->n_events >= j->abort_at) debug_abort(j);
     pthread_mutex_lock(&j->mu);
     j->on_event(j, ev);
     pthread_cond_broadcast(&j->cv);
@@ -100,6 +117,7 @@ kiln_status srv_job_submit(srv *s, srv_job *j) {
     gp.on_done = on_done;
     gp.user = j;
     j->stats = &s->stats;
+    j->abort_at = srv_iso_abort_at;
     srv_job_ref(j);
     kiln_request *req = NULL;
     kiln_status st = kiln_engine_submit(s->engine, j->prompt, j->n_prompt, &gp, &req);

@@ -320,6 +320,11 @@ char *srv_render_chat(srv_req *r, json_t *req, size_t *len) {
         BAD(r, "messages", "'messages' must be a non-empty array");
         return NULL;
     }
+    if (json_array_size(msgs) > SRV_MAX_MESSAGES) {
+        BAD(r, "messages", "'messages' has %zu entries; at most %d are allowed", json_array_size(msgs),
+            SRV_MAX_MESSAGES);
+        return NULL;
+    }
     static const char *const roles[] = {"system", "developer", "user", "assistant", "tool", "function"};
     json_t *norm = json_array();
     size_t i;

@@ -4,8 +4,10 @@
  * llama-server's helpers /tokenize, /detokenize and /apply-template with llama-server's request and
  * response shapes. Ollama's /api/ routes are ollama.c's.
  */
+#include "isolate.h"
 #include "server.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -131,6 +133,17 @@ static void metrics(srv_req *r) {
     kiln_engine_stats es;
     kiln_engine_get_stats(r->server->engine, &es);
     char *t = srv_stats_prometheus(&r->server->stats, &es, atomic_load(&r->server->conns));
+    unsigned restarts;
+    if (t && srv_iso_child(&restarts)) { /* isolated: the engine's restarts (isolate.h) */
+        char *u = NULL;
+        if (asprintf(&u,
+                     "%s# HELP kiln_engine_restarts_total Engine processes restarted after a crash.\n"
+                     "# TYPE kiln_engine_restarts_total counter\nkiln_engine_restarts_total %u\n",
+                     t, restarts) < 0)
+            u = NULL;
+        free(t);
+        t = u;
+    }
     if (!t) {
         srv_send_error(r, 500, "server_error", NULL, NULL, "out of memory");
         return;
@@ -147,6 +160,8 @@ static void stats(srv_req *r) {
     if (j) {
         json_object_set_new(j, "model", json_string(s->model_id));
         json_object_set_new(j, "n_ctx", json_integer(s->n_ctx));
+        unsigned restarts;
+        if (srv_iso_child(&restarts)) json_object_set_new(j, "engine_restarts", json_integer(restarts));
     }
     srv_send_json(r, 200, j);
 }

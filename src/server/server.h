@@ -29,6 +29,8 @@
  *              into a kiln_grammar, through a small cache of compiled grammars.
  *   stats.c    request / token / error counters behind /metrics and /stats.
  *   web.c      the browser chat page at "/" (files from web/, embedded in the binary).
+ *   supervise.c  crash isolation (isolate.h): the parent's supervisor that hands connections to
+ *              the engine's child process, answers for it when it dies, and restarts it.
  *
  * Like every kiln front end, the server uses only include/kiln.h (plus jansson and
  * libmicrohttpd). Handlers never generate themselves: they validate, render and tokenize (the model
@@ -48,6 +50,12 @@
 struct MHD_Connection;
 struct MHD_Daemon;
 struct MHD_Response;
+
+/* Request limits beyond the body cap (srv_config.max_body): messages of a chat request (after any
+ * API's translation) and tools it declares; more gets 400. They bound the work a request can ask
+ * for before generation (template rendering, the tools' name check) within any body size. */
+#define SRV_MAX_MESSAGES 8192
+#define SRV_MAX_TOOLS    512
 
 /* ---- configuration (resolved once by `kiln serve`) ------------------------------------------ */
 
@@ -151,6 +159,8 @@ struct srv_job {
     char *out; /* bytes produced for the client and not yet sent (streaming) */
     size_t n_out, cap_out;
     atomic_bool cancel; /* the client went away */
+    unsigned abort_at;  /* --debug-crash: the process aborts at this token event (0: never; isolate.h) */
+    unsigned n_events;  /* token events so far (counted only with abort_at) */
 };
 
 /* A new job with one reference; NULL when out of memory. */

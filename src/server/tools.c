@@ -48,6 +48,10 @@ bool srv_tools_parse(srv_req *r, json_t *req, srv_tools *t) {
             BAD(r, "tools", "'tools' must be an array of {\"type\": \"function\", \"function\": {...}} objects");
             return false;
         }
+        if (json_array_size(tools) > SRV_MAX_TOOLS) {
+            BAD(r, "tools", "'tools' has %zu entries; at most %d are allowed", json_array_size(tools), SRV_MAX_TOOLS);
+            return false;
+        }
         size_t i;
         json_t *e;
         json_array_foreach(tools, i, e) {
