@@ -111,7 +111,6 @@ typedef struct kn_tj {
     char **tmpl_names, **tmpl_texts;
     int n_tmpl;
     kn_ivec eos_ids; /* eos_token of the config, then every other end-of-generation token */
-    uint8_t sha256[32];
 } kn_tj;
 
 void kn_tj_free(kn_tj *tj);

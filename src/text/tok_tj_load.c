@@ -743,7 +743,20 @@ static kiln_status load(loader *L) {
     for (int32_t id = 0; id < t->n_vocab; id++)
         if (t->tok[id].eog && id != t->eos && !kn_ivec_push(&tj->eos_ids, id)) return KILN_ERR_NOMEM;
 
-    if ((st = kn_tok_build_pieces(t))) return st;
+    /* the decoder maps added tokens that are not special like the model's own (U+2581 -> space,
+     * byte characters -> bytes); special ones keep their text */
+    uint8_t *user = calloc((size_t)(uint32_t)t->n_vocab + 1, 1);
+    if (!user) return KILN_ERR_NOMEM;
+    for (int32_t id = 0; id < t->n_vocab; id++)
+        if (t->tok[id].attr & KN_ATTR_USER_DEFINED) {
+            user[id] = 1;
+            t->tok[id].attr ^= KN_ATTR_USER_DEFINED | KN_ATTR_NORMAL;
+        }
+    st = kn_tok_build_pieces(t);
+    for (int32_t id = 0; id < t->n_vocab; id++)
+        if (user[id]) t->tok[id].attr ^= KN_ATTR_USER_DEFINED | KN_ATTR_NORMAL;
+    free(user);
+    if (st) return st;
     if (t->kind == KN_TOK_WPM && (st = wordpiece_pieces(t))) return st;
     return build_tries(L);
 }
@@ -784,16 +797,6 @@ kiln_status kn_tokenizer_load_hf(const char *tokenizer_json, size_t len, const c
     t->tj = L.tj;
     t->bos = t->eos = t->eot = t->eom = t->unk = t->sep = t->pad = -1;
     st = load(&L);
-    if (!st) {
-        kn_sha256 h;
-        kn_sha256_init(&h);
-        kn_sha256_update(&h, tokenizer_json, len);
-        /* the config fields that change tokenization or its special tokens */
-        char extra[64];
-        snprintf(extra, sizeof extra, "|bos=%d|eos=%d|pad=%d", t->bos, t->eos, t->pad);
-        kn_sha256_update(&h, extra, strlen(extra));
-        kn_sha256_final(&h, L.tj->sha256);
-    }
     kn_json_free(&L.j);
     kn_json_free(&L.c);
     if (st) {
@@ -843,8 +846,13 @@ size_t kn_tok_eos_ids(const kn_tokenizer *t, const int32_t **ids) {
     return t->tj->eos_ids.n;
 }
 
-bool kn_tok_json_sha256(const kn_tokenizer *t, uint8_t out[32]) {
-    if (!t || !t->tj) return false;
-    memcpy(out, t->tj->sha256, 32);
-    return true;
+void kn_tok_json_hash(const kn_tokenizer *t, const char *tokenizer_json, size_t len, uint8_t out[32]) {
+    kn_sha256 h;
+    kn_sha256_init(&h);
+    kn_sha256_update(&h, tokenizer_json, len);
+    /* the config fields that change what encoding gives */
+    char extra[64];
+    snprintf(extra, sizeof extra, "|bos=%d|eos=%d|pad=%d", t->bos, t->eos, t->pad);
+    kn_sha256_update(&h, extra, strlen(extra));
+    kn_sha256_final(&h, out);
 }
