@@ -16,14 +16,15 @@
  * family's real models: "llama-bpe" or "qwen2"): the 256 byte characters (token id = byte value), the
  * tokens of BPE merges learned on a small built-in English text, control tokens (<|begin_of_text|>,
  * <|end_of_text|>, <|eot_id|>, ...) and <|reserved_N|> filler (type unused) up to the vocab size.
- * A tokenizer.json is converted as llama.cpp's converter does (see load_tokenizer_json).
+ * A tokenizer.json is read by kiln's own loader (src/text/tok_tj_load.c) and converted as llama.cpp's
+ * converter does (see load_tokenizer_json).
  */
 #include "base/base.h"
 #include "gguf_write.h"
 #include "tensor/dtype.h"
+#include "text/tok_tj.h"
 
 #include <errno.h>
-#include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -886,177 +887,105 @@ static const struct {
      "qwen2"},
 };
 
-/* The Split regex of a pre_tokenizer (itself or inside a Sequence), or NULL. */
-static const char *split_regex(json_t *pt) {
-    if (!json_is_object(pt)) return NULL;
-    const char *type = json_string_value(json_object_get(pt, "type"));
-    if (type && strcmp(type, "Split") == 0)
-        return json_string_value(json_object_get(json_object_get(pt, "pattern"), "Regex"));
-    if (type && strcmp(type, "Sequence") == 0) {
-        json_t *arr = json_object_get(pt, "pretokenizers");
-        for (size_t i = 0; i < json_array_size(arr); i++) {
-            const char *r = split_regex(json_array_get(arr, i));
-            if (r) return r;
-        }
-    }
-    return NULL;
-}
-
-static bool has_byte_level(json_t *pt) {
-    if (!json_is_object(pt)) return false;
-    const char *type = json_string_value(json_object_get(pt, "type"));
-    if (type && strcmp(type, "ByteLevel") == 0) return true;
-    json_t *arr = json_object_get(pt, "pretokenizers");
-    for (size_t i = 0; i < json_array_size(arr); i++)
-        if (has_byte_level(json_array_get(arr, i))) return true;
-    return false;
-}
-
-/* A special token named in tokenizer_config.json: a string or {"content": ...}; NULL when absent or
- * null. */
-static const char *config_token(json_t *cfg, const char *key) {
-    json_t *v = json_object_get(cfg, key);
-    if (json_is_object(v)) v = json_object_get(v, "content");
-    return json_string_value(v);
-}
-
-/* The JSON object in file path; NULL when the file does not exist and !required. flags: jansson's
- * (tokenizer_config.json needs JSON_DECODE_INT_AS_REAL: its model_max_length can be 1e30). */
-static json_t *load_json(const char *path, bool required, size_t flags) {
+/* The bytes of file path (NUL-terminated; *len without the NUL); NULL when it does not exist and
+ * !required. */
+static char *read_bytes(const char *path, bool required, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f) {
         if (required) die("cannot open '%s'", path);
         return NULL;
     }
-    json_error_t err;
-    json_t *j = json_loadf(f, flags | JSON_REJECT_DUPLICATES, &err);
+    size_t cap = 1 << 16, n = 0;
+    char *p = xcalloc(1, cap);
+    for (;;) {
+        if (n + 1 >= cap) {
+            if (cap > ((size_t)1 << 30)) die("'%s' is too large", path);
+            cap *= 2;
+            char *q = realloc(p, cap);
+            if (!q) die("out of memory");
+            p = q;
+        }
+        size_t k = fread(p + n, 1, cap - 1 - n, f);
+        n += k;
+        if (k == 0) break;
+    }
+    if (ferror(f)) die("cannot read '%s'", path);
     fclose(f);
-    if (!j) die("%s: line %d, column %d: %s", path, err.line, err.column, err.text);
-    if (!json_is_object(j)) die("%s: not a JSON object", path);
-    return j;
+    p[n] = 0;
+    *len = n;
+    return p;
 }
 
 /* Fills v from the tokenizer.json at path (and the tokenizer_config.json beside it, when there is
- * one): tokens by id from model.vocab and added_tokens (ids nobody names become "[PAD<id>]" of type
- * unused), merges in order (written "a b" whether the file has strings or pairs), added tokens of
- * type control (special) or user-defined (the others, e.g. Qwen3's "<think>"). BOS / EOS / padding
- * and add_bos come from tokenizer_config.json, else from the post-processor's template; *pre is
- * set from the pre-tokenizer's regex when NULL. Anything else than byte-level BPE is refused. */
+ * one), read by kiln's own tokenizer.json loader (kn_tokenizer_load_hf): tokens by id (ids nobody
+ * names become "[PAD<id>]" of type unused), merges in order (written "a b" whether the file has
+ * strings or pairs), added tokens of type control (special) or user-defined (the others, e.g.
+ * Qwen3's "<think>"). BOS / EOS / padding come from tokenizer_config.json, else from the
+ * post-processor's template; add_bos from the config's add_bos_token, else whether a BOS is added by
+ * the template or named by the config; *pre is set from the Split regex when NULL. Anything else
+ * than byte-level BPE is refused. */
 static void load_tokenizer_json(vocab *v, const char *path, const char **pre, bool *add_bos) {
-    json_t *j = load_json(path, true, 0);
-    json_t *model = json_object_get(j, "model");
-    const char *mtype = json_string_value(json_object_get(model, "type"));
-    if (!mtype || strcmp(mtype, "BPE") != 0) die("%s: model.type is '%s', not BPE", path, mtype ? mtype : "(none)");
-    if (!has_byte_level(json_object_get(j, "pre_tokenizer")) && !has_byte_level(json_object_get(j, "decoder")))
-        die("%s: no ByteLevel pre-tokenizer or decoder: not a byte-level BPE tokenizer", path);
-    json_t *jv = json_object_get(model, "vocab"), *jm = json_object_get(model, "merges");
-    json_t *added = json_object_get(j, "added_tokens");
-    if (!json_is_object(jv) || !json_is_array(jm)) die("%s: model.vocab or model.merges is missing", path);
-    if (added && !json_is_array(added)) die("%s: added_tokens is not an array", path);
-
-    /* the vocabulary size: one past the largest id anyone names */
-    const json_int_t max_id = ((json_int_t)1 << 24) - 1;
-    json_int_t n = 0;
-    const char *key;
-    json_t *val;
-    json_object_foreach(jv, key, val) {
-        json_int_t id = json_integer_value(val);
-        if (!json_is_integer(val) || id < 0 || id > max_id) die("%s: model.vocab['%s'] is not an id", path, key);
-        if (id + 1 > n) n = id + 1;
-    }
-    for (size_t i = 0; i < json_array_size(added); i++) {
-        json_t *a = json_array_get(added, i), *jid = json_object_get(a, "id");
-        json_int_t id = json_integer_value(jid);
-        if (!json_is_integer(jid) || id < 0 || id > max_id || !json_is_string(json_object_get(a, "content")))
-            die("%s: added_tokens[%zu] has no id or content", path, i);
-        if (id + 1 > n) n = id + 1;
-    }
-    v->n = (int)n;
-    v->tok = xcalloc((size_t)n, sizeof(char *));
-    v->type = xcalloc((size_t)n, sizeof(int32_t));
-    json_object_foreach(jv, key, val) {
-        json_int_t id = json_integer_value(val);
-        if (v->tok[id]) die("%s: id %lld is given to '%s' and '%s'", path, (long long)id, v->tok[id], key);
-        if (!is_byte_text(key)) die("%s: token '%s' (id %lld) is not byte-level text", path, key, (long long)id);
-        v->tok[id] = xstrdup(key);
-        v->type[id] = 1; /* normal */
-    }
-    for (int b = 0; b < 256; b++) {
-        char c[4];
-        byte_char(b, c);
-        if (!json_is_integer(json_object_get(jv, c))) die("%s: no token for byte 0x%02x ('%s')", path, b, c);
-    }
-    for (size_t i = 0; i < json_array_size(added); i++) {
-        json_t *a = json_array_get(added, i);
-        json_int_t id = json_integer_value(json_object_get(a, "id"));
-        const char *content = json_string_value(json_object_get(a, "content"));
-        if (!content[0] || strlen(content) != json_string_length(json_object_get(a, "content")))
-            die("%s: added token %lld is empty or holds a NUL byte", path, (long long)id);
-        if (v->tok[id] && strcmp(v->tok[id], content) != 0 && v->type[id] != 1)
-            die("%s: id %lld is given to '%s' and '%s'", path, (long long)id, v->tok[id], content);
-        free(v->tok[id]);
-        v->tok[id] = xstrdup(content);
-        v->type[id] = json_is_true(json_object_get(a, "special")) ? 3 : 4; /* control : user-defined */
-    }
-    for (json_int_t id = 0; id < n; id++)
-        if (!v->tok[id]) {
-            char buf[32];
-            snprintf(buf, sizeof buf, "[PAD%lld]", (long long)id);
-            v->tok[id] = xstrdup(buf);
-            v->type[id] = 5; /* unused */
-        }
-
-    const size_t nm = json_array_size(jm);
-    v->merges = xcalloc(nm, sizeof(char *));
-    for (size_t i = 0; i < nm; i++) {
-        json_t *m = json_array_get(jm, i);
-        const char *a, *b;
-        char *joined;
-        if (json_is_string(m)) {
-            joined = xstrdup(json_string_value(m));
-            char *sp = strchr(joined, ' ');
-            if (!sp || sp == joined || !sp[1] || strchr(sp + 1, ' '))
-                die("%s: merge %zu '%s' is not 'a b'", path, i, joined);
-        } else {
-            a = json_string_value(json_array_get(m, 0));
-            b = json_string_value(json_array_get(m, 1));
-            if (json_array_size(m) != 2 || !a || !b || !a[0] || !b[0] || strchr(a, ' ') || strchr(b, ' '))
-                die("%s: merge %zu is not a pair of texts without spaces", path, i);
-            size_t la = strlen(a), lb = strlen(b);
-            joined = xcalloc(1, la + lb + 2);
-            memcpy(joined, a, la);
-            joined[la] = ' ';
-            memcpy(joined + la + 1, b, lb + 1);
-        }
-        v->merges[v->n_merges++] = joined;
-    }
-
-    if (!*pre) {
-        const char *re = split_regex(json_object_get(j, "pre_tokenizer"));
-        for (size_t i = 0; re && i < KN_ARRAY_LEN(known_splits); i++)
-            if (strcmp(re, known_splits[i].regex) == 0) *pre = known_splits[i].pre;
-        if (!*pre) die("%s: the pre-tokenizer is not one kiln-gen recognizes: give --pre NAME", path);
-    }
-
-    /* special tokens: tokenizer_config.json beside the file, else the post-processor's template */
-    v->bos = v->eos = v->eot = v->pad = -1;
+    size_t jl, cl = 0;
+    char *json = read_bytes(path, true, &jl);
     char *cfg_path = xcalloc(1, strlen(path) + 32);
     strcpy(cfg_path, path);
     char *slash = strrchr(cfg_path, '/');
     strcpy(slash ? slash + 1 : cfg_path, "tokenizer_config.json");
-    json_t *cfg = load_json(cfg_path, false, JSON_DECODE_INT_AS_REAL);
-    const char *bos = config_token(cfg, "bos_token"), *eos = config_token(cfg, "eos_token");
-    const char *pad = config_token(cfg, "pad_token");
-    if (bos) v->bos = find_token(v, bos);
-    if (eos) v->eos = find_token(v, eos);
-    if (pad) v->pad = find_token(v, pad);
-    json_t *jab = json_object_get(cfg, "add_bos_token");
-    json_t *single = json_object_get(json_object_get(j, "post_processor"), "single");
-    const char *tmpl_bos =
-        json_string_value(json_object_get(json_object_get(json_array_get(single, 0), "SpecialToken"), "id"));
-    if (!bos && tmpl_bos) v->bos = find_token(v, tmpl_bos);
-    if (json_is_boolean(jab)) *add_bos = json_is_true(jab);
-    else *add_bos = tmpl_bos != NULL || (v->bos >= 0 && !json_is_null(json_object_get(cfg, "bos_token")));
+    char *cfg = read_bytes(cfg_path, false, &cl);
+    kn_tokenizer *t;
+    if (kn_tokenizer_load_hf(json, jl, cfg, cl, &t) != KILN_OK) die("%s: %s", path, kn_error_msg());
+    const kn_tj *tj = t->tj;
+    bool byte_pre = false;
+    for (int i = 0; i < tj->n_pre; i++) byte_pre |= tj->pre[i].type == KN_TJP_BYTELEVEL;
+    if (tj->model != KN_TJ_BPE) die("%s: model.type is not BPE", path);
+    if (!byte_pre && t->kind != KN_TOK_BPE)
+        die("%s: no ByteLevel pre-tokenizer or decoder: not a byte-level BPE tokenizer", path);
+    for (int b = 0; b < 256; b++) {
+        char c[4];
+        byte_char(b, c);
+        if (t->byte_tok[b] < 0) die("%s: no token for byte 0x%02x ('%s')", path, b, c);
+    }
+    v->n = t->n_vocab;
+    v->tok = xcalloc((size_t)v->n, sizeof(char *));
+    v->type = xcalloc((size_t)v->n, sizeof(int32_t));
+    for (int32_t id = 0; id < t->n_vocab; id++) {
+        const kn_tok_info *ti = &t->tok[id];
+        const char *s = t->text + ti->text_off;
+        if (ti->text_len && memchr(s, 0, ti->text_len)) die("%s: token %d holds a NUL byte", path, id);
+        if (ti->attr & (KN_ATTR_CONTROL | KN_ATTR_USER_DEFINED | KN_ATTR_NORMAL | KN_ATTR_UNKNOWN | KN_ATTR_BYTE)) {
+            char *text = xcalloc(1, ti->text_len + 1);
+            memcpy(text, s, ti->text_len);
+            v->tok[id] = text;
+            v->type[id] = tj->added[id] == 2 ? 3 : tj->added[id] == 1 ? 4 : 1; /* control, user-defined, normal */
+            if (v->type[id] == 1 && !is_byte_text(text))
+                die("%s: token '%s' (id %d) is not byte-level text", path, text, id);
+        } else {
+            char buf[32];
+            snprintf(buf, sizeof buf, "[PAD%d]", id);
+            v->tok[id] = xstrdup(buf);
+            v->type[id] = 5; /* unused */
+        }
+    }
+    v->merges = xcalloc(t->n_merges ? t->n_merges : 1, sizeof(char *));
+    for (uint32_t i = 0; i < t->n_merges; i++) {
+        const char *m = t->merge_text + t->merge_off[i];
+        uint32_t an = t->merge_a_len[i], n = t->merge_len[i];
+        if (memchr(m, ' ', an) || memchr(m + an + 1, ' ', n - an - 1))
+            die("%s: merge %u is not a pair of texts without spaces", path, i);
+        char *joined = xcalloc(1, n + 1);
+        memcpy(joined, m, n);
+        v->merges[v->n_merges++] = joined;
+    }
+    if (!*pre) {
+        for (size_t i = 0; tj->split_regex && i < KN_ARRAY_LEN(known_splits); i++)
+            if (strcmp(tj->split_regex, known_splits[i].regex) == 0) *pre = known_splits[i].pre;
+        if (!*pre) die("%s: the pre-tokenizer is not one kiln-gen recognizes: give --pre NAME", path);
+    }
+    v->bos = t->bos;
+    v->eos = t->eos;
+    v->eot = -1;
+    v->pad = t->pad;
+    *add_bos = tj->cfg_add_bos >= 0 ? tj->cfg_add_bos == 1 : (tj->n_pre_ids > 0 || tj->cfg_bos_named);
     if (v->eos < 0)
         fprintf(stderr,
                 "kiln-gen: %s: no EOS token named (eos_token in tokenizer_config.json); kiln will look one up "
@@ -1064,9 +993,10 @@ static void load_tokenizer_json(vocab *v, const char *path, const char **pre, bo
                 path);
     fprintf(stderr, "kiln-gen: %s: %d tokens, %d merges, pre '%s', bos %d (%s), eos %d%s\n", path, v->n, v->n_merges,
             *pre, v->bos, *add_bos ? "added" : "not added", v->eos, cfg ? "" : " (no tokenizer_config.json)");
+    kn_tokenizer_free(t);
     free(cfg_path);
-    json_decref(cfg);
-    json_decref(j);
+    free(json);
+    free(cfg);
 }
 
 /* Pads v with "[PAD<id>]" tokens of type unused up to n tokens (a model's vocab_size). */

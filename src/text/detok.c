@@ -33,11 +33,13 @@ const char *kn_detok_push(kn_detok *d, int32_t id, size_t *len) {
     bool is_bos = id == t->bos; /* a new text starts after it */
     size_t plen = kn_token_piece(t, id, d->render_special, NULL, 0);
     const uint8_t *p = (const uint8_t *)t->pieces + t->tok[id].piece_off;
-    if (plen == 0 || is_bos) d->at_start |= is_bos;
+    /* (a tokenizer.json's decoder strips a space at the start of the text only: a BOS shown as text
+     * does not start a new one) */
+    if (plen == 0 || is_bos) d->at_start |= is_bos && !(t->tj && d->render_special);
     if (plen == 0) return d->out;
     if (d->at_start && !is_bos) {
         d->at_start = false;
-        if (t->kind == KN_TOK_SPM && t->add_space_prefix && d->n_pending == 0 && p[0] == ' ') {
+        if ((t->kind == KN_TOK_SPM || t->tj) && t->add_space_prefix && d->n_pending == 0 && p[0] == ' ') {
             p++;
             plen--;
         }

@@ -4,7 +4,8 @@
  * A tokenizer.json can hold 30+ MB (a 262k-token vocabulary and half a million merges); a general
  * JSON library that builds a hash per object is several times too slow for that. This parser copies
  * the text once, unescapes strings in place in the copy, and keeps every value as a flat node
- * (type, where its text is, first child, next sibling), so a document is two allocations. Object
+ * (type, where its text is, first child, next sibling), so a document is two allocations, sized
+ * up front and prefaulted. Object
  * members keep their order; looking a key up is a linear scan (objects other than the vocabulary
  * are small, and the vocabulary is walked, not searched). Syntax errors give KILN_ERR_FORMAT naming
  * the JSON path of the value being parsed (e.g. "model.merges[12]") and the byte offset.
@@ -26,8 +27,9 @@ typedef struct kn_jnode {
 
 typedef struct kn_json {
     char *buf; /* the copied text, strings unescaped in place */
+    size_t buf_bytes;
     kn_jnode *v;
-    size_t n, cap; /* node 0 is the root */
+    size_t n, cap; /* node 0 is the root; cap is fixed at parse start */
 } kn_json;
 
 /* Parses text[0..len) (a JSON document; `what` names it in messages, e.g. "tokenizer.json").

@@ -110,8 +110,11 @@ typedef struct kn_tj {
     char *chat_template; /* the default template (NUL-terminated), NULL when none */
     char **tmpl_names, **tmpl_texts;
     int n_tmpl;
-    kn_ivec eos_ids; /* eos_token of the config, then every other end-of-generation token */
-    uint8_t sha256[32];
+    kn_ivec eos_ids;    /* eos_token of the config, then every other end-of-generation token */
+    int cfg_add_bos;    /* the config's add_bos_token: 0 / 1, -1 when absent */
+    bool cfg_bos_named; /* the config names a bos_token that is in the vocabulary */
+    char *split_regex;  /* the first Split pre-tokenizer's regex (its source text), NULL when none */
+    uint8_t *added;     /* [n_vocab]: 0 a model token, 1 an added token, 2 an added special token */
 } kn_tj;
 
 void kn_tj_free(kn_tj *tj);

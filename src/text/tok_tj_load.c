@@ -106,7 +106,9 @@ static kiln_status read_vocab(loader *L, int32_t model) {
     t->n_vocab = (int32_t)n;
     t->tok = calloc((size_t)n, sizeof *t->tok);
     t->text = malloc(bytes ? bytes : 1);
-    if (!t->tok || !t->text) return kn_error(KILN_ERR_NOMEM, "out of memory for %lld tokens", (long long)n);
+    L->tj->added = calloc((size_t)n, 1);
+    if (!t->tok || !t->text || !L->tj->added)
+        return kn_error(KILN_ERR_NOMEM, "out of memory for %lld tokens", (long long)n);
     uint32_t off = 0;
     k = 0;
     for (int32_t c = j->v[vocab].first; c >= 0; c = j->v[c].next, k++) {
@@ -145,6 +147,7 @@ static kiln_status read_vocab(loader *L, int32_t model) {
         t->tok[id].text_len = len;
         bool special = kn_json_bool(j, kn_json_get(j, c, "special"), false);
         uint8_t attr = special ? KN_ATTR_CONTROL : KN_ATTR_USER_DEFINED;
+        L->tj->added[id] = special ? 2 : 1;
         if (kn_json_bool(j, kn_json_get(j, c, "lstrip"), false)) attr |= KN_ATTR_LSTRIP;
         if (kn_json_bool(j, kn_json_get(j, c, "rstrip"), false)) attr |= KN_ATTR_RSTRIP;
         t->tok[id].attr = attr;
@@ -386,6 +389,12 @@ static kiln_status add_pre(loader *L, int32_t node, const char *path, int depth)
         if (!read_behavior(j, node, KN_TJB_ISOLATED, &p.behavior)) return fmt(path, "has an unknown behavior");
         p.invert = kn_json_bool(j, kn_json_get(j, node, "invert"), false);
         if ((st = read_pattern(j, node, path, &p.str, &p.str_len, &p.re))) return st;
+        size_t rn;
+        const char *rs = kn_json_str(j, kn_json_get(j, kn_json_get(j, node, "pattern"), "Regex"), &rn);
+        if (rs && !tj->split_regex && !(tj->split_regex = dup_bytes(rs, rn))) {
+            kn_tj_pre_free(&p);
+            return KILN_ERR_NOMEM;
+        }
     } else if (kn_json_str_eq(j, type, "ByteLevel")) {
         bool prefix = kn_json_bool(j, kn_json_get(j, node, "add_prefix_space"), false);
         bool use_regex = kn_json_bool(j, kn_json_get(j, node, "use_regex"), true);
@@ -581,6 +590,9 @@ static kiln_status read_config(loader *L) {
     kn_tokenizer *t = L->t;
     kn_tj *tj = L->tj;
     int32_t bos = config_token(L, "bos_token"), eos = config_token(L, "eos_token");
+    int32_t ab = c->v ? kn_json_get(c, 0, "add_bos_token") : -1;
+    tj->cfg_add_bos = kn_json_type(c, ab) == KN_J_TRUE ? 1 : kn_json_type(c, ab) == KN_J_FALSE ? 0 : -1;
+    tj->cfg_bos_named = bos >= 0;
     if (bos >= 0) t->bos = bos;
     if (eos >= 0) t->eos = eos;
     int32_t unk = config_token(L, "unk_token"), pad = config_token(L, "pad_token");
@@ -743,7 +755,20 @@ static kiln_status load(loader *L) {
     for (int32_t id = 0; id < t->n_vocab; id++)
         if (t->tok[id].eog && id != t->eos && !kn_ivec_push(&tj->eos_ids, id)) return KILN_ERR_NOMEM;
 
-    if ((st = kn_tok_build_pieces(t))) return st;
+    /* the decoder maps added tokens that are not special like the model's own (U+2581 -> space,
+     * byte characters -> bytes); special ones keep their text */
+    uint8_t *user = calloc((size_t)(uint32_t)t->n_vocab + 1, 1);
+    if (!user) return KILN_ERR_NOMEM;
+    for (int32_t id = 0; id < t->n_vocab; id++)
+        if (t->tok[id].attr & KN_ATTR_USER_DEFINED) {
+            user[id] = 1;
+            t->tok[id].attr ^= KN_ATTR_USER_DEFINED | KN_ATTR_NORMAL;
+        }
+    st = kn_tok_build_pieces(t);
+    for (int32_t id = 0; id < t->n_vocab; id++)
+        if (user[id]) t->tok[id].attr ^= KN_ATTR_USER_DEFINED | KN_ATTR_NORMAL;
+    free(user);
+    if (st) return st;
     if (t->kind == KN_TOK_WPM && (st = wordpiece_pieces(t))) return st;
     return build_tries(L);
 }
@@ -784,16 +809,6 @@ kiln_status kn_tokenizer_load_hf(const char *tokenizer_json, size_t len, const c
     t->tj = L.tj;
     t->bos = t->eos = t->eot = t->eom = t->unk = t->sep = t->pad = -1;
     st = load(&L);
-    if (!st) {
-        kn_sha256 h;
-        kn_sha256_init(&h);
-        kn_sha256_update(&h, tokenizer_json, len);
-        /* the config fields that change tokenization or its special tokens */
-        char extra[64];
-        snprintf(extra, sizeof extra, "|bos=%d|eos=%d|pad=%d", t->bos, t->eos, t->pad);
-        kn_sha256_update(&h, extra, strlen(extra));
-        kn_sha256_final(&h, L.tj->sha256);
-    }
     kn_json_free(&L.j);
     kn_json_free(&L.c);
     if (st) {
@@ -823,6 +838,8 @@ void kn_tj_free(kn_tj *tj) {
     free(tj->tmpl_names);
     free(tj->tmpl_texts);
     free(tj->eos_ids.v);
+    free(tj->split_regex);
+    free(tj->added);
     free(tj);
 }
 
@@ -843,8 +860,13 @@ size_t kn_tok_eos_ids(const kn_tokenizer *t, const int32_t **ids) {
     return t->tj->eos_ids.n;
 }
 
-bool kn_tok_json_sha256(const kn_tokenizer *t, uint8_t out[32]) {
-    if (!t || !t->tj) return false;
-    memcpy(out, t->tj->sha256, 32);
-    return true;
+void kn_tok_json_hash(const kn_tokenizer *t, const char *tokenizer_json, size_t len, uint8_t out[32]) {
+    kn_sha256 h;
+    kn_sha256_init(&h);
+    kn_sha256_update(&h, tokenizer_json, len);
+    /* the config fields that change what encoding gives */
+    char extra[64];
+    snprintf(extra, sizeof extra, "|bos=%d|eos=%d|pad=%d", t->bos, t->eos, t->pad);
+    kn_sha256_update(&h, extra, strlen(extra));
+    kn_sha256_final(&h, out);
 }

@@ -1,7 +1,11 @@
 /*
- * tok_tj_unicode.c - the Unicode normalization forms the tokenizer.json normalizers ask for, over
- * UTF-8: full canonical decomposition (unicode.h's NFD table, Hangul algorithmically), canonical
- * ordering of combining marks, and for NFC canonical composition. Ill-formed bytes pass through.
+ * tok_tj_unicode.c - the Unicode normalization forms the tokenizer.json normalizers ask for (NFC,
+ * NFD, NFKC, NFKD), over UTF-8, as UAX #15 defines them: full decomposition (canonical: unicode.h's
+ * NFD table; compatibility: unicode_norm_data.c's NFKD table; Hangul syllables algorithmically),
+ * canonical ordering of combining marks by their combining class, and for NFC / NFKC canonical
+ * composition (primary composites from unicode_norm_data.c, Hangul L+V+T algorithmically). The
+ * tables come from tools/gen_unicode_norm.py. Ill-formed bytes pass through and cut the text into
+ * independently normalized runs.
  */
 #include "text/tok_tj.h"
 #include "text/unicode.h"
@@ -9,24 +13,153 @@
 #include <stdlib.h>
 #include <string.h>
 
-kiln_status kn_tj_unicode_form(const char *in, size_t n, bool compose, bool compat, kn_bvec *out) {
-    out->n = 0;
-    if (compose) return kn_bvec_append(out, in, n) ? KILN_OK : KILN_ERR_NOMEM;
-    for (size_t i = 0; i < n;) {
-        size_t adv;
-        uint32_t cp = kn_utf8_decode((const uint8_t *)in + i, n - i, &adv);
-        if (cp == KN_UTF8_INVALID) {
-            if (!kn_bvec_append(out, in + i, adv)) return KILN_ERR_NOMEM;
-        } else {
-            uint32_t d[4];
-            size_t k = kn_ucd_nfd(cp, d);
-            for (size_t x = 0; x < k; x++) {
-                uint8_t enc[4];
-                size_t m = kn_utf8_encode(d[x], enc);
-                if (!kn_bvec_append(out, enc, m)) return KILN_ERR_NOMEM;
+extern const uint32_t kn_ucd_ccc[][2];
+extern const size_t kn_ucd_n_ccc;
+extern const uint32_t kn_ucd_comp[][3];
+extern const size_t kn_ucd_n_comp;
+extern const uint32_t kn_ucd_nfkd[][3];
+extern const size_t kn_ucd_n_nfkd;
+extern const uint32_t kn_ucd_nfkd_pool[];
+
+enum { SBASE = 0xAC00, LBASE = 0x1100, VBASE = 0x1161, TBASE = 0x11A7, LCOUNT = 19, VCOUNT = 21, TCOUNT = 28 };
+#define NCOUNT (VCOUNT * TCOUNT)
+#define SCOUNT (LCOUNT * NCOUNT)
+
+static uint8_t ccc(uint32_t cp) {
+    if (cp < 0x300) return 0;
+    size_t lo = 0, hi = kn_ucd_n_ccc;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (kn_ucd_ccc[mid][0] == cp) return (uint8_t)kn_ucd_ccc[mid][1];
+        if (kn_ucd_ccc[mid][0] < cp) lo = mid + 1;
+        else hi = mid;
+    }
+    return 0;
+}
+
+/* The primary composite of a + b, or 0. */
+static uint32_t compose(uint32_t a, uint32_t b) {
+    if (a >= LBASE && a < LBASE + LCOUNT && b >= VBASE && b < VBASE + VCOUNT)
+        return SBASE + ((a - LBASE) * VCOUNT + (b - VBASE)) * TCOUNT;
+    if (a >= SBASE && a < SBASE + SCOUNT && (a - SBASE) % TCOUNT == 0 && b > TBASE && b < TBASE + TCOUNT)
+        return a + (b - TBASE);
+    size_t lo = 0, hi = kn_ucd_n_comp;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        const uint32_t *e = kn_ucd_comp[mid];
+        if (e[0] == a && e[1] == b) return e[2];
+        if (e[0] < a || (e[0] == a && e[1] < b)) lo = mid + 1;
+        else hi = mid;
+    }
+    return 0;
+}
+
+typedef struct cpvec {
+    uint32_t *v;
+    size_t n, cap;
+} cpvec;
+
+static bool cp_push(cpvec *a, uint32_t cp) {
+    if (a->n == a->cap && !kn_reserve((void **)&a->v, &a->cap, a->n + 1, sizeof *a->v)) return false;
+    a->v[a->n++] = cp;
+    return true;
+}
+
+/* Appends the full decomposition of cp. */
+static bool decompose(uint32_t cp, bool compat, cpvec *out) {
+    if (cp >= SBASE && cp < SBASE + SCOUNT) {
+        uint32_t s = cp - SBASE, t = s % TCOUNT;
+        if (!cp_push(out, LBASE + s / NCOUNT) || !cp_push(out, VBASE + (s % NCOUNT) / TCOUNT)) return false;
+        return t == 0 || cp_push(out, TBASE + t);
+    }
+    if (compat && cp >= 0xA0) {
+        size_t lo = 0, hi = kn_ucd_n_nfkd;
+        while (lo < hi) {
+            size_t mid = (lo + hi) / 2;
+            if (kn_ucd_nfkd[mid][0] == cp) {
+                for (uint32_t k = 0; k < kn_ucd_nfkd[mid][2]; k++)
+                    if (!cp_push(out, kn_ucd_nfkd_pool[kn_ucd_nfkd[mid][1] + k])) return false;
+                return true;
+            }
+            if (kn_ucd_nfkd[mid][0] < cp) lo = mid + 1;
+            else hi = mid;
+        }
+    }
+    uint32_t d[4];
+    size_t k = kn_ucd_nfd(cp, d);
+    for (size_t x = 0; x < k; x++)
+        if (!cp_push(out, d[x])) return false;
+    return true;
+}
+
+/* Normalizes one run of code points (in place in *v) and appends its UTF-8 to out. */
+static bool finish_run(cpvec *v, bool do_compose, kn_bvec *out) {
+    uint32_t *c = v->v;
+    size_t n = v->n;
+    /* canonical ordering: a stable insertion sort of each run of non-starters by class */
+    for (size_t i = 1; i < n; i++) {
+        uint8_t ci = ccc(c[i]);
+        if (ci == 0) continue;
+        size_t j = i;
+        uint32_t x = c[i];
+        while (j > 0 && ccc(c[j - 1]) > ci) {
+            c[j] = c[j - 1];
+            j--;
+        }
+        c[j] = x;
+    }
+    if (do_compose && n > 1) {
+        size_t starter = 0, w = 1;
+        uint32_t sch = c[0];
+        int last = ccc(sch) ? 256 : 0;
+        for (size_t i = 1; i < n; i++) {
+            uint32_t ch = c[i];
+            int cl = ccc(ch);
+            uint32_t comp = compose(sch, ch);
+            if (comp && (last < cl || last == 0)) {
+                c[starter] = sch = comp;
+            } else {
+                if (cl == 0) {
+                    starter = w;
+                    sch = ch;
+                }
+                last = cl;
+                c[w++] = ch;
             }
         }
+        n = w;
+    }
+    for (size_t i = 0; i < n; i++) {
+        uint8_t enc[4];
+        size_t k = kn_utf8_encode(c[i], enc);
+        if (!kn_bvec_append(out, enc, k)) return false;
+    }
+    v->n = 0;
+    return true;
+}
+
+kiln_status kn_tj_unicode_form(const char *in, size_t n, bool do_compose, bool compat, kn_bvec *out) {
+    out->n = 0;
+    /* fast path: ASCII is invariant under every form */
+    size_t a = 0;
+    while (a < n && (uint8_t)in[a] < 0x80) a++;
+    if (!kn_bvec_append(out, in, a)) return KILN_ERR_NOMEM;
+    if (a == n) return KILN_OK;
+    /* the character before the first non-ASCII one may compose with what follows */
+    if (a > 0) {
+        a--;
+        out->n--;
+    }
+    cpvec run = {0};
+    bool ok = true;
+    for (size_t i = a; i < n && ok;) {
+        size_t adv;
+        uint32_t cp = kn_utf8_decode((const uint8_t *)in + i, n - i, &adv);
+        if (cp == KN_UTF8_INVALID) ok = finish_run(&run, do_compose, out) && kn_bvec_append(out, in + i, adv);
+        else ok = decompose(cp, compat, &run);
         i += adv;
     }
-    return KILN_OK;
+    if (ok) ok = finish_run(&run, do_compose, out);
+    free(run.v);
+    return ok ? KILN_OK : KILN_ERR_NOMEM;
 }

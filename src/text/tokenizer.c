@@ -189,7 +189,9 @@ bool kn_tok_add_eos(const kn_tokenizer *t) { return t->add_eos; }
 
 bool kn_tok_is_eog(const kn_tokenizer *t, int32_t id) { return id >= 0 && id < t->n_vocab && t->tok[id].eog; }
 
-bool kn_tok_strips_first_space(const kn_tokenizer *t) { return t->kind == KN_TOK_SPM && t->add_space_prefix; }
+bool kn_tok_strips_first_space(const kn_tokenizer *t) {
+    return (t->kind == KN_TOK_SPM || t->tj) && t->add_space_prefix;
+}
 
 bool kn_tok_is_special(const kn_tokenizer *t, int32_t id) {
     return id >= 0 && id < t->n_vocab && (t->tok[id].attr & (KN_ATTR_CONTROL | KN_ATTR_UNKNOWN));

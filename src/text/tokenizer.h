@@ -34,12 +34,13 @@ kiln_status kn_tokenizer_load_hf(const char *tokenizer_json, size_t len, const c
  *   as long as the tokenizer.
  * kn_tok_eos_ids: the end-of-generation ids, the config's eos_token first (*ids valid as long as the
  *   tokenizer).
- * kn_tok_json_sha256: the tokenizer hash: SHA-256 of the tokenizer.json bytes followed by the text
- *   "|bos=B|eos=E|pad=P" of the ids the config names (the config fields that change what encoding
- *   gives). A loader that hashes the files itself may use that instead. */
+ * kn_tok_json_hash: the tokenizer hash of t, loaded from tokenizer_json[0..len): SHA-256 of those
+ *   bytes followed by the text "|bos=B|eos=E|pad=P" of the ids the config names (the config fields
+ *   that change what encoding gives). Computed on demand (hashing 30 MB is a third of a load); a
+ *   model loader that hashes the files into its own fingerprint may use that instead. */
 const char *kn_tok_chat_template(const kn_tokenizer *t, const char *name);
 size_t kn_tok_eos_ids(const kn_tokenizer *t, const int32_t **ids);
-bool kn_tok_json_sha256(const kn_tokenizer *t, uint8_t out[32]);
+void kn_tok_json_hash(const kn_tokenizer *t, const char *tokenizer_json, size_t len, uint8_t out[32]);
 void kn_tokenizer_free(kn_tokenizer *t);
 
 int32_t kn_tok_n_vocab(const kn_tokenizer *t);

@@ -1,0 +1,261 @@
+/*
+ * test_tokenizer_json.c - the tokenizer built from a Hugging Face tokenizer.json (kn_tokenizer_load_hf):
+ * small WordPiece and Unigram tokenizers whose expected ids come from Hugging Face's tokenizers (its
+ * JS port), the split behaviours, the Unicode normalization forms, tokenizer_config.json, and the
+ * loader's errors (the JSON path of malformed input, unsupported types, size caps). The real
+ * tokenizer.json files of released models are compared with the oracle in
+ * tests/cli/test_tokenizer_json.sh.
+ */
+#include "harness.h"
+#include "text/tok_json.h"
+#include "text/tok_tj.h"
+
+#include <string.h>
+
+/* A BERT-style WordPiece tokenizer: BertNormalizer, BertPreTokenizer, [CLS] A [SEP]. */
+static const char WP_JSON[] =
+    "{\"version\":\"1.0\",\"added_tokens\":[{\"id\":0,\"content\":\"[PAD]\",\"single_word\":false,\"lstrip"
+    "\":false,\"rstrip\":false,\"normalized\":false,\"special\":true},{\"id\":1,\"content\":\"[UNK]\",\"si"
+    "ngle_word\":false,\"lstrip\":false,\"rstrip\":false,\"normalized\":false,\"special\":true},{\"id\":2,"
+    "\"content\":\"[CLS]\",\"single_word\":false,\"lstrip\":false,\"rstrip\":false,\"normalized\":false,\""
+    "special\":true},{\"id\":3,\"content\":\"[SEP]\",\"single_word\":false,\"lstrip\":false,\"rstrip\":fal"
+    "se,\"normalized\":false,\"special\":true}],\"normalizer\":{\"type\":\"BertNormalizer\",\"clean_text\""
+    ":true,\"handle_chinese_chars\":true,\"strip_accents\":null,\"lowercase\":true},\"pre_tokenizer\":{\"t"
+    "ype\":\"BertPreTokenizer\"},\"post_processor\":{\"type\":\"TemplateProcessing\",\"single\":[{\"Specia"
+    "lToken\":{\"id\":\"[CLS]\",\"type_id\":0}},{\"Sequence\":{\"id\":\"A\",\"type_id\":0}},{\"SpecialToke"
+    "n\":{\"id\":\"[SEP]\",\"type_id\":0}}],\"pair\":[],\"special_tokens\":{}},\"decoder\":{\"type\":\"Wor"
+    "dPiece\",\"prefix\":\"##\",\"cleanup\":true},\"model\":{\"type\":\"WordPiece\",\"unk_token\":\"[UNK]\""
+    ",\"continuing_subword_prefix\":\"##\",\"max_input_chars_per_word\":100,\"vocab\":{\"[PAD]\":0,\"[UNK]"
+    "\":1,\"[CLS]\":2,\"[SEP]\":3,\"hello\":4,\",\":5,\"world\":6,\"!\":7,\"un\":8,\"##aff\":9,\"##able\":"
+    "10,\"cafe\":11,\"\xe4\xb8\xad"
+    "\":12,\"\xe6\x96\x87"
+    "\":13,\"##s\":14,\"a\":15,\"##b\":16}}}";
+/* A Unigram tokenizer: NFKC + Replace(regex), Metaspace(split), A </s>. */
+static const char UG_JSON[] =
+    "{\"version\":\"1.0\",\"added_tokens\":[{\"id\":0,\"content\":\"<unk>\",\"single_word\":false,\"lstrip"
+    "\":false,\"rstrip\":false,\"normalized\":false,\"special\":true},{\"id\":1,\"content\":\"</s>\",\"sin"
+    "gle_word\":false,\"lstrip\":false,\"rstrip\":false,\"normalized\":false,\"special\":true}],\"normaliz"
+    "er\":{\"type\":\"Sequence\",\"normalizers\":[{\"type\":\"NFKC\"},{\"type\":\"Replace\",\"pattern\":{\""
+    "Regex\":\" {2,}\"},\"content\":\" \"}]},\"pre_tokenizer\":{\"type\":\"Metaspace\",\"replacement\":\"\xe2\x96\x81"
+    ""
+    "\",\"prepend_scheme\":\"always\",\"split\":true},\"post_processor\":{\"type\":\"TemplateProcessing\","
+    "\"single\":[{\"Sequence\":{\"id\":\"A\",\"type_id\":0}},{\"SpecialToken\":{\"id\":\"</s>\",\"type_id\""
+    ":0}}],\"pair\":[],\"special_tokens\":{}},\"decoder\":{\"type\":\"Metaspace\",\"replacement\":\"\xe2\x96\x81"
+    ""
+    "\",\"prepend_scheme\":\"always\",\"split\":true},\"model\":{\"type\":\"Unigram\",\"unk_id\":0,\"vocab"
+    "\":[[\"<unk>\",0.0],[\"</s>\",0.0],[\"\xe2\x96\x81"
+    "\",-2.0],[\"\xe2\x96\x81"
+    "he\",-3.0],[\"llo\",-"
+    "3.5],[\"\xe2\x96\x81"
+    "hello\",-4.0],[\"h\",-5.0],[\"e\",-5.0],[\"l\",-5.0],[\"o\",-5.0],[\"\xe2\x96\x81"
+    ""
+    "w\",-4.0],[\"or\",-4.5],[\"ld\",-4.5],[\"\xe2\x96\x81"
+    "world\",-6.5],[\"w\",-5.0],[\"r\",-5.0],[\"d\""
+    ",-5.0],[\"1\",-6.0],[\"2\",-6.0],[\"\xe2\x96\x81"
+    "12\",-5.0]]}}";
+
+static kn_tokenizer *load(const char *json, const char *cfg) {
+    kn_tokenizer *t = NULL;
+    kiln_status st = kn_tokenizer_load_hf(json, strlen(json), cfg, cfg ? strlen(cfg) : 0, &t);
+    if (st) printf("  load: %s\n", kn_error_msg());
+    return t;
+}
+
+/* True when text encodes (with the post-processor's tokens) to exactly want[0..n). */
+static bool encodes(const kn_tokenizer *t, const char *text, const int32_t *want, size_t n) {
+    int32_t got[64];
+    size_t cnt = 0;
+    if (kn_tokenize(t, text, strlen(text), true, true, got, 64, &cnt) != KILN_OK) return false;
+    bool ok = cnt == n && memcmp(got, want, n * sizeof *want) == 0;
+    if (!ok) {
+        printf("  %s ->", text);
+        for (size_t i = 0; i < cnt; i++) printf(" %d", got[i]);
+        printf("\n");
+    }
+    return ok;
+}
+
+static void test_wordpiece(void) {
+    kn_tokenizer *t = load(WP_JSON, NULL);
+    CHECK(t);
+    CHECK(encodes(t, "Hello, World!", (int32_t[]){2, 4, 5, 6, 7, 3}, 6));
+    CHECK(encodes(t, "unaffable caf\xc3\xa9s", (int32_t[]){2, 8, 9, 10, 11, 14, 3}, 7));
+    CHECK(encodes(t, "  H\xc3\x89LLO\xe4\xb8\xad\xe6\x96\x87 x", (int32_t[]){2, 4, 12, 13, 1, 3}, 6));
+    CHECK(encodes(t, "ab abb", (int32_t[]){2, 15, 16, 15, 16, 16, 3}, 7));
+    CHECK(kn_tok_bos(t) == 2 && kn_tok_add_bos(t) && kn_tok_add_eos(t));
+    /* decode: "##" pieces join the word before, the first space of the text is dropped */
+    int32_t ids[] = {8, 9, 10, 11};
+    kn_detok d;
+    kn_detok_init(&d, t, true, false);
+    char out[64];
+    size_t n = 0;
+    for (int i = 0; i < 4; i++) {
+        size_t k;
+        const char *p = kn_detok_push(&d, ids[i], &k);
+        memcpy(out + n, p, k);
+        n += k;
+    }
+    CHECK(n == 14 && memcmp(out, "unaffable cafe", 14) == 0);
+    kn_tokenizer_free(t);
+}
+
+static void test_unigram(void) {
+    kn_tokenizer *t = load(UG_JSON, NULL);
+    CHECK(t);
+    CHECK(encodes(t, "hello world", (int32_t[]){5, 13, 1}, 3));
+    CHECK(encodes(t, "hello  world 12", (int32_t[]){5, 13, 19, 1}, 4));
+    /* NFKC: fullwidth letters and the fi ligature; the unknown "fi" is one fused <unk> */
+    CHECK(encodes(t, "\xef\xbd\x88\xef\xbd\x85\xef\xbd\x8c\xef\xbd\x8c\xef\xbd\x8f \xef\xac\x81",
+                  (int32_t[]){5, 2, 0, 1}, 4));
+    CHECK(encodes(t, "xyz hello", (int32_t[]){2, 0, 5, 1}, 4));
+    CHECK(kn_tok_eos(t) == 1 && kn_tok_add_eos(t) && !kn_tok_add_bos(t));
+    kn_tokenizer_free(t);
+}
+
+/* Splits "a-b--c" at "-" with behaviour b; compares the pieces joined by '|'. */
+static bool split_is(kn_tj_behavior b, bool invert, const char *want) {
+    const char *s = "a-b--c";
+    kn_spanvec v = {0};
+    if (kn_tj_split(NULL, "-", 1, b, invert, s, strlen(s), 0, &v)) return false;
+    char got[64];
+    size_t n = 0;
+    for (size_t i = 0; i < v.n; i++) {
+        if (i) got[n++] = '|';
+        memcpy(got + n, s + v.v[i].off, v.v[i].len);
+        n += v.v[i].len;
+    }
+    got[n] = 0;
+    free(v.v);
+    if (strcmp(got, want) != 0) printf("  behaviour %d: %s, want %s\n", (int)b, got, want);
+    return strcmp(got, want) == 0;
+}
+
+static void test_split_behaviors(void) {
+    CHECK(split_is(KN_TJB_REMOVED, false, "a|b|c"));
+    CHECK(split_is(KN_TJB_ISOLATED, false, "a|-|b|-|-|c"));
+    CHECK(split_is(KN_TJB_MERGED_PREV, false, "a-|b-|-|c"));
+    CHECK(split_is(KN_TJB_MERGED_NEXT, false, "a|-b|--c"));
+    CHECK(split_is(KN_TJB_CONTIGUOUS, false, "a|-|b|--|c"));
+    CHECK(split_is(KN_TJB_REMOVED, true, "-|--"));
+}
+
+static bool form_is(const char *in, bool compose, bool compat, const char *want) {
+    kn_bvec out = {0};
+    bool ok = kn_tj_unicode_form(in, strlen(in), compose, compat, &out) == KILN_OK && out.n == strlen(want) &&
+              memcmp(out.v, want, out.n) == 0;
+    free(out.v);
+    return ok;
+}
+
+static void test_unicode_forms(void) {
+    /* e + combining acute <-> e-acute; Angstrom sign -> A-ring (a singleton); Hangul jamo <-> syllable */
+    CHECK(form_is("cafe\xcc\x81", true, false, "caf\xc3\xa9"));
+    CHECK(form_is("caf\xc3\xa9", false, false, "cafe\xcc\x81"));
+    CHECK(form_is("\xe2\x84\xab", true, false, "\xc3\x85"));
+    CHECK(form_is("\xe1\x84\x80\xe1\x85\xa1\xe1\x86\xa8", true, false, "\xea\xb0\x81"));
+    CHECK(form_is("\xea\xb0\x81", false, false, "\xe1\x84\x80\xe1\x85\xa1\xe1\x86\xa8"));
+    /* canonical order: dot below (220) before dot above (230), then composed */
+    CHECK(form_is("q\xcc\x87\xcc\xa3", false, false, "q\xcc\xa3\xcc\x87"));
+    CHECK(form_is("d\xcc\x87\xcc\xa3", true, false, "\xe1\xb8\x8d\xcc\x87"));
+    /* compatibility: the fi ligature, fullwidth A, superscript two */
+    CHECK(form_is("\xef\xac\x81\xef\xbc\xa1\xc2\xb2", true, true, "fiA2"));
+    CHECK(form_is("\xef\xac\x81", true, false, "\xef\xac\x81"));
+    /* ill-formed bytes pass through */
+    CHECK(form_is("a\xff"
+                  "e\xcc\x81",
+                  true, false, "a\xff\xc3\xa9"));
+}
+
+static void test_config(void) {
+    const char *cfg = "{\"bos_token\": {\"content\": \"</s>\"}, \"eos_token\": \"<unk>\", \"add_bos_token\": true,"
+                      " \"chat_template\": [{\"name\": \"default\", \"template\": \"{{ x }}\"},"
+                      " {\"name\": \"tool_use\", \"template\": \"{{ tools }}\"}], \"model_max_length\": 1e30}";
+    kn_tokenizer *t = load(UG_JSON, cfg);
+    CHECK(t);
+    CHECK(kn_tok_bos(t) == 1 && kn_tok_eos(t) == 0);
+    CHECK(kn_tok_chat_template(t, NULL) && strcmp(kn_tok_chat_template(t, NULL), "{{ x }}") == 0);
+    CHECK(kn_tok_chat_template(t, "tool_use") && strcmp(kn_tok_chat_template(t, "tool_use"), "{{ tools }}") == 0);
+    CHECK(!kn_tok_chat_template(t, "rag"));
+    const int32_t *eos;
+    CHECK(kn_tok_eos_ids(t, &eos) >= 1 && eos[0] == 0);
+    uint8_t h1[32], h2[32];
+    kn_tok_json_hash(t, UG_JSON, strlen(UG_JSON), h1);
+    kn_tokenizer_free(t);
+    t = load(UG_JSON, NULL);
+    CHECK(t);
+    kn_tok_json_hash(t, UG_JSON, strlen(UG_JSON), h2);
+    CHECK(memcmp(h1, h2, 32) != 0); /* the config's special tokens are part of the hash */
+    kn_tokenizer_free(t);
+    /* a string template */
+    t = load(UG_JSON, "{\"chat_template\": \"hi\"}");
+    CHECK(t && strcmp(kn_tok_chat_template(t, NULL), "hi") == 0);
+    kn_tokenizer_free(t);
+}
+
+/* Loading text fails with status st and a message containing `part`. */
+static bool fails(const char *json, const char *cfg, kiln_status st, const char *part) {
+    kn_tokenizer *t = NULL;
+    kiln_status got = kn_tokenizer_load_hf(json, strlen(json), cfg, cfg ? strlen(cfg) : 0, &t);
+    bool ok = got == st && !t && strstr(kn_error_msg(), part);
+    if (!ok) printf("  got %d '%s', want %d with '%s'\n", (int)got, kn_error_msg(), (int)st, part);
+    kn_tokenizer_free(t);
+    return ok;
+}
+
+static void test_errors(void) {
+    CHECK(fails("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0,}}}", NULL, KILN_ERR_FORMAT, "model.vocab"));
+    CHECK(fails("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [\"a b\", 7]}}", NULL,
+                KILN_ERR_FORMAT, "model.merges[1]"));
+    CHECK(fails("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}}, \"normalizer\": {\"type\": \"Precompiled\"}}",
+                NULL, KILN_ERR_UNSUPPORTED, "normalizer type 'Precompiled'"));
+    CHECK(fails("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}}, \"post_processor\": {\"type\": "
+                "\"TemplateProcessing\", \"single\": [{\"SpecialToken\": {\"id\": \"<nope>\"}}]}}",
+                NULL, KILN_ERR_FORMAT, "post_processor.single[0]"));
+    CHECK(
+        fails("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 99999999}}}", NULL, KILN_ERR_FORMAT, "model.vocab"));
+    CHECK(fails("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}}}", "[1, 2]", KILN_ERR_FORMAT,
+                "tokenizer_config.json"));
+    CHECK(fails("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}}} x", NULL, KILN_ERR_FORMAT, "after"));
+    CHECK(fails("\"\\ud800\"", NULL, KILN_ERR_FORMAT, "not an object"));
+    /* nesting beyond the cap */
+    char deep[300];
+    memset(deep, '[', 200);
+    deep[200] = 0;
+    CHECK(fails(deep, NULL, KILN_ERR_FORMAT, "nested too deeply"));
+    /* the size cap */
+    kn_tokenizer *t = NULL;
+    CHECK(kn_tokenizer_load_hf("{}", (size_t)1 << 40, NULL, 0, &t) == KILN_ERR_FORMAT && !t);
+}
+
+static void test_json_reader(void) {
+    const char *s = "{\"a\": [1, -2.5e3, true, null, \"x\\u00e9\\ud83e\\udd99\\n\"], \"b\": {}}";
+    kn_json j;
+    CHECK(kn_json_parse(s, strlen(s), "t", 8, &j) == KILN_OK);
+    int32_t a = kn_json_get(&j, 0, "a");
+    CHECK(kn_json_type(&j, a) == KN_J_ARR && j.v[a].n == 5);
+    int32_t e = j.v[a].first;
+    int64_t iv;
+    double dv;
+    CHECK(kn_json_int(&j, e, 0, 10, &iv) && iv == 1);
+    e = j.v[e].next;
+    CHECK(!kn_json_int(&j, e, -10000, 10000, &iv) && kn_json_num(&j, e, &dv) && dv == -2500.0);
+    e = j.v[e].next;
+    CHECK(kn_json_bool(&j, e, false));
+    e = j.v[j.v[e].next].next;
+    size_t n;
+    const char *str = kn_json_str(&j, e, &n);
+    CHECK(str && n == 8 && memcmp(str, "x\xc3\xa9\xf0\x9f\xa6\x99\n", 8) == 0);
+    CHECK(kn_json_type(&j, kn_json_get(&j, 0, "b")) == KN_J_OBJ && kn_json_get(&j, 0, "c") < 0);
+    kn_json_free(&j);
+}
+
+int main(void) {
+    RUN(test_json_reader);
+    RUN(test_wordpiece);
+    RUN(test_unigram);
+    RUN(test_split_behaviors);
+    RUN(test_unicode_forms);
+    RUN(test_config);
+    RUN(test_errors);
+    return kt_summary();
+}
