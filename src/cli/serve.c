@@ -651,6 +651,7 @@ int cli_serve(int argc, char **argv) {
     opts_init(&o);
     bool ssd_verify = kiln_engine_default_params().ssd_verify;
     const char *template_file = NULL, *tool_format = NULL;
+    cli_spec spec = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -684,6 +685,7 @@ int cli_serve(int argc, char **argv) {
             continue;
         }
         int r = cli_parse_template_flags(argc, argv, &i, &template_file, &tool_format);
+        if (r == 0) r = cli_parse_spec(argc, argv, &i, &spec, "serve");
         if (r == 0) r = cli_parse_common(argc, argv, &i, &c);
         if (r == 1) continue;
         if (r == 0)
@@ -692,6 +694,7 @@ int cli_serve(int argc, char **argv) {
         return CLI_EXIT_USAGE;
     }
     if (o.cors && !valid_origins(o.cors)) return CLI_EXIT_USAGE;
+    if (!cli_spec_resolve(&spec, "serve")) return CLI_EXIT_USAGE;
     cli_setup_log(c.verbose);
 
     /* Everything below is released at `out`, whatever was reached. */
@@ -701,8 +704,9 @@ int cli_serve(int argc, char **argv) {
     srv s;
     memset(&s, 0, sizeof s);
     bool stats_ready = false;
-    kiln_model *m = NULL;
+    kiln_model *m = NULL, *draft = NULL;
     kiln_engine *engine = NULL;
+    bool draft_ok = true;
     char *ssd_default = NULL, *id = NULL;
     cli_common lc = c; /* the flags, loading the resolved file */
     sigset_t sigs;
@@ -772,6 +776,13 @@ int cli_serve(int argc, char **argv) {
     ep.ssd_max_bytes = (uint64_t)((double)o.ssd_max_gb * 1e9);
     ep.ssd_demote_idle_s = o.ssd_idle;
     ep.ssd_verify = ssd_verify;
+    if (!(draft = cli_load_draft(&spec, &lc, "serve", &draft_ok)) && !draft_ok) {
+        rc = CLI_EXIT_FAIL;
+        goto out;
+    }
+    ep.spec = spec.method;
+    ep.draft_model = draft;
+    ep.spec_max = spec.max;
     if (kiln_engine_new(m, &ep, &engine)) {
         fprintf(stderr, "kiln serve: cannot start the engine: %s\n", kiln_last_error());
         rc = CLI_EXIT_FAIL;
@@ -818,6 +829,7 @@ out:
     srv_http_stop(&s);
     kiln_engine_free(engine);
     if (stats_ready) srv_stats_destroy(&s.stats);
+    kiln_model_free(draft);
     kiln_model_free(m);
     free(id);
     free(ssd_default);

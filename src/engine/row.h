@@ -54,6 +54,13 @@ typedef struct kn_row {
     char err[KN_ERRMSG_MAX]; /* res.error when the row failed on its own (a stuck grammar) */
     kiln_generate_result res;
     double t_start, t_first; /* ms: begin, prompt done */
+    /* speculative decoding (engine/spec.h); all zero without a method */
+    bool spec;                                     /* the row may speculate */
+    kn_kv *dkv;                                    /* the draft model's cache of the row (borrowed), or NULL */
+    float spec_hit, spec_miss;                     /* decayed counts of accepted and rejected proposals */
+    int32_t spec_wait;                             /* steps without proposals since the last probe */
+    int32_t n_prop;                                /* proposals of the current step */
+    kiln_token spec_toks[KILN_SPEC_MAX_LIMIT + 1]; /* the step's tokens: last, then the proposals */
 } kn_row;
 
 /* Checks and resolves what sessions and engines share: the model can generate, the context per
