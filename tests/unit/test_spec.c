@@ -8,6 +8,8 @@
  *     stop strings, max_tokens and logprobs, and the methods really propose and accept tokens;
  *   - sampled output: the same tokens for every seed of a fixed set, and the distribution of a
  *     token position over the seeds passes a chi-square test against plain sampling;
+ *   - the draft's cache after a generation with rejections holds exactly the K/V a fresh pass over
+ *     the committed tokens computes (its rollback);
  *   - bad parameters (unknown method, spec_max 0 or beyond the limit, a draft with another
  *     vocabulary or none) give clear errors.
  */
@@ -238,6 +240,57 @@ static void test_session_greedy(void) {
     kiln_model_free(m);
 }
 
+/* The draft's KV after generations with rejected proposals: positions [0, n_past) hold the bits a
+ * fresh draft pass over the committed tokens (prompt, then output) computes. */
+static void test_draft_kv_rollback(void) {
+    kiln_model *t16 = load(gen("spec-llama-F16", "--preset tiny-llama --type F16 --seed 5"));
+    kiln_model *d4 = load(gen("spec-llama-Q4_0", "--preset tiny-llama --type Q4_0 --seed 5"));
+    CHECK(t16 && d4);
+    if (!t16 || !d4) goto out;
+    kiln_session_params sp = kiln_session_default_params();
+    sp.n_ctx = 256;
+    sp.n_threads = 1;
+    sp.spec = KILN_SPEC_DRAFT;
+    sp.draft_model = d4;
+    sp.spec_max = 6;
+    kiln_session *s = NULL;
+    CHECK(kiln_session_new(t16, &sp, &s) == KILN_OK);
+    if (!s) goto out;
+    int rejected = 0;
+    for (int seed = 0; seed < 4; seed++) {
+        kiln_token all[256];
+        repetitive_prompt(all, 30, 512, seed);
+        kiln_generate_params gp = greedy(60);
+        gen_out g = {0};
+        gp.on_token = on_tok;
+        gp.user = &g;
+        kiln_generate_result res;
+        CHECK(kiln_generate_tokens(s, all, 30, &gp, &res) == KILN_OK && g.o.n == 60);
+        rejected += res.n_spec_proposed - res.n_spec_accepted;
+        memcpy(all + 30, g.o.toks, sizeof(kiln_token) * 60);
+        const kn_kv *dkv = &s->spec.dkv[0];
+        const int32_t n = dkv->n_past;
+        CHECK(n > 30 && n <= s->kv.n_past);
+        kn_kv fresh;
+        kn_scratch sc;
+        const kn_hparams *hp = &d4->hp;
+        CHECK(kn_kv_init(&fresh, dkv->type, hp->n_layer, 256, hp->n_head_kv * hp->head_dim) == KILN_OK);
+        CHECK(kn_scratch_init(&sc, d4, 256, 256, 1) == KILN_OK);
+        float *lg = malloc(sizeof(float) * 512);
+        kn_batch_row r = {.kv = &fresh, .tokens = all, .n_tokens = n, .logits_from = n};
+        kn_forward(d4, &sc, &r, 1, lg, 1);
+        CHECKF(kt_same_rows(&fresh, dkv, n), "seed %d: the draft's cache differs from a fresh pass", seed);
+        free(lg);
+        kn_scratch_free(&sc);
+        kn_kv_free(&fresh);
+    }
+    CHECKF(rejected > 0, "no proposal was rejected: the rollback was not exercised");
+    kiln_session_free(s);
+out:
+    kiln_model_free(t16);
+    kiln_model_free(d4);
+}
+
 /* ---- sampled rows ---------------------------------------------------------------------------- */
 
 #define N_SEEDS 240
@@ -459,6 +512,7 @@ int main(void) {
     RUN(test_ngram_lookup);
     RUN(test_verify_bits_and_rollback);
     RUN(test_session_greedy);
+    RUN(test_draft_kv_rollback);
     RUN(test_sampled);
     RUN(test_engine_batch);
     RUN(test_errors);
