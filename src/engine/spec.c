@@ -130,9 +130,10 @@ int32_t kn_spec_ngram(const kiln_token *hist, int32_t n, int32_t k, kiln_token *
         const kiln_token *suf = hist + n - g;
         for (int32_t i = n - g - 1; i >= lo; i--) { /* the latest earlier occurrence, followed by a token */
             if (hist[i] != suf[0] || memcmp(hist + i, suf, (size_t)g * sizeof *hist) != 0) continue;
-            const int32_t m = KN_MIN(k, n - (i + g));
-            memcpy(out, hist + i + g, (size_t)m * sizeof *out);
-            return m;
+            /* The text repeats with period (n - g) - i: past the end of the history the proposal
+             * continues with itself (a loop of one token proposes k of it, not one). */
+            for (int32_t j = 0; j < k; j++) out[j] = i + g + j < n ? hist[i + g + j] : out[i + g + j - n];
+            return k;
         }
     }
     return 0;

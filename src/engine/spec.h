@@ -70,7 +70,9 @@ int kn_spec_step(kn_spec *sp, const kiln_model *m, kn_scratch *s, kn_row **rows,
                  int32_t prefill_chunk, float *logits);
 
 /* The n-gram proposal: the tokens after the latest earlier occurrence of the longest suffix
- * (KN_SPEC_NGRAM_MAX tokens down to 1) of hist[n]; at most k into out. Returns how many. */
+ * (KN_SPEC_NGRAM_MAX tokens down to 1) of hist[n], continued periodically past the end of hist (the
+ * text repeating with the distance between the occurrence and the suffix); k tokens into out.
+ * Returns k, or 0 when no suffix occurs earlier. */
 #define KN_SPEC_NGRAM_MAX 4
 int32_t kn_spec_ngram(const kiln_token *hist, int32_t n, int32_t k, kiln_token *out);
 

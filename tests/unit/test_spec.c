@@ -126,14 +126,18 @@ static void test_verify_bits_and_rollback(void) {
 static void test_ngram_lookup(void) {
     const kiln_token h[] = {1, 2, 3, 4, 5, 9, 2, 3, 4, 8, 7, 2, 3, 4};
     kiln_token out[8];
-    /* suffix 2 3 4 (the longest, 3 of the 4 allowed): the latest earlier match is followed by 8 7 */
-    CHECK(kn_spec_ngram(h, 14, 8, out) == 5 && out[0] == 8 && out[1] == 7 && out[2] == 2 && out[4] == 4);
+    /* suffix 2 3 4 (the longest, 3 of the 4 allowed): the latest earlier match is followed by 8 7 2 3 4,
+     * then the period of 5 repeats */
+    CHECK(kn_spec_ngram(h, 14, 8, out) == 8 && out[0] == 8 && out[1] == 7 && out[2] == 2 && out[4] == 4);
+    CHECK(out[5] == 8 && out[6] == 7 && out[7] == 2);
     CHECK(kn_spec_ngram(h, 14, 1, out) == 1 && out[0] == 8);
     const kiln_token u[] = {1, 2, 3, 4};
     CHECK(kn_spec_ngram(u, 4, 4, out) == 0); /* no earlier occurrence */
     CHECK(kn_spec_ngram(u, 1, 4, out) == 0);
     const kiln_token r[] = {6, 6, 6};
-    CHECK(kn_spec_ngram(r, 3, 4, out) == 1 && out[0] == 6); /* 6 6 at 0 is followed by 6 */
+    CHECK(kn_spec_ngram(r, 3, 4, out) == 4 && out[0] == 6 && out[3] == 6); /* a loop of one token */
+    const kiln_token ab[] = {5, 1, 2, 1, 2};
+    CHECK(kn_spec_ngram(ab, 5, 5, out) == 5 && out[0] == 1 && out[1] == 2 && out[2] == 1 && out[4] == 1);
 }
 
 /* ---- sessions (batch 1) ---------------------------------------------------------------------- */
