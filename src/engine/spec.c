@@ -4,8 +4,8 @@
  * One step: every decoding row gets its last token and, when it speculates, up to k proposals
  * (ngram: a lookup in its tokens; draft: the draft model catches up on the row's committed tokens
  * and extends them greedily, all drafting rows batched in each draft pass); prefilling rows share
- * the rest of the budget; one target forward pass computes logits for every position of every
- * decoding row; each row then commits tokens position by position (kn_row_advance) until one
+ * the rest of the budget (a drafting row's draft prefills the same chunk); one target forward pass computes logits for
+ * every position of every decoding row; each row then commits tokens position by position (kn_row_advance) until one
  * differs from its proposal, and lowers n_past (its KV and its draft's) to what it committed.
  */
 #include "engine/spec.h"
@@ -154,6 +154,28 @@ static int32_t choose_k(const kn_spec *sp, kn_row *r, int n_dec) {
     return want;
 }
 
+/* Brings the draft's cache of rows dr[nd] up to position upto[i] (exclusive) over their tokens
+ * (r->seq), in passes of the draft scratch's size, without logits: a prefilling row's draft
+ * prefills the same chunk as the row, in the same step, so that its first proposals need no long
+ * catch-up (and the draft's prompt work counts as prompt time). */
+static void draft_prefill(kn_spec *sp, kn_row **dr, int nd, const int32_t *upto) {
+    kn_batch_row b[nd];
+    for (;;) {
+        int nb = 0;
+        int32_t budget = sp->dscratch.n_max;
+        for (int i = 0; i < nd && budget > 0; i++) {
+            const int32_t need = upto[i] - dr[i]->dkv->n_past;
+            if (need <= 0) continue;
+            const int32_t take = KN_MIN(need, budget);
+            b[nb++] = (kn_batch_row){
+                .kv = dr[i]->dkv, .tokens = dr[i]->seq + dr[i]->dkv->n_past, .n_tokens = take, .logits_from = take};
+            budget -= take;
+        }
+        if (!nb) return;
+        kn_forward(sp->draft, &sp->dscratch, b, nb, sp->dlogits, 0);
+    }
+}
+
 /* The draft's proposals for rows dr[nd] wanting want[i] (>= 1) tokens each, into spec_toks[1..]:
  * the draft's cache first catches up on each row's committed tokens (seq[dkv->n_past .. n_past],
  * the last one included), in passes of the draft scratch's size, then every row extends its
@@ -231,12 +253,19 @@ int kn_spec_step(kn_spec *sp, const kiln_model *m, kn_scratch *s, kn_row **rows,
         br[i] = (kn_batch_row){
             .kv = in[i]->kv, .tokens = in[i]->spec_toks, .n_tokens = 1 + in[i]->n_prop, .logits_from = 0};
     const int n_dec_in = nb;
+    nd = 0;
     for (int i = 0; i < n && budget > 0; i++) { /* prefilling rows share the rest, in order */
-        if (rows[i]->finished || rows[i]->decoding) continue;
-        kn_row_plan(rows[i], KN_MIN(budget, prefill_chunk), &br[nb]);
-        in[nb++] = rows[i];
+        kn_row *r = rows[i];
+        if (r->finished || r->decoding) continue;
+        kn_row_plan(r, KN_MIN(budget, prefill_chunk), &br[nb]);
+        in[nb++] = r;
         budget -= br[nb - 1].n_tokens;
+        if (r->spec && r->dkv) { /* its draft prefills the same tokens */
+            want[nd] = (int32_t)r->n_fed + br[nb - 1].n_tokens;
+            dr[nd++] = r;
+        }
     }
+    if (nd) draft_prefill(sp, dr, nd, want);
     if (nb == 0) return 0;
     kn_forward(m, s, br, nb, sp->vlogits, sp->n_rows * (sp->max_k + 1));
     const size_t V = (size_t)m->hp.n_vocab;
