@@ -4,9 +4,10 @@
  * One step: every decoding row gets its last token and, when it speculates, up to k proposals
  * (ngram: a lookup in its tokens; draft: the draft model catches up on the row's committed tokens
  * and extends them greedily, all drafting rows batched in each draft pass); prefilling rows share
- * the rest of the budget (a drafting row's draft prefills the same chunk); one target forward pass computes logits for
- * every position of every decoding row; each row then commits tokens position by position (kn_row_advance) until one
- * differs from its proposal, and lowers n_past (its KV and its draft's) to what it committed.
+ * the rest of the budget (a drafting row's draft prefills the same chunk); one target forward
+ * pass computes logits for every position of every decoding row; each row then commits tokens
+ * position by position (kn_row_advance) until one differs from its proposal, and lowers n_past
+ * (its KV and its draft's) to what it committed.
  */
 #include "engine/spec.h"
 
