@@ -6,7 +6,7 @@
 #   1. ngram at batch 1 on a copy task (goal >= 2x);
 #   2. ngram at batch 1 on text that does not repeat (goal >= 0.97x);
 #   3. draft at batch 1: the F16 model with its own Q4_0 copy as the draft (goal >= 1.5x);
-#   4. ngram and draft at batch 8 (aggregate tokens/s of 8 rows; goal: not lower).
+#   4. ngram and draft at batch 8 (aggregate tokens/s of 8 rows, the short prompt; goal: not lower).
 # A model of random weights does not copy its prompt: at the default weight scale its greedy output
 # wanders (the non-repeating case, 2.), while with --scale 0.2 its output settles into repeating
 # itself, which stands in for output that repeats its context (1., 3., 4.; it also makes the F16
@@ -46,6 +46,6 @@ L() { echo "load: $(cut -d' ' -f1-3 /proc/loadavg)"; }
 $B -m "$T" --spec ngram -f "$copy" | grep gen; L
 $B -m "$W" --spec ngram -f "$plain" | grep gen; L
 $B -m "$T" --spec draft --draft-model "$D" -f "$copy" | grep gen; L
-build/bench/spec_batch "$T" --spec ngram -R 8 -n "$GEN" -r "$REPS" -t "$THREADS" -f "$copy"; L
-build/bench/spec_batch "$T" --spec draft --draft-model "$D" -R 8 -n "$GEN" -r "$REPS" -t "$THREADS" -f "$copy"
+build/bench/spec_batch "$T" --spec ngram -R 8 -n "$GEN" -r "$REPS" -t "$THREADS" -f "$plain"; L
+build/bench/spec_batch "$T" --spec draft --draft-model "$D" -R 8 -n "$GEN" -r "$REPS" -t "$THREADS" -f "$plain"
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -3,8 +3,9 @@
  * with a speculative method, side by side: each repetition submits R greedy requests (end of text
  * ignored, N new tokens each) to an engine without speculation and to one with the method, in
  * alternating order, and times each batch from submission to the last completion. Request i's prompt
- * is the text of FILE (tokenized, BOS added) with i tokens dropped from its front (so rows differ and
- * miss the prefix cache, which is off), or pseudo-random tokens without FILE.
+ * is the text of FILE (tokenized, BOS added) with i tokens dropped from its front (so rows differ), or
+ * pseudo-random tokens without FILE. The warm-up puts every prompt in the prefix cache, so the timed
+ * batches prefill one token per row and measure generation.
  *
  * Usage: spec_batch MODEL --spec ngram|draft [--draft-model D] [--spec-max K] [-R ROWS] [-n N]
  *                   [-r REPS] [-t THREADS] [-f FILE]
@@ -126,7 +127,7 @@ int main(int argc, char **argv) {
         ep.n_ctx = (int32_t)nb + N + 8;
         ep.max_rows = R;
         ep.n_threads = threads;
-        ep.prompt_cache = 0;
+        ep.prompt_cache = (uint64_t)1 << 30;
         ep.spec = k ? m_spec : KILN_SPEC_NONE;
         ep.draft_model = k ? d : NULL;
         ep.spec_max = kmax;
