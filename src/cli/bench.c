@@ -6,10 +6,11 @@
  * Token ids are fixed pseudo-random values, so runs are comparable.
  *
  * With --spec METHOD (and --draft-model, --spec-max) a generation test replaces them for each
- * thread count: N tokens generated greedily (end of text ignored) from the prompt of -f FILE (the text
- * tokenized, BOS added; without -f the pseudo-random tokens of the pp test) with no speculation
- * and with the method, alternating within each repetition so that both see the same machine
- * load; the table gives each one's median tokens/s, the method's acceptance and the speedup.
+ * thread count: N tokens generated greedily (or with the sampling flags given, one seed for both),
+ * end of text ignored, from the prompt of -f FILE (the text tokenized, BOS added; without -f the
+ * pseudo-random tokens of the pp test) with no speculation and with the method, alternating within
+ * each repetition so that both see the same machine load; the table gives each one's median
+ * tokens/s, the method's acceptance and the speedup.
  */
 #include "cli.h"
 
@@ -65,13 +66,14 @@ static double run_once(kiln_session *s, const kiln_token *toks, int pp, int tg) 
 #define MAX_THREAD_LIST 16     /* thread counts in one -t list */
 #define TOKENS_SEED     12345u /* of the LCG drawing the test tokens (Numerical Recipes' constants) */
 
-/* One greedy generation of tg tokens from prompt[n] (sessions s0 without speculation, s1 with);
+/* One generation of tg tokens from prompt[n] with sampling sp (sessions s0 without speculation, s1 with);
  * tokens/s into *tps, proposals and acceptances added to *prop and *acc. False on failure. */
-static bool gen_once(kiln_session *s, const kiln_token *prompt, size_t n, int tg, double *tps, long *prop, long *acc) {
+static bool gen_once(kiln_session *s, const kiln_token *prompt, size_t n, int tg, const kiln_sampler_params *sp,
+                     double *tps, long *prop, long *acc) {
     kiln_generate_params gp = kiln_generate_default_params();
     gp.max_tokens = tg;
     gp.ignore_eos = true;
-    gp.sampling.temperature = 0;
+    gp.sampling = *sp;
     kiln_generate_result res;
     if (kiln_generate_tokens(s, prompt, n, &gp, &res)) return false;
     *tps = res.gen_ms > 0 ? res.n_generated * 1000.0 / res.gen_ms : 0;
@@ -106,13 +108,16 @@ static int spec_test(kiln_model *m, kiln_model *draft, const cli_common *c, cons
     }
     long prop = 0, acc = 0, unused = 0;
     double warm;
+    kiln_sampler_params smp = kiln_sampler_default_params(); /* greedy unless sampling flags are given */
+    smp.temperature = 0;
+    if (c->sp_set) smp = cli_sampler_params(c, m);
     for (int k = 0; !rc && k < 2; k++) /* warm-up */
-        if (!gen_once(s[k], prompt, n, tg, &warm, k ? &prop : &unused, k ? &acc : &unused)) rc = CLI_EXIT_FAIL;
+        if (!gen_once(s[k], prompt, n, tg, &smp, &warm, k ? &prop : &unused, k ? &acc : &unused)) rc = CLI_EXIT_FAIL;
     prop = acc = 0;
     for (int r = 0; !rc && r < reps; r++)
         for (int k0 = 0; k0 < 2; k0++) {
             const int k = r % 2 ? 1 - k0 : k0; /* none first in even repetitions, the method first in odd */
-            if (!gen_once(s[k], prompt, n, tg, &t[k * reps + r], k ? &prop : &unused, k ? &acc : &unused))
+            if (!gen_once(s[k], prompt, n, tg, &smp, &t[k * reps + r], k ? &prop : &unused, k ? &acc : &unused))
                 rc = CLI_EXIT_FAIL;
         }
     if (rc && t) fprintf(stderr, "kiln bench: %s\n", kiln_last_error());
