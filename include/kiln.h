@@ -517,6 +517,29 @@ KILN_API kiln_sampler_params kiln_model_sampler_params(const kiln_model *model);
 
 typedef struct kiln_session kiln_session;
 
+/* Speculative decoding: a step proposes several tokens of a row and the model verifies them in one
+ * batched pass (decode is bound by memory bandwidth, so checking k tokens costs little more than
+ * one). Lossless: a greedy row's output is bit-identical to decoding without it, and a sampled
+ * row's is identical for the same seed (each committed token is drawn from the target's own
+ * distribution at its position; a proposal is kept when the draw equals it, which is the standard
+ * acceptance rule min(1, p/q) with the residual max(0, p - q) for a proposal that is a point mass).
+ * The number of proposed tokens adapts per row to its recent acceptance and falls to none where it
+ * does not pay. */
+typedef enum kiln_spec_method {
+    KILN_SPEC_NONE = 0,  /* one token per step */
+    KILN_SPEC_NGRAM = 1, /* prompt lookup: the continuation of the longest recent n-gram match in
+                            the row's own prompt and output */
+    KILN_SPEC_DRAFT = 2  /* a smaller draft model with the same vocabulary proposes greedily */
+} kiln_spec_method;
+#define KILN_SPEC_METHODS     3  /* entries of the per-method statistics */
+#define KILN_SPEC_MAX_LIMIT   16 /* spec_max at most */
+#define KILN_SPEC_MAX_DEFAULT 8  /* spec_max when 0 */
+
+/* "none", "ngram" or "draft" into *out; KILN_ERR_INVALID_ARG (naming the choices) otherwise. */
+KILN_API kiln_status kiln_spec_method_parse(const char *name, kiln_spec_method *out);
+/* The name of a method ("none", "ngram", "draft"); "?" outside the enum. */
+KILN_API const char *kiln_spec_method_name(kiln_spec_method method);
+
 typedef enum kiln_kv_type { KILN_KV_F16 = 0, KILN_KV_F32 = 1 } kiln_kv_type;
 
 typedef struct kiln_session_params {
@@ -527,6 +550,11 @@ typedef struct kiln_session_params {
     kiln_kv_type kv_type; /* default F16 */
     bool logits_all;      /* keep logits for every position of an eval chunk (n_batch x n_vocab
                              floats); needed by kiln_session_eval(..., all_logits = true) */
+
+    kiln_spec_method spec;   /* speculative decoding of kiln_generate*; default KILN_SPEC_NONE */
+    kiln_model *draft_model; /* KILN_SPEC_DRAFT: the draft (same vocabulary, else kiln_session_new
+                                fails); must outlive the session */
+    int32_t spec_max;        /* tokens proposed per step at most, 1..KILN_SPEC_MAX_LIMIT; 0 = default */
 } kiln_session_params;
 
 KILN_API kiln_session_params kiln_session_default_params(void);
@@ -698,6 +726,9 @@ typedef struct kiln_generate_params {
     kiln_token_fn on_token;      /* may be NULL */
     kiln_done_fn on_done;        /* may be NULL; called once when the generation ends */
     void *user;                  /* passed to on_token and on_done */
+
+    bool speculative; /* default true: use the session's or engine's speculative method; false:
+                         decode this generation one token per step */
 } kiln_generate_params;
 
 KILN_API kiln_generate_params kiln_generate_default_params(void);
@@ -714,6 +745,9 @@ typedef struct kiln_generate_result {
                            (e.g. the KV memory a request could not get); owned by the library,
                            valid until the request is freed (engine) or the session's next
                            call */
+
+    int32_t n_spec_proposed; /* speculative decoding: tokens proposed, and of them accepted */
+    int32_t n_spec_accepted;
 } kiln_generate_result;
 
 /* Resets the session, tokenizes prompt, evaluates it and generates until a stop condition, calling
@@ -765,6 +799,12 @@ typedef struct kiln_engine_params {
                                   header checksum (which covers the token ids) is always checked;
                                   false skips the tensor checksums (for benchmarks only: a damaged
                                   file's K/V is then loaded and can change the output). */
+
+    kiln_spec_method spec;   /* speculative decoding of every request that allows it; default none */
+    kiln_model *draft_model; /* KILN_SPEC_DRAFT: the draft (same vocabulary, else kiln_engine_new
+                                fails); must outlive the engine */
+    int32_t spec_max;        /* tokens proposed per row and step at most, 1..KILN_SPEC_MAX_LIMIT;
+                                0 = KILN_SPEC_MAX_DEFAULT */
 } kiln_engine_params;
 
 /* kiln_engine_params.prompt_cache: size the prefix cache from the machine's memory. */
@@ -839,6 +879,10 @@ typedef struct kiln_engine_stats {
     uint64_t ssd_quarantined; /* damaged, truncated or mismatched files moved to quarantine/ */
     uint64_t ssd_errors;      /* failed writes or reads (disk full, I/O errors); the entry is
                                  then simply not cached */
+
+    /* speculative decoding, by kiln_spec_method: tokens proposed, and of them accepted */
+    uint64_t spec_proposed[KILN_SPEC_METHODS];
+    uint64_t spec_accepted[KILN_SPEC_METHODS];
 } kiln_engine_stats;
 
 KILN_API void kiln_engine_get_stats(kiln_engine *engine, kiln_engine_stats *out);

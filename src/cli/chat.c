@@ -763,6 +763,7 @@ int cli_chat(int argc, char **argv) {
     cli_common_init(&c);
     c.n_predict = N_PREDICT_UNSET; /* -1 with a chat template, else BASE_MAX_TOKENS */
     const char *system_prompt = NULL, *template_file = NULL, *ch_tool_format = NULL, *stop_at = NULL;
+    cli_spec spec = {0};
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
             cli_usage("chat", false);
@@ -786,6 +787,7 @@ int cli_chat(int argc, char **argv) {
             continue;
         }
         int r = cli_parse_template_flags(argc, argv, &i, &template_file, &ch_tool_format);
+        if (r == 0) r = cli_parse_spec(argc, argv, &i, &spec, "chat");
         if (r == 0) r = cli_parse_common(argc, argv, &i, &c);
         if (r == 1 && (c.prompt || c.file)) {
             fprintf(stderr, "kiln chat: -p and -f are not used: type the messages, or pipe them on stdin\n");
@@ -796,6 +798,7 @@ int cli_chat(int argc, char **argv) {
         cli_usage("chat", true);
         return CLI_EXIT_USAGE;
     }
+    if (!cli_spec_resolve(&spec, "chat")) return CLI_EXIT_USAGE;
     cli_setup_log(c.verbose);
 
     chat ch;
@@ -803,6 +806,8 @@ int cli_chat(int argc, char **argv) {
     ch.done_pipe[0] = ch.done_pipe[1] = -1;
     int rc = CLI_EXIT_FAIL;
     char *chosen = NULL;
+    kiln_model *draft = NULL;
+    bool draft_ok = true;
     if (!c.model) { /* as kiln serve: $KILN_MODEL, else the largest local model that fits */
         char src[256];
         const uint64_t mem = cli_machine_memory();
@@ -812,7 +817,11 @@ int cli_chat(int argc, char **argv) {
     }
     ch.m = cli_load_model(&c, false);
     if (!ch.m || !cli_use_chat_template(template_file, ch.m)) goto out;
+    if (!(draft = cli_load_draft(&spec, &c, "chat", &draft_ok)) && !draft_ok) goto out;
     kiln_engine_params ep = kiln_engine_default_params();
+    ep.spec = spec.method;
+    ep.draft_model = draft;
+    ep.spec_max = spec.max;
     ep.n_ctx = c.ctx ? c.ctx : kiln_default_n_ctx(kiln_model_n_ctx_train(ch.m));
     ep.max_rows = 1;
     ep.max_queue = 1;
@@ -882,6 +891,7 @@ int cli_chat(int argc, char **argv) {
 out:
     if (ch.eng) kiln_engine_free(ch.eng);
     if (ch.m) kiln_model_free(ch.m);
+    kiln_model_free(draft);
     if (ch.done_pipe[0] >= 0) close(ch.done_pipe[0]);
     if (ch.done_pipe[1] >= 0) close(ch.done_pipe[1]);
     json_decref(ch.msgs);

@@ -75,6 +75,24 @@ void cli_usage(const char *verb, bool to_stderr);
  * failure. */
 kiln_model *cli_load_model(const cli_common *c, bool vocab_only);
 
+/* Speculative decoding flags (spec_flags.c): --spec none|ngram|draft, --draft-model MODEL,
+ * --spec-max K. */
+typedef struct cli_spec {
+    kiln_spec_method method;
+    bool method_given;
+    const char *draft; /* --draft-model, or NULL */
+    int max;           /* --spec-max; 0 = the library's default */
+} cli_spec;
+/* Tries to consume the flag at argv[*i] (and its value) into s: 1 if consumed, 0 if it is not one,
+ * -1 after printing an error (an unknown method, a --spec-max outside [1, KILN_SPEC_MAX_LIMIT]). */
+int cli_parse_spec(int argc, char **argv, int *i, cli_spec *s, const char *verb);
+/* After parsing: --draft-model alone means --spec draft; --spec draft needs --draft-model, and
+ * --draft-model another method is an error. False after printing why. */
+bool cli_spec_resolve(cli_spec *s, const char *verb);
+/* Loads the draft model of --spec draft with c's other model flags (NULL for another method);
+ * *ok false after printing why when it cannot be loaded. */
+kiln_model *cli_load_draft(const cli_spec *s, const cli_common *c, const char *verb, bool *ok);
+
 /* Installs the CLI's log sink (stderr; debug messages with -v). */
 void cli_setup_log(bool verbose);
 

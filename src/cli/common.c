@@ -66,6 +66,11 @@ static void print_sampling_flags(FILE *f) {
                                 "  --mmap               keep weights in the file mapping instead of memory\n"          \
                                 "  -v, --verbose        log more to stderr\n"
 
+#define SPEC_FLAGS                                                                                                     \
+    "  --spec METHOD        speculative decoding: none (default), ngram (prompt lookup) or draft\n"                    \
+    "  --draft-model MODEL  the draft model of --spec draft (same vocabulary; alone it means draft)\n"                 \
+    "  --spec-max K         tokens proposed per step at most, 1-16 (default 8; adapts per row)\n"
+
 static const usage_entry usages[] = {
     {"run",
      "usage: kiln run -m MODEL [-p PROMPT | -f FILE] [-n N] [options]\n"
@@ -85,7 +90,7 @@ static const usage_entry usages[] = {
      "                       text, or a file holding it); --strict: objects admit only the\n"
      "                       properties their schema lists\n"
      "  --json-object        constrain the output to a JSON object (JSON mode)\n"
-     "  --chat-template-file FILE  use this Jinja chat template instead of the model's\n" MODEL_FLAGS,
+     "  --chat-template-file FILE  use this Jinja chat template instead of the model's\n" SPEC_FLAGS MODEL_FLAGS,
      true},
     {"chat",
      "usage: kiln chat [-m MODEL] [--system TEXT] [-n N] [--stop-at blank|line|none] [options]\n"
@@ -105,7 +110,7 @@ static const usage_entry usages[] = {
      "  --ignore-eos         keep generating past end-of-text tokens\n"
      "  --chat-template-file FILE  use this Jinja chat template instead of the model's\n"
      "  --tool-format NAME   how replies write reasoning and tool calls (default auto: from the template;\n"
-     "                       generic: show replies as they come)\n" MODEL_FLAGS,
+     "                       generic: show replies as they come)\n" SPEC_FLAGS MODEL_FLAGS,
      true},
     {"serve",
      "usage: kiln serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--api-key KEY] [options]\n"
@@ -160,7 +165,7 @@ static const usage_entry usages[] = {
      "                       damaged K/V is then loaded (checked by default: --ssd-cache-verify)\n"
      "  --max-body-mb N      largest request body in MiB (default 8; beyond: 413)\n"
      "Sampling flags set the defaults of requests that do not give a value; the model's own\n"
-     "recommended settings come next, then the library's defaults.\n" MODEL_FLAGS,
+     "recommended settings come next, then the library's defaults.\n" SPEC_FLAGS MODEL_FLAGS,
      true},
     {"ls",
      "usage: kiln ls [--json] [-v]\n"
@@ -209,7 +214,7 @@ static const usage_entry usages[] = {
      "  -n, --n-gen N        generated tokens (default 128; 0 skips the tg test)\n"
      "  -t, --threads LIST   thread counts, comma-separated (default: physical cores)\n"
      "  -r, --repetitions R  measured runs per test (default 5)\n"
-     "  --json               JSON lines instead of a table\n" MODEL_FLAGS,
+     "  --json               JSON lines instead of a table\n" SPEC_FLAGS MODEL_FLAGS,
      false},
     {"grammar",
      "usage: kiln grammar (--schema FILE | --gbnf FILE | --json-object) [--strict] [--check INSTANCE.json]...\n"

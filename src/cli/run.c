@@ -47,6 +47,7 @@ int cli_run(int argc, char **argv) {
     const char *system_prompt = NULL;
     cli_constraint con = {0};
     const char *template_file = NULL;
+    cli_spec spec = {0};
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
             cli_usage("run", false);
@@ -62,6 +63,7 @@ int cli_run(int argc, char **argv) {
         }
         int r = cli_parse_constraint(argc, argv, &i, &con, "run");
         if (r == 0) r = cli_parse_template_flags(argc, argv, &i, &template_file, NULL);
+        if (r == 0) r = cli_parse_spec(argc, argv, &i, &spec, "run");
         if (r == 0) r = cli_parse_common(argc, argv, &i, &c);
         if (r == 1) continue;
         if (r == 0) fprintf(stderr, "kiln run: unknown option '%s'\n", argv[i]);
@@ -72,6 +74,7 @@ int cli_run(int argc, char **argv) {
         fprintf(stderr, "kiln run: give either -p or -f, not both\n");
         return CLI_EXIT_USAGE;
     }
+    if (!cli_spec_resolve(&spec, "run")) return CLI_EXIT_USAGE;
     cli_setup_log(c.verbose);
     kiln_grammar *grammar = NULL; /* compiled before the model loads: a bad one fails fast */
     if (cli_constraint_compile(&con, "run", &grammar)) return CLI_EXIT_FAIL;
@@ -93,6 +96,12 @@ int cli_run(int argc, char **argv) {
         kiln_model_free(m);
         m = NULL;
     }
+    bool draft_ok = true;
+    kiln_model *draft = m ? cli_load_draft(&spec, &c, "run", &draft_ok) : NULL;
+    if (!draft_ok) {
+        kiln_model_free(m);
+        m = NULL;
+    }
     if (!m) {
         free(file_text);
         kiln_grammar_free(grammar);
@@ -103,10 +112,14 @@ int cli_run(int argc, char **argv) {
     sp.n_batch = c.batch;
     sp.n_threads = c.threads;
     sp.kv_type = c.kv_type;
+    sp.spec = spec.method;
+    sp.draft_model = draft;
+    sp.spec_max = spec.max;
     kiln_session *s = NULL;
     kiln_status st = kiln_session_new(m, &sp, &s);
     if (st) {
         fprintf(stderr, "kiln run: cannot create a session: %s\n", kiln_last_error());
+        kiln_model_free(draft);
         kiln_model_free(m);
         free(file_text);
         kiln_grammar_free(grammar);
@@ -150,8 +163,13 @@ int cli_run(int argc, char **argv) {
         fprintf(stderr, "kiln: prompt %d tokens, %.1f tok/s | generated %d tokens, %.1f tok/s\n", res.n_prompt,
                 res.prompt_ms > 0 ? res.n_prompt * 1000.0 / res.prompt_ms : 0.0, res.n_generated,
                 res.gen_ms > 0 ? res.n_generated * 1000.0 / res.gen_ms : 0.0);
+        if (spec.method != KILN_SPEC_NONE)
+            fprintf(stderr, "kiln: speculative (%s): proposed %d tokens, accepted %d (%.0f%%)\n",
+                    kiln_spec_method_name(spec.method), res.n_spec_proposed, res.n_spec_accepted,
+                    res.n_spec_proposed ? 100.0 * res.n_spec_accepted / res.n_spec_proposed : 0.0);
     }
     kiln_session_free(s);
+    kiln_model_free(draft);
     kiln_model_free(m);
     kiln_grammar_free(grammar);
     free(file_text);

@@ -660,6 +660,7 @@ typedef struct serve_run {
     const serve_opts *o;
     const char *template_file, *tool_format;
     bool ssd_verify;
+    const cli_spec *spec; /* speculative decoding, resolved */
     const sigset_t *sigs; /* SIGINT, SIGTERM: blocked, taken by sigwait */
 } serve_run;
 
@@ -676,8 +677,10 @@ static int run_server(const serve_run *run) {
     srv s;
     memset(&s, 0, sizeof s);
     bool stats_ready = false;
-    kiln_model *m = NULL;
+    kiln_model *m = NULL, *draft = NULL;
     kiln_engine *engine = NULL;
+    bool draft_ok = true;
+    const cli_spec spec = *run->spec;
     char *id = NULL;
     if (!(m = cli_load_model(&lc, false)) || !cli_use_chat_template(template_file, m)) {
         rc = CLI_EXIT_FAIL;
@@ -696,6 +699,13 @@ static int run_server(const serve_run *run) {
     ep.ssd_max_bytes = (uint64_t)((double)o.ssd_max_gb * 1e9);
     ep.ssd_demote_idle_s = o.ssd_idle;
     ep.ssd_verify = ssd_verify;
+    if (!(draft = cli_load_draft(&spec, &lc, "serve", &draft_ok)) && !draft_ok) {
+        rc = CLI_EXIT_FAIL;
+        goto out;
+    }
+    ep.spec = spec.method;
+    ep.draft_model = draft;
+    ep.spec_max = spec.max;
     if (kiln_engine_new(m, &ep, &engine)) {
         fprintf(stderr, "kiln serve: cannot start the engine: %s\n", kiln_last_error());
         rc = CLI_EXIT_FAIL;
@@ -742,6 +752,7 @@ out:
     srv_http_stop(&s);
     kiln_engine_free(engine);
     if (stats_ready) srv_stats_destroy(&s.stats);
+    kiln_model_free(draft);
     kiln_model_free(m);
     free(id);
     if (!rc && s.bound_port) fprintf(stderr, "kiln serve: stopped\n");
@@ -769,6 +780,7 @@ int cli_serve(int argc, char **argv) {
     opts_init(&o);
     bool ssd_verify = kiln_engine_default_params().ssd_verify;
     const char *template_file = NULL, *tool_format = NULL;
+    cli_spec spec = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -806,6 +818,7 @@ int cli_serve(int argc, char **argv) {
             continue;
         }
         int r = cli_parse_template_flags(argc, argv, &i, &template_file, &tool_format);
+        if (r == 0) r = cli_parse_spec(argc, argv, &i, &spec, "serve");
         if (r == 0) r = cli_parse_common(argc, argv, &i, &c);
         if (r == 1) continue;
         if (r == 0)
@@ -814,6 +827,7 @@ int cli_serve(int argc, char **argv) {
         return CLI_EXIT_USAGE;
     }
     if (o.cors && !valid_origins(o.cors)) return CLI_EXIT_USAGE;
+    if (!cli_spec_resolve(&spec, "serve")) return CLI_EXIT_USAGE;
     cli_setup_log(c.verbose);
 
     /* Everything below is released at `out`, whatever was reached. */
@@ -882,6 +896,7 @@ int cli_serve(int argc, char **argv) {
                      .template_file = template_file,
                      .tool_format = tool_format,
                      .ssd_verify = ssd_verify,
+                     .spec = &spec,
                      .sigs = &sigs};
     if (o.no_isolation) {
         rc = run_server(&run);

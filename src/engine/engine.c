@@ -39,6 +39,9 @@ kiln_engine_params kiln_engine_default_params(void) {
                             .ssd_max_bytes = DEFAULT_SSD_MAX_BYTES,
                             .ssd_demote_idle_s = DEFAULT_SSD_DEMOTE_IDLE_S,
                             .ssd_verify = true};
+    p.spec = KILN_SPEC_NONE;
+    p.draft_model = NULL;
+    p.spec_max = 0;
     return p;
 }
 
@@ -96,6 +99,7 @@ kiln_status kiln_engine_new(kiln_model *m, const kiln_engine_params *params, kil
     if (p.ssd_demote_idle_s < 0 || p.ssd_demote_idle_s > SSD_DEMOTE_IDLE_S_LIMIT)
         return kn_error(KILN_ERR_INVALID_ARG, "ssd_demote_idle_s %d is outside [0, %d]", p.ssd_demote_idle_s,
                         SSD_DEMOTE_IDLE_S_LIMIT);
+    if ((st = kn_spec_check(p.spec, m, p.draft_model, &p.spec_max))) return st;
     const uint64_t kv_per_token =
         kn_kv_bytes_per_token(kn_kv_dtype(p.kv_type), hp->n_layer, hp->n_head_kv * hp->head_dim);
     uint64_t row_kv_bytes;
@@ -122,7 +126,12 @@ kiln_status kiln_engine_new(kiln_model *m, const kiln_engine_params *params, kil
     kn_pc_init(&e->cache, (size_t)p.prompt_cache);
     st = p.ssd_dir ? open_ssd(e) : KILN_OK;
     e->p.ssd_dir = e->ssd ? kn_ssd_dir(e->ssd) : NULL; /* the caller's string may go */
-    if (!st) st = kn_scratch_init(&e->scratch, m, p.prefill_chunk + p.max_rows, p.n_ctx, p.n_threads);
+    if (!st)
+        st = kn_spec_init(&e->spec, p.spec, m, p.draft_model, p.spec_max, p.max_rows, p.n_ctx, p.prefill_chunk,
+                          p.n_threads);
+    if (!st)
+        st = kn_scratch_init(&e->scratch, m, kn_spec_scratch_tokens(&e->spec, p.max_rows, p.prefill_chunk), p.n_ctx,
+                             p.n_threads);
     if (!st) {
         e->logits = kn_alloc_aligned((size_t)p.max_rows * (size_t)hp->n_vocab * sizeof(float));
         e->slots = kn_calloc((size_t)p.max_rows, sizeof *e->slots);
@@ -183,6 +192,7 @@ void kiln_engine_free(kiln_engine *e) {
     if (e->slots)
         for (int i = 0; i < e->p.max_rows; i++) kn_kv_free(&e->slots[i].kv);
     kn_scratch_free(&e->scratch);
+    kn_spec_free(&e->spec);
     /* The SSD writer holds references to cache entries: stop it before the cache goes. */
     kn_ssd_close(e->ssd);
     kn_pc_detach_ssd(&e->cache);
@@ -346,6 +356,10 @@ void kiln_engine_get_stats(kiln_engine *e, kiln_engine_stats *out) {
     out->cache_hits = cs.hits;
     out->cache_misses = cs.misses;
     out->cache_hit_tokens = cs.hit_tokens;
+    if (e->spec.method != KILN_SPEC_NONE) {
+        out->spec_proposed[e->spec.method] = atomic_load(&e->spec.proposed);
+        out->spec_accepted[e->spec.method] = atomic_load(&e->spec.accepted);
+    }
     if (e->ssd) {
         kn_ssd_stats ss;
         kn_ssd_get_stats(e->ssd, &ss);

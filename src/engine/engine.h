@@ -11,6 +11,7 @@
 
 #include "cache/prefix.h"
 #include "engine/row.h"
+#include "engine/spec.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -47,6 +48,7 @@ struct kiln_engine {
     kn_prefix_cache cache; /* KV of earlier requests, by token prefix */
     kn_ssd *ssd;           /* the cache's SSD tier, or NULL */
     float *logits;         /* [max_rows][n_vocab] */
+    kn_spec spec;          /* the speculative method (none: plain decoding) */
     kn_slot *slots;        /* [max_rows] */
     kiln_request **queue;  /* ring [max_queue] */
     int q_head, q_count;

@@ -54,6 +54,13 @@ typedef struct kn_row {
     char err[KN_ERRMSG_MAX]; /* res.error when the row failed on its own (a stuck grammar) */
     kiln_generate_result res;
     double t_start, t_first; /* ms: begin, prompt done */
+    /* speculative decoding (engine/spec.h); all zero without a method */
+    bool spec;                                     /* the row may speculate */
+    kn_kv *dkv;                                    /* the draft model's cache of the row (borrowed), or NULL */
+    float spec_hit, spec_miss;                     /* decayed counts of accepted and rejected proposals */
+    int32_t spec_wait;                             /* steps without proposals since the last probe */
+    int32_t n_prop;                                /* proposals of the current step */
+    kiln_token spec_toks[KILN_SPEC_MAX_LIMIT + 1]; /* the step's tokens: last, then the proposals */
 } kn_row;
 
 /* Checks and resolves what sessions and engines share: the model can generate, the context per
@@ -80,9 +87,10 @@ kiln_status kn_row_begin(kn_row *r, const kiln_model *m, kn_kv *kv, const kiln_t
 void kn_row_plan(const kn_row *r, int32_t max, kn_batch_row *out);
 
 /* Records that the planned tokens were evaluated; logits is the row's last position (NULL when
- * the plan asked for none). Samples and emits a token when logits are given. Returns true once the
- * row has finished (end of generation, a limit, a stop string, or cancellation by the callback).
- * With a grammar: the sample is drawn from the allowed tokens only; an end-of-generation token
+ * the plan asked for none). A speculative step (engine/spec.h) calls it once per verified position
+ * of a decoding row, with kv->n_past set to the positions that hold committed tokens. Samples and emits a token when
+ * logits are given. Returns true once the row has finished (end of generation, a limit, a stop string, or cancellation
+ * by the callback). With a grammar: the sample is drawn from the allowed tokens only; an end-of-generation token
  * (allowed only when the text is a whole sentence) ends the row with KILN_STOP_EOS even with
  * ignore_eos, and so does a token after which the grammar's sentence is complete (nothing may
  * follow), without another forward pass; when no token is allowed (the grammar is stuck, or its
@@ -99,7 +107,7 @@ void kn_row_cancel(kn_row *r);
 kiln_status kn_row_end(kn_row *r, kiln_generate_result *result);
 
 /* One executor step over n active rows (1 <= n): the plain decoding method, one token per decoding
- * row per step (a speculative method would propose and verify several tokens at this seam). Plans
+ * row per step (kn_spec_step in engine/spec.h is the seam that runs it or a speculative method). Plans
  * each row within a budget of max_tokens stacked tokens (decoding rows first, one token each;
  * prefilling rows share the rest, at most prefill_chunk each, in the order given), runs the forward
  * pass, and advances every row that took part. logits must hold n rows of n_vocab. Rows that got no

@@ -6,8 +6,9 @@
  * in arrival order. Then, without the lock: new rows get their KV (allocated on a slot's first
  * use and kept), restore the longest cached prefix of their prompt from the prefix cache (which
  * alone decides whether it comes from RAM or from its SSD tier), and begin; rows whose request was
- * cancelled leave; one executor step advances all active rows together (kn_step_rows: decode
- * tokens first, joining prompts in chunks); finished rows end and free their slot at once. The
+ * cancelled leave; one executor step advances all active rows together (kn_spec_step, the method's
+ * step: decode tokens first, with their proposals under a speculative method, joining prompts in
+ * chunks); finished rows end and free their slot at once. The
  * scheduler never touches tensors itself: the numeric work is the method's (row.c), the KV layout
  * the cache's.
  */
@@ -73,7 +74,10 @@ static void start_row(kiln_engine *e, kn_slot *s) {
             kn_pc_restore(&e->cache, r->prompt, (int32_t)r->n_prompt, (int32_t)r->n_prompt - 1, &s->kv);
         st = kn_row_begin(&s->row, e->model, &s->kv, r->prompt, r->n_prompt, cached, &r->gp);
     }
-    if (!st) return;
+    if (!st) {
+        kn_spec_row_begin(&e->spec, &s->row, (int)(s - e->slots)); /* without its draft cache: plain decoding */
+        return;
+    }
     kn_error_save(r->err);
     KN_LOGE("a request could not start: %s", r->err);
     pthread_mutex_lock(&e->mu);
@@ -141,7 +145,7 @@ void *kn_scheduler_main(void *arg) {
             }
         }
         if (n) {
-            kn_step_rows(e->model, &e->scratch, rows, n, e->scratch.n_max, e->p.prefill_chunk, e->logits);
+            kn_spec_step(&e->spec, e->model, &e->scratch, rows, n, e->scratch.n_max, e->p.prefill_chunk, e->logits);
             for (int i = 0; i < n; i++)
                 if (rows[i]->finished) end_row(e, row_slot[i]);
         }

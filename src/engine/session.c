@@ -18,6 +18,9 @@
 kiln_session_params kiln_session_default_params(void) {
     kiln_session_params p = {
         .n_ctx = 0, .n_batch = DEFAULT_N_BATCH, .n_threads = 0, .kv_type = KILN_KV_F16, .logits_all = false};
+    p.spec = KILN_SPEC_NONE;
+    p.draft_model = NULL;
+    p.spec_max = 0;
     return p;
 }
 
@@ -36,6 +39,7 @@ kiln_generate_params kiln_generate_default_params(void) {
         .on_token = NULL,
         .on_done = NULL,
         .user = NULL,
+        .speculative = true,
     };
     return p;
 }
@@ -64,13 +68,17 @@ kiln_status kiln_session_new(kiln_model *model, const kiln_session_params *param
     if (p.n_batch <= 0 || p.n_batch > KILN_N_BATCH_MAX)
         return kn_error(KILN_ERR_INVALID_ARG, "batch size %d is outside [1, %d]", p.n_batch, KILN_N_BATCH_MAX);
     p.n_batch = KN_MIN(p.n_batch, p.n_ctx);
+    if ((st = kn_spec_check(p.spec, model, p.draft_model, &p.spec_max))) return st;
 
     kiln_session *s = kn_calloc(1, sizeof *s);
     if (!s) return KILN_ERR_NOMEM;
     s->model = model;
     s->p = p;
     st = kn_kv_init(&s->kv, kn_kv_dtype(p.kv_type), hp->n_layer, p.n_ctx, hp->n_head_kv * hp->head_dim);
-    if (!st) st = kn_scratch_init(&s->scratch, model, p.n_batch, p.n_ctx, p.n_threads);
+    if (!st) st = kn_spec_init(&s->spec, p.spec, model, p.draft_model, p.spec_max, 1, p.n_ctx, p.n_batch, p.n_threads);
+    /* a speculative step verifies up to 1 + spec_max tokens in one pass */
+    const int32_t n_max = p.spec ? KN_MAX(p.n_batch, 1 + p.spec_max) : p.n_batch;
+    if (!st) st = kn_scratch_init(&s->scratch, model, n_max, p.n_ctx, p.n_threads);
     if (!st) {
         s->n_logits_cap = p.logits_all ? p.n_batch : 1;
         s->logits = kn_alloc_aligned((size_t)s->n_logits_cap * (size_t)hp->n_vocab * sizeof(float));
@@ -89,6 +97,7 @@ void kiln_session_free(kiln_session *s) {
     if (!s) return;
     kn_kv_free(&s->kv);
     kn_scratch_free(&s->scratch);
+    kn_spec_free(&s->spec);
     kn_free_aligned(s->logits);
     free(s->prompt_buf);
     free(s);
@@ -154,9 +163,11 @@ kiln_status kiln_generate_tokens(kiln_session *s, const kiln_token *prompt, size
     kn_row row;
     kiln_status st = kn_row_begin(&row, s->model, &s->kv, prompt, n_prompt, 0, &p);
     if (st) return fail_before(s, st, result);
+    kn_spec_row_begin(&s->spec, &row, 0); /* without its draft cache the row decodes plainly */
     s->n_logits = 0;
     kn_row *rows[1] = {&row};
-    while (!row.finished) kn_step_rows(s->model, &s->scratch, rows, 1, s->p.n_batch, s->p.n_batch, s->logits);
+    while (!row.finished)
+        kn_spec_step(&s->spec, s->model, &s->scratch, rows, 1, s->scratch.n_max, s->p.n_batch, s->logits);
     st = kn_row_end(&row, result);
     if (st == KILN_ERR_CANCELLED) kn_error(st, "generation cancelled by the caller");
     if (st) fail(s, st);

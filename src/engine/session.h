@@ -6,6 +6,7 @@
 #define KN_SESSION_H
 
 #include "cache/kv.h"
+#include "engine/spec.h"
 #include "model/forward.h"
 #include "sample/sampler.h"
 #include "text/tokenizer.h"
@@ -20,6 +21,7 @@ struct kiln_session {
     int32_t n_logits;       /* positions with logits from the last eval */
     int32_t logits_first;   /* index (within the last eval) of logits row 0 */
     kiln_token *prompt_buf; /* [n_ctx] tokenized prompt */
+    kn_spec spec;           /* the speculative method of kiln_generate* (none: plain decoding) */
     char err[KN_ERRMSG_MAX];
 };
 

@@ -215,6 +215,7 @@ bool srv_generation_params(srv_req *r, json_t *req, srv_job *j) {
     if (seed >= 0) sp->seed = (uint64_t)seed;
     if (seed == -1) sp->seed = KILN_SEED_RANDOM;
     if (!srv_get_bool(r, req, "ignore_eos", &gp->ignore_eos)) return false;
+    if (!srv_get_bool(r, req, "speculative", &gp->speculative)) return false; /* false: no speculative decoding */
     if (!get_stop(r, req, j) || !get_logit_bias(r, req, j)) return false;
     if (!srv_constraint(r, req, &j->grammar)) return false;
     gp->grammar = srv_grammar_get(j->grammar);

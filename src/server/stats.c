@@ -46,6 +46,7 @@ void srv_stats_error(srv_stats *s, unsigned status) {
 
 static json_t *cache_json(const kiln_engine_stats *es);
 static json_t *ssd_json(const kiln_engine_stats *es);
+static json_t *spec_json(const kiln_engine_stats *es);
 
 static double rate(uint64_t n, double ms) { return ms > 0 ? (double)n * 1e3 / ms : 0.0; }
 
@@ -127,6 +128,16 @@ char *srv_stats_prometheus(srv_stats *s, const kiln_engine_stats *es, unsigned c
                 (unsigned long long)es->ssd_hits, (unsigned long long)es->ssd_hit_tokens,
                 (unsigned long long)es->ssd_writes, es->ssd_pending, (unsigned long long)es->ssd_evictions,
                 (unsigned long long)es->ssd_quarantined, (unsigned long long)es->ssd_errors);
+    fprintf(f, "# HELP kiln_spec_proposed_tokens_total Tokens proposed by speculative decoding, by method.\n"
+               "# TYPE kiln_spec_proposed_tokens_total counter\n");
+    for (int i = 1; i < KILN_SPEC_METHODS; i++)
+        fprintf(f, "kiln_spec_proposed_tokens_total{method=\"%s\"} %llu\n", kiln_spec_method_name((kiln_spec_method)i),
+                (unsigned long long)es->spec_proposed[i]);
+    fprintf(f, "# HELP kiln_spec_accepted_tokens_total Proposed tokens the model accepted, by method.\n"
+               "# TYPE kiln_spec_accepted_tokens_total counter\n");
+    for (int i = 1; i < KILN_SPEC_METHODS; i++)
+        fprintf(f, "kiln_spec_accepted_tokens_total{method=\"%s\"} %llu\n", kiln_spec_method_name((kiln_spec_method)i),
+                (unsigned long long)es->spec_accepted[i]);
     fclose(f);
     return out;
 }
@@ -148,7 +159,18 @@ json_t *srv_stats_json(srv_stats *s, const kiln_engine_stats *es, unsigned conne
                   (json_int_t)es->steps, "connections", (json_int_t)connections, "errors", errs);
     if (j) json_object_set_new(j, "prompt_cache", cache_json(es));
     if (j) json_object_set_new(j, "ssd_cache", ssd_json(es));
+    if (j) json_object_set_new(j, "speculative", spec_json(es));
     return j;
+}
+
+/* Speculative decoding's figures for /stats: {"ngram": {"proposed", "accepted"}, "draft": ...}. */
+static json_t *spec_json(const kiln_engine_stats *es) {
+    json_t *o = json_object();
+    for (int i = 1; o && i < KILN_SPEC_METHODS; i++)
+        json_object_set_new(o, kiln_spec_method_name((kiln_spec_method)i),
+                            json_pack("{s:I, s:I}", "proposed", (json_int_t)es->spec_proposed[i], "accepted",
+                                      (json_int_t)es->spec_accepted[i]));
+    return o;
 }
 
 /* The prefix cache's figures for /stats. */
