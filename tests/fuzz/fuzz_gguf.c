@@ -72,7 +72,10 @@ static void load(const uint8_t *data, size_t size) {
         p.vocab_only = mode == 0;
         p.use_mmap = mode == 2;
         kiln_model *m = NULL;
-        if (kiln_model_load(path, &p, &m) != KILN_OK) break;
+        if (kiln_model_load(path, &p, &m) != KILN_OK) {
+            if (getenv("KILN_FUZZ_VERBOSE")) fprintf(stderr, "load (mode %d): %s\n", mode, kiln_last_error());
+            break;
+        }
         char piece[64];
         size_t n;
         for (int32_t t = 0; t < kiln_model_n_vocab(m) && t < 64; t++)
@@ -91,7 +94,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     memcpy(copy, data, size);
     kn_mapping map = {copy, size};
     kn_gguf g; /* takes the mapping: unmapped by kn_gguf_close, or by the parse when it fails */
-    if (kn_gguf_parse(map, &g) != KILN_OK) return 0;
+    if (kn_gguf_parse(map, &g) != KILN_OK) {
+        if (getenv("KILN_FUZZ_VERBOSE")) fprintf(stderr, "parse: %s\n", kiln_last_error());
+        return 0;
+    }
     walk(&g);
     kn_gguf_close(&g);
     load(data, size);
