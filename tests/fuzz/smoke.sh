@@ -2,7 +2,8 @@
 # Runs every fuzzing harness built in $FUZZ_BUILD (default build-fuzz) for SECONDS (first argument,
 # default 30) from its corpus tests/fuzz/corpus/<name>/, FUZZ_JOBS harnesses at a time (default 1),
 # or only the harnesses named after SECONDS. New inputs go to a scratch folder (the corpus in the
-# tree is never written); an input that crashes, leaks, trips a sanitizer or runs past 10 s is saved
+# tree is never written); an input that crashes, leaks, trips a sanitizer or runs past FUZZ_TIMEOUT
+# seconds (default 25: generous, as the machines running the suite are often loaded) is saved
 # as $FUZZ_BUILD/artifacts/<name>-crash-... (or leak-, timeout-, oom-). Prints one line per harness:
 # "PASS fuzz <name>: R runs in S s", "FAIL fuzz <name>: ..." (with the end of its log) or
 # "SKIP fuzz <name>: reason" (its test data is missing); exits non-zero when one failed.
@@ -11,6 +12,7 @@ secs=${1:-30}
 [ $# -gt 0 ] && shift
 FUZZ_BUILD=${FUZZ_BUILD:-build-fuzz}
 jobs=${FUZZ_JOBS:-1}
+limit=${FUZZ_TIMEOUT:-25}
 data=${KILN_TEST_DATA:-../shared/data}
 corpus=tests/fuzz/corpus
 scratch=$(mktemp -d)
@@ -40,7 +42,7 @@ run_one() {
   log="$scratch/$name.log"
   mkdir -p "$scratch/$name" "$corpus/$name"
   # shellcheck disable=SC2046
-  timeout -k 10 $((secs + 120)) "$FUZZ_BUILD/fuzz_$name" -max_total_time="$secs" -timeout=10 -rss_limit_mb=3072 \
+  timeout -k 10 $((secs + 120)) "$FUZZ_BUILD/fuzz_$name" -max_total_time="$secs" -timeout="$limit" -rss_limit_mb=3072 \
     -print_final_stats=1 -artifact_prefix="$FUZZ_BUILD/artifacts/$name-" \
     "$scratch/$name" "$corpus/$name" $(extra_seeds "$name") >"$log" 2>&1
   st=$?
