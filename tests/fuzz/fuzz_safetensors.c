@@ -8,7 +8,7 @@
  * (kn_st_to_f32) as the Hugging Face loader does. Seeds: small files with tensors of several dtypes
  * and shapes, a scalar, an empty file and a truncated header (tests/fuzz/corpus/safetensors/).
  *
- * Until the reader is part of the tree this harness builds as a stub that reports itself skipped.
+ * In a tree without the reader this harness builds as a stub that reports itself skipped.
  */
 #include "fuzz.h"
 

@@ -11,7 +11,7 @@
  * Unigram) with normalizers, pre-tokenizers, post-processors and added tokens
  * (tests/fuzz/corpus/tokenizer_json/).
  *
- * Until the loader is part of the tree this harness builds as a stub that reports itself skipped.
+ * In a tree without the loader this harness builds as a stub that reports itself skipped.
  */
 #include "fuzz.h"
 
