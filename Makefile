@@ -165,7 +165,47 @@ asan: setup
 	  LIBS="$(LIBS) -fsanitize=address,undefined"
 	@BUILD=build-asan KILN_TEST_CFLAGS="-fsanitize=address,undefined" ASAN_OPTIONS=detect_leaks=1 tests/run.sh
 
+# ---- fuzzing (tests/fuzz/, docs/fuzzing.md) --------------------------------------------------------
+# `make fuzz` builds the libFuzzer harnesses tests/fuzz/fuzz_*.c with clang under ASan + UBSan into
+# $(FUZZ_BUILD)/ (the library, the developer archive and the server's objects are compiled there with
+# the same sanitizers and coverage); `make fuzz-smoke` runs each harness FUZZ_SECONDS (30) from its
+# corpus tests/fuzz/corpus/<harness>/ and fails on any crash, leak or timeout. `make test` runs a
+# shorter smoke (tests/cli/test_fuzz_smoke.sh).
+FUZZ_CC      ?= clang
+FUZZ_BUILD   ?= build-fuzz
+FUZZ_SECONDS ?= 30
+FUZZ_SAN      = -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+FUZZ_SRC     := $(sort $(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_BINS     = $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/%)
+SERVER_OBJ    = $(filter $(BUILD)/obj/src/server/%,$(CLI_OBJ))
+# clang ignores the kernels' `#pragma GCC target`: under clang their files get the same instruction
+# sets as flags (the kernels are still chosen at run time by the CPU's features). The fuzzing build
+# compiles them without sanitizers or coverage (FUZZ_KERNEL_FLAGS): the harnesses do not aim at the
+# SIMD kernels (`make asan` runs their tests), and under ASan each of these files takes minutes.
+# clang warns where gcc does not: gcc's build is the one held to -Werror (FUZZ_OBJ_FLAGS=-Wno-error).
+ifneq ($(filter clang%,$(notdir $(CC))),)
+$(filter $(BUILD)/obj/src/tensor/kernels_avx2%,$(LIB_OBJ)): OBJFLAGS = $(LIB_FLAGS) -Wno-unknown-pragmas \
+  -mavx2 -mfma -mf16c $(FUZZ_KERNEL_FLAGS)
+$(filter $(BUILD)/obj/src/tensor/kernels_avx512%,$(LIB_OBJ)): OBJFLAGS = $(LIB_FLAGS) -Wno-unknown-pragmas \
+  -mavx512f -mavx512bw -mavx512vl -mavx512vnni -mavx2 -mfma -mf16c $(FUZZ_KERNEL_FLAGS)
+$(LIB_OBJ) $(CLI_OBJ) $(DEV_OBJ) $(WEB_OBJ): OBJFLAGS += $(FUZZ_OBJ_FLAGS)
+endif
+.PHONY: fuzz fuzz-bins fuzz-smoke
+fuzz:
+	@$(MAKE) --no-print-directory BUILD=$(FUZZ_BUILD) CC=$(FUZZ_CC) OPT=-O1 \
+	  CFLAGS="$(FUZZ_SAN) -fsanitize=fuzzer-no-link" FUZZ_KERNEL_FLAGS=-fno-sanitize=all \
+	  FUZZ_OBJ_FLAGS=-Wno-error fuzz-bins
+
+fuzz-bins: $(FUZZ_BINS)
+
+$(BUILD)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h tests/fuzz/fuzz_server.h $(DEV_LIB) $(BUILD)/libkiln.a $(SERVER_OBJ) $(WEB_OBJ) $(BUILD)/flags
+	$(CC) $(ALLCFLAGS) -fsanitize=fuzzer $(INTERNAL_INC) -Isrc/server -Itests/fuzz -o $@ $< $(SERVER_OBJ) $(WEB_OBJ) \
+	  $(DEV_LIB) $(BUILD)/libkiln.a $(LIBS) $(CLI_LIBS)
+
+fuzz-smoke: fuzz
+	@FUZZ_BUILD=$(FUZZ_BUILD) sh tests/fuzz/smoke.sh $(FUZZ_SECONDS)
+
 clean:
-	rm -rf build build-asan build-arm64
+	rm -rf build build-asan build-arm64 build-fuzz
 
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(DEV_OBJ:.o=.d) $(WEB_OBJ:.o=.d)

@@ -216,7 +216,8 @@ static bool gs_state_rehash(kn_gstore *s) {
     if (!gs_resize(s, (void **)&nt, 0, nc, sizeof *nt)) return false;
     memset(nt, 0xff, nc * sizeof *nt);
     for (int32_t i = 0; i < s->h.n_states; i++) {
-        size_t h = gs_state_hash(s->pool + s->soff[i], s->scnt[i], s->sacc[i]) & (nc - 1);
+        const int32_t *ids = s->scnt[i] ? s->pool + s->soff[i] : NULL; /* no pool yet: only empty states */
+        size_t h = gs_state_hash(ids, s->scnt[i], s->sacc[i]) & (nc - 1);
         while (nt[h] >= 0) h = (h + 1) & (nc - 1);
         nt[h] = i;
     }
@@ -539,7 +540,7 @@ kiln_status kn_gprog_check(const kn_gprog *p, char *why, size_t cap) {
     if (!st && start == 0) par[0] = -1, depth[0] = 0;
     for (int32_t q = 0; !st && bad == -2 && start == 0 && q < s->h.n_states && q < KN_GS_CHECK_STATES; q++) {
         uint64_t sig[256] = {0};
-        const int32_t *ids = s->pool + s->soff[q];
+        const int32_t *ids = s->scnt[q] ? s->pool + s->soff[q] : NULL; /* no pool yet: only empty states */
         for (int32_t i = 0; i < s->scnt[q]; i++) {
             int32_t set = p->elem[s->npos[ids[i]]];
             if (set_seen[set] == (uint32_t)q + 1) continue;

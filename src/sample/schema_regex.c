@@ -935,7 +935,9 @@ kn_dfa *kn_dfa_regex(const char *pattern, char *err, size_t errcap) {
         snprintf(err, errcap, "out of memory");
     } else {
         d = subset(&a, s0, s1);
-        if (!d) snprintf(err, errcap, "the pattern needs more than %d automaton states", KN_DFA_MAX_STATES);
+        if (!d)
+            snprintf(err, errcap, "the pattern needs more than %d automaton states (or too long a chain of them)",
+                     KN_DFA_MAX_STATES);
     }
     nfa_free(&a);
     return d;
@@ -972,7 +974,12 @@ static kn_dfa *dfa_trim_min(kn_dfa *d) {
     for (int i = 0; i < n; i++) cls[i] = live[i] ? (d->s[i].acc ? 1 : 0) : -1;
     int nclasses = 0;
     size_t capsig = 0;
+    uint64_t work = 0;
     for (int round = 0;; round++) {
+        if ((work += (uint64_t)n) > KN_DFA_MAX_REFINE) {
+            ok = false; /* too long a chain to minimize in bounded time */
+            goto done;
+        }
         imap_free(&map);
         map = (imap){0};
         int next = 0;

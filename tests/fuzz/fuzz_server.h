@@ -1,0 +1,147 @@
+/*
+ * fuzz_server.h - a kiln server inside a harness (fuzz_http.c, fuzz_api.c): the real HTTP layer,
+ * routes and engine of `kiln serve`, over stories260K, listening on a loopback port of its own, and
+ * one exchange over a fresh connection per input.
+ *
+ * The server is started once per process with small bounds so that an input costs milliseconds: a
+ * context of 128 tokens per row, two rows, a queue of 8, a default of 2 new tokens, a body cap of
+ * 1 MiB and a read timeout of 2 s. It is never stopped (the fuzzing process ends with it).
+ */
+#ifndef KILN_FUZZ_SERVER_H
+#define KILN_FUZZ_SERVER_H
+
+#include "fuzz.h"
+#include "server.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#define FZ_SRV_REPLY_MAX (1u << 20) /* response bytes kept per exchange (the rest is read and dropped) */
+#define FZ_SRV_WAIT_MS   20000      /* an exchange taking longer than this is a hang: abort */
+
+static srv fz_srv;
+
+/* Starts the server (once); skips the harness when the model cannot be loaded. */
+static void fz_srv_start(void) {
+    if (fz_srv.daemon) return;
+    signal(SIGPIPE, SIG_IGN);
+    kiln_model *m = fz_model("models/stories260K/stories260K.gguf", false);
+    kiln_engine_params ep = kiln_engine_default_params();
+    ep.n_ctx = 128;
+    ep.n_threads = 1;
+    ep.max_rows = 2;
+    ep.max_queue = 8;
+    ep.prompt_cache = 1u << 20;
+    kiln_engine *engine = NULL;
+    if (kiln_engine_new(m, &ep, &engine) != KILN_OK) {
+        fprintf(stderr, "cannot start the engine: %s\n", kiln_last_error());
+        abort();
+    }
+    srv *s = &fz_srv;
+    s->cfg = (srv_config){
+        .host = "127.0.0.1",
+        .port = 0,
+        .max_tokens = 2,
+        .max_body = 1u << 20,
+        .max_queue = 8,
+        .timeout_s = 2,
+        .max_conns = 64,
+        .max_conns_per_ip = 64,
+        .sampling = kiln_model_sampler_params(m),
+    };
+    s->model = m;
+    s->engine = engine;
+    s->model_id = "stories260K";
+    s->model_path = NULL;
+    s->n_ctx = kiln_engine_n_ctx(engine);
+    snprintf(s->fingerprint, sizeof s->fingerprint, "fp_%.12s", kiln_model_fingerprint(m));
+    s->started = (long)time(NULL);
+    atomic_init(&s->stopping, false);
+    srv_stats_init(&s->stats);
+    if (!srv_http_start(s)) abort();
+}
+
+static double fz_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* Sends req[n] on a new connection (then half-closes it when half_close), and reads the reply
+ * until the server closes the connection, keeping its first FZ_SRV_REPLY_MAX bytes in reply
+ * (NUL-terminated; *reply_len their count). Aborts when the exchange hangs. False when the
+ * connection could not be made. */
+static bool fz_srv_exchange(const void *req, size_t n, bool half_close, char *reply, size_t *reply_len) {
+    fz_srv_start();
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return false;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)fz_srv.bound_port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        return false;
+    }
+    const double end = fz_now_ms() + FZ_SRV_WAIT_MS;
+    size_t off = 0;
+    *reply_len = 0;
+    reply[0] = 0;
+    bool wr_open = true;
+    while (true) {
+        const int left = (int)(end - fz_now_ms());
+        if (left <= 0) {
+            fprintf(stderr, "fuzz: no end of the server's reply after %d ms\n", FZ_SRV_WAIT_MS);
+            abort();
+        }
+        struct pollfd p = {.fd = fd, .events = POLLIN | (wr_open && off < n ? POLLOUT : 0)};
+        if (poll(&p, 1, left) < 0 && errno != EINTR) break;
+        if (p.revents & POLLOUT) {
+            ssize_t w = send(fd, (const char *)req + off, n - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (w < 0 && errno != EAGAIN && errno != EINTR) wr_open = false; /* the server closed it */
+            if (w > 0) off += (size_t)w;
+            if (off == n && half_close) shutdown(fd, SHUT_WR);
+        }
+        if (p.revents & (POLLIN | POLLHUP | POLLERR)) {
+            char buf[16384];
+            ssize_t r = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+            if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) break;
+            if (r > 0) {
+                size_t keep = FZ_SRV_REPLY_MAX - 1 - *reply_len;
+                if (keep > (size_t)r) keep = (size_t)r;
+                memcpy(reply + *reply_len, buf, keep);
+                *reply_len += keep;
+                reply[*reply_len] = 0;
+            }
+        }
+    }
+    close(fd);
+    return true;
+}
+
+/* The status code of an HTTP reply, or 0 when it has no status line. */
+static int fz_srv_status(const char *reply) {
+    int code = 0;
+    if (sscanf(reply, "HTTP/1.%*d %d", &code) != 1) return 0;
+    return code;
+}
+
+/* A reply is sound: a 500 means the server failed on a client's input (libmicrohttpd's own 501 and
+ * 505 for a method or HTTP version it does not know, and 503 when busy, are answers to the client),
+ * so the harness aborts with the reply. With KILN_FUZZ_VERBOSE set, every exchange is shown. */
+static void fz_srv_check(const char *req, size_t n, const char *reply) {
+    static int verbose = -1;
+    if (verbose < 0) verbose = getenv("KILN_FUZZ_VERBOSE") != NULL;
+    if (verbose) /* the request line and the reply's head, to look at what the seeds reach */
+        fprintf(stderr, "%.*s -> %.300s\n\n", (int)strcspn(req, "\r\n"), req, reply);
+    if (fz_srv_status(reply) == 500) {
+        fprintf(stderr, "fuzz: the server answered 500 to a request of %zu bytes:\n%.2000s\n", n, reply);
+        abort();
+    }
+}
+
+#endif

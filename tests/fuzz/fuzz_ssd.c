@@ -1,0 +1,47 @@
+/*
+ * fuzz_ssd.c - libFuzzer harness of the SSD cache file reader (src/cache/ssd_file.c).
+ *
+ * Feeds: the input as the bytes of a cache file, read from a file in memory (memfd), as the SSD
+ * tier reads its files: the header (kn_ssdf_read_header, without an expected key and then with the
+ * key the file claims, which must give the same answer), and, for a file whose header is sound and
+ * whose tensors are small, the K and V rows of a prefix and of all positions, with and without
+ * checksum verification, into buffers exactly as large as the header says. Seeds: files written by
+ * kn_ssdf_write for small keys (F16 and F32, one and several layers), and their truncations
+ * (tests/fuzz/corpus/ssd/).
+ */
+#include "fuzz.h"
+
+#include "cache/ssd_file.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    int fd = fz_memfd(data, size);
+    if (fd < 0) return 0;
+    kn_ssdf_header h;
+    kn_ssdf_result r = kn_ssdf_read_header(fd, NULL, &h);
+    (void)kn_ssdf_result_str(r);
+    if (r != KN_SSDF_OK) {
+        close(fd);
+        return 0;
+    }
+    kn_ssdf_header h2;
+    const kn_ssdf_key key = h.key;
+    if (kn_ssdf_read_header(fd, &key, &h2) != KN_SSDF_OK) abort(); /* its own key must match */
+    kn_ssdf_header_free(&h2);
+    const size_t elt = kn_ssdf_elt(h.key.kv_type);
+    const uint64_t row = (uint64_t)h.key.kv_dim * elt;
+    const uint64_t tensor = row * h.n_tokens;
+    if (elt && tensor <= (1u << 20) && (uint64_t)h.key.n_layer * tensor <= (4u << 20)) {
+        const size_t stride = (size_t)tensor ? (size_t)tensor : 1;
+        uint8_t *k = malloc(stride * (h.key.n_layer ? h.key.n_layer : 1));
+        uint8_t *v = malloc(stride * (h.key.n_layer ? h.key.n_layer : 1));
+        if (k && v) {
+            (void)kn_ssdf_read_rows(fd, &h, h.n_tokens / 2, k, v, stride, false);
+            (void)kn_ssdf_read_rows(fd, &h, h.n_tokens, k, v, stride, true);
+        }
+        free(k);
+        free(v);
+    }
+    kn_ssdf_header_free(&h);
+    close(fd);
+    return 0;
+}
