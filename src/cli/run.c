@@ -103,6 +103,8 @@ int cli_run(int argc, char **argv) {
     sp.n_batch = c.batch;
     sp.n_threads = c.threads;
     sp.kv_type = c.kv_type;
+    sp.kv_type_v = c.kv_type_v;
+    sp.kv_rotate = c.kv_rotate;
     kiln_session *s = NULL;
     kiln_status st = kiln_session_new(m, &sp, &s);
     if (st) {

@@ -16,8 +16,13 @@
 #define DEFAULT_MAX_TOKENS 256
 
 kiln_session_params kiln_session_default_params(void) {
-    kiln_session_params p = {
-        .n_ctx = 0, .n_batch = DEFAULT_N_BATCH, .n_threads = 0, .kv_type = KILN_KV_F16, .logits_all = false};
+    kiln_session_params p = {.n_ctx = 0,
+                             .n_batch = DEFAULT_N_BATCH,
+                             .n_threads = 0,
+                             .kv_type = KILN_KV_F16,
+                             .logits_all = false,
+                             .kv_type_v = KILN_KV_SAME,
+                             .kv_rotate = KILN_KV_ROTATE_AUTO};
     return p;
 }
 
@@ -69,7 +74,9 @@ kiln_status kiln_session_new(kiln_model *model, const kiln_session_params *param
     if (!s) return KILN_ERR_NOMEM;
     s->model = model;
     s->p = p;
-    st = kn_kv_init(&s->kv, kn_kv_dtype(p.kv_type), hp->n_layer, p.n_ctx, hp->n_head_kv * hp->head_dim);
+    kn_kv_format fmt;
+    st = kn_kv_format_of(p.kv_type, p.kv_type_v, p.kv_rotate, &fmt);
+    if (!st) st = kn_kv_init_fmt(&s->kv, &fmt, hp->n_layer, p.n_ctx, hp->n_head_kv, hp->head_dim);
     if (!st) st = kn_scratch_init(&s->scratch, model, p.n_batch, p.n_ctx, p.n_threads);
     if (!st) {
         s->n_logits_cap = p.logits_all ? p.n_batch : 1;
