@@ -196,10 +196,9 @@ void kn_kv_store(kn_kv *kv, int32_t l, int32_t pos, const float *k, const float 
     put(kv, l, kv->fmt.v, kv->fmt.rot_v, kv->v_head, (uint8_t *)kn_kv_v_at(kv, l, pos, 0), v);
 }
 
-void kn_kv_attend(const kn_kernels *ks, const kn_kv *kv, int32_t l, int32_t p0, int32_t n, int32_t g, const float *q,
-                  int nq, float scale, float cap, float *out) {
-    const int hd = kv->head_dim;
-    const int32_t off = g * hd;
+void kn_kv_attend(const kn_kernels *ks, const kn_kv *kv, int32_t l, int32_t p0, int32_t n, int32_t kv_off, int hd,
+                  const float *q, int nq, float scale, float cap, float *out) {
+    const int32_t off = kv_off, g = kv_off / kv->head_dim; /* g: the head, when rotated (then hd = head_dim) */
     float qr[KN_ATTEND_MAX_Q * KN_KV_MAX_ROT_HD];
     if (kv->fmt.rot_k) {
         memcpy(qr, q, (size_t)nq * (size_t)hd * sizeof *qr);
@@ -214,17 +213,17 @@ void kn_kv_attend(const kn_kernels *ks, const kn_kv *kv, int32_t l, int32_t p0, 
         for (int h = 0; h < nq; h++) kn_hadamard_inv(out + (size_t)h * (size_t)hd, signs_of(kv, l, g), hd);
 }
 
-const float *kn_kv_query(const kn_kv *kv, int32_t l, int32_t g, const float *q, float *dst) {
+const float *kn_kv_query(const kn_kv *kv, int32_t l, int32_t kv_off, int hd, const float *q, float *dst) {
     if (!kv->fmt.rot_k) return q;
-    memcpy(dst, q, (size_t)kv->head_dim * sizeof *dst);
-    kn_hadamard_fwd(dst, signs_of(kv, l, g), kv->head_dim);
+    memcpy(dst, q, (size_t)hd * sizeof *dst);
+    kn_hadamard_fwd(dst, signs_of(kv, l, kv_off / kv->head_dim), hd);
     return dst;
 }
 
-float kn_kv_key_dot(const kn_kv *kv, int32_t l, int32_t pos, int32_t g, const float *q_stored) {
+float kn_kv_key_dot(const kn_kv *kv, int32_t l, int32_t pos, int32_t kv_off, int hd, const float *q_stored) {
     const kn_kvq_traits *t = kn_kvq_traits_get(kv->fmt.k);
-    const uint8_t *k = kn_kv_k_at(kv, l, pos, g * kv->head_dim);
+    const uint8_t *k = kn_kv_k_at(kv, l, pos, kv_off);
     float dot = 0;
-    for (int i = 0; i < kv->head_dim; i++) dot += t->elem(k, i, kv->head_dim) * q_stored[i];
+    for (int i = 0; i < hd; i++) dot += t->elem(k, i, hd) * q_stored[i];
     return dot;
 }

@@ -259,7 +259,7 @@ static double attend_error(kn_kvt tk, kn_kvt tv, bool rot) {
     }
     float q[nq * hd], out[nq * hd];
     for (int i = 0; i < nq * hd; i++) q[i] = frand();
-    kn_kv_attend(kn_kernels_get(KN_KERNELS_AUTO), &kv, 1, 0, n, g, q, nq, 0.125f, 0.0f, out);
+    kn_kv_attend(kn_kernels_get(KN_KERNELS_AUTO), &kv, 1, 0, n, g * hd, hd, q, nq, 0.125f, 0.0f, out);
     double worst = 0;
     for (int h = 0; h < nq; h++) {
         double s[n], m = -INFINITY, sum = 0;
