@@ -221,7 +221,7 @@ int main(int argc, char **argv) {
             fd = open(path, O_RDONLY);
             kn_ssdf_header h;
             if (fd < 0 || kn_ssdf_read_header(fd, &key, &h) != KN_SSDF_OK) die("reading the entry's header");
-            const kn_ssdf_result res = kn_ssdf_read_rows(fd, &h, h.n_tokens, dk, dv, layer, verify);
+            const kn_ssdf_result res = kn_ssdf_read_rows(fd, &h, h.n_tokens, dk, layer, dv, layer, verify);
             kn_ssdf_header_free(&h);
             close(fd);
             if (res != KN_SSDF_OK) die("restoring the entry");

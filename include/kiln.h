@@ -540,7 +540,37 @@ KILN_API kiln_status kiln_spec_method_parse(const char *name, kiln_spec_method *
 /* The name of a method ("none", "ngram", "draft"); "?" outside the enum. */
 KILN_API const char *kiln_spec_method_name(kiln_spec_method method);
 
-typedef enum kiln_kv_type { KILN_KV_F16 = 0, KILN_KV_F32 = 1 } kiln_kv_type;
+/* The formats of the KV cache (--kv-type). Bytes per element of a 128-element head: f16/bf16 2,
+ * f32 4, q8_0 1.0625, q4_0 0.5625, tq4 0.516, tq3 0.391 (kiln_kv_bytes_per_token gives the exact
+ * figure for a model). q8_0 and q4_0 are blocks of 32 along the head dimension (fewer for heads of
+ * another size), tq4 and tq3 TurboQuant's MSE stage (rotated, per-vector norm, Lloyd-Max codes). */
+typedef enum kiln_kv_type {
+    KILN_KV_F16 = 0,
+    KILN_KV_F32 = 1,
+    KILN_KV_BF16 = 2,
+    KILN_KV_Q8_0 = 3,
+    KILN_KV_Q4_0 = 4,
+    KILN_KV_TQ4 = 5,
+    KILN_KV_TQ3 = 6,
+    KILN_KV_SAME = -1 /* kv_type_v only: the type of the keys */
+} kiln_kv_type;
+
+/* The randomized Hadamard rotation of K and V head vectors (query rotated alike, output rotated
+ * back): AUTO = on for q8_0, q4_0, tq4 and tq3 (always on for the last two), off for f16, bf16 and
+ * f32 (measured: docs/benchmarks.md). */
+typedef enum kiln_kv_rotation {
+    KILN_KV_ROTATE_AUTO = 0,
+    KILN_KV_ROTATE_OFF = 1,
+    KILN_KV_ROTATE_ON = 2
+} kiln_kv_rotation;
+
+/* The name of a KV type ("f16", "q8_0", ...); NULL for a value outside the enum (and KILN_KV_SAME). */
+KILN_API const char *kiln_kv_type_name(kiln_kv_type type);
+/* Every KV type name, comma-separated ("f16, f32, ..."), for messages. */
+KILN_API const char *kiln_kv_type_list(void);
+/* The KV type called name (case-insensitive); KILN_ERR_INVALID_ARG, with kiln_last_error() listing the
+ * types, for any other name. */
+KILN_API kiln_status kiln_kv_type_parse(const char *name, kiln_kv_type *out);
 
 typedef struct kiln_session_params {
     int32_t n_ctx;        /* context length in tokens; 0 = kiln_default_n_ctx: the model's training
@@ -555,6 +585,9 @@ typedef struct kiln_session_params {
     kiln_model *draft_model; /* KILN_SPEC_DRAFT: the draft (same vocabulary, else kiln_session_new
                                 fails); must outlive the session */
     int32_t spec_max;        /* tokens proposed per step at most, 1..KILN_SPEC_MAX_LIMIT; 0 = default */
+    /* Keys and values apart (kiln_kv_type), and their rotation. */
+    kiln_kv_type kv_type_v;     /* type of the values; KILN_KV_SAME (default) = kv_type */
+    kiln_kv_rotation kv_rotate; /* default KILN_KV_ROTATE_AUTO */
 } kiln_session_params;
 
 KILN_API kiln_session_params kiln_session_default_params(void);
@@ -805,6 +838,9 @@ typedef struct kiln_engine_params {
                                 fails); must outlive the engine */
     int32_t spec_max;        /* tokens proposed per row and step at most, 1..KILN_SPEC_MAX_LIMIT;
                                 0 = KILN_SPEC_MAX_DEFAULT */
+    /* Keys and values apart (kiln_kv_type), and their rotation. */
+    kiln_kv_type kv_type_v;     /* type of the values; KILN_KV_SAME (default) = kv_type */
+    kiln_kv_rotation kv_rotate; /* default KILN_KV_ROTATE_AUTO */
 } kiln_engine_params;
 
 /* kiln_engine_params.prompt_cache: size the prefix cache from the machine's memory. */
@@ -883,6 +919,10 @@ typedef struct kiln_engine_stats {
     /* speculative decoding, by kiln_spec_method: tokens proposed, and of them accepted */
     uint64_t spec_proposed[KILN_SPEC_METHODS];
     uint64_t spec_accepted[KILN_SPEC_METHODS];
+    /* the rows\' KV format */
+    uint64_t kv_bytes_per_token; /* KV bytes one position of a row takes (K and V, all layers) */
+    kiln_kv_type kv_type_k, kv_type_v;
+    bool kv_rotate_k, kv_rotate_v; /* whether keys / values are stored rotated */
 } kiln_engine_stats;
 
 KILN_API void kiln_engine_get_stats(kiln_engine *engine, kiln_engine_stats *out);
@@ -915,13 +955,17 @@ KILN_API int32_t kiln_default_n_ctx(int32_t n_ctx_train);
 KILN_API uint64_t kiln_default_prompt_cache(uint64_t memory_bytes);
 
 /* Bytes of KV one token of context takes for the model a header read describes, with KV type
- * type: K and V of every layer, 2 * n_layer * n_head_kv * head_dim elements of the type. A session
+ * type: K and V of every layer, 2 * n_layer * n_head_kv head vectors of head_dim elements in the
+ * type's format (for f16: 2 bytes an element; see kiln_kv_type for the others). A session
  * or an engine row of n_ctx tokens allocates exactly n_ctx times this, so a listing or an automatic
  * model choice can plan memory before loading anything. 0 when the info lacks the dimensions or the
  * type is unknown; UINT64_MAX when the dimensions are too large to multiply. */
 KILN_API uint64_t kiln_kv_bytes_per_token(const kiln_model_info *info, kiln_kv_type type);
 /* The same for a loaded model. */
 KILN_API uint64_t kiln_model_kv_bytes_per_token(const kiln_model *model, kiln_kv_type type);
+/* The same with keys of type k and values of type v (KILN_KV_SAME: k). */
+KILN_API uint64_t kiln_kv_bytes_per_token_kv(const kiln_model_info *info, kiln_kv_type k, kiln_kv_type v);
+KILN_API uint64_t kiln_model_kv_bytes_per_token_kv(const kiln_model *model, kiln_kv_type k, kiln_kv_type v);
 
 #ifdef __cplusplus
 }

@@ -20,9 +20,9 @@ struct kn_pc_entry {
     kn_prefix_cache *pc;
     int32_t *tokens; /* [n] */
     int32_t n;
-    kn_dtype type;
-    int32_t n_layer, kv_dim;
-    uint8_t *k, *v; /* [n_layer][n][kv_dim] elements of type */
+    kn_kv_format fmt; /* the KV format of its rows (an entry serves only caches of the same) */
+    int32_t n_layer, kv_dim, head_dim;
+    uint8_t *k, *v; /* [n_layer][n][k_row], [n_layer][n][v_row] (kv.h) */
     size_t bytes;
     int refs;                /* copies in progress + SSD jobs holding it */
     bool linked;             /* in the list (else dropped, freed when refs reach 0) */
@@ -92,7 +92,11 @@ static int32_t common_prefix(const int32_t *a, int32_t na, const int32_t *b, int
     return i;
 }
 
-static size_t row_bytes(const kn_kv *kv) { return (size_t)kv->kv_dim * kv->elt; }
+/* Whether e's rows fit kv's layout: same format, layers and heads. */
+static bool same_layout(const kn_pc_entry *e, const kn_kv *kv) {
+    return kn_kv_format_eq(&e->fmt, &kv->fmt) && e->n_layer == kv->n_layer && e->kv_dim == kv->kv_dim &&
+           e->head_dim == kv->head_dim;
+}
 
 /* ---- the SSD tier's side ----------------------------------------------------------------------- */
 
@@ -205,7 +209,7 @@ static kn_pc_entry *find_locked(kn_prefix_cache *pc, const int32_t *tokens, int3
     *m = 0;
     for (int list = 0; list < 2; list++)
         for (kn_pc_entry *e = list ? pc->limbo : pc->head; e; e = e->next) {
-            if (e->type != kv->type || e->n_layer != kv->n_layer || e->kv_dim != kv->kv_dim) continue;
+            if (!same_layout(e, kv)) continue;
             const int32_t c = common_prefix(e->tokens, e->n, tokens, n);
             if (c > *m) {
                 *m = c;
@@ -249,11 +253,11 @@ int32_t kn_pc_restore(kn_prefix_cache *pc, const int32_t *tokens, int32_t n, int
     if (best->linked) touch_locked(pc, best);
     pthread_mutex_unlock(&pc->mu);
 
-    const size_t rb = row_bytes(kv);
+    const size_t kr = kv->k_row, vr = kv->v_row;
     for (int32_t l = 0; l < kv->n_layer; l++) {
-        const size_t src = (size_t)l * (size_t)best->n * rb, dst = (size_t)l * (size_t)kv->n_ctx * rb;
-        memcpy(kv->k + dst, best->k + src, (size_t)m * rb);
-        memcpy(kv->v + dst, best->v + src, (size_t)m * rb);
+        const size_t src = (size_t)l * (size_t)best->n, dst = (size_t)l * (size_t)kv->n_ctx;
+        memcpy(kv->k + dst * kr, best->k + src * kr, (size_t)m * kr);
+        memcpy(kv->v + dst * vr, best->v + src * vr, (size_t)m * vr);
     }
     kv->n_past = m;
 
@@ -270,14 +274,14 @@ int32_t kn_pc_restore(kn_prefix_cache *pc, const int32_t *tokens, int32_t n, int
  * directly, when there is one. */
 void kn_pc_publish(kn_prefix_cache *pc, const int32_t *tokens, int32_t n, const kn_kv *kv, int32_t min_tokens) {
     if ((!pc->budget && !pc->ssd) || n < KN_MAX(min_tokens, 1) || n > kv->n_past) return;
-    const size_t rb = row_bytes(kv), per_layer = (size_t)n * rb;
-    const size_t bytes = 2 * (size_t)kv->n_layer * per_layer + (size_t)n * sizeof(int32_t) + sizeof(kn_pc_entry);
+    const size_t k_layer = (size_t)n * kv->k_row, v_layer = (size_t)n * kv->v_row;
+    const size_t bytes = (size_t)kv->n_layer * (k_layer + v_layer) + (size_t)n * sizeof(int32_t) + sizeof(kn_pc_entry);
     const bool fits = bytes <= pc->budget;
     if (!fits && !pc->ssd) return;
     /* Already covered by an entry (the same tokens or more)? Then only refresh its recency. */
     pthread_mutex_lock(&pc->mu);
     for (kn_pc_entry *e = pc->head; e; e = e->next) {
-        if (e->n >= n && e->type == kv->type && common_prefix(e->tokens, e->n, tokens, n) == n) {
+        if (e->n >= n && same_layout(e, kv) && common_prefix(e->tokens, e->n, tokens, n) == n) {
             touch_locked(pc, e);
             pthread_mutex_unlock(&pc->mu);
             return;
@@ -289,14 +293,15 @@ void kn_pc_publish(kn_prefix_cache *pc, const int32_t *tokens, int32_t n, const 
     if (!ne) return;
     ne->pc = pc;
     ne->n = n;
-    ne->type = kv->type;
+    ne->fmt = kv->fmt;
     ne->n_layer = kv->n_layer;
     ne->kv_dim = kv->kv_dim;
+    ne->head_dim = kv->head_dim;
     ne->bytes = bytes;
     ne->last_used = kn_now_ms();
     ne->tokens = malloc((size_t)n * sizeof *ne->tokens);
-    ne->k = malloc((size_t)kv->n_layer * per_layer);
-    ne->v = malloc((size_t)kv->n_layer * per_layer);
+    ne->k = malloc((size_t)kv->n_layer * k_layer);
+    ne->v = malloc((size_t)kv->n_layer * v_layer);
     if (!ne->tokens || !ne->k || !ne->v) {
         KN_LOGW("prefix cache: out of memory storing %d tokens", n);
         entry_free(ne);
@@ -304,9 +309,9 @@ void kn_pc_publish(kn_prefix_cache *pc, const int32_t *tokens, int32_t n, const 
     }
     memcpy(ne->tokens, tokens, (size_t)n * sizeof *tokens);
     for (int32_t l = 0; l < kv->n_layer; l++) {
-        const size_t src = (size_t)l * (size_t)kv->n_ctx * rb, dst = (size_t)l * per_layer;
-        memcpy(ne->k + dst, kv->k + src, per_layer);
-        memcpy(ne->v + dst, kv->v + src, per_layer);
+        const size_t src = (size_t)l * (size_t)kv->n_ctx;
+        memcpy(ne->k + (size_t)l * k_layer, kv->k + src * kv->k_row, k_layer);
+        memcpy(ne->v + (size_t)l * v_layer, kv->v + src * kv->v_row, v_layer);
     }
     if (!fits) { /* too large for RAM: straight to the SSD writer, which frees it when done */
         ne->refs = 1;
@@ -321,7 +326,9 @@ void kn_pc_publish(kn_prefix_cache *pc, const int32_t *tokens, int32_t n, const 
     pthread_mutex_lock(&pc->mu);
     for (kn_pc_entry *e = pc->head, *next; e; e = next) {
         next = e->next;
-        if (e->type != ne->type) continue;
+        if (!kn_kv_format_eq(&e->fmt, &ne->fmt) || e->n_layer != ne->n_layer || e->kv_dim != ne->kv_dim ||
+            e->head_dim != ne->head_dim)
+            continue;
         const int32_t c = common_prefix(e->tokens, e->n, tokens, n);
         if (c == n) { /* covered meanwhile by a concurrent publish */
             pthread_mutex_unlock(&pc->mu);

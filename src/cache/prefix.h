@@ -2,8 +2,9 @@
  * prefix.h - the prefix cache, RAM tier: KV of token sequences that earlier requests computed,
  * reused by later requests that start with the same tokens.
  *
- * An entry holds a token sequence and the K/V rows of its positions ([n_layer][n][kv_dim] each,
- * in the KV type of the engine). A cache belongs to one engine, so every entry shares its key's
+ * An entry holds a token sequence and the K/V rows of its positions ([n_layer][n][row] each, in
+ * the KV format of the cache it came from, which it carries: it only serves caches of the same
+ * format, layers and heads). A cache belongs to one engine, so every entry shares its key's
  * fixed part (model fingerprint, KV format, adapter set: none yet); entries differ in tokens. A
  * lookup finds the entry sharing the longest common prefix with the prompt (capped so at least one
  * prompt token is always computed); any prefix of an entry is usable, because a position's K/V
@@ -57,7 +58,7 @@ void kn_pc_free(kn_prefix_cache *pc);
 
 /* Finds the longest cached prefix of tokens[0..n) no longer than max_use tokens, copies its K/V
  * into kv positions [0, m) (kv->n_past = m) and returns m; 0 on a miss (kv untouched). Counts a hit
- * or a miss. kv must have the cache's layout (same layers, kv_dim and type). */
+ * or a miss. entries of another KV format or layout are skipped (a miss). */
 int32_t kn_pc_restore(kn_prefix_cache *pc, const int32_t *tokens, int32_t n, int32_t max_use, kn_kv *kv);
 
 /* Stores kv positions [0, n) under tokens[0..n) (copying them), evicting LRU entries to stay

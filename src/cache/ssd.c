@@ -521,8 +521,9 @@ kiln_status kn_ssd_flush(kn_ssd *s, int timeout_ms) {
 /* ---- restore (caller's thread) ------------------------------------------------------------------- */
 
 int32_t kn_ssd_restore(kn_ssd *s, const int32_t *tokens, int32_t n, int32_t min_len, kn_kv *kv) {
-    const uint32_t want_type = kv->type == KN_F16 ? KN_SSDF_F16 : kv->type == KN_F32 ? KN_SSDF_F32 : 0;
-    if (want_type != s->key.kv_type || (uint32_t)kv->n_layer != s->key.n_layer || (uint32_t)kv->kv_dim != s->key.kv_dim)
+    /* Only a cache of this tier's KV format (and layout) is served: anything else is a miss. */
+    if (kn_kv_format_code(&kv->fmt, kv->head_dim) != s->key.kv_type || (uint32_t)kv->n_layer != s->key.n_layer ||
+        (uint32_t)kv->kv_dim != s->key.kv_dim)
         return 0;
     n = KN_MIN(n, kv->n_ctx);
     for (int attempt = 0; attempt < MAX_TRIES; attempt++) {
@@ -558,8 +559,8 @@ int32_t kn_ssd_restore(kn_ssd *s, const int32_t *tokens, int32_t n, int32_t min_
             r = KN_SSDF_CORRUPT;
         }
         if (!r) {
-            const size_t stride = (size_t)kv->n_ctx * (size_t)kv->kv_dim * kv->elt;
-            r = kn_ssdf_read_rows(fd, &h, (uint32_t)m, kv->k, kv->v, stride, s->verify);
+            const size_t n_ctx = (size_t)kv->n_ctx;
+            r = kn_ssdf_read_rows(fd, &h, (uint32_t)m, kv->k, n_ctx * kv->k_row, kv->v, n_ctx * kv->v_row, s->verify);
             kn_ssdf_header_free(&h);
         }
         close(fd);
@@ -772,8 +773,9 @@ kiln_status kn_ssd_open(const kn_ssd_params *p, kn_ssd **out) {
     *out = NULL;
     if (!p->dir || !*p->dir) return kn_error(KILN_ERR_INVALID_ARG, "the SSD cache directory is empty");
     if (!p->max_bytes) return kn_error(KILN_ERR_INVALID_ARG, "the SSD cache size must be positive");
-    if (!kn_ssdf_elt(p->key.kv_type))
-        return kn_error(KILN_ERR_INVALID_ARG, "the SSD cache supports F16 and F32 KV only");
+    uint64_t k_row, v_row;
+    if (!kn_ssdf_rows(&p->key, &k_row, &v_row))
+        return kn_error(KILN_ERR_INVALID_ARG, "the SSD cache does not know KV format %u", p->key.kv_type);
     kiln_status st = make_dirs(p->dir);
     if (st) return st;
     kn_ssd *s = kn_calloc(1, sizeof *s);

@@ -42,7 +42,7 @@ typedef struct kn_ssd_params {
 typedef struct kn_ssd_src {
     const int32_t *tokens; /* [n] */
     int32_t n;
-    const uint8_t *k, *v; /* [n_layer][n][kv_dim] in the key's KV type */
+    const uint8_t *k, *v; /* [n_layer][n][k_row], [n_layer][n][v_row] in the key's KV format */
     size_t outside_bytes; /* memory that only this job keeps alive (an entry evicted from RAM);
                              0 for an entry still in RAM */
     void (*release)(void *user, bool on_ssd);

@@ -11,22 +11,27 @@
  *                             = 112 + 4 * n_tokens + 16 * n_layer + 8
  *       16  32                model fingerprint (SHA-256 of the architecture metadata and tensors)
  *       48  32                tokenizer hash (SHA-256 of the tokenizer.* metadata)
- *       80  4   u32           KV element type: 1 = F16, 2 = F32
+ *       80  4   u32           KV format code (kn_kv_format_code, cache/kv.h): 1 = F16, 2 = F32 (both
+ *                             unrotated), else the K and V formats, their rotation and head_dim
  *       84  4   u32           n_layer (1 .. 4096)
  *       88  4   u32           kv_dim: K (or V) elements per position and layer (1 .. 2^20)
  *       92  4   u32           n_tokens (1 .. 2^24)
- *       96  8   u64           tensor_bytes = n_tokens * kv_dim * element size
+ *       96  8   u64           tensor_bytes = n_tokens * K row bytes (a V tensor: n_tokens * V row
+ *                             bytes; the row bytes follow from the format code and kv_dim)
  *      104  8   u64           data_offset = header_size rounded up to a multiple of 64
  *      112  4 * n_tokens      token ids (i32), position 0 first
  *        .  8 * 2 * n_layer   tensor checksums (u64): K of layer 0, V of layer 0, K of layer 1, ...
  *        .  8   u64           header checksum: kn_hash64 of bytes [0, header_size - 8), seed
  *                             KN_SSDF_SEED
  *        .                    zero bytes up to data_offset
- *   data_offset               the 2 * n_layer tensors in checksum-table order, each tensor_bytes:
- *                             n_tokens rows of kv_dim elements (keys after RoPE, exactly as the
- *                             active KV holds them). Tensor i's checksum is kn_hash64 of its bytes
- *                             with seed KN_SSDF_SEED + 1 + i, so swapped tensors do not check.
- *   file size                 = data_offset + 2 * n_layer * tensor_bytes, exactly.
+ *   data_offset               the 2 * n_layer tensors in checksum-table order, each n_tokens rows
+ *                             (keys after RoPE, exactly as the active KV holds them). Tensor i's checksum is kn_hash64
+ * of its bytes with seed KN_SSDF_SEED + 1 + i, so swapped tensors do not check. file size                 = data_offset
+ * + n_layer * (K + V tensor bytes), exactly.
+ *
+ * The format code is part of the key: a file of another KV format is a miss (another name, and
+ * KN_SSDF_MISMATCH when read under the wrong key), never read as this format; an unknown code is
+ * a corrupt file.
  *
  * The header checksum covers the token ids and the tensor checksum table, so a damaged header
  * (including a changed token id, which would otherwise serve K/V under the wrong key) is always
@@ -39,6 +44,7 @@
 #include "cache/ssd_file.h"
 
 #include "base/checksum.h"
+#include "cache/kv.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -65,7 +71,11 @@ const char *kn_ssdf_result_str(kn_ssdf_result r) {
     return "?";
 }
 
-size_t kn_ssdf_elt(uint32_t kv_type) { return kv_type == KN_SSDF_F16 ? 2 : kv_type == KN_SSDF_F32 ? 4 : 0; }
+bool kn_ssdf_rows(const kn_ssdf_key *key, uint64_t *k_row, uint64_t *v_row) {
+    kn_kv_format f;
+    return key->kv_dim >= 1 && key->kv_dim <= KN_SSDF_MAX_KV_DIM &&
+           kn_kv_format_decode(key->kv_type, key->kv_dim, &f, k_row, v_row);
+}
 
 /* ---- little-endian fields ---------------------------------------------------------------------- */
 
@@ -91,23 +101,25 @@ static uint64_t get64(const uint8_t *p) {
 /* Header size, tensor bytes and data offset of a file for n tokens under key; false when a count
  * is out of range or a size overflows. */
 static bool layout(const kn_ssdf_key *key, uint32_t n, uint64_t *header_size, uint64_t *tensor_bytes,
-                   uint64_t *data_offset, uint64_t *file_size) {
-    const size_t elt = kn_ssdf_elt(key->kv_type);
-    if (!elt || n < 1 || n > KN_SSDF_MAX_TOKENS || key->n_layer < 1 || key->n_layer > KN_SSDF_MAX_LAYERS ||
-        key->kv_dim < 1 || key->kv_dim > KN_SSDF_MAX_KV_DIM)
+                   uint64_t *v_tensor_bytes, uint64_t *data_offset, uint64_t *file_size) {
+    uint64_t kr, vr;
+    if (!kn_ssdf_rows(key, &kr, &vr) || n < 1 || n > KN_SSDF_MAX_TOKENS || key->n_layer < 1 ||
+        key->n_layer > KN_SSDF_MAX_LAYERS || kr > 4 * (uint64_t)KN_SSDF_MAX_KV_DIM ||
+        vr > 4 * (uint64_t)KN_SSDF_MAX_KV_DIM)
         return false;
     /* Within these ranges the header is < 2^27 bytes and a tensor < 2^47: no overflow so far. */
     *header_size = FIXED + 4 * (uint64_t)n + 16 * (uint64_t)key->n_layer + 8;
-    *tensor_bytes = (uint64_t)n * key->kv_dim * elt;
+    *tensor_bytes = (uint64_t)n * kr;
+    *v_tensor_bytes = (uint64_t)n * vr;
     *data_offset = (*header_size + 63) / 64 * 64;
     uint64_t data;
-    return kn_mul_ok(2 * (uint64_t)key->n_layer, *tensor_bytes, &data) && kn_add_ok(*data_offset, data, file_size) &&
-           *file_size <= (uint64_t)INT64_MAX;
+    return kn_mul_ok((uint64_t)key->n_layer, *tensor_bytes + *v_tensor_bytes, &data) &&
+           kn_add_ok(*data_offset, data, file_size) && *file_size <= (uint64_t)INT64_MAX;
 }
 
 uint64_t kn_ssdf_file_size(const kn_ssdf_key *key, uint32_t n) {
-    uint64_t hs, tb, off, fs;
-    return layout(key, n, &hs, &tb, &off, &fs) ? fs : 0;
+    uint64_t hs, tb, vb, off, fs;
+    return layout(key, n, &hs, &tb, &vb, &off, &fs) ? fs : 0;
 }
 
 /* ---- writing ------------------------------------------------------------------------------------ */
@@ -129,8 +141,8 @@ static kiln_status write_all(int fd, const uint8_t *buf, size_t len) {
 
 kiln_status kn_ssdf_write(int fd, const kn_ssdf_key *key, const int32_t *tokens, uint32_t n, const uint8_t *k,
                           const uint8_t *v, const atomic_bool *stop) {
-    uint64_t hs, tb, off, fs;
-    if (!layout(key, n, &hs, &tb, &off, &fs))
+    uint64_t hs, tb, vb, off, fs;
+    if (!layout(key, n, &hs, &tb, &vb, &off, &fs))
         return kn_error(KILN_ERR_INVALID_ARG, "an SSD cache entry is out of range");
     uint8_t *h = calloc(1, (size_t)off);
     if (!h) return kn_error(KILN_ERR_NOMEM, "out of memory for an SSD cache header");
@@ -147,18 +159,20 @@ kiln_status kn_ssdf_write(int fd, const kn_ssdf_key *key, const int32_t *tokens,
     put64(h + 104, off);
     uint8_t *p = h + FIXED;
     for (uint32_t i = 0; i < n; i++, p += 4) put32(p, (uint32_t)tokens[i]);
-    /* Tensor i of the file: layer i / 2, K when i is even. Layer l's K starts at k + l * tb. */
+    /* Tensor i of the file: layer i / 2, K when i is even. Layer l's K starts at k + l * tb, its V at
+     * v + l * vb. */
     const uint32_t n_tensors = 2 * key->n_layer;
     for (uint32_t i = 0; i < n_tensors; i++, p += 8) {
-        const uint8_t *t = (i & 1 ? v : k) + (size_t)(i / 2) * tb;
-        put64(p, kn_hash64_of(t, (size_t)tb, KN_SSDF_SEED + 1 + i));
+        const uint64_t len = i & 1 ? vb : tb;
+        put64(p, kn_hash64_of((i & 1 ? v : k) + (size_t)(i / 2) * len, (size_t)len, KN_SSDF_SEED + 1 + i));
     }
     put64(p, kn_hash64_of(h, (size_t)hs - 8, KN_SSDF_SEED));
     kiln_status st = write_all(fd, h, (size_t)off);
     free(h);
     for (uint32_t i = 0; !st && i < n_tensors; i++) {
         if (stop && atomic_load(stop)) return KILN_ERR_CANCELLED;
-        st = write_all(fd, (i & 1 ? v : k) + (size_t)(i / 2) * tb, (size_t)tb);
+        const uint64_t len = i & 1 ? vb : tb;
+        st = write_all(fd, (i & 1 ? v : k) + (size_t)(i / 2) * len, (size_t)len);
     }
     return st;
 }
@@ -210,8 +224,8 @@ kn_ssdf_result kn_ssdf_read_header(int fd, const kn_ssdf_key *expect, kn_ssdf_he
     key.n_layer = get32(fixed + 84);
     key.kv_dim = get32(fixed + 88);
     const uint32_t n = get32(fixed + 92);
-    uint64_t hs, tb, off, fs;
-    if (!layout(&key, n, &hs, &tb, &off, &fs) || get32(fixed + 12) != hs || get64(fixed + 96) != tb ||
+    uint64_t hs, tb, vb, off, fs;
+    if (!layout(&key, n, &hs, &tb, &vb, &off, &fs) || get32(fixed + 12) != hs || get64(fixed + 96) != tb ||
         get64(fixed + 104) != off)
         return KN_SSDF_CORRUPT;
     if (size < hs) return KN_SSDF_TRUNCATED;
@@ -228,6 +242,7 @@ kn_ssdf_result kn_ssdf_read_header(int fd, const kn_ssdf_key *expect, kn_ssdf_he
         out->key = key;
         out->n_tokens = n;
         out->tensor_bytes = tb;
+        out->v_tensor_bytes = vb;
         out->data_offset = off;
         out->file_size = fs;
         out->tokens = malloc((size_t)n * sizeof *out->tokens);
@@ -259,21 +274,23 @@ static kn_ssdf_result read_hashed(int fd, uint8_t *dst, size_t len, uint64_t off
     return KN_SSDF_OK;
 }
 
-kn_ssdf_result kn_ssdf_read_rows(int fd, const kn_ssdf_header *h, uint32_t m, uint8_t *k, uint8_t *v, size_t stride,
-                                 bool verify) {
+kn_ssdf_result kn_ssdf_read_rows(int fd, const kn_ssdf_header *h, uint32_t m, uint8_t *k, size_t k_stride, uint8_t *v,
+                                 size_t v_stride, bool verify) {
     if (m > h->n_tokens) return KN_SSDF_CORRUPT;
-    const size_t rows = (size_t)(h->tensor_bytes / h->n_tokens) * m; /* the bytes of m positions */
-    uint8_t *bounce = NULL;                                          /* the rest of a tensor, to check it */
-    if (verify && rows < h->tensor_bytes && !(bounce = malloc(READ_CHUNK))) return KN_SSDF_NOMEM;
+    uint8_t *bounce = NULL; /* the rest of a tensor, to check it */
+    if (verify && m < h->n_tokens && !(bounce = malloc(READ_CHUNK))) return KN_SSDF_NOMEM;
     kn_ssdf_result r = KN_SSDF_OK;
     for (uint32_t i = 0; !r && i < 2 * h->key.n_layer; i++) {
-        uint8_t *dst = (i & 1 ? v : k) + (size_t)(i / 2) * stride;
-        const uint64_t at = h->data_offset + (uint64_t)i * h->tensor_bytes;
+        const uint64_t tb = i & 1 ? h->v_tensor_bytes : h->tensor_bytes;
+        const size_t rows = (size_t)(tb / h->n_tokens) * m; /* the bytes of m positions */
+        uint8_t *dst = i & 1 ? v + (size_t)(i / 2) * v_stride : k + (size_t)(i / 2) * k_stride;
+        const uint64_t at =
+            h->data_offset + (uint64_t)(i / 2) * (h->tensor_bytes + h->v_tensor_bytes) + (i & 1 ? h->tensor_bytes : 0);
         kn_hash64 hh;
         if (verify) kn_hash64_init(&hh, KN_SSDF_SEED + 1 + i);
         r = read_hashed(fd, dst, rows, at, verify ? &hh : NULL);
-        for (uint64_t done = rows; !r && verify && done < h->tensor_bytes;) { /* the rest, to check it */
-            const size_t len = (size_t)KN_MIN((uint64_t)READ_CHUNK, h->tensor_bytes - done);
+        for (uint64_t done = rows; !r && verify && done < tb;) { /* the rest, to check it */
+            const size_t len = (size_t)KN_MIN((uint64_t)READ_CHUNK, tb - done);
             r = read_hashed(fd, bounce, len, at + done, &hh);
             done += len;
         }

@@ -3,7 +3,10 @@
  * llama-bench: for each thread count, a pp test (one forward pass over P prompt tokens from an
  * empty context) and a tg test (N tokens decoded one at a time from an empty context), each run once
  * as a warm-up and then R times; the table gives the median and the min..max spread of tokens/s.
- * Token ids are fixed pseudo-random values, so runs are comparable.
+ * Token ids are fixed pseudo-random values, so runs are comparable. With -d D a test first evaluates
+ * D tokens untimed (as llama-bench's depth) and its runs then follow one another in that context
+ * (run r starts after D + r * N tokens): decode speed at a long context, where the KV cache type
+ * matters, without refilling the context for every run.
  *
  * With --spec METHOD (and --draft-model, --spec-max) a generation test replaces them for each
  * thread count: N tokens generated greedily (or with the sampling flags given, one seed for both),
@@ -45,9 +48,19 @@ static int parse_list(const char *s, int *out, int cap) {
     return n;
 }
 
-/* One timed run: tokens/s of a pp run (pp > 0) or a tg run (tg > 0). -1 on failure. */
-static double run_once(kiln_session *s, const kiln_token *toks, int pp, int tg) {
+/* Empties the session and evaluates toks[0 .. depth) untimed in chunks of batch; false on failure. */
+static bool fill(kiln_session *s, const kiln_token *toks, int depth, int batch) {
     kiln_session_reset(s);
+    for (int i = 0; i < depth; i += batch)
+        if (kiln_session_eval(s, toks + i, (size_t)(depth - i < batch ? depth - i : batch), false)) return false;
+    return true;
+}
+
+/* One timed run: tokens/s of a pp run (pp > 0) or a tg run (tg > 0), from an empty context (depth
+ * 0) or after the tokens already in the session. -1 on failure. */
+static double run_once(kiln_session *s, const kiln_token *toks, int pp, int tg, int depth) {
+    if (depth == 0) kiln_session_reset(s);
+    toks += kiln_session_n_past(s);
     double t0 = now_s();
     if (pp > 0) {
         if (kiln_session_eval(s, toks, (size_t)pp, false)) return -1;
@@ -146,7 +159,7 @@ static int spec_test(kiln_model *m, kiln_model *draft, const cli_common *c, cons
 int cli_bench(int argc, char **argv) {
     cli_common c;
     cli_common_init(&c);
-    int pp = DEFAULT_PP, tg = DEFAULT_TG, reps = DEFAULT_REPS, threads[MAX_THREAD_LIST], n_threads = 0;
+    int pp = DEFAULT_PP, tg = DEFAULT_TG, reps = DEFAULT_REPS, threads[MAX_THREAD_LIST], n_threads = 0, depth = 0;
     bool json = false;
     cli_spec spec = {0};
     for (int i = 1; i < argc; i++) {
@@ -166,6 +179,11 @@ int cli_bench(int argc, char **argv) {
         }
         if (strcmp(a, "-n") == 0 || strcmp(a, "--n-gen") == 0) {
             if (!cli_int(a, v, 0, MAX_TOKENS_TEST, &tg)) return CLI_EXIT_USAGE;
+            i++;
+            continue;
+        }
+        if (strcmp(a, "-d") == 0 || strcmp(a, "--depth") == 0) {
+            if (!cli_int(a, v, 0, MAX_TOKENS_TEST, &depth)) return CLI_EXIT_USAGE;
             i++;
             continue;
         }
@@ -224,7 +242,7 @@ int cli_bench(int argc, char **argv) {
         return CLI_EXIT_FAIL;
     }
     if (n_threads == 0) threads[n_threads++] = 0; /* the library default */
-    const int n_ctx = (pp > tg ? pp : tg) + 1;
+    const int n_ctx = depth + (depth > 0 ? reps + 1 : 1) * (pp > tg ? pp : tg) + 1;
     const int V = kiln_model_n_vocab(m);
     kiln_token *toks = malloc(sizeof *toks * (size_t)n_ctx);
     double *tps = malloc(sizeof *tps * (size_t)reps);
@@ -246,9 +264,11 @@ int cli_bench(int argc, char **argv) {
     for (int ti = 0; ti < n_threads; ti++) {
         kiln_session_params sp = kiln_session_default_params();
         sp.n_ctx = n_ctx;
-        sp.n_batch = pp > 0 ? pp : 1;
+        sp.n_batch = pp > 0 ? pp : depth > 0 ? 512 : 1;
         sp.n_threads = threads[ti];
         sp.kv_type = c.kv_type;
+        sp.kv_type_v = c.kv_type_v;
+        sp.kv_rotate = c.kv_rotate;
         kiln_session *s = NULL;
         if (kiln_session_new(m, &sp, &s)) {
             fprintf(stderr, "kiln bench: cannot create a session: %s\n", kiln_last_error());
@@ -259,17 +279,18 @@ int cli_bench(int argc, char **argv) {
         for (int test = 0; test < 2 && !spec_on; test++) { /* with --spec: the generation test alone */
             int p = test == 0 ? pp : 0, g = test == 1 ? tg : 0;
             if (p == 0 && g == 0) continue;
-            if (run_once(s, toks, p, g) < 0) { /* warm-up */
+            if ((depth > 0 && !fill(s, toks, depth, sp.n_batch)) || run_once(s, toks, p, g, depth) < 0) { /* warm-up */
                 fprintf(stderr, "kiln bench: %s\n", kiln_session_last_error(s));
                 rc = CLI_EXIT_FAIL;
                 kiln_session_free(s);
                 goto done;
             }
-            for (int r = 0; r < reps; r++) tps[r] = run_once(s, toks, p, g);
+            for (int r = 0; r < reps; r++) tps[r] = run_once(s, toks, p, g, depth);
             qsort(tps, (size_t)reps, sizeof *tps, cmp_double);
             double med = reps % 2 ? tps[reps / 2] : 0.5 * (tps[reps / 2 - 1] + tps[reps / 2]);
             char testname[32];
             snprintf(testname, sizeof testname, "%s%d", test == 0 ? "pp" : "tg", test == 0 ? p : g);
+            if (depth > 0) snprintf(testname + strlen(testname), sizeof testname - strlen(testname), " @ d%d", depth);
             if (json) {
                 printf("{\"model\": \"%s\", \"kernels\": \"%s\", \"test\": \"%s\", \"threads\": %d, \"reps\": %d, "
                        "\"tps_median\": %.3f, \"tps_min\": %.3f, \"tps_max\": %.3f}\n",

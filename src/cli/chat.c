@@ -753,8 +753,8 @@ static int loop_edit(chat *ch) {
 #define CACHE_SLACK_BYTES ((uint64_t)1 << 20)
 
 /* Bytes the prefix cache may hold for a chat with n_ctx tokens of context. */
-static uint64_t cache_budget(const kiln_model *m, int32_t n_ctx, kiln_kv_type kv) {
-    const uint64_t row = kiln_model_kv_bytes_per_token(m, kv) * (uint64_t)n_ctx;
+static uint64_t cache_budget(const kiln_model *m, int32_t n_ctx, kiln_kv_type kv, kiln_kv_type kv_v) {
+    const uint64_t row = kiln_model_kv_bytes_per_token_kv(m, kv, kv_v) * (uint64_t)n_ctx;
     return CACHE_ROWS * row + CACHE_SLACK_BYTES;
 }
 
@@ -828,7 +828,9 @@ int cli_chat(int argc, char **argv) {
     ep.prefill_chunk = c.batch;
     ep.n_threads = c.threads;
     ep.kv_type = c.kv_type;
-    ep.prompt_cache = cache_budget(ch.m, ep.n_ctx, c.kv_type);
+    ep.kv_type_v = c.kv_type_v;
+    ep.kv_rotate = c.kv_rotate;
+    ep.prompt_cache = cache_budget(ch.m, ep.n_ctx, c.kv_type, c.kv_type_v);
     /* SIGINT goes to the main thread only (to interrupt its reads and waits): the engine's threads
      * start with it blocked. Until the handler is installed, Ctrl-C ends the process (e.g. while a
      * large model loads). */

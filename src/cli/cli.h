@@ -32,6 +32,10 @@ typedef struct cli_common {
     kiln_kv_type kv_type;
     kiln_sampler_params sp; /* sampling flags as given (see sp_set) */
     unsigned sp_set;        /* CLI_SP_* bits of the sampling flags given on the command line */
+
+    /* --kv-type sets kv_type (keys and values); --kv-type-k / --kv-type-v set them apart */
+    kiln_kv_type kv_type_v;     /* KILN_KV_SAME: kv_type */
+    kiln_kv_rotation kv_rotate; /* --kv-rotate */
 } cli_common;
 
 enum {

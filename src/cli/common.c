@@ -62,7 +62,10 @@ static void print_sampling_flags(FILE *f) {
     "  -c, --ctx-size N     context length (default: the model's, at most " STR(                                       \
         KILN_N_CTX_DEFAULT_MAX) ")\n"                                                                                  \
                                 "  -b, --batch-size N   prompt tokens per forward chunk (default 256)\n"               \
-                                "  --kv-type f16|f32    KV cache precision (default f16)\n"                            \
+                                "  --kv-type T          KV cache type: f16 (default), bf16, f32, q8_0, q4_0, tq4,\n"   \
+                                "                       tq3; --kv-type-k / --kv-type-v (or --cache-type-k / -v)\n"     \
+                                "                       set keys and values apart\n"                                   \
+                                "  --kv-rotate auto|on|off  Hadamard rotation of K/V (auto: on for q*, tq*)\n"         \
                                 "  --mmap               keep weights in the file mapping instead of memory\n"          \
                                 "  -v, --verbose        log more to stderr\n"
 
@@ -203,7 +206,9 @@ static const usage_entry usages[] = {
      "Perplexity of the model on a text, by llama.cpp's llama-perplexity method: the tokens are split\n"
      "into chunks of CTX, each starting with BOS; the second half of each chunk is scored. Prints the\n"
      "running value per chunk and the final estimate with its error.\n"
-     "  -f, --file FILE      the text (needs at least 2 x CTX tokens)\n" MODEL_FLAGS,
+     "  -f, --file FILE      the text (needs at least 2 x CTX tokens)\n"
+     "  --kl-save FILE       write the next-token distributions of the scored positions to FILE\n"
+     "  --kl-base FILE       compare with a --kl-save FILE: mean KL divergence, same top token\n" MODEL_FLAGS,
      false},
     {"bench",
      "usage: kiln bench -m MODEL [-p 512] [-n 128] [-t 1,2] [-r 5] [--json] [options]\n"
@@ -214,6 +219,7 @@ static const usage_entry usages[] = {
      "  -n, --n-gen N        generated tokens (default 128; 0 skips the tg test)\n"
      "  -t, --threads LIST   thread counts, comma-separated (default: physical cores)\n"
      "  -r, --repetitions R  measured runs per test (default 5)\n"
+     "  -d, --depth D        evaluate D tokens first; the runs follow in that context (default 0)\n"
      "  --json               JSON lines instead of a table\n" SPEC_FLAGS MODEL_FLAGS,
      false},
     {"grammar",
@@ -321,6 +327,8 @@ void cli_common_init(cli_common *c) {
     c->n_predict = 256;
     c->batch = 256;
     c->kv_type = KILN_KV_F16;
+    c->kv_type_v = KILN_KV_SAME;
+    c->kv_rotate = KILN_KV_ROTATE_AUTO;
     c->sp = kiln_sampler_default_params();
 }
 
@@ -444,11 +452,31 @@ int cli_parse_common(int argc, char **argv, int *i, cli_common *c) {
         (*i)++;
         return 1;
     }
-    if (is(a, NULL, "--kv-type")) {
-        if (v && strcmp(v, "f16") == 0) c->kv_type = KILN_KV_F16;
-        else if (v && strcmp(v, "f32") == 0) c->kv_type = KILN_KV_F32;
+    if (is(a, NULL, "--kv-type") || is(a, NULL, "--kv-type-k") || is(a, NULL, "--kv-type-v") ||
+        is(a, NULL, "--cache-type-k") || is(a, NULL, "--cache-type-v")) {
+        kiln_kv_type t;
+        if (kiln_kv_type_parse(v, &t) != KILN_OK) {
+            fprintf(stderr, "kiln: %s: unknown KV type '%s' (types: %s)\n", a, v ? v : "", kiln_kv_type_list());
+            return -1;
+        }
+        if (strcmp(a, "--kv-type") == 0) { /* keys and values */
+            c->kv_type = t;
+            c->kv_type_v = KILN_KV_SAME;
+        } else if (a[strlen(a) - 1] == 'k') { /* keys only: values keep their type */
+            if (c->kv_type_v == KILN_KV_SAME) c->kv_type_v = c->kv_type;
+            c->kv_type = t;
+        } else {
+            c->kv_type_v = t;
+        }
+        (*i)++;
+        return 1;
+    }
+    if (is(a, NULL, "--kv-rotate")) {
+        if (v && strcmp(v, "auto") == 0) c->kv_rotate = KILN_KV_ROTATE_AUTO;
+        else if (v && strcmp(v, "on") == 0) c->kv_rotate = KILN_KV_ROTATE_ON;
+        else if (v && strcmp(v, "off") == 0) c->kv_rotate = KILN_KV_ROTATE_OFF;
         else {
-            fprintf(stderr, "kiln: --kv-type must be f16 or f32\n");
+            fprintf(stderr, "kiln: --kv-rotate must be auto, on or off\n");
             return -1;
         }
         (*i)++;

@@ -115,6 +115,8 @@ int cli_run(int argc, char **argv) {
     sp.spec = spec.method;
     sp.draft_model = draft;
     sp.spec_max = spec.max;
+    sp.kv_type_v = c.kv_type_v;
+    sp.kv_rotate = c.kv_rotate;
     kiln_session *s = NULL;
     kiln_status st = kiln_session_new(m, &sp, &s);
     if (st) {

@@ -351,7 +351,7 @@ static void plan_machine(const cli_common *c, plan *p, int batch_flag, float pro
     }
     /* KV may use what the planned memory leaves after the weights and the prompt cache. */
     const kiln_model_info *in = &p->info;
-    const uint64_t kv_tok = kiln_kv_bytes_per_token(in, c->kv_type);
+    const uint64_t kv_tok = kiln_kv_bytes_per_token_kv(in, c->kv_type, c->kv_type_v);
     uint64_t used = in->tensor_bytes + (uint64_t)p->prompt_cache;
     const uint64_t avail = p->budget > used ? p->budget - used : 0;
     cli_fmt_bytes(avail, avail_s, sizeof avail_s);
@@ -436,9 +436,16 @@ static void print_config(const cli_common *c, const plan *p, const serve_opts *o
     printf("%-15s %d   (%s)\n", "threads", p->threads, p->threads_src);
     printf("%-15s %d   (%s)\n", "ctx", p->ctx, p->ctx_src);
     printf("%-15s %d   (%s)\n", "batch", p->rows, p->rows_src);
-    printf("%-15s %s   (%s)\n", "kv-type", c->kv_type == KILN_KV_F32 ? "f32" : "f16",
-           c->kv_type == KILN_KV_F32 ? "flag --kv-type" : "default");
-    cli_fmt_bytes(kiln_kv_bytes_per_token(in, c->kv_type) * (uint64_t)p->ctx, a, sizeof a);
+    const kiln_kv_type kv_v = c->kv_type_v == KILN_KV_SAME ? c->kv_type : c->kv_type_v;
+    const uint64_t kv_per_tok = kiln_kv_bytes_per_token_kv(in, c->kv_type, kv_v);
+    printf("%-15s K %s, V %s, rotation %s; %llu bytes per token   (%s)\n", "kv-type", kiln_kv_type_name(c->kv_type),
+           kiln_kv_type_name(kv_v),
+           c->kv_rotate == KILN_KV_ROTATE_ON    ? "on"
+           : c->kv_rotate == KILN_KV_ROTATE_OFF ? "off"
+                                                : "auto",
+           (unsigned long long)kv_per_tok,
+           c->kv_type == KILN_KV_F16 && kv_v == KILN_KV_F16 ? "default" : "flag --kv-type");
+    cli_fmt_bytes(kv_per_tok * (uint64_t)p->ctx, a, sizeof a);
     if (o->kv_budget_gb > 0)
         printf("%-15s %.3g GB   (flag --kv-budget; one row holds %s)\n", "kv-budget", (double)o->kv_budget_gb, a);
     else
@@ -690,6 +697,8 @@ static int run_server(const serve_run *run) {
     ep.n_ctx = p.ctx;
     ep.n_threads = p.threads;
     ep.kv_type = c.kv_type;
+    ep.kv_type_v = c.kv_type_v;
+    ep.kv_rotate = c.kv_rotate;
     ep.max_rows = p.rows;
     ep.max_queue = o.max_queue;
     ep.prefill_chunk = o.prefill_chunk;

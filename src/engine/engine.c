@@ -38,7 +38,9 @@ kiln_engine_params kiln_engine_default_params(void) {
                             .ssd_dir = NULL,
                             .ssd_max_bytes = DEFAULT_SSD_MAX_BYTES,
                             .ssd_demote_idle_s = DEFAULT_SSD_DEMOTE_IDLE_S,
-                            .ssd_verify = true};
+                            .ssd_verify = true,
+                            .kv_type_v = KILN_KV_SAME,
+                            .kv_rotate = KILN_KV_ROTATE_AUTO};
     p.spec = KILN_SPEC_NONE;
     p.draft_model = NULL;
     p.spec_max = 0;
@@ -68,7 +70,7 @@ static kiln_status open_ssd(kiln_engine *e) {
     sp.max_pending = KN_MAX(SSD_PENDING_MIN_BYTES, (size_t)(e->p.prompt_cache / SSD_PENDING_SHARE));
     if (!hex32(e->model->fingerprint, sp.key.model)) return kn_error(KILN_ERR_INTERNAL, "bad model fingerprint");
     memcpy(sp.key.tokenizer, e->model->tok_hash, 32);
-    sp.key.kv_type = e->p.kv_type == KILN_KV_F16 ? KN_SSDF_F16 : KN_SSDF_F32;
+    sp.key.kv_type = kn_kv_format_code(&e->kv_fmt, hp->head_dim);
     sp.key.n_layer = (uint32_t)hp->n_layer;
     sp.key.kv_dim = (uint32_t)(hp->n_head_kv * hp->head_dim);
     kiln_status st = kn_ssd_open(&sp, &e->ssd);
@@ -100,8 +102,10 @@ kiln_status kiln_engine_new(kiln_model *m, const kiln_engine_params *params, kil
         return kn_error(KILN_ERR_INVALID_ARG, "ssd_demote_idle_s %d is outside [0, %d]", p.ssd_demote_idle_s,
                         SSD_DEMOTE_IDLE_S_LIMIT);
     if ((st = kn_spec_check(p.spec, m, p.draft_model, &p.spec_max))) return st;
-    const uint64_t kv_per_token =
-        kn_kv_bytes_per_token(kn_kv_dtype(p.kv_type), hp->n_layer, hp->n_head_kv * hp->head_dim);
+    kn_kv_format kv_fmt;
+    st = kn_kv_format_of(p.kv_type, p.kv_type_v, p.kv_rotate, &kv_fmt);
+    if (st) return st;
+    const uint64_t kv_per_token = kn_kv_bytes_per_token_fmt(&kv_fmt, hp->n_layer, hp->n_head_kv, hp->head_dim);
     uint64_t row_kv_bytes;
     if (!kn_mul_ok(kv_per_token, (uint64_t)p.n_ctx, &row_kv_bytes) || row_kv_bytes > SIZE_MAX)
         return kn_error(KILN_ERR_NOMEM, "the KV of one row of %d tokens overflows", p.n_ctx);
@@ -111,6 +115,7 @@ kiln_status kiln_engine_new(kiln_model *m, const kiln_engine_params *params, kil
     e->model = m;
     e->p = p;
     e->kv_per_token = kv_per_token;
+    e->kv_fmt = kv_fmt;
     e->row_kv_bytes = (size_t)row_kv_bytes;
     e->row_cap = p.max_rows;
     if (p.kv_budget) {
@@ -339,6 +344,11 @@ void kiln_engine_get_stats(kiln_engine *e, kiln_engine_stats *out) {
     out->queued = e->q_count;
     out->max_rows = e->row_cap;
     out->steps = e->steps;
+    out->kv_bytes_per_token = e->kv_per_token;
+    out->kv_type_k = (kiln_kv_type)e->kv_fmt.k;
+    out->kv_type_v = (kiln_kv_type)e->kv_fmt.v;
+    out->kv_rotate_k = e->kv_fmt.rot_k;
+    out->kv_rotate_v = e->kv_fmt.rot_v;
     for (int i = 0; i < e->p.max_rows; i++) {
         const kn_slot *s = &e->slots[i];
         if (s->allocated) out->kv_bytes += kn_kv_bytes(&s->kv); /* what the allocation holds */

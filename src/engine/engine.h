@@ -42,7 +42,8 @@ struct kiln_engine {
     kiln_model *model;
     kiln_engine_params p;  /* resolved */
     int32_t row_cap;       /* rows the KV budget allows (<= max_rows, >= 1) */
-    uint64_t kv_per_token; /* KV bytes per position of a row (kn_kv_bytes_per_token) */
+    uint64_t kv_per_token; /* KV bytes per position of a row (kn_kv_bytes_per_token_fmt) */
+    kn_kv_format kv_fmt;   /* the rows' KV format */
     size_t row_kv_bytes;   /* kv_per_token * n_ctx */
     kn_scratch scratch;
     kn_prefix_cache cache; /* KV of earlier requests, by token prefix */

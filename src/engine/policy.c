@@ -17,15 +17,27 @@ uint64_t kiln_default_prompt_cache(uint64_t memory_bytes) {
     return KN_MIN(memory_bytes / KILN_PROMPT_CACHE_MEMORY_SHARE, KILN_PROMPT_CACHE_MAX_AUTO);
 }
 
-uint64_t kiln_kv_bytes_per_token(const kiln_model_info *info, kiln_kv_type type) {
+uint64_t kiln_kv_bytes_per_token_kv(const kiln_model_info *info, kiln_kv_type k, kiln_kv_type v) {
     if (!info || info->n_head_kv <= 0 || info->head_dim <= 0) return 0;
     uint64_t kv_dim;
     if (!kn_mul_ok((uint64_t)info->n_head_kv, (uint64_t)info->head_dim, &kv_dim) || kv_dim > INT32_MAX)
         return UINT64_MAX; /* a hostile header: too large for any machine */
-    return kn_kv_bytes_per_token(kn_kv_dtype(type), info->n_layer, (int32_t)kv_dim);
+    kn_kv_format f;
+    if (kn_kv_format_of(k, v, KILN_KV_ROTATE_AUTO, &f)) return 0;
+    return kn_kv_bytes_per_token_fmt(&f, info->n_layer, info->n_head_kv, info->head_dim);
+}
+
+uint64_t kiln_kv_bytes_per_token(const kiln_model_info *info, kiln_kv_type type) {
+    return kiln_kv_bytes_per_token_kv(info, type, type);
+}
+
+uint64_t kiln_model_kv_bytes_per_token_kv(const kiln_model *model, kiln_kv_type k, kiln_kv_type v) {
+    if (!model || model->vocab_only) return 0;
+    kn_kv_format f;
+    if (kn_kv_format_of(k, v, KILN_KV_ROTATE_AUTO, &f)) return 0;
+    return kn_kv_bytes_per_token_fmt(&f, model->hp.n_layer, model->hp.n_head_kv, model->hp.head_dim);
 }
 
 uint64_t kiln_model_kv_bytes_per_token(const kiln_model *model, kiln_kv_type type) {
-    if (!model || model->vocab_only) return 0;
-    return kn_kv_bytes_per_token(kn_kv_dtype(type), model->hp.n_layer, model->hp.n_head_kv * model->hp.head_dim);
+    return kiln_model_kv_bytes_per_token_kv(model, type, type);
 }

@@ -29,8 +29,8 @@ kiln_status kn_exec_resolve(const kiln_model *m, int32_t *n_ctx, int32_t *n_thre
     if (*n_threads < 0 || *n_threads > KILN_N_THREADS_MAX)
         return kn_error(KILN_ERR_INVALID_ARG, "thread count %d is outside [0, %d]", *n_threads, KILN_N_THREADS_MAX);
     if (*n_threads == 0) *n_threads = kn_physical_cores();
-    if (kn_kv_dtype(kv_type) == KN_DTYPE_COUNT)
-        return kn_error(KILN_ERR_INVALID_ARG, "unknown KV type %d", (int)kv_type);
+    if (!kiln_kv_type_name(kv_type))
+        return kn_error(KILN_ERR_INVALID_ARG, "unknown KV type %d (types: %s)", (int)kv_type, kiln_kv_type_list());
     return KILN_OK;
 }
 

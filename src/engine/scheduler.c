@@ -63,7 +63,7 @@ static void start_row(kiln_engine *e, kn_slot *s) {
     const kn_hparams *hp = &e->model->hp;
     kiln_status st = KILN_OK;
     if (!s->allocated) {
-        st = kn_kv_init(&s->kv, kn_kv_dtype(e->p.kv_type), hp->n_layer, e->p.n_ctx, hp->n_head_kv * hp->head_dim);
+        st = kn_kv_init_fmt(&s->kv, &e->kv_fmt, hp->n_layer, e->p.n_ctx, hp->n_head_kv, hp->head_dim);
         s->allocated = st == KILN_OK;
     }
     kiln_request *r = s->req;

@@ -16,8 +16,13 @@
 #define DEFAULT_MAX_TOKENS 256
 
 kiln_session_params kiln_session_default_params(void) {
-    kiln_session_params p = {
-        .n_ctx = 0, .n_batch = DEFAULT_N_BATCH, .n_threads = 0, .kv_type = KILN_KV_F16, .logits_all = false};
+    kiln_session_params p = {.n_ctx = 0,
+                             .n_batch = DEFAULT_N_BATCH,
+                             .n_threads = 0,
+                             .kv_type = KILN_KV_F16,
+                             .logits_all = false,
+                             .kv_type_v = KILN_KV_SAME,
+                             .kv_rotate = KILN_KV_ROTATE_AUTO};
     p.spec = KILN_SPEC_NONE;
     p.draft_model = NULL;
     p.spec_max = 0;
@@ -74,7 +79,9 @@ kiln_status kiln_session_new(kiln_model *model, const kiln_session_params *param
     if (!s) return KILN_ERR_NOMEM;
     s->model = model;
     s->p = p;
-    st = kn_kv_init(&s->kv, kn_kv_dtype(p.kv_type), hp->n_layer, p.n_ctx, hp->n_head_kv * hp->head_dim);
+    kn_kv_format fmt;
+    st = kn_kv_format_of(p.kv_type, p.kv_type_v, p.kv_rotate, &fmt);
+    if (!st) st = kn_kv_init_fmt(&s->kv, &fmt, hp->n_layer, p.n_ctx, hp->n_head_kv, hp->head_dim);
     if (!st) st = kn_spec_init(&s->spec, p.spec, model, p.draft_model, p.spec_max, 1, p.n_ctx, p.n_batch, p.n_threads);
     /* a speculative step verifies up to 1 + spec_max tokens in one pass */
     const int32_t n_max = p.spec ? KN_MAX(p.n_batch, 1 + p.spec_max) : p.n_batch;

@@ -113,7 +113,9 @@ kiln_status kn_spec_row_begin(kn_spec *sp, kn_row *r, int slot) {
     kn_kv *kv = &sp->dkv[slot];
     if (!kv->k) {
         const kn_hparams *hp = &sp->draft->hp;
-        kiln_status st = kn_kv_init(kv, kn_kv_dtype(KILN_KV_F16), hp->n_layer, sp->n_ctx, hp->n_head_kv * hp->head_dim);
+        kn_kv_format fmt; /* the draft's cache is F16, whatever the target's */
+        kiln_status st = kn_kv_format_of(KILN_KV_F16, KILN_KV_SAME, KILN_KV_ROTATE_AUTO, &fmt);
+        if (!st) st = kn_kv_init_fmt(kv, &fmt, hp->n_layer, sp->n_ctx, hp->n_head_kv, hp->head_dim);
         if (st) {
             r->spec = false; /* the row decodes one token per step */
             KN_LOGW("no memory for the draft model's cache of a row: it decodes without speculation");

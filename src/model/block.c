@@ -39,15 +39,7 @@ static int32_t window_start(int32_t window, int32_t pos) { return window > 0 && 
 static void attend_heads(const kn_kernels *ks, const kn_kv *kv, int l, const kn_layer_attn *a, int32_t pos, int kv_off,
                          int nq, int hd, const float *q, float *out) {
     const int32_t p0 = window_start(a->window, pos);
-    if (a->softcap > 0) {
-        kn_attend_softcap_ref(kn_kv_k_at(kv, l, p0, kv_off), kn_kv_v_at(kv, l, p0, kv_off),
-                              (size_t)kv->kv_dim * kv->elt, pos + 1 - p0, q, nq, hd, a->scale, a->softcap,
-                              kv->type == KN_F16, out);
-        return;
-    }
-    const kn_attend_fn attend = kv->type == KN_F16 ? ks->attend_f16 : ks->attend_f32;
-    attend(kn_kv_k_at(kv, l, p0, kv_off), kn_kv_v_at(kv, l, p0, kv_off), (size_t)kv->kv_dim * kv->elt, pos + 1 - p0, q,
-           nq, hd, a->scale, out);
+    kn_kv_attend(ks, kv, l, p0, pos + 1 - p0, kv_off, hd, q, nq, a->scale, a->softcap, out);
 }
 
 /* Attention sinks: out[nq][hd] (the softmax over the row's positions [p0, pos]) becomes the softmax
@@ -56,17 +48,13 @@ static void attend_heads(const kn_kernels *ks, const kn_kv *kv, int l, const kn_
 static void apply_sinks(const kn_kv *kv, int l, const kn_layer_attn *a, int32_t pos, int kv_off, int nq, int hd,
                         const float *q, const float *sinks, float *out) {
     const int32_t p0 = window_start(a->window, pos);
+    float rq[KN_KV_MAX_ROT_HD];
     for (int h = 0; h < nq; h++) {
-        const float *qh = q + (int64_t)h * hd;
+        const float *qh = kn_kv_query(kv, l, kv_off, hd, q + (int64_t)h * hd, rq); /* as the keys are stored */
         float max = -INFINITY, sum = 0;
         for (int pass = 0; pass < 2; pass++) {
             for (int32_t p = p0; p <= pos; p++) {
-                const void *k = kn_kv_k_at(kv, l, p, kv_off);
-                float dot = 0;
-                if (kv->type == KN_F16)
-                    for (int i = 0; i < hd; i++) dot += kn_fp16_to_fp32(((const uint16_t *)k)[i]) * qh[i];
-                else
-                    for (int i = 0; i < hd; i++) dot += ((const float *)k)[i] * qh[i];
+                const float dot = kn_kv_key_dot(kv, l, p, kv_off, hd, qh);
                 const float sc = a->scale * dot;
                 if (pass == 0) max = fmaxf(max, sc);
                 else sum += expf(sc - max);

@@ -47,6 +47,7 @@ void srv_stats_error(srv_stats *s, unsigned status) {
 static json_t *cache_json(const kiln_engine_stats *es);
 static json_t *ssd_json(const kiln_engine_stats *es);
 static json_t *spec_json(const kiln_engine_stats *es);
+static json_t *kv_json(const kiln_engine_stats *es);
 
 static double rate(uint64_t n, double ms) { return ms > 0 ? (double)n * 1e3 / ms : 0.0; }
 
@@ -157,6 +158,7 @@ json_t *srv_stats_json(srv_stats *s, const kiln_engine_stats *es, unsigned conne
                   "active", es->active, "queued", es->queued, "batch_rows", es->max_rows, "kv_bytes",
                   (json_int_t)es->kv_bytes, "kv_bytes_used", (json_int_t)es->kv_bytes_used, "steps",
                   (json_int_t)es->steps, "connections", (json_int_t)connections, "errors", errs);
+    if (j) json_object_set_new(j, "kv", kv_json(es));
     if (j) json_object_set_new(j, "prompt_cache", cache_json(es));
     if (j) json_object_set_new(j, "ssd_cache", ssd_json(es));
     if (j) json_object_set_new(j, "speculative", spec_json(es));
@@ -171,6 +173,14 @@ static json_t *spec_json(const kiln_engine_stats *es) {
                             json_pack("{s:I, s:I}", "proposed", (json_int_t)es->spec_proposed[i], "accepted",
                                       (json_int_t)es->spec_accepted[i]));
     return o;
+}
+
+/* The KV format of the rows for /stats: types, rotation and bytes per token. */
+static json_t *kv_json(const kiln_engine_stats *es) {
+    const char *k = kiln_kv_type_name(es->kv_type_k), *v = kiln_kv_type_name(es->kv_type_v);
+    return json_pack("{s:s, s:s, s:b, s:b, s:I}", "type_k", k ? k : "?", "type_v", v ? v : "?", "rotate_k",
+                     es->kv_rotate_k, "rotate_v", es->kv_rotate_v, "bytes_per_token",
+                     (json_int_t)es->kv_bytes_per_token);
 }
 
 /* The prefix cache's figures for /stats. */

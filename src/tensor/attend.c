@@ -16,8 +16,14 @@
  * kn_attend_softcap_ref adds one step, s[j] = cap * tanh(s[j] / cap), right after the scaling.
  * No T x T score matrix exists: a block's 16 scores live in registers. kn_attend_blocked runs it over
  * any row helpers that compute the reference's bits (the AVX2 set passes its SIMD ones).
+ *
+ * Every KV format of kvq.h has reference row helpers here: an element's value is kn_kvq_elem's
+ * (a quantized element is one float product, scale times code or centroid), and the dot and axpy
+ * steps are the F16 ones above over those values. kn_attend_kv_ref runs any pair of K and V formats
+ * (with their own row strides); kn_kernels_attend picks a set's kernel for one format.
  */
 #include "tensor/kernels.h"
+#include "tensor/kvq.h"
 #include "tensor/quant.h"
 
 #include <math.h>
@@ -71,16 +77,45 @@ static void axpy_f32_ref(float a, const void *v, float *y, int n) {
     for (int i = 0; i < n; i++) y[i] = fmaf(a, f[i], y[i]);
 }
 
-/* The algorithm above for one head: q[hd] -> out[hd]. */
-static void attend_one(kn_kv_dot_fn dot, kn_kv_axpy_fn axpy, const uint8_t *k, const uint8_t *v, size_t stride,
-                       int32_t n, const float *q, int hd, float scale, float cap, float *out) {
+/* The row helpers of the other formats: the same steps over kn_kvq_elem's values. */
+#define KVQ_ROWS(NAME, T)                                                                                              \
+    static float dot_##NAME(const void *k, const float *q, int n) {                                                    \
+        float acc[16] = {0};                                                                                           \
+        const int body = n - n % 8;                                                                                    \
+        for (int i = 0; i < body; i++) acc[i & 15] = fmaf(kn_kvq_elem(T, k, i, n), q[i], acc[i & 15]);                 \
+        float s = kn_reduce16(acc);                                                                                    \
+        for (int i = body; i < n; i++) s += kn_kvq_elem(T, k, i, n) * q[i];                                            \
+        return s;                                                                                                      \
+    }                                                                                                                  \
+    static void axpy_##NAME(float a, const void *v, float *y, int n) {                                                 \
+        for (int i = 0; i < n; i++) y[i] = fmaf(a, kn_kvq_elem(T, v, i, n), y[i]);                                     \
+    }
+KVQ_ROWS(bf16, KN_KVT_BF16)
+KVQ_ROWS(q8_0, KN_KVT_Q8_0)
+KVQ_ROWS(q4_0, KN_KVT_Q4_0)
+KVQ_ROWS(tq4, KN_KVT_TQ4)
+KVQ_ROWS(tq3, KN_KVT_TQ3)
+
+static const struct {
+    kn_kv_dot_fn dot;
+    kn_kv_axpy_fn axpy;
+} g_rows[KN_KVT_COUNT] = {
+    [KN_KVT_F16] = {dot_f16_ref, axpy_f16_ref}, [KN_KVT_F32] = {dot_f32_ref, axpy_f32_ref},
+    [KN_KVT_BF16] = {dot_bf16, axpy_bf16},      [KN_KVT_Q8_0] = {dot_q8_0, axpy_q8_0},
+    [KN_KVT_Q4_0] = {dot_q4_0, axpy_q4_0},      [KN_KVT_TQ4] = {dot_tq4, axpy_tq4},
+    [KN_KVT_TQ3] = {dot_tq3, axpy_tq3},
+};
+
+/* The algorithm above for one head: q[hd] -> out[hd]; K rows kstride bytes apart, V rows vstride. */
+static void attend_one2(kn_kv_dot_fn dot, kn_kv_axpy_fn axpy, const uint8_t *k, size_t kstride, const uint8_t *v,
+                        size_t vstride, int32_t n, const float *q, int hd, float scale, float cap, float *out) {
     float m = -INFINITY, lsum[16] = {0}, s[16];
     memset(out, 0, (size_t)hd * sizeof(float));
     for (int32_t p0 = 0; p0 < n; p0 += 16) {
         const int cnt = n - p0 < 16 ? (int)(n - p0) : 16;
         float bm = -INFINITY;
         for (int j = 0; j < cnt; j++) {
-            s[j] = dot(k + (size_t)(p0 + j) * stride, q, hd) * scale;
+            s[j] = dot(k + (size_t)(p0 + j) * kstride, q, hd) * scale;
             if (cap > 0) s[j] = cap * tanhf(s[j] / cap);
             bm = s[j] > bm ? s[j] : bm;
         }
@@ -93,11 +128,16 @@ static void attend_one(kn_kv_dot_fn dot, kn_kv_axpy_fn axpy, const uint8_t *k, c
         for (int j = 0; j < cnt; j++) {
             const float w = kn_expf_ref(s[j] - m);
             lsum[j] += w;
-            axpy(w, v + (size_t)(p0 + j) * stride, out, hd);
+            axpy(w, v + (size_t)(p0 + j) * vstride, out, hd);
         }
     }
     const float inv = 1.0f / kn_reduce16(lsum);
     for (int i = 0; i < hd; i++) out[i] *= inv;
+}
+
+static void attend_one(kn_kv_dot_fn dot, kn_kv_axpy_fn axpy, const uint8_t *k, const uint8_t *v, size_t stride,
+                       int32_t n, const float *q, int hd, float scale, float cap, float *out) {
+    attend_one2(dot, axpy, k, stride, v, stride, n, q, hd, scale, cap, out);
 }
 
 void kn_attend_blocked(kn_kv_dot_fn dot, kn_kv_axpy_fn axpy, const uint8_t *k, const uint8_t *v, size_t stride,
@@ -121,4 +161,40 @@ void kn_attend_softcap_ref(const uint8_t *k, const uint8_t *v, size_t stride, in
     for (int h = 0; h < nq; h++)
         attend_one(f16 ? dot_f16_ref : dot_f32_ref, f16 ? axpy_f16_ref : axpy_f32_ref, k, v, stride, n,
                    q + (size_t)h * hd, hd, scale, cap, out + (size_t)h * hd);
+}
+
+void kn_attend_kv_ref(kn_kvt tk, kn_kvt tv, const uint8_t *k, size_t kstride, const uint8_t *v, size_t vstride,
+                      int32_t n, const float *q, int nq, int hd, float scale, float cap, float *out) {
+    for (int h = 0; h < nq; h++)
+        attend_one2(g_rows[tk].dot, g_rows[tv].axpy, k, kstride, v, vstride, n, q + (size_t)h * hd, hd, scale, cap,
+                    out + (size_t)h * hd);
+}
+
+/* The reference kn_attend_fn of each quantized format. */
+#define REF_ENTRY(NAME, T)                                                                                             \
+    static void attend_##NAME##_ref(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q,      \
+                                    int nq, int hd, float scale, float *out) {                                         \
+        kn_attend_kv_ref(T, T, k, stride, v, stride, n, q, nq, hd, scale, 0.0f, out);                                  \
+    }
+REF_ENTRY(bf16, KN_KVT_BF16)
+REF_ENTRY(q8_0, KN_KVT_Q8_0)
+REF_ENTRY(q4_0, KN_KVT_Q4_0)
+REF_ENTRY(tq4, KN_KVT_TQ4)
+REF_ENTRY(tq3, KN_KVT_TQ3)
+
+kn_attend_fn kn_attend_ref_for(kn_kvt t) {
+    static const kn_attend_fn ref[KN_KVT_COUNT] = {
+        [KN_KVT_F16] = kn_attend_f16_ref, [KN_KVT_F32] = kn_attend_f32_ref, [KN_KVT_BF16] = attend_bf16_ref,
+        [KN_KVT_Q8_0] = attend_q8_0_ref,  [KN_KVT_Q4_0] = attend_q4_0_ref,  [KN_KVT_TQ4] = attend_tq4_ref,
+        [KN_KVT_TQ3] = attend_tq3_ref,
+    };
+    return (unsigned)t < KN_KVT_COUNT ? ref[t] : NULL;
+}
+
+kn_attend_fn kn_kernels_attend(const kn_kernels *ks, kn_kvt t) {
+    if ((unsigned)t >= KN_KVT_COUNT) return NULL;
+    if (ks->attend_kv[t]) return ks->attend_kv[t];
+    if (t == KN_KVT_F16 && ks->attend_f16) return ks->attend_f16;
+    if (t == KN_KVT_F32 && ks->attend_f32) return ks->attend_f32;
+    return kn_attend_ref_for(t);
 }

@@ -18,6 +18,7 @@
 #define KN_KERNELS_H
 
 #include "tensor/dtype.h"
+#include "tensor/kvq.h"
 #include "tensor/pack.h"
 
 typedef struct kn_cpu {
@@ -66,6 +67,14 @@ void kn_attend_blocked(kn_kv_dot_fn dot, kn_kv_axpy_fn axpy, const uint8_t *k, c
 void kn_attend_softcap_ref(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int nq, int hd,
                            float scale, float cap, bool f16, float *out);
 
+/* Attention over K rows in KV format tk and V rows in format tv (kvq.h), K rows kstride bytes apart and
+ * V rows vstride, scores soft-capped when cap > 0; otherwise the kn_attend_fn contract. The reference
+ * for every format and pair of formats (an element's value is kn_kvq_elem's; the steps are attend.c's). */
+void kn_attend_kv_ref(kn_kvt tk, kn_kvt tv, const uint8_t *k, size_t kstride, const uint8_t *v, size_t vstride,
+                      int32_t n, const float *q, int nq, int hd, float scale, float cap, float *out);
+/* The reference kn_attend_fn for K and V both in format t (NULL for an unknown format). */
+kn_attend_fn kn_attend_ref_for(kn_kvt t);
+
 /* e^x as every kernel set computes it in attention (attend.c): 0 below KN_EXPF_MIN (and for NaN),
  * x clamped to KN_EXPF_MAX, else within 2 ulp of e^x through fixed float steps. */
 #define KN_EXPF_MIN (-87.0f)
@@ -75,6 +84,8 @@ float kn_expf_ref(float x);
 typedef struct kn_kernels {
     const char *name; /* "ref", "avx2", "avx2vnni", "avx512", "neon", "neon+dotprod", "neon+i8mm" */
     kn_attend_fn attend_f16, attend_f32;
+    kn_attend_fn attend_kv[KN_KVT_COUNT];      /* per KV format (kvq.h), K and V alike; NULL: attend_f16 /
+                                                  attend_f32 for those formats, else the reference */
     int tile_r, tile_t;                        /* largest tile the gemm kernels take */
     kn_gemm_fn gemm[KN_DTYPE_COUNT];           /* per weight type; NULL: use the reference */
     kn_from_float_fn quantize[KN_DTYPE_COUNT]; /* per activation type; NULL: use the reference */
@@ -94,6 +105,9 @@ const kn_kernels *kn_kernels_get(kn_kernel_choice choice);
 /* The set called name ("ref", "avx2", "avx2vnni", "avx512"), or NULL when the name is unknown or this
  * CPU cannot run that set. */
 const kn_kernels *kn_kernels_named(const char *name);
+
+/* The attention kernel of set k for K and V in KV format t (kn_attend_fn; NULL for an unknown format). */
+kn_attend_fn kn_kernels_attend(const kn_kernels *k, kn_kvt t);
 
 /* The GEMM kernel of set k for weight type t (falls back to the reference one). */
 kn_gemm_fn kn_kernels_gemm(const kn_kernels *k, kn_dtype t);

@@ -9,6 +9,12 @@
  * accumulated in position order with fused multiply-adds, each V chunk loaded once for a group of up to
  * 4 heads (the heads of a KV head share the K and V rows, which stay in L1 between heads). Head sizes
  * that are not a multiple of 16 (or above 256) take the blocked attention over the AVX2 row helpers.
+ *
+ * Every KV format of kvq.h has a kernel here: the same algorithm over a loader that turns 8 elements
+ * of a head vector into floats exactly as kn_kvq_elem does (BF16 shifted, Q8_0 / Q4_0 codes times
+ * their block's fp16 scale, TQ4 / TQ3 centroids looked up by permutes and times the vector's scale),
+ * so the quantized cache is read directly, without a dequantized copy. The quantized and BF16
+ * formats are specialized for the common head sizes; others take the reference kernel.
  */
 #include "tensor/kernels.h"
 
@@ -16,6 +22,7 @@
 #pragma GCC target("avx2,fma,f16c")
 #include <immintrin.h>
 #include <math.h>
+#include <string.h>
 
 #define AI     static inline __attribute__((always_inline))
 #define MAX_HD 256
@@ -66,14 +73,61 @@ AI float reduce16(__m256 lo, __m256 hi) {
     return _mm_cvtss_f32(s);
 }
 
-/* 8 elements of a K or V row as fp32. */
-AI __m256 ld_f16(const uint8_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
-AI __m256 ld_f32(const uint8_t *p) { return _mm256_loadu_ps((const float *)p); }
+/* Elements i .. i + 7 (i a multiple of 8) of a K or V head vector p of NC * 16 elements, as fp32:
+ * kn_kvq_elem's values (a quantized element is one float product, scale times code or centroid).
+ * B = kn_kvq_block(NC * 16): 32 for an even NC, else 16. */
+#define BLK(NC) ((NC) % 2 == 0 ? 32 : 16)
+AI float ld_scale(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+AI __m256 ld_f16(const uint8_t *p, int i, const int NC) {
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 2 * i)));
+}
+AI __m256 ld_f32(const uint8_t *p, int i, const int NC) { return _mm256_loadu_ps((const float *)p + i); }
+AI __m256 ld_bf16(const uint8_t *p, int i, const int NC) {
+    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p + 2 * i)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+}
+AI __m256 ld_q8_0(const uint8_t *p, int i, const int NC) {
+    const uint8_t *blk = p + (size_t)(i / BLK(NC)) * (2 + BLK(NC));
+    const __m256 q =
+        _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 2 + i % BLK(NC)))));
+    return _mm256_mul_ps(_mm256_set1_ps(ld_scale(blk)), q);
+}
+AI __m256 ld_q4_0(const uint8_t *p, int i, const int NC) {
+    const int j = i % BLK(NC), h = BLK(NC) / 2;
+    const uint8_t *blk = p + (size_t)(i / BLK(NC)) * (2 + BLK(NC) / 2);
+    __m256i c = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 2 + (j < h ? j : j - h))));
+    if (j >= h) c = _mm256_srli_epi32(c, 4);
+    c = _mm256_sub_epi32(_mm256_and_si256(c, _mm256_set1_epi32(15)), _mm256_set1_epi32(8));
+    return _mm256_mul_ps(_mm256_set1_ps(ld_scale(blk)), _mm256_cvtepi32_ps(c));
+}
+AI __m256 ld_tq4(const uint8_t *p, int i, const int NC) {
+    uint32_t b;
+    memcpy(&b, p + 2 + i / 2, 4);
+    const __m256i idx =
+        _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)b), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+                         _mm256_set1_epi32(15));
+    const __m256 lo = _mm256_permutevar8x32_ps(_mm256_loadu_ps(kn_tq4_centroids), idx);
+    const __m256 hi = _mm256_permutevar8x32_ps(_mm256_loadu_ps(kn_tq4_centroids + 8), idx);
+    const __m256 c = _mm256_blendv_ps(lo, hi, _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));
+    return _mm256_mul_ps(_mm256_set1_ps(ld_scale(p)), c);
+}
+AI __m256 ld_tq3(const uint8_t *p, int i, const int NC) {
+    const uint8_t *g = p + 2 + 3 * (i / 8);
+    const uint32_t b = (uint32_t)g[0] | (uint32_t)g[1] << 8 | (uint32_t)g[2] << 16;
+    const __m256i idx =
+        _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)b), _mm256_setr_epi32(0, 3, 6, 9, 12, 15, 18, 21)),
+                         _mm256_set1_epi32(7));
+    return _mm256_mul_ps(_mm256_set1_ps(ld_scale(p)), _mm256_permutevar8x32_ps(_mm256_loadu_ps(kn_tq3_centroids), idx));
+}
 
 /* Attention of nq heads with NC = hd / 16 pairs of vectors per row. Per block of 16 positions: each
  * head's scores (8 positions at a time), its online-softmax step and weights w[h][16]; then the V pass,
  * 16 elements at a time for up to VG heads. Every head's float steps are the one-head algorithm's. */
-#define DEFINE_ATTEND(NAME, LD, ES)                                                                                    \
+#define DEFINE_ATTEND(NAME, LD)                                                                                        \
     AI void NAME##_nc(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int nq, int hd,    \
                       float scale, float *out, const int NC) {                                                         \
         _Alignas(32) float O[KN_ATTEND_MAX_Q][MAX_HD], wj[KN_ATTEND_MAX_Q][16], sc[16];                                \
@@ -97,9 +151,8 @@ AI __m256 ld_f32(const uint8_t *p) { return _mm256_loadu_ps((const float *)p); }
                         if (8 * half + j < cnt) {                                                                      \
                             const uint8_t *kr = kb + (size_t)(8 * half + j) * stride;                                  \
                             UNROLL for (int c = 0; c < NC; c++) {                                                      \
-                                a0 = _mm256_fmadd_ps(LD(kr + 16 * (ES)*c), _mm256_loadu_ps(qh + 16 * c), a0);          \
-                                a1 = _mm256_fmadd_ps(LD(kr + (16 * c + 8) * (ES)), _mm256_loadu_ps(qh + 16 * c + 8),   \
-                                                     a1);                                                              \
+                                a0 = _mm256_fmadd_ps(LD(kr, 16 * c, NC), _mm256_loadu_ps(qh + 16 * c), a0);            \
+                                a1 = _mm256_fmadd_ps(LD(kr, 16 * c + 8, NC), _mm256_loadu_ps(qh + 16 * c + 8), a1);    \
                             }                                                                                          \
                         }                                                                                              \
                         r[j] = _mm256_add_ps(a0, a1);                                                                  \
@@ -138,7 +191,7 @@ AI __m256 ld_f32(const uint8_t *p) { return _mm256_loadu_ps((const float *)p); }
                     }                                                                                                  \
                     for (int j = 0; j < cnt; j++) {                                                                    \
                         const uint8_t *vr = vb + (size_t)j * stride;                                                   \
-                        const __m256 V0 = LD(vr + 16 * (ES)*c), V1 = LD(vr + (16 * c + 8) * (ES));                     \
+                        const __m256 V0 = LD(vr, 16 * c, NC), V1 = LD(vr, 16 * c + 8, NC);                             \
                         UNROLL for (int g = 0; g < VG; g++) if (g < gn) {                                              \
                             const __m256 a = _mm256_set1_ps(wj[h0 + g][j]);                                            \
                             R[g][0] = _mm256_fmadd_ps(a, V0, R[g][0]);                                                 \
@@ -159,8 +212,13 @@ AI __m256 ld_f32(const uint8_t *p) { return _mm256_loadu_ps((const float *)p); }
         }                                                                                                              \
     }
 
-DEFINE_ATTEND(attn_f16, ld_f16, 2)
-DEFINE_ATTEND(attn_f32, ld_f32, 4)
+DEFINE_ATTEND(attn_f16, ld_f16)
+DEFINE_ATTEND(attn_f32, ld_f32)
+DEFINE_ATTEND(attn_bf16, ld_bf16)
+DEFINE_ATTEND(attn_q8_0, ld_q8_0)
+DEFINE_ATTEND(attn_q4_0, ld_q4_0)
+DEFINE_ATTEND(attn_tq4, ld_tq4)
+DEFINE_ATTEND(attn_tq3, ld_tq3)
 
 /* The kn_attend_fn NAME: NAME##_nc specialized for head sizes 16 .. 128 in steps of 16 and 256; other
  * head sizes take FALLBACK. */
@@ -187,13 +245,50 @@ void kn__avx2_attend_rows_f16(const uint8_t *k, const uint8_t *v, size_t stride,
 void kn__avx2_attend_rows_f32(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int nq,
                               int hd, float scale, float *out);
 
+/* The kn_attend_fn NAME of a quantized or BF16 format: NAME##_nc specialized for the common head sizes
+ * 48, 64, 96, 128 and 256 (fewer copies than the F16 / F32 ones); other head sizes take FALLBACK. */
+#define DEFINE_ENTRY_Q(NAME, IMPL, FALLBACK)                                                                           \
+    static void NAME(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int nq, int hd,     \
+                     float scale, float *out) {                                                                        \
+        switch (hd) {                                                                                                  \
+            case 48: IMPL(k, v, stride, n, q, nq, hd, scale, out, 3); break;                                           \
+            case 64: IMPL(k, v, stride, n, q, nq, hd, scale, out, 4); break;                                           \
+            case 96: IMPL(k, v, stride, n, q, nq, hd, scale, out, 6); break;                                           \
+            case 128: IMPL(k, v, stride, n, q, nq, hd, scale, out, 8); break;                                          \
+            case 256: IMPL(k, v, stride, n, q, nq, hd, scale, out, 16); break;                                         \
+            default: FALLBACK(k, v, stride, n, q, nq, hd, scale, out);                                                 \
+        }                                                                                                              \
+    }
+
+/* The reference kernel of a quantized format, for the other head sizes. */
+#define REF_FALLBACK(NAME, T)                                                                                          \
+    static void NAME(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int nq, int hd,     \
+                     float scale, float *out) {                                                                        \
+        kn_attend_kv_ref(T, T, k, stride, v, stride, n, q, nq, hd, scale, 0.0f, out);                                  \
+    }
+REF_FALLBACK(ref_bf16, KN_KVT_BF16)
+REF_FALLBACK(ref_q8_0, KN_KVT_Q8_0)
+REF_FALLBACK(ref_q4_0, KN_KVT_Q4_0)
+REF_FALLBACK(ref_tq4, KN_KVT_TQ4)
+REF_FALLBACK(ref_tq3, KN_KVT_TQ3)
+
 DEFINE_ENTRY(attend_f16, attn_f16_nc, kn__avx2_attend_rows_f16)
 DEFINE_ENTRY(attend_f32, attn_f32_nc, kn__avx2_attend_rows_f32)
+DEFINE_ENTRY_Q(attend_bf16, attn_bf16_nc, ref_bf16)
+DEFINE_ENTRY_Q(attend_q8_0, attn_q8_0_nc, ref_q8_0)
+DEFINE_ENTRY_Q(attend_q4_0, attn_q4_0_nc, ref_q4_0)
+DEFINE_ENTRY_Q(attend_tq4, attn_tq4_nc, ref_tq4)
+DEFINE_ENTRY_Q(attend_tq3, attn_tq3_nc, ref_tq3)
 
 /* Fills the attention kernels of k (kernels.h). Called only on CPUs with AVX2, FMA and F16C. */
 void kn_avx2_init_attn(kn_kernels *k) {
     k->attend_f16 = attend_f16;
     k->attend_f32 = attend_f32;
+    k->attend_kv[KN_KVT_BF16] = attend_bf16;
+    k->attend_kv[KN_KVT_Q8_0] = attend_q8_0;
+    k->attend_kv[KN_KVT_Q4_0] = attend_q4_0;
+    k->attend_kv[KN_KVT_TQ4] = attend_tq4;
+    k->attend_kv[KN_KVT_TQ3] = attend_tq3;
 }
 
 #else /* not x86-64: the set is never selected */

@@ -8,6 +8,12 @@
  * of the block are one vector evaluation of kn_expf_ref's steps; V rows are accumulated in position
  * order with fused multiply-adds. Head sizes that are not a multiple of 16 (or above 256) use the
  * reference kernel.
+ *
+ * Every KV format of kvq.h has a kernel here: the same algorithm over a loader that turns 16 elements
+ * of a head vector into floats exactly as kn_kvq_elem does (BF16 shifted, Q8_0 / Q4_0 codes times
+ * their block's fp16 scale, TQ4 / TQ3 centroids looked up by a permute and times the vector's scale),
+ * so the quantized cache is read directly, without a dequantized copy. The quantized and BF16
+ * formats are specialized for the common head sizes; others take the reference kernel.
  */
 #include "tensor/kernels.h"
 
@@ -15,6 +21,7 @@
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")
 #include <immintrin.h>
 #include <math.h>
+#include <string.h>
 
 #define AI     static inline __attribute__((always_inline))
 #define MAX_HD 256
@@ -60,9 +67,61 @@ AI __m512 reduce16x16(const __m512 a[16]) {
     return _mm512_permutexvar_ps(idx, e);
 }
 
-/* 16 elements of a K or V row as fp32. */
-AI __m512 ld_f16(const uint8_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
-AI __m512 ld_f32(const uint8_t *p) { return _mm512_loadu_ps((const float *)p); }
+/* Elements i .. i + 15 (i a multiple of 16) of a K or V head vector p of NC * 16 elements, as fp32:
+ * kn_kvq_elem's values (a quantized element is one float product, scale times code or centroid).
+ * B = kn_kvq_block(NC * 16): 32 for an even NC, else 16. */
+#define BLK(NC) ((NC) % 2 == 0 ? 32 : 16)
+AI float ld_scale(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+AI __m512 ld_f16(const uint8_t *p, int i, const int NC) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 2 * i)));
+}
+AI __m512 ld_f32(const uint8_t *p, int i, const int NC) { return _mm512_loadu_ps((const float *)p + i); }
+AI __m512 ld_bf16(const uint8_t *p, int i, const int NC) {
+    const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(p + 2 * i)));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+}
+AI __m512 ld_q8_0(const uint8_t *p, int i, const int NC) {
+    const uint8_t *blk = p + (size_t)(i / BLK(NC)) * (2 + BLK(NC));
+    const __m512 q =
+        _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 2 + i % BLK(NC)))));
+    return _mm512_mul_ps(_mm512_set1_ps(ld_scale(blk)), q);
+}
+AI __m512 ld_q4_0(const uint8_t *p, int i, const int NC) {
+    const uint8_t *blk = p + (size_t)(i / BLK(NC)) * (2 + BLK(NC) / 2);
+    __m128i b;
+    if (BLK(NC) == 32) { /* 16 low (i % 32 == 0) or high nibbles of qs[0 .. 15] */
+        b = _mm_loadu_si128((const __m128i *)(blk + 2));
+        if (i % 32) b = _mm_srli_epi16(b, 4);
+        b = _mm_and_si128(b, _mm_set1_epi8(15));
+    } else { /* the whole block: low nibbles of qs[0 .. 7], then their high nibbles */
+        const __m128i x = _mm_loadl_epi64((const __m128i *)(blk + 2));
+        b = _mm_unpacklo_epi64(_mm_and_si128(x, _mm_set1_epi8(15)),
+                               _mm_and_si128(_mm_srli_epi16(x, 4), _mm_set1_epi8(15)));
+    }
+    const __m512i c = _mm512_sub_epi32(_mm512_cvtepu8_epi32(b), _mm512_set1_epi32(8));
+    return _mm512_mul_ps(_mm512_set1_ps(ld_scale(blk)), _mm512_cvtepi32_ps(c));
+}
+AI __m512 ld_tq4(const uint8_t *p, int i, const int NC) {
+    const __m128i x = _mm_loadl_epi64((const __m128i *)(p + 2 + i / 2));
+    const __m128i lo = _mm_and_si128(x, _mm_set1_epi8(15)), hi = _mm_and_si128(_mm_srli_epi16(x, 4), _mm_set1_epi8(15));
+    const __m512i idx = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi));
+    return _mm512_mul_ps(_mm512_set1_ps(ld_scale(p)), _mm512_permutexvar_ps(idx, _mm512_loadu_ps(kn_tq4_centroids)));
+}
+AI __m512 ld_tq3(const uint8_t *p, int i, const int NC) {
+    const uint8_t *g = p + 2 + 3 * (i / 8);
+    const uint32_t b0 = (uint32_t)g[0] | (uint32_t)g[1] << 8 | (uint32_t)g[2] << 16;
+    const uint32_t b1 = (uint32_t)g[3] | (uint32_t)g[4] << 8 | (uint32_t)g[5] << 16;
+    const __m512i w =
+        _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi32((int)b0)), _mm256_set1_epi32((int)b1), 1);
+    const __m512i sh = _mm512_setr_epi32(0, 3, 6, 9, 12, 15, 18, 21, 0, 3, 6, 9, 12, 15, 18, 21);
+    const __m512i idx = _mm512_and_si512(_mm512_srlv_epi32(w, sh), _mm512_set1_epi32(7));
+    const __m512 t = _mm512_castps256_ps512(_mm256_loadu_ps(kn_tq3_centroids));
+    return _mm512_mul_ps(_mm512_set1_ps(ld_scale(p)), _mm512_permutexvar_ps(idx, t));
+}
 
 /* Heads whose output accumulators share the registers in the V pass: NC vectors per head, at most 16
  * in all, at most KN_ATTEND_MAX_Q heads. */
@@ -70,7 +129,7 @@ AI __m512 ld_f32(const uint8_t *p) { return _mm512_loadu_ps((const float *)p); }
 
 /* The V pass of one block for GN heads o[GN][NC * 16] (in memory between blocks): positions j < cnt
  * in order, out_h = fma(w[h][j], v_j, out_h), each V row loaded (and converted) once for the GN heads. */
-#define DEFINE_VPASS(NAME, LD, ES)                                                                                     \
+#define DEFINE_VPASS(NAME, LD)                                                                                         \
     AI void NAME(float *o, size_t ostride, const float *wj, const uint8_t *v, size_t stride, int cnt, const int NC,    \
                  const int GN) {                                                                                       \
         __m512 R[16];                                                                                                  \
@@ -79,7 +138,7 @@ AI __m512 ld_f32(const uint8_t *p) { return _mm512_loadu_ps((const float *)p); }
         for (int j = 0; j < cnt; j++) {                                                                                \
             const uint8_t *vr = v + (size_t)j * stride;                                                                \
             __m512 V[16];                                                                                              \
-            UNROLL for (int c = 0; c < NC; c++) V[c] = LD(vr + 16 * (ES)*c);                                           \
+            UNROLL for (int c = 0; c < NC; c++) V[c] = LD(vr, 16 * c, NC);                                             \
             UNROLL for (int h = 0; h < GN; h++) {                                                                      \
                 const __m512 a = _mm512_set1_ps(wj[16 * h + j]);                                                       \
                 UNROLL for (int c = 0; c < NC; c++) R[h * NC + c] = _mm512_fmadd_ps(a, V[c], R[h * NC + c]);           \
@@ -94,8 +153,8 @@ AI __m512 ld_f32(const uint8_t *p) { return _mm512_loadu_ps((const float *)p); }
  * (its K pass, reading the block's K rows from L1 after the first head), its online-softmax step
  * and weights w[h][16]; then the V pass for groups of VGROUP(NC) heads. Every head's float steps are
  * the one-head algorithm's, in the same order. */
-#define DEFINE_ATTEND(NAME, LD, ES)                                                                                    \
-    DEFINE_VPASS(NAME##_vpass, LD, ES)                                                                                 \
+#define DEFINE_ATTEND(NAME, LD)                                                                                        \
+    DEFINE_VPASS(NAME##_vpass, LD)                                                                                     \
     AI void NAME##_nc(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int nq, int hd,    \
                       float scale, float *out, const int NC) {                                                         \
         const int G = VGROUP(NC);                                                                                      \
@@ -118,7 +177,7 @@ AI __m512 ld_f32(const uint8_t *p) { return _mm512_loadu_ps((const float *)p); }
                     acc[j] = _mm512_setzero_ps();                                                                      \
                     if (j < cnt)                                                                                       \
                         UNROLL for (int c = 0; c < NC; c++) acc[j] = _mm512_fmadd_ps(                                  \
-                            LD(kb + (size_t)j * stride + 16 * (ES)*c), _mm512_loadu_ps(qh + 16 * c), acc[j]);          \
+                            LD(kb + (size_t)j * stride, 16 * c, NC), _mm512_loadu_ps(qh + 16 * c), acc[j]);            \
                 }                                                                                                      \
                 __m512 sv = _mm512_mul_ps(reduce16x16(acc), _mm512_set1_ps(scale));                                    \
                 sv = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), valid, sv);                                         \
@@ -146,8 +205,13 @@ AI __m512 ld_f32(const uint8_t *p) { return _mm512_loadu_ps((const float *)p); }
         }                                                                                                              \
     }
 
-DEFINE_ATTEND(attn_f16, ld_f16, 2)
-DEFINE_ATTEND(attn_f32, ld_f32, 4)
+DEFINE_ATTEND(attn_f16, ld_f16)
+DEFINE_ATTEND(attn_f32, ld_f32)
+DEFINE_ATTEND(attn_bf16, ld_bf16)
+DEFINE_ATTEND(attn_q8_0, ld_q8_0)
+DEFINE_ATTEND(attn_q4_0, ld_q4_0)
+DEFINE_ATTEND(attn_tq4, ld_tq4)
+DEFINE_ATTEND(attn_tq3, ld_tq3)
 
 /* The kn_attend_fn NAME: NAME##_nc specialized for each head size of 16 .. 128 elements in steps of 16
  * and for 256; other head sizes take the reference kernel. */
@@ -168,13 +232,50 @@ DEFINE_ATTEND(attn_f32, ld_f32, 4)
         }                                                                                                              \
     }
 
+/* The kn_attend_fn NAME of a quantized or BF16 format: NAME##_nc specialized for the common head sizes
+ * 48, 64, 96, 128 and 256 (fewer copies than the F16 / F32 ones); other head sizes take FALLBACK. */
+#define DEFINE_ENTRY_Q(NAME, IMPL, FALLBACK)                                                                           \
+    static void NAME(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int nq, int hd,     \
+                     float scale, float *out) {                                                                        \
+        switch (hd) {                                                                                                  \
+            case 48: IMPL(k, v, stride, n, q, nq, hd, scale, out, 3); break;                                           \
+            case 64: IMPL(k, v, stride, n, q, nq, hd, scale, out, 4); break;                                           \
+            case 96: IMPL(k, v, stride, n, q, nq, hd, scale, out, 6); break;                                           \
+            case 128: IMPL(k, v, stride, n, q, nq, hd, scale, out, 8); break;                                          \
+            case 256: IMPL(k, v, stride, n, q, nq, hd, scale, out, 16); break;                                         \
+            default: FALLBACK(k, v, stride, n, q, nq, hd, scale, out);                                                 \
+        }                                                                                                              \
+    }
+
+/* The reference kernel of a quantized format, for the other head sizes. */
+#define REF_FALLBACK(NAME, T)                                                                                          \
+    static void NAME(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int nq, int hd,     \
+                     float scale, float *out) {                                                                        \
+        kn_attend_kv_ref(T, T, k, stride, v, stride, n, q, nq, hd, scale, 0.0f, out);                                  \
+    }
+REF_FALLBACK(ref_bf16, KN_KVT_BF16)
+REF_FALLBACK(ref_q8_0, KN_KVT_Q8_0)
+REF_FALLBACK(ref_q4_0, KN_KVT_Q4_0)
+REF_FALLBACK(ref_tq4, KN_KVT_TQ4)
+REF_FALLBACK(ref_tq3, KN_KVT_TQ3)
+
 DEFINE_ENTRY(attend_f16, attn_f16_nc, kn_attend_f16_ref)
 DEFINE_ENTRY(attend_f32, attn_f32_nc, kn_attend_f32_ref)
+DEFINE_ENTRY_Q(attend_bf16, attn_bf16_nc, ref_bf16)
+DEFINE_ENTRY_Q(attend_q8_0, attn_q8_0_nc, ref_q8_0)
+DEFINE_ENTRY_Q(attend_q4_0, attn_q4_0_nc, ref_q4_0)
+DEFINE_ENTRY_Q(attend_tq4, attn_tq4_nc, ref_tq4)
+DEFINE_ENTRY_Q(attend_tq3, attn_tq3_nc, ref_tq3)
 
 /* Fills the attention kernels of k (kernels.h). Called only on CPUs with AVX-512 F/BW/VL/VNNI. */
 void kn_avx512_init_attn(kn_kernels *k) {
     k->attend_f16 = attend_f16;
     k->attend_f32 = attend_f32;
+    k->attend_kv[KN_KVT_BF16] = attend_bf16;
+    k->attend_kv[KN_KVT_Q8_0] = attend_q8_0;
+    k->attend_kv[KN_KVT_Q4_0] = attend_q4_0;
+    k->attend_kv[KN_KVT_TQ4] = attend_tq4;
+    k->attend_kv[KN_KVT_TQ3] = attend_tq3;
 }
 
 #else /* not x86-64: the set is never selected */

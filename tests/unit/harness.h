@@ -146,8 +146,8 @@ static inline void kt_fill_kv(kn_kv *kv, int32_t n, float tag) {
 /* True when positions [0, n) of every layer hold the same K and V bytes in a and b. */
 static inline bool kt_same_rows(const kn_kv *a, const kn_kv *b, int32_t n) {
     for (int32_t l = 0; l < a->n_layer; l++)
-        if (memcmp(kn_kv_k_at(a, l, 0, 0), kn_kv_k_at(b, l, 0, 0), (size_t)n * (size_t)a->kv_dim * a->elt) ||
-            memcmp(kn_kv_v_at(a, l, 0, 0), kn_kv_v_at(b, l, 0, 0), (size_t)n * (size_t)a->kv_dim * a->elt))
+        if (memcmp(kn_kv_k_at(a, l, 0, 0), kn_kv_k_at(b, l, 0, 0), (size_t)n * a->k_row) ||
+            memcmp(kn_kv_v_at(a, l, 0, 0), kn_kv_v_at(b, l, 0, 0), (size_t)n * a->v_row))
             return false;
     return true;
 }

@@ -65,8 +65,8 @@ static void check_bits(const kiln_model *m, const char *name) {
     kn_kv a, b;
     CHECK(kn_scratch_init(&s, m, 16, 64, 1) == KILN_OK);
     const kn_hparams *hp = &m->hp;
-    CHECK(kn_kv_init(&a, kn_kv_dtype(KILN_KV_F16), hp->n_layer, 64, hp->n_head_kv * hp->head_dim) == KILN_OK);
-    CHECK(kn_kv_init(&b, kn_kv_dtype(KILN_KV_F16), hp->n_layer, 64, hp->n_head_kv * hp->head_dim) == KILN_OK);
+    CHECK(kn_kv_init(&a, KN_F16, hp->n_layer, 64, hp->n_head_kv * hp->head_dim) == KILN_OK);
+    CHECK(kn_kv_init(&b, KN_F16, hp->n_layer, 64, hp->n_head_kv * hp->head_dim) == KILN_OK);
     kiln_token prompt[9], t[6] = {5, 17, 3, 99 % V, 42 % V, 7};
     repetitive_prompt(prompt, P, V, 1);
     float *one = malloc(sizeof(float) * (size_t)V * K), *multi = malloc(sizeof(float) * (size_t)V * K);
@@ -86,7 +86,7 @@ static void check_bits(const kiln_model *m, const char *name) {
                "%s: position %d differs between a %d-token pass and one-token decoding", name, P + i, K);
     /* rollback: b keeps t0, t1 and replaces t2.. by x; a decodes t0, t1, x from scratch */
     kn_kv_free(&a);
-    CHECK(kn_kv_init(&a, kn_kv_dtype(KILN_KV_F16), hp->n_layer, 64, hp->n_head_kv * hp->head_dim) == KILN_OK);
+    CHECK(kn_kv_init(&a, KN_F16, hp->n_layer, 64, hp->n_head_kv * hp->head_dim) == KILN_OK);
     kiln_token seq[12];
     memcpy(seq, prompt, sizeof prompt);
     seq[P] = t[0], seq[P + 1] = t[1], seq[P + 2] = 11;
@@ -278,7 +278,7 @@ static void test_draft_kv_rollback(void) {
         kn_kv fresh;
         kn_scratch sc;
         const kn_hparams *hp = &d4->hp;
-        CHECK(kn_kv_init(&fresh, dkv->type, hp->n_layer, 256, hp->n_head_kv * hp->head_dim) == KILN_OK);
+        CHECK(kn_kv_init_fmt(&fresh, &dkv->fmt, hp->n_layer, 256, hp->n_head_kv, hp->head_dim) == KILN_OK);
         CHECK(kn_scratch_init(&sc, d4, 256, 256, 1) == KILN_OK);
         float *lg = malloc(sizeof(float) * 512);
         kn_batch_row r = {.kv = &fresh, .tokens = all, .n_tokens = n, .logits_from = n};

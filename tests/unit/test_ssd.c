@@ -98,12 +98,11 @@ static bool truncate_by(const char *dir, const char *name, long by) {
     return stat(p, &sb) == 0 && truncate(p, sb.st_size - by) == 0;
 }
 
-/* Packs kv positions [0, n) as [n_layer][n][kv_dim] (the layout the writer takes). */
+/* Packs kv positions [0, n) as [n_layer][n][row] (the layout the writer takes). */
 static void pack(const kn_kv *kv, int32_t n, uint8_t *k, uint8_t *v) {
-    const size_t rb = (size_t)kv->kv_dim * kv->elt;
     for (int32_t l = 0; l < kv->n_layer; l++) {
-        memcpy(k + (size_t)l * n * rb, kn_kv_k_at(kv, l, 0, 0), (size_t)n * rb);
-        memcpy(v + (size_t)l * n * rb, kn_kv_v_at(kv, l, 0, 0), (size_t)n * rb);
+        memcpy(k + (size_t)l * n * kv->k_row, kn_kv_k_at(kv, l, 0, 0), (size_t)n * kv->k_row);
+        memcpy(v + (size_t)l * n * kv->v_row, kn_kv_v_at(kv, l, 0, 0), (size_t)n * kv->v_row);
     }
 }
 
@@ -199,8 +198,7 @@ static void test_checksum(void) {
 
 /* Writes an entry of n tokens (key `key`) to path; true on success. */
 static bool write_file(const char *path, const kn_ssdf_key *key, const int32_t *tokens, int32_t n, const kn_kv *kv) {
-    uint8_t *k = malloc((size_t)kv->n_layer * n * kv->kv_dim * kv->elt),
-            *v = malloc((size_t)kv->n_layer * n * kv->kv_dim * kv->elt);
+    uint8_t *k = malloc((size_t)kv->n_layer * n * kv->k_row), *v = malloc((size_t)kv->n_layer * n * kv->v_row);
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     bool ok = k && v && fd >= 0;
     if (ok) pack(kv, n, k, v);
@@ -217,7 +215,8 @@ static kn_ssdf_result read_file(const char *path, const kn_ssdf_key *expect, int
     kn_ssdf_header h;
     kn_ssdf_result r = kn_ssdf_read_header(fd, expect, &h);
     if (!r) {
-        r = kn_ssdf_read_rows(fd, &h, (uint32_t)m, dst->k, dst->v, (size_t)dst->n_ctx * dst->kv_dim * dst->elt, verify);
+        const size_t n_ctx = (size_t)dst->n_ctx;
+        r = kn_ssdf_read_rows(fd, &h, (uint32_t)m, dst->k, n_ctx * dst->k_row, dst->v, n_ctx * dst->v_row, verify);
         kn_ssdf_header_free(&h);
     }
     close(fd);
@@ -323,6 +322,43 @@ static void held_release(void *user, bool on_ssd) {
     held *h = user;
     h->released++;
     h->on_ssd = on_ssd;
+}
+
+/* Files of the quantized KV formats: a q8_0 (rotated) file and one of q4_0 keys with f16 values (K
+ * and V tensors of different sizes) round-trip; read under another format's key they are a
+ * mismatch, never data of that format. */
+static void test_kv_type_files(void) {
+    const kn_kv_format fmts[2] = {{.k = KN_KVT_Q8_0, .v = KN_KVT_Q8_0, .rot_k = true, .rot_v = true},
+                                  {.k = KN_KVT_Q4_0, .v = KN_KVT_F16, .rot_k = true}};
+    for (int f = 0; f < 2; f++) {
+        kn_kv src, dst;
+        CHECK(kn_kv_init_fmt(&src, &fmts[f], 2, 64, 2, 32) == KILN_OK);
+        CHECK(kn_kv_init_fmt(&dst, &fmts[f], 2, 64, 2, 32) == KILN_OK);
+        for (int32_t l = 0; l < 2; l++)
+            for (int32_t p = 0; p < 40; p++) {
+                float k[64], v[64];
+                for (int i = 0; i < 64; i++) k[i] = (float)((l * 7 + p * 3 + i) % 11) - 5, v[i] = -k[i] * 0.5f;
+                kn_kv_store(&src, l, p, k, v);
+            }
+        int32_t toks[40];
+        for (int i = 0; i < 40; i++) toks[i] = 300 + i;
+        kn_ssdf_key key = test_key(1), f16 = test_key(1);
+        key.kv_type = kn_kv_format_code(&fmts[f], 32);
+        key.kv_dim = f16.kv_dim = 64;
+        f16.kv_type = KN_SSDF_F16;
+        CHECK(key.kv_type != KN_SSDF_F16 && key.kv_type != KN_SSDF_F32);
+        char path[600];
+        snprintf(path, sizeof path, "%s/typed%d.kv", kt_tmpdir(), f);
+        CHECK(write_file(path, &key, toks, 40, &src));
+        struct stat sb;
+        CHECK(stat(path, &sb) == 0 && (uint64_t)sb.st_size == kn_ssdf_file_size(&key, 40));
+        CHECK(kn_ssdf_file_size(&key, 40) < kn_ssdf_file_size(&f16, 40));
+        CHECK(read_file(path, &key, 40, &dst, true) == KN_SSDF_OK && kt_same_rows(&src, &dst, 40));
+        CHECK(read_file(path, &key, 9, &dst, true) == KN_SSDF_OK && kt_same_rows(&src, &dst, 9));
+        CHECK(read_file(path, &f16, 40, &dst, true) == KN_SSDF_MISMATCH);
+        kn_kv_free(&src);
+        kn_kv_free(&dst);
+    }
 }
 
 /* Queues tokens[n] with the K/V of kv (F32, 2 layers, kv_dim 8) through h. */
@@ -1099,9 +1135,49 @@ static void test_engine_data_damage(void) {
     }
 }
 
+/* An SSD directory filled by a q8_0 engine: an f16 engine on it finds nothing of it (a miss, no
+ * quarantine) and computes the cold output; a q8_0 engine again restores from it. */
+static void test_engine_kv_types(void) {
+    if (!world_init()) SKIP("no model");
+    const char *dir = fresh_dir("kvtypes");
+    kiln_engine_params ep = kiln_engine_default_params();
+    ep.n_ctx = 256;
+    ep.max_rows = 2;
+    ep.prefill_chunk = 16;
+    ep.prompt_cache = 0;
+    ep.ssd_dir = dir;
+    ep.ssd_max_bytes = 64 << 20;
+    ep.ssd_demote_idle_s = 0;
+    ep.kv_type = KILN_KV_Q8_0;
+    kiln_engine *e = NULL;
+    CHECK(kiln_engine_new(W.m, &ep, &e) == KILN_OK);
+    kt_out o, q8;
+    kiln_generate_result r;
+    CHECK(kt_generate(e, W.p[0], PLEN, GEN, &q8, &r) == KILN_OK && r.n_cached == 0);
+    CHECK(kiln_engine_flush_cache(e, 5000) == KILN_OK);
+    kiln_engine_stats es;
+    kiln_engine_get_stats(e, &es);
+    CHECK(es.ssd_writes == 1 && es.kv_type_k == KILN_KV_Q8_0 && es.kv_rotate_k);
+    CHECK(es.kv_bytes_per_token > 0 && es.kv_bytes_per_token < kiln_model_kv_bytes_per_token(W.m, KILN_KV_F16));
+    kiln_engine_free(e);
+    ep.kv_type = KILN_KV_F16;
+    CHECK(kiln_engine_new(W.m, &ep, &e) == KILN_OK);
+    CHECK(kt_generate(e, W.p[0], PLEN, GEN, &o, &r) == KILN_OK && r.n_cached == 0 && kt_same_out(&o, &W.cold[0]));
+    kiln_engine_get_stats(e, &es);
+    CHECK(es.ssd_hits == 0 && es.ssd_quarantined == 0 && es.ssd_entries == 0);
+    kiln_engine_free(e);
+    ep.kv_type = KILN_KV_Q8_0;
+    CHECK(kiln_engine_new(W.m, &ep, &e) == KILN_OK);
+    CHECK(kt_generate(e, W.p[0], PLEN, GEN, &o, &r) == KILN_OK && r.n_cached == PLEN - 1 && kt_same_out(&o, &q8));
+    kiln_engine_get_stats(e, &es);
+    CHECK(es.ssd_hits == 1 && es.ssd_quarantined == 0);
+    kiln_engine_free(e);
+}
+
 int main(void) {
     RUN(test_checksum);
     RUN(test_file_format);
+    RUN(test_kv_type_files);
     RUN(test_tier_roundtrip);
     RUN(test_lru_cap);
     RUN(test_index_repair);
@@ -1114,6 +1190,7 @@ int main(void) {
     RUN(test_engine_corrupt_startup);
     RUN(test_engine_corrupt_restore);
     RUN(test_engine_data_damage);
+    RUN(test_engine_kv_types);
     if (W.m) kiln_model_free(W.m);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", kt_tmpdir());
