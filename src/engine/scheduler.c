@@ -6,8 +6,9 @@
  * in arrival order. Then, without the lock: new rows get their KV (allocated on a slot's first
  * use and kept), restore the longest cached prefix of their prompt from the prefix cache (which
  * alone decides whether it comes from RAM or from its SSD tier), and begin; rows whose request was
- * cancelled leave; one executor step advances all active rows together (kn_step_rows: decode
- * tokens first, joining prompts in chunks); finished rows end and free their slot at once. The
+ * cancelled leave; one embedding pass runs when an embedding call waits (embed.c); one executor
+ * step advances all active rows together (kn_step_rows: decode tokens first, joining prompts in
+ * chunks); finished rows end and free their slot at once. The
  * scheduler never touches tensors itself: the numeric work is the method's (row.c), the KV layout
  * the cache's.
  */
@@ -119,7 +120,8 @@ void *kn_scheduler_main(void *arg) {
         const int n_fresh = admit_locked(e, fresh);
         int n_active = 0;
         for (int i = 0; i < R; i++) n_active += e->slots[i].req != NULL;
-        if (!n_drop && !n_active) {
+        const bool embed = kn_embed_pending_locked(e);
+        if (!n_drop && !n_active && !embed) {
             if (e->stopping && !e->q_count) break;
             pthread_cond_wait(&e->wake, &e->mu);
             continue;
@@ -128,6 +130,7 @@ void *kn_scheduler_main(void *arg) {
 
         for (int i = 0; i < n_drop; i++) end_unstarted(e, dropped[i], KILN_ERR_CANCELLED);
         for (int i = 0; i < n_fresh; i++) start_row(e, &e->slots[fresh[i]]);
+        if (embed) kn_embed_step(e); /* one embedding pass between two generation steps */
         int n = 0;
         for (int i = 0; i < R; i++) {
             kn_slot *s = &e->slots[i];
@@ -149,6 +152,7 @@ void *kn_scheduler_main(void *arg) {
         if (n) e->steps++;
     }
     pthread_mutex_unlock(&e->mu);
+    kn_embed_release(e);
     free(dropped);
     free(fresh);
     free(rows);
