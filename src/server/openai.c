@@ -182,6 +182,13 @@ static bool get_logit_bias(srv_req *r, json_t *o, srv_job *j) {
 
 bool srv_generation_params(srv_req *r, json_t *req, srv_job *j) {
     const srv_config *cfg = &r->server->cfg;
+    if (!kiln_model_can_generate(r->server->model)) {
+        srv_send_error(r, 400, "invalid_request_error", "model", "model_not_generative",
+                       "the served model '%s' (%s) is an embedding model; it does not generate text (its route is "
+                       "/v1/embeddings)",
+                       r->server->model_id, kiln_model_arch(r->server->model));
+        return false;
+    }
     kiln_generate_params *gp = &j->gp;
     gp->sampling = cfg->sampling;
     gp->max_tokens = cfg->max_tokens;
