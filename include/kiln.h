@@ -698,6 +698,10 @@ typedef struct kiln_generate_params {
     kiln_token_fn on_token;      /* may be NULL */
     kiln_done_fn on_done;        /* may be NULL; called once when the generation ends */
     void *user;                  /* passed to on_token and on_done */
+    bool share_prompt;           /* engine with a prompt cache: the prompt's KV goes to the prefix cache as
+                                    soon as it is computed, so requests of the same prompt submitted
+                                    after this one's first token event restore it instead of
+                                    computing it again (the choices of n > 1); default false */
 } kiln_generate_params;
 
 KILN_API kiln_generate_params kiln_generate_default_params(void);

@@ -35,6 +35,7 @@ typedef struct kn_slot {
     bool allocated;
     kiln_request *req; /* running request, or NULL */
     kn_row row;
+    bool prompt_shared; /* gp.share_prompt: the prompt's KV is published already */
 } kn_slot;
 
 struct kiln_engine {

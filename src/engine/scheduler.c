@@ -73,6 +73,7 @@ static void start_row(kiln_engine *e, kn_slot *s) {
         const int32_t cached =
             kn_pc_restore(&e->cache, r->prompt, (int32_t)r->n_prompt, (int32_t)r->n_prompt - 1, &s->kv);
         st = kn_row_begin(&s->row, e->model, &s->kv, r->prompt, r->n_prompt, cached, &r->gp);
+        s->prompt_shared = false;
     }
     if (!st) return;
     kn_error_save(r->err);
@@ -145,6 +146,11 @@ void *kn_scheduler_main(void *arg) {
         }
         if (n) {
             kn_step_rows(e->model, &e->scratch, rows, n, e->scratch.n_max, e->p.prefill_chunk, e->logits);
+            for (int i = 0; i < n; i++) /* share_prompt: the prompt's KV as soon as it is whole */
+                if (rows[i]->gp.share_prompt && rows[i]->decoding && !row_slot[i]->prompt_shared && rows[i]->seq) {
+                    kn_pc_publish(&e->cache, rows[i]->seq, (int32_t)rows[i]->n_prompt, &row_slot[i]->kv, 2);
+                    row_slot[i]->prompt_shared = true;
+                }
             for (int i = 0; i < n; i++)
                 if (rows[i]->finished) end_row(e, row_slot[i]);
         }

@@ -38,7 +38,12 @@ typedef struct gen_out {
     bool oom;
     kiln_chat_parser *parser; /* chat with tools or a reasoning format: the reply's parser, else NULL */
     bool parse_failed;        /* the parser refused input (past a limit): the rest is not parsed */
+    int n;                    /* choices asked for (n; 1 unless the request says) */
+    bool started;             /* an event came (the prompt is evaluated), under the job's lock */
 } gen_out;
+
+/* The most choices one request may ask for (n); beyond: 400. */
+#define SRV_MAX_CHOICES 16
 
 static void gen_out_free(void *p) {
     gen_out *g = p;
@@ -194,12 +199,7 @@ bool srv_generation_params(srv_req *r, json_t *req, srv_job *j) {
     gp->max_tokens = cfg->max_tokens;
     gp->add_special = false;
     gp->parse_special = true;
-    long long n = 1, max_tokens = -2, top_k = -1, seed = -2;
-    if (!get_int(r, req, "n", 1, 1000000, &n)) return false;
-    if (n != 1) {
-        BAD(r, "n", "only n = 1 is supported");
-        return false;
-    }
+    long long max_tokens = -2, top_k = -1, seed = -2;
     if (!get_int(r, req, "max_tokens", 0, 1 << 30, &max_tokens)) return false;
     if (!get_int(r, req, "max_completion_tokens", 0, 1 << 30, &max_tokens)) return false;
     if (max_tokens >= 0) gp->max_tokens = (int32_t)max_tokens;
@@ -232,6 +232,13 @@ bool srv_generation_params(srv_req *r, json_t *req, srv_job *j) {
 static bool parse_common(srv_req *r, json_t *req, srv_job *j, gen_out *g) {
     if (!srv_generation_params(r, req, j)) return false;
     if (!srv_get_bool(r, req, "stream", &g->stream)) return false;
+    long long n = 1;
+    if (!get_int(r, req, "n", 1, SRV_MAX_CHOICES, &n)) return false;
+    g->n = (int)n;
+    if (g->n > 1 && g->stream) {
+        BAD(r, "n", "'n' > 1 is not supported with \"stream\": true");
+        return false;
+    }
     json_t *so = json_object_get(req, "stream_options");
     if (so && !json_is_null(so)) {
         if (!json_is_object(so)) {
@@ -577,6 +584,7 @@ static void parse_text(srv_job *j, const char *text, size_t len, bool finish) {
 
 static void on_event(srv_job *j, const kiln_token_event *ev) {
     gen_out *g = j->user;
+    g->started = true;
     if (ev && g->parser) {
         if (g->logprobs >= 0 && ev->token >= 0) {
             json_t **dst = g->stream ? &g->lp_pending : &g->lp;
@@ -621,8 +629,8 @@ static void on_event(srv_job *j, const kiln_token_event *ev) {
     if (!srv_job_append(j, "data: [DONE]\n\n", 14)) g->oom = true;
 }
 
-/* Non-streaming response once the job is done. */
-static void send_result(srv_req *r, srv_job *j) {
+/* The choice of a finished job at index, or NULL after sending the error. */
+static json_t *result_choice(srv_req *r, srv_job *j, int index) {
     gen_out *g = j->user;
     if (j->status != KILN_OK || g->oom) {
         if (j->status == KILN_ERR_CANCELLED)
@@ -633,7 +641,7 @@ static void send_result(srv_req *r, srv_job *j) {
         else
             srv_send_error(r, 500, "server_error", NULL, NULL, "generation failed: %s",
                            g->oom ? "out of memory" : j->error);
-        return;
+        return NULL;
     }
     json_t *lp = g->logprobs >= 0 && !g->lp ? new_lp(g->chat) : json_incref(g->lp);
     json_t *choice;
@@ -647,22 +655,39 @@ static void send_result(srv_req *r, srv_job *j) {
         if (!msg) {
             json_decref(lp);
             srv_send_error(r, 500, "server_error", NULL, NULL, "out of memory");
-            return;
+            return NULL;
         }
         if (!json_object_get(msg, "content")) json_object_set_new(msg, "content", json_string(""));
         json_object_set_new(msg, "refusal", json_null());
-        choice = json_pack("{s:i, s:o, s:o, s:s}", "index", 0, "message", msg, "logprobs", lp_value(g, lp),
+        choice = json_pack("{s:i, s:o, s:o, s:s}", "index", index, "message", msg, "logprobs", lp_value(g, lp),
                            "finish_reason", finish);
     } else if (g->chat)
-        choice = json_pack("{s:i, s:{s:s, s:s%, s:n}, s:o, s:s}", "index", 0, "message", "role", "assistant", "content",
-                           g->text ? g->text : "", g->n_text, "refusal", "logprobs", lp_value(g, lp), "finish_reason",
-                           finish);
+        choice = json_pack("{s:i, s:{s:s, s:s%, s:n}, s:o, s:s}", "index", index, "message", "role", "assistant",
+                           "content", g->text ? g->text : "", g->n_text, "refusal", "logprobs", lp_value(g, lp),
+                           "finish_reason", finish);
     else
-        choice = json_pack("{s:s%, s:i, s:o, s:s}", "text", g->text ? g->text : "", g->n_text, "index", 0, "logprobs",
-                           lp_value(g, lp), "finish_reason", finish);
+        choice = json_pack("{s:s%, s:i, s:o, s:s}", "text", g->text ? g->text : "", g->n_text, "index", index,
+                           "logprobs", lp_value(g, lp), "finish_reason", finish);
     json_decref(lp);
-    json_t *o = envelope(g, g->chat ? "chat.completion" : "text_completion", choice);
-    if (o) json_object_set_new(o, "usage", usage(&j->result));
+    return choice;
+}
+
+/* Non-streaming response once the jobs[n] (the choices, each done) are: usage counts the prompt once. */
+static void send_result(srv_req *r, srv_job **jobs, int n) {
+    gen_out *g = jobs[0]->user;
+    json_t *o = envelope(g, g->chat ? "chat.completion" : "text_completion", NULL);
+    kiln_generate_result total = jobs[0]->result;
+    for (int i = 0; i < n; i++) {
+        json_t *choice = result_choice(r, jobs[i], i);
+        if (!choice) {
+            json_decref(o);
+            return;
+        }
+        if (o) json_array_append_new(json_object_get(o, "choices"), choice);
+        else json_decref(choice);
+        if (i) total.n_generated += jobs[i]->result.n_generated;
+    }
+    if (o) json_object_set_new(o, "usage", usage(&total));
     srv_send_json(r, 200, o);
 }
 
@@ -700,7 +725,80 @@ static void run(srv_req *r, srv_job *j) {
         srv_send_stream(r, j);
         return;
     }
-    if (srv_wait_job(r, j)) send_result(r, j);
+    if (srv_wait_job(r, j)) send_result(r, &j, 1);
+}
+
+static srv_job *new_job(srv_req *r, bool chat);
+
+/* Choice i (>= 1) of j's request: the same prompt, parameters and output state; a fixed seed
+ * becomes seed + i, so every choice is reproducible. The stop strings are copied; the logit bias
+ * and grammar are j's, which the engine copies or references when the choice is submitted (j
+ * outlives that). NULL after sending 500. */
+static srv_job *clone_choice(srv_req *r, srv_job *j, int i) {
+    gen_out *g0 = j->user;
+    srv_job *c = new_job(r, g0->chat);
+    if (!c) return NULL;
+    gen_out *g = c->user;
+    memcpy(g->id, g0->id, sizeof g->id);
+    g->created = g0->created;
+    g->logprobs = g0->logprobs;
+    g->n = g0->n;
+    c->gp = j->gp;
+    c->gp.share_prompt = false;
+    c->gp.n_stop = 0;
+    c->gp.stop = NULL;
+    if (j->gp.sampling.seed != KILN_SEED_RANDOM) c->gp.sampling.seed = j->gp.sampling.seed + (uint64_t)i;
+    c->prompt = malloc(j->n_prompt * sizeof *c->prompt);
+    c->stop = j->gp.n_stop ? calloc(j->gp.n_stop, sizeof *c->stop) : NULL;
+    bool ok = c->prompt && (!j->gp.n_stop || c->stop);
+    for (size_t k = 0; ok && k < j->gp.n_stop; k++, c->gp.n_stop++) ok = (c->stop[k] = strdup(j->stop[k])) != NULL;
+    if (!ok) {
+        srv_job_unref(c);
+        oom(r);
+        return NULL;
+    }
+    memcpy(c->prompt, j->prompt, j->n_prompt * sizeof *c->prompt);
+    c->n_prompt = j->n_prompt;
+    c->gp.stop = (const char *const *)c->stop;
+    return c;
+}
+
+/* Runs the choices jobs[n] (n > 1) as rows of one batch sharing the prompt's KV: choice 0 is
+ * submitted with share_prompt, and once its prompt is evaluated (its first event) the others,
+ * which restore that prompt from the prefix cache and run beside it; then one response. */
+static void run_choices(srv_req *r, srv_job **jobs, int n) {
+    srv *s = r->server;
+    if (atomic_load(&s->stopping)) {
+        srv_send_error(r, 503, "server_error", NULL, NULL, "the server is shutting down");
+        return;
+    }
+    jobs[0]->gp.share_prompt = true;
+    int submitted = 0;
+    kiln_status st = KILN_OK;
+    for (int i = 0; i < n && !st; i++) {
+        jobs[i]->gp.logprobs = ((gen_out *)jobs[i]->user)->logprobs;
+        if (!(st = srv_job_submit(s, jobs[i]))) submitted++;
+        if (i == 0 && !st) { /* wait until the prompt is in the cache (or the choice ended) */
+            gen_out *g0 = jobs[0]->user;
+            pthread_mutex_lock(&jobs[0]->mu);
+            while (!g0->started && !jobs[0]->done) pthread_cond_wait(&jobs[0]->cv, &jobs[0]->mu);
+            pthread_mutex_unlock(&jobs[0]->mu);
+        }
+    }
+    if (st) {
+        for (int i = 0; i < submitted; i++) srv_job_cancel(jobs[i]);
+        if (st == KILN_ERR_BUSY)
+            srv_send_error(r, 429, "requests", NULL, "rate_limit_exceeded",
+                           "the server is busy: %d requests are already waiting; retry later", s->cfg.max_queue);
+        else srv_send_error(r, 500, "server_error", NULL, NULL, "cannot start the generation: %s", kiln_last_error());
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        if (!srv_wait_job(r, jobs[i])) { /* the client went away */
+            for (int k = i + 1; k < n; k++) srv_job_cancel(jobs[k]);
+            return;
+        }
+    send_result(r, jobs, n);
 }
 
 /* A job for endpoint chat (or completions) with its output state; NULL after sending 500. */
@@ -768,6 +866,8 @@ bool srv_chat_parser_setup(srv_req *r, srv_job *j, const srv_tools *t, const cha
 void srv_chat_completions(srv_req *r) {
     json_t *req = srv_parse_body(r);
     if (!req) return;
+    srv_job *jobs[SRV_MAX_CHOICES];
+    int n_jobs = 0;
     srv_job *j = new_job(r, true);
     char *prompt = NULL;
     size_t len = 0;
@@ -788,8 +888,26 @@ void srv_chat_completions(srv_req *r) {
     if (!(prompt = srv_render_chat(r, req, &len))) goto done;
     if (!(j->prompt = srv_tokenize_prompt(r, "messages", prompt, len, &j->n_prompt))) goto done;
     if (!srv_chat_parser_setup(r, j, &tools, prompt, &g->parser)) goto done;
-    run(r, j);
+    if (g->n == 1) {
+        run(r, j);
+        goto done;
+    }
+    jobs[0] = j;
+    for (n_jobs = 1; n_jobs < g->n; n_jobs++) {
+        srv_job *c = clone_choice(r, j, n_jobs);
+        if (!c) goto done;
+        jobs[n_jobs] = c;
+        c->grammar = j->grammar; /* borrowed while its parser is set up like j's */
+        const bool set = srv_chat_parser_setup(r, c, &tools, prompt, &((gen_out *)c->user)->parser);
+        if (c->grammar == j->grammar) c->grammar = NULL;
+        if (!set) {
+            n_jobs++;
+            goto done;
+        }
+    }
+    run_choices(r, jobs, n_jobs);
 done:
+    for (int i = 1; i < n_jobs; i++) srv_job_unref(jobs[i]);
     free(prompt);
     srv_job_unref(j);
     json_decref(req);
@@ -798,6 +916,8 @@ done:
 void srv_completions(srv_req *r) {
     json_t *req = srv_parse_body(r);
     if (!req) return;
+    srv_job *jobs[SRV_MAX_CHOICES];
+    int n_jobs = 0;
     srv_job *j = new_job(r, false);
     if (!j) goto done;
     gen_out *g = j->user;
@@ -836,8 +956,16 @@ void srv_completions(srv_req *r) {
         BAD(r, "prompt", "'prompt' must be a string, an array of one string, or an array of token ids");
         goto done;
     }
-    run(r, j);
+    if (g->n == 1) {
+        run(r, j);
+        goto done;
+    }
+    jobs[0] = j;
+    for (n_jobs = 1; n_jobs < g->n; n_jobs++)
+        if (!(jobs[n_jobs] = clone_choice(r, j, n_jobs))) goto done;
+    run_choices(r, jobs, n_jobs);
 done:
+    for (int i = 1; i < n_jobs; i++) srv_job_unref(jobs[i]);
     srv_job_unref(j);
     json_decref(req);
 }

@@ -334,8 +334,9 @@ kiln_token *srv_tokenize_prompt(srv_req *r, const char *param, const char *text,
 char *srv_render_chat(srv_req *r, json_t *req, size_t *len);
 /* The generation parameters of a chat or completions request (openai.c): max_tokens and
  * max_completion_tokens, the sampling fields, seed, ignore_eos, stop, logit_bias and the output
- * constraint, over the server's defaults, into j->gp (and j->stop, j->bias, j->grammar). n must be
- * 1. False after sending a 400 naming the field (or the model, when it is an embedding model). */
+ * constraint, over the server's defaults, into j->gp (and j->stop, j->bias, j->grammar); `n` is
+ * the OpenAI routes' own (openai.c). False after sending a 400 naming the field (or the model, when
+ * it is an embedding model). */
 bool srv_generation_params(srv_req *r, json_t *req, srv_job *j);
 /* out = prefix + 24 random characters from [A-Za-z0-9] (cut to cap, NUL-terminated). */
 void srv_make_id(char *out, size_t cap, const char *prefix);
