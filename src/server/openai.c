@@ -40,6 +40,13 @@ typedef struct gen_out {
     bool parse_failed;        /* the parser refused input (past a limit): the rest is not parsed */
     int n;                    /* choices asked for (n; 1 unless the request says) */
     bool started;             /* an event came (the prompt is evaluated), under the job's lock */
+    /* streaming n > 1: every choice's events go to one sink job (never submitted; a reference held)
+     * with the choice's index; the sink's own gen_out counts the choices still running and sums
+     * their usage, under the sink's lock */
+    srv_job *sink;
+    int index;
+    int pending;
+    kiln_generate_result total;
 } gen_out;
 
 /* The most choices one request may ask for (n); beyond: 400. */
@@ -52,6 +59,7 @@ static void gen_out_free(void *p) {
     json_decref(g->lp);
     json_decref(g->lp_pending);
     kiln_chat_parser_free(g->parser);
+    srv_job_unref(g->sink);
     free(g);
 }
 
@@ -235,10 +243,7 @@ static bool parse_common(srv_req *r, json_t *req, srv_job *j, gen_out *g) {
     long long n = 1;
     if (!get_int(r, req, "n", 1, SRV_MAX_CHOICES, &n)) return false;
     g->n = (int)n;
-    if (g->n > 1 && g->stream) {
-        BAD(r, "n", "'n' > 1 is not supported with \"stream\": true");
-        return false;
-    }
+
     json_t *so = json_object_get(req, "stream_options");
     if (so && !json_is_null(so)) {
         if (!json_is_object(so)) {
@@ -514,14 +519,52 @@ static json_t *envelope(gen_out *g, const char *object, json_t *choice) {
     return o;
 }
 
-/* Appends one SSE event "data: <json>\n\n" to the job's output (lock held); steals obj. */
+/* Appends one SSE event "data: <json>\n\n" to the job's output (lock held), or to its sink's
+ * (taking the sink's lock); steals obj. */
 static void emit_sse(srv_job *j, json_t *obj) {
     gen_out *g = j->user;
     char *s = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
     json_decref(obj);
-    if (!s || !srv_job_append(j, "data: ", 6) || !srv_job_append(j, s, strlen(s)) || !srv_job_append(j, "\n\n", 2))
+    srv_job *dst = g->sink ? g->sink : j;
+    if (g->sink) pthread_mutex_lock(&dst->mu);
+    if (!s || !srv_job_append(dst, "data: ", 6) || !srv_job_append(dst, s, strlen(s)) ||
+        !srv_job_append(dst, "\n\n", 2))
         g->oom = true;
+    if (g->sink) {
+        pthread_cond_broadcast(&dst->cv);
+        pthread_mutex_unlock(&dst->mu);
+    }
     free(s);
+}
+
+/* A streaming choice ended (its lock held): its usage joins the sink's; the last one sends the
+ * usage chunk (when asked) and [DONE] and ends the sink's stream. */
+static void end_choice(srv_job *j) {
+    gen_out *g = j->user;
+    srv_job *sink = g->sink;
+    gen_out *sg = sink->user;
+    pthread_mutex_lock(&sink->mu);
+    if (g->index == 0) {
+        sg->total.n_prompt = j->result.n_prompt;
+        sg->total.n_cached = j->result.n_cached;
+    }
+    sg->total.n_generated += j->result.n_generated;
+    if (--sg->pending == 0) {
+        if (g->include_usage) {
+            json_t *o = envelope(g, g->chat ? "chat.completion.chunk" : "text_completion", NULL);
+            if (o) json_object_set_new(o, "usage", usage(&sg->total));
+            char *txt = o ? json_dumps(o, JSON_COMPACT) : NULL;
+            json_decref(o);
+            if (!txt || !srv_job_append(sink, "data: ", 6) || !srv_job_append(sink, txt, strlen(txt)) ||
+                !srv_job_append(sink, "\n\n", 2))
+                g->oom = true;
+            free(txt);
+        }
+        if (!srv_job_append(sink, "data: [DONE]\n\n", 14)) g->oom = true;
+        sink->done = true;
+    }
+    pthread_cond_broadcast(&sink->cv);
+    pthread_mutex_unlock(&sink->mu);
 }
 
 /* A streaming chunk with text (and the logprobs gathered since the last one), or the final chunk
@@ -532,11 +575,11 @@ static json_t *chunk(gen_out *g, const char *text, size_t len, const char *finis
     json_t *choice;
     if (g->chat) {
         json_t *delta = finish ? json_object() : json_pack("{s:s%}", "content", text, len);
-        choice = json_pack("{s:i, s:o, s:o, s:s?}", "index", 0, "delta", delta, "logprobs", lp_value(g, lp),
+        choice = json_pack("{s:i, s:o, s:o, s:s?}", "index", g->index, "delta", delta, "logprobs", lp_value(g, lp),
                            "finish_reason", finish);
     } else {
-        choice = json_pack("{s:s%, s:i, s:o, s:s?}", "text", finish ? "" : text, finish ? (size_t)0 : len, "index", 0,
-                           "logprobs", lp_value(g, lp), "finish_reason", finish);
+        choice = json_pack("{s:s%, s:i, s:o, s:s?}", "text", finish ? "" : text, finish ? (size_t)0 : len, "index",
+                           g->index, "logprobs", lp_value(g, lp), "finish_reason", finish);
     }
     json_decref(lp);
     if (choice && !finish) json_object_set_new(choice, "finish_reason", json_null());
@@ -564,8 +607,8 @@ static json_t *delta_chunk(gen_out *g, const kiln_chat_delta *d) {
         delta = json_pack("{s:s%}", d->kind == KILN_DELTA_REASONING ? "reasoning_content" : "content", d->text, d->len);
     json_t *lp = g->lp_pending;
     g->lp_pending = NULL;
-    json_t *choice =
-        json_pack("{s:i, s:o, s:o, s:n}", "index", 0, "delta", delta, "logprobs", lp_value(g, lp), "finish_reason");
+    json_t *choice = json_pack("{s:i, s:o, s:o, s:n}", "index", g->index, "delta", delta, "logprobs", lp_value(g, lp),
+                               "finish_reason");
     json_decref(lp);
     json_t *o = envelope(g, "chat.completion.chunk", choice);
     if (o && g->include_usage) json_object_set_new(o, "usage", json_null());
@@ -585,6 +628,7 @@ static void parse_text(srv_job *j, const char *text, size_t len, bool finish) {
 static void on_event(srv_job *j, const kiln_token_event *ev) {
     gen_out *g = j->user;
     g->started = true;
+    if (g->sink && atomic_load(&g->sink->cancel)) atomic_store(&j->cancel, true); /* the client left */
     if (ev && g->parser) {
         if (g->logprobs >= 0 && ev->token >= 0) {
             json_t **dst = g->stream ? &g->lp_pending : &g->lp;
@@ -616,7 +660,7 @@ static void on_event(srv_job *j, const kiln_token_event *ev) {
     if (!g->stream) return;
     if (j->status == KILN_OK) {
         emit_sse(j, chunk(g, NULL, 0, g->chat ? chat_finish(g, j->result.stop) : finish_reason(j->result.stop)));
-        if (g->include_usage) {
+        if (g->include_usage && !g->sink) {
             json_t *o = envelope(g, g->chat ? "chat.completion.chunk" : "text_completion", NULL);
             if (o) json_object_set_new(o, "usage", usage(&j->result));
             emit_sse(j, o);
@@ -625,6 +669,10 @@ static void on_event(srv_job *j, const kiln_token_event *ev) {
         const char *msg = j->status == KILN_ERR_CANCELLED ? "the generation was cancelled (server stopping)" : j->error;
         const char *type = j->status == KILN_ERR_UNSUPPORTED ? "invalid_request_error" : "server_error";
         emit_sse(j, json_pack("{s:{s:s, s:s, s:n, s:n}}", "error", "message", msg, "type", type, "param", "code"));
+    }
+    if (g->sink) {
+        end_choice(j);
+        return;
     }
     if (!srv_job_append(j, "data: [DONE]\n\n", 14)) g->oom = true;
 }
@@ -743,6 +791,8 @@ static srv_job *clone_choice(srv_req *r, srv_job *j, int i) {
     g->created = g0->created;
     g->logprobs = g0->logprobs;
     g->n = g0->n;
+    g->stream = g0->stream;
+    g->include_usage = g0->include_usage;
     c->gp = j->gp;
     c->gp.share_prompt = false;
     c->gp.n_stop = 0;
@@ -773,13 +823,31 @@ static void run_choices(srv_req *r, srv_job **jobs, int n) {
         return;
     }
     jobs[0]->gp.share_prompt = true;
+    gen_out *g0 = jobs[0]->user;
+    srv_job *sink = NULL;
+    if (g0->stream) { /* one stream: each choice's chunks with its index, the role first */
+        if (!(sink = new_job(r, g0->chat))) return;
+        gen_out *sg = sink->user;
+        sg->pending = n;
+        for (int i = 0; i < n; i++) {
+            gen_out *g = jobs[i]->user;
+            g->sink = sink;
+            g->index = i;
+            srv_job_ref(sink);
+            if (!g->chat) continue;
+            json_t *o = envelope(g, "chat.completion.chunk",
+                                 json_pack("{s:i, s:{s:s, s:s}, s:n, s:n}", "index", i, "delta", "role", "assistant",
+                                           "content", "", "logprobs", "finish_reason"));
+            if (o && g->include_usage) json_object_set_new(o, "usage", json_null());
+            emit_sse(jobs[i], o);
+        }
+    }
     int submitted = 0;
     kiln_status st = KILN_OK;
     for (int i = 0; i < n && !st; i++) {
         jobs[i]->gp.logprobs = ((gen_out *)jobs[i]->user)->logprobs;
         if (!(st = srv_job_submit(s, jobs[i]))) submitted++;
         if (i == 0 && !st) { /* wait until the prompt is in the cache (or the choice ended) */
-            gen_out *g0 = jobs[0]->user;
             pthread_mutex_lock(&jobs[0]->mu);
             while (!g0->started && !jobs[0]->done) pthread_cond_wait(&jobs[0]->cv, &jobs[0]->mu);
             pthread_mutex_unlock(&jobs[0]->mu);
@@ -791,6 +859,12 @@ static void run_choices(srv_req *r, srv_job **jobs, int n) {
             srv_send_error(r, 429, "requests", NULL, "rate_limit_exceeded",
                            "the server is busy: %d requests are already waiting; retry later", s->cfg.max_queue);
         else srv_send_error(r, 500, "server_error", NULL, NULL, "cannot start the generation: %s", kiln_last_error());
+        srv_job_unref(sink);
+        return;
+    }
+    if (sink) {
+        srv_send_stream(r, sink);
+        srv_job_unref(sink);
         return;
     }
     for (int i = 0; i < n; i++)

@@ -3,7 +3,8 @@
 // request alone gives); seeded sampling is reproducible (the same seed, the same three texts) and its
 // choices differ from each other; usage counts the prompt once and the completion tokens of every
 // choice; the choices after the first restore the prompt's KV from the prefix cache (its hit count
-// grows by n - 1); n above the cap (16), and n > 1 with streaming, are a 400. One PASS/FAIL/SKIP line
+// grows by n - 1); a stream carries every choice's chunks with its index (the role first, a
+// finish_reason each, one usage chunk, the texts of the whole response); n above the cap (16) is a 400. One PASS/FAIL/SKIP line
 // per case (see lib.mjs); run by tests/cli/test_choices.sh.
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
@@ -48,8 +49,26 @@ await test('choices_seeded_reproducible', async () => {
 await test('choices_errors', async () => {
   await assertClientError(client.completions.create({ model: S.modelId, prompt: 'x', n: 17 }), OpenAI.BadRequestError, 400, 'n above the cap');
   await assertClientError(client.completions.create({ model: S.modelId, prompt: 'x', n: 0 }), OpenAI.BadRequestError, 400, 'n = 0');
-  await assertClientError(client.chat.completions.create({ model: S.modelId, messages: [{ role: 'user', content: 'x' }], n: 2, stream: true }),
-    OpenAI.BadRequestError, 400, 'n > 1 streaming');
+});
+
+await test('choices_stream_indexes', async () => {
+  const body = { model: S.modelId, messages: [{ role: 'user', content: 'Tell me a story' }], n: 3, max_tokens: 12, temperature: 0 };
+  const whole = await client.chat.completions.create(body);
+  const stream = await client.chat.completions.create({ ...body, stream: true, stream_options: { include_usage: true } });
+  const text = ['', '', ''], roles = [0, 0, 0], finish = [];
+  let usage = null;
+  for await (const c of stream) {
+    if (c.usage) usage = c.usage;
+    for (const ch of c.choices) {
+      if (ch.delta.role) roles[ch.index]++;
+      text[ch.index] += ch.delta.content || '';
+      if (ch.finish_reason) finish[ch.index] = ch.finish_reason;
+    }
+  }
+  assert.deepEqual(roles, [1, 1, 1]);
+  assert.deepEqual(text, whole.choices.map((c) => c.message.content));
+  assert.deepEqual(finish, ['length', 'length', 'length']);
+  assert.deepEqual([usage.prompt_tokens, usage.completion_tokens], [whole.usage.prompt_tokens, whole.usage.completion_tokens]);
 });
 
 await stopCleanly(S);
