@@ -760,8 +760,12 @@ typedef struct kiln_generate_params {
     kiln_done_fn on_done;        /* may be NULL; called once when the generation ends */
     void *user;                  /* passed to on_token and on_done */
 
-    bool speculative; /* default true: use the session's or engine's speculative method; false:
-                         decode this generation one token per step */
+    bool speculative;  /* default true: use the session's or engine's speculative method; false:
+                          decode this generation one token per step */
+    bool share_prompt; /* engine with a prompt cache: the prompt's KV goes to the prefix cache as
+                          soon as it is computed, so requests of the same prompt submitted
+                          after this one's first token event restore it instead of
+                          computing it again (the choices of n > 1); default false */
 } kiln_generate_params;
 
 KILN_API kiln_generate_params kiln_generate_default_params(void);
@@ -926,6 +930,60 @@ typedef struct kiln_engine_stats {
 } kiln_engine_stats;
 
 KILN_API void kiln_engine_get_stats(kiln_engine *engine, kiln_engine_stats *out);
+
+/* ---- embeddings: one vector per input, on the engine --------------------------------------------- */
+
+/* An embedding model turns a text into one vector: an encoder (bert, nomic-bert: bidirectional
+ * attention, no output head, it does not generate) or a decoder whose file names a pooling
+ * ({arch}.pooling_type, e.g. Qwen3-Embedding: the last token's state). The token states of an input
+ * are pooled as the file says: "mean", "cls" (the first token's) or "last". */
+
+/* Whether the model makes embeddings (an encoder, or a file that names its pooling). */
+KILN_API bool kiln_model_is_embedding(const kiln_model *model);
+/* Whether the model generates text (false for encoders such as bert). */
+KILN_API bool kiln_model_can_generate(const kiln_model *model);
+/* The model's pooling: "mean", "cls", "last", "rank" (a reranker, which kiln does not run) or "none"
+ * (not an embedding model). */
+KILN_API const char *kiln_model_pooling(const kiln_model *model);
+
+/* Inputs one kiln_engine_embed call takes at most. */
+#define KILN_EMBED_MAX_INPUTS 2048
+
+typedef struct kiln_embed_params {
+    bool normalize;     /* scale each vector to unit (L2) length; default true */
+    int32_t dimensions; /* 0 (default): the model's width (kiln_model_n_embd); else keep the first
+                           `dimensions` values (Matryoshka truncation) before normalizing; more than
+                           the model's width is KILN_ERR_INVALID_ARG */
+    bool truncate;      /* an input longer than kiln_engine_embed_max_tokens keeps its first tokens
+                           instead of failing with KILN_ERR_CONTEXT_FULL; default false */
+} kiln_embed_params;
+
+KILN_API kiln_embed_params kiln_embed_default_params(void);
+
+typedef struct kiln_embed_result {
+    int32_t dim;         /* values per vector */
+    int64_t n_tokens;    /* tokens evaluated, all inputs together (after truncation) */
+    int32_t n_truncated; /* inputs cut to the limit (params.truncate) */
+} kiln_embed_result;
+
+/* The most tokens one input of kiln_engine_embed may hold: the engine's context, and for a model
+ * with absolute position embeddings at most their count. */
+KILN_API int32_t kiln_engine_embed_max_tokens(const kiln_engine *engine);
+
+/* Embeds n_inputs inputs (inputs[i] holds n_tokens[i] ids, used as given: kiln_tokenize with
+ * add_special adds what the model's metadata asks for, such as bert's [CLS] and [SEP]) into
+ * out[n_inputs][dim] (out_cap floats available; dim as result->dim says). Blocks until done: the
+ * engine's scheduler runs the inputs as the rows of one batch (several passes of at most
+ * kiln_engine_embed_max_tokens tokens when they are more), each pass between two generation steps,
+ * so generation goes on meanwhile. An input's vector is the same bits whatever inputs share its
+ * call. Thread-safe. Status: KILN_ERR_UNSUPPORTED (the model is not an embedding model),
+ * KILN_ERR_INVALID_ARG (no inputs or more than KILN_EMBED_MAX_INPUTS, an empty input, an id outside
+ * the vocabulary, dimensions out of range), KILN_ERR_CONTEXT_FULL (an input over the limit without
+ * truncate), KILN_ERR_BUFFER_SMALL (out_cap), KILN_ERR_BUSY (the engine is shutting down),
+ * KILN_ERR_NOMEM; kiln_last_error() says which input and why. result may be NULL. */
+KILN_API kiln_status kiln_engine_embed(kiln_engine *engine, const kiln_token *const *inputs, const size_t *n_tokens,
+                                       size_t n_inputs, const kiln_embed_params *params, float *out, size_t out_cap,
+                                       kiln_embed_result *result);
 
 /* ---- policy: the defaults and estimates front ends plan with ---------------------------------- */
 

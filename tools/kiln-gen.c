@@ -57,6 +57,8 @@ typedef struct gen_cfg {
     int64_t experts, experts_used, expert_ffn; /* mixture of experts (0: dense); expert_ffn 0: --ffn */
     bool expert_typed;    /* the expert matrices are of expert_type, not of --type (the gpt-oss presets: */
     kn_dtype expert_type; /* MXFP4, as gpt-oss files hold them; --expert-type) */
+    int pooling;          /* {arch}.pooling_type: 0 none (not written), 1 mean, 2 cls, 3 last (embedding models) */
+    bool add_eos;         /* tokenizer.ggml.add_eos_token (decoder embedders pool the appended EOS) */
 } gen_cfg;
 
 /* The architectures kiln-gen writes, and what their files hold beyond the llama layout. */
@@ -71,6 +73,9 @@ typedef struct arch_info {
     bool moe;               /* every layer a mixture of experts: --experts is needed (qwen3moe, gpt-oss) */
     bool oss;               /* gpt-oss: attn_output.bias, attn_sinks, attn_post_norm before the FFN, expert
                                biases, a sliding window (default 128) on the even layers */
+    bool encoder;           /* bert, nomic-bert: a WordPiece vocabulary, token types, LayerNorms with biases,
+                               post-norm blocks, no output head; bert: position embeddings, q/k/v and FFN
+                               biases, a plain FFN; nomic-bert (fused): attn_qkv, a gated FFN, RoPE */
 } arch_info;
 
 static const arch_info archs[] = {
@@ -94,6 +99,8 @@ static const arch_info archs[] = {
      .norm_eps = 1e-6,
      .moe = true,
      .oss = true},
+    {.name = "bert", .qkv_bias = true, .encoder = true, .norm_eps = 1e-12},
+    {.name = "nomic-bert", .fused = true, .encoder = true, .norm_eps = 1e-12},
 };
 
 static const arch_info *find_arch(const char *name) {
@@ -174,6 +181,18 @@ static const preset presets[] = {
     {"tiny-mixtral", "test model: llama with 8 experts of 256, 2 per token (Mixtral), dim 256, 2 layers, GQA 8/2",
      {.arch = "llama", .vocab = 512, .dim = 256, .layers = 2, .heads = 8, .kv_heads = 2, .ffn = 256,
       .experts = 8, .experts_used = 2, .ctx = 512, .tied = 0, .rope_base = 1e6}},
+    {"tiny-bert", "test model: bert encoder, dim 64, 2 layers, 4 heads, ffn 128, WordPiece vocab 512, mean pooling",
+     {.arch = "bert", .vocab = 512, .dim = 64, .layers = 2, .heads = 4, .kv_heads = 4, .ffn = 128, .ctx = 128,
+      .pooling = 1}},
+    {"tiny-nomic-bert", "test model: nomic-bert encoder (RoPE, fused qkv, gated FFN), dim 64, 2 layers, mean pooling",
+     {.arch = "nomic-bert", .vocab = 512, .dim = 64, .layers = 2, .heads = 4, .kv_heads = 4, .ffn = 128, .ctx = 256,
+      .rope_base = 1000, .pooling = 1}},
+    {"tiny-qwen3-embedding", "test model: qwen3 embedder (last-token pooling, EOS appended), dim 256, 2 layers",
+     {.arch = "qwen3", .vocab = 512, .dim = 256, .layers = 2, .heads = 4, .kv_heads = 2, .head_dim = 64, .ffn = 512,
+      .ctx = 512, .rope_base = 1000000, .tied = 1, .pooling = 3, .add_eos = true}},
+    {"qwen3-embedding-0.6b", "Qwen3-Embedding-0.6B shape (qwen3-0.6b with last-token pooling, EOS appended)",
+     {.arch = "qwen3", .vocab = 151936, .dim = 1024, .layers = 28, .heads = 16, .kv_heads = 8, .head_dim = 128,
+      .ffn = 3072, .ctx = 32768, .rope_base = 1000000, .tied = 1, .pooling = 3, .add_eos = true}},
 };
 /* clang-format on */
 
@@ -187,7 +206,8 @@ static void usage(FILE *f) {
                "       kiln-gen --tokenizer-json tokenizer.json [--pre NAME] [--vocab V] -o vocab.gguf\n"
                "Writes a GGUF model with deterministic random weights and a byte-level BPE tokenizer.\n"
                "Options given after or without --preset override the preset's values.\n"
-               "  --arch A          llama, qwen2, qwen3, gemma2, gemma3, phi3, smollm3, qwen3moe or gpt-oss\n"
+               "  --arch A          llama, qwen2, qwen3, gemma2, gemma3, phi3, smollm3, qwen3moe, gpt-oss, bert or\n"
+               "                    nomic-bert (encoders: a WordPiece vocabulary of their own, no output head)\n"
                "                    (llama.cpp's GGUF layout of each)\n"
                "  --scale S         multiply every random matrix (embeddings included) by S, for peaked logits\n"
                "  --type T          weight type of 2-D matrices (default Q8_0): F32 F16 BF16 Q4_0 Q4_1 Q5_0\n"
@@ -228,6 +248,8 @@ static void usage(FILE *f) {
                "                    MXFP4, as gpt-oss files hold them)\n"
                "  --fast            quantize only 64 rows per matrix and repeat them (rows chosen per row's RNG\n"
                "                    stream): real-shaped files for speed measurements in minutes\n"
+               "  --pooling P       {arch}.pooling_type of an embedding model: mean, cls, last or none\n"
+               "  --add-eos         tokenizer.ggml.add_eos_token = true (decoder embedders pool the EOS)\n"
                "  --list-presets    print the presets and exit\n"
                "Presets:");
     for (size_t i = 0; i < KN_ARRAY_LEN(presets); i++) fprintf(f, " %s", presets[i].name);
@@ -531,9 +553,57 @@ static void longrope_factors(gen_state *g, int64_t hd) {
     }
 }
 
+/* An encoder's tensors (bert, nomic-bert), as llama.cpp's converter names them: the input
+ * embeddings (tokens, 2 token types, bert's positions, a LayerNorm), then per layer attention (bert:
+ * q, k, v with biases; nomic-bert: attn_qkv), the output projection (bert: with a bias), its
+ * LayerNorm, the FFN (bert: up and down with biases; nomic-bert: gate, up, down) and the layer's
+ * output LayerNorm. No output norm, no output head. */
+static void build_encoder_tensors(gen_state *g, const arch_info *ai) {
+    const gen_cfg *c = &g->cfg;
+    const int64_t qd = c->heads * c->head_dim, kvd = c->kv_heads * c->head_dim;
+    const bool bert = !ai->fused;
+    g->cap = (int)(c->layers * 24 + 8);
+    g->t = xcalloc((size_t)g->cap, sizeof *g->t);
+    char nm[96];
+    add(g, "token_embd.weight", c->dim, c->vocab, true);
+    add(g, "token_types.weight", c->dim, 2, false)->std = 0.5f;
+    if (bert) add(g, "position_embd.weight", c->dim, c->ctx, false)->std = 0.5f;
+    add_norm(g, "token_embd_norm.weight", c->dim);
+    add_bias(g, "token_embd_norm.bias", c->dim);
+#define NM(fmt) (snprintf(nm, sizeof nm, "blk.%d." fmt, (int)l), nm)
+    for (int64_t l = 0; l < c->layers; l++) {
+        if (bert) {
+            add(g, NM("attn_q.weight"), c->dim, qd, true);
+            add_bias(g, NM("attn_q.bias"), qd);
+            add(g, NM("attn_k.weight"), c->dim, kvd, true);
+            add_bias(g, NM("attn_k.bias"), kvd);
+            add(g, NM("attn_v.weight"), c->dim, kvd, true);
+            add_bias(g, NM("attn_v.bias"), kvd);
+        } else {
+            add(g, NM("attn_qkv.weight"), c->dim, qd + 2 * kvd, true);
+        }
+        add(g, NM("attn_output.weight"), qd, c->dim, true);
+        if (bert) add_bias(g, NM("attn_output.bias"), c->dim);
+        add_norm(g, NM("attn_output_norm.weight"), c->dim);
+        add_bias(g, NM("attn_output_norm.bias"), c->dim);
+        if (!bert) add(g, NM("ffn_gate.weight"), c->dim, c->ffn, true);
+        add(g, NM("ffn_up.weight"), c->dim, c->ffn, true);
+        if (bert) add_bias(g, NM("ffn_up.bias"), c->ffn);
+        add(g, NM("ffn_down.weight"), c->ffn, c->dim, true);
+        if (bert) add_bias(g, NM("ffn_down.bias"), c->dim);
+        add_norm(g, NM("layer_output_norm.weight"), c->dim);
+        add_bias(g, NM("layer_output_norm.bias"), c->dim);
+    }
+#undef NM
+}
+
 static void build_tensors(gen_state *g) {
     const gen_cfg *c = &g->cfg;
     const arch_info *ai = find_arch(c->arch);
+    if (ai->encoder) {
+        build_encoder_tensors(g, ai);
+        return;
+    }
     const int64_t hd = c->head_dim, qd = c->heads * hd, kvd = c->kv_heads * hd;
     const bool gptoss = ai->oss;
     g->cap = (int)(c->layers * 24 + 8);
@@ -823,6 +893,50 @@ static void build_vocab(vocab *v, int64_t n_vocab) {
     }
 }
 
+/* A WordPiece vocabulary as GGUF files hold it (a word-initial piece with a leading U+2581, a
+ * continuation piece bare): [PAD] [UNK] [CLS] [SEP] [MASK] (control), then every lowercase letter,
+ * digit and ASCII punctuation mark both word-initial and as a continuation (so every such text has
+ * a spelling), then the corpus's distinct lowercased words, word-initial, then "[unused<n>]" filler. */
+static void build_wordpiece_vocab(vocab *v, int64_t n_vocab) {
+    static const char *const wp_specials[] = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"};
+    v->tok = xcalloc((size_t)n_vocab, sizeof(char *));
+    v->type = xcalloc((size_t)n_vocab, sizeof(int32_t));
+    v->n = 0;
+    for (size_t i = 0; i < KN_ARRAY_LEN(wp_specials); i++) {
+        v->tok[v->n] = xstrdup(wp_specials[i]);
+        v->type[v->n++] = 3; /* control */
+    }
+    char buf[64];
+    for (int pass = 0; pass < 2; pass++)
+        for (int ch = '!'; ch <= '~' && v->n < n_vocab; ch++) {
+            if (ch >= 'A' && ch <= 'Z') continue;
+            snprintf(buf, sizeof buf, "%s%c", pass == 0 ? "\xe2\x96\x81" : "", ch);
+            v->tok[v->n] = xstrdup(buf);
+            v->type[v->n++] = 1;
+        }
+    for (const char *p = corpus; *p && v->n < n_vocab;) {
+        while (*p && !((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z'))) p++;
+        int len = 0;
+        char w[48] = "\xe2\x96\x81";
+        while (((p[len] >= 'a' && p[len] <= 'z') || (p[len] >= 'A' && p[len] <= 'Z')) && len < 40) {
+            w[3 + len] = (char)(p[len] | 0x20);
+            len++;
+        }
+        w[3 + len] = 0;
+        p += len;
+        if (len > 1 && find_token(v, w) < 0) {
+            v->tok[v->n] = xstrdup(w);
+            v->type[v->n++] = 1;
+        }
+    }
+    for (int r = 0; v->n < n_vocab; r++) {
+        snprintf(buf, sizeof buf, "[unused%d]", r);
+        v->tok[v->n] = xstrdup(buf);
+        v->type[v->n++] = 5; /* unused */
+    }
+    v->bos = v->eos = v->eot = v->pad = -1;
+}
+
 static void free_vocab(vocab *v) {
     for (int i = 0; i < v->n; i++) free(v->tok[i]);
     for (int i = 0; i < v->n_merges; i++) free(v->merges[i]);
@@ -1017,6 +1131,15 @@ static void pad_vocab(vocab *v, int64_t n) {
 
 /* ---- main -------------------------------------------------------------------------------------- */
 
+/* --pooling: mean, cls, last or none (GGUF's pooling_type 1, 2, 3, 0). */
+static int parse_pooling(const char *opt, const char *v) {
+    static const char *const names[] = {"none", "mean", "cls", "last"};
+    for (int i = 0; i < (int)KN_ARRAY_LEN(names); i++)
+        if (strcmp(v, names[i]) == 0) return i;
+    die("%s: '%s' is not mean, cls, last or none", opt, v);
+    return 0;
+}
+
 static void check(kiln_status st) {
     if (st) die("%s", kn_error_msg()[0] ? kn_error_msg() : kiln_status_str(st));
 }
@@ -1046,7 +1169,8 @@ static char *read_text_file(const char *path) {
 
 /* Writes v's tokenizer.ggml.* metadata (and the chat template read from tmpl_path, when given,
  * whose text is returned for the caller to free). */
-static char *write_tokenizer(kn_gguf_writer *w, const vocab *v, const char *pre, bool add_bos, const char *tmpl_path) {
+static char *write_tokenizer(kn_gguf_writer *w, const vocab *v, const char *pre, bool add_bos, bool add_eos,
+                             const char *tmpl_path) {
     check(kn_gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2"));
     check(kn_gguf_writer_set_str(w, "tokenizer.ggml.pre", pre));
     check(kn_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v->tok, (uint64_t)v->n));
@@ -1058,13 +1182,29 @@ static char *write_tokenizer(kn_gguf_writer *w, const vocab *v, const char *pre,
     if (v->eot >= 0) check(kn_gguf_writer_set_u32(w, "tokenizer.ggml.eot_token_id", (uint32_t)v->eot));
     if (v->pad >= 0) check(kn_gguf_writer_set_u32(w, "tokenizer.ggml.padding_token_id", (uint32_t)v->pad));
     check(kn_gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", add_bos));
-    check(kn_gguf_writer_set_bool(w, "tokenizer.ggml.add_eos_token", false));
+    check(kn_gguf_writer_set_bool(w, "tokenizer.ggml.add_eos_token", add_eos));
     char *tmpl = NULL;
     if (tmpl_path) {
         tmpl = read_text_file(tmpl_path);
         check(kn_gguf_writer_set_str(w, "tokenizer.chat_template", tmpl));
     }
     return tmpl;
+}
+
+/* The tokenizer metadata of a WordPiece vocabulary (build_wordpiece_vocab): [CLS] and [SEP] are added
+ * around every text, as BERT does. */
+static void write_wordpiece(kn_gguf_writer *w, const vocab *v) {
+    check(kn_gguf_writer_set_str(w, "tokenizer.ggml.model", "bert"));
+    check(kn_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v->tok, (uint64_t)v->n));
+    check(kn_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", KN_GGUF_INT32, v->type, (uint64_t)v->n));
+    check(kn_gguf_writer_set_u32(w, "tokenizer.ggml.padding_token_id", 0));
+    check(kn_gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", 1));
+    check(kn_gguf_writer_set_u32(w, "tokenizer.ggml.cls_token_id", 2));
+    check(kn_gguf_writer_set_u32(w, "tokenizer.ggml.seperator_token_id", 3));
+    check(kn_gguf_writer_set_u32(w, "tokenizer.ggml.mask_token_id", 4));
+    check(kn_gguf_writer_set_u32(w, "tokenizer.ggml.token_type_count", 2));
+    check(kn_gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", true));
+    check(kn_gguf_writer_set_bool(w, "tokenizer.ggml.add_eos_token", false));
 }
 
 /* --vocab-only (or --tokenizer-json without a model shape): a GGUF with the tokenizer and no
@@ -1094,7 +1234,7 @@ static int write_vocab_only(const gen_cfg *c, const char *out, const char *tok_j
     check(kn_gguf_writer_create(&w));
     check(kn_gguf_writer_set_str(w, "general.architecture", arch));
     check(kn_gguf_writer_set_str(w, "general.name", c->name ? c->name : arch));
-    char *tmpl = write_tokenizer(w, &v, pre, add_bos, tmpl_path);
+    char *tmpl = write_tokenizer(w, &v, pre, add_bos, false, tmpl_path);
     check(kn_gguf_writer_write(w, out));
     fprintf(stderr, "kiln-gen: wrote %s: vocabulary only (%s, pre %s), %d tokens, %d merges\n", out, arch, pre, v.n,
             v.n_merges);
@@ -1185,6 +1325,8 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--experts-used") == 0) c.experts_used = parse_int(a, VAL(), 1, 1024);
         else if (strcmp(a, "--expert-ffn") == 0) c.expert_ffn = parse_int(a, VAL(), 1, 1 << 22);
         else if (strcmp(a, "--fast") == 0) fast = true;
+        else if (strcmp(a, "--pooling") == 0) c.pooling = parse_pooling(a, VAL());
+        else if (strcmp(a, "--add-eos") == 0) c.add_eos = true;
         else {
             usage(stderr);
             die("unknown option '%s'", a);
@@ -1200,7 +1342,14 @@ int main(int argc, char **argv) {
     if (vocab_only) return write_vocab_only(&c, out, tok_json, pre, tmpl_path, vocab_given);
     if (!c.arch) die("no architecture: give --preset or --arch");
     const arch_info *ai = find_arch(c.arch);
-    if (!ai) die("--arch: '%s' is not llama, qwen2, qwen3, gemma2, gemma3, phi3, smollm3, qwen3moe or gpt-oss", c.arch);
+    if (!ai)
+        die("--arch: '%s' is not llama, qwen2, qwen3, gemma2, gemma3, phi3, smollm3, qwen3moe, gpt-oss, bert or "
+            "nomic-bert",
+            c.arch);
+    if (ai->encoder && tok_json) die("--arch %s writes its own WordPiece vocabulary (no --tokenizer-json)", c.arch);
+    if (ai->encoder && (c.experts || c.rope_scaling || c.llama3_rope))
+        die("--arch %s has no experts and no RoPE scaling", c.arch);
+    if (ai->encoder && c.kv_heads && c.kv_heads != c.heads) die("--arch %s needs --kv-heads = --heads", c.arch);
     if (ai->moe && !c.experts) die("--arch %s needs --experts N --experts-used K", c.arch);
     if (ai->oss && !c.swa) c.swa = 128;
     if (c.experts && !ai->moe && strcmp(c.arch, "llama") != 0 && strcmp(c.arch, "qwen3") != 0)
@@ -1227,7 +1376,7 @@ int main(int argc, char **argv) {
         c.head_dim = c.dim / c.heads;
     }
     if (c.head_dim % 2 != 0) die("head_dim %lld must be even for rope", (long long)c.head_dim);
-    if (!tok_json && c.vocab < 256 + (int64_t)KN_ARRAY_LEN(specials))
+    if (!tok_json && !ai->encoder && c.vocab < 256 + (int64_t)KN_ARRAY_LEN(specials))
         die("--vocab must be at least %d (256 byte tokens + %d control tokens)", 256 + (int)KN_ARRAY_LEN(specials),
             (int)KN_ARRAY_LEN(specials));
     if (c.vocab > ((int64_t)1 << 24)) die("--vocab is too large");
@@ -1263,6 +1412,9 @@ int main(int argc, char **argv) {
             die("%s has %d tokens, more than the model's vocab of %lld (give --vocab %d or more)", tok_json, v.n,
                 (long long)c.vocab, v.n);
         pad_vocab(&v, c.vocab);
+    } else if (ai->encoder) {
+        if (c.vocab < 200) die("--vocab must be at least 200 for a WordPiece vocabulary");
+        build_wordpiece_vocab(&v, c.vocab);
     } else {
         build_vocab(&v, c.vocab);
     }
@@ -1286,9 +1438,16 @@ int main(int argc, char **argv) {
     check(kn_gguf_writer_set_u32(w, K("feed_forward_length"), (uint32_t)c.ffn));
     check(kn_gguf_writer_set_u32(w, K("attention.head_count"), (uint32_t)c.heads));
     check(kn_gguf_writer_set_u32(w, K("attention.head_count_kv"), (uint32_t)c.kv_heads));
-    check(kn_gguf_writer_set_f32(w, K("attention.layer_norm_rms_epsilon"), (float)c.norm_eps));
-    check(kn_gguf_writer_set_f32(w, K("rope.freq_base"), (float)c.rope_base));
-    check(kn_gguf_writer_set_u32(w, K("rope.dimension_count"), (uint32_t)c.head_dim));
+    if (ai->encoder) {
+        check(kn_gguf_writer_set_f32(w, K("attention.layer_norm_epsilon"), (float)c.norm_eps));
+        check(kn_gguf_writer_set_bool(w, K("attention.causal"), false));
+        if (ai->fused) check(kn_gguf_writer_set_f32(w, K("rope.freq_base"), (float)c.rope_base));
+    } else {
+        check(kn_gguf_writer_set_f32(w, K("attention.layer_norm_rms_epsilon"), (float)c.norm_eps));
+        check(kn_gguf_writer_set_f32(w, K("rope.freq_base"), (float)c.rope_base));
+        check(kn_gguf_writer_set_u32(w, K("rope.dimension_count"), (uint32_t)c.head_dim));
+    }
+    if (c.pooling) check(kn_gguf_writer_set_u32(w, K("pooling_type"), (uint32_t)c.pooling));
     if (c.experts) {
         check(kn_gguf_writer_set_u32(w, K("expert_count"), (uint32_t)c.experts));
         check(kn_gguf_writer_set_u32(w, K("expert_used_count"), (uint32_t)c.experts_used));
@@ -1320,7 +1479,9 @@ int main(int argc, char **argv) {
 #undef K
     /* the pre-tokenizer of the real models of each family (llama.cpp's names) */
     if (!pre) pre = ai->pre;
-    char *tmpl = write_tokenizer(w, &v, pre, add_bos, tmpl_path);
+    char *tmpl = NULL;
+    if (ai->encoder) write_wordpiece(w, &v);
+    else tmpl = write_tokenizer(w, &v, pre, add_bos, c.add_eos, tmpl_path);
 
     uint64_t n_params = 0;
     for (int i = 0; i < g.n; i++) {

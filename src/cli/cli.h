@@ -155,6 +155,7 @@ int cli_ls(int argc, char **argv);
 int cli_grammar(int argc, char **argv);
 int cli_pull(int argc, char **argv);
 int cli_rm(int argc, char **argv);
+int cli_embed(int argc, char **argv);
 
 /* ---- local models (models.c) ----------------------------------------------------------------- */
 

@@ -258,6 +258,21 @@ static const usage_entry usages[] = {
      "  --dequant            with --tensor: write its values to stdout as little-endian float32\n"
      "                       (an MLX weight as scale * q + bias) and nothing else\n",
      false},
+    {"embed",
+     "usage: kiln embed -m MODEL [-p TEXT | -f FILE] [--plain] [--dimensions N] [--no-normalize] [--truncate]\n"
+     "Prints the embedding of a text from an embedding model (bert, nomic-bert, Qwen3-Embedding): with -p\n"
+     "one text; else every non-empty line of FILE or of standard input, embedded as one batch. One JSON\n"
+     "array per text (default), or with --plain the numbers separated by spaces, one text per line.\n"
+     "  -p, --prompt TEXT    the text\n"
+     "  -f, --file FILE      one text per line of FILE (default: standard input)\n"
+     "  --plain              numbers separated by spaces instead of JSON arrays\n"
+     "  --dimensions N       keep the first N values (then normalize)\n"
+     "  --no-normalize       print the pooled vectors as they are (default: unit length)\n"
+     "  --truncate           cut a text longer than the model's limit instead of failing\n"
+     "  -c, --ctx-size N     the limit of one text in tokens (default: the model's, at most 4096)\n"
+     "  -t, --threads N      threads (default: physical cores)\n"
+     "  -m, --model FILE     GGUF embedding model\n",
+     false},
     {"template",
      "usage: kiln template (--template FILE | -m MODEL) [--context JSON_FILE]\n"
      "Renders a Jinja2 chat template as Hugging Face's apply_chat_template does and prints the result\n"
@@ -313,6 +328,7 @@ void cli_usage(const char *verb, bool to_stderr) {
           "  perplexity   measure a model's perplexity on a text\n"
           "  tokenize     show how a text is tokenized\n"
           "  inspect      show a model file's metadata and tensors\n"
+          "  embed        print the embedding vectors of texts\n"
           "  bench        measure prompt and generation speed\n"
           "  template     render a chat template with a JSON context\n"
           "  grammar      compile a JSON Schema or GBNF grammar; check JSON against it\n"

@@ -85,6 +85,7 @@ int main(int argc, char **argv) {
     if (strcmp(verb, "grammar") == 0) return cli_grammar(argc - 1, argv + 1);
     if (strcmp(verb, "pull") == 0) return cli_pull(argc - 1, argv + 1);
     if (strcmp(verb, "rm") == 0) return cli_rm(argc - 1, argv + 1);
+    if (strcmp(verb, "embed") == 0) return cli_embed(argc - 1, argv + 1);
     if (verb[0] == '-') return cli_serve(argc, argv); /* `kiln --port 9000`: serve's flags */
     fprintf(stderr, "kiln: unknown command '%s'\n", verb);
     cli_usage(NULL, true);

@@ -36,6 +36,7 @@ typedef struct kn_slot {
     bool allocated;
     kiln_request *req; /* running request, or NULL */
     kn_row row;
+    bool prompt_shared; /* gp.share_prompt: the prompt's KV is published already */
 } kn_slot;
 
 struct kiln_engine {
@@ -61,9 +62,21 @@ struct kiln_engine {
     bool stopping;
     bool joined;
     uint64_t steps;
+    /* embeddings (embed.c): calls waiting or running, in arrival order (under mu); the scratch of
+     * their passes, made on first use by the scheduler thread (which alone touches it) */
+    struct kn_embed_job *embed_head, *embed_tail;
+    kn_scratch embed_scratch;
+    bool embed_ready;
 };
 
 void *kn_scheduler_main(void *engine);
+/* Whether an embedding call waits (lock held). */
+bool kn_embed_pending_locked(const kiln_engine *e);
+/* One embedding pass (scheduler thread, lock not held): some inputs of the first waiting call as
+ * the rows of one encoder pass; the call completes when its last input has run. */
+void kn_embed_step(kiln_engine *e);
+/* The scheduler is leaving: frees the embedding scratch. */
+void kn_embed_release(kiln_engine *e);
 /* Marks a request ended (lock held by the caller): records status/result, wakes waiters. */
 void kn_request_complete_locked(kiln_engine *e, kiln_request *r, kiln_status st, const kiln_generate_result *res);
 void kn_request_unref(kiln_request *r);

@@ -36,6 +36,9 @@ kiln_status kn_exec_resolve(const kiln_model *m, int32_t *n_ctx, int32_t *n_thre
 
 kiln_status kn_row_validate(const kiln_model *m, int32_t n_ctx, const kiln_token *prompt, size_t n,
                             const kiln_generate_params *gp) {
+    if (!m->hp.causal)
+        return kn_error(KILN_ERR_UNSUPPORTED,
+                        "the model '%s' is an embedding model (an encoder); it does not generate text", m->arch_name);
     if (n == 0 || !prompt) return kn_error(KILN_ERR_INVALID_ARG, "the prompt is empty and the model has no BOS token");
     if (n >= (size_t)n_ctx)
         return kn_error(KILN_ERR_CONTEXT_FULL, "the prompt has %zu tokens; the context holds %d", n, n_ctx);

@@ -68,7 +68,8 @@ typedef struct kn_row {
  * cores) and the KV type. */
 kiln_status kn_exec_resolve(const kiln_model *m, int32_t *n_ctx, int32_t *n_threads, kiln_kv_type kv_type);
 
-/* The checks kn_row_begin makes before allocating anything: a non-empty prompt shorter than n_ctx,
+/* The checks kn_row_begin makes before allocating anything: a model that generates (not an
+ * encoder: KILN_ERR_UNSUPPORTED), a non-empty prompt shorter than n_ctx,
  * ids in the vocabulary, logprobs in range. */
 kiln_status kn_row_validate(const kiln_model *m, int32_t n_ctx, const kiln_token *prompt, size_t n,
                             const kiln_generate_params *gp);

@@ -6,8 +6,9 @@
  * in arrival order. Then, without the lock: new rows get their KV (allocated on a slot's first
  * use and kept), restore the longest cached prefix of their prompt from the prefix cache (which
  * alone decides whether it comes from RAM or from its SSD tier), and begin; rows whose request was
- * cancelled leave; one executor step advances all active rows together (kn_spec_step, the method's
- * step: decode tokens first, with their proposals under a speculative method, joining prompts in
+ * cancelled leave; one embedding pass runs when an embedding call waits (embed.c); one executor
+ * step advances all active rows together (kn_spec_step, the method's step: decode tokens first,
+ * with their proposals under a speculative method, joining prompts in
  * chunks); finished rows end and free their slot at once. The
  * scheduler never touches tensors itself: the numeric work is the method's (row.c), the KV layout
  * the cache's.
@@ -73,6 +74,7 @@ static void start_row(kiln_engine *e, kn_slot *s) {
         const int32_t cached =
             kn_pc_restore(&e->cache, r->prompt, (int32_t)r->n_prompt, (int32_t)r->n_prompt - 1, &s->kv);
         st = kn_row_begin(&s->row, e->model, &s->kv, r->prompt, r->n_prompt, cached, &r->gp);
+        s->prompt_shared = false;
     }
     if (!st) {
         kn_spec_row_begin(&e->spec, &s->row, (int)(s - e->slots)); /* without its draft cache: plain decoding */
@@ -123,7 +125,8 @@ void *kn_scheduler_main(void *arg) {
         const int n_fresh = admit_locked(e, fresh);
         int n_active = 0;
         for (int i = 0; i < R; i++) n_active += e->slots[i].req != NULL;
-        if (!n_drop && !n_active) {
+        const bool embed = kn_embed_pending_locked(e);
+        if (!n_drop && !n_active && !embed) {
             if (e->stopping && !e->q_count) break;
             pthread_cond_wait(&e->wake, &e->mu);
             continue;
@@ -132,6 +135,7 @@ void *kn_scheduler_main(void *arg) {
 
         for (int i = 0; i < n_drop; i++) end_unstarted(e, dropped[i], KILN_ERR_CANCELLED);
         for (int i = 0; i < n_fresh; i++) start_row(e, &e->slots[fresh[i]]);
+        if (embed) kn_embed_step(e); /* one embedding pass between two generation steps */
         int n = 0;
         for (int i = 0; i < R; i++) {
             kn_slot *s = &e->slots[i];
@@ -146,6 +150,11 @@ void *kn_scheduler_main(void *arg) {
         }
         if (n) {
             kn_spec_step(&e->spec, e->model, &e->scratch, rows, n, e->scratch.n_max, e->p.prefill_chunk, e->logits);
+            for (int i = 0; i < n; i++) /* share_prompt: the prompt's KV as soon as it is whole */
+                if (rows[i]->gp.share_prompt && rows[i]->decoding && !row_slot[i]->prompt_shared && rows[i]->seq) {
+                    kn_pc_publish(&e->cache, rows[i]->seq, (int32_t)rows[i]->n_prompt, &row_slot[i]->kv, 2);
+                    row_slot[i]->prompt_shared = true;
+                }
             for (int i = 0; i < n; i++)
                 if (rows[i]->finished) end_row(e, row_slot[i]);
         }
@@ -153,6 +162,7 @@ void *kn_scheduler_main(void *arg) {
         if (n) e->steps++;
     }
     pthread_mutex_unlock(&e->mu);
+    kn_embed_release(e);
     free(dropped);
     free(fresh);
     free(rows);

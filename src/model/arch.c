@@ -8,9 +8,9 @@
 #include <string.h>
 
 /* Every family kiln runs, in the order error messages name them. */
-static const kn_arch_def *const arches[] = {&kn_arch_llama,   &kn_arch_qwen2,    &kn_arch_qwen3,
-                                            &kn_arch_gemma2,  &kn_arch_gemma3,   &kn_arch_phi3,
-                                            &kn_arch_smollm3, &kn_arch_qwen3moe, &kn_arch_gptoss};
+static const kn_arch_def *const arches[] = {&kn_arch_llama,  &kn_arch_qwen2, &kn_arch_qwen3,     &kn_arch_gemma2,
+                                            &kn_arch_gemma3, &kn_arch_phi3,  &kn_arch_smollm3,   &kn_arch_qwen3moe,
+                                            &kn_arch_gptoss, &kn_arch_bert,  &kn_arch_nomic_bert};
 
 const kn_arch_def *kn_arch_find(const char *name, size_t len) {
     if (!name) return NULL;

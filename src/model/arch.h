@@ -5,7 +5,7 @@
  * and where they go in kn_layer) and the block function the forward pass runs per layer.
  *
  * Each family lives in one file under src/model/ (llama.c: llama, qwen2, qwen3, smollm3; gemma.c: gemma2,
- * gemma3; phi3.c: phi3; qwen3moe.c: qwen3moe; gptoss.c: gpt-oss) that defines its
+ * gemma3; phi3.c: phi3; qwen3moe.c: qwen3moe; gptoss.c: gpt-oss; bert.c: bert, nomic-bert) that defines its
  * rows; arch.c lists them. Adding a family is one new file plus one line in that list. The shared
  * pieces of a decoder block (grouped-query attention with RoPE and sliding windows, norms, the FFN
  * of a layer, dense or otherwise) live in model/block.h, so a family composes them rather than
@@ -42,6 +42,10 @@ typedef struct kn_arch_def {
     kiln_status (*tensors)(struct kn_loader *L, int l);
     /* One decoder block over the N stacked tokens in s->x (forward.h), updating s->x in place. */
     void (*block)(const struct kiln_model *m, struct kn_scratch *s, struct kn_batch_row *rows, int l, int64_t N);
+    /* The input embeddings beyond the token's row of token_embd: called on the N stacked tokens in
+     * s->x after the lookup (encoders: token type and position embeddings, then a LayerNorm). NULL:
+     * none. */
+    void (*embed_input)(const struct kiln_model *m, struct kn_scratch *s, int64_t N);
 } kn_arch_def;
 
 /* The row for a general.architecture value of len bytes, or NULL when kiln does not run it. */
@@ -57,6 +61,7 @@ extern const kn_arch_def kn_arch_gemma2, kn_arch_gemma3;                        
 extern const kn_arch_def kn_arch_phi3;                                                 /* phi3.c */
 extern const kn_arch_def kn_arch_qwen3moe;                                             /* qwen3moe.c */
 extern const kn_arch_def kn_arch_gptoss;                                               /* gptoss.c */
+extern const kn_arch_def kn_arch_bert, kn_arch_nomic_bert;                             /* bert.c */
 
 /* The Llama family's tensor hook (llama.c): attention with the row's optional biases and q/k norms,
  * then a dense FFN, or a mixture of experts when m->hp.n_expert > 0 (also qwen3moe's). */

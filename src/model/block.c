@@ -125,8 +125,11 @@ static void attend_units(const block_ctx *c, int64_t i0, int64_t i1) {
         const int64_t t = i / per_token;
         const int u = (int)(i % per_token), g = u / per_group, h0 = g * gqa + (u % per_group) * chunk;
         const int nq = KN_MIN(chunk, (g + 1) * gqa - h0);
-        attend_heads(c->m->kernels, c->rows[s->tok_row[t]].kv, c->l, a, s->tok_pos[t], g * hd, nq, hd,
-                     s->q + t * qd + (int64_t)h0 * hd, s->att + t * qd + (int64_t)h0 * hd);
+        /* bidirectional: every position of the row's call, whose K and V prep_tokens stored first */
+        const kn_batch_row *br = &c->rows[s->tok_row[t]];
+        const int32_t pos = a->bidir ? br->kv->n_past + br->n_tokens - 1 : s->tok_pos[t];
+        attend_heads(c->m->kernels, br->kv, c->l, a, pos, g * hd, nq, hd, s->q + t * qd + (int64_t)h0 * hd,
+                     s->att + t * qd + (int64_t)h0 * hd);
         if (a->sinks)
             apply_sinks(c->rows[s->tok_row[t]].kv, c->l, a, s->tok_pos[t], g * hd, nq, hd,
                         s->q + t * qd + (int64_t)h0 * hd, a->sinks + h0, s->att + t * qd + (int64_t)h0 * hd);
@@ -187,6 +190,15 @@ void kn_block_ffn(const kiln_model *m, kn_scratch *s, int l, int64_t N) {
             if (ly->act == KN_ACT_GELU_TANH) kn_geglu(s->hb, s->hb2, N * ff, s->pool);
             else kn_swiglu(s->hb, s->hb2, N * ff, s->pool);
             kn_matmul(&ly->w_down, s->hb, s->xb2, N, s->qbuf, s->pool, m->kernels);
+            break;
+        }
+        case KN_FFN_PLAIN: {
+            /* hb[N][ff] = act(up . xb + b_up); xb2 = down . hb + b_down */
+            kn_matmul(&ly->w_up, s->xb, s->hb, N, s->qbuf, s->pool, m->kernels);
+            if (ly->b_up) kn_add_bias(s->hb, ly->b_up, N, ff);
+            kn_gelu(s->hb, N * ff);
+            kn_matmul(&ly->w_down, s->hb, s->xb2, N, s->qbuf, s->pool, m->kernels);
+            if (ly->b_down) kn_add_bias(s->xb2, ly->b_down, N, m->hp.n_embd);
             break;
         }
         case KN_FFN_MOE: kn_moe_ffn(m, s, l, N); break;

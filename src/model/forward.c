@@ -80,7 +80,9 @@ void kn_scratch_free(kn_scratch *s) {
     memset(s, 0, sizeof *s);
 }
 
-void kn_forward(const kiln_model *m, kn_scratch *s, kn_batch_row *rows, int n_rows, float *logits, int32_t logits_cap) {
+/* The token embeddings of the rows' tokens stacked in s->x (with the family's input embeddings),
+ * then every layer's block; returns N, the stacked tokens. */
+static int64_t run_layers(const kiln_model *m, kn_scratch *s, kn_batch_row *rows, int n_rows) {
     const kn_hparams *hp = &m->hp;
     const int64_t d = hp->n_embd;
     int64_t N = 0;
@@ -93,7 +95,15 @@ void kn_forward(const kiln_model *m, kn_scratch *s, kn_batch_row *rows, int n_ro
                 for (int64_t j = 0; j < d; j++) s->x[N * d + j] *= hp->embd_scale;
         }
     }
+    if (m->arch->embed_input) m->arch->embed_input(m, s, N);
     for (int l = 0; l < hp->n_layer; l++) m->arch->block(m, s, rows, l, N);
+    return N;
+}
+
+void kn_forward(const kiln_model *m, kn_scratch *s, kn_batch_row *rows, int n_rows, float *logits, int32_t logits_cap) {
+    const kn_hparams *hp = &m->hp;
+    const int64_t d = hp->n_embd;
+    run_layers(m, s, rows, n_rows);
 
     /* Gather the tokens that want logits into xb (in row order), norm, project: logits[n][V]. */
     int64_t n_out = 0, t = 0;
@@ -109,4 +119,32 @@ void kn_forward(const kiln_model *m, kn_scratch *s, kn_batch_row *rows, int n_ro
     kn_rmsnorm(s->xb, s->xb, m->output_norm, n_out, d, hp->norm_eps, s->pool);
     kn_matmul(&m->output, s->xb, logits, n_out, s->qbuf, s->pool, m->kernels);
     if (hp->logit_softcap > 0) kn_softcap(logits, n_out * hp->n_vocab, hp->logit_softcap);
+}
+
+void kn_forward_embed(const kiln_model *m, kn_scratch *s, kn_batch_row *rows, int n_rows, kn_pooling pooling,
+                      float *out) {
+    const kn_hparams *hp = &m->hp;
+    const int64_t d = hp->n_embd;
+    run_layers(m, s, rows, n_rows);
+    /* the final norm of a decoder (an encoder has none) over every token: x[N][d] */
+    int64_t N = 0;
+    for (int r = 0; r < n_rows; r++) N += rows[r].n_tokens;
+    if (m->output_norm) kn_rmsnorm(s->x, s->x, m->output_norm, N, d, hp->norm_eps, s->pool);
+    int64_t t0 = 0;
+    for (int r = 0; r < n_rows; r++) {
+        const int64_t n = rows[r].n_tokens;
+        float *o = out + (int64_t)r * d;
+        if (pooling == KN_POOL_MEAN) {
+            /* the sum in token order, so a row's vector does not depend on the rows around it */
+            memset(o, 0, (size_t)d * sizeof(float));
+            for (int64_t t = 0; t < n; t++)
+                for (int64_t j = 0; j < d; j++) o[j] += s->x[(t0 + t) * d + j];
+            for (int64_t j = 0; j < d; j++) o[j] /= (float)n;
+        } else {
+            const int64_t t = pooling == KN_POOL_LAST ? n - 1 : 0;
+            memcpy(o, s->x + (t0 + t) * d, (size_t)d * sizeof(float));
+        }
+        rows[r].kv->n_past += rows[r].n_tokens;
+        t0 += n;
+    }
 }

@@ -62,4 +62,13 @@ void kn_scratch_free(kn_scratch *s);
  * range, requested logits <= logits_cap. On return each row's kv->n_past has advanced. */
 void kn_forward(const kiln_model *m, kn_scratch *s, kn_batch_row *rows, int n_rows, float *logits, int32_t logits_cap);
 
+/* The embedding pass (an encoder pass, or a decoder's prefill without logits): runs every row's
+ * tokens (each row an input of its own, n_tokens >= 1, from an empty kv for bidirectional models:
+ * the row's whole input in this call), applies the final norm when the model has one, and pools
+ * each row's token states as `pooling` says (MEAN, CLS or LAST) into out[n_rows][n_embd]. Not
+ * normalized. A row's vector is the same bits whatever rows run with it. Same caller guarantees as
+ * kn_forward; each row's kv->n_past advances. */
+void kn_forward_embed(const kiln_model *m, kn_scratch *s, kn_batch_row *rows, int n_rows, kn_pooling pooling,
+                      float *out);
+
 #endif

@@ -165,6 +165,11 @@ static kiln_status read_hparams(kiln_model *m) {
         }
     }
     hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
+    /* an embedding model says how it pools (encoders default to the mean in their hook) */
+    int32_t pooling = KN_POOL_NONE;
+    if ((st = kn_meta_int(m, "pooling_type", false, 0, KN_POOL_RANK, &pooling))) return st;
+    hp->pooling = (kn_pooling)pooling;
+    hp->causal = true;
     return def->hparams ? def->hparams(m) : KILN_OK;
 }
 
@@ -405,7 +410,7 @@ static kiln_status map_tensors(loader *L, bool fill) {
     L->mat_used = 0;
     m->n_params = 0;
     if ((st = get_matrix(L, "token_embd.weight", d, V, &m->tok_embd, true))) return st;
-    if ((st = get_vector(L, "output_norm.weight", d, true, &m->output_norm))) return st;
+    if ((st = get_vector(L, "output_norm.weight", d, hp->causal, &m->output_norm))) return st;
     if (find_tensor(&m->gguf, "output.weight")) {
         if ((st = get_matrix(L, "output.weight", d, V, &m->output, true))) return st;
         m->hp.tied_output = false;

@@ -20,6 +20,17 @@
 
 #include <stdatomic.h>
 
+/* How an embedding model pools the states of an input's tokens into one vector, numbered as GGUF's
+ * {arch}.pooling_type: MEAN (the average), CLS (the first token's), LAST (the last token's; decoder
+ * embedders such as Qwen3-Embedding), RANK (a reranker's score; kiln does not run it). */
+typedef enum kn_pooling {
+    KN_POOL_NONE = 0,
+    KN_POOL_MEAN = 1,
+    KN_POOL_CLS = 2,
+    KN_POOL_LAST = 3,
+    KN_POOL_RANK = 4
+} kn_pooling;
+
 typedef struct kn_hparams {
     int32_t n_vocab;
     int32_t n_ctx_train;
@@ -47,6 +58,10 @@ typedef struct kn_hparams {
     int32_t n_expert;      /* experts per MoE layer (0: dense FFN) */
     int32_t n_expert_used; /* experts each token is routed to (top-k) */
     int32_t n_ff_exp;      /* FFN hidden width of one expert */
+    kn_pooling pooling;    /* how an embedding pools the token states ({arch}.pooling_type); NONE: the file
+                              does not say it is an embedding model */
+    bool causal;           /* false: every token attends to every token of its input (encoders such as
+                              bert); such a model has no output head and does not generate */
 } kn_hparams;
 
 /* A weight matrix W [rows = out features][cols = in features], each row in `type`: row-major, or
@@ -84,18 +99,21 @@ typedef struct kn_layer_attn {
     kn_rope_cfg rope;   /* the rotation of q and k */
     const float *sinks; /* [n_head] per-head sink logits (gpt-oss): each head's softmax denominator gets
                            exp(sink) added, a position no value stands for; NULL: none */
+    bool bidir;         /* encoders: a token attends to every position of its row's call, later ones too
+                           (the row's whole input is in one forward call, from position 0) */
 } kn_layer_attn;
 
 /* What a layer's feed-forward network is. DENSE: down(act(gate . x) * (up . x)) with w_gate, w_up,
- * w_down. MOE: a mixture of experts (kn_moe, model/moe.h): a router picks n_used of n_expert gated
- * FFNs per token and the output is their weighted sum. A new kind adds its weights to kn_layer and
- * its case to kn_block_ffn (block.h); the family table does not change. */
-typedef enum kn_ffn_kind { KN_FFN_DENSE, KN_FFN_MOE } kn_ffn_kind;
+ * w_down. PLAIN (bert): down(act(up . x + b_up)) + b_down, no gate (a NULL bias adds nothing). MOE: a mixture of
+ * experts (kn_moe, model/moe.h): a router picks n_used of n_expert gated FFNs per token and the output is their
+ * weighted sum. A new kind adds its weights to kn_layer and its case to kn_block_ffn (block.h); the family table does
+ * not change. */
+typedef enum kn_ffn_kind { KN_FFN_DENSE, KN_FFN_MOE, KN_FFN_PLAIN } kn_ffn_kind;
 
 /* The activation of a gated FFN: SILU (SwiGLU: silu(g) * u); GELU_TANH (GeGLU: GELU with the tanh
  * approximation); SWIGLU_CLAMP (gpt-oss): g clamped to at most 7, u to [-7, 7], then
- * g * sigmoid(1.702 g) * (u + 1). */
-typedef enum kn_ffn_act { KN_ACT_SILU, KN_ACT_GELU_TANH, KN_ACT_SWIGLU_CLAMP } kn_ffn_act;
+ * g * sigmoid(1.702 g) * (u + 1). GELU: the exact x * Phi(x) (through erf), of a PLAIN FFN. */
+typedef enum kn_ffn_act { KN_ACT_SILU, KN_ACT_GELU_TANH, KN_ACT_SWIGLU_CLAMP, KN_ACT_GELU } kn_ffn_act;
 
 /* How a MoE router turns the logits of the experts into the weights of the chosen ones:
  * SOFTMAX: softmax over all n_expert logits, the top n_used kept (renormalized to sum 1 when
@@ -136,7 +154,11 @@ typedef struct kn_layer {
     kn_weight w_up;   /* DENSE: [n_ff][n_embd] */
     kn_weight w_down; /* DENSE: [n_embd][n_ff] */
     kn_moe moe;       /* MOE */
-    const float *bo;  /* attn_output bias [n_embd] (gpt-oss); else NULL */
+    const float *bo;  /* attn_output bias [n_embd] (gpt-oss, bert); else NULL */
+    /* encoders (bert.c): post_attn_norm and post_ffn_norm are LayerNorms with these biases [n_embd]
+     * (NULL: none); the PLAIN FFN's biases b_up [n_ff] and b_down [n_embd] (NULL: none) */
+    const float *post_attn_norm_b, *post_ffn_norm_b;
+    const float *b_up, *b_down;
 } kn_layer;
 
 struct kiln_model {
@@ -148,10 +170,14 @@ struct kiln_model {
     float *vec_mem;               /* F32 vectors (norms, biases, rope factors) */
     kn_weight tok_embd;           /* [n_vocab][n_embd] */
     kn_weight output;             /* [n_vocab][n_embd]; = tok_embd when tied */
-    const float *output_norm;     /* [n_embd] */
+    const float *output_norm;     /* [n_embd]; NULL for an encoder (hp.causal false) */
     const float *rope_freqs;      /* [n_rot/2] llama3 or LongRoPE (short) frequency divisors, or NULL */
     const float *rope_freqs_long; /* [n_rot/2] LongRoPE long-context divisors, or NULL */
     kn_layer *layers;             /* [n_layer] */
+    /* encoders (bert.c): the input embeddings beyond token_embd */
+    kn_weight tok_types;                  /* [n_types][n_embd] token-type embeddings; rows 0: none */
+    kn_weight pos_embd;                   /* [n_pos][n_embd] absolute position embeddings; rows 0: none */
+    const float *embd_norm, *embd_norm_b; /* [n_embd] LayerNorm of the input embeddings, or NULL */
     kn_tokenizer *tok;
     char *chat_template;          /* tokenizer.chat_template (NUL-terminated copy), or NULL */
     kiln_sampler_params sampling; /* library defaults overridden by general.sampling.* */

@@ -1,7 +1,7 @@
 /*
  * ollama.c - Ollama's API under /api/: POST /api/chat and /api/generate (NDJSON streams), GET
- * /api/tags, POST /api/show, GET /api/ps, GET /api/version, and /api/embed answering 501 until kiln
- * has embeddings.
+ * /api/tags, POST /api/show, GET /api/ps, GET /api/version, and POST /api/embed and /api/embeddings
+ * (embeddings.c does the work).
  *
  * An Ollama request is translated into the fields of a chat or completions request and handed to
  * the code those share (openai.c): `options` (num_predict, temperature, top_k, top_p, min_p, seed,
@@ -731,7 +731,7 @@ static void api_show(srv_req *r) {
         long long modified;
         served_info(s, &info, &modified);
         const char *tmpl = s->cfg.chat_template ? s->cfg.chat_template : kiln_model_chat_template(s->model);
-        json_t *caps = json_pack("[s]", "completion");
+        json_t *caps = json_pack("[s]", kiln_model_can_generate(s->model) ? "completion" : "embedding");
         if (tmpl && strstr(tmpl, "tools")) json_array_append_new(caps, json_string("tools"));
         if (tmpl && strstr(tmpl, "think")) json_array_append_new(caps, json_string("thinking"));
         char ctx_key[64];
@@ -750,9 +750,69 @@ static void api_show(srv_req *r) {
 
 static void api_version(srv_req *r) { srv_send_json(r, 200, json_pack("{s:s}", "version", OLLAMA_VERSION)); }
 
+/* POST /api/embed: {model, input (a string or an array of strings), truncate (default true, as
+ * Ollama's), dimensions} -> {model, embeddings: [[...]], total_duration, load_duration,
+ * prompt_eval_count}, unit-length vectors. POST /api/embeddings (Ollama's older route):
+ * {model, prompt} -> {embedding: [...]}, not normalized, as Ollama answers it. */
+/* Milliseconds on the monotonic clock. */
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
 static void api_embed(srv_req *r) {
-    srv_send_error(r, 501, "server_error", NULL, NULL,
-                   "embeddings are not supported yet: kiln serves text generation only (%s)", r->url);
+    json_t *req = srv_parse_body(r);
+    if (!req) return;
+    const bool legacy = strcmp(r->url, "/api/embeddings") == 0;
+    const double t0 = now_ms();
+    srv_embed_inputs in = {0};
+    float *out = NULL;
+    kiln_embed_params p = kiln_embed_default_params();
+    p.truncate = true;
+    p.normalize = !legacy;
+    if (!check_model(r, req)) goto done;
+    if (!srv_get_bool(r, req, "truncate", &p.truncate)) goto done;
+    json_t *dims = json_object_get(req, "dimensions");
+    if (dims && !json_is_null(dims)) {
+        const long long d = json_integer_value(dims);
+        if (!json_is_integer(dims) || d < 1 || d > kiln_model_n_embd(r->server->model)) {
+            BAD(r, "dimensions must be an integer from 1 to %d (the model's embedding width)",
+                kiln_model_n_embd(r->server->model));
+            goto done;
+        }
+        p.dimensions = (int32_t)d;
+    }
+    const char *param = legacy ? "prompt" : "input";
+    json_t *input = json_object_get(req, param);
+    if (!legacy && json_is_array(input) && json_array_size(input) == 0) { /* Ollama: loads the model, no vectors */
+        srv_send_json(r, 200,
+                      json_pack("{s:s, s:[], s:i, s:i, s:i}", "model", r->server->model_id, "embeddings",
+                                "total_duration", 0, "load_duration", 0, "prompt_eval_count", 0));
+        goto done;
+    }
+    if (legacy && !json_is_string(input)) {
+        BAD(r, "prompt must be a string");
+        goto done;
+    }
+    if (!srv_embed_inputs_read(r, input, param, &in)) goto done;
+    kiln_embed_result res;
+    if (!(out = srv_embed_run(r, param, &in, &p, &res))) goto done;
+    if (legacy) {
+        srv_send_json(r, 200, json_pack("{s:o}", "embedding", srv_embed_vector(out, (size_t)res.dim, false)));
+        goto done;
+    }
+    json_t *embs = json_array();
+    for (size_t i = 0; embs && i < in.n; i++)
+        json_array_append_new(embs, srv_embed_vector(out + i * (size_t)res.dim, (size_t)res.dim, false));
+    srv_send_json(r, 200,
+                  json_pack("{s:s, s:o, s:I, s:i, s:I}", "model", r->server->model_id, "embeddings", embs,
+                            "total_duration", (json_int_t)((now_ms() - t0) * 1e6), "load_duration", 0,
+                            "prompt_eval_count", (json_int_t)res.n_tokens));
+done:
+    free(out);
+    srv_embed_inputs_free(&in);
+    json_decref(req);
 }
 
 typedef struct route {
@@ -782,8 +842,9 @@ bool srv_ollama_route(srv_req *r) {
     if (path_known)
         srv_send_error(r, 405, "invalid_request_error", NULL, NULL, "%s is not allowed on %s", r->method, r->url);
     else
-        srv_send_error(r, 404, "invalid_request_error", NULL, NULL,
-                       "%s %s is not part of kiln's Ollama API (chat, generate, tags, show, ps, version)", r->method,
-                       r->url);
+        srv_send_error(
+            r, 404, "invalid_request_error", NULL, NULL,
+            "%s %s is not part of kiln's Ollama API (chat, generate, embed, embeddings, tags, show, ps, version)",
+            r->method, r->url);
     return true;
 }

@@ -38,7 +38,19 @@ typedef struct gen_out {
     bool oom;
     kiln_chat_parser *parser; /* chat with tools or a reasoning format: the reply's parser, else NULL */
     bool parse_failed;        /* the parser refused input (past a limit): the rest is not parsed */
+    int n;                    /* choices asked for (n; 1 unless the request says) */
+    bool started;             /* an event came (the prompt is evaluated), under the job's lock */
+    /* streaming n > 1: every choice's events go to one sink job (never submitted; a reference held)
+     * with the choice's index; the sink's own gen_out counts the choices still running and sums
+     * their usage, under the sink's lock */
+    srv_job *sink;
+    int index;
+    int pending;
+    kiln_generate_result total;
 } gen_out;
+
+/* The most choices one request may ask for (n); beyond: 400. */
+#define SRV_MAX_CHOICES 16
 
 static void gen_out_free(void *p) {
     gen_out *g = p;
@@ -47,6 +59,7 @@ static void gen_out_free(void *p) {
     json_decref(g->lp);
     json_decref(g->lp_pending);
     kiln_chat_parser_free(g->parser);
+    srv_job_unref(g->sink);
     free(g);
 }
 
@@ -182,17 +195,19 @@ static bool get_logit_bias(srv_req *r, json_t *o, srv_job *j) {
 
 bool srv_generation_params(srv_req *r, json_t *req, srv_job *j) {
     const srv_config *cfg = &r->server->cfg;
+    if (!kiln_model_can_generate(r->server->model)) {
+        srv_send_error(r, 400, "invalid_request_error", "model", "model_not_generative",
+                       "the served model '%s' (%s) is an embedding model; it does not generate text (its route is "
+                       "/v1/embeddings)",
+                       r->server->model_id, kiln_model_arch(r->server->model));
+        return false;
+    }
     kiln_generate_params *gp = &j->gp;
     gp->sampling = cfg->sampling;
     gp->max_tokens = cfg->max_tokens;
     gp->add_special = false;
     gp->parse_special = true;
-    long long n = 1, max_tokens = -2, top_k = -1, seed = -2;
-    if (!get_int(r, req, "n", 1, 1000000, &n)) return false;
-    if (n != 1) {
-        BAD(r, "n", "only n = 1 is supported");
-        return false;
-    }
+    long long max_tokens = -2, top_k = -1, seed = -2;
     if (!get_int(r, req, "max_tokens", 0, 1 << 30, &max_tokens)) return false;
     if (!get_int(r, req, "max_completion_tokens", 0, 1 << 30, &max_tokens)) return false;
     if (max_tokens >= 0) gp->max_tokens = (int32_t)max_tokens;
@@ -226,6 +241,10 @@ bool srv_generation_params(srv_req *r, json_t *req, srv_job *j) {
 static bool parse_common(srv_req *r, json_t *req, srv_job *j, gen_out *g) {
     if (!srv_generation_params(r, req, j)) return false;
     if (!srv_get_bool(r, req, "stream", &g->stream)) return false;
+    long long n = 1;
+    if (!get_int(r, req, "n", 1, SRV_MAX_CHOICES, &n)) return false;
+    g->n = (int)n;
+
     json_t *so = json_object_get(req, "stream_options");
     if (so && !json_is_null(so)) {
         if (!json_is_object(so)) {
@@ -501,14 +520,52 @@ static json_t *envelope(gen_out *g, const char *object, json_t *choice) {
     return o;
 }
 
-/* Appends one SSE event "data: <json>\n\n" to the job's output (lock held); steals obj. */
+/* Appends one SSE event "data: <json>\n\n" to the job's output (lock held), or to its sink's
+ * (taking the sink's lock); steals obj. */
 static void emit_sse(srv_job *j, json_t *obj) {
     gen_out *g = j->user;
     char *s = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
     json_decref(obj);
-    if (!s || !srv_job_append(j, "data: ", 6) || !srv_job_append(j, s, strlen(s)) || !srv_job_append(j, "\n\n", 2))
+    srv_job *dst = g->sink ? g->sink : j;
+    if (g->sink) pthread_mutex_lock(&dst->mu);
+    if (!s || !srv_job_append(dst, "data: ", 6) || !srv_job_append(dst, s, strlen(s)) ||
+        !srv_job_append(dst, "\n\n", 2))
         g->oom = true;
+    if (g->sink) {
+        pthread_cond_broadcast(&dst->cv);
+        pthread_mutex_unlock(&dst->mu);
+    }
     free(s);
+}
+
+/* A streaming choice ended (its lock held): its usage joins the sink's; the last one sends the
+ * usage chunk (when asked) and [DONE] and ends the sink's stream. */
+static void end_choice(srv_job *j) {
+    gen_out *g = j->user;
+    srv_job *sink = g->sink;
+    gen_out *sg = sink->user;
+    pthread_mutex_lock(&sink->mu);
+    if (g->index == 0) {
+        sg->total.n_prompt = j->result.n_prompt;
+        sg->total.n_cached = j->result.n_cached;
+    }
+    sg->total.n_generated += j->result.n_generated;
+    if (--sg->pending == 0) {
+        if (g->include_usage) {
+            json_t *o = envelope(g, g->chat ? "chat.completion.chunk" : "text_completion", NULL);
+            if (o) json_object_set_new(o, "usage", usage(&sg->total));
+            char *txt = o ? json_dumps(o, JSON_COMPACT) : NULL;
+            json_decref(o);
+            if (!txt || !srv_job_append(sink, "data: ", 6) || !srv_job_append(sink, txt, strlen(txt)) ||
+                !srv_job_append(sink, "\n\n", 2))
+                g->oom = true;
+            free(txt);
+        }
+        if (!srv_job_append(sink, "data: [DONE]\n\n", 14)) g->oom = true;
+        sink->done = true;
+    }
+    pthread_cond_broadcast(&sink->cv);
+    pthread_mutex_unlock(&sink->mu);
 }
 
 /* A streaming chunk with text (and the logprobs gathered since the last one), or the final chunk
@@ -519,11 +576,11 @@ static json_t *chunk(gen_out *g, const char *text, size_t len, const char *finis
     json_t *choice;
     if (g->chat) {
         json_t *delta = finish ? json_object() : json_pack("{s:s%}", "content", text, len);
-        choice = json_pack("{s:i, s:o, s:o, s:s?}", "index", 0, "delta", delta, "logprobs", lp_value(g, lp),
+        choice = json_pack("{s:i, s:o, s:o, s:s?}", "index", g->index, "delta", delta, "logprobs", lp_value(g, lp),
                            "finish_reason", finish);
     } else {
-        choice = json_pack("{s:s%, s:i, s:o, s:s?}", "text", finish ? "" : text, finish ? (size_t)0 : len, "index", 0,
-                           "logprobs", lp_value(g, lp), "finish_reason", finish);
+        choice = json_pack("{s:s%, s:i, s:o, s:s?}", "text", finish ? "" : text, finish ? (size_t)0 : len, "index",
+                           g->index, "logprobs", lp_value(g, lp), "finish_reason", finish);
     }
     json_decref(lp);
     if (choice && !finish) json_object_set_new(choice, "finish_reason", json_null());
@@ -551,8 +608,8 @@ static json_t *delta_chunk(gen_out *g, const kiln_chat_delta *d) {
         delta = json_pack("{s:s%}", d->kind == KILN_DELTA_REASONING ? "reasoning_content" : "content", d->text, d->len);
     json_t *lp = g->lp_pending;
     g->lp_pending = NULL;
-    json_t *choice =
-        json_pack("{s:i, s:o, s:o, s:n}", "index", 0, "delta", delta, "logprobs", lp_value(g, lp), "finish_reason");
+    json_t *choice = json_pack("{s:i, s:o, s:o, s:n}", "index", g->index, "delta", delta, "logprobs", lp_value(g, lp),
+                               "finish_reason");
     json_decref(lp);
     json_t *o = envelope(g, "chat.completion.chunk", choice);
     if (o && g->include_usage) json_object_set_new(o, "usage", json_null());
@@ -571,6 +628,8 @@ static void parse_text(srv_job *j, const char *text, size_t len, bool finish) {
 
 static void on_event(srv_job *j, const kiln_token_event *ev) {
     gen_out *g = j->user;
+    g->started = true;
+    if (g->sink && atomic_load(&g->sink->cancel)) atomic_store(&j->cancel, true); /* the client left */
     if (ev && g->parser) {
         if (g->logprobs >= 0 && ev->token >= 0) {
             json_t **dst = g->stream ? &g->lp_pending : &g->lp;
@@ -602,7 +661,7 @@ static void on_event(srv_job *j, const kiln_token_event *ev) {
     if (!g->stream) return;
     if (j->status == KILN_OK) {
         emit_sse(j, chunk(g, NULL, 0, g->chat ? chat_finish(g, j->result.stop) : finish_reason(j->result.stop)));
-        if (g->include_usage) {
+        if (g->include_usage && !g->sink) {
             json_t *o = envelope(g, g->chat ? "chat.completion.chunk" : "text_completion", NULL);
             if (o) json_object_set_new(o, "usage", usage(&j->result));
             emit_sse(j, o);
@@ -612,11 +671,15 @@ static void on_event(srv_job *j, const kiln_token_event *ev) {
         const char *type = j->status == KILN_ERR_UNSUPPORTED ? "invalid_request_error" : "server_error";
         emit_sse(j, json_pack("{s:{s:s, s:s, s:n, s:n}}", "error", "message", msg, "type", type, "param", "code"));
     }
+    if (g->sink) {
+        end_choice(j);
+        return;
+    }
     if (!srv_job_append(j, "data: [DONE]\n\n", 14)) g->oom = true;
 }
 
-/* Non-streaming response once the job is done. */
-static void send_result(srv_req *r, srv_job *j) {
+/* The choice of a finished job at index, or NULL after sending the error. */
+static json_t *result_choice(srv_req *r, srv_job *j, int index) {
     gen_out *g = j->user;
     if (j->status != KILN_OK || g->oom) {
         if (j->status == KILN_ERR_CANCELLED)
@@ -627,7 +690,7 @@ static void send_result(srv_req *r, srv_job *j) {
         else
             srv_send_error(r, 500, "server_error", NULL, NULL, "generation failed: %s",
                            g->oom ? "out of memory" : j->error);
-        return;
+        return NULL;
     }
     json_t *lp = g->logprobs >= 0 && !g->lp ? new_lp(g->chat) : json_incref(g->lp);
     json_t *choice;
@@ -641,22 +704,39 @@ static void send_result(srv_req *r, srv_job *j) {
         if (!msg) {
             json_decref(lp);
             srv_send_error(r, 500, "server_error", NULL, NULL, "out of memory");
-            return;
+            return NULL;
         }
         if (!json_object_get(msg, "content")) json_object_set_new(msg, "content", json_string(""));
         json_object_set_new(msg, "refusal", json_null());
-        choice = json_pack("{s:i, s:o, s:o, s:s}", "index", 0, "message", msg, "logprobs", lp_value(g, lp),
+        choice = json_pack("{s:i, s:o, s:o, s:s}", "index", index, "message", msg, "logprobs", lp_value(g, lp),
                            "finish_reason", finish);
     } else if (g->chat)
-        choice = json_pack("{s:i, s:{s:s, s:s%, s:n}, s:o, s:s}", "index", 0, "message", "role", "assistant", "content",
-                           g->text ? g->text : "", g->n_text, "refusal", "logprobs", lp_value(g, lp), "finish_reason",
-                           finish);
+        choice = json_pack("{s:i, s:{s:s, s:s%, s:n}, s:o, s:s}", "index", index, "message", "role", "assistant",
+                           "content", g->text ? g->text : "", g->n_text, "refusal", "logprobs", lp_value(g, lp),
+                           "finish_reason", finish);
     else
-        choice = json_pack("{s:s%, s:i, s:o, s:s}", "text", g->text ? g->text : "", g->n_text, "index", 0, "logprobs",
-                           lp_value(g, lp), "finish_reason", finish);
+        choice = json_pack("{s:s%, s:i, s:o, s:s}", "text", g->text ? g->text : "", g->n_text, "index", index,
+                           "logprobs", lp_value(g, lp), "finish_reason", finish);
     json_decref(lp);
-    json_t *o = envelope(g, g->chat ? "chat.completion" : "text_completion", choice);
-    if (o) json_object_set_new(o, "usage", usage(&j->result));
+    return choice;
+}
+
+/* Non-streaming response once the jobs[n] (the choices, each done) are: usage counts the prompt once. */
+static void send_result(srv_req *r, srv_job **jobs, int n) {
+    gen_out *g = jobs[0]->user;
+    json_t *o = envelope(g, g->chat ? "chat.completion" : "text_completion", NULL);
+    kiln_generate_result total = jobs[0]->result;
+    for (int i = 0; i < n; i++) {
+        json_t *choice = result_choice(r, jobs[i], i);
+        if (!choice) {
+            json_decref(o);
+            return;
+        }
+        if (o) json_array_append_new(json_object_get(o, "choices"), choice);
+        else json_decref(choice);
+        if (i) total.n_generated += jobs[i]->result.n_generated;
+    }
+    if (o) json_object_set_new(o, "usage", usage(&total));
     srv_send_json(r, 200, o);
 }
 
@@ -694,7 +774,106 @@ static void run(srv_req *r, srv_job *j) {
         srv_send_stream(r, j);
         return;
     }
-    if (srv_wait_job(r, j)) send_result(r, j);
+    if (srv_wait_job(r, j)) send_result(r, &j, 1);
+}
+
+static srv_job *new_job(srv_req *r, bool chat);
+
+/* Choice i (>= 1) of j's request: the same prompt, parameters and output state; a fixed seed
+ * becomes seed + i, so every choice is reproducible. The stop strings are copied; the logit bias
+ * and grammar are j's, which the engine copies or references when the choice is submitted (j
+ * outlives that). NULL after sending 500. */
+static srv_job *clone_choice(srv_req *r, srv_job *j, int i) {
+    gen_out *g0 = j->user;
+    srv_job *c = new_job(r, g0->chat);
+    if (!c) return NULL;
+    gen_out *g = c->user;
+    memcpy(g->id, g0->id, sizeof g->id);
+    g->created = g0->created;
+    g->logprobs = g0->logprobs;
+    g->n = g0->n;
+    g->stream = g0->stream;
+    g->include_usage = g0->include_usage;
+    c->gp = j->gp;
+    c->gp.share_prompt = false;
+    c->gp.n_stop = 0;
+    c->gp.stop = NULL;
+    if (j->gp.sampling.seed != KILN_SEED_RANDOM) c->gp.sampling.seed = j->gp.sampling.seed + (uint64_t)i;
+    c->prompt = malloc(j->n_prompt * sizeof *c->prompt);
+    c->stop = j->gp.n_stop ? calloc(j->gp.n_stop, sizeof *c->stop) : NULL;
+    bool ok = c->prompt && (!j->gp.n_stop || c->stop);
+    for (size_t k = 0; ok && k < j->gp.n_stop; k++, c->gp.n_stop++) ok = (c->stop[k] = strdup(j->stop[k])) != NULL;
+    if (!ok) {
+        srv_job_unref(c);
+        oom(r);
+        return NULL;
+    }
+    memcpy(c->prompt, j->prompt, j->n_prompt * sizeof *c->prompt);
+    c->n_prompt = j->n_prompt;
+    c->gp.stop = (const char *const *)c->stop;
+    return c;
+}
+
+/* Runs the choices jobs[n] (n > 1) as rows of one batch sharing the prompt's KV: choice 0 is
+ * submitted with share_prompt, and once its prompt is evaluated (its first event) the others,
+ * which restore that prompt from the prefix cache and run beside it; then one response. */
+static void run_choices(srv_req *r, srv_job **jobs, int n) {
+    srv *s = r->server;
+    if (atomic_load(&s->stopping)) {
+        srv_send_error(r, 503, "server_error", NULL, NULL, "the server is shutting down");
+        return;
+    }
+    jobs[0]->gp.share_prompt = true;
+    gen_out *g0 = jobs[0]->user;
+    srv_job *sink = NULL;
+    if (g0->stream) { /* one stream: each choice's chunks with its index, the role first */
+        if (!(sink = new_job(r, g0->chat))) return;
+        gen_out *sg = sink->user;
+        sg->pending = n;
+        for (int i = 0; i < n; i++) {
+            gen_out *g = jobs[i]->user;
+            g->sink = sink;
+            g->index = i;
+            srv_job_ref(sink);
+            if (!g->chat) continue;
+            json_t *o = envelope(g, "chat.completion.chunk",
+                                 json_pack("{s:i, s:{s:s, s:s}, s:n, s:n}", "index", i, "delta", "role", "assistant",
+                                           "content", "", "logprobs", "finish_reason"));
+            if (o && g->include_usage) json_object_set_new(o, "usage", json_null());
+            emit_sse(jobs[i], o);
+        }
+    }
+    int submitted = 0;
+    kiln_status st = KILN_OK;
+    for (int i = 0; i < n && !st; i++) {
+        jobs[i]->gp.logprobs = ((gen_out *)jobs[i]->user)->logprobs;
+        if (!(st = srv_job_submit(s, jobs[i]))) submitted++;
+        if (i == 0 && !st) { /* wait until the prompt is in the cache (or the choice ended) */
+            pthread_mutex_lock(&jobs[0]->mu);
+            while (!g0->started && !jobs[0]->done) pthread_cond_wait(&jobs[0]->cv, &jobs[0]->mu);
+            pthread_mutex_unlock(&jobs[0]->mu);
+        }
+    }
+    if (st) {
+        for (int i = 0; i < submitted; i++) srv_job_cancel(jobs[i]);
+        if (st == KILN_ERR_BUSY)
+            srv_send_error(r, 429, "requests", NULL, "rate_limit_exceeded",
+                           "the server is busy: %d requests are already waiting; retry later", s->cfg.max_queue);
+        else srv_send_error(r, 500, "server_error", NULL, NULL, "cannot start the generation: %s", kiln_last_error());
+        srv_job_unref(sink);
+        return;
+    }
+    if (sink) {
+        srv_send_stream(r, sink);
+        srv_job_unref(sink);
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        if (!srv_wait_job(r, jobs[i])) { /* the client went away */
+            for (int k = i + 1; k < n; k++) srv_job_cancel(jobs[k]);
+            return;
+        }
+    send_result(r, jobs, n);
 }
 
 /* A job for endpoint chat (or completions) with its output state; NULL after sending 500. */
@@ -762,6 +941,8 @@ bool srv_chat_parser_setup(srv_req *r, srv_job *j, const srv_tools *t, const cha
 void srv_chat_completions(srv_req *r) {
     json_t *req = srv_parse_body(r);
     if (!req) return;
+    srv_job *jobs[SRV_MAX_CHOICES];
+    int n_jobs = 0;
     srv_job *j = new_job(r, true);
     char *prompt = NULL;
     size_t len = 0;
@@ -782,8 +963,26 @@ void srv_chat_completions(srv_req *r) {
     if (!(prompt = srv_render_chat(r, req, &len))) goto done;
     if (!(j->prompt = srv_tokenize_prompt(r, "messages", prompt, len, &j->n_prompt))) goto done;
     if (!srv_chat_parser_setup(r, j, &tools, prompt, &g->parser)) goto done;
-    run(r, j);
+    if (g->n == 1) {
+        run(r, j);
+        goto done;
+    }
+    jobs[0] = j;
+    for (n_jobs = 1; n_jobs < g->n; n_jobs++) {
+        srv_job *c = clone_choice(r, j, n_jobs);
+        if (!c) goto done;
+        jobs[n_jobs] = c;
+        c->grammar = j->grammar; /* borrowed while its parser is set up like j's */
+        const bool set = srv_chat_parser_setup(r, c, &tools, prompt, &((gen_out *)c->user)->parser);
+        if (c->grammar == j->grammar) c->grammar = NULL;
+        if (!set) {
+            n_jobs++;
+            goto done;
+        }
+    }
+    run_choices(r, jobs, n_jobs);
 done:
+    for (int i = 1; i < n_jobs; i++) srv_job_unref(jobs[i]);
     free(prompt);
     srv_job_unref(j);
     json_decref(req);
@@ -792,6 +991,8 @@ done:
 void srv_completions(srv_req *r) {
     json_t *req = srv_parse_body(r);
     if (!req) return;
+    srv_job *jobs[SRV_MAX_CHOICES];
+    int n_jobs = 0;
     srv_job *j = new_job(r, false);
     if (!j) goto done;
     gen_out *g = j->user;
@@ -830,8 +1031,16 @@ void srv_completions(srv_req *r) {
         BAD(r, "prompt", "'prompt' must be a string, an array of one string, or an array of token ids");
         goto done;
     }
-    run(r, j);
+    if (g->n == 1) {
+        run(r, j);
+        goto done;
+    }
+    jobs[0] = j;
+    for (n_jobs = 1; n_jobs < g->n; n_jobs++)
+        if (!(jobs[n_jobs] = clone_choice(r, j, n_jobs))) goto done;
+    run_choices(r, jobs, n_jobs);
 done:
+    for (int i = 1; i < n_jobs; i++) srv_job_unref(jobs[i]);
     srv_job_unref(j);
     json_decref(req);
 }

@@ -213,6 +213,8 @@ static const route routes[] = {
     {"POST", "/v1/messages", srv_messages},
     {"POST", "/v1/messages/count_tokens", srv_messages_count_tokens},
     {"POST", "/v1/responses", srv_responses},
+    {"POST", "/v1/embeddings", srv_embeddings},
+    {"POST", "/embeddings", srv_embeddings},
 };
 
 srv_api srv_route_api(const char *url) {

@@ -21,6 +21,7 @@
  *   anthropic.c  /v1/messages and /v1/messages/count_tokens (Anthropic's Messages API): its request
  *              translated into a chat request for the shared code above, its response, event
  *              stream and error shapes.
+ *   embeddings.c  /v1/embeddings, and the inputs and engine call Ollama's /api/embed shares.
  *   job.c      a generation job: what a request hands to the engine (kiln_engine, continuously
  *              batched) and the state its connection waits on.
  *   tools.c    a chat request's tools: validation of tools, tool_choice and tool messages, and the
@@ -259,6 +260,32 @@ void srv_response_by_id(srv_req *r, const char *id);
  * when out of memory. */
 json_t *srv_anthropic_error(unsigned status, const char *message);
 
+/* ---- embeddings (embeddings.c) --------------------------------------------------------------- */
+
+void srv_embeddings(srv_req *r);
+
+/* A request's inputs as token lists: tok[i][len[i]], each malloc'd. */
+typedef struct srv_embed_inputs {
+    kiln_token **tok;
+    size_t *len;
+    size_t n;
+} srv_embed_inputs;
+
+/* Reads `input` (the field named param): a string, an array of strings, an array of token ids or
+ * an array of such arrays, at most KILN_EMBED_MAX_INPUTS; texts are tokenized with the model's
+ * special tokens. False after sending a 400 naming param (an empty string, a bad shape or id). */
+bool srv_embed_inputs_read(srv_req *r, json_t *input, const char *param, srv_embed_inputs *in);
+void srv_embed_inputs_free(srv_embed_inputs *in);
+/* Embeds the inputs on the engine as one batch: a malloc'd [in->n][res->dim] array, or NULL after
+ * sending the error: 400 for a model that makes no embeddings, dimensions beyond its width, an
+ * input over its limit (code context_length_exceeded, naming the limit and "truncate"); 503 when
+ * the engine is stopping; 500 when out of memory. */
+float *srv_embed_run(srv_req *r, const char *param, const srv_embed_inputs *in, const kiln_embed_params *p,
+                     kiln_embed_result *res);
+/* A vector as JSON: an array of numbers, or (b64) a base64 string of its little-endian float32
+ * bytes; NULL when out of memory. */
+json_t *srv_embed_vector(const float *v, size_t dim, bool b64);
+
 /* The browser chat page (web.c): its files, embedded at build time by scripts/embed into the
  * generated web_assets.c, ending with an entry whose path is NULL. */
 typedef struct srv_web_asset {
@@ -307,8 +334,9 @@ kiln_token *srv_tokenize_prompt(srv_req *r, const char *param, const char *text,
 char *srv_render_chat(srv_req *r, json_t *req, size_t *len);
 /* The generation parameters of a chat or completions request (openai.c): max_tokens and
  * max_completion_tokens, the sampling fields, seed, ignore_eos, stop, logit_bias and the output
- * constraint, over the server's defaults, into j->gp (and j->stop, j->bias, j->grammar). n must be
- * 1. False after sending a 400 naming the field. */
+ * constraint, over the server's defaults, into j->gp (and j->stop, j->bias, j->grammar); `n` is
+ * the OpenAI routes' own (openai.c). False after sending a 400 naming the field (or the model, when
+ * it is an embedding model). */
 bool srv_generation_params(srv_req *r, json_t *req, srv_job *j);
 /* out = prefix + 24 random characters from [A-Za-z0-9] (cut to cap, NUL-terminated). */
 void srv_make_id(char *out, size_t cap, const char *prefix);

@@ -225,6 +225,26 @@ void kn_add(float *x, const float *y, int64_t n_total) {
     for (int64_t i = 0; i < n_total; i++) x[i] += y[i];
 }
 
+void kn_gelu(float *x, int64_t n_total) {
+    for (int64_t i = 0; i < n_total; i++) x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678118654752f));
+}
+
+void kn_layernorm(float *out, const float *x, const float *weight, const float *bias, int64_t N, int64_t n, float eps) {
+    for (int64_t t = 0; t < N; t++) {
+        const float *xr = x + t * n;
+        float *o = out + t * n;
+        double sum = 0, sq = 0;
+        for (int64_t i = 0; i < n; i++) sum += xr[i];
+        const double mean = sum / (double)n;
+        for (int64_t i = 0; i < n; i++) sq += (xr[i] - mean) * (xr[i] - mean);
+        const float inv = (float)(1.0 / sqrt(sq / (double)n + eps)), mu = (float)mean;
+        for (int64_t i = 0; i < n; i++) {
+            const float v = (xr[i] - mu) * inv;
+            o[i] = (weight ? v * weight[i] : v) + (bias ? bias[i] : 0.0f);
+        }
+    }
+}
+
 /* The gated activation over elements [i0, i1): gate = act(gate) * up. */
 static void glu_range(float *gate, const float *up, int64_t i0, int64_t i1, bool gelu) {
     if (gelu) {

@@ -61,6 +61,13 @@ void kn_swiglu(float *gate, const float *up, int64_t n_total, kn_pool *pool);
  * 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (parallel as kn_swiglu) */
 void kn_geglu(float *gate, const float *up, int64_t n_total, kn_pool *pool);
 
+/* x[n] = gelu(x[n]) = x * Phi(x) = 0.5 x (1 + erf(x / sqrt(2))), the exact GELU (bert's FFN). */
+void kn_gelu(float *x, int64_t n_total);
+
+/* out[N][n] = (x - mean(x)) / sqrt(var(x) + eps) * weight + bias, row by row (LayerNorm; the mean and
+ * variance summed in row order, in double). weight and bias may be NULL (1 and 0). out may equal x. */
+void kn_layernorm(float *out, const float *x, const float *weight, const float *bias, int64_t N, int64_t n, float eps);
+
 /* Rotates the first r->n_rot dims of each of n_heads heads of width head_dim in
  * x[n_heads*head_dim], at position pos, as r says (model/model.h kn_rope_cfg); long_ctx: the row's
  * context exceeds r->n_ctx_orig (LongRoPE takes the long divisors). */

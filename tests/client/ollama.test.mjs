@@ -4,7 +4,7 @@
 // sampling (num_predict, seed, stop), `format` ("json" or a schema) goes through the constrained
 // decoder, tools through the chat parser (calls with their arguments as objects, a history with calls
 // and tool results), thinking through the reasoning parser; bad input (malformed JSON, unknown or
-// unloaded models, bad options, images, embeddings) is an error in Ollama's shape {"error": "..."}
+// unloaded models, bad options, images, embeddings of a generation model) is an error in Ollama's shape {"error": "..."}
 // and the server keeps serving. One PASS/FAIL/SKIP line per case (see lib.mjs); run by
 // tests/cli/test_ollama.sh.
 import assert from 'node:assert/strict';
@@ -212,13 +212,13 @@ await test('ollama_bad_input_errors', async () => {
   await assertOllamaError(chat({ messages: [{ role: 'user', content: 7 }] }), 400, /content/, 'content not a string');
   await assertOllamaError(chat({ messages: [{ role: 'user', content: 'Hi', images: ['aGk='] }] }), 400, /images/, 'images');
   await assertOllamaError(ollama.generate({ model: NAME, prompt: 'Hi', suffix: 'end' }), 400, /suffix/, 'suffix');
-  await assertOllamaError(ollama.embed({ model: NAME, input: 'Hi' }), 501, /embeddings are not supported/, 'embed');
+  await assertOllamaError(ollama.embed({ model: NAME, input: 'Hi' }), 400, /not an embedding model/, 'embed on a generation model');
   await assertOllamaError(ollama.chat({ messages: [{ role: 'user', content: 'Hi' }] }), 400, /model is required/, 'no model');
   assertOllamaBody(await post(S, '/api/chat', '{"model": "stories260K", "messages": ['), 400, /not valid JSON/, 'malformed JSON');
   assertOllamaBody(await post(S, '/api/generate', '[1, 2]'), 400, /JSON object/, 'not an object');
   assertOllamaBody(await post(S, '/api/pull', { model: NAME }), 404, /not part of kiln's Ollama API/, 'an unknown route');
   assertOllamaBody(await get(S, '/api/chat'), 405, /not allowed/, 'GET on a POST route');
-  assertOllamaBody(await post(S, '/api/embeddings', { model: NAME, prompt: 'Hi' }), 501, /embeddings/, 'old embeddings');
+  assertOllamaBody(await post(S, '/api/embeddings', { model: NAME, prompt: 'Hi' }), 400, /not an embedding model/, 'old embeddings on a generation model');
   // OpenAI's routes keep OpenAI's shape
   const o = await post(S, '/v1/chat/completions', '{');
   assert.equal(o.status, 400);

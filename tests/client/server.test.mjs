@@ -378,8 +378,8 @@ await test('server_error_out_of_range', async () => {
 });
 
 await test('server_error_n_2', async () => {
-  await badRequest('/v1/chat/completions', { model: MODEL_ID, messages: [{ role: 'user', content: 'hi' }], n: 2 }, 'n', 'chat n=2');
-  await badRequest('/v1/completions', { model: MODEL_ID, prompt: 'hi', n: 2 }, 'n', 'completions n=2');
+  await badRequest('/v1/chat/completions', { model: MODEL_ID, messages: [{ role: 'user', content: 'hi' }], n: 17 }, 'n', 'chat n above the cap');
+  await badRequest('/v1/completions', { model: MODEL_ID, prompt: 'hi', n: 0 }, 'n', 'completions n=0');
 });
 
 await test('server_error_unknown_route', async () => {
