@@ -128,6 +128,34 @@ static inline const char *kt_tmpdir(void) {
 #include "cache/kv.h"
 #include "kiln.h"
 
+/* The kiln-gen binary of this build ($BUILD/kiln-gen, build/kiln-gen by default). */
+static inline const char *kt_gen_path(void) {
+    static char p[512];
+    const char *b = getenv("BUILD");
+    snprintf(p, sizeof p, "%s/kiln-gen", b && *b ? b : "build");
+    return p;
+}
+
+/* Generates `kiln-gen ARGS` into the test directory as NAME.gguf (once); the path (a static buffer
+ * per call slot, 8 slots) or NULL when kiln-gen fails. */
+static inline const char *kt_gen(const char *name, const char *args) {
+    static char out[8][512];
+    static int slot;
+    char *o = out[slot++ % 8];
+    char cmd[2048];
+    snprintf(o, 512, "%s/%s.gguf", kt_tmpdir(), name);
+    if (kt_exists(o)) return o;
+    snprintf(cmd, sizeof cmd, "%s %s -o %s >/dev/null 2>&1", kt_gen_path(), args, o);
+    return system(cmd) == 0 ? o : NULL;
+}
+
+/* The model at path (NULL path or a failed load: NULL). */
+static inline kiln_model *kt_load(const char *path) {
+    kiln_model *m = NULL;
+    if (!path || kiln_model_load(path, NULL, &m) != KILN_OK) return NULL;
+    return m;
+}
+
 /* Fills positions [0, n) of every layer of kv (kv_dim <= 8) with values that encode (layer,
  * position, element, tag), V the negation of K, so copies can be checked; sets kv->n_past = n. */
 static inline void kt_fill_kv(kn_kv *kv, int32_t n, float tag) {

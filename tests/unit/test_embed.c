@@ -21,31 +21,6 @@
 #include <math.h>
 #include <pthread.h>
 
-static const char *gen_path(void) {
-    static char p[512];
-    const char *b = getenv("BUILD");
-    snprintf(p, sizeof p, "%s/kiln-gen", b && *b ? b : "build");
-    return p;
-}
-
-/* Generates `kiln-gen ARGS` into the test directory as NAME.gguf (once); the path or NULL. */
-static const char *gen(const char *name, const char *args) {
-    static char out[8][512];
-    static int slot;
-    char *o = out[slot++ % 8];
-    char cmd[2048];
-    snprintf(o, 512, "%s/%s.gguf", kt_tmpdir(), name);
-    if (kt_exists(o)) return o;
-    snprintf(cmd, sizeof cmd, "%s %s -o %s >/dev/null 2>&1", gen_path(), args, o);
-    return system(cmd) == 0 ? o : NULL;
-}
-
-static kiln_model *load(const char *path) {
-    kiln_model *m = NULL;
-    if (!path || kiln_model_load(path, NULL, &m) != KILN_OK) return NULL;
-    return m;
-}
-
 static kiln_engine *engine(kiln_model *m, int n_ctx) {
     kiln_engine_params p = kiln_engine_default_params();
     p.n_ctx = n_ctx;
@@ -167,7 +142,7 @@ static void ref_bert(const kiln_model *m, const kiln_token *tokens, int n, doubl
 }
 
 static void test_bert_reference(void) {
-    kiln_model *m = load(gen("emb-bert-f32", "--preset tiny-bert --type f32"));
+    kiln_model *m = kt_load(kt_gen("emb-bert-f32", "--preset tiny-bert --type f32"));
     if (!m) SKIP("kiln-gen or the model is unavailable");
     kiln_engine *e = engine(m, 128);
     CHECK(e);
@@ -200,7 +175,7 @@ static void test_bert_reference(void) {
 
 /* Same text = same bits, other text < 1, a batch = each alone, for the model at path. */
 static void check_model(const char *path, int n_ctx) {
-    kiln_model *m = load(path);
+    kiln_model *m = kt_load(path);
     if (!m) SKIP("kiln-gen or the model is unavailable");
     kiln_engine *e = engine(m, n_ctx);
     CHECK(e);
@@ -226,12 +201,12 @@ static void check_model(const char *path, int n_ctx) {
     kiln_model_free(m);
 }
 
-static void test_bert_batch(void) { check_model(gen("emb-bert", "--preset tiny-bert"), 128); }
-static void test_nomic_bert_batch(void) { check_model(gen("emb-nomic", "--preset tiny-nomic-bert"), 256); }
-static void test_qwen3_embedding_batch(void) { check_model(gen("emb-q3e", "--preset tiny-qwen3-embedding"), 256); }
+static void test_bert_batch(void) { check_model(kt_gen("emb-bert", "--preset tiny-bert"), 128); }
+static void test_nomic_bert_batch(void) { check_model(kt_gen("emb-nomic", "--preset tiny-nomic-bert"), 256); }
+static void test_qwen3_embedding_batch(void) { check_model(kt_gen("emb-q3e", "--preset tiny-qwen3-embedding"), 256); }
 
 static void test_params(void) {
-    kiln_model *m = load(gen("emb-bert", "--preset tiny-bert"));
+    kiln_model *m = kt_load(kt_gen("emb-bert", "--preset tiny-bert"));
     if (!m) SKIP("kiln-gen or the model is unavailable");
     kiln_engine *e = engine(m, 128);
     CHECK(e);
@@ -290,7 +265,7 @@ static void test_params(void) {
 }
 
 static void test_generation_model_refused(void) {
-    kiln_model *m = load(gen("emb-q3", "--preset tiny-qwen3"));
+    kiln_model *m = kt_load(kt_gen("emb-q3", "--preset tiny-qwen3"));
     if (!m) SKIP("kiln-gen or the model is unavailable");
     kiln_engine *e = engine(m, 128);
     CHECK(e);
@@ -319,7 +294,7 @@ static void *gen_thread(void *arg) {
 }
 
 static void test_shared_engine(void) {
-    kiln_model *m = load(gen("emb-q3e", "--preset tiny-qwen3-embedding"));
+    kiln_model *m = kt_load(kt_gen("emb-q3e", "--preset tiny-qwen3-embedding"));
     if (!m) SKIP("kiln-gen or the model is unavailable");
     kiln_engine *e = engine(m, 256);
     CHECK(e);

@@ -25,32 +25,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static const char *gen_path(void) {
-    static char p[512];
-    const char *b = getenv("BUILD");
-    snprintf(p, sizeof p, "%s/kiln-gen", b && *b ? b : "build");
-    return p;
-}
-
-/* Generates `kiln-gen ARGS` into the test directory as NAME.gguf (once); the path (static buffer
- * per call slot) or NULL. */
-static const char *gen(const char *name, const char *args) {
-    static char out[8][512];
-    static int slot;
-    char *o = out[slot++ % 8];
-    char cmd[2048];
-    snprintf(o, 512, "%s/%s.gguf", kt_tmpdir(), name);
-    if (kt_exists(o)) return o;
-    snprintf(cmd, sizeof cmd, "%s %s -o %s >/dev/null 2>&1", gen_path(), args, o);
-    return system(cmd) == 0 ? o : NULL;
-}
-
-static kiln_model *load(const char *path) {
-    kiln_model *m = NULL;
-    if (!path || kiln_model_load(path, NULL, &m) != KILN_OK) return NULL;
-    return m;
-}
-
 /* ---- the forward pass directly ----------------------------------------------------------------- */
 
 #define MAX_ROWS 3
@@ -120,14 +94,14 @@ static const char *family_presets[] = {"tiny-gemma2", "tiny-gemma3", "tiny-phi3"
 /* Batched rows == each row alone, chunked prefill == one pass, 1 thread == 2 threads, bit for bit,
  * for every family and two weight types. */
 static void test_forward_invariance(void) {
-    if (!kt_exists(gen_path())) SKIP("no %s", gen_path());
+    if (!kt_exists(kt_gen_path())) SKIP("no %s", kt_gen_path());
     static const char *types[] = {"Q8_0", "Q4_K"};
     for (size_t a = 0; a < KN_ARRAY_LEN(family_presets); a++) {
         for (size_t t = 0; t < KN_ARRAY_LEN(types); t++) {
             char name[64], args[256];
             snprintf(name, sizeof name, "%s-%s", family_presets[a], types[t]);
             snprintf(args, sizeof args, "--preset %s --type %s --seed 11", family_presets[a], types[t]);
-            kiln_model *m = load(gen(name, args));
+            kiln_model *m = kt_load(kt_gen(name, args));
             CHECKF(m, "%s: %s", name, kiln_last_error());
             const size_t V = (size_t)m->hp.n_vocab, per = (size_t)MAX_ROWS * N_CTX * V;
             float *together = calloc(per, sizeof(float)), *alone = calloc(per, sizeof(float)),
@@ -193,13 +167,13 @@ static void check_window(const char *arch) {
              "--arch %s --vocab 512 --dim 128 --layers 1 --heads 4 --kv-heads 2 --head-dim 32 --ffn 256 "
              "--sliding-window 8 --type F32 --scale 4 --seed 5",
              arch);
-    kiln_model *swa = load(gen(name, args));
+    kiln_model *swa = kt_load(kt_gen(name, args));
     snprintf(name, sizeof name, "%s-1l-full", arch);
     snprintf(args, sizeof args,
              "--arch %s --vocab 512 --dim 128 --layers 1 --heads 4 --kv-heads 2 --head-dim 32 --ffn 256 "
              "--type F32 --scale 4 --seed 5",
              arch);
-    kiln_model *full = load(gen(name, args));
+    kiln_model *full = kt_load(kt_gen(name, args));
     CHECKF(swa && full, "%s: %s", arch, kiln_last_error());
     CHECK(swa->layers[0].attn.window == 8 && (full->layers[0].attn.window == 0 || full->layers[0].attn.window > 24));
     const int V = kiln_model_n_vocab(swa), P = 24;
@@ -224,22 +198,22 @@ static void check_window(const char *arch) {
 }
 
 static void test_sliding_window_gemma3(void) {
-    if (!kt_exists(gen_path())) SKIP("no %s", gen_path());
+    if (!kt_exists(kt_gen_path())) SKIP("no %s", kt_gen_path());
     check_window("gemma3");
 }
 
 static void test_sliding_window_gemma2_softcap(void) {
-    if (!kt_exists(gen_path())) SKIP("no %s", gen_path());
+    if (!kt_exists(kt_gen_path())) SKIP("no %s", kt_gen_path());
     check_window("gemma2");
 }
 
 /* The layer pattern and per-layer RoPE of the real files: gemma3 5 local : 1 global with the local
  * base 10000 unscaled; gemma2 every other layer; query scale; soft-caps; embedding scale. */
 static void test_layer_configuration(void) {
-    if (!kt_exists(gen_path())) SKIP("no %s", gen_path());
-    kiln_model *g3 = load(gen("tiny-gemma3-Q8_0", "--preset tiny-gemma3 --type Q8_0 --seed 11"));
-    kiln_model *g2 = load(gen("tiny-gemma2-Q8_0", "--preset tiny-gemma2 --type Q8_0 --seed 11"));
-    kiln_model *p3 = load(gen("tiny-phi3-Q8_0", "--preset tiny-phi3 --type Q8_0 --seed 11"));
+    if (!kt_exists(kt_gen_path())) SKIP("no %s", kt_gen_path());
+    kiln_model *g3 = kt_load(kt_gen("tiny-gemma3-Q8_0", "--preset tiny-gemma3 --type Q8_0 --seed 11"));
+    kiln_model *g2 = kt_load(kt_gen("tiny-gemma2-Q8_0", "--preset tiny-gemma2 --type Q8_0 --seed 11"));
+    kiln_model *p3 = kt_load(kt_gen("tiny-phi3-Q8_0", "--preset tiny-phi3 --type Q8_0 --seed 11"));
     CHECKF(g3 && g2 && p3, "%s", kiln_last_error());
     for (int l = 0; l < 6; l++) {
         const kn_layer_attn *a = &g3->layers[l].attn;
@@ -295,7 +269,7 @@ static void check_engine(const char *preset) {
     char name[64], args[256];
     snprintf(name, sizeof name, "%s-Q4_0", preset);
     snprintf(args, sizeof args, "--preset %s --type Q4_0 --seed 13", preset);
-    kiln_model *m = load(gen(name, args));
+    kiln_model *m = kt_load(kt_gen(name, args));
     CHECKF(m, "%s: %s", preset, kiln_last_error());
     const int V = kiln_model_n_vocab(m);
     kiln_token p[N_P][PL + NGEN + 10];
@@ -368,15 +342,15 @@ static void check_engine(const char *preset) {
 }
 
 static void test_engine_gemma3(void) {
-    if (!kt_exists(gen_path())) SKIP("no %s", gen_path());
+    if (!kt_exists(kt_gen_path())) SKIP("no %s", kt_gen_path());
     check_engine("tiny-gemma3");
 }
 static void test_engine_gemma2(void) {
-    if (!kt_exists(gen_path())) SKIP("no %s", gen_path());
+    if (!kt_exists(kt_gen_path())) SKIP("no %s", kt_gen_path());
     check_engine("tiny-gemma2");
 }
 static void test_engine_phi3(void) {
-    if (!kt_exists(gen_path())) SKIP("no %s", gen_path());
+    if (!kt_exists(kt_gen_path())) SKIP("no %s", kt_gen_path());
     check_engine("tiny-phi3");
 }
 
@@ -385,8 +359,8 @@ static void test_engine_phi3(void) {
 /* LongRoPE: a context within the original 64 positions takes the short factors, a longer one the
  * long factors; position 0 is not rotated, so only later positions differ. */
 static void test_longrope_switch(void) {
-    if (!kt_exists(gen_path())) SKIP("no %s", gen_path());
-    kiln_model *m = load(gen("tiny-phi3-F32", "--preset tiny-phi3 --type F32 --seed 11"));
+    if (!kt_exists(kt_gen_path())) SKIP("no %s", kt_gen_path());
+    kiln_model *m = kt_load(kt_gen("tiny-phi3-F32", "--preset tiny-phi3 --type F32 --seed 11"));
     CHECKF(m, "%s", kiln_last_error());
     const int V = kiln_model_n_vocab(m);
     kiln_token t[20];
@@ -443,11 +417,11 @@ static void test_rope_yarn_formula(void) {
 /* A llama file with YaRN scaling loads without the "not implemented" warning and rotates otherwise
  * than the same file without it. */
 static void test_yarn_model(void) {
-    if (!kt_exists(gen_path())) SKIP("no %s", gen_path());
-    kiln_model *y =
-        load(gen("tiny-llama-yarn", "--preset tiny-llama-plain --rope-scaling yarn --rope-factor 4 --rope-orig-ctx 128 "
-                                    "--type F32 --seed 3"));
-    kiln_model *p = load(gen("tiny-llama-plain-f32", "--preset tiny-llama-plain --type F32 --seed 3"));
+    if (!kt_exists(kt_gen_path())) SKIP("no %s", kt_gen_path());
+    kiln_model *y = kt_load(kt_gen("tiny-llama-yarn",
+                                   "--preset tiny-llama-plain --rope-scaling yarn --rope-factor 4 --rope-orig-ctx 128 "
+                                   "--type F32 --seed 3"));
+    kiln_model *p = kt_load(kt_gen("tiny-llama-plain-f32", "--preset tiny-llama-plain --type F32 --seed 3"));
     CHECKF(y && p, "%s", kiln_last_error());
     const kn_rope_cfg *r = &y->layers[0].attn.rope;
     CHECK(r->yarn_ext == 1.0f && r->pos_scale == 0.25f && r->yarn_hi > r->yarn_lo);
@@ -468,7 +442,7 @@ static void test_yarn_model(void) {
  * match, so the seed gives the same values) as llama give the same bits with 3 layers and differ
  * with 4. */
 static void test_smollm3_nope(void) {
-    if (!kt_exists(gen_path())) SKIP("no %s", gen_path());
+    if (!kt_exists(kt_gen_path())) SKIP("no %s", kt_gen_path());
     const char *shape = "--vocab 512 --dim 128 --layers %d --heads 4 --kv-heads 2 --ffn 256 --norm-eps 1e-6 "
                         "--tied --type F32 --seed 9";
     char args[512], fmt[512];
@@ -480,7 +454,7 @@ static void test_smollm3_nope(void) {
             snprintf(name, sizeof name, "%s-%dl", arch, layers);
             snprintf(fmt, sizeof fmt, "--arch %s %s", arch, shape);
             snprintf(args, sizeof args, fmt, layers);
-            kiln_model *m = load(gen(name, args));
+            kiln_model *m = kt_load(kt_gen(name, args));
             CHECKF(m, "%s: %s", name, kiln_last_error());
             CHECK(m->layers[layers - 1].attn.rope.n_rot == (a && layers == 4 ? 0 : 32));
             const int V = kiln_model_n_vocab(m);

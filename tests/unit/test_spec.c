@@ -26,31 +26,6 @@
 
 static const char *stories(void) { return kt_data("models/stories260K/stories260K.gguf"); }
 
-static const char *gen_path(void) {
-    static char p[512];
-    const char *b = getenv("BUILD");
-    snprintf(p, sizeof p, "%s/kiln-gen", b && *b ? b : "build");
-    return p;
-}
-
-/* Generates `kiln-gen ARGS` into the test directory as NAME.gguf (once); the path or NULL. */
-static const char *gen(const char *name, const char *args) {
-    static char out[8][512];
-    static int slot;
-    char *o = out[slot++ % 8];
-    char cmd[2048];
-    snprintf(o, 512, "%s/%s.gguf", kt_tmpdir(), name);
-    if (kt_exists(o)) return o;
-    snprintf(cmd, sizeof cmd, "%s %s -o %s >/dev/null 2>&1", gen_path(), args, o);
-    return system(cmd) == 0 ? o : NULL;
-}
-
-static kiln_model *load(const char *path) {
-    kiln_model *m = NULL;
-    if (!path || kiln_model_load(path, NULL, &m) != KILN_OK) return NULL;
-    return m;
-}
-
 /* A prompt that repeats itself (so the n-gram lookup finds matches) of n tokens below V. */
 static void repetitive_prompt(kiln_token *p, int n, int V, int seed) {
     p[0] = 1;
@@ -106,14 +81,14 @@ static void check_bits(const kiln_model *m, const char *name) {
 }
 
 static void test_verify_bits_and_rollback(void) {
-    kiln_model *m = load(stories());
+    kiln_model *m = kt_load(stories());
     if (m) check_bits(m, "stories260K");
     const char *types[] = {"F16", "Q8_0", "Q4_K"};
     for (int i = 0; i < 3; i++) {
         char name[64], args[128];
         snprintf(name, sizeof name, "spec-llama-%s", types[i]);
         snprintf(args, sizeof args, "--preset tiny-llama --type %s --seed 5", types[i]);
-        kiln_model *g = load(gen(name, args));
+        kiln_model *g = kt_load(kt_gen(name, args));
         CHECKF(g != NULL, "kiln-gen %s", args);
         if (g) check_bits(g, name);
         kiln_model_free(g);
@@ -193,11 +168,11 @@ static kiln_generate_params greedy(int max) {
 }
 
 static void test_session_greedy(void) {
-    kiln_model *m = load(stories());
+    kiln_model *m = kt_load(stories());
     if (!m) SKIP("no model");
-    kiln_model *same = load(stories()); /* a draft that always agrees */
-    kiln_model *t16 = load(gen("spec-llama-F16", "--preset tiny-llama --type F16 --seed 5"));
-    kiln_model *d8 = load(gen("spec-llama-Q8_0", "--preset tiny-llama --type Q8_0 --seed 5"));
+    kiln_model *same = kt_load(stories()); /* a draft that always agrees */
+    kiln_model *t16 = kt_load(kt_gen("spec-llama-F16", "--preset tiny-llama --type F16 --seed 5"));
+    kiln_model *d8 = kt_load(kt_gen("spec-llama-Q8_0", "--preset tiny-llama --type Q8_0 --seed 5"));
     CHECK(t16 && d8);
     kiln_token p[40];
     repetitive_prompt(p, 40, 512, 0);
@@ -247,8 +222,8 @@ static void test_session_greedy(void) {
 /* The draft's KV after generations with rejected proposals: positions [0, n_past) hold the bits a
  * fresh draft pass over the committed tokens (prompt, then output) computes. */
 static void test_draft_kv_rollback(void) {
-    kiln_model *t16 = load(gen("spec-llama-F16", "--preset tiny-llama --type F16 --seed 5"));
-    kiln_model *d4 = load(gen("spec-llama-Q4_0", "--preset tiny-llama --type Q4_0 --seed 5"));
+    kiln_model *t16 = kt_load(kt_gen("spec-llama-F16", "--preset tiny-llama --type F16 --seed 5"));
+    kiln_model *d4 = kt_load(kt_gen("spec-llama-Q4_0", "--preset tiny-llama --type Q4_0 --seed 5"));
     CHECK(t16 && d4);
     if (!t16 || !d4) goto out;
     kiln_session_params sp = kiln_session_default_params();
@@ -301,9 +276,9 @@ out:
 #define POS     4 /* the generated token position whose distribution is compared */
 
 static void test_sampled(void) {
-    kiln_model *m = load(stories());
+    kiln_model *m = kt_load(stories());
     if (!m) SKIP("no model");
-    kiln_model *same = load(stories());
+    kiln_model *same = kt_load(stories());
     kiln_token p[40];
     repetitive_prompt(p, 40, 512, 0);
     static int cnt[3][512];
@@ -445,12 +420,12 @@ static void engine_batch(kiln_model *m, kiln_model *draft) {
 }
 
 static void test_engine_batch(void) {
-    kiln_model *m = load(stories());
+    kiln_model *m = kt_load(stories());
     if (!m) SKIP("no model");
-    kiln_model *same = load(stories());
+    kiln_model *same = kt_load(stories());
     engine_batch(m, same);
-    kiln_model *t16 = load(gen("spec-llama-F16", "--preset tiny-llama --type F16 --seed 5"));
-    kiln_model *d8 = load(gen("spec-llama-Q8_0", "--preset tiny-llama --type Q8_0 --seed 5"));
+    kiln_model *t16 = kt_load(kt_gen("spec-llama-F16", "--preset tiny-llama --type F16 --seed 5"));
+    kiln_model *d8 = kt_load(kt_gen("spec-llama-Q8_0", "--preset tiny-llama --type Q8_0 --seed 5"));
     CHECK(t16 && d8);
     if (t16 && d8) engine_batch(t16, d8);
     kiln_model_free(t16);
@@ -462,7 +437,7 @@ static void test_engine_batch(void) {
 /* ---- errors ---------------------------------------------------------------------------------- */
 
 static void test_errors(void) {
-    kiln_model *m = load(stories());
+    kiln_model *m = kt_load(stories());
     if (!m) SKIP("no model");
     kiln_spec_method meth;
     CHECK(kiln_spec_method_parse("ngram", &meth) == KILN_OK && meth == KILN_SPEC_NGRAM);
@@ -489,12 +464,12 @@ static void test_errors(void) {
     sp.spec = KILN_SPEC_DRAFT;
     CHECK(kiln_session_new(m, &sp, &s) == KILN_ERR_INVALID_ARG);
     CHECK(strstr(kiln_last_error(), "draft model") != NULL);
-    kiln_model *other = load(gen("spec-llama-vocab600", "--preset tiny-llama --vocab 600 --type F16 --seed 5"));
+    kiln_model *other = kt_load(kt_gen("spec-llama-vocab600", "--preset tiny-llama --vocab 600 --type F16 --seed 5"));
     CHECK(other != NULL);
     sp.draft_model = other;
     CHECK(kiln_session_new(m, &sp, &s) == KILN_ERR_INVALID_ARG && !s);
     CHECKF(strstr(kiln_last_error(), "vocabulary") != NULL, "%s", kiln_last_error());
-    kiln_model *bpe = load(gen("spec-llama-F16", "--preset tiny-llama --type F16 --seed 5")); /* 512, BPE */
+    kiln_model *bpe = kt_load(kt_gen("spec-llama-F16", "--preset tiny-llama --type F16 --seed 5")); /* 512, BPE */
     sp.draft_model = bpe;
     CHECK(kiln_session_new(m, &sp, &s) == KILN_ERR_INVALID_ARG && !s);
     CHECKF(strstr(kiln_last_error(), "tokenizer") != NULL, "%s", kiln_last_error());
