@@ -266,25 +266,43 @@ static kiln_status read_pattern(const kn_json *j, int32_t node, const char *path
     return fmt(where, "is neither {\"String\": ...} nor {\"Regex\": ...}");
 }
 
+/* A step of a pipeline (normalizer, pre-tokenizer, post-processor) read at path. */
+typedef kiln_status (*step_fn)(loader *L, int32_t node, const char *path, int depth);
+
+/* When node is a {"type": "Sequence", key: [...]}: reads each element with fn (depth + 1) and sets
+ * *done; otherwise leaves *done false. Sequences nest at most 8 deep. */
+static kiln_status read_sequence(loader *L, int32_t node, const char *path, int depth, const char *key, step_fn fn,
+                                 bool *done) {
+    kn_json *j = &L->j;
+    *done = false;
+    if (!kn_json_str_eq(j, kn_json_get(j, node, "type"), "Sequence")) return KILN_OK;
+    *done = true;
+    int32_t arr = kn_json_get(j, node, key);
+    if (kn_json_type(j, arr) != KN_J_ARR) {
+        char what[64];
+        snprintf(what, sizeof what, "(Sequence) has no %s array", key);
+        return fmt(path, what);
+    }
+    if (depth > 8) return fmt(path, "nests Sequences too deeply");
+    char sub[96];
+    uint32_t i = 0;
+    for (int32_t c = j->v[arr].first; c >= 0; c = j->v[c].next, i++) {
+        snprintf(sub, sizeof sub, "%s.%s[%u]", path, key, i);
+        kiln_status st = fn(L, c, sub, depth + 1);
+        if (st) return st;
+    }
+    return KILN_OK;
+}
+
 static kiln_status add_norm(loader *L, int32_t node, const char *path, int depth) {
     kn_json *j = &L->j;
     kn_tj *tj = L->tj;
     if (kn_json_type(j, node) == KN_J_NULL) return KILN_OK;
     int32_t type = kn_json_get(j, node, "type");
     if (kn_json_type(j, type) != KN_J_STR) return fmt(path, "has no type");
-    char sub[96];
-    if (kn_json_str_eq(j, type, "Sequence")) {
-        int32_t arr = kn_json_get(j, node, "normalizers");
-        if (kn_json_type(j, arr) != KN_J_ARR) return fmt(path, "(Sequence) has no normalizers array");
-        if (depth > 8) return fmt(path, "nests Sequences too deeply");
-        uint32_t i = 0;
-        for (int32_t c = j->v[arr].first; c >= 0; c = j->v[c].next, i++) {
-            snprintf(sub, sizeof sub, "%s.normalizers[%u]", path, i);
-            kiln_status st = add_norm(L, c, sub, depth + 1);
-            if (st) return st;
-        }
-        return KILN_OK;
-    }
+    bool seq;
+    kiln_status sst = read_sequence(L, node, path, depth, "normalizers", add_norm, &seq);
+    if (seq) return sst;
     if (tj->n_norm >= KN_TJ_MAX_STEPS) return fmt(path, "has too many steps");
     kn_tj_norm nm = {0};
     kiln_status st = KILN_OK;
@@ -370,20 +388,10 @@ static kiln_status add_pre(loader *L, int32_t node, const char *path, int depth)
     if (kn_json_type(j, node) == KN_J_NULL) return KILN_OK;
     int32_t type = kn_json_get(j, node, "type");
     if (kn_json_type(j, type) != KN_J_STR) return fmt(path, "has no type");
-    char sub[96];
     kiln_status st = KILN_OK;
     kn_tj_pre p = {0};
-    if (kn_json_str_eq(j, type, "Sequence")) {
-        int32_t arr = kn_json_get(j, node, "pretokenizers");
-        if (kn_json_type(j, arr) != KN_J_ARR) return fmt(path, "(Sequence) has no pretokenizers array");
-        if (depth > 8) return fmt(path, "nests Sequences too deeply");
-        uint32_t i = 0;
-        for (int32_t c = j->v[arr].first; c >= 0; c = j->v[c].next, i++) {
-            snprintf(sub, sizeof sub, "%s.pretokenizers[%u]", path, i);
-            if ((st = add_pre(L, c, sub, depth + 1))) return st;
-        }
-        return KILN_OK;
-    }
+    bool seq;
+    if ((st = read_sequence(L, node, path, depth, "pretokenizers", add_pre, &seq)) || seq) return st;
     if (kn_json_str_eq(j, type, "Split")) {
         p.type = KN_TJP_SPLIT;
         if (!read_behavior(j, node, KN_TJB_ISOLATED, &p.behavior)) return fmt(path, "has an unknown behavior");
@@ -479,17 +487,8 @@ static kiln_status read_post(loader *L, int32_t node, const char *path, int dept
     int32_t type = kn_json_get(j, node, "type");
     char sub[96];
     kiln_status st;
-    if (kn_json_str_eq(j, type, "Sequence")) {
-        int32_t arr = kn_json_get(j, node, "processors");
-        if (kn_json_type(j, arr) != KN_J_ARR) return fmt(path, "(Sequence) has no processors array");
-        if (depth > 8) return fmt(path, "nests Sequences too deeply");
-        uint32_t i = 0;
-        for (int32_t c = j->v[arr].first; c >= 0; c = j->v[c].next, i++) {
-            snprintf(sub, sizeof sub, "%s.processors[%u]", path, i);
-            if ((st = read_post(L, c, sub, depth + 1))) return st;
-        }
-        return KILN_OK;
-    }
+    bool seq;
+    if ((st = read_sequence(L, node, path, depth, "processors", read_post, &seq)) || seq) return st;
     if (kn_json_str_eq(j, type, "ByteLevel")) return KILN_OK;
     if (kn_json_str_eq(j, type, "TemplateProcessing")) {
         int32_t single = kn_json_get(j, node, "single");
