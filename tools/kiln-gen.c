@@ -1144,29 +1144,6 @@ static void check(kiln_status st) {
     if (st) die("%s", kn_error_msg()[0] ? kn_error_msg() : kiln_status_str(st));
 }
 
-static char *read_text_file(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) die("cannot open '%s'", path);
-    size_t cap = 4096, n = 0;
-    char *p = xcalloc(1, cap);
-    for (;;) {
-        if (n + 1 >= cap) {
-            if (cap > ((size_t)1 << 26)) die("'%s' is too large for a chat template", path);
-            cap *= 2;
-            char *q = realloc(p, cap);
-            if (!q) die("out of memory");
-            p = q;
-        }
-        size_t k = fread(p + n, 1, cap - 1 - n, f);
-        n += k;
-        if (k == 0) break;
-    }
-    if (ferror(f)) die("cannot read '%s'", path);
-    fclose(f);
-    p[n] = 0;
-    return p;
-}
-
 /* Writes v's tokenizer.ggml.* metadata (and the chat template read from tmpl_path, when given,
  * whose text is returned for the caller to free). */
 static char *write_tokenizer(kn_gguf_writer *w, const vocab *v, const char *pre, bool add_bos, bool add_eos,
@@ -1185,7 +1162,7 @@ static char *write_tokenizer(kn_gguf_writer *w, const vocab *v, const char *pre,
     check(kn_gguf_writer_set_bool(w, "tokenizer.ggml.add_eos_token", add_eos));
     char *tmpl = NULL;
     if (tmpl_path) {
-        tmpl = read_text_file(tmpl_path);
+        tmpl = read_bytes(tmpl_path, true, &(size_t){0});
         check(kn_gguf_writer_set_str(w, "tokenizer.chat_template", tmpl));
     }
     return tmpl;
