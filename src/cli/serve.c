@@ -738,6 +738,7 @@ static int run_server(const serve_run *run) {
         .tool_format = tool_format,
         .list_models = list_models,
         .verbose = c.verbose,
+        .ssd_dir = o.ssd_on ? o.ssd_dir : NULL,
     };
     id = model_id(p.model);
     s.model_path = p.model;

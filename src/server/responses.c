@@ -22,8 +22,11 @@
  * response.function_call_arguments.delta, their .done events, response.output_item.done, and
  * response.completed (or response.incomplete, or response.failed).
  * Responses are stored (store, default true) in memory, at most STORE_MAX of them and STORE_BYTES in
- * all, the oldest dropped first; GET returns one, DELETE drops it.
+ * all, the oldest dropped first; GET returns one, DELETE drops it. With the SSD tier on (--ssd-cache
+ * DIR) they are also written through to DIR/responses.sqlite under the same limits (responses_db.c),
+ * which GET and previous_response_id read when memory misses, so they outlive a restart.
  */
+#include "responses_db.h"
 #include "server.h"
 
 #include <stdio.h>
@@ -65,9 +68,11 @@ static void drop_at(size_t i) {
     n_store--;
 }
 
-/* Keeps a response (taking the two strings); the oldest ones leave to make room. */
-static void store_put(const char *id, char *response, char *messages) {
+/* Keeps a response (taking the two strings), on disk too when the database is open; the oldest ones
+ * leave to make room. */
+static void store_put(const char *id, long created, char *response, char *messages) {
     const size_t bytes = strlen(response) + strlen(messages);
+    if (bytes <= STORE_BYTES) srv_rdb_put(id, created, response, messages);
     if (bytes > STORE_BYTES) {
         free(response);
         free(messages);
@@ -84,8 +89,8 @@ static void store_put(const char *id, char *response, char *messages) {
     pthread_mutex_unlock(&store_mu);
 }
 
-/* A copy of what is stored under id (which: 0 the response, 1 the messages), parsed; NULL when
- * none is. */
+/* A copy of what is stored under id (which: 0 the response, 1 the messages), parsed, from memory or
+ * else the database; NULL when none is. */
 static json_t *store_get(const char *id, int which) {
     json_t *v = NULL;
     pthread_mutex_lock(&store_mu);
@@ -95,9 +100,15 @@ static json_t *store_get(const char *id, int which) {
             break;
         }
     pthread_mutex_unlock(&store_mu);
+    if (!v) {
+        char *text = srv_rdb_get(id, which);
+        if (text) v = json_loads(text, 0, NULL);
+        free(text);
+    }
     return v;
 }
 
+/* Drops id from memory and the database; true when either had it. */
 static bool store_delete(const char *id) {
     bool found = false;
     pthread_mutex_lock(&store_mu);
@@ -107,7 +118,7 @@ static bool store_delete(const char *id) {
             found = true;
         }
     pthread_mutex_unlock(&store_mu);
-    return found;
+    return srv_rdb_delete(id) || found;
 }
 
 /* ---- the request: its fields into a chat request ------------------------------------------------ */
@@ -602,7 +613,7 @@ static void finish(srv_job *j) {
     json_array_append_new(conv, assistant_message(g));
     char *rs = json_dumps(o, JSON_COMPACT), *ms = json_dumps(conv, JSON_COMPACT);
     json_decref(conv);
-    if (rs && ms) store_put(g->id, rs, ms);
+    if (rs && ms) store_put(g->id, g->created, rs, ms);
     else {
         free(rs);
         free(ms);
@@ -674,6 +685,7 @@ static json_t *new_response(srv_req *r, json_t *req, const resp_out *g, const sr
 }
 
 void srv_responses(srv_req *r) {
+    srv_rdb_open(r->server->cfg.ssd_dir, STORE_MAX, STORE_BYTES);
     json_t *req = srv_parse_body(r), *chat = NULL;
     if (!req) return;
     char *prompt = NULL;
@@ -742,6 +754,7 @@ done:
 }
 
 void srv_response_by_id(srv_req *r, const char *id) {
+    srv_rdb_open(r->server->cfg.ssd_dir, STORE_MAX, STORE_BYTES);
     if (strcmp(r->method, "DELETE") == 0) {
         if (!store_delete(id)) {
             srv_send_error(r, 404, "invalid_request_error", NULL, "not_found", "No response with id '%s' found.", id);

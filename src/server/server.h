@@ -18,6 +18,7 @@
  *   responses.c  /v1/responses (OpenAI's Responses API): the request translated into a chat
  *              request, output items and typed stream events, and the bounded store of responses
  *              that previous_response_id continues.
+ *   responses_db.c  the stored responses also kept in the SSD tier's SQLite database (--ssd-cache).
  *   anthropic.c  /v1/messages and /v1/messages/count_tokens (Anthropic's Messages API): its request
  *              translated into a chat request for the shared code above, its response, event
  *              stream and error shapes.
@@ -84,6 +85,8 @@ typedef struct srv_config {
      * a new reference; the served file (served_path) is left out. NULL: none are listed. */
     json_t *(*list_models)(const char *served_path);
     bool verbose; /* one log line per request */
+    /* --ssd-cache's directory: stored responses are also kept in DIR/responses.sqlite; NULL: none. */
+    const char *ssd_dir;
 } srv_config;
 
 /* ---- counters -------------------------------------------------------------------------------- */
