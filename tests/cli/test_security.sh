@@ -140,9 +140,9 @@ python3 -c 'import json; print(json.dumps({"messages":[{"role":"user","content":
 c=$(code POST /v1/chat/completions -H "$AUTH" -H 'Content-Type: application/json' --data-binary @"$TMP/tools")
 if [ "$c" = 400 ] && grep -q "at most 512" "$TMP/body"; then pass security_limit_tools; else
   fail security_limit_tools "$c $(head -c 300 "$TMP/body")"; fi
-# n: 1 only
+# n: at most 16 choices
 c=$(code POST /v1/chat/completions -H "$AUTH" -H 'Content-Type: application/json' \
-  --data-binary '{"messages":[{"role":"user","content":"a"}],"max_tokens":1,"n":2}')
+  --data-binary '{"messages":[{"role":"user","content":"a"}],"max_tokens":1,"n":17}')
 if [ "$c" = 400 ] && grep -q '"param":"n"' "$TMP/body"; then pass security_limit_n; else
   fail security_limit_n "$c $(head -c 300 "$TMP/body")"; fi
 # still serving
