@@ -2,17 +2,24 @@
 # Runs every unit-test program in $BUILD/tests and every CLI test script in tests/cli, then prints
 # the totals. Each program prints PASS/FAIL/SKIP lines; a program that exits non-zero without
 # printing a FAIL line (a crash) counts as one failure. The last line reads
-# "N passed, N failed, N skipped"; the exit status is non-zero when anything failed.
+# "N passed, N failed, N skipped"; the exit status is non-zero when anything failed. Each program's
+# wall time follows its output ("# took N s"), and the slowest are listed before the totals, so the
+# suite's time budget can be watched.
 BUILD=${BUILD:-build}
 export BUILD
 log=$(mktemp)
 one=$(mktemp)
-trap 'rm -f "$log" "$one"' EXIT
+times=$(mktemp)
+trap 'rm -f "$log" "$one" "$times"' EXIT
 run_one() {
   echo "== $*"
+  t0=$(date +%s)
   "$@" >"$one" 2>&1
   st=$?
   cat "$one"
+  dt=$(($(date +%s) - t0))
+  echo "$dt $*" >>"$times"
+  echo "# took $dt s"
   cat "$one" >>"$log"
   if [ $st -ne 0 ] && ! grep -q '^FAIL ' "$one"; then
     echo "FAIL $* (exit status $st)" | tee -a "$log"
@@ -29,6 +36,7 @@ fail=$(grep -c '^FAIL ' "$log")
 skip=$(grep -c '^SKIP ' "$log")
 echo
 grep '^FAIL ' "$log" | sed 's/^/  /'
+echo "slowest (seconds): $(sort -rn "$times" | head -8 | sed 's|^\([0-9]*\) .*[/ ]\([^/ ]*\)$|\2 \1|' | tr '\n' ',' | sed 's/,$//;s/,/, /g')"
 # Which SIMD kernel sets the kernel tests ran ("KSET name: ..." lines) and which this CPU lacks, so a
 # green run on one machine does not hide an untested set.
 sets=$(sed -n 's/^KSET \([a-z0-9]*\):.*/\1/p' "$log" | sort -u | tr '\n' ' ')
