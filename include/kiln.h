@@ -845,6 +845,12 @@ typedef struct kiln_engine_params {
     /* Keys and values apart (kiln_kv_type), and their rotation. */
     kiln_kv_type kv_type_v;     /* type of the values; KILN_KV_SAME (default) = kv_type */
     kiln_kv_rotation kv_rotate; /* default KILN_KV_ROTATE_AUTO */
+    /* Paged KV: rows and the prefix cache hold KV in blocks of 16 positions from one pool sized by
+     * kv_budget (0: max_rows full rows plus prompt_cache); a prefix-cache hit maps the cached
+     * blocks into the row instead of copying them (rows sharing a prompt hold it once). Output is
+     * the same bits either way. Default true; false = one contiguous cache per row (copying
+     * prefix cache). */
+    bool kv_paging;
 } kiln_engine_params;
 
 /* kiln_engine_params.prompt_cache: size the prefix cache from the machine's memory. */
@@ -927,6 +933,11 @@ typedef struct kiln_engine_stats {
     uint64_t kv_bytes_per_token; /* KV bytes one position of a row takes (K and V, all layers) */
     kiln_kv_type kv_type_k, kv_type_v;
     bool kv_rotate_k, kv_rotate_v; /* whether keys / values are stored rotated */
+    /* paged KV (all 0 when off): the pool's blocks in all, those holding KV (of rows or the prefix
+     * cache), those held by more than one (shared prefixes), and positions per block; kv_bytes is
+     * then the memory of the blocks made so far (made on first use, then kept) */
+    int32_t kv_blocks_total, kv_blocks_used, kv_blocks_shared, kv_block_tokens;
+    uint64_t kv_block_bytes; /* bytes of one block */
 } kiln_engine_stats;
 
 KILN_API void kiln_engine_get_stats(kiln_engine *engine, kiln_engine_stats *out);

@@ -107,8 +107,18 @@ uint64_t kn_kv_bytes_per_token_fmt(const kn_kv_format *f, int32_t n_layer, int32
     return b;
 }
 
-kiln_status kn_kv_init_fmt(kn_kv *kv, const kn_kv_format *f, int32_t n_layer, int32_t n_ctx, int32_t n_head_kv,
-                           int32_t head_dim) {
+size_t kn_kv_block_bytes(const kn_kv_format *f, int32_t n_layer, int32_t n_head_kv, int32_t head_dim, int32_t bt) {
+    const uint64_t k = kn_kv_row_bytes(f->k, n_head_kv, head_dim), v = kn_kv_row_bytes(f->v, n_head_kv, head_dim);
+    uint64_t kb, vb;
+    if (!k || !v || n_layer <= 0 || bt <= 0 || !kn_mul_ok(k * (uint64_t)n_layer, (uint64_t)bt, &kb) ||
+        !kn_mul_ok(v * (uint64_t)n_layer, (uint64_t)bt, &vb) || kb > SIZE_MAX / 4 || vb > SIZE_MAX / 4)
+        return 0;
+    return (size_t)((kb + 63) / 64 * 64 + (vb + 63) / 64 * 64);
+}
+
+/* The shape fields of kv for format f (everything but the block table); its status. */
+static kiln_status set_shape(kn_kv *kv, const kn_kv_format *f, int32_t n_layer, int32_t n_ctx, int32_t n_head_kv,
+                             int32_t head_dim, int32_t bt) {
     memset(kv, 0, sizeof *kv);
     if ((unsigned)f->k >= KN_KVT_COUNT || (unsigned)f->v >= KN_KVT_COUNT)
         return kn_error(KILN_ERR_INVALID_ARG, "unknown KV format");
@@ -130,13 +140,16 @@ kiln_status kn_kv_init_fmt(kn_kv *kv, const kn_kv_format *f, int32_t n_layer, in
     kv->v_elt = kv->v_head % (size_t)head_dim == 0 && f->v <= KN_KVT_BF16 ? kv->v_head / (size_t)head_dim : 0;
     kv->k_row = kv->k_head * (size_t)n_head_kv;
     kv->v_row = kv->v_head * (size_t)n_head_kv;
-    uint64_t bytes, kb, vb; /* K and V together */
-    if (!kn_mul_ok(kn_kv_bytes_per_token_fmt(f, n_layer, n_head_kv, head_dim), (uint64_t)n_ctx, &bytes) ||
-        bytes > SIZE_MAX || !kn_mul_ok((uint64_t)kv->k_row * (uint64_t)n_layer, (uint64_t)n_ctx, &kb) ||
-        !kn_mul_ok((uint64_t)kv->v_row * (uint64_t)n_layer, (uint64_t)n_ctx, &vb))
+    kv->bt = bt;
+    kv->n_blk = (int32_t)(((int64_t)n_ctx + bt - 1) / bt);
+    kv->blk_bytes = kn_kv_block_bytes(f, n_layer, n_head_kv, head_dim, bt);
+    uint64_t bytes;
+    if (!kv->blk_bytes ||
+        !kn_mul_ok(kn_kv_bytes_per_token_fmt(f, n_layer, n_head_kv, head_dim), (uint64_t)n_ctx, &bytes) ||
+        bytes > SIZE_MAX / 2)
         return kn_error(KILN_ERR_NOMEM, "KV cache size overflows");
-    kv->k = kn_alloc_aligned((size_t)kb);
-    kv->v = kn_alloc_aligned((size_t)vb);
+    kv->k_blk = ((size_t)n_layer * (size_t)bt * kv->k_row + 63) / 64 * 64;
+    kv->blk = kn_calloc((size_t)kv->n_blk, sizeof *kv->blk);
     if (f->rot_k || f->rot_v) {
         kv->signs = malloc((size_t)n_layer * (size_t)kv->kv_dim * sizeof *kv->signs);
         if (kv->signs)
@@ -145,12 +158,127 @@ kiln_status kn_kv_init_fmt(kn_kv *kv, const kn_kv_format *f, int32_t n_layer, in
                     kn_hadamard_signs(KN_KV_ROT_SEED, l, g, head_dim,
                                       kv->signs + ((size_t)l * (size_t)n_head_kv + (size_t)g) * (size_t)head_dim);
     }
-    if (!kv->k || !kv->v || ((f->rot_k || f->rot_v) && !kv->signs)) {
+    if (!kv->blk || ((f->rot_k || f->rot_v) && !kv->signs)) {
         kn_kv_free(kv);
-        return kn_error(KILN_ERR_NOMEM, "cannot allocate a KV cache of %.1f MiB (%d positions); try a smaller -c",
-                        (double)bytes / 1048576.0, n_ctx);
+        return kn_error(KILN_ERR_NOMEM, "out of memory for a KV cache's tables");
     }
-    kv->bytes = (size_t)bytes;
+    return KILN_OK;
+}
+
+kiln_status kn_kv_init_fmt(kn_kv *kv, const kn_kv_format *f, int32_t n_layer, int32_t n_ctx, int32_t n_head_kv,
+                           int32_t head_dim) {
+    kiln_status st = set_shape(kv, f, n_layer, n_ctx, n_head_kv, head_dim, n_ctx);
+    if (st) return st;
+    kv->blk[0] = kn_alloc_aligned(kv->blk_bytes);
+    if (!kv->blk[0]) {
+        const double mib = (double)kv->blk_bytes / 1048576.0;
+        kn_kv_free(kv);
+        return kn_error(KILN_ERR_NOMEM, "cannot allocate a KV cache of %.1f MiB (%d positions); try a smaller -c", mib,
+                        n_ctx);
+    }
+    kv->k = kv->blk[0];
+    kv->v = kv->blk[0] + kv->k_blk;
+    kv->bytes = (size_t)kn_kv_bytes_per_token_fmt(f, n_layer, n_head_kv, head_dim) * (size_t)n_ctx;
+    return KILN_OK;
+}
+
+kiln_status kn_kv_init_paged(kn_kv *kv, kn_kv_pool *pool, const kn_kv_format *f, int32_t n_layer, int32_t n_ctx,
+                             int32_t n_head_kv, int32_t head_dim) {
+    kiln_status st = set_shape(kv, f, n_layer, n_ctx, n_head_kv, head_dim, pool->bt);
+    if (st) return st;
+    if (kv->blk_bytes != pool->blk_bytes) {
+        kn_kv_free(kv);
+        return kn_error(KILN_ERR_INVALID_ARG, "a KV pool of blocks of %zu bytes for a cache of %zu-byte blocks",
+                        pool->blk_bytes, kn_kv_block_bytes(f, n_layer, n_head_kv, head_dim, pool->bt));
+    }
+    kv->ids = malloc((size_t)kv->n_blk * sizeof *kv->ids);
+    if (!kv->ids) {
+        kn_kv_free(kv);
+        return kn_error(KILN_ERR_NOMEM, "out of memory for a KV block table");
+    }
+    for (int32_t i = 0; i < kv->n_blk; i++) kv->ids[i] = -1;
+    kv->pool = pool;
+    return KILN_OK;
+}
+
+/* Drops every block of a paged cache. */
+static void unmap_all(kn_kv *kv) {
+    for (int32_t i = 0; i < kv->n_blk; i++)
+        if (kv->ids[i] >= 0) {
+            kn_kvp_unref(kv->pool, kv->ids[i]);
+            kv->ids[i] = -1;
+            kv->blk[i] = NULL;
+        }
+}
+
+void kn_kv_reset(kn_kv *kv) {
+    kv->n_past = 0;
+    if (kv->pool) unmap_all(kv);
+}
+
+void kn_kv_set_quota(kn_kv *kv, int32_t n) {
+    if (!kv->pool) return;
+    kn_kvp_unreserve(kv->pool, kv->quota);
+    kv->quota = n;
+}
+
+kiln_status kn_kv_prepare(kn_kv *kv, int32_t p0, int32_t n) {
+    if (p0 < 0 || n < 0 || p0 > kv->n_ctx - n)
+        return kn_error(KILN_ERR_INVALID_ARG, "KV positions %d .. %d are outside the cache of %d", p0, p0 + n,
+                        kv->n_ctx);
+    if (!kv->pool || n == 0) return KILN_OK;
+    for (int32_t b = p0 / kv->bt; b <= (p0 + n - 1) / kv->bt; b++) {
+        const int32_t old = kv->ids[b];
+        if (old >= 0 && kn_kvp_refs(kv->pool, old) == 1) continue; /* its own */
+        const bool res = kv->quota > 0;
+        const int32_t id = old >= 0 ? kn_kvp_cow(kv->pool, old, res) : kn_kvp_alloc(kv->pool, res);
+        if (id < 0) return kn_error(KILN_ERR_BUSY, "the KV pool is out of blocks (%d in all)", kv->pool->cap);
+        if (res) kv->quota--;
+        kv->ids[b] = id;
+        kv->blk[b] = kn_kvp_data(kv->pool, id);
+    }
+    return KILN_OK;
+}
+
+void kn_kv_map(kn_kv *kv, const int32_t *ids, int32_t m) {
+    unmap_all(kv);
+    for (int32_t b = 0; b < (m + kv->bt - 1) / kv->bt; b++) {
+        kn_kvp_ref(kv->pool, ids[b]);
+        kv->ids[b] = ids[b];
+        kv->blk[b] = kn_kvp_data(kv->pool, ids[b]);
+    }
+    kv->n_past = m;
+}
+
+int32_t kn_kv_blocks_mapped(const kn_kv *kv) {
+    int32_t n = 0;
+    for (int32_t i = 0; kv->pool && i < kv->n_blk; i++) n += kv->ids[i] >= 0;
+    return n;
+}
+
+void kn_kv_get_rows(const kn_kv *kv, int32_t m, uint8_t *k, size_t k_stride, uint8_t *v, size_t v_stride) {
+    for (int32_t l = 0; l < kv->n_layer; l++)
+        for (int32_t p = 0; p < m;) { /* one run per block */
+            const int32_t run = KN_MIN(m - p, kv->bt - p % kv->bt);
+            memcpy(k + (size_t)l * k_stride + (size_t)p * kv->k_row, kn_kv_k_at(kv, l, p, 0), (size_t)run * kv->k_row);
+            memcpy(v + (size_t)l * v_stride + (size_t)p * kv->v_row, kn_kv_v_at(kv, l, p, 0), (size_t)run * kv->v_row);
+            p += run;
+        }
+}
+
+kiln_status kn_kv_put_rows(kn_kv *kv, int32_t m, const uint8_t *k, size_t k_stride, const uint8_t *v, size_t v_stride) {
+    kiln_status st = kn_kv_prepare(kv, 0, m);
+    if (st) return st;
+    for (int32_t l = 0; l < kv->n_layer; l++)
+        for (int32_t p = 0; p < m;) {
+            const int32_t run = KN_MIN(m - p, kv->bt - p % kv->bt);
+            memcpy((void *)kn_kv_k_at(kv, l, p, 0), k + (size_t)l * k_stride + (size_t)p * kv->k_row,
+                   (size_t)run * kv->k_row);
+            memcpy((void *)kn_kv_v_at(kv, l, p, 0), v + (size_t)l * v_stride + (size_t)p * kv->v_row,
+                   (size_t)run * kv->v_row);
+            p += run;
+        }
+    kv->n_past = m;
     return KILN_OK;
 }
 
@@ -164,8 +292,12 @@ kiln_status kn_kv_init(kn_kv *kv, kn_dtype type, int32_t n_layer, int32_t n_ctx,
 }
 
 void kn_kv_free(kn_kv *kv) {
-    kn_free_aligned(kv->k);
-    kn_free_aligned(kv->v);
+    if (kv->pool) {
+        kn_kv_reset(kv);
+        kn_kv_set_quota(kv, 0);
+    } else if (kv->blk) kn_free_aligned(kv->blk[0]);
+    free(kv->blk);
+    free(kv->ids);
     free(kv->signs);
     memset(kv, 0, sizeof *kv);
 }
@@ -205,10 +337,20 @@ void kn_kv_attend(const kn_kernels *ks, const kn_kv *kv, int32_t l, int32_t p0, 
         for (int h = 0; h < nq; h++) kn_hadamard_fwd(qr + (size_t)h * (size_t)hd, signs_of(kv, l, g), hd);
         q = qr;
     }
-    const uint8_t *k = kn_kv_k_at(kv, l, p0, off), *v = kn_kv_v_at(kv, l, p0, off);
-    if (cap > 0 || kv->fmt.k != kv->fmt.v)
-        kn_attend_kv_ref(kv->fmt.k, kv->fmt.v, k, kv->k_row, v, kv->v_row, n, q, nq, hd, scale, cap, out);
-    else kn_kernels_attend(ks, kv->fmt.k)(k, v, kv->k_row, n, q, nq, hd, scale, out);
+    /* The rows in place, block by block (one block when contiguous). */
+    const uint8_t *const *blk = (const uint8_t *const *)kv->blk + p0 / kv->bt;
+    const size_t bt = (size_t)kv->bt;
+    const kn_attend_rows rows = {
+        .kb = blk,
+        .vb = blk,
+        .koff = (size_t)l * bt * kv->k_row + kn_kv__off(kv->k_head, kv->k_elt, kv->head_dim, off),
+        .voff = kv->k_blk + (size_t)l * bt * kv->v_row + kn_kv__off(kv->v_head, kv->v_elt, kv->head_dim, off),
+        .kstride = kv->k_row,
+        .vstride = kv->v_row,
+        .first = p0 % kv->bt,
+        .bt = kv->bt};
+    if (cap > 0 || kv->fmt.k != kv->fmt.v) kn_attend_kv_ref(kv->fmt.k, kv->fmt.v, &rows, n, q, nq, hd, scale, cap, out);
+    else kn_kernels_attend(ks, kv->fmt.k)(&rows, n, q, nq, hd, scale, out);
     if (kv->fmt.rot_v)
         for (int h = 0; h < nq; h++) kn_hadamard_inv(out + (size_t)h * (size_t)hd, signs_of(kv, l, g), hd);
 }

@@ -1,19 +1,28 @@
 /*
  * kv.h - the active key/value cache of one row (one sequence).
  *
- * Layout per tensor: [n_layer][n_ctx][row], a position's row being its n_head_kv head vectors of
+ * The cache is a table of blocks of bt positions each. A block holds every layer's K rows, then
+ * (at k_blk bytes) every layer's V rows of its positions: [n_layer][bt][k_row], [n_layer][bt][v_row],
+ * a position's row being its n_head_kv head vectors of
  * head_dim elements in the tensor's KV format (tensor/kvq.h: F16 by default, F32, BF16, Q8_0, Q4_0,
  * TQ4, TQ3; keys and values may differ), keys stored after RoPE. No quant block straddles a head or
  * a position, so a position's row is self-contained: dropping positions (lowering n_past) or
  * copying whole positions elsewhere keeps every other position valid. When a tensor is rotated, its
  * head vectors are stored as R x (tensor/hadamard.h, signs fixed by KN_KV_ROT_SEED, the layer and
  * the KV head); attention then rotates the query the same way (keys) and the output back (values),
- * see kn_kv_attend. A row owns its KV; a batch is several rows, each with its own KV and position.
+ * see kn_kv_attend. A batch is several rows, each with its own KV and position.
+ *
+ * Contiguous (kn_kv_init_fmt): one block of n_ctx positions that the cache owns, i.e. the layout
+ * [n_layer][n_ctx][row] per K and V. Paged (kn_kv_init_paged): blocks of KN_KVP_BLOCK positions from
+ * a pool (kv_pool.h), mapped on demand; a block may be shared (reference-counted) with the prefix
+ * cache and other rows, and is copied before this cache writes into it (kn_kv_prepare). Both give
+ * the same bits everywhere: only the addresses of rows differ.
  */
 #ifndef KN_KV_H
 #define KN_KV_H
 
 #include "base/base.h"
+#include "cache/kv_pool.h"
 #include "tensor/dtype.h"
 #include "tensor/kernels.h"
 #include "tensor/kvq.h"
@@ -40,9 +49,17 @@ typedef struct kn_kv {
     size_t k_head, v_head;       /* bytes of one K (V) head vector */
     size_t k_elt, v_elt;         /* bytes per element of a plain format (F16/F32/BF16); 0 for the others */
     size_t k_row, v_row;         /* bytes of one position's K (V) row in one layer: n_head_kv head vectors */
-    size_t bytes;                /* bytes allocated for k and v together */
+    size_t bytes;                /* bytes allocated for k and v together (contiguous; 0 when paged) */
     float *signs;                /* [n_layer][n_head_kv][head_dim] rotation signs; NULL when nothing rotates */
-    uint8_t *k, *v;              /* [n_layer][n_ctx][k_row], [n_layer][n_ctx][v_row] */
+    uint8_t *k, *v;              /* contiguous: [n_layer][n_ctx][k_row], [n_layer][n_ctx][v_row]; NULL when paged */
+    int32_t bt;                  /* positions per block: n_ctx when contiguous */
+    int32_t n_blk;               /* entries of the block table: ceil(n_ctx / bt) */
+    size_t k_blk;                /* offset of a block's V rows (its K rows' bytes, rounded up to 64) */
+    size_t blk_bytes;            /* bytes of one block */
+    uint8_t **blk;               /* [n_blk] block addresses (NULL: not mapped yet) */
+    int32_t *ids;                /* [n_blk] the blocks' pool ids (-1: none); NULL when contiguous */
+    kn_kv_pool *pool;            /* the pool of its blocks; NULL when contiguous */
+    int32_t quota;               /* blocks it may still take from the pool's reservations */
 } kn_kv;
 
 /* The format of public KV types k and v with rotation rot for heads of head_dim elements: rotation
@@ -72,12 +89,41 @@ uint64_t kn_kv_row_bytes(kn_kvt t, int32_t n_head_kv, int32_t head_dim);
  * UINT64_MAX when it overflows. kn_kv_init_fmt allocates exactly n_ctx times this. */
 uint64_t kn_kv_bytes_per_token_fmt(const kn_kv_format *f, int32_t n_layer, int32_t n_head_kv, int32_t head_dim);
 
-/* Allocates the cache. KILN_ERR_NOMEM (with the size in the message) on failure. */
+/* Allocates a contiguous cache. KILN_ERR_NOMEM (with the size in the message) on failure. */
 kiln_status kn_kv_init_fmt(kn_kv *kv, const kn_kv_format *f, int32_t n_layer, int32_t n_ctx, int32_t n_head_kv,
                            int32_t head_dim);
 /* The plain F16 or F32 cache of one head of kv_dim elements per position (tests, tools). */
 kiln_status kn_kv_init(kn_kv *kv, kn_dtype type, int32_t n_layer, int32_t n_ctx, int32_t kv_dim);
+/* A paged cache of n_ctx positions over pool's blocks (whose size must be kn_kv_block_bytes of the
+ * format with the pool's bt); no block is mapped yet. */
+kiln_status kn_kv_init_paged(kn_kv *kv, kn_kv_pool *pool, const kn_kv_format *f, int32_t n_layer, int32_t n_ctx,
+                             int32_t n_head_kv, int32_t head_dim);
+/* Bytes of one block of bt positions of the given format and shape (what a pool's blocks hold). */
+size_t kn_kv_block_bytes(const kn_kv_format *f, int32_t n_layer, int32_t n_head_kv, int32_t head_dim, int32_t bt);
+/* Releases the cache (a paged one drops its blocks and hands back its unused quota). */
 void kn_kv_free(kn_kv *kv);
+/* Empties a cache: n_past = 0; a paged one drops its blocks (its quota stays). */
+void kn_kv_reset(kn_kv *kv);
+/* Sets the quota of a paged cache to n blocks the caller has reserved in its pool (kn_kvp_reserve),
+ * handing back what is left of the previous quota; n = 0 just hands it back. No-op when contiguous. */
+void kn_kv_set_quota(kn_kv *kv, int32_t n);
+/* Makes positions [p0, p0 + n) writable: a paged cache maps a new block where none is, and copies a
+ * block that it shares with another holder (copy-on-write) before it is written; blocks come out
+ * of the cache's quota first. KILN_ERR_BUSY when the pool is out of blocks, KILN_ERR_INVALID_ARG
+ * past n_ctx. Every write (kn_kv_store) must be to prepared positions; contiguous caches need
+ * nothing (KILN_OK). */
+kiln_status kn_kv_prepare(kn_kv *kv, int32_t p0, int32_t n);
+/* Maps the pool blocks ids[ceil(m / bt)] (another holder's, e.g. a prefix-cache entry's) as
+ * positions [0, m) of the paged cache kv, taking a reference to each; the blocks it held go; sets
+ * n_past = m. */
+void kn_kv_map(kn_kv *kv, const int32_t *ids, int32_t m);
+/* Copies positions [0, m) of every layer between a cache and plain arrays [n_layer][..][k_row] with
+ * layer l's rows at k + l * k_stride (V alike): get reads the cache, put writes it (preparing the
+ * positions first; its status) and sets n_past = m. */
+void kn_kv_get_rows(const kn_kv *kv, int32_t m, uint8_t *k, size_t k_stride, uint8_t *v, size_t v_stride);
+kiln_status kn_kv_put_rows(kn_kv *kv, int32_t m, const uint8_t *k, size_t k_stride, const uint8_t *v, size_t v_stride);
+/* Blocks mapped in a paged cache (0 when contiguous). */
+int32_t kn_kv_blocks_mapped(const kn_kv *kv);
 /* Bytes allocated for the cache (K and V together); 0 when not allocated. */
 size_t kn_kv_bytes(const kn_kv *kv);
 
@@ -91,11 +137,11 @@ static inline size_t kn_kv__off(size_t head, size_t elt, int32_t head_dim, int32
     return (size_t)(off / head_dim) * head + (size_t)(off % head_dim) * elt;
 }
 static inline const void *kn_kv_k_at(const kn_kv *kv, int32_t l, int32_t pos, int32_t off) {
-    return kv->k + ((size_t)l * (size_t)kv->n_ctx + (size_t)pos) * kv->k_row +
+    return kv->blk[pos / kv->bt] + ((size_t)l * (size_t)kv->bt + (size_t)(pos % kv->bt)) * kv->k_row +
            kn_kv__off(kv->k_head, kv->k_elt, kv->head_dim, off);
 }
 static inline const void *kn_kv_v_at(const kn_kv *kv, int32_t l, int32_t pos, int32_t off) {
-    return kv->v + ((size_t)l * (size_t)kv->n_ctx + (size_t)pos) * kv->v_row +
+    return kv->blk[pos / kv->bt] + kv->k_blk + ((size_t)l * (size_t)kv->bt + (size_t)(pos % kv->bt)) * kv->v_row +
            kn_kv__off(kv->v_head, kv->v_elt, kv->head_dim, off);
 }
 

@@ -22,7 +22,12 @@ struct kn_pc_entry {
     int32_t n;
     kn_kv_format fmt; /* the KV format of its rows (an entry serves only caches of the same) */
     int32_t n_layer, kv_dim, head_dim;
-    uint8_t *k, *v; /* [n_layer][n][k_row], [n_layer][n][v_row] (kv.h) */
+    uint8_t *k, *v;   /* [n_layer][n][k_row], [n_layer][n][v_row] (kv.h), or NULL when paged */
+    kn_kv_pool *pool; /* paged: its rows lie in pool blocks ids[n_ids], one reference each */
+    int32_t *ids;
+    int32_t n_ids;
+    uint8_t **blk; /* [n_ids] the blocks' memory */
+    kn_kv view;    /* paged: a cache of n positions over those blocks (reading only; owns nothing) */
     size_t bytes;
     int refs;                /* copies in progress + SSD jobs holding it */
     bool linked;             /* in the list (else dropped, freed when refs reach 0) */
@@ -41,6 +46,9 @@ void kn_pc_init(kn_prefix_cache *pc, size_t budget) {
 }
 
 static void entry_free(kn_pc_entry *e) {
+    for (int32_t i = 0; e->ids && i < e->n_ids; i++) kn_kvp_unref(e->pool, e->ids[i]);
+    free(e->ids);
+    free(e->blk);
     free(e->tokens);
     free(e->k);
     free(e->v);
@@ -136,6 +144,13 @@ static void entry_released(void *user, bool on_ssd) {
     pthread_mutex_unlock(&pc->mu);
 }
 
+/* The SSD writer's copy of a paged entry's rows (on its thread; the entry's blocks are never
+ * written while it holds them). */
+static void entry_gather(void *user, uint8_t *k, uint8_t *v) {
+    const kn_pc_entry *e = user;
+    kn_kv_get_rows(&e->view, e->n, k, (size_t)e->n * e->view.k_row, v, (size_t)e->n * e->view.v_row);
+}
+
 /* Hands a chain of entries (each with a reference taken and queued set) to the SSD writer (lock
  * held, so that a flush that finds an entry queued also finds its job in the writer's queue).
  * Entries out of RAM (evicted, or never linked) count against the writer's pending-memory cap.
@@ -149,6 +164,7 @@ static void spill_locked(kn_prefix_cache *pc, kn_pc_entry *chain) {
                                 .k = e->k,
                                 .v = e->v,
                                 .outside_bytes = e->linked ? 0 : e->bytes,
+                                .gather = entry_gather,
                                 .release = entry_released,
                                 .user = e};
         if (!kn_ssd_enqueue(pc->ssd, &src)) release_locked(pc, e, false);
@@ -253,19 +269,53 @@ int32_t kn_pc_restore(kn_prefix_cache *pc, const int32_t *tokens, int32_t n, int
     if (best->linked) touch_locked(pc, best);
     pthread_mutex_unlock(&pc->mu);
 
-    const size_t kr = kv->k_row, vr = kv->v_row;
-    for (int32_t l = 0; l < kv->n_layer; l++) {
-        const size_t src = (size_t)l * (size_t)best->n, dst = (size_t)l * (size_t)kv->n_ctx;
-        memcpy(kv->k + dst * kr, best->k + src * kr, (size_t)m * kr);
-        memcpy(kv->v + dst * vr, best->v + src * vr, (size_t)m * vr);
+    const size_t kr = kv->k_row, vr = kv->v_row, n_ctx = (size_t)kv->n_ctx, en = (size_t)best->n;
+    if (best->pool && best->pool == kv->pool) {
+        kn_kv_map(kv, best->ids, m); /* shared: the blocks are copied only where the row writes */
+    } else if (best->pool) {         /* into a contiguous cache */
+        kn_kv_get_rows(&best->view, m, kv->k, n_ctx * kr, kv->v, n_ctx * vr);
+        kv->n_past = m;
+    } else if (kv->pool) { /* a copied entry into a paged cache */
+        kn_kv_reset(kv);
+        if (kn_kv_put_rows(kv, m, best->k, en * kr, best->v, en * vr) != KILN_OK) m = 0, kv->n_past = 0;
+    } else {
+        for (int32_t l = 0; l < kv->n_layer; l++) {
+            memcpy(kv->k + (size_t)l * n_ctx * kr, best->k + (size_t)l * en * kr, (size_t)m * kr);
+            memcpy(kv->v + (size_t)l * n_ctx * vr, best->v + (size_t)l * en * vr, (size_t)m * vr);
+        }
+        kv->n_past = m;
     }
-    kv->n_past = m;
 
     pthread_mutex_lock(&pc->mu);
     const bool dead = --best->refs == 0 && !best->linked;
     pthread_mutex_unlock(&pc->mu);
     if (dead) entry_free(best);
     return m;
+}
+
+/* ---- eviction ---------------------------------------------------------------------------------- */
+
+/* Evicts the least recently used entry (lock held; the list is not empty). Leaving RAM: to the SSD
+ * writer (chained on *chain; where a file covers it already, that file's recency is refreshed),
+ * unless a write of it is under way anyway; in limbo meanwhile. */
+static void evict_tail_locked(kn_prefix_cache *pc, kn_pc_entry **chain) {
+    kn_pc_entry *tail = pc->head;
+    while (tail->next) tail = tail->next;
+    const bool tail_held = pc->ssd != NULL;
+    if (pc->ssd && !tail->queued) chain_locked(tail, chain);
+    drop_locked(pc, tail);
+    if (tail_held) limbo_push_locked(pc, tail);
+    pc->evictions++;
+}
+
+bool kn_pc_evict_lru(kn_prefix_cache *pc) {
+    kn_pc_entry *chain = NULL;
+    pthread_mutex_lock(&pc->mu);
+    const bool any = pc->head != NULL;
+    if (any) evict_tail_locked(pc, &chain);
+    if (pc->ssd) spill_locked(pc, chain);
+    pthread_mutex_unlock(&pc->mu);
+    return any;
 }
 
 /* ---- publishing -------------------------------------------------------------------------------- */
@@ -275,7 +325,9 @@ int32_t kn_pc_restore(kn_prefix_cache *pc, const int32_t *tokens, int32_t n, int
 void kn_pc_publish(kn_prefix_cache *pc, const int32_t *tokens, int32_t n, const kn_kv *kv, int32_t min_tokens) {
     if ((!pc->budget && !pc->ssd) || n < KN_MAX(min_tokens, 1) || n > kv->n_past) return;
     const size_t k_layer = (size_t)n * kv->k_row, v_layer = (size_t)n * kv->v_row;
-    const size_t bytes = (size_t)kv->n_layer * (k_layer + v_layer) + (size_t)n * sizeof(int32_t) + sizeof(kn_pc_entry);
+    const int32_t n_ids = kv->pool ? (n + kv->bt - 1) / kv->bt : 0;
+    const size_t data = kv->pool ? (size_t)n_ids * kv->blk_bytes : (size_t)kv->n_layer * (k_layer + v_layer);
+    const size_t bytes = data + (size_t)n * sizeof(int32_t) + sizeof(kn_pc_entry);
     const bool fits = bytes <= pc->budget;
     if (!fits && !pc->ssd) return;
     /* Already covered by an entry (the same tokens or more)? Then only refresh its recency. */
@@ -300,18 +352,45 @@ void kn_pc_publish(kn_prefix_cache *pc, const int32_t *tokens, int32_t n, const 
     ne->bytes = bytes;
     ne->last_used = kn_now_ms();
     ne->tokens = malloc((size_t)n * sizeof *ne->tokens);
-    ne->k = malloc((size_t)kv->n_layer * k_layer);
-    ne->v = malloc((size_t)kv->n_layer * v_layer);
-    if (!ne->tokens || !ne->k || !ne->v) {
+    if (kv->pool) {
+        ne->ids = malloc((size_t)n_ids * sizeof *ne->ids);
+        ne->blk = malloc((size_t)n_ids * sizeof *ne->blk);
+    } else {
+        ne->k = malloc((size_t)kv->n_layer * k_layer);
+        ne->v = malloc((size_t)kv->n_layer * v_layer);
+    }
+    if (!ne->tokens || (kv->pool ? !ne->ids || !ne->blk : !ne->k || !ne->v)) {
         KN_LOGW("prefix cache: out of memory storing %d tokens", n);
+        free(ne->ids);
+        ne->ids = NULL;
         entry_free(ne);
         return;
     }
     memcpy(ne->tokens, tokens, (size_t)n * sizeof *tokens);
-    for (int32_t l = 0; l < kv->n_layer; l++) {
-        const size_t src = (size_t)l * (size_t)kv->n_ctx;
-        memcpy(ne->k + (size_t)l * k_layer, kv->k + src * kv->k_row, k_layer);
-        memcpy(ne->v + (size_t)l * v_layer, kv->v + src * kv->v_row, v_layer);
+    if (kv->pool) { /* the row's blocks, shared: a reference each, no copy */
+        ne->pool = kv->pool;
+        ne->n_ids = n_ids;
+        for (int32_t i = 0; i < n_ids; i++) {
+            kn_kvp_ref(kv->pool, kv->ids[i]);
+            ne->ids[i] = kv->ids[i];
+            ne->blk[i] = kv->blk[i];
+        }
+        ne->view = *kv; /* the shape; the blocks are the entry's */
+        ne->view.n_ctx = n;
+        ne->view.n_past = n;
+        ne->view.n_blk = n_ids;
+        ne->view.blk = ne->blk;
+        ne->view.ids = ne->ids;
+        ne->view.pool = NULL;
+        ne->view.k = ne->view.v = NULL;
+        ne->view.signs = NULL;
+        ne->view.quota = 0;
+    } else {
+        for (int32_t l = 0; l < kv->n_layer; l++) {
+            const size_t src = (size_t)l * (size_t)kv->n_ctx;
+            memcpy(ne->k + (size_t)l * k_layer, kv->k + src * kv->k_row, k_layer);
+            memcpy(ne->v + (size_t)l * v_layer, kv->v + src * kv->v_row, v_layer);
+        }
     }
     if (!fits) { /* too large for RAM: straight to the SSD writer, which frees it when done */
         ne->refs = 1;
@@ -341,17 +420,7 @@ void kn_pc_publish(kn_prefix_cache *pc, const int32_t *tokens, int32_t n, const 
     push_front_locked(pc, ne);
     pc->bytes += bytes;
     pc->n_entries++;
-    while (pc->bytes > pc->budget && pc->head) {
-        kn_pc_entry *tail = pc->head;
-        while (tail->next) tail = tail->next;
-        /* Leaving RAM: to the SSD writer (where a file that covers it already just gets its
-         * recency refreshed), unless a write of it is under way anyway; in limbo meanwhile. */
-        const bool tail_held = pc->ssd != NULL;
-        if (pc->ssd && !tail->queued) chain_locked(tail, &chain);
-        drop_locked(pc, tail);
-        if (tail_held) limbo_push_locked(pc, tail);
-        pc->evictions++;
-    }
+    while (pc->bytes > pc->budget && pc->head) evict_tail_locked(pc, &chain);
     if (pc->ssd) spill_locked(pc, chain);
     pthread_mutex_unlock(&pc->mu);
     if (pc->ssd) kn_ssd_kick(pc->ssd); /* the idle clock of the new entry starts */

@@ -13,9 +13,14 @@
  *
  * Reuse copies the matched rows into the requester's KV (copy-on-use), so any number of requests
  * can start from one entry at once and the entry stays. Publishing copies a finished row's KV into
- * a new entry; an entry whose tokens are a prefix of the new one is superseded (dropped), and one
- * that already covers the new tokens makes publishing a no-op. A byte budget is kept by evicting
- * least-recently-used entries. Thread-safe; entries are reference-counted while being copied.
+ * a new entry. With paged KV (a row whose cache has a pool, kv.h) nothing is copied: an entry holds
+ * references to the row's blocks, and a hit maps them into the requester's cache (which copies a
+ * block only when it writes into one it shares: the partial last block, or a block rewritten after
+ * a speculative rollback), so 8 rows starting with one long prompt hold it once. Either way, an
+ * entry whose tokens are a prefix of the new one is superseded (dropped), and one that already
+ * covers the new tokens makes publishing a no-op. A byte budget is kept by evicting least-recently-
+ * used entries (a paged entry counts its blocks; kn_pc_evict_lru gives blocks back to the pool on
+ * demand). Thread-safe; entries are reference-counted while being copied.
  *
  * With an SSD tier attached (kn_pc_attach_ssd), the cache is the one place that decides between
  * the tiers: an entry evicted from RAM is handed, with a reference that keeps its memory valid,
@@ -56,8 +61,9 @@ typedef struct kn_pc_stats {
 void kn_pc_init(kn_prefix_cache *pc, size_t budget);
 void kn_pc_free(kn_prefix_cache *pc);
 
-/* Finds the longest cached prefix of tokens[0..n) no longer than max_use tokens, copies its K/V
- * into kv positions [0, m) (kv->n_past = m) and returns m; 0 on a miss (kv untouched). Counts a hit
+/* Finds the longest cached prefix of tokens[0..n) no longer than max_use tokens, copies (or, for a
+ * paged kv of the entry's pool, maps) its K/V into kv positions [0, m) (kv->n_past = m) and returns
+ * m; 0 on a miss (kv untouched, or emptied when a copy into a paged kv found no blocks). Counts a hit
  * or a miss. entries of another KV format or layout are skipped (a miss). */
 int32_t kn_pc_restore(kn_prefix_cache *pc, const int32_t *tokens, int32_t n, int32_t max_use, kn_kv *kv);
 
@@ -67,6 +73,10 @@ int32_t kn_pc_restore(kn_prefix_cache *pc, const int32_t *tokens, int32_t n, int
 void kn_pc_publish(kn_prefix_cache *pc, const int32_t *tokens, int32_t n, const kn_kv *kv, int32_t min_tokens);
 
 void kn_pc_get_stats(kn_prefix_cache *pc, kn_pc_stats *out);
+
+/* Evicts the least recently used entry (to the SSD tier when attached, as for the budget), giving
+ * its blocks back to their pool once nothing else holds them; false when the cache is empty. */
+bool kn_pc_evict_lru(kn_prefix_cache *pc);
 
 /* Attaches an SSD tier (before any other call from another thread). The cache does not own it:
  * the owner closes it (kn_ssd_close, which releases the entries its writer holds and stops the

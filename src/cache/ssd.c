@@ -380,7 +380,20 @@ static void do_write(kn_ssd *s, const kn_ssd_src *src) {
     const char *step = "writing";
     const int fd = openat(s->dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) st = kn_error(KILN_ERR_IO, "%s", strerror(errno)), step = "creating";
-    if (!st) st = kn_ssdf_write(fd, &s->key, src->tokens, (uint32_t)src->n, src->k, src->v, &s->stop);
+    uint8_t *gk = NULL, *gv = NULL; /* an entry in pool blocks: its rows gathered here */
+    const uint8_t *k = src->k, *v = src->v;
+    if (!st && !k) {
+        uint64_t kr, vr;
+        kn_ssdf_rows(&s->key, &kr, &vr);
+        gk = malloc((size_t)(kr * s->key.n_layer) * (size_t)src->n);
+        gv = malloc((size_t)(vr * s->key.n_layer) * (size_t)src->n);
+        if (gk && gv) src->gather(src->user, gk, gv);
+        else st = kn_error(KILN_ERR_NOMEM, "out of memory"), step = "gathering";
+        k = gk, v = gv;
+    }
+    if (!st) st = kn_ssdf_write(fd, &s->key, src->tokens, (uint32_t)src->n, k, v, &s->stop);
+    free(gk);
+    free(gv);
     if (!st && fsync(fd) != 0) st = kn_error(KILN_ERR_IO, "%s", strerror(errno)), step = "syncing";
     if (fd >= 0 && close(fd) != 0 && !st) st = kn_error(KILN_ERR_IO, "%s", strerror(errno)), step = "closing";
     if (!st && renameat(s->dirfd, tmp, s->dirfd, file) != 0)
@@ -558,10 +571,21 @@ int32_t kn_ssd_restore(kn_ssd *s, const int32_t *tokens, int32_t n, int32_t min_
             kn_ssdf_header_free(&h);
             r = KN_SSDF_CORRUPT;
         }
-        if (!r) {
+        if (!r && !kv->pool) {
             const size_t n_ctx = (size_t)kv->n_ctx;
             r = kn_ssdf_read_rows(fd, &h, (uint32_t)m, kv->k, n_ctx * kv->k_row, kv->v, n_ctx * kv->v_row, s->verify);
             kn_ssdf_header_free(&h);
+        } else if (!r) { /* a paged cache: through a buffer of m positions, then into its blocks */
+            const size_t kl = (size_t)m * kv->k_row, vl = (size_t)m * kv->v_row;
+            uint8_t *bk = malloc(kl * (size_t)kv->n_layer), *bv = malloc(vl * (size_t)kv->n_layer);
+            r = bk && bv ? kn_ssdf_read_rows(fd, &h, (uint32_t)m, bk, kl, bv, vl, s->verify) : KN_SSDF_NOMEM;
+            kn_ssdf_header_free(&h);
+            if (!r) {
+                kn_kv_reset(kv);
+                if (kn_kv_put_rows(kv, m, bk, kl, bv, vl) != KILN_OK) r = KN_SSDF_NOMEM;
+            }
+            free(bk);
+            free(bv);
         }
         close(fd);
         if (!r) {

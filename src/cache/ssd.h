@@ -42,7 +42,10 @@ typedef struct kn_ssd_params {
 typedef struct kn_ssd_src {
     const int32_t *tokens; /* [n] */
     int32_t n;
-    const uint8_t *k, *v; /* [n_layer][n][k_row], [n_layer][n][v_row] in the key's KV format */
+    const uint8_t *k, *v; /* [n_layer][n][k_row], [n_layer][n][v_row] in the key's KV format; NULL: gather */
+    /* With k and v NULL (an entry whose KV lies in pool blocks): fills k and v, laid out as above,
+       on the writer's thread from the entry's memory (valid until release). */
+    void (*gather)(void *user, uint8_t *k, uint8_t *v);
     size_t outside_bytes; /* memory that only this job keeps alive (an entry evicted from RAM);
                              0 for an entry still in RAM */
     void (*release)(void *user, bool on_ssd);
@@ -85,7 +88,8 @@ bool kn_ssd_enqueue(kn_ssd *s, const kn_ssd_src *src);
  * than min_len (and at least a few tokens), reads its K/V into kv positions [0, m), sets
  * kv->n_past = m and returns m. A file that fails its checks is quarantined and the next best is
  * tried. Returns 0 (kv->n_past untouched) when nothing better than min_len was restored. kv must
- * have the key's layout. Runs on the caller's thread; the only writes it causes are queued. */
+ * have the key's layout; a paged cache (kv.h) gets the rows through a buffer, into blocks it owns.
+ * Runs on the caller's thread; the only writes it causes are queued. */
 int32_t kn_ssd_restore(kn_ssd *s, const int32_t *tokens, int32_t n, int32_t min_len, kn_kv *kv);
 
 /* Waits until every job queued before this call is done (written and indexed, or failed).

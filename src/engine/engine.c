@@ -41,6 +41,7 @@ kiln_engine_params kiln_engine_default_params(void) {
                             .ssd_verify = true,
                             .kv_type_v = KILN_KV_SAME,
                             .kv_rotate = KILN_KV_ROTATE_AUTO};
+    p.kv_paging = true;
     p.spec = KILN_SPEC_NONE;
     p.draft_model = NULL;
     p.spec_max = 0;
@@ -77,6 +78,23 @@ static kiln_status open_ssd(kiln_engine *e) {
     if (st) return st;
     kn_pc_attach_ssd(&e->cache, e->ssd, (double)e->p.ssd_demote_idle_s * 1000.0);
     return KILN_OK;
+}
+
+/* The block pool of a paged engine: kv_budget bytes of blocks, or (without a budget) max_rows full
+ * rows plus the prompt cache's budget; at least one full row and the block a row may copy. */
+static kiln_status init_pool(kiln_engine *e) {
+    const kn_hparams *hp = &e->model->hp;
+    const size_t bb = kn_kv_block_bytes(&e->kv_fmt, hp->n_layer, hp->n_head_kv, hp->head_dim, KN_KVP_BLOCK);
+    if (!bb) return kn_error(KILN_ERR_NOMEM, "the KV block size overflows");
+    const uint64_t per_row = (uint64_t)(e->p.n_ctx + KN_KVP_BLOCK - 1) / KN_KVP_BLOCK + 1;
+    uint64_t cap = e->p.kv_budget
+                       ? e->p.kv_budget / bb
+                       : per_row * (uint64_t)e->p.max_rows + KN_MIN(e->p.prompt_cache / bb, (uint64_t)INT32_MAX);
+    if (e->p.kv_budget && cap < per_row)
+        KN_LOGW("a KV budget of %llu bytes is below one row (%llu bytes); running one row anyway",
+                (unsigned long long)e->p.kv_budget, (unsigned long long)(per_row * bb));
+    cap = KN_MIN(KN_MAX(cap, per_row), (uint64_t)INT32_MAX);
+    return kn_kvp_init(&e->kv_pool, bb, (int32_t)cap);
 }
 
 kiln_status kiln_engine_new(kiln_model *m, const kiln_engine_params *params, kiln_engine **out) {
@@ -118,7 +136,13 @@ kiln_status kiln_engine_new(kiln_model *m, const kiln_engine_params *params, kil
     e->kv_fmt = kv_fmt;
     e->row_kv_bytes = (size_t)row_kv_bytes;
     e->row_cap = p.max_rows;
-    if (p.kv_budget) {
+    e->paged = p.kv_paging;
+    e->blocked_avail = -1;
+    if (e->paged && (st = init_pool(e))) {
+        free(e);
+        return st;
+    }
+    if (p.kv_budget && !e->paged) {
         uint64_t fit = p.kv_budget / e->row_kv_bytes;
         if (fit < 1)
             KN_LOGW("a KV budget of %llu bytes is below one row (%zu bytes); running one row anyway",
@@ -202,6 +226,7 @@ void kiln_engine_free(kiln_engine *e) {
     kn_ssd_close(e->ssd);
     kn_pc_detach_ssd(&e->cache);
     kn_pc_free(&e->cache);
+    if (e->paged) kn_kvp_free(&e->kv_pool); /* after every holder of blocks */
     kn_free_aligned(e->logits);
     free(e->slots);
     free(e->queue);
@@ -358,6 +383,16 @@ void kiln_engine_get_stats(kiln_engine *e, kiln_engine_stats *out) {
         }
     }
     pthread_mutex_unlock(&e->mu);
+    if (e->paged) {
+        kn_kvp_stats ps;
+        kn_kvp_get_stats(&e->kv_pool, &ps);
+        out->kv_blocks_total = ps.total;
+        out->kv_blocks_used = ps.used;
+        out->kv_blocks_shared = ps.shared;
+        out->kv_block_tokens = KN_KVP_BLOCK;
+        out->kv_block_bytes = e->kv_pool.blk_bytes;
+        out->kv_bytes = (uint64_t)ps.made * e->kv_pool.blk_bytes; /* the blocks' memory, made on first use and kept */
+    }
     kn_pc_stats cs;
     kn_pc_get_stats(&e->cache, &cs);
     out->cache_entries = cs.entries;

@@ -37,6 +37,7 @@ typedef struct kn_slot {
     kiln_request *req; /* running request, or NULL */
     kn_row row;
     bool prompt_shared; /* gp.share_prompt: the prompt's KV is published already */
+    int32_t cached;     /* paged KV: prompt tokens restored from the prefix cache at admission */
 } kn_slot;
 
 struct kiln_engine {
@@ -48,6 +49,11 @@ struct kiln_engine {
     size_t row_kv_bytes;   /* kv_per_token * n_ctx */
     kn_scratch scratch;
     kn_prefix_cache cache; /* KV of earlier requests, by token prefix */
+    bool paged;            /* rows and the cache hold KV in blocks of kv_pool (else one contiguous
+                              cache per row, and the prefix cache copies) */
+    kn_kv_pool kv_pool;    /* the blocks (paged): sized by kv_budget; rows reserve their worst case at
+                              admission, the cache gives blocks back under pressure */
+    int32_t blocked_avail; /* paged: blocks available when the queue's head last failed to fit; -1 */
     kn_ssd *ssd;           /* the cache's SSD tier, or NULL */
     float *logits;         /* [max_rows][n_vocab] */
     kn_spec spec;          /* the speculative method (none: plain decoding) */

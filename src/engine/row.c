@@ -329,6 +329,24 @@ kiln_status kn_row_end(kn_row *r, kiln_generate_result *result) {
     return r->status;
 }
 
+/* Makes the KV positions a planned pass writes writable (paged KV: blocks mapped, shared ones
+ * copied); a row whose cache cannot have them ends with the error. */
+static bool prepare_kv(kn_row *r, const kn_batch_row *b) {
+    const kiln_status st = kn_kv_prepare(b->kv, b->kv->n_past, b->n_tokens);
+    if (!st) return true;
+    r->status = st;
+    snprintf(r->err, sizeof r->err, "%s", kn_error_msg());
+    r->res.error = r->err;
+    finish(r, KILN_STOP_NONE);
+    return false;
+}
+
+bool kn_rows_prepare_kv(kn_row **in, const kn_batch_row *br, int nb) {
+    bool ok = true;
+    for (int i = 0; i < nb; i++) ok &= prepare_kv(in[i], &br[i]);
+    return ok;
+}
+
 int kn_step_rows(const kiln_model *m, kn_scratch *s, kn_row **rows, int n, int32_t max_tokens, int32_t prefill_chunk,
                  float *logits) {
     kn_batch_row br[n];
@@ -338,12 +356,14 @@ int kn_step_rows(const kiln_model *m, kn_scratch *s, kn_row **rows, int n, int32
     for (int i = 0; i < n && budget > 0; i++) { /* decoding rows: one token each */
         if (rows[i]->finished || !rows[i]->decoding) continue;
         kn_row_plan(rows[i], 1, &br[nb]);
+        if (!prepare_kv(rows[i], &br[nb])) continue;
         in[nb++] = rows[i];
         budget--;
     }
     for (int i = 0; i < n && budget > 0; i++) { /* prefilling rows share the rest, in order */
         if (rows[i]->finished || rows[i]->decoding) continue;
         kn_row_plan(rows[i], KN_MIN(budget, prefill_chunk), &br[nb]);
+        if (!prepare_kv(rows[i], &br[nb])) continue;
         in[nb++] = rows[i];
         budget -= br[nb - 1].n_tokens;
     }

@@ -107,6 +107,12 @@ void kn_row_cancel(kn_row *r);
  * row copies the message. */
 kiln_status kn_row_end(kn_row *r, kiln_generate_result *result);
 
+/* Makes the KV positions each planned pass br[i] of row in[i] writes writable (kn_kv_prepare: a
+ * paged cache maps or copies blocks, out of the row's reservation); a row that cannot have them
+ * ends with the error (finished, status set). False when any row failed: the caller then runs no
+ * forward pass this step. kn_step_rows does this itself. */
+bool kn_rows_prepare_kv(kn_row **in, const kn_batch_row *br, int nb);
+
 /* One executor step over n active rows (1 <= n): the plain decoding method, one token per decoding
  * row per step (kn_spec_step in engine/spec.h is the seam that runs it or a speculative method). Plans
  * each row within a budget of max_tokens stacked tokens (decoding rows first, one token each;

@@ -3,9 +3,11 @@
  *
  * Iteration-level scheduling. Each turn of the loop, under the engine lock: queued requests that
  * were cancelled are dropped, and waiting requests take free rows (up to the KV budget's row cap)
- * in arrival order. Then, without the lock: new rows get their KV (allocated on a slot's first
- * use and kept), restore the longest cached prefix of their prompt from the prefix cache (which
- * alone decides whether it comes from RAM or from its SSD tier), and begin; rows whose request was
+ * in arrival order; with paged KV a request takes a row only once the block pool can hold its
+ * worst case (reserve_row: the prefix cache gives blocks back first), else it waits at the head of
+ * the queue (kiln_engine_submit answers KILN_ERR_BUSY only when the queue is full). Then, without the lock: new rows
+ * get their KV (allocated on a slot's first use and kept), restore the longest cached prefix of their prompt from the
+ * prefix cache (which alone decides whether it comes from RAM or from its SSD tier), and begin; rows whose request was
  * cancelled leave; one embedding pass runs when an embedding call waits (embed.c); one executor
  * step advances all active rows together (kn_spec_step, the method's step: decode tokens first,
  * with their proposals under a speculative method, joining prompts in
@@ -18,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* Ends a request that never got a row (cancelled while queued, or failed to begin: r->err then
  * holds the reason). */
@@ -42,16 +45,65 @@ static int drop_cancelled_locked(kiln_engine *e, kiln_request **out) {
         else e->queue[(e->q_head + kept++) % cap] = r;
     }
     e->q_count = kept;
+    if (n) e->blocked_avail = -1; /* the head may have changed */
     return n;
 }
 
-/* Gives free slots (within the row cap) to waiting requests in arrival order (lock held); the
- * slots that got one are listed in fresh[]. Returns how many. */
-static int admit_locked(kiln_engine *e, int *fresh) {
+/* Paged KV: readies slot s for request r before it is admitted (lock not held): restores the
+ * longest cached prefix of the prompt into the slot's KV (mapping the cache's blocks), then
+ * reserves the blocks the row may still need at most: its positions up to the prompt plus
+ * max_tokens (capped by the context) not covered by whole shared blocks, plus one for copying a
+ * block it shares when it writes there. Under pressure the prefix cache gives blocks back first
+ * (least recently used first; to the SSD tier when attached). False, with the slot's KV emptied,
+ * when the pool cannot hold the row now (the request waits). */
+static bool reserve_row(kiln_engine *e, kn_slot *s, kiln_request *r) {
+    const kn_hparams *hp = &e->model->hp;
+    if (!s->allocated) {
+        if (kn_kv_init_paged(&s->kv, &e->kv_pool, &e->kv_fmt, hp->n_layer, e->p.n_ctx, hp->n_head_kv, hp->head_dim))
+            return false;
+        s->allocated = true;
+    }
+    s->cached = kn_pc_restore(&e->cache, r->prompt, (int32_t)r->n_prompt, (int32_t)r->n_prompt - 1, &s->kv);
+    const int64_t gen = r->gp.max_tokens >= 0 ? r->gp.max_tokens : e->p.n_ctx;
+    const int64_t limit = KN_MIN((int64_t)e->p.n_ctx, (int64_t)r->n_prompt + gen);
+    const int32_t bt = e->kv_pool.bt;
+    const int32_t need = (int32_t)((limit + bt - 1) / bt) - s->cached / bt + 1;
+    for (;;) {
+        if (kn_kvp_reserve(&e->kv_pool, need)) {
+            kn_kv_set_quota(&s->kv, need);
+            return true;
+        }
+        if (!kn_pc_evict_lru(&e->cache)) break;
+    }
+    kn_kv_reset(&s->kv);
+    return false;
+}
+
+/* Gives free slots (within the row cap) to waiting requests in arrival order (lock held; a paged
+ * engine drops it while it reserves a row's blocks); the slots that got one are listed in
+ * fresh[]. Returns how many; *blocked tells whether the first waiting request lacks KV blocks. */
+static int admit_locked(kiln_engine *e, int *fresh, bool *blocked) {
     int n = 0;
+    *blocked = false;
     for (int i = 0; i < e->row_cap && e->q_count; i++) {
         if (e->slots[i].req) continue;
-        e->slots[i].req = e->queue[e->q_head];
+        kiln_request *r = e->queue[e->q_head];
+        if (e->paged) { /* only this thread takes requests from the queue: r stays its head */
+            const int32_t avail = kn_kvp_available(&e->kv_pool);
+            if (e->blocked_avail >= 0 && avail <= e->blocked_avail) { /* nothing was freed since */
+                *blocked = true;
+                break;
+            }
+            pthread_mutex_unlock(&e->mu);
+            const bool ok = reserve_row(e, &e->slots[i], r);
+            pthread_mutex_lock(&e->mu);
+            e->blocked_avail = ok ? -1 : kn_kvp_available(&e->kv_pool);
+            if (!ok) {
+                *blocked = true;
+                break;
+            }
+        }
+        e->slots[i].req = r;
         e->q_head = (e->q_head + 1) % e->p.max_queue;
         e->q_count--;
         fresh[n++] = i;
@@ -59,11 +111,18 @@ static int admit_locked(kiln_engine *e, int *fresh) {
     return n;
 }
 
+/* A paged row's KV goes back to the pool (blocks the prefix cache shares stay with it). */
+static void release_kv(kiln_engine *e, kn_slot *s) {
+    if (!e->paged) return;
+    kn_kv_reset(&s->kv);
+    kn_kv_set_quota(&s->kv, 0);
+}
+
 /* Prepares a slot's KV and begins its row; on failure the request ends with the error. */
 static void start_row(kiln_engine *e, kn_slot *s) {
     const kn_hparams *hp = &e->model->hp;
     kiln_status st = KILN_OK;
-    if (!s->allocated) {
+    if (!s->allocated && !e->paged) {
         st = kn_kv_init_fmt(&s->kv, &e->kv_fmt, hp->n_layer, e->p.n_ctx, hp->n_head_kv, hp->head_dim);
         s->allocated = st == KILN_OK;
     }
@@ -72,7 +131,8 @@ static void start_row(kiln_engine *e, kn_slot *s) {
         /* The longest cached prefix (leaving at least one prompt token to compute) goes into the
          * slot's KV; prefill starts after it. */
         const int32_t cached =
-            kn_pc_restore(&e->cache, r->prompt, (int32_t)r->n_prompt, (int32_t)r->n_prompt - 1, &s->kv);
+            e->paged ? s->cached
+                     : kn_pc_restore(&e->cache, r->prompt, (int32_t)r->n_prompt, (int32_t)r->n_prompt - 1, &s->kv);
         st = kn_row_begin(&s->row, e->model, &s->kv, r->prompt, r->n_prompt, cached, &r->gp);
         s->prompt_shared = false;
     }
@@ -82,6 +142,7 @@ static void start_row(kiln_engine *e, kn_slot *s) {
     }
     kn_error_save(r->err);
     KN_LOGE("a request could not start: %s", r->err);
+    release_kv(e, s);
     pthread_mutex_lock(&e->mu);
     s->req = NULL;
     pthread_mutex_unlock(&e->mu);
@@ -95,6 +156,7 @@ static void end_row(kiln_engine *e, kn_slot *s) {
     if (s->row.seq) kn_pc_publish(&e->cache, s->row.seq, s->kv.n_past, &s->kv, 2);
     kiln_generate_result res;
     kiln_status st = kn_row_end(&s->row, &res);
+    release_kv(e, s);
     kiln_request *r = s->req;
     pthread_mutex_lock(&e->mu);
     kn_request_complete_locked(e, r, st, &res);
@@ -122,13 +184,22 @@ void *kn_scheduler_main(void *arg) {
     pthread_mutex_lock(&e->mu);
     for (;;) {
         const int n_drop = drop_cancelled_locked(e, dropped);
-        const int n_fresh = admit_locked(e, fresh);
+        bool blocked;
+        const int n_fresh = admit_locked(e, fresh, &blocked);
         int n_active = 0;
         for (int i = 0; i < R; i++) n_active += e->slots[i].req != NULL;
         const bool embed = kn_embed_pending_locked(e);
         if (!n_drop && !n_active && !embed) {
             if (e->stopping && !e->q_count) break;
-            pthread_cond_wait(&e->wake, &e->mu);
+            if (blocked) { /* blocks are still held by entries on their way to SSD: look again soon */
+                struct timespec ts;
+                clock_gettime(CLOCK_REALTIME, &ts);
+                ts.tv_nsec += 20 * 1000000L;
+                if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+                pthread_cond_timedwait(&e->wake, &e->mu, &ts);
+            } else {
+                pthread_cond_wait(&e->wake, &e->mu);
+            }
             continue;
         }
         pthread_mutex_unlock(&e->mu);

@@ -269,7 +269,7 @@ int kn_spec_step(kn_spec *sp, const kiln_model *m, kn_scratch *s, kn_row **rows,
         }
     }
     if (nd) draft_prefill(sp, dr, nd, want);
-    if (nb == 0) return 0;
+    if (nb == 0 || !kn_rows_prepare_kv(in, br, nb)) return 0; /* paged KV: the blocks the pass writes */
     kn_forward(m, s, br, nb, sp->vlogits, sp->n_rows * (sp->max_k + 1));
     const size_t V = (size_t)m->hp.n_vocab;
     int done = 0;

@@ -20,7 +20,9 @@
  * Every KV format of kvq.h has reference row helpers here: an element's value is kn_kvq_elem's
  * (a quantized element is one float product, scale times code or centroid), and the dot and axpy
  * steps are the F16 ones above over those values. kn_attend_kv_ref runs any pair of K and V formats
- * (with their own row strides); kn_kernels_attend picks a set's kernel for one format.
+ * (with their own row strides); kn_kernels_attend picks a set's kernel for one format. Rows are found
+ * through a kn_attend_rows (kernels.h), 16 row addresses per block of positions, so a paged cache is
+ * read in place with the same float steps as a contiguous one.
  */
 #include "tensor/kernels.h"
 #include "tensor/kvq.h"
@@ -106,16 +108,18 @@ static const struct {
     [KN_KVT_TQ3] = {dot_tq3, axpy_tq3},
 };
 
-/* The algorithm above for one head: q[hd] -> out[hd]; K rows kstride bytes apart, V rows vstride. */
-static void attend_one2(kn_kv_dot_fn dot, kn_kv_axpy_fn axpy, const uint8_t *k, size_t kstride, const uint8_t *v,
-                        size_t vstride, int32_t n, const float *q, int hd, float scale, float cap, float *out) {
+/* The algorithm above for one head: q[hd] -> out[hd], over the rows *r locates. */
+static void attend_one(kn_kv_dot_fn dot, kn_kv_axpy_fn axpy, const kn_attend_rows *r, int32_t n, const float *q, int hd,
+                       float scale, float cap, float *out) {
     float m = -INFINITY, lsum[16] = {0}, s[16];
+    const uint8_t *kp[16], *vp[16];
     memset(out, 0, (size_t)hd * sizeof(float));
     for (int32_t p0 = 0; p0 < n; p0 += 16) {
         const int cnt = n - p0 < 16 ? (int)(n - p0) : 16;
+        kn_attend_rows_at(r, p0, cnt, kp, vp);
         float bm = -INFINITY;
         for (int j = 0; j < cnt; j++) {
-            s[j] = dot(k + (size_t)(p0 + j) * kstride, q, hd) * scale;
+            s[j] = dot(kp[j], q, hd) * scale;
             if (cap > 0) s[j] = cap * tanhf(s[j] / cap);
             bm = s[j] > bm ? s[j] : bm;
         }
@@ -128,53 +132,44 @@ static void attend_one2(kn_kv_dot_fn dot, kn_kv_axpy_fn axpy, const uint8_t *k, 
         for (int j = 0; j < cnt; j++) {
             const float w = kn_expf_ref(s[j] - m);
             lsum[j] += w;
-            axpy(w, v + (size_t)(p0 + j) * vstride, out, hd);
+            axpy(w, vp[j], out, hd);
         }
     }
     const float inv = 1.0f / kn_reduce16(lsum);
     for (int i = 0; i < hd; i++) out[i] *= inv;
 }
 
-static void attend_one(kn_kv_dot_fn dot, kn_kv_axpy_fn axpy, const uint8_t *k, const uint8_t *v, size_t stride,
-                       int32_t n, const float *q, int hd, float scale, float cap, float *out) {
-    attend_one2(dot, axpy, k, stride, v, stride, n, q, hd, scale, cap, out);
+void kn_attend_blocked(kn_kv_dot_fn dot, kn_kv_axpy_fn axpy, const kn_attend_rows *r, int32_t n, const float *q, int nq,
+                       int hd, float scale, float *out) {
+    for (int h = 0; h < nq; h++) attend_one(dot, axpy, r, n, q + (size_t)h * hd, hd, scale, 0.0f, out + (size_t)h * hd);
 }
 
-void kn_attend_blocked(kn_kv_dot_fn dot, kn_kv_axpy_fn axpy, const uint8_t *k, const uint8_t *v, size_t stride,
-                       int32_t n, const float *q, int nq, int hd, float scale, float *out) {
+void kn_attend_f16_ref(const kn_attend_rows *r, int32_t n, const float *q, int nq, int hd, float scale, float *out) {
+    kn_attend_blocked(dot_f16_ref, axpy_f16_ref, r, n, q, nq, hd, scale, out);
+}
+
+void kn_attend_f32_ref(const kn_attend_rows *r, int32_t n, const float *q, int nq, int hd, float scale, float *out) {
+    kn_attend_blocked(dot_f32_ref, axpy_f32_ref, r, n, q, nq, hd, scale, out);
+}
+
+void kn_attend_softcap_ref(const kn_attend_rows *r, int32_t n, const float *q, int nq, int hd, float scale, float cap,
+                           bool f16, float *out) {
     for (int h = 0; h < nq; h++)
-        attend_one(dot, axpy, k, v, stride, n, q + (size_t)h * hd, hd, scale, 0.0f, out + (size_t)h * hd);
+        attend_one(f16 ? dot_f16_ref : dot_f32_ref, f16 ? axpy_f16_ref : axpy_f32_ref, r, n, q + (size_t)h * hd, hd,
+                   scale, cap, out + (size_t)h * hd);
 }
 
-void kn_attend_f16_ref(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int nq, int hd,
-                       float scale, float *out) {
-    kn_attend_blocked(dot_f16_ref, axpy_f16_ref, k, v, stride, n, q, nq, hd, scale, out);
-}
-
-void kn_attend_f32_ref(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int nq, int hd,
-                       float scale, float *out) {
-    kn_attend_blocked(dot_f32_ref, axpy_f32_ref, k, v, stride, n, q, nq, hd, scale, out);
-}
-
-void kn_attend_softcap_ref(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int nq, int hd,
-                           float scale, float cap, bool f16, float *out) {
+void kn_attend_kv_ref(kn_kvt tk, kn_kvt tv, const kn_attend_rows *r, int32_t n, const float *q, int nq, int hd,
+                      float scale, float cap, float *out) {
     for (int h = 0; h < nq; h++)
-        attend_one(f16 ? dot_f16_ref : dot_f32_ref, f16 ? axpy_f16_ref : axpy_f32_ref, k, v, stride, n,
-                   q + (size_t)h * hd, hd, scale, cap, out + (size_t)h * hd);
-}
-
-void kn_attend_kv_ref(kn_kvt tk, kn_kvt tv, const uint8_t *k, size_t kstride, const uint8_t *v, size_t vstride,
-                      int32_t n, const float *q, int nq, int hd, float scale, float cap, float *out) {
-    for (int h = 0; h < nq; h++)
-        attend_one2(g_rows[tk].dot, g_rows[tv].axpy, k, kstride, v, vstride, n, q + (size_t)h * hd, hd, scale, cap,
-                    out + (size_t)h * hd);
+        attend_one(g_rows[tk].dot, g_rows[tv].axpy, r, n, q + (size_t)h * hd, hd, scale, cap, out + (size_t)h * hd);
 }
 
 /* The reference kn_attend_fn of each quantized format. */
 #define REF_ENTRY(NAME, T)                                                                                             \
-    static void attend_##NAME##_ref(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q,      \
-                                    int nq, int hd, float scale, float *out) {                                         \
-        kn_attend_kv_ref(T, T, k, stride, v, stride, n, q, nq, hd, scale, 0.0f, out);                                  \
+    static void attend_##NAME##_ref(const kn_attend_rows *r, int32_t n, const float *q, int nq, int hd, float scale,   \
+                                    float *out) {                                                                      \
+        kn_attend_kv_ref(T, T, r, n, q, nq, hd, scale, 0.0f, out);                                                     \
     }
 REF_ENTRY(bf16, KN_KVT_BF16)
 REF_ENTRY(q8_0, KN_KVT_Q8_0)

@@ -45,33 +45,66 @@ typedef void (*kn_gemm_fn)(int64_t n, const uint8_t *w, size_t w_stride, int nr,
 typedef float (*kn_kv_dot_fn)(const void *k, const float *q, int n);
 typedef void (*kn_kv_axpy_fn)(float a, const void *v, float *y, int n);
 
+/* Where the K and V rows of an attention call lie: the call's position p (0 <= p < n) is row
+ * i = first + p of a block table, in block i / bt at row i % bt; its K head slice starts at
+ * kb[i / bt] + koff + (i % bt) * kstride and its V head slice at vb[i / bt] + voff + (i % bt) * vstride
+ * (bytes). A contiguous cache is one block (kn_attend_rows_flat); a paged one (cache/pool.h) has blocks
+ * of a few positions, which the kernels read in place: they take the row pointers of each group of 16
+ * positions from kn_attend_rows_at and compute exactly as over a contiguous cache. */
+typedef struct kn_attend_rows {
+    const uint8_t *const *kb, *const *vb; /* block base addresses */
+    size_t koff, voff;                    /* added to every block's base */
+    size_t kstride, vstride;              /* bytes from one position's row to the next within a block */
+    int32_t first, bt;                    /* row of position 0; positions per block (>= 1) */
+} kn_attend_rows;
+
+/* The rows of one contiguous range: position p's K at *k + p * kstride, its V at *v + p * vstride (k and v
+ * must outlive the use of the result). */
+static inline kn_attend_rows kn_attend_rows_flat(const uint8_t *const *k, const uint8_t *const *v, size_t kstride,
+                                                 size_t vstride) {
+    return (kn_attend_rows){.kb = k, .vb = v, .kstride = kstride, .vstride = vstride, .first = 0, .bt = INT32_MAX};
+}
+
+/* The K and V row addresses of positions p0 .. p0 + cnt - 1 into kp[cnt] and vp[cnt]. */
+static inline void kn_attend_rows_at(const kn_attend_rows *r, int32_t p0, int cnt, const uint8_t **kp,
+                                     const uint8_t **vp) {
+    const int32_t i = r->first + p0;
+    int32_t b = i / r->bt, o = i % r->bt;
+    for (int j = 0; j < cnt; j++) {
+        kp[j] = r->kb[b] + r->koff + (size_t)o * r->kstride;
+        vp[j] = r->vb[b] + r->voff + (size_t)o * r->vstride;
+        if (++o == r->bt) {
+            b++;
+            o = 0;
+        }
+    }
+}
+
 /* Attention of nq query heads q[nq][hd] (1 <= nq <= KN_ATTEND_MAX_Q) that share one KV head, over n
- * cached positions of that head, F16 (raw binary16 bits) or F32: position p's K and V head slices at
- * k + p * stride and v + p * stride (bytes); for each head h,
+ * cached positions of that head (rows as *r says), K and V in one format: for each head h,
  *   out[h][hd] = sum_p softmax_p(scale * k_p . q[h]) v_p
  * with the blocked online softmax of attend.c, which every set computes bit for bit: each head's
- * output is the one-head algorithm's, whatever nq (the heads only share the loads of K and V). */
+ * output is the one-head algorithm's, whatever nq (the heads only share the loads of K and V), and
+ * whatever the blocks the rows lie in. */
 #define KN_ATTEND_MAX_Q 8
-typedef void (*kn_attend_fn)(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int nq,
-                             int hd, float scale, float *out);
-void kn_attend_f16_ref(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int nq, int hd,
-                       float scale, float *out);
-void kn_attend_f32_ref(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int nq, int hd,
-                       float scale, float *out);
+typedef void (*kn_attend_fn)(const kn_attend_rows *r, int32_t n, const float *q, int nq, int hd, float scale,
+                             float *out);
+void kn_attend_f16_ref(const kn_attend_rows *r, int32_t n, const float *q, int nq, int hd, float scale, float *out);
+void kn_attend_f32_ref(const kn_attend_rows *r, int32_t n, const float *q, int nq, int hd, float scale, float *out);
 /* The blocked attention of attend.c over the given row helpers (kn_attend_fn contract otherwise). */
-void kn_attend_blocked(kn_kv_dot_fn dot, kn_kv_axpy_fn axpy, const uint8_t *k, const uint8_t *v, size_t stride,
-                       int32_t n, const float *q, int nq, int hd, float scale, float *out);
+void kn_attend_blocked(kn_kv_dot_fn dot, kn_kv_axpy_fn axpy, const kn_attend_rows *r, int32_t n, const float *q, int nq,
+                       int hd, float scale, float *out);
 
 /* The reference attention with soft-capped scores, score = cap * tanh(scale * k . q / cap) (cap > 0),
  * over F16 (f16) or F32 rows; otherwise the kn_attend_fn contract. Every kernel set uses this one. */
-void kn_attend_softcap_ref(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int nq, int hd,
-                           float scale, float cap, bool f16, float *out);
+void kn_attend_softcap_ref(const kn_attend_rows *r, int32_t n, const float *q, int nq, int hd, float scale, float cap,
+                           bool f16, float *out);
 
-/* Attention over K rows in KV format tk and V rows in format tv (kvq.h), K rows kstride bytes apart and
- * V rows vstride, scores soft-capped when cap > 0; otherwise the kn_attend_fn contract. The reference
+/* Attention over K rows in KV format tk and V rows in format tv (kvq.h), scores soft-capped when
+ * cap > 0; otherwise the kn_attend_fn contract. The reference
  * for every format and pair of formats (an element's value is kn_kvq_elem's; the steps are attend.c's). */
-void kn_attend_kv_ref(kn_kvt tk, kn_kvt tv, const uint8_t *k, size_t kstride, const uint8_t *v, size_t vstride,
-                      int32_t n, const float *q, int nq, int hd, float scale, float cap, float *out);
+void kn_attend_kv_ref(kn_kvt tk, kn_kvt tv, const kn_attend_rows *r, int32_t n, const float *q, int nq, int hd,
+                      float scale, float cap, float *out);
 /* The reference kn_attend_fn for K and V both in format t (NULL for an unknown format). */
 kn_attend_fn kn_attend_ref_for(kn_kvt t);
 

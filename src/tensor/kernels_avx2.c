@@ -76,17 +76,17 @@ static void kv_axpy_f32(float a, const void *v, float *y, int n) {
 
 /* The blocked attention of attend.c over these row helpers (bit-identical to the reference): the
  * set's attention for head sizes kernels_avx2_attn.c does not specialize. */
-void kn__avx2_attend_rows_f16(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int nq,
-                              int hd, float scale, float *out);
-void kn__avx2_attend_rows_f32(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int nq,
-                              int hd, float scale, float *out);
-void kn__avx2_attend_rows_f16(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int nq,
-                              int hd, float scale, float *out) {
-    kn_attend_blocked(kv_dot_f16, kv_axpy_f16, k, v, stride, n, q, nq, hd, scale, out);
+void kn__avx2_attend_rows_f16(const kn_attend_rows *r, int32_t n, const float *q, int nq, int hd, float scale,
+                              float *out);
+void kn__avx2_attend_rows_f32(const kn_attend_rows *r, int32_t n, const float *q, int nq, int hd, float scale,
+                              float *out);
+void kn__avx2_attend_rows_f16(const kn_attend_rows *r, int32_t n, const float *q, int nq, int hd, float scale,
+                              float *out) {
+    kn_attend_blocked(kv_dot_f16, kv_axpy_f16, r, n, q, nq, hd, scale, out);
 }
-void kn__avx2_attend_rows_f32(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int nq,
-                              int hd, float scale, float *out) {
-    kn_attend_blocked(kv_dot_f32, kv_axpy_f32, k, v, stride, n, q, nq, hd, scale, out);
+void kn__avx2_attend_rows_f32(const kn_attend_rows *r, int32_t n, const float *q, int nq, int hd, float scale,
+                              float *out) {
+    kn_attend_blocked(kv_dot_f32, kv_axpy_f32, r, n, q, nq, hd, scale, out);
 }
 #endif
 

@@ -128,8 +128,8 @@ AI __m256 ld_tq3(const uint8_t *p, int i, const int NC) {
  * head's scores (8 positions at a time), its online-softmax step and weights w[h][16]; then the V pass,
  * 16 elements at a time for up to VG heads. Every head's float steps are the one-head algorithm's. */
 #define DEFINE_ATTEND(NAME, LD)                                                                                        \
-    AI void NAME##_nc(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int nq, int hd,    \
-                      float scale, float *out, const int NC) {                                                         \
+    AI void NAME##_nc(const kn_attend_rows *rw, int32_t n, const float *q, int nq, int hd, float scale, float *out,    \
+                      const int NC) {                                                                                  \
         _Alignas(32) float O[KN_ATTEND_MAX_Q][MAX_HD], wj[KN_ATTEND_MAX_Q][16], sc[16];                                \
         float m[KN_ATTEND_MAX_Q];                                                                                      \
         __m256 lsum[KN_ATTEND_MAX_Q][2];                                                                               \
@@ -140,7 +140,8 @@ AI __m256 ld_tq3(const uint8_t *p, int i, const int NC) {
         }                                                                                                              \
         for (int32_t p0 = 0; p0 < n; p0 += 16) {                                                                       \
             const int cnt = n - p0 < 16 ? (int)(n - p0) : 16;                                                          \
-            const uint8_t *kb = k + (size_t)p0 * stride;                                                               \
+            const uint8_t *kp[16], *vp[16];                                                                            \
+            kn_attend_rows_at(rw, p0, cnt, kp, vp);                                                                    \
             for (int h = 0; h < nq; h++) {                                                                             \
                 const float *qh = q + (size_t)h * hd;                                                                  \
                 __m256 s2[2];                                                                                          \
@@ -149,7 +150,7 @@ AI __m256 ld_tq3(const uint8_t *p, int i, const int NC) {
                     UNROLL for (int j = 0; j < 8; j++) {                                                               \
                         __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();                                     \
                         if (8 * half + j < cnt) {                                                                      \
-                            const uint8_t *kr = kb + (size_t)(8 * half + j) * stride;                                  \
+                            const uint8_t *kr = kp[8 * half + j];                                                      \
                             UNROLL for (int c = 0; c < NC; c++) {                                                      \
                                 a0 = _mm256_fmadd_ps(LD(kr, 16 * c, NC), _mm256_loadu_ps(qh + 16 * c), a0);            \
                                 a1 = _mm256_fmadd_ps(LD(kr, 16 * c + 8, NC), _mm256_loadu_ps(qh + 16 * c + 8), a1);    \
@@ -180,7 +181,6 @@ AI __m256 ld_tq3(const uint8_t *p, int i, const int NC) {
                 _mm256_storeu_ps(wj[h], w0);                                                                           \
                 _mm256_storeu_ps(wj[h] + 8, w1);                                                                       \
             }                                                                                                          \
-            const uint8_t *vb = v + (size_t)p0 * stride;                                                               \
             for (int h0 = 0; h0 < nq; h0 += VG) {                                                                      \
                 const int gn = nq - h0 < VG ? nq - h0 : VG;                                                            \
                 for (int c = 0; c < NC; c++) {                                                                         \
@@ -190,7 +190,7 @@ AI __m256 ld_tq3(const uint8_t *p, int i, const int NC) {
                         R[g][1] = g < gn ? _mm256_load_ps(O[h0 + g] + 16 * c + 8) : _mm256_setzero_ps();               \
                     }                                                                                                  \
                     for (int j = 0; j < cnt; j++) {                                                                    \
-                        const uint8_t *vr = vb + (size_t)j * stride;                                                   \
+                        const uint8_t *vr = vp[j];                                                                     \
                         const __m256 V0 = LD(vr, 16 * c, NC), V1 = LD(vr, 16 * c + 8, NC);                             \
                         UNROLL for (int g = 0; g < VG; g++) if (g < gn) {                                              \
                             const __m256 a = _mm256_set1_ps(wj[h0 + g][j]);                                            \
@@ -223,48 +223,45 @@ DEFINE_ATTEND(attn_tq3, ld_tq3)
 /* The kn_attend_fn NAME: NAME##_nc specialized for head sizes 16 .. 128 in steps of 16 and 256; other
  * head sizes take FALLBACK. */
 #define DEFINE_ENTRY(NAME, IMPL, FALLBACK)                                                                             \
-    static void NAME(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int nq, int hd,     \
-                     float scale, float *out) {                                                                        \
+    static void NAME(const kn_attend_rows *rw, int32_t n, const float *q, int nq, int hd, float scale, float *out) {   \
         switch (hd) {                                                                                                  \
-            case 16: IMPL(k, v, stride, n, q, nq, hd, scale, out, 1); break;                                           \
-            case 32: IMPL(k, v, stride, n, q, nq, hd, scale, out, 2); break;                                           \
-            case 48: IMPL(k, v, stride, n, q, nq, hd, scale, out, 3); break;                                           \
-            case 64: IMPL(k, v, stride, n, q, nq, hd, scale, out, 4); break;                                           \
-            case 80: IMPL(k, v, stride, n, q, nq, hd, scale, out, 5); break;                                           \
-            case 96: IMPL(k, v, stride, n, q, nq, hd, scale, out, 6); break;                                           \
-            case 112: IMPL(k, v, stride, n, q, nq, hd, scale, out, 7); break;                                          \
-            case 128: IMPL(k, v, stride, n, q, nq, hd, scale, out, 8); break;                                          \
-            case 256: IMPL(k, v, stride, n, q, nq, hd, scale, out, 16); break;                                         \
-            default: FALLBACK(k, v, stride, n, q, nq, hd, scale, out);                                                 \
+            case 16: IMPL(rw, n, q, nq, hd, scale, out, 1); break;                                                     \
+            case 32: IMPL(rw, n, q, nq, hd, scale, out, 2); break;                                                     \
+            case 48: IMPL(rw, n, q, nq, hd, scale, out, 3); break;                                                     \
+            case 64: IMPL(rw, n, q, nq, hd, scale, out, 4); break;                                                     \
+            case 80: IMPL(rw, n, q, nq, hd, scale, out, 5); break;                                                     \
+            case 96: IMPL(rw, n, q, nq, hd, scale, out, 6); break;                                                     \
+            case 112: IMPL(rw, n, q, nq, hd, scale, out, 7); break;                                                    \
+            case 128: IMPL(rw, n, q, nq, hd, scale, out, 8); break;                                                    \
+            case 256: IMPL(rw, n, q, nq, hd, scale, out, 16); break;                                                   \
+            default: FALLBACK(rw, n, q, nq, hd, scale, out);                                                           \
         }                                                                                                              \
     }
 
 /* The blocked attention over the AVX2 row helpers (kernels_avx2.c), for the other head sizes. */
-void kn__avx2_attend_rows_f16(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int nq,
-                              int hd, float scale, float *out);
-void kn__avx2_attend_rows_f32(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int nq,
-                              int hd, float scale, float *out);
+void kn__avx2_attend_rows_f16(const kn_attend_rows *r, int32_t n, const float *q, int nq, int hd, float scale,
+                              float *out);
+void kn__avx2_attend_rows_f32(const kn_attend_rows *r, int32_t n, const float *q, int nq, int hd, float scale,
+                              float *out);
 
 /* The kn_attend_fn NAME of a quantized or BF16 format: NAME##_nc specialized for the common head sizes
  * 48, 64, 96, 128 and 256 (fewer copies than the F16 / F32 ones); other head sizes take FALLBACK. */
 #define DEFINE_ENTRY_Q(NAME, IMPL, FALLBACK)                                                                           \
-    static void NAME(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int nq, int hd,     \
-                     float scale, float *out) {                                                                        \
+    static void NAME(const kn_attend_rows *rw, int32_t n, const float *q, int nq, int hd, float scale, float *out) {   \
         switch (hd) {                                                                                                  \
-            case 48: IMPL(k, v, stride, n, q, nq, hd, scale, out, 3); break;                                           \
-            case 64: IMPL(k, v, stride, n, q, nq, hd, scale, out, 4); break;                                           \
-            case 96: IMPL(k, v, stride, n, q, nq, hd, scale, out, 6); break;                                           \
-            case 128: IMPL(k, v, stride, n, q, nq, hd, scale, out, 8); break;                                          \
-            case 256: IMPL(k, v, stride, n, q, nq, hd, scale, out, 16); break;                                         \
-            default: FALLBACK(k, v, stride, n, q, nq, hd, scale, out);                                                 \
+            case 48: IMPL(rw, n, q, nq, hd, scale, out, 3); break;                                                     \
+            case 64: IMPL(rw, n, q, nq, hd, scale, out, 4); break;                                                     \
+            case 96: IMPL(rw, n, q, nq, hd, scale, out, 6); break;                                                     \
+            case 128: IMPL(rw, n, q, nq, hd, scale, out, 8); break;                                                    \
+            case 256: IMPL(rw, n, q, nq, hd, scale, out, 16); break;                                                   \
+            default: FALLBACK(rw, n, q, nq, hd, scale, out);                                                           \
         }                                                                                                              \
     }
 
 /* The reference kernel of a quantized format, for the other head sizes. */
 #define REF_FALLBACK(NAME, T)                                                                                          \
-    static void NAME(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int nq, int hd,     \
-                     float scale, float *out) {                                                                        \
-        kn_attend_kv_ref(T, T, k, stride, v, stride, n, q, nq, hd, scale, 0.0f, out);                                  \
+    static void NAME(const kn_attend_rows *rw, int32_t n, const float *q, int nq, int hd, float scale, float *out) {   \
+        kn_attend_kv_ref(T, T, rw, n, q, nq, hd, scale, 0.0f, out);                                                    \
     }
 REF_FALLBACK(ref_bf16, KN_KVT_BF16)
 REF_FALLBACK(ref_q8_0, KN_KVT_Q8_0)

@@ -130,13 +130,13 @@ AI __m512 ld_tq3(const uint8_t *p, int i, const int NC) {
 /* The V pass of one block for GN heads o[GN][NC * 16] (in memory between blocks): positions j < cnt
  * in order, out_h = fma(w[h][j], v_j, out_h), each V row loaded (and converted) once for the GN heads. */
 #define DEFINE_VPASS(NAME, LD)                                                                                         \
-    AI void NAME(float *o, size_t ostride, const float *wj, const uint8_t *v, size_t stride, int cnt, const int NC,    \
+    AI void NAME(float *o, size_t ostride, const float *wj, const uint8_t *const *vp, int cnt, const int NC,           \
                  const int GN) {                                                                                       \
         __m512 R[16];                                                                                                  \
         UNROLL for (int h = 0; h < GN; h++) UNROLL for (int c = 0; c < NC; c++) R[h * NC + c] =                        \
             _mm512_load_ps(o + h * ostride + 16 * c);                                                                  \
         for (int j = 0; j < cnt; j++) {                                                                                \
-            const uint8_t *vr = v + (size_t)j * stride;                                                                \
+            const uint8_t *vr = vp[j];                                                                                 \
             __m512 V[16];                                                                                              \
             UNROLL for (int c = 0; c < NC; c++) V[c] = LD(vr, 16 * c, NC);                                             \
             UNROLL for (int h = 0; h < GN; h++) {                                                                      \
@@ -155,8 +155,8 @@ AI __m512 ld_tq3(const uint8_t *p, int i, const int NC) {
  * the one-head algorithm's, in the same order. */
 #define DEFINE_ATTEND(NAME, LD)                                                                                        \
     DEFINE_VPASS(NAME##_vpass, LD)                                                                                     \
-    AI void NAME##_nc(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int nq, int hd,    \
-                      float scale, float *out, const int NC) {                                                         \
+    AI void NAME##_nc(const kn_attend_rows *rw, int32_t n, const float *q, int nq, int hd, float scale, float *out,    \
+                      const int NC) {                                                                                  \
         const int G = VGROUP(NC);                                                                                      \
         _Alignas(64) float O[KN_ATTEND_MAX_Q][MAX_HD], wj[KN_ATTEND_MAX_Q][16];                                        \
         float m[KN_ATTEND_MAX_Q];                                                                                      \
@@ -169,15 +169,16 @@ AI __m512 ld_tq3(const uint8_t *p, int i, const int NC) {
         for (int32_t p0 = 0; p0 < n; p0 += 16) {                                                                       \
             const int cnt = n - p0 < 16 ? (int)(n - p0) : 16;                                                          \
             const __mmask16 valid = (__mmask16)((1u << cnt) - 1);                                                      \
-            const uint8_t *kb = k + (size_t)p0 * stride;                                                               \
+            const uint8_t *kp[16], *vp[16];                                                                            \
+            kn_attend_rows_at(rw, p0, cnt, kp, vp);                                                                    \
             for (int h = 0; h < nq; h++) {                                                                             \
                 const float *qh = q + (size_t)h * hd;                                                                  \
                 __m512 acc[16];                                                                                        \
                 UNROLL for (int j = 0; j < 16; j++) {                                                                  \
                     acc[j] = _mm512_setzero_ps();                                                                      \
                     if (j < cnt)                                                                                       \
-                        UNROLL for (int c = 0; c < NC; c++) acc[j] = _mm512_fmadd_ps(                                  \
-                            LD(kb + (size_t)j * stride, 16 * c, NC), _mm512_loadu_ps(qh + 16 * c), acc[j]);            \
+                        UNROLL for (int c = 0; c < NC; c++) acc[j] =                                                   \
+                            _mm512_fmadd_ps(LD(kp[j], 16 * c, NC), _mm512_loadu_ps(qh + 16 * c), acc[j]);              \
                 }                                                                                                      \
                 __m512 sv = _mm512_mul_ps(reduce16x16(acc), _mm512_set1_ps(scale));                                    \
                 sv = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), valid, sv);                                         \
@@ -193,10 +194,9 @@ AI __m512 ld_tq3(const uint8_t *p, int i, const int NC) {
                 lsum[h] = _mm512_add_ps(lsum[h], w);                                                                   \
                 _mm512_store_ps(wj[h], w);                                                                             \
             }                                                                                                          \
-            const uint8_t *vb = v + (size_t)p0 * stride;                                                               \
             int h = 0;                                                                                                 \
-            for (; h + G <= nq; h += G) NAME##_vpass(O[h], MAX_HD, wj[h], vb, stride, cnt, NC, G);                     \
-            for (; h < nq; h++) NAME##_vpass(O[h], MAX_HD, wj[h], vb, stride, cnt, NC, 1);                             \
+            for (; h + G <= nq; h += G) NAME##_vpass(O[h], MAX_HD, wj[h], vp, cnt, NC, G);                             \
+            for (; h < nq; h++) NAME##_vpass(O[h], MAX_HD, wj[h], vp, cnt, NC, 1);                                     \
         }                                                                                                              \
         for (int h = 0; h < nq; h++) {                                                                                 \
             const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(lsum[h]));                                   \
@@ -216,42 +216,39 @@ DEFINE_ATTEND(attn_tq3, ld_tq3)
 /* The kn_attend_fn NAME: NAME##_nc specialized for each head size of 16 .. 128 elements in steps of 16
  * and for 256; other head sizes take the reference kernel. */
 #define DEFINE_ENTRY(NAME, IMPL, REF)                                                                                  \
-    static void NAME(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int nq, int hd,     \
-                     float scale, float *out) {                                                                        \
+    static void NAME(const kn_attend_rows *rw, int32_t n, const float *q, int nq, int hd, float scale, float *out) {   \
         switch (hd) {                                                                                                  \
-            case 16: IMPL(k, v, stride, n, q, nq, hd, scale, out, 1); break;                                           \
-            case 32: IMPL(k, v, stride, n, q, nq, hd, scale, out, 2); break;                                           \
-            case 48: IMPL(k, v, stride, n, q, nq, hd, scale, out, 3); break;                                           \
-            case 64: IMPL(k, v, stride, n, q, nq, hd, scale, out, 4); break;                                           \
-            case 80: IMPL(k, v, stride, n, q, nq, hd, scale, out, 5); break;                                           \
-            case 96: IMPL(k, v, stride, n, q, nq, hd, scale, out, 6); break;                                           \
-            case 112: IMPL(k, v, stride, n, q, nq, hd, scale, out, 7); break;                                          \
-            case 128: IMPL(k, v, stride, n, q, nq, hd, scale, out, 8); break;                                          \
-            case 256: IMPL(k, v, stride, n, q, nq, hd, scale, out, 16); break;                                         \
-            default: REF(k, v, stride, n, q, nq, hd, scale, out);                                                      \
+            case 16: IMPL(rw, n, q, nq, hd, scale, out, 1); break;                                                     \
+            case 32: IMPL(rw, n, q, nq, hd, scale, out, 2); break;                                                     \
+            case 48: IMPL(rw, n, q, nq, hd, scale, out, 3); break;                                                     \
+            case 64: IMPL(rw, n, q, nq, hd, scale, out, 4); break;                                                     \
+            case 80: IMPL(rw, n, q, nq, hd, scale, out, 5); break;                                                     \
+            case 96: IMPL(rw, n, q, nq, hd, scale, out, 6); break;                                                     \
+            case 112: IMPL(rw, n, q, nq, hd, scale, out, 7); break;                                                    \
+            case 128: IMPL(rw, n, q, nq, hd, scale, out, 8); break;                                                    \
+            case 256: IMPL(rw, n, q, nq, hd, scale, out, 16); break;                                                   \
+            default: REF(rw, n, q, nq, hd, scale, out);                                                                \
         }                                                                                                              \
     }
 
 /* The kn_attend_fn NAME of a quantized or BF16 format: NAME##_nc specialized for the common head sizes
  * 48, 64, 96, 128 and 256 (fewer copies than the F16 / F32 ones); other head sizes take FALLBACK. */
 #define DEFINE_ENTRY_Q(NAME, IMPL, FALLBACK)                                                                           \
-    static void NAME(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int nq, int hd,     \
-                     float scale, float *out) {                                                                        \
+    static void NAME(const kn_attend_rows *rw, int32_t n, const float *q, int nq, int hd, float scale, float *out) {   \
         switch (hd) {                                                                                                  \
-            case 48: IMPL(k, v, stride, n, q, nq, hd, scale, out, 3); break;                                           \
-            case 64: IMPL(k, v, stride, n, q, nq, hd, scale, out, 4); break;                                           \
-            case 96: IMPL(k, v, stride, n, q, nq, hd, scale, out, 6); break;                                           \
-            case 128: IMPL(k, v, stride, n, q, nq, hd, scale, out, 8); break;                                          \
-            case 256: IMPL(k, v, stride, n, q, nq, hd, scale, out, 16); break;                                         \
-            default: FALLBACK(k, v, stride, n, q, nq, hd, scale, out);                                                 \
+            case 48: IMPL(rw, n, q, nq, hd, scale, out, 3); break;                                                     \
+            case 64: IMPL(rw, n, q, nq, hd, scale, out, 4); break;                                                     \
+            case 96: IMPL(rw, n, q, nq, hd, scale, out, 6); break;                                                     \
+            case 128: IMPL(rw, n, q, nq, hd, scale, out, 8); break;                                                    \
+            case 256: IMPL(rw, n, q, nq, hd, scale, out, 16); break;                                                   \
+            default: FALLBACK(rw, n, q, nq, hd, scale, out);                                                           \
         }                                                                                                              \
     }
 
 /* The reference kernel of a quantized format, for the other head sizes. */
 #define REF_FALLBACK(NAME, T)                                                                                          \
-    static void NAME(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int nq, int hd,     \
-                     float scale, float *out) {                                                                        \
-        kn_attend_kv_ref(T, T, k, stride, v, stride, n, q, nq, hd, scale, 0.0f, out);                                  \
+    static void NAME(const kn_attend_rows *rw, int32_t n, const float *q, int nq, int hd, float scale, float *out) {   \
+        kn_attend_kv_ref(T, T, rw, n, q, nq, hd, scale, 0.0f, out);                                                    \
     }
 REF_FALLBACK(ref_bf16, KN_KVT_BF16)
 REF_FALLBACK(ref_q8_0, KN_KVT_Q8_0)

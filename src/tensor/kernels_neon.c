@@ -128,13 +128,11 @@ KV_DOT(kv_dot_f32, load_f32, one_f32)
 KV_AXPY(kv_axpy_f16, load_f16, one_f16)
 KV_AXPY(kv_axpy_f32, load_f32, one_f32)
 
-static void attend_f16(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int nq, int hd,
-                       float scale, float *out) {
-    kn_attend_blocked(kv_dot_f16, kv_axpy_f16, k, v, stride, n, q, nq, hd, scale, out);
+static void attend_f16(const kn_attend_rows *r, int32_t n, const float *q, int nq, int hd, float scale, float *out) {
+    kn_attend_blocked(kv_dot_f16, kv_axpy_f16, r, n, q, nq, hd, scale, out);
 }
-static void attend_f32(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int nq, int hd,
-                       float scale, float *out) {
-    kn_attend_blocked(kv_dot_f32, kv_axpy_f32, k, v, stride, n, q, nq, hd, scale, out);
+static void attend_f32(const kn_attend_rows *r, int32_t n, const float *q, int nq, int hd, float scale, float *out) {
+    kn_attend_blocked(kv_dot_f32, kv_axpy_f32, r, n, q, nq, hd, scale, out);
 }
 
 /* ---- activation quantizers ---- */

@@ -84,7 +84,9 @@ static void test_ref_vs_double(void) {
         kv_make(&b, n, hd, f16);
         float q[64], out[64];
         for (int i = 0; i < hd; i++) q[i] = frand();
-        (f16 ? kn_attend_f16_ref : kn_attend_f32_ref)(b.k, b.v, b.stride, n, q, 1, hd, 0.125f, out);
+        const uint8_t *kk = b.k, *vv = b.v;
+        const kn_attend_rows r = kn_attend_rows_flat(&kk, &vv, b.stride, b.stride);
+        (f16 ? kn_attend_f16_ref : kn_attend_f32_ref)(&r, n, q, 1, hd, 0.125f, out);
         double s[300], mx = -1e300, sum = 0, want[64] = {0};
         for (int p = 0; p < n; p++) {
             s[p] = 0;
@@ -117,10 +119,11 @@ static int check_set(const kn_kernels *best) {
                 kv_make(&b, n, hd, f16);
                 float q[MAXQ * MAXHD], o1[MAXQ * MAXHD], o2[MAXQ * MAXHD];
                 for (int i = 0; i < nq * hd; i++) q[i] = frand() * 2.0f;
+                const uint8_t *kk = b.k, *vv = b.v;
+                const kn_attend_rows r = kn_attend_rows_flat(&kk, &vv, b.stride, b.stride);
                 for (int h = 0; h < nq; h++)
-                    (f16 ? kn_attend_f16_ref : kn_attend_f32_ref)(b.k, b.v, b.stride, n, q + h * hd, 1, hd, 0.3f,
-                                                                  o1 + h * hd);
-                (f16 ? best->attend_f16 : best->attend_f32)(b.k, b.v, b.stride, n, q, nq, hd, 0.3f, o2);
+                    (f16 ? kn_attend_f16_ref : kn_attend_f32_ref)(&r, n, q + h * hd, 1, hd, 0.3f, o1 + h * hd);
+                (f16 ? best->attend_f16 : best->attend_f32)(&r, n, q, nq, hd, 0.3f, o2);
                 kv_free(&b);
                 if (memcmp(o1, o2, sizeof(float) * (size_t)(nq * hd)) != 0) {
                     printf("  %s f16=%d hd=%d n=%d nq=%d: differs (%.9g vs %.9g)\n", best->name, f16, hd, n, nq, o1[0],

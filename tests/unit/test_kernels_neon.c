@@ -224,8 +224,10 @@ static void test_neon_attention(void) {
             for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
                 const int nq = 1 + (int)(li % KN_ATTEND_MAX_Q);
                 const float scale = 1.0f / sqrtf((float)hd);
-                (f16 ? kn_attend_f16_ref : kn_attend_f32_ref)(k, v, stride, lens[li], q, nq, hd, scale, o1);
-                (f16 ? set_neon.attend_f16 : set_neon.attend_f32)(k, v, stride, lens[li], q, nq, hd, scale, o2);
+                const uint8_t *kk = k, *vv = v;
+                const kn_attend_rows r = kn_attend_rows_flat(&kk, &vv, stride, stride);
+                (f16 ? kn_attend_f16_ref : kn_attend_f32_ref)(&r, lens[li], q, nq, hd, scale, o1);
+                (f16 ? set_neon.attend_f16 : set_neon.attend_f32)(&r, lens[li], q, nq, hd, scale, o2);
                 const bool same = memcmp(o1, o2, sizeof(float) * (size_t)(nq * hd)) == 0;
                 if (!same) {
                     free(k);

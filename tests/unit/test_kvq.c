@@ -17,6 +17,7 @@
 #include "harness.h"
 
 #include "cache/kv.h"
+#include "cache/kv_pool.h"
 #include "engine/session.h"
 #include "kiln.h"
 #include "tensor/hadamard.h"
@@ -203,6 +204,34 @@ static uint8_t *rows(kn_kvt t, int n, int hd, size_t *stride) {
     return b;
 }
 
+/* Set's kernel for format t over the n rows k, v (stride bytes apart) copied into blocks of
+ * KN_KVP_BLOCK positions laid out in reverse order in one buffer, K and V apart within a block, the
+ * first position at row 5 of its block: the row addresses a paged cache gives the kernels. */
+static void paged_attend(const kn_kernels *set, kn_kvt t, const uint8_t *k, const uint8_t *v, size_t stride, int n,
+                         const float *q, int nq, int hd, float *out) {
+    const int bt = KN_KVP_BLOCK, first = 5, nb = (first + n + bt - 1) / bt;
+    const size_t kstride = stride + 4, vstride = stride + 12, vo = (size_t)bt * kstride + 64;
+    const size_t bb = vo + (size_t)bt * vstride;
+    uint8_t *buf = calloc((size_t)nb, bb);
+    const uint8_t *blk[64];
+    for (int b = 0; b < nb; b++) blk[b] = buf + (size_t)(nb - 1 - b) * bb;
+    for (int p = 0; p < n; p++) {
+        const int i = first + p;
+        memcpy((uint8_t *)blk[i / bt] + (size_t)(i % bt) * kstride + 3, k + (size_t)p * stride, stride);
+        memcpy((uint8_t *)blk[i / bt] + vo + (size_t)(i % bt) * vstride + 3, v + (size_t)p * stride, stride);
+    }
+    const kn_attend_rows r = {.kb = blk,
+                              .vb = blk,
+                              .koff = 3,
+                              .voff = vo + 3,
+                              .kstride = kstride,
+                              .vstride = vstride,
+                              .first = first,
+                              .bt = bt};
+    kn_kernels_attend(set, t)(&r, n, q, nq, hd, 0.125f, out);
+    free(buf);
+}
+
 static int check_set_formats(const kn_kernels *set) {
     const int hds[] = {8, 16, 32, 48, 64, 80, 96, 112, 128, 256};
     const int ns[] = {1, 15, 16, 17, 100};
@@ -219,11 +248,21 @@ static int check_set_formats(const kn_kernels *set) {
                           *o1 = malloc(sizeof(float) * (size_t)(nq * hd)),
                           *o2 = malloc(sizeof(float) * (size_t)(nq * hd));
                     for (int i = 0; i < nq * hd; i++) q[i] = frand();
-                    kn_attend_ref_for((kn_kvt)t)(k, v, stride, n, q, nq, hd, 0.125f, o1);
-                    kn_kernels_attend(set, (kn_kvt)t)(k, v, stride, n, q, nq, hd, 0.125f, o2);
+                    const uint8_t *kk = k, *vv = v;
+                    const kn_attend_rows flat = kn_attend_rows_flat(&kk, &vv, stride, stride);
+                    kn_attend_ref_for((kn_kvt)t)(&flat, n, q, nq, hd, 0.125f, o1);
+                    kn_kernels_attend(set, (kn_kvt)t)(&flat, n, q, nq, hd, 0.125f, o2);
                     if (memcmp(o1, o2, sizeof(float) * (size_t)(nq * hd)) != 0) {
                         if (bad++ < 5)
                             printf("  %s: %s hd %d n %d nq %d differs from the reference\n", set->name,
+                                   kn_kvq_traits_get((kn_kvt)t)->name, hd, n, nq);
+                    }
+                    /* The same rows scattered over blocks (paged KV): the same bits. */
+                    memset(o2, 0, sizeof(float) * (size_t)(nq * hd));
+                    paged_attend(set, (kn_kvt)t, k, v, stride, n, q, nq, hd, o2);
+                    if (memcmp(o1, o2, sizeof(float) * (size_t)(nq * hd)) != 0) {
+                        if (bad++ < 5)
+                            printf("  %s: %s hd %d n %d nq %d over blocks differs from the reference\n", set->name,
                                    kn_kvq_traits_get((kn_kvt)t)->name, hd, n, nq);
                     }
                     free(k), free(v), free(q), free(o1), free(o2);
