@@ -154,6 +154,8 @@ static const usage_entry usages[] = {
      "  --prefill-chunk N    prompt tokens a joining request adds per step (default 64)\n"
      "  --kv-budget GB       KV memory all rows may use together (default: --batch full rows);\n"
      "                       -c sets the context of each row\n"
+     "  --kv-paging on|off   KV in shared blocks of 16 positions: rows starting with a cached\n"
+     "                       prompt hold it once (default on; off: one contiguous cache per row)\n"
      "  --prompt-cache GB    memory for the prefix cache: KV of earlier requests reused by later\n"
      "                       ones with the same beginning (default: 1/8 of RAM, at most 8 GiB;\n"
      "                       0 turns it off)\n"

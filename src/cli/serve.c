@@ -193,6 +193,7 @@ typedef struct serve_opts {
     /* flags without a value (or with an optional one) */
     bool ssd_on, print_cfg, no_open;
     bool no_isolation, debug_crash; /* --no-isolation, --debug-crash (server/isolate.h) */
+    bool kv_paging_off;             /* --kv-paging off: one contiguous KV cache per row */
     const char *ssd_dir;
 } serve_opts;
 
@@ -451,6 +452,8 @@ static void print_config(const cli_common *c, const plan *p, const serve_opts *o
     else
         printf("%-15s %d full rows   (%s; one row holds %s)\n", "kv-budget", p->rows,
                opt_src(o, OPT_KV_BUDGET, "default"), a);
+    printf("%-15s %s   (%s)\n", "kv-paging", o->kv_paging_off ? "off" : "on, blocks of 16 positions",
+           o->kv_paging_off ? "flag --kv-paging" : "default");
     cli_fmt_bytes((uint64_t)p->prompt_cache, cbuf, sizeof cbuf);
     printf("%-15s %s   (%s)\n", "prompt-cache", cbuf, p->cache_src);
     if (o->ssd_on)
@@ -704,6 +707,7 @@ static int run_server(const serve_run *run) {
     ep.prefill_chunk = o.prefill_chunk;
     ep.kv_budget = (uint64_t)((double)o.kv_budget_gb * 1e9);
     ep.prompt_cache = p.prompt_cache;
+    ep.kv_paging = !o.kv_paging_off;
     ep.ssd_dir = o.ssd_on ? o.ssd_dir : NULL;
     ep.ssd_max_bytes = (uint64_t)((double)o.ssd_max_gb * 1e9);
     ep.ssd_demote_idle_s = o.ssd_idle;
@@ -817,6 +821,15 @@ int cli_serve(int argc, char **argv) {
         }
         if (strcmp(a, "--print-config") == 0) {
             o.print_cfg = true;
+            continue;
+        }
+        if (strcmp(a, "--kv-paging") == 0) {
+            if (!v || (strcmp(v, "on") != 0 && strcmp(v, "off") != 0)) {
+                fprintf(stderr, "kiln serve: --kv-paging must be on or off\n");
+                return CLI_EXIT_USAGE;
+            }
+            o.kv_paging_off = strcmp(v, "off") == 0;
+            i++;
             continue;
         }
         if (strcmp(a, "--no-open") == 0) {

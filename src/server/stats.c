@@ -48,6 +48,7 @@ static json_t *cache_json(const kiln_engine_stats *es);
 static json_t *ssd_json(const kiln_engine_stats *es);
 static json_t *spec_json(const kiln_engine_stats *es);
 static json_t *kv_json(const kiln_engine_stats *es);
+static json_t *pool_json(const kiln_engine_stats *es);
 
 static double rate(uint64_t n, double ms) { return ms > 0 ? (double)n * 1e3 / ms : 0.0; }
 
@@ -159,6 +160,7 @@ json_t *srv_stats_json(srv_stats *s, const kiln_engine_stats *es, unsigned conne
                   (json_int_t)es->kv_bytes, "kv_bytes_used", (json_int_t)es->kv_bytes_used, "steps",
                   (json_int_t)es->steps, "connections", (json_int_t)connections, "errors", errs);
     if (j) json_object_set_new(j, "kv", kv_json(es));
+    if (j) json_object_set_new(j, "kv_pool", pool_json(es));
     if (j) json_object_set_new(j, "prompt_cache", cache_json(es));
     if (j) json_object_set_new(j, "ssd_cache", ssd_json(es));
     if (j) json_object_set_new(j, "speculative", spec_json(es));
@@ -181,6 +183,14 @@ static json_t *kv_json(const kiln_engine_stats *es) {
     return json_pack("{s:s, s:s, s:b, s:b, s:I}", "type_k", k ? k : "?", "type_v", v ? v : "?", "rotate_k",
                      es->kv_rotate_k, "rotate_v", es->kv_rotate_v, "bytes_per_token",
                      (json_int_t)es->kv_bytes_per_token);
+}
+
+/* Paged KV's block pool for /stats ({"enabled": false} with paging off). */
+static json_t *pool_json(const kiln_engine_stats *es) {
+    if (!es->kv_blocks_total) return json_pack("{s:b}", "enabled", 0);
+    return json_pack("{s:b, s:i, s:i, s:i, s:i, s:I}", "enabled", 1, "blocks_total", es->kv_blocks_total, "blocks_used",
+                     es->kv_blocks_used, "blocks_shared", es->kv_blocks_shared, "block_tokens", es->kv_block_tokens,
+                     "block_bytes", (json_int_t)es->kv_block_bytes);
 }
 
 /* The prefix cache's figures for /stats. */
