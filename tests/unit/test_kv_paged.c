@@ -13,6 +13,7 @@
 #include "cache/kv.h"
 #include "cache/kv_pool.h"
 #include "cache/prefix.h"
+#include "cache/ssd.h"
 #include "kiln.h"
 
 #include <math.h>
@@ -172,6 +173,69 @@ static void test_cow_and_prefix_sharing(void) {
     kn_kvp_free(&pool);
 }
 
+/* Positions [0, n) of every layer hold the same bytes in a and b (any layouts). */
+static bool same_positions(const kn_kv *a, const kn_kv *b, int32_t n) {
+    for (int32_t l = 0; l < a->n_layer; l++)
+        for (int32_t p = 0; p < n; p++)
+            if (memcmp(kn_kv_k_at(a, l, p, 0), kn_kv_k_at(b, l, p, 0), a->k_row) ||
+                memcmp(kn_kv_v_at(a, l, p, 0), kn_kv_v_at(b, l, p, 0), a->v_row))
+                return false;
+    return true;
+}
+
+/* The SSD tier: a paged entry is written from its blocks (flush), and restored into a paged row
+ * (through a buffer, into blocks the row owns) and into a contiguous one, byte for byte. */
+static void test_ssd_paged(void) {
+    const kn_kv_format f = kn_kv_format_plain(KN_F32);
+    kn_kv_pool pool;
+    CHECK(kn_kvp_init(&pool, kn_kv_block_bytes(&f, 2, 1, 8, KN_KVP_BLOCK), 32) == KILN_OK);
+    kn_kv src, dst, flat;
+    CHECK(kn_kv_init_paged(&src, &pool, &f, 2, 64, 1, 8) == KILN_OK);
+    CHECK(kn_kv_init_paged(&dst, &pool, &f, 2, 64, 1, 8) == KILN_OK);
+    CHECK(kn_kv_init(&flat, KN_F32, 2, 64, 8) == KILN_OK);
+    CHECK(kn_kv_prepare(&src, 0, 45) == KILN_OK);
+    kt_fill_kv(&src, 45, 0.75f);
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/ssd", kt_tmpdir());
+    kn_ssd_params sp;
+    memset(&sp, 0, sizeof sp);
+    sp.dir = dir;
+    sp.max_bytes = 1 << 20;
+    sp.verify = true;
+    memset(sp.key.model, 1, 32);
+    sp.key.kv_type = kn_kv_format_code(&f, 8);
+    sp.key.n_layer = 2;
+    sp.key.kv_dim = 8;
+    sp.max_pending = 1 << 20;
+    kn_ssd *s = NULL;
+    CHECK(kn_ssd_open(&sp, &s) == KILN_OK && s);
+    if (!s) return;
+    kn_prefix_cache pc;
+    kn_pc_init(&pc, 1 << 20);
+    kn_pc_attach_ssd(&pc, s, 1e9);
+    int32_t toks[64];
+    for (int i = 0; i < 64; i++) toks[i] = 11 + i;
+    kn_pc_publish(&pc, toks, 45, &src, 2);
+    CHECK(kn_pc_flush(&pc, 5000) == KILN_OK);
+    kn_ssd_stats ss;
+    kn_ssd_get_stats(s, &ss);
+    CHECK(ss.writes == 1 && ss.errors == 0);
+    CHECK(kn_pc_evict_lru(&pc)); /* RAM empty (once the writer lets it go): the next hit comes from the file */
+    CHECK(kn_pc_flush(&pc, 5000) == KILN_OK && pool.used == 3);
+    for (int i = 0; i < 500 && pc.limbo; i++) usleep(2000);
+    CHECK(kn_pc_restore(&pc, toks, 64, 40, &dst) == 40 && dst.n_past == 40 && same_positions(&src, &dst, 40));
+    CHECK(kn_kv_blocks_mapped(&dst) == 3 && kn_kv_k_at(&dst, 0, 0, 0) != kn_kv_k_at(&src, 0, 0, 0)); /* its own */
+    CHECK(kn_ssd_restore(s, toks, 64, 0, &flat) == 45 && same_positions(&src, &flat, 45));
+    kn_ssd_close(s);
+    kn_pc_detach_ssd(&pc);
+    kn_pc_free(&pc);
+    kn_kv_free(&src);
+    kn_kv_free(&dst);
+    kn_kv_free(&flat);
+    CHECK(pool.used == 0);
+    kn_kvp_free(&pool);
+}
+
 /* ---- through the engine ------------------------------------------------------------------------ */
 
 typedef struct run {
@@ -201,8 +265,10 @@ static bool submit_all(kiln_engine *e, kiln_token *const *p, const size_t *n, in
 
 /* One engine (paging on or off, rows at a time): a first request, then 8 sharing its prompt's
  * first 150 tokens (prefix hits), all with a prefill chunk of 32. */
-static bool engine_run(kiln_model *m, bool paged, int rows, run *o, kiln_engine_stats *st) {
+static bool engine_run(kiln_model *m, bool paged, int rows, run *o, kiln_engine_stats *st, uint64_t budget) {
     kiln_engine_params ep = kiln_engine_default_params();
+    ep.kv_budget = budget;
+    ep.n_ctx = 256;
     ep.kv_paging = paged;
     ep.max_rows = rows;
     ep.prefill_chunk = 32;
@@ -230,12 +296,20 @@ static void test_engine_identity(void) {
     for (int rows = 1; rows <= 8; rows += 7) {
         run a, b;
         kiln_engine_stats sa, sb;
-        CHECK(engine_run(m, false, rows, &a, &sa) && engine_run(m, true, rows, &b, &sb));
+        CHECK(engine_run(m, false, rows, &a, &sa, 0) && engine_run(m, true, rows, &b, &sb, 0));
         for (int i = 0; i < 9; i++)
             CHECKF(kt_same_out(&a.out[i], &b.out[i]) && a.out[i].n == 24, "rows %d request %d", rows, i);
         CHECK(sa.cache_hits >= 8 && sb.cache_hits >= 8 && sa.cache_hit_tokens == sb.cache_hit_tokens);
         CHECK(sa.kv_blocks_total == 0 && sb.kv_blocks_total > 0 && sb.kv_block_tokens == KN_KVP_BLOCK);
         CHECK(sb.kv_blocks_used > 0 && sb.kv_blocks_shared > 0); /* the cache's entries share their prefix */
+        if (rows == 1) continue;
+        /* A pool of 40 blocks (one full row is 17): the rows wait for blocks, the cache gives its
+         * blocks back, every request completes, with the same output. */
+        run c;
+        kiln_engine_stats sc;
+        CHECK(engine_run(m, true, rows, &c, &sc, 40 * sb.kv_block_bytes));
+        CHECK(sc.kv_blocks_total == 40 && sc.kv_blocks_used <= 40);
+        for (int i = 0; i < 9; i++) CHECKF(kt_same_out(&a.out[i], &c.out[i]), "budget: request %d", i);
     }
     kiln_model_free(m);
 }
@@ -313,6 +387,7 @@ int main(void) {
     RUN(test_pool);
     RUN(test_paged_equals_contiguous);
     RUN(test_cow_and_prefix_sharing);
+    RUN(test_ssd_paged);
     RUN(test_engine_identity);
     RUN(test_shared_prefix_memory);
     return kt_summary();
