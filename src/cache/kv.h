@@ -86,7 +86,8 @@ uint64_t kn_kv_row_bytes(kn_kvt t, int32_t n_head_kv, int32_t head_dim);
 
 /* The one formula for KV memory: bytes one position takes in the cache of n_layer layers of n_head_kv
  * heads of head_dim elements, K and V together. 0 for an unknown format or a non-positive size;
- * UINT64_MAX when it overflows. kn_kv_init_fmt allocates exactly n_ctx times this. */
+ * UINT64_MAX when it overflows. kn_kv_init_fmt allocates n_ctx times this (K and V each rounded up to
+ * 64 bytes); a paged cache takes it per position in blocks (kn_kv_block_bytes). */
 uint64_t kn_kv_bytes_per_token_fmt(const kn_kv_format *f, int32_t n_layer, int32_t n_head_kv, int32_t head_dim);
 
 /* Allocates a contiguous cache. KILN_ERR_NOMEM (with the size in the message) on failure. */

@@ -7,6 +7,9 @@
  * reference, and an entry dropped meanwhile (evicted or superseded) is freed by its last user.
  * The same reference keeps an entry alive while the SSD writer holds it (an evicted entry then
  * lives on, outside the budget, until its file is written; the writer caps those bytes).
+ * A paged entry (from a cache with a pool) holds a reference to each block of its positions instead
+ * of a copy; a restore into a cache of the same pool maps them (kn_kv_map), any other pairing of
+ * entry and cache copies rows; the SSD writer gathers a paged entry's rows on its own thread.
  * Lock order: the cache's lock may be held while kn_ssd_enqueue takes the SSD tier's; the SSD
  * tier never calls back into the cache (entry_released, idle_hook) with its own lock held.
  */

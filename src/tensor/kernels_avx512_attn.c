@@ -13,7 +13,9 @@
  * of a head vector into floats exactly as kn_kvq_elem does (BF16 shifted, Q8_0 / Q4_0 codes times
  * their block's fp16 scale, TQ4 / TQ3 centroids looked up by a permute and times the vector's scale),
  * so the quantized cache is read directly, without a dequantized copy. The quantized and BF16
- * formats are specialized for the common head sizes; others take the reference kernel.
+ * formats are specialized for the common head sizes; others take the reference kernel. Rows are
+ * found through kn_attend_rows (kernels.h): the 16 K and V row addresses of each block of positions,
+ * so the blocks of a paged cache are read in place with the same float steps.
  */
 #include "tensor/kernels.h"
 
