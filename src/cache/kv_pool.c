@@ -14,6 +14,7 @@ kiln_status kn_kvp_init(kn_kv_pool *p, size_t blk_bytes, int32_t cap) {
     p->bt = KN_KVP_BLOCK;
     p->blk_bytes = blk_bytes;
     p->cap = cap;
+    pthread_mutex_init(&p->mu, NULL);
     p->data = kn_calloc((size_t)cap, sizeof *p->data);
     p->refs = kn_calloc((size_t)cap, sizeof *p->refs);
     p->free_ids = kn_calloc((size_t)cap, sizeof *p->free_ids);
@@ -21,15 +22,13 @@ kiln_status kn_kvp_init(kn_kv_pool *p, size_t blk_bytes, int32_t cap) {
         kn_kvp_free(p);
         return kn_error(KILN_ERR_NOMEM, "out of memory for a KV pool of %d blocks", cap);
     }
-    pthread_mutex_init(&p->mu, NULL);
     return KILN_OK;
 }
 
 void kn_kvp_free(kn_kv_pool *p) {
-    if (p->data) {
-        for (int32_t i = 0; i < p->n_made; i++) kn_free_aligned(p->data[i]);
-        pthread_mutex_destroy(&p->mu);
-    }
+    if (!p->cap) return; /* never initialized (or freed) */
+    for (int32_t i = 0; p->data && i < p->n_made; i++) kn_free_aligned(p->data[i]);
+    pthread_mutex_destroy(&p->mu);
     free(p->data);
     free(p->refs);
     free(p->free_ids);
