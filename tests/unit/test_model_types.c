@@ -94,7 +94,7 @@ static void generate_all(void) {
         }
     }
     fclose(f);
-    if (snprintf(cmd, sizeof cmd, "tr '\\n' '\\0' <%s | OMP_NUM_THREADS=1 xargs -0 -P 2 -n 1 sh -c; rm -f %s", list,
+    if (snprintf(cmd, sizeof cmd, "tr '\\n' '\\0' <%s | OMP_NUM_THREADS=1 xargs -0 -r -P 2 -n 1 sh -c; rm -f %s", list,
                  list) >= (int)sizeof cmd)
         return;
     if (system(cmd) != 0) printf("  some models were not generated in advance\n");
