@@ -283,7 +283,10 @@ static const usage_entry usages[] = {
      "  --template FILE      the template to render\n"
      "  -m, --model FILE     render this GGUF model's chat template instead: bos_token and eos_token\n"
      "                       come from the model and add_generation_prompt defaults to true\n"
-     "  --context FILE       the JSON object of variables (default: {})\n",
+     "  --context FILE       the JSON object of variables (default: {})\n"
+     "kiln template --batch OUTDIR TEMPLATE... -- CONTEXT... renders every template with every context\n"
+     "and writes OUTDIR/T__C.out (the output) or OUTDIR/T__C.err (the error), T and C the file names\n"
+     "without folder and extension.\n",
      false},
     {"parse",
      "usage: kiln parse --template FILE [--tools TOOLS.json] [--reasoning-format none|auto|deepseek]\n"

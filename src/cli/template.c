@@ -5,6 +5,8 @@
  * kiln_chat_apply does it (bos_token / eos_token from the model, add_generation_prompt true
  * unless the context says otherwise, the plain fallback for a model without a template).
  * Template errors print the message ("line L, column C: ...") on stderr and exit 1.
+ * `kiln template --batch OUTDIR TEMPLATE... -- CONTEXT...` renders every template with every context
+ * in one process (the conformance test's many pairs, tests/cli/test_templates.sh).
  */
 #include "cli.h"
 
@@ -12,8 +14,78 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The file name of path without its folder and last extension, into out[cap]; false when too long. */
+static bool stem(const char *path, char *out, size_t cap) {
+    const char *b = strrchr(path, '/');
+    b = b ? b + 1 : path;
+    const char *dot = strrchr(b, '.');
+    size_t n = dot && dot != b ? (size_t)(dot - b) : strlen(b);
+    if (n >= cap) return false;
+    memcpy(out, b, n);
+    out[n] = 0;
+    return true;
+}
+
+/* Writes len bytes of p to path; 0 or CLI_EXIT_FAIL (with a message). */
+static int write_file(const char *path, const char *p, size_t len) {
+    FILE *f = fopen(path, "wb");
+    bool ok = f && (len == 0 || fwrite(p, 1, len, f) == len);
+    if (f && fclose(f) != 0) ok = false;
+    if (!ok) fprintf(stderr, "kiln template: cannot write %s\n", path);
+    return ok ? 0 : CLI_EXIT_FAIL;
+}
+
+/* `kiln template --batch OUTDIR TEMPLATE... -- CONTEXT...` (argv[0] is OUTDIR): renders every pair
+ * and writes OUTDIR/T__C.out with the output, or OUTDIR/T__C.err with the error message, where T and
+ * C are the file names without folder and extension. Returns 0 when every pair was recorded,
+ * CLI_EXIT_FAIL when a file cannot be read or written, CLI_EXIT_USAGE without the "--". */
+static int template_batch(int argc, char **argv) {
+    int cut = 1;
+    while (cut < argc && strcmp(argv[cut], "--") != 0) cut++;
+    if (argc < 1 || cut == argc) {
+        fprintf(stderr, "kiln template: --batch OUTDIR TEMPLATE... -- CONTEXT...\n");
+        return CLI_EXIT_USAGE;
+    }
+    int rc = 0;
+    for (int t = 1; t < cut && !rc; t++) {
+        size_t tlen;
+        char *tmpl = cli_read_file(argv[t], &tlen), ts[256];
+        if (!tmpl || !stem(argv[t], ts, sizeof ts)) rc = CLI_EXIT_FAIL;
+        for (int c = cut + 1; c < argc && !rc; c++) {
+            size_t clen;
+            char *ctx = cli_read_file(argv[c], &clen), cs[256], path[4096];
+            if (!ctx || !stem(argv[c], cs, sizeof cs)) {
+                free(ctx);
+                rc = CLI_EXIT_FAIL;
+                break;
+            }
+            char *out = NULL;
+            size_t out_len = 0;
+            kiln_status st = kiln_template_render(tmpl, tlen, ctx, clen, &out, &out_len);
+            free(ctx);
+            if ((size_t)snprintf(path, sizeof path, "%s/%s__%s.%s", argv[0], ts, cs, st ? "err" : "out") >=
+                sizeof path) {
+                fprintf(stderr, "kiln template: output path too long\n");
+                rc = CLI_EXIT_FAIL;
+            } else if (st) {
+                const char *msg = kiln_last_error();
+                rc = write_file(path, msg, strlen(msg));
+            } else {
+                rc = write_file(path, out, out_len);
+            }
+            kiln_free(out);
+        }
+        free(tmpl);
+    }
+    return rc;
+}
+
 /* `kiln template`: flags, reading the files, rendering, printing (see the file comment). */
 int cli_template(int argc, char **argv) {
+    if (argc >= 2 && strcmp(argv[1], "--batch") == 0) {
+        cli_setup_log(false);
+        return template_batch(argc - 2, argv + 2);
+    }
     cli_common c;
     cli_common_init(&c);
     const char *tmpl_path = NULL, *ctx_path = NULL;

@@ -203,7 +203,9 @@ void kn_avx512_init_attn(kn_kernels *k);         /* kernels_avx512_attn.c: atten
  * change nothing) when kiln is not built for ARM64. */
 void kn_kernels_init_neon(kn_kernels *k);
 bool kn_neon_init_float(kn_kernels *k);   /* kernels_neon.c */
-bool kn_neon_init_dotprod(kn_kernels *k); /* kernels_neon_q.c: Q4_0..Q8_0, Q4_K, Q5_K, Q6_K */
-bool kn_neon_init_i8mm(kn_kernels *k);    /* kernels_neon_mm.c: the same but Q5_0, in 2x2 SMMLA blocks */
+bool kn_neon_init_dotprod(kn_kernels *k); /* kernels_neon_q.c: Q4_0..Q8_0, Q4_K, Q5_K, Q6_K, and the lowbit ones */
+bool kn_neon_init_i8mm(kn_kernels *k);    /* kernels_neon_mm.c: the same but Q5_0, IQ4_NL, MXFP4, in 2x2 SMMLA blocks */
+bool kn_neon_init_lowbit(kn_kernels *k);  /* kernels_neon_lowbit.c: Q2_K, Q3_K, IQ4_NL, IQ4_XS, MXFP4 (dotprod) */
+bool kn_neon_init_attn(kn_kernels *k);    /* kernels_neon_attn.c: attention over Q8_0 and TQ4 KV (neon) */
 
 #endif

@@ -1,9 +1,10 @@
 /*
  * kernels_neon.c - the ARM64 NEON kernel set: the float weight formats (F32, F16, BF16 x F32
- * activations), attention over F16/F32 KV rows, the Q8_0 / Q8_1 / Q8_K activation quantizers, and
- * the assembly of the set (the integer kernels of the block formats are in kernels_neon_q.c and need
- * the dotprod extension, without which those types keep the reference kernels; kernels_neon_mm.c
- * replaces most of them where the CPU also has i8mm).
+ * activations), attention over F16/F32 KV rows (Q8_0 and TQ4 ones in kernels_neon_attn.c), the
+ * Q8_0 / Q8_1 / Q8_K activation quantizers, and the assembly of the set (the integer kernels of the
+ * block formats are in kernels_neon_q.c and kernels_neon_lowbit.c and need the dotprod extension,
+ * without which those types keep the reference kernels; kernels_neon_mm.c replaces most of them
+ * where the CPU also has i8mm).
  *
  * Every kernel here is bit-identical to the scalar reference (tests/unit/test_kernels_neon.c checks
  * it with zero tolerance), by computing the reference's float operations in the reference's order:
@@ -213,6 +214,7 @@ bool kn_neon_init_float(kn_kernels *k) {
     k->gemm[KN_BF16] = bf16_gemm;
     k->attend_f16 = attend_f16;
     k->attend_f32 = attend_f32;
+    kn_neon_init_attn(k);
     k->quantize[KN_Q8_0] = quantize_q8_0;
     k->quantize[KN_Q8_1] = quantize_q8_1;
     k->quantize[KN_Q8_K] = quantize_q8_k;

@@ -1,10 +1,10 @@
 /*
  * kernels_neon_mm.c - ARM64 GEMM tile kernels with the i8mm extension (SMMLA: a 2x8 by 8x2 int8
- * matrix product into 2x2 int32 lanes) for Q4_0, Q8_0, Q4_1, Q5_1 and the K formats Q4_K, Q5_K, Q6_K:
- * one SMMLA takes 8 elements of two weight rows against the same 8 elements of two tokens, so a
- * 2x2 block of outputs shares every load and unpack. Registered over the dotprod kernels when the CPU
- * reports i8mm (kernels_neon.c); Q5_0, whose reference sums 4 elements at a time, keeps the dotprod
- * kernel.
+ * matrix product into 2x2 int32 lanes) for Q4_0, Q8_0, Q4_1, Q5_1, the K formats Q4_K, Q5_K, Q6_K and the
+ * low-bit ones Q2_K, Q3_K, IQ4_XS: one SMMLA takes 8 elements of two weight rows against the same 8
+ * elements of two tokens, so a 2x2 block of outputs shares every load and unpack. Registered over the
+ * dotprod kernels when the CPU reports i8mm (kernels_neon.c); Q5_0, IQ4_NL and MXFP4, whose references
+ * sum 4 elements at a time, keep the dotprod kernels.
  *
  * Bit identity: SMMLA's lanes are exact int32 sums of 8 products; four (two for Q6_K's 16-element
  * sub-blocks) give exactly the block or sub-block sums the dotprod kernels compute, and the float
@@ -217,12 +217,80 @@ static void mm_q6_k(int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_
     }
     leftovers(KN_Q6_K, n, w, ws, nr, nr2, x, xs, nt, nt2, out, ldo);
 }
+
+/* ---- Q2_K, Q3_K, IQ4_XS ---- */
+
+/* Per super-block, lanes (a.u, a.v, b.u, b.v): S1 = sum_j s[j] * (sub-block j sums). */
+static inline int32x4_t lb_mm_sum(int kind, const lb_row *A, const lb_row *B, const int8_t *u, const int8_t *v) {
+    int32x4_t s = vdupq_n_s32(0);
+    if (kind == LB_IQ4XS) {
+        for (int j = 0; j < 8; j++) {
+            const int32x4_t p = mm32(vdupq_n_s32(0), A->q[2 * j], A->q[2 * j + 1], B->q[2 * j], B->q[2 * j + 1],
+                                     u + 32 * j, v + 32 * j);
+            s = vmlaq_s32(s, p, vcombine_s32(vdup_n_s32(A->s[j]), vdup_n_s32(B->s[j])));
+        }
+    } else {
+        for (int j = 0; j < 16; j++) {
+            const int32x4_t p = mm16(A->q[j], B->q[j], u + 16 * j, v + 16 * j);
+            s = vmlaq_s32(s, p, vcombine_s32(vdup_n_s32(A->s[j]), vdup_n_s32(B->s[j])));
+        }
+    }
+    return s;
+}
+
+/* sa = fma(S1, d * dx, sa) per super-block (Q2_K also sm = fma(S2, dmin * dx, sm); result sa - sm). */
+static inline void mm_lb(int kind, kn_dtype type, int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x,
+                         size_t xs, int nt, float *out, size_t ldo) {
+    const int64_t nb = n / KN_QK_K;
+    const int nr2 = nr & ~1, nt2 = nt & ~1;
+    for (int r = 0; r < nr2; r += 2) {
+        const uint8_t *a = w + (size_t)r * ws, *b = w + (size_t)(r + 1) * ws;
+        for (int t = 0; t < nt2; t += 2) {
+            const kn_block_q8_k *u = (const kn_block_q8_k *)(const void *)(x + (size_t)t * xs);
+            const kn_block_q8_k *v = (const kn_block_q8_k *)(const void *)(x + (size_t)(t + 1) * xs);
+            float sa[4] = {0.0f, 0.0f, 0.0f, 0.0f}, sm[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            for (int64_t i = 0; i < nb; i++) {
+                lb_row A, B;
+                lb_decode(kind, a, i, &A);
+                lb_decode(kind, b, i, &B);
+                int32_t s1[4];
+                vst1q_s32(s1, lb_mm_sum(kind, &A, &B, u[i].qs, v[i].qs));
+                const float d[2] = {A.d, B.d}, dx[2] = {u[i].d, v[i].d};
+                for (int k = 0; k < 4; k++) sa[k] = fmaf((float)s1[k], d[k >> 1] * dx[k & 1], sa[k]);
+                if (kind == LB_Q2) {
+                    const int32_t s2[4] = {lb_mins(&A, u[i].bsums), lb_mins(&A, v[i].bsums), lb_mins(&B, u[i].bsums),
+                                           lb_mins(&B, v[i].bsums)};
+                    const float dm[2] = {A.dmin, B.dmin};
+                    for (int k = 0; k < 4; k++) sm[k] = fmaf((float)s2[k], dm[k >> 1] * dx[k & 1], sm[k]);
+                }
+            }
+            for (int k = 0; k < 4; k++)
+                out[(size_t)(t + (k & 1)) * ldo + (size_t)(r + (k >> 1))] = kind == LB_Q2 ? sa[k] - sm[k] : sa[k];
+        }
+    }
+    leftovers(type, n, w, ws, nr, nr2, x, xs, nt, nt2, out, ldo);
+}
+
+static void mm_q2_k(int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, float *out,
+                    size_t ldo) {
+    mm_lb(LB_Q2, KN_Q2_K, n, w, ws, nr, x, xs, nt, out, ldo);
+}
+static void mm_q3_k(int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, float *out,
+                    size_t ldo) {
+    mm_lb(LB_Q3, KN_Q3_K, n, w, ws, nr, x, xs, nt, out, ldo);
+}
+static void mm_iq4_xs(int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, float *out,
+                      size_t ldo) {
+    mm_lb(LB_IQ4XS, KN_IQ4_XS, n, w, ws, nr, x, xs, nt, out, ldo);
+}
 #endif
 
 bool kn_neon_init_i8mm(kn_kernels *k) {
 #if defined(__aarch64__)
-    const kn_dtype types[] = {KN_Q4_0, KN_Q8_0, KN_Q4_1, KN_Q5_1, KN_Q4_K, KN_Q5_K, KN_Q6_K};
-    const kn_gemm_fn mm[] = {mm_q4_0, mm_q8_0, mm_q4_1, mm_q5_1, mm_q4_k, mm_q5_k, mm_q6_k};
+    const kn_dtype types[] = {KN_Q4_0, KN_Q8_0, KN_Q4_1, KN_Q5_1, KN_Q4_K,
+                              KN_Q5_K, KN_Q6_K, KN_Q2_K, KN_Q3_K, KN_IQ4_XS};
+    const kn_gemm_fn mm[] = {mm_q4_0, mm_q8_0, mm_q4_1, mm_q5_1, mm_q4_k,
+                             mm_q5_k, mm_q6_k, mm_q2_k, mm_q3_k, mm_iq4_xs};
     kn_kernels dot = *k;
     if (!kn_neon_init_dotprod(&dot)) return false;
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
