@@ -22,6 +22,7 @@
 #define MAX_CONFIG_FILE   ((size_t)4 << 20)
 #define MAX_CHAT_TEMPLATE ((size_t)4 << 20)
 #define MAX_EXPERTS_STACK 4096
+#define GEN_EOS_MAX       64 /* ids in generation_config.json's eos_token_id */
 
 typedef struct kn_hf {
     char dir[2048];
@@ -170,6 +171,8 @@ static const struct {
     {"gemma2", "gemma2"}, {"phi3", "phi3"},       {"qwen3_moe", "qwen3moe"},
 };
 
+static bool is_gemma(const builder *b);
+
 /* The llama3 RoPE frequency factors (written as rope_freqs.weight, as GGUF converters do). */
 static kiln_status llama3_freqs(builder *b, json_t *rs, double base, int64_t n_rot);
 static kiln_status add_f32_tensor(builder *b, const char *name, const float *v, int64_t n);
@@ -311,6 +314,11 @@ static kiln_status read_config(builder *b) {
     if (have && (st = set_f32(b, akey(b, k, "attn_logit_softcapping"), v))) return st;
     if ((st = obj_num(h, h->config, "config.json", "final_logit_softcapping", &v, &have))) return st;
     if (have && (st = set_f32(b, akey(b, k, "final_logit_softcapping"), v))) return st;
+    /* Gemma scales queries by 1/sqrt(query_pre_attn_scalar) (head_dim in most models, not all) */
+    if ((st = obj_num(h, h->config, "config.json", "query_pre_attn_scalar", &v, &have))) return st;
+    if (have && !(v > 0 && v < 1e30))
+        return kn_error(KILN_ERR_FORMAT, "%s/config.json: 'query_pre_attn_scalar' = %g is not positive", h->dir, v);
+    if (have && is_gemma(b) && (st = set_f32(b, akey(b, k, "attention.scale"), 1.0 / sqrt(v)))) return st;
     return read_rope_scaling(b, base, n_rot);
 }
 
@@ -335,7 +343,24 @@ static kiln_status read_generation(builder *b) {
                 {"min_p", "general.sampling.min_p"},
                 {"repetition_penalty", "general.sampling.penalty_repeat"}};
     kiln_status st = KILN_OK;
-    if (!json_is_false(json_object_get(g, "do_sample"))) {
+    /* eos_token_id (an id or a list): end-of-generation ids besides the tokenizer's, as a tokenizer.* key
+     * (so the tokenizer hash covers them) that kn_hf_tokenizer applies */
+    json_t *eos = json_object_get(g, "eos_token_id");
+    char ids[GEN_EOS_MAX * 12 + 1] = "";
+    size_t n_ids = 0;
+    for (size_t i = 0; i < (json_is_array(eos) ? json_array_size(eos) : 1) && !st; i++) {
+        json_t *e = json_is_array(eos) ? json_array_get(eos, i) : eos;
+        if (!e || json_is_null(e)) continue;
+        if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) > INT32_MAX ||
+            n_ids == GEN_EOS_MAX)
+            st = kn_error(KILN_ERR_FORMAT, "%s: 'eos_token_id' must be a token id or a list of at most %d", path,
+                          GEN_EOS_MAX);
+        else
+            snprintf(ids + strlen(ids), sizeof ids - strlen(ids), "%s%lld", n_ids++ ? "," : "",
+                     (long long)json_integer_value(e));
+    }
+    if (!st && n_ids) st = set_str(b, "tokenizer.huggingface.generation_eos", ids, strlen(ids));
+    if (!st && !json_is_false(json_object_get(g, "do_sample"))) {
         for (size_t i = 0; i < KN_ARRAY_LEN(keys) && !st; i++) {
             json_t *v = json_object_get(g, keys[i].hf);
             if (json_is_number(v)) st = set_f32(b, keys[i].kiln, json_number_value(v));
@@ -538,7 +563,9 @@ typedef struct conv {
     bool copied; /* data is an owned buffer that may be changed in place */
 } conv;
 
-/* An MLX-quantized weight `base`.weight with its scales and biases: Q4_1 when exact, else F16. */
+/* An MLX-quantized weight `base`.weight with its scales and biases: 8-bit as MLX8 (MLX8_F32 when a scale
+ * or bias is not an fp16 value), 4-bit as Q4_1 when its scales and biases are fp16 values, else F16;
+ * all exact. */
 static kiln_status convert_mlx(builder *b, const char *base, const kn_st_tensor *w, conv *c) {
     kn_hf *h = b->h;
     const char *file = h->st.paths[w->file];
@@ -584,12 +611,12 @@ static kiln_status convert_mlx(builder *b, const char *base, const kn_st_tensor 
     const int64_t ng = cols / group;
     const size_t es = kn_st_dtype_size(s->dtype);
     if (h->headers_only) { /* what a load would most likely make of it, unconverted */
-        c->type = bits == 4 ? KN_Q4_1 : KN_F16;
+        c->type = bits == 4 ? KN_Q4_1 : bits == 8 ? KN_MLX8 : KN_F16;
         c->data = w->data;
         c->nbytes = kn_row_bytes(c->type, cols) * (uint64_t)rows;
         return KILN_OK;
     }
-    bool q41 = bits == 4;
+    bool q41 = bits == 4 || bits == 8; /* scales and biases exact in fp16 (and finite) */
     for (int64_t i = 0; i < rows * ng && q41; i++) {
         const float sv = scalar_f32(s->data + (size_t)i * es, s->dtype),
                     bv = scalar_f32(bi->data + (size_t)i * es, s->dtype);
@@ -597,7 +624,34 @@ static kiln_status convert_mlx(builder *b, const char *base, const kn_st_tensor 
               kn_fp16_to_fp32(kn_fp32_to_fp16(bv)) == bv;
     }
     const size_t row_bytes = (size_t)packed * 4;
-    if (q41) {
+    if (bits == 8) { /* MLX8 (fp16 scale and bias) or MLX8_F32: one block per 32 of the group, the bytes as they are */
+        const bool f32 = !q41;
+        const size_t bs = f32 ? sizeof(kn_block_mlx8_f32) : sizeof(kn_block_mlx8);
+        uint8_t *out = owned(h, (size_t)(rows * cols / 32) * bs);
+        if (!out) return kn_error(KILN_ERR_NOMEM, "out of memory converting '%s'", base);
+        for (int64_t r = 0; r < rows; r++) {
+            const uint8_t *row = w->data + (size_t)r * row_bytes;
+            for (int64_t blk = 0; blk < cols / 32; blk++) {
+                uint8_t *o = out + (size_t)(r * (cols / 32) + blk) * bs;
+                const int64_t gi = r * ng + blk * 32 / group;
+                const float sv = scalar_f32(s->data + (size_t)gi * es, s->dtype),
+                            bv = scalar_f32(bi->data + (size_t)gi * es, s->dtype);
+                if (f32) {
+                    kn_block_mlx8_f32 *b8 = (kn_block_mlx8_f32 *)o;
+                    b8->d = sv;
+                    b8->m = bv;
+                } else {
+                    kn_block_mlx8 *b8 = (kn_block_mlx8 *)o;
+                    b8->d = kn_fp32_to_fp16(sv);
+                    b8->m = kn_fp32_to_fp16(bv);
+                }
+                memcpy(o + bs - 32, row + blk * 32, 32); /* byte k of the little-endian words is value k */
+            }
+        }
+        c->type = f32 ? KN_MLX8_F32 : KN_MLX8;
+        c->data = out;
+        c->nbytes = (uint64_t)(rows * cols / 32) * bs;
+    } else if (q41) {
         kn_block_q4_1 *out = owned(h, (size_t)(rows * cols / 32) * sizeof *out);
         if (!out) return kn_error(KILN_ERR_NOMEM, "out of memory converting '%s'", base);
         for (int64_t r = 0; r < rows; r++) {
@@ -988,6 +1042,24 @@ kiln_status kn_hf_tokenizer(const kn_gguf *g, kn_tokenizer **out) {
     const kn_hf *h = g->owner_free == hf_free ? g->owner : NULL;
     if (!h || !h->tok_json) return kn_error(KILN_ERR_INVALID_ARG, "not a Hugging Face model directory");
     kiln_status st = kn_tokenizer_load_hf(h->tok_json, h->tok_len, h->tok_cfg, h->tok_cfg_len, out);
-    if (st) kn_error_prefix("%s/tokenizer.json", h->dir);
+    if (st) {
+        kn_error_prefix("%s/tokenizer.json", h->dir);
+        return st;
+    }
+    /* generation_config.json's eos_token_id (read_generation wrote them as "1,106") */
+    const kn_gguf_kv *kv = kn_gguf_find(g, "tokenizer.huggingface.generation_eos");
+    for (const char *p = kv ? kv->str.ptr : NULL; p && *p && !st;) {
+        char *end;
+        long id = strtol(p, &end, 10);
+        if (id >= kn_tok_n_vocab(*out))
+            KN_LOGW("%s/generation_config.json: eos_token_id %ld is not a token (the vocabulary has %d)", h->dir, id,
+                    kn_tok_n_vocab(*out));
+        else st = kn_tok_add_eog(*out, (int32_t)id);
+        p = *end == ',' ? end + 1 : NULL;
+    }
+    if (st) {
+        kn_tokenizer_free(*out);
+        *out = NULL;
+    }
     return st;
 }
