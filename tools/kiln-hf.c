@@ -8,7 +8,8 @@
  *
  * It is the inverse of what kiln's loader does with a directory (src/model/hf.c): GGUF tensor names
  * become Hugging Face module names, the Q/K rows of interleaved-RoPE families (llama) go back to the
- * rotate-half order, Gemma's norms lose the +1, stacked experts are written one per expert, and the
+ * rotate-half order, Gemma's norms lose the +1, stacked experts are written one per expert (gpt-oss's
+ * as its MXFP4 `*_blocks` / `*_scales` with interleaved gate_up rows, model_type gpt_oss), and the
  * GGUF tokenizer (SentencePiece "llama" or byte-level "gpt2") is written as a tokenizer.json a
  * Hugging Face tokenizer reads the same way. Tests use it to check that a directory gives exactly what
  * the GGUF gives, and that MLX-quantized copies stay close.
@@ -23,6 +24,7 @@
 #include "model/gguf.h"
 #include "model/hf.h"
 #include "tensor/dtype.h"
+#include "tensor/quant.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -71,8 +73,9 @@ static const struct {
 
 static const struct {
     const char *arch, *model_type;
-} arch_map[] = {{"llama", "llama"},        {"qwen2", "qwen2"},   {"qwen3", "qwen3"}, {"smollm3", "smollm3"},
-                {"gemma3", "gemma3_text"}, {"gemma2", "gemma2"}, {"phi3", "phi3"},   {"qwen3moe", "qwen3_moe"}};
+} arch_map[] = {{"llama", "llama"},     {"qwen2", "qwen2"},        {"qwen3", "qwen3"},
+                {"smollm3", "smollm3"}, {"gemma3", "gemma3_text"}, {"gemma2", "gemma2"},
+                {"phi3", "phi3"},       {"qwen3moe", "qwen3_moe"}, {"gpt-oss", "gpt_oss"}};
 
 /* The Hugging Face name of a GGUF tensor into out; false when it has none (written elsewhere or skipped). */
 static bool hf_name(const char *arch, const kn_gguf *g, const char *name, char *out, size_t cap) {
@@ -83,11 +86,14 @@ static bool hf_name(const char *arch, const kn_gguf *g, const char *name, char *
     if (!strcmp(name, "output.weight")) return snprintf(out, cap, "lm_head.weight"), true;
     if (sscanf(name, "blk.%d.%n", &l, &used) != 1 || !used) return false;
     if (sscanf(name + used, "%63[a-z_0-9].%15s", mod, suffix) != 2) return false;
-    const bool gemma = !strncmp(arch, "gemma", 5);
+    const bool gemma = !strncmp(arch, "gemma", 5), oss = !strcmp(arch, "gpt-oss");
+    if (oss && !strcmp(mod, "attn_sinks")) return snprintf(out, cap, "model.layers.%d.self_attn.sinks", l), true;
     const char *hf = NULL;
     for (size_t i = 0; i < KN_ARRAY_LEN(layer_map) && !hf; i++)
         if (!strcmp(mod, layer_map[i].gguf)) hf = layer_map[i].hf;
     if (gemma && !strcmp(mod, "ffn_norm")) hf = "pre_feedforward_layernorm";
+    if (oss && !strcmp(mod, "attn_post_norm")) hf = "post_attention_layernorm";
+    if (oss && !strcmp(mod, "ffn_gate_inp")) hf = "mlp.router";
     if (!strcmp(arch, "phi3") && !strcmp(mod, "ffn_up")) {
         char gate[96];
         snprintf(gate, sizeof gate, "blk.%d.ffn_gate.weight", l);
@@ -104,7 +110,7 @@ typedef struct wtensor {
     char name[256];
     const char *dtype;
     int n_dims;
-    int64_t shape[3];
+    int64_t shape[4];
     uint8_t *data;
     size_t nbytes;
 } wtensor;
@@ -487,6 +493,98 @@ static int write_tokenizer(const kn_gguf *g, const char *out, json_t *tcfg) {
 
 /* ---- main ------------------------------------------------------------------------------------------ */
 
+/* ---- gpt-oss experts ------------------------------------------------------------------------------- */
+
+/* The MXFP4 blocks of row r of expert e of t (ne: cols, rows, experts) into out[cols / 32]: t's own when
+ * it is MXFP4, else quantized with the reference quantizer. */
+static void mxfp4_row(const kn_gguf_tensor *t, int64_t e, int64_t r, kn_block_mxfp4 *out) {
+    const int64_t cols = t->ne[0], nb = cols / 32, row = e * t->ne[1] + r;
+    if (t->type == KN_MXFP4) {
+        memcpy(out, t->data + (size_t)(row * nb) * sizeof *out, (size_t)nb * sizeof *out);
+        return;
+    }
+    const kn_type_traits *tr = kn_type_traits_get(t->type);
+    float *v = malloc((size_t)cols * sizeof *v);
+    if (!v || !tr || !tr->to_float) exit(die("%s", "cannot convert an expert tensor"));
+    tr->to_float(t->data + (size_t)row * kn_row_bytes(t->type, cols), v, cols);
+    kn_mxfp4_from_float(v, out, cols);
+    free(v);
+}
+
+/* gpt-oss's layout of expert tensors a (and b, interleaved row by row: gate_up) as `base`_blocks
+ * U8 [E][R][cols / 32][16] (byte k of a block: element 2k in the low nibble, 2k + 1 in the high one)
+ * and `base`_scales U8 [E][R][cols / 32] (the E8M0 exponents). */
+static void oss_blocks(writer *w, const char *base, const kn_gguf_tensor *a, const kn_gguf_tensor *b) {
+    const int64_t cols = a->ne[0], rows = a->ne[1], E = a->ne[2], nb = cols / 32, nout = b ? 2 : 1, R = rows * nout;
+    uint8_t *bl = malloc((size_t)(E * R * nb * 16)), *sc = malloc((size_t)(E * R * nb));
+    kn_block_mxfp4 *row = malloc((size_t)nb * sizeof *row);
+    if (!bl || !sc || !row) exit(die("%s", "out of memory"));
+    for (int64_t e = 0; e < E; e++)
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t o = 0; o < nout; o++) {
+                mxfp4_row(o ? b : a, e, r, row);
+                const int64_t dst = e * R + r * nout + o;
+                for (int64_t k = 0; k < nb; k++) {
+                    sc[dst * nb + k] = row[k].e;
+                    uint8_t *out = bl + (size_t)((dst * nb + k) * 16);
+                    for (int m = 0; m < 16; m++) {
+                        int v[2];
+                        for (int h = 0; h < 2; h++) {
+                            const int j = 2 * m + h; /* element j of the block */
+                            v[h] = j < 16 ? row[k].qs[j] & 15 : row[k].qs[j - 16] >> 4;
+                        }
+                        out[m] = (uint8_t)(v[0] | v[1] << 4);
+                    }
+                }
+            }
+    free(row);
+    char nm[300];
+    int64_t sh[4] = {E, R, nb, 16};
+    snprintf(nm, sizeof nm, "%s_blocks", base);
+    add(w, nm, "U8", 4, sh, bl, (size_t)(E * R * nb * 16));
+    snprintf(nm, sizeof nm, "%s_scales", base);
+    add(w, nm, "U8", 3, sh, sc, (size_t)(E * R * nb));
+}
+
+/* Expert biases a (and b, interleaved) {rows, E} as `base`_bias [E][R] in dtype. */
+static void oss_bias(writer *w, const opts *o, const char *base, const kn_gguf_tensor *a, const kn_gguf_tensor *b) {
+    const int64_t rows = a->ne[0], E = a->ne[1], nout = b ? 2 : 1;
+    float *va = to_f32(a, rows * E), *vb = b ? to_f32(b, rows * E) : NULL;
+    float *v = malloc((size_t)(rows * E * nout) * sizeof *v);
+    if (!v) exit(die("%s", "out of memory"));
+    for (int64_t e = 0; e < E; e++)
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t k = 0; k < nout; k++) v[(e * rows + r) * nout + k] = (k ? vb : va)[e * rows + r];
+    size_t nbytes;
+    const char *dt;
+    uint8_t *p = encode(v, rows * E * nout, o->dtype, &nbytes, &dt);
+    char nm[300];
+    int64_t sh[2] = {E, rows * nout};
+    snprintf(nm, sizeof nm, "%s_bias", base);
+    add(w, nm, dt, 2, sh, p, nbytes);
+    free(va);
+    free(vb);
+    free(v);
+}
+
+/* A gpt-oss expert tensor `name` of g: written with its partner (gate with up), skipped when it is the
+ * partner. False when name is not one. */
+static bool oss_expert(writer *w, const opts *o, const kn_gguf *g, const char *name) {
+    int l, used = 0;
+    char proj[16], suffix[16];
+    if (sscanf(name, "blk.%d.ffn_%15[a-z]_exps.%15[a-z]%n", &l, proj, suffix, &used) != 3 || !used) return false;
+    if (!strcmp(proj, "up")) return true; /* with the gate */
+    const bool gate = !strcmp(proj, "gate");
+    char other[96], base[160];
+    snprintf(other, sizeof other, "blk.%d.ffn_up_exps.%s", l, suffix);
+    const kn_gguf_tensor *t = kn_gguf_find_tensor(g, name), *u = gate ? kn_gguf_find_tensor(g, other) : NULL;
+    if (gate && !u) exit(die("%s: no ffn_up_exps beside it", name));
+    snprintf(base, sizeof base, "model.layers.%d.mlp.experts.%s_proj", l, gate ? "gate_up" : "down");
+    if (!strcmp(suffix, "weight")) oss_blocks(w, base, t, u);
+    else oss_bias(w, o, base, t, u);
+    return true;
+}
+
 static int usage(void) {
     fprintf(stderr, "usage: kiln-hf IN.gguf|IN_DIR OUTDIR [--dtype f32|f16|bf16] [--mlx-bits B --mlx-group G]\n"
                     "                [--mlx-layer MODULE=B]...\n");
@@ -544,7 +642,8 @@ int main(int argc, char **argv) {
                   n_head = meta_int(&g, arch, "attention.head_count", 1),
                   n_kv = meta_int(&g, arch, "attention.head_count_kv", n_head),
                   head_dim = meta_int(&g, arch, "attention.key_length", n_embd / n_head);
-    const bool gemma = !strncmp(arch, "gemma", 5), norm_rope = def->rope_style == KN_ROPE_NORM;
+    const bool gemma = !strncmp(arch, "gemma", 5), norm_rope = def->rope_style == KN_ROPE_NORM,
+               oss = !strcmp(arch, "gpt-oss");
     writer w = {0};
     json_t *cfg = json_object(), *tcfg = json_object();
     int64_t n_vocab = 0;
@@ -564,6 +663,7 @@ int main(int argc, char **argv) {
             free(v);
             continue;
         }
+        if (oss && oss_expert(&w, &o, &g, name)) continue;
         int l, used = 0;
         char proj[16];
         if (sscanf(name, "blk.%d.ffn_%15[a-z]_exps.weight%n", &l, proj, &used) == 2 && used) {
@@ -612,7 +712,7 @@ int main(int argc, char **argv) {
     if (swa) json_object_set_new(cfg, "sliding_window", json_integer(swa));
     const int64_t ne = meta_int(&g, arch, "expert_count", 0);
     if (ne) {
-        json_object_set_new(cfg, "num_experts", json_integer(ne));
+        json_object_set_new(cfg, oss ? "num_local_experts" : "num_experts", json_integer(ne));
         json_object_set_new(cfg, "num_experts_per_tok", json_integer(meta_int(&g, arch, "expert_used_count", 1)));
         int64_t ffe = meta_int(&g, arch, "expert_feed_forward_length", 0);
         if (ffe) json_object_set_new(cfg, "moe_intermediate_size", json_integer(ffe));
@@ -630,6 +730,7 @@ int main(int argc, char **argv) {
         json_object_set_new(cfg, "original_max_position_embeddings",
                             json_integer(meta_int(&g, arch, "rope.scaling.original_context_length", 4096)));
     }
+    if (oss) json_object_set_new(cfg, "quantization_config", json_pack("{s:s}", "quant_method", "mxfp4"));
     if (o.bits) {
         json_t *q = json_pack("{s:i, s:i}", "group_size", o.group, "bits", o.bits);
         for (int i = 0; i < o.n_layer; i++)

@@ -168,7 +168,7 @@ static const struct {
 } arch_map[] = {
     {"llama", "llama"},   {"mistral", "llama"},   {"mixtral", "llama"},      {"qwen2", "qwen2"},
     {"qwen3", "qwen3"},   {"smollm3", "smollm3"}, {"gemma3", "gemma3"},      {"gemma3_text", "gemma3"},
-    {"gemma2", "gemma2"}, {"phi3", "phi3"},       {"qwen3_moe", "qwen3moe"},
+    {"gemma2", "gemma2"}, {"phi3", "phi3"},       {"qwen3_moe", "qwen3moe"}, {"gpt_oss", "gpt-oss"},
 };
 
 static bool is_gemma(const builder *b);
@@ -786,6 +786,7 @@ static const struct {
     {"mlp.down_proj", "ffn_down"},
     {"mlp.gate_up_proj", "ffn_up"},
     {"mlp.gate", "ffn_gate_inp"},
+    {"mlp.router", "ffn_gate_inp"}, /* gpt-oss */
     {"mlp.switch_mlp.gate_proj", "ffn_gate_exps"},
     {"mlp.switch_mlp.up_proj", "ffn_up_exps"},
     {"mlp.switch_mlp.down_proj", "ffn_down_exps"},
@@ -811,6 +812,7 @@ static kiln_status map_one(builder *b, const char *base, const char *raw, const 
         for (size_t i = 0; i < KN_ARRAY_LEN(layer_map) && !g; i++)
             if (!strcmp(rest, layer_map[i].hf)) g = layer_map[i].gguf;
         if (g && is_gemma(b) && !strcmp(rest, "post_attention_layernorm")) g = "post_attention_norm";
+        if (g && !strcmp(b->arch, "gpt-oss") && !strcmp(rest, "post_attention_layernorm")) g = "attn_post_norm";
         int e = -1, eu = 0;
         char proj[32];
         if (!g && sscanf(rest, "mlp.experts.%d.%n", &e, &eu) == 1 && eu > 0 &&
@@ -884,6 +886,83 @@ static kiln_status stack_experts(builder *b, int64_t n_layer, int64_t n_exp) {
     return KILN_OK;
 }
 
+/* A gpt-oss expert tensor `raw`.{gate_up,down}_proj_{blocks,scales,bias} as `part`, checked: U8
+ * blocks [E][R][nb][16] and scales [E][R][nb], a float bias [E][R]. */
+static kiln_status oss_part(builder *b, const char *raw, const char *part, int n_dims, const kn_st_tensor *like,
+                            const kn_st_tensor **out) {
+    char nm[1200];
+    snprintf(nm, sizeof nm, "%s.%s", raw, part);
+    const kn_st_tensor *t = kn_st_find(&b->h->st, nm);
+    bool ok = t && t->n_dims == n_dims;
+    if (ok && n_dims == 2) ok = t->dtype == KN_ST_F32 || t->dtype == KN_ST_F16 || t->dtype == KN_ST_BF16;
+    else if (ok) ok = t->dtype == KN_ST_U8 && (n_dims != 4 || t->shape[3] == 16);
+    for (int i = 0; ok && like && i < n_dims && i < 3; i++) ok = t->shape[i] == like->shape[i];
+    if (!ok)
+        return kn_error(KILN_ERR_FORMAT, "%s: tensor '%s' is missing or not %s", b->h->dir, nm,
+                        n_dims == 4   ? "U8 [experts][rows][blocks][16]"
+                        : n_dims == 3 ? "U8 [experts][rows][blocks] like its blocks"
+                                      : "a float [experts][rows] like its blocks");
+    *out = t;
+    return KILN_OK;
+}
+
+/* gpt-oss experts (model.layers.L.mlp.experts.{gate_up,down}_proj_{blocks,scales,bias}: MXFP4 with the
+ * two 4-bit values of byte k being elements 2k (low nibble) and 2k + 1, one E8M0 scale per 32; gate_up
+ * interleaves the gate (even rows) and up (odd rows) projections) as GGUF's ffn_{gate,up,down}_exps
+ * MXFP4 weights (nibbles in the block layout of quant.h) and F32 biases. */
+static kiln_status oss_experts(builder *b, const char *raw, int layer, bool gate_up) {
+    kn_hf *h = b->h;
+    const kn_st_tensor *bl, *sc, *bi;
+    kiln_status st;
+    if ((st = oss_part(b, raw, gate_up ? "gate_up_proj_blocks" : "down_proj_blocks", 4, NULL, &bl))) return st;
+    if ((st = oss_part(b, raw, gate_up ? "gate_up_proj_scales" : "down_proj_scales", 3, bl, &sc))) return st;
+    if ((st = oss_part(b, raw, gate_up ? "gate_up_proj_bias" : "down_proj_bias", 2, bl, &bi))) return st;
+    const int64_t E = bl->shape[0], R = bl->shape[1], nb = bl->shape[2], nout = gate_up ? 2 : 1, rows = R / nout;
+    if (E < 1 || R % nout || nb < 1 || E > MAX_EXPERTS_STACK)
+        return kn_error(KILN_ERR_FORMAT, "%s: tensor '%s.%s' has a bad shape", h->dir, raw,
+                        gate_up ? "gate_up_proj_blocks" : "down_proj_blocks");
+    static const char *const names[3] = {"gate", "up", "down"};
+    for (int o = 0; o < nout; o++) {
+        const char *which = gate_up ? names[o] : names[2];
+        conv w = {.type = KN_MXFP4, .n_dims = 3, .ne = {nb * 32, rows, E, 1}};
+        w.nbytes = (uint64_t)(E * rows * nb) * sizeof(kn_block_mxfp4);
+        conv c = {.type = KN_F32, .n_dims = 2, .ne = {rows, E, 1, 1}};
+        c.nbytes = (uint64_t)(E * rows) * sizeof(float);
+        if (h->headers_only) {
+            w.data = bl->data;
+            c.data = bi->data;
+        } else {
+            kn_block_mxfp4 *q = owned(h, (size_t)w.nbytes);
+            float *v = owned(h, (size_t)c.nbytes);
+            if (!q || !v) return kn_error(KILN_ERR_NOMEM, "out of memory converting '%s'", raw);
+            const size_t es = kn_st_dtype_size(bi->dtype);
+            for (int64_t e = 0; e < E; e++)
+                for (int64_t r = 0; r < rows; r++) {
+                    const int64_t src = e * R + r * nout + o; /* row of the source */
+                    v[e * rows + r] = scalar_f32(bi->data + (size_t)src * es, bi->dtype);
+                    for (int64_t k = 0; k < nb; k++) {
+                        const uint8_t *in = bl->data + (size_t)((src * nb + k) * 16);
+                        kn_block_mxfp4 *out = &q[(e * rows + r) * nb + k];
+                        out->e = sc->data[src * nb + k];
+                        for (int j = 0; j < 16; j++) {
+                            const int lo = (in[j >> 1] >> ((j & 1) * 4)) & 15;       /* element j */
+                            const int hi = (in[8 + (j >> 1)] >> ((j & 1) * 4)) & 15; /* element j + 16 */
+                            out->qs[j] = (uint8_t)(lo | hi << 4);
+                        }
+                    }
+                }
+            w.data = (const uint8_t *)q;
+            c.data = (const uint8_t *)v;
+        }
+        char name[96];
+        snprintf(name, sizeof name, "blk.%d.ffn_%s_exps.weight", layer, which);
+        if ((st = put(b, name, &w))) return st;
+        snprintf(name, sizeof name, "blk.%d.ffn_%s_exps.bias", layer, which);
+        if ((st = put(b, name, &c))) return st;
+    }
+    return KILN_OK;
+}
+
 static kiln_status map_tensors(builder *b) {
     kn_hf *h = b->h;
     kiln_status st;
@@ -904,6 +983,21 @@ static kiln_status map_tensors(builder *b) {
             char wn[1200];
             snprintf(wn, sizeof wn, "%.*s.weight", (int)(strrchr(t->name, '.') - t->name), t->name);
             if (kn_st_find(&h->st, wn)) continue; /* part of an MLX-quantized weight */
+        }
+        int layer = -1, used = 0;
+        if (sscanf(base, "model.layers.%d.%n", &layer, &used) == 1 && used > 0 && layer >= 0) {
+            if (!strcmp(base + used, "self_attn") && !strcmp(suffix, "sinks")) { /* gpt-oss */
+                char name[96];
+                conv c;
+                snprintf(name, sizeof name, "blk.%d.attn_sinks.weight", layer);
+                if ((st = convert(b, raw, suffix, t, &c)) || (st = put(b, name, &c))) return st;
+                continue;
+            }
+            if (!strcmp(base + used, "mlp.experts") && strstr(suffix, "_proj_")) { /* gpt-oss MXFP4 experts */
+                if (!strcmp(suffix, "gate_up_proj_blocks") || !strcmp(suffix, "down_proj_blocks"))
+                    if ((st = oss_experts(b, raw, layer, !strcmp(suffix, "gate_up_proj_blocks")))) return st;
+                continue; /* the scales and biases go with the blocks */
+            }
         }
         if (strcmp(suffix, "weight") && strcmp(suffix, "bias")) {
             KN_LOGD("%s: ignoring tensor '%s'", h->dir, t->name);
@@ -962,6 +1056,9 @@ static kiln_status read_quantization(kn_hf *h) {
     if (!q) q = json_object_get(h->config_root, "quantization_config");
     if (!q || json_is_null(q)) return KILN_OK;
     json_t *bb = json_object_get(q, "bits"), *gg = json_object_get(q, "group_size");
+    const char *method = json_string_value(json_object_get(q, "quant_method"));
+    if (method && !strcmp(method, "mxfp4") && !json_is_integer(bb))
+        return KILN_OK; /* gpt-oss: the experts' *_blocks / *_scales tensors carry it (oss_experts) */
     if (!json_is_object(q) || !json_is_integer(bb) || !json_is_integer(gg)) {
         if (json_is_object(q) && json_object_get(q, "quant_method"))
             return kn_error(KILN_ERR_UNSUPPORTED,

@@ -18,6 +18,10 @@
  *     become kiln's MLX8 blocks (quant.h: the same formula with q in 0..255; MLX8_F32 when a scale or
  *     bias is not an f16 value), also exact; every other width (2, 3, 6 bits), or 4 bits with a scale
  *     outside f16, is dequantized at load to F16.
+ *   - gpt-oss (model_type gpt_oss): the experts' MXFP4 `*_blocks` / `*_scales` (two values a byte,
+ *     element 2k in the low nibble) become GGUF's MXFP4 blocks (nibbles as quant.h lays them out), the
+ *     interleaved gate_up rows the ffn_gate_exps / ffn_up_exps tensors, the biases F32; self_attn.sinks
+ *     is attn_sinks; quantization_config's quant_method mxfp4 needs no other handling.
  *   - generation_config.json: eos_token_id (an id or a list) as tokenizer.huggingface.generation_eos
  *     ("1,106"), which kn_hf_tokenizer makes end-of-generation tokens; the sampling settings as
  *     general.sampling.*. Gemma's query_pre_attn_scalar becomes {arch}.attention.scale.

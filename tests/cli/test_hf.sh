@@ -89,7 +89,7 @@ STORY
   within "$P4" "$P32" 0.05 && pass hf_mlx4_perplexity || fail hf_mlx4_perplexity "f32 $P32, mlx4 $P4"
   # a synthetic model of each family: the converted directory generates the GGUF's greedy text
   if [ -x "$BUILD/kiln-gen" ]; then
-    for p in tiny-llama-plain tiny-qwen2 tiny-qwen3 tiny-gemma3 tiny-phi3 tiny-qwen3moe; do
+    for p in tiny-llama-plain tiny-qwen2 tiny-qwen3 tiny-gemma3 tiny-phi3 tiny-qwen3moe tiny-gptoss; do
       "$BUILD/kiln-gen" --preset $p --type f32 -o "$TMP/$p.gguf" >/dev/null 2>&1 &&
         "$HF" "$TMP/$p.gguf" "$TMP/$p" 2>/dev/null || { fail hf_family_$p "conversion failed"; continue; }
       "$KILN" run -m "$TMP/$p.gguf" -p "hello world" -n 24 --temp 0 --ignore-eos >"$TMP/g.txt" 2>/dev/null
@@ -97,6 +97,21 @@ STORY
       if [ -s "$TMP/g.txt" ] && cmp -s "$TMP/g.txt" "$TMP/h.txt"; then pass hf_family_$p; else
         fail hf_family_$p "$(head -c 300 "$TMP/h.err")"; fi
     done
+    # gemma3's query_pre_attn_scalar: head_dim (what the GGUF implies) changes nothing, another value does
+    G3="$TMP/tiny-gemma3"
+    HD=$(sed -n 's/^ *"head_dim": \([0-9]*\).*/\1/p' "$G3/config.json")
+    if [ -n "$HD" ] && [ -s "$TMP/tiny-gemma3.gguf" ]; then
+      "$KILN" run -m "$TMP/tiny-gemma3.gguf" -p "hello world" -n 24 --temp 0 --ignore-eos >"$TMP/g.txt" 2>/dev/null
+      for v in "$HD" 7; do
+        cp -r "$G3" "$TMP/qpas$v"
+        sed "s/\"model_type\": \"gemma3_text\",/\"model_type\": \"gemma3_text\", \"query_pre_attn_scalar\": $v,/" \
+          "$G3/config.json" >"$TMP/qpas$v/config.json"
+        "$KILN" run -m "$TMP/qpas$v" -p "hello world" -n 24 --temp 0 --ignore-eos >"$TMP/q$v.txt" 2>/dev/null
+      done
+      grep -q query_pre_attn_scalar "$TMP/qpas7/config.json" && cmp -s "$TMP/g.txt" "$TMP/q$HD.txt" &&
+        [ -s "$TMP/q7.txt" ] && ! cmp -s "$TMP/g.txt" "$TMP/q7.txt" && pass hf_gemma3_query_pre_attn_scalar ||
+        fail hf_gemma3_query_pre_attn_scalar "head_dim $HD"
+    else fail hf_gemma3_query_pre_attn_scalar "no head_dim in $G3/config.json"; fi
   else skip hf_families "no kiln-gen"; fi
 fi
 
