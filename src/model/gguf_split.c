@@ -113,8 +113,8 @@ kiln_status kn_gguf_join_split(const char *path, kn_gguf *g) {
         if (i != pno - 1) {
             st = kn_gguf_open_file(p, &s->parts[i]);
             if (st == KILN_ERR_IO)
-                st = kn_error(KILN_ERR_IO, "%s: missing or unreadable (part %d of the split model of %d parts)", p, i + 1,
-                              s->n);
+                st = kn_error(KILN_ERR_IO, "%s: missing or unreadable (part %d of the split model of %d parts)", p,
+                              i + 1, s->n);
             else if (st) kn_error_prefix("%s", p);
             if (st) break;
         }
