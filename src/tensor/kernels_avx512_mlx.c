@@ -53,6 +53,47 @@ AI void group_q8(const uint8_t *p, size_t stride, __m512i Z[4]) {
     Z[3] = _mm512_shuffle_i64x2(Q, S, 0xEE);
 }
 
+/* Block scales without a gather (as kernels_avx512_legacy.c reads them): the fp16 values at p + k * S + o
+ * (k < 8; S, o even constants) as fp32, each in lanes 2k and 2k + 1, read without touching bytes outside
+ * the group's 8 * S bytes. Each value is picked by vpermt2w from one of two 128-byte windows of the
+ * group: A = [0, 128) when it lies there, else B = [SC_B, SC_B + 128). SC_IDX is its word index in its
+ * window, SC_KB the mask of lanes from B. */
+#define SC_B(S, o)      ((8 * (S)-128) < (4 * (S) + (o)) ? (8 * (S)-128) : (4 * (S) + (o)))
+#define SC_INA(S, o, k) ((k) * (S) + (o) + 2 <= 128)
+#define SC_IDX(S, o, k) (SC_INA(S, o, k) ? ((k) * (S) + (o)) / 2 : ((k) * (S) + (o)-SC_B(S, o)) / 2)
+#define SC_KB(S, o, k)  (SC_INA(S, o, k) ? 0u : 3u << (2 * (k)))
+#define SC_TABLE(S, o)                                                                                                 \
+    {                                                                                                                  \
+        SC_IDX(S, o, 0), SC_IDX(S, o, 0), SC_IDX(S, o, 1), SC_IDX(S, o, 1), SC_IDX(S, o, 2), SC_IDX(S, o, 2),          \
+            SC_IDX(S, o, 3), SC_IDX(S, o, 3), SC_IDX(S, o, 4), SC_IDX(S, o, 4), SC_IDX(S, o, 5), SC_IDX(S, o, 5),      \
+            SC_IDX(S, o, 6), SC_IDX(S, o, 6), SC_IDX(S, o, 7), SC_IDX(S, o, 7)                                         \
+    }
+#define SC_MASK(S, o)                                                                                                  \
+    (__mmask32)(SC_KB(S, o, 0) | SC_KB(S, o, 1) | SC_KB(S, o, 2) | SC_KB(S, o, 3) | SC_KB(S, o, 4) | SC_KB(S, o, 5) |  \
+                SC_KB(S, o, 6) | SC_KB(S, o, 7))
+#define SC_FITS(S, o, k) (SC_INA(S, o, k) || ((k) * (S) + (o) >= SC_B(S, o) && (k) * (S) + (o) + 2 <= SC_B(S, o) + 128))
+#define SC_OK(S, o)                                                                                                    \
+    (8 * (S) >= 128 && SC_B(S, o) >= 0 && SC_B(S, o) % 2 == 0 && SC_B(S, o) + 128 <= 8 * (S) && SC_FITS(S, o, 0) &&    \
+     SC_FITS(S, o, 1) && SC_FITS(S, o, 2) && SC_FITS(S, o, 3) && SC_FITS(S, o, 4) && SC_FITS(S, o, 5) &&               \
+     SC_FITS(S, o, 6) && SC_FITS(S, o, 7))
+_Static_assert(SC_OK(36, 0) && SC_OK(36, 2) && SC_OK(34, 0), "scale windows");
+
+typedef struct sc_table {
+    uint16_t idx[32];
+} sc_table;
+
+static const sc_table sc_mlx8_d = {SC_TABLE(36, 0)}, sc_mlx8_m = {SC_TABLE(36, 2)}, sc_q8_0_d = {SC_TABLE(34, 0)};
+
+#define SCALES8(p, S, o, table) scales8(p, &(table), SC_B(S, o), SC_MASK(S, o))
+AI __m512 scales8(const uint8_t *p, const sc_table *t, int b, __mmask32 kb) {
+    const __m512i idx = _mm512_loadu_si512(t->idx);
+    __m512i h = _mm512_permutex2var_epi16(_mm512_loadu_si512(p), idx, _mm512_loadu_si512(p + 64));
+    if (kb)
+        h = _mm512_mask_mov_epi16(
+            h, kb, _mm512_permutex2var_epi16(_mm512_loadu_si512(p + b), idx, _mm512_loadu_si512(p + b + 64)));
+    return _mm512_cvtph_ps(_mm512_castsi512_si256(h));
+}
+
 /* 8 fp32 values, value k in lanes 2k and 2k + 1. */
 AI __m512 pairs(__m256 v) {
     return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7),
@@ -75,13 +116,12 @@ typedef struct xgrp {
     __m512 sx;    /* the lanes' sums of quants */
 } xgrp;
 
-/* Weight loaders: the group of 8 blocks at p. MLX8: fp16 d, m in the block's first 4 bytes (one gather
- * of those dwords); MLX8_F32: fp32 d, m in its first 8 bytes (one gather of those qwords). */
+/* Weight loaders: the group of 8 blocks at p. MLX8: fp16 d, m at offsets 0 and 2 (SCALES8); MLX8_F32:
+ * fp32 d, m in the block's first 8 bytes (one gather of those qwords). */
 AI void w_mlx8(const uint8_t *p, wgrp *W) {
     group_q8(p + 4, sizeof(kn_block_mlx8), W->q);
-    const __m256i g = _mm256_i32gather_epi32((const int *)p, offsets8(sizeof(kn_block_mlx8)), 1);
-    W->d = pairs(_mm256_cvtph_ps(_mm256_cvtepi32_epi16(g)));
-    W->m = pairs(_mm256_cvtph_ps(_mm256_cvtepi32_epi16(_mm256_srli_epi32(g, 16))));
+    W->d = SCALES8(p, 36, 0, sc_mlx8_d);
+    W->m = SCALES8(p, 36, 2, sc_mlx8_m);
 }
 
 AI void w_mlx8_f32(const uint8_t *p, wgrp *W) {
@@ -91,11 +131,10 @@ AI void w_mlx8_f32(const uint8_t *p, wgrp *W) {
     W->m = pairs(_mm256_castsi256_ps(_mm512_cvtepi64_epi32(_mm512_srli_epi64(g, 32))));
 }
 
-/* Q8_0 activations: quants, scales (the fp16 in each block's first two bytes), lane sums. */
+/* Q8_0 activations: quants, scales (the fp16 at each block's start), lane sums. */
 AI void x_q8_0(const uint8_t *p, xgrp *X) {
     group_q8(p + 2, sizeof(kn_block_q8_0), X->q);
-    const __m256i g = _mm256_i32gather_epi32((const int *)p, offsets8(sizeof(kn_block_q8_0)), 1);
-    X->d = pairs(_mm256_cvtph_ps(_mm256_cvtepi32_epi16(g)));
+    X->d = SCALES8(p, 34, 0, sc_q8_0_d);
     const __m512i ones = _mm512_set1_epi8(1);
     __m512i s = _mm512_setzero_si512();
     UNROLL for (int j = 0; j < 4; j++) s = _mm512_dpbusd_epi32(s, ones, X->q[j]);
