@@ -4,11 +4,12 @@
  * MLX-quantized (the affine layout of mlx-community models: uint32-packed `weight`, per-group `scales`
  * and `biases`, config.json `quantization: {group_size, bits}`).
  *
- *   kiln-hf IN OUTDIR [--dtype f32|f16|bf16] [--mlx-bits B --mlx-group G] [--mlx-layer NAME=B]...
+ *   kiln-hf IN OUTDIR [--dtype f32|f16|bf16] [--mlx-bits B --mlx-group G [--mlx-minmax]] [--mlx-layer NAME=B]...
  *
  * It is the inverse of what kiln's loader does with a directory (src/model/hf.c): GGUF tensor names
  * become Hugging Face module names, the Q/K rows of interleaved-RoPE families (llama) go back to the
- * rotate-half order, Gemma's norms lose the +1, stacked experts are written one per expert, and the
+ * rotate-half order, Gemma's norms lose the +1, stacked experts are written one per expert (gpt-oss's
+ * as its MXFP4 `*_blocks` / `*_scales` with interleaved gate_up rows, model_type gpt_oss), and the
  * GGUF tokenizer (SentencePiece "llama" or byte-level "gpt2") is written as a tokenizer.json a
  * Hugging Face tokenizer reads the same way. Tests use it to check that a directory gives exactly what
  * the GGUF gives, and that MLX-quantized copies stay close.
@@ -16,13 +17,15 @@
  * MLX quantization (per group of G values along a row): scale = (max - min) / (2^B - 1) and bias = min,
  * searched over a grid of ranges with weighted least-squares refits (fit_group), both rounded to f16; q = round((w -
  * bias) / scale) clamped to [0, 2^B - 1], packed as a little-endian bit stream into uint32 words. Norms and other
- * vectors stay in --dtype.
+ * vectors stay in --dtype. --mlx-minmax keeps each group's plain min/max range (no search: about 100 times
+ * faster, for large models).
  */
 #include "base/base.h"
 #include "model/arch.h"
 #include "model/gguf.h"
 #include "model/hf.h"
 #include "tensor/dtype.h"
+#include "tensor/quant.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -38,6 +41,7 @@ typedef struct opts {
     int bits, group;
     const char *layer_names[64];
     int layer_bits[64], n_layer;
+    bool minmax; /* --mlx-minmax: each group's plain min/max range, no search (fast, for large models) */
 } opts;
 
 static int die(const char *fmt, const char *a) {
@@ -71,8 +75,9 @@ static const struct {
 
 static const struct {
     const char *arch, *model_type;
-} arch_map[] = {{"llama", "llama"},        {"qwen2", "qwen2"},   {"qwen3", "qwen3"}, {"smollm3", "smollm3"},
-                {"gemma3", "gemma3_text"}, {"gemma2", "gemma2"}, {"phi3", "phi3"},   {"qwen3moe", "qwen3_moe"}};
+} arch_map[] = {{"llama", "llama"},     {"qwen2", "qwen2"},        {"qwen3", "qwen3"},
+                {"smollm3", "smollm3"}, {"gemma3", "gemma3_text"}, {"gemma2", "gemma2"},
+                {"phi3", "phi3"},       {"qwen3moe", "qwen3_moe"}, {"gpt-oss", "gpt_oss"}};
 
 /* The Hugging Face name of a GGUF tensor into out; false when it has none (written elsewhere or skipped). */
 static bool hf_name(const char *arch, const kn_gguf *g, const char *name, char *out, size_t cap) {
@@ -83,11 +88,14 @@ static bool hf_name(const char *arch, const kn_gguf *g, const char *name, char *
     if (!strcmp(name, "output.weight")) return snprintf(out, cap, "lm_head.weight"), true;
     if (sscanf(name, "blk.%d.%n", &l, &used) != 1 || !used) return false;
     if (sscanf(name + used, "%63[a-z_0-9].%15s", mod, suffix) != 2) return false;
-    const bool gemma = !strncmp(arch, "gemma", 5);
+    const bool gemma = !strncmp(arch, "gemma", 5), oss = !strcmp(arch, "gpt-oss");
+    if (oss && !strcmp(mod, "attn_sinks")) return snprintf(out, cap, "model.layers.%d.self_attn.sinks", l), true;
     const char *hf = NULL;
     for (size_t i = 0; i < KN_ARRAY_LEN(layer_map) && !hf; i++)
         if (!strcmp(mod, layer_map[i].gguf)) hf = layer_map[i].hf;
     if (gemma && !strcmp(mod, "ffn_norm")) hf = "pre_feedforward_layernorm";
+    if (oss && !strcmp(mod, "attn_post_norm")) hf = "post_attention_layernorm";
+    if (oss && !strcmp(mod, "ffn_gate_inp")) hf = "mlp.router";
     if (!strcmp(arch, "phi3") && !strcmp(mod, "ffn_up")) {
         char gate[96];
         snprintf(gate, sizeof gate, "blk.%d.ffn_gate.weight", l);
@@ -104,7 +112,7 @@ typedef struct wtensor {
     char name[256];
     const char *dtype;
     int n_dims;
-    int64_t shape[3];
+    int64_t shape[4];
     uint8_t *data;
     size_t nbytes;
 } wtensor;
@@ -198,14 +206,14 @@ static double quant_group(const float *x, int n, float s, float b, float nb, uin
  * 21), each followed by weighted least-squares refits of x ~ scale * q + bias over its codes (both
  * rounded to f16 each time); the pair with the smallest error weighted by x^2 wins (large weights matter
  * most: on stories260K this halves the 4-bit perplexity loss of plain min/max). */
-static void fit_group(const float *x, int n, float nb, uint16_t *hs, uint16_t *hb) {
+static void fit_group(const float *x, int n, float nb, bool minmax, uint16_t *hs, uint16_t *hb) {
     float mn = x[0], mx = x[0];
     for (int j = 1; j < n; j++) mn = fminf(mn, x[j]), mx = fmaxf(mx, x[j]);
     uint16_t bs = kn_fp32_to_fp16((mx - mn) / nb), bb = kn_fp32_to_fp16(mn);
     if (kn_fp16_to_fp32(bs) == 0) bs = kn_fp32_to_fp16(1e-7f);
     uint32_t q[128];
-    double best = quant_group(x, n, kn_fp16_to_fp32(bs), kn_fp16_to_fp32(bb), nb, q);
-    if (mx == mn) {
+    double best = minmax ? 0 : quant_group(x, n, kn_fp16_to_fp32(bs), kn_fp16_to_fp32(bb), nb, q);
+    if (mx == mn || minmax) {
         *hs = bs;
         *hb = bb;
         return;
@@ -236,7 +244,8 @@ static void fit_group(const float *x, int n, float nb, uint16_t *hs, uint16_t *h
 }
 
 /* MLX affine quantization of rows [rows][cols] (see the file comment) into weight/scales/biases. */
-static void mlx_quantize(writer *w, const char *base, const float *v, int64_t rows, int64_t cols, int bits, int group) {
+static void mlx_quantize(writer *w, const char *base, const float *v, int64_t rows, int64_t cols, int bits, int group,
+                         bool minmax) {
     const int64_t words = cols * bits / 32, ng = cols / group;
     uint32_t *q = calloc((size_t)(rows * words), 4);
     uint16_t *sc = malloc((size_t)(rows * ng) * 2), *bi = malloc((size_t)(rows * ng) * 2);
@@ -246,7 +255,7 @@ static void mlx_quantize(writer *w, const char *base, const float *v, int64_t ro
         uint8_t *row = (uint8_t *)(q + r * words);
         for (int64_t g = 0; g < ng; g++) {
             const float *x = v + r * cols + g * group;
-            fit_group(x, group, nb, &sc[r * ng + g], &bi[r * ng + g]);
+            fit_group(x, group, nb, minmax, &sc[r * ng + g], &bi[r * ng + g]);
             quant_group(x, group, kn_fp16_to_fp32(sc[r * ng + g]), kn_fp16_to_fp32(bi[r * ng + g]), nb, codes);
             for (int j = 0; j < group; j++) {
                 const uint32_t qi = codes[j];
@@ -292,7 +301,7 @@ static void emit(writer *w, const opts *o, const char *hfname, float *v, int n_d
     const bool weight = !strcmp(strrchr(hfname, '.'), ".weight");
     const int bits = layer_bits(o, base);
     if (o->bits && weight && n_dims == 2 && shape[1] % o->group == 0 && !strstr(base, "norm") && bits) {
-        mlx_quantize(w, base, v, shape[0], shape[1], bits, o->group);
+        mlx_quantize(w, base, v, shape[0], shape[1], bits, o->group, o->minmax);
         return;
     }
     size_t nb;
@@ -487,9 +496,101 @@ static int write_tokenizer(const kn_gguf *g, const char *out, json_t *tcfg) {
 
 /* ---- main ------------------------------------------------------------------------------------------ */
 
+/* ---- gpt-oss experts ------------------------------------------------------------------------------- */
+
+/* The MXFP4 blocks of row r of expert e of t (ne: cols, rows, experts) into out[cols / 32]: t's own when
+ * it is MXFP4, else quantized with the reference quantizer. */
+static void mxfp4_row(const kn_gguf_tensor *t, int64_t e, int64_t r, kn_block_mxfp4 *out) {
+    const int64_t cols = t->ne[0], nb = cols / 32, row = e * t->ne[1] + r;
+    if (t->type == KN_MXFP4) {
+        memcpy(out, t->data + (size_t)(row * nb) * sizeof *out, (size_t)nb * sizeof *out);
+        return;
+    }
+    const kn_type_traits *tr = kn_type_traits_get(t->type);
+    float *v = malloc((size_t)cols * sizeof *v);
+    if (!v || !tr || !tr->to_float) exit(die("%s", "cannot convert an expert tensor"));
+    tr->to_float(t->data + (size_t)row * kn_row_bytes(t->type, cols), v, cols);
+    kn_mxfp4_from_float(v, out, cols);
+    free(v);
+}
+
+/* gpt-oss's layout of expert tensors a (and b, interleaved row by row: gate_up) as `base`_blocks
+ * U8 [E][R][cols / 32][16] (byte k of a block: element 2k in the low nibble, 2k + 1 in the high one)
+ * and `base`_scales U8 [E][R][cols / 32] (the E8M0 exponents). */
+static void oss_blocks(writer *w, const char *base, const kn_gguf_tensor *a, const kn_gguf_tensor *b) {
+    const int64_t cols = a->ne[0], rows = a->ne[1], E = a->ne[2], nb = cols / 32, nout = b ? 2 : 1, R = rows * nout;
+    uint8_t *bl = malloc((size_t)(E * R * nb * 16)), *sc = malloc((size_t)(E * R * nb));
+    kn_block_mxfp4 *row = malloc((size_t)nb * sizeof *row);
+    if (!bl || !sc || !row) exit(die("%s", "out of memory"));
+    for (int64_t e = 0; e < E; e++)
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t o = 0; o < nout; o++) {
+                mxfp4_row(o ? b : a, e, r, row);
+                const int64_t dst = e * R + r * nout + o;
+                for (int64_t k = 0; k < nb; k++) {
+                    sc[dst * nb + k] = row[k].e;
+                    uint8_t *out = bl + (size_t)((dst * nb + k) * 16);
+                    for (int m = 0; m < 16; m++) {
+                        int v[2];
+                        for (int h = 0; h < 2; h++) {
+                            const int j = 2 * m + h; /* element j of the block */
+                            v[h] = j < 16 ? row[k].qs[j] & 15 : row[k].qs[j - 16] >> 4;
+                        }
+                        out[m] = (uint8_t)(v[0] | v[1] << 4);
+                    }
+                }
+            }
+    free(row);
+    char nm[300];
+    int64_t sh[4] = {E, R, nb, 16};
+    snprintf(nm, sizeof nm, "%s_blocks", base);
+    add(w, nm, "U8", 4, sh, bl, (size_t)(E * R * nb * 16));
+    snprintf(nm, sizeof nm, "%s_scales", base);
+    add(w, nm, "U8", 3, sh, sc, (size_t)(E * R * nb));
+}
+
+/* Expert biases a (and b, interleaved) {rows, E} as `base`_bias [E][R] in dtype. */
+static void oss_bias(writer *w, const opts *o, const char *base, const kn_gguf_tensor *a, const kn_gguf_tensor *b) {
+    const int64_t rows = a->ne[0], E = a->ne[1], nout = b ? 2 : 1;
+    float *va = to_f32(a, rows * E), *vb = b ? to_f32(b, rows * E) : NULL;
+    float *v = malloc((size_t)(rows * E * nout) * sizeof *v);
+    if (!v) exit(die("%s", "out of memory"));
+    for (int64_t e = 0; e < E; e++)
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t k = 0; k < nout; k++) v[(e * rows + r) * nout + k] = (k ? vb : va)[e * rows + r];
+    size_t nbytes;
+    const char *dt;
+    uint8_t *p = encode(v, rows * E * nout, o->dtype, &nbytes, &dt);
+    char nm[300];
+    int64_t sh[2] = {E, rows * nout};
+    snprintf(nm, sizeof nm, "%s_bias", base);
+    add(w, nm, dt, 2, sh, p, nbytes);
+    free(va);
+    free(vb);
+    free(v);
+}
+
+/* A gpt-oss expert tensor `name` of g: written with its partner (gate with up), skipped when it is the
+ * partner. False when name is not one. */
+static bool oss_expert(writer *w, const opts *o, const kn_gguf *g, const char *name) {
+    int l, used = 0;
+    char proj[16], suffix[16];
+    if (sscanf(name, "blk.%d.ffn_%15[a-z]_exps.%15[a-z]%n", &l, proj, suffix, &used) != 3 || !used) return false;
+    if (!strcmp(proj, "up")) return true; /* with the gate */
+    const bool gate = !strcmp(proj, "gate");
+    char other[96], base[160];
+    snprintf(other, sizeof other, "blk.%d.ffn_up_exps.%s", l, suffix);
+    const kn_gguf_tensor *t = kn_gguf_find_tensor(g, name), *u = gate ? kn_gguf_find_tensor(g, other) : NULL;
+    if (gate && !u) exit(die("%s: no ffn_up_exps beside it", name));
+    snprintf(base, sizeof base, "model.layers.%d.mlp.experts.%s_proj", l, gate ? "gate_up" : "down");
+    if (!strcmp(suffix, "weight")) oss_blocks(w, base, t, u);
+    else oss_bias(w, o, base, t, u);
+    return true;
+}
+
 static int usage(void) {
     fprintf(stderr, "usage: kiln-hf IN.gguf|IN_DIR OUTDIR [--dtype f32|f16|bf16] [--mlx-bits B --mlx-group G]\n"
-                    "                [--mlx-layer MODULE=B]...\n");
+                    "                [--mlx-minmax] [--mlx-layer MODULE=B]...\n");
     return 2;
 }
 
@@ -509,6 +610,8 @@ int main(int argc, char **argv) {
             o.group = atoi(argv[++i]);
             if (o.group != 32 && o.group != 64 && o.group != 128)
                 return die("--mlx-group: '%s' is not 32, 64 or 128", argv[i]);
+        } else if (!strcmp(a, "--mlx-minmax")) {
+            o.minmax = true;
         } else if (!strcmp(a, "--mlx-layer") && i + 1 < argc && o.n_layer < 64) {
             char *eq = strchr(argv[++i], '=');
             if (!eq) return die("--mlx-layer: '%s' is not MODULE=BITS", argv[i]);
@@ -544,7 +647,8 @@ int main(int argc, char **argv) {
                   n_head = meta_int(&g, arch, "attention.head_count", 1),
                   n_kv = meta_int(&g, arch, "attention.head_count_kv", n_head),
                   head_dim = meta_int(&g, arch, "attention.key_length", n_embd / n_head);
-    const bool gemma = !strncmp(arch, "gemma", 5), norm_rope = def->rope_style == KN_ROPE_NORM;
+    const bool gemma = !strncmp(arch, "gemma", 5), norm_rope = def->rope_style == KN_ROPE_NORM,
+               oss = !strcmp(arch, "gpt-oss");
     writer w = {0};
     json_t *cfg = json_object(), *tcfg = json_object();
     int64_t n_vocab = 0;
@@ -564,6 +668,7 @@ int main(int argc, char **argv) {
             free(v);
             continue;
         }
+        if (oss && oss_expert(&w, &o, &g, name)) continue;
         int l, used = 0;
         char proj[16];
         if (sscanf(name, "blk.%d.ffn_%15[a-z]_exps.weight%n", &l, proj, &used) == 2 && used) {
@@ -612,7 +717,7 @@ int main(int argc, char **argv) {
     if (swa) json_object_set_new(cfg, "sliding_window", json_integer(swa));
     const int64_t ne = meta_int(&g, arch, "expert_count", 0);
     if (ne) {
-        json_object_set_new(cfg, "num_experts", json_integer(ne));
+        json_object_set_new(cfg, oss ? "num_local_experts" : "num_experts", json_integer(ne));
         json_object_set_new(cfg, "num_experts_per_tok", json_integer(meta_int(&g, arch, "expert_used_count", 1)));
         int64_t ffe = meta_int(&g, arch, "expert_feed_forward_length", 0);
         if (ffe) json_object_set_new(cfg, "moe_intermediate_size", json_integer(ffe));
@@ -630,6 +735,7 @@ int main(int argc, char **argv) {
         json_object_set_new(cfg, "original_max_position_embeddings",
                             json_integer(meta_int(&g, arch, "rope.scaling.original_context_length", 4096)));
     }
+    if (oss) json_object_set_new(cfg, "quantization_config", json_pack("{s:s}", "quant_method", "mxfp4"));
     if (o.bits) {
         json_t *q = json_pack("{s:i, s:i}", "group_size", o.group, "bits", o.bits);
         for (int i = 0; i < o.n_layer; i++)

@@ -8,11 +8,12 @@
  *       in the text are recognized, as the tokenizers library does), decoded the text the ids of the
  *       same text without the post-processor's tokens decode to through kiln's detokenizer.
  *   kiln-tokjson --info TOKENIZER.json [CONFIG]   prints vocabulary size, BOS / EOS / EOG ids, the
- *       chat template's length and the tokenizer hash.
+ *       chat template's length and the SHA-256 of TOKENIZER.json.
  *   kiln-tokjson --bench N TOKENIZER.json [CONFIG]  loads the file N times and prints the fastest load.
  * Errors (a load error names the JSON path) go to stderr with exit status 1.
  */
 #include "base/base.h"
+#include "base/sha256.h"
 #include "text/tokenizer.h"
 
 #include <jansson.h>
@@ -112,7 +113,10 @@ int main(int argc, char **argv) {
                kn_tok_add_bos(t), kn_tok_add_eos(t));
         for (size_t i = 0; i < ne; i++) printf(" %d", eos[i]);
         printf(" template %zu sha256 ", tmpl ? strlen(tmpl) : 0);
-        kn_tok_json_hash(t, json, jl, h);
+        kn_sha256 sh; /* of the tokenizer.json bytes, as a model's fingerprint hashes the file */
+        kn_sha256_init(&sh);
+        kn_sha256_update(&sh, json, jl);
+        kn_sha256_final(&sh, h);
         for (int i = 0; i < 32; i++) printf("%02x", h[i]);
         printf("\n");
         kn_tokenizer_free(t);

@@ -5,8 +5,9 @@
  * Both: token embeddings scaled by sqrt(n_embd); pre- and post-norms around attention and FFN
  * (attn_norm, post_attention_norm, ffn_norm, post_ffw_norm); a GELU-gated FFN (tanh approximation);
  * NEOX RoPE; q scaled by 1/sqrt(head_dim), or 1/sqrt(n_embd / n_head) for the 27B models (whose
- * query_pre_attn_scalar is that; the value is not in the file, so it is told by the layer count as
- * llama.cpp does); interleaved sliding-window and global layers: layer l slides when
+ * query_pre_attn_scalar is that; the value is not in a converted GGUF, so it is told by the layer count as
+ * llama.cpp does; {arch}.attention.scale, which a Hugging Face directory's query_pre_attn_scalar becomes,
+ * overrides it); interleaved sliding-window and global layers: layer l slides when
  * l % pattern < pattern - 1 (gemma2: every other layer from 0; gemma3: five of six), over the last
  * {arch}.attention.sliding_window positions. The RMSNorm of Gemma multiplies by (1 + weight); the
  * converter stores 1 + weight, so the file's norm weights are used as they are.
@@ -47,6 +48,7 @@ static kiln_status gemma2_hparams(kiln_model *m) {
     hp->attn_softcap = GEMMA2_ATTN_SOFTCAP;
     hp->logit_softcap = GEMMA2_FINAL_SOFTCAP;
     kiln_status st;
+    if ((st = kn_meta_float(m, "attention.scale", &hp->attn_scale))) return st;
     if ((st = kn_meta_int(m, "attention.sliding_window", false, 0, INT32_MAX, &hp->n_swa))) return st;
     if ((st = kn_meta_float(m, "attn_logit_softcapping", &hp->attn_softcap))) return st;
     return kn_meta_float(m, "final_logit_softcapping", &hp->logit_softcap);
@@ -54,6 +56,8 @@ static kiln_status gemma2_hparams(kiln_model *m) {
 
 static kiln_status gemma3_hparams(kiln_model *m) {
     common_hparams(m, GEMMA3_27B_LAYERS);
+    kiln_status st = kn_meta_float(m, "attention.scale", &m->hp.attn_scale);
+    if (st) return st;
     m->hp.n_swa = 0; /* absent: every layer is global */
     return kn_meta_int(m, "attention.sliding_window", false, 0, INT32_MAX, &m->hp.n_swa);
 }

@@ -181,10 +181,10 @@ static kiln_status read_tensor_info(cursor *c, kn_gguf_tensor *t, uint64_t idx) 
     uint32_t type;
     if ((st = rd_u32(c, &type, "tensor type"))) return st;
     if ((st = rd_u64(c, &t->offset, "tensor offset"))) return st;
-    const kn_type_traits *tr = kn_type_traits_get((int32_t)type);
+    const kn_type_traits *tr = type < KN_DTYPE_FILE_COUNT ? kn_type_traits_get((int32_t)type) : NULL;
     if (!tr)
         return kn_error(KILN_ERR_UNSUPPORTED, "tensor '%.*s' has type %s, which kiln does not support", nl, t->name.ptr,
-                        kn_dtype_name((int32_t)type));
+                        type < KN_DTYPE_FILE_COUNT ? kn_dtype_name((int32_t)type) : "of an unknown id");
     t->type = (kn_dtype)type;
     if (t->ne[0] % tr->block_size != 0)
         return kn_error(KILN_ERR_FORMAT, "tensor '%.*s': row length %lld is not a multiple of the %s block size %d", nl,
@@ -330,12 +330,19 @@ fail:
     return st;
 }
 
-kiln_status kn_gguf_open(const char *path, kn_gguf *out) {
+kiln_status kn_gguf_open_file(const char *path, kn_gguf *out) {
     memset(out, 0, sizeof *out);
     kn_mapping map;
     kiln_status st = kn_map_file(path, &map);
     if (st) return st;
     return kn_gguf_parse(map, out);
+}
+
+kiln_status kn_gguf_open(const char *path, kn_gguf *out) {
+    kiln_status st = kn_gguf_open_file(path, out);
+    uint64_t count = 0;
+    if (!st && kn_gguf_get_u64(out, "split.count", &count) && count > 1) st = kn_gguf_join_split(path, out);
+    return st;
 }
 
 bool kn_str_eq(kn_str s, const char *c) {

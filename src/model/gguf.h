@@ -79,8 +79,16 @@ typedef struct kn_gguf {
 } kn_gguf;
 
 /* Opens and validates path. On failure returns KILN_ERR_IO / KILN_ERR_FORMAT / KILN_ERR_UNSUPPORTED
- * / KILN_ERR_NOMEM with a message naming the problem and its file offset; *out is then zeroed. */
+ * / KILN_ERR_NOMEM with a message naming the problem and its file offset; *out is then zeroed.
+ * A part of a split model (split.count > 1 in its metadata) opens the whole set (kn_gguf_join_split). */
 kiln_status kn_gguf_open(const char *path, kn_gguf *out);
+/* The same for one file only (a split part stays one part). */
+kiln_status kn_gguf_open_file(const char *path, kn_gguf *out);
+/* gguf_split.c: g, opened from path, is one part of a split model (PREFIX-0000i-of-0000N.gguf): opens
+ * the other parts and makes g the whole model (the first part's metadata, every part's tensors; g owns
+ * the parts, map is empty). Checks the set is complete and consistent; errors name the file (missing
+ * part, a part that disagrees, a stray part of another split beside them). On failure g is closed. */
+kiln_status kn_gguf_join_split(const char *path, kn_gguf *g);
 /* Same, over an existing mapping (ownership of map passes to g). */
 kiln_status kn_gguf_parse(kn_mapping map, kn_gguf *out);
 void kn_gguf_close(kn_gguf *g);

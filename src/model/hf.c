@@ -22,6 +22,7 @@
 #define MAX_CONFIG_FILE   ((size_t)4 << 20)
 #define MAX_CHAT_TEMPLATE ((size_t)4 << 20)
 #define MAX_EXPERTS_STACK 4096
+#define GEN_EOS_MAX       64 /* ids in generation_config.json's eos_token_id */
 
 typedef struct kn_hf {
     char dir[2048];
@@ -167,8 +168,10 @@ static const struct {
 } arch_map[] = {
     {"llama", "llama"},   {"mistral", "llama"},   {"mixtral", "llama"},      {"qwen2", "qwen2"},
     {"qwen3", "qwen3"},   {"smollm3", "smollm3"}, {"gemma3", "gemma3"},      {"gemma3_text", "gemma3"},
-    {"gemma2", "gemma2"}, {"phi3", "phi3"},       {"qwen3_moe", "qwen3moe"},
+    {"gemma2", "gemma2"}, {"phi3", "phi3"},       {"qwen3_moe", "qwen3moe"}, {"gpt_oss", "gpt-oss"},
 };
+
+static bool is_gemma(const builder *b);
 
 /* The llama3 RoPE frequency factors (written as rope_freqs.weight, as GGUF converters do). */
 static kiln_status llama3_freqs(builder *b, json_t *rs, double base, int64_t n_rot);
@@ -311,6 +314,11 @@ static kiln_status read_config(builder *b) {
     if (have && (st = set_f32(b, akey(b, k, "attn_logit_softcapping"), v))) return st;
     if ((st = obj_num(h, h->config, "config.json", "final_logit_softcapping", &v, &have))) return st;
     if (have && (st = set_f32(b, akey(b, k, "final_logit_softcapping"), v))) return st;
+    /* Gemma scales queries by 1/sqrt(query_pre_attn_scalar) (head_dim in most models, not all) */
+    if ((st = obj_num(h, h->config, "config.json", "query_pre_attn_scalar", &v, &have))) return st;
+    if (have && !(v > 0 && v < 1e30))
+        return kn_error(KILN_ERR_FORMAT, "%s/config.json: 'query_pre_attn_scalar' = %g is not positive", h->dir, v);
+    if (have && is_gemma(b) && (st = set_f32(b, akey(b, k, "attention.scale"), 1.0 / sqrt(v)))) return st;
     return read_rope_scaling(b, base, n_rot);
 }
 
@@ -335,7 +343,24 @@ static kiln_status read_generation(builder *b) {
                 {"min_p", "general.sampling.min_p"},
                 {"repetition_penalty", "general.sampling.penalty_repeat"}};
     kiln_status st = KILN_OK;
-    if (!json_is_false(json_object_get(g, "do_sample"))) {
+    /* eos_token_id (an id or a list): end-of-generation ids besides the tokenizer's, as a tokenizer.* key
+     * (so the tokenizer hash covers them) that kn_hf_tokenizer applies */
+    json_t *eos = json_object_get(g, "eos_token_id");
+    char ids[GEN_EOS_MAX * 12 + 1] = "";
+    size_t n_ids = 0;
+    for (size_t i = 0; i < (json_is_array(eos) ? json_array_size(eos) : 1) && !st; i++) {
+        json_t *e = json_is_array(eos) ? json_array_get(eos, i) : eos;
+        if (!e || json_is_null(e)) continue;
+        if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) > INT32_MAX ||
+            n_ids == GEN_EOS_MAX)
+            st = kn_error(KILN_ERR_FORMAT, "%s: 'eos_token_id' must be a token id or a list of at most %d", path,
+                          GEN_EOS_MAX);
+        else
+            snprintf(ids + strlen(ids), sizeof ids - strlen(ids), "%s%lld", n_ids++ ? "," : "",
+                     (long long)json_integer_value(e));
+    }
+    if (!st && n_ids) st = set_str(b, "tokenizer.huggingface.generation_eos", ids, strlen(ids));
+    if (!st && !json_is_false(json_object_get(g, "do_sample"))) {
         for (size_t i = 0; i < KN_ARRAY_LEN(keys) && !st; i++) {
             json_t *v = json_object_get(g, keys[i].hf);
             if (json_is_number(v)) st = set_f32(b, keys[i].kiln, json_number_value(v));
@@ -538,7 +563,9 @@ typedef struct conv {
     bool copied; /* data is an owned buffer that may be changed in place */
 } conv;
 
-/* An MLX-quantized weight `base`.weight with its scales and biases: Q4_1 when exact, else F16. */
+/* An MLX-quantized weight `base`.weight with its scales and biases: 8-bit as MLX8 (MLX8_F32 when a scale
+ * or bias is not an fp16 value), 4-bit as Q4_1 when its scales and biases are fp16 values, else F16;
+ * all exact. */
 static kiln_status convert_mlx(builder *b, const char *base, const kn_st_tensor *w, conv *c) {
     kn_hf *h = b->h;
     const char *file = h->st.paths[w->file];
@@ -584,12 +611,12 @@ static kiln_status convert_mlx(builder *b, const char *base, const kn_st_tensor 
     const int64_t ng = cols / group;
     const size_t es = kn_st_dtype_size(s->dtype);
     if (h->headers_only) { /* what a load would most likely make of it, unconverted */
-        c->type = bits == 4 ? KN_Q4_1 : KN_F16;
+        c->type = bits == 4 ? KN_Q4_1 : bits == 8 ? KN_MLX8 : KN_F16;
         c->data = w->data;
         c->nbytes = kn_row_bytes(c->type, cols) * (uint64_t)rows;
         return KILN_OK;
     }
-    bool q41 = bits == 4;
+    bool q41 = bits == 4 || bits == 8; /* scales and biases exact in fp16 (and finite) */
     for (int64_t i = 0; i < rows * ng && q41; i++) {
         const float sv = scalar_f32(s->data + (size_t)i * es, s->dtype),
                     bv = scalar_f32(bi->data + (size_t)i * es, s->dtype);
@@ -597,7 +624,34 @@ static kiln_status convert_mlx(builder *b, const char *base, const kn_st_tensor 
               kn_fp16_to_fp32(kn_fp32_to_fp16(bv)) == bv;
     }
     const size_t row_bytes = (size_t)packed * 4;
-    if (q41) {
+    if (bits == 8) { /* MLX8 (fp16 scale and bias) or MLX8_F32: one block per 32 of the group, the bytes as they are */
+        const bool f32 = !q41;
+        const size_t bs = f32 ? sizeof(kn_block_mlx8_f32) : sizeof(kn_block_mlx8);
+        uint8_t *out = owned(h, (size_t)(rows * cols / 32) * bs);
+        if (!out) return kn_error(KILN_ERR_NOMEM, "out of memory converting '%s'", base);
+        for (int64_t r = 0; r < rows; r++) {
+            const uint8_t *row = w->data + (size_t)r * row_bytes;
+            for (int64_t blk = 0; blk < cols / 32; blk++) {
+                uint8_t *o = out + (size_t)(r * (cols / 32) + blk) * bs;
+                const int64_t gi = r * ng + blk * 32 / group;
+                const float sv = scalar_f32(s->data + (size_t)gi * es, s->dtype),
+                            bv = scalar_f32(bi->data + (size_t)gi * es, s->dtype);
+                if (f32) {
+                    kn_block_mlx8_f32 *b8 = (kn_block_mlx8_f32 *)o;
+                    b8->d = sv;
+                    b8->m = bv;
+                } else {
+                    kn_block_mlx8 *b8 = (kn_block_mlx8 *)o;
+                    b8->d = kn_fp32_to_fp16(sv);
+                    b8->m = kn_fp32_to_fp16(bv);
+                }
+                memcpy(o + bs - 32, row + blk * 32, 32); /* byte k of the little-endian words is value k */
+            }
+        }
+        c->type = f32 ? KN_MLX8_F32 : KN_MLX8;
+        c->data = out;
+        c->nbytes = (uint64_t)(rows * cols / 32) * bs;
+    } else if (q41) {
         kn_block_q4_1 *out = owned(h, (size_t)(rows * cols / 32) * sizeof *out);
         if (!out) return kn_error(KILN_ERR_NOMEM, "out of memory converting '%s'", base);
         for (int64_t r = 0; r < rows; r++) {
@@ -732,6 +786,7 @@ static const struct {
     {"mlp.down_proj", "ffn_down"},
     {"mlp.gate_up_proj", "ffn_up"},
     {"mlp.gate", "ffn_gate_inp"},
+    {"mlp.router", "ffn_gate_inp"}, /* gpt-oss */
     {"mlp.switch_mlp.gate_proj", "ffn_gate_exps"},
     {"mlp.switch_mlp.up_proj", "ffn_up_exps"},
     {"mlp.switch_mlp.down_proj", "ffn_down_exps"},
@@ -757,6 +812,7 @@ static kiln_status map_one(builder *b, const char *base, const char *raw, const 
         for (size_t i = 0; i < KN_ARRAY_LEN(layer_map) && !g; i++)
             if (!strcmp(rest, layer_map[i].hf)) g = layer_map[i].gguf;
         if (g && is_gemma(b) && !strcmp(rest, "post_attention_layernorm")) g = "post_attention_norm";
+        if (g && !strcmp(b->arch, "gpt-oss") && !strcmp(rest, "post_attention_layernorm")) g = "attn_post_norm";
         int e = -1, eu = 0;
         char proj[32];
         if (!g && sscanf(rest, "mlp.experts.%d.%n", &e, &eu) == 1 && eu > 0 &&
@@ -830,6 +886,83 @@ static kiln_status stack_experts(builder *b, int64_t n_layer, int64_t n_exp) {
     return KILN_OK;
 }
 
+/* A gpt-oss expert tensor `raw`.{gate_up,down}_proj_{blocks,scales,bias} as `part`, checked: U8
+ * blocks [E][R][nb][16] and scales [E][R][nb], a float bias [E][R]. */
+static kiln_status oss_part(builder *b, const char *raw, const char *part, int n_dims, const kn_st_tensor *like,
+                            const kn_st_tensor **out) {
+    char nm[1200];
+    snprintf(nm, sizeof nm, "%s.%s", raw, part);
+    const kn_st_tensor *t = kn_st_find(&b->h->st, nm);
+    bool ok = t && t->n_dims == n_dims;
+    if (ok && n_dims == 2) ok = t->dtype == KN_ST_F32 || t->dtype == KN_ST_F16 || t->dtype == KN_ST_BF16;
+    else if (ok) ok = t->dtype == KN_ST_U8 && (n_dims != 4 || t->shape[3] == 16);
+    for (int i = 0; ok && like && i < n_dims && i < 3; i++) ok = t->shape[i] == like->shape[i];
+    if (!ok)
+        return kn_error(KILN_ERR_FORMAT, "%s: tensor '%s' is missing or not %s", b->h->dir, nm,
+                        n_dims == 4   ? "U8 [experts][rows][blocks][16]"
+                        : n_dims == 3 ? "U8 [experts][rows][blocks] like its blocks"
+                                      : "a float [experts][rows] like its blocks");
+    *out = t;
+    return KILN_OK;
+}
+
+/* gpt-oss experts (model.layers.L.mlp.experts.{gate_up,down}_proj_{blocks,scales,bias}: MXFP4 with the
+ * two 4-bit values of byte k being elements 2k (low nibble) and 2k + 1, one E8M0 scale per 32; gate_up
+ * interleaves the gate (even rows) and up (odd rows) projections) as GGUF's ffn_{gate,up,down}_exps
+ * MXFP4 weights (nibbles in the block layout of quant.h) and F32 biases. */
+static kiln_status oss_experts(builder *b, const char *raw, int layer, bool gate_up) {
+    kn_hf *h = b->h;
+    const kn_st_tensor *bl, *sc, *bi;
+    kiln_status st;
+    if ((st = oss_part(b, raw, gate_up ? "gate_up_proj_blocks" : "down_proj_blocks", 4, NULL, &bl))) return st;
+    if ((st = oss_part(b, raw, gate_up ? "gate_up_proj_scales" : "down_proj_scales", 3, bl, &sc))) return st;
+    if ((st = oss_part(b, raw, gate_up ? "gate_up_proj_bias" : "down_proj_bias", 2, bl, &bi))) return st;
+    const int64_t E = bl->shape[0], R = bl->shape[1], nb = bl->shape[2], nout = gate_up ? 2 : 1, rows = R / nout;
+    if (E < 1 || R % nout || nb < 1 || E > MAX_EXPERTS_STACK)
+        return kn_error(KILN_ERR_FORMAT, "%s: tensor '%s.%s' has a bad shape", h->dir, raw,
+                        gate_up ? "gate_up_proj_blocks" : "down_proj_blocks");
+    static const char *const names[3] = {"gate", "up", "down"};
+    for (int o = 0; o < nout; o++) {
+        const char *which = gate_up ? names[o] : names[2];
+        conv w = {.type = KN_MXFP4, .n_dims = 3, .ne = {nb * 32, rows, E, 1}};
+        w.nbytes = (uint64_t)(E * rows * nb) * sizeof(kn_block_mxfp4);
+        conv c = {.type = KN_F32, .n_dims = 2, .ne = {rows, E, 1, 1}};
+        c.nbytes = (uint64_t)(E * rows) * sizeof(float);
+        if (h->headers_only) {
+            w.data = bl->data;
+            c.data = bi->data;
+        } else {
+            kn_block_mxfp4 *q = owned(h, (size_t)w.nbytes);
+            float *v = owned(h, (size_t)c.nbytes);
+            if (!q || !v) return kn_error(KILN_ERR_NOMEM, "out of memory converting '%s'", raw);
+            const size_t es = kn_st_dtype_size(bi->dtype);
+            for (int64_t e = 0; e < E; e++)
+                for (int64_t r = 0; r < rows; r++) {
+                    const int64_t src = e * R + r * nout + o; /* row of the source */
+                    v[e * rows + r] = scalar_f32(bi->data + (size_t)src * es, bi->dtype);
+                    for (int64_t k = 0; k < nb; k++) {
+                        const uint8_t *in = bl->data + (size_t)((src * nb + k) * 16);
+                        kn_block_mxfp4 *out = &q[(e * rows + r) * nb + k];
+                        out->e = sc->data[src * nb + k];
+                        for (int j = 0; j < 16; j++) {
+                            const int lo = (in[j >> 1] >> ((j & 1) * 4)) & 15;       /* element j */
+                            const int hi = (in[8 + (j >> 1)] >> ((j & 1) * 4)) & 15; /* element j + 16 */
+                            out->qs[j] = (uint8_t)(lo | hi << 4);
+                        }
+                    }
+                }
+            w.data = (const uint8_t *)q;
+            c.data = (const uint8_t *)v;
+        }
+        char name[96];
+        snprintf(name, sizeof name, "blk.%d.ffn_%s_exps.weight", layer, which);
+        if ((st = put(b, name, &w))) return st;
+        snprintf(name, sizeof name, "blk.%d.ffn_%s_exps.bias", layer, which);
+        if ((st = put(b, name, &c))) return st;
+    }
+    return KILN_OK;
+}
+
 static kiln_status map_tensors(builder *b) {
     kn_hf *h = b->h;
     kiln_status st;
@@ -850,6 +983,21 @@ static kiln_status map_tensors(builder *b) {
             char wn[1200];
             snprintf(wn, sizeof wn, "%.*s.weight", (int)(strrchr(t->name, '.') - t->name), t->name);
             if (kn_st_find(&h->st, wn)) continue; /* part of an MLX-quantized weight */
+        }
+        int layer = -1, used = 0;
+        if (sscanf(base, "model.layers.%d.%n", &layer, &used) == 1 && used > 0 && layer >= 0) {
+            if (!strcmp(base + used, "self_attn") && !strcmp(suffix, "sinks")) { /* gpt-oss */
+                char name[96];
+                conv c;
+                snprintf(name, sizeof name, "blk.%d.attn_sinks.weight", layer);
+                if ((st = convert(b, raw, suffix, t, &c)) || (st = put(b, name, &c))) return st;
+                continue;
+            }
+            if (!strcmp(base + used, "mlp.experts") && strstr(suffix, "_proj_")) { /* gpt-oss MXFP4 experts */
+                if (!strcmp(suffix, "gate_up_proj_blocks") || !strcmp(suffix, "down_proj_blocks"))
+                    if ((st = oss_experts(b, raw, layer, !strcmp(suffix, "gate_up_proj_blocks")))) return st;
+                continue; /* the scales and biases go with the blocks */
+            }
         }
         if (strcmp(suffix, "weight") && strcmp(suffix, "bias")) {
             KN_LOGD("%s: ignoring tensor '%s'", h->dir, t->name);
@@ -908,6 +1056,9 @@ static kiln_status read_quantization(kn_hf *h) {
     if (!q) q = json_object_get(h->config_root, "quantization_config");
     if (!q || json_is_null(q)) return KILN_OK;
     json_t *bb = json_object_get(q, "bits"), *gg = json_object_get(q, "group_size");
+    const char *method = json_string_value(json_object_get(q, "quant_method"));
+    if (method && !strcmp(method, "mxfp4") && !json_is_integer(bb))
+        return KILN_OK; /* gpt-oss: the experts' *_blocks / *_scales tensors carry it (oss_experts) */
     if (!json_is_object(q) || !json_is_integer(bb) || !json_is_integer(gg)) {
         if (json_is_object(q) && json_object_get(q, "quant_method"))
             return kn_error(KILN_ERR_UNSUPPORTED,
@@ -988,6 +1139,24 @@ kiln_status kn_hf_tokenizer(const kn_gguf *g, kn_tokenizer **out) {
     const kn_hf *h = g->owner_free == hf_free ? g->owner : NULL;
     if (!h || !h->tok_json) return kn_error(KILN_ERR_INVALID_ARG, "not a Hugging Face model directory");
     kiln_status st = kn_tokenizer_load_hf(h->tok_json, h->tok_len, h->tok_cfg, h->tok_cfg_len, out);
-    if (st) kn_error_prefix("%s/tokenizer.json", h->dir);
+    if (st) {
+        kn_error_prefix("%s/tokenizer.json", h->dir);
+        return st;
+    }
+    /* generation_config.json's eos_token_id (read_generation wrote them as "1,106") */
+    const kn_gguf_kv *kv = kn_gguf_find(g, "tokenizer.huggingface.generation_eos");
+    for (const char *p = kv ? kv->str.ptr : NULL; p && *p && !st;) {
+        char *end;
+        long id = strtol(p, &end, 10);
+        if (id >= kn_tok_n_vocab(*out))
+            KN_LOGW("%s/generation_config.json: eos_token_id %ld is not a token (the vocabulary has %d)", h->dir, id,
+                    kn_tok_n_vocab(*out));
+        else st = kn_tok_add_eog(*out, (int32_t)id);
+        p = *end == ',' ? end + 1 : NULL;
+    }
+    if (st) {
+        kn_tokenizer_free(*out);
+        *out = NULL;
+    }
     return st;
 }

@@ -14,8 +14,17 @@
  *     rotate-half order of Hugging Face checkpoints, and Gemma's norm weights get the +1 GGUF bakes in.
  *   - MLX affine quantization (w = scale * q + bias per group, q packed little-endian in uint32):
  *     4-bit weights whose scales and biases are exact in f16 become Q4_1 blocks (the same formula,
- *     the group's scale and bias repeated per 32 elements, so the values are unchanged); every other
- *     width (2, 3, 6, 8 bits) or scale outside f16 is dequantized at load to F16.
+ *     the group's scale and bias repeated per 32 elements, so the values are unchanged); 8-bit weights
+ *     become kiln's MLX8 blocks (quant.h: the same formula with q in 0..255; MLX8_F32 when a scale or
+ *     bias is not an f16 value), also exact; every other width (2, 3, 6 bits), or 4 bits with a scale
+ *     outside f16, is dequantized at load to F16.
+ *   - gpt-oss (model_type gpt_oss): the experts' MXFP4 `*_blocks` / `*_scales` (two values a byte,
+ *     element 2k in the low nibble) become GGUF's MXFP4 blocks (nibbles as quant.h lays them out), the
+ *     interleaved gate_up rows the ffn_gate_exps / ffn_up_exps tensors, the biases F32; self_attn.sinks
+ *     is attn_sinks; quantization_config's quant_method mxfp4 needs no other handling.
+ *   - generation_config.json: eos_token_id (an id or a list) as tokenizer.huggingface.generation_eos
+ *     ("1,106"), which kn_hf_tokenizer makes end-of-generation tokens; the sampling settings as
+ *     general.sampling.*. Gemma's query_pre_attn_scalar becomes {arch}.attention.scale.
  * Converted tensors live in buffers g owns until kn_gguf_close, so while the loader copies them a
  * converted tensor is in memory twice (with use_mmap, for the model's life once).
  * The tokenizer is read from tokenizer.json by kn_hf_tokenizer; its bytes (and tokenizer_config.json
@@ -37,7 +46,7 @@ bool kn_hf_is_dir(const char *path);
  * Errors (KILN_ERR_FORMAT / IO / UNSUPPORTED) name the file and the key or tensor. */
 kiln_status kn_hf_open(const char *dir, kn_gguf *g);
 /* The same without converting any tensor (for listings and `kiln inspect`): every key/value, tensor name,
- * type and shape is what kn_hf_open gives (an MLX weight's type assumed Q4_1 at 4 bits), but the
+ * type and shape is what kn_hf_open gives (an MLX weight's type assumed Q4_1 at 4 bits, MLX8 at 8), but the
  * tensors' data views point at the unconverted bytes and must not be read as their type. */
 kiln_status kn_hf_open_headers(const char *dir, kn_gguf *g);
 

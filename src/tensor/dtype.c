@@ -183,6 +183,10 @@ static const kn_type_traits traits[KN_DTYPE_COUNT] = {
                    kn_iq4_xs_vec_dot_q8_k},
     [KN_MXFP4] = {"MXFP4", KN_QK_MXFP4, sizeof(kn_block_mxfp4), KN_Q8_0, kn_mxfp4_to_float, kn_mxfp4_from_float,
                   kn_mxfp4_vec_dot_q8_0},
+    [KN_MLX8] = {"MLX8", KN_QK_MLX8, sizeof(kn_block_mlx8), KN_Q8_0, kn_mlx8_to_float, kn_mlx8_from_float,
+                 kn_mlx8_vec_dot_q8_0},
+    [KN_MLX8_F32] = {"MLX8_F32", KN_QK_MLX8, sizeof(kn_block_mlx8_f32), KN_Q8_0, kn_mlx8_f32_to_float,
+                     kn_mlx8_f32_from_float, kn_mlx8_f32_vec_dot_q8_0},
 };
 
 /* Names of GGUF type ids kiln does not support, for error messages (ids whose types were removed from

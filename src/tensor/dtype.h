@@ -36,8 +36,13 @@ typedef enum kn_dtype {
     KN_IQ4_XS = 23,
     KN_BF16 = 30,
     KN_MXFP4 = 39,
-    KN_DTYPE_COUNT = 40
+    /* kiln's own formats, made at load and never read from a file (ids from KN_DTYPE_FILE_COUNT on) */
+    KN_MLX8 = 40,     /* MLX 8-bit affine, fp16 scale and bias (quant.h) */
+    KN_MLX8_F32 = 41, /* the same with fp32 scale and bias */
+    KN_DTYPE_COUNT = 42
 } kn_dtype;
+
+#define KN_DTYPE_FILE_COUNT 40 /* type ids a GGUF file may use are below this */
 
 typedef void (*kn_to_float_fn)(const void *src, float *dst, int64_t n);
 typedef void (*kn_from_float_fn)(const float *src, void *dst, int64_t n);

@@ -92,6 +92,8 @@ REF_GEMM(gemm_ref_q3_k, KN_Q3_K)
 REF_GEMM(gemm_ref_iq4_nl, KN_IQ4_NL)
 REF_GEMM(gemm_ref_iq4_xs, KN_IQ4_XS)
 REF_GEMM(gemm_ref_mxfp4, KN_MXFP4)
+REF_GEMM(gemm_ref_mlx8, KN_MLX8)
+REF_GEMM(gemm_ref_mlx8_f32, KN_MLX8_F32)
 
 static void init_ref(kn_kernels *k) {
     memset(k, 0, sizeof *k);
@@ -116,6 +118,8 @@ static void init_ref(kn_kernels *k) {
     k->gemm[KN_IQ4_NL] = gemm_ref_iq4_nl;
     k->gemm[KN_IQ4_XS] = gemm_ref_iq4_xs;
     k->gemm[KN_MXFP4] = gemm_ref_mxfp4;
+    k->gemm[KN_MLX8] = gemm_ref_mlx8;
+    k->gemm[KN_MLX8_F32] = gemm_ref_mlx8_f32;
     const kn_dtype acts[] = {KN_Q8_0, KN_Q8_1, KN_Q8_K};
     for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++)
         k->quantize[acts[i]] = kn_type_traits_get(acts[i])->from_float;

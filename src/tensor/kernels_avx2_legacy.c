@@ -473,7 +473,8 @@ AI kn_half quant_block_q8(const float *x, int8_t *qs, int *sum) {
 
 KN_Q8_QUANTIZERS(quant_block_q8)
 
-/* Test hook (tests/unit/test_kernels_legacy.c): selects the block-format kernels of set k with
+/* Test hook (tests/unit/test_kernels_legacy.c, test_kernels_mlx.c): selects the block-format kernels
+ * (and the MLX 8-bit ones of kernels_avx2_mlx.c) of set k with
  * AVX-VNNI (use_vnni, honoured only on CPUs with AVX-VNNI) or without. Returns whether the VNNI ones
  * are selected. Both give bit-identical results. */
 bool kn__avx2_legacy_vnni(kn_kernels *k, bool use_vnni);
@@ -484,6 +485,7 @@ bool kn__avx2_legacy_vnni(kn_kernels *k, bool use_vnni) {
     k->gemm[KN_Q5_0] = v ? gemm_q5_0_vnni : gemm_q5_0;
     k->gemm[KN_Q5_1] = v ? gemm_q5_1_vnni : gemm_q5_1;
     k->gemm[KN_Q8_0] = v ? gemm_q8_0_vnni : gemm_q8_0;
+    kn_avx2_init_mlx(k, v);
     return v;
 }
 

@@ -54,6 +54,10 @@
  *                   sa = fmaf((float)S, fp16(w.d) * x.d, sa);        result = sa
  *      IQ4_XS:      S  = sum_j (ls[j] - 32) * (sum over sub-block j of kv[q[e]] * xq[e]), 8 sub-blocks
  *                   sa = fmaf((float)S, fp16(w.d) * x.d, sa);        result = sa
+ *  MLX8, MLX8_F32 x Q8_0 (q unsigned 0..255, offset m): 16 lanes, lane L = 2 (b % 8) + (e % 8 >= 4),
+ *      p = sum of q[e] * xq[e], sx = sum of xq[e] over the lane's elements of block b (exact),
+ *      acc[L] = fmaf((float)p, d * fp16(x.d), acc[L]);  acc[L] = fmaf((float)sx, m * fp16(x.d), acc[L])
+ *    for b in order, result kn_reduce16(acc) (quant_mlx.c).
  *  IQ4_NL, MXFP4 x Q8_0: as Q5_0 with code = kv[q] (the format's table) and, for MXFP4,
  *      s = e8m0_half(w.e) * fp16(x.d).
  *    The activation quants of these five formats must be in -127..127 (what kiln's Q8_0 / Q8_K quantizers
@@ -287,6 +291,24 @@ static inline float kn_e8m0_half(uint8_t e) {
     return v.f;
 }
 
+/* MLX8, MLX8_F32 (kiln's own, never in a file; see quant_mlx.c): x[e] = d * q[e] + m, q in 0..255 (one
+ * byte per element, element e at qs[e]): MLX's 8-bit affine quantization held exactly. MLX8 stores d
+ * and m as fp16 (36 bytes / 32 elements), MLX8_F32 as fp32 (40 bytes), for sources whose scales or biases
+ * fp16 cannot hold exactly. Both take Q8_0 activations. */
+#define KN_QK_MLX8 32
+typedef struct kn_block_mlx8 {
+    kn_half d;
+    kn_half m;
+    uint8_t qs[KN_QK_MLX8];
+} kn_block_mlx8;
+_Static_assert(sizeof(kn_block_mlx8) == 36, "MLX8 block must be 36 bytes");
+typedef struct kn_block_mlx8_f32 {
+    float d;
+    float m;
+    uint8_t qs[KN_QK_MLX8];
+} kn_block_mlx8_f32;
+_Static_assert(sizeof(kn_block_mlx8_f32) == 40, "MLX8_F32 block must be 40 bytes");
+
 /* Q8_K: x[e] = d * qs[e] with an fp32 d; bsums[j] = sum of qs[16j .. 16j+15]. Activation format of the K
  * weight formats (bsums apply Q4_K/Q5_K mins and Q6_K's -32 offset per sub-block). 292 bytes / 256. */
 typedef struct kn_block_q8_k {
@@ -384,6 +406,14 @@ float kn_iq4_xs_vec_dot_q8_k(int64_t n, const void *w, const void *x);
 void kn_mxfp4_to_float(const void *src, float *dst, int64_t n);
 void kn_mxfp4_from_float(const float *src, void *dst, int64_t n);
 float kn_mxfp4_vec_dot_q8_0(int64_t n, const void *w, const void *x);
+
+/* quant_mlx.c */
+void kn_mlx8_to_float(const void *src, float *dst, int64_t n);
+void kn_mlx8_from_float(const float *src, void *dst, int64_t n);
+float kn_mlx8_vec_dot_q8_0(int64_t n, const void *w, const void *x);
+void kn_mlx8_f32_to_float(const void *src, float *dst, int64_t n);
+void kn_mlx8_f32_from_float(const float *src, void *dst, int64_t n);
+float kn_mlx8_f32_vec_dot_q8_0(int64_t n, const void *w, const void *x);
 
 /* ---- helpers shared by the quantizers ---- */
 

@@ -20,8 +20,6 @@
 #include "text/tok_tj.h"
 #include "text/unicode.h"
 
-#include "base/sha256.h"
-
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -852,20 +850,16 @@ const char *kn_tok_chat_template(const kn_tokenizer *t, const char *name) {
     return NULL;
 }
 
+kiln_status kn_tok_add_eog(kn_tokenizer *t, int32_t id) {
+    if (!t || id < 0 || id >= t->n_vocab) return kn_error(KILN_ERR_INVALID_ARG, "token id %d is out of range", id);
+    if (t->tj && !t->tok[id].eog && !kn_ivec_push(&t->tj->eos_ids, id)) return KILN_ERR_NOMEM;
+    t->tok[id].eog = true;
+    return KILN_OK;
+}
+
 size_t kn_tok_eos_ids(const kn_tokenizer *t, const int32_t **ids) {
     *ids = NULL;
     if (!t || !t->tj) return 0;
     *ids = t->tj->eos_ids.v;
     return t->tj->eos_ids.n;
-}
-
-void kn_tok_json_hash(const kn_tokenizer *t, const char *tokenizer_json, size_t len, uint8_t out[32]) {
-    kn_sha256 h;
-    kn_sha256_init(&h);
-    kn_sha256_update(&h, tokenizer_json, len);
-    /* the config fields that change what encoding gives */
-    char extra[64];
-    snprintf(extra, sizeof extra, "|bos=%d|eos=%d|pad=%d", t->bos, t->eos, t->pad);
-    kn_sha256_update(&h, extra, strlen(extra));
-    kn_sha256_final(&h, out);
 }

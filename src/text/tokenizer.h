@@ -33,14 +33,12 @@ kiln_status kn_tokenizer_load_hf(const char *tokenizer_json, size_t len, const c
  *   the entry named "default" of a list), a name gives that entry of the list; NULL when none. Valid
  *   as long as the tokenizer.
  * kn_tok_eos_ids: the end-of-generation ids, the config's eos_token first (*ids valid as long as the
- *   tokenizer).
- * kn_tok_json_hash: the tokenizer hash of t, loaded from tokenizer_json[0..len): SHA-256 of those
- *   bytes followed by the text "|bos=B|eos=E|pad=P" of the ids the config names (the config fields
- *   that change what encoding gives). Computed on demand (hashing 30 MB is a third of a load); a
- *   model loader that hashes the files into its own fingerprint may use that instead. */
+ *   tokenizer). */
 const char *kn_tok_chat_template(const kn_tokenizer *t, const char *name);
 size_t kn_tok_eos_ids(const kn_tokenizer *t, const int32_t **ids);
-void kn_tok_json_hash(const kn_tokenizer *t, const char *tokenizer_json, size_t len, uint8_t out[32]);
+/* Makes token id (0 <= id < n_vocab) end generation too (a model's generation config naming more
+ * end-of-generation ids than its tokenizer files); it joins kn_tok_eos_ids' list once. */
+kiln_status kn_tok_add_eog(kn_tokenizer *t, int32_t id);
 void kn_tokenizer_free(kn_tokenizer *t);
 
 int32_t kn_tok_n_vocab(const kn_tokenizer *t);

@@ -89,7 +89,7 @@ STORY
   within "$P4" "$P32" 0.05 && pass hf_mlx4_perplexity || fail hf_mlx4_perplexity "f32 $P32, mlx4 $P4"
   # a synthetic model of each family: the converted directory generates the GGUF's greedy text
   if [ -x "$BUILD/kiln-gen" ]; then
-    for p in tiny-llama-plain tiny-qwen2 tiny-qwen3 tiny-gemma3 tiny-phi3 tiny-qwen3moe; do
+    for p in tiny-llama-plain tiny-qwen2 tiny-qwen3 tiny-gemma3 tiny-phi3 tiny-qwen3moe tiny-gptoss; do
       "$BUILD/kiln-gen" --preset $p --type f32 -o "$TMP/$p.gguf" >/dev/null 2>&1 &&
         "$HF" "$TMP/$p.gguf" "$TMP/$p" 2>/dev/null || { fail hf_family_$p "conversion failed"; continue; }
       "$KILN" run -m "$TMP/$p.gguf" -p "hello world" -n 24 --temp 0 --ignore-eos >"$TMP/g.txt" 2>/dev/null
@@ -97,8 +97,46 @@ STORY
       if [ -s "$TMP/g.txt" ] && cmp -s "$TMP/g.txt" "$TMP/h.txt"; then pass hf_family_$p; else
         fail hf_family_$p "$(head -c 300 "$TMP/h.err")"; fi
     done
+    # gemma3's query_pre_attn_scalar: head_dim (what the GGUF implies) changes nothing, another value does
+    G3="$TMP/tiny-gemma3"
+    HD=$(sed -n 's/^ *"head_dim": \([0-9]*\).*/\1/p' "$G3/config.json")
+    if [ -n "$HD" ] && [ -s "$TMP/tiny-gemma3.gguf" ]; then
+      "$KILN" run -m "$TMP/tiny-gemma3.gguf" -p "hello world" -n 24 --temp 0 --ignore-eos >"$TMP/g.txt" 2>/dev/null
+      for v in "$HD" 7; do
+        cp -r "$G3" "$TMP/qpas$v"
+        sed "s/\"model_type\": \"gemma3_text\",/\"model_type\": \"gemma3_text\", \"query_pre_attn_scalar\": $v,/" \
+          "$G3/config.json" >"$TMP/qpas$v/config.json"
+        "$KILN" run -m "$TMP/qpas$v" -p "hello world" -n 24 --temp 0 --ignore-eos >"$TMP/q$v.txt" 2>/dev/null
+      done
+      grep -q query_pre_attn_scalar "$TMP/qpas7/config.json" && cmp -s "$TMP/g.txt" "$TMP/q$HD.txt" &&
+        [ -s "$TMP/q7.txt" ] && ! cmp -s "$TMP/g.txt" "$TMP/q7.txt" && pass hf_gemma3_query_pre_attn_scalar ||
+        fail hf_gemma3_query_pre_attn_scalar "head_dim $HD"
+    else fail hf_gemma3_query_pre_attn_scalar "no head_dim in $G3/config.json"; fi
   else skip hf_families "no kiln-gen"; fi
 fi
+
+# generation_config.json's eos_token_id (a list) ends generation: here the id of the story's first name
+cp -r "$TMP/f32" "$TMP/geneos"
+NAME_ID=$("$KILN" tokenize -m "$TMP/f32" -p "Once upon a time, there was a little girl named Lily" --ids --no-bos 2>/dev/null |
+  awk '{ print $NF }')
+printf '{"eos_token_id": [2, %s], "do_sample": false}\n' "$NAME_ID" >"$TMP/geneos/generation_config.json"
+"$KILN" run -m "$TMP/geneos" -p "Once upon a time" -n 64 --temp 0 >"$TMP/geneos.txt" 2>"$TMP/geneos.err"
+if [ -n "$NAME_ID" ] && grep -q "girl named" "$TMP/geneos.txt" && ! grep -q "Lily" "$TMP/geneos.txt" &&
+  grep -q "Lily" "$TMP/hf.txt"; then pass hf_generation_eos_ids; else
+  fail hf_generation_eos_ids "id '$NAME_ID': $(head -c 300 "$TMP/geneos.txt" "$TMP/geneos.err")"; fi
+printf '{"eos_token_id": "two"}\n' >"$TMP/geneos/generation_config.json"
+expect_exit hf_generation_eos_bad 1 "$KILN" run -m "$TMP/geneos" -p x -n 1
+grep -q "generation_config.json: 'eos_token_id'" "$TMP/err" && pass hf_generation_eos_bad_named ||
+  fail hf_generation_eos_bad_named "$(cat "$TMP/err")"
+# the 8-bit MLX copy is held as MLX8 blocks (exact), listed as such
+"$KILN" run -m "$TMP/mlx8" -p "Once" -n 1 --temp 0 -v >/dev/null 2>"$TMP/mlx8.err"
+grep -q "MLX8" "$TMP/mlx8.err" && pass hf_mlx8_type || fail hf_mlx8_type "$(grep -i "llama" "$TMP/mlx8.err" | head -3)"
+# ... whose values are MLX's scale * q + bias exactly: the MLX8 blocks written back as F32 by kiln-hf
+# dequantize to the bytes `inspect --dequant` computes from the MLX tensors
+"$HF" "$TMP/mlx8" "$TMP/mlx8f32" 2>/dev/null
+"$KILN" inspect "$TMP/mlx8" --tensor model.layers.0.mlp.up_proj.weight --dequant >"$TMP/m8a.bin" 2>/dev/null
+"$KILN" inspect "$TMP/mlx8f32" --tensor model.layers.0.mlp.up_proj.weight --dequant >"$TMP/m8b.bin" 2>/dev/null
+[ -s "$TMP/m8a.bin" ] && cmp -s "$TMP/m8a.bin" "$TMP/m8b.bin" && pass hf_mlx8_exact || fail hf_mlx8_exact
 
 # bad directories: exit 1 and name the file
 cp -r "$TMP/f32" "$TMP/bad"

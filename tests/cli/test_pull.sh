@@ -36,8 +36,12 @@ echo '{"drop": ["model.safetensors"], "e503": ["tokenizer.json"], "revs": {"v1":
 G="$R/acme/stories-GGUF"
 cp "$S" "$G/stories260K-Q4_0.gguf"
 cp "$S" "$G/stories260K-Q8_0.gguf"
-head -c 5000 /dev/urandom >"$G/stories260K-Q2_K-00001-of-00002.gguf"
-head -c 3000 /dev/urandom >"$G/stories260K-Q2_K-00002-of-00002.gguf"
+if [ -x "$BUILD/kiln-gguf-split" ]; then # a real split model (runs after the pull)
+  "$BUILD/kiln-gguf-split" "$S" "$G/stories260K-Q2_K" 2
+else
+  head -c 5000 /dev/urandom >"$G/stories260K-Q2_K-00001-of-00002.gguf"
+  head -c 3000 /dev/urandom >"$G/stories260K-Q2_K-00002-of-00002.gguf"
+fi
 head -c 2000 /dev/urandom >"$G/mmproj-stories-F16.gguf"
 echo '# stories' >"$G/README.md"
 cp "$S" "$R/acme/gated-GGUF/g-Q4_0.gguf"
@@ -144,6 +148,11 @@ k run -m acme/stories-GGUF:Q4_0 -p "Once upon a time" -n 8 --temp 0 >"$TMP/run" 
   fail run_pulled_quant_by_name "exit $st: $(cat "$TMP/run" "$TMP/err")"
 k run acme/stories-GGUF:Q4_0 -p "Once upon a time" -n 8 --temp 0 >"$TMP/run2" 2>"$TMP/err"; st=$?
 [ $st -eq 0 ] && cmp -s "$TMP/run2" "$TMP/run.ref" && pass run_model_named_first || fail run_model_named_first "exit $st: $(cat "$TMP/err")"
+if [ -x "$BUILD/kiln-gguf-split" ]; then
+  k run -m acme/stories-GGUF:Q2_K -p "Once upon a time" -n 8 --temp 0 >"$TMP/run3" 2>"$TMP/err"; st=$?
+  [ $st -eq 0 ] && cmp -s "$TMP/run3" "$TMP/run.ref" && pass run_pulled_split_quant ||
+    fail run_pulled_split_quant "exit $st: $(cat "$TMP/err")"
+else skip run_pulled_split_quant "no kiln-gguf-split"; fi
 k ls >"$TMP/ls" 2>"$TMP/ls.err"
 if grep -q "^acme/stories-GGUF:stories260K-Q4_0 .*llama" "$TMP/ls" && grep -q "^acme/tiny .*llama .*BF16 .*2048 .*$SNAP" "$TMP/ls"; then
   pass ls_lists_pulled_models; else fail ls_lists_pulled_models "$(cat "$TMP/ls" "$TMP/ls.err")"; fi

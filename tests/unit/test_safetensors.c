@@ -298,7 +298,8 @@ static void test_roundtrip_stories(void) {
     compare_models(g, d, true);
 }
 
-/* MLX copies: 4-bit becomes Q4_1 with the formula's values; 8-bit F16 within rounding of it. */
+/* MLX copies: 4-bit becomes Q4_1 and 8-bit MLX8, both with the formula's values; 3-bit F16 within
+ * rounding of it. */
 static void test_mlx_load(void) {
     const char *g = kt_data("models/stories260K/stories260K.gguf");
     if (!kt_exists(g)) SKIP("no stories260K");
@@ -315,7 +316,7 @@ static void test_mlx_load(void) {
         const kn_safetensors *st = kn_hf_safetensors(&h);
         CHECK(st);
         const kn_gguf_tensor *t = kn_gguf_find_tensor(&h, "blk.0.ffn_up.weight");
-        CHECK(t && t->type == (widths[wi] == 4 ? KN_Q4_1 : KN_F16));
+        CHECK(t && t->type == (widths[wi] == 4 ? KN_Q4_1 : widths[wi] == 8 ? KN_MLX8 : KN_F16));
         const kn_st_tensor *w = kn_st_find(st, "model.layers.0.mlp.up_proj.weight"),
                            *s = kn_st_find(st, "model.layers.0.mlp.up_proj.scales"),
                            *b = kn_st_find(st, "model.layers.0.mlp.up_proj.biases");
@@ -328,7 +329,7 @@ static void test_mlx_load(void) {
         kn_type_traits_get(t->type)->to_float(t->data, got, rows * cols);
         bool ok = true;
         for (int64_t i = 0; i < rows * cols && ok; i++)
-            ok = widths[wi] == 4 ? got[i] == ref[i] : got[i] == kn_fp16_to_fp32(kn_fp32_to_fp16(ref[i]));
+            ok = widths[wi] != 3 ? got[i] == ref[i] : got[i] == kn_fp16_to_fp32(kn_fp32_to_fp16(ref[i]));
         free(ref);
         free(got);
         kn_gguf_close(&h);

@@ -286,7 +286,8 @@ static kiln_status check_shape(const char *name, uint32_t n_dims, const int64_t 
     if (n_dims < 1 || n_dims > KN_MAX_DIMS || !ne)
         return kn_error(KILN_ERR_INVALID_ARG, "gguf writer: tensor '%s' has %u dimensions (1 to %d allowed)", name,
                         n_dims, KN_MAX_DIMS);
-    const kn_type_traits *tr = kn_type_traits_get((int32_t)type);
+    /* kiln's own types (MLX8...) exist only in memory: no file may hold them */
+    const kn_type_traits *tr = (int32_t)type < KN_DTYPE_FILE_COUNT ? kn_type_traits_get((int32_t)type) : NULL;
     if (!tr)
         return kn_error(KILN_ERR_INVALID_ARG, "gguf writer: tensor '%s' has unsupported type %s", name,
                         kn_dtype_name((int32_t)type));
