@@ -279,7 +279,10 @@ static const char *const gptoss_types[] = {"F32", "F16", "Q8_0", "Q4_0", "Q4_K",
  * models (test_model_types). The median, because routing is discontinuous: where quantization
  * noise moves a token's router logits across the top-k cut, that token takes another expert and
  * its logits differ by far more (measured up to 0.17 at single positions with top-2 of 8), which is
- * the model's behaviour, not an error; a wrong expert layout or weight moves every position. */
+ * the model's behaviour, not an error; a wrong expert layout or weight moves every position.
+ * gpt-oss within 8e-2: every quantized file of it holds MXFP4 experts (4 bits whatever --type), so
+ * its Q6_K file is about as far from F32 as its Q4_K one (measured: Q6_K 4.8e-2, Q4_K 5.1e-2 and 6.5e-2
+ * on two draws of the weights). */
 static double median_rel(const float *a, const float *b, int n, int V) {
     double rel[64];
     for (int p = 0; p < n; p++) {
@@ -328,7 +331,7 @@ static int grouped_vs_plain(const kiln_model *m) {
     return 1;
 }
 
-static void check_family(const char *preset, const char *const *list) {
+static void check_family(const char *preset, const char *const *list, double q_tol) {
     if (!kt_exists(gen_path())) SKIP("no %s", gen_path());
     enum { N = 12 };
     for (size_t i = 0; list[i]; i++) {
@@ -355,16 +358,16 @@ static void check_family(const char *preset, const char *const *list) {
         kiln_model_free(q);
         kiln_model_free(r);
         CHECK(ok);
-        const double tol = list[i][0] == 'F' ? 1e-5 : 0.06;
+        const double tol = list[i][0] == 'F' ? 1e-5 : q_tol;
         printf("  %s %-5s median rel. RMS logit difference %.2e (tolerance %.0e)\n", preset, list[i], rel, tol);
         CHECKF(rel <= tol, "%s %s: %.3e > %.0e", preset, list[i], rel, tol);
         CHECKF(chunks_same, "%s %s: prefill in chunks differs from one pass", preset, list[i]);
     }
 }
 
-static void test_qwen3moe_types_and_chunks(void) { check_family("tiny-qwen3moe", types); }
-static void test_mixtral_types_and_chunks(void) { check_family("tiny-mixtral", types); }
-static void test_gptoss_types_and_chunks(void) { check_family("tiny-gptoss", gptoss_types); }
+static void test_qwen3moe_types_and_chunks(void) { check_family("tiny-qwen3moe", types, 0.06); }
+static void test_mixtral_types_and_chunks(void) { check_family("tiny-mixtral", types, 0.06); }
+static void test_gptoss_types_and_chunks(void) { check_family("tiny-gptoss", gptoss_types, 0.08); }
 
 static kiln_engine *new_engine(kiln_model *m, int rows, int64_t cache) {
     kiln_engine_params ep = kiln_engine_default_params();
