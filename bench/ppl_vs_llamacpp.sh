@@ -58,10 +58,12 @@ for p in $PRESETS; do
         fi
         "$BUILD/kiln" perplexity -m "$f" -f "$TEXT" -c "$CTX" -t 1 >"$TMP/k.log" 2>&1
         # llama.cpp logs from a worker thread: on a loaded machine its last lines are sometimes lost at
-        # exit, so a run without the final line is repeated (up to 3 runs)
-        for try in 1 2 3; do
-            "$BIN" -m "$f" -f "$TEXT" -c "$CTX" -t 1 >"$TMP/l.log" 2>&1
+        # exit: the log also goes to a file, and a run without the final line is repeated (5 runs at most)
+        for try in 1 2 3 4 5; do
+            rm -f "$TMP/l.file"
+            "$BIN" -m "$f" -f "$TEXT" -c "$CTX" -t 1 --log-file "$TMP/l.file" >"$TMP/l.log" 2>&1
             lrc=$?
+            [ -z "$(final_ppl "$TMP/l.log")" ] && [ -f "$TMP/l.file" ] && cat "$TMP/l.file" >>"$TMP/l.log"
             [ -n "$(final_ppl "$TMP/l.log")" ] && break
         done
         k=$(final_ppl "$TMP/k.log")
