@@ -71,7 +71,7 @@ typedef struct arch_info {
     const char *pre;        /* the default tokenizer.ggml.pre */
     double norm_eps;        /* the default RMSNorm epsilon */
     bool moe;               /* every layer a mixture of experts: --experts is needed (qwen3moe, gpt-oss) */
-    bool oss;               /* gpt-oss: attn_output.bias, attn_sinks, attn_post_norm before the FFN, expert
+    bool oss;               /* gpt-oss: attn_output.bias, attn_sinks, post_attention_norm before the FFN, expert
                                biases, a sliding window (default 128) on the even layers */
     bool encoder;           /* bert, nomic-bert: a WordPiece vocabulary, token types, LayerNorms with biases,
                                post-norm blocks, no output head; bert: position embeddings, q/k/v and FFN
@@ -645,7 +645,7 @@ static void build_tensors(gen_state *g) {
             add_bias(g, NM("attn_sinks.weight"), c->heads)->std = 1.0f;
         }
         if (ai->post_norms) add_norm(g, NM("post_attention_norm.weight"), c->dim);
-        add_norm(g, gptoss ? NM("attn_post_norm.weight") : NM("ffn_norm.weight"), c->dim);
+        add_norm(g, gptoss ? NM("post_attention_norm.weight") : NM("ffn_norm.weight"), c->dim);
         if (c->experts) {
             /* the router stays F32, as llama.cpp's quantizer leaves it; its logits are spread wider than
              * a plain matrix's (std 8 rather than 1 for unit inputs), as trained routers' are, so that

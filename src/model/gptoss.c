@@ -8,7 +8,8 @@
  *     for every family;
  *   - the FFN: a mixture of experts (model/moe.h) with biases on the router and every expert, the
  *     softmax over the chosen experts' logits, and the clamped SwiGLU (KN_ACT_SWIGLU_CLAMP);
- *     the norm before it is stored as attn_post_norm.
+ *     the norm before it is stored as blk.N.post_attention_norm (the name of llama.cpp's attention
+ *     post-norm tensor; real gpt-oss files hold it so).
  */
 #include "model/block.h"
 #include "model/load.h"
@@ -44,7 +45,7 @@ static kiln_status gptoss_tensors(kn_loader *L, int l) {
     a->scale = hp->attn_scale;
     a->window = l % 2 == 0 ? m->hp.n_swa : 0;
     a->rope = kn_rope_default(m); /* YaRN when the file says so (model.c read_yarn) */
-    if ((st = kn_load_vector(L, kn_blk_name(n, l, "attn_post_norm.weight"), d, true, &ly->ffn_norm))) return st;
+    if ((st = kn_load_vector(L, kn_blk_name(n, l, "post_attention_norm.weight"), d, true, &ly->ffn_norm))) return st;
     return kn_moe_load(L, l, KN_ACT_SWIGLU_CLAMP, KN_MOE_SOFTMAX_TOPK, false, true);
 }
 

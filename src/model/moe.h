@@ -24,8 +24,14 @@ void kn_moe_route(const kn_moe *moe, const float *logits, int32_t *ids, float *w
 kn_weight kn_moe_expert(const kn_weight *stack, int32_t e, int64_t rows);
 
 /* xb2[N][n_embd] = the MoE FFN of layer l applied to xb[N][n_embd] (the scratch's moe_* buffers,
- * hb and hb2 as working space). */
+ * hb, hb2 and qbuf as working space). The step's (token, expert) rows in grouped order, n_max at a
+ * time: every expert's gate and up as one parallel run, then every expert's down as one (decode:
+ * two runs per layer whatever the number of experts). */
 void kn_moe_ffn(const kiln_model *m, kn_scratch *s, int l, int64_t N);
+
+/* The same values bit for bit, the plain way: one expert at a time (two parallel runs each; what
+ * kn_moe_ffn does when an expert's gate and up read different activation formats). */
+void kn_moe_ffn_plain(const kiln_model *m, kn_scratch *s, int l, int64_t N);
 
 /* Loads the MoE FFN of layer l of a family that stores it the GGUF way (blk.l.ffn_gate_inp, and
  * ffn_{gate,up,down}_exps, with their .bias tensors when `biases`), with n_expert, n_used and the
