@@ -18,17 +18,60 @@
 #                the same speed; the presets' full generation takes an hour on a loaded 2-core host).
 #   -r ROUNDS (default 3), -k REPS: repetitions of each test within one invocation (default 3),
 #   -p / -n: prompt and generated tokens (default 512 and 128), -t: thread counts (default 1,2).
+#   -T LOG       no measuring: the table of the figures in LOG, the stderr of an earlier run (one that
+#                was stopped before its table, too: its finished rounds).
 # The raw figures of every round go to stderr as they come; the markdown table to stdout.
 set -e
 cd "$(dirname "$0")/.."
-ROUNDS=3 REPS=3 PP=512 TG=128 THREADS=1,2 SETS=avx2,auto DIR=bench/models FAST=
-while getopts r:k:p:n:t:s:d:F o; do
+ROUNDS=3 REPS=3 PP=512 TG=128 THREADS=1,2 SETS=avx2,auto DIR=bench/models FAST="" LOG=""
+while getopts r:k:p:n:t:s:d:FT: o; do
   case $o in
     r) ROUNDS=$OPTARG;; k) REPS=$OPTARG;; p) PP=$OPTARG;; n) TG=$OPTARG;; t) THREADS=$OPTARG;;
-    s) SETS=$OPTARG;; d) DIR=$OPTARG;; F) FAST=--fast;; *) exit 2;;
+    s) SETS=$OPTARG;; d) DIR=$OPTARG;; F) FAST=--fast;; T) LOG=$OPTARG;; *) exit 2;;
   esac
 done
 shift $((OPTIND - 1))
+# The table of recorded figures (MODEL THREADS TEST ENGINE ROUND TOKENS_PER_S lines) of file $1.
+table() {
+  awk -v sets="$SETS" '
+  function median(s,   n, a, i, j, x) {
+    n = split(s, a, " ")
+    for (i = 2; i <= n; i++) { x = a[i]; for (j = i - 1; j >= 1 && a[j] > x; j--) a[j + 1] = a[j]; a[j + 1] = x }
+    return n == 0 ? 0 : (n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2)
+  }
+  { key = $1 " " $2 " " $3; v[key, $4, $5] = $6; fig[key, $4] = fig[key, $4] " " $6
+    if (!(key in seen)) { seen[key] = 1; order[++nk] = key }
+    if ($5 > nr) nr = $5 }
+  END {
+    ns = split(sets, S, ",")
+    printf "| model | threads | test | llama.cpp t/s |"
+    for (i = 1; i <= ns; i++) printf " kiln %s t/s | %s / llama.cpp |", S[i], S[i]
+    printf "\n| --- | ---: | --- | ---: |"
+    for (i = 1; i <= ns; i++) printf " ---: | ---: |"
+    printf "\n"
+    for (k = 1; k <= nk; k++) {
+      key = order[k]; split(key, p, " ")
+      l = median(fig[key, "llama.cpp"])
+      printf "| %s | %s | %s | %s |", p[1], p[2], p[3], (l > 0 ? sprintf("%.1f", l) : "-")
+      for (i = 1; i <= ns; i++) {
+        e = "kiln-" S[i]; r = ""
+        for (rd = 1; rd <= nr; rd++)
+          if ((key, e, rd) in v && (key, "llama.cpp", rd) in v && v[key, "llama.cpp", rd] > 0)
+            r = r " " v[key, e, rd] / v[key, "llama.cpp", rd]
+        f = median(fig[key, e])
+        printf " %s | %s |", (f > 0 ? sprintf("%.1f", f) : "-"), (r != "" ? sprintf("%.2fx", median(r)) : "-")
+      }
+      printf "\n"
+    }
+  }' "$1"
+}
+
+if [ -n "$LOG" ]; then
+  grep -v '^round' "$LOG" >"${TMPDIR:-/tmp}/vs_llamacpp.$$"
+  table "${TMPDIR:-/tmp}/vs_llamacpp.$$"
+  rm -f "${TMPDIR:-/tmp}/vs_llamacpp.$$"
+  exit 0
+fi
 LB=${1:-}
 if [ -z "$LB" ] || [ ! -x "$LB" ]; then
   echo "vs_llamacpp: skipped: no llama-bench binary given or '$LB' is not executable" >&2
@@ -38,7 +81,7 @@ fi
 shift
 SPECS=${*:-"llama-3.2-1b:Q4_0 llama-3.2-1b:Q8_0 llama-3.2-1b:Q4_K stories15m:Q8_0 stories15m:F32"}
 
-[ -x build/kiln ] && [ -x build/kiln-gen ] || make -s build/kiln build/kiln-gen >/dev/null
+if [ ! -x build/kiln ] || [ ! -x build/kiln-gen ]; then make -s build/kiln build/kiln-gen >/dev/null; fi
 mkdir -p "$DIR"
 for spec in $SPECS; do
   f="$DIR/${spec%%:*}-${spec#*:}.gguf"
@@ -80,33 +123,4 @@ done
 echo "kiln side by side with llama.cpp: $(date -u '+%Y-%m-%d %H:%M UTC'); $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 echo "llama-bench: $LB; kiln sets: $SETS; $ROUNDS rounds of $REPS repetitions; load average at each round's start:$loads"
 echo
-# Medians over the rounds of each figure and of each kiln / llama.cpp ratio of one round.
-awk -v sets="$SETS" '
-  function median(s,   n, a, i, j, x) {
-    n = split(s, a, " ")
-    for (i = 2; i <= n; i++) { x = a[i]; for (j = i - 1; j >= 1 && a[j] > x; j--) a[j + 1] = a[j]; a[j + 1] = x }
-    return n == 0 ? 0 : (n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2)
-  }
-  { key = $1 " " $2 " " $3; v[key, $4, $5] = $6; fig[key, $4] = fig[key, $4] " " $6
-    if (!(key in seen)) { seen[key] = 1; order[++nk] = key }
-    if ($5 > nr) nr = $5 }
-  END {
-    ns = split(sets, S, ",")
-    printf "| model | threads | test | llama.cpp t/s |"
-    for (i = 1; i <= ns; i++) printf " kiln %s t/s | %s / llama.cpp |", S[i], S[i]
-    printf "\n| --- | ---: | --- | ---: |"
-    for (i = 1; i <= ns; i++) printf " ---: | ---: |"
-    printf "\n"
-    for (k = 1; k <= nk; k++) {
-      key = order[k]; split(key, p, " ")
-      printf "| %s | %s | %s | %.1f |", p[1], p[2], p[3], median(fig[key, "llama.cpp"])
-      for (i = 1; i <= ns; i++) {
-        e = "kiln-" S[i]; r = ""
-        for (rd = 1; rd <= nr; rd++)
-          if ((key, e, rd) in v && (key, "llama.cpp", rd) in v && v[key, "llama.cpp", rd] > 0)
-            r = r " " v[key, e, rd] / v[key, "llama.cpp", rd]
-        printf " %.1f | %.2fx |", median(fig[key, e]), median(r)
-      }
-      printf "\n"
-    }
-  }' "$raw"
+table "$raw"
