@@ -104,8 +104,29 @@ static void adjust(kn_sampler *s, const float *logits) {
         if (s->work[i] != s->work[i]) s->work[i] = -INFINITY;
 }
 
+/* kn_argmax of x[n] with every NaN read as -inf (what adjust() makes of it): the first index of the
+ * greatest value, 0 when every value is NaN or -inf. Two passes without a data-dependent branch in
+ * the first (it vectorizes): the greatest value, then its first index. */
+static int32_t argmax_nan_as_ninf(const float *x, int32_t n) {
+    float m = -INFINITY;
+    for (int32_t i = 0; i < n; i++) m = x[i] > m ? x[i] : m; /* a NaN compares false: skipped */
+    if (m == -INFINITY) return 0;
+    int32_t i = 0;
+    while (x[i] != m) i++;
+    return i;
+}
+
+/* Greedy with nothing to adjust: the logits need no copy. */
+static bool plain_greedy(const kn_sampler *s) {
+    const kiln_sampler_params *p = &s->p;
+    return p->temperature <= 0.0f && s->n_bias == 0 &&
+           (p->penalty_last_n == 0 || s->n_hist == 0 ||
+            (p->repeat_penalty == 1.0f && p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f));
+}
+
 int32_t kn_sampler_sample(kn_sampler *s, const float *logits) {
     const kiln_sampler_params *p = &s->p;
+    if (plain_greedy(s)) return argmax_nan_as_ninf(logits, s->n_vocab);
     adjust(s, logits);
     if (p->temperature <= 0.0f) return kn_argmax(s->work, s->n_vocab);
 

@@ -29,6 +29,40 @@ static void test_greedy_lowest_id_on_ties(void) {
     kn_sampler_free(&s);
 }
 
+/* Greedy without penalties or bias takes the logits as they are (no copy); with a bias of 0 it takes
+ * the adjusted copy. Both must pick the same token on logits with NaN, -inf, +inf, ties and signed
+ * zeros, including all NaN and NaN-or-(-inf) rows (token 0). */
+static void test_greedy_fast_path_matches_adjusted(void) {
+    kiln_sampler_params p = kiln_sampler_default_params();
+    p.temperature = 0;
+    kn_sampler fast = make(p);
+    kiln_logit_bias zero = {7, 0.0f};
+    p.logit_bias = &zero;
+    p.n_logit_bias = 1;
+    kn_sampler slow = make(p);
+    const float vals[] = {NAN, -INFINITY, INFINITY, 0.0f, -0.0f, 1.0f, -1.0f, 2.5f};
+    uint32_t r = 12345;
+    int same = 0;
+    for (int it = 0; it < 4000; it++) {
+        float l[V];
+        for (int i = 0; i < V; i++) {
+            r = r * 1664525u + 1013904223u;
+            const uint32_t k = (r >> 24) % (it < 1000 ? 2 : 8); /* the first 1000: NaN and -inf only */
+            l[i] = vals[k];
+        }
+        same += kn_sampler_sample(&fast, l) == kn_sampler_sample(&slow, l);
+    }
+    CHECK(same == 4000);
+    float nan[V] = {NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN};
+    CHECK(kn_sampler_sample(&fast, nan) == 0);
+    float mix[V] = {NAN, -INFINITY, NAN, -INFINITY, -INFINITY, NAN, -INFINITY, -INFINITY};
+    CHECK(kn_sampler_sample(&fast, mix) == 0);
+    float n[V] = {NAN, NAN, 1, NAN, 1, 0, 0, 0};
+    CHECK(kn_sampler_sample(&fast, n) == 2);
+    kn_sampler_free(&fast);
+    kn_sampler_free(&slow);
+}
+
 static void test_penalties(void) {
     kiln_sampler_params p = kiln_sampler_default_params();
     p.temperature = 0;
@@ -159,6 +193,7 @@ static void test_validation(void) {
 
 int main(void) {
     RUN(test_greedy_lowest_id_on_ties);
+    RUN(test_greedy_fast_path_matches_adjusted);
     RUN(test_penalties);
     RUN(test_logit_bias);
     RUN(test_truncation);
