@@ -22,7 +22,9 @@
 #define DECAY        0.8f  /* of a row's acceptance counts per step with proposals */
 #define DECAY_METHOD 0.95f /* of the method's acceptance counts per row-step with proposals */
 #define PRIOR_WEIGHT 2.0f  /* a new row's acceptance counts (hit + miss), at the method's rate */
+#define PRIOR_HIT    3.0f  /* the method's acceptance counts before any proposal: 3 hits to 1 miss */
 #define LEFT_UNKNOWN 256   /* tokens a row without max_tokens is assumed to have left */
+#define DCACHE_SHARE 0.25  /* the draft's prefix cache: at most this share of the model's budget */
 #define NGRAM_WINDOW 16384 /* tokens of a row's history the n-gram lookup searches */
 #define FIT_DECAY    0.99  /* of the pass-cost sums per pass */
 #define FIT_MIN_VAR  1.0   /* variance of the work (units^2) below which the slope keeps its ratio */
@@ -116,7 +118,8 @@ kiln_status kn_spec_init(kn_spec *sp, kiln_spec_method method, const kiln_model 
     sp->max_k = max_k;
     sp->n_rows = n_rows;
     sp->n_ctx = n_ctx;
-    sp->hit = sp->miss = 1.0f;
+    sp->hit = PRIOR_HIT; /* a method is chosen because proposals are expected to be accepted */
+    sp->miss = 1.0f;
     sp->probe_every = PROBE_EVERY;
     sp->force_k = -1;
     if (method == KILN_SPEC_NONE) return KILN_OK;
@@ -145,8 +148,8 @@ void kn_spec_cache_init(kn_spec *sp, size_t target_budget, uint64_t target_per_t
     kn_kv_format fmt;
     if (kn_kv_format_of(KILN_KV_F16, KILN_KV_SAME, KILN_KV_ROTATE_AUTO, &fmt)) return;
     const double per_token = (double)kn_kv_bytes_per_token_fmt(&fmt, hp->n_layer, hp->n_head_kv, hp->head_dim);
-    const double budget = (double)target_budget * per_token / (double)target_per_token;
-    kn_pc_init(&sp->dcache, budget < (double)target_budget ? (size_t)budget : target_budget);
+    const double share = KN_MIN(DCACHE_SHARE, per_token / (double)target_per_token);
+    kn_pc_init(&sp->dcache, (size_t)((double)target_budget * share));
     sp->dcache_on = true;
 }
 

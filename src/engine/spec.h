@@ -102,8 +102,9 @@ kiln_status kn_spec_init(kn_spec *sp, kiln_spec_method method, const kiln_model 
                          int32_t max_k, int32_t n_rows, int32_t n_ctx, int32_t prefill_chunk, int n_threads);
 void kn_spec_free(kn_spec *sp);
 
-/* Gives the draft method of an engine a prefix cache for the draft's KV, holding as many tokens as
- * target_budget bytes hold of the target's KV at target_per_token bytes a token (0: none). */
+/* Gives the draft method of an engine a prefix cache for the draft's KV: as many tokens as
+ * target_budget bytes hold of the target's KV at target_per_token bytes a token, within a quarter
+ * of target_budget (0: none). */
 void kn_spec_cache_init(kn_spec *sp, size_t target_budget, uint64_t target_per_token);
 
 /* Tokens a target scratch must hold for n_rows rows with a prefill chunk, with speculation. */
