@@ -99,6 +99,7 @@ void kn_spec_cost_add(kn_spec_cost *c, double x, double ms) {
         if (slope > 0 && icpt > 0) {
             c->c0 = icpt;
             c->c1 = slope;
+            c->fitted = true;
             return;
         }
     }
@@ -106,6 +107,7 @@ void kn_spec_cost_add(kn_spec_cost *c, double x, double ms) {
     const double ratio = c->c1 / c->c0;
     c->c0 = my > 0 ? my / (1.0 + ratio * mx) : c->c0;
     c->c1 = ratio * c->c0;
+    c->fitted = false;
 }
 
 kiln_status kn_spec_init(kn_spec *sp, kiln_spec_method method, const kiln_model *target, const kiln_model *draft,
@@ -280,10 +282,16 @@ static kn_spec_model cost_model(const kn_spec *sp) {
     if (sp->method != KILN_SPEC_DRAFT) return cm;
     const kn_spec_cost *d = &sp->dcost;
     double d0 = d->c0, d1 = d->c1;
-    if (d->n == 0) {
+    if (!d->fitted) { /* the target's shape scaled by the weights, at the level the draft's passes show */
         const kiln_model *tm = sp->target, *dm = sp->draft;
         d0 = t->c0 * (tm->weight_bytes ? (double)dm->weight_bytes / (double)tm->weight_bytes : 1.0);
         d1 = t->c1 * (tm->n_params ? (double)dm->n_params / (double)tm->n_params : 1.0);
+        const double guess = d0 + d1 * (d->sw > 0 ? d->sx / d->sw : 0);
+        if (d->sw > 0 && guess > 0) {
+            const double scale = d->sy / d->sw / guess;
+            d0 *= scale;
+            d1 *= scale;
+        }
     }
     cm.d0 = d0;
     cm.dv = d1 * (1.0 + d->out_share);

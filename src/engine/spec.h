@@ -49,6 +49,7 @@ typedef struct kn_spec_cost {
     double c0, c1;               /* ms per pass, ms per unit of work */
     double out_share;            /* the output projection's matmul work next to one token's */
     int32_t n;                   /* passes observed */
+    bool fitted;                 /* the passes' work varied enough to fit both terms */
 } kn_spec_cost;
 
 /* The step's cost model (ms): a target pass costs t0 and tv more per position with logits (a
