@@ -158,6 +158,7 @@ kiln_status kiln_engine_new(kiln_model *m, const kiln_engine_params *params, kil
     if (!st)
         st = kn_spec_init(&e->spec, p.spec, m, p.draft_model, p.spec_max, p.max_rows, p.n_ctx, p.prefill_chunk,
                           p.n_threads);
+    if (!st) kn_spec_cache_init(&e->spec, (size_t)p.prompt_cache, kv_per_token); /* the draft's prompt cache */
     if (!st)
         st = kn_scratch_init(&e->scratch, m, kn_spec_scratch_tokens(&e->spec, p.max_rows, p.prefill_chunk), p.n_ctx,
                              p.n_threads);

@@ -154,6 +154,7 @@ static void start_row(kiln_engine *e, kn_slot *s) {
  * request completes and the slot frees. */
 static void end_row(kiln_engine *e, kn_slot *s) {
     if (s->row.seq) kn_pc_publish(&e->cache, s->row.seq, s->kv.n_past, &s->kv, 2);
+    kn_spec_row_end(&e->spec, &s->row); /* and the draft's, to the draft's cache */
     kiln_generate_result res;
     kiln_status st = kn_row_end(&s->row, &res);
     release_kv(e, s);

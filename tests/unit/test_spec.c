@@ -10,12 +10,16 @@
  *     token position over the seeds passes a chi-square test against plain sampling;
  *   - the draft's cache after a generation with rejections holds exactly the K/V a fresh pass over
  *     the committed tokens computes (its rollback);
+ *   - the policy: the pass-cost fit, the plan at batch 1 and 8 (a slow draft at 8 rows proposes
+ *     nothing, high acceptance at batch 1 speculates), an engine of 8 rows whose draft is the model
+ *     itself never proposes; the draft's prefix cache serves repeated prompts;
  *   - bad parameters (unknown method, spec_max 0 or beyond the limit, a draft with another
  *     vocabulary or none) give clear errors.
  */
 #define KT_ENGINE_HELPERS
 #include "harness.h"
 
+#include "engine/engine.h"
 #include "engine/session.h"
 #include "engine/spec.h"
 #include "kiln.h"
@@ -131,7 +135,12 @@ static int on_tok(const kiln_token_event *ev, void *user) {
     return 0;
 }
 
-/* Generates from p[n] in a session with the method; tokens and logprobs into *g. */
+/* The draft on these tiny models costs about what the model does, so its cost model would keep it
+ * off (see test_policy): the tests of its verification give every row DRAFT_K proposals a step. */
+#define DRAFT_K 3
+
+/* Generates from p[n] in a session with the method (a draft: DRAFT_K proposals a step); tokens
+ * and logprobs into *g. */
 static kiln_status session_gen(kiln_model *m, kiln_spec_method method, kiln_model *draft, const kiln_token *p, int n,
                                const kiln_generate_params *gp0, gen_out *g, kiln_generate_result *res) {
     kiln_session_params sp = kiln_session_default_params();
@@ -144,6 +153,7 @@ static kiln_status session_gen(kiln_model *m, kiln_spec_method method, kiln_mode
     kiln_session *s = NULL;
     kiln_status st = kiln_session_new(m, &sp, &s);
     if (st) return st;
+    if (method == KILN_SPEC_DRAFT) s->spec.force_k = DRAFT_K;
     kiln_generate_params gp = *gp0;
     gp.on_token = on_tok;
     gp.user = g;
@@ -186,7 +196,7 @@ static void test_session_greedy(void) {
     CHECKF(res.n_spec_accepted > 0, "ngram proposed %d, accepted %d", res.n_spec_proposed, res.n_spec_accepted);
     CHECK(session_gen(m, KILN_SPEC_DRAFT, same, p, 40, &gp, &o, &res) == KILN_OK);
     CHECK(same_gen(&o, &ref));
-    /* a draft as large as the model never pays: it only probes now and then, and is always right */
+    /* an identical draft is always right */
     CHECKF(res.n_spec_accepted == res.n_spec_proposed && res.n_spec_proposed > 0,
            "an identical draft: proposed %d, accepted %d", res.n_spec_proposed, res.n_spec_accepted);
     /* opting out per generation */
@@ -235,6 +245,7 @@ static void test_draft_kv_rollback(void) {
     kiln_session *s = NULL;
     CHECK(kiln_session_new(t16, &sp, &s) == KILN_OK);
     if (!s) goto out;
+    s->spec.force_k = 6;
     int rejected = 0;
     for (int seed = 0; seed < 4; seed++) {
         kiln_token all[256];
@@ -356,6 +367,7 @@ static void engine_run(kiln_model *m, kiln_spec_method method, kiln_model *draft
     kiln_engine *e = NULL;
     CHECK(kiln_engine_new(m, &ep, &e) == KILN_OK);
     if (!e) return;
+    if (method == KILN_SPEC_DRAFT) e->spec.force_k = DRAFT_K; /* before any request: the scheduler waits */
     static kiln_token p[2 * N_REQ][80];
     for (int round = 0; round < 2; round++) {
         kiln_request *r[N_REQ];
@@ -387,6 +399,11 @@ static void engine_run(kiln_model *m, kiln_spec_method method, kiln_model *draft
     kiln_engine_stats st;
     kiln_engine_get_stats(e, &st);
     CHECK(st.cache_hits > 0);
+    if (method == KILN_SPEC_DRAFT) { /* the second round's drafts restored their prompts from the draft's cache */
+        kn_pc_stats ds;
+        kn_pc_get_stats(&e->spec.dcache, &ds);
+        CHECKF(ds.hits > 0 && ds.hit_tokens > 0, "the draft's prefix cache: %llu hits", (unsigned long long)ds.hits);
+    }
     *proposed = st.spec_proposed[method];
     *accepted = st.spec_accepted[method];
     for (int k = 0; k < KILN_SPEC_METHODS; k++)
@@ -394,7 +411,7 @@ static void engine_run(kiln_model *m, kiln_spec_method method, kiln_model *draft
     kiln_engine_free(e);
 }
 
-static void engine_batch(kiln_model *m, kiln_model *draft) {
+static void engine_batch(kiln_model *m, kiln_model *draft, bool draft_is_model) {
     kiln_grammar *g = NULL;
     static const char gbnf[] = "root ::= [a-z ]+ \".\"";
     CHECK(kiln_grammar_compile(gbnf, sizeof gbnf - 1, NULL, &g) == KILN_OK);
@@ -413,6 +430,12 @@ static void engine_batch(kiln_model *m, kiln_model *draft) {
             CHECK(o.res[k].n_cached == ref.res[k].n_cached);
         }
         CHECK(o.res[1].n_spec_proposed == 0 && o.res[N_REQ + 1].n_spec_proposed == 0); /* opted out */
+        if (methods[mi] == KILN_SPEC_DRAFT && draft_is_model) /* a restored draft cache proposes what the model says */
+            for (int k = N_REQ; k < 2 * N_REQ; k++)
+                if (k % N_REQ == 0 || k % N_REQ >= 5)
+                    CHECKF(o.res[k].n_spec_accepted == o.res[k].n_spec_proposed && o.res[k].n_spec_proposed > 0,
+                           "request %d: an identical draft had %d of %d proposals accepted", k,
+                           o.res[k].n_spec_accepted, o.res[k].n_spec_proposed);
         CHECKF(acc > 0 && acc <= prop, "%s: proposed %llu, accepted %llu", kiln_spec_method_name(methods[mi]),
                (unsigned long long)prop, (unsigned long long)acc);
     }
@@ -423,13 +446,87 @@ static void test_engine_batch(void) {
     kiln_model *m = kt_load(stories());
     if (!m) SKIP("no model");
     kiln_model *same = kt_load(stories());
-    engine_batch(m, same);
+    engine_batch(m, same, true);
     kiln_model *t16 = kt_load(kt_gen("spec-llama-F16", "--preset tiny-llama --type F16 --seed 5"));
     kiln_model *d8 = kt_load(kt_gen("spec-llama-Q8_0", "--preset tiny-llama --type Q8_0 --seed 5"));
     CHECK(t16 && d8);
-    if (t16 && d8) engine_batch(t16, d8);
+    if (t16 && d8) engine_batch(t16, d8, false);
     kiln_model_free(t16);
     kiln_model_free(d8);
+    kiln_model_free(same);
+    kiln_model_free(m);
+}
+
+/* ---- the policy ------------------------------------------------------------------------------- */
+
+static void cands(kn_spec_cand *c, int n, float a, int32_t kmax, int32_t behind, int32_t left) {
+    for (int i = 0; i < n; i++) c[i] = (kn_spec_cand){.a = a, .kmax = kmax, .behind = behind, .left = left, .k = -1};
+}
+
+/* The cost fit recovers a linear pass cost; the plan speculates where it pays and not where it does
+ * not (in ms of a 1B F16 model with a Q4_0 draft on two cores: a pass reads the weights in 100 ms, a
+ * token adds 4); an engine of 8 rows with a draft as large as the model never proposes. */
+static void test_policy(void) {
+    kn_spec_cost c = {.c0 = 1, .c1 = 0.05, .out_share = 0.3};
+    const double xs[] = {1, 8, 64, 16, 2, 40};
+    for (int i = 0; i < 60; i++) kn_spec_cost_add(&c, xs[i % 6], 10 + 0.5 * xs[i % 6]);
+    CHECKF(c.fitted && fabs(c.c0 - 10) < 1e-6 && fabs(c.c1 - 0.5) < 1e-6, "fit %g + %g x", c.c0, c.c1);
+    kn_spec_cost one = {.c0 = 1, .c1 = 0.05};
+    for (int i = 0; i < 10; i++) kn_spec_cost_add(&one, 8, 14); /* one kind of pass: the ratio stays */
+    CHECKF(!one.fitted && fabs(one.c0 + 8 * one.c1 - 14) < 1e-6 && fabs(one.c1 / one.c0 - 0.05) < 1e-9, "fit %g + %g x",
+           one.c0, one.c1);
+
+    const kn_spec_model fast = {.t0 = 100, .tv = 4, .d0 = 28, .dv = 5, .dc = 4};
+    const kn_spec_model slow = {.t0 = 100, .tv = 4, .d0 = 28, .dv = 20, .dc = 16};
+    const kn_spec_model ngram = {.t0 = 100, .tv = 4};
+    kn_spec_cand c8[8];
+    /* batch 1, high acceptance: a draft speculates several deep */
+    cands(c8, 1, 0.8f, 6, 0, 64);
+    CHECK(kn_spec_plan(&fast, 1, c8, 1) >= 2 && c8[0].k >= 2);
+    /* batch 1, low acceptance: not */
+    cands(c8, 1, 0.2f, 6, 0, 64);
+    CHECK(kn_spec_plan(&fast, 1, c8, 1) == 0 && c8[0].k == 0);
+    /* batch 1, but the draft is 2000 tokens behind a row with 4 tokens left: not */
+    cands(c8, 1, 0.9f, 3, 2000, 4);
+    CHECK(kn_spec_plan(&fast, 1, c8, 1) == 0 && c8[0].k == 0);
+    /* 8 rows with a slow draft: a token of the plain step costs less than a proposal, even always accepted */
+    cands(c8, 8, 1.0f, 6, 0, 64);
+    CHECK(kn_spec_plan(&slow, 8, c8, 8) == 0);
+    for (int i = 0; i < 8; i++) CHECK(c8[i].k == 0);
+    /* 8 rows, the fast draft, high acceptance: it pays */
+    cands(c8, 8, 0.9f, 6, 0, 64);
+    CHECK(kn_spec_plan(&fast, 8, c8, 8) > 0 && c8[7].k > 0);
+    /* 8 rows of ngram: the rows that match well speculate, the others do not */
+    cands(c8, 8, 0.9f, 6, 0, 64);
+    for (int i = 4; i < 8; i++) c8[i].a = 0.05f;
+    CHECK(kn_spec_plan(&ngram, 8, c8, 8) > 0);
+    for (int i = 0; i < 8; i++) CHECKF((c8[i].k > 0) == (i < 4), "row %d: k %d", i, c8[i].k);
+
+    kiln_model *m = kt_load(stories());
+    if (!m) SKIP("no model");
+    kiln_model *same = kt_load(stories());
+    kiln_engine_params ep = kiln_engine_default_params();
+    ep.n_ctx = 128;
+    ep.max_rows = 8;
+    ep.n_threads = 1;
+    ep.spec = KILN_SPEC_DRAFT;
+    ep.draft_model = same;
+    kiln_engine *e = NULL;
+    CHECK(kiln_engine_new(m, &ep, &e) == KILN_OK);
+    kiln_request *r[8];
+    kiln_token p[8][30];
+    for (int i = 0; i < 8 && e; i++) {
+        repetitive_prompt(p[i], 30, 512, i);
+        kiln_generate_params gp = greedy(40);
+        CHECK(kiln_engine_submit(e, p[i], 30, &gp, &r[i]) == KILN_OK);
+    }
+    for (int i = 0; i < 8 && e; i++) {
+        kiln_generate_result res;
+        CHECK(kiln_request_wait(r[i], &res) == KILN_OK && res.n_generated == 40);
+        CHECKF(res.n_spec_proposed == 0, "request %d: %d proposals", i, res.n_spec_proposed);
+        kiln_request_free(r[i]);
+    }
+    kiln_engine_free(e);
     kiln_model_free(same);
     kiln_model_free(m);
 }
@@ -494,6 +591,7 @@ int main(void) {
     RUN(test_draft_kv_rollback);
     RUN(test_sampled);
     RUN(test_engine_batch);
+    RUN(test_policy);
     RUN(test_errors);
     return kt_summary();
 }
