@@ -25,6 +25,7 @@
  * that the supervisor can answer for the child should it die.
  */
 #include "isolate.h"
+#include "pool.h"
 #include "server.h"
 
 #include <microhttpd.h>
@@ -449,6 +450,8 @@ void srv_send_response(srv_req *r, unsigned status, struct MHD_Response *resp) {
         return;
     }
     srv_cors_headers(r, resp);
+    if (srv_pool_close_connections()) /* each request is routed by the supervisor (pool.c) */
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     if (!iso_queueing_stream) iso_send(SRV_ISO_RESP, iso_id(r->conn), 0, 0);
     MHD_queue_response(r->conn, status, resp);
     MHD_destroy_response(resp);

@@ -21,6 +21,14 @@
  * no child serves, new connections wait in the parent (handed over when the child is ready), and
  * GET /health is answered by the parent itself: 503 {"status":"restarting"}.
  *
+ * With a pool of models (pool.c), each loaded model has its own child, control socket and
+ * restart backoff, and all of the above holds per model: one model's crash answers and restarts
+ * only its own requests and engine. The supervisor peeks at each request (never consuming a byte)
+ * to learn its model before handing the connection to that model's child, starting the child
+ * first when the model is not loaded (and stopping the least recently used idle child when memory
+ * or --max-models asks); the children answer with "Connection: close" so that each request is
+ * routed anew.
+ *
  * Signals: the child runs in its own process group (a terminal's Ctrl-C reaches the parent only) and
  * dies with the parent (PR_SET_PDEATHSIG, SIGKILL: a kill -9 of the server stops both, as it stopped
  * the single process). SIGINT or SIGTERM to the parent is passed to the child as SIGTERM (a second
@@ -38,6 +46,7 @@
 #define KILN_SERVER_ISOLATE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #define SRV_ISO_FAST_S   10 /* a crash within this many seconds of the child's start is a fast one */
@@ -70,20 +79,25 @@ uint64_t srv_iso_sent(int fd);
 
 /* What the supervisor needs: where to listen (already probed by the caller; port 0: any) and the
  * child's body. child_main runs in the forked child with ctl (the child's end of the socketpair),
- * port (the bound one) and restarts (children started before this one: 0 for the first, the only
- * one that opens a browser); it returns the child's exit status. */
+ * port (the bound one), restarts (children of this model started before this one: 0 for the
+ * first) and model (the entry of the model pool it serves, pool.h; 0 is the default model, whose
+ * first child is the only one that opens a browser); it returns the child's exit status. */
 typedef struct srv_supervisor {
     const char *host;
     int port;
     unsigned max_conns; /* connections held at most (more are closed at once) */
-    int (*child_main)(int ctl, int port, unsigned restarts, void *arg);
+    unsigned timeout_s; /* a connection whose request head and body have not come in this long is
+                           closed (0: never) */
+    int (*child_main)(int ctl, int port, unsigned restarts, size_t model, void *arg);
     void *arg;
 } srv_supervisor;
 
 /* Binds host:port, then runs children until SIGINT/SIGTERM (which the caller has blocked) as the
- * file comment says. Returns the exit status for `kiln serve`: the first child's when it exits
- * before it is ready (a model that cannot load), 1 when the address cannot be bound or the
- * supervisor gives up, else the last child's. */
+ * file comment says, one per loaded model of the pool (pool.c: the supervisor reads each request's
+ * model before handing it over). Returns the exit status for `kiln serve`: the default model's first
+ * child's when it exits before it is ready (a model that cannot load), 1 when the address cannot be
+ * bound or the supervisor gives up (the last loaded model crashed too often), else 0 or the status
+ * of a child that did not stop cleanly. */
 int srv_supervise(const srv_supervisor *sv);
 
 /* The child's side (http.c): the control socket of an isolated server (-1: a single process), set
