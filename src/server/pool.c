@@ -292,10 +292,19 @@ static bool decode_string(const char *s, const char *e, char *out, size_t cap) {
     return ok;
 }
 
-void srv_pool_body_model(const char *body, size_t n, bool name_too, char *out, size_t cap) {
+void srv_pool_body_model(const char *body, size_t n, bool whole, bool name_too, char *out, size_t cap) {
     const char *p = body, *end = body + n;
     char name[256] = "";
     out[0] = 0;
+    if (whole) { /* a body that is not JSON names no model: its route answers 400 */
+        json_t *j = json_loadb(body, n, 0, NULL);
+        json_t *m = json_object_get(j, "model");
+        if (name_too && (!m || json_is_null(m))) m = json_object_get(j, "name");
+        if (json_is_string(m) && json_string_length(m) < cap && !memchr(json_string_value(m), 0, json_string_length(m)))
+            memcpy(out, json_string_value(m), json_string_length(m) + 1);
+        json_decref(j);
+        return;
+    }
     p = ws(p, end);
     if (p >= end || *p != '{') return;
     p = ws(p + 1, end);
@@ -378,7 +387,8 @@ bool srv_pool_peek_request(const char *buf, size_t n, bool stalled, srv_pool_pee
     const size_t have = (size_t)(buf + n - body);
     out->complete = have >= want;
     if (!out->complete && !stalled) return false;
-    srv_pool_body_model(body, have < want ? have : want, out->api == SRV_API_OLLAMA, out->model, sizeof out->model);
+    srv_pool_body_model(body, have < want ? have : want, out->complete && !te, out->api == SRV_API_OLLAMA, out->model,
+                        sizeof out->model);
     return true;
 }
 
@@ -553,7 +563,7 @@ bool srv_pool_enter(srv_req *r) {
     t_entered = -1;
     if (!g_tab) return true;
     char name[256] = "";
-    if (r->body_len) srv_pool_body_model(r->body, r->body_len, r->api == SRV_API_OLLAMA, name, sizeof name);
+    if (r->body_len) srv_pool_body_model(r->body, r->body_len, true, r->api == SRV_API_OLLAMA, name, sizeof name);
     if (g_child >= 0) { /* an engine child: the supervisor routed the request here */
         if (!name[0]) return true;
         char id[192], path[1024];

@@ -103,10 +103,11 @@ int srv_pool_index(const char *name);
  * else the most recently used loaded one, else the default. */
 int srv_pool_any(void);
 
-/* The model a request body names: its top-level "model" string (else, when name_too, "name"),
- * read from the first n bytes of a JSON object that may be cut short; "" when absent, not a
- * string, or beyond the bytes given. Writes at most cap bytes (NUL-terminated). */
-void srv_pool_body_model(const char *body, size_t n, bool name_too, char *out, size_t cap);
+/* The model a request body names: its top-level "model" string (else, when name_too, "name").
+ * whole: body[0..n) is the whole body, "" unless it is a valid JSON object; else it is the start
+ * of one, cut short, read as far as it goes. "" when absent, not a string, or beyond the bytes
+ * given. Writes at most cap bytes (NUL-terminated). */
+void srv_pool_body_model(const char *body, size_t n, bool whole, bool name_too, char *out, size_t cap);
 
 /* ---- a request head seen by the supervisor --------------------------------------------------- */
 
