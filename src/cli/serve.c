@@ -748,12 +748,24 @@ static bool hub_name(const char *name) {
     return name[0] != '/' && name[0] != '.' && name[0] != '~' && sl && !strchr(sl + 1, '/') && !strstr(name, "..");
 }
 
+#define LIST_FRESH_MS 2000 /* the pool looks at the models on disk again after this long */
+
 /* srv_pool_config.resolve: a name `kiln ls` knows (its friendly name, a discovered file's path or
  * id, or ORG/NAME[:QUANT] of the Hugging Face cache) to the model's id (its friendly name), file
- * (resolved) and planned bytes. Only discovered models answer: a name is never opened as a path. */
+ * (resolved) and planned bytes. Only discovered models answer: a name is never opened as a path.
+ * The discovered list is kept for LIST_FRESH_MS, so that names cost no directory scan each. */
 static bool pool_resolve(const char *name, char *id, size_t idc, char *path, size_t pathc, uint64_t *bytes) {
-    cli_model_list l;
-    cli_models_find(&l, false);
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static cli_model_list l;
+    static double at;
+    static bool have;
+    pthread_mutex_lock(&mu);
+    if (!have || now_ms() - at > LIST_FRESH_MS) {
+        if (have) cli_models_free(&l);
+        cli_models_find(&l, false);
+        have = true;
+        at = now_ms();
+    }
     const cli_model_entry *hit = NULL;
     for (size_t i = 0; i < l.n && !hit; i++)
         if (strcmp(l.v[i].name, name) == 0 || strcmp(l.v[i].path, name) == 0 || strcmp(l.v[i].real, name) == 0)
@@ -777,7 +789,7 @@ static bool pool_resolve(const char *name, char *id, size_t idc, char *path, siz
         snprintf(path, pathc, "%s", hit->real);
         *bytes = plan_bytes(g_run->c, &pl);
     }
-    cli_models_free(&l);
+    pthread_mutex_unlock(&mu);
     return ok;
 }
 
@@ -1134,6 +1146,8 @@ int cli_serve(int argc, char **argv) {
                                        .port = p.port,
                                        .max_conns = (unsigned)o.max_conns,
                                        .timeout_s = (unsigned)o.timeout,
+                                       .max_conns_per_ip = (unsigned)o.max_conns_per_ip,
+                                       .max_body = (size_t)o.max_body_mb << 20,
                                        .child_main = engine_child,
                                        .arg = &run};
             rc = srv_supervise(&sv);

@@ -85,9 +85,11 @@ uint64_t srv_iso_sent(int fd);
 typedef struct srv_supervisor {
     const char *host;
     int port;
-    unsigned max_conns; /* connections held at most (more are closed at once) */
-    unsigned timeout_s; /* a connection whose request head and body have not come in this long is
-                           closed (0: never) */
+    unsigned max_conns;        /* connections held at most (more are closed at once) */
+    unsigned timeout_s;        /* a connection whose request head and body have not come in this long is
+                                  closed (0: never) */
+    unsigned max_conns_per_ip; /* connections from one client address at most (more are closed at once) */
+    size_t max_body;           /* the request body limit (a larger declared body is handed over at once) */
     int (*child_main)(int ctl, int port, unsigned restarts, size_t model, void *arg);
     void *arg;
 } srv_supervisor;

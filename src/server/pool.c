@@ -43,6 +43,7 @@
 
 #include "isolate.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -349,7 +350,7 @@ static const char *header(const char *head, size_t n, const char *h, size_t *len
     return NULL;
 }
 
-bool srv_pool_peek_request(const char *buf, size_t n, bool stalled, srv_pool_peek *out) {
+bool srv_pool_peek_request(const char *buf, size_t n, bool stalled, size_t max_body, srv_pool_peek *out) {
     memset(out, 0, sizeof *out);
     const char *he = NULL;
     for (size_t i = 0; i + 3 < n && !he; i++)
@@ -382,11 +383,19 @@ bool srv_pool_peek_request(const char *buf, size_t n, bool stalled, srv_pool_pee
         body = eol ? eol + 1 : buf + n;
         want = (size_t)-1;
     } else if (cl) {
-        want = (size_t)strtoull(cl, NULL, 10);
+        errno = 0;
+        const unsigned long long v = strtoull(cl, NULL, 10);
+        want = errno == ERANGE || v > SIZE_MAX ? SIZE_MAX : (size_t)v;
     }
     const size_t have = (size_t)(buf + n - body);
     out->complete = have >= want;
-    if (!out->complete && !stalled) return false;
+    /* a body over the limit is not waited for: the engine answers 413 at once */
+    if (!out->complete && !stalled && want <= max_body) {
+        size_t el = 0;
+        const char *ex = header(buf, (size_t)(he - buf), "expect:", &el);
+        out->expect_continue = ex && el == 12 && strncasecmp(ex, "100-continue", 12) == 0;
+        return false;
+    }
     srv_pool_body_model(body, have < want ? have : want, out->complete && !te, out->api == SRV_API_OLLAMA, out->model,
                         sizeof out->model);
     return true;

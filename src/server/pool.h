@@ -112,15 +112,17 @@ void srv_pool_body_model(const char *body, size_t n, bool whole, bool name_too, 
 /* ---- a request head seen by the supervisor --------------------------------------------------- */
 
 typedef struct srv_pool_peek {
-    bool complete;   /* the head and the declared body are all in */
-    bool health;     /* GET or HEAD of /health or /v1/health */
-    uint32_t api;    /* srv_api of the URL */
-    char model[256]; /* the model the body names ("" when none) */
+    bool complete;        /* the head and the declared body are all in */
+    bool health;          /* GET or HEAD of /health or /v1/health */
+    bool expect_continue; /* (more needed) the client waits for "100 Continue" before its body */
+    uint32_t api;         /* srv_api of the URL */
+    char model[256];      /* the model the body names ("" when none) */
 } srv_pool_peek;
 
 /* Reads a request's start, buf[0..n) (bytes peeked from its socket): false when more bytes are
- * needed (and may come: !stalled); otherwise fills *out, routing by what there is. */
-bool srv_pool_peek_request(const char *buf, size_t n, bool stalled, srv_pool_peek *out);
+ * needed (and may come: !stalled; a declared body over max_body is not waited for); otherwise
+ * fills *out, routing by what there is. */
+bool srv_pool_peek_request(const char *buf, size_t n, bool stalled, size_t max_body, srv_pool_peek *out);
 
 /* The error body of a request naming an unknown model (404), in its API's shape; a new reference. */
 json_t *srv_pool_unknown_body(uint32_t api, const char *name);

@@ -58,10 +58,12 @@ typedef struct conn {
     conn_state state;
     int w; /* the model (pool entry) it is routed to */
     uint32_t api, flags;
-    uint64_t sent;   /* srv_iso_sent when its request's headers were in */
-    double deadline; /* PEEK: the request must be in by then; WAIT: its model ready by then */
-    size_t peeked;   /* PEEK: bytes seen so far */
-    double grew_ms;  /* PEEK: when they last grew */
+    uint64_t sent;          /* srv_iso_sent when its request's headers were in */
+    double deadline;        /* PEEK: the request must be in by then; WAIT: its model ready by then */
+    size_t peeked;          /* PEEK: bytes seen so far */
+    double grew_ms;         /* PEEK: when they last grew */
+    bool continued;         /* PEEK: "100 Continue" was sent */
+    uint8_t addr[16], alen; /* the client's address (per-address limit) */
 } conn;
 
 /* The engine child of one model of the pool. */
@@ -325,7 +327,7 @@ static int child_gone(sup *s, int w) {
     if (!clean && s->stopping) s->rc = WIFEXITED(st) ? WEXITSTATUS(st) : 1; /* the exit status */
     char cause[96], msg[400];
     describe(st, cause, sizeof cause);
-    if (!s->ever_ready && !s->stopping) /* the first child did not start (the model did not load) */
+    if (!s->ever_ready && w == 0 && !s->stopping) /* the first child did not start (the model did not load) */
         return WIFEXITED(st) && WEXITSTATUS(st) ? WEXITSTATUS(st) : 1;
     if (!wk->ever_ready && !s->stopping) { /* a model that could not be loaded: no restart */
         snprintf(e->error, sizeof e->error, "its engine exited before it was ready: %s (see the server's log)", cause);
@@ -441,7 +443,9 @@ static void on_msg(sup *s, int w, const srv_iso_msg *m) {
 /* Accepts what waits on the listening socket: each connection is peeked at first. */
 static void accept_all(sup *s) {
     for (;;) {
-        const int fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        struct sockaddr_storage sa;
+        socklen_t sl = sizeof sa;
+        const int fd = accept4(s->lfd, (struct sockaddr *)&sa, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             /* out of descriptors: the connection waits in the backlog, not in a busy loop */
             if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
@@ -458,11 +462,25 @@ static void accept_all(sup *s) {
             close(fd); /* cannot happen: cap > max_conns */
             continue;
         }
+        uint8_t addr[16] = {0}, alen = 0;
+        if (sa.ss_family == AF_INET) memcpy(addr, &((struct sockaddr_in *)&sa)->sin_addr, alen = 4);
+        else if (sa.ss_family == AF_INET6) memcpy(addr, &((struct sockaddr_in6 *)&sa)->sin6_addr, alen = 16);
+        unsigned same = 0;
+        for (uint32_t k = 0; k < s->cap && alen; k++)
+            same += s->c[k].state != C_FREE && s->c[k].alen == alen && memcmp(s->c[k].addr, addr, alen) == 0;
+        if (s->sv->max_conns_per_ip && same >= s->sv->max_conns_per_ip) { /* as the engine's HTTP layer does */
+            close(fd);
+            continue;
+        }
         const int rcv = PEEK_RCVBUF; /* room to hold a whole request unread */
         setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof rcv);
         const double t = now_ms();
-        s->c[id] = (conn){
-            .fd = fd, .state = C_PEEK, .grew_ms = t, .deadline = s->sv->timeout_s ? t + 1000.0 * s->sv->timeout_s : 0};
+        s->c[id] = (conn){.fd = fd,
+                          .state = C_PEEK,
+                          .grew_ms = t,
+                          .deadline = s->sv->timeout_s ? t + 1000.0 * s->sv->timeout_s : 0,
+                          .alen = alen};
+        memcpy(s->c[id].addr, addr, sizeof addr);
         s->n_open++;
     }
 }
@@ -524,9 +542,13 @@ static bool peek_all(sup *s) {
         }
         const bool stalled = c->peeked >= PEEK_MAX || (c->peeked >= STALL_MIN && t - c->grew_ms >= STALL_MS);
         srv_pool_peek pk;
-        if (n > 0 && srv_pool_peek_request(s->peek, (size_t)n, stalled, &pk)) {
+        if (n > 0 && srv_pool_peek_request(s->peek, (size_t)n, stalled, s->sv->max_body, &pk)) {
             route(s, id, &pk);
             continue;
+        }
+        if (n > 0 && pk.expect_continue && !c->continued) { /* the engine's layer will say it again: harmless */
+            write_all(c->fd, "HTTP/1.1 100 Continue\r\n\r\n", 25);
+            c->continued = true;
         }
         if (c->deadline && t >= c->deadline) { /* the client's time is up, as in the engine's HTTP layer */
             conn_close(s, id, false);
