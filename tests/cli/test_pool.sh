@@ -1,12 +1,13 @@
 # test_pool.sh - the model pool of `kiln serve` (src/server/pool.c), over loopback with curl: one
 # server serves stories260K (the default model) and a kiln-gen tiny model found through KILN_MODELS,
 # each request answered by the model its "model" field names with the greedy text `kiln run` gives
-# for that model (which echoes the prompt first) (requests alternating, through OpenAI's, Ollama's and Anthropic's routes and an
-# alias); an unknown name is 404 in each API's shape; /v1/models, /api/ps and /stats show which are
+# for that model (requests alternating, through OpenAI's and Ollama's routes, an alias, a path and
+# a hosted API's name for the default); an unknown name is 404 in each API's shape; /v1/models, /api/ps and /stats show which are
 # loaded; a crash in one model's engine answers its own request with a 500 while the other model
 # keeps serving from the same engine process; with --max-models 1 concurrent first requests for a
 # model wait for its load and all succeed, the least recently used model is unloaded and loaded
-# again on demand; and the same without isolation (all engines in one process). Bounded: three
+# again on demand, and a model that cannot get room while the other is busy gets 503 after
+# --model-load-timeout; and the same without isolation (all engines in one process). Bounded: three
 # servers, ~40 requests, curl --max-time on each.
 . tests/cli/lib.sh
 M="$DATA/models/stories260K/stories260K.gguf"
@@ -114,7 +115,7 @@ c=$(cmpl tiny "$TMP/b4"); same pool_crashed_model_restarts "$c" "$TMP/b4" "$TMP/
 stop
 
 # ---- isolated, --max-models 1: concurrent first requests wait for the load; LRU unload, reload ----
-start --max-models 1
+start --max-models 1 --model-load-timeout 3 --timeout 10
 clients=""
 for k in 1 2 3; do
   cmpl tiny "$TMP/c$k" >"$TMP/c$k.code" &
@@ -132,6 +133,27 @@ if [ "$n" = 1 ] && grep -q "unloading model 'stories260K' (least recently used)"
 c=$(cmpl stories260K "$TMP/a5"); same pool_unloaded_model_reloads "$c" "$TMP/a5" "$TMP/run_a"
 if grep -q "unloading model 'tiny' (least recently used)" "$TMP/s.err"; then pass pool_lru_unloads_again; else
   fail pool_lru_unloads_again "$(tail -c 400 "$TMP/s.err")"; fi
+# a request for stories260K whose body is still coming holds its engine: tiny cannot be loaded in its
+# place, and a request for it gets 503 after --model-load-timeout; once the holder is gone, it loads
+python3 - "$port" "$TMP/held" <<'EOF' &
+import socket, sys, time
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+body = '{"model":"stories260K","prompt":"' + "x" * 20000
+s.sendall(("POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+           "Content-Length: %d\r\n\r\n%s" % (len(body) + 1000, body)).encode())
+open(sys.argv[2], "w").close()
+time.sleep(6)
+s.close()
+EOF
+holder=$!
+i=0
+while [ $i -lt 100 ] && [ ! -f "$TMP/held" ]; do sleep 0.1; i=$((i + 1)); done
+sleep 1 # the supervisor routes the stalled request after 200 ms
+c=$(cmpl tiny "$TMP/t1")
+if [ "$c" = 503 ] && grep -q '"code":"model_loading"' "$TMP/t1.json" && grep -q "not ready after 3 s" "$TMP/t1.json"; then
+  pass pool_load_timeout_503; else fail pool_load_timeout_503 "$c $(head -c 300 "$TMP/t1.json")"; fi
+wait $holder
+c=$(cmpl tiny "$TMP/t2"); same pool_loads_once_room_is_free "$c" "$TMP/t2" "$TMP/run_b"
 stop
 
 # ---- without isolation: all engines in one process ----
