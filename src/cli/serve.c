@@ -32,8 +32,8 @@
  * load on first use, each with its own plan (context, rows, prompt cache: as above, from its own
  * file and the machine) and engine (in its own child process under isolation), and the least
  * recently used idle one is unloaded when --max-models or --models-memory (default: CLI_MEMORY_PCT
- * of the machine's memory, as the plan above) would be passed. The chat template file and
- * speculative decoding flags apply to the default model only.
+ * of the machine's memory, as the plan above) would be passed. The chat template file, the tool
+ * format and speculative decoding flags apply to the default model only.
  *
  * Shutdown: the first signal stops accepting connections, cancels queued generations, lets the
  * running ones finish for up to SHUTDOWN_GRACE_MS (a second signal cancels them at once), closes the
@@ -795,7 +795,8 @@ static bool pool_resolve(const char *name, char *id, size_t idc, char *path, siz
 
 /* Loads the model at path and starts its engine into s (model, engine, model_id, model_path,
  * n_ctx, fingerprint, and the model's sampling defaults in s->cfg). The default model (is_default)
- * also gets --chat-template-file and speculative decoding. False after printing why (s unchanged). */
+ * also gets --chat-template-file, --tool-format and speculative decoding. False after printing why
+ * (s unchanged). */
 static bool load_engine(const serve_run *run, bool is_default, const char *path, const char *id, srv *s) {
     const cli_common c = *run->c;
     const serve_opts o = *run->o;
@@ -838,6 +839,7 @@ static bool load_engine(const serve_run *run, bool is_default, const char *path,
     loaded_model lm = {.s = s, .draft = draft, .id = id ? strdup(id) : model_id(path), .path = strdup(path)};
     s->cfg.sampling = cli_sampler_params(&c, m);
     s->cfg.chat_template = template_file ? cli_chat_template(m) : NULL;
+    s->cfg.tool_format = is_default ? run->tool_format : NULL; /* another model's template says */
     s->model_path = lm.path;
     s->model = m;
     s->model_id = lm.id ? lm.id : "model";

@@ -7,8 +7,9 @@
 # keeps serving from the same engine process; with --max-models 1 concurrent first requests for a
 # model wait for its load and all succeed, the least recently used model is unloaded and loaded
 # again on demand, and a model that cannot get room while the other is busy gets 503 after
-# --model-load-timeout; and the same without isolation (all engines in one process). Bounded: three
-# servers, ~40 requests, curl --max-time on each.
+# --model-load-timeout; each model's SSD-tier entries are its own after a restart; and the same
+# without isolation (all engines in one process). Bounded: four servers, ~45 requests, curl
+# --max-time on each.
 . tests/cli/lib.sh
 M="$DATA/models/stories260K/stories260K.gguf"
 GEN="$BUILD/kiln-gen"
@@ -60,7 +61,7 @@ same() {
 }
 
 # ---- isolated: two models, alternating; an alias; 404; listings; a crash in one ----
-start --model-alias small=tiny --debug-crash
+start --model-alias small=tiny --debug-crash --ssd-cache "$TMP/kv"
 if [ -z "$port" ]; then fail pool_server_starts "$(head -c 400 "$TMP/s.err")"; exit 0; fi
 c=$(cmpl stories260K "$TMP/a1"); same pool_default_model "$c" "$TMP/a1" "$TMP/run_a"
 c=$(cmpl tiny "$TMP/b1"); same pool_second_model_loads "$c" "$TMP/b1" "$TMP/run_b"
@@ -113,6 +114,14 @@ if [ "$kept" = 1 ]; then pass pool_crash_restarts_only_its_engine; else
   fail pool_crash_restarts_only_its_engine "engines $before -> $(children)"; fi
 c=$(cmpl tiny "$TMP/b4"); same pool_crashed_model_restarts "$c" "$TMP/b4" "$TMP/run_b"
 stop
+
+# the SSD tier: each model's cached prefixes, written at the stop, are its own after a restart
+start --ssd-cache "$TMP/kv"
+c=$(cmpl tiny "$TMP/b5")
+stop
+n=$(grep -c 'SSD cache .*: [1-9][0-9]* entries of this model' "$TMP/s.err")
+if [ "$c" = 200 ] && [ "$n" = 2 ] && [ -z "$(ls "$TMP/kv/quarantine")" ]; then pass pool_ssd_per_model; else
+  fail pool_ssd_per_model "$c, $n models with entries: $(grep 'SSD' "$TMP/s.err" | head -c 400)"; fi
 
 # ---- isolated, --max-models 1: concurrent first requests wait for the load; LRU unload, reload ----
 start --max-models 1 --model-load-timeout 3 --timeout 10
