@@ -870,11 +870,18 @@ static void unload_engine(srv *s) {
     pthread_mutex_lock(&g_loaded_mu);
     for (size_t i = 0; i < SRV_POOL_MAX; i++) {
         if (g_loaded[i].s != s) continue;
+        /* nothing quotes the id or path any more: the engine is idle and no handler holds s */
         kiln_model_free(g_loaded[i].draft);
-        /* the id and path strings stay: a response being written may still quote them */
-        g_loaded[i].s = NULL;
+        free(g_loaded[i].id);
+        free(g_loaded[i].path);
+        g_loaded[i] = (loaded_model){0};
     }
     pthread_mutex_unlock(&g_loaded_mu);
+}
+
+/* Frees the engine of a model other than main's own (srv_pool_each, at exit). */
+static void unload_other(srv *s, void *main) {
+    if (s != main) unload_engine(s);
 }
 
 /* srv_pool_config.load and .unload without isolation (entries other than the default). */
@@ -972,7 +979,9 @@ out:
         srv_pool_each(shutdown_one, (void *)&now);
     }
     srv_http_stop(&s);
+    if (!tab) srv_pool_each(unload_other, &s);
     if (s.engine) unload_engine(&s);
+    if (!tab) srv_pool_free();
     if (stats_ready) srv_stats_destroy(&s.stats);
     if (!rc && s.bound_port) fprintf(stderr, "kiln serve: stopped\n");
     return rc;
@@ -1154,6 +1163,7 @@ int cli_serve(int argc, char **argv) {
                                        .arg = &run};
             rc = srv_supervise(&sv);
         }
+        srv_pool_free();
         free(did);
     }
 
@@ -1162,5 +1172,6 @@ out:
     free(ssd_default);
     free(default_real);
     free(p.model);
+    for (size_t k = 0; k < o.n_aliases; k++) free((char *)o.alias_name[k]);
     return rc;
 }

@@ -103,6 +103,18 @@ bool srv_pool_init(const srv_pool_config *cfg, srv *main) {
     return true;
 }
 
+void srv_pool_free(void) {
+    for (size_t i = 1; i < SRV_POOL_MAX; i++) {
+        if (!g_slot[i]) continue;
+        srv_stats_destroy(&g_slot[i]->stats);
+        free(g_slot[i]);
+        g_slot[i] = NULL;
+    }
+    g_slot[0] = g_main = NULL;
+    if (g_tab && g_child < 0) munmap(g_tab, sizeof *g_tab);
+    g_tab = NULL;
+}
+
 const srv_pool_config *srv_pool_cfg(void) { return &g_cfg; }
 
 srv_pool_table *srv_pool_table_get(void) { return g_tab; }

@@ -73,6 +73,9 @@ typedef struct srv_pool_config {
  * entry 0 the default model. main is the single process's server (NULL under isolation, where
  * the supervisor owns the table). False when out of memory. */
 bool srv_pool_init(const srv_pool_config *cfg, srv *main);
+/* Releases what the pool holds (the table, the servers of models other than the default, whose
+ * engines must be gone). */
+void srv_pool_free(void);
 const srv_pool_config *srv_pool_cfg(void);
 /* The table (shared; readers copy what they need). NULL before srv_pool_init. */
 srv_pool_table *srv_pool_table_get(void);

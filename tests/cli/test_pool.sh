@@ -2,8 +2,8 @@
 # server serves stories260K (the default model) and a kiln-gen tiny model found through KILN_MODELS,
 # each request answered by the model its "model" field names with the greedy text `kiln run` gives
 # for that model (requests alternating, through OpenAI's and Ollama's routes, an alias, a path and
-# a hosted API's name for the default); an unknown name is 404 in each API's shape; /v1/models, /api/ps and /stats show which are
-# loaded; a crash in one model's engine answers its own request with a 500 while the other model
+# a hosted API's name for the default); an unknown name is 404 in each API's shape; /v1/models,
+# /api/ps and /stats show which are loaded; a crash in one model's engine answers its own request with a 500 while the other model
 # keeps serving from the same engine process; with --max-models 1 concurrent first requests for a
 # model wait for its load and all succeed, the least recently used model is unloaded and loaded
 # again on demand, and a model that cannot get room while the other is busy gets 503 after
@@ -145,13 +145,16 @@ if grep -q "unloading model 'tiny' (least recently used)" "$TMP/s.err"; then pas
 # a request for stories260K whose body is still coming holds its engine: tiny cannot be loaded in its
 # place, and a request for it gets 503 after --model-load-timeout; once the holder is gone, it loads
 python3 - "$port" "$TMP/held" <<'EOF' &
-import socket, sys, time
+import os, socket, sys, time
 s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
 body = '{"model":"stories260K","prompt":"' + "x" * 20000
 s.sendall(("POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
            "Content-Length: %d\r\n\r\n%s" % (len(body) + 1000, body)).encode())
 open(sys.argv[2], "w").close()
-time.sleep(6)
+for _ in range(100):  # until the script says so (10 s at most)
+    if os.path.exists(sys.argv[2] + ".release"):
+        break
+    time.sleep(0.1)
 s.close()
 EOF
 holder=$!
@@ -161,6 +164,7 @@ sleep 1 # the supervisor routes the stalled request after 200 ms
 c=$(cmpl tiny "$TMP/t1")
 if [ "$c" = 503 ] && grep -q '"code":"model_loading"' "$TMP/t1.json" && grep -q "not ready after 3 s" "$TMP/t1.json"; then
   pass pool_load_timeout_503; else fail pool_load_timeout_503 "$c $(head -c 300 "$TMP/t1.json")"; fi
+: >"$TMP/held.release"
 wait $holder
 c=$(cmpl tiny "$TMP/t2"); same pool_loads_once_room_is_free "$c" "$TMP/t2" "$TMP/run_b"
 stop
