@@ -884,12 +884,13 @@ static void unload_other(srv *s, void *main) {
     if (s != main) unload_engine(s);
 }
 
-/* srv_pool_config.load and .unload without isolation (entries other than the default). */
+/* srv_pool_config.load and .unload without isolation (the default model too, when it is loaded
+ * again after an unload). */
 static bool pool_load(srv *s, const char *path) {
     char id[192] = "", p2[1024];
     uint64_t bytes;
-    srv_pool_resolve(path, id, sizeof id, p2, sizeof p2, &bytes);
-    return load_engine(g_run, false, path, id[0] ? id : NULL, s);
+    const bool is_default = srv_pool_resolve(path, id, sizeof id, p2, sizeof p2, &bytes) == SRV_NAME_DEFAULT;
+    return load_engine(g_run, is_default, path, id[0] && !is_default ? id : NULL, s);
 }
 
 /* The pool's settings: the default model (its realpath) and the flags. */

@@ -2,8 +2,9 @@
  * isolate.h - crash isolation of `kiln serve`: the engine runs in a child process, a small
  * supervisor in the parent (supervise.c; the child's side is in http.c).
  *
- * Design. The parent owns the listening socket and nothing else of the server: it loads no model,
- * starts no thread, and holds no state a crash could corrupt. It accepts each connection itself and
+ * Design. The parent owns the listening socket and nothing else of the server: it loads no model
+ * (it reads model files' headers only, to resolve the names requests give: pool.c), starts no
+ * thread, and holds no state a crash could corrupt. It accepts each connection itself and
  * hands the socket to the child over a Unix SOCK_SEQPACKET socketpair (SCM_RIGHTS), keeping its own
  * descriptor of it; the child serves the connection with libmicrohttpd (MHD_add_connection) exactly
  * as a single process would, so no byte is relayed or copied. The child reports, on the same

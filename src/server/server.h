@@ -33,6 +33,8 @@
  *   web.c      the browser chat page at "/" (files from web/, embedded in the binary).
  *   supervise.c  crash isolation (isolate.h): the parent's supervisor that hands connections to
  *              the engine's child process, answers for it when it dies, and restarts it.
+ *   pool.c     the model pool (pool.h): the model a request names, loading on first use and
+ *              unloading the least recently used; one engine child per model under isolation.
  *
  * Like every kiln front end, the server uses only include/kiln.h (plus jansson and
  * libmicrohttpd). Handlers never generate themselves: they validate, render and tokenize (the model
