@@ -499,7 +499,7 @@ static bool busy(const sup *s, int w) {
 static void route(sup *s, uint32_t id, const srv_pool_peek *pk) {
     conn *c = &s->c[id];
     c->api = pk->api;
-    int w = pk->model[0] ? srv_pool_index(pk->model) : srv_pool_any();
+    int w = pk->model[0] && !pk->health ? srv_pool_index(pk->model) : srv_pool_any();
     if (pk->health && !s->w[w].ready) { /* any ready engine answers /health; none: this process */
         answer(c->fd, 503, "Service Unavailable", json_pack("{s:s}", "status", "restarting"));
         conn_close(s, id, true);
