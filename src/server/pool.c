@@ -27,7 +27,10 @@
  * are in, reads "model" from the body, and hands the socket to that model's child, which reads the
  * request from the socket itself as before. A request too large to be held whole in the socket is
  * routed by the part the socket holds (a "model" before the long "messages" routes it; otherwise
- * it goes to the default model, and if it named another, that engine answers 400 saying so). An
+ * it goes to the default model, and if it named another, that engine answers 400 saying so; a
+ * declared body over --max-body-mb is handed over at once, for the engine's 413). While it holds a
+ * connection the supervisor applies the engine's per-address connection limit and request timeout
+ * itself, and answers "Expect: 100-continue" so that such a client sends its body to be read. An
  * engine child answers each request with "Connection: close", so that every request reaches the
  * supervisor to be routed (a loopback handshake is small next to a generation). Requests that name
  * no model (/v1/models, /stats, /tokenize, ...) go to the default model when it is loaded, else the
