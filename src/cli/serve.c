@@ -71,6 +71,7 @@
 #define DEFAULT_HOST             "127.0.0.1"
 #define DEFAULT_MAX_BODY_MB      8
 #define DEFAULT_TIMEOUT_S        5 /* above the 4-5 s clients keep idle connections, below a hang */
+#define DEFAULT_ENGINE_TIMEOUT_S 60 /* an engine with work and no step for this long is hung */
 #define DEFAULT_MAX_CONNS        1024
 #define DEFAULT_MAX_CONNS_PER_IP 256 /* a batch client's parallel connections, the page and more */
 #define FD_RESERVE               64  /* file descriptors kept for other than connections */
@@ -180,6 +181,7 @@ typedef enum opt_id {
     OPT_MAX_CONNS_PER_IP,
     OPT_CORS,
     OPT_ALLOW_HOST,
+    OPT_ENGINE_TIMEOUT,
     OPT_COUNT
 } opt_id;
 
@@ -189,6 +191,7 @@ typedef struct serve_opts {
     const char *host, *api_key, *cors, *allow_hosts;
     int port, max_tokens, batch, max_queue, prefill_chunk, ssd_idle, max_body_mb, timeout, max_conns, max_conns_per_ip;
     float kv_budget_gb, prompt_cache_gb, ssd_max_gb;
+    int engine_timeout; /* --engine-timeout: the watchdog's limit in seconds (0: off; isolate.h) */
     bool given[OPT_COUNT];
     /* flags without a value (or with an optional one) */
     bool ssd_on, print_cfg, no_open;
@@ -219,6 +222,7 @@ static const struct opt_def {
     [OPT_MAX_CONNS_PER_IP] = {"--max-connections-per-ip", 'i', offsetof(serve_opts, max_conns_per_ip), 1, 1 << 20},
     [OPT_CORS] = {"--cors", 's', offsetof(serve_opts, cors), 0, 0},
     [OPT_ALLOW_HOST] = {"--allow-host", 's', offsetof(serve_opts, allow_hosts), 0, 0},
+    [OPT_ENGINE_TIMEOUT] = {"--engine-timeout", 'i', offsetof(serve_opts, engine_timeout), 0, 86400},
 };
 
 static void opts_init(serve_opts *o) {
@@ -236,6 +240,7 @@ static void opts_init(serve_opts *o) {
     o->ssd_idle = ep.ssd_demote_idle_s;
     o->max_body_mb = DEFAULT_MAX_BODY_MB;
     o->timeout = DEFAULT_TIMEOUT_S;
+    o->engine_timeout = DEFAULT_ENGINE_TIMEOUT_S;
     o->max_conns = DEFAULT_MAX_CONNS;
     o->max_conns_per_ip = DEFAULT_MAX_CONNS_PER_IP;
 }
@@ -897,6 +902,7 @@ int cli_serve(int argc, char **argv) {
     sigaddset(&sigs, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
+    signal(SIGXFSZ, SIG_IGN); /* a file-size limit (ulimit -f) fails an SSD cache write like a full disk */
     srv_iso_debug_crash(o.debug_crash);
 
     serve_run run = {.c = &c,
@@ -914,6 +920,7 @@ int cli_serve(int argc, char **argv) {
         const srv_supervisor sv = {.host = o.host,
                                    .port = p.port,
                                    .max_conns = (unsigned)o.max_conns,
+                                   .engine_timeout_s = (unsigned)o.engine_timeout,
                                    .child_main = engine_child,
                                    .arg = &run};
         rc = srv_supervise(&sv);

@@ -64,6 +64,8 @@ typedef struct sup {
     size_t cap, n_open;
     double started_ms, restart_at_ms;
     double accept_at_ms; /* out of descriptors: accept again from then on */
+    double alive_ms;     /* the child's last sign of life (READY or ALIVE) */
+    bool hung;           /* the watchdog killed the child */
     int fast;            /* fast crashes in a row */
     unsigned starts;     /* children started */
 } sup;
@@ -276,7 +278,9 @@ static int child_gone(sup *s) {
     if (!s->ever_ready && !s->stopping) /* the first child did not start (the model did not load) */
         return WIFEXITED(st) && WEXITSTATUS(st) ? WEXITSTATUS(st) : 1;
     char cause[96], msg[192];
-    describe(st, cause, sizeof cause);
+    if (s->hung) snprintf(cause, sizeof cause, "no progress for %u s (--engine-timeout)", s->sv->engine_timeout_s);
+    else describe(st, cause, sizeof cause);
+    s->hung = false;
     const bool clean = WIFEXITED(st) && WEXITSTATUS(st) == 0;
     snprintf(msg, sizeof msg, "the engine stopped: %s%s", cause, s->stopping ? "" : "; restarting");
     if (!s->stopping || !clean) fprintf(stderr, "kiln serve: %s\n", msg);
@@ -329,8 +333,13 @@ static int child_gone(sup *s) {
 
 /* Applies one message of the child. */
 static void on_msg(sup *s, const srv_iso_msg *m) {
+    if (m->type == SRV_ISO_ALIVE) {
+        s->alive_ms = now_ms();
+        return;
+    }
     if (m->type == SRV_ISO_READY) {
         s->ready = s->ever_ready = true;
+        s->alive_ms = now_ms();
         for (uint32_t id = 0; id < s->cap; id++)
             if (s->c[id].state == C_WAIT) hand_over(s, id);
         return;
@@ -386,6 +395,16 @@ static void check_waiting(sup *s) {
         answer(s->c[id].fd, 503, "Service Unavailable", json_pack("{s:s}", "status", "restarting"));
         conn_close(s, id, true);
     }
+}
+
+/* The watchdog (isolate.h): kills a ready child silent for longer than the engine timeout; its
+ * end is then handled as a crash (child_gone names the timeout). */
+static void watchdog(sup *s) {
+    if (!s->child || !s->ready || s->stopping || s->hung || !s->sv->engine_timeout_s) return;
+    if (now_ms() - s->alive_ms <= s->sv->engine_timeout_s * 1000.0) return;
+    fprintf(stderr, "kiln serve: the engine made no progress for %u s; stopping it\n", s->sv->engine_timeout_s);
+    s->hung = true;
+    kill(s->child, SIGKILL);
 }
 
 /* Binds and listens on host:port; the socket, or -1 after a message. */
@@ -477,6 +496,7 @@ int srv_supervise(const srv_supervisor *sv) {
                 break;
             }
         }
+        watchdog(&s);
         if (p[2].revents & POLLIN) accept_all(&s);
         if (!s.ready) check_waiting(&s);
         if (s.ready && s.retry) {
