@@ -70,7 +70,7 @@
 /* The HTTP server's defaults. */
 #define DEFAULT_HOST             "127.0.0.1"
 #define DEFAULT_MAX_BODY_MB      8
-#define DEFAULT_TIMEOUT_S        5 /* above the 4-5 s clients keep idle connections, below a hang */
+#define DEFAULT_TIMEOUT_S        5  /* above the 4-5 s clients keep idle connections, below a hang */
 #define DEFAULT_ENGINE_TIMEOUT_S 60 /* an engine with work and no step for this long is hung */
 #define DEFAULT_MAX_CONNS        1024
 #define DEFAULT_MAX_CONNS_PER_IP 256 /* a batch client's parallel connections, the page and more */

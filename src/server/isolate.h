@@ -84,7 +84,7 @@ uint64_t srv_iso_sent(int fd);
 typedef struct srv_supervisor {
     const char *host;
     int port;
-    unsigned max_conns; /* connections held at most (more are closed at once) */
+    unsigned max_conns;        /* connections held at most (more are closed at once) */
     unsigned engine_timeout_s; /* a ready child silent this long is killed (the watchdog); 0: never */
     int (*child_main)(int ctl, int port, unsigned restarts, void *arg);
     void *arg;
