@@ -148,6 +148,8 @@ static const usage_entry usages[] = {
      "  --model-alias NAME=MODEL  another name for a model (repeatable)\n"
      "  --no-isolation       run the engine in the server's process (default: in a child process\n"
      "                       that a supervisor restarts when it crashes)\n"
+     "  --engine-timeout S   restart an isolated engine that has work and makes no progress for S\n"
+     "                       seconds (default 60; 0 = never)\n"
      "  --debug-crash        tests only: the header 'X-Kiln-Debug-Crash: N' aborts the engine\n"
      "  --chat-template-file FILE  use this Jinja chat template instead of the model's\n"
      "  --tool-format NAME   how replies write tool calls and reasoning (default auto: detected\n"

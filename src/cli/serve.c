@@ -78,7 +78,8 @@
 /* The HTTP server's defaults. */
 #define DEFAULT_HOST             "127.0.0.1"
 #define DEFAULT_MAX_BODY_MB      8
-#define DEFAULT_TIMEOUT_S        5 /* above the 4-5 s clients keep idle connections, below a hang */
+#define DEFAULT_TIMEOUT_S        5  /* above the 4-5 s clients keep idle connections, below a hang */
+#define DEFAULT_ENGINE_TIMEOUT_S 60 /* an engine with work and no step for this long is hung */
 #define DEFAULT_MAX_CONNS        1024
 #define DEFAULT_MAX_CONNS_PER_IP 256 /* a batch client's parallel connections, the page and more */
 #define FD_RESERVE               64  /* file descriptors kept for other than connections */
@@ -207,6 +208,7 @@ typedef enum opt_id {
     OPT_MAX_MODELS,
     OPT_MODELS_MEMORY,
     OPT_LOAD_TIMEOUT,
+    OPT_ENGINE_TIMEOUT,
     OPT_COUNT
 } opt_id;
 
@@ -220,6 +222,7 @@ typedef struct serve_opts {
     float models_memory_gb;       /* --models-memory (-1: the machine's share) */
     const char *alias_name[SRV_POOL_ALIASES], *alias_target[SRV_POOL_ALIASES]; /* --model-alias */
     size_t n_aliases;
+    int engine_timeout; /* --engine-timeout: the watchdog's limit in seconds (0: off; isolate.h) */
     bool given[OPT_COUNT];
     /* flags without a value (or with an optional one) */
     bool ssd_on, print_cfg, no_open;
@@ -253,6 +256,7 @@ static const struct opt_def {
     [OPT_MAX_MODELS] = {"--max-models", 'i', offsetof(serve_opts, max_models), 0, SRV_POOL_MAX},
     [OPT_MODELS_MEMORY] = {"--models-memory", 'f', offsetof(serve_opts, models_memory_gb), 0.001, 1 << 20},
     [OPT_LOAD_TIMEOUT] = {"--model-load-timeout", 'i', offsetof(serve_opts, load_timeout), 1, 86400},
+    [OPT_ENGINE_TIMEOUT] = {"--engine-timeout", 'i', offsetof(serve_opts, engine_timeout), 0, 86400},
 };
 
 static void opts_init(serve_opts *o) {
@@ -270,6 +274,7 @@ static void opts_init(serve_opts *o) {
     o->ssd_idle = ep.ssd_demote_idle_s;
     o->max_body_mb = DEFAULT_MAX_BODY_MB;
     o->timeout = DEFAULT_TIMEOUT_S;
+    o->engine_timeout = DEFAULT_ENGINE_TIMEOUT_S;
     o->max_conns = DEFAULT_MAX_CONNS;
     o->max_conns_per_ip = DEFAULT_MAX_CONNS_PER_IP;
     o->max_models = 0;
@@ -1132,6 +1137,7 @@ int cli_serve(int argc, char **argv) {
     sigaddset(&sigs, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
+    signal(SIGXFSZ, SIG_IGN); /* a file-size limit (ulimit -f) fails an SSD cache write like a full disk */
     srv_iso_debug_crash(o.debug_crash);
 
     serve_run run = {.c = &c,
@@ -1160,6 +1166,7 @@ int cli_serve(int argc, char **argv) {
                                        .timeout_s = (unsigned)o.timeout,
                                        .max_conns_per_ip = (unsigned)o.max_conns_per_ip,
                                        .max_body = (size_t)o.max_body_mb << 20,
+                                       .engine_timeout_s = (unsigned)o.engine_timeout,
                                        .child_main = engine_child,
                                        .arg = &run};
             rc = srv_supervise(&sv);

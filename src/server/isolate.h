@@ -22,6 +22,12 @@
  * no child serves, new connections wait in the parent (handed over when the child is ready), and
  * GET /health is answered by the parent itself: 503 {"status":"restarting"}.
  *
+ * Watchdog. A hung engine (a deadlock, a step that never ends) does not die, so the child also
+ * reports that it is alive (SRV_ISO_ALIVE, every SRV_ISO_ALIVE_MS) while its engine is idle or has
+ * run a step since the last report; a child with work and no step is silent. A ready child silent
+ * for longer than srv_supervisor.engine_timeout_s is killed (SIGKILL) and treated as a crash whose
+ * cause is the timeout ("the engine stopped: no progress for 60 s (--engine-timeout); restarting").
+ *
  * With a pool of models (pool.c), each loaded model has its own child, control socket and
  * restart backoff, and all of the above holds per model: one model's crash answers and restarts
  * only its own requests and engine. The supervisor peeks at each request (never consuming a byte)
@@ -63,7 +69,10 @@ typedef enum srv_iso_type {
     SRV_ISO_STREAM,    /* a stream is queued (NDJSON on SRV_API_OLLAMA, else SSE) */
     SRV_ISO_IDLE,      /* the request finished: the connection waits for the next one */
     SRV_ISO_CLOSED,    /* the child closed the connection */
+    SRV_ISO_ALIVE,     /* the engine is idle or made progress (the watchdog's heartbeat) */
 } srv_iso_type;
+
+#define SRV_ISO_ALIVE_MS 250 /* how often the child says it is alive */
 
 #define SRV_ISO_HTTP11    1u /* the request is HTTP/1.1 (a stream is chunked) */
 #define SRV_ISO_RESPONSES 2u /* an OpenAI Responses route (its own stream error event) */
@@ -91,6 +100,7 @@ typedef struct srv_supervisor {
                                   closed (0: never) */
     unsigned max_conns_per_ip; /* connections from one client address at most (more are closed at once) */
     size_t max_body;           /* the request body limit (a larger declared body is handed over at once) */
+    unsigned engine_timeout_s; /* a ready child silent this long is killed (the watchdog); 0: never */
     int (*child_main)(int ctl, int port, unsigned restarts, size_t model, void *arg);
     void *arg;
 } srv_supervisor;
@@ -115,7 +125,11 @@ bool srv_iso_child(unsigned *restarts);
  * abort at its N-th token event (on the engine's thread); 0 aborts in the handler before anything is
  * generated. The header is ignored unless srv_iso_debug_crash(true) was called. */
 void srv_iso_debug_crash(bool on);
-/* The N of the request the calling thread serves (0: none), which srv_job_submit copies. */
+/* The same switch enables "X-Kiln-Debug-Hang: N": the engine's thread stops for good at the
+ * request's N-th token event (N >= 1), for the watchdog's tests. */
+/* The N of the request the calling thread serves (0: none) and whether it hangs rather than
+ * aborts, which srv_job_submit copies. */
 extern _Thread_local unsigned srv_iso_abort_at;
+extern _Thread_local bool srv_iso_hang;
 
 #endif

@@ -167,6 +167,7 @@ struct srv_job {
     atomic_bool cancel; /* the client went away */
     unsigned abort_at;  /* --debug-crash: the process aborts at this token event (0: never; isolate.h) */
     unsigned n_events;  /* token events so far (counted only with abort_at) */
+    bool hang;          /* --debug-crash: at abort_at the engine's thread hangs instead */
 };
 
 /* A new job with one reference; NULL when out of memory. */

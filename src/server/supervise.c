@@ -77,6 +77,8 @@ typedef struct worker {
     double started_ms, restart_at_ms;
     int fast;        /* fast crashes in a row */
     unsigned starts; /* children started */
+    double alive_ms; /* the child's last sign of life (READY or ALIVE) */
+    bool hung;       /* the watchdog killed the child */
 } worker;
 
 typedef struct sup {
@@ -326,7 +328,9 @@ static int child_gone(sup *s, int w) {
     const bool clean = WIFEXITED(st) && WEXITSTATUS(st) == 0;
     if (!clean && s->stopping) s->rc = WIFEXITED(st) ? WEXITSTATUS(st) : 1; /* the exit status */
     char cause[96], msg[400];
-    describe(st, cause, sizeof cause);
+    if (wk->hung) snprintf(cause, sizeof cause, "no progress for %u s (--engine-timeout)", s->sv->engine_timeout_s);
+    else describe(st, cause, sizeof cause);
+    wk->hung = false;
     if (!s->ever_ready && w == 0 && !s->stopping) /* the first child did not start (the model did not load) */
         return WIFEXITED(st) && WEXITSTATUS(st) ? WEXITSTATUS(st) : 1;
     if (!wk->ever_ready && !s->stopping) { /* a model that could not be loaded: no restart */
@@ -413,8 +417,13 @@ static int child_gone(sup *s, int w) {
 /* Applies one message of model w's child. */
 static void on_msg(sup *s, int w, const srv_iso_msg *m) {
     worker *wk = &s->w[w];
+    if (m->type == SRV_ISO_ALIVE) {
+        wk->alive_ms = now_ms();
+        return;
+    }
     if (m->type == SRV_ISO_READY) {
         wk->ready = wk->ever_ready = s->ever_ready = true;
+        wk->alive_ms = now_ms();
         srv_pool_entry *e = entry(w);
         e->state = SRV_POOL_READY;
         e->loads++;
@@ -626,6 +635,20 @@ static void check_waiting(sup *s) {
     for (int w = 0; w < SRV_POOL_MAX; w++) tab->e[w].in_flight = inflight[w];
 }
 
+/* The watchdog (isolate.h): kills a ready child silent for longer than the engine timeout; its
+ * end is then handled as a crash (child_gone names the timeout). Per model. */
+static void watchdog(sup *s) {
+    for (int w = 0; w < SRV_POOL_MAX; w++) {
+        worker *wk = &s->w[w];
+        if (!wk->pid || !wk->ready || s->stopping || wk->hung || !s->sv->engine_timeout_s) continue;
+        if (now_ms() - wk->alive_ms <= s->sv->engine_timeout_s * 1000.0) continue;
+        fprintf(stderr, "kiln serve: the engine%s%s%s made no progress for %u s; stopping it\n", w ? " of '" : "",
+                w ? entry(w)->id : "", w ? "'" : "", s->sv->engine_timeout_s);
+        wk->hung = true;
+        kill(wk->pid, SIGKILL);
+    }
+}
+
 /* Binds and listens on host:port; the socket, or -1 after a message. */
 static int listen_on(const char *host, int port, int *bound) {
     char ps[16];
@@ -734,6 +757,7 @@ int srv_supervise(const srv_supervisor *sv) {
             }
         }
         if (done) break;
+        watchdog(&s);
         if (p[1].revents & POLLIN) accept_all(&s);
         peek_all(&s);
         check_waiting(&s);
