@@ -216,3 +216,6 @@ clean:
 	rm -rf build build-asan build-arm64 build-fuzz
 
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(DEV_OBJ:.o=.d) $(WEB_OBJ:.o=.d)
+
+# test_faults_alloc fails the N-th allocation of the library: it links with the allocator wrapped.
+$(BUILD)/tests/test_faults_alloc: TEST_LDFLAGS = -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=posix_memalign,--wrap=strdup

@@ -825,8 +825,14 @@ kiln_status kn_ssd_open(const kn_ssd_params *p, kn_ssd **out) {
         char probe[64];
         snprintf(probe, sizeof probe, ".probe.%ld", (long)getpid());
         const int fd = openat(s->dirfd, probe, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-        if (fd < 0 || write(fd, "k", 1) != 1)
-            st = kn_error(KILN_ERR_IO, "the SSD cache directory %s is not writable: %s", p->dir, strerror(errno));
+        const int err = fd < 0 || write(fd, "k", 1) != 1 ? errno : 0;
+        /* full (not unwritable): what it holds still serves, writes fail until there is room */
+        if (err == ENOSPC || err == EDQUOT || err == EFBIG)
+            KN_LOGW("the SSD cache directory %s is full (%s): cached prefixes are restored, new ones not written "
+                    "until there is room",
+                    p->dir, strerror(err));
+        else if (err)
+            st = kn_error(KILN_ERR_IO, "the SSD cache directory %s is not writable: %s", p->dir, strerror(err));
         if (fd >= 0) close(fd);
         unlinkat(s->dirfd, probe, 0);
     }

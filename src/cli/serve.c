@@ -28,6 +28,13 @@
  * socket and restarts the child when it crashes; the child serves exactly as the single process
  * does. --debug-crash lets a request abort the engine (for tests).
  *
+ * Models (server/pool.c): a request may name any model `kiln ls` finds (or a --model-alias); models
+ * load on first use, each with its own plan (context, rows, prompt cache: as above, from its own
+ * file and the machine) and engine (in its own child process under isolation), and the least
+ * recently used idle one is unloaded when --max-models or --models-memory (default: CLI_MEMORY_PCT
+ * of the machine's memory, as the plan above) would be passed. The chat template file, the tool
+ * format and speculative decoding flags apply to the default model only.
+ *
  * Shutdown: the first signal stops accepting connections, cancels queued generations, lets the
  * running ones finish for up to SHUTDOWN_GRACE_MS (a second signal cancels them at once), closes the
  * remaining connections, flushes the SSD cache (--ssd-cache: every cached prefix not on disk yet is
@@ -36,6 +43,7 @@
  */
 #include "cli.h"
 #include "isolate.h"
+#include "pool.h"
 #include "server.h"
 
 #include <arpa/inet.h>
@@ -70,10 +78,12 @@
 /* The HTTP server's defaults. */
 #define DEFAULT_HOST             "127.0.0.1"
 #define DEFAULT_MAX_BODY_MB      8
-#define DEFAULT_TIMEOUT_S        5 /* above the 4-5 s clients keep idle connections, below a hang */
+#define DEFAULT_TIMEOUT_S        5  /* above the 4-5 s clients keep idle connections, below a hang */
+#define DEFAULT_ENGINE_TIMEOUT_S 60 /* an engine with work and no step for this long is hung */
 #define DEFAULT_MAX_CONNS        1024
 #define DEFAULT_MAX_CONNS_PER_IP 256 /* a batch client's parallel connections, the page and more */
 #define FD_RESERVE               64  /* file descriptors kept for other than connections */
+#define DEFAULT_LOAD_TIMEOUT_S   300 /* a request waits this long for its model to load */
 
 extern char **environ;
 
@@ -120,13 +130,28 @@ static double now_ms(void) {
 }
 
 typedef struct shutdown_ctx {
-    kiln_engine *engine;
     atomic_bool finished;
 } shutdown_ctx;
 
+/* Shuts down the engine of s with *(int *)arg ms of grace (srv_pool_each). */
+static void shutdown_one(srv *s, void *arg) { kiln_engine_shutdown(s->engine, *(const int *)arg); }
+
+/* Flushes the SSD cache of s's engine, bounded in time, with a line saying how it went. */
+static void flush_one(srv *s, void *arg) {
+    kiln_engine_stats es;
+    kiln_engine_get_stats(s->engine, &es);
+    if (!es.ssd_enabled) return;
+    const double t0 = now_ms();
+    if (kiln_engine_flush_cache(s->engine, SHUTDOWN_GRACE_MS) == KILN_OK)
+        fprintf(stderr, "kiln serve: SSD cache flushed in %.0f ms\n", now_ms() - t0);
+    else fprintf(stderr, "kiln serve: SSD cache flush incomplete: %s\n", kiln_last_error());
+}
+
+/* Every loaded model's engine gets SHUTDOWN_GRACE_MS (all at once, each on its own). */
 static void *shutdown_main(void *arg) {
     shutdown_ctx *sc = arg;
-    kiln_engine_shutdown(sc->engine, SHUTDOWN_GRACE_MS);
+    const int grace = SHUTDOWN_GRACE_MS;
+    srv_pool_each(shutdown_one, (void *)&grace);
     atomic_store(&sc->finished, true);
     return NULL;
 }
@@ -180,6 +205,10 @@ typedef enum opt_id {
     OPT_MAX_CONNS_PER_IP,
     OPT_CORS,
     OPT_ALLOW_HOST,
+    OPT_MAX_MODELS,
+    OPT_MODELS_MEMORY,
+    OPT_LOAD_TIMEOUT,
+    OPT_ENGINE_TIMEOUT,
     OPT_COUNT
 } opt_id;
 
@@ -189,6 +218,11 @@ typedef struct serve_opts {
     const char *host, *api_key, *cors, *allow_hosts;
     int port, max_tokens, batch, max_queue, prefill_chunk, ssd_idle, max_body_mb, timeout, max_conns, max_conns_per_ip;
     float kv_budget_gb, prompt_cache_gb, ssd_max_gb;
+    int max_models, load_timeout; /* --max-models (0: no count limit), --model-load-timeout */
+    float models_memory_gb;       /* --models-memory (-1: the machine's share) */
+    const char *alias_name[SRV_POOL_ALIASES], *alias_target[SRV_POOL_ALIASES]; /* --model-alias */
+    size_t n_aliases;
+    int engine_timeout; /* --engine-timeout: the watchdog's limit in seconds (0: off; isolate.h) */
     bool given[OPT_COUNT];
     /* flags without a value (or with an optional one) */
     bool ssd_on, print_cfg, no_open;
@@ -220,6 +254,10 @@ static const struct opt_def {
     [OPT_MAX_CONNS_PER_IP] = {"--max-connections-per-ip", 'i', offsetof(serve_opts, max_conns_per_ip), 1, 1 << 20},
     [OPT_CORS] = {"--cors", 's', offsetof(serve_opts, cors), 0, 0},
     [OPT_ALLOW_HOST] = {"--allow-host", 's', offsetof(serve_opts, allow_hosts), 0, 0},
+    [OPT_MAX_MODELS] = {"--max-models", 'i', offsetof(serve_opts, max_models), 0, SRV_POOL_MAX},
+    [OPT_MODELS_MEMORY] = {"--models-memory", 'f', offsetof(serve_opts, models_memory_gb), 0.001, 1 << 20},
+    [OPT_LOAD_TIMEOUT] = {"--model-load-timeout", 'i', offsetof(serve_opts, load_timeout), 1, 86400},
+    [OPT_ENGINE_TIMEOUT] = {"--engine-timeout", 'i', offsetof(serve_opts, engine_timeout), 0, 86400},
 };
 
 static void opts_init(serve_opts *o) {
@@ -237,8 +275,12 @@ static void opts_init(serve_opts *o) {
     o->ssd_idle = ep.ssd_demote_idle_s;
     o->max_body_mb = DEFAULT_MAX_BODY_MB;
     o->timeout = DEFAULT_TIMEOUT_S;
+    o->engine_timeout = DEFAULT_ENGINE_TIMEOUT_S;
     o->max_conns = DEFAULT_MAX_CONNS;
     o->max_conns_per_ip = DEFAULT_MAX_CONNS_PER_IP;
+    o->max_models = 0;
+    o->models_memory_gb = -1;
+    o->load_timeout = DEFAULT_LOAD_TIMEOUT_S;
 }
 
 /* Consumes argv flag a with value v when it is one of opt_defs: 1 when it was (v used), 0 when
@@ -475,6 +517,13 @@ static void print_config(const cli_common *c, const plan *p, const serve_opts *o
     printf("%-15s %s   (%s)\n", "allow-host", o->allow_hosts ? o->allow_hosts : "none",
            opt_src(o, OPT_ALLOW_HOST, "default: IP addresses, localhost and --host"));
     printf("%-15s %s   (%s)\n", "open browser", p->open_browser ? "yes" : "no", p->open_src);
+    if (o->max_models) printf("%-15s %d   (flag --max-models)\n", "max-models", o->max_models);
+    else printf("%-15s no count limit   (default: --models-memory decides)\n", "max-models");
+    cli_fmt_bytes(o->models_memory_gb >= 0 ? (uint64_t)((double)o->models_memory_gb * 1e9) : p->budget, a, sizeof a);
+    printf("%-15s %s   (%s)\n", "models-memory", a, opt_src(o, OPT_MODELS_MEMORY, "machine: the planned memory above"));
+    printf("%-15s %d s   (%s)\n", "load-timeout", o->load_timeout, opt_src(o, OPT_LOAD_TIMEOUT, "default"));
+    for (size_t k = 0; k < o->n_aliases; k++)
+        printf("%-15s %s = %s   (flag --model-alias)\n", "model-alias", o->alias_name[k], o->alias_target[k]);
     printf("%-15s %s   (%s)\n", "isolation", o->no_isolation ? "off" : "engine in a child process",
            o->no_isolation ? "flag --no-isolation" : "default");
     printf("%-15s %g   (%s)\n", "temp", (double)sp->temperature,
@@ -637,30 +686,25 @@ static void serve_until_signal(srv *s, const plan *p, const serve_opts *o, const
     atomic_store(&s->stopping, true);
     srv_http_quiesce(s);
     /* Running generations get up to SHUTDOWN_GRACE_MS; a second signal cancels them at once. */
-    shutdown_ctx sc = {.engine = engine};
+    shutdown_ctx sc;
     atomic_init(&sc.finished, false);
     pthread_t th;
+    const int now = 0;
     if (pthread_create(&th, NULL, shutdown_main, &sc) != 0) {
-        kiln_engine_shutdown(engine, 0);
+        srv_pool_each(shutdown_one, (void *)&now);
     } else {
         const struct timespec tick = {0, 100 * 1000000L};
         while (!atomic_load(&sc.finished)) {
             if (sigtimedwait(sigs, NULL, &tick) > 0) {
                 fprintf(stderr, "kiln serve: second signal, cancelling running generations\n");
-                kiln_engine_shutdown(engine, 0);
+                srv_pool_each(shutdown_one, (void *)&now);
             }
         }
         pthread_join(th, NULL);
     }
-    /* The engine has stopped (the last requests' prefixes are cached): make the SSD cache
+    /* The engines have stopped (the last requests' prefixes are cached): make the SSD cache
      * durable, bounded in time. */
-    kiln_engine_get_stats(engine, &es);
-    if (es.ssd_enabled) {
-        const double t0 = now_ms();
-        if (kiln_engine_flush_cache(engine, SHUTDOWN_GRACE_MS) == KILN_OK)
-            fprintf(stderr, "kiln serve: SSD cache flushed in %.0f ms\n", now_ms() - t0);
-        else fprintf(stderr, "kiln serve: SSD cache flush incomplete: %s\n", kiln_last_error());
-    }
+    srv_pool_each(flush_one, NULL);
 }
 
 /* What running the server needs of cli_serve's resolved settings (read-only here). */
@@ -670,32 +714,113 @@ typedef struct serve_run {
     const serve_opts *o;
     const char *template_file, *tool_format;
     bool ssd_verify;
-    const cli_spec *spec; /* speculative decoding, resolved */
-    const sigset_t *sigs; /* SIGINT, SIGTERM: blocked, taken by sigwait */
+    const cli_spec *spec;     /* speculative decoding, resolved */
+    const sigset_t *sigs;     /* SIGINT, SIGTERM: blocked, taken by sigwait */
+    const char *default_real; /* the default model's file, resolved */
 } serve_run;
 
-/* Loads the model, starts the engine and the HTTP server, and serves until a signal (the whole
- * server without isolation, the engine's child process with it). Returns the exit status. */
-static int run_server(const serve_run *run) {
-    const cli_common c = *run->c, lc = *run->lc;
-    const plan p = *run->p;
+/* ---- the models of the pool ------------------------------------------------------------------ */
+
+static const serve_run *g_run; /* the server's settings, for the pool's callbacks */
+
+/* What a loaded model owns besides its srv fields (freed by unload_engine). */
+typedef struct loaded_model {
+    srv *s; /* NULL: a free slot */
+    kiln_model *draft;
+    char *id, *path;
+} loaded_model;
+static loaded_model g_loaded[SRV_POOL_MAX];
+static pthread_mutex_t g_loaded_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* The plan of the model at path: the server's plan with that file's own context, rows and prompt
+ * cache (out->model points to path). False when its header cannot be read. */
+static bool plan_for(const serve_run *run, const char *path, plan *out) {
+    *out = *run->p;
+    out->model = (char *)path;
+    if (kiln_model_info_read(path, &out->info) != KILN_OK) return false;
+    plan_machine(run->c, out, run->o->given[OPT_BATCH] ? run->o->batch : 0,
+                 run->o->given[OPT_PROMPT_CACHE] ? run->o->prompt_cache_gb : -1);
+    return true;
+}
+
+/* The memory a plan holds: weights, the KV of its rows, its prompt cache. */
+static uint64_t plan_bytes(const cli_common *c, const plan *p) {
+    const uint64_t kv_tok = kiln_kv_bytes_per_token_kv(&p->info, c->kv_type, c->kv_type_v);
+    return p->info.tensor_bytes + (uint64_t)p->prompt_cache + (uint64_t)p->rows * (uint64_t)p->ctx * kv_tok;
+}
+
+/* Whether name may be looked up as ORG/NAME[:QUANT] in the Hugging Face cache: one '/', no "..",
+ * not a path (a request's name never reaches the file system as a path of its own). */
+static bool hub_name(const char *name) {
+    const char *sl = strchr(name, '/');
+    return name[0] != '/' && name[0] != '.' && name[0] != '~' && sl && !strchr(sl + 1, '/') && !strstr(name, "..");
+}
+
+#define LIST_FRESH_MS 2000 /* the pool looks at the models on disk again after this long */
+
+/* srv_pool_config.resolve: a name `kiln ls` knows (its friendly name, a discovered file's path or
+ * id, or ORG/NAME[:QUANT] of the Hugging Face cache) to the model's id (its friendly name), file
+ * (resolved) and planned bytes. Only discovered models answer: a name is never opened as a path.
+ * The discovered list is kept for LIST_FRESH_MS, so that names cost no directory scan each. */
+static bool pool_resolve(const char *name, char *id, size_t idc, char *path, size_t pathc, uint64_t *bytes) {
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static cli_model_list l;
+    static double at;
+    static bool have;
+    pthread_mutex_lock(&mu);
+    if (!have || now_ms() - at > LIST_FRESH_MS) {
+        if (have) cli_models_free(&l);
+        cli_models_find(&l, false);
+        have = true;
+        at = now_ms();
+    }
+    const cli_model_entry *hit = NULL;
+    for (size_t i = 0; i < l.n && !hit; i++)
+        if (strcmp(l.v[i].name, name) == 0 || strcmp(l.v[i].path, name) == 0 || strcmp(l.v[i].real, name) == 0)
+            hit = &l.v[i];
+    for (size_t i = 0; i < l.n && !hit; i++) {
+        char *fid = model_id(l.v[i].real);
+        if (fid && strcmp(fid, name) == 0) hit = &l.v[i];
+        free(fid);
+    }
+    if (!hit && hub_name(name)) {
+        char *f = cli_model_resolve(name, false), *real = f ? realpath(f, NULL) : NULL;
+        for (size_t i = 0; i < l.n && !hit && real; i++)
+            if (strcmp(l.v[i].real, real) == 0) hit = &l.v[i];
+        free(real);
+        free(f);
+    }
+    plan pl;
+    const bool ok = hit && hit->info.runnable && plan_for(g_run, hit->real, &pl);
+    if (ok) {
+        snprintf(id, idc, "%s", hit->name);
+        snprintf(path, pathc, "%s", hit->real);
+        *bytes = plan_bytes(g_run->c, &pl);
+    }
+    pthread_mutex_unlock(&mu);
+    return ok;
+}
+
+/* Loads the model at path and starts its engine into s (model, engine, model_id, model_path,
+ * n_ctx, fingerprint, and the model's sampling defaults in s->cfg). The default model (is_default)
+ * also gets --chat-template-file, --tool-format and speculative decoding. False after printing why
+ * (s unchanged). */
+static bool load_engine(const serve_run *run, bool is_default, const char *path, const char *id, srv *s) {
+    const cli_common c = *run->c;
     const serve_opts o = *run->o;
-    const char *template_file = run->template_file, *tool_format = run->tool_format;
-    const bool ssd_verify = run->ssd_verify;
-    sigset_t sigs = *run->sigs;
-    int rc = 0;
-    srv s;
-    memset(&s, 0, sizeof s);
-    bool stats_ready = false;
+    plan p;
+    if (!plan_for(run, path, &p)) {
+        fprintf(stderr, "kiln serve: cannot read model %s: %s\n", path, kiln_last_error());
+        return false;
+    }
+    cli_common lc = *run->lc;
+    lc.model = path;
+    const char *template_file = is_default ? run->template_file : NULL;
+    cli_spec spec = is_default ? *run->spec : (cli_spec){0};
     kiln_model *m = NULL, *draft = NULL;
     kiln_engine *engine = NULL;
     bool draft_ok = true;
-    const cli_spec spec = *run->spec;
-    char *id = NULL;
-    if (!(m = cli_load_model(&lc, false)) || !cli_use_chat_template(template_file, m)) {
-        rc = CLI_EXIT_FAIL;
-        goto out;
-    }
+    if (!(m = cli_load_model(&lc, false)) || !cli_use_chat_template(template_file, m)) goto fail;
     kiln_engine_params ep = kiln_engine_default_params();
     ep.n_ctx = p.ctx;
     ep.n_threads = p.threads;
@@ -711,23 +836,111 @@ static int run_server(const serve_run *run) {
     ep.ssd_dir = o.ssd_on ? o.ssd_dir : NULL;
     ep.ssd_max_bytes = (uint64_t)((double)o.ssd_max_gb * 1e9);
     ep.ssd_demote_idle_s = o.ssd_idle;
-    ep.ssd_verify = ssd_verify;
-    if (!(draft = cli_load_draft(&spec, &lc, "serve", &draft_ok)) && !draft_ok) {
-        rc = CLI_EXIT_FAIL;
-        goto out;
-    }
+    ep.ssd_verify = run->ssd_verify;
+    if (!(draft = cli_load_draft(&spec, &lc, "serve", &draft_ok)) && !draft_ok) goto fail;
     ep.spec = spec.method;
     ep.draft_model = draft;
     ep.spec_max = spec.max;
     if (kiln_engine_new(m, &ep, &engine)) {
         fprintf(stderr, "kiln serve: cannot start the engine: %s\n", kiln_last_error());
-        rc = CLI_EXIT_FAIL;
-        goto out;
+        goto fail;
     }
+    loaded_model lm = {.s = s, .draft = draft, .id = id ? strdup(id) : model_id(path), .path = strdup(path)};
+    s->cfg.sampling = cli_sampler_params(&c, m);
+    s->cfg.chat_template = template_file ? cli_chat_template(m) : NULL;
+    s->cfg.tool_format = is_default ? run->tool_format : NULL; /* another model's template says */
+    s->model_path = lm.path;
+    s->model = m;
+    s->model_id = lm.id ? lm.id : "model";
+    s->engine = engine;
+    s->n_ctx = kiln_engine_n_ctx(engine);
+    snprintf(s->fingerprint, sizeof s->fingerprint, "fp_%.12s", kiln_model_fingerprint(m));
+    pthread_mutex_lock(&g_loaded_mu);
+    for (size_t i = 0; i < SRV_POOL_MAX; i++)
+        if (!g_loaded[i].s) {
+            g_loaded[i] = lm;
+            break;
+        }
+    pthread_mutex_unlock(&g_loaded_mu);
+    return true;
+fail:
+    kiln_engine_free(engine);
+    kiln_model_free(draft);
+    kiln_model_free(m);
+    return false;
+}
+
+/* Frees what load_engine made for s (its engine shut down first). */
+static void unload_engine(srv *s) {
+    kiln_engine_free(s->engine);
+    kiln_model_free(s->model);
+    s->engine = NULL;
+    s->model = NULL;
+    pthread_mutex_lock(&g_loaded_mu);
+    for (size_t i = 0; i < SRV_POOL_MAX; i++) {
+        if (g_loaded[i].s != s) continue;
+        /* nothing quotes the id or path any more: the engine is idle and no handler holds s */
+        kiln_model_free(g_loaded[i].draft);
+        free(g_loaded[i].id);
+        free(g_loaded[i].path);
+        g_loaded[i] = (loaded_model){0};
+    }
+    pthread_mutex_unlock(&g_loaded_mu);
+}
+
+/* Frees the engine of a model other than main's own (srv_pool_each, at exit). */
+static void unload_other(srv *s, void *main) {
+    if (s != main) unload_engine(s);
+}
+
+/* srv_pool_config.load and .unload without isolation (the default model too, when it is loaded
+ * again after an unload). */
+static bool pool_load(srv *s, const char *path) {
+    char id[192] = "", p2[1024];
+    uint64_t bytes;
+    const bool is_default = srv_pool_resolve(path, id, sizeof id, p2, sizeof p2, &bytes) == SRV_NAME_DEFAULT;
+    return load_engine(g_run, is_default, path, id[0] && !is_default ? id : NULL, s);
+}
+
+/* The pool's settings: the default model (its realpath) and the flags. */
+static srv_pool_config pool_config(const serve_run *run, const char *default_id) {
+    const serve_opts *o = run->o;
+    srv_pool_config pc = {.default_id = default_id,
+                          .default_path = run->default_real,
+                          .default_bytes = plan_bytes(run->c, run->p),
+                          .n_aliases = o->n_aliases,
+                          .max_models = (unsigned)o->max_models,
+                          .memory =
+                              o->models_memory_gb >= 0 ? (uint64_t)((double)o->models_memory_gb * 1e9) : run->p->budget,
+                          .load_timeout_s = (unsigned)o->load_timeout,
+                          .resolve = pool_resolve,
+                          .load = pool_load,
+                          .unload = unload_engine};
+    for (size_t i = 0; i < o->n_aliases; i++) {
+        pc.alias_name[i] = o->alias_name[i];
+        pc.alias_target[i] = o->alias_target[i];
+    }
+    return pc;
+}
+
+/* Loads the model (entry `model` of the pool), starts the engine and the HTTP server, and serves
+ * until a signal (the whole server without isolation, one model's engine child process with it).
+ * Returns the exit status. */
+static int run_server(const serve_run *run, size_t model) {
+    const serve_opts o = *run->o;
+    sigset_t sigs = *run->sigs;
+    int rc = 0;
+    srv s;
+    memset(&s, 0, sizeof s);
+    bool stats_ready = false;
+    const srv_pool_table *tab = srv_pool_table_get();
+    const char *path = model && tab ? tab->e[model].path : run->p->model;
+    char id[192];
+    snprintf(id, sizeof id, "%s", model && tab ? tab->e[model].id : "");
 
     s.cfg = (srv_config){
         .host = o.host,
-        .port = p.port,
+        .port = run->p->port,
         .api_key = o.api_key,
         .max_tokens = o.max_tokens,
         .max_body = (size_t)o.max_body_mb << 20,
@@ -737,52 +950,64 @@ static int run_server(const serve_run *run) {
         .max_conns_per_ip = (unsigned)o.max_conns_per_ip,
         .cors = o.cors,
         .allow_hosts = o.allow_hosts,
-        .sampling = cli_sampler_params(&c, m),
-        .chat_template = template_file ? cli_chat_template(m) : NULL,
-        .tool_format = tool_format,
+        .tool_format = run->tool_format,
         .list_models = list_models,
-        .verbose = c.verbose,
+        .verbose = run->c->verbose,
         .ssd_dir = o.ssd_on ? o.ssd_dir : NULL,
     };
-    id = model_id(p.model);
-    s.model_path = p.model;
-    s.model = m;
-    s.model_id = id ? id : "model";
-    s.engine = engine;
-    s.n_ctx = kiln_engine_n_ctx(engine);
-    snprintf(s.fingerprint, sizeof s.fingerprint, "fp_%.12s", kiln_model_fingerprint(m));
     s.started = (long)time(NULL);
     atomic_init(&s.stopping, false);
+    if (!load_engine(run, model == 0, path, id[0] ? id : NULL, &s)) {
+        rc = CLI_EXIT_FAIL;
+        goto out;
+    }
     srv_stats_init(&s.stats);
     stats_ready = true;
+    if (tab) srv_pool_set_child(model, &s); /* an engine child of the supervisor's pool */
+    else {
+        srv_pool_config pc = pool_config(run, s.model_id);
+        if (!srv_pool_init(&pc, &s)) {
+            fprintf(stderr, "kiln serve: out of memory\n");
+            rc = CLI_EXIT_FAIL;
+            goto out;
+        }
+    }
     if (!srv_http_start(&s)) {
         rc = CLI_EXIT_FAIL;
         goto out;
     }
+    plan p;
+    if (!plan_for(run, path, &p)) p = *run->p;
+    p.port = run->p->port;
+    p.open_browser = run->p->open_browser && model == 0;
     serve_until_signal(&s, &p, &o, &sigs);
 
 out:
-    if (engine) kiln_engine_shutdown(engine, 0);
+    if (s.engine) kiln_engine_shutdown(s.engine, 0);
+    if (!tab) {
+        const int now = 0;
+        srv_pool_each(shutdown_one, (void *)&now);
+    }
     srv_http_stop(&s);
-    kiln_engine_free(engine);
+    if (!tab) srv_pool_each(unload_other, &s);
+    if (s.engine) unload_engine(&s);
+    if (!tab) srv_pool_free();
     if (stats_ready) srv_stats_destroy(&s.stats);
-    kiln_model_free(draft);
-    kiln_model_free(m);
-    free(id);
     if (!rc && s.bound_port) fprintf(stderr, "kiln serve: stopped\n");
     return rc;
 }
 /* The engine's child process of an isolated server (srv_supervisor.child_main): the server as
- * without isolation, on the connections the supervisor hands over through ctl, on its port. The
- * browser is opened by the first child only. */
-static int engine_child(int ctl, int port, unsigned restarts, void *arg) {
+ * without isolation, for one model of the pool, on the connections the supervisor hands over
+ * through ctl, on its port. The browser is opened by the default model's first child only. */
+static int engine_child(int ctl, int port, unsigned restarts, size_t model, void *arg) {
     serve_run run = *(const serve_run *)arg;
     plan p = *run.p;
     p.port = port;
-    p.open_browser = p.open_browser && restarts == 0;
+    p.open_browser = p.open_browser && restarts == 0 && model == 0;
     run.p = &p;
+    g_run = &run;
     srv_iso_set_ctl(ctl, restarts);
-    const int rc = run_server(&run);
+    const int rc = run_server(&run, model);
     fflush(NULL);
     return rc;
 }
@@ -836,6 +1061,20 @@ int cli_serve(int argc, char **argv) {
             o.no_open = true;
             continue;
         }
+        if (strcmp(a, "--model-alias") == 0) { /* NAME=MODEL, repeatable */
+            const char *eq = v ? strchr(v, '=') : NULL;
+            if (!eq || eq == v || !eq[1] || o.n_aliases == SRV_POOL_ALIASES) {
+                fprintf(stderr, "kiln serve: --model-alias takes NAME=MODEL (a model `kiln ls` lists; at most %d)\n",
+                        SRV_POOL_ALIASES);
+                return CLI_EXIT_USAGE;
+            }
+            char *name = strndup(v, (size_t)(eq - v));
+            if (!name) return CLI_EXIT_FAIL;
+            o.alias_name[o.n_aliases] = name; /* lives as long as the process */
+            o.alias_target[o.n_aliases++] = eq + 1;
+            i++;
+            continue;
+        }
         if (strcmp(a, "--no-isolation") == 0 || strcmp(a, "--debug-crash") == 0) {
             *(a[2] == 'n' ? &o.no_isolation : &o.debug_crash) = true;
             continue;
@@ -858,7 +1097,7 @@ int cli_serve(int argc, char **argv) {
     plan p;
     memset(&p, 0, sizeof p);
     kiln_model *m = NULL; /* --print-config only */
-    char *ssd_default = NULL;
+    char *ssd_default = NULL, *default_real = NULL;
     cli_common lc = c; /* the flags, loading the resolved file */
     sigset_t sigs;
 
@@ -880,6 +1119,7 @@ int cli_serve(int argc, char **argv) {
         goto out;
     }
     lc.model = p.model;
+    default_real = realpath(p.model, NULL);
     if (o.print_cfg) { /* the sampling defaults come from the model's metadata: load it vocab-only */
         if (!(m = cli_load_model(&lc, true))) {
             rc = CLI_EXIT_FAIL;
@@ -910,6 +1150,7 @@ int cli_serve(int argc, char **argv) {
     sigaddset(&sigs, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
+    signal(SIGXFSZ, SIG_IGN); /* a file-size limit (ulimit -f) fails an SSD cache write like a full disk */
     srv_iso_debug_crash(o.debug_crash);
 
     serve_run run = {.c = &c,
@@ -920,21 +1161,38 @@ int cli_serve(int argc, char **argv) {
                      .tool_format = tool_format,
                      .ssd_verify = ssd_verify,
                      .spec = &spec,
-                     .sigs = &sigs};
+                     .sigs = &sigs,
+                     .default_real = default_real ? default_real : p.model};
+    g_run = &run;
     if (o.no_isolation) {
-        rc = run_server(&run);
+        rc = run_server(&run, 0);
     } else {
-        const srv_supervisor sv = {.host = o.host,
-                                   .port = p.port,
-                                   .max_conns = (unsigned)o.max_conns,
-                                   .child_main = engine_child,
-                                   .arg = &run};
-        rc = srv_supervise(&sv);
+        char *did = model_id(p.model);
+        srv_pool_config pc = pool_config(&run, did ? did : "model");
+        if (!srv_pool_init(&pc, NULL)) {
+            fprintf(stderr, "kiln serve: out of memory\n");
+            rc = CLI_EXIT_FAIL;
+        } else {
+            const srv_supervisor sv = {.host = o.host,
+                                       .port = p.port,
+                                       .max_conns = (unsigned)o.max_conns,
+                                       .timeout_s = (unsigned)o.timeout,
+                                       .max_conns_per_ip = (unsigned)o.max_conns_per_ip,
+                                       .max_body = (size_t)o.max_body_mb << 20,
+                                       .engine_timeout_s = (unsigned)o.engine_timeout,
+                                       .child_main = engine_child,
+                                       .arg = &run};
+            rc = srv_supervise(&sv);
+        }
+        srv_pool_free();
+        free(did);
     }
 
 out:
     kiln_model_free(m);
     free(ssd_default);
+    free(default_real);
     free(p.model);
+    for (size_t k = 0; k < o.n_aliases; k++) free((char *)o.alias_name[k]);
     return rc;
 }

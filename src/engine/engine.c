@@ -166,7 +166,8 @@ kiln_status kiln_engine_new(kiln_model *m, const kiln_engine_params *params, kil
         e->logits = kn_alloc_aligned((size_t)p.max_rows * (size_t)hp->n_vocab * sizeof(float));
         e->slots = kn_calloc((size_t)p.max_rows, sizeof *e->slots);
         e->queue = kn_calloc((size_t)KN_MAX(p.max_queue, 1), sizeof *e->queue);
-        if (!e->logits || !e->slots || !e->queue) st = KILN_ERR_NOMEM;
+        e->sched_mem = kn_calloc(1, kn_scheduler_mem_size(p.max_rows, p.max_queue));
+        if (!e->logits || !e->slots || !e->queue || !e->sched_mem) st = KILN_ERR_NOMEM;
     }
     if (!st && pthread_create(&e->thread, NULL, kn_scheduler_main, e) != 0)
         st = kn_error(KILN_ERR_INTERNAL, "cannot start the scheduler thread");
@@ -231,6 +232,7 @@ void kiln_engine_free(kiln_engine *e) {
     kn_free_aligned(e->logits);
     free(e->slots);
     free(e->queue);
+    free(e->sched_mem);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->wake);
     pthread_cond_destroy(&e->done_cv);

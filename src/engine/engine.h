@@ -59,6 +59,8 @@ struct kiln_engine {
     kn_spec spec;          /* the speculative method (none: plain decoding) */
     kn_slot *slots;        /* [max_rows] */
     kiln_request **queue;  /* ring [max_queue] */
+    void *sched_mem;       /* the scheduler's per-step lists (scheduler.c), made by kiln_engine_new so
+                              that a scheduler thread never starts without them */
     int q_head, q_count;
     pthread_mutex_t mu;
     pthread_cond_t wake;    /* scheduler: new work or stopping */
@@ -76,6 +78,8 @@ struct kiln_engine {
 };
 
 void *kn_scheduler_main(void *engine);
+/* Bytes of engine->sched_mem for max_rows rows and max_queue queued requests. */
+size_t kn_scheduler_mem_size(int max_rows, int max_queue);
 /* Whether an embedding call waits (lock held). */
 bool kn_embed_pending_locked(const kiln_engine *e);
 /* One embedding pass (scheduler thread, lock not held): some inputs of the first waiting call as

@@ -167,21 +167,19 @@ static void end_row(kiln_engine *e, kn_slot *s) {
     kn_request_unref(r);
 }
 
+size_t kn_scheduler_mem_size(int max_rows, int max_queue) {
+    return (size_t)KN_MAX(max_queue, 1) * sizeof(kiln_request *) + (size_t)max_rows * sizeof(kn_row *) +
+           (size_t)max_rows * sizeof(kn_slot *) + (size_t)max_rows * sizeof(int);
+}
+
 void *kn_scheduler_main(void *arg) {
     kiln_engine *e = arg;
     const int R = e->p.max_rows;
-    kiln_request **dropped = malloc((size_t)KN_MAX(e->p.max_queue, 1) * sizeof *dropped);
-    int *fresh = malloc((size_t)R * sizeof *fresh);
-    kn_row **rows = malloc((size_t)R * sizeof *rows);
-    kn_slot **row_slot = malloc((size_t)R * sizeof *row_slot);
-    if (!dropped || !fresh || !rows || !row_slot) {
-        KN_LOGE("the engine's scheduler is out of memory and stops");
-        free(dropped);
-        free(fresh);
-        free(rows);
-        free(row_slot);
-        return NULL;
-    }
+    /* the lists of one step, in e->sched_mem (pointers first, then the ints) */
+    kiln_request **dropped = e->sched_mem;
+    kn_row **rows = (kn_row **)(dropped + KN_MAX(e->p.max_queue, 1));
+    kn_slot **row_slot = (kn_slot **)(rows + R);
+    int *fresh = (int *)(row_slot + R);
     pthread_mutex_lock(&e->mu);
     for (;;) {
         const int n_drop = drop_cancelled_locked(e, dropped);
@@ -235,9 +233,5 @@ void *kn_scheduler_main(void *arg) {
     }
     pthread_mutex_unlock(&e->mu);
     kn_embed_release(e);
-    free(dropped);
-    free(fresh);
-    free(rows);
-    free(row_slot);
     return NULL;
 }

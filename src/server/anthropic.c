@@ -495,7 +495,8 @@ static json_t *translate(srv_req *r, json_t *req, bool generate, json_t **prefil
     json_t *system = json_object_get(req, "system"), *th = json_object_get(req, "thinking");
     *prefill = NULL;
     if (!json_is_string(model) || json_string_length(model) == 0) {
-        BAD(r, "model: Field required (a model name; kiln serves its one model whatever it says)");
+        BAD(r,
+            "model: Field required (a model name: GET /v1/models lists them; claude-* names mean the default model)");
         return NULL;
     }
     if (!json_is_array(msgs) || json_array_size(msgs) == 0) {

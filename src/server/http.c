@@ -25,6 +25,7 @@
  * that the supervisor can answer for the child should it die.
  */
 #include "isolate.h"
+#include "pool.h"
 #include "server.h"
 
 #include <microhttpd.h>
@@ -140,7 +141,11 @@ static pthread_mutex_t iso_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_t iso_thread;
 static atomic_bool iso_quit;
 _Thread_local unsigned srv_iso_abort_at;
+_Thread_local bool srv_iso_hang;
+static pthread_t iso_alive_thread; /* the watchdog's heartbeat (iso_alive) */
+static bool iso_alive_started;
 static _Thread_local bool iso_queueing_stream; /* srv_send_response queues a stream (send_stream) */
+static _Thread_local bool queued;              /* the request being served has queued its response */
 
 static unsigned iso_restarts;
 
@@ -221,11 +226,40 @@ static void *iso_receive(void *arg) {
     return NULL;
 }
 
+/* The watchdog's heartbeat (isolate.h): every SRV_ISO_ALIVE_MS, SRV_ISO_ALIVE when the engine is
+ * idle or ran a step since the last look. kiln_engine_get_stats takes the engine's lock, so an
+ * engine deadlocked under it silences this thread too. */
+static void *iso_alive(void *arg) {
+    srv *s = arg;
+    uint64_t last = UINT64_MAX;
+    while (!atomic_load(&iso_quit)) {
+        bool alive = true;
+        if (s->engine) {
+            kiln_engine_stats es;
+            kiln_engine_get_stats(s->engine, &es);
+            alive = (es.active == 0 && es.queued == 0) || es.steps != last;
+            last = es.steps;
+        }
+        if (alive) iso_send(SRV_ISO_ALIVE, 1, 0, 0);
+        usleep(SRV_ISO_ALIVE_MS * 1000);
+    }
+    return NULL;
+}
+
 /* --debug-crash: the header X-Kiln-Debug-Crash: N aborts the process now (0) or at the request's
- * N-th token event (srv_job_submit reads srv_iso_abort_at on this thread). */
+ * N-th token event (srv_job_submit reads srv_iso_abort_at on this thread); X-Kiln-Debug-Hang: N
+ * makes the engine's thread hang at the N-th token event. */
 static void debug_crash(srv_req *r) {
     srv_iso_abort_at = 0;
+    srv_iso_hang = false;
     if (!iso_crash) return;
+    const char *hang = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "X-Kiln-Debug-Hang");
+    if (hang && strtoul(hang, NULL, 10) > 0) {
+        fprintf(stderr, "kiln serve: --debug-crash: the engine will hang during the generation\n");
+        srv_iso_abort_at = (unsigned)strtoul(hang, NULL, 10);
+        srv_iso_hang = true;
+        return;
+    }
     const char *h = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "X-Kiln-Debug-Crash");
     if (!h) return;
     const unsigned long n = strtoul(h, NULL, 10);
@@ -261,6 +295,7 @@ static void serve(srv_req *r, const conn_ctx *c) {
         debug_crash(r);
         srv_route(r);
         srv_iso_abort_at = 0;
+        srv_iso_hang = false;
     }
 }
 
@@ -292,10 +327,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     r.body_len = c->len;
     /* What the handler waits for (a generation) is the server's time, not the client's. */
     MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
+    queued = false;
     serve(&r, c);
     MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, s->cfg.timeout_s); /* restarts the clock */
     log_request(&r, c->t_start);
-    return MHD_YES;
+    /* No response (the client went away while its request ran, or one could not be made): the
+     * connection closes. Returning MHD_YES would make libmicrohttpd call again for the same
+     * request, which would run it again. */
+    return queued || c->answered_early ? MHD_YES : MHD_NO;
 }
 
 /* A lingering close, after a response sent before the request's body was read: the client may
@@ -383,6 +422,7 @@ static bool start_isolated(srv *s, unsigned flags) {
         fprintf(stderr, "kiln serve: cannot start a thread\n");
         return false;
     }
+    iso_alive_started = pthread_create(&iso_alive_thread, NULL, iso_alive, s) == 0;
     s->bound_port = s->cfg.port;
     iso_send(SRV_ISO_READY, 1, 0, 0);
     return true;
@@ -433,6 +473,8 @@ void srv_http_stop(srv *s) {
     if (iso_ctl >= 0 && iso_ids) {
         atomic_store(&iso_quit, true);
         pthread_join(iso_thread, NULL);
+        if (iso_alive_started) pthread_join(iso_alive_thread, NULL);
+        iso_alive_started = false;
         free(iso_ids);
         iso_ids = NULL;
     }
@@ -449,8 +491,10 @@ void srv_send_response(srv_req *r, unsigned status, struct MHD_Response *resp) {
         return;
     }
     srv_cors_headers(r, resp);
+    if (srv_pool_close_connections()) /* each request is routed by the supervisor (pool.c) */
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     if (!iso_queueing_stream) iso_send(SRV_ISO_RESP, iso_id(r->conn), 0, 0);
-    MHD_queue_response(r->conn, status, resp);
+    if (MHD_queue_response(r->conn, status, resp) == MHD_YES) queued = true;
     MHD_destroy_response(resp);
     r->status = status;
     if (status >= 400) srv_stats_error(&r->server->stats, status);

@@ -2,8 +2,9 @@
  * isolate.h - crash isolation of `kiln serve`: the engine runs in a child process, a small
  * supervisor in the parent (supervise.c; the child's side is in http.c).
  *
- * Design. The parent owns the listening socket and nothing else of the server: it loads no model,
- * starts no thread, and holds no state a crash could corrupt. It accepts each connection itself and
+ * Design. The parent owns the listening socket and nothing else of the server: it loads no model
+ * (it reads model files' headers only, to resolve the names requests give: pool.c), starts no
+ * thread, and holds no state a crash could corrupt. It accepts each connection itself and
  * hands the socket to the child over a Unix SOCK_SEQPACKET socketpair (SCM_RIGHTS), keeping its own
  * descriptor of it; the child serves the connection with libmicrohttpd (MHD_add_connection) exactly
  * as a single process would, so no byte is relayed or copied. The child reports, on the same
@@ -20,6 +21,20 @@
  * start), and gives up (exit 1, with a log line) after SRV_ISO_MAX_FAST fast crashes in a row. While
  * no child serves, new connections wait in the parent (handed over when the child is ready), and
  * GET /health is answered by the parent itself: 503 {"status":"restarting"}.
+ *
+ * Watchdog. A hung engine (a deadlock, a step that never ends) does not die, so the child also
+ * reports that it is alive (SRV_ISO_ALIVE, every SRV_ISO_ALIVE_MS) while its engine is idle or has
+ * run a step since the last report; a child with work and no step is silent. A ready child silent
+ * for longer than srv_supervisor.engine_timeout_s is killed (SIGKILL) and treated as a crash whose
+ * cause is the timeout ("the engine stopped: no progress for 60 s (--engine-timeout); restarting").
+ *
+ * With a pool of models (pool.c), each loaded model has its own child, control socket and
+ * restart backoff, and all of the above holds per model: one model's crash answers and restarts
+ * only its own requests and engine. The supervisor peeks at each request (never consuming a byte)
+ * to learn its model before handing the connection to that model's child, starting the child
+ * first when the model is not loaded (and stopping the least recently used idle child when memory
+ * or --max-models asks); the children answer with "Connection: close" so that each request is
+ * routed anew.
  *
  * Signals: the child runs in its own process group (a terminal's Ctrl-C reaches the parent only) and
  * dies with the parent (PR_SET_PDEATHSIG, SIGKILL: a kill -9 of the server stops both, as it stopped
@@ -38,6 +53,7 @@
 #define KILN_SERVER_ISOLATE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #define SRV_ISO_FAST_S   10 /* a crash within this many seconds of the child's start is a fast one */
@@ -53,7 +69,10 @@ typedef enum srv_iso_type {
     SRV_ISO_STREAM,    /* a stream is queued (NDJSON on SRV_API_OLLAMA, else SSE) */
     SRV_ISO_IDLE,      /* the request finished: the connection waits for the next one */
     SRV_ISO_CLOSED,    /* the child closed the connection */
+    SRV_ISO_ALIVE,     /* the engine is idle or made progress (the watchdog's heartbeat) */
 } srv_iso_type;
+
+#define SRV_ISO_ALIVE_MS 250 /* how often the child says it is alive */
 
 #define SRV_ISO_HTTP11    1u /* the request is HTTP/1.1 (a stream is chunked) */
 #define SRV_ISO_RESPONSES 2u /* an OpenAI Responses route (its own stream error event) */
@@ -70,20 +89,28 @@ uint64_t srv_iso_sent(int fd);
 
 /* What the supervisor needs: where to listen (already probed by the caller; port 0: any) and the
  * child's body. child_main runs in the forked child with ctl (the child's end of the socketpair),
- * port (the bound one) and restarts (children started before this one: 0 for the first, the only
- * one that opens a browser); it returns the child's exit status. */
+ * port (the bound one), restarts (children of this model started before this one: 0 for the
+ * first) and model (the entry of the model pool it serves, pool.h; 0 is the default model, whose
+ * first child is the only one that opens a browser); it returns the child's exit status. */
 typedef struct srv_supervisor {
     const char *host;
     int port;
-    unsigned max_conns; /* connections held at most (more are closed at once) */
-    int (*child_main)(int ctl, int port, unsigned restarts, void *arg);
+    unsigned max_conns;        /* connections held at most (more are closed at once) */
+    unsigned timeout_s;        /* a connection whose request head and body have not come in this long is
+                                  closed (0: never) */
+    unsigned max_conns_per_ip; /* connections from one client address at most (more are closed at once) */
+    size_t max_body;           /* the request body limit (a larger declared body is handed over at once) */
+    unsigned engine_timeout_s; /* a ready child silent this long is killed (the watchdog); 0: never */
+    int (*child_main)(int ctl, int port, unsigned restarts, size_t model, void *arg);
     void *arg;
 } srv_supervisor;
 
 /* Binds host:port, then runs children until SIGINT/SIGTERM (which the caller has blocked) as the
- * file comment says. Returns the exit status for `kiln serve`: the first child's when it exits
- * before it is ready (a model that cannot load), 1 when the address cannot be bound or the
- * supervisor gives up, else the last child's. */
+ * file comment says, one per loaded model of the pool (pool.c: the supervisor reads each request's
+ * model before handing it over). Returns the exit status for `kiln serve`: the default model's first
+ * child's when it exits before it is ready (a model that cannot load), 1 when the address cannot be
+ * bound or the supervisor gives up (the last loaded model crashed too often), else 0 or the status
+ * of a child that did not stop cleanly. */
 int srv_supervise(const srv_supervisor *sv);
 
 /* The child's side (http.c): the control socket of an isolated server (-1: a single process), set
@@ -98,7 +125,11 @@ bool srv_iso_child(unsigned *restarts);
  * abort at its N-th token event (on the engine's thread); 0 aborts in the handler before anything is
  * generated. The header is ignored unless srv_iso_debug_crash(true) was called. */
 void srv_iso_debug_crash(bool on);
-/* The N of the request the calling thread serves (0: none), which srv_job_submit copies. */
+/* The same switch enables "X-Kiln-Debug-Hang: N": the engine's thread stops for good at the
+ * request's N-th token event (N >= 1), for the watchdog's tests. */
+/* The N of the request the calling thread serves (0: none) and whether it hangs rather than
+ * aborts, which srv_job_submit copies. */
 extern _Thread_local unsigned srv_iso_abort_at;
+extern _Thread_local bool srv_iso_hang;
 
 #endif

@@ -78,9 +78,18 @@ static void debug_abort(srv_job *j) {
     abort();
 }
 
+/* --debug-crash's hang (isolate.h): the engine's thread stops here for good, as a deadlocked or
+ * endless step would; the supervisor's watchdog kills the process. */
+static void debug_hang(void) {
+    for (;;) sleep(60);
+}
+
 static int on_token(const kiln_token_event *ev, void *user) {
     srv_job *j = user;
-    if (j->abort_at && ++j->n_events >= j->abort_at) debug_abort(j);
+    if (j->abort_at && ++j->n_events >= j->abort_at) {
+        if (j->hang) debug_hang();
+        debug_abort(j);
+    }
     pthread_mutex_lock(&j->mu);
     j->on_event(j, ev);
     pthread_cond_broadcast(&j->cv);
@@ -118,6 +127,7 @@ kiln_status srv_job_submit(srv *s, srv_job *j) {
     gp.user = j;
     j->stats = &s->stats;
     j->abort_at = srv_iso_abort_at;
+    j->hang = srv_iso_hang;
     srv_job_ref(j);
     kiln_request *req = NULL;
     kiln_status st = kiln_engine_submit(s->engine, j->prompt, j->n_prompt, &gp, &req);

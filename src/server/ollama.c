@@ -22,10 +22,12 @@
  * load a model) answers at once with done_reason "load". Reasoning goes into "thinking", tool calls into
  * message.tool_calls with their arguments as objects. `stream` defaults to true, as in Ollama.
  *
- * Models: the served one answers to its id and to "ID:latest"; /api/tags also lists the other
- * models `kiln ls` finds (srv_config.list_models), which a request may not name (400 saying how to
- * serve it); any other name is 404.
+ * Models: a request names any model of the pool (pool.h: its id, "ID:latest", an alias or a name
+ * `kiln ls` lists; chosen before these routes run, 404 for any other name); /api/tags lists the
+ * served model and the other models `kiln ls` finds (srv_config.list_models), /api/ps the loaded
+ * ones.
  */
+#include "pool.h"
 #include "server.h"
 
 #include <math.h>
@@ -121,41 +123,17 @@ static json_t *other_models(const srv *s) {
     return a ? a : json_array();
 }
 
-/* Whether name names the served model: its id, or its id with ":latest". */
-static bool is_served(const srv *s, const char *name) {
-    const size_t n = strlen(s->model_id);
-    return strcmp(name, s->model_id) == 0 || (strncmp(name, s->model_id, n) == 0 && strcmp(name + n, ":latest") == 0);
-}
-
-/* The request's "model" (or the older "name"): true when it names the served model; false after
- * sending 400 (missing, or a local model this server does not run) or 404 (unknown). */
+/* The request's "model" (or the older "name"): true when it is there. Which model serves it was
+ * chosen before the route ran (pool.h: srv_pool_enter, which answers an unknown name with 404);
+ * false after sending 400 (missing). */
 static bool check_model(srv_req *r, json_t *req) {
     json_t *m = json_object_get(req, "model");
     if (!m || json_is_null(m)) m = json_object_get(req, "name");
     if (!json_is_string(m) || json_string_length(m) == 0) {
-        BAD(r, "model is required (a string; this server runs '%s')", r->server->model_id);
+        BAD(r, "model is required (a string; GET /api/tags lists the models; this one is '%s')", r->server->model_id);
         return false;
     }
-    const char *name = json_string_value(m);
-    if (is_served(r->server, name)) return true;
-    json_t *others = other_models(r->server);
-    size_t i;
-    json_t *o;
-    bool local = false;
-    json_array_foreach(others, i, o) {
-        const char *on = json_string_value(json_object_get(o, "name"));
-        if (on &&
-            (strcmp(on, name) == 0 || (strncmp(on, name, strlen(on)) == 0 && !strcmp(name + strlen(on), ":latest"))))
-            local = true;
-    }
-    json_decref(others);
-    if (local)
-        BAD(r, "model '%s' is not loaded: this server runs '%s' (start `kiln serve -m %s` to use it)", name,
-            r->server->model_id, name);
-    else
-        srv_send_error(r, 404, "invalid_request_error", NULL, "model_not_found",
-                       "model '%s' not found: this server runs '%s'", name, r->server->model_id);
-    return false;
+    return true;
 }
 
 /* ---- translating a request -------------------------------------------------------------------- */
@@ -719,7 +697,20 @@ static void api_ps(srv_req *r) {
         json_object_set_new(e, "size_vram", json_integer(0));
         json_object_set_new(e, "context_length", json_integer(r->server->n_ctx));
     }
-    srv_send_json(r, 200, json_pack("{s:[o]}", "models", e));
+    json_t *a = json_array();
+    if (e) json_array_append_new(a, e);
+    const srv_pool_table *t = srv_pool_table_get();
+    for (uint32_t i = 0; t && a && i < t->n && i < SRV_POOL_MAX; i++) { /* the pool's other loaded models */
+        srv_pool_entry pe = t->e[i];
+        pe.id[sizeof pe.id - 1] = 0;
+        if (pe.state != SRV_POOL_READY || strcmp(pe.id, r->server->model_id) == 0) continue;
+        char name[256];
+        snprintf(name, sizeof name, strchr(pe.id, ':') ? "%s" : "%s:latest", pe.id);
+        json_array_append_new(a, json_pack("{s:s, s:s, s:I, s:s, s:o, s:i, s:o}", "name", name, "model", name, "size",
+                                           (json_int_t)pe.bytes, "digest", "", "expires_at",
+                                           time_value(4102444800LL, 0), "size_vram", 0, "details", details("", 0, "")));
+    }
+    srv_send_json(r, 200, json_pack("{s:o}", "models", a));
 }
 
 static void api_show(srv_req *r) {

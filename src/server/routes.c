@@ -5,6 +5,7 @@
  * response shapes. Ollama's /api/ routes are ollama.c's.
  */
 #include "isolate.h"
+#include "pool.h"
 #include "server.h"
 
 #include <stdio.h>
@@ -18,17 +19,57 @@ static json_t *model_object(srv *s) {
                      (json_int_t)kiln_model_n_params(s->model), "size", (json_int_t)kiln_model_size_bytes(s->model));
 }
 
+/* The model pool's models (pool.h) after the served one, then the other models `kiln ls` finds
+ * (not loaded; a request may name them): each with "loaded" and "state". */
 static void models(srv_req *r) {
-    srv_send_json(r, 200, json_pack("{s:s, s:[o]}", "object", "list", "data", model_object(r->server)));
+    srv *s = r->server;
+    json_t *data = json_array(), *own = model_object(s);
+    if (own) {
+        json_object_set_new(own, "loaded", json_true());
+        json_object_set_new(own, "state", json_string("ready"));
+        json_array_append_new(data, own);
+    }
+    srv_pool_list_models(data, s->model_id, s->started);
+    json_t *local = s->cfg.list_models ? s->cfg.list_models(NULL) : NULL;
+    size_t i, k;
+    json_t *o, *d;
+    json_array_foreach(local, i, o) {
+        const char *name = json_string_value(json_object_get(o, "name"));
+        const char *file = json_string_value(json_object_get(o, "path"));
+        if (!name) continue;
+        char *real = file ? realpath(file, NULL) : NULL;
+        bool listed = false; /* by id, or as a file the pool knows under another name */
+        json_array_foreach(data, k, d) {
+            const char *did = json_string_value(json_object_get(d, "id"));
+            listed |= did && strcmp(did, name) == 0;
+        }
+        const srv_pool_table *t = srv_pool_table_get();
+        for (uint32_t e = 0; t && real && e < t->n && e < SRV_POOL_MAX; e++)
+            listed |= strncmp(t->e[e].path, real, sizeof t->e[e].path) == 0;
+        free(real);
+        if (listed) continue;
+        json_array_append_new(data,
+                              json_pack("{s:s, s:s, s:I, s:s, s:b, s:s}", "id", name, "object", "model", "created",
+                                        (json_int_t)s->started, "owned_by", "kiln", "loaded", 0, "state", "unloaded"));
+    }
+    json_decref(local);
+    srv_send_json(r, 200, json_pack("{s:s, s:o}", "object", "list", "data", data));
 }
 
 static void model_by_id(srv_req *r, const char *id) {
-    if (strcmp(id, r->server->model_id) != 0) {
-        srv_send_error(r, 404, "invalid_request_error", "model", "model_not_found", "the model '%s' does not exist",
-                       id);
+    if (strcmp(id, r->server->model_id) == 0) {
+        srv_send_json(r, 200, model_object(r->server));
         return;
     }
-    srv_send_json(r, 200, model_object(r->server));
+    char mid[192], path[1024];
+    uint64_t bytes;
+    if (srv_pool_resolve(id, mid, sizeof mid, path, sizeof path, &bytes) != SRV_NAME_FOUND) {
+        srv_send_json(r, 404, srv_pool_unknown_body(r->api, id));
+        return;
+    }
+    srv_send_json(r, 200,
+                  json_pack("{s:s, s:s, s:I, s:s}", "id", mid, "object", "model", "created",
+                            (json_int_t)r->server->started, "owned_by", "kiln"));
 }
 
 /* A token's text as a JSON value: a string when it is valid UTF-8, else its bytes as an array. */
@@ -162,6 +203,8 @@ static void stats(srv_req *r) {
         json_object_set_new(j, "n_ctx", json_integer(s->n_ctx));
         unsigned restarts;
         if (srv_iso_child(&restarts)) json_object_set_new(j, "engine_restarts", json_integer(restarts));
+        json_t *pool = srv_pool_stats_json();
+        if (pool) json_object_set_new(j, "pool", pool);
     }
     srv_send_json(r, 200, j);
 }
@@ -223,7 +266,8 @@ srv_api srv_route_api(const char *url) {
                                                                                      : SRV_API_OPENAI;
 }
 
-void srv_route(srv_req *r) {
+/* Routes a request whose model (if any) has been chosen. */
+static void dispatch(srv_req *r) {
     if (srv_ollama_route(r)) return;
     bool path_known = false;
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
@@ -250,4 +294,10 @@ void srv_route(srv_req *r) {
         return;
     }
     srv_send_error(r, 404, "invalid_request_error", NULL, "not_found", "unknown route: %s %s", r->method, r->url);
+}
+
+void srv_route(srv_req *r) {
+    if (!srv_pool_enter(r)) return; /* the model it names (pool.h), or the error sent */
+    dispatch(r);
+    srv_pool_leave(r);
 }

@@ -33,6 +33,8 @@
  *   web.c      the browser chat page at "/" (files from web/, embedded in the binary).
  *   supervise.c  crash isolation (isolate.h): the parent's supervisor that hands connections to
  *              the engine's child process, answers for it when it dies, and restarts it.
+ *   pool.c     the model pool (pool.h): the model a request names, loading on first use and
+ *              unloading the least recently used; one engine child per model under isolation.
  *
  * Like every kiln front end, the server uses only include/kiln.h (plus jansson and
  * libmicrohttpd). Handlers never generate themselves: they validate, render and tokenize (the model
@@ -165,6 +167,7 @@ struct srv_job {
     atomic_bool cancel; /* the client went away */
     unsigned abort_at;  /* --debug-crash: the process aborts at this token event (0: never; isolate.h) */
     unsigned n_events;  /* token events so far (counted only with abort_at) */
+    bool hang;          /* --debug-crash: at abort_at the engine's thread hangs instead */
 };
 
 /* A new job with one reference; NULL when out of memory. */

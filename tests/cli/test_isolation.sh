@@ -76,7 +76,7 @@ if [ "$c" = 200 ] && grep -q '^data: {"id":"chatcmpl' "$TMP/body" &&
 healthy >/dev/null
 
 # 3. Anthropic's stream: its error event
-c=$(req /v1/messages '{"model":"m","max_tokens":40,"stream":true,"messages":[{"role":"user","content":"hi"}]}' -H 'X-Kiln-Debug-Crash: 4')
+c=$(req /v1/messages '{"model":"claude-x","max_tokens":40,"stream":true,"messages":[{"role":"user","content":"hi"}]}' -H 'X-Kiln-Debug-Crash: 4')
 if [ "$c" = 200 ] && grep -q '^event: error' "$TMP/body" &&
    grep -q '^data: {"type":"error","error":{"type":"api_error","message":"the engine stopped: signal 6' "$TMP/body"; then
   pass isolation_crash_anthropic_stream; else fail isolation_crash_anthropic_stream "$c $(tail -c 400 "$TMP/body")"; fi

@@ -86,7 +86,7 @@ if [ -z "$ok" ]; then pass security_public_routes; else fail security_public_rou
 # With the key, in either header.
 c1=$(code GET /v1/models -H 'Authorization: Bearer sk-test')
 c2=$(code POST /v1/messages/count_tokens -H 'x-api-key: sk-test' -H 'Content-Type: application/json' \
-  --data-binary '{"model":"m","messages":[{"role":"user","content":"hi"}]}')
+  --data-binary '{"model":"claude-x","messages":[{"role":"user","content":"hi"}]}')
 c3=$(code GET /api/tags -H 'Authorization: Bearer sk-test')
 c4=$(code POST /v1/chat/completions -H 'Authorization: Bearer sk-test' -H 'Content-Type: application/json' \
   --data-binary "$CHAT")
@@ -131,7 +131,7 @@ python3 -c 'import json; print(json.dumps({"messages":[{"role":"user","content":
 c=$(code POST /v1/chat/completions -H "$AUTH" -H 'Content-Type: application/json' --data-binary @"$TMP/msgs")
 if [ "$c" = 400 ] && grep -q "at most 8192" "$TMP/body"; then pass security_limit_messages; else
   fail security_limit_messages "$c $(head -c 300 "$TMP/body")"; fi
-python3 -c 'import json; print(json.dumps({"model":"m","messages":[{"role":"user","content":"a"}]*8193,"max_tokens":1}))' >"$TMP/amsgs"
+python3 -c 'import json; print(json.dumps({"model":"claude-x","messages":[{"role":"user","content":"a"}]*8193,"max_tokens":1}))' >"$TMP/amsgs"
 c=$(code POST /v1/messages -H 'x-api-key: sk-test' -H 'Content-Type: application/json' --data-binary @"$TMP/amsgs")
 if [ "$c" = 400 ] && grep -q "at most 8192" "$TMP/body"; then pass security_limit_messages_anthropic; else
   fail security_limit_messages_anthropic "$c $(head -c 300 "$TMP/body")"; fi
