@@ -345,7 +345,7 @@ class Soak:
         a = self.a
         cmd = [a.kiln, "serve", "-m", a.model, "--port", "0", "--no-open", "--ssd-cache", a.ssd_dir,
                "--ssd-demote-idle", "0", "--timeout", str(a.timeout), "--max-body-mb", str(a.max_body_mb),
-               "--prompt-cache", str(a.prompt_cache_gb), "--batch", "8", "--max-queue", "256", "-c", "256"]
+               "--prompt-cache", str(a.prompt_cache_gb), "--ssd-cache-max", str(a.ssd_max_gb), "--batch", "8", "--max-queue", "256", "-c", "256"]
         if not a.isolation:
             cmd.append("--no-isolation")
         self.err = open(os.path.join(a.tmp, "server.err"), "w+")
@@ -423,6 +423,9 @@ def main():
     ap.add_argument("--timeout", type=int, default=2)
     ap.add_argument("--max-body-mb", type=int, default=1)
     ap.add_argument("--prompt-cache-gb", type=float, default=0.002)
+    # small enough for the SSD tier to evict during the warm-up: its in-memory list of files (the
+    # tokens of each) is then at its working size, as the RAM tier's entries are
+    ap.add_argument("--ssd-max-gb", type=float, default=0.02)
     ap.add_argument("--json")
     ap.add_argument("--assert-health", action="store_true")
     ap.add_argument("--seed", type=int, default=1)
