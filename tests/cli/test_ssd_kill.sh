@@ -28,6 +28,7 @@ start() {
   done
   port=$(sed -n 's/.*listening on http:\/\/[^ ]*:\([0-9][0-9]*\) .*/\1/p' "$TMP/s.err" | head -n 1)
   base="http://127.0.0.1:$port"
+  [ -n "$port" ] || { kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null; } # not up in time: not left running
 }
 # ask PROMPT [N]: a greedy chat completion; prints its content
 ask() {
