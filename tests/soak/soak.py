@@ -391,7 +391,7 @@ class Soak:
             ("soak_no_unexpected_answer", not self.bad, "; ".join(self.bad[:6])),
             ("soak_requests_complete_or_cancelled", alive and eng.get("active") == 0 and eng.get("queued") == 0,
              f"active {eng.get('active')}, queued {eng.get('queued')}"),
-            ("soak_rss_within_5pct", rss0 > 0 and rss1 <= (1 + RSS_TOL) * rss0,
+            (f"soak_rss_within_{round(a.rss_tol * 100)}pct", rss0 > 0 and rss1 <= (1 + a.rss_tol) * rss0,
              f"{rss0} kB after warm-up, {rss1} kB after the run"),
             ("soak_no_fd_leak", list(fds0.values()) == list(fds1.values()), f"{fds0} -> {fds1}"),
             ("soak_health_answered", self.health_bad == 0 and len(h) > 0,
@@ -429,6 +429,7 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--assert-health", action="store_true")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--rss-tol", type=float, default=RSS_TOL, help="RSS growth allowed (0.05: 5%%)")
     a = ap.parse_args()
     a.tmp = tempfile.mkdtemp(prefix="kiln-soak-")
     if not a.ssd_dir:
