@@ -17,7 +17,8 @@
  *     is read and dropped up to as much again, then gets 413, and one longer still is cut off by
  *     closing the connection.
  * While a handler waits on a job it polls the connection's socket for a hang-up, so a client that
- * goes away cancels its generation within ~50 ms.
+ * goes away cancels its generation within ~50 ms; the connection then closes (a handler that queued
+ * no response ends it: libmicrohttpd would otherwise call again and run the request again).
  *
  * Isolated (isolate.h): the engine's child process runs libmicrohttpd without a listening socket;
  * a receiver thread takes each connection the supervisor hands over (MHD_add_connection), and the

@@ -28,6 +28,8 @@ start() {
   done
   port=$(sed -n 's/.*listening on http:\/\/[^ ]*:\([0-9][0-9]*\) .*/\1/p' "$TMP/s.err" | head -n 1)
   base="http://127.0.0.1:$port"
+  exit_st=0
+  [ -n "$port" ] || { kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null; exit_st=$?; } # not left running
 }
 # ask PROMPT [N]: a greedy chat completion; prints its content
 ask() {
@@ -58,7 +60,7 @@ n0=$(ls "$DIR" | grep -c '\.kv$')
 bad_start=""; bad_tmp=""; bad_hit=""; cut=0; k=1
 while [ $k -le "$KILLS" ]; do
   if [ $((k % 2)) = 0 ]; then start --no-isolation; else start; fi
-  if [ -z "$port" ]; then bad_start="$bad_start round $k: $(head -c 200 "$TMP/s.err");"; k=$((k + 1)); continue; fi
+  if [ -z "$port" ]; then bad_start="$bad_start round $k: exit status $exit_st, $(head -c 200 "$TMP/s.err");"; k=$((k + 1)); continue; fi
   tmps=$(ls "$DIR" | grep -c '\.tmp\.')
   [ "$tmps" = 0 ] || bad_tmp="$bad_tmp round $k: $tmps temporary files;"
   got=$(ask "$REF_PROMPT")
