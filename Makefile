@@ -132,14 +132,14 @@ test: setup
 # `-cpu max` (tests/cli/test_arm64.sh; `make test` runs the same script). The tests are picked to
 # finish in about two minutes on two cores under emulation (test_batch, for one, takes three more).
 # Only the library objects those tests link are compiled: ARM64_SKIP_SRC names the sources none of
-# them needs (the chat templates, tool calls, structured output, the prefix cache, the serving
+# them needs (the chat templates, tool calls, structured output, the serving
 # engine), and test_arm64.sh builds the whole library instead when the tests no longer link without
 # them (ARM64_SKIP_SRC= does the same by hand). No debug information (-g0): the build is for running.
 ARM64_CC    ?= aarch64-linux-gnu-gcc
 ARM64_BUILD ?= build-arm64
 ARM64_TESTS ?= test_kernels_neon test_kernels_k test_attend test_quant test_pack test_model_types
 ARM64_LIBS   = -static -lpcre2-8 -ljansson -lsqlite3 -lm -lpthread
-ARM64_SKIP_SRC ?= src/cache/prefix.c src/cache/ssd%.c src/text/jinja/%.c src/text/toolcall%.c src/text/chat.c src/sample/schema%.c \
+ARM64_SKIP_SRC ?= src/text/jinja/%.c src/text/toolcall%.c src/text/chat.c src/sample/schema%.c \
                   src/sample/grammar_api.c src/engine/engine.c src/engine/scheduler.c src/engine/text_api.c \
                   src/engine/embed.c src/model/info.c src/model/hf_inspect.c
 # Debian's aarch64 GCC 12 stops with an internal error in its loop vectorizer on some test files

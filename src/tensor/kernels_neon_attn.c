@@ -86,15 +86,13 @@ static inline uint8x16x4_t tq4_table(void) {
 KV_ROWS(q8_0, const int ctx = kn_kvq_block(n), ld4_q8_0)
 KV_ROWS(tq4, const uint8x16x4_t tab = tq4_table(); const uint8x16x4_t *ctx = &tab, ld4_tq4)
 
-static void attend_q8_0(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int nq, int hd,
-                        float scale, float *out) {
-    if (hd % 16) kn_attend_ref_for(KN_KVT_Q8_0)(k, v, stride, n, q, nq, hd, scale, out);
-    else kn_attend_blocked(dot_q8_0, axpy_q8_0, k, v, stride, n, q, nq, hd, scale, out);
+static void attend_q8_0(const kn_attend_rows *r, int32_t n, const float *q, int nq, int hd, float scale, float *out) {
+    if (hd % 16) kn_attend_ref_for(KN_KVT_Q8_0)(r, n, q, nq, hd, scale, out);
+    else kn_attend_blocked(dot_q8_0, axpy_q8_0, r, n, q, nq, hd, scale, out);
 }
-static void attend_tq4(const uint8_t *k, const uint8_t *v, size_t stride, int32_t n, const float *q, int nq, int hd,
-                       float scale, float *out) {
-    if (hd % 16) kn_attend_ref_for(KN_KVT_TQ4)(k, v, stride, n, q, nq, hd, scale, out);
-    else kn_attend_blocked(dot_tq4, axpy_tq4, k, v, stride, n, q, nq, hd, scale, out);
+static void attend_tq4(const kn_attend_rows *r, int32_t n, const float *q, int nq, int hd, float scale, float *out) {
+    if (hd % 16) kn_attend_ref_for(KN_KVT_TQ4)(r, n, q, nq, hd, scale, out);
+    else kn_attend_blocked(dot_tq4, axpy_tq4, r, n, q, nq, hd, scale, out);
 }
 #endif
 

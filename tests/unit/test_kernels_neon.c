@@ -354,8 +354,10 @@ static void check_kv_attention(kn_kvt t) {
         for (size_t li = 0; li < sizeof lens / sizeof lens[0] && same; li++) {
             const int nq = 1 + (int)((li * 3) % KN_ATTEND_MAX_Q);
             const float scale = 1.0f / sqrtf((float)hd);
-            kn_attend_ref_for(t)(k, v, stride, lens[li], q, nq, hd, scale, o1);
-            kn_kernels_attend(&set_neon, t)(k, v, stride, lens[li], q, nq, hd, scale, o2);
+            const uint8_t *kb = k, *vb = v;
+            const kn_attend_rows rows = kn_attend_rows_flat(&kb, &vb, stride, stride);
+            kn_attend_ref_for(t)(&rows, lens[li], q, nq, hd, scale, o1);
+            kn_kernels_attend(&set_neon, t)(&rows, lens[li], q, nq, hd, scale, o2);
             same = memcmp(o1, o2, sizeof(float) * (size_t)(nq * hd)) == 0;
             if (!same)
                 printf("  %s cache, hd %d, n %d, %d heads: differs\n", kn_kvq_traits_get(t)->name, hd, (int)lens[li],
