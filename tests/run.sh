@@ -4,7 +4,8 @@
 # printing a FAIL line (a crash) counts as one failure. The last line reads
 # "N passed, N failed, N skipped"; the exit status is non-zero when anything failed. Each program's
 # wall time follows its output ("# took N s"), and the slowest are listed before the totals, so the
-# suite's time budget can be watched.
+# suite's time budget can be watched. A program still running after KILN_TEST_TIMEOUT seconds (600
+# by default) is killed and counts as a failure, so one hang cannot take the whole suite's time.
 BUILD=${BUILD:-build}
 export BUILD
 log=$(mktemp)
@@ -14,8 +15,9 @@ trap 'rm -f "$log" "$one" "$times"' EXIT
 run_one() {
   echo "== $*"
   t0=$(date +%s)
-  "$@" >"$one" 2>&1
+  timeout -k 10 "${KILN_TEST_TIMEOUT:-600}" "$@" >"$one" 2>&1
   st=$?
+  [ $st -eq 124 ] && echo "FAIL $* (killed after ${KILN_TEST_TIMEOUT:-600} s: hung or far too slow)" >>"$one"
   cat "$one"
   dt=$(($(date +%s) - t0))
   echo "$dt $*" >>"$times"

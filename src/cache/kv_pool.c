@@ -105,14 +105,16 @@ int32_t kn_kvp_cow(kn_kv_pool *p, int32_t src, bool reserved) {
     return id;
 }
 
-bool kn_kvp_reserve(kn_kv_pool *p, int32_t n) {
-    if (n <= 0) return true;
+kiln_status kn_kvp_reserve(kn_kv_pool *p, int32_t n) {
+    if (n <= 0) return KILN_OK;
     pthread_mutex_lock(&p->mu);
-    bool ok = p->cap - p->used - p->reserved >= n;
-    while (ok && p->n_free < p->reserved + n) ok = make_locked(p);
-    if (ok) p->reserved += n;
+    kiln_status st = p->cap - p->used - p->reserved >= n ? KILN_OK : KILN_ERR_BUSY;
+    while (!st && p->n_free < p->reserved + n)
+        if (!make_locked(p)) st = KILN_ERR_NOMEM; /* the room exists: only memory lacks */
+    if (!st) p->reserved += n;
     pthread_mutex_unlock(&p->mu);
-    return ok;
+    if (st == KILN_ERR_NOMEM) kn_error(st, "out of memory for %d KV blocks of %zu bytes", n, p->blk_bytes);
+    return st;
 }
 
 void kn_kvp_unreserve(kn_kv_pool *p, int32_t n) {

@@ -68,8 +68,10 @@ int32_t kn_kvp_refs(kn_kv_pool *p, int32_t id);
 int32_t kn_kvp_cow(kn_kv_pool *p, int32_t src, bool reserved);
 
 /* Promises n blocks (their memory made now, so that an allocation out of a reservation cannot
- * fail): true when cap - used - reserved >= n and the memory exists. */
-bool kn_kvp_reserve(kn_kv_pool *p, int32_t n);
+ * fail). KILN_OK when cap - used - reserved >= n and the memory exists; KILN_ERR_BUSY (no message)
+ * when the pool lacks room now (blocks in use may be freed later); KILN_ERR_NOMEM (with the message)
+ * when the blocks' memory cannot be allocated. Nothing is reserved on failure. */
+kiln_status kn_kvp_reserve(kn_kv_pool *p, int32_t n);
 /* Hands back n promised blocks that were not used. */
 void kn_kvp_unreserve(kn_kv_pool *p, int32_t n);
 /* Blocks neither used nor reserved. */

@@ -36,8 +36,9 @@ typedef struct kn_slot {
     bool allocated;
     kiln_request *req; /* running request, or NULL */
     kn_row row;
-    bool prompt_shared; /* gp.share_prompt: the prompt's KV is published already */
-    int32_t cached;     /* paged KV: prompt tokens restored from the prefix cache at admission */
+    bool prompt_shared;   /* gp.share_prompt: the prompt's KV is published already */
+    int32_t cached;       /* paged KV: prompt tokens restored from the prefix cache at admission */
+    kiln_status admit_st; /* paged KV: an error readying the row at admission (its message in req->err) */
 } kn_slot;
 
 struct kiln_engine {

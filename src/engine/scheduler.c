@@ -54,13 +54,16 @@ static int drop_cancelled_locked(kiln_engine *e, kiln_request **out) {
  * reserves the blocks the row may still need at most: its positions up to the prompt plus
  * max_tokens (capped by the context) not covered by whole shared blocks, plus one for copying a
  * block it shares when it writes there. Under pressure the prefix cache gives blocks back first
- * (least recently used first; to the SSD tier when attached). False, with the slot's KV emptied,
- * when the pool cannot hold the row now (the request waits). */
-static bool reserve_row(kiln_engine *e, kn_slot *s, kiln_request *r) {
+ * (least recently used first; to the SSD tier when attached). KILN_OK when the row is ready;
+ * KILN_ERR_BUSY, with the slot's KV emptied, when the pool cannot hold the row now (the request
+ * waits for blocks to be freed); any other status is an allocation failure that waiting would not
+ * cure (the request is admitted and start_row ends it with that error). */
+static kiln_status reserve_row(kiln_engine *e, kn_slot *s, kiln_request *r) {
     const kn_hparams *hp = &e->model->hp;
     if (!s->allocated) {
-        if (kn_kv_init_paged(&s->kv, &e->kv_pool, &e->kv_fmt, hp->n_layer, e->p.n_ctx, hp->n_head_kv, hp->head_dim))
-            return false;
+        const kiln_status st =
+            kn_kv_init_paged(&s->kv, &e->kv_pool, &e->kv_fmt, hp->n_layer, e->p.n_ctx, hp->n_head_kv, hp->head_dim);
+        if (st) return st;
         s->allocated = true;
     }
     s->cached = kn_pc_restore(&e->cache, r->prompt, (int32_t)r->n_prompt, (int32_t)r->n_prompt - 1, &s->kv);
@@ -68,15 +71,11 @@ static bool reserve_row(kiln_engine *e, kn_slot *s, kiln_request *r) {
     const int64_t limit = KN_MIN((int64_t)e->p.n_ctx, (int64_t)r->n_prompt + gen);
     const int32_t bt = e->kv_pool.bt;
     const int32_t need = (int32_t)((limit + bt - 1) / bt) - s->cached / bt + 1;
-    for (;;) {
-        if (kn_kvp_reserve(&e->kv_pool, need)) {
-            kn_kv_set_quota(&s->kv, need);
-            return true;
-        }
-        if (!kn_pc_evict_lru(&e->cache)) break;
-    }
-    kn_kv_reset(&s->kv);
-    return false;
+    kiln_status st;
+    while ((st = kn_kvp_reserve(&e->kv_pool, need)) == KILN_ERR_BUSY && kn_pc_evict_lru(&e->cache)) {}
+    if (!st) kn_kv_set_quota(&s->kv, need);
+    else kn_kv_reset(&s->kv);
+    return st;
 }
 
 /* Gives free slots (within the row cap) to waiting requests in arrival order (lock held; a paged
@@ -95,13 +94,16 @@ static int admit_locked(kiln_engine *e, int *fresh, bool *blocked) {
                 break;
             }
             pthread_mutex_unlock(&e->mu);
-            const bool ok = reserve_row(e, &e->slots[i], r);
+            const kiln_status st = reserve_row(e, &e->slots[i], r);
+            if (st && st != KILN_ERR_BUSY) kn_error_save(r->err); /* for start_row to end it with */
             pthread_mutex_lock(&e->mu);
-            e->blocked_avail = ok ? -1 : kn_kvp_available(&e->kv_pool);
-            if (!ok) {
+            const bool wait = st == KILN_ERR_BUSY;
+            e->blocked_avail = wait ? kn_kvp_available(&e->kv_pool) : -1;
+            if (wait) {
                 *blocked = true;
                 break;
             }
+            e->slots[i].admit_st = st;
         }
         e->slots[i].req = r;
         e->q_head = (e->q_head + 1) % e->p.max_queue;
@@ -121,8 +123,9 @@ static void release_kv(kiln_engine *e, kn_slot *s) {
 /* Prepares a slot's KV and begins its row; on failure the request ends with the error. */
 static void start_row(kiln_engine *e, kn_slot *s) {
     const kn_hparams *hp = &e->model->hp;
-    kiln_status st = KILN_OK;
-    if (!s->allocated && !e->paged) {
+    kiln_status st = s->admit_st;
+    s->admit_st = KILN_OK;
+    if (!st && !s->allocated && !e->paged) {
         st = kn_kv_init_fmt(&s->kv, &e->kv_fmt, hp->n_layer, e->p.n_ctx, hp->n_head_kv, hp->head_dim);
         s->allocated = st == KILN_OK;
     }
@@ -140,7 +143,7 @@ static void start_row(kiln_engine *e, kn_slot *s) {
         kn_spec_row_begin(&e->spec, &s->row, (int)(s - e->slots)); /* without its draft cache: plain decoding */
         return;
     }
-    kn_error_save(r->err);
+    if (!r->err[0]) kn_error_save(r->err); /* an admission error saved its message already */
     KN_LOGE("a request could not start: %s", r->err);
     release_kv(e, s);
     pthread_mutex_lock(&e->mu);

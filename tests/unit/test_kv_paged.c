@@ -25,7 +25,7 @@ static void test_pool(void) {
     int32_t id[4];
     for (int i = 0; i < 4; i++) CHECK((id[i] = kn_kvp_alloc(&p, false)) >= 0);
     CHECK(kn_kvp_alloc(&p, false) == -1); /* exhausted */
-    CHECK(!kn_kvp_reserve(&p, 1));
+    CHECK(kn_kvp_reserve(&p, 1) == KILN_ERR_BUSY);
     memset(kn_kvp_data(&p, id[0]), 7, 256);
     kn_kvp_ref(&p, id[0]);
     CHECK(kn_kvp_refs(&p, id[0]) == 2);
@@ -41,7 +41,7 @@ static void test_pool(void) {
     kn_kvp_unref(&p, id[1]);
     kn_kvp_unref(&p, id[2]);
     CHECK(kn_kvp_available(&p) == 2);
-    CHECK(kn_kvp_reserve(&p, 2) && !kn_kvp_reserve(&p, 1) && kn_kvp_available(&p) == 0);
+    CHECK(kn_kvp_reserve(&p, 2) == KILN_OK && kn_kvp_reserve(&p, 1) == KILN_ERR_BUSY && kn_kvp_available(&p) == 0);
     CHECK(kn_kvp_alloc(&p, false) == -1); /* reserved for others */
     const int32_t r = kn_kvp_alloc(&p, true);
     CHECK(r >= 0 && p.reserved == 1);
