@@ -119,11 +119,11 @@ setup:
 	@scripts/setup
 
 run: setup
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory -j$$(nproc) all
 	$(BUILD)/kiln run -m ../shared/data/models/stories260K/stories260K.gguf -p "Once upon a time"
 
 test: setup
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory -j$$(nproc) all
 	@BUILD=$(BUILD) tests/run.sh
 
 # The ARM64 part of the suite alone: cross-builds the library and the unit tests named in ARM64_TESTS

@@ -94,7 +94,6 @@ static bool hf_name(const char *arch, const kn_gguf *g, const char *name, char *
     for (size_t i = 0; i < KN_ARRAY_LEN(layer_map) && !hf; i++)
         if (!strcmp(mod, layer_map[i].gguf)) hf = layer_map[i].hf;
     if (gemma && !strcmp(mod, "ffn_norm")) hf = "pre_feedforward_layernorm";
-    if (oss && !strcmp(mod, "attn_post_norm")) hf = "post_attention_layernorm";
     if (oss && !strcmp(mod, "ffn_gate_inp")) hf = "mlp.router";
     if (!strcmp(arch, "phi3") && !strcmp(mod, "ffn_up")) {
         char gate[96];

@@ -113,7 +113,7 @@ kiln_status kn_kvp_reserve(kn_kv_pool *p, int32_t n) {
         if (!make_locked(p)) st = KILN_ERR_NOMEM; /* the room exists: only memory lacks */
     if (!st) p->reserved += n;
     pthread_mutex_unlock(&p->mu);
-    if (st == KILN_ERR_NOMEM) kn_error(st, "out of memory for %d KV blocks of %zu bytes", n, p->blk_bytes);
+    if (st == KILN_ERR_NOMEM) kn_error(st, "out of memory for the KV cache: %d blocks of %zu bytes", n, p->blk_bytes);
     return st;
 }
 

@@ -811,8 +811,8 @@ static kiln_status map_one(builder *b, const char *base, const char *raw, const 
         const char *g = NULL;
         for (size_t i = 0; i < KN_ARRAY_LEN(layer_map) && !g; i++)
             if (!strcmp(rest, layer_map[i].hf)) g = layer_map[i].gguf;
-        if (g && is_gemma(b) && !strcmp(rest, "post_attention_layernorm")) g = "post_attention_norm";
-        if (g && !strcmp(b->arch, "gpt-oss") && !strcmp(rest, "post_attention_layernorm")) g = "attn_post_norm";
+        if (g && (is_gemma(b) || !strcmp(b->arch, "gpt-oss")) && !strcmp(rest, "post_attention_layernorm"))
+            g = "post_attention_norm"; /* gpt-oss: the norm before the FFN keeps this name in GGUF */
         int e = -1, eu = 0;
         char proj[32];
         if (!g && sscanf(rest, "mlp.experts.%d.%n", &e, &eu) == 1 && eu > 0 &&

@@ -83,7 +83,7 @@ static void test_no_alloc_sampled_2threads(void) { run_one(2, 0.9f); }
 
 /* The engine allocates a row's KV when the row is first used: when that fails, the request ends
  * with KILN_ERR_NOMEM and its result names the KV cache, and the engine goes on serving. */
-static void test_request_error_names_kv(void) {
+static void request_error_names_kv(bool paging) {
     const char *path = kt_data("models/stories260K/stories260K.gguf");
     if (!kt_exists(path)) SKIP("no %s", path);
     kiln_model *m = NULL;
@@ -93,6 +93,7 @@ static void test_request_error_names_kv(void) {
     ep.max_rows = 1;
     ep.n_ctx = 256;
     ep.prompt_cache = 0;
+    ep.kv_paging = paging;
     CHECK(kiln_engine_new(m, &ep, &e) == KILN_OK);
     kiln_generate_params gp = kiln_generate_default_params();
     gp.max_tokens = 4;
@@ -100,7 +101,9 @@ static void test_request_error_names_kv(void) {
     kiln_token prompt[2] = {1, 100};
     kiln_request *r = NULL;
     kiln_generate_result res;
-    fail_above = 32 * 1024; /* a KV half of 256 positions is larger; scratch is already allocated */
+    /* a KV half of 256 positions is larger than 32 KiB, a block of 16 positions (10 KiB) larger than 8;
+     * scratch is already allocated */
+    fail_above = paging ? 8 * 1024 : 32 * 1024;
     CHECK(kiln_engine_submit(e, prompt, 2, &gp, &r) == KILN_OK);
     kiln_status st = kiln_request_wait(r, &res);
     fail_above = SIZE_MAX;
@@ -115,9 +118,13 @@ static void test_request_error_names_kv(void) {
     kiln_model_free(m);
 }
 
+static void test_request_error_names_kv(void) { request_error_names_kv(false); }
+static void test_request_error_names_kv_paged(void) { request_error_names_kv(true); }
+
 int main(void) {
     RUN(test_no_alloc_greedy_1thread);
     RUN(test_no_alloc_sampled_2threads);
     RUN(test_request_error_names_kv);
+    RUN(test_request_error_names_kv_paged);
     return kt_summary();
 }

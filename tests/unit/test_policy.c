@@ -28,13 +28,14 @@ static const char *generate(const char *name, const char *args) {
 
 /* Runs one greedy request of a few tokens on a one-row engine so its row's KV is allocated; returns
  * the engine's statistics after it. */
-static kiln_status run_one(kiln_model *m, int32_t n_ctx, kiln_kv_type kv, kiln_engine_stats *st) {
+static kiln_status run_one(kiln_model *m, int32_t n_ctx, kiln_kv_type kv, bool paging, kiln_engine_stats *st) {
     kiln_engine_params ep = kiln_engine_default_params();
     ep.n_ctx = n_ctx;
     ep.max_rows = 1;
     ep.kv_type = kv;
     ep.prompt_cache = 0;
     ep.n_threads = 1;
+    ep.kv_paging = paging;
     kiln_engine *e = NULL;
     kiln_status s = kiln_engine_new(m, &ep, &e);
     if (s) return s;
@@ -86,10 +87,19 @@ static void test_kv_estimate_matches_engine(void) {
             CHECK(kiln_model_kv_bytes_per_token(m, types[t]) == est);
             const int32_t n_ctx = 96;
             kiln_engine_stats st;
-            CHECK(run_one(m, n_ctx, types[t], &st) == KILN_OK);
+            /* contiguous: a whole row of n_ctx positions */
+            CHECK(run_one(m, n_ctx, types[t], false, &st) == KILN_OK);
             CHECKF(st.kv_bytes == est * (uint64_t)n_ctx,
                    "%s type %d: engine allocated %llu for %d positions, estimate %llu", cases[c].name, (int)types[t],
                    (unsigned long long)st.kv_bytes, n_ctx, (unsigned long long)est);
+            /* paged: blocks of kv_block_tokens positions, only those the request reserved (5 positions:
+             * one block, plus the spare for a copy on write) */
+            CHECK(run_one(m, n_ctx, types[t], true, &st) == KILN_OK);
+            CHECKF(st.kv_block_tokens > 0 && st.kv_block_bytes == est * (uint64_t)st.kv_block_tokens &&
+                       st.kv_bytes == 2 * st.kv_block_bytes,
+                   "%s type %d paged: %llu bytes in blocks of %llu (%d positions), estimate %llu per position",
+                   cases[c].name, (int)types[t], (unsigned long long)st.kv_bytes, (unsigned long long)st.kv_block_bytes,
+                   st.kv_block_tokens, (unsigned long long)est);
         }
         kiln_model_free(m);
     }
