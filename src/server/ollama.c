@@ -26,6 +26,15 @@
  * `kiln ls` lists; chosen before these routes run, 404 for any other name); /api/tags lists the
  * served model and the other models `kiln ls` finds (srv_config.list_models), /api/ps the loaded
  * ones.
+ *
+ * keep_alive (/api/generate, /api/chat, /api/embed, /api/embeddings), as Ollama defines it: a
+ * duration string ("30s", "5m", "1h"), a number of seconds, 0 (unload the model right after the
+ * response) or negative (keep it loaded; also the default when absent, as kiln always kept its
+ * models). Any other value is a 400 here; the pool's owner (pool.c, or the supervisor) read the
+ * value from the body before this route ran and applies it: the model is unloaded once it has been
+ * idle that long, and /api/ps shows when (expires_at; 2100 for a model kept loaded). A generation
+ * without prompt (a chat without messages) and with keep_alive 0 is Ollama's unload call: it answers
+ * done_reason "unload" (the supervisor answers it itself when the model is not loaded).
  */
 #include "pool.h"
 #include "server.h"
@@ -121,6 +130,19 @@ static json_t *served_entry(const srv *s) {
 static json_t *other_models(const srv *s) {
     json_t *a = s->cfg.list_models ? s->cfg.list_models(s->model_path) : NULL;
     return a ? a : json_array();
+}
+
+/* The request's keep_alive (absent or null: *given false); false after sending a 400 for a value
+ * that is not one (pool.h: srv_pool_keep_alive_parse). The pool applies it to the model (its
+ * owner read it from the body before this route ran). */
+static bool check_keep_alive(srv_req *r, json_t *req, bool *given, int64_t *ms) {
+    json_t *v = json_object_get(req, "keep_alive");
+    *given = v && !json_is_null(v);
+    *ms = SRV_POOL_KEEP_FOREVER;
+    if (!*given || srv_pool_keep_alive_parse(v, ms)) return true;
+    BAD(r, "keep_alive must be a duration (\"30s\", \"5m\", \"1h\"), a number of seconds, 0 (unload the model after "
+           "the response) or negative (keep it loaded)");
+    return false;
 }
 
 /* The request's "model" (or the older "name"): true when it is there. Which model serves it was
@@ -542,17 +564,27 @@ static srv_job *new_job(srv_req *r, json_t *req, bool chat) {
 
 /* ---- the endpoints ---------------------------------------------------------------------------- */
 
-/* The answer to a request without messages (chat) or prompt (generate), which Ollama's clients send
- * to load a model: done at once, done_reason "load". */
-static void send_loaded(srv_req *r, json_t *req, bool chat) {
-    json_t *m = json_object_get(req, "model");
-    json_t *e = json_pack("{s:s, s:o}", "model", json_is_string(m) ? json_string_value(m) : r->server->model_id,
-                          "created_at", now_value());
+/* {"model", "created_at", "message" (chat) or "response", "done": true, "done_reason": reason}. */
+static json_t *done_body(bool chat, const char *model, const char *reason) {
+    json_t *e = json_pack("{s:s, s:o}", "model", model, "created_at", now_value());
+    if (!e) return NULL;
     if (chat) json_object_set_new(e, "message", json_pack("{s:s, s:s}", "role", "assistant", "content", ""));
     else json_object_set_new(e, "response", json_string(""));
     json_object_set_new(e, "done", json_true());
-    json_object_set_new(e, "done_reason", json_string("load"));
-    srv_send_json(r, 200, e);
+    json_object_set_new(e, "done_reason", json_string(reason));
+    return e;
+}
+
+json_t *srv_ollama_unload_body(bool chat, const char *model) { return done_body(chat, model, "unload"); }
+
+/* The answer to a request without messages (chat) or prompt (generate), which Ollama's clients send
+ * to load a model: done at once, done_reason "load"; with keep_alive 0 it is Ollama's unload call,
+ * done_reason "unload" (the pool unloads the model once this answer is sent). */
+static void send_loaded(srv_req *r, json_t *req, bool chat, bool unload) {
+    json_t *m = json_object_get(req, "model");
+    srv_send_json(
+        r, 200,
+        done_body(chat, json_is_string(m) ? json_string_value(m) : r->server->model_id, unload ? "unload" : "load"));
 }
 
 static void api_chat(srv_req *r) {
@@ -566,10 +598,12 @@ static void api_chat(srv_req *r) {
         oom(r);
         goto done;
     }
-    if (!check_model(r, req)) goto done;
+    bool ka_given;
+    int64_t ka;
+    if (!check_model(r, req) || !check_keep_alive(r, req, &ka_given, &ka)) goto done;
     json_t *given = json_object_get(req, "messages");
     if (!given || json_is_null(given) || (json_is_array(given) && json_array_size(given) == 0)) {
-        send_loaded(r, req, true); /* Ollama's way to load a model: it is loaded */
+        send_loaded(r, req, true, ka_given && ka == 0); /* Ollama's way to load (or unload) a model */
         goto done;
     }
     if (!translate_options(r, req, oai) || !translate_messages(r, req, oai) || !translate_think(r, req, oai)) goto done;
@@ -617,14 +651,16 @@ static void api_generate(srv_req *r) {
     char *rendered = NULL;
     size_t len = 0, plen, slen, xlen;
     const char *prompt, *system, *suffix;
-    bool raw = false;
+    bool raw = false, ka_given;
+    int64_t ka;
     if (!oai) {
         oom(r);
         goto done;
     }
-    if (!check_model(r, req) || !get_string(r, req, "prompt", &prompt, &plen) ||
-        !get_string(r, req, "system", &system, &slen) || !get_string(r, req, "suffix", &suffix, &xlen) ||
-        !srv_get_bool(r, req, "raw", &raw) || !translate_options(r, req, oai) || !translate_think(r, req, oai))
+    if (!check_model(r, req) || !check_keep_alive(r, req, &ka_given, &ka) ||
+        !get_string(r, req, "prompt", &prompt, &plen) || !get_string(r, req, "system", &system, &slen) ||
+        !get_string(r, req, "suffix", &suffix, &xlen) || !srv_get_bool(r, req, "raw", &raw) ||
+        !translate_options(r, req, oai) || !translate_think(r, req, oai))
         goto done;
     json_t *images = json_object_get(req, "images");
     if (images && !json_is_null(images) && !(json_is_array(images) && json_array_size(images) == 0)) {
@@ -637,8 +673,8 @@ static void api_generate(srv_req *r) {
     }
     if (!(j = new_job(r, req, false))) goto done;
     ollama_out *o = j->user;
-    if (!plen && !system) { /* Ollama's way to load a model: it is loaded */
-        send_loaded(r, req, false);
+    if (!plen && (!system || (ka_given && ka == 0))) { /* Ollama's way to load (or unload) a model */
+        send_loaded(r, req, false, ka_given && ka == 0);
         goto done;
     }
     if (!srv_generation_params(r, oai, j) || !apply_options(r, req, j)) goto done;
@@ -689,11 +725,29 @@ static void api_tags(srv_req *r) {
     srv_send_json(r, 200, json_pack("{s:o}", "models", models));
 }
 
+/* When the pool's model id is unloaded if it stays idle (its keep_alive), as Ollama writes times;
+ * a model kept for ever (the default) shows 2100-01-01. */
+static json_t *expires_value(const char *id) {
+    const srv_pool_table *t = srv_pool_table_get();
+    double at = 0;
+    for (uint32_t i = 0; t && i < t->n && i < SRV_POOL_MAX; i++) {
+        srv_pool_entry pe = t->e[i]; /* a copy: the pool's owner may be writing */
+        pe.id[sizeof pe.id - 1] = 0;
+        if (strcmp(pe.id, id) == 0) {
+            at = srv_pool_expires_unix(&pe);
+            break;
+        }
+    }
+    if (at <= 0) return time_value(4102444800LL, 0);
+    const long long sec = (long long)at;
+    return time_value(sec, (long)((at - (double)sec) * 1e9));
+}
+
 static void api_ps(srv_req *r) {
     json_t *e = served_entry(r->server);
     if (e) {
         json_object_del(e, "modified_at");
-        json_object_set_new(e, "expires_at", time_value(4102444800LL, 0)); /* 2100: kept while the server runs */
+        json_object_set_new(e, "expires_at", expires_value(r->server->model_id));
         json_object_set_new(e, "size_vram", json_integer(0));
         json_object_set_new(e, "context_length", json_integer(r->server->n_ctx));
     }
@@ -707,8 +761,8 @@ static void api_ps(srv_req *r) {
         char name[256];
         snprintf(name, sizeof name, strchr(pe.id, ':') ? "%s" : "%s:latest", pe.id);
         json_array_append_new(a, json_pack("{s:s, s:s, s:I, s:s, s:o, s:i, s:o}", "name", name, "model", name, "size",
-                                           (json_int_t)pe.bytes, "digest", "", "expires_at",
-                                           time_value(4102444800LL, 0), "size_vram", 0, "details", details("", 0, "")));
+                                           (json_int_t)pe.bytes, "digest", "", "expires_at", expires_value(pe.id),
+                                           "size_vram", 0, "details", details("", 0, "")));
     }
     srv_send_json(r, 200, json_pack("{s:o}", "models", a));
 }
@@ -762,7 +816,9 @@ static void api_embed(srv_req *r) {
     kiln_embed_params p = kiln_embed_default_params();
     p.truncate = true;
     p.normalize = !legacy;
-    if (!check_model(r, req)) goto done;
+    bool ka_given;
+    int64_t ka;
+    if (!check_model(r, req) || !check_keep_alive(r, req, &ka_given, &ka)) goto done;
     if (!srv_get_bool(r, req, "truncate", &p.truncate)) goto done;
     json_t *dims = json_object_get(req, "dimensions");
     if (dims && !json_is_null(dims)) {

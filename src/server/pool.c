@@ -38,6 +38,15 @@
  * the children, read-only there, so any engine can list every model and its state; only the
  * supervisor writes it.
  *
+ * Keep-alive. Ollama's generation and embedding routes carry keep_alive (ollama.c): how long their
+ * model stays loaded once idle (0: unloaded right after the response; negative, or absent: kept,
+ * kiln's default). The pool's owner reads it from the body (srv_pool_body_keep: the supervisor from
+ * the peeked request, which must be whole; without isolation srv_pool_enter) and keeps it in the
+ * model's entry; a model with no request in flight and an idle engine for that long is unloaded (the
+ * supervisor's loop, or without isolation a thread of this file). Ollama's unload call (keep_alive 0,
+ * no prompt) for a model that is not loaded is answered without loading it; GET /health and
+ * /api/ps load nothing either when no model is loaded.
+ *
  * Without isolation (--no-isolation) all engines live in this process: srv_pool_enter loads the
  * model on the request's own thread (others wait on a condition), and each model has its own srv
  * (the model, the engine, its counters); entry 0's is the server's own.
@@ -67,6 +76,8 @@ static srv *g_child_srv;
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
 static _Thread_local int t_entered = -1; /* the entry the calling thread's request holds */
+static pthread_t g_reaper;               /* without isolation: unloads models whose keep-alive ran out */
+static bool g_reaper_on, g_reaper_stop;
 
 typedef struct cached_name {
     char name[256], id[192], path[1024];
@@ -101,12 +112,21 @@ bool srv_pool_init(const srv_pool_config *cfg, srv *main) {
     e->state = main ? SRV_POOL_READY : SRV_POOL_UNLOADED;
     e->loads = main ? 1 : 0;
     e->last_used_ms = now_ms();
+    e->keep_alive_ms = SRV_POOL_KEEP_FOREVER;
     g_main = main;
     g_slot[0] = main;
     return true;
 }
 
 void srv_pool_free(void) {
+    if (g_reaper_on) {
+        pthread_mutex_lock(&g_mu);
+        g_reaper_stop = true;
+        pthread_cond_broadcast(&g_cv);
+        pthread_mutex_unlock(&g_mu);
+        pthread_join(g_reaper, NULL);
+        g_reaper_on = g_reaper_stop = false;
+    }
     for (size_t i = 1; i < SRV_POOL_MAX; i++) {
         if (!g_slot[i]) continue;
         srv_stats_destroy(&g_slot[i]->stats);
@@ -232,6 +252,7 @@ static int entry_of(const char *id, const char *path, uint64_t bytes) {
     copy(e->id, sizeof e->id, id);
     copy(e->path, sizeof e->path, path);
     e->bytes = bytes;
+    e->keep_alive_ms = SRV_POOL_KEEP_FOREVER;
     return k;
 }
 
@@ -346,6 +367,100 @@ void srv_pool_body_model(const char *body, size_t n, bool whole, bool name_too, 
     if (name[0]) copy(out, cap, name);
 }
 
+/* ---- keep_alive ---------------------------------------------------------------------------------- */
+
+#define KEEP_MAX_MS 3.15576e12 /* a century: longer is for ever */
+
+/* A Go-style duration, [-+]?(D[.D]UNIT)+ with the units ns, us (µs), ms, s, m, h, or "0", or (as
+ * kiln's leniency) a plain number of seconds: its milliseconds in *ms. False when malformed. */
+static bool parse_duration(const char *p, double *ms) {
+    bool neg = false;
+    if (*p == '-' || *p == '+') neg = *p++ == '-';
+    if (!*p) return false;
+    double total = 0;
+    bool first = true;
+    while (*p) {
+        double v = 0, scale = 1;
+        bool digits = false;
+        while (*p >= '0' && *p <= '9') v = v * 10 + (*p++ - '0'), digits = true;
+        if (*p == '.') {
+            for (p++; *p >= '0' && *p <= '9'; p++) v += (*p - '0') * (scale /= 10), digits = true;
+        }
+        if (!digits) return false;
+        static const struct {
+            const char *name;
+            double ms;
+        } units[] = {{"ns", 1e-6}, {"us", 1e-3}, {"\xc2\xb5s", 1e-3}, {"\xce\xbcs", 1e-3},
+                     {"ms", 1},    {"s", 1e3},   {"m", 6e4},          {"h", 3.6e6}};
+        size_t best = 0, best_len = 0;
+        for (size_t k = 0; k < sizeof units / sizeof units[0]; k++) {
+            const size_t l = strlen(units[k].name);
+            if (l > best_len && strncmp(p, units[k].name, l) == 0) best = k, best_len = l;
+        }
+        if (!best_len) {
+            if (first && !*p) { /* "300": seconds; "0" too */
+                total = v * 1e3;
+                break;
+            }
+            return false;
+        }
+        total += v * units[best].ms;
+        if (total > KEEP_MAX_MS) total = KEEP_MAX_MS * 2; /* no overflow from a long string */
+        p += best_len;
+        first = false;
+    }
+    *ms = neg ? -total : total;
+    return true;
+}
+
+bool srv_pool_keep_alive_parse(const json_t *v, int64_t *ms) {
+    double d = 0;
+    if (json_is_number(v)) d = json_number_value(v) * 1e3;
+    else if (!json_is_string(v) || json_string_length(v) >= 64 ||
+             memchr(json_string_value(v), 0, json_string_length(v)) || !parse_duration(json_string_value(v), &d))
+        return false;
+    if (d < 0 || d > KEEP_MAX_MS || d != d) *ms = SRV_POOL_KEEP_FOREVER;
+    else *ms = (int64_t)d;
+    return true;
+}
+
+/* The path of url without its query. */
+static bool path_is(const char *url, const char *path) {
+    const size_t n = strlen(path);
+    return strncmp(url, path, n) == 0 && (url[n] == 0 || url[n] == '?');
+}
+
+void srv_pool_body_keep(const char *url, const char *body, size_t n, srv_pool_keep *out) {
+    memset(out, 0, sizeof *out);
+    const bool chat = path_is(url, "/api/chat"), gen = path_is(url, "/api/generate");
+    if (!chat && !gen && !path_is(url, "/api/embed") && !path_is(url, "/api/embeddings")) return;
+    json_t *j = json_loadb(body, n, 0, NULL);
+    json_t *v = json_object_get(j, "keep_alive");
+    int64_t ms = SRV_POOL_KEEP_FOREVER;
+    if (json_is_object(j) && (!v || json_is_null(v) || srv_pool_keep_alive_parse(v, &ms))) {
+        out->applies = true;
+        out->ms = ms;
+        out->chat = chat;
+        if (ms == 0 && chat) {
+            json_t *m = json_object_get(j, "messages");
+            out->unload = !m || json_is_null(m) || (json_is_array(m) && json_array_size(m) == 0);
+        } else if (ms == 0 && gen) {
+            json_t *p = json_object_get(j, "prompt");
+            out->unload = !p || json_is_null(p) || (json_is_string(p) && json_string_length(p) == 0);
+        }
+    }
+    json_decref(j);
+}
+
+double srv_pool_expires_unix(const srv_pool_entry *e) {
+    if (e->keep_alive_ms < 0) return 0;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    const double t = now_ms(), real = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+    const double at = e->expires_ms > 0 ? e->expires_ms : t + (double)e->keep_alive_ms;
+    return real + (at > t ? at - t : 0) / 1e3;
+}
+
 /* The value of header h (lowercase name, with the colon) in head[0..n), or NULL; *len its length. */
 static const char *header(const char *head, size_t n, const char *h, size_t *len) {
     const size_t hl = strlen(h);
@@ -383,8 +498,9 @@ bool srv_pool_peek_request(const char *buf, size_t n, bool stalled, size_t max_b
         memcpy(url, sp1 + 1, ul < sizeof url - 1 ? ul : sizeof url - 1);
         url[ul < sizeof url - 1 ? ul : sizeof url - 1] = 0;
         const size_t ml = (size_t)(sp1 - buf);
-        out->health = ((ml == 3 && memcmp(buf, "GET", 3) == 0) || (ml == 4 && memcmp(buf, "HEAD", 4) == 0)) &&
-                      (strcmp(url, "/health") == 0 || strcmp(url, "/v1/health") == 0);
+        const bool get = (ml == 3 && memcmp(buf, "GET", 3) == 0) || (ml == 4 && memcmp(buf, "HEAD", 4) == 0);
+        out->health = get && (strcmp(url, "/health") == 0 || strcmp(url, "/v1/health") == 0);
+        out->ps = get && path_is(url, "/api/ps");
     }
     out->api = (uint32_t)srv_route_api(url);
     size_t len = 0;
@@ -411,8 +527,9 @@ bool srv_pool_peek_request(const char *buf, size_t n, bool stalled, size_t max_b
         out->expect_continue = ex && el == 12 && strncasecmp(ex, "100-continue", 12) == 0;
         return false;
     }
-    srv_pool_body_model(body, have < want ? have : want, out->complete && !te, out->api == SRV_API_OLLAMA, out->model,
-                        sizeof out->model);
+    const size_t blen = have < want ? have : want;
+    srv_pool_body_model(body, blen, out->complete && !te, out->api == SRV_API_OLLAMA, out->model, sizeof out->model);
+    if (out->complete && !te && out->api == SRV_API_OLLAMA) srv_pool_body_keep(url, body, blen, &out->keep);
     return true;
 }
 
@@ -583,6 +700,76 @@ static unsigned acquire(int k, char *msg, size_t cap) {
     return 0;
 }
 
+/* Whether some model is ready (lock held). */
+static bool any_ready(void) {
+    for (uint32_t i = 0; i < g_tab->n; i++)
+        if (g_tab->e[i].state == SRV_POOL_READY) return true;
+    return false;
+}
+
+/* Without isolation, a thread started by the first keep_alive that can unload: every 200 ms (and
+ * whenever the pool changes) it restarts the idle clock of each model in use (a request in flight,
+ * or its engine still running or queueing a job: a stream outlives its request's handler) and
+ * unloads the ready models idle past their keep-alive. Never while the server stops. */
+static void *reaper(void *arg) {
+    (void)arg;
+    pthread_mutex_lock(&g_mu);
+    while (!g_reaper_stop) {
+        const double t = now_ms();
+        for (uint32_t i = 0; i < g_tab->n && !g_reaper_stop && !atomic_load(&g_main->stopping); i++) {
+            srv_pool_entry *e = &g_tab->e[i];
+            if (e->state != SRV_POOL_READY || e->keep_alive_ms < 0) continue;
+            if (e->in_flight || !engine_idle(g_slot[i])) {
+                e->expires_ms = 0;
+                continue;
+            }
+            if (!e->expires_ms) e->expires_ms = t + (double)e->keep_alive_ms;
+            if (t < e->expires_ms) continue;
+            e->state = SRV_POOL_UNLOADING;
+            e->expires_ms = 0;
+            srv *s = g_slot[i];
+            pthread_mutex_unlock(&g_mu);
+            fprintf(stderr, "kiln serve: unloading model '%s' (idle for its keep_alive, %.3g s)\n", e->id,
+                    (double)e->keep_alive_ms / 1e3);
+            if (s && s->engine) kiln_engine_shutdown(s->engine, 0);
+            if (s) g_cfg.unload(s);
+            pthread_mutex_lock(&g_mu);
+            e->state = SRV_POOL_UNLOADED;
+            pthread_cond_broadcast(&g_cv);
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 200 * 1000000L;
+        ts.tv_sec += ts.tv_nsec / 1000000000L;
+        ts.tv_nsec %= 1000000000L;
+        if (!g_reaper_stop) pthread_cond_timedwait(&g_cv, &g_mu, &ts);
+    }
+    pthread_mutex_unlock(&g_mu);
+    return NULL;
+}
+
+/* Without isolation: what a request's keep_alive asks before its model is entered. False after
+ * answering it: Ollama's unload call for a model that is not loaded (nothing to load), or GET
+ * /api/ps while no model is loaded (no model is loaded to answer it). */
+static bool keep_before(srv_req *r, const srv_pool_keep *keep, int k, const char *name) {
+    pthread_mutex_lock(&g_mu);
+    const bool ready = k >= 0 && g_tab->e[k].state == SRV_POOL_READY, some = any_ready();
+    char id[sizeof g_tab->e[0].id] = "";
+    if (k >= 0) copy(id, sizeof id, g_tab->e[k].id);
+    if (keep->applies && keep->ms >= 0 && !g_reaper_on && pthread_create(&g_reaper, NULL, reaper, NULL) == 0)
+        g_reaper_on = true;
+    pthread_mutex_unlock(&g_mu);
+    if (keep->unload && k >= 0 && !ready) {
+        srv_send_json(r, 200, srv_ollama_unload_body(keep->chat, name[0] ? name : id));
+        return false;
+    }
+    if (!some && !name[0] && (!strcmp(r->method, "GET") || !strcmp(r->method, "HEAD")) && path_is(r->url, "/api/ps")) {
+        srv_send_json(r, 200, json_pack("{s:[]}", "models"));
+        return false;
+    }
+    return true;
+}
+
 bool srv_pool_enter(srv_req *r) {
     t_entered = -1;
     if (!g_tab) return true;
@@ -610,7 +797,12 @@ bool srv_pool_enter(srv_req *r) {
         return true;
     }
     if (!g_main) return true;
+    if (!name[0] && (!strcmp(r->url, "/health") || !strcmp(r->url, "/v1/health")))
+        return true; /* answered without a model: none is loaded for it */
+    srv_pool_keep keep = {0};
+    if (r->api == SRV_API_OLLAMA && r->body_len) srv_pool_body_keep(r->url, r->body, r->body_len, &keep);
     const int k = name[0] ? srv_pool_index(name) : srv_pool_any();
+    if (!keep_before(r, &keep, k, name)) return false;
     if (k == -1) {
         srv_send_json(r, 404, srv_pool_unknown_body(r->api, name));
         return false;
@@ -626,6 +818,10 @@ bool srv_pool_enter(srv_req *r) {
         srv_send_json(r, st, srv_pool_error_body(r->api, st, st == 503 ? "model_loading" : "model_load_failed", msg));
         return false;
     }
+    pthread_mutex_lock(&g_mu);
+    if (keep.applies) g_tab->e[k].keep_alive_ms = keep.ms;
+    g_tab->e[k].expires_ms = 0; /* in use */
+    pthread_mutex_unlock(&g_mu);
     t_entered = k;
     r->server = g_slot[k];
     return true;
@@ -636,6 +832,7 @@ void srv_pool_leave(srv_req *r) {
     pthread_mutex_lock(&g_mu);
     g_tab->e[t_entered].in_flight--;
     g_tab->e[t_entered].last_used_ms = now_ms();
+    g_tab->e[t_entered].expires_ms = 0; /* the idle clock starts once its engine is idle too */
     pthread_cond_broadcast(&g_cv);
     pthread_mutex_unlock(&g_mu);
     t_entered = -1;
@@ -693,6 +890,13 @@ void srv_pool_each(void (*fn)(srv *s, void *arg), void *arg) {
         if (g_child_srv && g_child_srv->engine) fn(g_child_srv, arg);
         return;
     }
+    pthread_mutex_lock(&g_mu); /* once the server stops, an unload under way finishes first */
+    for (bool unloading = true; unloading && g_main && atomic_load(&g_main->stopping);) {
+        unloading = false;
+        for (uint32_t i = 0; i < g_tab->n; i++) unloading |= g_tab->e[i].state == SRV_POOL_UNLOADING;
+        if (unloading) pthread_cond_wait(&g_cv, &g_mu);
+    }
+    pthread_mutex_unlock(&g_mu);
     for (size_t i = 0; i < SRV_POOL_MAX; i++) {
         pthread_mutex_lock(&g_mu);
         srv *s = g_slot[i] && g_slot[i]->engine ? g_slot[i] : NULL;

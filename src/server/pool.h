@@ -27,17 +27,20 @@ typedef enum srv_pool_state {
 /* One model the pool knows. The table lives in memory shared with the engines' child processes
  * (read-only there); only the pool's owner (the supervisor, or the single process) writes it. */
 typedef struct srv_pool_entry {
-    char id[192];         /* the id clients see and name it by */
-    char path[1024];      /* the file (or model directory) to load */
-    uint64_t bytes;       /* planned memory: weights, KV of its rows, prompt cache */
-    uint32_t state;       /* srv_pool_state */
-    uint32_t in_flight;   /* requests being served */
-    uint32_t loads;       /* times loaded */
-    uint32_t restarts;    /* engine restarts after a crash (isolated) */
-    int32_t pid;          /* its engine's process (isolated), else 0 */
-    double last_used_ms;  /* CLOCK_MONOTONIC ms of its last request */
-    double loading_since; /* CLOCK_MONOTONIC ms the current load started */
-    char error[256];      /* why the last load failed, or "" */
+    char id[192];          /* the id clients see and name it by */
+    char path[1024];       /* the file (or model directory) to load */
+    uint64_t bytes;        /* planned memory: weights, KV of its rows, prompt cache */
+    uint32_t state;        /* srv_pool_state */
+    uint32_t in_flight;    /* requests being served */
+    uint32_t loads;        /* times loaded */
+    uint32_t restarts;     /* engine restarts after a crash (isolated) */
+    int32_t pid;           /* its engine's process (isolated), else 0 */
+    double last_used_ms;   /* CLOCK_MONOTONIC ms of its last request */
+    double loading_since;  /* CLOCK_MONOTONIC ms the current load started */
+    char error[256];       /* why the last load failed, or "" */
+    int64_t keep_alive_ms; /* how long it stays loaded once idle (Ollama's keep_alive, set by the last
+                              request that gave one): < 0 for ever (the default), 0 unloads it at once */
+    double expires_ms;     /* CLOCK_MONOTONIC ms it is unloaded at, idle; 0 while in use or kept for ever */
 } srv_pool_entry;
 
 typedef struct srv_pool_table {
@@ -112,6 +115,39 @@ int srv_pool_any(void);
  * given. Writes at most cap bytes (NUL-terminated). */
 void srv_pool_body_model(const char *body, size_t n, bool whole, bool name_too, char *out, size_t cap);
 
+/* ---- keep_alive (Ollama) --------------------------------------------------------------------------- */
+
+#define SRV_POOL_KEEP_FOREVER (-1) /* srv_pool_entry.keep_alive_ms: kept loaded (the default) */
+
+/* Reads Ollama's keep_alive v into *ms: a number of seconds or a duration string ("30s", "5m",
+ * "1h30m", "500ms"; a plain number in a string is seconds); 0 unloads the model after the response,
+ * a negative value (or one beyond a century) keeps it loaded for ever (SRV_POOL_KEEP_FOREVER).
+ * False when v is anything else (a bad string, a boolean, an object). */
+bool srv_pool_keep_alive_parse(const json_t *v, int64_t *ms);
+
+/* What an Ollama request body says of its model's keep-alive. */
+typedef struct srv_pool_keep {
+    bool applies; /* a generation or embedding route (/api/generate, /api/chat, /api/embed, /api/embeddings)
+                     with a valid keep_alive or none: ms is to be applied to its model */
+    int64_t ms;   /* its keep_alive, SRV_POOL_KEEP_FOREVER when absent */
+    bool unload;  /* Ollama's unload call: keep_alive 0 and no prompt (generate) or messages (chat) */
+    bool chat;    /* the route is /api/chat */
+} srv_pool_keep;
+
+/* Reads the keep-alive of a request to url whose whole body is body[0..n) (zeroed *out when the
+ * route is not one of the above, the body is not a JSON object or keep_alive is invalid: the route
+ * then answers 400 and the model's keep-alive stays as it was). */
+void srv_pool_body_keep(const char *url, const char *body, size_t n, srv_pool_keep *out);
+
+/* The Unix time (seconds) at which entry e is unloaded if it stays idle (a copy of the table's
+ * entry): 0 when it is kept for ever. In use, counted from now. */
+double srv_pool_expires_unix(const srv_pool_entry *e);
+
+/* The answer to Ollama's unload call, {"model", "created_at", "response" or "message", "done": true,
+ * "done_reason": "unload"} (ollama.c; the supervisor sends it itself for a model that is not
+ * loaded). A new reference. */
+json_t *srv_ollama_unload_body(bool chat, const char *model);
+
 /* ---- a request head seen by the supervisor --------------------------------------------------- */
 
 typedef struct srv_pool_peek {
@@ -120,6 +156,8 @@ typedef struct srv_pool_peek {
     bool expect_continue; /* (more needed) the client waits for "100 Continue" before its body */
     uint32_t api;         /* srv_api of the URL */
     char model[256];      /* the model the body names ("" when none) */
+    bool ps;              /* GET or HEAD of /api/ps */
+    srv_pool_keep keep;   /* the keep_alive of an Ollama request (complete body) */
 } srv_pool_peek;
 
 /* Reads a request's start, buf[0..n) (bytes peeked from its socket): false when more bytes are

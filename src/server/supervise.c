@@ -8,7 +8,10 @@
  * One thread, one poll loop: the signal descriptor (SIGINT, SIGTERM), the control socket of each
  * running child, and the listening socket. Connections being peeked at (state PEEK) and those
  * waiting for their model's child (WAIT) are looked at every few ms while there are any; a GET
- * /health while no child is ready is answered here.
+ * /health while no child is ready is answered here (200 when no model is loaded because they
+ * were unloaded, 503 "restarting" while one is starting), and so is GET /api/ps while none is loaded.
+ * A model idle past its keep-alive (Ollama's keep_alive, read from the peeked body) is stopped like
+ * a least recently used one (expire).
  */
 #include "isolate.h"
 #include "pool.h"
@@ -509,8 +512,20 @@ static void route(sup *s, uint32_t id, const srv_pool_peek *pk) {
     conn *c = &s->c[id];
     c->api = pk->api;
     int w = pk->model[0] && !pk->health ? srv_pool_index(pk->model) : srv_pool_any();
+    bool running = false, ready = false; /* some engine is (being) started or restarted; one is ready */
+    for (int k = 0; k < SRV_POOL_MAX; k++) {
+        running |= s->w[k].pid || s->w[k].restart_at_ms;
+        ready |= s->w[k].ready;
+    }
     if (pk->health && !s->w[w].ready) { /* any ready engine answers /health; none: this process */
-        answer(c->fd, 503, "Service Unavailable", json_pack("{s:s}", "status", "restarting"));
+        /* no engine because every model was unloaded (keep_alive): the server is well, it loads on demand */
+        if (running) answer(c->fd, 503, "Service Unavailable", json_pack("{s:s}", "status", "restarting"));
+        else answer(c->fd, 200, "OK", json_pack("{s:s}", "status", "ok"));
+        conn_close(s, id, true);
+        return;
+    }
+    if (pk->ps && !pk->model[0] && !ready) { /* no model is loaded: none to list (and none loaded to say so) */
+        answer(c->fd, 200, "OK", json_pack("{s:[]}", "models"));
         conn_close(s, id, true);
         return;
     }
@@ -525,6 +540,13 @@ static void route(sup *s, uint32_t id, const srv_pool_peek *pk) {
         conn_close(s, id, true);
         return;
     }
+    if (pk->keep.unload && !s->w[w].pid) { /* Ollama's unload call for a model that is not loaded */
+        answer(c->fd, 200, "OK", srv_ollama_unload_body(pk->keep.chat, pk->model[0] ? pk->model : entry(w)->id));
+        conn_close(s, id, true);
+        return;
+    }
+    if (pk->keep.applies) entry(w)->keep_alive_ms = pk->keep.ms; /* its keep_alive (pool.h), or the default */
+    entry(w)->expires_ms = 0;                                    /* in use */
     c->w = w;
     c->state = C_WAIT;
     const unsigned lt = srv_pool_cfg()->load_timeout_s;
@@ -635,6 +657,37 @@ static void check_waiting(sup *s) {
     for (int w = 0; w < SRV_POOL_MAX; w++) tab->e[w].in_flight = inflight[w];
 }
 
+/* Unloads the models idle past their keep-alive (Ollama's keep_alive, pool.h): a model with a
+ * connection is in use (its idle clock starts again when the last one ends); one idle since
+ * expires_ms is stopped as the least recently used are (SIGTERM: its engine ends cleanly, its SSD
+ * cache flushed). Returns the ms until the next model expires (-1: none does). */
+static int expire(sup *s) {
+    const double t = now_ms();
+    double next = -1;
+    for (int w = 0; w < SRV_POOL_MAX && !s->stopping; w++) {
+        worker *wk = &s->w[w];
+        srv_pool_entry *e = entry(w);
+        if (!wk->pid || !wk->ready || wk->unloading) continue;
+        if (e->keep_alive_ms < 0 || busy(s, w)) {
+            e->expires_ms = 0;
+            continue;
+        }
+        if (!e->expires_ms) e->expires_ms = t + (double)e->keep_alive_ms;
+        if (t < e->expires_ms) {
+            if (next < 0 || e->expires_ms - t < next) next = e->expires_ms - t;
+            continue;
+        }
+        fprintf(stderr, "kiln serve: unloading model '%s' (idle for its keep_alive, %.3g s)\n", e->id,
+                (double)e->keep_alive_ms / 1e3);
+        wk->unloading = true;
+        wk->ready = false;
+        e->state = SRV_POOL_UNLOADING;
+        e->expires_ms = 0;
+        kill(wk->pid, SIGTERM);
+    }
+    return next < 0 ? -1 : (int)next + 1;
+}
+
 /* The watchdog (isolate.h): kills a ready child silent for longer than the engine timeout; its
  * end is then handled as a crash (child_gone names the timeout). Per model. */
 static void watchdog(sup *s) {
@@ -718,7 +771,9 @@ int srv_supervise(const srv_supervisor *sv) {
         p[1] = (struct pollfd){.fd = s.stopping || now_ms() < s.accept_at_ms ? -1 : s.lfd, .events = POLLIN};
         for (int w = 0; w < SRV_POOL_MAX; w++) p[2 + w] = (struct pollfd){.fd = s.w[w].ctl, .events = POLLIN};
         const bool growing = peek_all(&s);
-        const int wait_ms = growing ? PEEK_POLL_MS : waiting || retry || s.accept_at_ms ? POLL_MS : 1000;
+        int wait_ms = growing ? PEEK_POLL_MS : waiting || retry || s.accept_at_ms ? POLL_MS : 1000;
+        const int expiry_ms = expire(&s);
+        if (expiry_ms >= 0 && expiry_ms < wait_ms) wait_ms = expiry_ms;
         if (poll(p, 2 + SRV_POOL_MAX, wait_ms) < 0 && errno != EINTR) break;
         if (s.accept_at_ms && now_ms() >= s.accept_at_ms) s.accept_at_ms = 0;
         if (p[0].revents & POLLIN) {
