@@ -20,6 +20,7 @@ unset KILN_MODEL HF_HOME
 "$GEN" --preset tiny-qwen2 --seed 5 -o "$TMP/models/tiny.gguf" >/dev/null 2>&1 || { fail keep_alive_gen; exit 0; }
 
 start() {
+  : >"$TMP/s.err" # no earlier server's "listening on" line (the new process may not have truncated it yet)
   "$KILN" serve -m "$M" --port 0 --no-open "$@" >/dev/null 2>"$TMP/s.err" &
   pid=$!
   i=0

@@ -30,6 +30,7 @@ if cmp -s "$TMP/run_a" "$TMP/run_b"; then fail pool_models_differ "both models w
 
 # start ARGS...: starts kiln serve on an ephemeral port; sets $pid, $base (stderr in $TMP/s.err).
 start() {
+  : >"$TMP/s.err" # no earlier server's "listening on" line (the new process may not have truncated it yet)
   "$KILN" serve -m "$M" --port 0 --no-open "$@" >/dev/null 2>"$TMP/s.err" &
   pid=$!
   i=0

@@ -10,6 +10,9 @@
 # --ssd-demote-idle 0) and kills the server with SIGKILL a random moment later. At the end, a last
 # start: the index (sqlite3) and the *.kv files name the same entries, and a new prompt's prefix is
 # written (the tier kept working). Bounded: about 3 s per round.
+# Each start empties the server's log before launching it: the wait reads "listening on" from it,
+# and a log left by the previous server (its line still there, the new process not yet running to
+# truncate the file) made a start on a busy machine look done with no port, so it failed.
 . tests/cli/lib.sh
 M="$DATA/models/stories260K/stories260K.gguf"
 if [ ! -f "$M" ]; then skip ssd_kill_tests "no $M"; exit 0; fi
@@ -18,9 +21,11 @@ KILLS=${KILN_SSD_KILLS:-8}
 DIR="$TMP/ssd"
 J='Content-Type: application/json'
 
-# start ARGS...: kiln serve on an ephemeral port with the SSD tier in $DIR; sets $pid, $base.
-start() {
-  "$KILN" serve -m "$M" --port 0 --no-open -c 512 --ssd-cache "$DIR" --ssd-demote-idle 0 "$@" >/dev/null 2>"$TMP/s.err" &
+# launch ARGS...: kiln serve ARGS on an ephemeral port, waiting up to 30 s for it to listen; sets
+# $pid, $port, $base, and when it did not come up $why (the server is then not left running).
+launch() {
+  : >"$TMP/s.err" # no earlier server's "listening on" line
+  "$KILN" serve -m "$M" --port 0 --no-open -c 512 "$@" >/dev/null 2>"$TMP/s.err" &
   pid=$!
   i=0
   while [ $i -lt 300 ] && kill -0 $pid 2>/dev/null && ! grep -q "listening on" "$TMP/s.err"; do
@@ -28,9 +33,18 @@ start() {
   done
   port=$(sed -n 's/.*listening on http:\/\/[^ ]*:\([0-9][0-9]*\) .*/\1/p' "$TMP/s.err" | head -n 1)
   base="http://127.0.0.1:$port"
-  exit_st=0
-  [ -n "$port" ] || { kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null; exit_st=$?; } # not left running
+  why=""
+  [ -n "$port" ] && return
+  if kill -0 $pid 2>/dev/null; then
+    kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null
+    why="not listening after 30 s (stopped): $(tail -c 300 "$TMP/s.err" | tr '\n' ' ')"
+  else
+    wait $pid 2>/dev/null
+    why="exited with status $? before listening: $(tail -c 300 "$TMP/s.err" | tr '\n' ' ')"
+  fi
 }
+# start ARGS...: launch with the SSD tier in $DIR (--ssd-demote-idle 0: every prefix is written).
+start() { launch --ssd-cache "$DIR" --ssd-demote-idle 0 "$@"; }
 # ask PROMPT [N]: a greedy chat completion; prints its content
 ask() {
   curl -s --max-time 30 -H "$J" --data-binary \
@@ -41,18 +55,15 @@ ssd_stat() { curl -s --max-time 10 "$base/stats" | sed -n "s/.*\"ssd_cache\":{[^
 REF_PROMPT="Once upon a time there was a little girl named Lily who loved to play outside in the park with her dog"
 
 # the reference answer, without any cache
-"$KILN" serve -m "$M" --port 0 --no-open -c 512 >/dev/null 2>"$TMP/s.err" &
-pid=$!
-i=0
-while [ $i -lt 300 ] && ! grep -q "listening on" "$TMP/s.err"; do sleep 0.1; i=$((i + 1)); done
-port=$(sed -n 's/.*listening on http:\/\/[^ ]*:\([0-9][0-9]*\) .*/\1/p' "$TMP/s.err" | head -n 1)
-base="http://127.0.0.1:$port"
+launch
+if [ -z "$port" ]; then fail ssd_kill_reference "the server $why"; exit 0; fi
 REF=$(ask "$REF_PROMPT")
 kill -TERM $pid; wait $pid 2>/dev/null
 if [ -z "$REF" ]; then fail ssd_kill_reference "no answer: $(head -c 300 "$TMP/s.err")"; exit 0; fi
 
 # the reference prompt's prefix on SSD (a clean stop flushes it)
 start
+if [ -z "$port" ]; then fail ssd_kill_restarts "the first server with the SSD tier $why"; exit 0; fi
 ask "$REF_PROMPT" >/dev/null
 kill -TERM $pid; wait $pid 2>/dev/null
 n0=$(ls "$DIR" | grep -c '\.kv$')
@@ -60,7 +71,7 @@ n0=$(ls "$DIR" | grep -c '\.kv$')
 bad_start=""; bad_tmp=""; bad_hit=""; cut=0; k=1
 while [ $k -le "$KILLS" ]; do
   if [ $((k % 2)) = 0 ]; then start --no-isolation; else start; fi
-  if [ -z "$port" ]; then bad_start="$bad_start round $k: exit status $exit_st, $(head -c 200 "$TMP/s.err");"; k=$((k + 1)); continue; fi
+  if [ -z "$port" ]; then bad_start="$bad_start round $k: $why;"; k=$((k + 1)); continue; fi
   tmps=$(ls "$DIR" | grep -c '\.tmp\.')
   [ "$tmps" = 0 ] || bad_tmp="$bad_tmp round $k: $tmps temporary files;"
   got=$(ask "$REF_PROMPT")
@@ -89,7 +100,7 @@ if [ "$q" = 0 ]; then pass ssd_kill_nothing_quarantined; else fail ssd_kill_noth
 # the last start: index and files agree; the tier grew
 start
 if [ -n "$port" ] && [ "$(ask "$REF_PROMPT")" = "$REF" ]; then pass ssd_kill_final_start; else
-  fail ssd_kill_final_start "$(head -c 300 "$TMP/s.err")"; fi
+  fail ssd_kill_final_start "${why:-$(head -c 300 "$TMP/s.err")}"; fi
 nk=$(ls "$DIR" | grep -c '\.kv$')
 ask "After all the rounds a quiet cat slept on the warm mat by the door" >/dev/null
 kill -TERM $pid; wait $pid 2>/dev/null
