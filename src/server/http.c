@@ -33,6 +33,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <netdb.h>
 #include <poll.h>
 #include <stdarg.h>
@@ -227,18 +228,25 @@ static void *iso_receive(void *arg) {
     return NULL;
 }
 
+#define TRIM_IDLE_LOOKS 4 /* looks of the heartbeat (1 s) the engine stays idle before the heap is trimmed */
+
 /* The watchdog's heartbeat (isolate.h): every SRV_ISO_ALIVE_MS, SRV_ISO_ALIVE when the engine is
  * idle or ran a step since the last look. kiln_engine_get_stats takes the engine's lock, so an
- * engine deadlocked under it silences this thread too. */
+ * engine deadlocked under it silences this thread too. Once the engine has been idle for
+ * TRIM_IDLE_LOOKS looks after running steps, the heap's free pages go back to the system
+ * (malloc_trim: the connection threads' arenas keep what they freed otherwise; docs/reliability.md). */
 static void *iso_alive(void *arg) {
     srv *s = arg;
     uint64_t last = UINT64_MAX;
+    int idle = 0;
     while (!atomic_load(&iso_quit)) {
         bool alive = true;
         if (s->engine) {
             kiln_engine_stats es;
             kiln_engine_get_stats(s->engine, &es);
             alive = (es.active == 0 && es.queued == 0) || es.steps != last;
+            idle = es.active == 0 && es.queued == 0 && es.steps == last ? idle + 1 : 0;
+            if (idle == TRIM_IDLE_LOOKS) malloc_trim(0);
             last = es.steps;
         }
         if (alive) iso_send(SRV_ISO_ALIVE, 1, 0, 0);
@@ -429,7 +437,13 @@ static bool start_isolated(srv *s, unsigned flags) {
     return true;
 }
 
+/* glibc arenas the connection threads may make; a thread that finds none free shares one. One
+ * thread per connection would otherwise spread the heap over up to 8 arenas per core, each
+ * keeping the high-water mark of what its threads freed (docs/reliability.md has the runs). */
+#define SRV_ARENA_MAX 2
+
 bool srv_http_start(srv *s) {
+    mallopt(M_ARENA_MAX, SRV_ARENA_MAX); /* before the connection threads; the engine's keep theirs */
     /* poll, not select: connection sockets may be numbered past FD_SETSIZE */
     if (iso_ctl >= 0)
         return start_isolated(s, MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC |

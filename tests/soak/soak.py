@@ -20,13 +20,21 @@ Pass criteria (each printed as a PASS/FAIL line, the test names prefixed with so
   kind does not expect, a cut or unparsable body of a request the client waited for), every
   accepted request completed or cancelled (the engine's active and queued rows go back to 0), the
   resident memory after the run at most RSS_TOL above the memory after the warm-up (the server and
-  its engine child together; less is no leak), the open descriptors of both back to their count after the warm-up.
+  its engine child together, each measured after SETTLE_S idle; less is no leak; the warm-up takes
+  the caches and the KV block pool, whose memory is made on first need and kept, to their caps), the open descriptors of both back to their count after the warm-up.
   /health latency (max, p99) is reported; it is asserted (< 100 ms) only with --assert-health, since
   on a loaded machine wall-clock assertions fail for reasons outside the server.
 
 Standard library only. Usage:
   soak.py --kiln build/kiln --model M [--clients 64] [--seconds 600] [--isolation|--no-isolation]
-          [--ssd-dir DIR] [--json OUT] [--assert-health] [--seed N]
+          [--ssd-dir DIR] [--json OUT] [--assert-health] [--seed N] [--series SEC] [--malloc-info] [--leak-check]
+          [--env NAME=VALUE] [--log FILE]
+
+The memory is reported per process (the server, then its engine child), and with --series every SEC
+seconds of the run: RSS, threads, mappings and the resident kB of glibc's main heap, its other
+arenas, the threads' stacks, other anonymous memory and mapped files (from /proc/PID/smaps); with
+--malloc-info also what glibc says its arenas hold and how much of it the program uses (a leak grows
+"in use", fragmentation grows "free").
 """
 import argparse
 import asyncio
@@ -51,6 +59,7 @@ SYSTEMS = [
 ]
 WORDS = "cat dog sun tree ball park happy sad big small red blue play run jump sing".split()
 RSS_TOL = 0.05
+SETTLE_S = 1.6  # idle time before memory is measured: the engine child trims its heap after 1 s idle
 
 
 def proc_children(pid):
@@ -77,6 +86,82 @@ def rss_kb(pid):
     except OSError:
         pass
     return 0
+
+
+def status_field(pid, name):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(name + ":"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+ARENA = 64 << 20  # glibc's thread arenas are reserved 64 MiB at a time, aligned to their size
+
+
+def smaps_kb(pid):
+    """Resident kB of one process by kind of mapping, from /proc/PID/smaps: heap (glibc's main arena,
+    [heap]), arenas (the other arenas: anonymous rw mappings that start 64 MiB-aligned), stacks
+    (anonymous rw mappings right after a no-access guard page: the threads' stacks), anon (other
+    anonymous memory: large blocks malloc mmaps on their own, the model's buffers), file (mapped
+    files: the program, its libraries, the model), and maps (the number of mappings)."""
+    out = {"heap": 0, "arenas": 0, "stacks": 0, "anon": 0, "file": 0, "maps": 0}
+    try:
+        with open(f"/proc/{pid}/smaps") as f:
+            text = f.read()
+    except OSError:
+        return out
+    prev_end, prev_none, cur = -1, False, None
+    for line in text.splitlines():
+        head = re.match(r"([0-9a-f]+)-([0-9a-f]+) (\S{4}) \S+ \S+ (\d+)\s*(.*)$", line)
+        if head:
+            lo, hi = int(head.group(1), 16), int(head.group(2), 16)
+            perms, inode, name = head.group(3), int(head.group(4)), head.group(5).strip()
+            if name == "[heap]":
+                cur = "heap"
+            elif inode != 0 or name.startswith("/"):
+                cur = "file"
+            elif perms.startswith("rw") and lo % ARENA == 0:
+                cur = "arenas"
+            elif perms.startswith("rw") and prev_none and prev_end == lo:
+                cur = "stacks"
+            else:
+                cur = "anon"
+            prev_end, prev_none = hi, perms.startswith("---")
+            out["maps"] += 1
+        elif line.startswith("Rss:") and cur:
+            out[cur] += int(line.split()[1])
+    return out
+
+
+def malloc_info(pid, path):
+    """glibc's own account of a process's heap, by calling malloc_info in it under gdb (attached for
+    a moment; None when gdb or the call fails): arenas (their number), system (kB the arenas hold
+    from the kernel), free (kB free inside them: fragmentation and glibc's caches), in_use (system -
+    free: what the program holds), mmapped (kB of blocks malloc mapped on their own)."""
+    if not shutil.which("gdb"):
+        return None
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+    cmd = ["gdb", "-p", str(pid), "-batch", "-nx", "-ex", f'set $f = (void *)fopen("{path}", "w")',
+           "-ex", "call (int)malloc_info(0, $f)", "-ex", "call (int)fclose($f)"]
+    try:
+        subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
+        import xml.etree.ElementTree as ET
+        root = ET.parse(path).getroot()
+    except Exception:  # noqa: BLE001 (gdb, the call or the XML failed: no figure)
+        return None
+    heaps = root.findall("heap")
+    system = sum(int(h.find("system[@type='current']").get("size")) for h in heaps)
+    free = sum(int(t.get("size")) for h in heaps for t in h.findall("total") if t.get("type") in ("fast", "rest"))
+    mm = root.find("total[@type='mmap']")
+    return {"arenas": len(heaps), "system": system >> 10, "free": free >> 10, "in_use": (system - free) >> 10,
+            "mmapped": (int(mm.get("size")) if mm is not None else 0) >> 10}
 
 
 def nfds(pid):
@@ -319,11 +404,91 @@ class Soak:
             await asyncio.sleep(0.1)
         return s
 
+    def cpu_seconds(self):
+        """User + system CPU seconds the server and its engine child have used so far."""
+        tot = 0
+        for p in self.pids():
+            try:
+                with open(f"/proc/{p}/stat") as f:
+                    st = f.read()
+                v = st[st.rindex(")") + 2:].split()
+                tot += int(v[11]) + int(v[12])
+            except (OSError, ValueError, IndexError):
+                pass
+        return round(tot / os.sysconf("SC_CLK_TCK"), 1)
+
     def pids(self):
         return [self.proc.pid] + proc_children(self.proc.pid)
 
     def memory(self):
         return sum(rss_kb(p) for p in self.pids()), {p: nfds(p) for p in self.pids()}
+
+    def sample(self, t0):
+        """One point of the series: seconds since the run's start, then per process (the server
+        first, then its engine child) its RSS, threads and smaps_kb breakdown."""
+        procs = []
+        for p in self.pids():
+            m = smaps_kb(p)
+            m.update(pid=p, rss=rss_kb(p), threads=status_field(p, "Threads"))
+            if self.a.malloc_info:
+                m["malloc"] = malloc_info(p, os.path.join(self.a.tmp, f"malloc-{p}.xml"))
+            procs.append(m)
+        return {"t": round(time.monotonic() - t0, 1), "procs": procs}
+
+    @staticmethod
+    def sample_line(smp):
+        def one(m):
+            t = "pid %d rss %d kB (heap %d, arenas %d, stacks %d, anon %d, file %d; %d maps, %d threads)" % (
+                m["pid"], m["rss"], m["heap"], m["arenas"], m["stacks"], m["anon"], m["file"], m["maps"], m["threads"])
+            mi = m.get("malloc")
+            if mi:
+                t += " malloc: %d arenas, %d kB from the system, %d free, %d in use, %d mmapped" % (
+                    mi["arenas"], mi["system"], mi["free"], mi["in_use"], mi["mmapped"])
+            return t
+
+        return f"# soak t={smp['t']:.0f}s " + "; ".join(one(m) for m in smp["procs"])
+
+    async def series(self, t0):
+        """Samples the memory every --series seconds while the run lasts (printed and kept)."""
+        while time.monotonic() < self.stop_at:
+            await asyncio.sleep(min(self.a.series, max(0.0, self.stop_at - time.monotonic())))
+            if time.monotonic() >= self.stop_at:
+                break
+            # in a thread: gdb (--malloc-info) takes seconds, which must not stall the clients
+            smp = await asyncio.get_running_loop().run_in_executor(None, self.sample, t0)
+            self.points.append(smp)
+            print(self.sample_line(smp), flush=True)
+
+    async def fill_rows(self, rng, rows):
+        """ROWS streams that may fill their rows (max_tokens near the context), sent at once: all
+        of them admitted together, each reserving its row's worst case of KV blocks; read to their
+        end (their long texts then fill the prompt cache)."""
+        conns = []
+        try:
+            for _ in range(rows):
+                r, w = await Http(self.port).open()
+                conns.append((r, w))
+                w.write(Http.request("POST", "/v1/chat/completions", chat_body(rng, True, self.a.ctx - 64)))
+                await w.drain()
+
+            async def to_end(r):
+                st, h = await Http.read_head(r)
+                await Http.read_body(r, h)
+
+            await asyncio.wait_for(asyncio.gather(*(to_end(r) for r, _ in conns)), 60)
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.TimeoutError, ValueError):
+            pass
+        finally:
+            for _, w in conns:
+                w.close()
+
+    @staticmethod
+    def kv_pool(s):
+        """(bytes of KV blocks made, bytes of the pool's cap) from /stats; (0, 0) without a pool."""
+        eng = s.get("engine", s)
+        pool = eng.get("kv_pool", {})
+        cap = pool.get("blocks_total", 0) * pool.get("block_bytes", 0)
+        return (eng.get("kv_bytes", 0), cap) if cap else (0, 0)
 
     async def warm(self):
         rng = random.Random(self.a.seed + 7)
@@ -335,21 +500,32 @@ class Soak:
                     await self.one(kind, rng)
             self.stop_at = time.monotonic() + self.a.warm_seconds
             await asyncio.gather(*(self.client(i) for i in range(self.a.clients)))
+        # the KV block pool makes each block's memory on first need and keeps it, up to its cap (the
+        # rows' worst case plus the prompt cache's budget): its high-water mark would creep up through
+        # the run as rarer peaks of rows and cache come. A batch of long requests running together,
+        # twice (the second while the first's texts fill the cache), takes the pool to its cap now.
+        s = await self.stats()
+        for _ in range(2):
+            await self.fill_rows(rng, s.get("engine", s).get("batch_rows", 8))
         for k in KINDS:
             self.counts[k] = {"ok": 0, "bad": 0}
         self.bad.clear()
         await self.quiesce()
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(SETTLE_S)
 
     def start(self):
         a = self.a
         cmd = [a.kiln, "serve", "-m", a.model, "--port", "0", "--no-open", "--ssd-cache", a.ssd_dir,
                "--ssd-demote-idle", "0", "--timeout", str(a.timeout), "--max-body-mb", str(a.max_body_mb),
-               "--prompt-cache", str(a.prompt_cache_gb), "--ssd-cache-max", str(a.ssd_max_gb), "--batch", "8", "--max-queue", "256", "-c", "256"]
+               "--prompt-cache", str(a.prompt_cache_gb), "--ssd-cache-max", str(a.ssd_max_gb), "--batch", "8", "--max-queue", "256", "-c", str(a.ctx)]
         if not a.isolation:
             cmd.append("--no-isolation")
         self.err = open(os.path.join(a.tmp, "server.err"), "w+")
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.err)
+        env = dict(os.environ)
+        for kv in a.env:
+            k, _, v = kv.partition("=")
+            env[k] = v
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.err, env=env)
         for _ in range(400):
             self.err.seek(0)
             m = re.search(r"listening on http://[^ ]*:(\d+) ", self.err.read())
@@ -369,12 +545,25 @@ class Soak:
         s0 = await self.stats()
         self.stop_at = time.monotonic() + a.seconds
         t0 = time.monotonic()
-        await asyncio.gather(self.health_probe(), *(self.client(i) for i in range(a.clients)))
+        self.points = [self.sample(t0)]
+        if a.series:
+            print(self.sample_line(self.points[0]), flush=True)
+        extra = [self.series(t0)] if a.series else []
+        await asyncio.gather(self.health_probe(), *extra, *(self.client(i) for i in range(a.clients)))
         res["seconds"] = round(time.monotonic() - t0, 1)
         alive = self.proc.poll() is None and all(os.path.exists(f"/proc/{p}") for p in fds0)
         s1 = await self.quiesce() if alive else {}
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(SETTLE_S)
         rss1, fds1 = self.memory()
+        self.points.append(self.sample(t0))
+        if a.series:
+            print(self.sample_line(self.points[-1]), flush=True)
+        per0 = [m["rss"] for m in self.points[0]["procs"]]
+        per1 = [m["rss"] for m in self.points[-1]["procs"]]
+        kv0, kv1 = self.kv_pool(s0), self.kv_pool(s1)
+        res.update(kv_pool_warm_bytes=kv0[0], kv_pool_after_bytes=kv1[0], kv_pool_cap_bytes=kv0[1])
+        res.update(rss_warm_per_process_kb=per0, rss_after_per_process_kb=per1, series=self.points,
+                   cpu_s=self.cpu_seconds())
         res.update(rss_warm_kb=rss0, rss_after_kb=rss1, fds_warm=fds0, fds_after=fds1,
                    counts=self.counts, unexpected=self.bad, stats_after=s1)
         h = sorted(self.health)
@@ -407,8 +596,25 @@ class Soak:
         print(f"# soak: {a.clients} clients, {res['seconds']} s, {total} requests "
               f"({mix}); "
               f"/health max {res['health']['max_ms']} ms, p99 {res['health']['p99_ms']} ms over {len(h)}; "
-              f"RSS {rss0} -> {rss1} kB; fds {list(fds0.values())} -> {list(fds1.values())}")
+              f"RSS {rss0} -> {rss1} kB (server, engine: {per0} -> {per1}); "
+              f"KV blocks {kv0[0] >> 10} -> {kv1[0] >> 10} kB of {kv0[1] >> 10}; CPU {res['cpu_s']} s (user + sys of server and engine); fds {list(fds0.values())} -> {list(fds1.values())}")
         return res
+
+
+def leak_report(s):
+    """Stops the server (SIGTERM: it exits, and LeakSanitizer checks at the exit) and reads the
+    report on its stderr; prints the check's line and returns whether it passed."""
+    s.proc.send_signal(signal.SIGTERM)
+    try:
+        s.proc.wait(60)
+    except subprocess.TimeoutExpired:
+        pass
+    s.err.seek(0)
+    log = s.err.read()
+    bad = [ln for ln in log.splitlines() if "LeakSanitizer" in ln and ("ERROR" in ln or "fatal" in ln)]
+    bad += [ln for ln in log.splitlines() if ln.startswith("SUMMARY:") and "leak" in ln]
+    print("PASS soak_no_leak" if not bad else "FAIL soak_no_leak: " + "; ".join(bad[:4]))
+    return not bad
 
 
 def main():
@@ -426,11 +632,24 @@ def main():
     # small enough for the SSD tier to evict during the warm-up: its in-memory list of files (the
     # tokens of each) is then at its working size, as the RAM tier's entries are
     ap.add_argument("--ssd-max-gb", type=float, default=0.02)
+    ap.add_argument("--ctx", type=int, default=256, help="the server's context (-c)")
     ap.add_argument("--json")
+    ap.add_argument("--log", help="keep the server's stderr (both processes) in this file")
     ap.add_argument("--assert-health", action="store_true")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--series", type=float, default=0,
+                    help="print the memory of each process every SERIES seconds of the run (0: only before/after)")
+    ap.add_argument("--malloc-info", action="store_true",
+                    help="with each memory sample, glibc's malloc_info of each process (needs gdb; stops it briefly)")
+    ap.add_argument("--leak-check", action="store_true",
+                    help="a kiln built with LeakSanitizer (or ASan): its report when the server exits must name no leak; "
+                    "implies --no-isolation (the engine child ends with _exit, which runs no check)")
+    ap.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                    help="set in the server's environment (e.g. MALLOC_ARENA_MAX=2); repeatable")
     ap.add_argument("--rss-tol", type=float, default=RSS_TOL, help="RSS growth allowed (0.05: 5%%)")
     a = ap.parse_args()
+    if a.leak_check:
+        a.isolation = False
     a.tmp = tempfile.mkdtemp(prefix="kiln-soak-")
     if not a.ssd_dir:
         a.ssd_dir = os.path.join(a.tmp, "ssd")
@@ -441,6 +660,8 @@ def main():
             print("FAIL soak_server_starts: " + s.err.read()[-400:])
             return 1
         res = asyncio.run(s.run())
+        if a.leak_check:
+            res["checks"]["soak_no_leak"] = leak_report(s)
         if a.json:
             with open(a.json, "w") as f:
                 json.dump(res, f, indent=1)
@@ -453,6 +674,9 @@ def main():
             except subprocess.TimeoutExpired:
                 s.proc.kill()
                 s.proc.wait()
+        if a.log and getattr(s, "err", None):
+            s.err.flush()
+            shutil.copy(os.path.join(a.tmp, "server.err"), a.log)
         shutil.rmtree(a.tmp, ignore_errors=True)
 
 
