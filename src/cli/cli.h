@@ -175,7 +175,7 @@ typedef struct cli_model_list {
     cli_model_entry *v;
     size_t n, cap;
     size_t n_skipped; /* .gguf files left out as unreadable or invalid */
-    size_t n_split;   /* models left out because they are split into several files */
+    size_t n_split;   /* of the models listed, those split into several files (each listed once) */
 } cli_model_list;
 
 /* Finds the models in ~/.cache/kiln/models, KILN_MODELS and the Hugging Face cache (see models.c

@@ -40,8 +40,13 @@
  * remaining connections, flushes the SSD cache (--ssd-cache: every cached prefix not on disk yet is
  * written, for up to SHUTDOWN_GRACE_MS more) and exits 0. A signal while the model loads cancels the
  * load (exit 1).
+ *
+ * Memory: before the port is taken, the default model's weights, the KV of its rows and a step's
+ * compute buffers are checked against the memory available (hub_fit.c); a model that does not fit
+ * is refused (exit 1) with the figures and what would fit, unless --fit off.
  */
 #include "cli.h"
+#include "hub_fit.h"
 #include "isolate.h"
 #include "pool.h"
 #include "server.h"
@@ -436,6 +441,19 @@ static void plan_machine(const cli_common *c, plan *p, int batch_flag, float pro
             snprintf(p->rows_src, sizeof p->rows_src, "machine: the KV of %d row(s) fits in %s", p->rows, avail_s);
         }
     }
+}
+
+/* The check before loading (hub_fit.c): the default model's weights, the KV of its rows (or
+ * --kv-budget), the compute buffers of a step (a prompt chunk and a token per row), and the prompt
+ * cache, which fills as it is used (warned about only). False after printing why it does not fit. */
+static bool fit_default(const cli_common *c, const plan *p, const serve_opts *o, bool on) {
+    cli_fit_need need;
+    cli_fit_estimate(p->model, &p->info, p->ctx, p->rows, c->kv_type, c->kv_type_v, o->prefill_chunk + p->rows, p->rows,
+                     &need);
+    if (o->kv_budget_gb > 0) need.kv = (uint64_t)((double)o->kv_budget_gb * 1e9);
+    need.cache = p->prompt_cache > 0 ? (uint64_t)p->prompt_cache : 0;
+    const char *base = strrchr(p->model, '/');
+    return cli_fit_check("serve", base ? base + 1 : p->model, &need, "--batch", on);
 }
 
 /* Whether the server may open a browser, and why (or why not). */
@@ -1020,6 +1038,7 @@ int cli_serve(int argc, char **argv) {
     bool ssd_verify = kiln_engine_default_params().ssd_verify;
     const char *template_file = NULL, *tool_format = NULL;
     cli_spec spec = {0};
+    bool fit = true; /* --fit: check the memory before loading */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -1079,7 +1098,8 @@ int cli_serve(int argc, char **argv) {
             *(a[2] == 'n' ? &o.no_isolation : &o.debug_crash) = true;
             continue;
         }
-        int r = cli_parse_template_flags(argc, argv, &i, &template_file, &tool_format);
+        int r = cli_parse_fit(argc, argv, &i, &fit);
+        if (r == 0) r = cli_parse_template_flags(argc, argv, &i, &template_file, &tool_format);
         if (r == 0) r = cli_parse_spec(argc, argv, &i, &spec, "serve");
         if (r == 0) r = cli_parse_common(argc, argv, &i, &c);
         if (r == 1) continue;
@@ -1128,6 +1148,10 @@ int cli_serve(int argc, char **argv) {
         p.model_sp = kiln_model_sampler_params(m);
         p.sp = cli_sampler_params(&c, m);
         print_config(&c, &p, &o);
+        goto out;
+    }
+    if (!fit_default(&c, &p, &o, fit)) { /* before the port is taken and anything is loaded */
+        rc = CLI_EXIT_FAIL;
         goto out;
     }
     if (!o.api_key && reachable_from_outside(o.host))
