@@ -823,7 +823,7 @@ int cli_chat(int argc, char **argv) {
     }
     /* the model's file, checked before loading against the memory available: one row of KV and
      * the prefix cache's CACHE_ROWS (which fills as the chat goes on) */
-    if (!(fitted = cli_fit_resolve_check("chat", &c, CACHE_ROWS, fit))) goto out;
+    if (!(fitted = cli_fit_resolve_check("chat", &c, CACHE_ROWS, spec.draft, fit))) goto out;
     c.model = fitted;
     ch.m = cli_load_model(&c, false);
     if (!ch.m || !cli_use_chat_template(template_file, ch.m)) goto out;

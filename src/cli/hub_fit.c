@@ -419,7 +419,20 @@ bool cli_fit_check(const char *verb, const char *label, const cli_fit_need *need
     return true;
 }
 
-char *cli_fit_resolve_check(const char *verb, const cli_common *c, int32_t cache_rows, bool on) {
+void cli_fit_add_draft(const char *draft, kiln_kv_type k, kiln_kv_type v, cli_fit_need *need) {
+    if (!draft) return;
+    char *path = cli_model_resolve(draft, false);
+    kiln_model_info info;
+    if (path && kiln_model_info_read(path, &info) == KILN_OK) {
+        need->weights = sat_add(need->weights, info.tensor_bytes);
+        const uint64_t tok = kiln_kv_bytes_per_token_kv(&info, k, v), n = (uint64_t)need->ctx * (uint64_t)need->rows;
+        need->kv = sat_add(need->kv, tok && tok > UINT64_MAX / n ? UINT64_MAX : tok * n);
+        need->kv_per_token = sat_add(need->kv_per_token, tok);
+    }
+    free(path);
+}
+
+char *cli_fit_resolve_check(const char *verb, const cli_common *c, int32_t cache_rows, const char *draft, bool on) {
     char *path = cli_model_resolve(c->model, c->verbose);
     if (!path) {
         fprintf(stderr, "kiln %s: out of memory\n", verb);
@@ -430,6 +443,7 @@ char *cli_fit_resolve_check(const char *verb, const cli_common *c, int32_t cache
     cli_fit_need need;
     const int32_t ctx = c->ctx ? c->ctx : kiln_default_n_ctx(info.n_ctx_train);
     cli_fit_estimate(path, &info, ctx, 1, c->kv_type, c->kv_type_v, c->batch < ctx ? c->batch : ctx, 1, &need);
+    cli_fit_add_draft(draft, c->kv_type, c->kv_type_v, &need);
     if (cache_rows > 0)
         need.cache = need.kv > UINT64_MAX / (uint64_t)cache_rows ? UINT64_MAX : need.kv * (uint64_t)cache_rows;
     const char *base = strrchr(path, '/');

@@ -50,6 +50,11 @@ typedef struct cli_fit_need {
 void cli_fit_estimate(const char *path, const kiln_model_info *info, int32_t ctx, int32_t rows, kiln_kv_type k,
                       kiln_kv_type v, int32_t step_tokens, int32_t logit_rows, cli_fit_need *need);
 
+/* Adds a draft model (--draft-model ARG, resolved as -m is) to need: its weights, and its KV for
+ * need's rows and context. Nothing when draft is NULL or its header cannot be read (its load then
+ * says why). */
+void cli_fit_add_draft(const char *draft, kiln_kv_type k, kiln_kv_type v, cli_fit_need *need);
+
 /* --fit on|off (also --fit=on): consumes the flag at argv[*i] and its value into *on. 1 if consumed,
  * 0 if it is another flag, -1 after printing an error naming verb. */
 int cli_parse_fit(int argc, char **argv, int *i, bool *on);
@@ -69,7 +74,8 @@ bool cli_fit_check(const char *verb, const char *label, const cli_fit_need *need
  * model is read whole) and checks run's or chat's need: one row of ctx tokens (0: the library's
  * default) with batch prompt tokens a step, and cache bytes of prefix cache. On success returns the
  * resolved path (malloc'd) for the load; NULL after printing why not (out of memory, or it does not
- * fit). A file the header read rejects is passed on: the load then reports it. */
-char *cli_fit_resolve_check(const char *verb, const cli_common *c, int32_t cache_rows, bool on);
+ * fit). A file the header read rejects is passed on: the load then reports it. draft: the
+ * --draft-model of speculative decoding (cli_fit_add_draft), or NULL. */
+char *cli_fit_resolve_check(const char *verb, const cli_common *c, int32_t cache_rows, const char *draft, bool on);
 
 #endif

@@ -97,7 +97,7 @@ int cli_run(int argc, char **argv) {
     }
     const char *prompt = file_text ? file_text : (c.prompt ? c.prompt : "");
     /* the model's file, checked against the memory available before anything is loaded */
-    char *path = c.model ? cli_fit_resolve_check("run", &c, 0, fit) : NULL;
+    char *path = c.model ? cli_fit_resolve_check("run", &c, 0, spec.draft, fit) : NULL;
     if (c.model && !path) {
         free(file_text);
         kiln_grammar_free(grammar);

@@ -444,13 +444,14 @@ static void plan_machine(const cli_common *c, plan *p, int batch_flag, float pro
 }
 
 /* The check before loading (hub_fit.c): the default model's weights, the KV of its rows (or
- * --kv-budget), the compute buffers of a step (a prompt chunk and a token per row), and the prompt
- * cache, which fills as it is used (warned about only). False after printing why it does not fit. */
-static bool fit_default(const cli_common *c, const plan *p, const serve_opts *o, bool on) {
+ * --kv-budget; a draft model's weights and KV), the compute buffers of a step (a prompt chunk and a token per row), and
+ * the prompt cache, which fills as it is used (warned about only). False after printing why it does not fit. */
+static bool fit_default(const cli_common *c, const plan *p, const serve_opts *o, const cli_spec *spec, bool on) {
     cli_fit_need need;
     cli_fit_estimate(p->model, &p->info, p->ctx, p->rows, c->kv_type, c->kv_type_v, o->prefill_chunk + p->rows, p->rows,
                      &need);
     if (o->kv_budget_gb > 0) need.kv = (uint64_t)((double)o->kv_budget_gb * 1e9);
+    cli_fit_add_draft(spec->draft, c->kv_type, c->kv_type_v, &need);
     need.cache = p->prompt_cache > 0 ? (uint64_t)p->prompt_cache : 0;
     const char *base = strrchr(p->model, '/');
     return cli_fit_check("serve", base ? base + 1 : p->model, &need, "--batch", on);
@@ -1150,7 +1151,7 @@ int cli_serve(int argc, char **argv) {
         print_config(&c, &p, &o);
         goto out;
     }
-    if (!fit_default(&c, &p, &o, fit)) { /* before the port is taken and anything is loaded */
+    if (!fit_default(&c, &p, &o, &spec, fit)) { /* before the port is taken and anything is loaded */
         rc = CLI_EXIT_FAIL;
         goto out;
     }

@@ -51,6 +51,11 @@ ka 56M run -m "$S" -p x -n 1 -c 65536 >/dev/null 2>&1 && fail fit_f16_long_refus
 ka 56M run -m "$S" -p "Once upon a time" -n 4 --temp 0 -c 65536 --kv-type q4_0 >/dev/null 2>"$TMP/e5"; st=$?
 [ $st -eq 0 ] && pass fit_counts_kv_type || fail fit_counts_kv_type "exit $st: $(cat "$TMP/e5")"
 
+# a draft model's weights count too (speculative decoding loads both)
+ka 1M run -m "$S" --draft-model "$S" -p x -n 1 >/dev/null 2>"$TMP/ed"; st=$?
+[ $st -eq 1 ] && grep -q "(2.2 MiB of weights + 2.5 MiB of KV" "$TMP/ed" && grep -q "(1.1 MiB of weights + " "$TMP/e1" &&
+  pass fit_counts_draft || fail fit_counts_draft "exit $st: $(cat "$TMP/ed")"
+
 # ---- tight: a warning, and the run goes on ----
 need=$(sed -n 's/.*it needs about \([0-9.]*\) MiB.*/\1/p' "$TMP/e1")
 tight=$(python3 -c "print(int(float('$need') * 1.04 * 1048576))" 2>/dev/null)
