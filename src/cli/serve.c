@@ -443,16 +443,22 @@ static void plan_machine(const cli_common *c, plan *p, int batch_flag, float pro
     }
 }
 
-/* The check before loading (hub_fit.c): the default model's weights, the KV of its rows (or
- * --kv-budget; a draft model's weights and KV), the compute buffers of a step (a prompt chunk and a token per row), and
- * the prompt cache, which fills as it is used (warned about only). False after printing why it does not fit. */
+/* What loading the default model will need (hub_fit.c): its weights, the KV of its rows (or
+ * --kv-budget; a draft model's weights and KV), the compute buffers of a step (a prompt chunk and a
+ * token per row), and the prompt cache, which fills as it is used (warned about only). */
+static void serve_need(const cli_common *c, const plan *p, const serve_opts *o, const cli_spec *spec,
+                       cli_fit_need *need) {
+    cli_fit_estimate(p->model, &p->info, p->ctx, p->rows, c->kv_type, c->kv_type_v, o->prefill_chunk + p->rows, p->rows,
+                     need);
+    if (o->kv_budget_gb > 0) need->kv = (uint64_t)((double)o->kv_budget_gb * 1e9);
+    cli_fit_add_draft(spec->draft, c->kv_type, c->kv_type_v, need);
+    need->cache = p->prompt_cache > 0 ? (uint64_t)p->prompt_cache : 0;
+}
+
+/* The check before loading: false after printing why the default model does not fit. */
 static bool fit_default(const cli_common *c, const plan *p, const serve_opts *o, const cli_spec *spec, bool on) {
     cli_fit_need need;
-    cli_fit_estimate(p->model, &p->info, p->ctx, p->rows, c->kv_type, c->kv_type_v, o->prefill_chunk + p->rows, p->rows,
-                     &need);
-    if (o->kv_budget_gb > 0) need.kv = (uint64_t)((double)o->kv_budget_gb * 1e9);
-    cli_fit_add_draft(spec->draft, c->kv_type, c->kv_type_v, &need);
-    need.cache = p->prompt_cache > 0 ? (uint64_t)p->prompt_cache : 0;
+    serve_need(c, p, o, spec, &need);
     const char *base = strrchr(p->model, '/');
     return cli_fit_check("serve", base ? base + 1 : p->model, &need, "--batch", on);
 }
@@ -478,7 +484,7 @@ static const char *sp_src(const cli_common *c, unsigned bit, bool differs) {
 }
 
 /* Prints every resolved value with its source (--print-config), to stdout. */
-static void print_config(const cli_common *c, const plan *p, const serve_opts *o) {
+static void print_config(const cli_common *c, const plan *p, const serve_opts *o, const cli_spec *spec, bool fit) {
     const kiln_sampler_params def = kiln_sampler_default_params();
     const kiln_sampler_params *sp = &p->sp, *msp = &p->model_sp;
     const kiln_model_info *in = &p->info;
@@ -495,6 +501,17 @@ static void print_config(const cli_common *c, const plan *p, const serve_opts *o
            tm && *tm                ? "env KILN_TEST_MEMORY, for tests only"
            : kiln_physical_memory() ? "machine: physical memory"
                                     : "unknown: 8 GiB assumed");
+    cli_fit_need need;
+    serve_need(c, p, o, spec, &need);
+    char avail_src[96], nb[32], ab[32];
+    const uint64_t avail = cli_memory_available(avail_src, sizeof avail_src);
+    cli_fmt_bytes(need.weights + need.kv + need.compute, nb, sizeof nb);
+    cli_fmt_bytes(avail, ab, sizeof ab);
+    cli_fmt_bytes(need.compute, cbuf, sizeof cbuf);
+    printf("%-15s needs %s%s%s%s: weights, KV and %s of compute buffers   (%s; %s)", "fit", nb, avail ? " of the " : "",
+           avail ? ab : "", avail ? " available" : "", cbuf, avail ? avail_src : "available memory unknown",
+           fit ? "checked before loading; --fit off skips it" : "flag --fit off: not checked");
+    putchar('\n');
     printf("%-15s %d   (%s)\n", "threads", p->threads, p->threads_src);
     printf("%-15s %d   (%s)\n", "ctx", p->ctx, p->ctx_src);
     printf("%-15s %d   (%s)\n", "batch", p->rows, p->rows_src);
@@ -1148,7 +1165,7 @@ int cli_serve(int argc, char **argv) {
         }
         p.model_sp = kiln_model_sampler_params(m);
         p.sp = cli_sampler_params(&c, m);
-        print_config(&c, &p, &o);
+        print_config(&c, &p, &o, &spec, fit);
         goto out;
     }
     if (!fit_default(&c, &p, &o, &spec, fit)) { /* before the port is taken and anything is loaded */

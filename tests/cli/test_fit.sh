@@ -77,6 +77,10 @@ if [ $st -eq 1 ] && grep -q "kiln serve: stories260K.gguf does not fit" "$TMP/e9
 ka 60M serve -m "$S" --port 0 -c 8192 --batch 8 >/dev/null 2>"$TMP/e10"; st=$?
 if [ $st -eq 1 ] && grep -q "KV cache for 8 rows of 8192 tokens" "$TMP/e10" && grep -q "fewer rows (--batch [1-7])" "$TMP/e10"; then
   pass fit_serve_rows; else fail fit_serve_rows "exit $st: $(cat "$TMP/e10")"; fi
+# --print-config shows the figure the check uses, without checking or loading
+ka 100M serve -m "$S" --print-config >"$TMP/cfg" 2>/dev/null
+grep -q "^fit  *needs [0-9.]* MiB of the 100 MiB available: weights, KV and .* of compute buffers *(KILN_TEST_MEMORY_AVAILABLE" "$TMP/cfg" &&
+  pass fit_print_config || fail fit_print_config "$(grep ^fit "$TMP/cfg")"
 KM="$S" ka 1M >/dev/null 2>"$TMP/e11"; st=$?
 [ $st -eq 1 ] && grep -q "kiln serve: stories260K.gguf does not fit" "$TMP/e11" && pass fit_kiln_alone_refused ||
   fail fit_kiln_alone_refused "exit $st: $(cat "$TMP/e11")"
