@@ -173,6 +173,10 @@ void hub_fit_report(FILE *f, uint64_t weights, const kiln_model_info *dims) {
 
 /* ---- before loading: the memory available now, and the model's need ------------------------- */
 
+/* a + b and a * b, saturating. */
+static uint64_t sat_add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
+static uint64_t sat_mul(uint64_t a, uint64_t b) { return b && a > UINT64_MAX / b ? UINT64_MAX : a * b; }
+
 /* Parses "123", "64M", "2G" (K, M, G: powers of 1024) into *out; false when it is not such a value. */
 static bool parse_size(const char *t, uint64_t *out) {
     char *end;
@@ -241,9 +245,11 @@ static uint64_t cgroups_left(void) {
     while (fgets(line, sizeof line, f)) {
         line[strcspn(line, "\n")] = '\0';
         const char *root = NULL, *rel = NULL;
+        bool v2 = false;
         if (strncmp(line, "0::", 3) == 0) {
             root = "/sys/fs/cgroup";
             rel = line + 3;
+            v2 = true;
         } else {
             char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
             if (!c2) continue;
@@ -261,7 +267,7 @@ static uint64_t cgroups_left(void) {
         for (;;) {
             size_t n = strlen(dir);
             while (n > strlen(root) && dir[n - 1] == '/') dir[--n] = '\0';
-            const uint64_t left = cgroup_left(dir, root[strlen(root) - 1] == 'p');
+            const uint64_t left = cgroup_left(dir, v2);
             if (left < best) best = left;
             if (n <= strlen(root)) break;
             char *slash = strrchr(dir, '/');
@@ -333,10 +339,12 @@ void cli_fit_estimate(const char *path, const kiln_model_info *info, int32_t ctx
         (uint64_t)(info->n_head > 0 ? info->n_head : 0) * (uint64_t)(info->head_dim > 0 ? info->head_dim : 0);
     const uint64_t kvd =
         (uint64_t)(info->n_head_kv > 0 ? info->n_head_kv : 0) * (uint64_t)(info->head_dim > 0 ? info->head_dim : 0);
-    const uint64_t per_tok = 4 * (3 * embd + 2 * qd + 2 * kvd + 2 * (uint64_t)ff) + (uint64_t)ff;
+    /* a hostile header's sizes saturate instead of wrapping */
+    const uint64_t widths = sat_add(3 * embd + 2 * qd + 2 * kvd, sat_mul((uint64_t)ff, 2));
+    const uint64_t per_tok = sat_add(sat_mul(widths, 4), (uint64_t)ff);
     const uint64_t n = (uint64_t)(step_tokens > 0 ? step_tokens : 1);
     const uint64_t lr = (uint64_t)(logit_rows > 0 ? logit_rows : 1);
-    need->compute = n * per_tok + lr * (uint64_t)vocab * 4 + CLI_FIT_ALLOWANCE;
+    need->compute = sat_add(sat_add(sat_mul(n, per_tok), sat_mul(lr * 4, (uint64_t)vocab)), CLI_FIT_ALLOWANCE);
 }
 
 int cli_parse_fit(int argc, char **argv, int *i, bool *on) {
@@ -351,9 +359,6 @@ int cli_parse_fit(int argc, char **argv, int *i, bool *on) {
     *on = strcmp(v, "on") == 0;
     return 1;
 }
-
-/* a + b, saturating. */
-static uint64_t sat_add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
 
 bool cli_fit_check(const char *verb, const char *label, const cli_fit_need *need, const char *rows_flag, bool on) {
     if (!on) return true;
@@ -378,8 +383,8 @@ bool cli_fit_check(const char *verb, const char *label, const cli_fit_need *need
         fprintf(stderr, "kiln %s: to make it fit:", verb);
         const uint64_t fixed = sat_add(need->weights, need->compute);
         const uint64_t left = avail > fixed ? avail - fixed : 0;
-        const uint64_t per_ctx = need->kv_per_token * (uint64_t)need->rows; /* KV bytes per token of -c */
-        const uint64_t per_row = need->kv_per_token * (uint64_t)need->ctx;  /* KV bytes per row */
+        const uint64_t per_ctx = sat_mul(need->kv_per_token, (uint64_t)need->rows); /* KV bytes a token of -c */
+        const uint64_t per_row = sat_mul(need->kv_per_token, (uint64_t)need->ctx);  /* KV bytes a row */
         bool any = false;
         if (per_ctx && left / per_ctx >= 256) {
             uint64_t ctx = left / per_ctx;
