@@ -346,8 +346,9 @@ typedef struct plan {
     char *model; /* the file to load (malloc'd) */
     char model_src[256];
     kiln_model_info info;
-    uint64_t mem;    /* machine memory (or KILN_TEST_MEMORY; 8 GiB when unknown) */
-    uint64_t budget; /* CLI_MEMORY_PCT of it */
+    uint64_t mem;      /* machine memory (or KILN_TEST_MEMORY; 8 GiB when unknown) */
+    uint64_t budget;   /* CLI_MEMORY_PCT of it, less when less is available now (--fit on) */
+    bool budget_avail; /* lowered to the memory available now */
     int threads;
     char threads_src[64];
     int ctx;
@@ -497,7 +498,8 @@ static void print_config(const cli_common *c, const plan *p, const serve_opts *o
            b);
     cli_fmt_bytes(p->mem, a, sizeof a);
     cli_fmt_bytes(p->budget, b, sizeof b);
-    printf("%-15s %s, planning within %s   (%s)\n", "memory", a, b,
+    printf("%-15s %s, planning within %s%s   (%s)\n", "memory", a, b,
+           p->budget_avail ? ", lowered to what is available now" : "",
            tm && *tm                ? "env KILN_TEST_MEMORY, for tests only"
            : kiln_physical_memory() ? "machine: physical memory"
                                     : "unknown: 8 GiB assumed");
@@ -1144,6 +1146,15 @@ int cli_serve(int argc, char **argv) {
     const bool mem_unknown = p.mem == 0;
     if (mem_unknown) p.mem = CLI_MEMORY_ASSUMED; /* the machine does not say: plan for a modest one */
     p.budget = p.mem / 100 * CLI_MEMORY_PCT;
+    if (fit) { /* automatic context and rows fit what is available now, so the check does not refuse them */
+        char avail_src[96];
+        const uint64_t avail = cli_memory_available(avail_src, sizeof avail_src);
+        const uint64_t usable = avail / 100 * (100 - CLI_FIT_SLACK_PCT);
+        if (avail && usable < p.budget) {
+            p.budget = usable;
+            p.budget_avail = true;
+        }
+    }
     if ((rc = plan_model(&c, &p))) goto out;
     plan_machine(&c, &p, o.given[OPT_BATCH] ? o.batch : 0, o.given[OPT_PROMPT_CACHE] ? o.prompt_cache_gb : -1);
     plan_open(&p, o.no_open);

@@ -81,6 +81,19 @@ if [ $st -eq 1 ] && grep -q "KV cache for 8 rows of 8192 tokens" "$TMP/e10" && g
 ka 100M serve -m "$S" --print-config >"$TMP/cfg" 2>/dev/null
 grep -q "^fit  *needs [0-9.]* MiB of the 100 MiB available: weights, KV and .* of compute buffers *(KILN_TEST_MEMORY_AVAILABLE" "$TMP/cfg" &&
   pass fit_print_config || fail fit_print_config "$(grep ^fit "$TMP/cfg")"
+# serve's automatic rows follow what is available now: 8 rows would not fit in 42M, one does, and
+# the server starts (in the foreground of env, so that $! is kiln)
+ka 42M serve -m "$S" --print-config >"$TMP/cfg2" 2>/dev/null
+if grep -q "^memory .*lowered to what is available now" "$TMP/cfg2" && grep -q "^batch  *1 " "$TMP/cfg2"; then
+  pass fit_auto_rows_follow_available; else fail fit_auto_rows_follow_available "$(grep -e ^memory -e ^batch "$TMP/cfg2")"; fi
+env HOME="$TMP/home" KILN_MODELS= KILN_MODEL= KILN_PORT= HF_HUB_CACHE= HF_HOME= XDG_CACHE_HOME= DISPLAY= WAYLAND_DISPLAY= \
+    KILN_TEST_MEMORY=1G KILN_TEST_MEMORY_AVAILABLE=42M "$KILN" serve -m "$S" --port 0 --no-isolation >/dev/null 2>"$TMP/s.err" &
+pid=$!
+i=0
+while [ $i -lt 200 ] && ! grep -q "listening on\|does not fit\|cannot" "$TMP/s.err" 2>/dev/null; do i=$((i + 1)); sleep 0.1; done
+kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null
+grep -q "listening on" "$TMP/s.err" && ! grep -q "does not fit" "$TMP/s.err" && pass fit_auto_serves ||
+  fail fit_auto_serves "$(cat "$TMP/s.err")"
 KM="$S" ka 1M >/dev/null 2>"$TMP/e11"; st=$?
 [ $st -eq 1 ] && grep -q "kiln serve: stories260K.gguf does not fit" "$TMP/e11" && pass fit_kiln_alone_refused ||
   fail fit_kiln_alone_refused "exit $st: $(cat "$TMP/e11")"
