@@ -589,10 +589,16 @@ char *cli_models_choose(const char *flag_model, bool verbose, uint64_t mem, char
     cli_model_list l;
     cli_models_find(&l, verbose);
     bool fits = false;
-    const uint64_t budget = mem / 100 * CLI_MEMORY_PCT;
+    uint64_t budget = mem / 100 * CLI_MEMORY_PCT;
+    /* less when less is available now: what the check before loading (hub_fit.c) will accept, less
+     * the allowance it counts beside weights and KV */
+    char avail_src[96], mem_s[32];
+    const uint64_t avail = cli_memory_available(avail_src, sizeof avail_src);
+    const uint64_t usable = avail / 100 * (100 - CLI_FIT_SLACK_PCT);
+    const bool by_avail = avail && usable < budget;
+    if (by_avail) budget = usable > CLI_FIT_ALLOWANCE ? usable - CLI_FIT_ALLOWANCE : 0;
     const cli_model_entry *e = cli_models_pick(&l, budget, &fits);
-    char mem_s[32];
-    cli_fmt_bytes(mem, mem_s, sizeof mem_s);
+    cli_fmt_bytes(by_avail ? avail : mem, mem_s, sizeof mem_s);
     if (!e) {
         fprintf(stderr, "kiln: no model to run: %s. kiln looked in:\n",
                 l.n ? "none of the models found is one kiln runs" : "no GGUF model was found");
@@ -604,15 +610,14 @@ char *cli_models_choose(const char *flag_model, bool verbose, uint64_t mem, char
     }
     size_t runnable = 0;
     for (size_t k = 0; k < l.n; k++) runnable += l.v[k].info.runnable;
-    if (fits)
-        snprintf(src, src_cap, "discovered %s: the largest of %zu fitting in %d%% of %s", e->name, runnable,
-                 CLI_MEMORY_PCT, mem_s);
-    else
-        snprintf(src, src_cap, "discovered %s: the smallest of %zu; none fits in %d%% of %s", e->name, runnable,
-                 CLI_MEMORY_PCT, mem_s);
+    char where[96];
+    if (by_avail) snprintf(where, sizeof where, "the %s available now", mem_s);
+    else snprintf(where, sizeof where, "%d%% of %s", CLI_MEMORY_PCT, mem_s);
+    if (fits) snprintf(src, src_cap, "discovered %s: the largest of %zu fitting in %s", e->name, runnable, where);
+    else snprintf(src, src_cap, "discovered %s: the smallest of %zu; none fits in %s", e->name, runnable, where);
     if (!fits)
-        fprintf(stderr, "kiln: warning: no model found fits in %d%% of %s of memory; trying the smallest, %s\n",
-                CLI_MEMORY_PCT, mem_s, e->name);
+        fprintf(stderr, "kiln: warning: no model found fits in %s%s; trying the smallest, %s\n", where,
+                by_avail ? "" : " of memory", e->name);
     char *path = strdup(e->path);
     cli_models_free(&l);
     return path;

@@ -43,7 +43,9 @@
  *
  * Memory: before the port is taken, the default model's weights, the KV of its rows and a step's
  * compute buffers are checked against the memory available (hub_fit.c); a model that does not fit
- * is refused (exit 1) with the figures and what would fit, unless --fit off.
+ * is refused (exit 1) with the figures and what would fit, unless --fit off. So that the automatic
+ * choices pass it, the planned memory is lowered to 100 - CLI_FIT_SLACK_PCT percent of what is
+ * available now when that is less (and the model choice plans within it too, models.c).
  */
 #include "cli.h"
 #include "hub_fit.h"

@@ -94,6 +94,19 @@ while [ $i -lt 200 ] && ! grep -q "listening on\|does not fit\|cannot" "$TMP/s.e
 kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null
 grep -q "listening on" "$TMP/s.err" && ! grep -q "does not fit" "$TMP/s.err" && pass fit_auto_serves ||
   fail fit_auto_serves "$(cat "$TMP/s.err")"
+# the automatic model choice plans within what is available now too: the larger model is chosen
+# with room to spare, the smaller one when only it passes the check
+GEN="$BUILD/kiln-gen"
+mkdir -p "$TMP/pick"
+ln -s "$(cd "$(dirname "$S")" && pwd)/$(basename "$S")" "$TMP/pick/small.gguf"
+if "$GEN" --preset tiny-llama --type F32 --layers 4 --seed 3 -o "$TMP/pick/big.gguf" >/dev/null 2>&1; then
+  kp() { env HOME="$TMP/home" KILN_MODELS="$TMP/pick" KILN_MODEL= HF_HUB_CACHE= HF_HOME= XDG_CACHE_HOME= \
+       KILN_TEST_MEMORY=1G KILN_TEST_MEMORY_AVAILABLE="$1" "$KILN" serve --print-config 2>/dev/null | grep "^model "; }
+  kp 1G | grep -q "big.gguf .*(discovered big: the largest of 2 fitting in 60% of 1.0 GiB)" && pass fit_pick_roomy ||
+    fail fit_pick_roomy "$(kp 1G)"
+  kp 40M | grep -q "small.gguf .*(discovered small: the largest of 2 fitting in the 40 MiB available now)" &&
+    pass fit_pick_follows_available || fail fit_pick_follows_available "$(kp 40M)"
+else fail fit_pick_gen; fi
 KM="$S" ka 1M >/dev/null 2>"$TMP/e11"; st=$?
 [ $st -eq 1 ] && grep -q "kiln serve: stories260K.gguf does not fit" "$TMP/e11" && pass fit_kiln_alone_refused ||
   fail fit_kiln_alone_refused "exit $st: $(cat "$TMP/e11")"
