@@ -107,7 +107,20 @@ static void add_file(walker *w, const char *path, char *name, const char *source
     const char *base = strrchr(path, '/');
     base = base ? base + 1 : path;
     int parts = 0, part = split_part(base, &parts);
-    if (part > 1) { /* listed once, by its first part */
+    if (part > 1) { /* listed once, by its first part; without one, the last part says so */
+        char *first = strdup(path);
+        const size_t k = sizeof "00001-of-00003.gguf" - 1, n = first ? strlen(first) : 0;
+        if (first && part == parts && n > k) {
+            memcpy(first + n - k, "00001", 5);
+            struct stat st;
+            if (stat(first, &st) != 0) {
+                if (w->warn)
+                    fprintf(stderr, "kiln: skipping %s: the first part of its split model, %s, is missing\n", path,
+                            first);
+                l->n_skipped++;
+            }
+        }
+        free(first);
         free(name);
         return;
     }

@@ -2,9 +2,11 @@
 # KILN_TEST_MEMORY_AVAILABLE (test-only) replaces the memory available now: kiln run, chat, serve and
 # kiln alone refuse a model whose weights, KV and compute buffers exceed it (exit 1 before loading,
 # naming the figures and a context that would fit, which then does), warn when it fits only tightly,
-# and load anyway with --fit off. A model split by kiln-gguf-split into 3 parts is one `kiln ls` row
-# (total size, "parts": 3), runs by its name with the whole file's greedy text, and is checked with
-# the weights of all its parts; a set with a part missing is left out with the reason.
+# and load anyway with --fit off; a draft model counts; --print-config shows the figure; serve's
+# automatic rows and the automatic model choice plan within what is available, so that they pass.
+# A model split by kiln-gguf-split into 3 parts is one `kiln ls` row (total size, "parts": 3), runs
+# by its name with the whole file's greedy text, and is checked with the weights of all its parts; a
+# set with a part missing (the first one included) is left out with the reason, once.
 . tests/cli/lib.sh
 S="$DATA/models/stories260K/stories260K.gguf"
 SPLIT="$BUILD/kiln-gguf-split"
@@ -146,3 +148,9 @@ mv "$M/st-00002-of-00003.gguf" "$TMP/p2"
 ka "" ls >"$TMP/ls2" 2>"$TMP/ls2.err"
 if ! grep -q "^st " "$TMP/ls2" && grep -q "st-00002-of-00003.gguf: missing" "$TMP/ls2.err"; then pass ls_split_missing_part; else
   fail ls_split_missing_part "$(cat "$TMP/ls2" "$TMP/ls2.err")"; fi
+mv "$TMP/p2" "$M/st-00002-of-00003.gguf"
+mv "$M/st-00001-of-00003.gguf" "$TMP/p1"
+ka "" ls >"$TMP/ls3" 2>"$TMP/ls3.err"
+if ! grep -q "^st " "$TMP/ls3" && [ "$(grep -c skipping "$TMP/ls3.err")" -eq 1 ] &&
+   grep -q "st-00003-of-00003.gguf: the first part of its split model, .*st-00001-of-00003.gguf, is missing" "$TMP/ls3.err"; then
+  pass ls_split_missing_first_part; else fail ls_split_missing_first_part "$(cat "$TMP/ls3" "$TMP/ls3.err")"; fi
