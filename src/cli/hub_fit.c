@@ -223,7 +223,7 @@ static uint64_t read_keyed(const char *path, const char *key, uint64_t mul) {
 /* What the memory cgroup at dir leaves: its limit less its usage, whose inactive file pages count as
  * free (the kernel reclaims them first). UINT64_MAX when dir sets no limit. */
 static uint64_t cgroup_left(const char *dir, bool v2) {
-    char p[4200];
+    char p[8500];
     uint64_t limit, usage;
     snprintf(p, sizeof p, "%s/%s", dir, v2 ? "memory.max" : "memory.limit_in_bytes");
     if (!read_u64_file(p, &limit) || limit >= ((uint64_t)1 << 60)) return UINT64_MAX; /* "max", or v1's huge value */
@@ -239,15 +239,22 @@ static uint64_t cgroup_left(const char *dir, bool v2) {
  * UINT64_MAX when none sets a limit. */
 static uint64_t cgroups_left(void) {
     uint64_t best = UINT64_MAX;
-    FILE *f = fopen("/proc/self/cgroup", "r");
+    /* tests only: KILN_TEST_CGROUP_FS is a directory standing for "/" (its proc/self/cgroup and
+     * sys/fs/cgroup are read instead) */
+    const char *fs = getenv("KILN_TEST_CGROUP_FS");
+    if (!fs) fs = "";
+    char path[4200];
+    snprintf(path, sizeof path, "%s/proc/self/cgroup", fs);
+    FILE *f = fopen(path, "r");
     if (!f) return best;
     char line[4096];
     while (fgets(line, sizeof line, f)) {
         line[strcspn(line, "\n")] = '\0';
-        const char *root = NULL, *rel = NULL;
+        char root[4200];
+        const char *rel = NULL;
         bool v2 = false;
         if (strncmp(line, "0::", 3) == 0) {
-            root = "/sys/fs/cgroup";
+            snprintf(root, sizeof root, "%s/sys/fs/cgroup", fs);
             rel = line + 3;
             v2 = true;
         } else {
@@ -258,11 +265,11 @@ static uint64_t cgroups_left(void) {
             for (char *save = NULL, *t = strtok_r(c1 + 1, ",", &save); t; t = strtok_r(NULL, ",", &save))
                 mem |= strcmp(t, "memory") == 0;
             if (!mem) continue;
-            root = "/sys/fs/cgroup/memory";
+            snprintf(root, sizeof root, "%s/sys/fs/cgroup/memory", fs);
             rel = c2 + 1;
         }
         /* the process's cgroup and each ancestor; inside a cgroup namespace the mount is the root */
-        char dir[4200];
+        char dir[8400];
         snprintf(dir, sizeof dir, "%s%s", root, rel);
         for (;;) {
             size_t n = strlen(dir);

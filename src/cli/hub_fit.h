@@ -30,7 +30,8 @@ void hub_fit_report(FILE *f, uint64_t weights, const kiln_model_info *dims);
 /* Bytes of memory available to this process now: MemAvailable (/proc/meminfo), lowered to what the
  * cgroup memory limits of the process leave (limit less usage, its inactive file pages counted as
  * free), or for tests only the environment variable KILN_TEST_MEMORY_AVAILABLE (bytes, or a number
- * with K, M or G). 0 when unknown. src (cap bytes) says where the figure came from. */
+ * with K, M or G; KILN_TEST_CGROUP_FS, also for tests, is a directory read in place of "/" for the
+ * cgroup files). 0 when unknown. src (cap bytes) says where the figure came from. */
 uint64_t cli_memory_available(char *src, size_t cap);
 
 /* What loading a model and running it will take, in bytes. */

@@ -113,6 +113,32 @@ KM="$S" ka 1M >/dev/null 2>"$TMP/e11"; st=$?
 [ $st -eq 1 ] && grep -q "kiln serve: stories260K.gguf does not fit" "$TMP/e11" && pass fit_kiln_alone_refused ||
   fail fit_kiln_alone_refused "exit $st: $(cat "$TMP/e11")"
 
+# ---- cgroup limits lower what is available (a fake tree: KILN_TEST_CGROUP_FS stands for "/") ----
+CG="$TMP/cg"
+mkdir -p "$CG/proc/self" "$CG/sys/fs/cgroup/user.slice/app" "$CG/sys/fs/cgroup/memory/box"
+kc() { env KILN_TEST_CGROUP_FS="$CG" KILN_TEST_MEMORY_AVAILABLE= "$KILN" serve -m "$S" --print-config 2>/dev/null | grep "^fit "; }
+# v2: the process's own cgroup (limit 100 MiB, 20 used of which 5 inactive file pages) leaves 85 MiB
+echo "0::/user.slice/app" >"$CG/proc/self/cgroup"
+echo 104857600 >"$CG/sys/fs/cgroup/user.slice/app/memory.max"
+echo 20971520 >"$CG/sys/fs/cgroup/user.slice/app/memory.current"
+printf 'anon 1\ninactive_file 5242880\nactive_file 0\n' >"$CG/sys/fs/cgroup/user.slice/app/memory.stat"
+echo max >"$CG/sys/fs/cgroup/user.slice/memory.max"
+kc | grep -q "of the 85 MiB available: .*(the cgroup memory limit less its usage;" && pass fit_cgroup_v2 ||
+  fail fit_cgroup_v2 "$(kc)"
+# an ancestor's tighter limit wins: 60 MiB, 10 used
+echo 62914560 >"$CG/sys/fs/cgroup/user.slice/memory.max"
+echo 10485760 >"$CG/sys/fs/cgroup/user.slice/memory.current"
+kc | grep -q "of the 50 MiB available: " && pass fit_cgroup_v2_ancestor || fail fit_cgroup_v2_ancestor "$(kc)"
+# v1: the memory controller's line; its unlimited value reads as no limit
+printf '4:memory:/box\n3:cpu:/other\n' >"$CG/proc/self/cgroup"
+echo 41943040 >"$CG/sys/fs/cgroup/memory/box/memory.limit_in_bytes"
+echo 10485760 >"$CG/sys/fs/cgroup/memory/box/memory.usage_in_bytes"
+printf 'cache 1\ntotal_inactive_file 0\n' >"$CG/sys/fs/cgroup/memory/box/memory.stat"
+echo 9223372036854771712 >"$CG/sys/fs/cgroup/memory/memory.limit_in_bytes"
+kc | grep -q "of the 30 MiB available: " && pass fit_cgroup_v1 || fail fit_cgroup_v1 "$(kc)"
+echo 9223372036854771712 >"$CG/sys/fs/cgroup/memory/box/memory.limit_in_bytes"
+kc | grep -q "(MemAvailable;" && pass fit_cgroup_unlimited || fail fit_cgroup_unlimited "$(kc)"
+
 # ---- split models: one row in kiln ls, run by name, checked whole ----
 if [ ! -x "$SPLIT" ]; then skip fit_split "no $SPLIT"; exit 0; fi
 M="$TMP/home/.cache/kiln/models"
