@@ -156,13 +156,14 @@ KILN_API uint64_t kiln_model_size_bytes(const kiln_model *model);
 /* What a GGUF file's header says, read without loading the model (for listings and for choosing a
  * model): the file is mapped, its header, metadata and tensor table are validated like a load does,
  * and no tensor data is read. Strings are NUL-terminated, printable ASCII (other bytes become '?'),
- * truncated to their arrays. */
+ * truncated to their arrays. Any part of a split model (NAME-0000i-of-0000N.gguf) is read with every
+ * other part, as kiln_model_load opens it: the tensor fields count the whole model and the metadata
+ * is the first part's. */
 typedef struct kiln_model_info {
     char arch[32];         /* general.architecture; "" when absent */
     char name[128];        /* general.name; "" when absent */
-    bool runnable;         /* kiln runs this architecture, the file holds tensors and is not
-                              one part of a split model (a load may still fail on a missing or
-                              malformed tensor) */
+    bool runnable;         /* kiln runs this architecture and the file holds tensors (a load may
+                              still fail on a missing or malformed tensor) */
     int32_t n_ctx_train;   /* {arch}.context_length; 0 when absent */
     int32_t n_embd;        /* {arch}.embedding_length; 0 when absent */
     int32_t n_layer;       /* {arch}.block_count; 0 when absent */

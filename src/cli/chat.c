@@ -34,8 +34,12 @@
  * takes the user's message with it); Ctrl-C at the prompt discards the line being typed, and a
  * second one in a row prints how to leave; Ctrl-D on an empty line or /quit leaves. Ctrl-C while
  * reading a pipe exits with 130.
+ *
+ * Before loading, the model, one row of KV and the prefix cache are checked against the memory
+ * available (hub_fit.c): a model that does not fit is refused unless --fit off.
  */
 #include "cli.h"
+#include "hub_fit.h"
 
 #include <errno.h>
 #include <histedit.h>
@@ -764,6 +768,7 @@ int cli_chat(int argc, char **argv) {
     c.n_predict = N_PREDICT_UNSET; /* -1 with a chat template, else BASE_MAX_TOKENS */
     const char *system_prompt = NULL, *template_file = NULL, *ch_tool_format = NULL, *stop_at = NULL;
     cli_spec spec = {0};
+    bool fit = true; /* --fit: check the memory before loading */
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
             cli_usage("chat", false);
@@ -788,6 +793,7 @@ int cli_chat(int argc, char **argv) {
         }
         int r = cli_parse_template_flags(argc, argv, &i, &template_file, &ch_tool_format);
         if (r == 0) r = cli_parse_spec(argc, argv, &i, &spec, "chat");
+        if (r == 0) r = cli_parse_fit(argc, argv, &i, &fit);
         if (r == 0) r = cli_parse_common(argc, argv, &i, &c);
         if (r == 1 && (c.prompt || c.file)) {
             fprintf(stderr, "kiln chat: -p and -f are not used: type the messages, or pipe them on stdin\n");
@@ -805,7 +811,7 @@ int cli_chat(int argc, char **argv) {
     memset(&ch, 0, sizeof ch);
     ch.done_pipe[0] = ch.done_pipe[1] = -1;
     int rc = CLI_EXIT_FAIL;
-    char *chosen = NULL;
+    char *chosen = NULL, *fitted = NULL;
     kiln_model *draft = NULL;
     bool draft_ok = true;
     if (!c.model) { /* as kiln serve: $KILN_MODEL, else the largest local model that fits */
@@ -815,6 +821,10 @@ int cli_chat(int argc, char **argv) {
         fprintf(stderr, "kiln chat: %s (%s)\n", chosen, src);
         c.model = chosen;
     }
+    /* the model's file, checked before loading against the memory available: one row of KV and
+     * the prefix cache's CACHE_ROWS (which fills as the chat goes on) */
+    if (!(fitted = cli_fit_resolve_check("chat", &c, CACHE_ROWS, spec.draft, fit))) goto out;
+    c.model = fitted;
     ch.m = cli_load_model(&c, false);
     if (!ch.m || !cli_use_chat_template(template_file, ch.m)) goto out;
     if (!(draft = cli_load_draft(&spec, &c, "chat", &draft_ok)) && !draft_ok) goto out;
@@ -900,5 +910,6 @@ out:
     free(ch.system);
     free(ch.reply);
     free(chosen);
+    free(fitted);
     return rc;
 }

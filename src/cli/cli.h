@@ -175,7 +175,7 @@ typedef struct cli_model_list {
     cli_model_entry *v;
     size_t n, cap;
     size_t n_skipped; /* .gguf files left out as unreadable or invalid */
-    size_t n_split;   /* models left out because they are split into several files */
+    size_t n_split;   /* of the models listed, those split into several files (each listed once) */
 } cli_model_list;
 
 /* Finds the models in ~/.cache/kiln/models, KILN_MODELS and the Hugging Face cache (see models.c
@@ -213,7 +213,8 @@ const cli_model_entry *cli_models_pick(const cli_model_list *l, uint64_t budget,
 
 /* The model a command runs when it may choose one: flag_model (-m, resolved as cli_model_resolve),
  * else $KILN_MODEL, else the largest discovered model whose weights and KV fit in CLI_MEMORY_PCT of
- * mem bytes (else the smallest, with a warning). Returns its file (malloc'd) and writes where the
+ * mem bytes, or in what the check before loading accepts when less is available now (hub_fit.h),
+ * (else the smallest, with a warning). Returns its file (malloc'd) and writes where the
  * choice came from into src; NULL after printing why (nothing found: where kiln looked and how to
  * get a model). */
 char *cli_models_choose(const char *flag_model, bool verbose, uint64_t mem, char *src, size_t src_cap);

@@ -74,6 +74,11 @@ static void print_sampling_flags(FILE *f) {
     "  --draft-model MODEL  the draft model of --spec draft (same vocabulary; alone it means draft)\n"                 \
     "  --spec-max K         tokens proposed per step at most, 1-16 (default 8; adapts per row)\n"
 
+/* run, chat and serve check the memory before loading (hub_fit.c) */
+#define FIT_FLAGS                                                                                                      \
+    "  --fit on|off         before loading, check that the model, its KV and buffers fit in the\n"                     \
+    "                       memory available and refuse when not (default on; off loads anyway)\n"
+
 static const usage_entry usages[] = {
     {"run",
      "usage: kiln run -m MODEL [-p PROMPT | -f FILE] [-n N] [options]\n"
@@ -93,7 +98,8 @@ static const usage_entry usages[] = {
      "                       text, or a file holding it); --strict: objects admit only the\n"
      "                       properties their schema lists\n"
      "  --json-object        constrain the output to a JSON object (JSON mode)\n"
-     "  --chat-template-file FILE  use this Jinja chat template instead of the model's\n" SPEC_FLAGS MODEL_FLAGS,
+     "  --chat-template-file FILE  use this Jinja chat template instead of the model's\n" SPEC_FLAGS FIT_FLAGS
+         MODEL_FLAGS,
      true},
     {"chat",
      "usage: kiln chat [-m MODEL] [--system TEXT] [-n N] [--stop-at blank|line|none] [options]\n"
@@ -113,7 +119,7 @@ static const usage_entry usages[] = {
      "  --ignore-eos         keep generating past end-of-text tokens\n"
      "  --chat-template-file FILE  use this Jinja chat template instead of the model's\n"
      "  --tool-format NAME   how replies write reasoning and tool calls (default auto: from the template;\n"
-     "                       generic: show replies as they come)\n" SPEC_FLAGS MODEL_FLAGS,
+     "                       generic: show replies as they come)\n" SPEC_FLAGS FIT_FLAGS MODEL_FLAGS,
      true},
     {"serve",
      "usage: kiln serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--api-key KEY] [options]\n"
@@ -178,7 +184,7 @@ static const usage_entry usages[] = {
      "                       damaged K/V is then loaded (checked by default: --ssd-cache-verify)\n"
      "  --max-body-mb N      largest request body in MiB (default 8; beyond: 413)\n"
      "Sampling flags set the defaults of requests that do not give a value; the model's own\n"
-     "recommended settings come next, then the library's defaults.\n" SPEC_FLAGS MODEL_FLAGS,
+     "recommended settings come next, then the library's defaults.\n" SPEC_FLAGS FIT_FLAGS MODEL_FLAGS,
      true},
     {"ls",
      "usage: kiln ls [--json] [-v]\n"

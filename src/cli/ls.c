@@ -1,9 +1,11 @@
 /*
  * ls.c - `kiln ls [--json] [-v]`: the GGUF models found on this machine, and the model directories
  * kiln pull fetched into the Hugging Face cache (see models.c for where kiln looks), one row each: friendly name,
- * architecture, parameters, dominant weight type, size on disk, training context and path. --json prints one JSON array
- * of objects with the same facts instead. Files that cannot be used are left out with a one-line reason on stderr.
- * Finding nothing is not an error: a message says where kiln looked and how to get a model, and the exit status is 0.
+ * architecture, parameters, dominant weight type, size on disk, training context and path. A model split into several
+ * GGUF files is one row: its name without the part suffix, the size of all parts, the first part's path. --json prints
+ * one JSON array of objects with the same facts (and "parts", the number of files) instead. Files that cannot be used
+ * are left out with a one-line reason on stderr. Finding nothing is not an error: a message says where kiln looked and
+ * how to get a model, and the exit status is 0.
  */
 #include "cli.h"
 
@@ -28,11 +30,12 @@ static int print_json(const cli_model_list *l) {
         const kiln_model_info *i = &e->info;
         const uint64_t kv = kiln_kv_bytes_per_token(i, KILN_KV_F16);
         json_t *o =
-            json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:I, s:s, s:I, s:I, s:I, s:b}", "name", e->name, "path", e->path,
-                      "file", e->real, "source", e->source, "architecture", i->arch, "model_name", i->name,
+            json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:I, s:s, s:I, s:I, s:I, s:b, s:i}", "name", e->name, "path",
+                      e->path, "file", e->real, "source", e->source, "architecture", i->arch, "model_name", i->name,
                       "parameters", (json_int_t)i->n_params, "weight_type", i->weight_type, "size_bytes",
                       (json_int_t)i->file_bytes, "context_length", (json_int_t)i->n_ctx_train, "kv_bytes_per_token",
-                      (json_int_t)(kv > (uint64_t)INT64_MAX ? INT64_MAX : kv), "runnable", i->runnable);
+                      (json_int_t)(kv > (uint64_t)INT64_MAX ? INT64_MAX : kv), "runnable", i->runnable, "parts",
+                      (int)i->split_count);
         if (!o || json_array_append_new(arr, o)) {
             json_decref(arr);
             fprintf(stderr, "kiln ls: out of memory\n");
@@ -110,9 +113,7 @@ int cli_ls(int argc, char **argv) {
     } else if (l.n == 0) {
         printf("No models found. kiln looked in:\n");
         cli_models_print_places(stdout);
-        if (l.n_skipped || l.n_split)
-            printf("(%zu file(s) left out as unusable, %zu split model(s); the reasons are above)\n", l.n_skipped,
-                   l.n_split);
+        if (l.n_skipped) printf("(%zu file(s) left out as unusable; the reasons are above)\n", l.n_skipped);
         cli_models_print_howto(stdout);
     } else {
         rc = print_table(&l);

@@ -12,10 +12,13 @@
  *      and a snapshot holding config.json and *.safetensors (a model directory as kiln pull
  *      ORG/NAME fetches it), listed as the directory itself.
  * Only each file's header is read (kiln_model_info_read). An unreadable or invalid .gguf is left
- * out with a one-line reason; a model split into several files (NAME-00001-of-00003.gguf) is left
- * out too, with a note on its first part, because kiln loads single-file GGUFs.
+ * out with a one-line reason. A model split into several files (NAME-00001-of-00003.gguf ...) is
+ * one entry, NAME, found by its first part: the header read opens and checks the whole set (a
+ * missing or stray part leaves it out with the reason), its size is that of all parts, and its path
+ * is the first part, from which kiln loads it.
  *
- * Friendly names: the path under the searched directory without ".gguf" (a file named directly
+ * Friendly names: the path under the searched directory without ".gguf" (and without a split
+ * model's "-00001-of-0000N"; a file named directly
  * in KILN_MODELS: its base name), or ORG/NAME:FILE for the Hugging Face cache (ORG/NAME for a
  * model directory). -m also takes ORG/NAME[:QUANT] as kiln pull does: the snapshot refs/main
  * names (else the newest), its GGUF file of that quant, or without one its model directory (else
@@ -68,6 +71,28 @@ static int split_part(const char *name, int *count) {
     return atoi(p + 1);
 }
 
+/* Cuts "-00001-of-0000N" off the end of a split model's friendly name (NULL: nothing). */
+static void name_drop_part(char *name) {
+    const size_t k = sizeof "-00001-of-00003" - 1, n = name ? strlen(name) : 0;
+    if (n > k) name[n - k] = '\0';
+}
+
+/* Bytes of every part of the split model whose first part is path (NAME-00001-of-0000N.gguf). */
+static uint64_t split_bytes(const char *path, int parts) {
+    const size_t n = strlen(path), k = sizeof "00001-of-00003.gguf" - 1;
+    uint64_t total = 0;
+    char *p = strdup(path);
+    for (int i = 1; p && n > k && i <= parts; i++) {
+        char tail[48];
+        if ((size_t)snprintf(tail, sizeof tail, "%05d-of-%05d.gguf", i, parts) != k) break; /* over 5 digits */
+        memcpy(p + n - k, tail, k);
+        struct stat st;
+        if (stat(p, &st) == 0) total += (uint64_t)st.st_size;
+    }
+    free(p);
+    return total;
+}
+
 /* Copies name without its ".gguf" suffix (malloc'd). */
 static char *strip_gguf(const char *name) {
     size_t n = strlen(name);
@@ -82,13 +107,20 @@ static void add_file(walker *w, const char *path, char *name, const char *source
     const char *base = strrchr(path, '/');
     base = base ? base + 1 : path;
     int parts = 0, part = split_part(base, &parts);
-    if (part) {
-        if (part == 1 && w->warn)
-            fprintf(stderr,
-                    "kiln: skipping %s: a model split into %d files; kiln loads single-file GGUFs (merge the "
-                    "parts with llama-gguf-split --merge)\n",
-                    path, parts);
-        l->n_split += part == 1;
+    if (part > 1) { /* listed once, by its first part; without one, the last part says so */
+        char *first = strdup(path);
+        const size_t k = sizeof "00001-of-00003.gguf" - 1, n = first ? strlen(first) : 0;
+        if (first && part == parts && n > k) {
+            memcpy(first + n - k, "00001", 5);
+            struct stat st;
+            if (stat(first, &st) != 0) {
+                if (w->warn)
+                    fprintf(stderr, "kiln: skipping %s: the first part of its split model, %s, is missing\n", path,
+                            first);
+                l->n_skipped++;
+            }
+        }
+        free(first);
         free(name);
         return;
     }
@@ -107,25 +139,35 @@ static void add_file(walker *w, const char *path, char *name, const char *source
         }
     }
     kiln_model_info info;
-    kiln_status st = kiln_model_info_read(real, &info);
+    /* a split model is read through the first part's own name (beside the others; in the Hugging
+     * Face cache the resolved file is a blob whose name says nothing), which opens the whole set */
+    kiln_status st = kiln_model_info_read(part ? path : real, &info);
     if (st) {
         const char *msg = kiln_last_error(); /* "REAL: why": the path is printed once */
-        const size_t rl = strlen(real);
-        if (strncmp(msg, real, rl) == 0 && strncmp(msg + rl, ": ", 2) == 0) msg += rl + 2;
+        const char *named = part ? path : real;
+        const size_t rl = strlen(named);
+        if (strncmp(msg, named, rl) == 0 && strncmp(msg + rl, ": ", 2) == 0) msg += rl + 2;
         if (w->warn) fprintf(stderr, "kiln: skipping %s: %s\n", path, msg);
         l->n_skipped++;
         free(real);
         free(name);
         return;
     }
-    if (info.split_count > 1) {
-        if (info.split_no == 0 && w->warn)
-            fprintf(stderr, "kiln: skipping %s: part of a model split into %d files; kiln loads single-file GGUFs\n",
+    if (info.split_count > 1 && !part) { /* split metadata in a file not named as a part: not loadable */
+        if (w->warn)
+            fprintf(stderr,
+                    "kiln: skipping %s: part of a model split into %d files, but not named "
+                    "NAME-0000i-of-0000N.gguf\n",
                     path, info.split_count);
-        l->n_split += info.split_no == 0;
+        l->n_skipped++;
         free(real);
         free(name);
         return;
+    }
+    if (part) { /* the model's name without the part suffix; its size is that of every part */
+        name_drop_part(name);
+        info.file_bytes = split_bytes(path, parts);
+        l->n_split++;
     }
     if (l->n == l->cap) {
         size_t cap = l->cap ? l->cap * 2 : 16;
@@ -560,32 +602,35 @@ char *cli_models_choose(const char *flag_model, bool verbose, uint64_t mem, char
     cli_model_list l;
     cli_models_find(&l, verbose);
     bool fits = false;
-    const uint64_t budget = mem / 100 * CLI_MEMORY_PCT;
+    uint64_t budget = mem / 100 * CLI_MEMORY_PCT;
+    /* less when less is available now: what the check before loading (hub_fit.c) will accept, less
+     * the allowance it counts beside weights and KV */
+    char avail_src[96], mem_s[32];
+    const uint64_t avail = cli_memory_available(avail_src, sizeof avail_src);
+    const uint64_t usable = avail / 100 * (100 - CLI_FIT_SLACK_PCT);
+    const bool by_avail = avail && usable < budget;
+    if (by_avail) budget = usable > CLI_FIT_ALLOWANCE ? usable - CLI_FIT_ALLOWANCE : 0;
     const cli_model_entry *e = cli_models_pick(&l, budget, &fits);
-    char mem_s[32];
-    cli_fmt_bytes(mem, mem_s, sizeof mem_s);
+    cli_fmt_bytes(by_avail ? avail : mem, mem_s, sizeof mem_s);
     if (!e) {
         fprintf(stderr, "kiln: no model to run: %s. kiln looked in:\n",
                 l.n ? "none of the models found is one kiln runs" : "no GGUF model was found");
         cli_models_print_places(stderr);
-        if (l.n_skipped || l.n_split)
-            fprintf(stderr, "(%zu unusable file(s) and %zu split model(s) were left out; kiln ls -v says why)\n",
-                    l.n_skipped, l.n_split);
+        if (l.n_skipped) fprintf(stderr, "(%zu unusable file(s) were left out; kiln ls -v says why)\n", l.n_skipped);
         cli_models_print_howto(stderr);
         cli_models_free(&l);
         return NULL;
     }
     size_t runnable = 0;
     for (size_t k = 0; k < l.n; k++) runnable += l.v[k].info.runnable;
-    if (fits)
-        snprintf(src, src_cap, "discovered %s: the largest of %zu fitting in %d%% of %s", e->name, runnable,
-                 CLI_MEMORY_PCT, mem_s);
-    else
-        snprintf(src, src_cap, "discovered %s: the smallest of %zu; none fits in %d%% of %s", e->name, runnable,
-                 CLI_MEMORY_PCT, mem_s);
+    char where[96];
+    if (by_avail) snprintf(where, sizeof where, "the %s available now", mem_s);
+    else snprintf(where, sizeof where, "%d%% of %s", CLI_MEMORY_PCT, mem_s);
+    if (fits) snprintf(src, src_cap, "discovered %s: the largest of %zu fitting in %s", e->name, runnable, where);
+    else snprintf(src, src_cap, "discovered %s: the smallest of %zu; none fits in %s", e->name, runnable, where);
     if (!fits)
-        fprintf(stderr, "kiln: warning: no model found fits in %d%% of %s of memory; trying the smallest, %s\n",
-                CLI_MEMORY_PCT, mem_s, e->name);
+        fprintf(stderr, "kiln: warning: no model found fits in %s%s; trying the smallest, %s\n", where,
+                by_avail ? "" : " of memory", e->name);
     char *path = strdup(e->path);
     cli_models_free(&l);
     return path;

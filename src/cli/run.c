@@ -5,9 +5,12 @@
  * only the reply is printed), as users of chat models expect; --raw sends the text as it is.
  * --grammar-file, --json-schema and --json-object constrain the output (compiled by grammar.c).
  * The text always ends with one newline, written and flushed before the summary goes to stderr, so
- * that a log holding both (2>&1) has the summary on a line of its own.
+ * that a log holding both (2>&1) has the summary on a line of its own. Before loading, the model's
+ * weights, the KV of -c tokens and the compute buffers are checked against the memory available
+ * (hub_fit.c); a model that does not fit is refused unless --fit off.
  */
 #include "cli.h"
+#include "hub_fit.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -48,6 +51,7 @@ int cli_run(int argc, char **argv) {
     cli_constraint con = {0};
     const char *template_file = NULL;
     cli_spec spec = {0};
+    bool fit = true; /* --fit: check the memory before loading */
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
             cli_usage("run", false);
@@ -64,6 +68,7 @@ int cli_run(int argc, char **argv) {
         int r = cli_parse_constraint(argc, argv, &i, &con, "run");
         if (r == 0) r = cli_parse_template_flags(argc, argv, &i, &template_file, NULL);
         if (r == 0) r = cli_parse_spec(argc, argv, &i, &spec, "run");
+        if (r == 0) r = cli_parse_fit(argc, argv, &i, &fit);
         if (r == 0) r = cli_parse_common(argc, argv, &i, &c);
         if (r == 1) continue;
         if (r == 0) fprintf(stderr, "kiln run: unknown option '%s'\n", argv[i]);
@@ -91,6 +96,14 @@ int cli_run(int argc, char **argv) {
         return CLI_EXIT_FAIL;
     }
     const char *prompt = file_text ? file_text : (c.prompt ? c.prompt : "");
+    /* the model's file, checked against the memory available before anything is loaded */
+    char *path = c.model ? cli_fit_resolve_check("run", &c, 0, spec.draft, fit) : NULL;
+    if (c.model && !path) {
+        free(file_text);
+        kiln_grammar_free(grammar);
+        return CLI_EXIT_FAIL;
+    }
+    if (path) c.model = path;
     kiln_model *m = cli_load_model(&c, false);
     if (m && !cli_use_chat_template(template_file, m)) {
         kiln_model_free(m);
@@ -103,6 +116,7 @@ int cli_run(int argc, char **argv) {
         m = NULL;
     }
     if (!m) {
+        free(path);
         free(file_text);
         kiln_grammar_free(grammar);
         return CLI_EXIT_FAIL;
@@ -123,6 +137,7 @@ int cli_run(int argc, char **argv) {
         fprintf(stderr, "kiln run: cannot create a session: %s\n", kiln_last_error());
         kiln_model_free(draft);
         kiln_model_free(m);
+        free(path);
         free(file_text);
         kiln_grammar_free(grammar);
         return CLI_EXIT_FAIL;
@@ -175,5 +190,6 @@ int cli_run(int argc, char **argv) {
     kiln_model_free(m);
     kiln_grammar_free(grammar);
     free(file_text);
+    free(path);
     return rc;
 }

@@ -40,8 +40,15 @@
  * remaining connections, flushes the SSD cache (--ssd-cache: every cached prefix not on disk yet is
  * written, for up to SHUTDOWN_GRACE_MS more) and exits 0. A signal while the model loads cancels the
  * load (exit 1).
+ *
+ * Memory: before the port is taken, the default model's weights, the KV of its rows and a step's
+ * compute buffers are checked against the memory available (hub_fit.c); a model that does not fit
+ * is refused (exit 1) with the figures and what would fit, unless --fit off. So that the automatic
+ * choices pass it, the planned memory is lowered to 100 - CLI_FIT_SLACK_PCT percent of what is
+ * available now when that is less (and the model choice plans within it too, models.c).
  */
 #include "cli.h"
+#include "hub_fit.h"
 #include "isolate.h"
 #include "pool.h"
 #include "server.h"
@@ -341,8 +348,9 @@ typedef struct plan {
     char *model; /* the file to load (malloc'd) */
     char model_src[256];
     kiln_model_info info;
-    uint64_t mem;    /* machine memory (or KILN_TEST_MEMORY; 8 GiB when unknown) */
-    uint64_t budget; /* CLI_MEMORY_PCT of it */
+    uint64_t mem;      /* machine memory (or KILN_TEST_MEMORY; 8 GiB when unknown) */
+    uint64_t budget;   /* CLI_MEMORY_PCT of it, less when less is available now (--fit on) */
+    bool budget_avail; /* lowered to the memory available now */
     int threads;
     char threads_src[64];
     int ctx;
@@ -438,6 +446,26 @@ static void plan_machine(const cli_common *c, plan *p, int batch_flag, float pro
     }
 }
 
+/* What loading the default model will need (hub_fit.c): its weights, the KV of its rows (or
+ * --kv-budget; a draft model's weights and KV), the compute buffers of a step (a prompt chunk and a
+ * token per row), and the prompt cache, which fills as it is used (warned about only). */
+static void serve_need(const cli_common *c, const plan *p, const serve_opts *o, const cli_spec *spec,
+                       cli_fit_need *need) {
+    cli_fit_estimate(p->model, &p->info, p->ctx, p->rows, c->kv_type, c->kv_type_v, o->prefill_chunk + p->rows, p->rows,
+                     need);
+    if (o->kv_budget_gb > 0) need->kv = (uint64_t)((double)o->kv_budget_gb * 1e9);
+    cli_fit_add_draft(spec->draft, c->kv_type, c->kv_type_v, need);
+    need->cache = p->prompt_cache > 0 ? (uint64_t)p->prompt_cache : 0;
+}
+
+/* The check before loading: false after printing why the default model does not fit. */
+static bool fit_default(const cli_common *c, const plan *p, const serve_opts *o, const cli_spec *spec, bool on) {
+    cli_fit_need need;
+    serve_need(c, p, o, spec, &need);
+    const char *base = strrchr(p->model, '/');
+    return cli_fit_check("serve", base ? base + 1 : p->model, &need, "--batch", on);
+}
+
 /* Whether the server may open a browser, and why (or why not). */
 static void plan_open(plan *p, bool no_open) {
     const char *d = getenv("DISPLAY"), *w = getenv("WAYLAND_DISPLAY");
@@ -459,7 +487,7 @@ static const char *sp_src(const cli_common *c, unsigned bit, bool differs) {
 }
 
 /* Prints every resolved value with its source (--print-config), to stdout. */
-static void print_config(const cli_common *c, const plan *p, const serve_opts *o) {
+static void print_config(const cli_common *c, const plan *p, const serve_opts *o, const cli_spec *spec, bool fit) {
     const kiln_sampler_params def = kiln_sampler_default_params();
     const kiln_sampler_params *sp = &p->sp, *msp = &p->model_sp;
     const kiln_model_info *in = &p->info;
@@ -472,10 +500,22 @@ static void print_config(const cli_common *c, const plan *p, const serve_opts *o
            b);
     cli_fmt_bytes(p->mem, a, sizeof a);
     cli_fmt_bytes(p->budget, b, sizeof b);
-    printf("%-15s %s, planning within %s   (%s)\n", "memory", a, b,
+    printf("%-15s %s, planning within %s%s   (%s)\n", "memory", a, b,
+           p->budget_avail ? ", lowered to what is available now" : "",
            tm && *tm                ? "env KILN_TEST_MEMORY, for tests only"
            : kiln_physical_memory() ? "machine: physical memory"
                                     : "unknown: 8 GiB assumed");
+    cli_fit_need need;
+    serve_need(c, p, o, spec, &need);
+    char avail_src[96], nb[32], ab[32];
+    const uint64_t avail = cli_memory_available(avail_src, sizeof avail_src);
+    cli_fmt_bytes(need.weights + need.kv + need.compute, nb, sizeof nb);
+    cli_fmt_bytes(avail, ab, sizeof ab);
+    cli_fmt_bytes(need.compute, cbuf, sizeof cbuf);
+    printf("%-15s needs %s%s%s%s: weights, KV and %s of compute buffers   (%s; %s)", "fit", nb, avail ? " of the " : "",
+           avail ? ab : "", avail ? " available" : "", cbuf, avail ? avail_src : "available memory unknown",
+           fit ? "checked before loading; --fit off skips it" : "flag --fit off: not checked");
+    putchar('\n');
     printf("%-15s %d   (%s)\n", "threads", p->threads, p->threads_src);
     printf("%-15s %d   (%s)\n", "ctx", p->ctx, p->ctx_src);
     printf("%-15s %d   (%s)\n", "batch", p->rows, p->rows_src);
@@ -1020,6 +1060,7 @@ int cli_serve(int argc, char **argv) {
     bool ssd_verify = kiln_engine_default_params().ssd_verify;
     const char *template_file = NULL, *tool_format = NULL;
     cli_spec spec = {0};
+    bool fit = true; /* --fit: check the memory before loading */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -1079,7 +1120,8 @@ int cli_serve(int argc, char **argv) {
             *(a[2] == 'n' ? &o.no_isolation : &o.debug_crash) = true;
             continue;
         }
-        int r = cli_parse_template_flags(argc, argv, &i, &template_file, &tool_format);
+        int r = cli_parse_fit(argc, argv, &i, &fit);
+        if (r == 0) r = cli_parse_template_flags(argc, argv, &i, &template_file, &tool_format);
         if (r == 0) r = cli_parse_spec(argc, argv, &i, &spec, "serve");
         if (r == 0) r = cli_parse_common(argc, argv, &i, &c);
         if (r == 1) continue;
@@ -1106,6 +1148,15 @@ int cli_serve(int argc, char **argv) {
     const bool mem_unknown = p.mem == 0;
     if (mem_unknown) p.mem = CLI_MEMORY_ASSUMED; /* the machine does not say: plan for a modest one */
     p.budget = p.mem / 100 * CLI_MEMORY_PCT;
+    if (fit) { /* automatic context and rows fit what is available now, so the check does not refuse them */
+        char avail_src[96];
+        const uint64_t avail = cli_memory_available(avail_src, sizeof avail_src);
+        const uint64_t usable = avail / 100 * (100 - CLI_FIT_SLACK_PCT);
+        if (avail && usable < p.budget) {
+            p.budget = usable;
+            p.budget_avail = true;
+        }
+    }
     if ((rc = plan_model(&c, &p))) goto out;
     plan_machine(&c, &p, o.given[OPT_BATCH] ? o.batch : 0, o.given[OPT_PROMPT_CACHE] ? o.prompt_cache_gb : -1);
     plan_open(&p, o.no_open);
@@ -1127,7 +1178,11 @@ int cli_serve(int argc, char **argv) {
         }
         p.model_sp = kiln_model_sampler_params(m);
         p.sp = cli_sampler_params(&c, m);
-        print_config(&c, &p, &o);
+        print_config(&c, &p, &o, &spec, fit);
+        goto out;
+    }
+    if (!fit_default(&c, &p, &o, &spec, fit)) { /* before the port is taken and anything is loaded */
+        rc = CLI_EXIT_FAIL;
         goto out;
     }
     if (!o.api_key && reachable_from_outside(o.host))

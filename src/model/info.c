@@ -93,7 +93,7 @@ kiln_status kiln_model_info_read(const char *path, kiln_model_info *out) {
         if (by_type[t] && (best < 0 || by_type[t] > by_type[best])) best = t;
     if (dir) out->file_bytes = out->tensor_bytes; /* a directory: its weights, not one mapping */
     if (best >= 0) snprintf(out->weight_type, sizeof out->weight_type, "%s", kn_dtype_name(best));
-    out->runnable = g.n_tensors > 0 && kn_arch_find(out->arch, strlen(out->arch)) && out->split_count == 1;
+    out->runnable = g.n_tensors > 0 && kn_arch_find(out->arch, strlen(out->arch)); /* a split: the whole set */
     kn_gguf_close(&g);
     return KILN_OK;
 }
