@@ -19,7 +19,9 @@
  * shortest such prefix stands for the whole cluster; otherwise each character is looked up alone
  * and replaced, or kept. kiln finds clusters with the rules that can make one shorter than 6 bytes
  * (a base followed by marks, ZWJ/ZWNJ or emoji modifiers; CR LF; prepended concatenation marks;
- * nothing joins a control character); longer clusters are looked up per character either way.
+ * nothing joins a control character); longer clusters (Hangul syllable sequences, regional
+ * indicator pairs, emoji ZWJ sequences, which kiln may cut after the joiner) are looked up per
+ * character either way.
  * Ill-formed UTF-8 bytes pass through unchanged.
  */
 #include "text/tok_tj.h"
@@ -202,9 +204,15 @@ static bool is_control(uint32_t cp) {
            (cp >= 0xFFF0 && cp <= 0xFFFB) || (cp >= 0xE0000 && cp <= 0xE001F);
 }
 
-/* Characters that attach to the one before: Extend, ZWJ and SpacingMark. */
+/* Characters that attach to the one before: Extend, ZWJ and SpacingMark (marks, less the spacing
+ * marks of Myanmar, Tai Tham, Tai Viet and Ahom that Unicode leaves out of SpacingMark). */
 static bool is_extend(uint32_t cp) {
-    if (kn_ucd_flags(cp) & (KN_UCD_MARK_NONSPACING | KN_UCD_MARK_OTHER)) return true;
+    if (kn_ucd_flags(cp) & KN_UCD_MARK_NONSPACING) return true;
+    if (kn_ucd_flags(cp) & KN_UCD_MARK_OTHER)
+        return !(cp == 0x102B || cp == 0x102C || cp == 0x1038 || (cp >= 0x1062 && cp <= 0x1064) ||
+                 (cp >= 0x1067 && cp <= 0x106D) || cp == 0x1083 || (cp >= 0x1087 && cp <= 0x108C) || cp == 0x108F ||
+                 (cp >= 0x109A && cp <= 0x109C) || cp == 0x1A61 || cp == 0x1A63 || cp == 0x1A64 || cp == 0xAA7B ||
+                 cp == 0xAA7D || cp == 0x11720 || cp == 0x11721);
     return cp == 0x200C || cp == 0x200D || cp == 0xFF9E || cp == 0xFF9F || (cp >= 0x1F3FB && cp <= 0x1F3FF) ||
            (cp >= 0xE0020 && cp <= 0xE007F) || cp == 0x0E33 || cp == 0x0EB3;
 }
