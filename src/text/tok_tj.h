@@ -4,6 +4,7 @@
  * tokens and the added-token tries. Shared by
  *   tok_tj_load.c   reading tokenizer.json / tokenizer_config.json into kn_tokenizer + kn_tj
  *   tok_tj_norm.c   the normalizers (NFC/NFD/NFKC/NFKD, Lowercase, Replace, Strip, BertNormalizer...)
+ *   tok_tj_charsmap.c  the Precompiled normalizer (SentencePiece's precompiled charsmap)
  *   tok_tj_pre.c    the pre-tokenizers (Split, ByteLevel, Metaspace, Digits, Whitespace, ...)
  *   tok_tj_enc.c    encoding: added tokens, normalize, pre-tokenize, the model (BPE, WordPiece, Unigram)
  * The semantics follow Hugging Face's tokenizers (the JS port is the test oracle); where the JS port
@@ -30,7 +31,11 @@ typedef enum kn_tj_norm_type {
     KN_TJN_PREPEND, /* str */
     KN_TJN_REPLACE, /* pattern (str or re) -> content */
     KN_TJN_BERT,    /* flags: clean_text, handle_chinese_chars, strip_accents, lowercase */
+    /* cmap: a SentencePiece precompiled charsmap */
+    KN_TJN_PRECOMPILED,
 } kn_tj_norm_type;
+
+typedef struct kn_tj_charsmap kn_tj_charsmap;
 
 typedef struct kn_tj_norm {
     kn_tj_norm_type type;
@@ -39,6 +44,8 @@ typedef struct kn_tj_norm {
     char *content; /* Replace's replacement */
     size_t content_len;
     pcre2_code *re; /* Replace with a regex */
+    /* Precompiled's charsmap */
+    kn_tj_charsmap *cmap;
     bool f[4];
 } kn_tj_norm;
 
@@ -130,6 +137,15 @@ void kn_tj_trie_free(kn_tj_trie *tr);
 /* Applies the pipeline to in[0..n) into out (cleared first). */
 kiln_status kn_tj_normalize(const kn_tj *tj, const char *in, size_t n, kn_bvec *out);
 void kn_tj_norm_free(kn_tj_norm *nm);
+
+/* Precompiled charsmaps (tok_tj_charsmap.c). parse reads the binary form (data[0..n)), from_base64
+ * its base64 text (tokenizer.json); both check every size and offset a lookup can reach and fail
+ * with KILN_ERR_FORMAT naming path. apply normalizes in[0..n) into out (cleared first) as the
+ * tokenizers library does. */
+kiln_status kn_tj_charsmap_parse(const uint8_t *data, size_t n, const char *path, kn_tj_charsmap **out);
+kiln_status kn_tj_charsmap_from_base64(const char *b64, size_t n, const char *path, kn_tj_charsmap **out);
+kiln_status kn_tj_charsmap_apply(const kn_tj_charsmap *cm, const char *in, size_t n, kn_bvec *out);
+void kn_tj_charsmap_free(kn_tj_charsmap *cm);
 
 /* Unicode forms over UTF-8 (ill-formed bytes pass through unchanged). */
 kiln_status kn_tj_unicode_form(const char *in, size_t n, bool compose, bool compat, kn_bvec *out);

@@ -336,6 +336,14 @@ static kiln_status add_norm(loader *L, int32_t node, const char *path, int depth
         nm.f[3] = kn_json_bool(j, kn_json_get(j, node, "lowercase"), true);
         /* strip_accents: null means "as lowercase" */
         nm.f[2] = kn_json_bool(j, kn_json_get(j, node, "strip_accents"), nm.f[3]);
+    } else if (kn_json_str_eq(j, type, "Precompiled")) {
+        nm.type = KN_TJN_PRECOMPILED;
+        size_t n;
+        const char *s = kn_json_str(j, kn_json_get(j, node, "precompiled_charsmap"), &n);
+        if (!s || !n) return fmt(path, "(Precompiled) has no precompiled_charsmap string");
+        char where[112];
+        snprintf(where, sizeof where, "tokenizer.json: %s", path);
+        st = kn_tj_charsmap_from_base64(s, n, where, &nm.cmap);
     } else {
         return unsupported("normalizer", path, j, type);
     }

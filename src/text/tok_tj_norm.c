@@ -1,8 +1,9 @@
 /*
  * tok_tj_norm.c - the normalizers of a tokenizer.json pipeline, each a pass from one UTF-8 buffer to
  * another: Unicode forms (NFC / NFD / NFKC / NFKD, tok_tj_unicode.c), Lowercase, StripAccents, Strip,
- * Prepend, Replace (a literal or a regex) and BertNormalizer. Ill-formed UTF-8 bytes pass through
- * every step unchanged (a JavaScript oracle never sees them; the Rust library rejects them).
+ * Prepend, Replace (a literal or a regex), BertNormalizer and Precompiled (tok_tj_charsmap.c).
+ * Ill-formed UTF-8 bytes pass through every step unchanged (a JavaScript oracle never sees them; the Rust library
+ * rejects them).
  *
  * Where the Rust library and the JS port differ, kiln follows the Rust one, which is what models
  * were trained with: StripAccents removes nonspacing marks (Mn) only; Lowercase is the simple
@@ -18,6 +19,7 @@ void kn_tj_norm_free(kn_tj_norm *nm) {
     free(nm->str);
     free(nm->content);
     if (nm->re) pcre2_code_free(nm->re);
+    kn_tj_charsmap_free(nm->cmap);
     memset(nm, 0, sizeof *nm);
 }
 
@@ -169,6 +171,7 @@ static kiln_status step(const kn_tj_norm *nm, const char *in, size_t n, kn_bvec 
             out->n = 0;
             if (n && !kn_bvec_append(out, nm->str, nm->str_len)) return KILN_ERR_NOMEM;
             return kn_bvec_append(out, in, n) ? KILN_OK : KILN_ERR_NOMEM;
+        case KN_TJN_PRECOMPILED: return kn_tj_charsmap_apply(nm->cmap, in, n, out);
         case KN_TJN_REPLACE: return replace(nm->re, nm->str, nm->str_len, nm->content, nm->content_len, in, n, out);
         case KN_TJN_BERT: {
             kn_bvec a = {0}, b = {0};

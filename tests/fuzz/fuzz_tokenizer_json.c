@@ -8,7 +8,7 @@
  * KILN_ERR_BUFFER_SMALL contract), every id it gives must be in the vocabulary and is decoded
  * again, and the text read as 32-bit ids (out of range ones included) is decoded too. Seeds: small
  * tokenizer.json files of each model type (BPE byte-level and with byte_fallback, WordPiece,
- * Unigram) with normalizers, pre-tokenizers, post-processors and added tokens
+ * Unigram) with normalizers (a Precompiled charsmap among them), pre-tokenizers, post-processors and added tokens
  * (tests/fuzz/corpus/tokenizer_json/).
  *
  * In a tree without the loader this harness builds as a stub that reports itself skipped.

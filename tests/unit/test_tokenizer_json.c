@@ -200,7 +200,7 @@ static void test_errors(void) {
     CHECK(fails("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [\"a b\", 7]}}", NULL,
                 KILN_ERR_FORMAT, "model.merges[1]"));
     CHECK(fails("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}}, \"normalizer\": {\"type\": \"Precompiled\"}}",
-                NULL, KILN_ERR_UNSUPPORTED, "normalizer type 'Precompiled'"));
+                NULL, KILN_ERR_FORMAT, "normalizer (Precompiled) has no precompiled_charsmap"));
     CHECK(fails("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}}, \"post_processor\": {\"type\": "
                 "\"TemplateProcessing\", \"single\": [{\"SpecialToken\": {\"id\": \"<nope>\"}}]}}",
                 NULL, KILN_ERR_FORMAT, "post_processor.single[0]"));
