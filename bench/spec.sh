@@ -12,7 +12,8 @@
 # wanders (the non-repeating case, 2.), while with --scale 0.2 its output settles into repeating
 # itself, which stands in for output that repeats its context (1., 3., 4.; it also makes the F16
 # model and its Q4_0 copy agree, as a trained model and its quantized copy do).
-# Batch 1 is `kiln bench --spec` (its gen test), batch 8 build/bench/spec_batch. The load average is
+# Batch 1 is `kiln bench --spec` (its gen test), batch 8 build/bench/spec_batch (which also prints each
+# engine's CPU ms per generated token: the work, apart from the load). The load average is
 # printed between the runs. On a shared machine, -k ROUNDS runs the whole set ROUNDS times (each
 # row's ratio comes from one run; compare rounds), and -s TESTS picks tests (a comma list of
 # ngram1,plain1,draft1,ngram8,draft8,draft8s; default all).

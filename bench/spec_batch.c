@@ -5,11 +5,15 @@
  * alternating order, and times each batch from submission to the last completion. Request i's prompt
  * is the text of FILE (tokenized, BOS added) with i tokens dropped from its front (so rows differ), or
  * pseudo-random tokens without FILE. The warm-up puts every prompt in the prefix cache, so the timed
- * batches prefill one token per row and measure generation.
+ * batches prefill one token per row and measure generation. Next to the wall-clock rate it reports
+ * the process's CPU time per generated token for each engine (only the engine being timed runs, the
+ * other's threads sleep): on a shared, loaded machine the wall clock mostly measures the load, while
+ * the CPU time shows the work (and any spinning) an engine does itself.
  *
  * Usage: spec_batch MODEL --spec ngram|draft [--draft-model D] [--spec-max K] [-R ROWS] [-n N]
  *                   [-r REPS] [-t THREADS] [-f FILE]
- * Prints one markdown table row: rows, none t/s, method t/s, acceptance, speedup.
+ * Prints one markdown table row: rows, none t/s, method t/s, acceptance, speedup, then the median CPU
+ * ms per token of each engine and their ratio.
  */
 #include "kiln.h"
 
@@ -21,6 +25,12 @@
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static double cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
@@ -39,14 +49,16 @@ static char *read_file(const char *path, size_t *len) {
     return buf;
 }
 
-/* Runs R requests on e; aggregate generated tokens/s. Adds proposals and acceptances. */
-static double run_batch(kiln_engine *e, kiln_token **prompts, const size_t *n, int R, int N, long *prop, long *acc) {
+/* Runs R requests on e; aggregate generated tokens/s, the process's CPU ms per generated token into
+ * *cpu_ms. Adds proposals and acceptances. */
+static double run_batch(kiln_engine *e, kiln_token **prompts, const size_t *n, int R, int N, long *prop, long *acc,
+                        double *cpu_ms) {
     kiln_request *req[256];
     kiln_generate_params gp = kiln_generate_default_params();
     gp.max_tokens = N;
     gp.ignore_eos = true;
     gp.sampling.temperature = 0;
-    const double t0 = now_s();
+    const double t0 = now_s(), c0 = cpu_s();
     for (int i = 0; i < R; i++)
         if (kiln_engine_submit(e, prompts[i], n[i], &gp, &req[i])) return -1;
     long toks = 0;
@@ -58,7 +70,9 @@ static double run_batch(kiln_engine *e, kiln_token **prompts, const size_t *n, i
         *acc += res.n_spec_accepted;
         kiln_request_free(req[i]);
     }
-    return (double)toks / (now_s() - t0);
+    const double wall = now_s() - t0;
+    *cpu_ms = toks ? 1e3 * (cpu_s() - c0) / (double)toks : 0;
+    return (double)toks / wall;
 }
 
 int main(int argc, char **argv) {
@@ -137,21 +151,22 @@ int main(int argc, char **argv) {
         }
     }
     long prop = 0, acc = 0, unused = 0;
-    double *t = calloc((size_t)reps * 2, sizeof *t);
-    run_batch(e[0], prompts, n, R, N, &unused, &unused); /* warm-up */
-    run_batch(e[1], prompts, n, R, N, &unused, &unused);
+    double *t = calloc((size_t)reps * 4, sizeof *t), *c = t + 2 * reps, ignored;
+    run_batch(e[0], prompts, n, R, N, &unused, &unused, &ignored); /* warm-up */
+    run_batch(e[1], prompts, n, R, N, &unused, &unused, &ignored);
     for (int r = 0; r < reps; r++)
         for (int k0 = 0; k0 < 2; k0++) {
             const int k = r % 2 ? 1 - k0 : k0;
-            t[k * reps + r] = run_batch(e[k], prompts, n, R, N, k ? &prop : &unused, k ? &acc : &unused);
+            t[k * reps + r] =
+                run_batch(e[k], prompts, n, R, N, k ? &prop : &unused, k ? &acc : &unused, &c[k * reps + r]);
         }
-    qsort(t, (size_t)reps, sizeof *t, cmp_double);
-    qsort(t + reps, (size_t)reps, sizeof *t, cmp_double);
-    const double a = t[reps / 2], b = t[reps + reps / 2];
+    for (int k = 0; k < 4; k++) qsort(t + k * reps, (size_t)reps, sizeof *t, cmp_double);
+    const double a = t[reps / 2], b = t[reps + reps / 2], ca = c[reps / 2], cb = c[reps + reps / 2];
     printf(
         "| %s | rows %d | gen%d, prompt %zu | none %.2f t/s | %s %.2f t/s | accepted %ld of %ld (%.0f%%) | x%.2f |\n",
         strrchr(model, '/') ? strrchr(model, '/') + 1 : model, R, N, nb, a, method, b, acc, prop,
         prop ? 100.0 * acc / prop : 0.0, a > 0 ? b / a : 0);
+    printf("| cpu ms/token: none %.1f | %s %.1f | x%.3f |\n", ca, method, cb, cb > 0 ? ca / cb : 0);
     kiln_engine_free(e[0]);
     kiln_engine_free(e[1]);
     kiln_model_free(d);
