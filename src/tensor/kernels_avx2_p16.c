@@ -60,9 +60,14 @@ AI __m256 ld_ph8(const uint8_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((con
 #define V_SUM(S)           (S)
 #define P_STEP(S, W, A, B) S = _mm256_add_epi16(S, _mm256_maddubs_epi16(W, B))
 #define P_SUM(S)           _mm256_madd_epi16(S, _mm256_set1_epi16(1))
-/* Q8_0 plain: W holds the signed weights, A = |W| */
+/* Q8_0 plain: W holds the signed weights, A = |W|. The empty asm keeps the sum a chain in one register: without
+ * it the compiler reassociates the 8 quads' sums into a tree and parks the partial sums on the stack. */
 #define S_STEP(S, W, A, B)                                                                                             \
-    S = _mm256_add_epi32(S, _mm256_madd_epi16(_mm256_maddubs_epi16(A, _mm256_sign_epi8(B, W)), _mm256_set1_epi16(1)))
+    do {                                                                                                               \
+        S = _mm256_add_epi32(                                                                                          \
+            S, _mm256_madd_epi16(_mm256_maddubs_epi16(A, _mm256_sign_epi8(B, W)), _mm256_set1_epi16(1)));              \
+        __asm__("" : "+x"(S));                                                                                         \
+    } while (0)
 
 /* ---- Q4_0 / Q8_0: groups of GB bytes per block column: d (16 lanes fp16) | codes ---- */
 
@@ -120,22 +125,7 @@ AI __m256i code_q8_0s(const uint8_t *g, int j, int h, __m256i *A) {
 DEFINE_LEG(q4_0_v, VNNI, 16 * sizeof(kn_block_q4_0), code_q4_0, V_ZERO, V_STEP, V_SUM, 1)
 DEFINE_LEG(q8_0_v, VNNI, 16 * sizeof(kn_block_q8_0), code_q8_0, V_ZERO, V_STEP, V_SUM, 1)
 DEFINE_LEG(q4_0_p, PLAIN, 16 * sizeof(kn_block_q4_0), code_q4_0, V_ZERO, P_STEP, P_SUM, 1)
-DEFINE_LEG(q8_0_p3, PLAIN, 16 * sizeof(kn_block_q8_0), code_q8_0s, V_ZERO, S_STEP, V_SUM, 0)
-
-/* The plain Q8_0 tile in passes of at most 3 tokens: its step needs the |w| vector beside the codes and
- * int32 sums per quad (int16 pairs of |w| * x would overflow when added), so 6 tokens' sums and
- * accumulators with the code vectors exceed the 16 ymm registers and spill to the stack at every quad;
- * 3 tokens fit, and the codes of a half are unpacked once per pass instead (3 of the 33 operations per
- * quad). Each output is computed by the same steps either way. */
-PLAIN AI void q8_0_p_tile(int64_t nb, const uint8_t *w, const uint8_t *x, size_t xs, float *out, size_t ldo,
-                          const int h0, const int NH, const int NT) {
-    if (NT <= 3) {
-        q8_0_p3_tile(nb, w, x, xs, out, ldo, h0, NH, NT);
-        return;
-    }
-    q8_0_p3_tile(nb, w, x, xs, out, ldo, h0, NH, 3);
-    q8_0_p3_tile(nb, w, x + 3 * xs, xs, out + 3 * ldo, ldo, h0, NH, NT - 3);
-}
+DEFINE_LEG(q8_0_p, PLAIN, 16 * sizeof(kn_block_q8_0), code_q8_0s, V_ZERO, S_STEP, V_SUM, 0)
 
 /* ---- K formats: super-block groups; per sub-block s the exact sum times the sub-block scale ---- */
 
