@@ -8,15 +8,29 @@
  * activation row and converts the weight element by element (the order of quant.h).
  *
  * The fp16 / bf16 conversions work on the bit patterns with integer arithmetic: exact for every input,
- * round to nearest with ties to even, infinities and NaN preserved (NaN stays a quiet NaN), subnormals
- * produced and consumed; no undefined behaviour and no dependence on the FPU rounding mode.
+ * round to nearest with ties to even, infinities and NaN preserved (a NaN comes out quiet, its top
+ * payload bits kept, as IEEE 754 conversions and the F16C / NEON instructions do), subnormals produced
+ * and consumed; no undefined behaviour and no dependence on the FPU rounding mode. The row forms use
+ * those instructions where the CPU has them (F16C with its rounding given in the instruction, not
+ * taken from MXCSR; NEON under the default FPCR, round to nearest even, no flush to zero), and
+ * test_f16c checks them against the scalar ones over every fp16 and a dense sample of fp32 inputs
+ * (every fp32 input with KILN_TEST_EXHAUSTIVE=1).
  */
 #include "tensor/dtype.h"
+#include "tensor/kernels.h"
 #include "tensor/quant.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define KN_DTYPE_X86 1
+#elif defined(__aarch64__)
+#include <arm_neon.h>
+#define KN_DTYPE_NEON 1
+#endif
 
 /* ---- scalar conversions ---- */
 
@@ -36,7 +50,8 @@ float kn_fp16_to_fp32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t exp = (h >> 10) & 0x1Fu;
     uint32_t mant = h & 0x3FFu;
-    if (exp == 0x1F) return bits_f32(sign | 0x7F800000u | (mant << 13)); /* inf, NaN (payload kept) */
+    if (exp == 0x1F) /* inf; NaN with its payload kept and the quiet bit set */
+        return bits_f32(sign | 0x7F800000u | (mant << 13) | (mant ? 0x400000u : 0u));
     if (exp == 0) {
         /* zero or subnormal: mant * 2^-24, exact in fp32 */
         float v = (float)mant * 0x1p-24f;
@@ -96,6 +111,78 @@ uint16_t kn_fp32_to_bf16(float f) {
     return (uint16_t)(x >> 16);
 }
 
+/* ---- row conversions ---- */
+
+#ifdef KN_DTYPE_X86
+/* 8 at a time with F16C; the immediate asks for round to nearest even whatever MXCSR says (an fp32
+ * subnormal input, which DAZ would flush, converts to a signed zero either way). */
+__attribute__((target("avx,f16c"))) static int64_t fp16_from_f16c(const float *x, uint16_t *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(y + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    return i;
+}
+
+__attribute__((target("avx,f16c"))) static int64_t fp16_to_f16c(const uint16_t *x, float *y, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i))));
+    return i;
+}
+
+/* kn_fp32_to_bf16 on 8 lanes with AVX2 integer arithmetic (no bf16 instruction rounds subnormals). */
+__attribute__((target("avx2"))) static int64_t bf16_from_avx2(const float *x, uint16_t *y, int64_t n) {
+    const __m256i abs = _mm256_set1_epi32(0x7FFFFFFF), inf = _mm256_set1_epi32(0x7F800000);
+    const __m256i bias = _mm256_set1_epi32(0x7FFF), one = _mm256_set1_epi32(1), quiet = _mm256_set1_epi32(0x400000);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(x + i));
+        const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(v, abs), inf);
+        const __m256i r = _mm256_add_epi32(v, _mm256_add_epi32(bias, _mm256_and_si256(_mm256_srli_epi32(v, 16), one)));
+        const __m256i h = _mm256_srli_epi32(_mm256_blendv_epi8(r, _mm256_or_si256(v, quiet), nan), 16);
+        const __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(h, h), 0x08); /* lanes 0, 2: the 8 halves */
+        _mm_storeu_si128((__m128i *)(y + i), _mm256_castsi256_si128(p));
+    }
+    return i;
+}
+#endif
+
+void kn_fp32_to_fp16_row(const float *x, uint16_t *y, int64_t n) {
+    int64_t i = 0;
+#ifdef KN_DTYPE_X86
+    if (n >= 8 && kn_cpu_features()->f16c) i = fp16_from_f16c(x, y, n);
+#elif defined(KN_DTYPE_NEON)
+    for (; i + 4 <= n; i += 4) vst1_u16(y + i, vreinterpret_u16_f16(vcvt_f16_f32(vld1q_f32(x + i))));
+#endif
+    for (; i < n; i++) y[i] = kn_fp32_to_fp16(x[i]);
+}
+
+void kn_fp16_to_fp32_row(const uint16_t *x, float *y, int64_t n) {
+    int64_t i = 0;
+#ifdef KN_DTYPE_X86
+    if (n >= 8 && kn_cpu_features()->f16c) i = fp16_to_f16c(x, y, n);
+#elif defined(KN_DTYPE_NEON)
+    for (; i + 4 <= n; i += 4) vst1q_f32(y + i, vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(x + i))));
+#endif
+    for (; i < n; i++) y[i] = kn_fp16_to_fp32(x[i]);
+}
+
+void kn_fp32_to_bf16_row(const float *x, uint16_t *y, int64_t n) {
+    int64_t i = 0;
+#ifdef KN_DTYPE_X86
+    if (n >= 8 && kn_cpu_features()->avx2) i = bf16_from_avx2(x, y, n);
+#elif defined(KN_DTYPE_NEON)
+    const uint32x4_t abs = vdupq_n_u32(0x7FFFFFFFu), inf = vdupq_n_u32(0x7F800000u), bias = vdupq_n_u32(0x7FFFu);
+    const uint32x4_t one = vdupq_n_u32(1), quiet = vdupq_n_u32(0x400000u);
+    for (; i + 4 <= n; i += 4) {
+        const uint32x4_t v = vreinterpretq_u32_f32(vld1q_f32(x + i));
+        const uint32x4_t nan = vcgtq_u32(vandq_u32(v, abs), inf);
+        const uint32x4_t r = vaddq_u32(v, vaddq_u32(bias, vandq_u32(vshrq_n_u32(v, 16), one)));
+        vst1_u16(y + i, vshrn_n_u32(vbslq_u32(nan, vorrq_u32(v, quiet), r), 16));
+    }
+#endif
+    for (; i < n; i++) y[i] = kn_fp32_to_bf16(x[i]);
+}
+
 /* ---- float element types ---- */
 
 static void f32_to_float(const void *src, float *dst, int64_t n) {
@@ -113,15 +200,9 @@ static float f32_vec_dot(int64_t n, const void *w, const void *x) {
     return kn_reduce16(acc);
 }
 
-static void f16_to_float(const void *src, float *dst, int64_t n) {
-    const uint16_t *s = src;
-    for (int64_t i = 0; i < n; i++) dst[i] = kn_fp16_to_fp32(s[i]);
-}
+static void f16_to_float(const void *src, float *dst, int64_t n) { kn_fp16_to_fp32_row(src, dst, n); }
 
-static void f16_from_float(const float *src, void *dst, int64_t n) {
-    uint16_t *d = dst;
-    for (int64_t i = 0; i < n; i++) d[i] = kn_fp32_to_fp16(src[i]);
-}
+static void f16_from_float(const float *src, void *dst, int64_t n) { kn_fp32_to_fp16_row(src, dst, n); }
 
 static float f16_vec_dot(int64_t n, const void *w, const void *x) {
     const uint16_t *a = w;
@@ -136,10 +217,7 @@ static void bf16_to_float(const void *src, float *dst, int64_t n) {
     for (int64_t i = 0; i < n; i++) dst[i] = kn_bf16_to_fp32(s[i]);
 }
 
-static void bf16_from_float(const float *src, void *dst, int64_t n) {
-    uint16_t *d = dst;
-    for (int64_t i = 0; i < n; i++) d[i] = kn_fp32_to_bf16(src[i]);
-}
+static void bf16_from_float(const float *src, void *dst, int64_t n) { kn_fp32_to_bf16_row(src, dst, n); }
 
 static float bf16_vec_dot(int64_t n, const void *w, const void *x) {
     const uint16_t *a = w;

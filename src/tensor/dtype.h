@@ -73,4 +73,13 @@ uint16_t kn_fp32_to_fp16(float f);
 float kn_bf16_to_fp32(uint16_t h);
 uint16_t kn_fp32_to_bf16(float f);
 
+/* Row conversions, bit for bit the scalar ones above element by element (every input: normals,
+ * subnormals, overflow to inf, NaN), for n >= 0 elements: y[i] = kn_fp32_to_fp16(x[i]),
+ * kn_fp16_to_fp32(x[i]) or kn_fp32_to_bf16(x[i]). They use F16C (and AVX2 for bf16) on x86 where the
+ * CPU has it, NEON on ARM64, and the scalar loop otherwise; the choice needs no kernel set because
+ * every path gives the same bits. */
+void kn_fp32_to_fp16_row(const float *x, uint16_t *y, int64_t n);
+void kn_fp16_to_fp32_row(const uint16_t *x, float *y, int64_t n);
+void kn_fp32_to_bf16_row(const float *x, uint16_t *y, int64_t n);
+
 #endif

@@ -23,13 +23,27 @@ static uint16_t get16(const uint8_t *p) {
     return v;
 }
 
-/* Q8_0 of one block x[b]: d = max|x| / 127, q = round(x / d). */
+/* roundf(v) (half away from zero) as an int8 code, inline (roundf is a library call on baseline x86-64): for
+ * |v| < 128 the integer part t is exact and so is v - t, so comparing it with 1/2 decides as roundf does;
+ * anything else takes roundf itself. */
+static inline int8_t round_code(float v) {
+    if (!(fabsf(v) < 128.0f)) return (int8_t)roundf(v);
+    const int t = (int)v;
+    const float f = v - (float)t;
+    return (int8_t)(t + (f >= 0.5f) - (f <= -0.5f)); /* no branch: the halves fall either way */
+}
+
+/* Q8_0 of one block x[b]: d = max|x| / 127, q = round(x / d). (The max is fmaxf's: amax is never NaN, and
+ * a NaN element leaves it as fmaxf does.) */
 static void store_q8(const float *x, uint8_t *blk, int b) {
     float amax = 0;
-    for (int j = 0; j < b; j++) amax = fmaxf(amax, fabsf(x[j]));
+    for (int j = 0; j < b; j++) {
+        const float a = fabsf(x[j]);
+        amax = a > amax ? a : amax;
+    }
     const float d = amax / 127.0f, id = d ? 1.0f / d : 0.0f;
     put16(blk, kn_fp32_to_fp16(d));
-    for (int j = 0; j < b; j++) blk[2 + j] = (uint8_t)(int8_t)roundf(x[j] * id);
+    for (int j = 0; j < b; j++) blk[2 + j] = (uint8_t)round_code(x[j] * id);
 }
 
 /* x / d + 8 rounded, within 0 .. 15. */
@@ -103,12 +117,23 @@ static size_t bytes_q4(int hd) { return (size_t)hd / (size_t)kn_kvq_block(hd) * 
 static size_t bytes_tq4(int hd) { return 2 + ((size_t)hd + 1) / 2; }
 static size_t bytes_tq3(int hd) { return 2 + (3 * (size_t)hd + 7) / 8; }
 
-static void st_f16(const float *x, uint8_t *d, int hd) {
-    for (int i = 0; i < hd; i++) put16(d + 2 * i, kn_fp32_to_fp16(x[i]));
+/* The 16-bit formats through the row conversions (dtype.h: F16C / NEON where the CPU has them, the
+ * same bits as the scalar ones); straight into d when it is 2-aligned (always, unless an odd-sized
+ * format precedes it in the row), else through a buffer. */
+static void st_16(const float *x, uint8_t *d, int hd, void (*row)(const float *, uint16_t *, int64_t)) {
+    if (((uintptr_t)d & 1) == 0) {
+        row(x, (uint16_t *)(void *)d, hd);
+        return;
+    }
+    uint16_t buf[64];
+    for (int i = 0; i < hd; i += 64) {
+        const int m = hd - i < 64 ? hd - i : 64;
+        row(x + i, buf, m);
+        memcpy(d + 2 * (size_t)i, buf, 2 * (size_t)m);
+    }
 }
-static void st_bf16(const float *x, uint8_t *d, int hd) {
-    for (int i = 0; i < hd; i++) put16(d + 2 * i, kn_fp32_to_bf16(x[i]));
-}
+static void st_f16(const float *x, uint8_t *d, int hd) { st_16(x, d, hd, kn_fp32_to_fp16_row); }
+static void st_bf16(const float *x, uint8_t *d, int hd) { st_16(x, d, hd, kn_fp32_to_bf16_row); }
 static void st_f32(const float *x, uint8_t *d, int hd) { memcpy(d, x, (size_t)hd * 4); }
 static void st_q8(const float *x, uint8_t *d, int hd) {
     const int b = kn_kvq_block(hd);
