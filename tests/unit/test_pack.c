@@ -169,34 +169,36 @@ static void test_q8x_rows(void) {
     }
 }
 
-/* The panel kernel of set for type t against the reference vec_dot, for np panels, n elements and nt
- * tokens. */
-static int check_kernel(const kn_kernels *set, kn_dtype t, int np, int64_t n, int nt) {
+/* The panel kernel of set for type t against the reference vec_dot, for np panels, n elements and every
+ * tile width 1 .. max_nt (one weight matrix and one set of activation rows for all the widths). */
+static int check_kernel(const kn_kernels *set, kn_dtype t, int np, int64_t n, int max_nt) {
     const kn_type_traits *tr = kn_type_traits_get(t);
     const kn_dtype at = tr->vec_dot_type;
     const int rows = 16 * np;
     const size_t rb = kn_row_bytes(t, n), xb = kn_q8x_row_bytes(t, n), qb = kn_row_bytes(at, n);
-    uint8_t *w = random_matrix(t, rows, n), *p = malloc(rb * (size_t)rows), *x = malloc(xb * (size_t)nt);
-    uint8_t *xq = malloc(qb * (size_t)nt);
-    float *f = malloc(sizeof(float) * (size_t)n), *out = malloc(sizeof(float) * (size_t)rows * (size_t)nt);
-    for (int tk = 0; tk < nt; tk++) {
+    uint8_t *w = random_matrix(t, rows, n), *p = malloc(rb * (size_t)rows), *x = malloc(xb * (size_t)max_nt);
+    uint8_t *xq = malloc(qb * (size_t)max_nt);
+    float *f = malloc(sizeof(float) * (size_t)n), *out = malloc(sizeof(float) * (size_t)rows * (size_t)max_nt);
+    float *want = malloc(sizeof(float) * (size_t)rows * (size_t)max_nt);
+    for (int tk = 0; tk < max_nt; tk++) {
         for (int64_t i = 0; i < n; i++) f[i] = (float)(kc_gauss() * ((tk & 1) ? 3.0 : 0.1));
         kn_q8x_quantize(t, kn_kernels_quantize(set, at), f, x + (size_t)tk * xb, n);
         kn_type_traits_get(at)->from_float(f, xq + (size_t)tk * qb, n);
+        for (int l = 0; l < rows; l++) want[tk * rows + l] = tr->vec_dot(n, w + (size_t)l * rb, xq + (size_t)tk * qb);
     }
     kn_p16_pack(t, w, rows, n, p);
-    set->p16[t](n, p, np, x, xb, nt, out, (size_t)rows);
     int rc = 0;
-    for (int tk = 0; tk < nt && !rc; tk++)
-        for (int l = 0; l < rows && !rc; l++) {
-            const float want = tr->vec_dot(n, w + (size_t)l * rb, xq + (size_t)tk * qb);
-            if (memcmp(&want, &out[tk * rows + l], sizeof want) != 0) {
-                printf("  %s %s np=%d n=%lld nt=%d: row %d token %d: %.9g, reference %.9g\n", set->name, tr->name, np,
-                       (long long)n, nt, l, tk, out[tk * rows + l], want);
-                rc = -1;
-            }
-        }
-    free(w), free(p), free(x), free(xq), free(f), free(out);
+    for (int nt = 1; nt <= max_nt && !rc; nt++) {
+        set->p16[t](n, p, np, x, xb, nt, out, (size_t)rows);
+        for (int tk = 0; tk < nt && !rc; tk++)
+            for (int l = 0; l < rows && !rc; l++)
+                if (memcmp(&want[tk * rows + l], &out[tk * rows + l], sizeof(float)) != 0) {
+                    printf("  %s %s np=%d n=%lld nt=%d: row %d token %d: %.9g, reference %.9g\n", set->name, tr->name,
+                           np, (long long)n, nt, l, tk, out[tk * rows + l], want[tk * rows + l]);
+                    rc = -1;
+                }
+    }
+    free(w), free(p), free(x), free(xq), free(f), free(out), free(want);
     return rc;
 }
 
@@ -220,8 +222,8 @@ static void check_set(const char *name) {
         if (!set->p16[types[ti]]) continue;
         for (int li = 0; li < N_LENS; li++)
             for (int np = 1; np <= KN_P16_PANELS; np++)
-                for (int nt = 1; nt <= set->p16_tile_t + (is_table(types[ti]) ? 2 : 0); nt++)
-                    CHECK(check_kernel(set, types[ti], np, len_of(types[ti], li), nt) == 0);
+                CHECK(check_kernel(set, types[ti], np, len_of(types[ti], li),
+                                   set->p16_tile_t + (is_table(types[ti]) ? 2 : 0)) == 0);
     }
     for (size_t ti = 0; ti < KN_ARRAY_LEN(types); ti++)
         CHECKF(!is_table(types[ti]) || set->p16[types[ti]], "set %s has no %s panel kernel", name,
