@@ -105,13 +105,38 @@ void kn_p16_row_f32(kn_dtype t, const uint8_t *data, int64_t cols, int64_t r, fl
 }
 
 size_t kn_q8x_row_bytes(kn_dtype t, int64_t n) {
+    if (t == KN_Q6_K) return (size_t)(n / KN_QK_K) * KN_Q8K6_BLOCK;
     if (t == KN_IQ4_XS) return (size_t)(n / KN_QK_K) * KN_Q8KC_BLOCK;
     if (t == KN_IQ4_NL || t == KN_MXFP4) return (size_t)(n / 32) * KN_Q8XC_BLOCK;
-    if (t == KN_Q6_K) return (size_t)(n / KN_QK_K) * KN_Q8K6_BLOCK;
     return t == KN_Q4_K || t == KN_Q5_K ? (size_t)(n / KN_QK_K) * KN_Q8KX_BLOCK : (size_t)(n / 32) * KN_Q8X_BLOCK;
 }
 
 void kn_q8x_quantize(kn_dtype t, kn_from_float_fn q, const float *x, uint8_t *dst, int64_t n) {
+    if (t == KN_Q6_K) {
+        for (int64_t b = 0; b < n / KN_QK_K; b++) {
+            kn_block_q8_k k;
+            q(x + b * KN_QK_K, &k, KN_QK_K);
+            uint8_t *o = dst + (size_t)b * KN_Q8K6_BLOCK;
+            memcpy(o, k.qs, KN_QK_K);
+            memcpy(o + KN_QK_K, &k.d, 4);
+            memcpy(o + KN_QK_K + 4, k.bsums, sizeof k.bsums);
+        }
+        return;
+    }
+    if (t == KN_Q4_K || t == KN_Q5_K) {
+        for (int64_t b = 0; b < n / KN_QK_K; b++) {
+            kn_block_q8_k k;
+            q(x + b * KN_QK_K, &k, KN_QK_K);
+            uint8_t *o = dst + (size_t)b * KN_Q8KX_BLOCK;
+            memcpy(o, k.qs, KN_QK_K);
+            memcpy(o + KN_QK_K, &k.d, 4);
+            for (int j = 0; j < 8; j++) {
+                const int16_t bs = (int16_t)(k.bsums[2 * j] + k.bsums[2 * j + 1]); /* |bs| <= 32 * 128 */
+                memcpy(o + KN_QK_K + 4 + 2 * j, &bs, 2);
+            }
+        }
+        return;
+    }
     if (p16_lowbit(t)) { /* Q8XC / Q8KC: the quants, d, and -128 times the sum of each quad / sub-block */
         const bool k = t == KN_IQ4_XS;
         const int be = k ? KN_QK_K : 32, per = be / 8; /* elements per block, per offset c[j] */
@@ -136,31 +161,6 @@ void kn_q8x_quantize(kn_dtype t, kn_from_float_fn q, const float *x, uint8_t *ds
                 for (int e = 0; e < per; e++) sum += (int8_t)o[per * j + e];
                 const int32_t c = -128 * sum;
                 memcpy(o + be + 4 + 4 * j, &c, 4);
-            }
-        }
-        return;
-    }
-    if (t == KN_Q6_K) {
-        for (int64_t b = 0; b < n / KN_QK_K; b++) {
-            kn_block_q8_k k;
-            q(x + b * KN_QK_K, &k, KN_QK_K);
-            uint8_t *o = dst + (size_t)b * KN_Q8K6_BLOCK;
-            memcpy(o, k.qs, KN_QK_K);
-            memcpy(o + KN_QK_K, &k.d, 4);
-            memcpy(o + KN_QK_K + 4, k.bsums, sizeof k.bsums);
-        }
-        return;
-    }
-    if (t == KN_Q4_K || t == KN_Q5_K) {
-        for (int64_t b = 0; b < n / KN_QK_K; b++) {
-            kn_block_q8_k k;
-            q(x + b * KN_QK_K, &k, KN_QK_K);
-            uint8_t *o = dst + (size_t)b * KN_Q8KX_BLOCK;
-            memcpy(o, k.qs, KN_QK_K);
-            memcpy(o + KN_QK_K, &k.d, 4);
-            for (int j = 0; j < 8; j++) {
-                const int16_t bs = (int16_t)(k.bsums[2 * j] + k.bsums[2 * j + 1]); /* |bs| <= 32 * 128 */
-                memcpy(o + KN_QK_K + 4 + 2 * j, &bs, 2);
             }
         }
         return;

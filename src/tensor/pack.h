@@ -38,14 +38,14 @@
  *     exact integer dot product of the signed weights with the quants.
  *   Q8KX (Q4_K, Q5_K weights), per 256 elements: {int8 qs[256]; float d; int16 bs[8]} (276 bytes): the
  *     Q8_K quantization, with bs[j] = bsums[2j] + bsums[2j + 1] (the sum of sub-block j's 32 quants).
- *   Q8K6 (Q6_K weights), per 256 elements: {int8 qs[256]; float d; int16 bsums[16]} (292 bytes): the
- *     Q8_K quantization with its 16 sums (Q6_K's sub-blocks are 16 elements).
  *   Q8XC (IQ4_NL, MXFP4 weights), per 32 elements: {int8 qs[32]; float d; int32 c[8]} (68 bytes): the
  *     Q8_0 quantization (d as fp32) and c[j] = -128 * (qs[4j] + .. + qs[4j+3]): a vpdpbusd of the table
  *     values plus 128 (unsigned) started at c[j] yields the exact signed sum of quad j, which these
  *     formats' reference accumulates per quad (quant.h).
  *   Q8KC (IQ4_XS weights), per 256 elements: {int8 qs[256]; float d; int32 c[8]} (292 bytes): the Q8_K
  *     quantization and c[j] = -128 * (the sum of sub-block j's 32 quants), the same offset per sub-block.
+ *   Q8K6 (Q6_K weights), per 256 elements: {int8 qs[256]; float d; int16 bsums[16]} (292 bytes): the
+ *     Q8_K quantization with its 16 sums (Q6_K's sub-blocks are 16 elements).
  *
  * Numerics: a panel kernel's output for (row, token) is exactly the reference vec_dot of quant.h, bit
  * for bit (the integer sums are exact, and the float steps per block are the reference's).
@@ -62,9 +62,9 @@
 #define KN_P16_ROWS   16
 #define KN_Q8X_BLOCK  40  /* bytes of a Q8X activation block of 32: qs[32], float d, int32 c */
 #define KN_Q8KX_BLOCK 276 /* bytes of a Q8KX activation block of 256: qs[256], float d, int16 bs[8] */
-#define KN_Q8K6_BLOCK 292 /* bytes of a Q8K6 activation block of 256: qs[256], float d, int16 bsums[16] */
 #define KN_Q8XC_BLOCK 68  /* bytes of a Q8XC activation block of 32: qs[32], float d, int32 c[8] */
 #define KN_Q8KC_BLOCK 292 /* bytes of a Q8KC activation block of 256: qs[256], float d, int32 c[8] */
+#define KN_Q8K6_BLOCK 292 /* bytes of a Q8K6 activation block of 256: qs[256], float d, int16 bsums[16] */
 
 #define KN_P16_PANELS 2 /* panels per panel-kernel call at most */
 
