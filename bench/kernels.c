@@ -1,9 +1,9 @@
 /*
  * kernels.c - micro-benchmark of the quantized GEMM kernels on one thread, side by side in one run:
  * the plain-layout tile kernels (kn_kernels.gemm, 4 rows x 4 tokens) against the 16-row panel kernels
- * (kn_kernels.p16) on the same Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K matrices (KILN_KERNELS picks the set; for
- * a type the set keeps plain, the panel kernel of the best AVX2 set runs beside its plain kernel); the types
- * without panel kernels (Q2_K, Q3_K, IQ4_NL, IQ4_XS, MXFP4) get the plain figures only.
+ * (kn_kernels.p16) on the same Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K / IQ4_NL / IQ4_XS / MXFP4 matrices (KILN_KERNELS
+ * picks the set; for a type the set keeps plain, the panel kernel of the best AVX2 set runs beside its plain
+ * kernel); the types without panel kernels (Q2_K, Q3_K) get the plain figures only.
  *
  *   decode (1 token): a stack of matrices far larger than the caches, each read once per pass;
  *                     reported as GB/s of weights streamed.

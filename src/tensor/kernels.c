@@ -133,15 +133,18 @@ static void init_all(void) {
     if (g_cpu.avx2 && g_cpu.fma && g_cpu.f16c) {
         g_avx2 = g_ref;
         kn_kernels_init_avx2_vnni(&g_avx2, false);
+        kn_avx2_init_p16_lowbit(&g_avx2, false);
         g_best = &g_avx2;
         if (g_cpu.avxvnni) {
             g_avx2vnni = g_ref;
             kn_kernels_init_avx2_vnni(&g_avx2vnni, true);
+            kn_avx2_init_p16_lowbit(&g_avx2vnni, true);
             g_best = &g_avx2vnni;
         }
         if (g_cpu.avx512f && g_cpu.avx512bw && g_cpu.avx512vl && g_cpu.avx512vnni) {
             g_avx512 = *g_best; /* the AVX-512 set starts from the best AVX2 one */
             kn_kernels_init_avx512(&g_avx512);
+            kn_avx512_init_p16_lowbit(&g_avx512);
             /* Q5_K / Q6_K stay in the plain layout there (its plain K kernels; the AVX2 panels not measured on it) */
             g_avx512.p16[KN_Q5_K] = g_avx512.p16[KN_Q6_K] = NULL;
             g_best = &g_avx512;

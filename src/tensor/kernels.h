@@ -198,6 +198,9 @@ void kn_avx512_init_kquants(kn_kernels *k);      /* kernels_avx512_k.c */
 void kn_avx512_init_lowbit(kn_kernels *k);       /* kernels_avx512_lowbit.c: Q2_K, Q3_K, IQ4_NL, IQ4_XS, MXFP4 */
 void kn_avx512_init_p16(kn_kernels *k);          /* kernels_avx512_p16.c: Q4_0, Q8_0, Q4_K panel kernels */
 void kn_avx512_init_attn(kn_kernels *k);         /* kernels_avx512_attn.c: attention */
+/* kernels_avx2_p16_lowbit.c: IQ4_NL, IQ4_XS, MXFP4 panel kernels (AVX-VNNI ones where vnni); from init_all */
+void kn_avx2_init_p16_lowbit(kn_kernels *k, bool vnni);
+void kn_avx512_init_p16_lowbit(kn_kernels *k);   /* kernels_avx512_p16_lowbit.c: the same; from init_all */
 void kn_avx2_init_mlx(kn_kernels *k, bool vnni); /* kernels_avx2_mlx.c: MLX8, MLX8_F32 (from kn_avx2_init_legacy) */
 void kn_avx512_init_mlx(kn_kernels *k);          /* kernels_avx512_mlx.c: the same (from kn_avx512_init_legacy) */
 /* ARM64: the NEON set (kernels_neon.c: F32/F16/BF16, attention, the three quantizers, then the block

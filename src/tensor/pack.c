@@ -1,8 +1,8 @@
 /*
- * pack.c - the 16-row panel layout of Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K matrices (see pack.h): repacking at load,
- * reading a row back, and the activation rows of the panel kernels. Plain C: the layout is a byte
- * format, not an instruction set. The reference for the panel kernels is the plain vec_dot of quant.h
- * on rows read back with kn_p16_row_plain (tests/unit/test_pack.c).
+ * pack.c - the 16-row panel layout of Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K / IQ4_NL / IQ4_XS / MXFP4 matrices (see
+ * pack.h): repacking at load, reading a row back, and the activation rows of the panel kernels. Plain C: the layout is
+ * a byte format, not an instruction set. The reference for the panel kernels is the plain vec_dot of quant.h on rows
+ * read back with kn_p16_row_plain (tests/unit/test_pack.c).
  *
  * Every format is described by its block's fields (offset and size in the plain block); packing
  * spreads each field over the 16 rows of a panel as pack.h says, unpacking gathers it back.
@@ -14,7 +14,12 @@
 
 #include <string.h>
 
-bool kn_p16_type(kn_dtype t) { return t == KN_Q4_0 || t == KN_Q8_0 || t == KN_Q4_K || t == KN_Q5_K || t == KN_Q6_K; }
+/* The table formats (kernels_avx2_p16_lowbit.c, kernels_avx512_p16_lowbit.c). */
+static bool p16_lowbit(kn_dtype t) { return t == KN_IQ4_NL || t == KN_IQ4_XS || t == KN_MXFP4; }
+
+bool kn_p16_type(kn_dtype t) {
+    return t == KN_Q4_0 || t == KN_Q8_0 || t == KN_Q4_K || t == KN_Q5_K || t == KN_Q6_K || p16_lowbit(t);
+}
 
 typedef struct field {
     uint16_t off, size; /* bytes in the plain block */
@@ -36,6 +41,10 @@ static layout layout_of(kn_dtype t) {
         case KN_Q5_K:
             return (layout){
                 5, {{0, 2, 0}, {2, 2, 0}, {4, 12, 0}, {16, 32, 0}, {48, 128, 0}}, 256, sizeof(kn_block_q5_k)};
+        case KN_IQ4_NL: return (layout){2, {{0, 2, 0}, {2, 16, 0}}, 32, sizeof(kn_block_iq4_nl)};
+        case KN_MXFP4: return (layout){2, {{0, 1, 0}, {1, 16, 0}}, 32, sizeof(kn_block_mxfp4)};
+        case KN_IQ4_XS:
+            return (layout){4, {{0, 2, 0}, {2, 2, 0}, {4, 4, 0}, {8, 128, 0}}, 256, sizeof(kn_block_iq4_xs)};
         default: /* KN_Q6_K */
             return (layout){4, {{0, 128, 0}, {128, 64, 0}, {192, 16, 0}, {208, 2, 0}}, 256, sizeof(kn_block_q6_k)};
     }
@@ -47,10 +56,10 @@ static void move_block(const layout *L, const uint8_t *src, uint8_t *dst, int l,
     size_t goff = 0;
     for (int i = 0; i < L->n_fields; i++) {
         const field *f = &L->f[i];
-        for (int j = 0; j < (f->size == 2 ? 1 : f->size / 4); j++) {
-            /* a 2-byte field is lane l of a 32-byte run; a 4k-byte one is dword l of k vectors */
-            const size_t g = goff + (f->size == 2 ? 2 * (size_t)l : 64 * (size_t)j + 4 * (size_t)l);
-            const size_t b = (size_t)f->off + 4 * (size_t)j, len = f->size == 2 ? 2 : 4;
+        for (int j = 0; j < (f->size <= 2 ? 1 : f->size / 4); j++) {
+            /* a 2-byte (1-byte) field is lane l of a 32-byte (16-byte) run; a 4k-byte one is dword l of k vectors */
+            const size_t g = goff + (f->size <= 2 ? f->size * (size_t)l : 64 * (size_t)j + 4 * (size_t)l);
+            const size_t b = (size_t)f->off + 4 * (size_t)j, len = f->size <= 2 ? f->size : 4;
             uint32_t v = 0;
             memcpy(&v, src + (to_group ? b : g), len);
             if (len == 4) v ^= f->flip;
@@ -97,6 +106,8 @@ void kn_p16_row_f32(kn_dtype t, const uint8_t *data, int64_t cols, int64_t r, fl
 
 size_t kn_q8x_row_bytes(kn_dtype t, int64_t n) {
     if (t == KN_Q6_K) return (size_t)(n / KN_QK_K) * KN_Q8K6_BLOCK;
+    if (t == KN_IQ4_XS) return (size_t)(n / KN_QK_K) * KN_Q8KC_BLOCK;
+    if (t == KN_IQ4_NL || t == KN_MXFP4) return (size_t)(n / 32) * KN_Q8XC_BLOCK;
     return t == KN_Q4_K || t == KN_Q5_K ? (size_t)(n / KN_QK_K) * KN_Q8KX_BLOCK : (size_t)(n / 32) * KN_Q8X_BLOCK;
 }
 
@@ -122,6 +133,34 @@ void kn_q8x_quantize(kn_dtype t, kn_from_float_fn q, const float *x, uint8_t *ds
             for (int j = 0; j < 8; j++) {
                 const int16_t bs = (int16_t)(k.bsums[2 * j] + k.bsums[2 * j + 1]); /* |bs| <= 32 * 128 */
                 memcpy(o + KN_QK_K + 4 + 2 * j, &bs, 2);
+            }
+        }
+        return;
+    }
+    if (p16_lowbit(t)) { /* Q8XC / Q8KC: the quants, d, and -128 times the sum of each quad / sub-block */
+        const bool k = t == KN_IQ4_XS;
+        const int be = k ? KN_QK_K : 32, per = be / 8; /* elements per block, per offset c[j] */
+        const size_t bb = k ? KN_Q8KC_BLOCK : KN_Q8XC_BLOCK;
+        for (int64_t b = 0; b < n / be; b++) {
+            uint8_t *o = dst + (size_t)b * bb;
+            float d;
+            if (k) {
+                kn_block_q8_k kb;
+                q(x + b * be, &kb, be);
+                memcpy(o, kb.qs, KN_QK_K);
+                d = kb.d;
+            } else {
+                kn_block_q8_0 kb;
+                q(x + b * be, &kb, be);
+                memcpy(o, kb.qs, 32);
+                d = kn_fp16_to_fp32(kb.d);
+            }
+            memcpy(o + be, &d, 4);
+            for (int j = 0; j < 8; j++) {
+                int32_t sum = 0;
+                for (int e = 0; e < per; e++) sum += (int8_t)o[per * j + e];
+                const int32_t c = -128 * sum;
+                memcpy(o + be + 4 + 4 * j, &c, 4);
             }
         }
         return;

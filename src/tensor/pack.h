@@ -1,6 +1,6 @@
 /*
- * pack.h - the 16-row panel layout ("P16") of Q4_0, Q8_0, Q4_K, Q5_K and Q6_K weight matrices, and the
- * activation formats of the panel kernels.
+ * pack.h - the 16-row panel layout ("P16") of Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS and MXFP4 weight
+ * matrices, and the activation formats of the panel kernels.
  *
  * SIMD kernels that put one weight row in each 32-bit lane of a 512-bit register want the 16 rows of a
  * panel side by side: then one sequential stream of bytes feeds a whole panel (decode reads the matrix
@@ -24,6 +24,12 @@
  *   Q6_K (3360 bytes): ql (32 vectors) | qh (16 vectors) | scales (4 vectors) | d, each vector j holding
  *        bytes 4j .. 4j+3 of the field (quant.h: element 128h + 32k + 4m + i takes nibble k / 2 of ql
  *        vector 16h + 8(k & 1) + m and bits 2k, 2k+1 of qh vector 8h + m)
+ *   IQ4_NL (288 bytes): d | qs (4 vectors), as Q4_0 (the nibbles index the table instead of q - 8)
+ *   MXFP4 (272 bytes): e (16 lanes of 1 byte: a 1-byte field is lane l = byte l of a 16-byte run) |
+ *        qs (4 vectors), as Q4_0
+ *   IQ4_XS (2176 bytes): d | scales_h (16 lanes of 2 bytes) | scales_l (1 vector) | qs (32 vectors:
+ *        vector 4j + m holds qs[16j + 4m .. +3]: low nibbles are elements 4m .. 4m+3 of sub-block j,
+ *        high nibbles 16 + 4m .. 16 + 4m + 3)
  *
  * Activation rows for panel kernels:
  *   Q8X (Q4_0, Q8_0 weights), per 32 elements: {int8 qs[32]; float d; int32 c} (40 bytes): qs and d are
@@ -32,6 +38,12 @@
  *     exact integer dot product of the signed weights with the quants.
  *   Q8KX (Q4_K, Q5_K weights), per 256 elements: {int8 qs[256]; float d; int16 bs[8]} (276 bytes): the
  *     Q8_K quantization, with bs[j] = bsums[2j] + bsums[2j + 1] (the sum of sub-block j's 32 quants).
+ *   Q8XC (IQ4_NL, MXFP4 weights), per 32 elements: {int8 qs[32]; float d; int32 c[8]} (68 bytes): the
+ *     Q8_0 quantization (d as fp32) and c[j] = -128 * (qs[4j] + .. + qs[4j+3]): a vpdpbusd of the table
+ *     values plus 128 (unsigned) started at c[j] yields the exact signed sum of quad j, which these
+ *     formats' reference accumulates per quad (quant.h).
+ *   Q8KC (IQ4_XS weights), per 256 elements: {int8 qs[256]; float d; int32 c[8]} (292 bytes): the Q8_K
+ *     quantization and c[j] = -128 * (the sum of sub-block j's 32 quants), the same offset per sub-block.
  *   Q8K6 (Q6_K weights), per 256 elements: {int8 qs[256]; float d; int16 bsums[16]} (292 bytes): the
  *     Q8_K quantization with its 16 sums (Q6_K's sub-blocks are 16 elements).
  *
@@ -50,6 +62,8 @@
 #define KN_P16_ROWS   16
 #define KN_Q8X_BLOCK  40  /* bytes of a Q8X activation block of 32: qs[32], float d, int32 c */
 #define KN_Q8KX_BLOCK 276 /* bytes of a Q8KX activation block of 256: qs[256], float d, int16 bs[8] */
+#define KN_Q8XC_BLOCK 68  /* bytes of a Q8XC activation block of 32: qs[32], float d, int32 c[8] */
+#define KN_Q8KC_BLOCK 292 /* bytes of a Q8KC activation block of 256: qs[256], float d, int32 c[8] */
 #define KN_Q8K6_BLOCK 292 /* bytes of a Q8K6 activation block of 256: qs[256], float d, int16 bsums[16] */
 
 #define KN_P16_PANELS 2 /* panels per panel-kernel call at most */
@@ -62,7 +76,7 @@
 typedef void (*kn_p16_fn)(int64_t n, const uint8_t *w, int np, const uint8_t *x, size_t xs, int nt, float *out,
                           size_t ldo);
 
-/* True when matrices of type t have a panel layout (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K). */
+/* True when matrices of type t have a panel layout (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4). */
 bool kn_p16_type(kn_dtype t);
 
 /* Repacks a rows x cols matrix of type t (kn_p16_type(t), rows % 16 == 0, whole blocks) from the

@@ -430,6 +430,72 @@ static void check_batch_and_cache(const char *preset) {
     kiln_model_free(m);
 }
 
+/* Greedy tokens (12 new) after a 12-token prompt (so the expert matrices take multi-token tiles), with
+ * the given kernels; *packed: whether the first MoE layer's expert matrices were repacked into panels. */
+static int greedy_moe(const char *path, kiln_kernels kernels, kiln_token out[12], bool *packed) {
+    kiln_model_params mp = kiln_model_default_params();
+    mp.kernels = kernels;
+    kiln_model *m = NULL;
+    if (kiln_model_load(path, &mp, &m)) return -1;
+    *packed = false;
+    for (int l = 0; l < m->hp.n_layer; l++)
+        if (m->layers[l].ffn == KN_FFN_MOE) {
+            *packed = m->layers[l].moe.gate.packed && m->layers[l].moe.down.packed;
+            break;
+        }
+    kiln_session_params sp = kiln_session_default_params();
+    sp.n_ctx = 64;
+    sp.n_threads = 2;
+    kiln_session *s = NULL;
+    int rc = -1;
+    if (kiln_session_new(m, &sp, &s) == KILN_OK) {
+        kiln_token p[12];
+        for (int i = 0; i < 12; i++) p[i] = (kiln_token)((i * 131 + 17) % kiln_model_n_vocab(m));
+        rc = kiln_session_eval(s, p, 12, false);
+        for (int i = 0; !rc && i < 12; i++) {
+            const float *l = kiln_session_logits(s, -1);
+            int best = 0;
+            for (int k = 1; k < kiln_model_n_vocab(m); k++)
+                if (l[k] > l[best]) best = k;
+            out[i] = best;
+            rc = kiln_session_eval(s, &out[i], 1, false);
+        }
+    }
+    kiln_session_free(s);
+    kiln_model_free(m);
+    return rc;
+}
+
+/* The table-coded expert types (gpt-oss's MXFP4 experts, and IQ4_NL / IQ4_XS / MXFP4 qwen3moe files):
+ * greedy tokens identical with the reference kernels and the automatic set, whose panel kernels take the
+ * expert matrices where it has them (checked: those matrices are then packed). */
+static void test_table_experts_ref_equals_auto(void) {
+    if (!kt_exists(gen_path())) SKIP("no %s", gen_path());
+    static const char *const cases[][3] = {{"tiny-gptoss", "MXFP4", "MXFP4"},
+                                           {"tiny-gptoss", "Q4_0", "MXFP4"},
+                                           {"tiny-qwen3moe", "IQ4_NL", "IQ4_NL"},
+                                           {"tiny-qwen3moe", "IQ4_XS", "IQ4_XS"},
+                                           {"tiny-qwen3moe", "MXFP4", "MXFP4"}};
+    static const kn_dtype expert_type[] = {KN_MXFP4, KN_MXFP4, KN_IQ4_NL, KN_IQ4_XS, KN_MXFP4};
+    const kn_kernels *ks = kn_kernels_get(KN_KERNELS_AUTO);
+    for (size_t i = 0; i < KN_ARRAY_LEN(cases); i++) {
+        const char *path = generate(cases[i][0], cases[i][1]);
+        CHECKF(path, "kiln-gen failed for %s %s", cases[i][0], cases[i][1]);
+        kiln_token r[12], f[12];
+        bool pr, pf;
+        CHECK(greedy_moe(path, KILN_KERNELS_REF, r, &pr) == 0);
+        CHECK(greedy_moe(path, KILN_KERNELS_AUTO, f, &pf) == 0);
+        const kn_dtype et = expert_type[i];
+        printf("  %s %s: experts %s, %s under %s\n", cases[i][0], cases[i][1], cases[i][2], pf ? "packed" : "plain",
+               ks->name);
+        CHECKF(!pr, "%s %s: expert matrices packed for the reference kernels", cases[i][0], cases[i][1]);
+        CHECKF(pf == (ks->p16[et] != NULL), "%s %s: expert matrices %s though set %s %s a %s panel kernel", cases[i][0],
+               cases[i][1], pf ? "packed" : "plain", ks->name, ks->p16[et] ? "has" : "lacks", cases[i][2]);
+        CHECKF(memcmp(r, f, sizeof r) == 0, "%s %s: greedy tokens differ between ref and auto kernels", cases[i][0],
+               cases[i][1]);
+    }
+}
+
 static void test_qwen3moe_batch_and_cache(void) { check_batch_and_cache("tiny-qwen3moe"); }
 static void test_mixtral_batch_and_cache(void) { check_batch_and_cache("tiny-mixtral"); }
 static void test_gptoss_batch_and_cache(void) { check_batch_and_cache("tiny-gptoss"); }
@@ -444,5 +510,6 @@ int main(void) {
     RUN(test_qwen3moe_batch_and_cache);
     RUN(test_mixtral_batch_and_cache);
     RUN(test_gptoss_batch_and_cache);
+    RUN(test_table_experts_ref_equals_auto);
     return kt_summary();
 }

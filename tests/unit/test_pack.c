@@ -1,9 +1,11 @@
 /*
- * test_pack.c - the 16-row panel layout of Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K matrices (src/tensor/pack.h) and
+ * test_pack.c - the 16-row panel layout of Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K / IQ4_NL / IQ4_XS / MXFP4 matrices
+ * (src/tensor/pack.h) and
  * the panel kernels of every kernel set this CPU runs (avx2, avx2vnni, avx512; a set the CPU lacks is
  * SKIPped with the reason) against the scalar reference:
  *   - repacking is lossless: every row read back (plain blocks or floats) equals the original row;
- *   - Q8X / Q8KX activation rows hold exactly the reference Q8_0 / Q8_K quantization plus the sums;
+ *   - Q8X / Q8KX / Q8K6 / Q8XC / Q8KC activation rows hold exactly the reference Q8_0 / Q8_K quantization plus
+ *     the sums;
  *   - every output of a panel kernel, for every tile width 1 .. p16_tile_t and odd lengths, is
  *     bit-identical to the reference vec_dot on the plain row (tolerance 0: the numerics contract of
  *     quant.h defines the same float steps), which also makes any tile width equal to one-token calls.
@@ -32,9 +34,10 @@ static double kc_gauss(void) {
     return sqrt(-2.0 * log(u[0] + 1e-300)) * cos(6.283185307179586 * u[1]);
 }
 
-static const kn_dtype types[] = {KN_Q4_0, KN_Q8_0, KN_Q4_K, KN_Q5_K, KN_Q6_K};
+static const kn_dtype types[] = {KN_Q4_0, KN_Q8_0, KN_Q4_K, KN_Q5_K, KN_Q6_K, KN_IQ4_NL, KN_IQ4_XS, KN_MXFP4};
 
-static bool is_k(kn_dtype t) { return t == KN_Q4_K || t == KN_Q5_K || t == KN_Q6_K; }
+static bool is_k(kn_dtype t) { return t == KN_Q4_K || t == KN_Q5_K || t == KN_Q6_K || t == KN_IQ4_XS; }
+static bool is_table(kn_dtype t) { return t == KN_IQ4_NL || t == KN_IQ4_XS || t == KN_MXFP4; }
 #define N_LENS 5
 
 /* Row lengths to test for type t: odd block counts around the kernels' loops. */
@@ -53,6 +56,10 @@ static uint8_t *random_matrix(kn_dtype t, int64_t rows, int64_t n) {
         for (int64_t i = 0; i < n; i++) f[i] = (float)(kc_gauss() * ((r & 1) ? 0.02 : 1.5));
         tr->from_float(f, w + (size_t)r * rb, n);
     }
+    if (t == KN_MXFP4) /* other exponents too: subnormal halves (e = 0, 1) and large ones (2^72 ..) */
+        for (int64_t r = 0; r < rows; r += 3)
+            for (int64_t b = 0; b < n / 32; b += 2)
+                w[(size_t)r * rb + (size_t)b * sizeof(kn_block_mxfp4)] = (uint8_t)(r % 2 ? 200 + b % 3 : b % 3);
     free(f);
     return w;
 }
@@ -89,7 +96,31 @@ static void test_q8x_rows(void) {
         for (int64_t i = 0; i < n; i++) x[i] = (float)(kc_gauss() * (i % 7 ? 0.3 : 40.0));
         uint8_t *q = malloc(kn_q8x_row_bytes(t, n));
         int bad = -1;
-        if (t == KN_Q6_K) {
+        if (is_table(t)) { /* Q8XC / Q8KC: the reference quants, d, and -128 x the sums per quad / sub-block */
+            const bool k = t == KN_IQ4_XS;
+            const int be = k ? 256 : 32;
+            const size_t bb = k ? KN_Q8KC_BLOCK : KN_Q8XC_BLOCK;
+            kn_block_q8_k *rk = malloc(sizeof *rk * (size_t)(n / 256));
+            kn_block_q8_0 *r0 = malloc(sizeof *r0 * (size_t)(n / 32));
+            kn_q8_k_from_float(x, rk, n);
+            kn_q8_0_from_float(x, r0, n);
+            kn_q8x_quantize(t, k ? kn_q8_k_from_float : kn_q8_0_from_float, x, q, n);
+            for (int64_t b = 0; b < n / be && bad < 0; b++) {
+                const uint8_t *blk = q + (size_t)b * bb;
+                const int8_t *qs = k ? rk[b].qs : r0[b].qs;
+                const float dref = k ? rk[b].d : kn_fp16_to_fp32(r0[b].d);
+                float d;
+                memcpy(&d, blk + be, 4);
+                if (memcmp(blk, qs, (size_t)be) != 0 || d != dref) bad = (int)b;
+                for (int j = 0; j < 8; j++) {
+                    int32_t c, sum = 0;
+                    memcpy(&c, blk + be + 4 + 4 * j, 4);
+                    for (int e = 0; e < be / 8; e++) sum += qs[be / 8 * j + e];
+                    if (c != -128 * sum) bad = (int)b;
+                }
+            }
+            free(rk), free(r0);
+        } else if (t == KN_Q6_K) {
             kn_block_q8_k *ref = malloc(sizeof *ref * (size_t)(n / 256));
             kn_q8_k_from_float(x, ref, n);
             kn_q8x_quantize(t, kn_q8_k_from_float, x, q, n);
@@ -138,41 +169,44 @@ static void test_q8x_rows(void) {
     }
 }
 
-/* The panel kernel of set for type t against the reference vec_dot, for np panels, n elements and nt
- * tokens. */
-static int check_kernel(const kn_kernels *set, kn_dtype t, int np, int64_t n, int nt) {
+/* The panel kernel of set for type t against the reference vec_dot, for np panels, n elements and every
+ * tile width 1 .. max_nt (one weight matrix and one set of activation rows for all the widths). */
+static int check_kernel(const kn_kernels *set, kn_dtype t, int np, int64_t n, int max_nt) {
     const kn_type_traits *tr = kn_type_traits_get(t);
     const kn_dtype at = tr->vec_dot_type;
     const int rows = 16 * np;
     const size_t rb = kn_row_bytes(t, n), xb = kn_q8x_row_bytes(t, n), qb = kn_row_bytes(at, n);
-    uint8_t *w = random_matrix(t, rows, n), *p = malloc(rb * (size_t)rows), *x = malloc(xb * (size_t)nt);
-    uint8_t *xq = malloc(qb * (size_t)nt);
-    float *f = malloc(sizeof(float) * (size_t)n), *out = malloc(sizeof(float) * (size_t)rows * (size_t)nt);
-    for (int tk = 0; tk < nt; tk++) {
+    uint8_t *w = random_matrix(t, rows, n), *p = malloc(rb * (size_t)rows), *x = malloc(xb * (size_t)max_nt);
+    uint8_t *xq = malloc(qb * (size_t)max_nt);
+    float *f = malloc(sizeof(float) * (size_t)n), *out = malloc(sizeof(float) * (size_t)rows * (size_t)max_nt);
+    float *want = malloc(sizeof(float) * (size_t)rows * (size_t)max_nt);
+    for (int tk = 0; tk < max_nt; tk++) {
         for (int64_t i = 0; i < n; i++) f[i] = (float)(kc_gauss() * ((tk & 1) ? 3.0 : 0.1));
         kn_q8x_quantize(t, kn_kernels_quantize(set, at), f, x + (size_t)tk * xb, n);
         kn_type_traits_get(at)->from_float(f, xq + (size_t)tk * qb, n);
+        for (int l = 0; l < rows; l++) want[tk * rows + l] = tr->vec_dot(n, w + (size_t)l * rb, xq + (size_t)tk * qb);
     }
     kn_p16_pack(t, w, rows, n, p);
-    set->p16[t](n, p, np, x, xb, nt, out, (size_t)rows);
     int rc = 0;
-    for (int tk = 0; tk < nt && !rc; tk++)
-        for (int l = 0; l < rows && !rc; l++) {
-            const float want = tr->vec_dot(n, w + (size_t)l * rb, xq + (size_t)tk * qb);
-            if (memcmp(&want, &out[tk * rows + l], sizeof want) != 0) {
-                printf("  %s %s np=%d n=%lld nt=%d: row %d token %d: %.9g, reference %.9g\n", set->name, tr->name, np,
-                       (long long)n, nt, l, tk, out[tk * rows + l], want);
-                rc = -1;
-            }
-        }
-    free(w), free(p), free(x), free(xq), free(f), free(out);
+    for (int nt = 1; nt <= max_nt && !rc; nt++) {
+        set->p16[t](n, p, np, x, xb, nt, out, (size_t)rows);
+        for (int tk = 0; tk < nt && !rc; tk++)
+            for (int l = 0; l < rows && !rc; l++)
+                if (memcmp(&want[tk * rows + l], &out[tk * rows + l], sizeof(float)) != 0) {
+                    printf("  %s %s np=%d n=%lld nt=%d: row %d token %d: %.9g, reference %.9g\n", set->name, tr->name,
+                           np, (long long)n, nt, l, tk, out[tk * rows + l], want[tk * rows + l]);
+                    rc = -1;
+                }
+    }
+    free(w), free(p), free(x), free(xq), free(f), free(out), free(want);
     return rc;
 }
 
 void kn__avx2_p16_q6_k(kn_kernels *k, bool vnni, bool on); /* kernels_avx2_p16.c */
 
 /* Every panel kernel of the set called name, every type it has one for, every tile shape (the AVX2
- * sets with their Q6_K panel kernel, which they do not select by default). */
+ * sets with their Q6_K panel kernel, which they do not select by default). The table formats (IQ4_NL,
+ * IQ4_XS, MXFP4) must have panel kernels in every x86 set, and also take tiles wider than p16_tile_t. */
 static void check_set(const char *name) {
     const kn_kernels *named = kn_kernels_named(name);
     if (!named) SKIP("this CPU cannot run the %s kernel set", name);
@@ -188,9 +222,12 @@ static void check_set(const char *name) {
         if (!set->p16[types[ti]]) continue;
         for (int li = 0; li < N_LENS; li++)
             for (int np = 1; np <= KN_P16_PANELS; np++)
-                for (int nt = 1; nt <= set->p16_tile_t; nt++)
-                    CHECK(check_kernel(set, types[ti], np, len_of(types[ti], li), nt) == 0);
+                CHECK(check_kernel(set, types[ti], np, len_of(types[ti], li),
+                                   set->p16_tile_t + (is_table(types[ti]) ? 2 : 0)) == 0);
     }
+    for (size_t ti = 0; ti < KN_ARRAY_LEN(types); ti++)
+        CHECKF(!is_table(types[ti]) || set->p16[types[ti]], "set %s has no %s panel kernel", name,
+               kn_type_traits_get(types[ti])->name);
 }
 
 static void panels_avx2(void) { check_set("avx2"); }
