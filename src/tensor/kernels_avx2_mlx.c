@@ -233,6 +233,7 @@ void kn_avx2_init_mlx(kn_kernels *k, bool vnni) {
     const bool v = vnni && kn_cpu_features()->avxvnni;
     k->gemm[KN_MLX8] = v ? gemm_mlx8_vnni : gemm_mlx8;
     k->gemm[KN_MLX8_F32] = v ? gemm_mlx8_f32_vnni : gemm_mlx8_f32;
+    kn_avx2_init_p16_mlx(k, v);
 }
 
 #else /* not x86-64: the set is never selected */

@@ -233,6 +233,7 @@ DEFINE_GEMM_MLX(gemm_mlx8_f32, 40, w_mlx8_f32)
 void kn_avx512_init_mlx(kn_kernels *k) {
     k->gemm[KN_MLX8] = gemm_mlx8;
     k->gemm[KN_MLX8_F32] = gemm_mlx8_f32;
+    kn_avx512_init_p16_mlx(k);
 }
 
 #else /* not x86-64: the set is never selected */

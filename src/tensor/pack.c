@@ -18,6 +18,7 @@
 static bool p16_lowbit(kn_dtype t) { return t == KN_IQ4_NL || t == KN_IQ4_XS || t == KN_MXFP4; }
 
 bool kn_p16_type(kn_dtype t) {
+    if (kn_p16_mlx_type(t)) return true;
     return t == KN_Q4_0 || t == KN_Q8_0 || t == KN_Q4_K || t == KN_Q5_K || t == KN_Q6_K || p16_lowbit(t);
 }
 
@@ -70,6 +71,10 @@ static void move_block(const layout *L, const uint8_t *src, uint8_t *dst, int l,
 }
 
 void kn_p16_pack(kn_dtype t, const uint8_t *src, int64_t rows, int64_t cols, uint8_t *dst) {
+    if (kn_p16_mlx_type(t)) {
+        kn_p16_mlx_pack(t, src, rows, cols, dst);
+        return;
+    }
     const layout L = layout_of(t);
     const int64_t nb = cols / L.block_elems;
     const size_t rb = (size_t)nb * L.block_bytes, gb = KN_P16_ROWS * L.block_bytes;
@@ -84,6 +89,10 @@ void kn_p16_pack(kn_dtype t, const uint8_t *src, int64_t rows, int64_t cols, uin
 }
 
 void kn_p16_row_plain(kn_dtype t, const uint8_t *data, int64_t cols, int64_t r, uint8_t *out) {
+    if (kn_p16_mlx_type(t)) {
+        kn_p16_mlx_row_plain(t, data, cols, r, out);
+        return;
+    }
     const layout L = layout_of(t);
     const int64_t nb = cols / L.block_elems;
     const size_t rb = (size_t)nb * L.block_bytes, gb = KN_P16_ROWS * L.block_bytes;
@@ -93,6 +102,10 @@ void kn_p16_row_plain(kn_dtype t, const uint8_t *data, int64_t cols, int64_t r, 
 }
 
 void kn_p16_row_f32(kn_dtype t, const uint8_t *data, int64_t cols, int64_t r, float *out) {
+    if (kn_p16_mlx_type(t)) {
+        kn_p16_mlx_row_f32(t, data, cols, r, out);
+        return;
+    }
     const layout L = layout_of(t);
     const kn_type_traits *tr = kn_type_traits_get(t);
     const size_t rb = (size_t)(cols / L.block_elems) * L.block_bytes, gb = KN_P16_ROWS * L.block_bytes;
@@ -105,6 +118,7 @@ void kn_p16_row_f32(kn_dtype t, const uint8_t *data, int64_t cols, int64_t r, fl
 }
 
 size_t kn_q8x_row_bytes(kn_dtype t, int64_t n) {
+    if (kn_p16_mlx_type(t)) return kn_q8xm_row_bytes(n);
     if (t == KN_Q6_K) return (size_t)(n / KN_QK_K) * KN_Q8K6_BLOCK;
     if (t == KN_IQ4_XS) return (size_t)(n / KN_QK_K) * KN_Q8KC_BLOCK;
     if (t == KN_IQ4_NL || t == KN_MXFP4) return (size_t)(n / 32) * KN_Q8XC_BLOCK;
@@ -112,6 +126,10 @@ size_t kn_q8x_row_bytes(kn_dtype t, int64_t n) {
 }
 
 void kn_q8x_quantize(kn_dtype t, kn_from_float_fn q, const float *x, uint8_t *dst, int64_t n) {
+    if (kn_p16_mlx_type(t)) {
+        kn_q8xm_quantize(q, x, dst, n);
+        return;
+    }
     if (t == KN_Q6_K) {
         for (int64_t b = 0; b < n / KN_QK_K; b++) {
             kn_block_q8_k k;

@@ -47,6 +47,12 @@
  *   Q8K6 (Q6_K weights), per 256 elements: {int8 qs[256]; float d; int16 bsums[16]} (292 bytes): the
  *     Q8_K quantization with its 16 sums (Q6_K's sub-blocks are 16 elements).
  *
+ * MLX8 / MLX8_F32 (pack_mlx.c): the group of block b (d | m | qs as 8 vectors, d and m 16 lanes of 2 or 4
+ * bytes) stands at position kn_p16_mlx_pos(b, nb) of the panel: the block columns in the order of the
+ * reference's lane classes b % 8 (quant_mlx.c), class by class; their activation rows are
+ *   Q8XM, per 32 elements, in the same block order: {int8 qs[32]; float d; float s0, s1} (44 bytes): the
+ *     Q8_0 quantization (d as fp32) with s0, s1 the sums of the quants e % 8 < 4 and e % 8 >= 4.
+ *
  * Numerics: a panel kernel's output for (row, token) is exactly the reference vec_dot of quant.h, bit
  * for bit (the integer sums are exact, and the float steps per block are the reference's).
  */
@@ -65,6 +71,7 @@
 #define KN_Q8XC_BLOCK 68  /* bytes of a Q8XC activation block of 32: qs[32], float d, int32 c[8] */
 #define KN_Q8KC_BLOCK 292 /* bytes of a Q8KC activation block of 256: qs[256], float d, int32 c[8] */
 #define KN_Q8K6_BLOCK 292 /* bytes of a Q8K6 activation block of 256: qs[256], float d, int16 bsums[16] */
+#define KN_Q8XM_BLOCK 44  /* bytes of a Q8XM activation block of 32 (MLX8): qs[32], float d, float s0, s1 */
 
 #define KN_P16_PANELS 2 /* panels per panel-kernel call at most */
 
@@ -97,5 +104,16 @@ size_t kn_q8x_row_bytes(kn_dtype t, int64_t n);
  * the quantizer of t's vec_dot type (Q8_0 or Q8_K; the reference one or a SIMD one: both give
  * identical bytes). dst holds kn_q8x_row_bytes(t, n) bytes. */
 void kn_q8x_quantize(kn_dtype t, kn_from_float_fn q, const float *x, uint8_t *dst, int64_t n);
+
+/* MLX8 / MLX8_F32 (pack_mlx.c; the functions above call these for those types). kn_p16_mlx_type: t is
+ * one of them. kn_p16_mlx_pos: the position of block column b among the nb of a panel (and of block b
+ * in a Q8XM row). The others as the functions above. */
+bool kn_p16_mlx_type(kn_dtype t);
+int64_t kn_p16_mlx_pos(int64_t b, int64_t nb);
+void kn_p16_mlx_pack(kn_dtype t, const uint8_t *src, int64_t rows, int64_t cols, uint8_t *dst);
+void kn_p16_mlx_row_f32(kn_dtype t, const uint8_t *data, int64_t cols, int64_t r, float *out);
+void kn_p16_mlx_row_plain(kn_dtype t, const uint8_t *data, int64_t cols, int64_t r, uint8_t *out);
+size_t kn_q8xm_row_bytes(int64_t n);
+void kn_q8xm_quantize(kn_from_float_fn q, const float *x, uint8_t *dst, int64_t n);
 
 #endif
