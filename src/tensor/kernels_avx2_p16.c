@@ -16,9 +16,9 @@
  *          does the K formats' scale multiply exactly). Q8_0's codes (w + 128) would overflow int16
  *          pairs: its plain kernel multiplies |w| by sign(x, w) (pairs <= 2 * 128 * 127) instead.
  * Shapes: decode (1 or 2 tokens) walks each panel once, both halves per quad, so the panel is one
- * sequential stream; prefill (3 .. TILE_T tokens) takes one half at a time with all the tokens, each
- * code vector unpacked once and used by every token (the activation rows stay in L1 across halves and
- * panels). A call takes up to KN_P16_PANELS panels.
+ * sequential stream, software-prefetched about 1 KB ahead (PF_DIST); prefill (3 .. TILE_T tokens) takes one half at a
+ * time with all the tokens, each code vector unpacked once and used by every token (the activation rows stay in L1
+ * across halves and panels). A call takes up to KN_P16_PANELS panels.
  */
 #include "tensor/kernels.h"
 
@@ -48,6 +48,18 @@ static inline float ld_f32(const uint8_t *p) {
     return v;
 }
 
+/* Decode streams each panel once from memory; the hardware prefetchers alone leave one core at 60-75%
+ * of its read bandwidth here (measured on Zen 2, 2026-12-04: docs/benchmarks.md). So a decode tile
+ * prefetches the bytes PF_DIST ahead of the piece of a group it starts on, a piece of about 300 bytes
+ * at a time (a burst of a whole 2304-byte K group at once lost), which gained 15-45% in tg. */
+#define PF_DIST(GB)   ((GB) > 400 && (GB) < 1000 ? 768 : 1024) /* Q8_0 groups: 768 measured best */
+#define PF_PIECES(GB) ((GB) > 400 ? 2 : 1)                     /* Q4_0 / Q8_0 group; K groups: 8 pieces */
+
+/* Prefetches (into L1) the cache lines of the gb bytes at g + dist. */
+AI void prefetch_piece(const uint8_t *g, size_t gb, size_t dist) {
+    const uintptr_t a = (uintptr_t)g + dist;
+    for (uintptr_t l = a & ~(uintptr_t)63; l < a + gb; l += 64) _mm_prefetch((const char *)l, _MM_HINT_T0);
+}
 AI __m256i bc32(const uint8_t *p) { return _mm256_set1_epi32(ld_i32(p)); }
 AI __m256i ld256(const uint8_t *p) { return _mm256_loadu_si256((const __m256i *)p); }
 AI __m256 ld_ph8(const uint8_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
@@ -101,6 +113,9 @@ AI __m256i code_q8_0s(const uint8_t *g, int j, int h, __m256i *A) {
             __m256i S[2][TILE_T];                                                                                      \
             UNROLL for (int h = 0; h < NH; h++) UNROLL for (int t = 0; t < NT; t++) S[h][t] = ZERO();                  \
             UNROLL for (int j = 0; j < 8; j++) {                                                                       \
+                if (NH == 2 && j % (8 / PF_PIECES(GB)) == 0)                                                           \
+                    prefetch_piece(g + (j / (8 / PF_PIECES(GB))) * ((GB) / PF_PIECES(GB)), (GB) / PF_PIECES(GB),       \
+                                   PF_DIST(GB));                                                                       \
                 __m256i W[2], A[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};                                 \
                 UNROLL for (int h = 0; h < NH; h++) W[h] = CODE(g, j, h0 + h, &A[h]);                                  \
                 UNROLL for (int t = 0; t < NT; t++) {                                                                  \
@@ -221,6 +236,7 @@ AI __m256i code_k6(const uint8_t *g, int s, int j, int h) {
                 UNROLL for (int t = 0; t < NT; t++) sumi[h][t] = _mm256_setzero_si256();                               \
             }                                                                                                          \
             _Pragma("GCC unroll 8") for (int s = 0; s < 8; s++) {                                                      \
+                if (NH == 2) prefetch_piece(g + s * (GB / 8), GB / 8, PF_DIST(GB));                                    \
                 UNROLL for (int j0 = 0; j0 < 8; j0 += QPS) {                                                           \
                     __m256i S[2][TILE_T];                                                                              \
                     UNROLL for (int h = 0; h < NH; h++) UNROLL for (int t = 0; t < NT; t++) S[h][t] = ZERO();          \
