@@ -51,7 +51,7 @@ static inline float ld_f32(const uint8_t *p) {
 /* Decode streams each panel once from memory; the hardware prefetchers alone leave one core at 60-75%
  * of its read bandwidth here (measured on Zen 2, 2026-12-04: docs/benchmarks.md). So a decode tile
  * prefetches the bytes PF_DIST ahead of the piece of a group it starts on, a piece of about 300 bytes
- * at a time (a burst of a whole 2304-byte K group at once lost), which gained 15-45% in tg. */
+ * at a time (a burst of a whole 2304-byte K group at once lost), which gained 10-50% in tg. */
 #define PF_DIST(GB)   ((GB) > 400 && (GB) < 1000 ? 768 : 1024) /* Q8_0 groups: 768 measured best */
 #define PF_PIECES(GB) ((GB) > 400 ? 2 : 1)                     /* Q4_0 / Q8_0 group; K groups: 8 pieces */
 
