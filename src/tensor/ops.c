@@ -22,9 +22,12 @@ size_t kn_matmul_scratch(kn_dtype wtype, int64_t cols, int64_t N) {
 /* Tokens per cache block: the activations of one block stay in L2 while the weight rows of a
  * task stream past them. */
 #define TOKEN_BLOCK             64
-/* A matmul below this many multiply-adds runs on the caller alone: a parallel run would cost
- * more than it saves. */
+/* A matmul below this much work runs on the caller alone: a parallel run would cost more than it
+ * saves. Work counts multiply-adds, or MATMUL_BYTE_WORK per byte of weights where that is more (one
+ * token streaming a matrix from memory: a small F32 or Q8_0 matrix is quick to multiply but slow to
+ * read, and a second thread doubles the read rate; with one thread the split only costs). */
 #define MATMUL_PAR_WORK         ((int64_t)1 << 20)
+#define MATMUL_BYTE_WORK        4
 /* Tasks per thread of a parallel matmul, and the least multiply-adds per task. Several tasks per
  * thread let the caller take over the share of a thread that is descheduled, and keep the wait at
  * the end (for the last task in flight) short; the minimum keeps the claims cheap next to the work. */
@@ -143,14 +146,16 @@ static void matmul_group(const kn_matmul_out *outs, int n, const float *x, int64
         c.act_stride = q.stride;
     }
     /* tile0: running sum of the weights' tile counts */
-    int64_t all_rows = 0;
+    int64_t all_rows = 0, bytes = 0;
     for (int i = 0; i < n; i++) {
         c.gemm[i] = kn_kernels_gemm(ks, outs[i].w->type);
         c.p16[i] = packed ? ks->p16[outs[i].w->type] : NULL;
         c.tile0[i + 1] = c.tile0[i] + (outs[i].w->rows + c.TR - 1) / c.TR;
         all_rows += outs[i].w->rows;
+        bytes += outs[i].w->rows * (int64_t)outs[i].w->row_bytes;
     }
-    const int64_t work = all_rows * N * cols;
+    const int64_t macs = all_rows * N * cols;
+    const int64_t work = kn_pool_threads(pool) > 1 ? KN_MAX(macs, bytes * MATMUL_BYTE_WORK) : macs;
     c.n_tasks =
         work > MATMUL_PAR_WORK ? task_count(pool, c.tile0[n], work, MATMUL_TASK_WORK, MATMUL_TASKS_PER_THREAD) : 1;
     kn_pool_run(pool, c.n_tasks, mm_task, &c);
