@@ -30,16 +30,19 @@ start() {
 }
 stop() { kill -TERM $pid; wait $pid; }
 children() { ps -o pid= --ppid "$pid" 2>/dev/null | wc -l | tr -d ' '; }
-# wait_children N SECS: waits until the server has N engine children (an unloaded model leaves /api/ps
-# before its child has exited and been reaped); true when it has.
-wait_children() {
-  i=0
-  while [ $i -lt $(($2 * 10)) ]; do
-    [ "$(children)" = "$1" ] && return 0
+# wait_for WANT SECS CMD...: waits until CMD prints exactly WANT (up to SECS s); true when it does.
+wait_for() {
+  want=$1 secs=$2 i=0
+  shift 2
+  while [ $i -lt $((secs * 10)) ]; do
+    [ "$("$@")" = "$want" ] && return 0
     sleep 0.1; i=$((i + 1))
   done
   return 1
 }
+# wait_children N SECS: until the server has N engine children (an unloaded model leaves /api/ps
+# before its child has exited and been reaped).
+wait_children() { wait_for "$1" "$2" children; }
 J='Content-Type: application/json'
 # req PATH BODY OUT: POST; prints the status, the body in OUT.
 req() { curl -s --max-time 30 -o "$3" -w '%{http_code}' -H "$J" --data-binary "$2" "$base$1"; }
@@ -49,15 +52,8 @@ ps_names() {
   python3 -c 'import json,sys; print(" ".join(sorted(m["name"] for m in json.load(open(sys.argv[1]))["models"])))' \
     "$TMP/ps.json" 2>/dev/null
 }
-# wait_ps WANT SECS: waits until /api/ps lists exactly WANT (up to SECS s); true when it does.
-wait_ps() {
-  i=0
-  while [ $i -lt $(($2 * 10)) ]; do
-    [ "$(ps_names)" = "$1" ] && return 0
-    sleep 0.1; i=$((i + 1))
-  done
-  return 1
-}
+# wait_ps WANT SECS: until /api/ps lists exactly WANT.
+wait_ps() { wait_for "$1" "$2" ps_names; }
 # expires NAME: seconds from now until NAME's expires_at in /api/ps (integer; 2100 gives a huge one)
 expires() {
   curl -s --max-time 10 "$base/api/ps" >"$TMP/ps2.json"
