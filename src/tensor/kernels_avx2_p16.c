@@ -36,18 +36,6 @@
 #define VNNI   __attribute__((target("avx2,fma,f16c,avxvnni")))
 #define PLAIN
 
-static inline int32_t ld_i32(const uint8_t *p) {
-    int32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-
-static inline float ld_f32(const uint8_t *p) {
-    float v;
-    memcpy(&v, p, 4);
-    return v;
-}
-
 /* Decode streams each panel once from memory; the hardware prefetchers alone leave one core at 60-75%
  * of its read bandwidth here (measured on Zen 2, 2026-12-04: docs/benchmarks.md). So a decode tile
  * prefetches the bytes PF_DIST ahead of the piece of a group it starts on, a piece of about 300 bytes
@@ -60,7 +48,7 @@ AI void prefetch_piece(const uint8_t *g, size_t gb, size_t dist) {
     const uintptr_t a = (uintptr_t)g + dist;
     for (uintptr_t l = a & ~(uintptr_t)63; l < a + gb; l += 64) _mm_prefetch((const char *)l, _MM_HINT_T0);
 }
-AI __m256i bc32(const uint8_t *p) { return _mm256_set1_epi32(ld_i32(p)); }
+AI __m256i bc32(const uint8_t *p) { return _mm256_set1_epi32(kn_ld_i32(p)); }
 AI __m256i ld256(const uint8_t *p) { return _mm256_loadu_si256((const __m256i *)p); }
 AI __m256 ld_ph8(const uint8_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
 
@@ -128,7 +116,7 @@ AI __m256i code_q8_0s(const uint8_t *g, int j, int h, __m256i *A) {
                 UNROLL for (int t = 0; t < NT; t++) {                                                                  \
                     __m256i p = SUM(S[h][t]);                                                                          \
                     if (ADD_C) p = _mm256_add_epi32(p, bc32(xb + t * xs + 36));                                        \
-                    const __m256 s = _mm256_mul_ps(dw, _mm256_set1_ps(ld_f32(xb + t * xs + 32)));                      \
+                    const __m256 s = _mm256_mul_ps(dw, _mm256_set1_ps(kn_ld_f32(xb + t * xs + 32)));                   \
                     acc[h][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), s, acc[h][t]);                                  \
                 }                                                                                                      \
             }                                                                                                          \
@@ -265,7 +253,7 @@ AI __m256i code_k6(const uint8_t *g, int s, int j, int h) {
                     __m256i summ = _mm256_madd_epi16(mp[0], bc32(xb + 260));                                           \
                     UNROLL for (int k = 1; k < 4; k++) summ =                                                          \
                         _mm256_add_epi32(summ, _mm256_madd_epi16(mp[k], bc32(xb + 260 + 4 * k)));                      \
-                    const __m256 xd = _mm256_set1_ps(ld_f32(xb + 256));                                                \
+                    const __m256 xd = _mm256_set1_ps(kn_ld_f32(xb + 256));                                             \
                     sa[h][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[h][t]), _mm256_mul_ps(dw, xd), sa[h][t]);       \
                     sm[h][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(summ), _mm256_mul_ps(dmin, xd), sm[h][t]);           \
                 }                                                                                                      \
@@ -330,7 +318,7 @@ DEFINE_K45(q5_k_p, PLAIN, 1, 4, V_ZERO, P_STEP, P_SCALE)
                     UNROLL for (int k = 1; k < 8; k++) corr =                                                          \
                         _mm256_add_epi32(corr, _mm256_madd_epi16(scp[k], bc32(xb + 260 + 4 * k)));                     \
                     const __m256i si = _mm256_sub_epi32(sumi[h][t], _mm256_slli_epi32(corr, 5));                       \
-                    const __m256 xd = _mm256_set1_ps(ld_f32(xb + 256));                                                \
+                    const __m256 xd = _mm256_set1_ps(kn_ld_f32(xb + 256));                                             \
                     sa[h][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(si), _mm256_mul_ps(dw, xd), sa[h][t]);               \
                 }                                                                                                      \
             }                                                                                                          \

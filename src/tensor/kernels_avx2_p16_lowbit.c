@@ -40,19 +40,7 @@
 #define VNNI   __attribute__((target("avx2,fma,f16c,avxvnni")))
 #define PLAIN
 
-static inline int32_t ld_i32(const uint8_t *p) {
-    int32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-
-static inline float ld_f32(const uint8_t *p) {
-    float v;
-    memcpy(&v, p, 4);
-    return v;
-}
-
-AI __m256i bc32(const uint8_t *p) { return _mm256_set1_epi32(ld_i32(p)); }
+AI __m256i bc32(const uint8_t *p) { return _mm256_set1_epi32(kn_ld_i32(p)); }
 AI __m256i ld256(const uint8_t *p) { return _mm256_loadu_si256((const __m256i *)p); }
 
 /* The lookup table of a format for vpshufb in both 128-bit lanes: the values (plain) or the values plus
@@ -101,7 +89,7 @@ AI __m256 e8m0_half8(const uint8_t *p) {
                 const __m256 dw =                                                                                      \
                     MX ? e8m0_half8(g + 8 * h) : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 16 * h)));      \
                 UNROLL for (int t = 0; t < NT; t++) sc[i][t] =                                                         \
-                    _mm256_mul_ps(dw, _mm256_set1_ps(ld_f32(xb + t * xs + 32)));                                       \
+                    _mm256_mul_ps(dw, _mm256_set1_ps(kn_ld_f32(xb + t * xs + 32)));                                    \
             }                                                                                                          \
             for (int par = 0; par < 2; par++)                                                                          \
                 for (int j0 = 0; j0 < 8; j0 += QG) {                                                                   \
@@ -187,7 +175,7 @@ AI void xs_scales(const uint8_t *g, int h, __m256i ls[8]) {
             }                                                                                                          \
             const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + 16 * h)));                         \
             UNROLL for (int t = 0; t < NT; t++) {                                                                      \
-                const __m256 s = _mm256_mul_ps(dw, _mm256_set1_ps(ld_f32(xsb + t * xs + 256)));                        \
+                const __m256 s = _mm256_mul_ps(dw, _mm256_set1_ps(kn_ld_f32(xsb + t * xs + 256)));                     \
                 sa[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[t]), s, sa[t]);                                        \
             }                                                                                                          \
         }                                                                                                              \

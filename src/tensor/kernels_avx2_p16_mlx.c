@@ -34,18 +34,6 @@
 #define VNNI   __attribute__((target("avx2,fma,f16c,avxvnni")))
 #define PLAIN
 
-static inline int32_t ld_i32(const uint8_t *p) {
-    int32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-
-static inline float ld_f32(const uint8_t *p) {
-    float v;
-    memcpy(&v, p, 4);
-    return v;
-}
-
 /* Scale (f = 0) or bias (f = 1) of the 8 rows of half hh of the group at g as fp32. */
 AI __m256 dm8(const uint8_t *g, int f, int hh, const int F32) {
     return F32 ? _mm256_loadu_ps((const float *)(g + 64 * f + 32 * hh))
@@ -84,7 +72,7 @@ AI __m256 dm8(const uint8_t *g, int f, int hh, const int F32) {
                     __m256i W[2], A[2];                                                                                \
                     UNROLL for (int u = 0; u < NH; u++) LOADW(W[u], A[u], g + QO + 64 * j + 32 * (h0 + u));            \
                     UNROLL for (int t = 0; t < NT; t++) {                                                              \
-                        const __m256i bx = _mm256_set1_epi32(ld_i32(xb + t * xs + 4 * j));                             \
+                        const __m256i bx = _mm256_set1_epi32(kn_ld_i32(xb + t * xs + 4 * j));                          \
                         UNROLL for (int u = 0; u < NH; u++) STEP(p[u][t][j & 1], W[u], A[u], bx);                      \
                     }                                                                                                  \
                 }                                                                                                      \
@@ -92,10 +80,10 @@ AI __m256 dm8(const uint8_t *g, int f, int hh, const int F32) {
                     const __m256 d = dm8(g, 0, h0 + u, F32), m = dm8(g, 1, h0 + u, F32);                               \
                     UNROLL for (int t = 0; t < NT; t++) {                                                              \
                         const uint8_t *xt = xb + t * xs;                                                               \
-                        const __m256 xd = _mm256_set1_ps(ld_f32(xt + 32));                                             \
+                        const __m256 xd = _mm256_set1_ps(kn_ld_f32(xt + 32));                                          \
                         const __m256 ds = _mm256_mul_ps(d, xd), ms = _mm256_mul_ps(m, xd);                             \
                         UNROLL for (int h = 0; h < 2; h++) {                                                           \
-                            const __m256 s = _mm256_set1_ps(ld_f32(xt + 36 + 4 * h));                                  \
+                            const __m256 s = _mm256_set1_ps(kn_ld_f32(xt + 36 + 4 * h));                               \
                             __m256 pf = _mm256_cvtepi32_ps(p[u][t][h]);                                                \
                             if (SIGNED) pf = _mm256_fmadd_ps(s, _mm256_set1_ps(128.0f), pf);                           \
                             acc[u][t][h] = _mm256_fmadd_ps(s, ms, _mm256_fmadd_ps(pf, ds, acc[u][t][h]));              \

@@ -27,18 +27,6 @@
 #define UNROLL _Pragma("GCC unroll 8")
 #define TILE_T 5 /* tokens per kernel call at most */
 
-static inline int32_t ld_i32(const uint8_t *p) {
-    int32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-
-static inline float ld_f32(const uint8_t *p) {
-    float v;
-    memcpy(&v, p, 4);
-    return v;
-}
-
 /* The 8 code vectors of a Q4_0 group (pack.h): W[j] holds the codes of elements 4j .. 4j+3 of each
  * row's block, unsigned 0..15. */
 AI void codes_q4_0(const uint8_t *g, __m512i W[8]) {
@@ -59,10 +47,10 @@ AI void codes_q8_0(const uint8_t *g, __m512i W[8]) {
  * chain of 8 vpdpbusd run as two chains of 4 (integer sums: the result is the same) so that its
  * latency hides under the loads of a decode. */
 AI __m512i block_dot(const __m512i W[8], const uint8_t *xb) {
-    __m512i s0 = _mm512_set1_epi32(ld_i32(xb + 36)), s1 = _mm512_setzero_si512();
+    __m512i s0 = _mm512_set1_epi32(kn_ld_i32(xb + 36)), s1 = _mm512_setzero_si512();
     UNROLL for (int j = 0; j < 8; j += 2) {
-        s0 = _mm512_dpbusd_epi32(s0, W[j], _mm512_set1_epi32(ld_i32(xb + 4 * j)));
-        s1 = _mm512_dpbusd_epi32(s1, W[j + 1], _mm512_set1_epi32(ld_i32(xb + 4 * j + 4)));
+        s0 = _mm512_dpbusd_epi32(s0, W[j], _mm512_set1_epi32(kn_ld_i32(xb + 4 * j)));
+        s1 = _mm512_dpbusd_epi32(s1, W[j + 1], _mm512_set1_epi32(kn_ld_i32(xb + 4 * j + 4)));
     }
     return _mm512_add_epi32(s0, s1);
 }
@@ -102,7 +90,7 @@ AI __m512i block_dot(const __m512i W[8], const uint8_t *xb) {
             CODES(g, W);                                                                                               \
             UNROLL for (int t = 0; t < NT; t++) {                                                                      \
                 const uint8_t *xb = x + (size_t)t * xs + (size_t)b * KN_Q8X_BLOCK;                                     \
-                const __m512 s = _mm512_mul_ps(dw, _mm512_set1_ps(ld_f32(xb + 32)));                                   \
+                const __m512 s = _mm512_mul_ps(dw, _mm512_set1_ps(kn_ld_f32(xb + 32)));                                \
                 acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(block_dot(W, xb)), s, acc[t]);                             \
             }                                                                                                          \
         }                                                                                                              \
@@ -123,7 +111,7 @@ AI __m512i block_dot(const __m512i W[8], const uint8_t *xb) {
             const uint8_t *g = w + (size_t)b * (GB), *xb = x + (size_t)b * KN_Q8X_BLOCK;                               \
             __m512i p[KN_P16_PANELS][TILE_T];                                                                          \
             UNROLL for (int t = 0; t < NT; t++) {                                                                      \
-                const __m512i c = _mm512_set1_epi32(ld_i32(xb + t * xs + 36));                                         \
+                const __m512i c = _mm512_set1_epi32(kn_ld_i32(xb + t * xs + 36));                                      \
                 UNROLL for (int q = 0; q < NP; q++) p[q][t] = c;                                                       \
             }                                                                                                          \
             UNROLL for (int j = 0; j < 8; j++) {                                                                       \
@@ -133,14 +121,14 @@ AI __m512i block_dot(const __m512i W[8], const uint8_t *xb) {
                     W[q] = !Q4 ? v : j < 4 ? _mm512_and_si512(v, m4) : _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);  \
                 }                                                                                                      \
                 UNROLL for (int t = 0; t < NT; t++) {                                                                  \
-                    const __m512i bx = _mm512_set1_epi32(ld_i32(xb + t * xs + 4 * j));                                 \
+                    const __m512i bx = _mm512_set1_epi32(kn_ld_i32(xb + t * xs + 4 * j));                              \
                     UNROLL for (int q = 0; q < NP; q++) p[q][t] = _mm512_dpbusd_epi32(p[q][t], W[q], bx);              \
                 }                                                                                                      \
             }                                                                                                          \
             UNROLL for (int q = 0; q < NP; q++) {                                                                      \
                 const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + q * pb)));                  \
                 UNROLL for (int t = 0; t < NT; t++) {                                                                  \
-                    const __m512 s = _mm512_mul_ps(dw, _mm512_set1_ps(ld_f32(xb + t * xs + 32)));                      \
+                    const __m512 s = _mm512_mul_ps(dw, _mm512_set1_ps(kn_ld_f32(xb + t * xs + 32)));                   \
                     acc[q][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p[q][t]), s, acc[q][t]);                            \
                 }                                                                                                      \
             }                                                                                                          \
@@ -198,8 +186,8 @@ AI void q4_k_step(const __m512i mp[4], __m512 dw, __m512 dmin, __m512i sumi, con
                   __m512 *sm) {
     __m512i summ = _mm512_setzero_si512();
     UNROLL for (int k = 0; k < 4; k++) summ =
-        _mm512_dpwssd_epi32(summ, mp[k], _mm512_set1_epi32(ld_i32(xb + 260 + 4 * k)));
-    const __m512 xd = _mm512_set1_ps(ld_f32(xb + 256));
+        _mm512_dpwssd_epi32(summ, mp[k], _mm512_set1_epi32(kn_ld_i32(xb + 260 + 4 * k)));
+    const __m512 xd = _mm512_set1_ps(kn_ld_f32(xb + 256));
     *sa = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_mul_ps(dw, xd), *sa);
     *sm = _mm512_fmadd_ps(_mm512_cvtepi32_ps(summ), _mm512_mul_ps(dmin, xd), *sm);
 }
@@ -234,8 +222,8 @@ AI void q4_k_tile(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, floa
                 const uint8_t *xq = x + (size_t)t * xs + (size_t)sb * KN_Q8KX_BLOCK + 64 * c;
                 __m512i il = _mm512_setzero_si512(), ih = _mm512_setzero_si512();
                 UNROLL for (int q = 0; q < 8; q++) {
-                    il = _mm512_dpbusd_epi32(il, Wl[q], _mm512_set1_epi32(ld_i32(xq + 4 * q)));
-                    ih = _mm512_dpbusd_epi32(ih, Wh[q], _mm512_set1_epi32(ld_i32(xq + 32 + 4 * q)));
+                    il = _mm512_dpbusd_epi32(il, Wl[q], _mm512_set1_epi32(kn_ld_i32(xq + 4 * q)));
+                    ih = _mm512_dpbusd_epi32(ih, Wh[q], _mm512_set1_epi32(kn_ld_i32(xq + 32 + 4 * q)));
                 }
                 sumi[t] = _mm512_add_epi32(sumi[t],
                                            _mm512_add_epi32(_mm512_mullo_epi32(il, sca), _mm512_mullo_epi32(ih, scb)));
@@ -276,7 +264,7 @@ AI void q4_k_gemm(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, floa
                     W[q] = _mm512_and_si512(s8 % 2 ? _mm512_srli_epi16(v, 4) : v, m4);
                 }
                 UNROLL for (int t = 0; t < NT; t++) {
-                    const __m512i bx = _mm512_set1_epi32(ld_i32(xs0 + t * xs + 32 * s8 + 4 * j));
+                    const __m512i bx = _mm512_set1_epi32(kn_ld_i32(xs0 + t * xs + 32 * s8 + 4 * j));
                     UNROLL for (int q = 0; q < NP; q++) is[q][t] = _mm512_dpbusd_epi32(is[q][t], W[q], bx);
                 }
             }

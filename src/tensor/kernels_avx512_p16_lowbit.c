@@ -33,19 +33,7 @@
 #define TILE_T 5  /* tokens per tile at most (the set's p16_tile_t) */
 #define CHUNK  32 /* blocks per chunk of the IQ4_NL / MXFP4 kernels (even) */
 
-static inline int32_t ld_i32(const uint8_t *p) {
-    int32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-
-static inline float ld_f32(const uint8_t *p) {
-    float v;
-    memcpy(&v, p, 4);
-    return v;
-}
-
-AI __m512i bc32(const uint8_t *p) { return _mm512_set1_epi32(ld_i32(p)); }
+AI __m512i bc32(const uint8_t *p) { return _mm512_set1_epi32(kn_ld_i32(p)); }
 AI __m512i ld512(const uint8_t *p) { return _mm512_loadu_si512(p); }
 
 /* The lookup table of a format plus 128, for vpshufb in every 128-bit lane. */
@@ -83,7 +71,8 @@ AI void nl_tile(int64_t nb, const uint8_t *w, const uint8_t *x, size_t xs, float
         for (int i = 0; i < cn; i++) { /* the scale products s_b of the chunk */
             const uint8_t *g = w + (size_t)(c0 + i) * GB, *xb = x + (size_t)(c0 + i) * KN_Q8XC_BLOCK;
             const __m512 dw = MX ? e8m0_half16(g) : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g));
-            UNROLL for (int t = 0; t < NT; t++) sc[i][t] = _mm512_mul_ps(dw, _mm512_set1_ps(ld_f32(xb + t * xs + 32)));
+            UNROLL for (int t = 0; t < NT; t++) sc[i][t] =
+                _mm512_mul_ps(dw, _mm512_set1_ps(kn_ld_f32(xb + t * xs + 32)));
         }
         for (int par = 0; par < 2; par++)
             for (int j0 = 0; j0 < 8; j0 += QG) {
@@ -156,7 +145,7 @@ AI void xs_tile(int64_t nsb, const uint8_t *w, const uint8_t *x, size_t xs, floa
         }
         const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g));
         UNROLL for (int t = 0; t < NT; t++) {
-            const __m512 s = _mm512_mul_ps(dw, _mm512_set1_ps(ld_f32(xsb + t * xs + 256)));
+            const __m512 s = _mm512_mul_ps(dw, _mm512_set1_ps(kn_ld_f32(xsb + t * xs + 256)));
             sa[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[t]), s, sa[t]);
         }
     }

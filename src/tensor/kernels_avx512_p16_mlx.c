@@ -30,18 +30,6 @@
 #define UNROLL _Pragma("GCC unroll 8")
 #define PT     3 /* tokens per prefill pass over two panels (register budget: 4 * 2 * PT vectors) */
 
-static inline int32_t ld_i32(const uint8_t *p) {
-    int32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-
-static inline float ld_f32(const uint8_t *p) {
-    float v;
-    memcpy(&v, p, 4);
-    return v;
-}
-
 /* Scale (f = 0) or bias (f = 1) of the 16 rows of the group at g as fp32. */
 AI __m512 dm16(const uint8_t *g, int f, const int F32) {
     return F32 ? _mm512_loadu_ps(g + 64 * f) : _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + 32 * f)));
@@ -69,7 +57,7 @@ AI void tile(int64_t n, const uint8_t *w, size_t pb, const uint8_t *x, size_t xs
                 __m512i W[KN_P16_PANELS];
                 UNROLL for (int q = 0; q < NP; q++) W[q] = _mm512_loadu_si512(g + q * pb + QO + 64 * j);
                 UNROLL for (int t = 0; t < NT; t++) {
-                    const __m512i bx = _mm512_set1_epi32(ld_i32(xb + t * xs + 4 * j));
+                    const __m512i bx = _mm512_set1_epi32(kn_ld_i32(xb + t * xs + 4 * j));
                     UNROLL for (int q = 0; q < NP; q++) p[q][t][j & 1] = _mm512_dpbusd_epi32(p[q][t][j & 1], W[q], bx);
                 }
             }
@@ -77,11 +65,11 @@ AI void tile(int64_t n, const uint8_t *w, size_t pb, const uint8_t *x, size_t xs
                 const __m512 d = dm16(g + q * pb, 0, F32), m = dm16(g + q * pb, 1, F32);
                 UNROLL for (int t = 0; t < NT; t++) {
                     const uint8_t *xt = xb + t * xs;
-                    const __m512 xd = _mm512_set1_ps(ld_f32(xt + 32));
+                    const __m512 xd = _mm512_set1_ps(kn_ld_f32(xt + 32));
                     const __m512 ds = _mm512_mul_ps(d, xd), ms = _mm512_mul_ps(m, xd);
                     UNROLL for (int h = 0; h < 2; h++) {
                         __m512 a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p[q][t][h]), ds, acc[q][t][h]);
-                        acc[q][t][h] = _mm512_fmadd_ps(_mm512_set1_ps(ld_f32(xt + 36 + 4 * h)), ms, a);
+                        acc[q][t][h] = _mm512_fmadd_ps(_mm512_set1_ps(kn_ld_f32(xt + 36 + 4 * h)), ms, a);
                     }
                 }
             }

@@ -64,6 +64,20 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
+
+/* Unaligned little-endian loads of 4 bytes at p, as the panel kernels read scalar fields of a group or
+ * an activation block. */
+static inline int32_t kn_ld_i32(const uint8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+static inline float kn_ld_f32(const uint8_t *p) {
+    float v;
+    memcpy(&v, p, 4);
+    return v;
+}
 
 #define KN_P16_ROWS   16
 #define KN_Q8X_BLOCK  40  /* bytes of a Q8X activation block of 32: qs[32], float d, int32 c */
