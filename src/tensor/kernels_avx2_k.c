@@ -20,7 +20,8 @@
  *      sa = fma((float)S1, d * dy, sa), sm = fma((float)S2, dmin * dy, sm); out = sa - sm.
  * Outputs are therefore bit-identical to the reference whatever the tile shape (the tile contract of
  * kernels.h holds a fortiori). Decode (one token) streams the four weight rows front to back, four
- * rows in flight, with a software prefetch ahead in each row, no gathers.
+ * rows in flight, with a software prefetch ahead (in each row, or through the next tile where rows
+ * are short), no gathers.
  */
 #include "tensor/kernels.h"
 #include "tensor/quant.h"
@@ -172,19 +173,31 @@ KI size_t block_bytes(int kind) {
     return kind == K_Q4 ? sizeof(kn_block_q4_k) : kind == K_Q5 ? sizeof(kn_block_q5_k) : sizeof(kn_block_q6_k);
 }
 
-/* Software prefetch of the block PREFETCH_AHEAD bytes after blk (3 lines cover any K block). Four
- * interleaved row streams get only about half the DRAM bandwidth of one stream from the hardware
- * prefetchers alone; this gains 20-30% in decode. Past the end of its row (address wrap_at) the
- * prefetch moves on by wrap_by bytes, to the row 4 rows down: the same place in the next tile when
- * the caller walks the rows of a matrix in order, so a tile does not start cold. Prefetches never
- * fault, so a wrong guess (or running past the end of the weights) only costs bandwidth. */
-enum { PREFETCH_AHEAD = 1024 };
-KI void prefetch_ahead(const uint8_t *blk, uintptr_t wrap_at, uintptr_t wrap_by) {
-    uintptr_t a = (uintptr_t)blk + PREFETCH_AHEAD; /* an address, not a pointer past the object */
-    if (a >= wrap_at) a += wrap_by;
-    _mm_prefetch((const char *)a, _MM_HINT_T0);
-    _mm_prefetch((const char *)(a + 64), _MM_HINT_T0);
-    _mm_prefetch((const char *)(a + 128), _MM_HINT_T0);
+/* Decode's software prefetch. Four interleaved row streams get only about half the DRAM bandwidth of
+ * one stream from the hardware prefetchers alone, so the decode tile prefetches what it reads next,
+ * in one of two ways by the length of a row (measured on Zen 2 with bench/kernels at 2,048 to 8,192
+ * columns, Q6_K):
+ *   - long rows (a tile of 4 rows over PF_TILE_SHORT bytes): PREFETCH_AHEAD bytes ahead in each row,
+ *     every line checked against the row's end (address wrap_at), past which it moves on by wrap_by
+ *     bytes, to the row 4 rows down: the same place in the next tile when the caller walks the rows
+ *     of a matrix in order, so a tile does not start cold;
+ *   - short rows (a model's dim-wide matrices: 1,680 bytes a Q6_K row at 2,048 columns): the next
+ *     tile front to back, 4 * bb bytes of it per block step of this tile (one tile ahead). Per-row
+ *     prefetch at any distance read 20-50% slower here: each row's stream is too short for it.
+ * Prefetches never fault, so a wrong guess (or running past the end of the weights) only costs
+ * bandwidth. */
+enum { PREFETCH_AHEAD = 1024, PF_TILE_SHORT = 20 * 1024 };
+KI void prefetch_row(const uint8_t *blk, uintptr_t wrap_at, uintptr_t wrap_by) {
+    for (uintptr_t l = 0; l < 192; l += 64) {              /* 3 lines cover any K block */
+        uintptr_t a = (uintptr_t)blk + PREFETCH_AHEAD + l; /* an address, not a pointer past the object */
+        if (a >= wrap_at) a += wrap_by;
+        _mm_prefetch((const char *)a, _MM_HINT_T0);
+    }
+}
+
+/* The lines of [a, a + n): the next tile's share of one row-step (see above). */
+KI void prefetch_span(uintptr_t a, size_t n) {
+    for (uintptr_t e = a + n; a < e; a += 64) _mm_prefetch((const char *)a, _MM_HINT_T0);
 }
 
 /* Four int32 values (lane 0 of each argument) as one vector. */
@@ -203,6 +216,7 @@ KI void tile_dec(int kind, int64_t nb, const uint8_t *w, size_t ws, int nr, cons
     const __m256i zi = _mm256_setzero_si256();
     const __m128i z4 = _mm_setzero_si128();
     const __m256i idx_dm = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+    const bool short_rows = 4 * ws <= PF_TILE_SHORT;
     __m256 acc = _mm256_setzero_ps();
     tok_k T;
     for (int64_t i = 0; i < nb; i++) {
@@ -214,7 +228,8 @@ KI void tile_dec(int kind, int64_t nb, const uint8_t *w, size_t ws, int nr, cons
         for (int r = 0; r < 4; r++) {
             if (r >= nr) break;
             const uint8_t *blk = w + (size_t)r * ws + bb * (size_t)i;
-            prefetch_ahead(blk, (uintptr_t)(w + (size_t)r * ws) + bb * (size_t)nb, 4 * ws - bb * (size_t)nb);
+            if (short_rows) prefetch_span((uintptr_t)w + 4 * ws + bb * (size_t)(4 * i + r), bb);
+            else prefetch_row(blk, (uintptr_t)(w + (size_t)r * ws) + bb * (size_t)nb, 4 * ws - bb * (size_t)nb);
             __m256i s1[4], mins = zi;
             dd[r] = row_dots(kind, blk, &T, 1, s1, &mins);
             v[r] = s1[0];
@@ -258,7 +273,7 @@ KI void tile_4(int kind, int64_t nb, const uint8_t *w, size_t ws, int nr, const 
         for (int r = 0; r < 4; r++) {
             if (r >= nr) break;
             const uint8_t *blk = w + (size_t)r * ws + bb * (size_t)i;
-            prefetch_ahead(blk, (uintptr_t)(w + (size_t)r * ws) + bb * (size_t)nb, 4 * ws - bb * (size_t)nb);
+            prefetch_row(blk, (uintptr_t)(w + (size_t)r * ws) + bb * (size_t)nb, 4 * ws - bb * (size_t)nb);
             __m256i s1[4], mins = zi;
             dd[r] = row_dots(kind, blk, T, nt, s1, &mins);
 #pragma GCC unroll 4
