@@ -53,6 +53,7 @@ typedef struct gen_cfg {
     double attn_softcap, final_softcap; /* gemma2 soft-capping (0: the architecture's default) */
     double scale;                       /* multiplies every random matrix (0: 1) */
     kn_dtype type;
+    bool q4_k_m; /* --type Q4_K_M: type is Q4_K, with llama.cpp's Q6_K matrices of that mix (mix_type) */
     uint64_t seed;
     int64_t experts, experts_used, expert_ffn; /* mixture of experts (0: dense); expert_ffn 0: --ffn */
     bool expert_typed;    /* the expert matrices are of expert_type, not of --type (the gpt-oss presets: */
@@ -211,7 +212,8 @@ static void usage(FILE *f) {
                "                    (llama.cpp's GGUF layout of each)\n"
                "  --scale S         multiply every random matrix (embeddings included) by S, for peaked logits\n"
                "  --type T          weight type of 2-D matrices (default Q8_0): F32 F16 BF16 Q4_0 Q4_1 Q5_0\n"
-               "                    Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS MXFP4; a matrix whose row\n"
+               "                    Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS MXFP4, or Q4_K_M (Q4_K with\n"
+               "                    Q6_K where llama.cpp's Q4_K_M files have it); a matrix whose row\n"
                "                    length is not a multiple of T's block falls back to Q8_0 (or F16). Norms\n"
                "                    and biases are always F32.\n"
                "  --seed N          RNG seed (default 1); same arguments + seed = byte-identical file\n"
@@ -495,8 +497,23 @@ static gen_tensor *add3_typed(gen_state *g, const char *name, int64_t ne0, int64
     return t;
 }
 
+/* The type of matrix `name` in a Q4_K_M file, as llama.cpp's quantizer picks it: Q6_K for the output
+ * matrix (the token embedding when it is tied), and for attn_v and ffn_down (dense or experts) of the
+ * first and last eighth of the layers and every third layer between; Q4_K for the rest. */
+static kn_dtype mix_type(const gen_cfg *c, const char *name) {
+    if (strcmp(name, "output.weight") == 0 || (c->tied && strcmp(name, "token_embd.weight") == 0)) return KN_Q6_K;
+    int layer, end = 0;
+    if (sscanf(name, "blk.%d.%n", &layer, &end) != 1 || end == 0) return KN_Q4_K;
+    const char *t = name + end;
+    if (strncmp(t, "attn_v.", 7) != 0 && strncmp(t, "ffn_down.", 9) != 0 && strncmp(t, "ffn_down_exps.", 14) != 0)
+        return KN_Q4_K;
+    const int64_t n = c->layers;
+    const bool more = layer < n / 8 || layer >= 7 * n / 8 || (layer - n / 8) % 3 == 2;
+    return more ? KN_Q6_K : KN_Q4_K;
+}
+
 static gen_tensor *add3(gen_state *g, const char *name, int64_t ne0, int64_t ne1, int64_t ne2, bool matrix) {
-    return add3_typed(g, name, ne0, ne1, ne2, matrix, g->cfg.type);
+    return add3_typed(g, name, ne0, ne1, ne2, matrix, g->cfg.q4_k_m ? mix_type(&g->cfg, name) : g->cfg.type);
 }
 
 static gen_tensor *add(gen_state *g, const char *name, int64_t ne0, int64_t ne1, bool matrix) {
@@ -1290,8 +1307,11 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--attn-softcap") == 0) c.attn_softcap = parse_double(a, VAL());
         else if (strcmp(a, "--final-softcap") == 0) c.final_softcap = parse_double(a, VAL());
         else if (strcmp(a, "--scale") == 0) c.scale = parse_double(a, VAL());
-        else if (strcmp(a, "--type") == 0) c.type = parse_type(a, VAL());
-        else if (strcmp(a, "--expert-type") == 0) c.expert_type = parse_type(a, VAL()), c.expert_typed = true;
+        else if (strcmp(a, "--type") == 0) {
+            const char *tv = VAL();
+            c.q4_k_m = strcasecmp(tv, "Q4_K_M") == 0;
+            c.type = c.q4_k_m ? KN_Q4_K : parse_type(a, tv);
+        } else if (strcmp(a, "--expert-type") == 0) c.expert_type = parse_type(a, VAL()), c.expert_typed = true;
         else if (strcmp(a, "--seed") == 0) c.seed = (uint64_t)parse_int(a, VAL(), 0, INT64_MAX);
         else if (strcmp(a, "--chat-template") == 0) tmpl_path = VAL();
         else if (strcmp(a, "--pre") == 0) pre = VAL();
@@ -1406,7 +1426,7 @@ int main(int argc, char **argv) {
 #define K(suffix) (snprintf(key, sizeof key, "%s.%s", c.arch, suffix), key)
     check(kn_gguf_writer_set_str(w, "general.architecture", c.arch));
     check(kn_gguf_writer_set_str(w, "general.name", c.name));
-    check(kn_gguf_writer_set_u32(w, "general.file_type", file_type_of(c.type)));
+    check(kn_gguf_writer_set_u32(w, "general.file_type", c.q4_k_m ? 15 /* MOSTLY_Q4_K_M */ : file_type_of(c.type)));
     check(kn_gguf_writer_set_u32(w, "general.quantization_version", 2));
     check(kn_gguf_writer_set_u32(w, K("vocab_size"), (uint32_t)c.vocab));
     check(kn_gguf_writer_set_u32(w, K("context_length"), (uint32_t)c.ctx));
@@ -1485,8 +1505,9 @@ int main(int argc, char **argv) {
             "kiln-gen: wrote %s: %s %lldd %lldL %lldH/%lldKV hd %lld ffn %lld vocab %lld (%d merges) %s, "
             "%d tensors, %.1fM params, %.1f MB of weights, %.1f s\n",
             out, c.arch, (long long)c.dim, (long long)c.layers, (long long)c.heads, (long long)c.kv_heads,
-            (long long)c.head_dim, (long long)c.ffn, (long long)c.vocab, v.n_merges, kn_dtype_name((int32_t)c.type),
-            g.n, (double)n_params / 1e6, (double)g.total_bytes / 1e6, secs);
+            (long long)c.head_dim, (long long)c.ffn, (long long)c.vocab, v.n_merges,
+            c.q4_k_m ? "Q4_K_M" : kn_dtype_name((int32_t)c.type), g.n, (double)n_params / 1e6,
+            (double)g.total_bytes / 1e6, secs);
     kn_gguf_writer_free(w);
     free(tmpl);
     free_vocab(&v);

@@ -87,3 +87,18 @@ s4=$(wc -c <"$TMP/g4.gguf" 2>/dev/null || echo 0); s8=$(wc -c <"$TMP/g8.gguf" 2>
 # 2 layers x 3 matrices x 8 experts x 256 x 256 weights: MXFP4 saves 4.25 bits of Q8_0's 8.5 on each
 if [ "$s4" -gt 0 ] && [ $((s8 - s4)) -ge 1600000 ]; then pass kiln_gen_gptoss_mxfp4_experts
 else fail kiln_gen_gptoss_mxfp4_experts "sizes $s4 (default) and $s8 (Q8_0 experts)"; fi
+
+# --type Q4_K_M: Q4_K with Q6_K where llama.cpp's quantizer puts it: the output matrix (the token
+# embedding when tied) and attn_v / ffn_down of layers 0-1, 14-15 and every third between (4, 7, 10, 13
+# of 16 layers)
+q4km() { "$GEN" --arch llama --vocab 512 --dim 256 --layers 16 --heads 4 --ffn 512 --type Q4_K_M "$@" >/dev/null 2>&1; }
+q4km --tied -o "$TMP/km.gguf"
+info=$("$KILN" inspect "$TMP/km.gguf" 2>&1)
+six=$(printf '%s\n' "$info" | awk '$2 == "Q6_K" {print $1}' | sed -E 's/^blk\.([0-9]+)\.(attn_v|ffn_down)\.weight$/\1\2/' | tr '\n' ' ')
+want="token_embd.weight 0attn_v 0ffn_down 1attn_v 1ffn_down 4attn_v 4ffn_down 7attn_v 7ffn_down 10attn_v 10ffn_down 13attn_v 13ffn_down 14attn_v 14ffn_down 15attn_v 15ffn_down "
+[ "$six" = "$want" ] && pass kiln_gen_q4_k_m_layers || fail kiln_gen_q4_k_m_layers "$six"
+printf '%s\n' "$info" | grep -q "general.file_type = 15" && pass kiln_gen_q4_k_m_file_type || fail kiln_gen_q4_k_m_file_type "$(printf '%s\n' "$info" | grep file_type)"
+q4km --untied -o "$TMP/kmu.gguf"
+out=$("$KILN" inspect "$TMP/kmu.gguf" 2>&1 | awk '$1 == "output.weight" || $1 == "token_embd.weight" {print $1, $2}' | tr '\n' ' ')
+[ "$out" = "token_embd.weight Q4_K output.weight Q6_K " ] && pass kiln_gen_q4_k_m_untied || fail kiln_gen_q4_k_m_untied "$out"
+expect_exit kiln_gen_q4_k_m_runs 0 "$KILN" run -m "$TMP/kmu.gguf" -p "hello" -n 4 --seed 1
