@@ -14,6 +14,7 @@ if [ ! -f "$M" ]; then skip faults_server_tests "no $M"; exit 0; fi
 if ! command -v curl >/dev/null 2>&1; then skip faults_server_tests "curl is needed"; exit 0; fi
 
 start() {
+  : >"$TMP/s.err" # no earlier server's "listening on" line (the new process may not have truncated it yet)
   "$KILN" serve -m "$M" --port 0 --no-open -c 4096 "$@" >/dev/null 2>"$TMP/s.err" &
   pid=$!
   i=0

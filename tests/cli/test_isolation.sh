@@ -14,6 +14,7 @@ if ! command -v curl >/dev/null 2>&1; then skip isolation_tests "curl is needed"
 
 # start ARGS...: starts kiln serve on an ephemeral port; sets $pid, $base (stderr in $TMP/s.err).
 start() {
+  : >"$TMP/s.err" # no earlier server's "listening on" line (the new process may not have truncated it yet)
   "$KILN" serve -m "$M" --port 0 --no-open "$@" >/dev/null 2>"$TMP/s.err" &
   pid=$!
   wait_line "listening on" 1

@@ -15,10 +15,12 @@
 #ifndef KT_HARNESS_H
 #define KT_HARNESS_H
 
+#include <ftw.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static int kt_pass, kt_fail, kt_skip;
@@ -111,17 +113,33 @@ static inline char *kt_read_file(const char *path, size_t *len) {
     return p;
 }
 
-/* A writable scratch directory for this test program (created once). */
+static char kt_dir[256];
+static pid_t kt_dir_owner;
+
+static int kt_rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st, (void)flag, (void)ftw;
+    remove(path);
+    return 0;
+}
+
+/* atexit: removes the scratch directory and all it holds, in the process that made it only (a forked
+ * child that exits must not delete it under its parent). */
+static void kt_rm_tmpdir(void) {
+    if (kt_dir[0] && getpid() == kt_dir_owner) nftw(kt_dir, kt_rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* A writable scratch directory for this test program (created once, removed when it exits). */
 static inline const char *kt_tmpdir(void) {
-    static char dir[256];
-    if (!dir[0]) {
-        snprintf(dir, sizeof dir, "/tmp/kiln-test-XXXXXX");
-        if (!mkdtemp(dir)) {
+    if (!kt_dir[0]) {
+        snprintf(kt_dir, sizeof kt_dir, "/tmp/kiln-test-XXXXXX");
+        if (!mkdtemp(kt_dir)) {
             perror("mkdtemp");
             exit(2);
         }
+        kt_dir_owner = getpid();
+        atexit(kt_rm_tmpdir);
     }
-    return dir;
+    return kt_dir;
 }
 
 #ifdef KT_ENGINE_HELPERS
