@@ -14,10 +14,13 @@
 # and a log left by the previous server (its line still there, the new process not yet running to
 # truncate the file) made a start on a busy machine look done with no port, so it failed.
 . tests/cli/lib.sh
-M="$DATA/models/stories260K/stories260K.gguf"
+# KILN_SSD_KILL_MODEL: another model for a long run (a larger KV per token makes longer writes, so
+# more kills land inside one; docs/reliability.md)
+M="${KILN_SSD_KILL_MODEL:-$DATA/models/stories260K/stories260K.gguf}"
 if [ ! -f "$M" ]; then skip ssd_kill_tests "no $M"; exit 0; fi
 if ! command -v curl >/dev/null 2>&1; then skip ssd_kill_tests "curl is needed"; exit 0; fi
 KILLS=${KILN_SSD_KILLS:-8}
+DELAY_MAX=${KILN_SSD_KILL_DELAY_MAX:-1.3} # the kill comes 0.02 s to this many seconds after a burst
 DIR="$TMP/ssd"
 J='Content-Type: application/json'
 
@@ -83,7 +86,7 @@ while [ $k -le "$KILLS" ]; do
     ask "In round $k story $j a $(od -An -N4 -tu4 /dev/urandom | tr -d ' ') bird sang in the tall green tree near the river" 8 >/dev/null &
     j=$((j + 1))
   done
-  sleep "$(od -An -N1 -tu1 /dev/urandom | awk '{ printf "%.2f", 0.1 + $1 / 255 * 1.2 }')"
+  sleep "$(od -An -N1 -tu1 /dev/urandom | awk -v hi="$DELAY_MAX" '{ printf "%.3f", 0.02 + $1 / 255 * (hi - 0.02) }')"
   kill -9 $pid
   wait $pid 2>/dev/null
   wait 2>/dev/null
