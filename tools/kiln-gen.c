@@ -669,10 +669,15 @@ static void build_tensors(gen_state *g) {
              * quantization rarely changes which experts a token goes to */
             gen_tensor *r = add(g, NM("ffn_gate_inp.weight"), c->dim, c->experts, false);
             r->std = 8.0f / sqrtf((float)c->dim);
-            const kn_dtype et = c->expert_typed ? c->expert_type : c->type;
-            add3_typed(g, NM("ffn_gate_exps.weight"), c->dim, c->expert_ffn, c->experts, true, et);
-            add3_typed(g, NM("ffn_up_exps.weight"), c->dim, c->expert_ffn, c->experts, true, et);
-            add3_typed(g, NM("ffn_down_exps.weight"), c->expert_ffn, c->dim, c->experts, true, et);
+            if (c->expert_typed) {
+                add3_typed(g, NM("ffn_gate_exps.weight"), c->dim, c->expert_ffn, c->experts, true, c->expert_type);
+                add3_typed(g, NM("ffn_up_exps.weight"), c->dim, c->expert_ffn, c->experts, true, c->expert_type);
+                add3_typed(g, NM("ffn_down_exps.weight"), c->expert_ffn, c->dim, c->experts, true, c->expert_type);
+            } else { /* --type, or its Q4_K_M mix */
+                add3(g, NM("ffn_gate_exps.weight"), c->dim, c->expert_ffn, c->experts, true);
+                add3(g, NM("ffn_up_exps.weight"), c->dim, c->expert_ffn, c->experts, true);
+                add3(g, NM("ffn_down_exps.weight"), c->expert_ffn, c->dim, c->experts, true);
+            }
             if (gptoss) {
                 add_bias(g, NM("ffn_gate_inp.bias"), c->experts);
                 add(g, NM("ffn_gate_exps.bias"), c->expert_ffn, c->experts, false)->std = 0.1f;

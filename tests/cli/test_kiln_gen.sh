@@ -102,3 +102,9 @@ q4km --untied -o "$TMP/kmu.gguf"
 out=$("$KILN" inspect "$TMP/kmu.gguf" 2>&1 | awk '$1 == "output.weight" || $1 == "token_embd.weight" {print $1, $2}' | tr '\n' ' ')
 [ "$out" = "token_embd.weight Q4_K output.weight Q6_K " ] && pass kiln_gen_q4_k_m_untied || fail kiln_gen_q4_k_m_untied "$out"
 expect_exit kiln_gen_q4_k_m_runs 0 "$KILN" run -m "$TMP/kmu.gguf" -p "hello" -n 4 --seed 1
+# the experts follow the same rule (ffn_down_exps of layers 0, 3, 6 and 7 of 8)
+"$GEN" --arch qwen3moe --vocab 512 --dim 256 --layers 8 --heads 4 --ffn 256 --experts 4 --experts-used 2 \
+  --type Q4_K_M -o "$TMP/kme.gguf" >/dev/null 2>&1
+out=$("$KILN" inspect "$TMP/kme.gguf" 2>&1 | awk '$2 == "Q6_K" && $1 ~ /exps/ {print $1}' | tr '\n' ' ')
+want="blk.0.ffn_down_exps.weight blk.3.ffn_down_exps.weight blk.6.ffn_down_exps.weight blk.7.ffn_down_exps.weight "
+[ "$out" = "$want" ] && pass kiln_gen_q4_k_m_experts || fail kiln_gen_q4_k_m_experts "$out"
