@@ -1,7 +1,7 @@
 /*
  * kernels.c - micro-benchmark of the quantized GEMM kernels on one thread, side by side in one run:
  * the plain-layout tile kernels (kn_kernels.gemm, 4 rows x 4 tokens) against the 16-row panel kernels
- * (kn_kernels.p16) on the same Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K / IQ4_NL / IQ4_XS / MXFP4 matrices (KILN_KERNELS
+ * (kn_kernels.p16) on the same Q4_0 / Q4_1 / Q8_0 / Q4_K / Q5_K / Q6_K / IQ4_NL / IQ4_XS / MXFP4 matrices (KILN_KERNELS
  * picks the set; for a type the set keeps plain, the panel kernel of the best AVX2 set runs beside its plain
  * kernel); the types without panel kernels (Q2_K, Q3_K) get the plain figures only.
  *
@@ -99,7 +99,7 @@ int main(int argc, char **argv) {
         printf("kernel set %s has no panel kernels\n", k->name);
         return 0;
     }
-    const kn_dtype types[] = {KN_Q4_0, KN_Q8_0, KN_Q4_K,   KN_Q5_K,   KN_Q6_K,
+    const kn_dtype types[] = {KN_Q4_0, KN_Q4_1, KN_Q8_0,   KN_Q4_K,   KN_Q5_K, KN_Q6_K,
                               KN_Q2_K, KN_Q3_K, KN_IQ4_NL, KN_IQ4_XS, KN_MXFP4};
     const int64_t rows = 2048, stack = 24; /* 24 matrices: 226 MB in Q4_0 at the default width */
     printf("kernel set %s, one thread, matrices %lld x %lld, %d repetitions (median), %s time\n", k->name,

@@ -1,5 +1,5 @@
 /*
- * kernels_avx2_p16.c - AVX2 panel kernels (pack.h) for Q4_0, Q8_0, Q4_K, Q5_K and Q6_K matrices, in two
+ * kernels_avx2_p16.c - AVX2 panel kernels (pack.h) for Q4_0, Q4_1, Q8_0, Q4_K, Q5_K and Q6_K matrices, in two
  * variants that give the same bits: with AVX-VNNI (256-bit vpdpbusd, Alder Lake and later, Zen 5) and
  * without it (vpmaddubsw + vpmaddwd, every AVX2 CPU).
  *
@@ -10,6 +10,8 @@
  * per lane, so every output is the reference vec_dot bit for bit, whatever the tile:
  *   VNNI:  a vpdpbusd chain over the quads of a block, started at the exact offset correction
  *          c = -off * sum(x) of the Q8X row (unsigned codes w + off, pack.h);
+ *   (Q4_1's codes are unsigned as stored: no correction; its float step per block adds the min term,
+ *   acc + (p * (d * dx) + m * sx), as the reference does);
  *   plain: vpmaddubsw of unsigned codes and signed quants gives int16 pairs, summed in int16 over as
  *          many quads as cannot overflow (codes <= 15: 8 quads, 8 * 2 * 15 * 127 < 2^15; codes <= 31:
  *          4 quads; codes <= 63: 2 quads), then vpmaddwd by 1 (or by the sub-block scale, which also
@@ -71,11 +73,19 @@ AI __m256 ld_ph8(const uint8_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((con
 
 /* ---- Q4_0 / Q8_0: groups of GB bytes per block column: d (16 lanes fp16) | codes ---- */
 
-/* Code vector j (elements 4j .. 4j+3 of each row's block) of half h of the group at g; *A its helper. */
-AI __m256i code_q4_0(const uint8_t *g, int j, int h, __m256i *A) {
-    const __m256i v = ld256(g + 32 + 64 * (j % 4) + 32 * h), m4 = _mm256_set1_epi8(0x0F);
-    (void)A;
+/* Code vector j (elements 4j .. 4j+3 of each row's block) of half h of the group at g; *A its helper.
+ * The nibble formats' codes start at byte QS of the group: after d (Q4_0), after d and m (Q4_1). */
+AI __m256i code_nib(const uint8_t *qs, int j, int h) {
+    const __m256i v = ld256(qs + 64 * (j % 4) + 32 * h), m4 = _mm256_set1_epi8(0x0F);
     return j < 4 ? _mm256_and_si256(v, m4) : _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+}
+AI __m256i code_q4_0(const uint8_t *g, int j, int h, __m256i *A) {
+    (void)A;
+    return code_nib(g + 32, j, h);
+}
+AI __m256i code_q4_1(const uint8_t *g, int j, int h, __m256i *A) {
+    (void)A;
+    return code_nib(g + 64, j, h);
 }
 AI __m256i code_q8_0(const uint8_t *g, int j, int h, __m256i *A) {
     (void)A;
@@ -90,8 +100,9 @@ AI __m256i code_q8_0s(const uint8_t *g, int j, int h, __m256i *A) {
 /* NAME##_tile: halves h0 .. h0+NH-1 of the panel at w (NH = 2: rows 0..15, else rows 8 h0 ..) times NT
  * Q8X activation rows, out[t * ldo + 8 (h - h0) + i]. Per block: the exact integer sum p of each
  * (half, token) through the engine (ZERO, STEP, SUM), plus the row's offset correction c when
- * ADD_C, then acc = fma((float)p, dw * dx, acc). */
-#define DEFINE_LEG(NAME, ATTR, GB, CODE, ZERO, STEP, SUM, ADD_C)                                                       \
+ * ADD_C, then acc = fma((float)p, dw * dx, acc); with MIN (Q4_1, Q8X1 rows) instead
+ * acc = acc + ((float)p * (dw * dx) + mw * sx), the reference's steps. */
+#define DEFINE_LEG(NAME, ATTR, GB, CODE, ZERO, STEP, SUM, ADD_C, MIN)                                                  \
     ATTR AI void NAME##_tile(int64_t nb, const uint8_t *w, const uint8_t *x, size_t xs, float *out, size_t ldo,        \
                              const int h0, const int NH, const int NT) {                                               \
         __m256 acc[2][TILE_T];                                                                                         \
@@ -112,12 +123,16 @@ AI __m256i code_q8_0s(const uint8_t *g, int j, int h, __m256i *A) {
                 }                                                                                                      \
             }                                                                                                          \
             UNROLL for (int h = 0; h < NH; h++) {                                                                      \
-                const __m256 dw = ld_ph8(g + 16 * (h0 + h));                                                           \
+                const __m256 dw = ld_ph8(g + 16 * (h0 + h)), mw = MIN ? ld_ph8(g + 32 + 16 * (h0 + h)) : dw;           \
                 UNROLL for (int t = 0; t < NT; t++) {                                                                  \
                     __m256i p = SUM(S[h][t]);                                                                          \
                     if (ADD_C) p = _mm256_add_epi32(p, bc32(xb + t * xs + 36));                                        \
                     const __m256 s = _mm256_mul_ps(dw, _mm256_set1_ps(kn_ld_f32(xb + t * xs + 32)));                   \
-                    acc[h][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), s, acc[h][t]);                                  \
+                    if (MIN) {                                                                                         \
+                        const __m256 ms = _mm256_mul_ps(mw, _mm256_set1_ps(kn_ld_f32(xb + t * xs + 36)));              \
+                        acc[h][t] =                                                                                    \
+                            _mm256_add_ps(acc[h][t], _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(p), s), ms));      \
+                    } else acc[h][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), s, acc[h][t]);                           \
                 }                                                                                                      \
             }                                                                                                          \
         }                                                                                                              \
@@ -125,10 +140,12 @@ AI __m256i code_q8_0s(const uint8_t *g, int j, int h, __m256i *A) {
             _mm256_storeu_ps(out + (size_t)t * ldo + 8 * h, acc[h][t]);                                                \
     }
 
-DEFINE_LEG(q4_0_v, VNNI, 16 * sizeof(kn_block_q4_0), code_q4_0, V_ZERO, V_STEP, V_SUM, 1)
-DEFINE_LEG(q8_0_v, VNNI, 16 * sizeof(kn_block_q8_0), code_q8_0, V_ZERO, V_STEP, V_SUM, 1)
-DEFINE_LEG(q4_0_p, PLAIN, 16 * sizeof(kn_block_q4_0), code_q4_0, V_ZERO, P_STEP, P_SUM, 1)
-DEFINE_LEG(q8_0_p, PLAIN, 16 * sizeof(kn_block_q8_0), code_q8_0s, V_ZERO, S_STEP, V_SUM, 0)
+DEFINE_LEG(q4_0_v, VNNI, 16 * sizeof(kn_block_q4_0), code_q4_0, V_ZERO, V_STEP, V_SUM, 1, 0)
+DEFINE_LEG(q4_1_v, VNNI, 16 * sizeof(kn_block_q4_1), code_q4_1, V_ZERO, V_STEP, V_SUM, 0, 1)
+DEFINE_LEG(q8_0_v, VNNI, 16 * sizeof(kn_block_q8_0), code_q8_0, V_ZERO, V_STEP, V_SUM, 1, 0)
+DEFINE_LEG(q4_0_p, PLAIN, 16 * sizeof(kn_block_q4_0), code_q4_0, V_ZERO, P_STEP, P_SUM, 1, 0)
+DEFINE_LEG(q4_1_p, PLAIN, 16 * sizeof(kn_block_q4_1), code_q4_1, V_ZERO, P_STEP, P_SUM, 0, 1)
+DEFINE_LEG(q8_0_p, PLAIN, 16 * sizeof(kn_block_q8_0), code_q8_0s, V_ZERO, S_STEP, V_SUM, 0, 0)
 
 /* ---- K formats: super-block groups; per sub-block s the exact sum times the sub-block scale ---- */
 
@@ -368,6 +385,8 @@ DEFINE_K6(q6_k_p, PLAIN, 2, V_ZERO, P_STEP, P_SCALE)
 DEFINE_ENTRY(q4_0_v, VNNI, 32, 16 * sizeof(kn_block_q4_0))
 DEFINE_ENTRY(q8_0_v, VNNI, 32, 16 * sizeof(kn_block_q8_0))
 DEFINE_ENTRY(q4_0_p, PLAIN, 32, 16 * sizeof(kn_block_q4_0))
+DEFINE_ENTRY(q4_1_v, VNNI, 32, 16 * sizeof(kn_block_q4_1))
+DEFINE_ENTRY(q4_1_p, PLAIN, 32, 16 * sizeof(kn_block_q4_1))
 DEFINE_ENTRY(q8_0_p, PLAIN, 32, 16 * sizeof(kn_block_q8_0))
 DEFINE_ENTRY(q4_k_v, VNNI, 256, 16 * sizeof(kn_block_q4_k))
 DEFINE_ENTRY(q4_k_p, PLAIN, 256, 16 * sizeof(kn_block_q4_k))
@@ -388,6 +407,7 @@ void kn__avx2_p16_q6_k(kn_kernels *k, bool vnni, bool on) { k->p16[KN_Q6_K] = !o
 void kn_avx2_init_p16(kn_kernels *k, bool vnni) {
     k->p16_tile_t = TILE_T;
     k->p16[KN_Q4_0] = vnni ? q4_0_v : q4_0_p;
+    k->p16[KN_Q4_1] = vnni ? q4_1_v : q4_1_p;
     k->p16[KN_Q8_0] = vnni ? q8_0_v : q8_0_p;
     k->p16[KN_Q4_K] = vnni ? q4_k_v : q4_k_p;
     k->p16[KN_Q5_K] = vnni ? q5_k_v : q5_k_p;

@@ -1,5 +1,5 @@
 /*
- * pack.c - the 16-row panel layout of Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K / IQ4_NL / IQ4_XS / MXFP4 matrices (see
+ * pack.c - the 16-row panel layout of Q4_0 / Q4_1 / Q8_0 / Q4_K / Q5_K / Q6_K / IQ4_NL / IQ4_XS / MXFP4 matrices (see
  * pack.h): repacking at load, reading a row back, and the activation rows of the panel kernels. Plain C: the layout is
  * a byte format, not an instruction set. The reference for the panel kernels is the plain vec_dot of quant.h on rows
  * read back with kn_p16_row_plain (tests/unit/test_pack.c).
@@ -19,7 +19,8 @@ static bool p16_lowbit(kn_dtype t) { return t == KN_IQ4_NL || t == KN_IQ4_XS || 
 
 bool kn_p16_type(kn_dtype t) {
     if (kn_p16_mlx_type(t)) return true;
-    return t == KN_Q4_0 || t == KN_Q8_0 || t == KN_Q4_K || t == KN_Q5_K || t == KN_Q6_K || p16_lowbit(t);
+    return t == KN_Q4_0 || t == KN_Q4_1 || t == KN_Q8_0 || t == KN_Q4_K || t == KN_Q5_K || t == KN_Q6_K ||
+           p16_lowbit(t);
 }
 
 typedef struct field {
@@ -37,6 +38,7 @@ typedef struct layout {
 static layout layout_of(kn_dtype t) {
     switch (t) {
         case KN_Q4_0: return (layout){2, {{0, 2, 0}, {2, 16, 0}}, 32, sizeof(kn_block_q4_0)};
+        case KN_Q4_1: return (layout){3, {{0, 2, 0}, {2, 2, 0}, {4, 16, 0}}, 32, sizeof(kn_block_q4_1)};
         case KN_Q8_0: return (layout){2, {{0, 2, 0}, {2, 32, 0x80808080u}}, 32, sizeof(kn_block_q8_0)};
         case KN_Q4_K: return (layout){4, {{0, 2, 0}, {2, 2, 0}, {4, 12, 0}, {16, 128, 0}}, 256, sizeof(kn_block_q4_k)};
         case KN_Q5_K:
@@ -180,6 +182,18 @@ void kn_q8x_quantize(kn_dtype t, kn_from_float_fn q, const float *x, uint8_t *ds
                 const int32_t c = -128 * sum;
                 memcpy(o + be + 4 + 4 * j, &c, 4);
             }
+        }
+        return;
+    }
+    if (t == KN_Q4_1) { /* Q8X1: the Q8_1 quants, d and s as fp32 */
+        for (int64_t b = 0; b < n / 32; b++) {
+            kn_block_q8_1 k;
+            q(x + b * 32, &k, 32);
+            uint8_t *o = dst + (size_t)b * KN_Q8X_BLOCK;
+            const float d = kn_fp16_to_fp32(k.d), s = kn_fp16_to_fp32(k.s);
+            memcpy(o, k.qs, 32);
+            memcpy(o + 32, &d, 4);
+            memcpy(o + 36, &s, 4);
         }
         return;
     }

@@ -1,6 +1,6 @@
 /*
- * pack.h - the 16-row panel layout ("P16") of Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS and MXFP4 weight
- * matrices, and the activation formats of the panel kernels.
+ * pack.h - the 16-row panel layout ("P16") of Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS and MXFP4
+ * weight matrices, and the activation formats of the panel kernels.
  *
  * SIMD kernels that put one weight row in each 32-bit lane of a 512-bit register want the 16 rows of a
  * panel side by side: then one sequential stream of bytes feeds a whole panel (decode reads the matrix
@@ -16,6 +16,7 @@
  * a 2-byte field (an fp16 scale) as 16 lanes of 2 bytes (lane l = row 16p+l); a field of 4k bytes as k
  * vectors of 64 bytes, dword l of vector j holding bytes 4j .. 4j+3 of row l's field.
  *   Q4_0 (288 bytes): d | qs (4 vectors: low nibbles elements 4j .. 4j+3, high nibbles 16+4j ..)
+ *   Q4_1 (320 bytes): d | m | qs (4 vectors, as Q4_0; the codes are the unsigned q of d * q + m)
  *   Q8_0 (544 bytes): d | qs (8 vectors) stored with the top bit flipped: unsigned codes w + 128
  *   Q4_K (2304 bytes): d | dmin | scales (3 vectors) | qs (32 vectors: vector 8c + q holds
  *        qs[32c + 4q .. +3]: low nibbles are elements 4q .. 4q+3 of sub-block 2c, high nibbles of 2c+1)
@@ -36,6 +37,8 @@
  *     exactly the Q8_0 quantization (d the stored fp16 scale as fp32), c = -off * sum(qs) with the
  *     weight codes' offset off (8 for Q4_0, 128 for Q8_0): a chain of vpdpbusd started at c yields the
  *     exact integer dot product of the signed weights with the quants.
+ *   Q8X1 (Q4_1 weights), per 32 elements: {int8 qs[32]; float d; float s} (40 bytes): the Q8_1
+ *     quantization with its fp16 d and s (d times the sum of the quants) as fp32.
  *   Q8KX (Q4_K, Q5_K weights), per 256 elements: {int8 qs[256]; float d; int16 bs[8]} (276 bytes): the
  *     Q8_K quantization, with bs[j] = bsums[2j] + bsums[2j + 1] (the sum of sub-block j's 32 quants).
  *   Q8XC (IQ4_NL, MXFP4 weights), per 32 elements: {int8 qs[32]; float d; int32 c[8]} (68 bytes): the
@@ -80,7 +83,7 @@ static inline float kn_ld_f32(const uint8_t *p) {
 }
 
 #define KN_P16_ROWS   16
-#define KN_Q8X_BLOCK  40  /* bytes of a Q8X activation block of 32: qs[32], float d, int32 c */
+#define KN_Q8X_BLOCK  40  /* bytes of a Q8X (Q8X1) activation block of 32: qs[32], float d, int32 c (float s) */
 #define KN_Q8KX_BLOCK 276 /* bytes of a Q8KX activation block of 256: qs[256], float d, int16 bs[8] */
 #define KN_Q8XC_BLOCK 68  /* bytes of a Q8XC activation block of 32: qs[32], float d, int32 c[8] */
 #define KN_Q8KC_BLOCK 292 /* bytes of a Q8KC activation block of 256: qs[256], float d, int32 c[8] */
@@ -97,7 +100,8 @@ static inline float kn_ld_f32(const uint8_t *p) {
 typedef void (*kn_p16_fn)(int64_t n, const uint8_t *w, int np, const uint8_t *x, size_t xs, int nt, float *out,
                           size_t ldo);
 
-/* True when matrices of type t have a panel layout (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4). */
+/* True when matrices of type t have a panel layout (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4,
+ * MLX8, MLX8_F32). */
 bool kn_p16_type(kn_dtype t);
 
 /* Repacks a rows x cols matrix of type t (kn_p16_type(t), rows % 16 == 0, whole blocks) from the
@@ -115,7 +119,7 @@ void kn_p16_row_plain(kn_dtype t, const uint8_t *data, int64_t cols, int64_t r, 
 size_t kn_q8x_row_bytes(kn_dtype t, int64_t n);
 
 /* Quantizes n floats (whole blocks) into an activation row for panel kernels of weight type t, with q
- * the quantizer of t's vec_dot type (Q8_0 or Q8_K; the reference one or a SIMD one: both give
+ * the quantizer of t's vec_dot type (Q8_0, Q8_1 or Q8_K; the reference one or a SIMD one: both give
  * identical bytes). dst holds kn_q8x_row_bytes(t, n) bytes. */
 void kn_q8x_quantize(kn_dtype t, kn_from_float_fn q, const float *x, uint8_t *dst, int64_t n);
 

@@ -1,11 +1,11 @@
 /*
- * test_pack.c - the 16-row panel layout of Q4_0 / Q8_0 / Q4_K / Q5_K / Q6_K / IQ4_NL / IQ4_XS / MXFP4 matrices
+ * test_pack.c - the 16-row panel layout of Q4_0 / Q4_1 / Q8_0 / Q4_K / Q5_K / Q6_K / IQ4_NL / IQ4_XS / MXFP4 matrices
  * (src/tensor/pack.h) and
  * the panel kernels of every kernel set this CPU runs (avx2, avx2vnni, avx512; a set the CPU lacks is
  * SKIPped with the reason) against the scalar reference:
  *   - repacking is lossless: every row read back (plain blocks or floats) equals the original row;
- *   - Q8X / Q8KX / Q8K6 / Q8XC / Q8KC activation rows hold exactly the reference Q8_0 / Q8_K quantization plus
- *     the sums;
+ *   - Q8X / Q8X1 / Q8KX / Q8K6 / Q8XC / Q8KC activation rows hold exactly the reference Q8_0 / Q8_1 / Q8_K
+ *     quantization plus the sums;
  *   - every output of a panel kernel, for every tile width 1 .. p16_tile_t and odd lengths, is
  *     bit-identical to the reference vec_dot on the plain row (tolerance 0: the numerics contract of
  *     quant.h defines the same float steps), which also makes any tile width equal to one-token calls.
@@ -34,7 +34,7 @@ static double kc_gauss(void) {
     return sqrt(-2.0 * log(u[0] + 1e-300)) * cos(6.283185307179586 * u[1]);
 }
 
-static const kn_dtype types[] = {KN_Q4_0, KN_Q8_0, KN_Q4_K, KN_Q5_K, KN_Q6_K, KN_IQ4_NL, KN_IQ4_XS, KN_MXFP4};
+static const kn_dtype types[] = {KN_Q4_0, KN_Q4_1, KN_Q8_0, KN_Q4_K, KN_Q5_K, KN_Q6_K, KN_IQ4_NL, KN_IQ4_XS, KN_MXFP4};
 
 static bool is_k(kn_dtype t) { return t == KN_Q4_K || t == KN_Q5_K || t == KN_Q6_K || t == KN_IQ4_XS; }
 static bool is_table(kn_dtype t) { return t == KN_IQ4_NL || t == KN_IQ4_XS || t == KN_MXFP4; }
@@ -146,6 +146,19 @@ static void test_q8x_rows(void) {
                     memcpy(&bs, blk + 260 + 2 * j, 2);
                     if (bs != ref[b].bsums[2 * j] + ref[b].bsums[2 * j + 1]) bad = (int)b;
                 }
+            }
+            free(ref);
+        } else if (t == KN_Q4_1) { /* Q8X1: the Q8_1 quants with d and s as fp32 */
+            kn_block_q8_1 *ref = malloc(sizeof *ref * (size_t)(n / 32));
+            kn_q8_1_from_float(x, ref, n);
+            kn_q8x_quantize(t, kn_q8_1_from_float, x, q, n);
+            for (int64_t b = 0; b < n / 32 && bad < 0; b++) {
+                const uint8_t *blk = q + (size_t)b * KN_Q8X_BLOCK;
+                float d, s;
+                memcpy(&d, blk + 32, 4);
+                memcpy(&s, blk + 36, 4);
+                if (memcmp(blk, ref[b].qs, 32) != 0 || d != kn_fp16_to_fp32(ref[b].d) || s != kn_fp16_to_fp32(ref[b].s))
+                    bad = (int)b;
             }
             free(ref);
         } else {
