@@ -9,9 +9,8 @@
  * token the kernels form the exact integer sums of the reference (quant.h), then take its float steps
  * per lane, so every output is the reference vec_dot bit for bit, whatever the tile:
  *   VNNI:  a vpdpbusd chain over the quads of a block, started at the exact offset correction
- *          c = -off * sum(x) of the Q8X row (unsigned codes w + off, pack.h);
- *   (Q4_1's codes are unsigned as stored: no correction; its float step per block adds the min term,
- *   acc + (p * (d * dx) + m * sx), as the reference does);
+ *          c = -off * sum(x) of the Q8X row (unsigned codes w + off, pack.h; Q4_1's codes are unsigned
+ *          as stored: no correction, and its float step adds the min term, acc + (p * (d dx) + m sx));
  *   plain: vpmaddubsw of unsigned codes and signed quants gives int16 pairs, summed in int16 over as
  *          many quads as cannot overflow (codes <= 15: 8 quads, 8 * 2 * 15 * 127 < 2^15; codes <= 31:
  *          4 quads; codes <= 63: 2 quads), then vpmaddwd by 1 (or by the sub-block scale, which also
@@ -71,10 +70,10 @@ AI __m256 ld_ph8(const uint8_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((con
         __asm__("" : "+x"(S));                                                                                         \
     } while (0)
 
-/* ---- Q4_0 / Q8_0: groups of GB bytes per block column: d (16 lanes fp16) | codes ---- */
+/* ---- Q4_0 / Q4_1 / Q8_0: groups of GB bytes per block column: d (16 lanes fp16) | m (Q4_1) | codes ---- */
 
 /* Code vector j (elements 4j .. 4j+3 of each row's block) of half h of the group at g; *A its helper.
- * The nibble formats' codes start at byte QS of the group: after d (Q4_0), after d and m (Q4_1). */
+ * code_nib reads the nibble formats' codes at qs: after d (Q4_0), after d and m (Q4_1). */
 AI __m256i code_nib(const uint8_t *qs, int j, int h) {
     const __m256i v = ld256(qs + 64 * (j % 4) + 32 * h), m4 = _mm256_set1_epi8(0x0F);
     return j < 4 ? _mm256_and_si256(v, m4) : _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
