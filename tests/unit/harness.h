@@ -116,7 +116,7 @@ static inline char *kt_read_file(const char *path, size_t *len) {
 static char kt_dir[256];
 static pid_t kt_dir_owner;
 
-static int kt_rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+static inline int kt_rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
     (void)st, (void)flag, (void)ftw;
     remove(path);
     return 0;
@@ -124,7 +124,7 @@ static int kt_rm_entry(const char *path, const struct stat *st, int flag, struct
 
 /* atexit: removes the scratch directory and all it holds, in the process that made it only (a forked
  * child that exits must not delete it under its parent). */
-static void kt_rm_tmpdir(void) {
+static inline void kt_rm_tmpdir(void) {
     if (kt_dir[0] && getpid() == kt_dir_owner) nftw(kt_dir, kt_rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
