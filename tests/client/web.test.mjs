@@ -71,6 +71,17 @@ async function sendMessage(page, text) {
 const waitReady = (page, timeout = 60000) => page.waitForSelector('body[data-state="ready"]', { timeout });
 const lastReply = (page) => page.locator('.msg.assistant').last();
 
+// The text of locator once it matches re (at most timeout ms), else its last text: a reply is redrawn on
+// the next animation frame, which may come after body[data-state] says ready.
+async function textWhen(locator, re, timeout = 10000) {
+  const end = Date.now() + timeout;
+  for (;;) {
+    const text = (await locator.count()) ? await locator.innerText() : '';
+    if (re.test(text) || Date.now() > end) return text;
+    await sleep(25);
+  }
+}
+
 // The conversations as the page stored them.
 const storedConversations = (page) => page.evaluate(() => JSON.parse(localStorage.getItem('kiln.conversations') || '[]'));
 
@@ -329,7 +340,7 @@ await test('web_error_api_key_and_400', async () => {
     await sendMessage(p, 'Hello');
     await waitReady(p);
     const err = lastReply(p).locator('.error');
-    assert.match(await err.innerText(), /needs an API key/);
+    assert.match(await textWhen(err, /needs an API key/), /needs an API key/);
     await err.locator('input.api-key').fill('wrong');
     await err.locator('button.save-key').click();
     await p.waitForFunction(() => /did not accept/.test(document.querySelector('.msg.assistant:last-of-type .error')?.innerText || ''));
@@ -348,7 +359,8 @@ await test('web_error_api_key_and_400', async () => {
     // a prompt longer than the context: the server's 400 message shows inline
     await sendMessage(p, 'Once upon a time there was a little dog. '.repeat(8));
     await waitReady(p);
-    assert.match(await lastReply(p).locator('.error').innerText(), /^Error 400: this model's context holds 64 tokens/);
+    const too = /^Error 400: this model's context holds 64 tokens/;
+    assert.match(await textWhen(lastReply(p).locator('.error'), too), too);
     assert.deepEqual(scriptErrors(p), []);
     await p.context().close();
   } finally {
@@ -379,7 +391,8 @@ await test('web_error_busy_429', async () => {
     await sendMessage(p, 'Hello');
     await waitReady(p);
     const err = lastReply(p).locator('.error');
-    assert.match(await err.innerText(), /^Too many requests right now \(HTTP 429\): the server is busy: .*Try again in a moment\./s);
+    const busy = /^Too many requests right now \(HTTP 429\): the server is busy: .*Try again in a moment\./s;
+    assert.match(await textWhen(err, busy), busy);
     assert.equal(await err.locator('button.retry').isVisible(), true);
     ctrl.abort();
     await Promise.all(hold);
