@@ -157,9 +157,9 @@ await test('web_chat_stream', async () => {
   assert.equal(convs.length, 1);
   assert.equal(convs[0].title, 'Hello');
   assert.equal(convs[0].messages[1].content, greedy40, 'the stored reply');
+  const meta = await textWhen(lastReply(page).locator('.meta'), /max tokens reached/);
   const shown = (await lastReply(page).locator('.body').innerText()).replace(/\s+/g, ' ').trim();
   assert.equal(shown, greedy40.replace(/\s+/g, ' ').trim(), 'the rendered reply');
-  const meta = await lastReply(page).locator('.meta').innerText();
   assert.match(meta, /^40 tokens · \d+(\.\d)? tok\/s · first token \d+ ms/, `statistics line: ${meta}`);
   assert.match(meta, /max tokens reached/);
   assert.equal(await lastReply(page).locator('.error').isVisible(), false);
@@ -186,7 +186,7 @@ await test('web_chat_stop', async () => {
   assert.equal(await page.isEnabled('#send'), true);
   assert.equal(await page.isVisible('#stop'), false);
   assert.equal(await page.isEditable('#input'), true);
-  const meta = await lastReply(page).locator('.meta').innerText();
+  const meta = await textWhen(lastReply(page).locator('.meta'), /stopped/);
   assert.match(meta, /stopped/, `statistics line: ${meta}`);
   assert.equal(await lastReply(page).locator('.error').isVisible(), false, 'no error for a stop');
   const convs = await storedConversations(page);
@@ -353,7 +353,7 @@ await test('web_error_api_key_and_400', async () => {
     const stored = (await storedConversations(p))[0].messages;
     assert.equal(stored.length, 2, 'the retries reused the reply');
     assert.equal(stored[1].content, want);
-    assert.match(await lastReply(p).locator('.meta').innerText(), /^8 tokens/);
+    assert.match(await textWhen(lastReply(p).locator('.meta'), /^8 tokens/), /^8 tokens/);
     assert.equal(await p.evaluate(() => JSON.parse(localStorage.getItem('kiln.apiKey'))), 'secret');
     await p.waitForFunction((id) => document.getElementById('model').textContent === id, MODEL_ID);
     // a prompt longer than the context: the server's 400 message shows inline
