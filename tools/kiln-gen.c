@@ -516,6 +516,12 @@ static gen_tensor *add3(gen_state *g, const char *name, int64_t ne0, int64_t ne1
     return add3_typed(g, name, ne0, ne1, ne2, matrix, g->cfg.q4_k_m ? mix_type(&g->cfg, name) : g->cfg.type);
 }
 
+/* The experts' stack of matrix `name` (ne0 x ne1 each): of --expert-type when given, else as add3 types it. */
+static void add_experts(gen_state *g, const char *name, int64_t ne0, int64_t ne1) {
+    if (g->cfg.expert_typed) add3_typed(g, name, ne0, ne1, g->cfg.experts, true, g->cfg.expert_type);
+    else add3(g, name, ne0, ne1, g->cfg.experts, true);
+}
+
 static gen_tensor *add(gen_state *g, const char *name, int64_t ne0, int64_t ne1, bool matrix) {
     return add3(g, name, ne0, ne1, 0, matrix);
 }
@@ -669,15 +675,9 @@ static void build_tensors(gen_state *g) {
              * quantization rarely changes which experts a token goes to */
             gen_tensor *r = add(g, NM("ffn_gate_inp.weight"), c->dim, c->experts, false);
             r->std = 8.0f / sqrtf((float)c->dim);
-            if (c->expert_typed) {
-                add3_typed(g, NM("ffn_gate_exps.weight"), c->dim, c->expert_ffn, c->experts, true, c->expert_type);
-                add3_typed(g, NM("ffn_up_exps.weight"), c->dim, c->expert_ffn, c->experts, true, c->expert_type);
-                add3_typed(g, NM("ffn_down_exps.weight"), c->expert_ffn, c->dim, c->experts, true, c->expert_type);
-            } else { /* --type, or its Q4_K_M mix */
-                add3(g, NM("ffn_gate_exps.weight"), c->dim, c->expert_ffn, c->experts, true);
-                add3(g, NM("ffn_up_exps.weight"), c->dim, c->expert_ffn, c->experts, true);
-                add3(g, NM("ffn_down_exps.weight"), c->expert_ffn, c->dim, c->experts, true);
-            }
+            add_experts(g, NM("ffn_gate_exps.weight"), c->dim, c->expert_ffn);
+            add_experts(g, NM("ffn_up_exps.weight"), c->dim, c->expert_ffn);
+            add_experts(g, NM("ffn_down_exps.weight"), c->expert_ffn, c->dim);
             if (gptoss) {
                 add_bias(g, NM("ffn_gate_inp.bias"), c->experts);
                 add(g, NM("ffn_gate_exps.bias"), c->expert_ffn, c->experts, false)->std = 0.1f;
