@@ -143,7 +143,7 @@ __attribute__((target("avx512f"))) static double fp32_peak(void) {
  * per step. */
 #define PEAK256(NAME, TARGET, TYPE, INIT, STEP, OPS)                                                                   \
     __attribute__((target(TARGET))) static double NAME(void) {                                                         \
-        const __m256i a8 = _mm256_set1_epi8(3), b8 = _mm256_set1_epi8(5); /* small: int16 sums never saturate */       \
+        const __m256i a8 = _mm256_set1_epi8(3), b8 = _mm256_set1_epi8(5); /* small values */                           \
         const __m256 af = _mm256_set1_ps(1.0000001f), bf = _mm256_set1_ps(0.9999999f);                                 \
         (void)a8, (void)b8, (void)af, (void)bf;                                                                        \
         double r[5];                                                                                                   \
@@ -181,7 +181,10 @@ __attribute__((target("avx512f"))) static double fp32_peak(void) {
         return median(r, 5);                                                                                           \
     }
 
-#define AVX2_I8(c)  c = _mm256_add_epi16(c, _mm256_maddubs_epi16(a8, b8))
+/* The product takes the chain's own value: maddubs(a8, b8) of two constants would be computed once and
+ * hoisted out of the loop, leaving only the vpaddw (this probe read 555 GOPS on a Zen 2 core that way,
+ * 3x its real vpmaddubsw rate). */
+#define AVX2_I8(c)  c = _mm256_add_epi16(c, _mm256_maddubs_epi16(a8, c))
 #define VNNI_I8(c)  c = _mm256_dpbusd_avx_epi32(c, a8, b8)
 #define AVX2_F32(c) c = _mm256_fmadd_ps(af, bf, c)
 PEAK256(int8_peak_avx2, "avx2", __m256i, _mm256_setzero_si256(), AVX2_I8, 32 * 2)

@@ -59,8 +59,12 @@ AI __m256 ld_ph8(const uint8_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((con
 #define V_ZERO()           _mm256_setzero_si256()
 #define V_STEP(S, W, A, B) S = _mm256_dpbusd_avx_epi32(S, W, B)
 #define V_SUM(S)           (S)
-#define P_STEP(S, W, A, B) S = _mm256_add_epi16(S, _mm256_maddubs_epi16(W, B))
-#define P_SUM(S)           _mm256_madd_epi16(S, _mm256_set1_epi16(1))
+#define P_STEP(S, W, A, B)                                                                                             \
+    do {                                                                                                               \
+        S = _mm256_add_epi16(S, _mm256_maddubs_epi16(W, B));                                                           \
+        __asm__("" : "+x"(S));                                                                                         \
+    } while (0)
+#define P_SUM(S) _mm256_madd_epi16(S, _mm256_set1_epi16(1))
 /* Q8_0 plain: W holds the signed weights, A = |W|. The empty asm keeps the sum a chain in one register: without
  * it the compiler reassociates the 8 quads' sums into a tree and parks the partial sums on the stack. */
 #define S_STEP(S, W, A, B)                                                                                             \
