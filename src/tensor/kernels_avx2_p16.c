@@ -115,7 +115,7 @@ AI __m256i code_q8_0s(const uint8_t *g, int j, int h, __m256i *A) {
             __m256i S[2][TILE_T];                                                                                      \
             UNROLL for (int h = 0; h < NH; h++) UNROLL for (int t = 0; t < NT; t++) S[h][t] = ZERO();                  \
             UNROLL for (int j = 0; j < 8; j++) {                                                                       \
-                if (NH == 2 && j % (8 / PF_PIECES(GB)) == 0)                                                           \
+                if ((NH == 2 || h0 == 0) && j % (8 / PF_PIECES(GB)) == 0)                                              \
                     prefetch_piece(g + (j / (8 / PF_PIECES(GB))) * ((GB) / PF_PIECES(GB)), (GB) / PF_PIECES(GB),       \
                                    PF_DIST(GB));                                                                       \
                 __m256i W[2], A[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};                                 \
@@ -244,7 +244,7 @@ AI __m256i code_k6(const uint8_t *g, int s, int j, int h) {
                 UNROLL for (int t = 0; t < NT; t++) sumi[h][t] = _mm256_setzero_si256();                               \
             }                                                                                                          \
             _Pragma("GCC unroll 8") for (int s = 0; s < 8; s++) {                                                      \
-                if (NH == 2) prefetch_piece(g + s * (GB / 8), GB / 8, PF_DIST(GB));                                    \
+                if (NH == 2 || h0 == 0) prefetch_piece(g + s * (GB / 8), GB / 8, PF_DIST(GB));                         \
                 UNROLL for (int j0 = 0; j0 < 8; j0 += QPS) {                                                           \
                     __m256i S[2][TILE_T];                                                                              \
                     UNROLL for (int h = 0; h < NH; h++) UNROLL for (int t = 0; t < NT; t++) S[h][t] = ZERO();          \
