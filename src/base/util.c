@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -20,13 +21,23 @@ void *kn_calloc(size_t n, size_t size) {
     return p;
 }
 
+/* Buffers of at least HUGE_MIN bytes (weights, KV caches) start on a 2 MiB boundary and are offered
+ * to the kernel for transparent huge pages: decode streams the whole weight buffer every token, and
+ * with 4 KiB pages that is a TLB miss every 4 KiB. Where THP is off (or not Linux) nothing changes. */
+#define HUGE_PAGE ((size_t)2 << 20)
+#define HUGE_MIN  (16 * HUGE_PAGE)
+
 void *kn_alloc_aligned(size_t size) {
     void *p = NULL;
     size_t rounded = (size + 63) & ~(size_t)63;
-    if (rounded < size || posix_memalign(&p, 64, rounded ? rounded : 64) != 0) {
+    const size_t align = rounded >= HUGE_MIN ? HUGE_PAGE : 64;
+    if (rounded < size || posix_memalign(&p, align, rounded ? rounded : 64) != 0) {
         kn_error(KILN_ERR_NOMEM, "out of memory allocating %zu bytes", size);
         return NULL;
     }
+#ifdef MADV_HUGEPAGE
+    if (align == HUGE_PAGE) (void)madvise(p, rounded & ~(HUGE_PAGE - 1), MADV_HUGEPAGE); /* advice only */
+#endif
     return p;
 }
 
