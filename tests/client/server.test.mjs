@@ -530,16 +530,22 @@ await test('server_error_queue_full', async () => {
     let raw429 = 0;
     let client429 = 0;
     let ok = 0;
-    // one runs, one waits, the rest must be refused; fired together, half raw and half through the client
+    // one runs (a stream, running once its first chunk came), one waits, the rest must be refused; fired
+    // together, half raw and half through the client. (Fired all at once, a second request could find the
+    // first still queued, not yet running, and be refused too.)
     for (let round = 0; round < 3 && !(raw429 && client429); round++) {
-      const calls = [];
+      const running = (await c.completions.create({ ...req, stream: true }))[Symbol.asyncIterator]();
+      assert.equal((await running.next()).done, false, 'the running stream has a first chunk');
+      const drain = async (it) => { while (!(await it.next()).done); return { streamed: true }; };
+      const calls = [drain(running)];
       for (let i = 0; i < 10; i++) {
         calls.push(i % 2 === 0
           ? post(s, '/v1/completions', req).then((r) => ({ raw: r }))
           : c.completions.create(req).then((r) => ({ ok: r }), (e) => ({ err: e })));
       }
       for (const r of await Promise.all(calls)) {
-        if (r.raw?.status === 429) {
+        if (r.streamed) ok++;
+        else if (r.raw?.status === 429) {
           assertHttpError(r.raw, 429, 'raw 429');
           raw429++;
         } else if (r.raw) {
@@ -559,7 +565,7 @@ await test('server_error_queue_full', async () => {
       }
     }
     assert.ok(raw429 > 0 && client429 > 0, `429s: ${raw429} raw, ${client429} client (${ok} completed)`);
-    assert.ok(ok >= 2, `only ${ok} requests completed`);
+    assert.ok(ok >= 2, `only ${ok} requests completed`); // per round: the stream and the one queued
     await waitIdle(s);
     const r = await c.completions.create(cmplReq(PROMPT, { max_tokens: 40 }));
     assert.equal(r.choices[0].text, greedy40, 'a normal request after the 429s');
