@@ -62,16 +62,15 @@ AI __m256 ld_ph8(const uint8_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((con
 #define P_STEP(S, W, A, B)                                                                                             \
     do {                                                                                                               \
         S = _mm256_add_epi16(S, _mm256_maddubs_epi16(W, B));                                                           \
-        __asm__("" : "+x"(S));                                                                                         \
+        KN_CHAIN(S);                                                                                                   \
     } while (0)
 #define P_SUM(S) _mm256_madd_epi16(S, _mm256_set1_epi16(1))
-/* Q8_0 plain: W holds the signed weights, A = |W|. The empty asm keeps the sum a chain in one register: without
- * it the compiler reassociates the 8 quads' sums into a tree and parks the partial sums on the stack. */
+/* Q8_0 plain: W holds the signed weights, A = |W|. Every plain step keeps its sum a chain (KN_CHAIN, pack.h). */
 #define S_STEP(S, W, A, B)                                                                                             \
     do {                                                                                                               \
         S = _mm256_add_epi32(                                                                                          \
             S, _mm256_madd_epi16(_mm256_maddubs_epi16(A, _mm256_sign_epi8(B, W)), _mm256_set1_epi16(1)));              \
-        __asm__("" : "+x"(S));                                                                                         \
+        KN_CHAIN(S);                                                                                                   \
     } while (0)
 
 /* ---- Q4_0 / Q4_1 / Q8_0: groups of GB bytes per block column: d (16 lanes fp16) | m (Q4_1) | codes ---- */

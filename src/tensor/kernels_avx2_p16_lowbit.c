@@ -165,9 +165,11 @@ AI void xs_scales(const uint8_t *g, int h, __m256i ls[8]) {
                     UNROLL for (int t = 0; t < NT; t++) {                                                              \
                         const __m256i bx = bc32(xsb + t * xs + 32 * j + 4 * q);                                        \
                         if (VN) S[t] = _mm256_dpbusd_avx_epi32(S[t], W, bx);                                           \
-                        else                                                                                           \
+                        else {                                                                                         \
                             S[t] = _mm256_add_epi32(                                                                   \
                                 S[t], _mm256_madd_epi16(_mm256_maddubs_epi16(A, _mm256_sign_epi8(bx, W)), ls16));      \
+                            KN_CHAIN(S[t]);                                                                            \
+                        }                                                                                              \
                     }                                                                                                  \
                 }                                                                                                      \
                 UNROLL for (int t = 0; t < NT; t++) sumi[t] =                                                          \

@@ -47,7 +47,11 @@ AI __m256 dm8(const uint8_t *g, int f, int hh, const int F32) {
     (W = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(p)), _mm256_set1_epi8((char)0x80)),                     \
      A = _mm256_abs_epi8(W))
 #define P_STEP(S, W, A, B)                                                                                             \
-    S = _mm256_add_epi32(S, _mm256_madd_epi16(_mm256_maddubs_epi16(A, _mm256_sign_epi8(B, W)), _mm256_set1_epi16(1)))
+    do {                                                                                                               \
+        S = _mm256_add_epi32(                                                                                          \
+            S, _mm256_madd_epi16(_mm256_maddubs_epi16(A, _mm256_sign_epi8(B, W)), _mm256_set1_epi16(1)));              \
+        KN_CHAIN(S);                                                                                                   \
+    } while (0)
 
 /* NAME##_tile: halves h0 .. h0 + NH - 1 of the panel at w (NH = 2: rows 0..15, else rows 8 h0 ..) times
  * NT Q8XM rows, out[t * ldo + 8 (h - h0) + i]. SIGNED: the engine sums (q - 128) * x. */

@@ -82,6 +82,12 @@ static inline float kn_ld_f32(const uint8_t *p) {
     return v;
 }
 
+/* Pins the vector v to one register at this point. A panel kernel's per-token sums are chains
+ * (S += product, quad after quad); integer addition being associative, GCC may rewrite such a chain
+ * into a tree, computing every product of a block first and parking them on the stack, which cost
+ * the plain AVX2 kernels 20-50% of their prefill speed (docs/benchmarks.md, 2026-12-04 night). */
+#define KN_CHAIN(v) __asm__("" : "+x"(v))
+
 #define KN_P16_ROWS   16
 #define KN_Q8X_BLOCK  40  /* bytes of a Q8X (Q8X1) activation block of 32: qs[32], float d, int32 c (float s) */
 #define KN_Q8KX_BLOCK 276 /* bytes of a Q8KX activation block of 256: qs[256], float d, int16 bs[8] */
