@@ -18,8 +18,8 @@
  *          pairs: its plain kernel multiplies |w| by sign(x, w) (pairs <= 2 * 128 * 127) instead.
  * Shapes: decode (1 or 2 tokens) walks each panel once, both halves per quad, so the panel is one
  * sequential stream, software-prefetched about 1 KB ahead (PF_DIST); prefill (3 .. TILE_T tokens) takes one half at a
- * time with all the tokens, each code vector unpacked once and used by every token (the activation rows stay in L1
- * across halves and panels). A call takes up to KN_P16_PANELS panels.
+ * time with all the tokens (the first half's pass prefetching as decode does), each code vector unpacked once and used
+ * by every token (the activation rows stay in L1 across halves and panels). A call takes up to KN_P16_PANELS panels.
  */
 #include "tensor/kernels.h"
 
@@ -38,9 +38,10 @@
 #define PLAIN
 
 /* Decode streams each panel once from memory; the hardware prefetchers alone leave one core at 60-75%
- * of its read bandwidth here (measured on Zen 2, 2026-12-04: docs/benchmarks.md). So a decode tile
- * prefetches the bytes PF_DIST ahead of the piece of a group it starts on, a piece of about 300 bytes
- * at a time (a burst of a whole 2304-byte K group at once lost), which gained 10-50% in tg. */
+ * of its read bandwidth here (measured on Zen 2, 2026-12-04: docs/benchmarks.md). So a decode tile (and
+ * the first half's pass of a prefill tile, which streams the panel when tokens are few) prefetches the bytes PF_DIST
+ * ahead of the piece of a group it starts on, a piece of about 300 bytes at a time (a burst of a whole 2304-byte K
+ * group at once lost), which gained 10-50% in tg. */
 #define PF_DIST(GB)   ((GB) > 400 && (GB) < 1000 ? 768 : 1024) /* Q8_0 groups: 768 measured best */
 #define PF_PIECES(GB) ((GB) > 400 ? 2 : 1)                     /* Q4_0 / Q8_0 group; K groups: 8 pieces */
 
