@@ -202,7 +202,7 @@ AI __m256i code_k4(const uint8_t *qs, int s, int j, int h) {
 }
 AI __m256i code_k5(const uint8_t *qs, const uint8_t *qh, int s, int j, int h) {
     const __m256i H = ld256(qh + 64 * j + 32 * h);
-    const __m256i hb = s <= 4 ? _mm256_slli_epi16(H, 4 - s) : _mm256_srli_epi16(H, s - 4); /* bit s -> bit 4 */
+    const __m256i hb = _mm256_slli_epi16(_mm256_srli_epi16(H, s), 4); /* bit s -> bit 4 (of each byte, s < 8) */
     return _mm256_or_si256(code_k4(qs, s, j, h), _mm256_and_si256(hb, _mm256_set1_epi8(0x10)));
 }
 AI __m256i code_k6(const uint8_t *g, int s, int j, int h) {
@@ -243,7 +243,10 @@ AI __m256i code_k6(const uint8_t *g, int s, int j, int h) {
                 k4_scales(g, h0 + h, sc[h]);                                                                           \
                 UNROLL for (int t = 0; t < NT; t++) sumi[h][t] = _mm256_setzero_si256();                               \
             }                                                                                                          \
-            _Pragma("GCC unroll 8") for (int s = 0; s < 8; s++) {                                                      \
+            /* sub-blocks in pairs, the pair loop rolled (s % 2, the nibble, stays constant): unrolled over all 8,     \
+             * GCC hoisted their loads and scales and spilled (Q5_K prefill 1.45x, decode 1.1x rolled) */              \
+            _Pragma("GCC unroll 1") for (int s2 = 0; s2 < 8; s2 += 2) UNROLL for (int s1 = 0; s1 < 2; s1++) {          \
+                const int s = s2 + s1;                                                                                 \
                 if (NH == 2 || h0 == 0) prefetch_piece(g + s * (GB / 8), GB / 8, PF_DIST(GB));                         \
                 UNROLL for (int j0 = 0; j0 < 8; j0 += QPS) {                                                           \
                     __m256i S[2][TILE_T];                                                                              \
