@@ -1,7 +1,8 @@
 /*
  * kernels_avx2_legacy.c - AVX2+FMA+F16C GEMM tile kernels (with AVX-VNNI where the CPU has it) for the
- * float weight formats (F32, F16, BF16 x F32 activations) and the legacy block formats (Q4_0, Q5_0,
- * Q8_0 x Q8_0 activations; Q4_1, Q5_1 x Q8_1 activations), and the Q8_0 / Q8_1 activation quantizers.
+ * float weight formats (F32, F16, BF16 x F32 activations) and the block formats of 32 elements with one
+ * scale (Q4_0, Q5_0, Q8_0 and the table formats IQ4_NL, MXFP4 x Q8_0 activations; Q4_1, Q5_1 x Q8_1
+ * activations), and the Q8_0 / Q8_1 activation quantizers.
  * Every kernel is tested against the scalar reference (tests/unit/test_kernels_legacy.c); entries
  * left unset keep the previous set's kernel.
  *
@@ -13,9 +14,12 @@
  * 4 dot products of a group sum to one exact int32 vector: with AVX-VNNI a chain of vpdpbusd (unsigned
  * weight bytes: 4- and 5-bit codes are, Q8_0 weights get +128) started from the exact correction
  * -offset * sum(x) of each lane; without it vpmaddubsw + vpmaddwd, whose int16 intermediate sums
- * cannot saturate (4-/5-bit codes: 8 products of at most 31 * 128; Q8_0 uses |w| and sign(x, w),
- * pairs of at most 128 * 127, as activation quants lie in -127 .. 127, which every Q8_0 quantizer
- * writes). Both give the same integers, so the two variants give the same floats.
+ * cannot saturate (4-/5-bit codes: 8 products of at most 31 * 128; Q8_0 and IQ4_NL use |w| and
+ * sign(x, w), pairs of at most 128 * 127, as activation quants lie in -127 .. 127, which every Q8_0
+ * quantizer writes; MXFP4 too, its pairs of at most 2 * 12 * 127 summed over the group in int16).
+ * IQ4_NL and MXFP4 codes are their nibbles looked up in the format's table (vpshufb; plus 128 for
+ * VNNI), MXFP4's scales the E8M0 values of its exponent bytes (kn_e8m0_half). Both variants give the
+ * same integers, so the same floats.
  * The float part is, per group,
  *     acc = fma(float(lanes), fp32(dw) * fp32(dx), acc)          (scales expanded to lanes 2k, 2k+1)
  *     acc = fma(m, s, acc)                                       (Q4_1 / Q5_1 only; m in even lanes)
@@ -148,6 +152,14 @@ AI __m256i dot4_signed(const __m256i a[4], const __m256i b[4]) {
     return _mm256_add_epi32(_mm256_add_epi32(s[0], s[1]), _mm256_add_epi32(s[2], s[3]));
 }
 
+/* dot4_signed for |a| <= 12 (MXFP4): 4 vectors of pairs <= 3048 sum in int16. */
+AI __m256i dot4_signed_small(const __m256i a[4], const __m256i b[4]) {
+    __m256i s = _mm256_setzero_si256();
+    UNROLL for (int j = 0; j < 4; j++) s =
+        _mm256_add_epi16(s, _mm256_maddubs_epi16(_mm256_abs_epi8(a[j]), _mm256_sign_epi8(b[j], a[j])));
+    return _mm256_madd_epi16(s, _mm256_set1_epi16(1));
+}
+
 /* -off * (sum of the activation bytes of each int32 lane over Z[0..3]). */
 AI __m256i neg_offset_sum(const __m256i Z[4], int off) {
     const __m256i ones = _mm256_set1_epi8(1);
@@ -195,6 +207,44 @@ AI void w_q8_0_u(const uint8_t *p, wgrp *W) {
     UNROLL for (int j = 0; j < 4; j++) W->q[j] = _mm256_xor_si256(W->q[j], flip); /* w + 128 */
 }
 
+/* IQ4_NL, MXFP4: the nibbles (group layout) looked up in the format's table, signed or (vnni) plus 128. */
+AI void group_table(const uint8_t *p, size_t stride, const int8_t *values, int vnni, __m256i Z[4]) {
+    const __m128i v = _mm_loadu_si128((const __m128i *)values);
+    const __m256i lut = _mm256_broadcastsi128_si256(vnni ? _mm_xor_si128(v, _mm_set1_epi8((char)0x80)) : v);
+    group_nib(p, stride, Z);
+    UNROLL for (int j = 0; j < 4; j++) Z[j] = _mm256_shuffle_epi8(lut, Z[j]);
+}
+
+/* Half the E8M0 values (kn_e8m0_half, exactly) of the exponent bytes at p + k * stride (k < 4) in the
+ * group's block order, as scales4. */
+AI __m256 e8m0_scales4(const uint8_t *p, size_t stride) {
+    const int e0 = p[0], e1 = p[stride], e2 = p[2 * stride], e3 = p[3 * stride];
+    const __m256i e = _mm256_setr_epi32(e0, e0, e2, e2, e1, e1, e3, e3);
+    const __m256i big = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23); /* 2^(e - 128), e >= 2 */
+    const __m256i small = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);            /* subnormal, e <= 1 */
+    return _mm256_castsi256_ps(_mm256_blendv_epi8(small, big, _mm256_cmpgt_epi32(e, _mm256_set1_epi32(1))));
+}
+
+AI void w_iq4_nl(const uint8_t *p, wgrp *W) {
+    group_table(p + 2, sizeof(kn_block_iq4_nl), kn_iq4nl_values, 0, W->q);
+    W->d = scales4(p, sizeof(kn_block_iq4_nl));
+}
+
+AI void w_iq4_nl_u(const uint8_t *p, wgrp *W) {
+    group_table(p + 2, sizeof(kn_block_iq4_nl), kn_iq4nl_values, 1, W->q);
+    W->d = scales4(p, sizeof(kn_block_iq4_nl));
+}
+
+AI void w_mxfp4(const uint8_t *p, wgrp *W) {
+    group_table(p + 1, sizeof(kn_block_mxfp4), kn_mxfp4_values, 0, W->q);
+    W->d = e8m0_scales4(p, sizeof(kn_block_mxfp4));
+}
+
+AI void w_mxfp4_u(const uint8_t *p, wgrp *W) {
+    group_table(p + 1, sizeof(kn_block_mxfp4), kn_mxfp4_values, 1, W->q);
+    W->d = e8m0_scales4(p, sizeof(kn_block_mxfp4));
+}
+
 AI void w_q4_1(const uint8_t *p, wgrp *W) {
     group_nib(p + 4, sizeof(kn_block_q4_1), W->q);
     W->d = scales4(p, sizeof(kn_block_q4_1));
@@ -236,7 +286,8 @@ AI __m256 acc_grp(__m256i s, const wgrp *W, const xgrp *X, __m256 acc) {
 }
 
 /* Dot products of a group, each adding its float part to acc: dot_small (unsigned codes <= 31,
- * without VNNI), dot_signed (Q8_0 weights, without VNNI), dot_vnni (unsigned codes, AVX-VNNI);
+ * without VNNI), dot_signed (Q8_0, IQ4_NL weights, without VNNI; _small: MXFP4), dot_vnni (unsigned
+ * codes, AVX-VNNI);
  * the _m variants add the offset term m * s of each block (Q4_1, Q5_1). */
 AI __m256 dot_small(const wgrp *W, const xgrp *X, __m256 acc) {
     return acc_grp(_mm256_add_epi32(X->c, dot4_small(W->q, X->q)), W, X, acc);
@@ -247,6 +298,10 @@ AI __m256 dot_small_m(const wgrp *W, const xgrp *X, __m256 acc) {
 }
 
 AI __m256 dot_signed(const wgrp *W, const xgrp *X, __m256 acc) { return acc_grp(dot4_signed(W->q, X->q), W, X, acc); }
+
+AI __m256 dot_signed_small(const wgrp *W, const xgrp *X, __m256 acc) {
+    return acc_grp(dot4_signed_small(W->q, X->q), W, X, acc);
+}
 
 VNNI_TARGET AI __m256 dot_vnni(const wgrp *W, const xgrp *X, __m256 acc) {
     __m256i s = X->c;
@@ -350,6 +405,10 @@ AI float hsum8(__m256 v) {
 #define gemm_q8_0_vnni_CALL(R, T) CALL(gemm_q8_0_vnni, R, T)
 #define gemm_q4_1_vnni_CALL(R, T) CALL(gemm_q4_1_vnni, R, T)
 #define gemm_q5_1_vnni_CALL(R, T) CALL(gemm_q5_1_vnni, R, T)
+#define gemm_iq4_nl_CALL(R, T)    CALL(gemm_iq4_nl, R, T)
+#define gemm_mxfp4_CALL(R, T)     CALL(gemm_mxfp4, R, T)
+#define gemm_iq4_nl_v_CALL(R, T)  CALL(gemm_iq4_nl_v, R, T)
+#define gemm_mxfp4_v_CALL(R, T)   CALL(gemm_mxfp4_v, R, T)
 #define NOATTR
 
 DEFINE_GEMM_BLOCKS(gemm_q4_0, NOATTR, 18, 34, w_q4_0, LOADX_Q4_0, dot_small)
@@ -362,6 +421,10 @@ DEFINE_GEMM_BLOCKS(gemm_q5_0_vnni, VNNI_TARGET, 22, 34, w_q5_0, LOADX_Q5_0, dot_
 DEFINE_GEMM_BLOCKS(gemm_q8_0_vnni, VNNI_TARGET, 34, 34, w_q8_0_u, LOADX_Q8_0_U, dot_vnni)
 DEFINE_GEMM_BLOCKS(gemm_q4_1_vnni, VNNI_TARGET, 20, 36, w_q4_1, LOADX_Q8_1, dot_vnni_m)
 DEFINE_GEMM_BLOCKS(gemm_q5_1_vnni, VNNI_TARGET, 24, 36, w_q5_1, LOADX_Q8_1, dot_vnni_m)
+DEFINE_GEMM_BLOCKS(gemm_iq4_nl, NOATTR, 18, 34, w_iq4_nl, LOADX_Q8_0, dot_signed)
+DEFINE_GEMM_BLOCKS(gemm_mxfp4, NOATTR, 17, 34, w_mxfp4, LOADX_Q8_0, dot_signed_small)
+DEFINE_GEMM_BLOCKS(gemm_iq4_nl_v, VNNI_TARGET, 18, 34, w_iq4_nl_u, LOADX_Q8_0_U, dot_vnni)
+DEFINE_GEMM_BLOCKS(gemm_mxfp4_v, VNNI_TARGET, 17, 34, w_mxfp4_u, LOADX_Q8_0_U, dot_vnni)
 
 /* ---- float weights x F32 activations ---- */
 
@@ -485,6 +548,8 @@ bool kn__avx2_legacy_vnni(kn_kernels *k, bool use_vnni) {
     k->gemm[KN_Q5_0] = v ? gemm_q5_0_vnni : gemm_q5_0;
     k->gemm[KN_Q5_1] = v ? gemm_q5_1_vnni : gemm_q5_1;
     k->gemm[KN_Q8_0] = v ? gemm_q8_0_vnni : gemm_q8_0;
+    k->gemm[KN_IQ4_NL] = v ? gemm_iq4_nl_v : gemm_iq4_nl;
+    k->gemm[KN_MXFP4] = v ? gemm_mxfp4_v : gemm_mxfp4;
     kn_avx2_init_mlx(k, v);
     return v;
 }

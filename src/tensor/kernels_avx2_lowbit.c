@@ -1,9 +1,10 @@
 /*
- * kernels_avx2_lowbit.c - AVX2 (+FMA, F16C) GEMM tiles of the low-bit and table formats: Q2_K, Q3_K and
- * IQ4_XS (x Q8_K), IQ4_NL and MXFP4 (x Q8_0). Every output is bit-identical to the scalar reference of
- * quant_lowbit.c / quant_nl.c, which fixes the order of every float operation (quant.h); the integer
- * parts are exact, so only the float steps need to follow the reference, and they do, one (row, token)
- * at a time. tests/unit/test_kernels_lowbit.c checks it.
+ * kernels_avx2_lowbit.c - AVX2 (+FMA, F16C) GEMM tiles of the low-bit formats Q2_K, Q3_K and IQ4_XS
+ * (x Q8_K). Every output is bit-identical to the scalar reference of quant_lowbit.c / quant_nl.c, which
+ * fixes the order of every float operation (quant.h); the integer parts are exact, so only the float
+ * steps need to follow the reference, and they do, one (row, token) at a time.
+ * tests/unit/test_kernels_lowbit.c checks it. (IQ4_NL and MXFP4, blocks of 32 with one scale, run
+ * Q4_0's kernels with a table: kernels_avx2_legacy.c.)
  *
  * Tiles (up to 4 rows x 4 tokens): each weight row's block is decoded once for all tokens of the tile
  * into byte vectors in element order (32 elements each):
@@ -11,10 +12,8 @@
  *     0..7 for the first 16 elements, 8..15 for the next 16); vpmaddubsw x activations, vpmaddwd by the
  *     scales, int32 adds, one horizontal sum per super-block. Q3_K's +4 is taken back with the bsums:
  *     S = sum_j (sc_j - 32) (sum (q + 4) y - 4 bsums_j). Q2_K's mins: sum_j m_j bsums_j.
- *   IQ4_XS / IQ4_NL / MXFP4: the table values (signed) through vpshufb; the products use
- *     vpmaddubsw(|code|, sign(code) * y), exact because activation quants are in -127..127 (quant.h).
- *   IQ4_NL / MXFP4 keep the reference's 16 float lanes as two 8-lane accumulators (even and odd blocks):
- *     vpmaddwd by ones gives exactly the reference's p[j] (sums of 4 products), then one vfmadd per block.
+ *   IQ4_XS: the table values (signed) through vpshufb; the products use vpmaddubsw(|code|, sign(code) * y),
+ *     exact because activation quants are in -127..127 (quant.h).
  * Entries left unset keep the previous set's kernel.
  */
 #include "tensor/kernels.h"
@@ -46,12 +45,6 @@ KI int32_t hsum_i32(__m256i v) {
     s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
     s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
     return _mm_cvtsi128_si32(s);
-}
-
-KI float half_at(const uint8_t *p) {
-    uint16_t h;
-    memcpy(&h, p, sizeof h);
-    return _cvtsh_ss(h);
 }
 
 /* The 32 table values of a 16-byte legacy nibble group (element e < 16: low nibble of qs[e], e >= 16:
@@ -89,54 +82,6 @@ KI __m256i q3k_scales(const uint8_t *scales) {
     const __m128i hi =
         _mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32((int)h), _mm_setr_epi32(0, 2, 4, 6)), _mm_set1_epi8(3));
     return _mm256_cvtepi8_epi16(_mm_sub_epi8(_mm_or_si128(low, _mm_slli_epi16(hi, 4)), _mm_set1_epi8(32)));
-}
-
-/* ---- IQ4_NL and MXFP4 (blocks of 32, Q8_0 activations) ---- */
-
-enum { NL_IQ4 = 0, NL_MXFP4 = 1 };
-
-KI void gemm_nl(int kind, int nt, int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs,
-                float *out, size_t ldo) {
-    const int64_t nb = n / 32;
-    const size_t bb = kind == NL_IQ4 ? sizeof(kn_block_iq4_nl) : sizeof(kn_block_mxfp4);
-    const size_t qoff = kind == NL_IQ4 ? offsetof(kn_block_iq4_nl, qs) : offsetof(kn_block_mxfp4, qs);
-    const __m128i lut = _mm_loadu_si128((const __m128i *)(kind == NL_IQ4 ? kn_iq4nl_values : kn_mxfp4_values));
-    const __m256i ones = _mm256_set1_epi16(1);
-    for (int r = 0; r < nr; r++) {
-        const uint8_t *row = w + (size_t)r * ws;
-        __m256 acc[4][2];
-        for (int t = 0; t < 4; t++) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
-        for (int64_t b = 0; b < nb; b++) {
-            const uint8_t *blk = row + (size_t)b * bb;
-            const __m256i c = table32(blk + qoff, lut), ac = _mm256_abs_epi8(c);
-            const float dw = kind == NL_IQ4 ? half_at(blk) : kn_e8m0_half(blk[0]);
-#pragma GCC unroll 4
-            for (int t = 0; t < nt; t++) {
-                const kn_block_q8_0 *y = (const kn_block_q8_0 *)(x + (size_t)t * xs) + b;
-                const __m256i yq = _mm256_loadu_si256((const __m256i *)y->qs);
-                const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(ac, _mm256_sign_epi8(yq, c)), ones);
-                const float s = dw * half_at((const uint8_t *)&y->d);
-                acc[t][b & 1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_set1_ps(s), acc[t][b & 1]);
-            }
-        }
-#pragma GCC unroll 4
-        for (int t = 0; t < nt; t++) {
-            float a[16];
-            _mm256_storeu_ps(a, acc[t][0]);
-            _mm256_storeu_ps(a + 8, acc[t][1]);
-            out[(size_t)t * ldo + (size_t)r] = kn_reduce16(a);
-        }
-    }
-}
-
-static void gemm_iq4_nl(int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, float *out,
-                        size_t ldo) {
-    TILE_NT(gemm_nl, NL_IQ4, n, w, ws, nr, x, xs, out, ldo);
-}
-
-static void gemm_mxfp4(int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, float *out,
-                       size_t ldo) {
-    TILE_NT(gemm_nl, NL_MXFP4, n, w, ws, nr, x, xs, out, ldo);
 }
 
 /* ---- Q2_K, Q3_K, IQ4_XS (super-blocks of 256, Q8_K activations) ---- */
@@ -216,8 +161,6 @@ void kn_avx2_init_lowbit(kn_kernels *k) {
     k->gemm[KN_Q2_K] = gemm_q2_k;
     k->gemm[KN_Q3_K] = gemm_q3_k;
     k->gemm[KN_IQ4_XS] = gemm_iq4_xs;
-    k->gemm[KN_IQ4_NL] = gemm_iq4_nl;
-    k->gemm[KN_MXFP4] = gemm_mxfp4;
 }
 
 #else

@@ -1,5 +1,6 @@
 /*
- * kernels_avx2_p16.c - AVX2 panel kernels (pack.h) for Q4_0, Q4_1, Q8_0, Q4_K, Q5_K and Q6_K matrices, in two
+ * kernels_avx2_p16.c - AVX2 panel kernels (pack.h) for Q4_0, Q4_1, Q8_0, IQ4_NL, MXFP4, Q4_K, Q5_K and Q6_K
+ * matrices, in two
  * variants that give the same bits: with AVX-VNNI (256-bit vpdpbusd, Alder Lake and later, Zen 5) and
  * without it (vpmaddubsw + vpmaddwd, every AVX2 CPU).
  *
@@ -15,7 +16,11 @@
  *          many quads as cannot overflow (codes <= 15: 8 quads, 8 * 2 * 15 * 127 < 2^15; codes <= 31:
  *          4 quads; codes <= 63: 2 quads), then vpmaddwd by 1 (or by the sub-block scale, which also
  *          does the K formats' scale multiply exactly). Q8_0's codes (w + 128) would overflow int16
- *          pairs: its plain kernel multiplies |w| by sign(x, w) (pairs <= 2 * 128 * 127) instead.
+ *          pairs: its plain kernel multiplies |w| by sign(x, w) (pairs <= 2 * 128 * 127) instead, and
+ *          so do IQ4_NL's (table values up to 127; a vpmaddwd per quad) and MXFP4's (values up to 12:
+ *          8 quads of pairs <= 2 * 12 * 127 sum in int16, one vpmaddwd per block).
+ * The table formats IQ4_NL and MXFP4 are Q4_0's kernel with the nibbles looked up in the format's table
+ * (vpshufb; plus 128 for VNNI, whose Q8X rows carry the offset 128) and, for MXFP4, E8M0 scales.
  * Shapes: decode (1 or 2 tokens) walks each panel once, both halves per quad, so the panel is one
  * sequential stream, software-prefetched about 1 KB ahead (PF_DIST); prefill (3 .. TILE_T tokens) takes one half at a
  * time with all the tokens (the first half's pass prefetching as decode does), each code vector unpacked once and used
@@ -66,6 +71,12 @@ AI __m256 ld_ph8(const uint8_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((con
         KN_CHAIN(S);                                                                                                   \
     } while (0)
 #define P_SUM(S) _mm256_madd_epi16(S, _mm256_set1_epi16(1))
+/* MXFP4 plain: W signed (|w| <= 12), A = |W|: the int16 pairs of 8 quads cannot overflow. */
+#define Q_STEP(S, W, A, B)                                                                                             \
+    do {                                                                                                               \
+        S = _mm256_add_epi16(S, _mm256_maddubs_epi16(A, _mm256_sign_epi8(B, W)));                                      \
+        KN_CHAIN(S);                                                                                                   \
+    } while (0)
 /* Q8_0 plain: W holds the signed weights, A = |W|. Every plain step keeps its sum a chain (KN_CHAIN, pack.h). */
 #define S_STEP(S, W, A, B)                                                                                             \
     do {                                                                                                               \
@@ -99,13 +110,46 @@ AI __m256i code_q8_0s(const uint8_t *g, int j, int h, __m256i *A) {
     *A = _mm256_abs_epi8(w);
     return w;
 }
+/* The table formats: the format's values (signed, *A = |w|) or the values plus 128 (_u: VNNI) looked up
+ * from the nibbles at qs, after d (IQ4_NL) or after e (MXFP4). */
+AI __m256i table_code(const int8_t *values, const uint8_t *qs, int j, int h, __m256i *A, int vnni) {
+    const __m128i v = _mm_loadu_si128((const __m128i *)values);
+    const __m256i lut = _mm256_broadcastsi128_si256(vnni ? _mm_xor_si128(v, _mm_set1_epi8((char)0x80)) : v);
+    const __m256i w = _mm256_shuffle_epi8(lut, code_nib(qs, j, h));
+    if (!vnni) *A = _mm256_abs_epi8(w);
+    return w;
+}
+AI __m256i code_iq4_nl(const uint8_t *g, int j, int h, __m256i *A) {
+    return table_code(kn_iq4nl_values, g + 32, j, h, A, 0);
+}
+AI __m256i code_iq4_nl_u(const uint8_t *g, int j, int h, __m256i *A) {
+    return table_code(kn_iq4nl_values, g + 32, j, h, A, 1);
+}
+AI __m256i code_mxfp4(const uint8_t *g, int j, int h, __m256i *A) {
+    return table_code(kn_mxfp4_values, g + 16, j, h, A, 0);
+}
+AI __m256i code_mxfp4_u(const uint8_t *g, int j, int h, __m256i *A) {
+    return table_code(kn_mxfp4_values, g + 16, j, h, A, 1);
+}
+
+/* The block scales of half h of the group at g as fp32: fp16 d (dw_f16), or half the E8M0 value of the
+ * exponent bytes (dw_e8m0: kn_e8m0_half, exactly). */
+AI __m256 dw_f16(const uint8_t *g, int h) { return ld_ph8(g + 16 * h); }
+AI __m256 dw_e8m0(const uint8_t *g, int h) {
+    int64_t v;
+    memcpy(&v, g + 8 * h, 8);
+    const __m256i e = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(v));
+    const __m256i big = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23); /* 2^(e - 128), e >= 2 */
+    const __m256i small = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);            /* subnormal, e <= 1 */
+    return _mm256_castsi256_ps(_mm256_blendv_epi8(small, big, _mm256_cmpgt_epi32(e, _mm256_set1_epi32(1))));
+}
 
 /* NAME##_tile: halves h0 .. h0+NH-1 of the panel at w (NH = 2: rows 0..15, else rows 8 h0 ..) times NT
  * Q8X activation rows, out[t * ldo + 8 (h - h0) + i]. Per block: the exact integer sum p of each
  * (half, token) through the engine (ZERO, STEP, SUM), plus the row's offset correction c when
- * ADD_C, then acc = fma((float)p, dw * dx, acc); with MIN (Q4_1, Q8X1 rows) instead
- * acc = acc + ((float)p * (dw * dx) + mw * sx), the reference's steps. */
-#define DEFINE_LEG(NAME, ATTR, GB, CODE, ZERO, STEP, SUM, ADD_C, MIN)                                                  \
+ * ADD_C, then acc = fma((float)p, dw * dx, acc) with dw = DW(group, half); with MIN (Q4_1, Q8X1 rows)
+ * instead acc = acc + ((float)p * (dw * dx) + mw * sx), the reference's steps. */
+#define DEFINE_LEG(NAME, ATTR, GB, CODE, DW, ZERO, STEP, SUM, ADD_C, MIN)                                              \
     ATTR AI void NAME##_tile(int64_t nb, const uint8_t *w, const uint8_t *x, size_t xs, float *out, size_t ldo,        \
                              const int h0, const int NH, const int NT) {                                               \
         __m256 acc[2][TILE_T];                                                                                         \
@@ -126,7 +170,7 @@ AI __m256i code_q8_0s(const uint8_t *g, int j, int h, __m256i *A) {
                 }                                                                                                      \
             }                                                                                                          \
             UNROLL for (int h = 0; h < NH; h++) {                                                                      \
-                const __m256 dw = ld_ph8(g + 16 * (h0 + h)), mw = MIN ? ld_ph8(g + 32 + 16 * (h0 + h)) : dw;           \
+                const __m256 dw = DW(g, h0 + h), mw = MIN ? ld_ph8(g + 32 + 16 * (h0 + h)) : dw;                       \
                 UNROLL for (int t = 0; t < NT; t++) {                                                                  \
                     __m256i p = SUM(S[h][t]);                                                                          \
                     if (ADD_C) p = _mm256_add_epi32(p, bc32(xb + t * xs + 36));                                        \
@@ -143,12 +187,16 @@ AI __m256i code_q8_0s(const uint8_t *g, int j, int h, __m256i *A) {
             _mm256_storeu_ps(out + (size_t)t * ldo + 8 * h, acc[h][t]);                                                \
     }
 
-DEFINE_LEG(q4_0_v, VNNI, 16 * sizeof(kn_block_q4_0), code_q4_0, V_ZERO, V_STEP, V_SUM, 1, 0)
-DEFINE_LEG(q4_1_v, VNNI, 16 * sizeof(kn_block_q4_1), code_q4_1, V_ZERO, V_STEP, V_SUM, 0, 1)
-DEFINE_LEG(q8_0_v, VNNI, 16 * sizeof(kn_block_q8_0), code_q8_0, V_ZERO, V_STEP, V_SUM, 1, 0)
-DEFINE_LEG(q4_0_p, PLAIN, 16 * sizeof(kn_block_q4_0), code_q4_0, V_ZERO, P_STEP, P_SUM, 1, 0)
-DEFINE_LEG(q4_1_p, PLAIN, 16 * sizeof(kn_block_q4_1), code_q4_1, V_ZERO, P_STEP, P_SUM, 0, 1)
-DEFINE_LEG(q8_0_p, PLAIN, 16 * sizeof(kn_block_q8_0), code_q8_0s, V_ZERO, S_STEP, V_SUM, 0, 0)
+DEFINE_LEG(q4_0_v, VNNI, 16 * sizeof(kn_block_q4_0), code_q4_0, dw_f16, V_ZERO, V_STEP, V_SUM, 1, 0)
+DEFINE_LEG(q4_1_v, VNNI, 16 * sizeof(kn_block_q4_1), code_q4_1, dw_f16, V_ZERO, V_STEP, V_SUM, 0, 1)
+DEFINE_LEG(q8_0_v, VNNI, 16 * sizeof(kn_block_q8_0), code_q8_0, dw_f16, V_ZERO, V_STEP, V_SUM, 1, 0)
+DEFINE_LEG(iq4_nl_v, VNNI, 16 * sizeof(kn_block_iq4_nl), code_iq4_nl_u, dw_f16, V_ZERO, V_STEP, V_SUM, 1, 0)
+DEFINE_LEG(mxfp4_v, VNNI, 16 * sizeof(kn_block_mxfp4), code_mxfp4_u, dw_e8m0, V_ZERO, V_STEP, V_SUM, 1, 0)
+DEFINE_LEG(q4_0_p, PLAIN, 16 * sizeof(kn_block_q4_0), code_q4_0, dw_f16, V_ZERO, P_STEP, P_SUM, 1, 0)
+DEFINE_LEG(q4_1_p, PLAIN, 16 * sizeof(kn_block_q4_1), code_q4_1, dw_f16, V_ZERO, P_STEP, P_SUM, 0, 1)
+DEFINE_LEG(q8_0_p, PLAIN, 16 * sizeof(kn_block_q8_0), code_q8_0s, dw_f16, V_ZERO, S_STEP, V_SUM, 0, 0)
+DEFINE_LEG(iq4_nl_p, PLAIN, 16 * sizeof(kn_block_iq4_nl), code_iq4_nl, dw_f16, V_ZERO, S_STEP, V_SUM, 0, 0)
+DEFINE_LEG(mxfp4_p, PLAIN, 16 * sizeof(kn_block_mxfp4), code_mxfp4, dw_e8m0, V_ZERO, Q_STEP, P_SUM, 0, 0)
 
 /* ---- K formats: super-block groups; per sub-block s the exact sum times the sub-block scale ---- */
 
@@ -394,6 +442,10 @@ DEFINE_ENTRY(q4_0_p, PLAIN, 32, 16 * sizeof(kn_block_q4_0))
 DEFINE_ENTRY(q4_1_v, VNNI, 32, 16 * sizeof(kn_block_q4_1))
 DEFINE_ENTRY(q4_1_p, PLAIN, 32, 16 * sizeof(kn_block_q4_1))
 DEFINE_ENTRY(q8_0_p, PLAIN, 32, 16 * sizeof(kn_block_q8_0))
+DEFINE_ENTRY(iq4_nl_v, VNNI, 32, 16 * sizeof(kn_block_iq4_nl))
+DEFINE_ENTRY(iq4_nl_p, PLAIN, 32, 16 * sizeof(kn_block_iq4_nl))
+DEFINE_ENTRY(mxfp4_v, VNNI, 32, 16 * sizeof(kn_block_mxfp4))
+DEFINE_ENTRY(mxfp4_p, PLAIN, 32, 16 * sizeof(kn_block_mxfp4))
 DEFINE_ENTRY(q4_k_v, VNNI, 256, 16 * sizeof(kn_block_q4_k))
 DEFINE_ENTRY(q4_k_p, PLAIN, 256, 16 * sizeof(kn_block_q4_k))
 DEFINE_ENTRY(q5_k_v, VNNI, 256, 16 * sizeof(kn_block_q5_k))
@@ -415,6 +467,8 @@ void kn_avx2_init_p16(kn_kernels *k, bool vnni) {
     k->p16[KN_Q4_0] = vnni ? q4_0_v : q4_0_p;
     k->p16[KN_Q4_1] = vnni ? q4_1_v : q4_1_p;
     k->p16[KN_Q8_0] = vnni ? q8_0_v : q8_0_p;
+    k->p16[KN_IQ4_NL] = vnni ? iq4_nl_v : iq4_nl_p;
+    k->p16[KN_MXFP4] = vnni ? mxfp4_v : mxfp4_p;
     k->p16[KN_Q4_K] = vnni ? q4_k_v : q4_k_p;
     k->p16[KN_Q5_K] = vnni ? q5_k_v : q5_k_p;
 }

@@ -1,7 +1,8 @@
 /*
  * kernels_avx512_legacy.c - AVX-512 (F, BW, VL, VNNI; BF16 where present) GEMM tile kernels for the
- * float weight formats (F32, F16, BF16 x F32 activations) and the legacy block formats (Q4_0, Q5_0,
- * Q8_0 x Q8_0 activations; Q4_1, Q5_1 x Q8_1 activations), and the Q8_0 / Q8_1 activation quantizers.
+ * float weight formats (F32, F16, BF16 x F32 activations) and the block formats of 32 elements with one
+ * scale (Q4_0, Q5_0, Q8_0 and the table formats IQ4_NL, MXFP4 x Q8_0 activations; Q4_1, Q5_1 x Q8_1
+ * activations), and the Q8_0 / Q8_1 activation quantizers.
  * Every kernel is tested against the scalar reference (tests/unit/test_kernels_legacy.c); entries left
  * unset keep the previous set's kernel.
  *
@@ -11,7 +12,8 @@
  * 8j .. 8j+7 of block b (weights and activations alike), so int32 lanes 2b and 2b+1 of a vpdpbusd
  * belong to block b. Per (row, token) the 4 vpdpbusd of a group chain into one exact int32 vector:
  * vpdpbusd multiplies unsigned by signed bytes, so the weight side is made unsigned (4- and 5-bit codes
- * already are; Q8_0 weights get +128 by flipping the top bit) and the chain starts from the exact
+ * already are; Q8_0 weights get +128 by flipping the top bit, IQ4_NL / MXFP4 nibbles are looked up in
+ * the format's table plus 128; MXFP4's scales are E8M0) and the chain starts from the exact
  * integer correction -offset * sum(x) of the activation bytes in that lane (computed once per token and
  * group). The float part is then, per group,
  *     acc = fma(float(lanes), fp32(dw) * fp32(dx), acc)          (scales expanded to lanes 2b, 2b+1)
@@ -255,7 +257,34 @@ AI void w_q5_1(const uint8_t *p, wgrp *W) {
     W->m = SCALES8_EVEN(p, 24, 2, sc_q5_1_m);
 }
 
-/* Q8_0 activations for weights whose codes are (w + off): off = 8 (Q4_0), 16 (Q5_0), 128 (Q8_0). */
+/* IQ4_NL, MXFP4: the nibbles (group layout, in Z) looked up in the format's table plus 128. */
+AI void table_codes(const int8_t *values, __m512i Z[4]) {
+    const __m128i v = _mm_loadu_si128((const __m128i *)values);
+    const __m512i lut = _mm512_broadcast_i32x4(_mm_xor_si128(v, _mm_set1_epi8((char)0x80)));
+    UNROLL for (int j = 0; j < 4; j++) Z[j] = _mm512_shuffle_epi8(lut, Z[j]);
+}
+
+/* IQ4_NL blocks are Q4_0's bytes with table codes. */
+AI void w_iq4_nl(const uint8_t *p, wgrp *W) {
+    _Static_assert(sizeof(kn_block_iq4_nl) == sizeof(kn_block_q4_0), "IQ4_NL groups are Q4_0's");
+    w_q4_0(p, W);
+    table_codes(kn_iq4nl_values, W->q);
+}
+
+/* MXFP4: e | qs (17 bytes); the scales are half the E8M0 values (kn_e8m0_half, exactly), lanes 2b, 2b+1. */
+AI void w_mxfp4(const uint8_t *p, wgrp *W) {
+    group_nib(p + 1, sizeof(kn_block_mxfp4), W->q);
+    table_codes(kn_mxfp4_values, W->q);
+    int32_t ev[16];
+    for (int k = 0; k < 16; k++) ev[k] = p[(k / 2) * sizeof(kn_block_mxfp4)];
+    const __m512i e = _mm512_loadu_si512(ev);
+    const __m512i big = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23); /* 2^(e - 128), e >= 2 */
+    const __m512i small = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);            /* subnormal, e <= 1 */
+    W->d = _mm512_castsi512_ps(_mm512_mask_blend_epi32(_mm512_cmpgt_epi32_mask(e, _mm512_set1_epi32(1)), small, big));
+}
+
+/* Q8_0 activations for weights whose codes are (w + off): off = 8 (Q4_0), 16 (Q5_0), 128 (Q8_0, IQ4_NL,
+ * MXFP4). */
 AI void x_q8_0(const uint8_t *p, xgrp *X, int off) {
     group_q8(p + 2, sizeof(kn_block_q8_0), X->q);
     X->c = neg_offset_sum(X->q, (char)off);
@@ -354,17 +383,21 @@ AI __m512 dot_grp_m(const wgrp *W, const xgrp *X, __m512 acc) {
         TILE_SWITCH(NAME##_CALL)                                                                                       \
     }
 
-#define gemm_q4_0_CALL(R, T) gemm_q4_0_tile(n, w, ws, x, xs, out, ldo, R, T)
-#define gemm_q5_0_CALL(R, T) gemm_q5_0_tile(n, w, ws, x, xs, out, ldo, R, T)
-#define gemm_q8_0_CALL(R, T) gemm_q8_0_tile(n, w, ws, x, xs, out, ldo, R, T)
-#define gemm_q4_1_CALL(R, T) gemm_q4_1_tile(n, w, ws, x, xs, out, ldo, R, T)
-#define gemm_q5_1_CALL(R, T) gemm_q5_1_tile(n, w, ws, x, xs, out, ldo, R, T)
+#define gemm_q4_0_CALL(R, T)   gemm_q4_0_tile(n, w, ws, x, xs, out, ldo, R, T)
+#define gemm_q5_0_CALL(R, T)   gemm_q5_0_tile(n, w, ws, x, xs, out, ldo, R, T)
+#define gemm_q8_0_CALL(R, T)   gemm_q8_0_tile(n, w, ws, x, xs, out, ldo, R, T)
+#define gemm_q4_1_CALL(R, T)   gemm_q4_1_tile(n, w, ws, x, xs, out, ldo, R, T)
+#define gemm_q5_1_CALL(R, T)   gemm_q5_1_tile(n, w, ws, x, xs, out, ldo, R, T)
+#define gemm_iq4_nl_CALL(R, T) gemm_iq4_nl_tile(n, w, ws, x, xs, out, ldo, R, T)
+#define gemm_mxfp4_CALL(R, T)  gemm_mxfp4_tile(n, w, ws, x, xs, out, ldo, R, T)
 
 DEFINE_GEMM_BLOCKS(gemm_q4_0, 18, 34, w_q4_0, LOADX_Q4_0, dot_grp)
 DEFINE_GEMM_BLOCKS(gemm_q5_0, 22, 34, w_q5_0, LOADX_Q5_0, dot_grp)
 DEFINE_GEMM_BLOCKS(gemm_q8_0, 34, 34, w_q8_0, LOADX_Q8_0, dot_grp)
 DEFINE_GEMM_BLOCKS(gemm_q4_1, 20, 36, w_q4_1, LOADX_Q8_1, dot_grp_m)
 DEFINE_GEMM_BLOCKS(gemm_q5_1, 24, 36, w_q5_1, LOADX_Q8_1, dot_grp_m)
+DEFINE_GEMM_BLOCKS(gemm_iq4_nl, 18, 34, w_iq4_nl, LOADX_Q8_0, dot_grp)
+DEFINE_GEMM_BLOCKS(gemm_mxfp4, 17, 34, w_mxfp4, LOADX_Q8_0, dot_grp)
 
 /* ---- float weights x F32 activations ---- */
 
@@ -525,6 +558,8 @@ void kn_avx512_init_legacy(kn_kernels *k) {
     k->gemm[KN_Q5_0] = gemm_q5_0;
     k->gemm[KN_Q5_1] = gemm_q5_1;
     k->gemm[KN_Q8_0] = gemm_q8_0;
+    k->gemm[KN_IQ4_NL] = gemm_iq4_nl;
+    k->gemm[KN_MXFP4] = gemm_mxfp4;
     k->quantize[KN_Q8_0] = quantize_q8_0;
     k->quantize[KN_Q8_1] = quantize_q8_1;
     kn_avx512_init_mlx(k);

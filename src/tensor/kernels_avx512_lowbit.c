@@ -1,21 +1,16 @@
 /*
- * kernels_avx512_lowbit.c - AVX-512 (F, BW, VL, VNNI) GEMM tiles of the low-bit and table formats:
- * Q2_K, Q3_K and IQ4_XS (x Q8_K), IQ4_NL and MXFP4 (x Q8_0). Every output is bit-identical to the
- * scalar reference of quant_lowbit.c / quant_nl.c (the float steps of quant.h, the integer parts exact);
- * tests/unit/test_kernels_lowbit.c checks it.
+ * kernels_avx512_lowbit.c - AVX-512 (F, BW, VL, VNNI) GEMM tiles of the low-bit formats Q2_K, Q3_K and
+ * IQ4_XS (x Q8_K). Every output is bit-identical to the scalar reference of quant_lowbit.c / quant_nl.c
+ * (the float steps of quant.h, the integer parts exact); tests/unit/test_kernels_lowbit.c checks it.
+ * (IQ4_NL and MXFP4, blocks of 32 with one scale, run Q4_0's kernels with a table:
+ * kernels_avx512_legacy.c.)
  *
  * The scheme is that of the AVX2 file (kernels_avx2_lowbit.c) on 64-byte vectors: each weight row's
- * block is decoded once for all tokens of the tile.
- *   Q2_K / Q3_K / IQ4_XS: vector k holds elements 64k .. 64k+63 (four Q2_K/Q3_K sub-blocks of 16 or two
- *     IQ4_XS sub-blocks of 32); vpmaddubsw gives int16 pair sums, vpdpwssd multiplies them by the
- *     sub-block scale of their lane (vpermw from the 16 scales) and accumulates in int32.
- *   IQ4_NL / MXFP4: one vector holds two blocks, so its 16 int32 lanes are exactly the reference's 16
- *     float lanes (block b in lanes 0..7, block b+1 in 8..15); vpdpbusd of |code| with the signed
- *     activations gives the reference's p[j] (sums of 4 products), then one vfmadd per block pair (a
- *     masked one for a last odd block). The tokens' block scales are converted once per tile call (in
- *     chunks of 32 block pairs), not once per row.
- * Signed table values use |code| times the activation with code's sign applied (vpsubb under the mask
- * of negative codes), exact because activation quants are in -127..127 (quant.h).
+ * block is decoded once for all tokens of the tile. Vector k holds elements 64k .. 64k+63 (four
+ * Q2_K/Q3_K sub-blocks of 16 or two IQ4_XS sub-blocks of 32); vpmaddubsw gives int16 pair sums, vpdpwssd
+ * multiplies them by the sub-block scale of their lane (vpermw from the 16 scales) and accumulates in
+ * int32. IQ4_XS's signed table values use |code| times the activation with code's sign applied (vpsubb
+ * under the mask of negative codes), exact because activation quants are in -127..127 (quant.h).
  * Entries left unset keep the previous set's kernel.
  */
 #include "tensor/kernels.h"
@@ -52,12 +47,6 @@ KI int32_t hsum512(__m512i v) {
     return hsum256(_mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1)));
 }
 
-KI float half_at(const uint8_t *p) {
-    uint16_t h;
-    memcpy(&h, p, sizeof h);
-    return _cvtsh_ss(h);
-}
-
 /* Low nibbles and high nibbles of two 16-byte groups a, b as [lo(a) | hi(a) | lo(b) | hi(b)]: the
  * indices of elements 0..31 of group a, then of group b (legacy nibble layout). */
 KI __m512i nibbles2(__m128i a, __m128i b) {
@@ -80,87 +69,6 @@ KI __m256i q3k_scales(const uint8_t *scales) {
     const __m128i hi =
         _mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32((int)h), _mm_setr_epi32(0, 2, 4, 6)), _mm_set1_epi8(3));
     return _mm256_cvtepi8_epi16(_mm_sub_epi8(_mm_or_si128(low, _mm_slli_epi16(hi, 4)), _mm_set1_epi8(32)));
-}
-
-/* ---- IQ4_NL and MXFP4 (blocks of 32, Q8_0 activations) ---- */
-
-enum { NL_IQ4 = 0, NL_MXFP4 = 1 };
-
-/* Block pairs per chunk of gemm_nl: the tokens' scale vectors of a chunk (4 x 32 x 64 bytes) stay in L1. */
-enum { NL_CHUNK = 32 };
-
-KI void gemm_nl(int kind, int nt, int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs,
-                float *out, size_t ldo) {
-    const int64_t nb = n / 32, np = (nb + 1) / 2; /* blocks, block pairs */
-    const size_t bb = kind == NL_IQ4 ? sizeof(kn_block_iq4_nl) : sizeof(kn_block_mxfp4);
-    const size_t qoff = kind == NL_IQ4 ? offsetof(kn_block_iq4_nl, qs) : offsetof(kn_block_mxfp4, qs);
-    const __m512i lut =
-        _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(kind == NL_IQ4 ? kn_iq4nl_values : kn_mxfp4_values)));
-    const __m512i zero = _mm512_setzero_si512();
-    __m512 acc[4][4]; /* [row][token] */
-    for (int r = 0; r < 4; r++)
-        for (int t = 0; t < 4; t++) acc[r][t] = _mm512_setzero_ps();
-    __m512 dxv[4][NL_CHUNK]; /* token t, pair p: fp16(x.d) of block 2p in lanes 0..7, of block 2p+1 in 8..15 */
-    for (int64_t p0 = 0; p0 < np; p0 += NL_CHUNK) {
-        const int pc = (int)(np - p0 < NL_CHUNK ? np - p0 : NL_CHUNK);
-#pragma GCC unroll 4
-        for (int t = 0; t < nt; t++) {
-            const kn_block_q8_0 *y = (const kn_block_q8_0 *)(x + (size_t)t * xs);
-            for (int p = 0; p < pc; p++) {
-                const int64_t b = 2 * (p0 + p);
-                const float d0 = half_at((const uint8_t *)&y[b].d),
-                            d1 = b + 1 < nb ? half_at((const uint8_t *)&y[b + 1].d) : d0;
-                dxv[t][p] = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(d0), _mm512_set1_ps(d1));
-            }
-        }
-        for (int r = 0; r < nr; r++) {
-            const uint8_t *row = w + (size_t)r * ws;
-            __m512 a[4];
-#pragma GCC unroll 4
-            for (int t = 0; t < nt; t++) a[t] = acc[r][t];
-            for (int p = 0; p < pc; p++) {
-                const int64_t b = 2 * (p0 + p);
-                const int two = b + 1 < nb; /* a last odd block pairs with itself, its copy masked off */
-                const uint8_t *b0 = row + (size_t)b * bb, *b1 = two ? b0 + bb : b0;
-                const __m512i c = _mm512_shuffle_epi8(lut, nibbles2(_mm_loadu_si128((const __m128i *)(b0 + qoff)),
-                                                                    _mm_loadu_si128((const __m128i *)(b1 + qoff))));
-                const __m512i ac = _mm512_abs_epi8(c);
-                const __mmask64 neg = _mm512_movepi8_mask(c);
-                const float dw0 = kind == NL_IQ4 ? half_at(b0) : kn_e8m0_half(b0[0]);
-                const float dw1 = kind == NL_IQ4 ? half_at(b1) : kn_e8m0_half(b1[0]);
-                const __m512 dwv = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(dw0), _mm512_set1_ps(dw1));
-#pragma GCC unroll 4
-                for (int t = 0; t < nt; t++) {
-                    const kn_block_q8_0 *y0 = (const kn_block_q8_0 *)(x + (size_t)t * xs) + b, *y1 = two ? y0 + 1 : y0;
-                    __m512i yq = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)y0->qs)),
-                                                    _mm256_loadu_si256((const __m256i *)y1->qs), 1);
-                    yq = _mm512_mask_sub_epi8(yq, neg, zero, yq);
-                    const __m512 pr = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(zero, ac, yq));
-                    /* lane-wise the reference's per-block product fp16(w.d) (or e8m0) x fp16(x.d) */
-                    a[t] = _mm512_mask3_fmadd_ps(pr, _mm512_mul_ps(dwv, dxv[t][p]), a[t], two ? 0xFFFF : 0x00FF);
-                }
-            }
-#pragma GCC unroll 4
-            for (int t = 0; t < nt; t++) acc[r][t] = a[t];
-        }
-    }
-    for (int r = 0; r < nr; r++)
-#pragma GCC unroll 4
-        for (int t = 0; t < nt; t++) {
-            float f[16];
-            _mm512_storeu_ps(f, acc[r][t]);
-            out[(size_t)t * ldo + (size_t)r] = kn_reduce16(f);
-        }
-}
-
-static void gemm_iq4_nl(int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, float *out,
-                        size_t ldo) {
-    TILE_NT(gemm_nl, NL_IQ4, n, w, ws, nr, x, xs, out, ldo);
-}
-
-static void gemm_mxfp4(int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, float *out,
-                       size_t ldo) {
-    TILE_NT(gemm_nl, NL_MXFP4, n, w, ws, nr, x, xs, out, ldo);
 }
 
 /* ---- Q2_K, Q3_K, IQ4_XS (super-blocks of 256, Q8_K activations) ---- */
@@ -276,8 +184,6 @@ void kn_avx512_init_lowbit(kn_kernels *k) {
     k->gemm[KN_Q2_K] = gemm_q2_k;
     k->gemm[KN_Q3_K] = gemm_q3_k;
     k->gemm[KN_IQ4_XS] = gemm_iq4_xs;
-    k->gemm[KN_IQ4_NL] = gemm_iq4_nl;
-    k->gemm[KN_MXFP4] = gemm_mxfp4;
 }
 
 #else

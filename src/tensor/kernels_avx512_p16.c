@@ -1,7 +1,9 @@
 /*
- * kernels_avx512_p16.c - AVX-512 VNNI panel kernels for Q4_0, Q8_0 and Q4_K matrices in the 16-row panel
- * layout of pack.h: one weight row per 32-bit lane, so a zmm register holds 4 consecutive codes of 16
- * rows and one vpdpbusd against 4 activation quants broadcast to every lane advances 16 dot products.
+ * kernels_avx512_p16.c - AVX-512 VNNI panel kernels for Q4_0, Q8_0, IQ4_NL, MXFP4 and Q4_K matrices in the
+ * 16-row panel layout of pack.h: one weight row per 32-bit lane, so a zmm register holds 4 consecutive
+ * codes of 16 rows and one vpdpbusd against 4 activation quants broadcast to every lane advances 16 dot
+ * products. The table formats IQ4_NL and MXFP4 are Q4_0's kernel with the nibbles looked up in the
+ * format's table plus 128 (vpshufb; their Q8X rows carry the offset 128) and, for MXFP4, E8M0 scales.
  *
  * Per block column b of the panel and token t the kernel forms the exact integer dot product
  *     p = c[t][b] + sum over the 8 dword quads j of vpdpbusd(codes quad j, x quads j broadcast)
@@ -43,6 +45,39 @@ AI void codes_q8_0(const uint8_t *g, __m512i W[8]) {
     UNROLL for (int j = 0; j < 8; j++) W[j] = _mm512_loadu_si512(g + 32 + 64 * j);
 }
 
+/* Code vector j alone (prefill), of a Q4_0 or Q8_0 group, or of a table format's: its nibbles (after d
+ * for IQ4_NL, after e for MXFP4) looked up in the format's table plus 128. */
+AI __m512i nib512(const uint8_t *qs, int j) {
+    const __m512i v = _mm512_loadu_si512(qs + 64 * (j % 4)), m4 = _mm512_set1_epi8(0x0F);
+    return j < 4 ? _mm512_and_si512(v, m4) : _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+}
+AI __m512i table_of(const int8_t *values) {
+    const __m128i v = _mm_loadu_si128((const __m128i *)values);
+    return _mm512_broadcast_i32x4(_mm_xor_si128(v, _mm_set1_epi8((char)0x80)));
+}
+AI __m512i code1_q4_0(const uint8_t *g, int j) { return nib512(g + 32, j); }
+AI __m512i code1_q8_0(const uint8_t *g, int j) { return _mm512_loadu_si512(g + 32 + 64 * j); }
+AI __m512i code1_iq4_nl(const uint8_t *g, int j) {
+    return _mm512_shuffle_epi8(table_of(kn_iq4nl_values), nib512(g + 32, j));
+}
+AI __m512i code1_mxfp4(const uint8_t *g, int j) {
+    return _mm512_shuffle_epi8(table_of(kn_mxfp4_values), nib512(g + 16, j));
+}
+
+/* The 8 code vectors of an IQ4_NL / MXFP4 group. */
+AI void codes_iq4_nl(const uint8_t *g, __m512i W[8]) { UNROLL for (int j = 0; j < 8; j++) W[j] = code1_iq4_nl(g, j); }
+AI void codes_mxfp4(const uint8_t *g, __m512i W[8]) { UNROLL for (int j = 0; j < 8; j++) W[j] = code1_mxfp4(g, j); }
+
+/* The 16 rows' block scales of the group at g as fp32: fp16 d, or half the E8M0 value of the exponent
+ * bytes (kn_e8m0_half, exactly). */
+AI __m512 dw_f16(const uint8_t *g) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g)); }
+AI __m512 dw_e8m0(const uint8_t *g) {
+    const __m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)g));
+    const __m512i big = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23); /* 2^(e - 128), e >= 2 */
+    const __m512i small = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);            /* subnormal, e <= 1 */
+    return _mm512_castsi512_ps(_mm512_mask_blend_epi32(_mm512_cmpgt_epi32_mask(e, _mm512_set1_epi32(1)), small, big));
+}
+
 /* The exact integer dot product of the 16 rows' block with the activation block at xb (Q8X), the
  * chain of 8 vpdpbusd run as two chains of 4 (integer sums: the result is the same) so that its
  * latency hides under the loads of a decode. */
@@ -72,20 +107,21 @@ AI __m512i block_dot(const __m512i W[8], const uint8_t *xb) {
         if (np >= 2) P16_NT(TILE, 2) else P16_NT(TILE, 1)                                                              \
     }
 
-/* Q4_0 / Q8_0: NP panels of GB bytes per block column times NT tokens; CODES unpacks a group.
+/* Q4_0 / Q8_0 / IQ4_NL / MXFP4: NP panels of GB bytes per block column times NT tokens; CODES unpacks a
+ * group, CODE1 one code vector of it, DW its scales.
  *   NT <= 2 (decode): panel after panel through NAME_dec, the block's 8 code vectors unpacked once
  *     and the integer chain split in two, so a panel streams at the memory's pace (a separate
  *     function: inlined twice into the two-panel entry, decode measured 15% slower).
  *   NT >= 3 (prefill): quad j outer, so each activation broadcast feeds NP vpdpbusd and the NP x NT
  *     integer chains (independent) keep both dot-product pipes busy; loads, not multiplies, bound a
  *     one-panel tile. */
-#define DEFINE_P16(NAME, GB, CODES, Q4)                                                                                \
+#define DEFINE_P16(NAME, GB, CODES, CODE1, DW)                                                                         \
     static void NAME##_dec(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, float *out, size_t ldo,           \
                            const int NT) {                                                                             \
         __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};                                                    \
         for (int64_t b = 0; b < n / 32; b++) {                                                                         \
             const uint8_t *g = w + (size_t)b * (GB);                                                                   \
-            const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g));                                 \
+            const __m512 dw = DW(g);                                                                                   \
             __m512i W[8];                                                                                              \
             CODES(g, W);                                                                                               \
             UNROLL for (int t = 0; t < NT; t++) {                                                                      \
@@ -104,7 +140,6 @@ AI __m512i block_dot(const __m512i W[8], const uint8_t *xb) {
             for (int q = 0; q < NP; q++) NAME##_dec(n, w + q * pb, x, xs, out + 16 * q, ldo, NT);                      \
             return;                                                                                                    \
         }                                                                                                              \
-        const __m512i m4 = _mm512_set1_epi8(0x0F);                                                                     \
         __m512 acc[KN_P16_PANELS][TILE_T];                                                                             \
         UNROLL for (int q = 0; q < NP; q++) UNROLL for (int t = 0; t < NT; t++) acc[q][t] = _mm512_setzero_ps();       \
         for (int64_t b = 0; b < nb; b++) {                                                                             \
@@ -116,17 +151,14 @@ AI __m512i block_dot(const __m512i W[8], const uint8_t *xb) {
             }                                                                                                          \
             UNROLL for (int j = 0; j < 8; j++) {                                                                       \
                 __m512i W[KN_P16_PANELS];                                                                              \
-                UNROLL for (int q = 0; q < NP; q++) {                                                                  \
-                    const __m512i v = _mm512_loadu_si512(g + q * pb + 32 + 64 * (Q4 ? j % 4 : j));                     \
-                    W[q] = !Q4 ? v : j < 4 ? _mm512_and_si512(v, m4) : _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);  \
-                }                                                                                                      \
+                UNROLL for (int q = 0; q < NP; q++) W[q] = CODE1(g + q * pb, j);                                       \
                 UNROLL for (int t = 0; t < NT; t++) {                                                                  \
                     const __m512i bx = _mm512_set1_epi32(kn_ld_i32(xb + t * xs + 4 * j));                              \
                     UNROLL for (int q = 0; q < NP; q++) p[q][t] = _mm512_dpbusd_epi32(p[q][t], W[q], bx);              \
                 }                                                                                                      \
             }                                                                                                          \
             UNROLL for (int q = 0; q < NP; q++) {                                                                      \
-                const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + q * pb)));                  \
+                const __m512 dw = DW(g + q * pb);                                                                      \
                 UNROLL for (int t = 0; t < NT; t++) {                                                                  \
                     const __m512 s = _mm512_mul_ps(dw, _mm512_set1_ps(kn_ld_f32(xb + t * xs + 32)));                   \
                     acc[q][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p[q][t]), s, acc[q][t]);                            \
@@ -138,8 +170,10 @@ AI __m512i block_dot(const __m512i W[8], const uint8_t *xb) {
     }                                                                                                                  \
     P16_ENTRY(NAME, NAME##_tile)
 
-DEFINE_P16(p16_q4_0, 16 * sizeof(kn_block_q4_0), codes_q4_0, 1)
-DEFINE_P16(p16_q8_0, 16 * sizeof(kn_block_q8_0), codes_q8_0, 0)
+DEFINE_P16(p16_q4_0, 16 * sizeof(kn_block_q4_0), codes_q4_0, code1_q4_0, dw_f16)
+DEFINE_P16(p16_q8_0, 16 * sizeof(kn_block_q8_0), codes_q8_0, code1_q8_0, dw_f16)
+DEFINE_P16(p16_iq4_nl, 16 * sizeof(kn_block_iq4_nl), codes_iq4_nl, code1_iq4_nl, dw_f16)
+DEFINE_P16(p16_mxfp4, 16 * sizeof(kn_block_mxfp4), codes_mxfp4, code1_mxfp4, dw_e8m0)
 
 /* ---- Q4_K: super-blocks of 256 with 8 sub-blocks, 6-bit scales and mins (quant.h) ---- */
 
@@ -305,6 +339,8 @@ void kn_avx512_init_p16(kn_kernels *k) {
     k->p16_tile_t = TILE_T;
     k->p16[KN_Q4_0] = p16_q4_0;
     k->p16[KN_Q8_0] = p16_q8_0;
+    k->p16[KN_IQ4_NL] = p16_iq4_nl;
+    k->p16[KN_MXFP4] = p16_mxfp4;
     k->p16[KN_Q4_K] = p16_q4_k;
 }
 

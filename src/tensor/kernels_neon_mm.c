@@ -1,10 +1,10 @@
 /*
  * kernels_neon_mm.c - ARM64 GEMM tile kernels with the i8mm extension (SMMLA: a 2x8 by 8x2 int8
- * matrix product into 2x2 int32 lanes) for Q4_0, Q8_0, Q4_1, Q5_1, the K formats Q4_K, Q5_K, Q6_K and the
- * low-bit ones Q2_K, Q3_K, IQ4_XS: one SMMLA takes 8 elements of two weight rows against the same 8
- * elements of two tokens, so a 2x2 block of outputs shares every load and unpack. Registered over the
- * dotprod kernels when the CPU reports i8mm (kernels_neon.c); Q5_0, IQ4_NL and MXFP4, whose references
- * sum 4 elements at a time, keep the dotprod kernels.
+ * matrix product into 2x2 int32 lanes) for Q4_0, Q8_0, IQ4_NL, MXFP4, Q4_1, Q5_1, the K formats Q4_K,
+ * Q5_K, Q6_K and the low-bit ones Q2_K, Q3_K, IQ4_XS: one SMMLA takes 8 elements of two weight rows
+ * against the same 8 elements of two tokens, so a 2x2 block of outputs shares every load and unpack.
+ * Registered over the dotprod kernels when the CPU reports i8mm (kernels_neon.c); Q5_0, whose reference
+ * sums 4 elements at a time, keeps the dotprod kernel.
  *
  * Bit identity: SMMLA's lanes are exact int32 sums of 8 products; four (two for Q6_K's 16-element
  * sub-blocks) give exactly the block or sub-block sums the dotprod kernels compute, and the float
@@ -56,8 +56,9 @@ static void leftovers(kn_dtype t, int64_t n, const uint8_t *w, size_t ws, int nr
 
 /* ---- legacy formats ---- */
 
-/* Q4_0, Q8_0 (x Q8_0): per block acc = fma((float)p, dw * dx, acc), for a 2x2 block of outputs. */
-#define MM_BLOCK(NAME, TYPE, WT, CODES)                                                                                \
+/* Q4_0, Q8_0, IQ4_NL, MXFP4 (x Q8_0): per block acc = fma((float)p, dw * dx, acc), dw = DW(block), for a
+ * 2x2 block of outputs. */
+#define MM_BLOCK(NAME, TYPE, WT, CODES, DW)                                                                            \
     static void NAME(int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, float *out,  \
                      size_t ldo) {                                                                                     \
         const int64_t nb = n / 32;                                                                                     \
@@ -74,7 +75,7 @@ static void leftovers(kn_dtype t, int64_t n, const uint8_t *w, size_t ws, int nr
                     CODES(&a[i], &a0, &a1);                                                                            \
                     CODES(&b[i], &b0, &b1);                                                                            \
                     const int32x4_t p = mm32(vdupq_n_s32(0), a0, a1, b0, b1, u[i].qs, v[i].qs);                        \
-                    const float da = h2f(a[i].d), db = h2f(b[i].d), du = h2f(u[i].d), dv = h2f(v[i].d);                \
+                    const float da = DW(&a[i]), db = DW(&b[i]), du = h2f(u[i].d), dv = h2f(v[i].d);                    \
                     au = fmaf((float)vgetq_lane_s32(p, 0), da * du, au);                                               \
                     av = fmaf((float)vgetq_lane_s32(p, 1), da * dv, av);                                               \
                     bu = fmaf((float)vgetq_lane_s32(p, 2), db * du, bu);                                               \
@@ -88,8 +89,10 @@ static void leftovers(kn_dtype t, int64_t n, const uint8_t *w, size_t ws, int nr
         }                                                                                                              \
         leftovers(TYPE, n, w, ws, nr, nr2, x, xs, nt, nt2, out, ldo);                                                  \
     }
-MM_BLOCK(mm_q8_0, KN_Q8_0, kn_block_q8_0, codes_q8_0)
-MM_BLOCK(mm_q4_0, KN_Q4_0, kn_block_q4_0, codes_q4_0)
+MM_BLOCK(mm_q8_0, KN_Q8_0, kn_block_q8_0, codes_q8_0, DW_F16)
+MM_BLOCK(mm_q4_0, KN_Q4_0, kn_block_q4_0, codes_q4_0, DW_F16)
+MM_BLOCK(mm_iq4_nl, KN_IQ4_NL, kn_block_iq4_nl, codes_iq4_nl, DW_F16)
+MM_BLOCK(mm_mxfp4, KN_MXFP4, kn_block_mxfp4, codes_mxfp4, DW_E8M0)
 
 /* Q4_1, Q5_1 (x Q8_1): per block sum += (float)sumi * (dw * dx) + m * s. */
 static inline float offset_step(float sum, int32_t sumi, float dw, float m, const kn_block_q8_1 *x) {
@@ -287,10 +290,10 @@ static void mm_iq4_xs(int64_t n, const uint8_t *w, size_t ws, int nr, const uint
 
 bool kn_neon_init_i8mm(kn_kernels *k) {
 #if defined(__aarch64__)
-    const kn_dtype types[] = {KN_Q4_0, KN_Q8_0, KN_Q4_1, KN_Q5_1, KN_Q4_K,
-                              KN_Q5_K, KN_Q6_K, KN_Q2_K, KN_Q3_K, KN_IQ4_XS};
-    const kn_gemm_fn mm[] = {mm_q4_0, mm_q8_0, mm_q4_1, mm_q5_1, mm_q4_k,
-                             mm_q5_k, mm_q6_k, mm_q2_k, mm_q3_k, mm_iq4_xs};
+    const kn_dtype types[] = {KN_Q4_0, KN_Q8_0, KN_IQ4_NL, KN_MXFP4, KN_Q4_1, KN_Q5_1,
+                              KN_Q4_K, KN_Q5_K, KN_Q6_K,   KN_Q2_K,  KN_Q3_K, KN_IQ4_XS};
+    const kn_gemm_fn mm[] = {mm_q4_0, mm_q8_0, mm_iq4_nl, mm_mxfp4, mm_q4_1, mm_q5_1,
+                             mm_q4_k, mm_q5_k, mm_q6_k,   mm_q2_k,  mm_q3_k, mm_iq4_xs};
     kn_kernels dot = *k;
     if (!kn_neon_init_dotprod(&dot)) return false;
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {

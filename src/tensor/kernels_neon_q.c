@@ -1,13 +1,14 @@
 /*
  * kernels_neon_q.c - ARM64 NEON GEMM tile kernels of the block formats, with the dotprod extension
- * (SDOT: four int8 products summed into each int32 lane): the legacy formats (Q4_0, Q5_0, Q8_0 x Q8_0
- * activations; Q4_1, Q5_1 x Q8_1) and the K formats (Q4_K, Q5_K, Q6_K x Q8_K); its init also registers
- * the low-bit and table formats of kernels_neon_lowbit.c. Registered only when the CPU reports dotprod
- * (kernels_neon.c); the file is built for ARMv8.2-A+dotprod code.
+ * (SDOT: four int8 products summed into each int32 lane): the legacy formats (Q4_0, Q5_0, Q8_0 and the
+ * table formats IQ4_NL, MXFP4 x Q8_0 activations; Q4_1, Q5_1 x Q8_1) and the K formats (Q4_K, Q5_K, Q6_K x Q8_K); its
+ * init also registers the low-bit and table formats of kernels_neon_lowbit.c. Registered only when the CPU reports
+ * dotprod (kernels_neon.c); the file is built for ARMv8.2-A+dotprod code.
  *
  * Bit identity with the reference (quant.h's numerics contract): every integer partial sum is exact
  * (any order gives the same integer), so only the float steps matter, and they are the reference's:
- *   Q4_0, Q8_0  per block acc = fma((float)p, dw * dx, acc), in block order;
+ *   Q4_0, Q8_0, IQ4_NL, MXFP4  per block acc = fma((float)p, dw * dx, acc), in block order (the table
+ *               formats' codes are their table values, MXFP4's dw its E8M0 scale);
  *   Q5_0        the eight 4-element sums p[j] of a block are exactly the int32 lanes of two SDOTs
  *               over 16 bytes each, so the 16 fp32 lanes (block parity * 8 + j) take one vector fma;
  *   Q4_1, Q5_1  per block sum += (float)sumi * (dw * dx) + m * s, plain operations;
@@ -31,8 +32,8 @@
  * A tile runs row by row; each weight block is unpacked once into its 32 codes (two vectors) and
  * taken against every token of the tile, each token with its own accumulator. */
 
-/* Q4_0, Q8_0 (x Q8_0): per block acc = fma((float)p, dw * dx, acc). */
-#define TILE_BLOCK(NAME, WT, CODES)                                                                                    \
+/* Q4_0, Q8_0, IQ4_NL, MXFP4 (x Q8_0): per block acc = fma((float)p, dw * dx, acc), dw = DW(block). */
+#define TILE_BLOCK(NAME, WT, CODES, DW)                                                                                \
     static void NAME(int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, float *out,  \
                      size_t ldo) {                                                                                     \
         const int64_t nb = n / 32;                                                                                     \
@@ -42,7 +43,7 @@
             for (int64_t i = 0; i < nb; i++) {                                                                         \
                 int8x16_t c0, c1;                                                                                      \
                 CODES(&a[i], &c0, &c1);                                                                                \
-                const float dw = h2f(a[i].d);                                                                          \
+                const float dw = DW(&a[i]);                                                                            \
                 for (int t = 0; t < nt; t++) {                                                                         \
                     const kn_block_q8_0 *b = (const kn_block_q8_0 *)(const void *)(x + (size_t)t * xs) + i;            \
                     acc[t] = fmaf((float)dot32(c0, c1, b->qs), dw * h2f(b->d), acc[t]);                                \
@@ -51,8 +52,10 @@
             for (int t = 0; t < nt; t++) out[(size_t)t * ldo + (size_t)r] = acc[t];                                    \
         }                                                                                                              \
     }
-TILE_BLOCK(gemm_q8_0, kn_block_q8_0, codes_q8_0)
-TILE_BLOCK(gemm_q4_0, kn_block_q4_0, codes_q4_0)
+TILE_BLOCK(gemm_q8_0, kn_block_q8_0, codes_q8_0, DW_F16)
+TILE_BLOCK(gemm_q4_0, kn_block_q4_0, codes_q4_0, DW_F16)
+TILE_BLOCK(gemm_iq4_nl, kn_block_iq4_nl, codes_iq4_nl, DW_F16)
+TILE_BLOCK(gemm_mxfp4, kn_block_mxfp4, codes_mxfp4, DW_E8M0)
 
 /* Q4_1, Q5_1 (x Q8_1): per block sum += (float)sumi * (dw * dx) + m * s. */
 #define TILE_OFFSET(NAME, WT, CODES)                                                                                   \
@@ -173,6 +176,8 @@ bool kn_neon_init_dotprod(kn_kernels *k) {
     k->gemm[KN_Q5_0] = gemm_q5_0;
     k->gemm[KN_Q5_1] = gemm_q5_1;
     k->gemm[KN_Q8_0] = gemm_q8_0;
+    k->gemm[KN_IQ4_NL] = gemm_iq4_nl;
+    k->gemm[KN_MXFP4] = gemm_mxfp4;
     k->gemm[KN_Q4_K] = gemm_q4_k;
     k->gemm[KN_Q5_K] = gemm_q5_k;
     k->gemm[KN_Q6_K] = gemm_q6_k;

@@ -149,6 +149,18 @@ static inline void codes_table(const uint8_t qs[16], int8x16_t lut, int8x16_t *c
     *c1 = vqtbl1q_s8(lut, vshrq_n_u8(q, 4));
 }
 
+/* IQ4_NL, MXFP4 blocks: the table values of their nibbles, as codes_q4_0 gives Q4_0's. */
+static inline void codes_iq4_nl(const kn_block_iq4_nl *a, int8x16_t *c0, int8x16_t *c1) {
+    codes_table(a->qs, vld1q_s8(kn_iq4nl_values), c0, c1);
+}
+static inline void codes_mxfp4(const kn_block_mxfp4 *a, int8x16_t *c0, int8x16_t *c1) {
+    codes_table(a->qs, vld1q_s8(kn_mxfp4_values), c0, c1);
+}
+
+/* The fp32 scale of a block with one scale: fp16 d, or half the E8M0 value e (MXFP4). */
+#define DW_F16(a)  h2f((a)->d)
+#define DW_E8M0(a) kn_e8m0_half((a)->e)
+
 /* The four sums of 16 int32 lanes taken 4 at a time: lane k = the sum of p_k's lanes (exact). */
 static inline int32x4_t sums4(int32x4_t p0, int32x4_t p1, int32x4_t p2, int32x4_t p3) {
     return vpaddq_s32(vpaddq_s32(p0, p1), vpaddq_s32(p2, p3));

@@ -14,13 +14,10 @@
 
 #include <string.h>
 
-/* The table formats (kernels_avx2_p16_lowbit.c, kernels_avx512_p16_lowbit.c). */
-static bool p16_lowbit(kn_dtype t) { return t == KN_IQ4_NL || t == KN_IQ4_XS || t == KN_MXFP4; }
-
 bool kn_p16_type(kn_dtype t) {
     if (kn_p16_mlx_type(t)) return true;
     return t == KN_Q4_0 || t == KN_Q4_1 || t == KN_Q8_0 || t == KN_Q4_K || t == KN_Q5_K || t == KN_Q6_K ||
-           p16_lowbit(t);
+           t == KN_IQ4_NL || t == KN_IQ4_XS || t == KN_MXFP4;
 }
 
 typedef struct field {
@@ -123,7 +120,6 @@ size_t kn_q8x_row_bytes(kn_dtype t, int64_t n) {
     if (kn_p16_mlx_type(t)) return kn_q8xm_row_bytes(n);
     if (t == KN_Q6_K) return (size_t)(n / KN_QK_K) * KN_Q8K6_BLOCK;
     if (t == KN_IQ4_XS) return (size_t)(n / KN_QK_K) * KN_Q8KC_BLOCK;
-    if (t == KN_IQ4_NL || t == KN_MXFP4) return (size_t)(n / 32) * KN_Q8XC_BLOCK;
     return t == KN_Q4_K || t == KN_Q5_K ? (size_t)(n / KN_QK_K) * KN_Q8KX_BLOCK : (size_t)(n / 32) * KN_Q8X_BLOCK;
 }
 
@@ -157,30 +153,18 @@ void kn_q8x_quantize(kn_dtype t, kn_from_float_fn q, const float *x, uint8_t *ds
         }
         return;
     }
-    if (p16_lowbit(t)) { /* Q8XC / Q8KC: the quants, d, and -128 times the sum of each quad / sub-block */
-        const bool k = t == KN_IQ4_XS;
-        const int be = k ? KN_QK_K : 32, per = be / 8; /* elements per block, per offset c[j] */
-        const size_t bb = k ? KN_Q8KC_BLOCK : KN_Q8XC_BLOCK;
-        for (int64_t b = 0; b < n / be; b++) {
-            uint8_t *o = dst + (size_t)b * bb;
-            float d;
-            if (k) {
-                kn_block_q8_k kb;
-                q(x + b * be, &kb, be);
-                memcpy(o, kb.qs, KN_QK_K);
-                d = kb.d;
-            } else {
-                kn_block_q8_0 kb;
-                q(x + b * be, &kb, be);
-                memcpy(o, kb.qs, 32);
-                d = kn_fp16_to_fp32(kb.d);
-            }
-            memcpy(o + be, &d, 4);
+    if (t == KN_IQ4_XS) { /* Q8KC: the quants, d, and -128 times the sum of each sub-block */
+        for (int64_t b = 0; b < n / KN_QK_K; b++) {
+            uint8_t *o = dst + (size_t)b * KN_Q8KC_BLOCK;
+            kn_block_q8_k kb;
+            q(x + b * KN_QK_K, &kb, KN_QK_K);
+            memcpy(o, kb.qs, KN_QK_K);
+            memcpy(o + KN_QK_K, &kb.d, 4);
             for (int j = 0; j < 8; j++) {
                 int32_t sum = 0;
-                for (int e = 0; e < per; e++) sum += (int8_t)o[per * j + e];
+                for (int e = 0; e < 32; e++) sum += kb.qs[32 * j + e];
                 const int32_t c = -128 * sum;
-                memcpy(o + be + 4 + 4 * j, &c, 4);
+                memcpy(o + KN_QK_K + 4 + 4 * j, &c, 4);
             }
         }
         return;

@@ -33,20 +33,18 @@
  *        high nibbles 16 + 4m .. 16 + 4m + 3)
  *
  * Activation rows for panel kernels:
- *   Q8X (Q4_0, Q8_0 weights), per 32 elements: {int8 qs[32]; float d; int32 c} (40 bytes): qs and d are
- *     exactly the Q8_0 quantization (d the stored fp16 scale as fp32), c = -off * sum(qs) with the
- *     weight codes' offset off (8 for Q4_0, 128 for Q8_0): a chain of vpdpbusd started at c yields the
- *     exact integer dot product of the signed weights with the quants.
+ *   Q8X (Q4_0, Q8_0, IQ4_NL, MXFP4 weights), per 32 elements: {int8 qs[32]; float d; int32 c} (40 bytes):
+ *     qs and d are exactly the Q8_0 quantization (d the stored fp16 scale as fp32), c = -off * sum(qs)
+ *     with the weight codes' offset off (8 for Q4_0, 128 for the others: Q8_0's w + 128, the table
+ *     formats' table value + 128): a chain of vpdpbusd started at c yields the exact integer dot
+ *     product of the signed weights with the quants.
  *   Q8X1 (Q4_1 weights), per 32 elements: {int8 qs[32]; float d; float s} (40 bytes): the Q8_1
  *     quantization with its fp16 d and s (d times the sum of the quants) as fp32.
  *   Q8KX (Q4_K, Q5_K weights), per 256 elements: {int8 qs[256]; float d; int16 bs[8]} (276 bytes): the
  *     Q8_K quantization, with bs[j] = bsums[2j] + bsums[2j + 1] (the sum of sub-block j's 32 quants).
- *   Q8XC (IQ4_NL, MXFP4 weights), per 32 elements: {int8 qs[32]; float d; int32 c[8]} (68 bytes): the
- *     Q8_0 quantization (d as fp32) and c[j] = -128 * (qs[4j] + .. + qs[4j+3]): a vpdpbusd of the table
- *     values plus 128 (unsigned) started at c[j] yields the exact signed sum of quad j, which these
- *     formats' reference accumulates per quad (quant.h).
  *   Q8KC (IQ4_XS weights), per 256 elements: {int8 qs[256]; float d; int32 c[8]} (292 bytes): the Q8_K
- *     quantization and c[j] = -128 * (the sum of sub-block j's 32 quants), the same offset per sub-block.
+ *     quantization and c[j] = -128 * (the sum of sub-block j's 32 quants): a vpdpbusd chain of the table
+ *     values plus 128 started at c[j] yields sub-block j's exact signed sum.
  *   Q8K6 (Q6_K weights), per 256 elements: {int8 qs[256]; float d; int16 bsums[16]} (292 bytes): the
  *     Q8_K quantization with its 16 sums (Q6_K's sub-blocks are 16 elements).
  *
@@ -91,7 +89,6 @@ static inline float kn_ld_f32(const uint8_t *p) {
 #define KN_P16_ROWS   16
 #define KN_Q8X_BLOCK  40  /* bytes of a Q8X (Q8X1) activation block of 32: qs[32], float d, int32 c (float s) */
 #define KN_Q8KX_BLOCK 276 /* bytes of a Q8KX activation block of 256: qs[256], float d, int16 bs[8] */
-#define KN_Q8XC_BLOCK 68  /* bytes of a Q8XC activation block of 32: qs[32], float d, int32 c[8] */
 #define KN_Q8KC_BLOCK 292 /* bytes of a Q8KC activation block of 256: qs[256], float d, int32 c[8] */
 #define KN_Q8K6_BLOCK 292 /* bytes of a Q8K6 activation block of 256: qs[256], float d, int16 bsums[16] */
 #define KN_Q8XM_BLOCK 44  /* bytes of a Q8XM activation block of 32 (MLX8): qs[32], float d, float s0, s1 */

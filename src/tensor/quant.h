@@ -58,8 +58,8 @@
  *      p = sum of q[e] * xq[e], sx = sum of xq[e] over the lane's elements of block b (exact),
  *      acc[L] = fmaf((float)p, d * fp16(x.d), acc[L]);  acc[L] = fmaf((float)sx, m * fp16(x.d), acc[L])
  *    for b in order, result kn_reduce16(acc) (quant_mlx.c).
- *  IQ4_NL, MXFP4 x Q8_0: as Q5_0 with code = kv[q] (the format's table) and, for MXFP4,
- *      s = e8m0_half(w.e) * fp16(x.d).
+ *  IQ4_NL, MXFP4 x Q8_0: as Q4_0 with code = kv[q] (the format's table) and, for MXFP4,
+ *      acc = fmaf((float)p, e8m0_half(w.e) * fp16(x.d), acc).
  *    The activation quants of these five formats must be in -127..127 (what kiln's Q8_0 / Q8_K quantizers
  *    write; -128 never occurs): SIMD kernels multiply |code| by the activation with code's sign applied.
  *  kn_reduce16 adds the upper half of the lanes onto the lower half, 8 then 4, 2 and 1 wide (the

@@ -16,7 +16,7 @@
  * power-of-two scales around amax / 12 and keeps the one of least squared error.
  *
  * Dot products: exact int32 sums of table value x activation quant, then the float steps of quant.h
- * (IQ4_NL and MXFP4 in Q5_0's 16-lane order, IQ4_XS one fma per super-block).
+ * (IQ4_NL and MXFP4 one fma per block as Q4_0, IQ4_XS one fma per super-block).
  */
 #include "tensor/quant.h"
 
@@ -40,14 +40,12 @@ static inline int iq4xs_scale(const kn_block_iq4_xs *b, int j) {
     return ((b->scales_l[j >> 1] >> (4 * (j & 1))) & 0x0F) | (((b->scales_h >> (2 * j)) & 3) << 4);
 }
 
-/* Q5_0's lane accumulation (numerics contract in quant.h): block i's 32 codes against its 32
- * activation quants, with the block's scale s. */
-static inline void lane_accumulate(float acc[16], int64_t i, const int8_t codes[32], const int8_t xq[32], float s) {
-    for (int j = 0; j < 8; j++) {
-        int32_t p = 0;
-        for (int e = 4 * j; e < 4 * j + 4; e++) p += codes[e] * xq[e];
-        acc[(i & 1) * 8 + j] = fmaf((float)p, s, acc[(i & 1) * 8 + j]);
-    }
+/* The exact dot product of a 32-element block's table values (at the nibbles qs) with its 32
+ * activation quants: |p| <= 32 * 127 * 127. */
+static inline int32_t table_dot32(const int8_t table[16], const uint8_t qs[16], const int8_t xq[32]) {
+    int32_t p = 0;
+    for (int e = 0; e < 32; e++) p += table[nib32(qs, e)] * xq[e];
+    return p;
 }
 
 /* ---- quantizer helpers ---- */
@@ -160,13 +158,11 @@ void kn_iq4_nl_from_float(const float *src, void *dst, int64_t n) {
 float kn_iq4_nl_vec_dot_q8_0(int64_t n, const void *w, const void *x) {
     const kn_block_iq4_nl *a = w;
     const kn_block_q8_0 *b = x;
-    float acc[16] = {0};
-    int8_t c[32];
-    for (int64_t i = 0; i < n / KN_QK4_NL; i++) {
-        for (int e = 0; e < 32; e++) c[e] = kn_iq4nl_values[nib32(a[i].qs, e)];
-        lane_accumulate(acc, i, c, b[i].qs, kn_fp16_to_fp32(a[i].d) * kn_fp16_to_fp32(b[i].d));
-    }
-    return kn_reduce16(acc);
+    float acc = 0.0f; /* canonical order: quant.h */
+    for (int64_t i = 0; i < n / KN_QK4_NL; i++)
+        acc = fmaf((float)table_dot32(kn_iq4nl_values, a[i].qs, b[i].qs),
+                   kn_fp16_to_fp32(a[i].d) * kn_fp16_to_fp32(b[i].d), acc);
+    return acc;
 }
 
 /* ---- IQ4_XS ---- */
@@ -284,11 +280,9 @@ void kn_mxfp4_from_float(const float *src, void *dst, int64_t n) {
 float kn_mxfp4_vec_dot_q8_0(int64_t n, const void *w, const void *x) {
     const kn_block_mxfp4 *a = w;
     const kn_block_q8_0 *b = x;
-    float acc[16] = {0};
-    int8_t c[32];
-    for (int64_t i = 0; i < n / KN_QK_MXFP4; i++) {
-        for (int e = 0; e < 32; e++) c[e] = kn_mxfp4_values[nib32(a[i].qs, e)];
-        lane_accumulate(acc, i, c, b[i].qs, kn_e8m0_half(a[i].e) * kn_fp16_to_fp32(b[i].d));
-    }
-    return kn_reduce16(acc);
+    float acc = 0.0f; /* canonical order: quant.h */
+    for (int64_t i = 0; i < n / KN_QK_MXFP4; i++)
+        acc = fmaf((float)table_dot32(kn_mxfp4_values, a[i].qs, b[i].qs),
+                   kn_e8m0_half(a[i].e) * kn_fp16_to_fp32(b[i].d), acc);
+    return acc;
 }

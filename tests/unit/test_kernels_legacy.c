@@ -1,6 +1,8 @@
 /*
- * test_kernels_legacy.c - the SIMD kernels of the float formats (F32, F16, BF16) and the legacy block
- * formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0), and the Q8_0 / Q8_1 activation quantizers, against the scalar
+ * test_kernels_legacy.c - the SIMD kernels of the float formats (F32, F16, BF16) and the block formats of
+ * 32 elements with one scale (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and the table formats IQ4_NL, MXFP4, whose
+ * MXFP4 E8M0 scales are also swept over every exponent on raw blocks), and the Q8_0 / Q8_1 activation
+ * quantizers, against the scalar
  * reference (kernel_check.h), for every kernel set this CPU can run: the AVX2 set (built here from the
  * reference set, so it is tested on AVX-512 machines too; with and without AVX-VNNI) and the best set
  * (AVX-512; also with its optional vdpbf16ps BF16 kernel). A set whose ISA the CPU lacks is skipped.
@@ -84,11 +86,15 @@ GEMM_TEST(avx2, have_avx2, NO_AVX2, Q4_1, TOL_INT)
 GEMM_TEST(avx2, have_avx2, NO_AVX2, Q5_0, TOL_INT)
 GEMM_TEST(avx2, have_avx2, NO_AVX2, Q5_1, TOL_INT)
 GEMM_TEST(avx2, have_avx2, NO_AVX2, Q8_0, TOL_INT)
+GEMM_TEST(avx2, have_avx2, NO_AVX2, IQ4_NL, TOL_INT)
+GEMM_TEST(avx2, have_avx2, NO_AVX2, MXFP4, TOL_INT)
 GEMM_TEST(avx2_vnni, have_avx2_vnni, NO_VNNI, Q4_0, TOL_INT)
 GEMM_TEST(avx2_vnni, have_avx2_vnni, NO_VNNI, Q4_1, TOL_INT)
 GEMM_TEST(avx2_vnni, have_avx2_vnni, NO_VNNI, Q5_0, TOL_INT)
 GEMM_TEST(avx2_vnni, have_avx2_vnni, NO_VNNI, Q5_1, TOL_INT)
 GEMM_TEST(avx2_vnni, have_avx2_vnni, NO_VNNI, Q8_0, TOL_INT)
+GEMM_TEST(avx2_vnni, have_avx2_vnni, NO_VNNI, IQ4_NL, TOL_INT)
+GEMM_TEST(avx2_vnni, have_avx2_vnni, NO_VNNI, MXFP4, TOL_INT)
 GEMM_TEST(best, have_avx512, NO_512, F32, TOL_FLOAT)
 GEMM_TEST(best, have_avx512, NO_512, F16, TOL_FLOAT)
 GEMM_TEST(best, have_avx512, NO_512, BF16, TOL_FLOAT)
@@ -98,6 +104,59 @@ GEMM_TEST(best, have_avx512, NO_512, Q4_1, TOL_INT)
 GEMM_TEST(best, have_avx512, NO_512, Q5_0, TOL_INT)
 GEMM_TEST(best, have_avx512, NO_512, Q5_1, TOL_INT)
 GEMM_TEST(best, have_avx512, NO_512, Q8_0, TOL_INT)
+GEMM_TEST(best, have_avx512, NO_512, IQ4_NL, TOL_INT)
+GEMM_TEST(best, have_avx512, NO_512, MXFP4, TOL_INT)
+
+/* MXFP4 on raw blocks: every E8M0 exponent 0..252 (subnormal scales e <= 1 included; above, 12 times the
+ * scale is no finite fp32), four rows of 5
+ * blocks at a time (row r all at exponent e0 + r, random nibbles) against four random Q8_0 activation
+ * rows (small scales where the weights are huge, so no sum overflows); a 4x4 tile's outputs within
+ * TOL_INT of the reference relative to sum |w x| (dequantized), each equal to its 1x1 call. */
+static int mxfp4_exponents(const kn_kernels *set) {
+    enum { NB = 5 };
+    const int64_t n = 32 * NB;
+    const size_t wrb = kn_row_bytes(KN_MXFP4, n), xrb = kn_row_bytes(KN_Q8_0, n);
+    uint8_t w[4 * sizeof(kn_block_mxfp4) * NB], x[4 * sizeof(kn_block_q8_0) * NB];
+    float wd[4 * 32 * NB], xd[4 * 32 * NB], o_ref[16], o[16], one;
+    const kn_gemm_fn ref = kn_kernels_gemm(kn_kernels_get(KN_KERNELS_REF), KN_MXFP4),
+                     g = kn_kernels_gemm(set, KN_MXFP4);
+    for (int e0 = 0; e0 <= 252; e0 += 4) {
+        for (int r = 0; r < 4; r++) {
+            kn_block_mxfp4 *b = (kn_block_mxfp4 *)(w + (size_t)r * wrb);
+            kn_block_q8_0 *a = (kn_block_q8_0 *)(x + (size_t)r * xrb);
+            for (int i = 0; i < NB; i++) {
+                b[i].e = (uint8_t)(e0 + r < 252 ? e0 + r : 252);
+                for (int k = 0; k < 16; k++) b[i].qs[k] = (uint8_t)(kc_gauss() * 1e3);
+                a[i].d = kn_fp32_to_fp16(e0 > 200 ? 6e-8f : (float)(fabs(kc_gauss()) * 0.01 + 1e-4));
+                for (int k = 0; k < 32; k++) a[i].qs[k] = (int8_t)(fmax(-127.0, fmin(127.0, kc_gauss() * 60.0)));
+            }
+            kn_mxfp4_to_float(b, wd + r * n, n);
+            kn_q8_0_to_float(a, xd + r * n, n);
+        }
+        ref(n, w, wrb, 4, x, xrb, 4, o_ref, 4);
+        g(n, w, wrb, 4, x, xrb, 4, o, 4);
+        for (int t = 0; t < 4; t++)
+            for (int r = 0; r < 4; r++) {
+                double mag = 0;
+                for (int64_t i = 0; i < n; i++) mag += fabs((double)wd[r * n + i] * xd[t * n + i]);
+                g(n, w + (size_t)r * wrb, wrb, 1, x + (size_t)t * xrb, xrb, 1, &one, 1);
+                if (!(fabs((double)o[t * 4 + r] - o_ref[t * 4 + r]) <= TOL_INT * mag) || one != o[t * 4 + r]) {
+                    printf("  %s MXFP4 exponent %d (r=%d t=%d): %.9g, reference %.9g, 1x1 %.9g\n", set->name,
+                           w[(size_t)r * wrb], r, t, o[t * 4 + r], o_ref[t * 4 + r], one);
+                    return -1;
+                }
+            }
+    }
+    return 0;
+}
+
+static void check_exponents(const kn_kernels *set, bool have, const char *why) {
+    if (!have) SKIP("%s", why);
+    CHECK(mxfp4_exponents(set) == 0);
+}
+static void test_avx2_mxfp4_exponents(void) { check_exponents(&set_avx2, have_avx2, NO_AVX2); }
+static void test_avx2_vnni_mxfp4_exponents(void) { check_exponents(&set_avx2_vnni, have_avx2_vnni, NO_VNNI); }
+static void test_best_mxfp4_exponents(void) { check_exponents(&set_best, have_avx512, NO_512); }
 
 /* ---- activation quantizers: the same bytes as the reference ---- */
 
@@ -176,7 +235,7 @@ static void test_best_quantizers(void) { check_quant(&set_best, have_avx512, NO_
 /* The AVX2 block kernels with and without AVX-VNNI give the same integers, hence the same floats. */
 static void test_avx2_vnni_identical(void) {
     if (!have_avx2_vnni) SKIP(NO_VNNI);
-    const kn_dtype types[] = {KN_Q4_0, KN_Q4_1, KN_Q5_0, KN_Q5_1, KN_Q8_0};
+    const kn_dtype types[] = {KN_Q4_0, KN_Q4_1, KN_Q5_0, KN_Q5_1, KN_Q8_0, KN_IQ4_NL, KN_MXFP4};
     const int64_t n = 32 * 23;
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const kn_type_traits *tr = kn_type_traits_get(types[ti]), *at = kn_type_traits_get(tr->vec_dot_type);
@@ -261,7 +320,8 @@ static int bounds_checks(const kn_kernels *set, kn_dtype t) {
 
 static void check_bounds(const kn_kernels *set, bool have, const char *why) {
     if (!have) SKIP("%s", why);
-    const kn_dtype types[] = {KN_F32, KN_F16, KN_BF16, KN_Q4_0, KN_Q4_1, KN_Q5_0, KN_Q5_1, KN_Q8_0};
+    const kn_dtype types[] = {KN_F32,  KN_F16,  KN_BF16, KN_Q4_0,   KN_Q4_1,
+                              KN_Q5_0, KN_Q5_1, KN_Q8_0, KN_IQ4_NL, KN_MXFP4};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) CHECK(bounds_checks(set, types[i]) == 0);
 }
 
@@ -277,6 +337,9 @@ int main(void) {
     RUN(test_best_Q4_1);
     RUN(test_best_Q5_0);
     RUN(test_best_Q5_1);
+    RUN(test_best_IQ4_NL);
+    RUN(test_best_MXFP4);
+    RUN(test_best_mxfp4_exponents);
     RUN(test_best_F32);
     RUN(test_best_F16);
     RUN(test_best_BF16);
@@ -286,6 +349,9 @@ int main(void) {
     RUN(test_avx2_Q4_1);
     RUN(test_avx2_Q5_0);
     RUN(test_avx2_Q5_1);
+    RUN(test_avx2_IQ4_NL);
+    RUN(test_avx2_MXFP4);
+    RUN(test_avx2_mxfp4_exponents);
     RUN(test_avx2_F32);
     RUN(test_avx2_F16);
     RUN(test_avx2_BF16);
@@ -294,6 +360,9 @@ int main(void) {
     RUN(test_avx2_vnni_Q4_1);
     RUN(test_avx2_vnni_Q5_0);
     RUN(test_avx2_vnni_Q5_1);
+    RUN(test_avx2_vnni_IQ4_NL);
+    RUN(test_avx2_vnni_MXFP4);
+    RUN(test_avx2_vnni_mxfp4_exponents);
     RUN(test_avx2_vnni_identical);
     RUN(test_best_quantizers);
     RUN(test_avx2_quantizers);

@@ -1,6 +1,7 @@
 /*
- * test_kernels_lowbit.c - the SIMD GEMM tiles of Q2_K, Q3_K, IQ4_XS (x Q8_K), IQ4_NL and MXFP4 (x Q8_0)
- * against the scalar reference kernels of quant_lowbit.c / quant_nl.c.
+ * test_kernels_lowbit.c - the SIMD GEMM tiles of Q2_K, Q3_K and IQ4_XS (x Q8_K) against the scalar
+ * reference kernels of quant_lowbit.c / quant_nl.c. (IQ4_NL and MXFP4 run Q4_0's kernels with a table:
+ * test_kernels_legacy.c.)
  *
  * Sets under test: the best set of this CPU (AVX-512 where the CPU has it) and the AVX2 set, built
  * locally on top of the reference set so that it is tested on an AVX-512 machine too. A set whose ISA
@@ -9,7 +10,7 @@
  *     sizes of 1..9 blocks and a model-sized row; the set's gemm equal to the reference's (TOL = 0),
  *     and every tile output bit-identical to the 1x1 call;
  *   - the same on raw random block bytes (every scale and quant bit pattern, negative super-block
- *     scales, every E8M0 exponent of a range) with activations of any quant in -127..127 (the range the
+ *     scales) with activations of any quant in -127..127 (the range the
  *     activation quantizers write, quant.h), a leading dimension larger than the tile (nothing written
  *     outside it), odd block counts, and n = 0 and a partial tail.
  *
@@ -68,29 +69,20 @@ static void random_weight_blocks(kn_dtype wt, uint8_t *p, int64_t nb) {
                 memcpy(b + offsetof(kn_block_q2_k, dmin), &dm, 2);
                 break;
             case KN_Q3_K: memcpy(b + offsetof(kn_block_q3_k, d), &d, 2); break;
-            case KN_MXFP4: b[0] = (uint8_t)(100 + rnd32() % 56); break;
-            default: memcpy(b, &d, 2); break; /* IQ4_NL, IQ4_XS: d first */
+            default: memcpy(b, &d, 2); break; /* IQ4_XS: d first */
         }
     }
 }
 
-/* Random activation blocks of type at (Q8_0 or Q8_K): quants in -127..127, consistent bsums. */
-static void random_act_blocks(kn_dtype at, uint8_t *p, int64_t nb) {
-    if (at == KN_Q8_K) {
-        kn_block_q8_k *b = (kn_block_q8_k *)p;
-        for (int64_t i = 0; i < nb; i++) {
-            b[i].d = 0.01f * (float)(1 + rnd32() % 100);
-            for (int j = 0; j < 16; j++) {
-                int s = 0;
-                for (int l = 0; l < 16; l++) s += (b[i].qs[16 * j + l] = rnd_q());
-                b[i].bsums[j] = (int16_t)s;
-            }
-        }
-    } else {
-        kn_block_q8_0 *b = (kn_block_q8_0 *)p;
-        for (int64_t i = 0; i < nb; i++) {
-            b[i].d = kn_fp32_to_fp16(0.01f * (float)(1 + rnd32() % 100));
-            for (int l = 0; l < 32; l++) b[i].qs[l] = rnd_q();
+/* Random Q8_K activation blocks: quants in -127..127, consistent bsums. */
+static void random_act_blocks(uint8_t *p, int64_t nb) {
+    kn_block_q8_k *b = (kn_block_q8_k *)p;
+    for (int64_t i = 0; i < nb; i++) {
+        b[i].d = 0.01f * (float)(1 + rnd32() % 100);
+        for (int j = 0; j < 16; j++) {
+            int s = 0;
+            for (int l = 0; l < 16; l++) s += (b[i].qs[16 * j + l] = rnd_q());
+            b[i].bsums[j] = (int16_t)s;
         }
     }
 }
@@ -106,7 +98,7 @@ static int check_raw(const kn_kernels *set, kn_dtype wt, int64_t nb) {
     uint8_t *w = malloc(wrb * 4), *x = malloc(xrb * 4);
     int rc = 0;
     random_weight_blocks(wt, w, 4 * nb);
-    random_act_blocks(at, x, 4 * n / kn_type_traits_get(at)->block_size);
+    random_act_blocks(x, 4 * n / kn_type_traits_get(at)->block_size);
     kn_gemm_fn ref = kn_kernels_gemm(kn_kernels_get(KN_KERNELS_REF), wt), g = kn_kernels_gemm(set, wt);
     enum { LDO = 6 }; /* a leading dimension larger than the tile: entries r >= nr must stay untouched */
     float out_ref[4 * LDO], out[4 * LDO], one;
@@ -167,13 +159,9 @@ static void check_weight_type(const char *which, kn_dtype wt) {
 static void best_q2_k(void) { check_weight_type("best", KN_Q2_K); }
 static void best_q3_k(void) { check_weight_type("best", KN_Q3_K); }
 static void best_iq4_xs(void) { check_weight_type("best", KN_IQ4_XS); }
-static void best_iq4_nl(void) { check_weight_type("best", KN_IQ4_NL); }
-static void best_mxfp4(void) { check_weight_type("best", KN_MXFP4); }
 static void avx2_q2_k(void) { check_weight_type("avx2", KN_Q2_K); }
 static void avx2_q3_k(void) { check_weight_type("avx2", KN_Q3_K); }
 static void avx2_iq4_xs(void) { check_weight_type("avx2", KN_IQ4_XS); }
-static void avx2_iq4_nl(void) { check_weight_type("avx2", KN_IQ4_NL); }
-static void avx2_mxfp4(void) { check_weight_type("avx2", KN_MXFP4); }
 
 int main(void) {
     g_best = kn_kernels_get(KN_KERNELS_AUTO);
@@ -185,12 +173,8 @@ int main(void) {
     RUN(best_q2_k);
     RUN(best_q3_k);
     RUN(best_iq4_xs);
-    RUN(best_iq4_nl);
-    RUN(best_mxfp4);
     RUN(avx2_q2_k);
     RUN(avx2_q3_k);
     RUN(avx2_iq4_xs);
-    RUN(avx2_iq4_nl);
-    RUN(avx2_mxfp4);
     return kt_summary();
 }

@@ -212,7 +212,9 @@ LOWBIT_TEST(dotprod, IQ4_XS)
 LOWBIT_TEST(dotprod, MXFP4)
 LOWBIT_TEST(i8mm, Q2_K)
 LOWBIT_TEST(i8mm, Q3_K)
+LOWBIT_TEST(i8mm, IQ4_NL)
 LOWBIT_TEST(i8mm, IQ4_XS)
+LOWBIT_TEST(i8mm, MXFP4)
 
 static void test_dotprod_raw(void) { check_raw(&set_dotprod, have_dotprod, why_dotprod); }
 static void test_i8mm_raw(void) { check_raw(&set_i8mm, have_i8mm, why_i8mm); }
@@ -415,7 +417,9 @@ int main(void) {
     RUN(test_i8mm_Q6_K);
     RUN(test_i8mm_Q2_K);
     RUN(test_i8mm_Q3_K);
+    RUN(test_i8mm_IQ4_NL);
     RUN(test_i8mm_IQ4_XS);
+    RUN(test_i8mm_MXFP4);
     RUN(test_i8mm_raw);
     return kt_summary();
 }

@@ -4,7 +4,7 @@
  * the panel kernels of every kernel set this CPU runs (avx2, avx2vnni, avx512; a set the CPU lacks is
  * SKIPped with the reason) against the scalar reference:
  *   - repacking is lossless: every row read back (plain blocks or floats) equals the original row;
- *   - Q8X / Q8X1 / Q8KX / Q8K6 / Q8XC / Q8KC activation rows hold exactly the reference Q8_0 / Q8_1 / Q8_K
+ *   - Q8X / Q8X1 / Q8KX / Q8K6 / Q8KC activation rows hold exactly the reference Q8_0 / Q8_1 / Q8_K
  *     quantization plus the sums;
  *   - every output of a panel kernel, for every tile width 1 .. p16_tile_t and odd lengths, is
  *     bit-identical to the reference vec_dot on the plain row (tolerance 0: the numerics contract of
@@ -96,30 +96,23 @@ static void test_q8x_rows(void) {
         for (int64_t i = 0; i < n; i++) x[i] = (float)(kc_gauss() * (i % 7 ? 0.3 : 40.0));
         uint8_t *q = malloc(kn_q8x_row_bytes(t, n));
         int bad = -1;
-        if (is_table(t)) { /* Q8XC / Q8KC: the reference quants, d, and -128 x the sums per quad / sub-block */
-            const bool k = t == KN_IQ4_XS;
-            const int be = k ? 256 : 32;
-            const size_t bb = k ? KN_Q8KC_BLOCK : KN_Q8XC_BLOCK;
+        if (t == KN_IQ4_XS) { /* Q8KC: the reference quants, d, and -128 x the sums per sub-block */
             kn_block_q8_k *rk = malloc(sizeof *rk * (size_t)(n / 256));
-            kn_block_q8_0 *r0 = malloc(sizeof *r0 * (size_t)(n / 32));
             kn_q8_k_from_float(x, rk, n);
-            kn_q8_0_from_float(x, r0, n);
-            kn_q8x_quantize(t, k ? kn_q8_k_from_float : kn_q8_0_from_float, x, q, n);
-            for (int64_t b = 0; b < n / be && bad < 0; b++) {
-                const uint8_t *blk = q + (size_t)b * bb;
-                const int8_t *qs = k ? rk[b].qs : r0[b].qs;
-                const float dref = k ? rk[b].d : kn_fp16_to_fp32(r0[b].d);
+            kn_q8x_quantize(t, kn_q8_k_from_float, x, q, n);
+            for (int64_t b = 0; b < n / 256 && bad < 0; b++) {
+                const uint8_t *blk = q + (size_t)b * KN_Q8KC_BLOCK;
                 float d;
-                memcpy(&d, blk + be, 4);
-                if (memcmp(blk, qs, (size_t)be) != 0 || d != dref) bad = (int)b;
+                memcpy(&d, blk + 256, 4);
+                if (memcmp(blk, rk[b].qs, 256) != 0 || d != rk[b].d) bad = (int)b;
                 for (int j = 0; j < 8; j++) {
                     int32_t c, sum = 0;
-                    memcpy(&c, blk + be + 4 + 4 * j, 4);
-                    for (int e = 0; e < be / 8; e++) sum += qs[be / 8 * j + e];
+                    memcpy(&c, blk + 260 + 4 * j, 4);
+                    for (int e = 0; e < 32; e++) sum += rk[b].qs[32 * j + e];
                     if (c != -128 * sum) bad = (int)b;
                 }
             }
-            free(rk), free(r0);
+            free(rk);
         } else if (t == KN_Q6_K) {
             kn_block_q8_k *ref = malloc(sizeof *ref * (size_t)(n / 256));
             kn_q8_k_from_float(x, ref, n);
@@ -219,7 +212,8 @@ void kn__avx2_p16_q6_k(kn_kernels *k, bool vnni, bool on); /* kernels_avx2_p16.c
 
 /* Every panel kernel of the set called name, every type it has one for, every tile shape (the AVX2
  * sets with their Q6_K panel kernel, which they do not select by default). The table formats (IQ4_NL,
- * IQ4_XS, MXFP4) must have panel kernels in every x86 set, and also take tiles wider than p16_tile_t. */
+ * IQ4_XS, MXFP4) must have panel kernels in every x86 set; IQ4_XS's also take tiles wider than
+ * p16_tile_t. */
 static void check_set(const char *name) {
     const kn_kernels *named = kn_kernels_named(name);
     if (!named) SKIP("this CPU cannot run the %s kernel set", name);
@@ -236,7 +230,7 @@ static void check_set(const char *name) {
         for (int li = 0; li < N_LENS; li++)
             for (int np = 1; np <= KN_P16_PANELS; np++)
                 CHECK(check_kernel(set, types[ti], np, len_of(types[ti], li),
-                                   set->p16_tile_t + (is_table(types[ti]) ? 2 : 0)) == 0);
+                                   set->p16_tile_t + (types[ti] == KN_IQ4_XS ? 2 : 0)) == 0);
     }
     for (size_t ti = 0; ti < KN_ARRAY_LEN(types); ti++)
         CHECKF(!is_table(types[ti]) || set->p16[types[ti]], "set %s has no %s panel kernel", name,
