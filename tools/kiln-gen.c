@@ -53,7 +53,7 @@ typedef struct gen_cfg {
     double attn_softcap, final_softcap; /* gemma2 soft-capping (0: the architecture's default) */
     double scale;                       /* multiplies every random matrix (0: 1) */
     kn_dtype type;
-    bool q4_k_m; /* --type Q4_K_M: type is Q4_K, with llama.cpp's Q6_K matrices of that mix (mix_type) */
+    bool k_m; /* --type Q4_K_M / Q5_K_M: type is Q4_K / Q5_K, with llama.cpp's Q6_K matrices of that mix */
     uint64_t seed;
     int64_t experts, experts_used, expert_ffn; /* mixture of experts (0: dense); expert_ffn 0: --ffn */
     bool expert_typed;    /* the expert matrices are of expert_type, not of --type (the gpt-oss presets: */
@@ -212,10 +212,10 @@ static void usage(FILE *f) {
                "                    (llama.cpp's GGUF layout of each)\n"
                "  --scale S         multiply every random matrix (embeddings included) by S, for peaked logits\n"
                "  --type T          weight type of 2-D matrices (default Q8_0): F32 F16 BF16 Q4_0 Q4_1 Q5_0\n"
-               "                    Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS MXFP4, or Q4_K_M (Q4_K with\n"
-               "                    Q6_K where llama.cpp's Q4_K_M files have it); a matrix whose row\n"
-               "                    length is not a multiple of T's block falls back to Q8_0 (or F16). Norms\n"
-               "                    and biases are always F32.\n"
+               "                    Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS MXFP4, or Q4_K_M / Q5_K_M\n"
+               "                    (Q4_K / Q5_K with Q6_K where llama.cpp's files of that name have it); a\n"
+               "                    matrix whose row length is not a multiple of T's block falls back to Q8_0\n"
+               "                    (or F16). Norms and biases are always F32.\n"
                "  --seed N          RNG seed (default 1); same arguments + seed = byte-identical file\n"
                "  --head-dim HD     per-head dimension (default dim/heads)\n"
                "  --ctx N           context_length (default 2048)\n"
@@ -497,23 +497,26 @@ static gen_tensor *add3_typed(gen_state *g, const char *name, int64_t ne0, int64
     return t;
 }
 
-/* The type of matrix `name` in a Q4_K_M file, as llama.cpp's quantizer picks it: Q6_K for the output
- * matrix (the token embedding when it is tied), and for attn_v and ffn_down (dense or experts) of the
- * first and last eighth of the layers and every third layer between; Q4_K for the rest. */
+/* The type of matrix `name` in a Q4_K_M (Q5_K_M) file, as llama.cpp's quantizer picks it: Q6_K for the
+ * output matrix (the token embedding when it is tied), and for attn_v and ffn_down (dense or experts)
+ * of the first and last eighth of the layers and every third layer between; a fused attn_qkv one
+ * step up (Q5_K; Q6_K); with 8 experts (Mixtral) attn_output in Q5_K; c->type (Q4_K; Q5_K) for the rest. */
 static kn_dtype mix_type(const gen_cfg *c, const char *name) {
     if (strcmp(name, "output.weight") == 0 || (c->tied && strcmp(name, "token_embd.weight") == 0)) return KN_Q6_K;
     int layer, end = 0;
-    if (sscanf(name, "blk.%d.%n", &layer, &end) != 1 || end == 0) return KN_Q4_K;
+    if (sscanf(name, "blk.%d.%n", &layer, &end) != 1 || end == 0) return c->type;
     const char *t = name + end;
+    if (strncmp(t, "attn_qkv.", 9) == 0) return c->type == KN_Q4_K ? KN_Q5_K : KN_Q6_K;
+    if (strncmp(t, "attn_output.", 12) == 0 && c->experts == 8) return c->type == KN_Q4_K ? KN_Q5_K : c->type;
     if (strncmp(t, "attn_v.", 7) != 0 && strncmp(t, "ffn_down.", 9) != 0 && strncmp(t, "ffn_down_exps.", 14) != 0)
-        return KN_Q4_K;
+        return c->type;
     const int64_t n = c->layers;
     const bool more = layer < n / 8 || layer >= 7 * n / 8 || (layer - n / 8) % 3 == 2;
-    return more ? KN_Q6_K : KN_Q4_K;
+    return more ? KN_Q6_K : c->type;
 }
 
 static gen_tensor *add3(gen_state *g, const char *name, int64_t ne0, int64_t ne1, int64_t ne2, bool matrix) {
-    return add3_typed(g, name, ne0, ne1, ne2, matrix, g->cfg.q4_k_m ? mix_type(&g->cfg, name) : g->cfg.type);
+    return add3_typed(g, name, ne0, ne1, ne2, matrix, g->cfg.k_m ? mix_type(&g->cfg, name) : g->cfg.type);
 }
 
 /* The experts' stack of matrix `name` (ne0 x ne1 each): of --expert-type when given, else as add3 types it. */
@@ -1314,8 +1317,9 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--scale") == 0) c.scale = parse_double(a, VAL());
         else if (strcmp(a, "--type") == 0) {
             const char *tv = VAL();
-            c.q4_k_m = strcasecmp(tv, "Q4_K_M") == 0;
-            c.type = c.q4_k_m ? KN_Q4_K : parse_type(a, tv);
+            const bool q4 = strcasecmp(tv, "Q4_K_M") == 0, q5 = strcasecmp(tv, "Q5_K_M") == 0;
+            c.k_m = q4 || q5;
+            c.type = q4 ? KN_Q4_K : q5 ? KN_Q5_K : parse_type(a, tv);
         } else if (strcmp(a, "--expert-type") == 0) c.expert_type = parse_type(a, VAL()), c.expert_typed = true;
         else if (strcmp(a, "--seed") == 0) c.seed = (uint64_t)parse_int(a, VAL(), 0, INT64_MAX);
         else if (strcmp(a, "--chat-template") == 0) tmpl_path = VAL();
@@ -1431,7 +1435,10 @@ int main(int argc, char **argv) {
 #define K(suffix) (snprintf(key, sizeof key, "%s.%s", c.arch, suffix), key)
     check(kn_gguf_writer_set_str(w, "general.architecture", c.arch));
     check(kn_gguf_writer_set_str(w, "general.name", c.name));
-    check(kn_gguf_writer_set_u32(w, "general.file_type", c.q4_k_m ? 15 /* MOSTLY_Q4_K_M */ : file_type_of(c.type)));
+    check(kn_gguf_writer_set_u32(w, "general.file_type",
+                                 !c.k_m              ? file_type_of(c.type)
+                                 : c.type == KN_Q4_K ? 15 /* MOSTLY_Q4_K_M */
+                                                     : 17 /* MOSTLY_Q5_K_M */));
     check(kn_gguf_writer_set_u32(w, "general.quantization_version", 2));
     check(kn_gguf_writer_set_u32(w, K("vocab_size"), (uint32_t)c.vocab));
     check(kn_gguf_writer_set_u32(w, K("context_length"), (uint32_t)c.ctx));
@@ -1511,8 +1518,10 @@ int main(int argc, char **argv) {
             "%d tensors, %.1fM params, %.1f MB of weights, %.1f s\n",
             out, c.arch, (long long)c.dim, (long long)c.layers, (long long)c.heads, (long long)c.kv_heads,
             (long long)c.head_dim, (long long)c.ffn, (long long)c.vocab, v.n_merges,
-            c.q4_k_m ? "Q4_K_M" : kn_dtype_name((int32_t)c.type), g.n, (double)n_params / 1e6,
-            (double)g.total_bytes / 1e6, secs);
+            !c.k_m              ? kn_dtype_name((int32_t)c.type)
+            : c.type == KN_Q4_K ? "Q4_K_M"
+                                : "Q5_K_M",
+            g.n, (double)n_params / 1e6, (double)g.total_bytes / 1e6, secs);
     kn_gguf_writer_free(w);
     free(tmpl);
     free_vocab(&v);

@@ -102,6 +102,21 @@ q4km --untied -o "$TMP/kmu.gguf"
 out=$("$KILN" inspect "$TMP/kmu.gguf" 2>&1 | awk '$1 == "output.weight" || $1 == "token_embd.weight" {print $1, $2}' | tr '\n' ' ')
 [ "$out" = "token_embd.weight Q4_K output.weight Q6_K " ] && pass kiln_gen_q4_k_m_untied || fail kiln_gen_q4_k_m_untied "$out"
 expect_exit kiln_gen_q4_k_m_runs 0 "$KILN" run -m "$TMP/kmu.gguf" -p "hello" -n 4 --seed 1
+# --type Q5_K_M: the same Q6_K matrices, Q5_K for the rest, file type 17
+"$GEN" --arch llama --vocab 512 --dim 256 --layers 16 --heads 4 --ffn 512 --type Q5_K_M --tied \
+  -o "$TMP/k5.gguf" >/dev/null 2>&1
+info=$("$KILN" inspect "$TMP/k5.gguf" 2>&1)
+six=$(printf '%s\n' "$info" | awk '$2 == "Q6_K" {print $1}' | sed -E 's/^blk\.([0-9]+)\.(attn_v|ffn_down)\.weight$/\1\2/' | tr '\n' ' ')
+five=$(printf '%s\n' "$info" | awk '$2 == "Q5_K"' | wc -l)
+[ "$six" = "$want" ] && [ "$five" -eq $((16 * 7 - 16)) ] && pass kiln_gen_q5_k_m_layers ||
+  fail kiln_gen_q5_k_m_layers "Q6_K: $six; $five Q5_K matrices"
+printf '%s\n' "$info" | grep -q "general.file_type = 17" && pass kiln_gen_q5_k_m_file_type || fail kiln_gen_q5_k_m_file_type "$(printf '%s\n' "$info" | grep file_type)"
+expect_exit kiln_gen_q5_k_m_runs 0 "$KILN" run -m "$TMP/k5.gguf" -p "hello" -n 4 --seed 1
+# a fused attn_qkv (phi3) one step up: Q5_K in Q4_K_M, Q6_K in Q5_K_M
+"$GEN" --arch phi3 --vocab 512 --dim 256 --layers 2 --heads 4 --ffn 512 --type Q4_K_M -o "$TMP/p4.gguf" >/dev/null 2>&1
+"$GEN" --arch phi3 --vocab 512 --dim 256 --layers 2 --heads 4 --ffn 512 --type Q5_K_M -o "$TMP/p5.gguf" >/dev/null 2>&1
+out=$( ("$KILN" inspect "$TMP/p4.gguf"; "$KILN" inspect "$TMP/p5.gguf") 2>&1 | awk '$1 ~ /attn_qkv/ {print $2}' | tr '\n' ' ')
+[ "$out" = "Q5_K Q5_K Q6_K Q6_K " ] && pass kiln_gen_k_m_fused_qkv || fail kiln_gen_k_m_fused_qkv "$out"
 # the experts follow the same rule (ffn_down_exps of layers 0, 3, 6 and 7 of 8)
 "$GEN" --arch qwen3moe --vocab 512 --dim 256 --layers 8 --heads 4 --ffn 256 --experts 4 --experts-used 2 \
   --type Q4_K_M -o "$TMP/kme.gguf" >/dev/null 2>&1
