@@ -225,25 +225,16 @@ AI __m256 e8m0_scales4(const uint8_t *p, size_t stride) {
     return _mm256_castsi256_ps(_mm256_blendv_epi8(small, big, _mm256_cmpgt_epi32(e, _mm256_set1_epi32(1))));
 }
 
-AI void w_iq4_nl(const uint8_t *p, wgrp *W) {
-    group_table(p + 2, sizeof(kn_block_iq4_nl), kn_iq4nl_values, 0, W->q);
-    W->d = scales4(p, sizeof(kn_block_iq4_nl));
+/* IQ4_NL (fp16 d | qs) and MXFP4 (E8M0 e | qs) groups: table codes, signed or (vnni) plus 128. */
+AI void w_table(const uint8_t *p, wgrp *W, int mx, int vnni) {
+    const size_t bb = mx ? sizeof(kn_block_mxfp4) : sizeof(kn_block_iq4_nl);
+    group_table(p + (mx ? 1 : 2), bb, mx ? kn_mxfp4_values : kn_iq4nl_values, vnni, W->q);
+    W->d = mx ? e8m0_scales4(p, bb) : scales4(p, bb);
 }
-
-AI void w_iq4_nl_u(const uint8_t *p, wgrp *W) {
-    group_table(p + 2, sizeof(kn_block_iq4_nl), kn_iq4nl_values, 1, W->q);
-    W->d = scales4(p, sizeof(kn_block_iq4_nl));
-}
-
-AI void w_mxfp4(const uint8_t *p, wgrp *W) {
-    group_table(p + 1, sizeof(kn_block_mxfp4), kn_mxfp4_values, 0, W->q);
-    W->d = e8m0_scales4(p, sizeof(kn_block_mxfp4));
-}
-
-AI void w_mxfp4_u(const uint8_t *p, wgrp *W) {
-    group_table(p + 1, sizeof(kn_block_mxfp4), kn_mxfp4_values, 1, W->q);
-    W->d = e8m0_scales4(p, sizeof(kn_block_mxfp4));
-}
+AI void w_iq4_nl(const uint8_t *p, wgrp *W) { w_table(p, W, 0, 0); }
+AI void w_iq4_nl_u(const uint8_t *p, wgrp *W) { w_table(p, W, 0, 1); }
+AI void w_mxfp4(const uint8_t *p, wgrp *W) { w_table(p, W, 1, 0); }
+AI void w_mxfp4_u(const uint8_t *p, wgrp *W) { w_table(p, W, 1, 1); }
 
 AI void w_q4_1(const uint8_t *p, wgrp *W) {
     group_nib(p + 4, sizeof(kn_block_q4_1), W->q);

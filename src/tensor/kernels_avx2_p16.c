@@ -1,8 +1,7 @@
 /*
  * kernels_avx2_p16.c - AVX2 panel kernels (pack.h) for Q4_0, Q4_1, Q8_0, IQ4_NL, MXFP4, Q4_K, Q5_K and Q6_K
- * matrices, in two
- * variants that give the same bits: with AVX-VNNI (256-bit vpdpbusd, Alder Lake and later, Zen 5) and
- * without it (vpmaddubsw + vpmaddwd, every AVX2 CPU).
+ * matrices, in two variants that give the same bits: with AVX-VNNI (256-bit vpdpbusd, Alder Lake and
+ * later, Zen 5) and without it (vpmaddubsw + vpmaddwd, every AVX2 CPU).
  *
  * A ymm register holds 4 consecutive codes of the 8 rows of one half of a panel (the lower or upper 32
  * bytes of each 64-byte vector of pack.h), one row per 32-bit lane; one integer product of it with 4
