@@ -189,16 +189,16 @@ void kn_kernels_init_avx2(kn_kernels *k);                 /* kernels_avx2.c: att
 void kn_kernels_init_avx2_vnni(kn_kernels *k, bool vnni); /* the same, AVX-VNNI kernels where vnni (and the CPU) */
 void kn_avx2_init_legacy(kn_kernels *k);  /* kernels_avx2_legacy.c: F32/F16/BF16, Q4_0..Q8_0, Q8_0/Q8_1 quantizers */
 void kn_avx2_init_kquants(kn_kernels *k); /* kernels_avx2_k.c: Q4_K, Q5_K, Q6_K, Q8_K quantizer */
-void kn_avx2_init_lowbit(kn_kernels *k);  /* kernels_avx2_lowbit.c: Q2_K, Q3_K, IQ4_NL, IQ4_XS, MXFP4 */
+void kn_avx2_init_lowbit(kn_kernels *k);  /* kernels_avx2_lowbit.c: Q2_K, Q3_K, IQ4_XS */
 void kn_avx2_init_p16(kn_kernels *k, bool vnni); /* kernels_avx2_p16.c: panel kernels (AVX-VNNI ones where vnni) */
 void kn_avx2_init_attn(kn_kernels *k);           /* kernels_avx2_attn.c: attention */
 void kn_kernels_init_avx512(kn_kernels *k);      /* kernels_avx512.c: calls the two below */
 void kn_avx512_init_legacy(kn_kernels *k);       /* kernels_avx512_legacy.c */
 void kn_avx512_init_kquants(kn_kernels *k);      /* kernels_avx512_k.c */
-void kn_avx512_init_lowbit(kn_kernels *k);       /* kernels_avx512_lowbit.c: Q2_K, Q3_K, IQ4_NL, IQ4_XS, MXFP4 */
-void kn_avx512_init_p16(kn_kernels *k);          /* kernels_avx512_p16.c: Q4_0, Q8_0, Q4_K panel kernels */
-void kn_avx512_init_attn(kn_kernels *k);         /* kernels_avx512_attn.c: attention */
-/* kernels_avx2_p16_lowbit.c: IQ4_NL, IQ4_XS, MXFP4 panel kernels (AVX-VNNI ones where vnni); from init_all */
+void kn_avx512_init_lowbit(kn_kernels *k);       /* kernels_avx512_lowbit.c: Q2_K, Q3_K, IQ4_XS */
+void kn_avx512_init_p16(kn_kernels *k);  /* kernels_avx512_p16.c: Q4_0, Q8_0, IQ4_NL, MXFP4, Q4_K panel kernels */
+void kn_avx512_init_attn(kn_kernels *k); /* kernels_avx512_attn.c: attention */
+/* kernels_avx2_p16_lowbit.c: the IQ4_XS panel kernel (the AVX-VNNI one where vnni); from init_all */
 void kn_avx2_init_p16_lowbit(kn_kernels *k, bool vnni);
 void kn_avx512_init_p16_lowbit(kn_kernels *k);   /* kernels_avx512_p16_lowbit.c: the same; from init_all */
 void kn_avx2_init_mlx(kn_kernels *k, bool vnni); /* kernels_avx2_mlx.c: MLX8, MLX8_F32 (from kn_avx2_init_legacy) */
@@ -212,9 +212,10 @@ void kn_avx512_init_p16_mlx(kn_kernels *k);          /* kernels_avx512_p16_mlx.c
  * change nothing) when kiln is not built for ARM64. */
 void kn_kernels_init_neon(kn_kernels *k);
 bool kn_neon_init_float(kn_kernels *k);   /* kernels_neon.c */
-bool kn_neon_init_dotprod(kn_kernels *k); /* kernels_neon_q.c: Q4_0..Q8_0, Q4_K, Q5_K, Q6_K, and the lowbit ones */
-bool kn_neon_init_i8mm(kn_kernels *k);    /* kernels_neon_mm.c: the same but Q5_0, IQ4_NL, MXFP4, in 2x2 SMMLA blocks */
-bool kn_neon_init_lowbit(kn_kernels *k);  /* kernels_neon_lowbit.c: Q2_K, Q3_K, IQ4_NL, IQ4_XS, MXFP4 (dotprod) */
+bool kn_neon_init_dotprod(kn_kernels *k); /* kernels_neon_q.c: Q4_0..Q8_0, IQ4_NL, MXFP4, Q4_K..Q6_K, lowbit, MLX8 */
+bool kn_neon_init_i8mm(kn_kernels *k);    /* kernels_neon_mm.c: the same but Q5_0 and MLX8, in 2x2 SMMLA blocks */
+bool kn_neon_init_lowbit(kn_kernels *k);  /* kernels_neon_lowbit.c: Q2_K, Q3_K, IQ4_XS (dotprod) */
+void kn_neon_init_mlx(kn_kernels *k);     /* kernels_neon_mlx.c: MLX8, MLX8_F32 (dotprod) */
 bool kn_neon_init_attn(kn_kernels *k);    /* kernels_neon_attn.c: attention over Q8_0 and TQ4 KV (neon) */
 
 #endif

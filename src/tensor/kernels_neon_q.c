@@ -1,9 +1,10 @@
 /*
  * kernels_neon_q.c - ARM64 NEON GEMM tile kernels of the block formats, with the dotprod extension
  * (SDOT: four int8 products summed into each int32 lane): the legacy formats (Q4_0, Q5_0, Q8_0 and the
- * table formats IQ4_NL, MXFP4 x Q8_0 activations; Q4_1, Q5_1 x Q8_1) and the K formats (Q4_K, Q5_K, Q6_K x Q8_K); its
- * init also registers the low-bit and table formats of kernels_neon_lowbit.c. Registered only when the CPU reports
- * dotprod (kernels_neon.c); the file is built for ARMv8.2-A+dotprod code.
+ * table formats IQ4_NL, MXFP4 x Q8_0 activations; Q4_1, Q5_1 x Q8_1) and the K formats (Q4_K, Q5_K, Q6_K
+ * x Q8_K); its init also registers the low-bit formats of kernels_neon_lowbit.c and the MLX 8-bit ones
+ * of kernels_neon_mlx.c. Registered only when the CPU reports dotprod (kernels_neon.c); the file is
+ * built for ARMv8.2-A+dotprod code.
  *
  * Bit identity with the reference (quant.h's numerics contract): every integer partial sum is exact
  * (any order gives the same integer), so only the float steps matter, and they are the reference's:
@@ -182,6 +183,7 @@ bool kn_neon_init_dotprod(kn_kernels *k) {
     k->gemm[KN_Q5_K] = gemm_q5_k;
     k->gemm[KN_Q6_K] = gemm_q6_k;
     kn_neon_init_lowbit(k);
+    kn_neon_init_mlx(k);
     return true;
 #else
     (void)k;

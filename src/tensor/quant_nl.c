@@ -223,11 +223,9 @@ float kn_iq4_xs_vec_dot_q8_k(int64_t n, const void *w, const void *x) {
     float sa = 0.0f; /* canonical order: quant.h */
     for (int64_t i = 0; i < n / KN_QK_K; i++) {
         int32_t sumi = 0;
-        for (int j = 0; j < 8; j++) {
-            int32_t s = 0;
-            for (int e = 0; e < 32; e++) s += kn_iq4nl_values[nib32(a[i].qs + 16 * j, e)] * b[i].qs[32 * j + e];
-            sumi += (int32_t)(iq4xs_scale(&a[i], j) - 32) * s;
-        }
+        for (int j = 0; j < 8; j++)
+            sumi += (int32_t)(iq4xs_scale(&a[i], j) - 32) *
+                    table_dot32(kn_iq4nl_values, a[i].qs + 16 * j, b[i].qs + 32 * j);
         sa = fmaf((float)sumi, kn_fp16_to_fp32(a[i].d) * b[i].d, sa);
     }
     return sa;

@@ -5,7 +5,7 @@
  * run bit-identical to it (kernel_check.h with tolerance 0): AVX2 with and without AVX-VNNI (built
  * here from the reference set, so they are tested on AVX-512 machines too) and AVX-512, also at the
  * extremes of the integer paths (q = 0 and 255 against activation quants of +-127) and on rows that
- * end at an inaccessible page. ARM64 sets use the reference kernels for these formats.
+ * end at an inaccessible page. The ARM64 kernels (kernels_neon_mlx.c) are tested in test_kernels_neon.c.
  */
 #include "kernel_check.h"
 

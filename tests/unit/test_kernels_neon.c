@@ -6,7 +6,7 @@
  * Three sets are built here and tested wherever they can run:
  *   neon          the float formats, attention (F16, F32, Q8_0, TQ4) and the quantizers (every ARM64 CPU);
  *   neon+dotprod  plus the block formats, the low-bit and table ones (Q2_K, Q3_K, IQ4_NL, IQ4_XS, MXFP4)
- *                 included (CPUs with the dotprod extension);
+ *                 and the MLX 8-bit ones (MLX8, MLX8_F32) included (CPUs with the dotprod extension);
  *   neon+i8mm     with the 2x2 SMMLA kernels over most of those (CPUs with i8mm too).
  * The set the library chooses must be the best the CPU reports. On other CPUs every test is skipped
  * with the reason; `make test-arm64` runs this program under qemu-user (tests/cli/test_arm64.sh).
@@ -79,8 +79,8 @@ static uint32_t rnd32(void) {
 }
 
 /* Makes the random scales of a weight block finite: the high byte of each fp16 scale loses the bits
- * that would make it inf/NaN (whose payloads are not the point); MXFP4's exponent byte goes to 100..155
- * (the products stay finite). */
+ * that would make it inf/NaN (whose payloads are not the point), an fp32 one (MLX8_F32) the top exponent
+ * bit; MXFP4's exponent byte goes to 100..155 (the products stay finite). */
 static void finite_scales(kn_dtype t, uint8_t *blk) {
     switch (t) {
         case KN_Q6_K: blk[offsetof(kn_block_q6_k, d) + 1] &= 0x3B; break;
@@ -90,6 +90,10 @@ static void finite_scales(kn_dtype t, uint8_t *blk) {
             break;
         case KN_Q3_K: blk[offsetof(kn_block_q3_k, d) + 1] &= 0x3B; break;
         case KN_MXFP4: blk[0] = (uint8_t)(100 + blk[0] % 56); break;
+        case KN_MLX8_F32:
+            blk[3] &= 0xBF;
+            blk[7] &= 0xBF;
+            break;
         case KN_Q4_0:
         case KN_Q5_0:
         case KN_Q8_0:
@@ -138,8 +142,8 @@ static void random_rows(kn_dtype t, int64_t n, uint8_t **wp, uint8_t **xp) {
 
 static void check_raw(const kn_kernels *set, bool have, const char *why) {
     if (!have) SKIP("%s", why);
-    const kn_dtype types[] = {KN_Q4_0, KN_Q4_1, KN_Q5_0, KN_Q5_1,   KN_Q8_0,   KN_Q4_K, KN_Q5_K,
-                              KN_Q6_K, KN_Q2_K, KN_Q3_K, KN_IQ4_NL, KN_IQ4_XS, KN_MXFP4};
+    const kn_dtype types[] = {KN_Q4_0, KN_Q4_1, KN_Q5_0,   KN_Q5_1,   KN_Q8_0,  KN_Q4_K, KN_Q5_K,    KN_Q6_K,
+                              KN_Q2_K, KN_Q3_K, KN_IQ4_NL, KN_IQ4_XS, KN_MXFP4, KN_MLX8, KN_MLX8_F32};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const kn_type_traits *tr = kn_type_traits_get(types[ti]);
         const int64_t n = tr->block_size * 7;
@@ -162,10 +166,10 @@ static void check_raw(const kn_kernels *set, bool have, const char *why) {
     }
 }
 
-/* The low-bit and table formats (Q2_K, Q3_K, IQ4_NL, IQ4_XS, MXFP4), whose reference quantizers are
- * slow under emulation: reference-quantized rows at one size (kc_check_gemm: the activation quantizer,
- * a 4x4 tile, each output against its 1x1 call), then raw rows (every scale and code pattern) of 1, 2
- * and 5 blocks in every tile shape up to 4x4, bit-identical to the reference and to the 1x1 calls. */
+/* The low-bit, table and MLX 8-bit formats (Q2_K, Q3_K, IQ4_NL, IQ4_XS, MXFP4, MLX8, MLX8_F32), whose
+ * reference quantizers are slow under emulation: reference-quantized rows at one size (kc_check_gemm: the activation
+ * quantizer, a 4x4 tile, each output against its 1x1 call), then raw rows (every scale and code pattern) of 1, 2 and 5
+ * blocks in every tile shape up to 4x4, bit-identical to the reference and to the 1x1 calls. */
 static void check_lowbit(const kn_kernels *set, bool have, const char *why, kn_dtype t) {
     if (!have) SKIP("%s", why);
     const kn_type_traits *tr = kn_type_traits_get(t);
@@ -210,6 +214,8 @@ LOWBIT_TEST(dotprod, Q3_K)
 LOWBIT_TEST(dotprod, IQ4_NL)
 LOWBIT_TEST(dotprod, IQ4_XS)
 LOWBIT_TEST(dotprod, MXFP4)
+LOWBIT_TEST(dotprod, MLX8)
+LOWBIT_TEST(dotprod, MLX8_F32)
 LOWBIT_TEST(i8mm, Q2_K)
 LOWBIT_TEST(i8mm, Q3_K)
 LOWBIT_TEST(i8mm, IQ4_NL)
@@ -407,6 +413,8 @@ int main(void) {
     RUN(test_dotprod_IQ4_NL);
     RUN(test_dotprod_IQ4_XS);
     RUN(test_dotprod_MXFP4);
+    RUN(test_dotprod_MLX8);
+    RUN(test_dotprod_MLX8_F32);
     RUN(test_dotprod_raw);
     RUN(test_i8mm_Q4_0);
     RUN(test_i8mm_Q4_1);
