@@ -1,11 +1,11 @@
 /*
  * test_kernels_legacy.c - the SIMD kernels of the float formats (F32, F16, BF16) and the block formats of
  * 32 elements with one scale (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and the table formats IQ4_NL, MXFP4, whose
- * MXFP4 E8M0 scales are also swept over every exponent on raw blocks), and the Q8_0 / Q8_1 activation
- * quantizers, against the scalar
- * reference (kernel_check.h), for every kernel set this CPU can run: the AVX2 set (built here from the
- * reference set, so it is tested on AVX-512 machines too; with and without AVX-VNNI) and the best set
- * (AVX-512; also with its optional vdpbf16ps BF16 kernel). A set whose ISA the CPU lacks is skipped.
+ * E8M0 scales are also swept over every exponent on raw blocks), and the Q8_0 / Q8_1 activation
+ * quantizers, against the scalar reference (kernel_check.h), for every kernel set this CPU can run: the
+ * AVX2 set (built here from the reference set, so it is tested on AVX-512 machines too; with and without
+ * AVX-VNNI) and the best set (AVX-512; also with its optional vdpbf16ps BF16 kernel). A set whose ISA the
+ * CPU lacks is skipped.
  *
  * Tolerances, relative to |w| * |x| (the scale of the dot product):
  *   block formats  1e-6: the per-block integer sums are exact; only the fp32 accumulation of the
@@ -108,10 +108,10 @@ GEMM_TEST(best, have_avx512, NO_512, IQ4_NL, TOL_INT)
 GEMM_TEST(best, have_avx512, NO_512, MXFP4, TOL_INT)
 
 /* MXFP4 on raw blocks: every E8M0 exponent 0..252 (subnormal scales e <= 1 included; above, 12 times the
- * scale is no finite fp32), four rows of 5
- * blocks at a time (row r all at exponent e0 + r, random nibbles) against four random Q8_0 activation
- * rows (small scales where the weights are huge, so no sum overflows); a 4x4 tile's outputs within
- * TOL_INT of the reference relative to sum |w x| (dequantized), each equal to its 1x1 call. */
+ * scale is no finite fp32), four rows of 5 blocks at a time (row r all at exponent e0 + r, random
+ * nibbles) against four random Q8_0 activation rows (small scales where the weights are huge, so no sum
+ * overflows); a 4x4 tile's outputs within TOL_INT of the reference relative to sum |w x| (dequantized),
+ * each equal to its 1x1 call. */
 static int mxfp4_exponents(const kn_kernels *set) {
     enum { NB = 5 };
     const int64_t n = 32 * NB;

@@ -10,9 +10,9 @@
  *     sizes of 1..9 blocks and a model-sized row; the set's gemm equal to the reference's (TOL = 0),
  *     and every tile output bit-identical to the 1x1 call;
  *   - the same on raw random block bytes (every scale and quant bit pattern, negative super-block
- *     scales) with activations of any quant in -127..127 (the range the
- *     activation quantizers write, quant.h), a leading dimension larger than the tile (nothing written
- *     outside it), odd block counts, and n = 0 and a partial tail.
+ *     scales) with activations of any quant in -127..127 (the range the activation quantizers write,
+ *     quant.h), a leading dimension larger than the tile (nothing written outside it), odd block
+ *     counts, and n = 0 and a partial tail.
  *
  * Tolerance: none. quant.h fixes the order of every float operation of these dot products and the SIMD
  * kernels follow it lane by lane, so every output must equal the reference bit for bit.
