@@ -215,7 +215,7 @@ bool kn_neon_init_float(kn_kernels *k);   /* kernels_neon.c */
 bool kn_neon_init_dotprod(kn_kernels *k); /* kernels_neon_q.c: Q4_0..Q8_0, IQ4_NL, MXFP4, Q4_K..Q6_K, lowbit, MLX8 */
 bool kn_neon_init_i8mm(kn_kernels *k);    /* kernels_neon_mm.c: the same but Q5_0 and MLX8, in 2x2 SMMLA blocks */
 bool kn_neon_init_lowbit(kn_kernels *k);  /* kernels_neon_lowbit.c: Q2_K, Q3_K, IQ4_XS (dotprod) */
-void kn_neon_init_mlx(kn_kernels *k);     /* kernels_neon_mlx.c: MLX8, MLX8_F32 (dotprod) */
+bool kn_neon_init_mlx(kn_kernels *k);     /* kernels_neon_mlx.c: MLX8, MLX8_F32 (dotprod) */
 bool kn_neon_init_attn(kn_kernels *k);    /* kernels_neon_attn.c: attention over Q8_0 and TQ4 KV (neon) */
 
 #endif

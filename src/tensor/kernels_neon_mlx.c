@@ -64,11 +64,13 @@ GEMM_MLX(gemm_mlx8_f32, kn_block_mlx8_f32, DM_F32)
 #endif
 
 /* Fills the MLX8 and MLX8_F32 kernels of k (called by kn_neon_init_dotprod on dotprod CPUs). */
-void kn_neon_init_mlx(kn_kernels *k) {
+bool kn_neon_init_mlx(kn_kernels *k) {
 #if defined(__aarch64__)
     k->gemm[KN_MLX8] = gemm_mlx8;
     k->gemm[KN_MLX8_F32] = gemm_mlx8_f32;
+    return true;
 #else
     (void)k;
+    return false;
 #endif
 }
