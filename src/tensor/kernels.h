@@ -196,17 +196,11 @@ void kn_kernels_init_avx512(kn_kernels *k);      /* kernels_avx512.c: calls the 
 void kn_avx512_init_legacy(kn_kernels *k);       /* kernels_avx512_legacy.c */
 void kn_avx512_init_kquants(kn_kernels *k);      /* kernels_avx512_k.c */
 void kn_avx512_init_lowbit(kn_kernels *k);       /* kernels_avx512_lowbit.c: Q2_K, Q3_K, IQ4_XS */
-void kn_avx512_init_p16(kn_kernels *k);  /* kernels_avx512_p16.c: Q4_0, Q8_0, IQ4_NL, MXFP4, Q4_K panel kernels */
+void kn_avx512_init_p16(kn_kernels *k);  /* kernels_avx512_p16.c: Q4_0, Q8_0, IQ4_NL, MXFP4, MLX8, Q4_K panels */
 void kn_avx512_init_attn(kn_kernels *k); /* kernels_avx512_attn.c: attention */
 /* kernels_avx2_p16_lowbit.c: the IQ4_XS panel kernel (the AVX-VNNI one where vnni); from init_all */
 void kn_avx2_init_p16_lowbit(kn_kernels *k, bool vnni);
-void kn_avx512_init_p16_lowbit(kn_kernels *k);   /* kernels_avx512_p16_lowbit.c: the same; from init_all */
-void kn_avx2_init_mlx(kn_kernels *k, bool vnni); /* kernels_avx2_mlx.c: MLX8, MLX8_F32 (from kn_avx2_init_legacy) */
-void kn_avx512_init_mlx(kn_kernels *k);          /* kernels_avx512_mlx.c: the same (from kn_avx512_init_legacy) */
-
-/* MLX8 / MLX8_F32 panel kernels (pack.h), called from kn_avx2_init_mlx and kn_avx512_init_mlx. */
-void kn_avx2_init_p16_mlx(kn_kernels *k, bool vnni); /* kernels_avx2_p16_mlx.c (AVX-VNNI ones where vnni) */
-void kn_avx512_init_p16_mlx(kn_kernels *k);          /* kernels_avx512_p16_mlx.c */
+void kn_avx512_init_p16_lowbit(kn_kernels *k); /* kernels_avx512_p16_lowbit.c: the same; from init_all */
 /* ARM64: the NEON set (kernels_neon.c: F32/F16/BF16, attention, the three quantizers, then the block
  * formats when the CPU has dotprod, and over those the i8mm ones when it has i8mm too). The parts return false (and
  * change nothing) when kiln is not built for ARM64. */

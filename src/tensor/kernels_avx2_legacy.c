@@ -2,7 +2,7 @@
  * kernels_avx2_legacy.c - AVX2+FMA+F16C GEMM tile kernels (with AVX-VNNI where the CPU has it) for the
  * float weight formats (F32, F16, BF16 x F32 activations) and the block formats of 32 elements with one
  * scale (Q4_0, Q5_0, Q8_0 and the table formats IQ4_NL, MXFP4 x Q8_0 activations; Q4_1, Q5_1 x Q8_1
- * activations), and the Q8_0 / Q8_1 activation quantizers.
+ * activations; MLX8, MLX8_F32 x Q8_0: scale and offset), and the Q8_0 / Q8_1 activation quantizers.
  * Every kernel is tested against the scalar reference (tests/unit/test_kernels_legacy.c); entries
  * left unset keep the previous set's kernel.
  *
@@ -22,8 +22,10 @@
  * same integers, so the same floats.
  * The float part is, per group,
  *     acc = fma(float(lanes), fp32(dw) * fp32(dx), acc)          (scales expanded to lanes 2k, 2k+1)
- *     acc = fma(m, s, acc)                                       (Q4_1 / Q5_1 only; m in even lanes)
- * and the result is the horizontal sum of acc. Within a tile the weight group of a row is unpacked
+ *     acc = fma(m, s, acc)                     (Q4_1 / Q5_1, and MLX8; m in even lanes)
+ * and the result is the horizontal sum of acc. MLX8's codes are Q8_0's (q - 128, or with VNNI q and
+ * Q8_0's correction -128 sum(x)); its m the offset of the centred codes, fma(d, 128, m), and s the
+ * block's sum(x) times dx (exact). Within a tile the weight group of a row is unpacked
  * once per pass of up to 2 tokens (16 ymm registers), the activation group of a token once per row
  * tile. With one token (decode) the kernels also prefetch the rows after the tile as one sequential
  * stream (see prefetch_next_tile).
@@ -84,6 +86,13 @@ AI __m256 scales4(const uint8_t *p, size_t stride) {
     const uint64_t h = ld16(p) | ld16(p + 2 * stride) << 16 | ld16(p + stride) << 32 | ld16(p + 3 * stride) << 48;
     const __m128 f = _mm_cvtph_ps(_mm_cvtsi64_si128((long long)h));
     return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(f), _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3));
+}
+
+/* As scales4 for fp32 values (MLX8_F32's). */
+AI __m256 scales4_f32(const uint8_t *p, size_t stride) {
+    float v[4];
+    for (int k = 0; k < 4; k++) memcpy(&v[k], p + (size_t)(k == 1 ? 2 : k == 2 ? 1 : k) * stride, 4);
+    return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_loadu_ps(v)), _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3));
 }
 
 /* As scales4, but the value only in lane 2k (lane 2k + 1 is 0): a term added once per block. */
@@ -249,6 +258,21 @@ AI void w_q5_1(const uint8_t *p, wgrp *W) {
     W->m = scales4_even(p + 2, sizeof(kn_block_q5_1));
 }
 
+/* MLX8 (fp16 d, m | q) and MLX8_F32 (fp32) groups: the codes q (vnni: unsigned, as stored) or q - 128,
+ * the scales d, and in lane 2k only the offset of the centred codes, fma(d, 128, m) (quant.h). */
+AI void w_mlx(const uint8_t *p, wgrp *W, int f32, int vnni) {
+    const size_t bb = f32 ? sizeof(kn_block_mlx8_f32) : sizeof(kn_block_mlx8);
+    group_q8(p + (f32 ? 8 : 4), bb, W->q);
+    if (!vnni) UNROLL for (int j = 0; j < 4; j++) W->q[j] = _mm256_xor_si256(W->q[j], _mm256_set1_epi8((char)0x80));
+    W->d = f32 ? scales4_f32(p, bb) : scales4(p, bb);
+    const __m256 m = f32 ? scales4_f32(p + 4, bb) : scales4(p + 2, bb);
+    W->m = _mm256_blend_ps(_mm256_setzero_ps(), _mm256_fmadd_ps(W->d, _mm256_set1_ps(128.0f), m), 0x55);
+}
+AI void w_mlx8(const uint8_t *p, wgrp *W) { w_mlx(p, W, 0, 0); }
+AI void w_mlx8_u(const uint8_t *p, wgrp *W) { w_mlx(p, W, 0, 1); }
+AI void w_mlx8_f32(const uint8_t *p, wgrp *W) { w_mlx(p, W, 1, 0); }
+AI void w_mlx8_f32_u(const uint8_t *p, wgrp *W) { w_mlx(p, W, 1, 1); }
+
 /* Q8_0 activations for weights whose codes are (w + off), off = 8 (Q4_0), 16 (Q5_0), 128 (Q8_0 with
  * VNNI), 0 (Q8_0 without). */
 AI void x_q8_0(const uint8_t *p, xgrp *X, int off) {
@@ -263,6 +287,15 @@ AI void x_q8_1(const uint8_t *p, xgrp *X) {
     X->c = _mm256_setzero_si256();
     X->d = scales4(p, sizeof(kn_block_q8_1));
     X->s = scales4(p + 2, sizeof(kn_block_q8_1));
+}
+
+/* Q8_0 activations for MLX8 weights: as for Q8_0 with VNNI (c = -128 sum(x) per lane: the unsigned codes
+ * less 128), and s = sum(x) * d per block in lane 2k (exact) for the offset term. */
+AI void x_mlx(const uint8_t *p, xgrp *X) {
+    x_q8_0(p, X, 128);
+    const __m256i s = _mm256_srai_epi32(X->c, 7);                                       /* -sum per lane */
+    const __m256 b = _mm256_cvtepi32_ps(_mm256_add_epi32(s, _mm256_srli_epi64(s, 32))); /* lane 2k: the block's */
+    X->s = _mm256_mul_ps(_mm256_sub_ps(_mm256_setzero_ps(), b), X->d);
 }
 
 #define LOADX_Q4_0(p, X)   x_q8_0(p, X, 8)
@@ -289,6 +322,10 @@ AI __m256 dot_small_m(const wgrp *W, const xgrp *X, __m256 acc) {
 }
 
 AI __m256 dot_signed(const wgrp *W, const xgrp *X, __m256 acc) { return acc_grp(dot4_signed(W->q, X->q), W, X, acc); }
+
+AI __m256 dot_signed_m(const wgrp *W, const xgrp *X, __m256 acc) {
+    return _mm256_fmadd_ps(W->m, X->s, dot_signed(W, X, acc));
+}
 
 AI __m256 dot_signed_small(const wgrp *W, const xgrp *X, __m256 acc) {
     return acc_grp(dot4_signed_small(W->q, X->q), W, X, acc);
@@ -385,21 +422,25 @@ AI float hsum8(__m256 v) {
         TILE_SWITCH(NAME##_CALL)                                                                                       \
     }
 
-#define CALL(NAME, R, T)          NAME##_tile(n, w, ws, x, xs, out, ldo, R, T)
-#define gemm_q4_0_CALL(R, T)      CALL(gemm_q4_0, R, T)
-#define gemm_q5_0_CALL(R, T)      CALL(gemm_q5_0, R, T)
-#define gemm_q8_0_CALL(R, T)      CALL(gemm_q8_0, R, T)
-#define gemm_q4_1_CALL(R, T)      CALL(gemm_q4_1, R, T)
-#define gemm_q5_1_CALL(R, T)      CALL(gemm_q5_1, R, T)
-#define gemm_q4_0_vnni_CALL(R, T) CALL(gemm_q4_0_vnni, R, T)
-#define gemm_q5_0_vnni_CALL(R, T) CALL(gemm_q5_0_vnni, R, T)
-#define gemm_q8_0_vnni_CALL(R, T) CALL(gemm_q8_0_vnni, R, T)
-#define gemm_q4_1_vnni_CALL(R, T) CALL(gemm_q4_1_vnni, R, T)
-#define gemm_q5_1_vnni_CALL(R, T) CALL(gemm_q5_1_vnni, R, T)
-#define gemm_iq4_nl_CALL(R, T)    CALL(gemm_iq4_nl, R, T)
-#define gemm_mxfp4_CALL(R, T)     CALL(gemm_mxfp4, R, T)
-#define gemm_iq4_nl_v_CALL(R, T)  CALL(gemm_iq4_nl_v, R, T)
-#define gemm_mxfp4_v_CALL(R, T)   CALL(gemm_mxfp4_v, R, T)
+#define CALL(NAME, R, T)           NAME##_tile(n, w, ws, x, xs, out, ldo, R, T)
+#define gemm_q4_0_CALL(R, T)       CALL(gemm_q4_0, R, T)
+#define gemm_q5_0_CALL(R, T)       CALL(gemm_q5_0, R, T)
+#define gemm_q8_0_CALL(R, T)       CALL(gemm_q8_0, R, T)
+#define gemm_q4_1_CALL(R, T)       CALL(gemm_q4_1, R, T)
+#define gemm_q5_1_CALL(R, T)       CALL(gemm_q5_1, R, T)
+#define gemm_q4_0_vnni_CALL(R, T)  CALL(gemm_q4_0_vnni, R, T)
+#define gemm_q5_0_vnni_CALL(R, T)  CALL(gemm_q5_0_vnni, R, T)
+#define gemm_q8_0_vnni_CALL(R, T)  CALL(gemm_q8_0_vnni, R, T)
+#define gemm_q4_1_vnni_CALL(R, T)  CALL(gemm_q4_1_vnni, R, T)
+#define gemm_q5_1_vnni_CALL(R, T)  CALL(gemm_q5_1_vnni, R, T)
+#define gemm_iq4_nl_CALL(R, T)     CALL(gemm_iq4_nl, R, T)
+#define gemm_mxfp4_CALL(R, T)      CALL(gemm_mxfp4, R, T)
+#define gemm_iq4_nl_v_CALL(R, T)   CALL(gemm_iq4_nl_v, R, T)
+#define gemm_mxfp4_v_CALL(R, T)    CALL(gemm_mxfp4_v, R, T)
+#define gemm_mlx8_CALL(R, T)       CALL(gemm_mlx8, R, T)
+#define gemm_mlx8_f32_CALL(R, T)   CALL(gemm_mlx8_f32, R, T)
+#define gemm_mlx8_v_CALL(R, T)     CALL(gemm_mlx8_v, R, T)
+#define gemm_mlx8_f32_v_CALL(R, T) CALL(gemm_mlx8_f32_v, R, T)
 #define NOATTR
 
 DEFINE_GEMM_BLOCKS(gemm_q4_0, NOATTR, 18, 34, w_q4_0, LOADX_Q4_0, dot_small)
@@ -416,6 +457,10 @@ DEFINE_GEMM_BLOCKS(gemm_iq4_nl, NOATTR, 18, 34, w_iq4_nl, LOADX_Q8_0, dot_signed
 DEFINE_GEMM_BLOCKS(gemm_mxfp4, NOATTR, 17, 34, w_mxfp4, LOADX_Q8_0, dot_signed_small)
 DEFINE_GEMM_BLOCKS(gemm_iq4_nl_v, VNNI_TARGET, 18, 34, w_iq4_nl_u, LOADX_Q8_0_U, dot_vnni)
 DEFINE_GEMM_BLOCKS(gemm_mxfp4_v, VNNI_TARGET, 17, 34, w_mxfp4_u, LOADX_Q8_0_U, dot_vnni)
+DEFINE_GEMM_BLOCKS(gemm_mlx8, NOATTR, 36, 34, w_mlx8, x_mlx, dot_signed_m)
+DEFINE_GEMM_BLOCKS(gemm_mlx8_f32, NOATTR, 40, 34, w_mlx8_f32, x_mlx, dot_signed_m)
+DEFINE_GEMM_BLOCKS(gemm_mlx8_v, VNNI_TARGET, 36, 34, w_mlx8_u, x_mlx, dot_vnni_m)
+DEFINE_GEMM_BLOCKS(gemm_mlx8_f32_v, VNNI_TARGET, 40, 34, w_mlx8_f32_u, x_mlx, dot_vnni_m)
 
 /* ---- float weights x F32 activations ---- */
 
@@ -528,7 +573,7 @@ AI kn_half quant_block_q8(const float *x, int8_t *qs, int *sum) {
 KN_Q8_QUANTIZERS(quant_block_q8)
 
 /* Test hook (tests/unit/test_kernels_legacy.c, test_kernels_mlx.c): selects the block-format kernels
- * (and the MLX 8-bit ones of kernels_avx2_mlx.c) of set k with
+ * (MLX8 included) of set k with
  * AVX-VNNI (use_vnni, honoured only on CPUs with AVX-VNNI) or without. Returns whether the VNNI ones
  * are selected. Both give bit-identical results. */
 bool kn__avx2_legacy_vnni(kn_kernels *k, bool use_vnni);
@@ -541,7 +586,8 @@ bool kn__avx2_legacy_vnni(kn_kernels *k, bool use_vnni) {
     k->gemm[KN_Q8_0] = v ? gemm_q8_0_vnni : gemm_q8_0;
     k->gemm[KN_IQ4_NL] = v ? gemm_iq4_nl_v : gemm_iq4_nl;
     k->gemm[KN_MXFP4] = v ? gemm_mxfp4_v : gemm_mxfp4;
-    kn_avx2_init_mlx(k, v);
+    k->gemm[KN_MLX8] = v ? gemm_mlx8_v : gemm_mlx8;
+    k->gemm[KN_MLX8_F32] = v ? gemm_mlx8_f32_v : gemm_mlx8_f32;
     return v;
 }
 

@@ -1,6 +1,6 @@
 /*
- * kernels_avx2_p16.c - AVX2 panel kernels (pack.h) for Q4_0, Q4_1, Q8_0, IQ4_NL, MXFP4, Q4_K, Q5_K and Q6_K
- * matrices, in two variants that give the same bits: with AVX-VNNI (256-bit vpdpbusd, Alder Lake and
+ * kernels_avx2_p16.c - AVX2 panel kernels (pack.h) for Q4_0, Q4_1, Q8_0, IQ4_NL, MXFP4, MLX8 (MLX8_F32), Q4_K,
+ * Q5_K and Q6_K matrices, in two variants that give the same bits: with AVX-VNNI (256-bit vpdpbusd, Alder Lake and
  * later, Zen 5) and without it (vpmaddubsw + vpmaddwd, every AVX2 CPU).
  *
  * A ymm register holds 4 consecutive codes of the 8 rows of one half of a panel (the lower or upper 32
@@ -18,7 +18,9 @@
  *          pairs: its plain kernel multiplies |w| by sign(x, w) (pairs <= 2 * 128 * 127) instead, and
  *          so do IQ4_NL's (table values up to 127; a vpmaddwd per quad) and MXFP4's (values up to 12:
  *          8 quads of pairs <= 2 * 12 * 127 sum in int16, one vpmaddwd per block).
- * The table formats IQ4_NL and MXFP4 are Q4_0's kernel with the nibbles looked up in the format's table
+ * MLX8 is Q8_0's kernel with the codes q stored unsigned (q - 128 centred through the offset correction,
+ * or flipped for plain) and, per block, the reference's offset term fma(xs, fma(d, 128, m), acc) from the
+ * Q8XM row's xs. The table formats IQ4_NL and MXFP4 are Q4_0's kernel with the nibbles looked up in the format's table
  * (vpshufb; plus 128 for VNNI, whose Q8X rows carry the offset 128) and, for MXFP4, E8M0 scales.
  * Shapes: decode (1 or 2 tokens) walks each panel once, both halves per quad, so the panel is one
  * sequential stream, software-prefetched about 1 KB ahead (PF_DIST); prefill (3 .. TILE_T tokens) takes one half at a
@@ -100,15 +102,21 @@ AI __m256i code_q4_1(const uint8_t *g, int j, int h, __m256i *A) {
     (void)A;
     return code_nib(g + 64, j, h);
 }
-AI __m256i code_q8_0(const uint8_t *g, int j, int h, __m256i *A) {
-    (void)A;
-    return ld256(g + 32 + 64 * j + 32 * h); /* w + 128 */
-}
-AI __m256i code_q8_0s(const uint8_t *g, int j, int h, __m256i *A) {
-    const __m256i w = _mm256_xor_si256(ld256(g + 32 + 64 * j + 32 * h), _mm256_set1_epi8((char)0x80));
+/* 8-bit codes stored unsigned at qs (Q8_0: w + 128 after d; MLX8: q after d and m, MLX8_F32 after their
+ * fp32 d and m): code_u8 as stored (VNNI), code_s8 centred (the top bit flipped: Q8_0's w, MLX8's
+ * q - 128) with *A = |code|. */
+AI __m256i code_u8(const uint8_t *qs, int j, int h) { return ld256(qs + 64 * j + 32 * h); }
+AI __m256i code_s8(const uint8_t *qs, int j, int h, __m256i *A) {
+    const __m256i w = _mm256_xor_si256(code_u8(qs, j, h), _mm256_set1_epi8((char)0x80));
     *A = _mm256_abs_epi8(w);
     return w;
 }
+AI __m256i code_q8_0(const uint8_t *g, int j, int h, __m256i *A) { return (void)A, code_u8(g + 32, j, h); }
+AI __m256i code_q8_0s(const uint8_t *g, int j, int h, __m256i *A) { return code_s8(g + 32, j, h, A); }
+AI __m256i code_mlx8(const uint8_t *g, int j, int h, __m256i *A) { return (void)A, code_u8(g + 64, j, h); }
+AI __m256i code_mlx8s(const uint8_t *g, int j, int h, __m256i *A) { return code_s8(g + 64, j, h, A); }
+AI __m256i code_mlx8_f32(const uint8_t *g, int j, int h, __m256i *A) { return (void)A, code_u8(g + 128, j, h); }
+AI __m256i code_mlx8_f32s(const uint8_t *g, int j, int h, __m256i *A) { return code_s8(g + 128, j, h, A); }
 /* The table formats: the format's values (signed, *A = |w|) or the values plus 128 (_u: VNNI) looked up
  * from the nibbles at qs, after d (IQ4_NL) or after e (MXFP4). */
 AI __m256i table_code(const int8_t *values, const uint8_t *qs, int j, int h, __m256i *A, int vnni) {
@@ -131,9 +139,13 @@ AI __m256i code_mxfp4_u(const uint8_t *g, int j, int h, __m256i *A) {
     return table_code(kn_mxfp4_values, g + 16, j, h, A, 1);
 }
 
-/* The block scales of half h of the group at g as fp32: fp16 d (dw_f16), or half the E8M0 value of the
- * exponent bytes (dw_e8m0: kn_e8m0_half, exactly). */
+/* The block scales of half h of the group at g as fp32: fp16 d (dw_f16), fp32 d (dw_f32: MLX8_F32), or
+ * half the E8M0 value of the exponent bytes (dw_e8m0: kn_e8m0_half, exactly); the second field, the
+ * offsets m of Q4_1 and MLX8 (mw_f16) or MLX8_F32 (mw_f32). */
 AI __m256 dw_f16(const uint8_t *g, int h) { return ld_ph8(g + 16 * h); }
+AI __m256 dw_f32(const uint8_t *g, int h) { return _mm256_loadu_ps((const float *)(g + 32 * h)); }
+AI __m256 mw_f16(const uint8_t *g, int h) { return ld_ph8(g + 32 + 16 * h); }
+AI __m256 mw_f32(const uint8_t *g, int h) { return _mm256_loadu_ps((const float *)(g + 64 + 32 * h)); }
 AI __m256 dw_e8m0(const uint8_t *g, int h) {
     int64_t v;
     memcpy(&v, g + 8 * h, 8);
@@ -143,18 +155,24 @@ AI __m256 dw_e8m0(const uint8_t *g, int h) {
     return _mm256_castsi256_ps(_mm256_blendv_epi8(small, big, _mm256_cmpgt_epi32(e, _mm256_set1_epi32(1))));
 }
 
+/* Float steps of a block (MODE): M_LEG acc = fma((float)p, dw * dx, acc); M_MIN (Q4_1, Q8X1 rows)
+ * acc = acc + ((float)p * (dw * dx) + mw * sx); M_MLX (MLX8, Q8XM rows) acc = fma((float)p, dw * dx, acc)
+ * then acc = fma(xs, fma(dw, 128, mw), acc), the reference's steps. */
+#define M_LEG 0
+#define M_MIN 1
+#define M_MLX 2
+
 /* NAME##_tile: halves h0 .. h0+NH-1 of the panel at w (NH = 2: rows 0..15, else rows 8 h0 ..) times NT
- * Q8X activation rows, out[t * ldo + 8 (h - h0) + i]. Per block: the exact integer sum p of each
- * (half, token) through the engine (ZERO, STEP, SUM), plus the row's offset correction c when
- * ADD_C, then acc = fma((float)p, dw * dx, acc) with dw = DW(group, half); with MIN (Q4_1, Q8X1 rows)
- * instead acc = acc + ((float)p * (dw * dx) + mw * sx), the reference's steps. */
-#define DEFINE_LEG(NAME, ATTR, GB, CODE, DW, ZERO, STEP, SUM, ADD_C, MIN)                                              \
+ * activation rows of XB bytes per block, out[t * ldo + 8 (h - h0) + i]. Per block: the exact integer
+ * sum p of each (half, token) through the engine (ZERO, STEP, SUM), plus the row's offset correction c
+ * when ADD_C, then the float steps of MODE with dw = DW(group, half), mw = MW(group, half). */
+#define DEFINE_LEG(NAME, ATTR, GB, XB, CODE, DW, MW, ZERO, STEP, SUM, ADD_C, MODE)                                     \
     ATTR AI void NAME##_tile(int64_t nb, const uint8_t *w, const uint8_t *x, size_t xs, float *out, size_t ldo,        \
                              const int h0, const int NH, const int NT) {                                               \
         __m256 acc[2][TILE_T];                                                                                         \
         UNROLL for (int h = 0; h < NH; h++) UNROLL for (int t = 0; t < NT; t++) acc[h][t] = _mm256_setzero_ps();       \
         for (int64_t b = 0; b < nb; b++) {                                                                             \
-            const uint8_t *g = w + (size_t)b * (GB), *xb = x + (size_t)b * KN_Q8X_BLOCK;                               \
+            const uint8_t *g = w + (size_t)b * (GB), *xb = x + (size_t)b * (XB);                                       \
             __m256i S[2][TILE_T];                                                                                      \
             UNROLL for (int h = 0; h < NH; h++) UNROLL for (int t = 0; t < NT; t++) S[h][t] = ZERO();                  \
             UNROLL for (int j = 0; j < 8; j++) {                                                                       \
@@ -169,16 +187,19 @@ AI __m256 dw_e8m0(const uint8_t *g, int h) {
                 }                                                                                                      \
             }                                                                                                          \
             UNROLL for (int h = 0; h < NH; h++) {                                                                      \
-                const __m256 dw = DW(g, h0 + h), mw = MIN ? ld_ph8(g + 32 + 16 * (h0 + h)) : dw;                       \
+                const __m256 dw = DW(g, h0 + h), mw = MODE != M_LEG ? MW(g, h0 + h) : dw;                              \
+                const __m256 mo = MODE == M_MLX ? _mm256_fmadd_ps(dw, _mm256_set1_ps(128.0f), mw) : mw;                \
                 UNROLL for (int t = 0; t < NT; t++) {                                                                  \
+                    const uint8_t *xt = xb + t * xs;                                                                   \
                     __m256i p = SUM(S[h][t]);                                                                          \
-                    if (ADD_C) p = _mm256_add_epi32(p, bc32(xb + t * xs + 36));                                        \
-                    const __m256 s = _mm256_mul_ps(dw, _mm256_set1_ps(kn_ld_f32(xb + t * xs + 32)));                   \
-                    if (MIN) {                                                                                         \
-                        const __m256 ms = _mm256_mul_ps(mw, _mm256_set1_ps(kn_ld_f32(xb + t * xs + 36)));              \
+                    if (ADD_C) p = _mm256_add_epi32(p, bc32(xt + 36));                                                 \
+                    const __m256 s = _mm256_mul_ps(dw, _mm256_set1_ps(kn_ld_f32(xt + 32)));                            \
+                    if (MODE == M_MIN) {                                                                               \
+                        const __m256 ms = _mm256_mul_ps(mw, _mm256_set1_ps(kn_ld_f32(xt + 36)));                       \
                         acc[h][t] =                                                                                    \
                             _mm256_add_ps(acc[h][t], _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(p), s), ms));      \
                     } else acc[h][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), s, acc[h][t]);                           \
+                    if (MODE == M_MLX) acc[h][t] = _mm256_fmadd_ps(_mm256_set1_ps(kn_ld_f32(xt + 40)), mo, acc[h][t]); \
                 }                                                                                                      \
             }                                                                                                          \
         }                                                                                                              \
@@ -186,16 +207,25 @@ AI __m256 dw_e8m0(const uint8_t *g, int h) {
             _mm256_storeu_ps(out + (size_t)t * ldo + 8 * h, acc[h][t]);                                                \
     }
 
-DEFINE_LEG(q4_0_v, VNNI, 16 * sizeof(kn_block_q4_0), code_q4_0, dw_f16, V_ZERO, V_STEP, V_SUM, 1, 0)
-DEFINE_LEG(q4_1_v, VNNI, 16 * sizeof(kn_block_q4_1), code_q4_1, dw_f16, V_ZERO, V_STEP, V_SUM, 0, 1)
-DEFINE_LEG(q8_0_v, VNNI, 16 * sizeof(kn_block_q8_0), code_q8_0, dw_f16, V_ZERO, V_STEP, V_SUM, 1, 0)
-DEFINE_LEG(iq4_nl_v, VNNI, 16 * sizeof(kn_block_iq4_nl), code_iq4_nl_u, dw_f16, V_ZERO, V_STEP, V_SUM, 1, 0)
-DEFINE_LEG(mxfp4_v, VNNI, 16 * sizeof(kn_block_mxfp4), code_mxfp4_u, dw_e8m0, V_ZERO, V_STEP, V_SUM, 1, 0)
-DEFINE_LEG(q4_0_p, PLAIN, 16 * sizeof(kn_block_q4_0), code_q4_0, dw_f16, V_ZERO, P_STEP, P_SUM, 1, 0)
-DEFINE_LEG(q4_1_p, PLAIN, 16 * sizeof(kn_block_q4_1), code_q4_1, dw_f16, V_ZERO, P_STEP, P_SUM, 0, 1)
-DEFINE_LEG(q8_0_p, PLAIN, 16 * sizeof(kn_block_q8_0), code_q8_0s, dw_f16, V_ZERO, S_STEP, V_SUM, 0, 0)
-DEFINE_LEG(iq4_nl_p, PLAIN, 16 * sizeof(kn_block_iq4_nl), code_iq4_nl, dw_f16, V_ZERO, S_STEP, V_SUM, 0, 0)
-DEFINE_LEG(mxfp4_p, PLAIN, 16 * sizeof(kn_block_mxfp4), code_mxfp4, dw_e8m0, V_ZERO, Q_STEP, P_SUM, 0, 0)
+#define GB_(T) (16 * sizeof(T))
+#define XB_    KN_Q8X_BLOCK
+DEFINE_LEG(q4_0_v, VNNI, GB_(kn_block_q4_0), XB_, code_q4_0, dw_f16, dw_f16, V_ZERO, V_STEP, V_SUM, 1, M_LEG)
+DEFINE_LEG(q4_1_v, VNNI, GB_(kn_block_q4_1), XB_, code_q4_1, dw_f16, mw_f16, V_ZERO, V_STEP, V_SUM, 0, M_MIN)
+DEFINE_LEG(q8_0_v, VNNI, GB_(kn_block_q8_0), XB_, code_q8_0, dw_f16, dw_f16, V_ZERO, V_STEP, V_SUM, 1, M_LEG)
+DEFINE_LEG(iq4_nl_v, VNNI, GB_(kn_block_iq4_nl), XB_, code_iq4_nl_u, dw_f16, dw_f16, V_ZERO, V_STEP, V_SUM, 1, M_LEG)
+DEFINE_LEG(mxfp4_v, VNNI, GB_(kn_block_mxfp4), XB_, code_mxfp4_u, dw_e8m0, dw_f16, V_ZERO, V_STEP, V_SUM, 1, M_LEG)
+DEFINE_LEG(mlx8_v, VNNI, GB_(kn_block_mlx8), KN_Q8XM_BLOCK, code_mlx8, dw_f16, mw_f16, V_ZERO, V_STEP, V_SUM, 1, M_MLX)
+DEFINE_LEG(mlx8_f32_v, VNNI, GB_(kn_block_mlx8_f32), KN_Q8XM_BLOCK, code_mlx8_f32, dw_f32, mw_f32, V_ZERO, V_STEP,
+           V_SUM, 1, M_MLX)
+DEFINE_LEG(q4_0_p, PLAIN, GB_(kn_block_q4_0), XB_, code_q4_0, dw_f16, dw_f16, V_ZERO, P_STEP, P_SUM, 1, M_LEG)
+DEFINE_LEG(q4_1_p, PLAIN, GB_(kn_block_q4_1), XB_, code_q4_1, dw_f16, mw_f16, V_ZERO, P_STEP, P_SUM, 0, M_MIN)
+DEFINE_LEG(q8_0_p, PLAIN, GB_(kn_block_q8_0), XB_, code_q8_0s, dw_f16, dw_f16, V_ZERO, S_STEP, V_SUM, 0, M_LEG)
+DEFINE_LEG(iq4_nl_p, PLAIN, GB_(kn_block_iq4_nl), XB_, code_iq4_nl, dw_f16, dw_f16, V_ZERO, S_STEP, V_SUM, 0, M_LEG)
+DEFINE_LEG(mxfp4_p, PLAIN, GB_(kn_block_mxfp4), XB_, code_mxfp4, dw_e8m0, dw_f16, V_ZERO, Q_STEP, P_SUM, 0, M_LEG)
+DEFINE_LEG(mlx8_p, PLAIN, GB_(kn_block_mlx8), KN_Q8XM_BLOCK, code_mlx8s, dw_f16, mw_f16, V_ZERO, S_STEP, V_SUM, 0,
+           M_MLX)
+DEFINE_LEG(mlx8_f32_p, PLAIN, GB_(kn_block_mlx8_f32), KN_Q8XM_BLOCK, code_mlx8_f32s, dw_f32, mw_f32, V_ZERO, S_STEP,
+           V_SUM, 0, M_MLX)
 
 /* ---- K formats: super-block groups; per sub-block s the exact sum times the sub-block scale ---- */
 
@@ -445,6 +475,10 @@ DEFINE_ENTRY(iq4_nl_v, VNNI, 32, 16 * sizeof(kn_block_iq4_nl))
 DEFINE_ENTRY(iq4_nl_p, PLAIN, 32, 16 * sizeof(kn_block_iq4_nl))
 DEFINE_ENTRY(mxfp4_v, VNNI, 32, 16 * sizeof(kn_block_mxfp4))
 DEFINE_ENTRY(mxfp4_p, PLAIN, 32, 16 * sizeof(kn_block_mxfp4))
+DEFINE_ENTRY(mlx8_v, VNNI, 32, 16 * sizeof(kn_block_mlx8))
+DEFINE_ENTRY(mlx8_p, PLAIN, 32, 16 * sizeof(kn_block_mlx8))
+DEFINE_ENTRY(mlx8_f32_v, VNNI, 32, 16 * sizeof(kn_block_mlx8_f32))
+DEFINE_ENTRY(mlx8_f32_p, PLAIN, 32, 16 * sizeof(kn_block_mlx8_f32))
 DEFINE_ENTRY(q4_k_v, VNNI, 256, 16 * sizeof(kn_block_q4_k))
 DEFINE_ENTRY(q4_k_p, PLAIN, 256, 16 * sizeof(kn_block_q4_k))
 DEFINE_ENTRY(q5_k_v, VNNI, 256, 16 * sizeof(kn_block_q5_k))
@@ -468,6 +502,8 @@ void kn_avx2_init_p16(kn_kernels *k, bool vnni) {
     k->p16[KN_Q8_0] = vnni ? q8_0_v : q8_0_p;
     k->p16[KN_IQ4_NL] = vnni ? iq4_nl_v : iq4_nl_p;
     k->p16[KN_MXFP4] = vnni ? mxfp4_v : mxfp4_p;
+    k->p16[KN_MLX8] = vnni ? mlx8_v : mlx8_p;
+    k->p16[KN_MLX8_F32] = vnni ? mlx8_f32_v : mlx8_f32_p;
     k->p16[KN_Q4_K] = vnni ? q4_k_v : q4_k_p;
     k->p16[KN_Q5_K] = vnni ? q5_k_v : q5_k_p;
 }

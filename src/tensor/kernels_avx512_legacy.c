@@ -562,7 +562,6 @@ void kn_avx512_init_legacy(kn_kernels *k) {
     k->gemm[KN_MXFP4] = gemm_mxfp4;
     k->quantize[KN_Q8_0] = quantize_q8_0;
     k->quantize[KN_Q8_1] = quantize_q8_1;
-    kn_avx512_init_mlx(k);
 }
 
 #else /* not x86-64: the set is never selected */

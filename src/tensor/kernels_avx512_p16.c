@@ -1,5 +1,5 @@
 /*
- * kernels_avx512_p16.c - AVX-512 VNNI panel kernels for Q4_0, Q8_0, IQ4_NL, MXFP4 and Q4_K matrices in the
+ * kernels_avx512_p16.c - AVX-512 VNNI panel kernels for Q4_0, Q8_0, IQ4_NL, MXFP4, MLX8 and Q4_K matrices in the
  * 16-row panel layout of pack.h: one weight row per 32-bit lane, so a zmm register holds 4 consecutive
  * codes of 16 rows and one vpdpbusd against 4 activation quants broadcast to every lane advances 16 dot
  * products. The table formats IQ4_NL and MXFP4 are Q4_0's kernel with the nibbles looked up in the
@@ -45,6 +45,16 @@ AI void codes_q8_0(const uint8_t *g, __m512i W[8]) {
     UNROLL for (int j = 0; j < 8; j++) W[j] = _mm512_loadu_si512(g + 32 + 64 * j);
 }
 
+/* The 8 code vectors of an MLX8 / MLX8_F32 group: the unsigned q as stored, after d and m. */
+AI void codes_mlx8(const uint8_t *g, __m512i W[8]) {
+    UNROLL for (int j = 0; j < 8; j++) W[j] = _mm512_loadu_si512(g + 64 + 64 * j);
+}
+AI void codes_mlx8_f32(const uint8_t *g, __m512i W[8]) {
+    UNROLL for (int j = 0; j < 8; j++) W[j] = _mm512_loadu_si512(g + 128 + 64 * j);
+}
+AI __m512i code1_mlx8(const uint8_t *g, int j) { return _mm512_loadu_si512(g + 64 + 64 * j); }
+AI __m512i code1_mlx8_f32(const uint8_t *g, int j) { return _mm512_loadu_si512(g + 128 + 64 * j); }
+
 /* Code vector j alone (prefill), of a Q4_0 or Q8_0 group, or of a table format's: its nibbles (after d
  * for IQ4_NL, after e for MXFP4) looked up in the format's table plus 128. */
 AI __m512i nib512(const uint8_t *qs, int j) {
@@ -68,9 +78,13 @@ AI __m512i code1_mxfp4(const uint8_t *g, int j) {
 AI void codes_iq4_nl(const uint8_t *g, __m512i W[8]) { UNROLL for (int j = 0; j < 8; j++) W[j] = code1_iq4_nl(g, j); }
 AI void codes_mxfp4(const uint8_t *g, __m512i W[8]) { UNROLL for (int j = 0; j < 8; j++) W[j] = code1_mxfp4(g, j); }
 
-/* The 16 rows' block scales of the group at g as fp32: fp16 d, or half the E8M0 value of the exponent
- * bytes (kn_e8m0_half, exactly). */
+/* The 16 rows' block scales of the group at g as fp32: fp16 d, fp32 d (MLX8_F32), or half the E8M0 value
+ * of the exponent bytes (kn_e8m0_half, exactly). */
 AI __m512 dw_f16(const uint8_t *g) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)g)); }
+AI __m512 dw_f32(const uint8_t *g) { return _mm512_loadu_ps((const float *)g); }
+/* The offsets m of an MLX8 (fp16) or MLX8_F32 (fp32) group. */
+AI __m512 mw_f16(const uint8_t *g) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + 32))); }
+AI __m512 mw_f32(const uint8_t *g) { return _mm512_loadu_ps((const float *)(g + 64)); }
 AI __m512 dw_e8m0(const uint8_t *g) {
     const __m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)g));
     const __m512i big = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23); /* 2^(e - 128), e >= 2 */
@@ -107,27 +121,30 @@ AI __m512i block_dot(const __m512i W[8], const uint8_t *xb) {
         if (np >= 2) P16_NT(TILE, 2) else P16_NT(TILE, 1)                                                              \
     }
 
-/* Q4_0 / Q8_0 / IQ4_NL / MXFP4: NP panels of GB bytes per block column times NT tokens; CODES unpacks a
- * group, CODE1 one code vector of it, DW its scales.
+/* Q4_0 / Q8_0 / IQ4_NL / MXFP4 / MLX8: NP panels of GB bytes per block column times NT tokens of XB bytes
+ * per block (Q8X; Q8XM for MLX8); CODES unpacks a group, CODE1 one code vector of it, DW its scales. With
+ * MLX (MLX8) each block's step is followed by acc = fma(xs, fma(dw, 128, mw), acc), mw = MW(group), the
+ * reference's offset term of the centred codes.
  *   NT <= 2 (decode): panel after panel through NAME_dec, the block's 8 code vectors unpacked once
  *     and the integer chain split in two, so a panel streams at the memory's pace (a separate
  *     function: inlined twice into the two-panel entry, decode measured 15% slower).
  *   NT >= 3 (prefill): quad j outer, so each activation broadcast feeds NP vpdpbusd and the NP x NT
  *     integer chains (independent) keep both dot-product pipes busy; loads, not multiplies, bound a
  *     one-panel tile. */
-#define DEFINE_P16(NAME, GB, CODES, CODE1, DW)                                                                         \
+#define DEFINE_P16(NAME, GB, XB, CODES, CODE1, DW, MW, MLX)                                                            \
     static void NAME##_dec(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, float *out, size_t ldo,           \
                            const int NT) {                                                                             \
         __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};                                                    \
         for (int64_t b = 0; b < n / 32; b++) {                                                                         \
             const uint8_t *g = w + (size_t)b * (GB);                                                                   \
-            const __m512 dw = DW(g);                                                                                   \
+            const __m512 dw = DW(g), mo = MLX ? _mm512_fmadd_ps(dw, _mm512_set1_ps(128.0f), MW(g)) : dw;               \
             __m512i W[8];                                                                                              \
             CODES(g, W);                                                                                               \
             UNROLL for (int t = 0; t < NT; t++) {                                                                      \
-                const uint8_t *xb = x + (size_t)t * xs + (size_t)b * KN_Q8X_BLOCK;                                     \
+                const uint8_t *xb = x + (size_t)t * xs + (size_t)b * (XB);                                             \
                 const __m512 s = _mm512_mul_ps(dw, _mm512_set1_ps(kn_ld_f32(xb + 32)));                                \
                 acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(block_dot(W, xb)), s, acc[t]);                             \
+                if (MLX) acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(kn_ld_f32(xb + 40)), mo, acc[t]);                     \
             }                                                                                                          \
         }                                                                                                              \
         UNROLL for (int t = 0; t < NT; t++) _mm512_storeu_ps(out + (size_t)t * ldo, acc[t]);                           \
@@ -143,7 +160,7 @@ AI __m512i block_dot(const __m512i W[8], const uint8_t *xb) {
         __m512 acc[KN_P16_PANELS][TILE_T];                                                                             \
         UNROLL for (int q = 0; q < NP; q++) UNROLL for (int t = 0; t < NT; t++) acc[q][t] = _mm512_setzero_ps();       \
         for (int64_t b = 0; b < nb; b++) {                                                                             \
-            const uint8_t *g = w + (size_t)b * (GB), *xb = x + (size_t)b * KN_Q8X_BLOCK;                               \
+            const uint8_t *g = w + (size_t)b * (GB), *xb = x + (size_t)b * (XB);                                       \
             __m512i p[KN_P16_PANELS][TILE_T];                                                                          \
             UNROLL for (int t = 0; t < NT; t++) {                                                                      \
                 const __m512i c = _mm512_set1_epi32(kn_ld_i32(xb + t * xs + 36));                                      \
@@ -158,10 +175,12 @@ AI __m512i block_dot(const __m512i W[8], const uint8_t *xb) {
                 }                                                                                                      \
             }                                                                                                          \
             UNROLL for (int q = 0; q < NP; q++) {                                                                      \
-                const __m512 dw = DW(g + q * pb);                                                                      \
+                const uint8_t *gq = g + q * pb;                                                                        \
+                const __m512 dw = DW(gq), mo = MLX ? _mm512_fmadd_ps(dw, _mm512_set1_ps(128.0f), MW(gq)) : dw;         \
                 UNROLL for (int t = 0; t < NT; t++) {                                                                  \
                     const __m512 s = _mm512_mul_ps(dw, _mm512_set1_ps(kn_ld_f32(xb + t * xs + 32)));                   \
                     acc[q][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p[q][t]), s, acc[q][t]);                            \
+                    if (MLX) acc[q][t] = _mm512_fmadd_ps(_mm512_set1_ps(kn_ld_f32(xb + t * xs + 40)), mo, acc[q][t]);  \
                 }                                                                                                      \
             }                                                                                                          \
         }                                                                                                              \
@@ -170,10 +189,13 @@ AI __m512i block_dot(const __m512i W[8], const uint8_t *xb) {
     }                                                                                                                  \
     P16_ENTRY(NAME, NAME##_tile)
 
-DEFINE_P16(p16_q4_0, 16 * sizeof(kn_block_q4_0), codes_q4_0, code1_q4_0, dw_f16)
-DEFINE_P16(p16_q8_0, 16 * sizeof(kn_block_q8_0), codes_q8_0, code1_q8_0, dw_f16)
-DEFINE_P16(p16_iq4_nl, 16 * sizeof(kn_block_iq4_nl), codes_iq4_nl, code1_iq4_nl, dw_f16)
-DEFINE_P16(p16_mxfp4, 16 * sizeof(kn_block_mxfp4), codes_mxfp4, code1_mxfp4, dw_e8m0)
+#define GB_(T) (16 * sizeof(T))
+DEFINE_P16(p16_q4_0, GB_(kn_block_q4_0), KN_Q8X_BLOCK, codes_q4_0, code1_q4_0, dw_f16, dw_f16, 0)
+DEFINE_P16(p16_q8_0, GB_(kn_block_q8_0), KN_Q8X_BLOCK, codes_q8_0, code1_q8_0, dw_f16, dw_f16, 0)
+DEFINE_P16(p16_iq4_nl, GB_(kn_block_iq4_nl), KN_Q8X_BLOCK, codes_iq4_nl, code1_iq4_nl, dw_f16, dw_f16, 0)
+DEFINE_P16(p16_mxfp4, GB_(kn_block_mxfp4), KN_Q8X_BLOCK, codes_mxfp4, code1_mxfp4, dw_e8m0, dw_f16, 0)
+DEFINE_P16(p16_mlx8, GB_(kn_block_mlx8), KN_Q8XM_BLOCK, codes_mlx8, code1_mlx8, dw_f16, mw_f16, 1)
+DEFINE_P16(p16_mlx8_f32, GB_(kn_block_mlx8_f32), KN_Q8XM_BLOCK, codes_mlx8_f32, code1_mlx8_f32, dw_f32, mw_f32, 1)
 
 /* ---- Q4_K: super-blocks of 256 with 8 sub-blocks, 6-bit scales and mins (quant.h) ---- */
 
@@ -341,6 +363,8 @@ void kn_avx512_init_p16(kn_kernels *k) {
     k->p16[KN_Q8_0] = p16_q8_0;
     k->p16[KN_IQ4_NL] = p16_iq4_nl;
     k->p16[KN_MXFP4] = p16_mxfp4;
+    k->p16[KN_MLX8] = p16_mlx8;
+    k->p16[KN_MLX8_F32] = p16_mlx8_f32;
     k->p16[KN_Q4_K] = p16_q4_k;
 }
 

@@ -4,16 +4,12 @@
  * Hugging Face models load as. Registered with the other block formats when the CPU reports dotprod
  * (kn_neon_init_dotprod); the file is built for ARMv8.2-A+dotprod code.
  *
- * Bit identity with the reference (quant_mlx.c; quant.h's numerics contract): per block b and token the
- * exact integers p = sum q x and sx = sum x over each of the block's two lane classes (elements e with
- * e % 8 < 4, and the others), then the reference's two fmas into float lane 2 (b % 8) + class, and
- * kn_reduce16 of the 16 lanes. The codes q (0..255) do not fit SDOT's signed bytes: it multiplies q - 128
- * (the top bit flipped) and adds 128 sx back. An SDOT over 16 bytes gives the sums of 4 consecutive
- * elements; over a block's two halves into one accumulator, lane k holds quads k and k + 4, so lanes 0
- * and 2 are the first class and lanes 1 and 3 the second.
+ * Bit identity with the reference (quant_mlx.c; quant.h's numerics contract): per block and token the
+ * exact integers p = sum (q - 128) x (SDOT on the codes with the top bit flipped) and sx = sum x (SDOT
+ * with ones), then the reference's two fmas, in block order.
  *
  * A tile runs row by row: a weight block is unpacked once and taken against every token of the tile
- * (up to 4, each with its own 16 lanes), so the tile contract (kernels.h) holds: each output's
+ * (up to 4, each with its own accumulator), so the tile contract (kernels.h) holds: each output's
  * operations depend only on its own row and token.
  */
 #include "tensor/kernels.h"
@@ -31,29 +27,23 @@
         const uint8x16_t top = vdupq_n_u8(0x80);                                                                       \
         for (int r = 0; r < nr; r++) {                                                                                 \
             const BT *a = (const BT *)(const void *)(w + (size_t)r * ws);                                              \
-            float acc[4][16] = {{0}};                                                                                  \
+            float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};                                                                   \
             for (int64_t i = 0; i < nb; i++) {                                                                         \
                 const int8x16_t c0 = vreinterpretq_s8_u8(veorq_u8(vld1q_u8(a[i].qs), top));                            \
                 const int8x16_t c1 = vreinterpretq_s8_u8(veorq_u8(vld1q_u8(a[i].qs + 16), top));                       \
                 float d, m;                                                                                            \
                 DM(&a[i], d, m);                                                                                       \
-                const int L = 2 * (int)(i & 7);                                                                        \
+                const float mo = fmaf(d, 128.0f, m);                                                                   \
                 for (int t = 0; t < nt; t++) {                                                                         \
                     const kn_block_q8_0 *b = (const kn_block_q8_0 *)(const void *)(x + (size_t)t * xs) + i;            \
                     const int8x16_t x0 = vld1q_s8(b->qs), x1 = vld1q_s8(b->qs + 16);                                   \
-                    const int32x4_t pc = vdotq_s32(vdotq_s32(vdupq_n_s32(0), c0, x0), c1, x1);                         \
-                    const int32x4_t s4 = vdotq_s32(vdotq_s32(vdupq_n_s32(0), ones, x0), ones, x1);                     \
-                    const int32x2_t sx = vadd_s32(vget_low_s32(s4), vget_high_s32(s4));                                \
-                    const int32x2_t p = vmla_n_s32(vadd_s32(vget_low_s32(pc), vget_high_s32(pc)), sx, 128);            \
-                    const float xd = h2f(b->d), ds = d * xd, ms = m * xd;                                              \
-                    float *l = &acc[t][L];                                                                             \
-                    l[0] = fmaf((float)vget_lane_s32(p, 0), ds, l[0]);                                                 \
-                    l[0] = fmaf((float)vget_lane_s32(sx, 0), ms, l[0]);                                                \
-                    l[1] = fmaf((float)vget_lane_s32(p, 1), ds, l[1]);                                                 \
-                    l[1] = fmaf((float)vget_lane_s32(sx, 1), ms, l[1]);                                                \
+                    const int32_t sx = vaddvq_s32(vdotq_s32(vdotq_s32(vdupq_n_s32(0), ones, x0), ones, x1));           \
+                    const float xd = h2f(b->d);                                                                        \
+                    acc[t] = fmaf((float)dot32(c0, c1, b->qs), d * xd, acc[t]);                                        \
+                    acc[t] = fmaf((float)sx * xd, mo, acc[t]);                                                         \
                 }                                                                                                      \
             }                                                                                                          \
-            for (int t = 0; t < nt; t++) out[(size_t)t * ldo + (size_t)r] = kn_reduce16(acc[t]);                       \
+            for (int t = 0; t < nt; t++) out[(size_t)t * ldo + (size_t)r] = acc[t];                                    \
         }                                                                                                              \
     }
 

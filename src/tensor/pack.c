@@ -1,8 +1,8 @@
 /*
- * pack.c - the 16-row panel layout of Q4_0 / Q4_1 / Q8_0 / Q4_K / Q5_K / Q6_K / IQ4_NL / IQ4_XS / MXFP4 matrices (see
- * pack.h): repacking at load, reading a row back, and the activation rows of the panel kernels. Plain C: the layout is
- * a byte format, not an instruction set. The reference for the panel kernels is the plain vec_dot of quant.h on rows
- * read back with kn_p16_row_plain (tests/unit/test_pack.c).
+ * pack.c - the 16-row panel layout of Q4_0 / Q4_1 / Q8_0 / Q4_K / Q5_K / Q6_K / IQ4_NL / IQ4_XS / MXFP4 / MLX8 matrices
+ * (see pack.h): repacking at load, reading a row back, and the activation rows of the panel kernels. Plain C: the
+ * layout is a byte format, not an instruction set. The reference for the panel kernels is the plain vec_dot of quant.h
+ * on rows read back with kn_p16_row_plain (tests/unit/test_pack.c).
  *
  * Every format is described by its block's fields (offset and size in the plain block); packing
  * spreads each field over the 16 rows of a panel as pack.h says, unpacking gathers it back.
@@ -15,9 +15,8 @@
 #include <string.h>
 
 bool kn_p16_type(kn_dtype t) {
-    if (kn_p16_mlx_type(t)) return true;
     return t == KN_Q4_0 || t == KN_Q4_1 || t == KN_Q8_0 || t == KN_Q4_K || t == KN_Q5_K || t == KN_Q6_K ||
-           t == KN_IQ4_NL || t == KN_IQ4_XS || t == KN_MXFP4;
+           t == KN_IQ4_NL || t == KN_IQ4_XS || t == KN_MXFP4 || t == KN_MLX8 || t == KN_MLX8_F32;
 }
 
 typedef struct field {
@@ -43,6 +42,8 @@ static layout layout_of(kn_dtype t) {
                 5, {{0, 2, 0}, {2, 2, 0}, {4, 12, 0}, {16, 32, 0}, {48, 128, 0}}, 256, sizeof(kn_block_q5_k)};
         case KN_IQ4_NL: return (layout){2, {{0, 2, 0}, {2, 16, 0}}, 32, sizeof(kn_block_iq4_nl)};
         case KN_MXFP4: return (layout){2, {{0, 1, 0}, {1, 16, 0}}, 32, sizeof(kn_block_mxfp4)};
+        case KN_MLX8: return (layout){3, {{0, 2, 0}, {2, 2, 0}, {4, 32, 0}}, 32, sizeof(kn_block_mlx8)};
+        case KN_MLX8_F32: return (layout){3, {{0, 4, 0}, {4, 4, 0}, {8, 32, 0}}, 32, sizeof(kn_block_mlx8_f32)};
         case KN_IQ4_XS:
             return (layout){4, {{0, 2, 0}, {2, 2, 0}, {4, 4, 0}, {8, 128, 0}}, 256, sizeof(kn_block_iq4_xs)};
         default: /* KN_Q6_K */
@@ -70,10 +71,6 @@ static void move_block(const layout *L, const uint8_t *src, uint8_t *dst, int l,
 }
 
 void kn_p16_pack(kn_dtype t, const uint8_t *src, int64_t rows, int64_t cols, uint8_t *dst) {
-    if (kn_p16_mlx_type(t)) {
-        kn_p16_mlx_pack(t, src, rows, cols, dst);
-        return;
-    }
     const layout L = layout_of(t);
     const int64_t nb = cols / L.block_elems;
     const size_t rb = (size_t)nb * L.block_bytes, gb = KN_P16_ROWS * L.block_bytes;
@@ -88,10 +85,6 @@ void kn_p16_pack(kn_dtype t, const uint8_t *src, int64_t rows, int64_t cols, uin
 }
 
 void kn_p16_row_plain(kn_dtype t, const uint8_t *data, int64_t cols, int64_t r, uint8_t *out) {
-    if (kn_p16_mlx_type(t)) {
-        kn_p16_mlx_row_plain(t, data, cols, r, out);
-        return;
-    }
     const layout L = layout_of(t);
     const int64_t nb = cols / L.block_elems;
     const size_t rb = (size_t)nb * L.block_bytes, gb = KN_P16_ROWS * L.block_bytes;
@@ -101,10 +94,6 @@ void kn_p16_row_plain(kn_dtype t, const uint8_t *data, int64_t cols, int64_t r, 
 }
 
 void kn_p16_row_f32(kn_dtype t, const uint8_t *data, int64_t cols, int64_t r, float *out) {
-    if (kn_p16_mlx_type(t)) {
-        kn_p16_mlx_row_f32(t, data, cols, r, out);
-        return;
-    }
     const layout L = layout_of(t);
     const kn_type_traits *tr = kn_type_traits_get(t);
     const size_t rb = (size_t)(cols / L.block_elems) * L.block_bytes, gb = KN_P16_ROWS * L.block_bytes;
@@ -117,17 +106,13 @@ void kn_p16_row_f32(kn_dtype t, const uint8_t *data, int64_t cols, int64_t r, fl
 }
 
 size_t kn_q8x_row_bytes(kn_dtype t, int64_t n) {
-    if (kn_p16_mlx_type(t)) return kn_q8xm_row_bytes(n);
+    if (t == KN_MLX8 || t == KN_MLX8_F32) return (size_t)(n / 32) * KN_Q8XM_BLOCK;
     if (t == KN_Q6_K) return (size_t)(n / KN_QK_K) * KN_Q8K6_BLOCK;
     if (t == KN_IQ4_XS) return (size_t)(n / KN_QK_K) * KN_Q8KC_BLOCK;
     return t == KN_Q4_K || t == KN_Q5_K ? (size_t)(n / KN_QK_K) * KN_Q8KX_BLOCK : (size_t)(n / 32) * KN_Q8X_BLOCK;
 }
 
 void kn_q8x_quantize(kn_dtype t, kn_from_float_fn q, const float *x, uint8_t *dst, int64_t n) {
-    if (kn_p16_mlx_type(t)) {
-        kn_q8xm_quantize(q, x, dst, n);
-        return;
-    }
     if (t == KN_Q6_K) {
         for (int64_t b = 0; b < n / KN_QK_K; b++) {
             kn_block_q8_k k;
@@ -181,17 +166,21 @@ void kn_q8x_quantize(kn_dtype t, kn_from_float_fn q, const float *x, uint8_t *ds
         }
         return;
     }
+    /* Q8X (Q8XM: and xs = sum * d, exact: a sum of 32 quants has 12 bits, d 11) */
     const int32_t off = t == KN_Q4_0 ? 8 : 128;
+    const bool mlx = t == KN_MLX8 || t == KN_MLX8_F32;
+    const size_t xb = mlx ? KN_Q8XM_BLOCK : KN_Q8X_BLOCK;
     for (int64_t b = 0; b < n / 32; b++) {
         kn_block_q8_0 k;
         q(x + b * 32, &k, 32);
-        uint8_t *o = dst + (size_t)b * KN_Q8X_BLOCK;
+        uint8_t *o = dst + (size_t)b * xb;
         int32_t sum = 0;
         for (int e = 0; e < 32; e++) sum += k.qs[e];
-        const float d = kn_fp16_to_fp32(k.d);
+        const float d = kn_fp16_to_fp32(k.d), xs = (float)sum * d;
         const int32_t c = -off * sum;
         memcpy(o, k.qs, 32);
         memcpy(o + 32, &d, 4);
         memcpy(o + 36, &c, 4);
+        if (mlx) memcpy(o + 40, &xs, 4);
     }
 }

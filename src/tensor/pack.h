@@ -1,6 +1,6 @@
 /*
- * pack.h - the 16-row panel layout ("P16") of Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS and MXFP4
- * weight matrices, and the activation formats of the panel kernels.
+ * pack.h - the 16-row panel layout ("P16") of Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4 and
+ * MLX8 / MLX8_F32 weight matrices, and the activation formats of the panel kernels.
  *
  * SIMD kernels that put one weight row in each 32-bit lane of a 512-bit register want the 16 rows of a
  * panel side by side: then one sequential stream of bytes feeds a whole panel (decode reads the matrix
@@ -28,6 +28,8 @@
  *   IQ4_NL (288 bytes): d | qs (4 vectors), as Q4_0 (the nibbles index the table instead of q - 8)
  *   MXFP4 (272 bytes): e (16 lanes of 1 byte: a 1-byte field is lane l = byte l of a 16-byte run) |
  *        qs (4 vectors), as Q4_0
+ *   MLX8 (576 bytes): d | m | qs (8 vectors: the unsigned q of d * q + m, as stored)
+ *   MLX8_F32 (640 bytes): d | m (each 16 lanes of 4 bytes: one vector) | qs (8 vectors), as MLX8
  *   IQ4_XS (2176 bytes): d | scales_h (16 lanes of 2 bytes) | scales_l (1 vector) | qs (32 vectors:
  *        vector 4j + m holds qs[16j + 4m .. +3]: low nibbles are elements 4m .. 4m+3 of sub-block j,
  *        high nibbles 16 + 4m .. 16 + 4m + 3)
@@ -48,11 +50,8 @@
  *   Q8K6 (Q6_K weights), per 256 elements: {int8 qs[256]; float d; int16 bsums[16]} (292 bytes): the
  *     Q8_K quantization with its 16 sums (Q6_K's sub-blocks are 16 elements).
  *
- * MLX8 / MLX8_F32 (pack_mlx.c): the group of block b (d | m | qs as 8 vectors, d and m 16 lanes of 2 or 4
- * bytes) stands at position kn_p16_mlx_pos(b, nb) of the panel: the block columns in the order of the
- * reference's lane classes b % 8 (quant_mlx.c), class by class; their activation rows are
- *   Q8XM, per 32 elements, in the same block order: {int8 qs[32]; float d; float s0, s1} (44 bytes): the
- *     Q8_0 quantization (d as fp32) with s0, s1 the sums of the quants e % 8 < 4 and e % 8 >= 4.
+ *   Q8XM (MLX8, MLX8_F32 weights), per 32 elements: {int8 qs[32]; float d; int32 c; float xs} (44 bytes):
+ *     Q8X with off = 128 (c turns the unsigned q into q - 128), and xs = d * sum(qs), exact.
  *
  * Numerics: a panel kernel's output for (row, token) is exactly the reference vec_dot of quant.h, bit
  * for bit (the integer sums are exact, and the float steps per block are the reference's).
@@ -91,7 +90,7 @@ static inline float kn_ld_f32(const uint8_t *p) {
 #define KN_Q8KX_BLOCK 276 /* bytes of a Q8KX activation block of 256: qs[256], float d, int16 bs[8] */
 #define KN_Q8KC_BLOCK 292 /* bytes of a Q8KC activation block of 256: qs[256], float d, int32 c[8] */
 #define KN_Q8K6_BLOCK 292 /* bytes of a Q8K6 activation block of 256: qs[256], float d, int16 bsums[16] */
-#define KN_Q8XM_BLOCK 44  /* bytes of a Q8XM activation block of 32 (MLX8): qs[32], float d, float s0, s1 */
+#define KN_Q8XM_BLOCK 44  /* bytes of a Q8XM activation block of 32 (MLX8): qs[32], float d, int32 c, float xs */
 
 #define KN_P16_PANELS 2 /* panels per panel-kernel call at most */
 
@@ -125,16 +124,5 @@ size_t kn_q8x_row_bytes(kn_dtype t, int64_t n);
  * the quantizer of t's vec_dot type (Q8_0, Q8_1 or Q8_K; the reference one or a SIMD one: both give
  * identical bytes). dst holds kn_q8x_row_bytes(t, n) bytes. */
 void kn_q8x_quantize(kn_dtype t, kn_from_float_fn q, const float *x, uint8_t *dst, int64_t n);
-
-/* MLX8 / MLX8_F32 (pack_mlx.c; the functions above call these for those types). kn_p16_mlx_type: t is
- * one of them. kn_p16_mlx_pos: the position of block column b among the nb of a panel (and of block b
- * in a Q8XM row). The others as the functions above. */
-bool kn_p16_mlx_type(kn_dtype t);
-int64_t kn_p16_mlx_pos(int64_t b, int64_t nb);
-void kn_p16_mlx_pack(kn_dtype t, const uint8_t *src, int64_t rows, int64_t cols, uint8_t *dst);
-void kn_p16_mlx_row_f32(kn_dtype t, const uint8_t *data, int64_t cols, int64_t r, float *out);
-void kn_p16_mlx_row_plain(kn_dtype t, const uint8_t *data, int64_t cols, int64_t r, uint8_t *out);
-size_t kn_q8xm_row_bytes(int64_t n);
-void kn_q8xm_quantize(kn_from_float_fn q, const float *x, uint8_t *dst, int64_t n);
 
 #endif

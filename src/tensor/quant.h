@@ -54,10 +54,10 @@
  *                   sa = fmaf((float)S, fp16(w.d) * x.d, sa);        result = sa
  *      IQ4_XS:      S  = sum_j (ls[j] - 32) * (sum over sub-block j of kv[q[e]] * xq[e]), 8 sub-blocks
  *                   sa = fmaf((float)S, fp16(w.d) * x.d, sa);        result = sa
- *  MLX8, MLX8_F32 x Q8_0 (q unsigned 0..255, offset m): 16 lanes, lane L = 2 (b % 8) + (e % 8 >= 4),
- *      p = sum of q[e] * xq[e], sx = sum of xq[e] over the lane's elements of block b (exact),
- *      acc[L] = fmaf((float)p, d * fp16(x.d), acc[L]);  acc[L] = fmaf((float)sx, m * fp16(x.d), acc[L])
- *    for b in order, result kn_reduce16(acc) (quant_mlx.c).
+ *  MLX8, MLX8_F32 x Q8_0 (q unsigned 0..255, scale d, bias m), block b of 32 elements:
+ *      p  = sum of (q[e] - 128) * xq[e],  sx = sum of xq[e] over the block (exact), xd = fp16(x.d)
+ *      acc = fmaf((float)p, d * xd, acc);  acc = fmaf((float)sx * xd, fmaf(d, 128, m), acc)
+ *    for b in order, from acc = 0; result acc (quant_mlx.c; (float)sx * xd is exact).
  *  IQ4_NL, MXFP4 x Q8_0: as Q4_0 with code = kv[q] (the format's table) and, for MXFP4,
  *      acc = fmaf((float)p, e8m0_half(w.e) * fp16(x.d), acc).
  *    The activation quants of these five formats must be in -127..127 (what kiln's Q8_0 / Q8_K quantizers

@@ -5,14 +5,15 @@
  * repacked into them at load (model/hf.c), one MLX group of 32, 64 or 128 becoming 1, 2 or 4 blocks
  * with the group's scale and bias.
  *
- * These are the source of truth for the SIMD kernels, which reproduce them bit for bit. The dot with
- * Q8_0 activations (numerics contract in quant.h) keeps 16 float lanes: block b's elements e with
- * e % 8 < 4 go to lane 2 (b % 8), the others to lane 2 (b % 8) + 1, and per block and lane
- *     p   = sum of q[e] * xq[e] over the lane's 16 elements   (exact integer)
- *     sx  = sum of xq[e] over the same elements                (exact integer)
- *     acc = fmaf((float)p, d * x.d, acc);  acc = fmaf((float)sx, m * x.d, acc)
- * so that d * sum(q * x) + m * sum(x) comes out of one vector of integer dot products per group of 8
- * blocks; the result is kn_reduce16 of the lanes.
+ * These are the source of truth for the SIMD kernels. The dot with Q8_0 activations (numerics
+ * contract in quant.h) is Q4_1's with the codes centred: per block, in order,
+ *     p   = sum of (q[e] - 128) * xq[e]                        (exact integer)
+ *     sx  = sum of xq[e]                                        (exact integer)
+ *     acc = fmaf((float)p, d * x.d, acc);  acc = fmaf((float)sx * x.d, m + 128 d, acc)
+ * (m + 128 d as fmaf(d, 128, m); (float)sx * x.d is exact: 12 bits times fp16's 11). Centring keeps
+ * the two terms small (MLX's bias is about -128 times the scale, so d * sum(q x) and m * sum(x) would
+ * nearly cancel), and one step per block is what a kernel with one row per lane (pack.h) takes at the
+ * speed of Q8_0's.
  */
 #include "tensor/quant.h"
 
@@ -81,26 +82,22 @@ static void from_float(const float *src, void *dst, int64_t n, bool f32) {
 static float vec_dot(int64_t n, const void *w, const void *x, bool f32) {
     const size_t bs = f32 ? sizeof(kn_block_mlx8_f32) : sizeof(kn_block_mlx8);
     const kn_block_q8_0 *xb = x;
-    float acc[16] = {0};
+    float acc = 0.0f;
     for (int64_t i = 0; i < n / KN_QK_MLX8; i++) {
         const uint8_t *blk = (const uint8_t *)w + (size_t)i * bs;
         const uint8_t *qs = blk + bs - KN_QK_MLX8;
         float d, m;
         mlx8_dm(blk, f32, &d, &m);
-        const float xd = kn_fp16_to_fp32(xb[i].d), ds = d * xd, ms = m * xd;
-        for (int h = 0; h < 2; h++) {
-            int32_t p = 0, sx = 0;
-            for (int e = 4 * h; e < KN_QK_MLX8; e += 8)
-                for (int k = e; k < e + 4; k++) {
-                    p += (int32_t)qs[k] * xb[i].qs[k];
-                    sx += xb[i].qs[k];
-                }
-            float *a = &acc[2 * (i & 7) + h];
-            *a = fmaf((float)p, ds, *a);
-            *a = fmaf((float)sx, ms, *a);
+        int32_t p = 0, sx = 0;
+        for (int e = 0; e < KN_QK_MLX8; e++) {
+            p += ((int32_t)qs[e] - 128) * xb[i].qs[e];
+            sx += xb[i].qs[e];
         }
+        const float xd = kn_fp16_to_fp32(xb[i].d);
+        acc = fmaf((float)p, d * xd, acc);
+        acc = fmaf((float)sx * xd, fmaf(d, 128.0f, m), acc);
     }
-    return kn_reduce16(acc);
+    return acc;
 }
 
 void kn_mlx8_to_float(const void *src, float *dst, int64_t n) { to_float(src, dst, n, false); }
