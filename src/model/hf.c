@@ -563,9 +563,10 @@ typedef struct conv {
     bool copied; /* data is an owned buffer that may be changed in place */
 } conv;
 
-/* An MLX-quantized weight `base`.weight with its scales and biases: 8-bit as MLX8 (MLX8_F32 when a scale
- * or bias is not an fp16 value), 4-bit as Q4_1 when its scales and biases are fp16 values, else F16;
- * all exact. */
+/* An MLX-quantized weight `base`.weight with its scales and biases, exactly: 4-bit as Q4_1 when its scales
+ * and biases are fp16 values; every other width (2, 3, 6, 8 bits), and 4-bit with other scales, as MLX8
+ * (MLX8_F32 when a scale or bias is not an fp16 value), one byte per value: MLX8 runs at Q8_0's speed
+ * (docs/benchmarks.md), where a dequantized copy would take 2 bytes per value and round them. */
 static kiln_status convert_mlx(builder *b, const char *base, const kn_st_tensor *w, conv *c) {
     kn_hf *h = b->h;
     const char *file = h->st.paths[w->file];
@@ -611,21 +612,21 @@ static kiln_status convert_mlx(builder *b, const char *base, const kn_st_tensor 
     const int64_t ng = cols / group;
     const size_t es = kn_st_dtype_size(s->dtype);
     if (h->headers_only) { /* what a load would most likely make of it, unconverted */
-        c->type = bits == 4 ? KN_Q4_1 : bits == 8 ? KN_MLX8 : KN_F16;
+        c->type = bits == 4 ? KN_Q4_1 : KN_MLX8;
         c->data = w->data;
         c->nbytes = kn_row_bytes(c->type, cols) * (uint64_t)rows;
         return KILN_OK;
     }
-    bool q41 = bits == 4 || bits == 8; /* scales and biases exact in fp16 (and finite) */
-    for (int64_t i = 0; i < rows * ng && q41; i++) {
+    bool f16 = true; /* scales and biases exact in fp16 (and finite) */
+    for (int64_t i = 0; i < rows * ng && f16; i++) {
         const float sv = scalar_f32(s->data + (size_t)i * es, s->dtype),
                     bv = scalar_f32(bi->data + (size_t)i * es, s->dtype);
-        q41 = isfinite(sv) && isfinite(bv) && kn_fp16_to_fp32(kn_fp32_to_fp16(sv)) == sv &&
+        f16 = isfinite(sv) && isfinite(bv) && kn_fp16_to_fp32(kn_fp32_to_fp16(sv)) == sv &&
               kn_fp16_to_fp32(kn_fp32_to_fp16(bv)) == bv;
     }
     const size_t row_bytes = (size_t)packed * 4;
-    if (bits == 8) { /* MLX8 (fp16 scale and bias) or MLX8_F32: one block per 32 of the group, the bytes as they are */
-        const bool f32 = !q41;
+    if (bits != 4 || !f16) { /* MLX8 (fp16 scale and bias) or MLX8_F32: one block per 32 of the group */
+        const bool f32 = !f16;
         const size_t bs = f32 ? sizeof(kn_block_mlx8_f32) : sizeof(kn_block_mlx8);
         uint8_t *out = owned(h, (size_t)(rows * cols / 32) * bs);
         if (!out) return kn_error(KILN_ERR_NOMEM, "out of memory converting '%s'", base);
@@ -645,13 +646,16 @@ static kiln_status convert_mlx(builder *b, const char *base, const kn_st_tensor 
                     b8->d = kn_fp32_to_fp16(sv);
                     b8->m = kn_fp32_to_fp16(bv);
                 }
-                memcpy(o + bs - 32, row + blk * 32, 32); /* byte k of the little-endian words is value k */
+                uint8_t *q = o + bs - 32;
+                if (bits == 8) memcpy(q, row + blk * 32, 32); /* byte k of the little-endian words is value k */
+                else
+                    for (int j = 0; j < 32; j++) q[j] = (uint8_t)mlx_q(row, blk * 32 + j, bits);
             }
         }
         c->type = f32 ? KN_MLX8_F32 : KN_MLX8;
         c->data = out;
         c->nbytes = (uint64_t)(rows * cols / 32) * bs;
-    } else if (q41) {
+    } else {
         kn_block_q4_1 *out = owned(h, (size_t)(rows * cols / 32) * sizeof *out);
         if (!out) return kn_error(KILN_ERR_NOMEM, "out of memory converting '%s'", base);
         for (int64_t r = 0; r < rows; r++) {
@@ -668,22 +672,6 @@ static kiln_status convert_mlx(builder *b, const char *base, const kn_st_tensor 
         c->type = KN_Q4_1;
         c->data = (const uint8_t *)out;
         c->nbytes = (uint64_t)(rows * cols / 32) * sizeof *out;
-    } else {
-        uint16_t *out = owned(h, (size_t)(rows * cols) * sizeof *out);
-        float *tmp = malloc((size_t)cols * sizeof *tmp);
-        if (!out || !tmp) {
-            free(tmp);
-            return kn_error(KILN_ERR_NOMEM, "out of memory converting '%s'", base);
-        }
-        for (int64_t r = 0; r < rows; r++) {
-            kn_mlx_dequant(w->data + (size_t)r * row_bytes, row_bytes, s->data + (size_t)(r * ng) * es,
-                           bi->data + (size_t)(r * ng) * es, s->dtype, bits, group, 1, cols, tmp);
-            for (int64_t j = 0; j < cols; j++) out[r * cols + j] = kn_fp32_to_fp16(tmp[j]);
-        }
-        free(tmp);
-        c->type = KN_F16;
-        c->data = (const uint8_t *)out;
-        c->nbytes = (uint64_t)(rows * cols) * 2;
     }
     c->copied = true;
     return KILN_OK;

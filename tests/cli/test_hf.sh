@@ -1,6 +1,6 @@
 # test_hf.sh - Hugging Face / MLX model directories end to end: stories260K converted by kiln-hf to an
-# F32 directory gives exactly the GGUF's greedy text; its MLX 8-bit and 4-bit copies give perplexity
-# within 1% and 5% of the F32 copy's; `kiln inspect` on GGUF, safetensors and MLX (format, config,
+# F32 directory gives exactly the GGUF's greedy text; its MLX 8-bit, 6-bit and 4-bit copies give perplexity
+# within 1%, 2% and 5% of the F32 copy's; `kiln inspect` on GGUF, safetensors and MLX (format, config,
 # tensor table, --dequant bytes equal to the GGUF's for the same tensor); bad directories exit 1 with
 # a message naming the file.
 . tests/cli/lib.sh
@@ -87,6 +87,12 @@ STORY
   within() { awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN { d = (a - b) / b; if (d < 0) d = -d; exit !(a > 0 && b > 0 && d <= t) }'; }
   within "$P8" "$P32" 0.01 && pass hf_mlx8_perplexity || fail hf_mlx8_perplexity "f32 $P32, mlx8 $P8"
   within "$P4" "$P32" 0.05 && pass hf_mlx4_perplexity || fail hf_mlx4_perplexity "f32 $P32, mlx4 $P4"
+  # a 6-bit copy runs as MLX8 blocks (exact, a byte per value) within 2% of F32
+  "$HF" "$M" "$TMP/mlx6" --mlx-bits 6 --mlx-group 64 2>/dev/null
+  "$KILN" run -m "$TMP/mlx6" -p "Once" -n 1 --temp 0 -v >/dev/null 2>"$TMP/mlx6.err"
+  grep -q "MLX8" "$TMP/mlx6.err" && pass hf_mlx6_type || fail hf_mlx6_type "$(grep -i "llama" "$TMP/mlx6.err" | head -3)"
+  P6=$(ppl "$TMP/mlx6")
+  within "$P6" "$P32" 0.02 && pass hf_mlx6_perplexity || fail hf_mlx6_perplexity "f32 $P32, mlx6 $P6"
   # a synthetic model of each family: the converted directory generates the GGUF's greedy text
   if [ -x "$BUILD/kiln-gen" ]; then
     for p in tiny-llama-plain tiny-qwen2 tiny-qwen3 tiny-gemma3 tiny-phi3 tiny-qwen3moe tiny-gptoss; do

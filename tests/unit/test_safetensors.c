@@ -298,14 +298,14 @@ static void test_roundtrip_stories(void) {
     compare_models(g, d, true);
 }
 
-/* MLX copies: 4-bit becomes Q4_1 and 8-bit MLX8, both with the formula's values; 3-bit F16 within
- * rounding of it. */
+/* MLX copies: 4-bit becomes Q4_1, every other width (8, 6, 3, 2 bits) MLX8, all with the formula's values
+ * exactly. */
 static void test_mlx_load(void) {
     const char *g = kt_data("models/stories260K/stories260K.gguf");
     if (!kt_exists(g)) SKIP("no stories260K");
     if (access(tool("kiln-hf"), X_OK)) SKIP("kiln-hf not built");
-    static const int widths[] = {4, 8, 3};
-    for (int wi = 0; wi < 3; wi++) {
+    static const int widths[] = {4, 8, 6, 3, 2};
+    for (int wi = 0; wi < 5; wi++) {
         char cmd[2048], d[512];
         snprintf(d, sizeof d, "%s/stories-mlx%d", kt_tmpdir(), widths[wi]);
         snprintf(cmd, sizeof cmd, "%s %s %s --mlx-bits %d --mlx-group 32 2>/dev/null", tool("kiln-hf"), g, d,
@@ -316,7 +316,7 @@ static void test_mlx_load(void) {
         const kn_safetensors *st = kn_hf_safetensors(&h);
         CHECK(st);
         const kn_gguf_tensor *t = kn_gguf_find_tensor(&h, "blk.0.ffn_up.weight");
-        CHECK(t && t->type == (widths[wi] == 4 ? KN_Q4_1 : widths[wi] == 8 ? KN_MLX8 : KN_F16));
+        CHECK(t && t->type == (widths[wi] == 4 ? KN_Q4_1 : KN_MLX8));
         const kn_st_tensor *w = kn_st_find(st, "model.layers.0.mlp.up_proj.weight"),
                            *s = kn_st_find(st, "model.layers.0.mlp.up_proj.scales"),
                            *b = kn_st_find(st, "model.layers.0.mlp.up_proj.biases");
@@ -328,8 +328,7 @@ static void test_mlx_load(void) {
         kn_mlx_dequant(w->data, (size_t)w->shape[1] * 4, s->data, b->data, s->dtype, bits, group, rows, cols, ref);
         kn_type_traits_get(t->type)->to_float(t->data, got, rows * cols);
         bool ok = true;
-        for (int64_t i = 0; i < rows * cols && ok; i++)
-            ok = widths[wi] != 3 ? got[i] == ref[i] : got[i] == kn_fp16_to_fp32(kn_fp32_to_fp16(ref[i]));
+        for (int64_t i = 0; i < rows * cols && ok; i++) ok = got[i] == ref[i];
         free(ref);
         free(got);
         kn_gguf_close(&h);
