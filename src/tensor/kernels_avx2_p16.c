@@ -51,11 +51,6 @@
 #define PF_DIST(GB)   ((GB) > 400 && (GB) < 1000 ? 768 : 1024) /* Q8_0 groups: 768 measured best */
 #define PF_PIECES(GB) ((GB) > 400 ? 2 : 1)                     /* Q4_0 / Q8_0 group; K groups: 8 pieces */
 
-/* Prefetches (into L1) the cache lines of the gb bytes at g + dist. */
-AI void prefetch_piece(const uint8_t *g, size_t gb, size_t dist) {
-    const uintptr_t a = (uintptr_t)g + dist;
-    for (uintptr_t l = a & ~(uintptr_t)63; l < a + gb; l += 64) _mm_prefetch((const char *)l, _MM_HINT_T0);
-}
 AI __m256i bc32(const uint8_t *p) { return _mm256_set1_epi32(kn_ld_i32(p)); }
 AI __m256i ld256(const uint8_t *p) { return _mm256_loadu_si256((const __m256i *)p); }
 AI __m256 ld_ph8(const uint8_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
@@ -177,8 +172,8 @@ AI __m256 dw_e8m0(const uint8_t *g, int h) {
             UNROLL for (int h = 0; h < NH; h++) UNROLL for (int t = 0; t < NT; t++) S[h][t] = ZERO();                  \
             UNROLL for (int j = 0; j < 8; j++) {                                                                       \
                 if ((NH == 2 || h0 == 0) && j % (8 / PF_PIECES(GB)) == 0)                                              \
-                    prefetch_piece(g + (j / (8 / PF_PIECES(GB))) * ((GB) / PF_PIECES(GB)), (GB) / PF_PIECES(GB),       \
-                                   PF_DIST(GB));                                                                       \
+                    kn_prefetch_piece(g + (j / (8 / PF_PIECES(GB))) * ((GB) / PF_PIECES(GB)), (GB) / PF_PIECES(GB),    \
+                                      PF_DIST(GB));                                                                    \
                 __m256i W[2], A[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};                                 \
                 UNROLL for (int h = 0; h < NH; h++) W[h] = CODE(g, j, h0 + h, &A[h]);                                  \
                 UNROLL for (int t = 0; t < NT; t++) {                                                                  \
@@ -324,7 +319,7 @@ AI __m256i code_k6(const uint8_t *g, int s, int j, int h) {
              * GCC hoisted their loads and scales and spilled (Q5_K prefill 1.45x, decode 1.1x rolled) */              \
             _Pragma("GCC unroll 1") for (int s2 = 0; s2 < 8; s2 += 2) UNROLL for (int s1 = 0; s1 < 2; s1++) {          \
                 const int s = s2 + s1;                                                                                 \
-                if (NH == 2 || h0 == 0) prefetch_piece(g + s * (GB / 8), GB / 8, PF_DIST(GB));                         \
+                if (NH == 2 || h0 == 0) kn_prefetch_piece(g + s * (GB / 8), GB / 8, PF_DIST(GB));                      \
                 UNROLL for (int j0 = 0; j0 < 8; j0 += QPS) {                                                           \
                     __m256i S[2][TILE_T];                                                                              \
                     UNROLL for (int h = 0; h < NH; h++) UNROLL for (int t = 0; t < NT; t++) S[h][t] = ZERO();          \

@@ -85,6 +85,14 @@ static inline float kn_ld_f32(const uint8_t *p) {
  * the plain AVX2 kernels 20-50% of their prefill speed (docs/benchmarks.md, 2026-12-04 night). */
 #define KN_CHAIN(v) __asm__("" : "+x"(v))
 
+/* Prefetches (into L1) the cache lines of the gb bytes at g + dist: a decode panel kernel's look-ahead
+ * on the sequential stream of its panel (never faults; the address is formed as an integer, as it may
+ * lie past the matrix). Always inlined: a call that only prefetches could be deleted as free of effects. */
+__attribute__((always_inline)) static inline void kn_prefetch_piece(const uint8_t *g, size_t gb, size_t dist) {
+    const uintptr_t a = (uintptr_t)g + dist;
+    for (uintptr_t l = a & ~(uintptr_t)63; l < a + gb; l += 64) __builtin_prefetch((const void *)l, 0, 3);
+}
+
 #define KN_P16_ROWS   16
 #define KN_Q8X_BLOCK  40  /* bytes of a Q8X (Q8X1) activation block of 32: qs[32], float d, int32 c (float s) */
 #define KN_Q8KX_BLOCK 276 /* bytes of a Q8KX activation block of 256: qs[256], float d, int16 bs[8] */
