@@ -9,8 +9,8 @@
  * Tiles (up to 4 rows x 4 tokens): each weight row's block is decoded once for all tokens of the tile
  * into byte vectors in element order (32 elements each):
  *   Q2_K / Q3_K: unsigned quants (Q3_K as q + 4, 0..7) and per-vector int16 sub-block scales (lanes
- *     0..7 for the first 16 elements, 8..15 for the next 16); vpmaddubsw x activations, vpmaddwd by the
- *     scales, int32 adds, one horizontal sum per super-block. Q3_K's +4 is taken back with the bsums:
+ *     0..7 for the first 16 elements, 8..15 for the next 16; scale_pair); vpmaddubsw x activations,
+ *     vpmaddwd by the scales, int32 adds, one horizontal sum per super-block. Q3_K's +4 is taken back with the bsums:
  *     S = sum_j (sc_j - 32) (sum (q + 4) y - 4 bsums_j). Q2_K's mins: sum_j m_j bsums_j.
  *   IQ4_XS: the table values (signed) through vpshufb; the products use vpmaddubsw(|code|, sign(code) * y),
  *     exact because activation quants are in -127..127 (quant.h).
@@ -55,19 +55,26 @@ KI __m256i table32(const uint8_t *qs, __m128i lut) {
     return _mm256_set_m128i(_mm_shuffle_epi8(lut, hi), _mm_shuffle_epi8(lut, lo));
 }
 
-/* From 16 int16 sub-block scales (lane j = sub-block j of 16 elements), the scale vectors of the 8
- * vectors of 32 elements: s[k] has sub-block 2k's scale in int16 lanes 0..7, 2k+1's in lanes 8..15. */
-KI void scale_pairs(__m256i s16, __m256i s[8]) {
-    /* int32 lanes (s_j, s_j): lo holds j = 0..3 | 8..11, hi holds j = 4..7 | 12..15 */
-    const __m256i lo = _mm256_unpacklo_epi16(s16, s16), hi = _mm256_unpackhi_epi16(s16, s16);
-#pragma GCC unroll 8
-    for (int k = 0; k < 8; k++) {
-        const int j = 2 * k, lane = j < 4 ? j : j < 8 ? j - 4 : j < 12 ? j - 4 : j - 8;
-        const __m256i v = (j & 4) ? hi : lo;
-        s[k] = _mm256_permutevar8x32_epi32(
-            v, _mm256_setr_epi32(lane, lane, lane, lane, lane + 1, lane + 1, lane + 1, lane + 1));
-    }
+/* Sub-block scales. A row keeps its 16 int16 sub-block scales (sub-block j of 16 elements, Q2_K / Q3_K; or
+ * the 8 of 32, IQ4_XS) as two vectors sp[0], sp[1] holding scales 0..7 and 8..15 in both 128-bit halves;
+ * vector k of 32 elements takes its scales with one in-lane vpshufb at use: the scale of its first 16
+ * elements in int16 lanes 0..7 and of the next 16 in lanes 8..15 (Q2_K, Q3_K: sub-blocks 2k and 2k + 1),
+ * or sub-block k's in all 16 (IQ4_XS). Kept as 16 ready vectors they spilled the decoded row to the stack
+ * and cost 8 cross-lane vpermd per super-block: decode 1.25x slower, docs/benchmarks.md 2026-12-05). */
+KI void scale_halves(__m256i s16, __m256i sp[2]) {
+    sp[0] = _mm256_permute2x128_si256(s16, s16, 0x00);
+    sp[1] = _mm256_permute2x128_si256(s16, s16, 0x11);
 }
+/* The vpshufb index that puts int16 lane a of a 128-bit half in every lane of the low half and lane b in
+ * every lane of the high half. */
+KI __m256i pick16(int a, int b) {
+    return _mm256_set_m128i(_mm_set1_epi16((short)(2 * b | (2 * b + 1) << 8)),
+                            _mm_set1_epi16((short)(2 * a | (2 * a + 1) << 8)));
+}
+KI __m256i scale_pair(const __m256i sp[2], int k) { /* sub-blocks 2k, 2k + 1 of 16 */
+    return _mm256_shuffle_epi8(sp[k >> 2], pick16((2 * k) & 7, (2 * k + 1) & 7));
+}
+KI __m256i scale_one(const __m256i sp[2], int k) { return _mm256_shuffle_epi8(sp[0], pick16(k, k)); } /* 32 */
 
 /* The 16 Q3_K sub-block scales minus 32 as int16 lanes (kn_q3k_scale): low nibbles from bytes 0..7
  * (j < 8: low nibble of byte j, j >= 8: high nibble of byte j - 8), bits 4-5 from bits 2(j / 4) of byte
@@ -92,7 +99,7 @@ enum { K_Q2 = 0, K_Q3 = 1, K_IQ4XS = 2 };
 typedef struct row_lb {
     __m256i q[8];  /* Q2_K, Q3_K: unsigned quants (Q3_K: q + 4); IQ4_XS: |table value| */
     __m256i c[8];  /* IQ4_XS: the signed table values (for the sign of the activations) */
-    __m256i s[8];  /* int16 sub-block scales per lane (see scale_pair) */
+    __m256i sp[2]; /* the int16 sub-block scales, halves duplicated (scale_halves) */
     __m256i s16;   /* Q2_K: the 16 mins; Q3_K: the 16 scales sc - 32 (int16 lanes) */
     float d, dmin; /* fp16 super-block scales */
 } row_lb;
@@ -109,7 +116,7 @@ KI void decode_row(int kind, const uint8_t *blk, row_lb *R) {
     if (kind == K_Q2) {
         const kn_block_q2_k *b = (const kn_block_q2_k *)blk;
         const __m128i raw = _mm_loadu_si128((const __m128i *)b->scales), m4 = _mm_set1_epi8(0x0F);
-        scale_pairs(_mm256_cvtepu8_epi16(_mm_and_si128(raw, m4)), R->s);
+        scale_halves(_mm256_cvtepu8_epi16(_mm_and_si128(raw, m4)), R->sp);
         R->s16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), m4));
         R->d = _cvtsh_ss(b->d);
         R->dmin = _cvtsh_ss(b->dmin);
@@ -120,17 +127,20 @@ KI void decode_row(int kind, const uint8_t *blk, row_lb *R) {
         for (int k = 0; k < 8; k++) /* bit k of hmask[l] adds 4 */
             R->q[k] = _mm256_or_si256(R->q[k], _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hm, k), one), 2));
         R->s16 = q3k_scales(b->scales);
-        scale_pairs(R->s16, R->s);
+        scale_halves(R->s16, R->sp);
         R->d = _cvtsh_ss(b->d);
     } else {
         const kn_block_iq4_xs *b = (const kn_block_iq4_xs *)blk;
         const __m128i lut = _mm_loadu_si128((const __m128i *)kn_iq4nl_values);
+        int16_t ls[8];
         for (int j = 0; j < 8; j++) {
             R->c[j] = table32(b->qs + 16 * j, lut);
             R->q[j] = _mm256_abs_epi8(R->c[j]);
-            int ls = ((b->scales_l[j >> 1] >> (4 * (j & 1))) & 0x0F) | (((b->scales_h >> (2 * j)) & 3) << 4);
-            R->s[j] = _mm256_set1_epi16((int16_t)(ls - 32));
+            ls[j] =
+                (int16_t)((((b->scales_l[j >> 1] >> (4 * (j & 1))) & 0x0F) | (((b->scales_h >> (2 * j)) & 3) << 4)) -
+                          32);
         }
+        R->sp[0] = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)ls));
         R->d = _cvtsh_ss(b->d);
     }
 }
@@ -143,7 +153,8 @@ KI void dot_row(int kind, const row_lb *R, const kn_block_q8_k *y, int32_t *s1, 
     for (int k = 0; k < 8; k++) {
         __m256i yq = _mm256_loadu_si256((const __m256i *)(y->qs + 32 * k));
         if (kind == K_IQ4XS) yq = _mm256_sign_epi8(yq, R->c[k]);
-        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(R->q[k], yq), R->s[k]));
+        const __m256i sc = kind == K_IQ4XS ? scale_one(R->sp, k) : scale_pair(R->sp, k);
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(R->q[k], yq), sc));
     }
     *s1 = hsum_i32(acc);
     if (kind != K_IQ4XS) {
