@@ -22,7 +22,7 @@
  * same integers, so the same floats.
  * The float part is, per group,
  *     acc = fma(float(lanes), fp32(dw) * fp32(dx), acc)          (scales expanded to lanes 2k, 2k+1)
- *     acc = fma(m, s, acc)                     (Q4_1 / Q5_1, and MLX8; m in even lanes)
+ *     acc = fma(m, s, acc)                                       (Q4_1 / Q5_1 and MLX8; m in even lanes)
  * and the result is the horizontal sum of acc. MLX8's codes are Q8_0's (q - 128, or with VNNI q and
  * Q8_0's correction -128 sum(x)); its m the offset of the centred codes, fma(d, 128, m), and s the
  * block's sum(x) times dx (exact). Within a tile the weight group of a row is unpacked
@@ -295,7 +295,7 @@ AI void x_mlx(const uint8_t *p, xgrp *X) {
     x_q8_0(p, X, 128);
     const __m256i s = _mm256_srai_epi32(X->c, 7);                                       /* -sum per lane */
     const __m256 b = _mm256_cvtepi32_ps(_mm256_add_epi32(s, _mm256_srli_epi64(s, 32))); /* lane 2k: the block's */
-    X->s = _mm256_mul_ps(_mm256_sub_ps(_mm256_setzero_ps(), b), X->d);
+    X->s = _mm256_mul_ps(b, _mm256_sub_ps(_mm256_setzero_ps(), X->d));                  /* sum * d */
 }
 
 #define LOADX_Q4_0(p, X)   x_q8_0(p, X, 8)
