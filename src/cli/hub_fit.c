@@ -52,6 +52,19 @@ bool hub_fit_from_config(const char *text, size_t len, kiln_model_info *out) {
     return out->n_layer && out->n_head_kv && out->head_dim;
 }
 
+double hub_fit_mlx_ratio(const char *text, size_t len) {
+    json_t *root = json_loadb(text, len, 0, NULL), *q = json_object_get(root, "quantization");
+    const json_t *b = json_object_get(q, "bits"), *g = json_object_get(q, "group_size");
+    double r = 1.0;
+    if (json_is_integer(b) && json_is_integer(g)) {
+        const json_int_t bits = json_integer_value(b), group = json_integer_value(g);
+        if (bits >= 2 && bits <= 8 && group >= 16 && group <= 1024)
+            r = (bits == 4 ? 5.0 : 9.0) / ((double)bits + 32.0 / (double)group);
+    }
+    json_decref(root);
+    return r;
+}
+
 /* ---- GGUF metadata -------------------------------------------------------------------------- */
 
 typedef struct rd {

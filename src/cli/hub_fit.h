@@ -17,6 +17,11 @@
  * the rest zero) from a config.json text (top level, else its text_config). False when the KV
  * dimensions are missing or the text is not a JSON object. */
 bool hub_fit_from_config(const char *text, size_t len, kiln_model_info *out);
+/* Bytes in memory per byte of weight files for a repository with this config.json: 1, except for MLX
+ * quantization (`quantization: {bits, group_size}`), whose values kiln holds as Q4_1 (4 bits: 5 bits a
+ * value) or MLX8 blocks (other widths: 9 bits a value) where the files take bits + 32 / group_size (an
+ * fp16 scale and bias per group). Per-layer widths are not counted. */
+double hub_fit_mlx_ratio(const char *text, size_t len);
 /* The same from the first len bytes of a GGUF file (its metadata; the tensor table is not
  * needed): the keys read before the bytes end count. False when they are not GGUF or end
  * before the dimensions. */

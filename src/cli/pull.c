@@ -143,7 +143,8 @@ static bool choose(job *j) {
     return true;
 }
 
-/* Says whether the chosen model fits, before anything large is downloaded. */
+/* Says whether the chosen model fits, before anything large is downloaded: the weights are the files'
+ * bytes (times what an MLX-quantized model's take in memory, hub_fit_mlx_ratio). */
 static void report_fit(job *j) {
     const hub_repo *r = &j->r;
     uint64_t weights = 0;
@@ -181,6 +182,7 @@ static void report_fit(job *j) {
         if (!text && !j->offline && hub_fetch_small(j->repo, r->commit, src->path, want, &text, &len, &e) != HUB_OK)
             text = NULL;
         if (text) known = config ? hub_fit_from_config(text, len, &dims) : hub_fit_from_gguf(text, len, &dims);
+        if (text && config) weights = (uint64_t)((double)weights * hub_fit_mlx_ratio(text, len));
         free(text);
     }
     hub_fit_report(stderr, weights, known ? &dims : NULL);

@@ -3,8 +3,8 @@
 # cache in a temporary HF_HUB_CACHE. The hub's repositories are built here: a safetensors model
 # (whose weights' first download is cut halfway), a GGUF repository with stories260K as two quants
 # (one blob), a split quant and a projector, a gated, a forbidden and a wrong-checksum one, a file
-# listed but missing, one listed larger than any disk, and a slow file for Ctrl-C and for two pulls at
-# once. A file-size limit (ulimit -f) stands for a disk filling up during a download. Nothing leaves
+# listed but missing, one listed larger than any disk, an MLX 6-bit one (whose fit counts its weights as
+# held in memory), and a slow file for Ctrl-C and for two pulls at once. A file-size limit (ulimit -f) stands for a disk filling up during a download. Nothing leaves
 # the loopback interface.
 . tests/cli/lib.sh
 S="$DATA/models/stories260K/stories260K.gguf"
@@ -56,6 +56,10 @@ echo '{"missing": ["model.safetensors"]}' >"$R/acme/holes/_hub.json"
 cp "$T/config.json" "$R/acme/huge/config.json"
 head -c 1000 /dev/urandom >"$R/acme/huge/model.safetensors"
 echo '{"huge": ["model.safetensors"]}' >"$R/acme/huge/_hub.json"
+# an MLX 6-bit repository: its weights take 9 / (6 + 32 / 64) of the files' bytes in memory (MLX8 blocks)
+mkdir -p "$R/acme/mlx6"
+sed 's/"torch_dtype"/"quantization": {"group_size": 64, "bits": 6}, "torch_dtype"/' "$T/config.json" >"$R/acme/mlx6/config.json"
+head -c 650000 /dev/urandom >"$R/acme/mlx6/model.safetensors"
 head -c 6000000 /dev/urandom >"$R/acme/slow-GGUF/slow-Q4_0.gguf"
 echo '{"slow": ["slow-Q4_0.gguf"]}' >"$R/acme/slow-GGUF/_hub.json"
 
@@ -248,6 +252,11 @@ if command -v script >/dev/null 2>&1; then
 else
   skip pull_terminal_progress_bar "no script(1)"
 fi
+
+# ---- an MLX-quantized repository: the fit counts the weights as kiln holds them (650000 B -> 900000 B) ----
+k pull acme/mlx6 >/dev/null 2>"$TMP/err"
+grep -q "Fits this machine: 879 KiB of weights" "$TMP/err" && pass pull_fit_counts_mlx_in_memory ||
+  fail pull_fit_counts_mlx_in_memory "$(cat "$TMP/err")"
 
 # ---- nothing anywhere: automatic mode offers a pull command ----
 env HOME="$TMP/empty" HF_HUB_CACHE= HF_HOME= XDG_CACHE_HOME= KILN_MODELS= KILN_MODEL= DISPLAY= WAYLAND_DISPLAY= \
