@@ -388,7 +388,9 @@ static bool type_error(kn_jr *r, const char *op, kn_jv a, kn_jv b) {
 
 static bool overflow(kn_jr *r) { return kn_jfail(r, "integer overflow (kiln's integers are 64-bit)"); }
 
-static int64_t as_int(kn_jv v) { return v.t == KN_J_INT ? v.u.i : (int64_t)v.u.b; }
+/* A number's integer value: an int's, a bool's 0 / 1, and 0 for a float (whose union member is not the
+ * bool: reading it was undefined; callers use the integer view only when neither operand is a float). */
+static int64_t as_int(kn_jv v) { return v.t == KN_J_INT ? v.u.i : v.t == KN_J_BOOL ? (int64_t)v.u.b : 0; }
 static double as_float(kn_jv v) { return v.t == KN_J_FLOAT ? v.u.f : (double)as_int(v); }
 
 /* Python's float divmod, returning the floor quotient and the modulo. */
