@@ -6,21 +6,26 @@
 #   2. KV bytes per token per type (kiln serve --print-config) and decode speed at a 4k context
 #      (kiln bench -d 4096) per type, the types interleaved round by round so the shared machine's
 #      noise falls on all of them alike, on a synthetic llama (kiln-gen, git-ignored bench/models/).
-# Usage: bench/kv.sh [-c CTX] [-r ROUNDS] [-d DEPTH] [-t THREADS]
+# -m MODEL measures the quality of another model (bench/kv_model.sh trains one with 64-element heads:
+# `bench/kv.sh -m bench/models/kv-trained -c 256 -Q`), -f TEXT on another text (that script's
+# bench/models/kv-eval.txt); -Q skips the speed part.
+# Usage: bench/kv.sh [-m MODEL] [-f TEXT] [-c CTX] [-r ROUNDS] [-d DEPTH] [-t THREADS] [-Q]
 set -e
 cd "$(dirname "$0")/.."
-CTX=128 ROUNDS=3 DEPTH=4096 THREADS=1
-while getopts c:r:d:t: o; do
-  case $o in c) CTX=$OPTARG;; r) ROUNDS=$OPTARG;; d) DEPTH=$OPTARG;; t) THREADS=$OPTARG;; *) exit 2;; esac
+CTX=128 ROUNDS=3 DEPTH=4096 THREADS=1 M= QUALITY_ONLY= TEXT=bench/kv_stories.txt
+while getopts m:f:c:r:d:t:Q o; do
+  case $o in
+    m) M=$OPTARG;; f) TEXT=$OPTARG;; c) CTX=$OPTARG;; r) ROUNDS=$OPTARG;; d) DEPTH=$OPTARG;; t) THREADS=$OPTARG;; Q) QUALITY_ONLY=1;;
+    *) exit 2;;
+  esac
 done
 make -s build/kiln build/kiln-gen >/dev/null
-M=${KILN_TEST_DATA:-../shared/data}/models/stories260K/stories260K.gguf
-TEXT=bench/kv_stories.txt
+[ -n "$M" ] || M=${KILN_TEST_DATA:-../shared/data}/models/stories260K/stories260K.gguf
 BASE=$(mktemp)
 trap 'rm -f "$BASE"' EXIT
 echo "CPU: $(lscpu | sed -n 's/^Model name: *//p'); $(date -u +%Y-%m-%d)"
 echo
-echo "## Quality: stories260K, $TEXT, -c $CTX"
+echo "## Quality: $(basename "$M"), $TEXT, -c $CTX"
 echo
 echo "| KV type | rotation | PPL | vs f16 | mean KL from f16 | same top token |"
 echo "| --- | --- | ---: | ---: | ---: | ---: |"
@@ -36,6 +41,7 @@ for spec in bf16:auto q8_0:off q8_0:auto q4_0:off q4_0:auto tq4:auto tq3:auto; d
   rot=$r; [ "$r" = auto ] && case $t in q8_0|q4_0|tq4|tq3) rot=on;; *) rot=off;; esac
   echo "| $t | $rot | $p | $(awk "BEGIN{printf \"%+.3f%%\", ($p/$f16-1)*100}") | $kl | $top |"
 done
+[ -z "$QUALITY_ONLY" ] || exit 0
 echo
 S=bench/models/kv-llama-q4_0.gguf
 mkdir -p bench/models
