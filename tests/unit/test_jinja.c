@@ -589,6 +589,18 @@ static void test_size_limits(void) {
     CHECKF(dt < 20000, "the limits took %.0f ms to trigger", dt);
 }
 
+/* A string's characters as values: a one-byte character is a shared string that costs its list slot
+ * alone, so 16 M of them fit the work budget (a heap string each did not: 16 M x 34 bytes), and the
+ * budget counts what each multi-byte character allocates (it counted 2 bytes of 'é' where a heap
+ * string takes 35: 16 M of them held 750 MB within the budget). */
+static void test_char_values(void) {
+    char *out = NULL;
+    CHECK(render("{{ ('x' * 16000000)|list|length }}{{ ('\xff' * 3)|list|length }}", NULL, &out) == KILN_OK);
+    CHECK(out && strcmp(out, "160000003") == 0);
+    kiln_free(out);
+    EXPECT_ERR("{{ ('\xc3\xa9' * 16000000)|list|length }}", NULL, KILN_ERR_FORMAT, "work limit");
+}
+
 /* Long inputs render in linear time. */
 static void test_long_inputs(void) {
     double t0 = kn_now_ms();
@@ -998,6 +1010,7 @@ int main(void) {
     RUN(test_nesting_limits);
     RUN(test_recursion_limits);
     RUN(test_size_limits);
+    RUN(test_char_values);
     RUN(test_long_inputs);
     RUN(test_bad_context);
     RUN(test_chat_apply);

@@ -454,6 +454,9 @@ void kn_jstr_finish(kn_jstr *s); /* computes the ascii flag */
 bool kn_jmk_str(kn_jr *r, const char *p, size_t n, bool safe, kn_jv *out);
 /* An immortal string (for template literals); NULL when memory runs out. */
 kn_jstr *kn_jstr_immortal(const char *p, size_t n);
+/* kn_jmk_str for one character (n bytes of UTF-8 at p): a one-byte character is a shared immortal
+ * string (nothing allocated, no work counted), others a new string. */
+bool kn_jmk_char(kn_jr *r, const char *p, size_t n, bool safe, kn_jv *out);
 /* Undefined with a hint ("'x' is undefined"); unsafe marks a blocked attribute. */
 kn_jv kn_jv_undef_hint(kn_jr *r, bool unsafe, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 

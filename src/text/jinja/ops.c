@@ -50,17 +50,20 @@ bool kn_jiterate(kn_jr *r, kn_jv v, kn_jlist **out) {
             break;
         }
         case KN_J_STR: {
+            /* one string per character (kn_jmk_char), into a list sized and counted up front */
             const kn_jstr *s = v.u.s;
-            if (!(l = kn_jlist_new(r, 0))) return false;
-            for (size_t i = 0; i < s->len;) {
-                size_t j = kn_ju_next(s->s, s->len, i);
-                kn_jv c;
-                if (!kn_jmk_str(r, s->s + i, j - i, s->safe, &c) || !kn_jlist_push(r, l, c)) {
+            size_t n = s->ascii ? s->len : 0;
+            for (size_t i = 0; !s->ascii && i < s->len; n++) i = kn_ju_next(s->s, s->len, i);
+            if (!kn_jwork_items(r, n) || !(l = kn_jlist_new(r, n))) return false;
+            for (size_t i = 0; i < s->len; l->n++) {
+                const size_t j = kn_ju_next(s->s, s->len, i);
+                if (!kn_jmk_char(r, s->s + i, j - i, s->safe, &l->v[l->n])) {
                     kn_jv_drop(kn_jv_list(l, false));
                     return false;
                 }
                 i = j;
             }
+            if (n) l->depth = 1;
             break;
         }
         default: return kn_jfail(r, "'%s' object is not iterable", kn_jv_typename(v));
@@ -262,7 +265,7 @@ bool kn_jgetitem(kn_jr *r, kn_jv obj, kn_jv key, kn_jv *out) {
                 if (i < 0) i += n;
                 if (i >= 0 && i < n) {
                     size_t a = kn_jstr_cpoff(s, (size_t)i);
-                    return kn_jmk_str(r, s->s + a, kn_ju_next(s->s, s->len, a) - a, s->safe, out);
+                    return kn_jmk_char(r, s->s + a, kn_ju_next(s->s, s->len, a) - a, s->safe, out);
                 }
                 *out = kn_jv_undef_hint(r, false, "'str object' has no element %lld", (long long)key.u.i);
                 return true;
