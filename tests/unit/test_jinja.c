@@ -590,9 +590,9 @@ static void test_size_limits(void) {
 }
 
 /* A string's characters as values: a one-byte character is a shared string that costs its list slot
- * alone, so 16 M of them fit the work budget (a heap string each did not: 16 M x 34 bytes), and the
- * budget counts what each multi-byte character allocates (it counted 2 bytes of 'é' where a heap
- * string takes 35: 16 M of them held 750 MB within the budget). */
+ * alone, so 16 M of them fit the work budget (a heap string each would not: 16 M x 34 bytes), and the
+ * budget counts what each multi-byte character allocates (it counted the 2 bytes of an 'é', so 16 M
+ * of them held about 770 MB on a count of 288 MB). */
 static void test_char_values(void) {
     char *out = NULL;
     CHECK(render("{{ ('x' * 16000000)|list|length }}{{ ('\xff' * 3)|list|length }}", NULL, &out) == KILN_OK);
