@@ -15,6 +15,7 @@
 #include "harness.h"
 
 #include "kiln.h"
+#include "text/jinja/impl.h"
 #include "text/jinja/jinja.h"
 
 #include <dirent.h>
@@ -601,6 +602,26 @@ static void test_char_values(void) {
     EXPECT_ERR("{{ ('\xc3\xa9' * 16000000)|list|length }}", NULL, KILN_ERR_FORMAT, "work limit");
 }
 
+/* A string constructor that fails (here: past the work budget) leaves Undefined in its output, which
+ * the caller may drop: the attribute path of join / map / sort dropped a stale key when making the key
+ * failed (a use after free, found by the jinja fuzz harness with a budget spent by joins). */
+static void test_failed_string(void) {
+    kn_jr r = {0};
+    r.work = KN_JINJA_MAX_WORK;
+    kn_jv v;
+    memset(&v, 0xA5, sizeof v);
+    CHECK(!kn_jmk_str(&r, "abc", 3, false, &v));
+    CHECK(r.failed && strstr(r.err, "work limit"));
+    CHECK(v.t == KN_J_UNDEF && !kn_jv_is_heap(v));
+    kn_jv_drop(v);
+    memset(&v, 0xA5, sizeof v);
+    CHECK(!kn_jmk_char(&r, "\xc3\xa9", 2, false, &v)); /* a two-byte character is a new string */
+    CHECK(v.t == KN_J_UNDEF && !kn_jv_is_heap(v));
+    CHECK(kn_jmk_char(&r, "x", 1, true, &v)); /* a one-byte one is shared: no work, no failure */
+    CHECK(v.t == KN_J_STR && v.u.s->len == 1 && v.u.s->s[0] == 'x' && v.u.s->safe);
+    kn_jv_drop(v);
+}
+
 /* Long inputs render in linear time. */
 static void test_long_inputs(void) {
     double t0 = kn_now_ms();
@@ -1011,6 +1032,7 @@ int main(void) {
     RUN(test_recursion_limits);
     RUN(test_size_limits);
     RUN(test_char_values);
+    RUN(test_failed_string);
     RUN(test_long_inputs);
     RUN(test_bad_context);
     RUN(test_chat_apply);

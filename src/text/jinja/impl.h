@@ -448,7 +448,7 @@ static inline bool kn_jv_is_seq(kn_jv v) { return v.t == KN_J_LIST || v.t == KN_
 int kn_jv_depth(kn_jv v);
 
 /* New strings. kn_jstr_alloc gives an uninitialized string of n bytes (NUL set) or NULL; the
- * others record the error in r. */
+ * others record the error in r (and leave Undefined in *out, which may be dropped). */
 kn_jstr *kn_jstr_alloc(size_t n);
 void kn_jstr_finish(kn_jstr *s); /* computes the ascii flag */
 bool kn_jmk_str(kn_jr *r, const char *p, size_t n, bool safe, kn_jv *out);

@@ -104,6 +104,7 @@ void kn_jstr_finish(kn_jstr *s) {
 }
 
 bool kn_jmk_str(kn_jr *r, const char *p, size_t n, bool safe, kn_jv *out) {
+    *out = kn_jv_undef(); /* what a caller that drops its values after a failure drops */
     if (n > KN_JINJA_MAX_OUTPUT)
         return r ? kn_jfail(r, "string exceeds the limit of %u MiB", KN_JINJA_MAX_OUTPUT >> 20) : false;
     if (r && !kn_jwork(r, sizeof(kn_jstr) + n + 1)) return false; /* what it allocates */
