@@ -7,7 +7,7 @@
 #      parameters) on them with Debian's PyTorch, and writes a Hugging Face directory with stories260K's
 #      tokenizer, which kiln loads as it is.
 # It also samples bench/models/kv-eval.txt (64 more stories, other seeds), a larger evaluation text
-# for `bench/kv.sh -f`. About 15 minutes of sampling and 30 of training on two cores. Needs Debian's python3-torch,
+# for `bench/kv.sh -f`. About 10 minutes of sampling and 20-25 of training on two Zen 5 cores. Needs Debian's python3-torch,
 # python3-numpy and an optimized BLAS (libopenblas0-pthread): installed here with apt-get when missing
 # (benchmark-only dependencies; the build and the tests do not use them).
 # Usage: bench/kv_model.sh [-n SAMPLES] [-s STEPS] [-d HEAD_DIM] [-o OUTDIR]
