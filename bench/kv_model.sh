@@ -7,9 +7,10 @@
 #      parameters) on them with Debian's PyTorch, and writes a Hugging Face directory with stories260K's
 #      tokenizer, which kiln loads as it is.
 # It also samples bench/models/kv-eval.txt (64 more stories, other seeds), a larger evaluation text
-# for `bench/kv.sh -f`. About 10 minutes of sampling and 20-25 of training on two Zen 5 cores. Needs Debian's python3-torch,
-# python3-numpy and an optimized BLAS (libopenblas0-pthread): installed here with apt-get when missing
-# (benchmark-only dependencies; the build and the tests do not use them).
+# for `bench/kv.sh -f`. About 10 minutes of sampling and 20-25 of training on two Zen 5 cores.
+# Needs Debian's python3-torch, python3-numpy and an optimized BLAS (libopenblas0-pthread): installed
+# here with apt-get when missing (benchmark-only dependencies; the build and the tests do not use them).
+# -d 128 -o bench/models/kv-trained-128 gives the 128-element-head model.
 # Usage: bench/kv_model.sh [-n SAMPLES] [-s STEPS] [-d HEAD_DIM] [-o OUTDIR]
 set -e
 cd "$(dirname "$0")/.."
