@@ -104,7 +104,7 @@ static bool attr_path(kn_jr *r, kn_jv item, kn_jv attr, kn_jv *out) {
         bool digits = j > i;
         for (size_t k = i; k < j; k++)
             if (s->s[k] < '0' || s->s[k] > '9') digits = false;
-        kn_jv key = kn_jv_undef(), next;
+        kn_jv key, next;
         bool ok;
         if (digits && j - i < 18) {
             key = kn_jv_int(strtoll(s->s + i, NULL, 10));

@@ -52,8 +52,7 @@ bool kn_jiterate(kn_jr *r, kn_jv v, kn_jlist **out) {
         case KN_J_STR: {
             /* one string per character (kn_jmk_char), into a list sized and counted up front */
             const kn_jstr *s = v.u.s;
-            size_t n = s->ascii ? s->len : 0;
-            for (size_t i = 0; !s->ascii && i < s->len; n++) i = kn_ju_next(s->s, s->len, i);
+            const size_t n = kn_jstr_cplen(s);
             if (!kn_jwork_items(r, n) || !(l = kn_jlist_new(r, n))) return false;
             for (size_t i = 0; i < s->len; l->n++) {
                 const size_t j = kn_ju_next(s->s, s->len, i);
