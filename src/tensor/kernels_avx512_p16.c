@@ -35,7 +35,8 @@
  * time, so the first pass prefetches PF_PREFILL bytes ahead of each block column, as the AVX2 kernels do.
  * first_pass(w) tells it by the panels' address, per thread: true when the previous prefill call of
  * this thread was on other panels. The later passes do not prefetch: on 512 tokens that cost 5-10%. Only
- * the 4-bit formats (groups under 400 bytes) do: Q8_0's 8-token prefill measured no faster with it. */
+ * the 4-bit formats (Q4_0, IQ4_NL, MXFP4: groups under 400 bytes; Q4_K a piece of its group per
+ * sub-block) do: Q8_0's 8-token prefill measured no faster with it. */
 #define PF_PREFILL 2048
 static _Thread_local const uint8_t *g_last_panels;
 AI bool first_pass(const uint8_t *w) {
@@ -317,8 +318,9 @@ AI void q4_k_tile(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, floa
  * and float steps as q4_k_tile. */
 AI void q4_k_gemm(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, float *out, size_t ldo, const int NP,
                   const int NT) {
-    const size_t pb = (size_t)(n / 256) * 16 * sizeof(kn_block_q4_k);
+    const size_t GB = 16 * sizeof(kn_block_q4_k), pb = (size_t)(n / 256) * GB;
     const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const bool stream = first_pass(w);
     __m512 sa[KN_P16_PANELS][TILE_T], sm[KN_P16_PANELS][TILE_T];
     UNROLL for (int q = 0; q < NP; q++) UNROLL for (int t = 0; t < NT; t++) sa[q][t] = sm[q][t] = _mm512_setzero_ps();
     for (int64_t sb = 0; sb < n / 256; sb++) {
@@ -328,7 +330,10 @@ AI void q4_k_gemm(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, floa
         __m512i sumi[KN_P16_PANELS][TILE_T];
         UNROLL for (int q = 0; q < NP; q++) UNROLL for (int t = 0; t < NT; t++) sumi[q][t] = _mm512_setzero_si512();
         for (int s8 = 0; s8 < 8; s8++) { /* sub-block: low nibbles of vectors 8(s8/2) .. +7 when even */
-            const uint8_t *qs = w + (size_t)sb * 16 * sizeof(kn_block_q4_k) + 256 + 64 * 8 * (s8 / 2);
+            const uint8_t *qs = w + (size_t)sb * GB + 256 + 64 * 8 * (s8 / 2);
+            if (stream)
+                UNROLL for (int q = 0; q < NP; q++)
+                    kn_prefetch_piece(w + q * pb + sb * GB + s8 * (GB / 8), GB / 8, PF_PREFILL);
             __m512i is[KN_P16_PANELS][TILE_T];
             UNROLL for (int q = 0; q < NP; q++) UNROLL for (int t = 0; t < NT; t++) is[q][t] = _mm512_setzero_si512();
             UNROLL for (int j = 0; j < 8; j++) {
