@@ -173,13 +173,12 @@ AI __m512i block_dot(const __m512i W[8], const uint8_t *xb) {
             for (int q = 0; q < NP; q++) NAME##_dec(n, w + q * pb, x, xs, out + 16 * q, ldo, NT);                      \
             return;                                                                                                    \
         }                                                                                                              \
-        const bool stream = first_pass(w);                                                                             \
+        const bool stream = (GB) < 400 && first_pass(w);                                                               \
         __m512 acc[KN_P16_PANELS][TILE_T];                                                                             \
         UNROLL for (int q = 0; q < NP; q++) UNROLL for (int t = 0; t < NT; t++) acc[q][t] = _mm512_setzero_ps();       \
         for (int64_t b = 0; b < nb; b++) {                                                                             \
             const uint8_t *g = w + (size_t)b * (GB), *xb = x + (size_t)b * (XB);                                       \
-            if (stream && (GB) < 400)                                                                                  \
-                UNROLL for (int q = 0; q < NP; q++) kn_prefetch_piece(g + q * pb, GB, PF_PREFILL);                     \
+            if (stream) UNROLL for (int q = 0; q < NP; q++) kn_prefetch_piece(g + q * pb, GB, PF_PREFILL);             \
             __m512i p[KN_P16_PANELS][TILE_T];                                                                          \
             UNROLL for (int t = 0; t < NT; t++) {                                                                      \
                 const __m512i c = _mm512_set1_epi32(kn_ld_i32(xb + t * xs + 36));                                      \
@@ -333,7 +332,7 @@ AI void q4_k_gemm(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, floa
             const uint8_t *qs = w + (size_t)sb * GB + 256 + 64 * 8 * (s8 / 2);
             if (stream)
                 UNROLL for (int q = 0; q < NP; q++)
-                    kn_prefetch_piece(w + q * pb + sb * GB + s8 * (GB / 8), GB / 8, PF_PREFILL);
+                    kn_prefetch_piece(w + q * pb + (size_t)sb * GB + s8 * (GB / 8), GB / 8, PF_PREFILL);
             __m512i is[KN_P16_PANELS][TILE_T];
             UNROLL for (int q = 0; q < NP; q++) UNROLL for (int t = 0; t < NT; t++) is[q][t] = _mm512_setzero_si512();
             UNROLL for (int j = 0; j < 8; j++) {
