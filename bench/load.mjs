@@ -76,21 +76,23 @@ for (const c of LEVELS) {
               ttft_p50_ms: pct(ttfts, 50), ttft_p95_ms: pct(ttfts, 95) });
 }
 
-// Joining: cold TTFT first, then one request joining JOIN decoding streams.
-const cold = (await stream(100, 1)).ttft;
-let started = 0, release;
-const allDecoding = new Promise((r) => (release = r));
-const runners = Array.from({ length: JOIN }, (_, k) =>
-  stream(200 + k, N * 4, () => { if (++started === JOIN) release(); }));
-await allDecoding;
-const tStep0 = performance.now();
-const joined = await stream(300, 8);
-const stepWindow = performance.now() - tStep0;
-const bg = await Promise.all(runners);
-const bgTps = bg.reduce((a, r) => a + r.tokens / (r.ms / 1000), 0);
-const stepMs = 1000 / (bgTps / JOIN);   // one decode step of the running batch
-rows.push({ test: 'join', running: JOIN, cold_ttft_ms: cold, join_ttft_ms: joined.ttft, decode_step_ms: stepMs,
-            target_ms: cold + 3 * stepMs, window_ms: stepWindow });
+// Joining: cold TTFT first, then one request joining JOIN decoding streams (--join 0 skips it).
+if (JOIN > 0) {
+  const cold = (await stream(100, 1)).ttft;
+  let started = 0, release;
+  const allDecoding = new Promise((r) => (release = r));
+  const runners = Array.from({ length: JOIN }, (_, k) =>
+    stream(200 + k, N * 4, () => { if (++started === JOIN) release(); }));
+  await allDecoding;
+  const tStep0 = performance.now();
+  const joined = await stream(300, 8);
+  const stepWindow = performance.now() - tStep0;
+  const bg = await Promise.all(runners);
+  const bgTps = bg.reduce((a, r) => a + r.tokens / (r.ms / 1000), 0);
+  const stepMs = 1000 / (bgTps / JOIN);   // one decode step of the running batch
+  rows.push({ test: 'join', running: JOIN, cold_ttft_ms: cold, join_ttft_ms: joined.ttft, decode_step_ms: stepMs,
+              target_ms: cold + 3 * stepMs, window_ms: stepWindow });
+}
 
 if (JSON_OUT) {
   for (const r of rows) console.log(JSON.stringify(r));
@@ -101,7 +103,7 @@ if (JSON_OUT) {
     console.log(`| ${r.streams} | ${r.agg_tps.toFixed(1)} | ${r.per_stream_tps.toFixed(1)} | ${r.decode_tps_p50.toFixed(1)} | ` +
                 `${r.ttft_p50_ms.toFixed(0)} | ${r.ttft_p95_ms.toFixed(0)} |`);
   const j = rows.find((x) => x.test === 'join');
-  console.log(`\njoin: TTFT of a request joining ${j.running} decoding streams ${j.join_ttft_ms.toFixed(0)} ms; ` +
+  if (j) console.log(`\njoin: TTFT of a request joining ${j.running} decoding streams ${j.join_ttft_ms.toFixed(0)} ms; ` +
               `cold TTFT ${j.cold_ttft_ms.toFixed(0)} ms + 3 decode steps of ${j.decode_step_ms.toFixed(1)} ms = ` +
               `${j.target_ms.toFixed(0)} ms target`);
 }

@@ -152,8 +152,9 @@ typedef struct run_ctx {
     const kn_weight *stack[2]; /* the stacked expert matrices */
     float *y[2];               /* [chunk rows][rows] outputs */
     kn_gemm_fn gemm[2];
-    kn_p16_fn p16[2]; /* packed stacks: panel kernels */
-    int n_w, TR, TT;
+    kn_p16_fn p16[2];     /* packed stacks: panel kernels */
+    int n_w, TR, TT;      /* TT: tokens per gemm call (plain stacks) */
+    const kn_kernels *ks; /* packed stacks: the panel kernels' widths (kn_p16_tile) */
     int64_t rows, cols, tpm, n_tiles, n_tasks;
     const int32_t *expert; /* [n_seg] segment -> expert, ascending */
     const int32_t *start;  /* [E + 1] each expert's first grouped row (moe.h scratch moe_start) */
@@ -171,6 +172,7 @@ static void run_tiles(const run_ctx *c, int64_t t0, int64_t t1) {
                       n1 = KN_MIN((int64_t)c->start[e + 1], c->p1) - c->p0;
         for (int64_t b0 = n0; b0 < n1; b0 += TOKEN_BLOCK) {
             const int64_t b1 = KN_MIN(n1, b0 + TOKEN_BLOCK);
+            const int TT = c->p16[0] ? kn_p16_tile(c->ks, b1 - b0) : c->TT;
             for (int64_t tj = ti; tj < seg_end; tj++) {
                 const int mi = (int)((tj / c->tpm) % c->n_w);
                 const kn_weight *w = c->stack[mi];
@@ -179,8 +181,8 @@ static void run_tiles(const run_ctx *c, int64_t t0, int64_t t1) {
                 const size_t rb = w->row_bytes;
                 const uint8_t *wd = w->data + ((size_t)e * (size_t)c->rows + (size_t)r0) * rb;
                 float *y = c->y[mi];
-                for (int64_t n = b0; n < b1; n += c->TT) {
-                    const int nt = (int)KN_MIN((int64_t)c->TT, b1 - n);
+                for (int64_t n = b0; n < b1; n += TT) {
+                    const int nt = (int)KN_MIN((int64_t)TT, b1 - n);
                     const uint8_t *x = c->act + (size_t)n * c->act_stride;
                     if (c->p16[mi])
                         c->p16[mi](c->cols, wd, nr / KN_P16_ROWS, x, c->act_stride, nt, y + n * c->rows + r0,
@@ -208,7 +210,8 @@ static void run_experts(const kn_weight *const *stacks, float *const *ys, int n_
     const bool packed = stacks[0]->packed;
     run_ctx c = {.n_w = n_w,
                  .TR = packed ? KN_P16_ROWS * KN_P16_PANELS : ks->tile_r,
-                 .TT = packed ? ks->p16_tile_t : ks->tile_t,
+                 .TT = ks->tile_t,
+                 .ks = ks,
                  .rows = rows,
                  .cols = stacks[0]->cols,
                  .expert = expert,

@@ -80,6 +80,23 @@ static inline void kn_attend_rows_at(const kn_attend_rows *r, int32_t p0, int cn
     }
 }
 
+/* Prefetches (into L1) the K and V rows of positions p .. p + 15 (those below n), `bytes` each (the
+ * format's head vector, kn_kvq_head_bytes): an attention kernel's look-ahead a block or two before it
+ * reads them. A head's rows lie a whole cache row apart (every KV head of a position is stored together),
+ * a stride the hardware prefetchers follow poorly: one core read the caches of a batched decode step
+ * (every row's, every layer's, from memory) at 7 GB/s without it, 10 with it (bench/attend.c, Zen 5). */
+static inline void kn_attend_prefetch(const kn_attend_rows *r, int32_t p, int32_t n, size_t bytes) {
+    if (p >= n) return;
+    const uint8_t *kp[16], *vp[16];
+    const int cnt = n - p < 16 ? (int)(n - p) : 16;
+    kn_attend_rows_at(r, p, cnt, kp, vp);
+    for (int j = 0; j < cnt; j++) kn_prefetch_piece(kp[j], bytes, 0), kn_prefetch_piece(vp[j], bytes, 0);
+}
+
+/* Blocks of 16 positions an attention kernel prefetches ahead of the one it computes (kn_attend_prefetch;
+ * 1 to 4 measured alike). */
+#define KN_ATTEND_PF_BLOCKS 2
+
 /* Attention of nq query heads q[nq][hd] (1 <= nq <= KN_ATTEND_MAX_Q) that share one KV head, over n
  * cached positions of that head (rows as *r says), K and V in one format: for each head h,
  *   out[h][hd] = sum_p softmax_p(scale * k_p . q[h]) v_p
@@ -125,8 +142,16 @@ typedef struct kn_kernels {
     /* Panel kernels (pack.h) per weight type; NULL: matrices of that type stay in the plain layout.
      * A model loaded with this set repacks every matrix that has one (and 16 | rows). */
     kn_p16_fn p16[KN_DTYPE_COUNT];
-    int p16_tile_t; /* tokens per panel-kernel call at most */
+    int p16_tile_t;  /* tokens per panel-kernel call at most */
+    int p16_tile_pf; /* tokens per call of a long prefill (<= p16_tile_t): the kernels' best width */
 } kn_kernels;
+
+/* Tokens per panel-kernel call of set k for a run of L tokens over the same panels: all of them in one
+ * call when they fit (L <= p16_tile_t), else p16_tile_pf per call. The first call over a panel streams it
+ * from memory, and the more tokens it takes, the more of that stream hides under its compute: a
+ * server's batched decode step (one token per row) is such a short run, which AVX-512 computes in one
+ * pass of up to 8 tokens where a long prefill takes 5 at a time. */
+static inline int kn_p16_tile(const kn_kernels *k, int64_t L) { return L <= k->p16_tile_t ? (int)L : k->p16_tile_pf; }
 
 typedef enum kn_kernel_choice { KN_KERNELS_AUTO = 0, KN_KERNELS_REF = 1 } kn_kernel_choice;
 

@@ -491,7 +491,7 @@ void kn__avx2_p16_q6_k(kn_kernels *k, bool vnni, bool on) { k->p16[KN_Q6_K] = !o
  * its panel kernel (kept for measurement, and tested) decoded at 0.57x the plain kernel's rate in
  * the one measurement so far (docs/benchmarks.md), and Q6_K matrices are mostly read in decode. */
 void kn_avx2_init_p16(kn_kernels *k, bool vnni) {
-    k->p16_tile_t = TILE_T;
+    k->p16_tile_t = k->p16_tile_pf = TILE_T;
     k->p16[KN_Q4_0] = vnni ? q4_0_v : q4_0_p;
     k->p16[KN_Q4_1] = vnni ? q4_1_v : q4_1_p;
     k->p16[KN_Q8_0] = vnni ? q8_0_v : q8_0_p;

@@ -155,7 +155,7 @@ AI __m512 ld_tq3(const uint8_t *p, int i, const int NC) {
  * (its K pass, reading the block's K rows from L1 after the first head), its online-softmax step
  * and weights w[h][16]; then the V pass for groups of VGROUP(NC) heads. Every head's float steps are
  * the one-head algorithm's, in the same order. */
-#define DEFINE_ATTEND(NAME, LD)                                                                                        \
+#define DEFINE_ATTEND(NAME, LD, FMT)                                                                                   \
     DEFINE_VPASS(NAME##_vpass, LD)                                                                                     \
     AI void NAME##_nc(const kn_attend_rows *rw, int32_t n, const float *q, int nq, int hd, float scale, float *out,    \
                       const int NC) {                                                                                  \
@@ -168,11 +168,14 @@ AI __m512 ld_tq3(const uint8_t *p, int i, const int NC) {
             lsum[h] = _mm512_setzero_ps();                                                                             \
             UNROLL for (int c = 0; c < NC; c++) _mm512_store_ps(O[h] + 16 * c, _mm512_setzero_ps());                   \
         }                                                                                                              \
+        const size_t hb = kn_kvq_head_bytes(FMT, hd);                                                                  \
+        for (int32_t p = 16; p < 16 * KN_ATTEND_PF_BLOCKS; p += 16) kn_attend_prefetch(rw, p, n, hb);                  \
         for (int32_t p0 = 0; p0 < n; p0 += 16) {                                                                       \
             const int cnt = n - p0 < 16 ? (int)(n - p0) : 16;                                                          \
             const __mmask16 valid = (__mmask16)((1u << cnt) - 1);                                                      \
             const uint8_t *kp[16], *vp[16];                                                                            \
             kn_attend_rows_at(rw, p0, cnt, kp, vp);                                                                    \
+            kn_attend_prefetch(rw, p0 + 16 * KN_ATTEND_PF_BLOCKS, n, hb);                                              \
             for (int h = 0; h < nq; h++) {                                                                             \
                 const float *qh = q + (size_t)h * hd;                                                                  \
                 __m512 acc[16];                                                                                        \
@@ -207,13 +210,13 @@ AI __m512 ld_tq3(const uint8_t *p, int i, const int NC) {
         }                                                                                                              \
     }
 
-DEFINE_ATTEND(attn_f16, ld_f16)
-DEFINE_ATTEND(attn_f32, ld_f32)
-DEFINE_ATTEND(attn_bf16, ld_bf16)
-DEFINE_ATTEND(attn_q8_0, ld_q8_0)
-DEFINE_ATTEND(attn_q4_0, ld_q4_0)
-DEFINE_ATTEND(attn_tq4, ld_tq4)
-DEFINE_ATTEND(attn_tq3, ld_tq3)
+DEFINE_ATTEND(attn_f16, ld_f16, KN_KVT_F16)
+DEFINE_ATTEND(attn_f32, ld_f32, KN_KVT_F32)
+DEFINE_ATTEND(attn_bf16, ld_bf16, KN_KVT_BF16)
+DEFINE_ATTEND(attn_q8_0, ld_q8_0, KN_KVT_Q8_0)
+DEFINE_ATTEND(attn_q4_0, ld_q4_0, KN_KVT_Q4_0)
+DEFINE_ATTEND(attn_tq4, ld_tq4, KN_KVT_TQ4)
+DEFINE_ATTEND(attn_tq3, ld_tq3, KN_KVT_TQ3)
 
 /* The kn_attend_fn NAME: NAME##_nc specialized for each head size of 16 .. 128 elements in steps of 16
  * and for 256; other head sizes take the reference kernel. */

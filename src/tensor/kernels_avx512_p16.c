@@ -12,8 +12,10 @@
  * whatever the number of tokens or panels in the call. Decode (one or two tokens) reads the panels one
  * after the other, each as a single sequential stream (the integer chain split in two so its latency
  * hides under the loads; Q4_K prefetches 4 groups ahead, its unpacking being heavier). Prefill takes
- * up to two panels and 5 tokens per call with the quads outer: each activation broadcast then feeds
- * two vpdpbusd, which halves the loads per multiply that bound a one-panel tile.
+ * up to two panels and 8 tokens per call (a long prefill 5, TILE_PF; Q4_K at most 5 at a time) with the
+ * quads outer: each activation broadcast then feeds two vpdpbusd, which halves the loads per multiply
+ * that bound a one-panel tile. The 8-token calls are for a few tokens in all (kn_p16_tile): a server's
+ * 8-row decode step streams every panel from memory once, with all its tokens' work to hide it under.
  */
 #include "tensor/kernels.h"
 
@@ -25,9 +27,10 @@
 #include <immintrin.h>
 #include <string.h>
 
-#define AI     static inline __attribute__((always_inline))
-#define UNROLL _Pragma("GCC unroll 8")
-#define TILE_T 5 /* tokens per kernel call at most */
+#define AI      static inline __attribute__((always_inline))
+#define UNROLL  _Pragma("GCC unroll 8")
+#define TILE_T  8 /* tokens per kernel call at most */
+#define TILE_PF 5 /* tokens per call of a long prefill (p16_tile_pf); Q4_K's widest gemm */
 
 /* A prefill tile's first pass over its panels streams them from memory; the token tiles after it (the
  * matmul runs every token tile of a block over the same panels, kn_matmul) find them in the caches. With
@@ -127,7 +130,10 @@ AI __m512i block_dot(const __m512i W[8], const uint8_t *xb) {
         case 2: TILE(n, w, x, xs, out, ldo, NP, 2); break;                                                             \
         case 3: TILE(n, w, x, xs, out, ldo, NP, 3); break;                                                             \
         case 4: TILE(n, w, x, xs, out, ldo, NP, 4); break;                                                             \
-        default: TILE(n, w, x, xs, out, ldo, NP, 5); break;                                                            \
+        case 5: TILE(n, w, x, xs, out, ldo, NP, 5); break;                                                             \
+        case 6: TILE(n, w, x, xs, out, ldo, NP, 6); break;                                                             \
+        case 7: TILE(n, w, x, xs, out, ldo, NP, 7); break;                                                             \
+        default: TILE(n, w, x, xs, out, ldo, NP, 8); break;                                                            \
     }
 
 /* The kn_p16_fn NAME over TILE. */
@@ -365,7 +371,7 @@ AI void q4_k_gemm(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, floa
         _mm512_storeu_ps(out + (size_t)t * ldo + 16 * q, _mm512_sub_ps(sa[q][t], sm[q][t]));
 }
 
-/* NP panels x NT tokens: panel after panel for decode, q4_k_gemm for prefill. */
+/* NP panels x NT tokens (NT <= TILE_PF): panel after panel for decode, q4_k_gemm for prefill. */
 AI void q4_k_tiles(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, float *out, size_t ldo, const int NP,
                    const int NT) {
     if (NT >= 3) {
@@ -376,11 +382,20 @@ AI void q4_k_tiles(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, flo
     UNROLL for (int q = 0; q < NP; q++) q4_k_tile(n, w + q * pb, x, xs, out + 16 * q, ldo, NT);
 }
 
-P16_ENTRY(p16_q4_k, q4_k_tiles)
+/* Q4_K's integer and float accumulators of more than TILE_PF tokens would not fit the registers: the
+ * first TILE_PF tokens, then the others. */
+AI void q4_k_split(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, float *out, size_t ldo, const int NP,
+                   const int NT) {
+    q4_k_tiles(n, w, x, xs, out, ldo, NP, NT < TILE_PF ? NT : TILE_PF);
+    if (NT > TILE_PF) q4_k_tiles(n, w, x + TILE_PF * xs, xs, out + TILE_PF * ldo, ldo, NP, NT - TILE_PF);
+}
+
+P16_ENTRY(p16_q4_k, q4_k_split)
 
 /* Fills the panel kernels of k (kernels.h). Called only on CPUs with AVX-512 F/BW/VL/VNNI. */
 void kn_avx512_init_p16(kn_kernels *k) {
     k->p16_tile_t = TILE_T;
+    k->p16_tile_pf = TILE_PF;
     k->p16[KN_Q4_0] = p16_q4_0;
     k->p16[KN_Q8_0] = p16_q8_0;
     k->p16[KN_IQ4_NL] = p16_iq4_nl;

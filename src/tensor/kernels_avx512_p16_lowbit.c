@@ -22,7 +22,7 @@
 
 #define AI     static inline __attribute__((always_inline))
 #define UNROLL _Pragma("GCC unroll 8")
-#define TILE_T 5 /* tokens per tile at most (the set's p16_tile_t) */
+#define TILE_T 5 /* tokens per tile at most (the set's p16_tile_pf); a call of more loops over tiles */
 
 AI __m512i bc32(const uint8_t *p) { return _mm512_set1_epi32(kn_ld_i32(p)); }
 AI __m512i ld512(const uint8_t *p) { return _mm512_loadu_si512(p); }
@@ -111,7 +111,7 @@ AI void xs_tile(int64_t nsb, const uint8_t *w, const uint8_t *x, size_t xs, floa
 DEFINE_ENTRY(p16_iq4_xs, xs_tile, 256, 16 * sizeof(kn_block_iq4_xs))
 
 /* Fills the IQ4_XS panel kernel of k (kernels.h). Called only on CPUs with AVX-512 F/BW/VL/VNNI, after
- * kn_avx512_init_p16 (whose p16_tile_t, 5, the kernels take). */
+ * kn_avx512_init_p16 (calls of up to its p16_tile_t tokens, taken in tiles of TILE_T). */
 void kn_avx512_init_p16_lowbit(kn_kernels *k) { k->p16[KN_IQ4_XS] = p16_iq4_xs; }
 
 #else /* not x86-64: the set is never selected */

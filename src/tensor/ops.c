@@ -76,16 +76,18 @@ typedef struct mm_ctx {
     kn_p16_fn p16[KN_MATMUL_MAX_OUTS];     /* packed weights (all of the run's or none): panel kernels */
     int64_t tile0[KN_MATMUL_MAX_OUTS + 1]; /* first global tile of each weight; [n_outs] = total */
     int n_outs;
-    int TR, TT;
-    const uint8_t *act; /* [N][act_stride] activations in the vec_dot format */
+    int TR, TT;           /* TT: tokens per gemm call (plain weights) */
+    const kn_kernels *ks; /* packed weights: the panel kernels' widths (kn_p16_tile) */
+    const uint8_t *act;   /* [N][act_stride] activations in the vec_dot format */
     size_t act_stride;
     int64_t N, cols, n_tasks;
 } mm_ctx;
 
 static void mm_tiles(const mm_ctx *c, int64_t t0, int64_t t1) {
-    const int TR = c->TR, TT = c->TT;
+    const int TR = c->TR;
     for (int64_t b0 = 0; b0 < c->N; b0 += TOKEN_BLOCK) {
         const int64_t b1 = KN_MIN(c->N, b0 + TOKEN_BLOCK);
+        const int TT = c->p16[0] ? kn_p16_tile(c->ks, b1 - b0) : c->TT;
         int o = 0;
         for (int64_t ti = t0; ti < t1; ti++) {
             while (ti >= c->tile0[o + 1]) o++;
@@ -125,7 +127,8 @@ static void matmul_group(const kn_matmul_out *outs, int n, const float *x, int64
     mm_ctx c = {.outs = outs,
                 .n_outs = n,
                 .TR = packed ? KN_P16_ROWS * KN_P16_PANELS : ks->tile_r,
-                .TT = packed ? ks->p16_tile_t : ks->tile_t,
+                .TT = ks->tile_t,
+                .ks = ks,
                 .N = N,
                 .cols = cols};
     c.act = (const uint8_t *)x;

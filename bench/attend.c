@@ -1,0 +1,133 @@
+/*
+ * attend.c - micro-benchmark of the decode attention kernels (kn_attend_fn) on one thread: one token's
+ * attention over n cached positions, as a decode step calls it (one call per KV head, its group of
+ * query heads sharing the K and V loads), for every layer of a model-shaped cache.
+ *
+ *   hot:  one layer's cache, called again and again (it stays in the caches): the kernel's compute.
+ *   cold: L layers' caches, far larger than the caches together, one pass over them per repetition
+ *         (the server's batched decode step: every row's cache, every layer, read once).
+ * Reported as ns per (token, layer) and GB/s of K and V read, in this thread's CPU time (time slices
+ * given to other processes left out, not their share of the caches and memory); the SIMD kernel sets
+ * the CPU runs alternate within each repetition and the median of the repetitions is printed.
+ *
+ * Usage: build/bench/attend [-n POSITIONS] [-d HEAD_DIM] [-g QUERY_HEADS_PER_KV] [-k KV_HEADS] [-l LAYERS]
+ *                           [-f KV_FORMAT (f16, bf16, q8_0, q4_0, tq4, tq3, f32)] [-r REPS]
+ */
+#include "tensor/kernels.h"
+#include "tensor/kvq.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts); /* time slices given to others left out */
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static float frand(uint32_t *s) {
+    *s = *s * 1664525u + 1013904223u;
+    return (float)((*s >> 8) & 0xFFFF) / 32768.0f - 1.0f;
+}
+
+typedef struct shape {
+    int n, hd, g, nkv, layers;
+    kn_kvt fmt;
+    size_t head_bytes, row_bytes; /* one head vector; one position (every KV head) */
+} shape;
+
+/* One token's attention over layer l of the cache: K rows then V rows of n positions, each position
+ * row_bytes with nkv head vectors; q[nkv * g][hd] -> out. */
+static void attend_layer(kn_attend_fn f, const shape *s, const uint8_t *layer, const float *q, float *out) {
+    const uint8_t *k = layer, *v = layer + (size_t)s->n * s->row_bytes;
+    for (int h = 0; h < s->nkv; h++) {
+        const uint8_t *kb = k + (size_t)h * s->head_bytes, *vb = v + (size_t)h * s->head_bytes;
+        const kn_attend_rows rows = kn_attend_rows_flat(&kb, &vb, s->row_bytes, s->row_bytes);
+        f(&rows, s->n, q + (size_t)h * s->g * s->hd, s->g, s->hd, 0.125f, out + (size_t)h * s->g * s->hd);
+    }
+}
+
+int main(int argc, char **argv) {
+    shape s = {.n = 256, .hd = 64, .g = 4, .nkv = 8, .layers = 128, .fmt = KN_KVT_F16};
+    int reps = 7;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        const char *a = argv[i], *v = argv[i + 1];
+        if (!strcmp(a, "-n")) s.n = atoi(v);
+        else if (!strcmp(a, "-d")) s.hd = atoi(v);
+        else if (!strcmp(a, "-g")) s.g = atoi(v);
+        else if (!strcmp(a, "-k")) s.nkv = atoi(v);
+        else if (!strcmp(a, "-l")) s.layers = atoi(v);
+        else if (!strcmp(a, "-r")) reps = atoi(v);
+        else if (!strcmp(a, "-f")) {
+            int t = 0;
+            while (t < KN_KVT_COUNT && strcmp(kn_kvq_traits_get((kn_kvt)t)->name, v)) t++;
+            s.fmt = (kn_kvt)t;
+            if (t == KN_KVT_COUNT) {
+                fprintf(stderr, "attend: unknown KV format '%s'\n", v);
+                return 2;
+            }
+        } else {
+            fprintf(stderr, "usage: attend [-n N] [-d HD] [-g G] [-k KV_HEADS] [-l LAYERS] [-f FMT] [-r REPS]\n");
+            return 2;
+        }
+    }
+    if (s.n < 1 || s.hd < 16 || s.hd > 1024 || s.g < 1 || s.g > KN_ATTEND_MAX_Q || s.nkv < 1 || s.layers < 1 ||
+        reps < 1) {
+        fprintf(stderr, "attend: a size is out of range\n");
+        return 2;
+    }
+    s.head_bytes = kn_kvq_head_bytes(s.fmt, s.hd);
+    s.row_bytes = s.head_bytes * (size_t)s.nkv;
+    const size_t layer_bytes = 2 * (size_t)s.n * s.row_bytes;
+    uint8_t *cache = malloc(layer_bytes * (size_t)s.layers);
+    float *q = malloc(sizeof(float) * (size_t)s.nkv * s.g * s.hd),
+          *out = malloc(sizeof(float) * (size_t)s.nkv * s.g * s.hd);
+    float *tmp = malloc(sizeof(float) * (size_t)s.hd);
+    if (!cache || !q || !out || !tmp) return 1;
+    uint32_t seed = 1;
+    for (size_t r = 0; r < 2 * (size_t)s.n * (size_t)s.layers; r++)
+        for (int h = 0; h < s.nkv; h++) {
+            for (int i = 0; i < s.hd; i++) tmp[i] = frand(&seed);
+            kn_kvq_store(s.fmt, tmp, cache + r * s.row_bytes + (size_t)h * s.head_bytes, s.hd);
+        }
+    for (int i = 0; i < s.nkv * s.g * s.hd; i++) q[i] = frand(&seed);
+
+    const kn_kernels *sets[3];
+    int ns = 0;
+    const char *names[] = {"avx2", "avx512", "neon+dotprod"};
+    for (int i = 0; i < 3; i++)
+        if (kn_kernels_named(names[i])) sets[ns++] = kn_kernels_named(names[i]);
+    const int hot_calls = (int)(4e6 / ((double)s.n * s.g * s.nkv * s.hd)) + 1;
+    double *hot = malloc(sizeof(double) * (size_t)ns * reps), *cold = malloc(sizeof(double) * (size_t)ns * reps);
+    for (int r = 0; r < reps; r++)
+        for (int k = 0; k < ns; k++) {
+            const kn_attend_fn f = kn_kernels_attend(sets[k], s.fmt);
+            attend_layer(f, &s, cache, q, out); /* warm */
+            double t0 = now_s();
+            for (int c = 0; c < hot_calls; c++) attend_layer(f, &s, cache, q, out);
+            hot[k * reps + r] = (now_s() - t0) / hot_calls;
+            t0 = now_s();
+            for (int l = 0; l < s.layers; l++) attend_layer(f, &s, cache + (size_t)l * layer_bytes, q, out);
+            cold[k * reps + r] = (now_s() - t0) / s.layers;
+        }
+    printf("attention of one token: %d positions, head dim %d, %d query heads per KV head, %d KV heads, %s; "
+           "cold: %d layers (%.0f MB)\n\n",
+           s.n, s.hd, s.g, s.nkv, kn_kvq_traits_get(s.fmt)->name, s.layers, (double)layer_bytes * s.layers / 1e6);
+    printf("| set | hot ns/layer | hot GB/s | cold ns/layer | cold GB/s |\n| --- | ---: | ---: | ---: | ---: |\n");
+    for (int k = 0; k < ns; k++) {
+        qsort(hot + k * reps, (size_t)reps, sizeof(double), cmp_d);
+        qsort(cold + k * reps, (size_t)reps, sizeof(double), cmp_d);
+        const double h = hot[k * reps + reps / 2], c = cold[k * reps + reps / 2];
+        printf("| %s | %.0f | %.1f | %.0f | %.1f |\n", sets[k]->name, h * 1e9, layer_bytes / h / 1e9, c * 1e9,
+               layer_bytes / c / 1e9);
+    }
+    free(cache), free(q), free(out), free(tmp), free(hot), free(cold);
+    return 0;
+}
