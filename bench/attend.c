@@ -6,6 +6,9 @@
  *   hot:  one layer's cache, called again and again (it stays in the caches): the kernel's compute.
  *   cold: L layers' caches, far larger than the caches together, one pass over them per repetition
  *         (the server's batched decode step: every row's cache, every layer, read once).
+ * The cache is paged as the server's (kv_pool.h): pages of -b positions (16 by default, KN_KVP_BLOCK),
+ * each holding those positions' K rows of every layer, then their V rows, the pages in shuffled order;
+ * -b 0 keeps one contiguous cache (a page of all n positions).
  * Reported as ns per (token, layer) and GB/s of K and V read, in this thread's CPU time (time slices
  * given to other processes left out, not their share of the caches and memory); the SIMD kernel sets
  * the CPU runs alternate within each repetition and the median of the repetitions is printed.
@@ -38,24 +41,32 @@ static float frand(uint32_t *s) {
 }
 
 typedef struct shape {
-    int n, hd, g, nkv, layers;
+    int n, hd, g, nkv, layers, bt; /* bt: positions per page */
     kn_kvt fmt;
     size_t head_bytes, row_bytes; /* one head vector; one position (every KV head) */
 } shape;
 
-/* One token's attention over layer l of the cache: K rows then V rows of n positions, each position
- * row_bytes with nkv head vectors; q[nkv * g][hd] -> out. */
-static void attend_layer(kn_attend_fn f, const shape *s, const uint8_t *layer, const float *q, float *out) {
-    const uint8_t *k = layer, *v = layer + (size_t)s->n * s->row_bytes;
+/* One token's attention over layer l of the paged cache (pages[n / bt], each [K: layers][bt][row_bytes]
+ * then [V: layers][bt][row_bytes], a row = nkv head vectors); q[nkv * g][hd] -> out. */
+static void attend_layer(kn_attend_fn f, const shape *s, const uint8_t *const *pages, int l, const float *q,
+                         float *out) {
+    const size_t plane = (size_t)s->bt * s->row_bytes;
     for (int h = 0; h < s->nkv; h++) {
-        const uint8_t *kb = k + (size_t)h * s->head_bytes, *vb = v + (size_t)h * s->head_bytes;
-        const kn_attend_rows rows = kn_attend_rows_flat(&kb, &vb, s->row_bytes, s->row_bytes);
+        const size_t head = (size_t)h * s->head_bytes;
+        const kn_attend_rows rows = {.kb = pages,
+                                     .vb = pages,
+                                     .koff = (size_t)l * plane + head,
+                                     .voff = ((size_t)s->layers + (size_t)l) * plane + head,
+                                     .kstride = s->row_bytes,
+                                     .vstride = s->row_bytes,
+                                     .first = 0,
+                                     .bt = s->bt};
         f(&rows, s->n, q + (size_t)h * s->g * s->hd, s->g, s->hd, 0.125f, out + (size_t)h * s->g * s->hd);
     }
 }
 
 int main(int argc, char **argv) {
-    shape s = {.n = 256, .hd = 64, .g = 4, .nkv = 8, .layers = 128, .fmt = KN_KVT_F16};
+    shape s = {.n = 256, .hd = 64, .g = 4, .nkv = 8, .layers = 128, .bt = 16, .fmt = KN_KVT_F16};
     int reps = 7;
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *a = argv[i], *v = argv[i + 1];
@@ -64,6 +75,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "-g")) s.g = atoi(v);
         else if (!strcmp(a, "-k")) s.nkv = atoi(v);
         else if (!strcmp(a, "-l")) s.layers = atoi(v);
+        else if (!strcmp(a, "-b")) s.bt = atoi(v);
         else if (!strcmp(a, "-r")) reps = atoi(v);
         else if (!strcmp(a, "-f")) {
             int t = 0;
@@ -74,25 +86,37 @@ int main(int argc, char **argv) {
                 return 2;
             }
         } else {
-            fprintf(stderr, "usage: attend [-n N] [-d HD] [-g G] [-k KV_HEADS] [-l LAYERS] [-f FMT] [-r REPS]\n");
+            fprintf(stderr,
+                    "usage: attend [-n N] [-d HD] [-g G] [-k KV_HEADS] [-l LAYERS] [-b PAGE] [-f FMT] [-r REPS]\n");
             return 2;
         }
     }
     if (s.n < 1 || s.hd < 16 || s.hd > 1024 || s.g < 1 || s.g > KN_ATTEND_MAX_Q || s.nkv < 1 || s.layers < 1 ||
-        reps < 1) {
+        s.bt < 0 || reps < 1) {
         fprintf(stderr, "attend: a size is out of range\n");
         return 2;
     }
     s.head_bytes = kn_kvq_head_bytes(s.fmt, s.hd);
     s.row_bytes = s.head_bytes * (size_t)s.nkv;
-    const size_t layer_bytes = 2 * (size_t)s.n * s.row_bytes;
-    uint8_t *cache = malloc(layer_bytes * (size_t)s.layers);
+    if (s.bt == 0) s.bt = s.n;
+    const int n_pages = (s.n + s.bt - 1) / s.bt;
+    const size_t plane = (size_t)s.bt * s.row_bytes, page_bytes = 2 * (size_t)s.layers * plane;
+    const size_t layer_bytes = 2 * (size_t)s.n * s.row_bytes; /* K and V read per layer */
+    uint8_t *cache = malloc(page_bytes * (size_t)n_pages);
+    const uint8_t **pages = malloc(sizeof *pages * (size_t)n_pages);
     float *q = malloc(sizeof(float) * (size_t)s.nkv * s.g * s.hd),
           *out = malloc(sizeof(float) * (size_t)s.nkv * s.g * s.hd);
     float *tmp = malloc(sizeof(float) * (size_t)s.hd);
-    if (!cache || !q || !out || !tmp) return 1;
+    if (!cache || !pages || !q || !out || !tmp) return 1;
     uint32_t seed = 1;
-    for (size_t r = 0; r < 2 * (size_t)s.n * (size_t)s.layers; r++)
+    for (int i = 0; i < n_pages; i++) pages[i] = cache + (size_t)i * page_bytes;
+    for (int i = n_pages - 1; i > 0; i--) { /* shuffled, as a pool hands them out over time */
+        seed = seed * 1664525u + 1013904223u;
+        const int j = (int)((seed >> 8) % (uint32_t)(i + 1));
+        const uint8_t *t = pages[i];
+        pages[i] = pages[j], pages[j] = t;
+    }
+    for (size_t r = 0; r < page_bytes * (size_t)n_pages / s.row_bytes; r++)
         for (int h = 0; h < s.nkv; h++) {
             for (int i = 0; i < s.hd; i++) tmp[i] = frand(&seed);
             kn_kvq_store(s.fmt, tmp, cache + r * s.row_bytes + (size_t)h * s.head_bytes, s.hd);
@@ -104,22 +128,23 @@ int main(int argc, char **argv) {
     const char *names[] = {"avx2", "avx512", "neon+dotprod"};
     for (int i = 0; i < 3; i++)
         if (kn_kernels_named(names[i])) sets[ns++] = kn_kernels_named(names[i]);
-    const int hot_calls = (int)(4e6 / ((double)s.n * s.g * s.nkv * s.hd)) + 1;
+    const int hot_calls = (int)(2e8 / ((double)s.n * s.g * s.nkv * s.hd)) + 1; /* ~10 ms */
     double *hot = malloc(sizeof(double) * (size_t)ns * reps), *cold = malloc(sizeof(double) * (size_t)ns * reps);
     for (int r = 0; r < reps; r++)
         for (int k = 0; k < ns; k++) {
             const kn_attend_fn f = kn_kernels_attend(sets[k], s.fmt);
-            attend_layer(f, &s, cache, q, out); /* warm */
+            attend_layer(f, &s, pages, 0, q, out); /* warm */
             double t0 = now_s();
-            for (int c = 0; c < hot_calls; c++) attend_layer(f, &s, cache, q, out);
+            for (int c = 0; c < hot_calls; c++) attend_layer(f, &s, pages, 0, q, out);
             hot[k * reps + r] = (now_s() - t0) / hot_calls;
             t0 = now_s();
-            for (int l = 0; l < s.layers; l++) attend_layer(f, &s, cache + (size_t)l * layer_bytes, q, out);
+            for (int l = 0; l < s.layers; l++) attend_layer(f, &s, pages, l, q, out);
             cold[k * reps + r] = (now_s() - t0) / s.layers;
         }
-    printf("attention of one token: %d positions, head dim %d, %d query heads per KV head, %d KV heads, %s; "
+    printf("attention of one token: %d positions, head dim %d, %d query heads per KV head, %d KV heads, %s, pages of "
+           "%d positions; "
            "cold: %d layers (%.0f MB)\n\n",
-           s.n, s.hd, s.g, s.nkv, kn_kvq_traits_get(s.fmt)->name, s.layers, (double)layer_bytes * s.layers / 1e6);
+           s.n, s.hd, s.g, s.nkv, kn_kvq_traits_get(s.fmt)->name, s.bt, s.layers, (double)layer_bytes * s.layers / 1e6);
     printf("| set | hot ns/layer | hot GB/s | cold ns/layer | cold GB/s |\n| --- | ---: | ---: | ---: | ---: |\n");
     for (int k = 0; k < ns; k++) {
         qsort(hot + k * reps, (size_t)reps, sizeof(double), cmp_d);
@@ -128,6 +153,6 @@ int main(int argc, char **argv) {
         printf("| %s | %.0f | %.1f | %.0f | %.1f |\n", sets[k]->name, h * 1e9, layer_bytes / h / 1e9, c * 1e9,
                layer_bytes / c / 1e9);
     }
-    free(cache), free(q), free(out), free(tmp), free(hot), free(cold);
+    free(cache), free(pages), free(q), free(out), free(tmp), free(hot), free(cold);
     return 0;
 }
