@@ -179,7 +179,7 @@ AI __m512i block_dot(const __m512i W[8], const uint8_t *xb) {
             for (int q = 0; q < NP; q++) NAME##_dec(n, w + q * pb, x, xs, out + 16 * q, ldo, NT);                      \
             return;                                                                                                    \
         }                                                                                                              \
-        const bool stream = first_pass(w);                                                               \
+        const bool stream = first_pass(w);                                                                             \
         __m512 acc[KN_P16_PANELS][TILE_T];                                                                             \
         UNROLL for (int q = 0; q < NP; q++) UNROLL for (int t = 0; t < NT; t++) acc[q][t] = _mm512_setzero_ps();       \
         for (int64_t b = 0; b < nb; b++) {                                                                             \
