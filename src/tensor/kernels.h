@@ -84,7 +84,7 @@ static inline void kn_attend_rows_at(const kn_attend_rows *r, int32_t p0, int cn
  * format's head vector, kn_kvq_head_bytes): an attention kernel's look-ahead a block or two before it
  * reads them. A head's rows lie a whole cache row apart (every KV head of a position is stored together),
  * a stride the hardware prefetchers follow poorly: one core read the caches of a batched decode step
- * (every row's, every layer's, from memory) at 7 GB/s without it, 10 with it (bench/attend.c, Zen 5). */
+ * (every row's, every layer's, from memory, paged) at 5.5 GB/s without it, 8 with it (bench/attend.c, Zen 5). */
 static inline void kn_attend_prefetch(const kn_attend_rows *r, int32_t p, int32_t n, size_t bytes) {
     if (p >= n) return;
     const uint8_t *kp[16], *vp[16];
