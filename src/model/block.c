@@ -187,8 +187,8 @@ void kn_block_ffn(const kiln_model *m, kn_scratch *s, int l, int64_t N) {
             /* hb[N][ff] = gate . xb, hb2[N][ff] = up . xb; hb = act(hb) * hb2; xb2 = down . hb */
             const kn_matmul_out gate_up[2] = {{&ly->w_gate, s->hb}, {&ly->w_up, s->hb2}};
             kn_matmul_multi(gate_up, 2, s->xb, N, s->qbuf, s->pool, m->kernels);
-            if (ly->act == KN_ACT_GELU_TANH) kn_geglu(s->hb, s->hb2, N * ff, s->pool);
-            else kn_swiglu(s->hb, s->hb2, N * ff, s->pool);
+            if (ly->act == KN_ACT_GELU_TANH) kn_geglu(s->hb, s->hb2, N * ff, s->pool, m->kernels);
+            else kn_swiglu(s->hb, s->hb2, N * ff, s->pool, m->kernels);
             kn_matmul(&ly->w_down, s->hb, s->xb2, N, s->qbuf, s->pool, m->kernels);
             break;
         }

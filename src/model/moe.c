@@ -253,9 +253,9 @@ static void route_and_group(const kiln_model *m, kn_scratch *s, const kn_moe *mo
 }
 
 /* gate[n] = act(gate[n]) * up[n] with the layer's activation. */
-static void gated(kn_ffn_act act, float *gate, const float *up, int64_t n, kn_pool *pool) {
+static void gated(kn_ffn_act act, float *gate, const float *up, int64_t n, kn_pool *pool, const kn_kernels *ks) {
     if (act == KN_ACT_SWIGLU_CLAMP) swiglu_clamp(gate, up, n);
-    else kn_swiglu(gate, up, n, pool);
+    else kn_swiglu(gate, up, n, pool, ks);
 }
 
 /* xb2 += each grouped row's weighted output: rows [p0, p1) of moe_tok, their outputs y[p1 - p0][d].
@@ -289,7 +289,7 @@ static void ffn_per_expert(const kiln_model *m, kn_scratch *s, int l, int64_t N)
         kn_matmul_multi(gate_up, 2, s->moe_x, c, s->qbuf, s->pool, m->kernels);
         if (moe->gate_bias) kn_add_bias(s->hb, moe->gate_bias + e * ff, c, ff);
         if (moe->up_bias) kn_add_bias(s->hb2, moe->up_bias + e * ff, c, ff);
-        gated(act, s->hb, s->hb2, c * ff, s->pool);
+        gated(act, s->hb, s->hb2, c * ff, s->pool, m->kernels);
         kn_matmul(&dn, s->hb, s->moe_y, c, s->qbuf, s->pool, m->kernels);
         if (moe->down_bias) kn_add_bias(s->moe_y, moe->down_bias + e * d, c, d);
         accumulate(s, k, d, start[e], start[e + 1], s->moe_y);
@@ -335,7 +335,7 @@ static void ffn_grouped(const kiln_model *m, kn_scratch *s, int l, int64_t N) {
             if (moe->gate_bias) kn_add_bias(s->hb + r0 * ff, moe->gate_bias + e * ff, r1 - r0, ff);
             if (moe->up_bias) kn_add_bias(s->hb2 + r0 * ff, moe->up_bias + e * ff, r1 - r0, ff);
         }
-        gated(act, s->hb, s->hb2, c * ff, s->pool);
+        gated(act, s->hb, s->hb2, c * ff, s->pool, ks);
         const uint8_t *hq = (const uint8_t *)s->hb;
         if (fh.quant) {
             convert(fh, s->hb, (uint8_t *)s->hb2, c, ff, s->pool);

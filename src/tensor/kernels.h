@@ -131,11 +131,21 @@ kn_attend_fn kn_attend_ref_for(kn_kvt t);
 #define KN_EXPF_MAX 88.0f
 float kn_expf_ref(float x);
 
+/* The gated activation of a feed-forward block over n elements: gate[i] = act(gate[i]) * up[i], act
+ * SiLU (gelu false) or the tanh form of GELU, through kn_expf_ref and the fixed float steps of act.c,
+ * which every set computes bit for bit. */
+typedef void (*kn_glu_fn)(float *gate, const float *up, int64_t n, bool gelu);
+void kn_glu_ref(float *gate, const float *up, int64_t n, bool gelu);
+void kn_glu_avx2(float *gate, const float *up, int64_t n, bool gelu);   /* x86-64, AVX2 + FMA */
+void kn_glu_avx512(float *gate, const float *up, int64_t n, bool gelu); /* x86-64, AVX-512F */
+void kn_glu_neon(float *gate, const float *up, int64_t n, bool gelu);   /* ARM64 */
+
 typedef struct kn_kernels {
     const char *name; /* "ref", "avx2", "avx2vnni", "avx512", "neon", "neon+dotprod", "neon+i8mm" */
     kn_attend_fn attend_f16, attend_f32;
     kn_attend_fn attend_kv[KN_KVT_COUNT];      /* per KV format (kvq.h), K and V alike; NULL: attend_f16 /
                                                   attend_f32 for those formats, else the reference */
+    kn_glu_fn glu;                             /* the gated activation (never NULL) */
     int tile_r, tile_t;                        /* largest tile the gemm kernels take */
     kn_gemm_fn gemm[KN_DTYPE_COUNT];           /* per weight type; NULL: use the reference */
     kn_from_float_fn quantize[KN_DTYPE_COUNT]; /* per activation type; NULL: use the reference */

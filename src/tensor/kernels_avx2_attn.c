@@ -18,6 +18,7 @@
  * found through kn_attend_rows (kernels.h): the 16 K and V row addresses of each block of positions,
  * so the blocks of a paged cache are read in place with the same float steps.
  */
+#include "tensor/expf_simd.h"
 #include "tensor/kernels.h"
 
 #if defined(__x86_64__)
@@ -30,25 +31,6 @@
 #define MAX_HD 256
 #define UNROLL _Pragma("GCC unroll 16")
 #define VG     4 /* heads per V pass at most */
-
-/* kn_expf_ref on 8 lanes, the same float steps. */
-AI __m256 expf8(__m256 x) {
-    const __m256 ok = _mm256_cmp_ps(x, _mm256_set1_ps(KN_EXPF_MIN), _CMP_GE_OQ); /* false for NaN */
-    x = _mm256_min_ps(x, _mm256_set1_ps(KN_EXPF_MAX));
-    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-0.693359375f), x);
-    r = _mm256_fmadd_ps(n, _mm256_set1_ps(2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-    const __m256 y = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
-    const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_and_ps(ok, _mm256_mul_ps(y, _mm256_castsi256_ps(bits)));
-}
 
 /* Lane p of the result = the rest of kn_reduce16 for position p, given r[p] = its 16 lanes already
  * folded to 8 (lane i = acc[i] + acc[i + 8]): lanes i + 4 onto i, then i + 2, then i + 1. */
@@ -179,8 +161,8 @@ AI __m256 ld_tq3(const uint8_t *p, int i, const int NC) {
                 }                                                                                                      \
                 for (int j = cnt; j < 16; j++) sc[j] = -INFINITY; /* weight 0 */                                       \
                 const __m256 mv = _mm256_set1_ps(m[h]);                                                                \
-                const __m256 w0 = expf8(_mm256_sub_ps(_mm256_loadu_ps(sc), mv));                                       \
-                const __m256 w1 = expf8(_mm256_sub_ps(_mm256_loadu_ps(sc + 8), mv));                                   \
+                const __m256 w0 = kn_expf8(_mm256_sub_ps(_mm256_loadu_ps(sc), mv));                                    \
+                const __m256 w1 = kn_expf8(_mm256_sub_ps(_mm256_loadu_ps(sc + 8), mv));                                \
                 lsum[h][0] = _mm256_add_ps(lsum[h][0], w0);                                                            \
                 lsum[h][1] = _mm256_add_ps(lsum[h][1], w1);                                                            \
                 _mm256_storeu_ps(wj[h], w0);                                                                           \

@@ -17,6 +17,7 @@
  * found through kn_attend_rows (kernels.h): the 16 K and V row addresses of each block of positions,
  * so the blocks of a paged cache are read in place with the same float steps.
  */
+#include "tensor/expf_simd.h"
 #include "tensor/kernels.h"
 
 #if defined(__x86_64__)
@@ -28,25 +29,6 @@
 #define AI     static inline __attribute__((always_inline))
 #define MAX_HD 256
 #define UNROLL _Pragma("GCC unroll 16")
-
-/* kn_expf_ref on 16 lanes, the same float steps. */
-AI __m512 expf16(__m512 x) {
-    const __mmask16 ok = _mm512_cmp_ps_mask(x, _mm512_set1_ps(KN_EXPF_MIN), _CMP_GE_OQ);
-    x = _mm512_min_ps(x, _mm512_set1_ps(KN_EXPF_MAX));
-    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693359375f), x);
-    r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    const __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
-    const __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-    return _mm512_maskz_mul_ps(ok, y, _mm512_castsi512_ps(bits));
-}
 
 /* Lane p of the result = kn_reduce16 of a[p], for 16 accumulators. The tree leaves position
  * k + 4j in lane 4k + j; the final permutation puts position p in lane p. */
@@ -189,13 +171,13 @@ AI __m512 ld_tq3(const uint8_t *p, int i, const int NC) {
                 sv = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), valid, sv);                                         \
                 const float bm = _mm512_reduce_max_ps(sv);                                                             \
                 if (bm > m[h]) {                                                                                       \
-                    const __m512 cv = expf16(_mm512_set1_ps(m[h] - bm));                                               \
+                    const __m512 cv = kn_expf16(_mm512_set1_ps(m[h] - bm));                                            \
                     lsum[h] = _mm512_mul_ps(lsum[h], cv);                                                              \
                     UNROLL for (int c = 0; c < NC; c++)                                                                \
                         _mm512_store_ps(O[h] + 16 * c, _mm512_mul_ps(_mm512_load_ps(O[h] + 16 * c), cv));              \
                     m[h] = bm;                                                                                         \
                 }                                                                                                      \
-                const __m512 w = expf16(_mm512_sub_ps(sv, _mm512_set1_ps(m[h])));                                      \
+                const __m512 w = kn_expf16(_mm512_sub_ps(sv, _mm512_set1_ps(m[h])));                                   \
                 lsum[h] = _mm512_add_ps(lsum[h], w);                                                                   \
                 _mm512_store_ps(wj[h], w);                                                                             \
             }                                                                                                          \

@@ -227,6 +227,9 @@ bool kn_neon_init_float(kn_kernels *k) {
 
 void kn_kernels_init_neon(kn_kernels *k) {
     k->name = "neon";
+#if defined(__aarch64__)
+    k->glu = kn_glu_neon; /* act.c */
+#endif
     kn_neon_init_float(k);
     const kn_cpu *c = kn_cpu_features();
     if (c->dotprod) kn_neon_init_dotprod(k);

@@ -253,22 +253,6 @@ void kn_layernorm(float *out, const float *x, const float *weight, const float *
     }
 }
 
-/* The gated activation over elements [i0, i1): gate = act(gate) * up. */
-static void glu_range(float *gate, const float *up, int64_t i0, int64_t i1, bool gelu) {
-    if (gelu) {
-        const float c = 0.7978845608028654f; /* sqrt(2 / pi) */
-        for (int64_t i = i0; i < i1; i++) {  /* tanh(u) = 1 - 2 / (e^2u + 1): one expf, not tanhf */
-            const float g = gate[i], u = c * (g + 0.044715f * g * g * g);
-            gate[i] = 0.5f * g * (2.0f - 2.0f / (expf(2.0f * u) + 1.0f)) * up[i];
-        }
-        return;
-    }
-    for (int64_t i = i0; i < i1; i++) {
-        float g = gate[i];
-        gate[i] = g * (1.0f / (1.0f + expf(-g))) * up[i];
-    }
-}
-
 /* Elements per gated-activation task are a multiple of this (whole cache lines per task). */
 #define GLU_ALIGN 16
 
@@ -276,29 +260,35 @@ typedef struct glu_ctx {
     float *gate;
     const float *up;
     int64_t n_total, chunk;
+    kn_glu_fn fn;
     bool gelu;
 } glu_ctx;
 
 static void glu_task(void *arg, int64_t task, int worker) {
     const glu_ctx *c = arg;
     const int64_t i0 = task * c->chunk;
-    glu_range(c->gate, c->up, i0, KN_MIN(c->n_total, i0 + c->chunk), c->gelu);
+    c->fn(c->gate + i0, c->up + i0, KN_MIN(c->n_total, i0 + c->chunk) - i0, c->gelu);
 }
 
-static void glu(float *gate, const float *up, int64_t n_total, kn_pool *pool, bool gelu) {
+/* gate = act(gate) * up by the set's kernel (act.c), in tasks of whole cache lines on pool. */
+static void glu(float *gate, const float *up, int64_t n_total, kn_pool *pool, const kn_kernels *ks, bool gelu) {
     if (n_total < ELEM_PAR_WORK || kn_pool_threads(pool) < 2) {
-        glu_range(gate, up, 0, n_total, gelu);
+        ks->glu(gate, up, n_total, gelu);
         return;
     }
     const int64_t tasks = task_count(pool, n_total, n_total, ELEM_PAR_WORK / 4, ELEM_TASKS_PER_THREAD);
-    glu_ctx c = {.gate = gate, .up = up, .n_total = n_total, .gelu = gelu};
+    glu_ctx c = {.gate = gate, .up = up, .n_total = n_total, .fn = ks->glu, .gelu = gelu};
     c.chunk = ((n_total + tasks - 1) / tasks + GLU_ALIGN - 1) / GLU_ALIGN * GLU_ALIGN;
     kn_pool_run(pool, (n_total + c.chunk - 1) / c.chunk, glu_task, &c);
 }
 
-void kn_swiglu(float *gate, const float *up, int64_t n_total, kn_pool *pool) { glu(gate, up, n_total, pool, false); }
+void kn_swiglu(float *gate, const float *up, int64_t n_total, kn_pool *pool, const kn_kernels *ks) {
+    glu(gate, up, n_total, pool, ks, false);
+}
 
-void kn_geglu(float *gate, const float *up, int64_t n_total, kn_pool *pool) { glu(gate, up, n_total, pool, true); }
+void kn_geglu(float *gate, const float *up, int64_t n_total, kn_pool *pool, const kn_kernels *ks) {
+    glu(gate, up, n_total, pool, ks, true);
+}
 
 void kn_rope(float *x, int n_heads, int head_dim, int32_t pos, const kn_rope_cfg *r, bool long_ctx) {
     const int n_rot = r->n_rot, half = n_rot / 2;

@@ -54,12 +54,13 @@ void kn_add_bias(float *x, const float *b, int64_t N, int64_t n);
 /* x[N][n] += y[N][n] */
 void kn_add(float *x, const float *y, int64_t n_total);
 
-/* gate[n] = silu(gate[n]) * up[n] (element ranges in parallel on pool when large; pool may be NULL) */
-void kn_swiglu(float *gate, const float *up, int64_t n_total, kn_pool *pool);
+/* gate[n] = silu(gate[n]) * up[n] by the kernel set's kn_glu_fn (its exponential is kn_expf_ref's;
+ * element ranges in parallel on pool when large; pool may be NULL) */
+void kn_swiglu(float *gate, const float *up, int64_t n_total, kn_pool *pool, const kn_kernels *ks);
 
 /* gate[n] = gelu(gate[n]) * up[n], GELU with the tanh approximation
  * 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) (parallel as kn_swiglu) */
-void kn_geglu(float *gate, const float *up, int64_t n_total, kn_pool *pool);
+void kn_geglu(float *gate, const float *up, int64_t n_total, kn_pool *pool, const kn_kernels *ks);
 
 /* x[n] = gelu(x[n]) = x * Phi(x) = 0.5 x (1 + erf(x / sqrt(2))), the exact GELU (bert's FFN). */
 void kn_gelu(float *x, int64_t n_total);

@@ -482,8 +482,9 @@ static void test_ops(void) {
     }
     kn_pool *pool = NULL;
     CHECK(kn_pool_new(2, &pool) == KILN_OK);
-    kn_geglu(g, u, N, NULL);
-    kn_geglu(g2, u, N, pool);
+    const kn_kernels *ks = kn_kernels_get(KN_KERNELS_AUTO);
+    kn_geglu(g, u, N, NULL, ks);
+    kn_geglu(g2, u, N, pool, ks);
     CHECK(memcmp(g, g2, N * sizeof(float)) == 0);
     double worst = 0;
     for (int i = 0; i < N; i++) {
