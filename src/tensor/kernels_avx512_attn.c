@@ -15,10 +15,10 @@
  * so the quantized cache is read directly, without a dequantized copy of the cache: with several query
  * heads, a block's 16 K rows are converted once into floats in L1 (KF) and every head's K pass reads them
  * there (hot: F16 1.1-1.5x, TQ4 1.4-1.5x; the AVX2 kernel's F16 pass measured 13-16% slower that way, so
- * it converts per head). The quantized and BF16
- * formats are specialized for the common head sizes; others take the reference kernel. Rows are
- * found through kn_attend_rows (kernels.h): the 16 K and V row addresses of each block of positions,
- * so the blocks of a paged cache are read in place with the same float steps.
+ * it converts per head). The quantized and BF16 formats are specialized for the common head sizes;
+ * others take the reference kernel. Rows are found through kn_attend_rows (kernels.h): the 16 K and V
+ * row addresses of each block of positions, so the blocks of a paged cache are read in place with the
+ * same float steps.
  */
 #include "tensor/expf_simd.h"
 #include "tensor/kernels.h"
