@@ -22,7 +22,9 @@ static uint64_t xgetbv0(void) {
 
 static void detect(kn_cpu *c) {
     unsigned a, b, cx, d;
+    if (__get_cpuid(0, &a, &b, &cx, &d)) c->amd = b == 0x68747541u && d == 0x69746e65u && cx == 0x444d4163u;
     if (!__get_cpuid(1, &a, &b, &cx, &d)) return;
+    c->family = (int)((a >> 8) & 0xF) + ((a >> 8 & 0xF) == 0xF ? (int)((a >> 20) & 0xFF) : 0);
     bool osxsave = cx & (1u << 27);
     c->fma = cx & (1u << 12);
     c->f16c = cx & (1u << 29);

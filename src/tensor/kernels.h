@@ -25,6 +25,8 @@ typedef struct kn_cpu {
     bool avx2, fma, f16c;
     bool avx512f, avx512bw, avx512vl, avx512vnni, avx512bf16;
     bool avxvnni;
+    bool amd;   /* x86: the vendor is AMD */
+    int family; /* x86: the family, extended family included (AMD: 0x17 Zen 1/2, 0x19 Zen 3/4, 0x1A Zen 5) */
     bool neon, dotprod, i8mm; /* ARM64 (base/cpu.h) */
 } kn_cpu;
 

@@ -50,6 +50,12 @@
  * group at once lost), which gained 10-50% in tg. */
 #define PF_DIST(GB)   ((GB) > 400 && (GB) < 1000 ? 768 : 1024) /* Q8_0 groups: 768 measured best */
 #define PF_PIECES(GB) ((GB) > 400 ? 2 : 1)                     /* Q4_0 / Q8_0 group; K groups: 8 pieces */
+/* Except the decode of the 4-bit legacy groups (Q4_0, Q4_1, IQ4_NL, MXFP4: under 400 bytes) on AMD Zen 5
+ * and later (family 0x1A), whose hardware prefetchers keep one core's stream ahead alone: there 1B Q4_0
+ * decode ran 1.2x faster (1 and 2 threads) without the software prefetch, Q8_0 level, Q4_K_M and the
+ * prefill's first pass slower (2026-12-05, docs/benchmarks.md). Set once by kn_avx2_init_p16. */
+static bool g_pf_dec4 = true;
+#define PF_DEC(GB) ((GB) >= 400 || g_pf_dec4)
 
 AI __m256i bc32(const uint8_t *p) { return _mm256_set1_epi32(kn_ld_i32(p)); }
 AI __m256i ld256(const uint8_t *p) { return _mm256_loadu_si256((const __m256i *)p); }
@@ -171,7 +177,7 @@ AI __m256 dw_e8m0(const uint8_t *g, int h) {
             __m256i S[2][TILE_T];                                                                                      \
             UNROLL for (int h = 0; h < NH; h++) UNROLL for (int t = 0; t < NT; t++) S[h][t] = ZERO();                  \
             UNROLL for (int j = 0; j < 8; j++) {                                                                       \
-                if ((NH == 2 || h0 == 0) && j % (8 / PF_PIECES(GB)) == 0)                                              \
+                if ((NH == 2 ? PF_DEC(GB) : h0 == 0) && j % (8 / PF_PIECES(GB)) == 0)                                  \
                     kn_prefetch_piece(g + (j / (8 / PF_PIECES(GB))) * ((GB) / PF_PIECES(GB)), (GB) / PF_PIECES(GB),    \
                                       PF_DIST(GB));                                                                    \
                 __m256i W[2], A[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};                                 \
@@ -491,6 +497,8 @@ void kn__avx2_p16_q6_k(kn_kernels *k, bool vnni, bool on) { k->p16[KN_Q6_K] = !o
  * its panel kernel (kept for measurement, and tested) decoded at 0.57x the plain kernel's rate in
  * the one measurement so far (docs/benchmarks.md), and Q6_K matrices are mostly read in decode. */
 void kn_avx2_init_p16(kn_kernels *k, bool vnni) {
+    const kn_cpu *c = kn_cpu_features();
+    g_pf_dec4 = !(c->amd && c->family >= 0x1A);
     k->p16_tile_t = k->p16_tile_pf = TILE_T;
     k->p16[KN_Q4_0] = vnni ? q4_0_v : q4_0_p;
     k->p16[KN_Q4_1] = vnni ? q4_1_v : q4_1_p;
