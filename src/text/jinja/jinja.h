@@ -41,9 +41,12 @@
 #define KN_JINJA_MAX_EVAL_DEPTH  1500           /* nested evaluations in progress */
 #define KN_JINJA_MAX_VALUE_DEPTH 512            /* nesting of lists and dicts in a value */
 #define KN_JINJA_MAX_RANGE       100000         /* items of range(), as Jinja2's sandbox allows */
-#define KN_JINJA_MAX_STEPS       20000000ull    /* evaluation steps (nodes, loop iterations) */
 #define KN_JINJA_MAX_HELD        (256ull << 20) /* bytes of namespaces, macros and closed-over scopes */
-/* Bytes copied while rendering (values made, output); the fuzzing builds set less (Makefile: FUZZ_DEFS). */
+/* Evaluation steps (nodes, loop iterations), and bytes copied while rendering (values made, output);
+ * the fuzzing builds set less of both (Makefile: FUZZ_DEFS). */
+#ifndef KN_JINJA_MAX_STEPS
+#define KN_JINJA_MAX_STEPS 20000000ull
+#endif
 #ifndef KN_JINJA_MAX_WORK
 #define KN_JINJA_MAX_WORK (512ull << 20)
 #endif
