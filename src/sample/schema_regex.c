@@ -945,6 +945,40 @@ kn_dfa *kn_dfa_regex(const char *pattern, char *err, size_t errcap) {
 
 /* ---- DFA operations -------------------------------------------------------------------------- */
 
+/* live[i] = state i of d can reach an accepting state (live has d->n entries): a search backwards
+ * from the accepting states over the reversed transitions, linear in states plus transitions (a
+ * fixpoint over the states took a round per state of a chain such as [a-z]{3000}). False when out
+ * of memory. */
+static bool co_reachable(const kn_dfa *d, bool *live) {
+    const int n = d->n;
+    size_t nt = 0;
+    for (int i = 0; i < n; i++) nt += (size_t)d->s[i].ntr;
+    int *first = calloc((size_t)n + 1, sizeof *first); /* reversed edges into i: from[first[i] .. first[i+1]) */
+    int *from = malloc((nt + 1) * sizeof *from), *stack = malloc(((size_t)n + 1) * sizeof *stack);
+    const bool ok = first && from && stack;
+    if (ok) {
+        for (int i = 0; i < n; i++)
+            for (int k = 0; k < d->s[i].ntr; k++) first[d->s[i].tr[k].to + 1]++;
+        for (int i = 0; i < n; i++) first[i + 1] += first[i];
+        int *fill = stack; /* the next free slot of each state's run, borrowed before the search */
+        memcpy(fill, first, (size_t)n * sizeof *fill);
+        for (int i = 0; i < n; i++)
+            for (int k = 0; k < d->s[i].ntr; k++) from[fill[d->s[i].tr[k].to]++] = i;
+        int top = 0;
+        for (int i = 0; i < n; i++)
+            if ((live[i] = d->s[i].acc)) stack[top++] = i;
+        while (top) {
+            const int t = stack[--top];
+            for (int e = first[t]; e < first[t + 1]; e++)
+                if (!live[from[e]]) live[from[e]] = true, stack[top++] = from[e];
+        }
+    }
+    free(first);
+    free(from);
+    free(stack);
+    return ok;
+}
+
 /* Removes states that are unreachable or cannot reach acceptance, then merges equivalent states
  * (Moore). The start stays state 0; an empty language leaves one non-accepting state. Takes d. */
 static kn_dfa *dfa_trim_min(kn_dfa *d) {
@@ -957,18 +991,9 @@ static kn_dfa *dfa_trim_min(kn_dfa *d) {
     imap map = {0};
     bool ok = live && cls && ncls && out;
     if (!ok) goto done;
-    /* co-reachability by fixpoint */
-    for (int i = 0; i < n; i++) live[i] = d->s[i].acc;
-    for (bool changed = true; changed;) {
-        changed = false;
-        for (int i = 0; i < n; i++) {
-            if (live[i]) continue;
-            for (int k = 0; k < d->s[i].ntr; k++)
-                if (live[d->s[i].tr[k].to]) {
-                    live[i] = changed = true;
-                    break;
-                }
-        }
+    if (!co_reachable(d, live)) {
+        ok = false;
+        goto done;
     }
     /* Moore refinement; class -1 for dead states */
     for (int i = 0; i < n; i++) cls[i] = live[i] ? (d->s[i].acc ? 1 : 0) : -1;
