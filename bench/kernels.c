@@ -13,8 +13,10 @@
  * these machines are shared and noisy.
  *
  * Usage: build/bench/kernels [-r REPS] [-n PREFILL_TOKENS] [-c COLS (matrix width, default 8192)] [-t cpu]
+ *                            [-T TYPE,...]
  * (-t cpu times the thread's CPU time instead of the wall clock: on a loaded machine it leaves out the
- * time slices given to others, though not their share of the caches and memory bandwidth)
+ * time slices given to others, though not their share of the caches and memory bandwidth; -T runs only
+ * the types named, e.g. -T Q6_K,Q4_K)
  */
 #include "tensor/kernels.h"
 #include "tensor/pack.h"
@@ -78,18 +80,32 @@ static void run_p16(const kn_kernels *k, kn_dtype t, const uint8_t *w, int64_t r
     }
 }
 
+/* True when name is one of the comma-separated names of list. */
+static bool listed(const char *list, const char *name) {
+    const size_t n = strlen(name);
+    for (const char *p = list; *p;) {
+        const size_t len = strcspn(p, ",");
+        if (len == n && strncmp(p, name, n) == 0) return true;
+        p += len + (p[len] == ',');
+    }
+    return false;
+}
+
 int main(int argc, char **argv) {
     int reps = 5;
     int64_t NP = 256, cols = 8192;
+    const char *only = NULL; /* -T: comma-separated type names */
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "-r") == 0) reps = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "-n") == 0) NP = atoll(argv[i + 1]);
         else if (strcmp(argv[i], "-c") == 0) cols = atoll(argv[i + 1]);
         else if (strcmp(argv[i], "-t") == 0) g_cpu_clock = strcmp(argv[i + 1], "cpu") == 0;
+        else if (strcmp(argv[i], "-T") == 0) only = argv[i + 1];
     }
     if (reps < 1 || reps > 100 || NP < 1 || NP > 4096 || cols < 256 || cols > 65536 || cols % 256) {
         fprintf(stderr,
-                "usage: kernels [-r REPS 1..100] [-n TOKENS 1..4096] [-c COLS, a multiple of 256] [-t cpu|wall]\n");
+                "usage: kernels [-r REPS 1..100] [-n TOKENS 1..4096] [-c COLS, a multiple of 256] [-t cpu|wall] "
+                "[-T TYPE,...]\n");
         return 2;
     }
     kn_kernels kq = *kn_kernels_get(KN_KERNELS_AUTO); /* with the AVX2 sets' Q6_K panels, kept for this */
@@ -107,6 +123,7 @@ int main(int argc, char **argv) {
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const kn_dtype t = types[ti];
         const kn_type_traits *tr = kn_type_traits_get(t);
+        if (only && !listed(only, tr->name)) continue;
         /* a type the set keeps plain: its panels as the best AVX2 set has them, for comparison */
         kn_kernels a2 = kn_kernels_named("avx2vnni") ? *kn_kernels_named("avx2vnni") : *kn_kernels_named("avx2");
         kn__avx2_p16_q6_k(&a2, strcmp(a2.name, "avx2vnni") == 0, true);
