@@ -28,7 +28,6 @@
 #include <time.h>
 
 static int g_cpu_clock; /* -t cpu: time this thread's CPU time (a shared machine's time slices left out) */
-void kn__avx2_p16_q6_k(kn_kernels *k, bool vnni, bool on); /* kernels_avx2_p16.c */
 
 static double now_s(void) {
     struct timespec ts;
@@ -108,9 +107,7 @@ int main(int argc, char **argv) {
                 "[-T TYPE,...]\n");
         return 2;
     }
-    kn_kernels kq = *kn_kernels_get(KN_KERNELS_AUTO); /* with the AVX2 sets' Q6_K panels, kept for this */
-    if (strncmp(kq.name, "avx2", 4) == 0) kn__avx2_p16_q6_k(&kq, strcmp(kq.name, "avx2vnni") == 0, true);
-    const kn_kernels *k = &kq;
+    const kn_kernels *k = kn_kernels_get(KN_KERNELS_AUTO);
     if (!k->p16[KN_Q4_0]) {
         printf("kernel set %s has no panel kernels\n", k->name);
         return 0;
@@ -125,9 +122,8 @@ int main(int argc, char **argv) {
         const kn_type_traits *tr = kn_type_traits_get(t);
         if (only && !listed(only, tr->name)) continue;
         /* a type the set keeps plain: its panels as the best AVX2 set has them, for comparison */
-        kn_kernels a2 = kn_kernels_named("avx2vnni") ? *kn_kernels_named("avx2vnni") : *kn_kernels_named("avx2");
-        kn__avx2_p16_q6_k(&a2, strcmp(a2.name, "avx2vnni") == 0, true);
-        const kn_kernels *ps = k->p16[t] ? k : &a2;
+        const kn_kernels *a2 = kn_kernels_named("avx2vnni") ? kn_kernels_named("avx2vnni") : kn_kernels_named("avx2");
+        const kn_kernels *ps = k->p16[t] ? k : a2;
         const kn_dtype at = tr->vec_dot_type;
         const int panel = ps->p16[t] != NULL;
         const kn_from_float_fn aq = kn_kernels_quantize(k, at);

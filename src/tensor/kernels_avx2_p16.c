@@ -47,9 +47,10 @@
  * of its read bandwidth here (measured on Zen 2, 2026-12-04: docs/benchmarks.md). So a decode tile (and
  * the first half's pass of a prefill tile, which streams the panel when tokens are few) prefetches the bytes PF_DIST
  * ahead of the piece of a group it starts on, a piece of about 300 bytes at a time (a burst of a whole 2304-byte K
- * group at once lost), which gained 10-50% in tg. */
-#define PF_DIST(GB)   ((GB) > 400 && (GB) < 1000 ? 768 : 1024) /* Q8_0 groups: 768 measured best */
-#define PF_PIECES(GB) ((GB) > 400 ? 2 : 1)                     /* Q4_0 / Q8_0 group; K groups: 8 pieces */
+ * group at once lost), which gained 10-50% in tg. Q6_K's 3360-byte groups prefetch a whole group ahead: its decode
+ * read 14 GB/s at 1024 bytes, 17-18 at 3360, 16 at 5120 (Zen 5, 2026-12-05). */
+#define PF_DIST(GB)   ((GB) > 3000 ? (GB) : (GB) > 400 && (GB) < 1000 ? 768 : 1024) /* Q8_0 groups: 768 measured best */
+#define PF_PIECES(GB) ((GB) > 400 ? 2 : 1) /* Q4_0 / Q8_0 group; K groups: 8 pieces */
 /* Except the decode of the 4-bit legacy groups (Q4_0, Q4_1, IQ4_NL, MXFP4: under 400 bytes) on AMD Zen 5
  * and later (family 0x1A), whose hardware prefetchers keep one core's stream ahead alone: there 1B Q4_0
  * decode ran 1.2x faster (1 and 2 threads) without the software prefetch, Q8_0 level, Q4_K_M and the
@@ -399,8 +400,8 @@ DEFINE_K45(q5_k_p, PLAIN, 1, 4, V_ZERO, P_STEP, P_SCALE)
  *     s0 = 8 hh + 2 k + par and s0 + 4 (k = 0, 1) read the low and the high nibbles of the same ql vectors
  *     and bit fields k and k + 2 of the same qh vectors, so each load serves two code vectors (half the
  *     loads; the integer sums do not depend on the order of the sub-blocks), and it prefetches as the Q4_K /
- *     Q5_K tiles do: 0.72-0.80x the plain kernel's decode rate on a 2048-wide matrix, 0.97-1.05x on an
- *     8192-wide one (0.55x without either; AVX2 and AVX-VNNI, Zen 5), still short of it (its unpack).
+ *     Q5_K tiles do, a whole group ahead (PF_DIST): 0.92-1.29x the plain kernel's decode rate where it
+ *     was 0.55x without these (AVX2 and AVX-VNNI, Zen 5).
  *   NAME_tile (prefill: one half, up to TILE_T tokens) takes them in order, a sub-block's 4 quads at a time
  *     for every token (the pairs' accumulators would not fit in registers). */
 #define DEFINE_K6(NAME, ATTR, QPS, ZERO, STEP, SCALE)                                                                  \
@@ -565,11 +566,9 @@ DEFINE_ENTRY(q6_k_v, VNNI, 256, 16 * sizeof(kn_block_q6_k))
 DEFINE_ENTRY(q6_k_p, PLAIN, 256, 16 * sizeof(kn_block_q6_k))
 
 /* Fills the panel kernels of k (kernels.h): the AVX-VNNI ones when vnni (the caller checked the CPU),
- * else the plain AVX2 ones. Called only on CPUs with AVX2, FMA and F16C. Q6_K matrices stay plain:
- * their panel kernel (kept for measurement, and tested) prefills at 1.2x the plain kernel's rate but
- * decodes at 0.72-0.80x on a 2048-wide matrix and 0.97-1.05x on an 8192-wide one (Zen 5, 2026-12-05;
- * 0.55x before its decode tile paired the sub-blocks and prefetched: docs/benchmarks.md), and Q6_K
- * matrices (a Q4_K_M file's output matrix) are mostly read in decode. */
+ * else the plain AVX2 ones. Called only on CPUs with AVX2, FMA and F16C. Q6_K's panels (selected since
+ * 2026-12-05) decode at 0.92-1.06x the plain kernel's rate on a 2048-wide matrix (a 1B model's output)
+ * and 1.18-1.29x on an 8192-wide one, and prefill at 1.0-1.5x (Zen 5: docs/benchmarks.md). */
 void kn_avx2_init_p16(kn_kernels *k, bool vnni) {
     const kn_cpu *c = kn_cpu_features();
     g_pf_dec4 = !(c->amd && c->family >= 0x1A);
@@ -583,15 +582,9 @@ void kn_avx2_init_p16(kn_kernels *k, bool vnni) {
     k->p16[KN_MLX8_F32] = vnni ? mlx8_f32_v : mlx8_f32_p;
     k->p16[KN_Q4_K] = vnni ? q4_k_v : q4_k_p;
     k->p16[KN_Q5_K] = vnni ? q5_k_v : q5_k_p;
+    k->p16[KN_Q6_K] = vnni ? q6_k_v : q6_k_p;
 }
-
-/* Test and benchmark hook: sets (on) or clears the Q6_K panel kernel of k, a set filled by
- * kn_avx2_init_p16 with the same vnni. */
-void kn__avx2_p16_q6_k(kn_kernels *k, bool vnni, bool on);
-void kn__avx2_p16_q6_k(kn_kernels *k, bool vnni, bool on) { k->p16[KN_Q6_K] = !on ? NULL : vnni ? q6_k_v : q6_k_p; }
 
 #else /* not x86-64: the set is never selected */
 void kn_avx2_init_p16(kn_kernels *k, bool vnni) { (void)k, (void)vnni; }
-void kn__avx2_p16_q6_k(kn_kernels *k, bool vnni, bool on);
-void kn__avx2_p16_q6_k(kn_kernels *k, bool vnni, bool on) { (void)k, (void)vnni, (void)on; }
 #endif

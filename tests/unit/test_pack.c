@@ -208,18 +208,13 @@ static int check_kernel(const kn_kernels *set, kn_dtype t, int np, int64_t n, in
     return rc;
 }
 
-void kn__avx2_p16_q6_k(kn_kernels *k, bool vnni, bool on); /* kernels_avx2_p16.c */
-
-/* Every panel kernel of the set called name, every type it has one for, every tile shape (the AVX2
- * sets with their Q6_K panel kernel, which they do not select by default). The table formats (IQ4_NL,
+/* Every panel kernel of the set called name, every type it has one for, every tile shape. The table formats (IQ4_NL,
  * IQ4_XS, MXFP4) must have panel kernels in every x86 set; IQ4_XS's also take tiles wider than
  * p16_tile_t. */
 static void check_set(const char *name) {
     const kn_kernels *named = kn_kernels_named(name);
     if (!named) SKIP("this CPU cannot run the %s kernel set", name);
-    kn_kernels copy = *named;
-    if (strncmp(name, "avx2", 4) == 0) kn__avx2_p16_q6_k(&copy, strcmp(name, "avx2vnni") == 0, true);
-    const kn_kernels *set = &copy;
+    const kn_kernels *set = named;
     if (!set->p16[KN_Q4_0]) SKIP("kernel set %s has no panel kernels", set->name);
     printf("KSET %s: panel kernels tested:", name);
     for (size_t ti = 0; ti < KN_ARRAY_LEN(types); ti++)
