@@ -208,13 +208,12 @@ static int check_kernel(const kn_kernels *set, kn_dtype t, int np, int64_t n, in
     return rc;
 }
 
-/* Every panel kernel of the set called name, every type it has one for, every tile shape. The table formats (IQ4_NL,
- * IQ4_XS, MXFP4) must have panel kernels in every x86 set; IQ4_XS's also take tiles wider than
- * p16_tile_t. */
+/* Every panel kernel of the set called name, every type it has one for, every tile shape. The table
+ * formats (IQ4_NL, IQ4_XS, MXFP4) must have panel kernels in every x86 set; IQ4_XS's also take tiles
+ * wider than p16_tile_t. */
 static void check_set(const char *name) {
-    const kn_kernels *named = kn_kernels_named(name);
-    if (!named) SKIP("this CPU cannot run the %s kernel set", name);
-    const kn_kernels *set = named;
+    const kn_kernels *set = kn_kernels_named(name);
+    if (!set) SKIP("this CPU cannot run the %s kernel set", name);
     if (!set->p16[KN_Q4_0]) SKIP("kernel set %s has no panel kernels", set->name);
     printf("KSET %s: panel kernels tested:", name);
     for (size_t ti = 0; ti < KN_ARRAY_LEN(types); ti++)
