@@ -187,10 +187,8 @@ FUZZ_SAN      = -fsanitize=address,undefined -fno-sanitize-recover=undefined -fn
 # to the full work budget (joins of joins: 2 s in a release build) took 10-13 s, past the hang timeout,
 # and at 64 MiB such units still took 1-2 s each, holding a long run to 500 executions a second; a loop
 # nest that reaches the step limit takes 0.14 s at 2 M steps (1.4 s at 20 M). The budgets' logic is the
-# same code; test_jinja checks the full ones. The schema compiler's automaton minimization likewise gets a
-# fifth of its 1 M state visits (KN_DFA_MAX_REFINE): the grammar corpus's long-chain patterns held a pass
-# over it at 40 s, 23 s with it.
-FUZZ_DEFS     = -DKN_JINJA_MAX_WORK=4194304ull -DKN_JINJA_MAX_STEPS=2000000ull -DKN_DFA_MAX_REFINE=200000
+# same code; test_jinja checks the full ones.
+FUZZ_DEFS     = -DKN_JINJA_MAX_WORK=4194304ull -DKN_JINJA_MAX_STEPS=2000000ull
 FUZZ_SRC     := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_BINS     = $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/%)
 SERVER_OBJ    = $(filter $(BUILD)/obj/src/server/%,$(CLI_OBJ))

@@ -49,5 +49,10 @@ kiln_status kiln_grammar_compile(const char *text, size_t len, const kiln_gramma
     if (st) return st;
     st = kn_gbnf_compile(gbnf, strlen(gbnf), out);
     free(gbnf);
+    /* The conversion keeps a schema no finite value satisfies (a required property whose $ref leads
+     * back to an enclosing schema); the grammar's own check finds its root matches nothing. */
+    if (st == KILN_ERR_INVALID_ARG && strstr(kiln_last_error(), "rule 'root' matches no text"))
+        return kn_error(st, "schema #: no finite JSON value satisfies it (each needs another nested inside it, as "
+                            "through a required property whose $ref leads back to an enclosing schema)");
     return st ? st : with_triggers(&p, out);
 }

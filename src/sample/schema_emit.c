@@ -326,12 +326,17 @@ bool ks_emit_object(ctx *c, node *n, kn_sbuf *b, const char *hint, int depth) {
     /* additional properties: per pattern, and the keys no pattern matches */
     kn_dfa *base = NULL;
     if (ok && !c->failed) {
-        kn_dfa *lit = ks_literals_dfa(c, names);
+        const char *path = n->path ? n->path : "";
+        kn_dfa *lit = ks_literals_dfa(c, names, path, "properties", "the property names (declared and required)");
         base = lit ? kn_dfa_not(lit) : NULL;
+        if (lit && !base) ks_dfa_fail(c, path, "properties", "the names besides the declared and required ones");
         kn_dfa_free(lit);
-        if (base && n->keys)
-            ks_dfa_and_into(c, &base, kn_dfa_and(n->keys, base), n->path ? n->path : "", "propertyNames");
-        if (!base) ks_nomem(c);
+        if (base && n->keys) {
+            kn_dfa *kb = kn_dfa_and(n->keys, base);
+            if (!kb) ks_dfa_fail(c, path, "propertyNames", "the names besides the declared ones");
+            kn_dfa_free(base);
+            base = kb;
+        }
     }
     int npat = 0;
     for (int j = 0; j < n->osrc.n; j++) {

@@ -25,13 +25,6 @@
 #define KN_DFA_MAX_STATES    6000  /* states of one string automaton */
 #define KN_CP_MAX            0x10FFFFu
 #define KN_SCHEMA_ERRMSG_MAX 400
-/* State visits of one minimization of a string automaton (rounds x states: a chain of states, as
- * in [a-z]{3000}, takes a round per state); beyond it the pattern fails to compile instead of
- * holding a request's thread for seconds. Overridable: the fuzzing builds take a fifth of it
- * (Makefile, FUZZ_DEFS), the same code at a cost the sanitizers can afford per input. */
-#ifndef KN_DFA_MAX_REFINE
-#define KN_DFA_MAX_REFINE 1000000
-#endif
 
 /* What a conversion did besides succeeding (for tests and tools). */
 typedef struct kn_schema_info {
@@ -134,6 +127,14 @@ kn_dfa *kn_dfa_length(long min, long max);
  * and minimized. */
 kn_dfa *kn_dfa_and(const kn_dfa *a, const kn_dfa *b);
 kn_dfa *kn_dfa_not(const kn_dfa *a);
+/* Whether the latest kn_dfa_literals, _length, _and or _not of this thread that returned NULL did so
+ * because the automaton would pass KN_DFA_MAX_STATES (a limit of the input: a schema error) rather
+ * than for want of memory. */
+bool kn_dfa_toobig(void);
+/* cls[i] = the equivalence class (0 .. result-1) of each state i with live[i] (it can reach
+ * acceptance), -1 for the others; states of one class accept the same strings. Returns the number
+ * of classes, -1 when out of memory (schema_dfa_min.c). */
+int kn_dfa_classes(const kn_dfa *d, const bool *live, int *cls);
 bool kn_dfa_is_empty(const kn_dfa *d);
 /* Whether the automaton accepts every string (so it constrains nothing). */
 bool kn_dfa_is_all(const kn_dfa *d);
@@ -289,7 +290,11 @@ bool ks_nonneg_int(const json_t *v, long *out);
 void ks_node_free(node *n);
 void ks_dfa_and_into(ctx *c, kn_dfa **slot, kn_dfa *d, const char *path, const char *kw);
 kn_dfa *ks_pattern_dfa(ctx *c, const char *pattern, const char *path, const char *kw);
-kn_dfa *ks_literals_dfa(ctx *c, json_t *strs);
+/* Exactly the strings of the JSON array strs; NULL after ks_dfa_fail(c, path, kw, what). */
+kn_dfa *ks_literals_dfa(ctx *c, json_t *strs, const char *path, const char *kw, const char *what);
+/* Reports a kn_dfa_ operation's NULL: at the automaton limit a schema error at path/kw ("<what> need
+ * more than N automaton states"), else out of memory. */
+void ks_dfa_fail(ctx *c, const char *path, const char *kw, const char *what);
 /* Merges the keywords of schema object x into n (schema_merge.c). */
 void ks_merge(ctx *c, node *n, sref x);
 /* The name of a shared rule (value, string, number, never, char), marking it to be written. */

@@ -84,6 +84,11 @@ void ks_node_free(node *n) {
     ks_conj_free(&n->asrc);
 }
 
+void ks_dfa_fail(ctx *c, const char *path, const char *kw, const char *what) {
+    if (kn_dfa_toobig()) ks_fail(c, path, kw, "%s need more than %d automaton states", what, KN_DFA_MAX_STATES);
+    else ks_nomem(c);
+}
+
 /* *slot = *slot AND d (takes d). */
 void ks_dfa_and_into(ctx *c, kn_dfa **slot, kn_dfa *d, const char *path, const char *kw) {
     if (!d) return;
@@ -94,7 +99,7 @@ void ks_dfa_and_into(ctx *c, kn_dfa **slot, kn_dfa *d, const char *path, const c
     kn_dfa *r = kn_dfa_and(*slot, d);
     kn_dfa_free(d);
     if (!r) {
-        ks_fail(c, path, kw, "the string constraints combine into more than %d automaton states", KN_DFA_MAX_STATES);
+        ks_dfa_fail(c, path, kw, "the string constraints combined");
         return;
     }
     kn_dfa_free(*slot);
@@ -108,7 +113,7 @@ kn_dfa *ks_pattern_dfa(ctx *c, const char *pattern, const char *path, const char
     return d;
 }
 
-kn_dfa *ks_literals_dfa(ctx *c, json_t *strs) {
+kn_dfa *ks_literals_dfa(ctx *c, json_t *strs, const char *path, const char *kw, const char *what) {
     size_t n = json_array_size(strs);
     const char **s = calloc(n + 1, sizeof *s);
     size_t *l = calloc(n + 1, sizeof *l);
@@ -122,7 +127,8 @@ kn_dfa *ks_literals_dfa(ctx *c, json_t *strs) {
     }
     free(s);
     free(l);
-    if (!d) ks_nomem(c);
+    if (!d && !(s && l)) ks_nomem(c);
+    else if (!d) ks_dfa_fail(c, path, kw, what);
     return d;
 }
 
@@ -222,7 +228,7 @@ static void merge_not(ctx *c, node *n, json_t *v, const char *path) {
         kn_dfa *nd = kn_dfa_not(d);
         kn_dfa_free(d);
         if (!nd) {
-            ks_nomem(c);
+            ks_dfa_fail(c, path, "not", "the strings the pattern does not match");
             return;
         }
         ks_dfa_and_into(c, &n->str, nd, path, "not");
@@ -243,11 +249,11 @@ static void merge_not(ctx *c, node *n, json_t *v, const char *path) {
         }
     }
     if (!c->failed && json_array_size(strs)) {
-        kn_dfa *d = ks_literals_dfa(c, strs);
+        kn_dfa *d = ks_literals_dfa(c, strs, path, "not", "the strings together");
         kn_dfa *nd = d ? kn_dfa_not(d) : NULL;
+        if (d && !nd) ks_dfa_fail(c, path, "not", "the strings besides these");
         kn_dfa_free(d);
-        if (!nd) ks_nomem(c);
-        else ks_dfa_and_into(c, &n->str, nd, path, "not");
+        if (nd) ks_dfa_and_into(c, &n->str, nd, path, "not");
     }
     json_decref(strs);
     json_decref(list);

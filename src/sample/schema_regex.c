@@ -11,8 +11,8 @@
  * (?<name>...)), alternation, * + ? {m} {m,} {m,n} and their lazy forms, ^ and $. Refused with a
  * message naming the offset: backreferences, lookaround, word boundaries, unknown letter escapes.
  *
- * Automata: intersection, complement, literal sets and length ranges, trimmed and minimized (Moore's
- * partition refinement), so every string constraint of a schema combines into one automaton.
+ * Automata: intersection, complement, literal sets and length ranges, trimmed and minimized
+ * (schema_dfa_min.c), so every string constraint of a schema combines into one automaton.
  */
 #include "sample/schema_internal.h"
 
@@ -636,8 +636,17 @@ void kn_dfa_free(kn_dfa *d) {
     free(d);
 }
 
+/* Set when dfa_add_state refuses a state past KN_DFA_MAX_STATES; cleared as each operation of
+ * kn_dfa_toobig's list, and kn_dfa_regex's subset construction, starts. */
+static _Thread_local bool tl_toobig;
+
+bool kn_dfa_toobig(void) { return tl_toobig; }
+
 static int dfa_add_state(kn_dfa *d, bool acc) {
-    if (d->n >= KN_DFA_MAX_STATES) return -1;
+    if (d->n >= KN_DFA_MAX_STATES) {
+        tl_toobig = true;
+        return -1;
+    }
     if (d->n == d->cap) {
         int nc = d->cap ? d->cap * 2 : 16;
         kn_dstate *s = realloc(d->s, (size_t)nc * sizeof *s);
@@ -934,10 +943,11 @@ kn_dfa *kn_dfa_regex(const char *pattern, char *err, size_t errcap) {
     } else if (a.nomem) {
         snprintf(err, errcap, "out of memory");
     } else {
+        tl_toobig = false;
         d = subset(&a, s0, s1);
-        if (!d)
-            snprintf(err, errcap, "the pattern needs more than %d automaton states (or too long a chain of them)",
-                     KN_DFA_MAX_STATES);
+        if (!d && tl_toobig)
+            snprintf(err, errcap, "the pattern needs more than %d automaton states", KN_DFA_MAX_STATES);
+        else if (!d) snprintf(err, errcap, "out of memory");
     }
     nfa_free(&a);
     return d;
@@ -980,78 +990,16 @@ static bool co_reachable(const kn_dfa *d, bool *live) {
 }
 
 /* Removes states that are unreachable or cannot reach acceptance, then merges equivalent states
- * (Moore). The start stays state 0; an empty language leaves one non-accepting state. Takes d. */
+ * (kn_dfa_classes). The start stays state 0; an empty language leaves one non-accepting state. Takes d. */
 static kn_dfa *dfa_trim_min(kn_dfa *d) {
     if (!d) return NULL;
     int n = d->n;
     bool *live = calloc((size_t)n + 1, sizeof *live);
-    int *cls = malloc(((size_t)n + 1) * sizeof *cls), *ncls = malloc(((size_t)n + 1) * sizeof *ncls);
-    int *sig = NULL;
+    int *cls = malloc(((size_t)n + 1) * sizeof *cls);
     kn_dfa *out = calloc(1, sizeof *out);
-    imap map = {0};
-    bool ok = live && cls && ncls && out;
+    int nclasses = -1;
+    bool ok = live && cls && out && co_reachable(d, live) && (nclasses = kn_dfa_classes(d, live, cls)) >= 0;
     if (!ok) goto done;
-    if (!co_reachable(d, live)) {
-        ok = false;
-        goto done;
-    }
-    /* Moore refinement; class -1 for dead states */
-    for (int i = 0; i < n; i++) cls[i] = live[i] ? (d->s[i].acc ? 1 : 0) : -1;
-    int nclasses = 0;
-    size_t capsig = 0;
-    uint64_t work = 0;
-    for (int round = 0;; round++) {
-        if ((work += (uint64_t)n) > KN_DFA_MAX_REFINE) {
-            ok = false; /* too long a chain to minimize in bounded time */
-            goto done;
-        }
-        imap_free(&map);
-        map = (imap){0};
-        int next = 0;
-        for (int i = 0; i < n; i++) {
-            if (!live[i]) {
-                ncls[i] = -1;
-                continue;
-            }
-            /* signature: class, then (lo, hi, class of target) for live targets, merged */
-            size_t need = 1 + 3 * (size_t)d->s[i].ntr;
-            if (need > capsig) {
-                int *ns = realloc(sig, need * sizeof *ns);
-                if (!ns) {
-                    ok = false;
-                    goto done;
-                }
-                sig = ns;
-                capsig = need;
-            }
-            int m = 0;
-            sig[m++] = cls[i];
-            for (int k = 0; k < d->s[i].ntr; k++) {
-                const kn_dtrans *t = &d->s[i].tr[k];
-                if (!live[t->to]) continue;
-                if (m > 1 && sig[m - 1] == cls[t->to] && (uint32_t)sig[m - 2] + 1 == t->lo) {
-                    sig[m - 2] = (int)t->hi;
-                    continue;
-                }
-                sig[m++] = (int)t->lo;
-                sig[m++] = (int)t->hi;
-                sig[m++] = cls[t->to];
-            }
-            int id = imap_get(&map, sig, m);
-            if (id < 0) {
-                id = next++;
-                if (!imap_put(&map, sig, m, id)) {
-                    ok = false;
-                    goto done;
-                }
-            }
-            ncls[i] = id;
-        }
-        bool stable = next == nclasses;
-        nclasses = next;
-        memcpy(cls, ncls, (size_t)n * sizeof *cls);
-        if (stable && round > 0) break;
-    }
     /* build: class of the start first */
     int *order = calloc((size_t)nclasses + 1, sizeof *order);
     int *rep = malloc(((size_t)nclasses + 1) * sizeof *rep);
@@ -1106,11 +1054,8 @@ static kn_dfa *dfa_trim_min(kn_dfa *d) {
     free(order);
     free(rep);
 done:
-    imap_free(&map);
-    free(sig);
     free(live);
     free(cls);
-    free(ncls);
     kn_dfa_free(d);
     if (!ok) {
         kn_dfa_free(out);
@@ -1120,6 +1065,7 @@ done:
 }
 
 kn_dfa *kn_dfa_literals(const char *const *s, const size_t *len, int n) {
+    tl_toobig = false;
     kn_dfa *d = calloc(1, sizeof *d);
     if (!d || dfa_add_state(d, false) < 0) goto fail;
     for (int i = 0; i < n; i++) {
@@ -1153,7 +1099,7 @@ fail:
 
 kn_dfa *kn_dfa_length(long min, long max) {
     long k = max >= 0 ? max : min;
-    if (k >= KN_DFA_MAX_STATES || min < 0) return NULL;
+    if ((tl_toobig = k >= KN_DFA_MAX_STATES) || min < 0) return NULL;
     kn_dfa *d = calloc(1, sizeof *d);
     if (!d) return NULL;
     for (long i = 0; i <= k; i++)
@@ -1170,6 +1116,7 @@ fail:
 }
 
 kn_dfa *kn_dfa_and(const kn_dfa *a, const kn_dfa *b) {
+    tl_toobig = false;
     kn_dfa *d = calloc(1, sizeof *d);
     imap map = {0};
     int *pairs = NULL; /* pairs[2i], pairs[2i+1]: the states of a and b of product state i */
@@ -1222,6 +1169,7 @@ fail:
 }
 
 kn_dfa *kn_dfa_not(const kn_dfa *a) {
+    tl_toobig = false;
     kn_dfa *d = calloc(1, sizeof *d);
     if (!d) return NULL;
     for (int i = 0; i <= a->n; i++)
