@@ -1,9 +1,9 @@
 /*
- * kernels_avx512_p16.c - AVX-512 VNNI panel kernels for Q4_0, Q8_0, IQ4_NL, MXFP4, MLX8 and Q4_K matrices in the
- * 16-row panel layout of pack.h: one weight row per 32-bit lane, so a zmm register holds 4 consecutive
- * codes of 16 rows and one vpdpbusd against 4 activation quants broadcast to every lane advances 16 dot
- * products. The table formats IQ4_NL and MXFP4 are Q4_0's kernel with the nibbles looked up in the
- * format's table plus 128 (vpshufb; their Q8X rows carry the offset 128) and, for MXFP4, E8M0 scales.
+ * kernels_avx512_p16.c - AVX-512 VNNI panel kernels for Q4_0, Q8_0, IQ4_NL, MXFP4, MLX8, Q4_K, Q5_K and Q6_K matrices
+ * in the 16-row panel layout of pack.h: one weight row per 32-bit lane, so a zmm register holds 4 consecutive codes of
+ * 16 rows and one vpdpbusd against 4 activation quants broadcast to every lane advances 16 dot products. The table
+ * formats IQ4_NL and MXFP4 are Q4_0's kernel with the nibbles looked up in the format's table plus 128 (vpshufb; their
+ * Q8X rows carry the offset 128) and, for MXFP4, E8M0 scales.
  *
  * Per block column b of the panel and token t the kernel forms the exact integer dot product
  *     p = c[t][b] + sum over the 8 dword quads j of vpdpbusd(codes quad j, x quads j broadcast)
@@ -272,20 +272,35 @@ AI void q4_k_step(const __m512i mp[4], __m512 dw, __m512 dmin, __m512i sumi, con
     *sm = _mm512_fmadd_ps(_mm512_cvtepi32_ps(summ), _mm512_mul_ps(dmin, xd), *sm);
 }
 
-/* The super-block group at g (pack.h) times NT Q8KX activation rows:
+/* Q5_K: the codes W of sub-block s with bit 4 set where bit s of the qh bytes H is (the nibbles leave it
+ * clear, so an add is an or). */
+AI __m512i k5_high(__m512i W, __m512i H, int s) {
+    const __mmask64 b = _mm512_test_epi8_mask(H, _mm512_set1_epi8((char)(1 << s)));
+    return _mm512_mask_add_epi8(W, b, W, _mm512_set1_epi8(0x10));
+}
+
+/* Bytes of a Q4_K / Q5_K group (pack.h) and the offset of its qs vectors. */
+#define GB_K45(Q5) (16 * ((Q5) ? sizeof(kn_block_q5_k) : sizeof(kn_block_q4_k)))
+#define QS_K45(Q5) ((Q5) ? 768 : 256)
+
+/* The super-block group at g (pack.h; Q5 selects Q5_K's, whose codes take a fifth bit from qh) times NT
+ * Q8KX activation rows:
  *   sumi = sum_j sc[j] * (exact dot of sub-block j)        (vpdpbusd chains, vpmulld)
  *   summ = sum_j m[j] * bs[j]                              (vpdpwssd on int16 pairs)
  *   sa = fma((float)sumi, d * xd, sa); sm = fma((float)summ, dmin * xd, sm)
- * as the reference kn_q4_k_vec_dot_q8_k, whose result is sa - sm. */
-AI void q4_k_tile(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, float *out, size_t ldo, const int NT) {
+ * as the reference kn_q4_k_vec_dot_q8_k / kn_q5_k_vec_dot_q8_k, whose result is sa - sm. */
+AI void q4_k_tile(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, float *out, size_t ldo, const int NT,
+                  const int Q5) {
     __m512 sa[TILE_T], sm[TILE_T];
     UNROLL for (int t = 0; t < NT; t++) sa[t] = sm[t] = _mm512_setzero_ps();
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     for (int64_t sb = 0; sb < n / 256; sb++) {
-        const uint8_t *g = w + (size_t)sb * 16 * sizeof(kn_block_q4_k);
-        if (sb + 4 < n / 256) /* the group 4 ahead: measured +11-18% on Q4_K decode (none on Q4_0) */
-            for (int c = 0; c < 16 * (int)sizeof(kn_block_q4_k); c += 64)
-                _mm_prefetch((const char *)(g + 4 * 16 * sizeof(kn_block_q4_k) + c), _MM_HINT_T0);
+        const uint8_t *g = w + (size_t)sb * GB_K45(Q5);
+        /* the group 4 ahead: measured +11-18% on Q4_K decode (none on Q4_0); Q5_K's (2816 bytes) 2 ahead:
+         * 1.25-1.37x the plain kernel's decode of a 2048-wide matrix, 0.80-1.08x 4 ahead (Zen 5) */
+        if (sb + (Q5 ? 2 : 4) < n / 256)
+            for (int c = 0; c < (int)GB_K45(Q5); c += 64)
+                _mm_prefetch((const char *)(g + (Q5 ? 2 : 4) * GB_K45(Q5) + c), _MM_HINT_T0);
         __m512i sc[2], mp[4];
         q4_k_scales(g, sc);
         __m512i sumi[TILE_T];
@@ -294,9 +309,13 @@ AI void q4_k_tile(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, floa
             const __m512i sca = byte_of(sc[c / 2], 2 * (c % 2)), scb = byte_of(sc[c / 2], 2 * (c % 2) + 1);
             __m512i Wl[8], Wh[8];
             UNROLL for (int q = 0; q < 8; q++) {
-                const __m512i p = _mm512_loadu_si512(g + 256 + 64 * (8 * c + q));
+                const __m512i p = _mm512_loadu_si512(g + QS_K45(Q5) + 64 * (8 * c + q));
                 Wl[q] = _mm512_and_si512(p, m4);
                 Wh[q] = _mm512_and_si512(_mm512_srli_epi16(p, 4), m4);
+                if (Q5) {
+                    const __m512i H = _mm512_loadu_si512(g + 256 + 64 * q);
+                    Wl[q] = k5_high(Wl[q], H, 2 * c), Wh[q] = k5_high(Wh[q], H, 2 * c + 1);
+                }
             }
             UNROLL for (int t = 0; t < NT; t++) {
                 const uint8_t *xq = x + (size_t)t * xs + (size_t)sb * KN_Q8KX_BLOCK + 64 * c;
@@ -322,8 +341,8 @@ AI void q4_k_tile(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, floa
  * activation broadcast feeds NP vpdpbusd and the NP x NT chains are independent; the same integer sums
  * and float steps as q4_k_tile. */
 AI void q4_k_gemm(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, float *out, size_t ldo, const int NP,
-                  const int NT) {
-    const size_t GB = 16 * sizeof(kn_block_q4_k), pb = (size_t)(n / 256) * GB;
+                  const int NT, const int Q5) {
+    const size_t GB = GB_K45(Q5), pb = (size_t)(n / 256) * GB;
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     const bool stream = first_pass(w);
     __m512 sa[KN_P16_PANELS][TILE_T], sm[KN_P16_PANELS][TILE_T];
@@ -331,11 +350,11 @@ AI void q4_k_gemm(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, floa
     for (int64_t sb = 0; sb < n / 256; sb++) {
         const uint8_t *xs0 = x + (size_t)sb * KN_Q8KX_BLOCK;
         __m512i sc[KN_P16_PANELS][2];
-        UNROLL for (int q = 0; q < NP; q++) q4_k_scales(w + q * pb + (size_t)sb * 16 * sizeof(kn_block_q4_k), sc[q]);
+        UNROLL for (int q = 0; q < NP; q++) q4_k_scales(w + q * pb + (size_t)sb * GB, sc[q]);
         __m512i sumi[KN_P16_PANELS][TILE_T];
         UNROLL for (int q = 0; q < NP; q++) UNROLL for (int t = 0; t < NT; t++) sumi[q][t] = _mm512_setzero_si512();
         for (int s8 = 0; s8 < 8; s8++) { /* sub-block: low nibbles of vectors 8(s8/2) .. +7 when even */
-            const uint8_t *qs = w + (size_t)sb * GB + 256 + 64 * 8 * (s8 / 2);
+            const uint8_t *qs = w + (size_t)sb * GB + QS_K45(Q5) + 64 * 8 * (s8 / 2);
             if (stream)
                 UNROLL for (int q = 0; q < NP; q++)
                     kn_prefetch_piece(w + q * pb + (size_t)sb * GB + s8 * (GB / 8), GB / 8, PF_PREFILL);
@@ -346,6 +365,7 @@ AI void q4_k_gemm(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, floa
                 UNROLL for (int q = 0; q < NP; q++) {
                     const __m512i v = _mm512_loadu_si512(qs + q * pb + 64 * j);
                     W[q] = _mm512_and_si512(s8 % 2 ? _mm512_srli_epi16(v, 4) : v, m4);
+                    if (Q5) W[q] = k5_high(W[q], _mm512_loadu_si512(w + q * pb + (size_t)sb * GB + 256 + 64 * j), s8);
                 }
                 UNROLL for (int t = 0; t < NT; t++) {
                     const __m512i bx = _mm512_set1_epi32(kn_ld_i32(xs0 + t * xs + 32 * s8 + 4 * j));
@@ -359,7 +379,7 @@ AI void q4_k_gemm(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, floa
             }
         }
         UNROLL for (int q = 0; q < NP; q++) {
-            const uint8_t *g = w + q * pb + (size_t)sb * 16 * sizeof(kn_block_q4_k);
+            const uint8_t *g = w + q * pb + (size_t)sb * GB;
             __m512i mp[4];
             __m512 dw, dmin;
             q4_k_mins(g, mp);
@@ -373,24 +393,166 @@ AI void q4_k_gemm(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, floa
 
 /* NP panels x NT tokens (NT <= TILE_PF): panel after panel for decode, q4_k_gemm for prefill. */
 AI void q4_k_tiles(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, float *out, size_t ldo, const int NP,
-                   const int NT) {
+                   const int NT, const int Q5) {
     if (NT >= 3) {
-        q4_k_gemm(n, w, x, xs, out, ldo, NP, NT);
+        q4_k_gemm(n, w, x, xs, out, ldo, NP, NT, Q5);
         return;
     }
-    const size_t pb = (size_t)(n / 256) * 16 * sizeof(kn_block_q4_k);
-    UNROLL for (int q = 0; q < NP; q++) q4_k_tile(n, w + q * pb, x, xs, out + 16 * q, ldo, NT);
+    const size_t pb = (size_t)(n / 256) * GB_K45(Q5);
+    UNROLL for (int q = 0; q < NP; q++) q4_k_tile(n, w + q * pb, x, xs, out + 16 * q, ldo, NT, Q5);
 }
 
 /* Q4_K's integer and float accumulators of more than TILE_PF tokens would not fit the registers: the
  * first TILE_PF tokens, then the others. */
 AI void q4_k_split(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, float *out, size_t ldo, const int NP,
-                   const int NT) {
-    q4_k_tiles(n, w, x, xs, out, ldo, NP, NT < TILE_PF ? NT : TILE_PF);
-    if (NT > TILE_PF) q4_k_tiles(n, w, x + TILE_PF * xs, xs, out + TILE_PF * ldo, ldo, NP, NT - TILE_PF);
+                   const int NT, const int Q5) {
+    q4_k_tiles(n, w, x, xs, out, ldo, NP, NT < TILE_PF ? NT : TILE_PF, Q5);
+    if (NT > TILE_PF) q4_k_tiles(n, w, x + TILE_PF * xs, xs, out + TILE_PF * ldo, ldo, NP, NT - TILE_PF, Q5);
+}
+#define Q4_K_SPLIT(n, w, x, xs, out, ldo, NP, NT) q4_k_split(n, w, x, xs, out, ldo, NP, NT, 0)
+#define Q5_K_SPLIT(n, w, x, xs, out, ldo, NP, NT) q4_k_split(n, w, x, xs, out, ldo, NP, NT, 1)
+
+P16_ENTRY(p16_q4_k, Q4_K_SPLIT)
+P16_ENTRY(p16_q5_k, Q5_K_SPLIT)
+
+/* ---- Q6_K: super-blocks of 256 with 16 sub-blocks of 16, 6-bit codes, int8 scales (quant.h) ---- */
+
+/* Byte k (0..3) of each dword lane of v, sign-extended to int32; bytes k and k+1 so, as two int16
+ * halves of the lane. */
+AI __m512i sbyte_of(__m512i v, const int k) { return _mm512_srai_epi32(_mm512_slli_epi32(v, 24 - 8 * k), 24); }
+AI __m512i sbytes_as_words(__m512i v, const int k) {
+    return _mm512_or_si512(_mm512_and_si512(sbyte_of(v, k), _mm512_set1_epi32(0xFFFF)),
+                           _mm512_slli_epi32(sbyte_of(v, k + 1), 16));
 }
 
-P16_ENTRY(p16_q4_k, q4_k_split)
+/* Code vector j (quad j, 0..3) of sub-block s of the group at g (ql | qh | scales | d, pack.h): the low
+ * or high nibbles of a ql vector with a 2-bit field of a qh vector above them, unsigned 0..63. */
+AI __m512i code_k6(const uint8_t *g, const int s, const int j) {
+    const int hh = s / 8, k = (s / 2) % 4, m = 4 * (s % 2) + j;
+    const __m512i L = _mm512_loadu_si512(g + 64 * (16 * hh + 8 * (k & 1) + m));
+    const __m512i H = _mm512_loadu_si512(g + 2048 + 64 * (8 * hh + m));
+    const __m512i lo = _mm512_and_si512(k >> 1 ? _mm512_srli_epi16(L, 4) : L, _mm512_set1_epi8(0x0F));
+    const __m512i hi = k == 0   ? _mm512_slli_epi16(H, 4)
+                       : k == 1 ? _mm512_slli_epi16(H, 2)
+                       : k == 2 ? H
+                                : _mm512_srli_epi16(H, 2);
+    return _mm512_or_si512(lo, _mm512_and_si512(hi, _mm512_set1_epi8(0x30)));
+}
+
+/* The float step of one super-block for the token whose Q8K6 block is xb, given its integer sum sumi
+ * and the group g's scales:
+ *   corr = sum_k (sc[2k], sc[2k+1]) . (bsums[2k], bsums[2k+1]);  sa = fma((float)(sumi - 32 corr), d * xd, sa)
+ * which makes kn_q6_k_vec_dot_q8_k's integer sum_s sc[s] * (dot_s - 32 bsums[s]) and float step. */
+AI void q6_k_step(const uint8_t *g, __m512i sumi, const uint8_t *xb, __m512 *sa) {
+    __m512i corr = _mm512_setzero_si512();
+    UNROLL for (int k = 0; k < 8; k++) {
+        const __m512i sc = sbytes_as_words(_mm512_loadu_si512(g + 3072 + 64 * (k / 2)), 2 * (k % 2));
+        corr = _mm512_dpwssd_epi32(corr, sc, _mm512_set1_epi32(kn_ld_i32(xb + 260 + 4 * k)));
+    }
+    const __m512i si = _mm512_sub_epi32(sumi, _mm512_slli_epi32(corr, 5));
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + 3328)));
+    *sa = _mm512_fmadd_ps(_mm512_cvtepi32_ps(si), _mm512_mul_ps(dw, _mm512_set1_ps(kn_ld_f32(xb + 256))), *sa);
+}
+
+/* Decode: the panel at w times NT (1 or 2) Q8K6 rows, sumi = sum_s sc[s] * (exact dot of sub-block s)
+ * with the sub-blocks in the pairs that share their code bytes: s0 = 8 hh + 2 k + par and s0 + 4 read the
+ * low and the high nibbles of the same ql vectors and the 2-bit fields k and k + 2 of the same qh vectors,
+ * so each load serves two code vectors (the integer sums do not depend on the order of the sub-blocks).
+ * It prefetches a whole group ahead, as the AVX2 panels do. */
+AI void q6_k_tile(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, float *out, size_t ldo, const int NT) {
+    const size_t GB = 16 * sizeof(kn_block_q6_k);
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+    __m512 sa[TILE_T];
+    UNROLL for (int t = 0; t < NT; t++) sa[t] = _mm512_setzero_ps();
+    for (int64_t sb = 0; sb < n / 256; sb++) {
+        const uint8_t *g = w + (size_t)sb * GB, *xsb = x + (size_t)sb * KN_Q8K6_BLOCK;
+        __m512i sumi[TILE_T];
+        UNROLL for (int t = 0; t < NT; t++) sumi[t] = _mm512_setzero_si512();
+        _Pragma("GCC unroll 1") for (int hh = 0; hh < 2; hh++) UNROLL for (int pk = 0; pk < 4; pk++) {
+            const int par = pk >> 1, k = pk & 1; /* compile-time: only hh varies at run time */
+            const int s0 = 8 * hh + 2 * k + par, s1 = s0 + 4;
+            kn_prefetch_piece(g + (4 * hh + pk) * (GB / 8), GB / 8, GB);
+            const __m512i ca = sbyte_of(_mm512_loadu_si512(g + 3072 + 64 * (s0 / 4)), s0 % 4);
+            const __m512i cb = sbyte_of(_mm512_loadu_si512(g + 3072 + 64 * (s1 / 4)), s1 % 4);
+            __m512i Sa[TILE_T], Sb[TILE_T];
+            UNROLL for (int t = 0; t < NT; t++) Sa[t] = Sb[t] = _mm512_setzero_si512();
+            UNROLL for (int j = 0; j < 4; j++) {
+                const int m = 4 * par + j;
+                const __m512i L = _mm512_loadu_si512(g + 64 * (16 * hh + 8 * k + m));
+                const __m512i H = _mm512_loadu_si512(g + 2048 + 64 * (8 * hh + m));
+                const __m512i Ha = k ? _mm512_slli_epi16(H, 2) : _mm512_slli_epi16(H, 4);
+                const __m512i Hb = k ? _mm512_srli_epi16(H, 2) : H;
+                const __m512i Wa = _mm512_or_si512(_mm512_and_si512(L, m4), _mm512_and_si512(Ha, m30));
+                const __m512i Wb =
+                    _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(L, 4), m4), _mm512_and_si512(Hb, m30));
+                UNROLL for (int t = 0; t < NT; t++) {
+                    const uint8_t *xq = xsb + t * xs + 4 * j;
+                    Sa[t] = _mm512_dpbusd_epi32(Sa[t], Wa, _mm512_set1_epi32(kn_ld_i32(xq + 16 * s0)));
+                    Sb[t] = _mm512_dpbusd_epi32(Sb[t], Wb, _mm512_set1_epi32(kn_ld_i32(xq + 16 * s1)));
+                }
+            }
+            UNROLL for (int t = 0; t < NT; t++) sumi[t] = _mm512_add_epi32(
+                sumi[t], _mm512_add_epi32(_mm512_mullo_epi32(Sa[t], ca), _mm512_mullo_epi32(Sb[t], cb)));
+        }
+        UNROLL for (int t = 0; t < NT; t++) q6_k_step(g, sumi[t], xsb + t * xs, &sa[t]);
+    }
+    UNROLL for (int t = 0; t < NT; t++) _mm512_storeu_ps(out + (size_t)t * ldo, sa[t]);
+}
+
+/* Prefill form of q6_k_tile for NP panels x NT tokens (3 <= NT <= TILE_PF): sub-block s and quad j
+ * outer, so each activation broadcast feeds NP vpdpbusd; the same integer sums and float steps. */
+AI void q6_k_gemm(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, float *out, size_t ldo, const int NP,
+                  const int NT) {
+    const size_t GB = 16 * sizeof(kn_block_q6_k), pb = (size_t)(n / 256) * GB;
+    const bool stream = first_pass(w);
+    __m512 sa[KN_P16_PANELS][TILE_T];
+    UNROLL for (int q = 0; q < NP; q++) UNROLL for (int t = 0; t < NT; t++) sa[q][t] = _mm512_setzero_ps();
+    for (int64_t sb = 0; sb < n / 256; sb++) {
+        const uint8_t *xs0 = x + (size_t)sb * KN_Q8K6_BLOCK;
+        __m512i sumi[KN_P16_PANELS][TILE_T];
+        UNROLL for (int q = 0; q < NP; q++) UNROLL for (int t = 0; t < NT; t++) sumi[q][t] = _mm512_setzero_si512();
+        for (int s = 0; s < 16; s++) {
+            if (stream)
+                UNROLL for (int q = 0; q < NP; q++)
+                    kn_prefetch_piece(w + q * pb + (size_t)sb * GB + s * (GB / 16), GB / 16, PF_PREFILL);
+            __m512i is[KN_P16_PANELS][TILE_T];
+            UNROLL for (int q = 0; q < NP; q++) UNROLL for (int t = 0; t < NT; t++) is[q][t] = _mm512_setzero_si512();
+            UNROLL for (int j = 0; j < 4; j++) {
+                __m512i W[KN_P16_PANELS];
+                UNROLL for (int q = 0; q < NP; q++) W[q] = code_k6(w + q * pb + (size_t)sb * GB, s, j);
+                UNROLL for (int t = 0; t < NT; t++) {
+                    const __m512i bx = _mm512_set1_epi32(kn_ld_i32(xs0 + t * xs + 16 * s + 4 * j));
+                    UNROLL for (int q = 0; q < NP; q++) is[q][t] = _mm512_dpbusd_epi32(is[q][t], W[q], bx);
+                }
+            }
+            UNROLL for (int q = 0; q < NP; q++) {
+                const __m512i sc =
+                    sbyte_of(_mm512_loadu_si512(w + q * pb + (size_t)sb * GB + 3072 + 64 * (s / 4)), s % 4);
+                UNROLL for (int t = 0; t < NT; t++) sumi[q][t] =
+                    _mm512_add_epi32(sumi[q][t], _mm512_mullo_epi32(is[q][t], sc));
+            }
+        }
+        UNROLL for (int q = 0; q < NP; q++) UNROLL for (int t = 0; t < NT; t++)
+            q6_k_step(w + q * pb + (size_t)sb * GB, sumi[q][t], xs0 + t * xs, &sa[q][t]);
+    }
+    UNROLL for (int q = 0; q < NP; q++) UNROLL for (int t = 0; t < NT; t++)
+        _mm512_storeu_ps(out + (size_t)t * ldo + 16 * q, sa[q][t]);
+}
+
+/* NP panels x NT tokens: panel after panel for decode, q6_k_gemm for prefill in calls of at most
+ * TILE_PF tokens (the accumulators of more would not fit the registers). */
+AI void q6_k_tiles(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, float *out, size_t ldo, const int NP,
+                   const int NT) {
+    if (NT >= 3) {
+        q6_k_gemm(n, w, x, xs, out, ldo, NP, NT < TILE_PF ? NT : TILE_PF);
+        if (NT > TILE_PF) q6_k_gemm(n, w, x + TILE_PF * xs, xs, out + TILE_PF * ldo, ldo, NP, NT - TILE_PF);
+        return;
+    }
+    const size_t pb = (size_t)(n / 256) * 16 * sizeof(kn_block_q6_k);
+    UNROLL for (int q = 0; q < NP; q++) q6_k_tile(n, w + q * pb, x, xs, out + 16 * q, ldo, NT);
+}
+
+P16_ENTRY(p16_q6_k, q6_k_tiles)
 
 /* Fills the panel kernels of k (kernels.h). Called only on CPUs with AVX-512 F/BW/VL/VNNI. */
 void kn_avx512_init_p16(kn_kernels *k) {
@@ -403,6 +565,8 @@ void kn_avx512_init_p16(kn_kernels *k) {
     k->p16[KN_MLX8] = p16_mlx8;
     k->p16[KN_MLX8_F32] = p16_mlx8_f32;
     k->p16[KN_Q4_K] = p16_q4_k;
+    k->p16[KN_Q5_K] = p16_q5_k;
+    k->p16[KN_Q6_K] = p16_q6_k;
 }
 
 #else /* not x86-64: the set is never selected */
