@@ -148,8 +148,6 @@ static void init_all(void) {
             g_avx512 = *g_best; /* the AVX-512 set starts from the best AVX2 one */
             kn_kernels_init_avx512(&g_avx512);
             kn_avx512_init_p16_lowbit(&g_avx512);
-            /* Q4_1 stays plain there (its own kernel; the AVX2 panel was not measured on it) */
-            g_avx512.p16[KN_Q4_1] = NULL;
             g_best = &g_avx512;
         }
     }

@@ -11,8 +11,9 @@
  * float step acc = fma((float)p, dw * dx, acc): exactly the reference vec_dot of quant.h, bit for bit,
  * whatever the number of tokens or panels in the call. Decode (one or two tokens) reads the panels one
  * after the other, each as a single sequential stream (the integer chain split in two so its latency
- * hides under the loads; Q4_K prefetches 4 groups ahead, its unpacking being heavier). Prefill takes
- * up to two panels and 8 tokens per call (a long prefill 5, TILE_PF; Q4_K at most 5 at a time) with the
+ * hides under the loads; Q4_K prefetches 4 groups ahead, Q5_K 2, Q6_K 1, their unpacking being heavier;
+ * the K formats' integer sums are per sub-block, scaled, see their tiles). Prefill takes up to two panels
+ * and 8 tokens per call (a long prefill 5, TILE_PF; the K formats at most 5 at a time) with the
  * quads outer: each activation broadcast then feeds two vpdpbusd, which halves the loads per multiply
  * that bound a one-panel tile. The 8-token calls are for a few tokens in all (kn_p16_tile): a server's
  * 8-row decode step streams every panel from memory once, with all its tokens' work to hide it under.
@@ -48,16 +49,19 @@ AI bool first_pass(const uint8_t *w) {
     return first;
 }
 
-/* The 8 code vectors of a Q4_0 group (pack.h): W[j] holds the codes of elements 4j .. 4j+3 of each
- * row's block, unsigned 0..15. */
-AI void codes_q4_0(const uint8_t *g, __m512i W[8]) {
+/* The 8 code vectors of the nibble codes at qs (pack.h; a Q4_0 group's after d): W[j] holds the codes of
+ * elements 4j .. 4j+3 of each row's block, unsigned 0..15. */
+AI void codes_nib(const uint8_t *qs, __m512i W[8]) {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     UNROLL for (int j = 0; j < 4; j++) {
-        const __m512i p = _mm512_loadu_si512(g + 32 + 64 * j);
+        const __m512i p = _mm512_loadu_si512(qs + 64 * j);
         W[j] = _mm512_and_si512(p, m4);
         W[j + 4] = _mm512_and_si512(_mm512_srli_epi16(p, 4), m4);
     }
 }
+AI void codes_q4_0(const uint8_t *g, __m512i W[8]) { codes_nib(g + 32, W); }
+/* Q4_1's: after d and m, unsigned 0..15 (the codes of d * q + m). */
+AI void codes_q4_1(const uint8_t *g, __m512i W[8]) { codes_nib(g + 64, W); }
 
 /* The 8 code vectors of a Q8_0 group: stored ready to use (w + 128). */
 AI void codes_q8_0(const uint8_t *g, __m512i W[8]) {
@@ -85,6 +89,7 @@ AI __m512i table_of(const int8_t *values) {
     return _mm512_broadcast_i32x4(_mm_xor_si128(v, _mm_set1_epi8((char)0x80)));
 }
 AI __m512i code1_q4_0(const uint8_t *g, int j) { return nib512(g + 32, j); }
+AI __m512i code1_q4_1(const uint8_t *g, int j) { return nib512(g + 64, j); }
 AI __m512i code1_q8_0(const uint8_t *g, int j) { return _mm512_loadu_si512(g + 32 + 64 * j); }
 AI __m512i code1_iq4_nl(const uint8_t *g, int j) {
     return _mm512_shuffle_epi8(table_of(kn_iq4nl_values), nib512(g + 32, j));
@@ -111,11 +116,11 @@ AI __m512 dw_e8m0(const uint8_t *g) {
     return _mm512_castsi512_ps(_mm512_mask_blend_epi32(_mm512_cmpgt_epi32_mask(e, _mm512_set1_epi32(1)), small, big));
 }
 
-/* The exact integer dot product of the 16 rows' block with the activation block at xb (Q8X), the
- * chain of 8 vpdpbusd run as two chains of 4 (integer sums: the result is the same) so that its
- * latency hides under the loads of a decode. */
-AI __m512i block_dot(const __m512i W[8], const uint8_t *xb) {
-    __m512i s0 = _mm512_set1_epi32(kn_ld_i32(xb + 36)), s1 = _mm512_setzero_si512();
+/* The exact integer dot product of the 16 rows' block with the activation block at xb (Q8X: the chain
+ * starts at its c; Q8X1, ADD_C 0: at 0), the chain of 8 vpdpbusd run as two chains of 4 (integer sums:
+ * the result is the same) so that its latency hides under the loads of a decode. */
+AI __m512i block_dot(const __m512i W[8], const uint8_t *xb, const int ADD_C) {
+    __m512i s0 = ADD_C ? _mm512_set1_epi32(kn_ld_i32(xb + 36)) : _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
     UNROLL for (int j = 0; j < 8; j += 2) {
         s0 = _mm512_dpbusd_epi32(s0, W[j], _mm512_set1_epi32(kn_ld_i32(xb + 4 * j)));
         s1 = _mm512_dpbusd_epi32(s1, W[j + 1], _mm512_set1_epi32(kn_ld_i32(xb + 4 * j + 4)));
@@ -143,30 +148,48 @@ AI __m512i block_dot(const __m512i W[8], const uint8_t *xb) {
         if (np >= 2) P16_NT(TILE, 2) else P16_NT(TILE, 1)                                                              \
     }
 
-/* Q4_0 / Q8_0 / IQ4_NL / MXFP4 / MLX8: NP panels of GB bytes per block column times NT tokens of XB bytes
- * per block (Q8X; Q8XM for MLX8); CODES unpacks a group, CODE1 one code vector of it, DW its scales. With
- * MLX (MLX8) each block's step is followed by acc = fma(xs, fma(dw, 128, mw), acc), mw = MW(group), the
- * reference's offset term of the centred codes.
+/* Float steps of a block (MODE), the reference's: M_LEG acc = fma((float)p, dw * dx, acc); M_MIN (Q4_1,
+ * Q8X1 rows) acc = acc + ((float)p * (dw * dx) + mw * sx); M_MLX (MLX8, Q8XM rows) the M_LEG step, then
+ * acc = fma(xs, fma(dw, 128, mw), acc), the offset term of the centred codes. */
+#define M_LEG 0
+#define M_MIN 1
+#define M_MLX 2
+
+/* One block's float step (MODE) into *acc for the token whose block is xb: p its integer sum, dw and mw
+ * the group's scales and offsets (mo = fma(dw, 128, mw) for M_MLX). */
+AI void leg_step(const int MODE, __m512 *acc, __m512i p, __m512 dw, __m512 mw, __m512 mo, const uint8_t *xb) {
+    const __m512 s = _mm512_mul_ps(dw, _mm512_set1_ps(kn_ld_f32(xb + 32)));
+    if (MODE == M_MIN) {
+        const __m512 ms = _mm512_mul_ps(mw, _mm512_set1_ps(kn_ld_f32(xb + 36)));
+        *acc = _mm512_add_ps(*acc, _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(p), s), ms));
+        return;
+    }
+    *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), s, *acc);
+    if (MODE == M_MLX) *acc = _mm512_fmadd_ps(_mm512_set1_ps(kn_ld_f32(xb + 40)), mo, *acc);
+}
+
+/* Q4_0 / Q4_1 / Q8_0 / IQ4_NL / MXFP4 / MLX8: NP panels of GB bytes per block column times NT tokens of XB
+ * bytes per block (Q8X; Q8X1 for Q4_1, Q8XM for MLX8); CODES unpacks a group, CODE1 one code vector of it,
+ * DW its scales, MW its offsets (Q4_1, MLX8); MODE the float steps (leg_step).
  *   NT <= 2 (decode): panel after panel through NAME_dec, the block's 8 code vectors unpacked once
  *     and the integer chain split in two, so a panel streams at the memory's pace (a separate
  *     function: inlined twice into the two-panel entry, decode measured 15% slower).
  *   NT >= 3 (prefill): quad j outer, so each activation broadcast feeds NP vpdpbusd and the NP x NT
  *     integer chains (independent) keep both dot-product pipes busy; loads, not multiplies, bound a
  *     one-panel tile. */
-#define DEFINE_P16(NAME, GB, XB, CODES, CODE1, DW, MW, MLX)                                                            \
+#define DEFINE_P16(NAME, GB, XB, CODES, CODE1, DW, MW, MODE)                                                           \
     static void NAME##_dec(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, float *out, size_t ldo,           \
                            const int NT) {                                                                             \
         __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};                                                    \
         for (int64_t b = 0; b < n / 32; b++) {                                                                         \
             const uint8_t *g = w + (size_t)b * (GB);                                                                   \
-            const __m512 dw = DW(g), mo = MLX ? _mm512_fmadd_ps(dw, _mm512_set1_ps(128.0f), MW(g)) : dw;               \
+            const __m512 dw = DW(g), mw = MODE != M_LEG ? MW(g) : dw;                                                  \
+            const __m512 mo = MODE == M_MLX ? _mm512_fmadd_ps(dw, _mm512_set1_ps(128.0f), mw) : mw;                    \
             __m512i W[8];                                                                                              \
             CODES(g, W);                                                                                               \
             UNROLL for (int t = 0; t < NT; t++) {                                                                      \
                 const uint8_t *xb = x + (size_t)t * xs + (size_t)b * (XB);                                             \
-                const __m512 s = _mm512_mul_ps(dw, _mm512_set1_ps(kn_ld_f32(xb + 32)));                                \
-                acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(block_dot(W, xb)), s, acc[t]);                             \
-                if (MLX) acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(kn_ld_f32(xb + 40)), mo, acc[t]);                     \
+                leg_step(MODE, &acc[t], block_dot(W, xb, MODE != M_MIN), dw, mw, mo, xb);                              \
             }                                                                                                          \
         }                                                                                                              \
         UNROLL for (int t = 0; t < NT; t++) _mm512_storeu_ps(out + (size_t)t * ldo, acc[t]);                           \
@@ -187,7 +210,8 @@ AI __m512i block_dot(const __m512i W[8], const uint8_t *xb) {
             if (stream) UNROLL for (int q = 0; q < NP; q++) kn_prefetch_piece(g + q * pb, GB, PF_PREFILL);             \
             __m512i p[KN_P16_PANELS][TILE_T];                                                                          \
             UNROLL for (int t = 0; t < NT; t++) {                                                                      \
-                const __m512i c = _mm512_set1_epi32(kn_ld_i32(xb + t * xs + 36));                                      \
+                const __m512i c =                                                                                      \
+                    MODE != M_MIN ? _mm512_set1_epi32(kn_ld_i32(xb + t * xs + 36)) : _mm512_setzero_si512();           \
                 UNROLL for (int q = 0; q < NP; q++) p[q][t] = c;                                                       \
             }                                                                                                          \
             UNROLL for (int j = 0; j < 8; j++) {                                                                       \
@@ -200,12 +224,9 @@ AI __m512i block_dot(const __m512i W[8], const uint8_t *xb) {
             }                                                                                                          \
             UNROLL for (int q = 0; q < NP; q++) {                                                                      \
                 const uint8_t *gq = g + q * pb;                                                                        \
-                const __m512 dw = DW(gq), mo = MLX ? _mm512_fmadd_ps(dw, _mm512_set1_ps(128.0f), MW(gq)) : dw;         \
-                UNROLL for (int t = 0; t < NT; t++) {                                                                  \
-                    const __m512 s = _mm512_mul_ps(dw, _mm512_set1_ps(kn_ld_f32(xb + t * xs + 32)));                   \
-                    acc[q][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p[q][t]), s, acc[q][t]);                            \
-                    if (MLX) acc[q][t] = _mm512_fmadd_ps(_mm512_set1_ps(kn_ld_f32(xb + t * xs + 40)), mo, acc[q][t]);  \
-                }                                                                                                      \
+                const __m512 dw = DW(gq), mw = MODE != M_LEG ? MW(gq) : dw;                                            \
+                const __m512 mo = MODE == M_MLX ? _mm512_fmadd_ps(dw, _mm512_set1_ps(128.0f), mw) : mw;                \
+                UNROLL for (int t = 0; t < NT; t++) leg_step(MODE, &acc[q][t], p[q][t], dw, mw, mo, xb + t * xs);      \
             }                                                                                                          \
         }                                                                                                              \
         UNROLL for (int q = 0; q < NP; q++) UNROLL for (int t = 0; t < NT; t++)                                        \
@@ -214,12 +235,13 @@ AI __m512i block_dot(const __m512i W[8], const uint8_t *xb) {
     P16_ENTRY(NAME, NAME##_tile)
 
 #define GB_(T) (16 * sizeof(T))
-DEFINE_P16(p16_q4_0, GB_(kn_block_q4_0), KN_Q8X_BLOCK, codes_q4_0, code1_q4_0, dw_f16, dw_f16, 0)
-DEFINE_P16(p16_q8_0, GB_(kn_block_q8_0), KN_Q8X_BLOCK, codes_q8_0, code1_q8_0, dw_f16, dw_f16, 0)
-DEFINE_P16(p16_iq4_nl, GB_(kn_block_iq4_nl), KN_Q8X_BLOCK, codes_iq4_nl, code1_iq4_nl, dw_f16, dw_f16, 0)
-DEFINE_P16(p16_mxfp4, GB_(kn_block_mxfp4), KN_Q8X_BLOCK, codes_mxfp4, code1_mxfp4, dw_e8m0, dw_f16, 0)
-DEFINE_P16(p16_mlx8, GB_(kn_block_mlx8), KN_Q8XM_BLOCK, codes_mlx8, code1_mlx8, dw_f16, mw_f16, 1)
-DEFINE_P16(p16_mlx8_f32, GB_(kn_block_mlx8_f32), KN_Q8XM_BLOCK, codes_mlx8_f32, code1_mlx8_f32, dw_f32, mw_f32, 1)
+DEFINE_P16(p16_q4_0, GB_(kn_block_q4_0), KN_Q8X_BLOCK, codes_q4_0, code1_q4_0, dw_f16, dw_f16, M_LEG)
+DEFINE_P16(p16_q4_1, GB_(kn_block_q4_1), KN_Q8X_BLOCK, codes_q4_1, code1_q4_1, dw_f16, mw_f16, M_MIN)
+DEFINE_P16(p16_q8_0, GB_(kn_block_q8_0), KN_Q8X_BLOCK, codes_q8_0, code1_q8_0, dw_f16, dw_f16, M_LEG)
+DEFINE_P16(p16_iq4_nl, GB_(kn_block_iq4_nl), KN_Q8X_BLOCK, codes_iq4_nl, code1_iq4_nl, dw_f16, dw_f16, M_LEG)
+DEFINE_P16(p16_mxfp4, GB_(kn_block_mxfp4), KN_Q8X_BLOCK, codes_mxfp4, code1_mxfp4, dw_e8m0, dw_f16, M_LEG)
+DEFINE_P16(p16_mlx8, GB_(kn_block_mlx8), KN_Q8XM_BLOCK, codes_mlx8, code1_mlx8, dw_f16, mw_f16, M_MLX)
+DEFINE_P16(p16_mlx8_f32, GB_(kn_block_mlx8_f32), KN_Q8XM_BLOCK, codes_mlx8_f32, code1_mlx8_f32, dw_f32, mw_f32, M_MLX)
 
 /* ---- Q4_K: super-blocks of 256 with 8 sub-blocks, 6-bit scales and mins (quant.h) ---- */
 
@@ -559,6 +581,7 @@ void kn_avx512_init_p16(kn_kernels *k) {
     k->p16_tile_t = TILE_T;
     k->p16_tile_pf = TILE_PF;
     k->p16[KN_Q4_0] = p16_q4_0;
+    k->p16[KN_Q4_1] = p16_q4_1;
     k->p16[KN_Q8_0] = p16_q8_0;
     k->p16[KN_IQ4_NL] = p16_iq4_nl;
     k->p16[KN_MXFP4] = p16_mxfp4;
