@@ -118,7 +118,8 @@ kn_dfa *ks_literals_dfa(ctx *c, json_t *strs, const char *path, const char *kw, 
     const char **s = calloc(n + 1, sizeof *s);
     size_t *l = calloc(n + 1, sizeof *l);
     kn_dfa *d = NULL;
-    if (s && l) {
+    const bool arrays = s && l;
+    if (arrays) {
         for (size_t i = 0; i < n; i++) {
             s[i] = json_string_value(json_array_get(strs, i));
             l[i] = json_string_length(json_array_get(strs, i));
@@ -127,7 +128,7 @@ kn_dfa *ks_literals_dfa(ctx *c, json_t *strs, const char *path, const char *kw, 
     }
     free(s);
     free(l);
-    if (!d && !(s && l)) ks_nomem(c);
+    if (!d && !arrays) ks_nomem(c);
     else if (!d) ks_dfa_fail(c, path, kw, what);
     return d;
 }
