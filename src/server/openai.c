@@ -35,10 +35,12 @@ typedef struct gen_out {
     json_t *lp;         /* non-streaming: logprob entries of every token */
     json_t *lp_pending; /* streaming: entries of tokens not yet sent with text */
     size_t text_offset; /* completions logprobs: byte offset of the next token */
+    char *echo;         /* completions with echo: the prompt's text, which the choice's text starts with */
+    size_t n_echo;
     bool oom;
     kiln_chat_parser *parser; /* chat with tools or a reasoning format: the reply's parser, else NULL */
     bool parse_failed;        /* the parser refused input (past a limit): the rest is not parsed */
-    int n;                    /* choices asked for (n; 1 unless the request says) */
+    int n;                    /* choices asked for per prompt (n; 1 unless the request says) */
     bool started;             /* an event came (the prompt is evaluated), under the job's lock */
     /* streaming n > 1: every choice's events go to one sink job (never submitted; a reference held)
      * with the choice's index; the sink's own gen_out counts the choices still running and sums
@@ -56,6 +58,7 @@ static void gen_out_free(void *p) {
     gen_out *g = p;
     if (!g) return;
     free(g->text);
+    free(g->echo);
     json_decref(g->lp);
     json_decref(g->lp_pending);
     kiln_chat_parser_free(g->parser);
@@ -545,9 +548,9 @@ static void end_choice(srv_job *j) {
     srv_job *sink = g->sink;
     gen_out *sg = sink->user;
     pthread_mutex_lock(&sink->mu);
-    if (g->index == 0) {
-        sg->total.n_prompt = j->result.n_prompt;
-        sg->total.n_cached = j->result.n_cached;
+    if (g->index % g->n == 0) { /* the first choice of its prompt */
+        sg->total.n_prompt += j->result.n_prompt;
+        sg->total.n_cached += j->result.n_cached;
     }
     sg->total.n_generated += j->result.n_generated;
     if (--sg->pending == 0) {
@@ -714,18 +717,33 @@ static json_t *result_choice(srv_req *r, srv_job *j, int index) {
         choice = json_pack("{s:i, s:{s:s, s:s%, s:n}, s:o, s:s}", "index", index, "message", "role", "assistant",
                            "content", g->text ? g->text : "", g->n_text, "refusal", "logprobs", lp_value(g, lp),
                            "finish_reason", finish);
-    else
-        choice = json_pack("{s:s%, s:i, s:o, s:s}", "text", g->text ? g->text : "", g->n_text, "index", index,
-                           "logprobs", lp_value(g, lp), "finish_reason", finish);
+    else {
+        char *text = g->text;
+        size_t n_text = g->n_text;
+        if (g->echo) { /* the prompt's text, then the completion */
+            if (!(text = malloc(g->n_echo + n_text + 1))) {
+                json_decref(lp);
+                oom(r);
+                return NULL;
+            }
+            memcpy(text, g->echo, g->n_echo);
+            if (n_text) memcpy(text + g->n_echo, g->text, n_text);
+            n_text += g->n_echo;
+        }
+        choice = json_pack("{s:s%, s:i, s:o, s:s}", "text", text ? text : "", n_text, "index", index, "logprobs",
+                           lp_value(g, lp), "finish_reason", finish);
+        if (text != g->text) free(text);
+    }
     json_decref(lp);
     return choice;
 }
 
-/* Non-streaming response once the jobs[n] (the choices, each done) are: usage counts the prompt once. */
+/* Non-streaming response once the jobs[n] (the choices, each done) are: usage counts each prompt
+ * once (the first of its g->n choices). */
 static void send_result(srv_req *r, srv_job **jobs, int n) {
     gen_out *g = jobs[0]->user;
     json_t *o = envelope(g, g->chat ? "chat.completion" : "text_completion", NULL);
-    kiln_generate_result total = jobs[0]->result;
+    kiln_generate_result total = {0};
     for (int i = 0; i < n; i++) {
         json_t *choice = result_choice(r, jobs[i], i);
         if (!choice) {
@@ -734,13 +752,32 @@ static void send_result(srv_req *r, srv_job **jobs, int n) {
         }
         if (o) json_array_append_new(json_object_get(o, "choices"), choice);
         else json_decref(choice);
-        if (i) total.n_generated += jobs[i]->result.n_generated;
+        if (i % g->n == 0) {
+            total.n_prompt += jobs[i]->result.n_prompt;
+            total.n_cached += jobs[i]->result.n_cached;
+        }
+        total.n_generated += jobs[i]->result.n_generated;
     }
     if (o) json_object_set_new(o, "usage", usage(&total));
     srv_send_json(r, 200, o);
 }
 
 /* ---- the two endpoints -------------------------------------------------------------------------- */
+
+/* A stream's first chunk of a choice, sent before the choice is submitted: the role (chat), or the
+ * prompt's text (completions with echo); nothing otherwise. The job's lock held when it has no sink. */
+static void open_choice(srv_job *j) {
+    gen_out *g = j->user;
+    json_t *o;
+    if (g->chat) {
+        o = envelope(g, "chat.completion.chunk",
+                     json_pack("{s:i, s:{s:s, s:s}, s:n, s:n}", "index", g->index, "delta", "role", "assistant",
+                               "content", "", "logprobs", "finish_reason"));
+        if (o && g->include_usage) json_object_set_new(o, "usage", json_null());
+    } else if (g->echo) o = chunk(g, g->echo, g->n_echo, NULL);
+    else return;
+    emit_sse(j, o);
+}
 
 /* Queues the job and answers: a stream at once, or the whole response when the job is done. */
 static void run(srv_req *r, srv_job *j) {
@@ -751,13 +788,9 @@ static void run(srv_req *r, srv_job *j) {
         srv_send_error(r, 503, "server_error", NULL, NULL, "the server is shutting down");
         return;
     }
-    if (g->stream && g->chat) { /* the role comes first, as OpenAI sends it */
-        json_t *o = envelope(g, "chat.completion.chunk",
-                             json_pack("{s:i, s:{s:s, s:s}, s:n, s:n}", "index", 0, "delta", "role", "assistant",
-                                       "content", "", "logprobs", "finish_reason"));
-        if (o && g->include_usage) json_object_set_new(o, "usage", json_null());
+    if (g->stream) { /* the role (or the echoed prompt) comes first, as OpenAI sends it */
         pthread_mutex_lock(&j->mu);
-        emit_sse(j, o);
+        open_choice(j);
         pthread_mutex_unlock(&j->mu);
     }
     kiln_status st = srv_job_submit(s, j);
@@ -794,6 +827,12 @@ static srv_job *clone_choice(srv_req *r, srv_job *j, int i) {
     g->n = g0->n;
     g->stream = g0->stream;
     g->include_usage = g0->include_usage;
+    size_t echo_cap = 0;
+    if (g0->echo && !srv_text_append(&g->echo, &g->n_echo, &echo_cap, g0->echo, g0->n_echo)) {
+        srv_job_unref(c);
+        oom(r);
+        return NULL;
+    }
     c->gp = j->gp;
     c->gp.share_prompt = false;
     c->gp.n_stop = 0;
@@ -814,17 +853,24 @@ static srv_job *clone_choice(srv_req *r, srv_job *j, int i) {
     return c;
 }
 
-/* Runs the choices jobs[n] (n > 1) as rows of one batch sharing the prompt's KV: choice 0 is
- * submitted with share_prompt, and once its prompt is evaluated (its first event) the others,
- * which restore that prompt from the prefix cache and run beside it; then one response. */
+/* Submits job j of a request with several choices; false (setting *st) when the engine refuses it. */
+static bool submit_choice(srv *s, srv_job *j, kiln_status *st) {
+    j->gp.logprobs = ((gen_out *)j->user)->logprobs;
+    return (*st = srv_job_submit(s, j)) == KILN_OK;
+}
+
+/* Runs the choices jobs[n] (n > 1: one or more prompts, g->n choices each, in order) as rows of
+ * one batch: the first choice of every prompt is submitted (with share_prompt when the prompt has
+ * more), and once a prompt is evaluated (its first choice's first event) its other choices, which
+ * restore it from the prefix cache and run beside it; then one response. */
 static void run_choices(srv_req *r, srv_job **jobs, int n) {
     srv *s = r->server;
     if (atomic_load(&s->stopping)) {
         srv_send_error(r, 503, "server_error", NULL, NULL, "the server is shutting down");
         return;
     }
-    jobs[0]->gp.share_prompt = true;
     gen_out *g0 = jobs[0]->user;
+    const int per = g0->n;
     srv_job *sink = NULL;
     if (g0->stream) { /* one stream: each choice's chunks with its index, the role first */
         if (!(sink = new_job(r, g0->chat))) return;
@@ -835,27 +881,24 @@ static void run_choices(srv_req *r, srv_job **jobs, int n) {
             g->sink = sink;
             g->index = i;
             srv_job_ref(sink);
-            if (!g->chat) continue;
-            json_t *o = envelope(g, "chat.completion.chunk",
-                                 json_pack("{s:i, s:{s:s, s:s}, s:n, s:n}", "index", i, "delta", "role", "assistant",
-                                           "content", "", "logprobs", "finish_reason"));
-            if (o && g->include_usage) json_object_set_new(o, "usage", json_null());
-            emit_sse(jobs[i], o);
+            open_choice(jobs[i]);
         }
     }
-    int submitted = 0;
     kiln_status st = KILN_OK;
-    for (int i = 0; i < n && !st; i++) {
-        jobs[i]->gp.logprobs = ((gen_out *)jobs[i]->user)->logprobs;
-        if (!(st = srv_job_submit(s, jobs[i]))) submitted++;
-        if (i == 0 && !st) { /* wait until the prompt is in the cache (or the choice ended) */
-            pthread_mutex_lock(&jobs[0]->mu);
-            while (!g0->started && !jobs[0]->done) pthread_cond_wait(&jobs[0]->cv, &jobs[0]->mu);
-            pthread_mutex_unlock(&jobs[0]->mu);
-        }
+    for (int i = 0; i < n; i += per) {
+        jobs[i]->gp.share_prompt = per > 1;
+        if (!submit_choice(s, jobs[i], &st)) break;
+    }
+    for (int i = 0; i < n && !st && per > 1; i += per) {
+        gen_out *g = jobs[i]->user; /* wait until the prompt is in the cache (or the choice ended) */
+        pthread_mutex_lock(&jobs[i]->mu);
+        while (!g->started && !jobs[i]->done) pthread_cond_wait(&jobs[i]->cv, &jobs[i]->mu);
+        pthread_mutex_unlock(&jobs[i]->mu);
+        for (int c = 1; c < per; c++)
+            if (!submit_choice(s, jobs[i + c], &st)) break;
     }
     if (st) {
-        for (int i = 0; i < submitted; i++) srv_job_cancel(jobs[i]);
+        for (int i = 0; i < n; i++) srv_job_cancel(jobs[i]); /* those not submitted only get the flag */
         if (st == KILN_ERR_BUSY)
             srv_send_error(r, 429, "requests", NULL, "rate_limit_exceeded",
                            "the server is busy: %d requests are already waiting; retry later", s->cfg.max_queue);
@@ -938,6 +981,39 @@ bool srv_chat_parser_setup(srv_req *r, srv_job *j, const srv_tools *t, const cha
     return true;
 }
 
+/* The chat fields that ask for what kiln does not do: OpenAI's deprecated function calling (its
+ * replies have another shape than tool calls) and audio output. A 400 naming each, never ignored;
+ * false after sending it. */
+static bool refuse_chat_unsupported(srv_req *r, json_t *req) {
+    static const char *const legacy[] = {"functions", "function_call"};
+    for (size_t i = 0; i < 2; i++) {
+        json_t *v = json_object_get(req, legacy[i]);
+        if (v && !json_is_null(v)) {
+            BAD(r, legacy[i],
+                "'%s' (OpenAI's deprecated function calling) is not supported: declare the functions in 'tools' "
+                "([{\"type\": \"function\", \"function\": {...}}]) and choose with 'tool_choice'",
+                legacy[i]);
+            return false;
+        }
+    }
+    json_t *mod = json_object_get(req, "modalities"), *m;
+    size_t i;
+    if (mod && !json_is_null(mod)) {
+        bool ok = json_is_array(mod);
+        json_array_foreach(mod, i, m) ok = ok && json_is_string(m) && strcmp(json_string_value(m), "text") == 0;
+        if (!ok) {
+            BAD(r, "modalities", "'modalities' may only ask for [\"text\"]: kiln generates text, not audio");
+            return false;
+        }
+    }
+    json_t *audio = json_object_get(req, "audio");
+    if (audio && !json_is_null(audio)) {
+        BAD(r, "audio", "'audio' (audio output) is not supported: kiln generates text");
+        return false;
+    }
+    return true;
+}
+
 void srv_chat_completions(srv_req *r) {
     json_t *req = srv_parse_body(r);
     if (!req) return;
@@ -950,7 +1026,7 @@ void srv_chat_completions(srv_req *r) {
     gen_out *g = j->user;
     bool lp = false;
     long long top = 0;
-    if (!parse_common(r, req, j, g) || !srv_get_bool(r, req, "logprobs", &lp) ||
+    if (!refuse_chat_unsupported(r, req) || !parse_common(r, req, j, g) || !srv_get_bool(r, req, "logprobs", &lp) ||
         !get_int(r, req, "top_logprobs", 0, KILN_MAX_TOP_LOGPROBS, &top))
         goto done;
     if (top > 0 && !lp) {
@@ -988,59 +1064,168 @@ done:
     json_decref(req);
 }
 
+/* The most choices one completions request may make: a batch of prompts times n. */
+#define SRV_MAX_BATCH 64
+
+/* The token ids of a prompt given as ids (a non-empty JSON array p), checked against the vocabulary
+ * and the context; what names it in errors ("prompt", "prompt[2]"). NULL after sending the error. */
+static kiln_token *prompt_ids(srv_req *r, json_t *p, const char *what, size_t *n_out) {
+    const size_t n = json_array_size(p);
+    const int32_t n_vocab = kiln_model_n_vocab(r->server->model);
+    if (n >= (size_t)r->server->n_ctx) {
+        srv_send_error(r, 400, "invalid_request_error", "prompt", "context_length_exceeded",
+                       "this model's context holds %d tokens, but %s has %zu tokens", r->server->n_ctx,
+                       strcmp(what, "prompt") ? what : "the prompt", n);
+        return NULL;
+    }
+    kiln_token *ids = malloc(n * sizeof *ids);
+    if (!ids) {
+        oom(r);
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *t = json_array_get(p, i);
+        json_int_t id = json_is_integer(t) ? json_integer_value(t) : -1;
+        if (id < 0 || id >= n_vocab) {
+            BAD(r, "prompt", "%s[%zu] is not a token id in [0, %d)", what, i, n_vocab);
+            free(ids);
+            return NULL;
+        }
+        ids[i] = (kiln_token)id;
+    }
+    *n_out = n;
+    return ids;
+}
+
+/* The prompts of a completions request as a JSON array of items of one kind, each a string or a
+ * non-empty array of token ids: a string, a token-id array (one prompt each), or an array of either
+ * (a batch). NULL after sending 400. */
+static json_t *prompt_list(srv_req *r, json_t *p) {
+    static const char msg[] = "'prompt' must be a string, an array of token ids, or a non-empty array of strings "
+                              "or of token-id arrays";
+    if (json_is_string(p) || (json_is_array(p) && json_is_integer(json_array_get(p, 0)))) return json_pack("[O]", p);
+    const size_t n = json_array_size(p);
+    if (!json_is_array(p) || n == 0) {
+        BAD(r, "prompt", msg);
+        return NULL;
+    }
+    const bool strings = json_is_string(json_array_get(p, 0));
+    for (size_t i = 0; i < n; i++) {
+        json_t *e = json_array_get(p, i);
+        if (strings ? !json_is_string(e) : !json_is_array(e) || json_array_size(e) == 0) {
+            BAD(r, "prompt", "%s (prompt[%zu] is not like prompt[0])", msg, i);
+            return NULL;
+        }
+    }
+    return json_incref(p);
+}
+
+/* The completions fields that ask for what kiln does not do: a 400 naming each, never ignored.
+ * False after sending it. */
+static bool refuse_unsupported(srv_req *r, json_t *req, const gen_out *g, bool echo) {
+    json_t *suffix = json_object_get(req, "suffix");
+    if (suffix && !json_is_null(suffix) && (!json_is_string(suffix) || json_string_length(suffix))) {
+        BAD(r, "suffix", "'suffix' (text to follow the completion: fill in the middle) is not supported");
+        return false;
+    }
+    long long best_of = g->n;
+    if (!get_int(r, req, "best_of", 1, SRV_MAX_CHOICES, &best_of)) return false;
+    if (best_of != g->n) {
+        BAD(r, "best_of", "'best_of' other than n (%lld, n = %d: ranking completions on the server) is not supported",
+            best_of, g->n);
+        return false;
+    }
+    if (echo && g->logprobs >= 0) {
+        BAD(r, "echo", "'echo' with 'logprobs' (the logprobs of the prompt's tokens) is not supported");
+        return false;
+    }
+    return true;
+}
+
+/* Sets the echo text of choice g: the prompt string as sent, or the text of its token ids (bytes
+ * that are not UTF-8 shown as U+FFFD). False after sending 500. */
+static bool set_echo(srv_req *r, gen_out *g, json_t *p, const kiln_token *ids, size_t n) {
+    size_t cap = 0;
+    g->n_echo = 0;
+    if (json_is_string(p)) {
+        if (!srv_text_append(&g->echo, &g->n_echo, &cap, json_string_value(p), json_string_length(p))) return oom(r);
+        return true;
+    }
+    char *raw = NULL;
+    size_t n_raw = 0, cap_raw = 0;
+    bool ok = srv_text_append(&raw, &n_raw, &cap_raw, "", 0);
+    for (size_t i = 0; ok && i < n; i++) {
+        char buf[256];
+        size_t len = 0;
+        if (kiln_token_piece(g->model, ids[i], false, buf, sizeof buf, &len) == KILN_OK)
+            ok = srv_text_append(&raw, &n_raw, &cap_raw, buf, len);
+    }
+    ok = ok && srv_text_append_utf8(&g->echo, &g->n_echo, &cap, raw, n_raw);
+    free(raw);
+    return ok || oom(r);
+}
+
 void srv_completions(srv_req *r) {
-    json_t *req = srv_parse_body(r);
+    json_t *req = srv_parse_body(r), *prompts = NULL;
     if (!req) return;
-    srv_job *jobs[SRV_MAX_CHOICES];
+    srv_job **jobs = NULL;
     int n_jobs = 0;
     srv_job *j = new_job(r, false);
     if (!j) goto done;
     gen_out *g = j->user;
     long long lp = -1;
-    if (!parse_common(r, req, j, g) || !get_int(r, req, "logprobs", 0, KILN_MAX_TOP_LOGPROBS, &lp)) goto done;
+    bool echo = false;
+    if (!parse_common(r, req, j, g) || !get_int(r, req, "logprobs", 0, KILN_MAX_TOP_LOGPROBS, &lp) ||
+        !srv_get_bool(r, req, "echo", &echo))
+        goto done;
     g->logprobs = (int)lp;
-    json_t *p = json_object_get(req, "prompt");
-    if (json_is_array(p) && json_array_size(p) == 1 && json_is_string(json_array_get(p, 0))) p = json_array_get(p, 0);
-    if (json_is_string(p)) {
-        if (!(j->prompt = srv_tokenize_prompt(r, "prompt", json_string_value(p), json_string_length(p), &j->n_prompt)))
-            goto done;
-    } else if (json_is_array(p) && json_array_size(p) > 0 && json_is_integer(json_array_get(p, 0))) {
-        /* A prompt given as token ids is used as is. */
-        size_t n = json_array_size(p);
-        int32_t n_vocab = kiln_model_n_vocab(r->server->model);
-        if (n >= (size_t)r->server->n_ctx) {
-            srv_send_error(r, 400, "invalid_request_error", "prompt", "context_length_exceeded",
-                           "this model's context holds %d tokens, but the prompt has %zu tokens", r->server->n_ctx, n);
-            goto done;
-        }
-        if (!(j->prompt = malloc(n * sizeof *j->prompt))) {
-            oom(r);
-            goto done;
-        }
-        for (size_t i = 0; i < n; i++) {
-            json_t *t = json_array_get(p, i);
-            json_int_t id = json_is_integer(t) ? json_integer_value(t) : -1;
-            if (id < 0 || id >= n_vocab) {
-                BAD(r, "prompt", "prompt[%zu] is not a token id in [0, %d)", i, n_vocab);
-                goto done;
-            }
-            j->prompt[i] = (kiln_token)id;
-        }
-        j->n_prompt = n;
-    } else {
-        BAD(r, "prompt", "'prompt' must be a string, an array of one string, or an array of token ids");
+    if (!refuse_unsupported(r, req, g, echo) || !(prompts = prompt_list(r, json_object_get(req, "prompt")))) goto done;
+    const size_t n_prompts = json_array_size(prompts);
+    if (n_prompts * (size_t)g->n > SRV_MAX_BATCH) {
+        BAD(r, "prompt", "%zu prompts with n = %d make %zu choices; a request makes at most %d", n_prompts, g->n,
+            n_prompts * (size_t)g->n, SRV_MAX_BATCH);
         goto done;
     }
-    if (g->n == 1) {
-        run(r, j);
+    const int total = (int)n_prompts * g->n;
+    if (total > 1 && !(jobs = calloc((size_t)total, sizeof *jobs))) {
+        oom(r);
         goto done;
     }
-    jobs[0] = j;
-    for (n_jobs = 1; n_jobs < g->n; n_jobs++)
-        if (!(jobs[n_jobs] = clone_choice(r, j, n_jobs))) goto done;
-    run_choices(r, jobs, n_jobs);
+    for (size_t p = 0; p < n_prompts; p++) {
+        json_t *e = json_array_get(prompts, p);
+        char what[32] = "prompt";
+        if (n_prompts > 1) snprintf(what, sizeof what, "prompt[%zu]", p);
+        kiln_token *ids;
+        size_t n_ids = 0;
+        if (json_is_string(e))
+            ids = srv_tokenize_prompt(r, "prompt", json_string_value(e), json_string_length(e), &n_ids);
+        else ids = prompt_ids(r, e, what, &n_ids);
+        if (!ids) goto done;
+        srv_job *lead = j;
+        if (p > 0 && !(lead = clone_choice(r, j, 0))) { /* j's parameters, this prompt */
+            free(ids);
+            goto done;
+        }
+        if (p > 0) jobs[n_jobs++] = lead;
+        free(lead->prompt);
+        lead->prompt = ids;
+        lead->n_prompt = n_ids;
+        if (echo && !set_echo(r, lead->user, e, ids, n_ids)) goto done;
+        if (total == 1) break;
+        if (p == 0) jobs[n_jobs++] = j;
+        for (int c = 1; c < g->n; c++) {
+            srv_job *cj = clone_choice(r, lead, c);
+            if (!cj) goto done;
+            jobs[n_jobs++] = cj;
+        }
+    }
+    if (total == 1) run(r, j);
+    else run_choices(r, jobs, n_jobs);
 done:
-    for (int i = 1; i < n_jobs; i++) srv_job_unref(jobs[i]);
+    for (int i = 0; i < n_jobs; i++)
+        if (jobs[i] != j) srv_job_unref(jobs[i]);
+    free(jobs);
+    json_decref(prompts);
     srv_job_unref(j);
     json_decref(req);
 }

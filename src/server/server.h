@@ -325,6 +325,9 @@ size_t srv_text_sanitize(char *out, size_t cap, const char *in, size_t n, bool k
  * keeping it NUL-terminated; the capacity doubles from 4096. False when out of memory (the buffer
  * is then unchanged). (text.c) */
 bool srv_text_append(char **text, size_t *n, size_t *cap, const char *s, size_t len);
+/* srv_text_append of s[0..len) made valid UTF-8: each byte that starts no well-formed character
+ * becomes U+FFFD. False when out of memory (the buffer is then as it was). (text.c) */
+bool srv_text_append_utf8(char **text, size_t *n, size_t *cap, const char *s, size_t len);
 
 /* Shared helpers. */
 json_t *srv_parse_body(srv_req *r); /* a JSON object, or NULL after sending 415 or 400 */

@@ -107,3 +107,18 @@ bool srv_text_append(char **text, size_t *n, size_t *cap, const char *s, size_t 
     (*text)[*n] = 0;
     return true;
 }
+
+bool srv_text_append_utf8(char **text, size_t *n, size_t *cap, const char *s, size_t len) {
+    static const char repl[] = "\xEF\xBF\xBD"; /* U+FFFD */
+    const size_t n0 = *n;
+    for (size_t i = 0; i < len;) {
+        const size_t k = utf8_len((const unsigned char *)s + i, len - i);
+        if (!(k ? srv_text_append(text, n, cap, s + i, k) : srv_text_append(text, n, cap, repl, sizeof repl - 1))) {
+            *n = n0;
+            if (*text) (*text)[n0] = 0;
+            return false;
+        }
+        i += k ? k : 1;
+    }
+    return true;
+}
