@@ -330,7 +330,7 @@ static int child_gone(sup *s, int w) {
     wk->ready = wk->unloading = false;
     const bool clean = WIFEXITED(st) && WEXITSTATUS(st) == 0;
     if (!clean && s->stopping) s->rc = WIFEXITED(st) ? WEXITSTATUS(st) : 1; /* the exit status */
-    char cause[96], msg[512]; /* room for the id and the error whole */
+    char cause[96], msg[512]; /* msg: room for the id and the error whole */
     if (wk->hung) snprintf(cause, sizeof cause, "no progress for %u s (--engine-timeout)", s->sv->engine_timeout_s);
     else describe(st, cause, sizeof cause);
     wk->hung = false;
