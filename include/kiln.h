@@ -639,6 +639,8 @@ typedef struct kiln_token_event {
     const kiln_top_logprob *top; /* the n_top most likely tokens, most likely first (lowest id on
                                     ties); valid during the callback only */
     size_t n_top;
+    bool prompt; /* an event of a prompt token (prompt_logprobs): token is the prompt's,
+                    logprob and top its distribution at that position; no text */
 } kiln_token_event;
 
 /* Called for every generated token; returning non-zero stops the generation (KILN_ERR_CANCELLED). */
@@ -746,6 +748,13 @@ typedef struct kiln_generate_params {
     size_t n_stop;               /* at most KILN_MAX_STOP */
     int32_t logprobs;            /* -1 (default): none; 0: the chosen token's logprob in each event;
                                     N in 1..KILN_MAX_TOP_LOGPROBS: also the N most likely tokens */
+    int32_t prompt_logprobs;     /* -1 (default): none; N in 0..KILN_MAX_TOP_LOGPROBS: before the
+                                    generated tokens, an event (prompt = true) for each prompt token
+                                    after the first, with its logprob given the tokens before it
+                                    (the raw logits' softmax, no grammar) and the N most likely tokens
+                                    there. The prompt is then computed whole: no cached prefix is
+                                    restored for it (an engine computes such a prompt in chunks of a
+                                    few dozen tokens) */
     const kiln_grammar *grammar; /* NULL (default): unconstrained; else every token is masked to the
                                     grammar (see kiln_grammar). The generation takes its own
                                     reference (the caller may free its grammar at once); logprobs

@@ -163,6 +163,7 @@ kiln_status kiln_engine_new(kiln_model *m, const kiln_engine_params *params, kil
         st = kn_scratch_init(&e->scratch, m, kn_spec_scratch_tokens(&e->spec, p.max_rows, p.prefill_chunk), p.n_ctx,
                              p.n_threads);
     if (!st) {
+        e->logits_rows = p.max_rows;
         e->logits = kn_alloc_aligned((size_t)p.max_rows * (size_t)hp->n_vocab * sizeof(float));
         e->slots = kn_calloc((size_t)p.max_rows, sizeof *e->slots);
         e->queue = kn_calloc((size_t)KN_MAX(p.max_queue, 1), sizeof *e->queue);

@@ -16,6 +16,10 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+/* Logits rows the engine adds for the prompt chunks of requests with prompt logprobs (each of their
+ * prompt tokens needs its position's logits): such a prompt advances this many tokens a step. */
+#define KN_PROMPT_LOGITS 32
+
 struct kiln_request {
     kiln_engine *engine; /* for waiting; a handle may be freed after its engine */
     atomic_int refs;     /* the caller's handle + the engine while not done */
@@ -56,7 +60,8 @@ struct kiln_engine {
                               admission, the cache gives blocks back under pressure */
     int32_t blocked_avail; /* paged: blocks available when the queue's head last failed to fit; -1 */
     kn_ssd *ssd;           /* the cache's SSD tier, or NULL */
-    float *logits;         /* [max_rows][n_vocab] */
+    float *logits;         /* [logits_rows][n_vocab] */
+    int32_t logits_rows;   /* max_rows, and KN_PROMPT_LOGITS more once a request asks for prompt logprobs */
     kn_spec spec;          /* the speculative method (none: plain decoding) */
     kn_slot *slots;        /* [max_rows] */
     kiln_request **queue;  /* ring [max_queue] */

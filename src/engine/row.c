@@ -49,6 +49,9 @@ kiln_status kn_row_validate(const kiln_model *m, int32_t n_ctx, const kiln_token
                             i, V);
     if (gp->logprobs < -1 || gp->logprobs > KILN_MAX_TOP_LOGPROBS)
         return kn_error(KILN_ERR_INVALID_ARG, "logprobs %d is outside [-1, %d]", gp->logprobs, KILN_MAX_TOP_LOGPROBS);
+    if (gp->prompt_logprobs < -1 || gp->prompt_logprobs > KILN_MAX_TOP_LOGPROBS)
+        return kn_error(KILN_ERR_INVALID_ARG, "prompt_logprobs %d is outside [-1, %d]", gp->prompt_logprobs,
+                        KILN_MAX_TOP_LOGPROBS);
     return KILN_OK;
 }
 
@@ -135,7 +138,15 @@ void kn_row_plan(const kn_row *r, int32_t max, kn_batch_row *out) {
     const int32_t n = (int32_t)KN_MIN(left, (size_t)max);
     out->tokens = r->prompt + r->n_fed;
     out->n_tokens = n;
-    out->logits_from = (size_t)n == left ? n - 1 : n; /* logits only for the prompt's last token */
+    /* logits only for the prompt's last token; with prompt logprobs for every position */
+    out->logits_from = r->gp.prompt_logprobs >= 0 ? 0 : (size_t)n == left ? n - 1 : n;
+}
+
+int32_t kn_row_plan_max(const kn_row *r, int32_t max, int32_t *extra) {
+    if (r->decoding || r->gp.prompt_logprobs < 0) return max;
+    const int32_t n = KN_MIN(max, 1 + KN_MAX(*extra, 0));
+    *extra -= n - 1;
+    return n;
 }
 
 /* Emits token tok (sampled from logits) with the text it releases; returns non-zero if the
@@ -152,6 +163,21 @@ static int emit(kn_row *r, kiln_token tok, const float *logits) {
         ev.logprob = kn_logprobs(logits, r->model->hp.n_vocab, tok, ev.n_top, r->top);
     }
     return r->gp.on_token(&ev, r->gp.user);
+}
+
+/* The events of the prompt tokens a chunk's logits predict (prompt_logprobs): logits[j] of the
+ * chunk's position j gives the logprob of the prompt token after it. Non-zero if the callback
+ * cancels. */
+static int emit_prompt(kn_row *r, int32_t n, const float *logits) {
+    const size_t V = (size_t)r->model->hp.n_vocab;
+    for (int32_t j = 0; j < n && r->n_fed + (size_t)j + 1 < r->n_prompt; j++) {
+        if (!r->gp.on_token) return 0;
+        const kiln_token tok = r->prompt[r->n_fed + (size_t)j + 1];
+        kiln_token_event ev = {.token = tok, .top = r->top, .n_top = (size_t)r->gp.prompt_logprobs, .prompt = true};
+        ev.logprob = kn_logprobs(logits + (size_t)j * V, (int32_t)V, tok, ev.n_top, r->top);
+        if (r->gp.on_token(&ev, r->gp.user)) return 1;
+    }
+    return 0;
 }
 
 static bool finish(kn_row *r, kiln_stop_reason why) {
@@ -254,6 +280,14 @@ static kiln_token lazy_step(kn_row *r, const float **logits, kiln_token tok) {
 bool kn_row_advance(kn_row *r, const kn_batch_row *planned, const float *logits) {
     if (r->finished) return true;
     if (!r->decoding) {
+        if (r->gp.prompt_logprobs >= 0 && logits) {
+            if (emit_prompt(r, planned->n_tokens, logits)) {
+                r->status = KILN_ERR_CANCELLED;
+                r->res.error = "the generation was cancelled by its token callback";
+                return finish(r, KILN_STOP_CANCELLED);
+            }
+            logits += (size_t)(planned->n_tokens - 1) * (size_t)r->model->hp.n_vocab; /* the last position's */
+        }
         r->n_fed += (size_t)planned->n_tokens;
         if (r->n_fed < r->n_prompt) return false;
         r->decoding = true;
@@ -348,11 +382,11 @@ bool kn_rows_prepare_kv(kn_row **in, const kn_batch_row *br, int nb) {
 }
 
 int kn_step_rows(const kiln_model *m, kn_scratch *s, kn_row **rows, int n, int32_t max_tokens, int32_t prefill_chunk,
-                 float *logits) {
+                 float *logits, int32_t logits_cap) {
     kn_batch_row br[n];
     kn_row *in[n];
     int nb = 0;
-    int32_t budget = KN_MIN(max_tokens, s->n_max);
+    int32_t budget = KN_MIN(max_tokens, s->n_max), extra = logits_cap - n;
     for (int i = 0; i < n && budget > 0; i++) { /* decoding rows: one token each */
         if (rows[i]->finished || !rows[i]->decoding) continue;
         kn_row_plan(rows[i], 1, &br[nb]);
@@ -362,18 +396,19 @@ int kn_step_rows(const kiln_model *m, kn_scratch *s, kn_row **rows, int n, int32
     }
     for (int i = 0; i < n && budget > 0; i++) { /* prefilling rows share the rest, in order */
         if (rows[i]->finished || rows[i]->decoding) continue;
-        kn_row_plan(rows[i], KN_MIN(budget, prefill_chunk), &br[nb]);
+        kn_row_plan(rows[i], kn_row_plan_max(rows[i], KN_MIN(budget, prefill_chunk), &extra), &br[nb]);
         if (!prepare_kv(rows[i], &br[nb])) continue;
         in[nb++] = rows[i];
         budget -= br[nb - 1].n_tokens;
     }
     if (nb == 0) return 0;
-    kn_forward(m, s, br, nb, logits, n);
+    kn_forward(m, s, br, nb, logits, logits_cap);
     int done = 0;
     size_t li = 0;
     for (int i = 0; i < nb; i++) {
         const bool has = br[i].logits_from < br[i].n_tokens;
-        const float *lg = has ? logits + li++ * (size_t)m->hp.n_vocab : NULL;
+        const float *lg = has ? logits + li * (size_t)m->hp.n_vocab : NULL;
+        li += (size_t)(br[i].n_tokens - br[i].logits_from);
         done += kn_row_advance(in[i], &br[i], lg);
     }
     return done;

@@ -98,6 +98,11 @@ void kn_row_plan(const kn_row *r, int32_t max, kn_batch_row *out);
  * matcher ran out of memory) the row fails with a status and res.error saying why. */
 bool kn_row_advance(kn_row *r, const kn_batch_row *planned, const float *logits);
 
+/* The most prompt tokens a prefilling row may plan this step within max, given the logits rows
+ * *extra left beyond one per row: a row with prompt_logprobs needs one per token, so it takes at most
+ * 1 + *extra and uses up what it takes beyond one; any other row takes max. */
+int32_t kn_row_plan_max(const kn_row *r, int32_t max, int32_t *extra);
+
 /* Marks an unfinished row cancelled (the caller's cancel request). */
 void kn_row_cancel(kn_row *r);
 
@@ -117,10 +122,11 @@ bool kn_rows_prepare_kv(kn_row **in, const kn_batch_row *br, int nb);
  * row per step (kn_spec_step in engine/spec.h is the seam that runs it or a speculative method). Plans
  * each row within a budget of max_tokens stacked tokens (decoding rows first, one token each;
  * prefilling rows share the rest, at most prefill_chunk each, in the order given), runs the forward
- * pass, and advances every row that took part. logits must hold n rows of n_vocab. Rows that got no
+ * pass, and advances every row that took part. logits holds logits_cap >= n rows of n_vocab (rows
+ * with prompt_logprobs take the ones beyond n for their chunks: kn_row_plan_max). Rows that got no
  * budget simply wait. Returns the number of rows that finished this step (their `finished` flag is
  * set). */
 int kn_step_rows(const kiln_model *m, kn_scratch *s, kn_row **rows, int n, int32_t max_tokens, int32_t prefill_chunk,
-                 float *logits);
+                 float *logits, int32_t logits_cap);
 
 #endif

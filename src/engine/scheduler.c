@@ -66,7 +66,9 @@ static kiln_status reserve_row(kiln_engine *e, kn_slot *s, kiln_request *r) {
         if (st) return st;
         s->allocated = true;
     }
-    s->cached = kn_pc_restore(&e->cache, r->prompt, (int32_t)r->n_prompt, (int32_t)r->n_prompt - 1, &s->kv);
+    s->cached = r->gp.prompt_logprobs >= 0 /* every position's logits: nothing restored */
+                    ? 0
+                    : kn_pc_restore(&e->cache, r->prompt, (int32_t)r->n_prompt, (int32_t)r->n_prompt - 1, &s->kv);
     const int64_t gen = r->gp.max_tokens >= 0 ? r->gp.max_tokens : e->p.n_ctx;
     const int64_t limit = KN_MIN((int64_t)e->p.n_ctx, (int64_t)r->n_prompt + gen);
     const int32_t bt = e->kv_pool.bt;
@@ -120,6 +122,19 @@ static void release_kv(kiln_engine *e, kn_slot *s) {
     kn_kv_set_quota(&s->kv, 0);
 }
 
+/* A request with prompt logprobs is starting: the step's logits buffer grows (once) by
+ * KN_PROMPT_LOGITS rows for its prompt chunks. Without the memory it stays as it is, and such
+ * prompts advance a token a step. */
+static void grow_logits(kiln_engine *e) {
+    const int32_t want = e->p.max_rows + KN_PROMPT_LOGITS;
+    if (e->logits_rows >= want) return;
+    float *l = kn_alloc_aligned((size_t)want * (size_t)e->model->hp.n_vocab * sizeof(float));
+    if (!l) return;
+    kn_free_aligned(e->logits);
+    e->logits = l;
+    e->logits_rows = want;
+}
+
 /* Prepares a slot's KV and begins its row; on failure the request ends with the error. */
 static void start_row(kiln_engine *e, kn_slot *s) {
     const kn_hparams *hp = &e->model->hp;
@@ -132,10 +147,14 @@ static void start_row(kiln_engine *e, kn_slot *s) {
     kiln_request *r = s->req;
     if (!st) {
         /* The longest cached prefix (leaving at least one prompt token to compute) goes into the
-         * slot's KV; prefill starts after it. */
-        const int32_t cached =
-            e->paged ? s->cached
-                     : kn_pc_restore(&e->cache, r->prompt, (int32_t)r->n_prompt, (int32_t)r->n_prompt - 1, &s->kv);
+         * slot's KV (paged: at admission); prefill starts after it. Prompt logprobs need every
+         * position's logits: nothing is restored for them. */
+        int32_t cached = s->cached;
+        if (!e->paged)
+            cached = r->gp.prompt_logprobs >= 0
+                         ? 0
+                         : kn_pc_restore(&e->cache, r->prompt, (int32_t)r->n_prompt, (int32_t)r->n_prompt - 1, &s->kv);
+        if (r->gp.prompt_logprobs >= 0) grow_logits(e);
         st = kn_row_begin(&s->row, e->model, &s->kv, r->prompt, r->n_prompt, cached, &r->gp);
         s->prompt_shared = false;
     }
@@ -222,7 +241,8 @@ void *kn_scheduler_main(void *arg) {
             }
         }
         if (n) {
-            kn_spec_step(&e->spec, e->model, &e->scratch, rows, n, e->scratch.n_max, e->p.prefill_chunk, e->logits);
+            kn_spec_step(&e->spec, e->model, &e->scratch, rows, n, e->scratch.n_max, e->p.prefill_chunk, e->logits,
+                         e->logits_rows);
             for (int i = 0; i < n; i++) /* share_prompt: the prompt's KV as soon as it is whole */
                 if (rows[i]->gp.share_prompt && rows[i]->decoding && !row_slot[i]->prompt_shared && rows[i]->seq) {
                     kn_pc_publish(&e->cache, rows[i]->seq, (int32_t)rows[i]->n_prompt, &row_slot[i]->kv, 2);

@@ -40,6 +40,7 @@ kiln_generate_params kiln_generate_default_params(void) {
         .stop = NULL,
         .n_stop = 0,
         .logprobs = -1,
+        .prompt_logprobs = -1,
         .grammar = NULL,
         .on_token = NULL,
         .on_done = NULL,
@@ -174,7 +175,8 @@ kiln_status kiln_generate_tokens(kiln_session *s, const kiln_token *prompt, size
     s->n_logits = 0;
     kn_row *rows[1] = {&row};
     while (!row.finished)
-        kn_spec_step(&s->spec, s->model, &s->scratch, rows, 1, s->scratch.n_max, s->p.n_batch, s->logits);
+        kn_spec_step(&s->spec, s->model, &s->scratch, rows, 1, s->scratch.n_max, s->p.n_batch, s->logits,
+                     s->n_logits_cap);
     st = kn_row_end(&row, result);
     if (st == KILN_ERR_CANCELLED) kn_error(st, "generation cancelled by the caller");
     if (st) fail(s, st);

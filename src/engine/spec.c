@@ -478,8 +478,9 @@ static int32_t propose(kn_spec *sp, kn_row **in, int nd, int n_dec, int32_t budg
 }
 
 int kn_spec_step(kn_spec *sp, const kiln_model *m, kn_scratch *s, kn_row **rows, int n, int32_t max_tokens,
-                 int32_t prefill_chunk, float *logits) {
-    if (!sp || sp->method == KILN_SPEC_NONE) return kn_step_rows(m, s, rows, n, max_tokens, prefill_chunk, logits);
+                 int32_t prefill_chunk, float *logits, int32_t logits_cap) {
+    if (!sp || sp->method == KILN_SPEC_NONE)
+        return kn_step_rows(m, s, rows, n, max_tokens, prefill_chunk, logits, logits_cap);
     kn_batch_row br[n];
     kn_row *in[n], *dr[n];
     int32_t want[n];
@@ -494,16 +495,18 @@ int kn_spec_step(kn_spec *sp, const kiln_model *m, kn_scratch *s, kn_row **rows,
         r->spec_toks[0] = r->last;
         r->n_prop = 0;
     }
-    budget -= propose(sp, in, nb, n_dec, budget);
+    if (nb) budget -= propose(sp, in, nb, n_dec, budget); /* (its arrays are sized by nb) */
     for (int i = 0; i < nb; i++)
         br[i] = (kn_batch_row){
             .kv = in[i]->kv, .tokens = in[i]->spec_toks, .n_tokens = 1 + in[i]->n_prop, .logits_from = 0};
     const int n_dec_in = nb;
+    int32_t extra = sp->n_rows * (sp->max_k + 1) - (n - nb); /* logits rows beyond one per prefilling row */
+    for (int i = 0; i < nb; i++) extra -= br[i].n_tokens;
     bool expect = false, expect_known = false;
     for (int i = 0; i < n && budget > 0; i++) { /* prefilling rows share the rest, in order */
         kn_row *r = rows[i];
         if (r->finished || r->decoding) continue;
-        kn_row_plan(r, KN_MIN(budget, prefill_chunk), &br[nb]);
+        kn_row_plan(r, kn_row_plan_max(r, KN_MIN(budget, prefill_chunk), &extra), &br[nb]);
         in[nb++] = r;
         budget -= br[nb - 1].n_tokens;
         if (!r->spec || !r->dkv) continue;
@@ -527,7 +530,8 @@ int kn_spec_step(kn_spec *sp, const kiln_model *m, kn_scratch *s, kn_row **rows,
         kn_row *r = in[i];
         if (i >= n_dec_in) { /* a prompt chunk */
             const bool has = br[i].logits_from < br[i].n_tokens;
-            done += kn_row_advance(r, &br[i], has ? sp->vlogits + li++ * V : NULL);
+            done += kn_row_advance(r, &br[i], has ? sp->vlogits + li * V : NULL);
+            li += (size_t)(br[i].n_tokens - br[i].logits_from);
             continue;
         }
         const int32_t P = r->kv->n_past - br[i].n_tokens; /* position of the last token */
@@ -554,6 +558,6 @@ int kn_spec_step(kn_spec *sp, const kiln_model *m, kn_scratch *s, kn_row **rows,
             atomic_fetch_add(&sp->accepted, (uint_fast64_t)acc);
         }
     }
-    (void)logits;
+    (void)logits, (void)logits_cap;
     return done;
 }

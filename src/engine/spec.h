@@ -121,10 +121,10 @@ void kn_spec_row_end(kn_spec *sp, kn_row *r);
 /* One executor step with the method (sp NULL or none: kn_step_rows). Same contract as
  * kn_step_rows: plans within max_tokens stacked tokens (decoding rows first with their proposals,
  * prefilling rows share the rest at most prefill_chunk each), runs one target forward pass,
- * advances every row that took part; logits holds n rows of n_vocab (the plain step's). Returns the
- * number of rows that finished. */
+ * advances every row that took part; logits holds logits_cap >= n rows of n_vocab (the plain
+ * step's; a speculative method uses its own). Returns the number of rows that finished. */
 int kn_spec_step(kn_spec *sp, const kiln_model *m, kn_scratch *s, kn_row **rows, int n, int32_t max_tokens,
-                 int32_t prefill_chunk, float *logits);
+                 int32_t prefill_chunk, float *logits, int32_t logits_cap);
 
 /* The n-gram proposal: the tokens after the latest earlier occurrence of the longest suffix
  * (KN_SPEC_NGRAM_MAX tokens down to 1) of hist[n], continued periodically past the end of hist (the

@@ -37,6 +37,8 @@ typedef struct gen_out {
     size_t text_offset; /* completions logprobs: byte offset of the next token */
     char *echo;         /* completions with echo: the prompt's text, which the choice's text starts with */
     size_t n_echo;
+    bool echo_held; /* streaming echo with logprobs: the echo chunk waits for the prompt's logprobs */
+    bool lp_first;  /* echo with logprobs: the prompt's first token's entry is still to come first */
     bool oom;
     kiln_chat_parser *parser; /* chat with tools or a reasoning format: the reply's parser, else NULL */
     bool parse_failed;        /* the parser refused input (past a limit): the rest is not parsed */
@@ -450,6 +452,13 @@ static void token_text(const kiln_model *m, kiln_token t, json_t **str, json_t *
     *str = json_stringn(fixed, k);
 }
 
+/* The bytes token t adds to decoded text (special tokens none): its share of an echoed prompt. */
+static size_t piece_len(const kiln_model *m, kiln_token t) {
+    char buf[256];
+    size_t n = 0;
+    return kiln_token_piece(m, t, false, buf, sizeof buf, &n) == KILN_OK ? n : 0;
+}
+
 /* Records the logprobs of one token: a chat entry ({token, logprob, bytes, top_logprobs}) or a
  * completions entry (parallel arrays) appended to dst. */
 static void add_logprob(gen_out *g, json_t *dst, const kiln_token_event *ev) {
@@ -478,10 +487,23 @@ static void add_logprob(gen_out *g, json_t *dst, const kiln_token_event *ev) {
         json_decref(ts);
     }
     json_array_append_new(json_object_get(dst, "text_offset"), json_integer((json_int_t)g->text_offset));
-    g->text_offset += strlen(json_string_value(tok));
+    g->text_offset += ev->prompt ? piece_len(g->model, ev->token) : strlen(json_string_value(tok));
     json_array_append_new(json_object_get(dst, "tokens"), tok);
     json_array_append_new(json_object_get(dst, "token_logprobs"), json_real((double)ev->logprob));
     json_array_append_new(json_object_get(dst, "top_logprobs"), top);
+}
+
+/* The completions entry of the prompt's first token (echo with logprobs): no logprob, no
+ * alternatives, as OpenAI gives it. */
+static void add_first_prompt_token(gen_out *g, json_t *dst, kiln_token t) {
+    json_t *tok, *bytes;
+    token_text(g->model, t, &tok, &bytes);
+    json_decref(bytes);
+    json_array_append_new(json_object_get(dst, "text_offset"), json_integer(0));
+    g->text_offset = piece_len(g->model, t);
+    json_array_append_new(json_object_get(dst, "tokens"), tok);
+    json_array_append_new(json_object_get(dst, "token_logprobs"), json_null());
+    json_array_append_new(json_object_get(dst, "top_logprobs"), json_null());
 }
 
 /* An empty logprobs container: chat {"content": [], "refusal": null}'s array, or the completions
@@ -629,26 +651,40 @@ static void parse_text(srv_job *j, const char *text, size_t len, bool finish) {
     while (kiln_chat_parser_next(g->parser, &d)) emit_sse(j, delta_chunk(g, &d));
 }
 
+/* Where the job's logprob entries go (the whole response's, or a stream's next chunk's), made when
+ * missing; the prompt's first token's entry comes first with echo. */
+static json_t *lp_dst(srv_job *j) {
+    gen_out *g = j->user;
+    json_t **dst = g->stream ? &g->lp_pending : &g->lp;
+    if (!*dst) *dst = new_lp(g->chat);
+    if (g->lp_first && *dst) {
+        g->lp_first = false;
+        add_first_prompt_token(g, *dst, j->prompt[0]);
+    }
+    return *dst;
+}
+
 static void on_event(srv_job *j, const kiln_token_event *ev) {
     gen_out *g = j->user;
     g->started = true;
     if (g->sink && atomic_load(&g->sink->cancel)) atomic_store(&j->cancel, true); /* the client left */
+    if (ev && ev->prompt) { /* echo with logprobs: a prompt token */
+        add_logprob(g, lp_dst(j), ev);
+        return;
+    }
+    if (g->echo_held) { /* the prompt's logprobs are all there: the echo chunk carries them */
+        g->echo_held = false;
+        lp_dst(j);
+        emit_sse(j, chunk(g, g->echo, g->n_echo, NULL));
+    }
+    if (g->echo && g->logprobs >= 0 && g->text_offset < g->n_echo) g->text_offset = g->n_echo; /* after the prompt */
+    if (ev && g->logprobs >= 0 && ev->token >= 0) add_logprob(g, lp_dst(j), ev);
     if (ev && g->parser) {
-        if (g->logprobs >= 0 && ev->token >= 0) {
-            json_t **dst = g->stream ? &g->lp_pending : &g->lp;
-            if (!*dst) *dst = new_lp(g->chat);
-            add_logprob(g, *dst, ev);
-        }
         parse_text(j, ev->text, ev->text_len, false);
         return;
     }
     if (!ev && g->parser) parse_text(j, NULL, 0, true);
     if (ev) {
-        if (g->logprobs >= 0 && ev->token >= 0) {
-            json_t **dst = g->stream ? &g->lp_pending : &g->lp;
-            if (!*dst) *dst = new_lp(g->chat);
-            add_logprob(g, *dst, ev);
-        }
         /* A stream gets one chunk per token, as OpenAI sends them, even when the token's text is
          * empty (part of a character, or held back as a possible stop string): clients see
          * every token arrive. Text released without a token (the end) comes only if non-empty. */
@@ -695,7 +731,7 @@ static json_t *result_choice(srv_req *r, srv_job *j, int index) {
                            g->oom ? "out of memory" : j->error);
         return NULL;
     }
-    json_t *lp = g->logprobs >= 0 && !g->lp ? new_lp(g->chat) : json_incref(g->lp);
+    json_t *lp = g->logprobs >= 0 ? json_incref(lp_dst(j)) : NULL;
     json_t *choice;
     const char *finish = g->chat ? chat_finish(g, j->result.stop) : finish_reason(j->result.stop);
     if (g->parser) {
@@ -774,7 +810,7 @@ static void open_choice(srv_job *j) {
                      json_pack("{s:i, s:{s:s, s:s}, s:n, s:n}", "index", g->index, "delta", "role", "assistant",
                                "content", "", "logprobs", "finish_reason"));
         if (o && g->include_usage) json_object_set_new(o, "usage", json_null());
-    } else if (g->echo) o = chunk(g, g->echo, g->n_echo, NULL);
+    } else if (g->echo && !g->echo_held) o = chunk(g, g->echo, g->n_echo, NULL);
     else return;
     emit_sse(j, o);
 }
@@ -828,6 +864,8 @@ static srv_job *clone_choice(srv_req *r, srv_job *j, int i) {
     g->stream = g0->stream;
     g->include_usage = g0->include_usage;
     size_t echo_cap = 0;
+    g->echo_held = g0->echo_held;
+    g->lp_first = g0->lp_first;
     if (g0->echo && !srv_text_append(&g->echo, &g->n_echo, &echo_cap, g0->echo, g0->n_echo)) {
         srv_job_unref(c);
         oom(r);
@@ -1122,7 +1160,7 @@ static json_t *prompt_list(srv_req *r, json_t *p) {
 
 /* The completions fields that ask for what kiln does not do: a 400 naming each, never ignored.
  * False after sending it. */
-static bool refuse_unsupported(srv_req *r, json_t *req, const gen_out *g, bool echo) {
+static bool refuse_unsupported(srv_req *r, json_t *req, const gen_out *g) {
     json_t *suffix = json_object_get(req, "suffix");
     if (suffix && !json_is_null(suffix) && (!json_is_string(suffix) || json_string_length(suffix))) {
         BAD(r, "suffix", "'suffix' (text to follow the completion: fill in the middle) is not supported");
@@ -1135,19 +1173,19 @@ static bool refuse_unsupported(srv_req *r, json_t *req, const gen_out *g, bool e
             best_of, g->n);
         return false;
     }
-    if (echo && g->logprobs >= 0) {
-        BAD(r, "echo", "'echo' with 'logprobs' (the logprobs of the prompt's tokens) is not supported");
-        return false;
-    }
     return true;
 }
 
 /* Sets the echo text of choice g: the prompt string as sent, or the text of its token ids (bytes
- * that are not UTF-8 shown as U+FFFD). False after sending 500. */
+ * that are not UTF-8 shown as U+FFFD), which a string prompt gets too with logprobs (the tokens'
+ * text_offset index it). False after sending 500. */
 static bool set_echo(srv_req *r, gen_out *g, json_t *p, const kiln_token *ids, size_t n) {
     size_t cap = 0;
     g->n_echo = 0;
-    if (json_is_string(p)) {
+    g->echo_held = g->stream && g->logprobs >= 0;
+    g->lp_first = g->logprobs >= 0;
+    if (!srv_text_append(&g->echo, &g->n_echo, &cap, "", 0)) return oom(r); /* "" at least */
+    if (json_is_string(p) && g->logprobs < 0) {
         if (!srv_text_append(&g->echo, &g->n_echo, &cap, json_string_value(p), json_string_length(p))) return oom(r);
         return true;
     }
@@ -1179,7 +1217,8 @@ void srv_completions(srv_req *r) {
         !srv_get_bool(r, req, "echo", &echo))
         goto done;
     g->logprobs = (int)lp;
-    if (!refuse_unsupported(r, req, g, echo) || !(prompts = prompt_list(r, json_object_get(req, "prompt")))) goto done;
+    if (echo) j->gp.prompt_logprobs = g->logprobs; /* -1 without logprobs */
+    if (!refuse_unsupported(r, req, g) || !(prompts = prompt_list(r, json_object_get(req, "prompt")))) goto done;
     const size_t n_prompts = json_array_size(prompts);
     if (n_prompts * (size_t)g->n > SRV_MAX_BATCH) {
         BAD(r, "prompt", "%zu prompts with n = %d make %zu choices; a request makes at most %d", n_prompts, g->n,

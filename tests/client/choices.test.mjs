@@ -7,8 +7,10 @@
 // finish_reason each, one usage chunk, the texts of the whole response); n above the cap (16) is a 400.
 // /v1/completions also takes a batch of prompts (strings or token-id arrays): choice p * n + k is
 // what prompt p alone gives as its choice k (greedy and seeded), streamed or not, usage summing
-// every prompt once; `echo` starts each choice's text with its prompt (streams send it first); what
-// kiln does not do is a 400 naming the field, never ignored (echo with logprobs, suffix, best_of
+// every prompt once; `echo` starts each choice's text with its prompt (streams send it first), and
+// with `logprobs` lists the prompt's tokens too (the first with null, as OpenAI does), each with the
+// logprob the model gives it, equal to what it gets when generated (evaluation harnesses score
+// texts this way); what kiln does not do is a 400 naming the field, never ignored (suffix, best_of
 // other than n, mixed or empty batches, more than 64 choices; on chat the deprecated functions /
 // function_call and audio output). One PASS/FAIL/SKIP line per case (see lib.mjs); run by
 // tests/cli/test_choices.sh.
@@ -150,13 +152,52 @@ await test('choices_echo', async () => {
   assert.deepEqual(text, (await cmpl(PROMPTS.slice(0, 2), { echo: true })).choices.map((c) => c.text));
 });
 
+await test('choices_echo_logprobs', async () => {
+  // a generation, echoed with logprobs; then its whole text as a prompt: the same tokens, and each
+  // prompt token's logprob (computed in the prompt's pass) is the one it had when it was generated
+  const gen = (await cmpl(PROMPTS[0], { echo: true, logprobs: 2, max_tokens: 6 })).choices[0];
+  const lp = gen.logprobs;
+  assert.equal(lp.tokens.length, lp.token_logprobs.length);
+  assert.equal(lp.token_logprobs[0], null);
+  assert.equal(lp.top_logprobs[0], null);
+  assert.ok(lp.token_logprobs.slice(1).every((x) => typeof x === 'number' && x <= 0));
+  assert.ok(lp.top_logprobs.slice(1).every((t) => Object.keys(t).length >= 1 && Object.keys(t).length <= 2));
+  const plain = (await cmpl(PROMPTS[0], { logprobs: 2, max_tokens: 6 })).choices[0].logprobs;
+  assert.deepEqual(lp.token_logprobs.slice(-6), plain.token_logprobs);
+  const again = await cmpl(gen.text.trimStart(), { echo: true, logprobs: 2, max_tokens: 0 });
+  const alp = again.choices[0].logprobs;
+  assert.equal(again.choices[0].text, gen.text);
+  assert.deepEqual(alp.tokens, lp.tokens);
+  assert.deepEqual(alp.token_logprobs, lp.token_logprobs);
+  assert.deepEqual(alp.top_logprobs, lp.top_logprobs);
+  assert.equal(again.usage.prompt_tokens, lp.tokens.length);
+  assert.equal(again.usage.prompt_tokens_details.cached_tokens, 0); // every position computed
+  // text_offset indexes the echoed text: each token's text is there (the BOS renders as nothing)
+  for (let i = 1; i < alp.tokens.length; i++)
+    assert.equal(again.choices[0].text.slice(alp.text_offset[i], alp.text_offset[i] + alp.tokens[i].length), alp.tokens[i]);
+  // streamed: the first chunk is the prompt with its logprobs, then a chunk per token
+  const stream = await client.completions.create({ model: S.modelId, prompt: gen.text.trimStart(), echo: true, logprobs: 2,
+    max_tokens: 0, stream: true });
+  const chunks = [];
+  for await (const c of stream) for (const ch of c.choices) chunks.push(ch);
+  assert.equal(chunks[0].text, gen.text);
+  assert.deepEqual(chunks[0].logprobs.token_logprobs, lp.token_logprobs);
+  // a batch, n = 2: every choice lists its own prompt's tokens first
+  const batch = await cmpl(PROMPTS.slice(0, 2), { echo: true, logprobs: 0, max_tokens: 2, n: 2 });
+  assert.equal(batch.choices.length, 4);
+  for (const [i, c] of batch.choices.entries()) {
+    const solo = (await cmpl(PROMPTS[i >> 1], { echo: true, logprobs: 0, max_tokens: 2 })).choices[0];
+    assert.deepEqual(c.logprobs.tokens, solo.logprobs.tokens);
+    assert.deepEqual(c.logprobs.token_logprobs, solo.logprobs.token_logprobs);
+  }
+}, 60000);
+
 await test('choices_unsupported_refused', async () => {
   const bad = async (path, body, param, what) => {
     const e = assertHttpError(await post(S, path, { model: S.modelId, ...body }), 400, what);
     assert.equal(e.param, param, `${what}: error.param`);
   };
   const c = '/v1/completions', ch = '/v1/chat/completions', msgs = [{ role: 'user', content: 'hi' }];
-  await bad(c, { prompt: 'x', echo: true, logprobs: 1 }, 'echo', 'echo with logprobs');
   await bad(c, { prompt: 'x', echo: 'yes' }, 'echo', 'echo a string');
   await bad(c, { prompt: 'x', suffix: ' the end' }, 'suffix', 'suffix');
   await bad(c, { prompt: 'x', best_of: 3 }, 'best_of', 'best_of above n');

@@ -1,12 +1,14 @@
 /*
  * test_engine.c - the public API on the real stories260K model: load errors, fingerprints,
- * evaluation bookkeeping, prefill chunking and batch-of-rows invariance, cancellation.
+ * evaluation bookkeeping, prefill chunking and batch-of-rows invariance, cancellation, prompt
+ * logprobs.
  */
 #include "harness.h"
 
 #include "engine/session.h"
 #include "kiln.h"
 #include "model/forward.h"
+#include "sample/logprobs.h"
 
 #include <pthread.h>
 
@@ -251,6 +253,117 @@ static void test_request_error(void) {
     kiln_model_free(m);
 }
 
+/* What a request's token events said: the prompt events in order, then the generated tokens. */
+#define PL_MAX 128
+typedef struct {
+    int n_prompt, n_gen;
+    bool prompt_after_gen;
+    kiln_token tok[PL_MAX], gen[8];
+    float lp[PL_MAX];
+    size_t n_top[PL_MAX];
+    kiln_top_logprob top[PL_MAX][3];
+} pl_log;
+
+static int pl_collect(const kiln_token_event *ev, void *user) {
+    pl_log *L = user;
+    if (ev->prompt) {
+        L->prompt_after_gen |= L->n_gen > 0;
+        const int i = L->n_prompt++;
+        if (i >= PL_MAX) return 0;
+        L->tok[i] = ev->token;
+        L->lp[i] = ev->logprob;
+        L->n_top[i] = ev->n_top;
+        memcpy(L->top[i], ev->top, KN_MIN(ev->n_top, (size_t)3) * sizeof *ev->top);
+    } else if (ev->token >= 0 && L->n_gen < 8) {
+        L->gen[L->n_gen++] = ev->token;
+    }
+    return 0;
+}
+
+/* Prompt logprobs through the engine (the prompt in chunks of at most KN_PROMPT_LOGITS tokens, beside
+ * another row, after the same prompt went into the prefix cache; with contiguous and paged KV, and
+ * under the n-gram speculative method) are kn_logprobs of the session's
+ * all-position logits, bit for bit, token after token; the generated tokens are those of the same
+ * request without them, and nothing was restored from the cache. */
+static void test_prompt_logprobs(void) {
+    if (!kt_exists(model_path())) SKIP("no model");
+    kiln_model *m = NULL;
+    CHECK(kiln_model_load(model_path(), NULL, &m) == KILN_OK);
+    const int n = 90, V = kiln_model_n_vocab(m);
+    kiln_token t[90], other[5] = {1, 42, 17, 300, 9};
+    for (int i = 0; i < n; i++) t[i] = (kiln_token)(i == 0 ? 1 : 3 + (i * 37) % 500);
+    /* the reference: one session pass with every position's logits */
+    static float ref_lp[89];
+    static kiln_top_logprob ref_top[89][3];
+    kiln_session_params sp = kiln_session_default_params();
+    sp.n_ctx = 128;
+    sp.n_batch = 128;
+    sp.logits_all = true;
+    kiln_session *s = NULL;
+    CHECK(kiln_session_new(m, &sp, &s) == KILN_OK);
+    CHECK(kiln_session_eval(s, t, (size_t)n, true) == KILN_OK);
+    for (int i = 0; i + 1 < n; i++) ref_lp[i] = kn_logprobs(kiln_session_logits(s, i), V, t[i + 1], 3, ref_top[i]);
+    kiln_session_free(s);
+
+    static pl_log plain, with, side;
+    kiln_generate_params gp = kiln_generate_default_params();
+    kiln_generate_result ra, rb;
+    for (int mode = 0; mode < 3; mode++) { /* contiguous KV rows, paged, n-gram speculation */
+        memset(&plain, 0, sizeof plain), memset(&with, 0, sizeof with), memset(&side, 0, sizeof side);
+        kiln_engine_params ep = kiln_engine_default_params();
+        ep.max_rows = 2;
+        ep.n_ctx = 128;
+        ep.kv_paging = mode == 1;
+        if (mode == 2) ep.spec = KILN_SPEC_NGRAM;
+        kiln_engine *e = NULL;
+        CHECK(kiln_engine_new(m, &ep, &e) == KILN_OK);
+        gp = kiln_generate_default_params();
+        gp.sampling.temperature = 0;
+        gp.max_tokens = 4;
+        gp.ignore_eos = true;
+        gp.on_token = pl_collect;
+        gp.user = &plain;
+        kiln_request *a = NULL, *b = NULL;
+        CHECK(kiln_engine_submit(e, t, (size_t)n, &gp, &a) == KILN_OK); /* also fills the prefix cache */
+        CHECK(kiln_request_wait(a, &ra) == KILN_OK);
+        kiln_request_free(a);
+        gp.user = &side;
+        CHECK(kiln_engine_submit(e, other, 5, &gp, &b) == KILN_OK);
+        gp.user = &with;
+        gp.prompt_logprobs = 3;
+        CHECK(kiln_engine_submit(e, t, (size_t)n, &gp, &a) == KILN_OK);
+        CHECK(kiln_request_wait(a, &ra) == KILN_OK);
+        CHECK(kiln_request_wait(b, &rb) == KILN_OK);
+        kiln_request_free(a);
+        kiln_request_free(b);
+        CHECKF(plain.n_prompt == 0 && side.n_prompt == 0, "prompt events unasked: %d, %d", plain.n_prompt,
+               side.n_prompt);
+        CHECKF(with.n_prompt == n - 1, "%d prompt events for %d tokens", with.n_prompt, n);
+        int same = 0;
+        for (int i = 0; i + 1 < n && i < with.n_prompt; i++)
+            same += with.tok[i] == t[i + 1] && memcmp(&with.lp[i], &ref_lp[i], sizeof(float)) == 0 &&
+                    with.n_top[i] == 3 && memcmp(with.top[i], ref_top[i], sizeof ref_top[i]) == 0;
+        CHECKF(same == n - 1, "%d of %d prompt events as the session's", same, n - 1);
+        CHECK(!with.prompt_after_gen);
+        CHECK(with.n_gen == 4 && memcmp(with.gen, plain.gen, sizeof plain.gen) == 0);
+        CHECKF(ra.n_cached == 0, "%d tokens restored", ra.n_cached);
+        gp.prompt_logprobs = KILN_MAX_TOP_LOGPROBS + 1;
+        CHECK(kiln_engine_submit(e, t, (size_t)n, &gp, &a) == KILN_ERR_INVALID_ARG);
+        kiln_engine_free(e);
+    }
+    /* a session (one logits row: the prompt advances a token a step) gives the same events */
+    static pl_log sess;
+    gp.prompt_logprobs = 3;
+    gp.user = &sess;
+    sp.logits_all = false;
+    CHECK(kiln_session_new(m, &sp, &s) == KILN_OK);
+    CHECK(kiln_generate_tokens(s, t, (size_t)n, &gp, &ra) == KILN_OK);
+    kiln_session_free(s);
+    CHECK(sess.n_prompt == n - 1 && memcmp(sess.lp, with.lp, sizeof(float) * (size_t)(n - 1)) == 0);
+    CHECK(sess.n_gen == 4 && memcmp(sess.gen, plain.gen, sizeof plain.gen) == 0);
+    kiln_model_free(m);
+}
+
 int main(void) {
     RUN(test_load_errors);
     RUN(test_model_info_and_fingerprint);
@@ -260,5 +373,6 @@ int main(void) {
     RUN(test_cancel_and_limits);
     RUN(test_model_last_error);
     RUN(test_request_error);
+    RUN(test_prompt_logprobs);
     return kt_summary();
 }
