@@ -170,8 +170,8 @@ static int emit(kn_row *r, kiln_token tok, const float *logits) {
  * cancels. */
 static int emit_prompt(kn_row *r, int32_t n, const float *logits) {
     const size_t V = (size_t)r->model->hp.n_vocab;
+    if (!r->gp.on_token) return 0;
     for (int32_t j = 0; j < n && r->n_fed + (size_t)j + 1 < r->n_prompt; j++) {
-        if (!r->gp.on_token) return 0;
         const kiln_token tok = r->prompt[r->n_fed + (size_t)j + 1];
         kiln_token_event ev = {.token = tok, .top = r->top, .n_top = (size_t)r->gp.prompt_logprobs, .prompt = true};
         ev.logprob = kn_logprobs(logits + (size_t)j * V, (int32_t)V, tok, ev.n_top, r->top);

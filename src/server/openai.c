@@ -459,6 +459,16 @@ static size_t piece_len(const kiln_model *m, kiln_token t) {
     return kiln_token_piece(m, t, false, buf, sizeof buf, &n) == KILN_OK ? n : 0;
 }
 
+/* Appends a completions logprobs entry (steals tok, lp, top) at the text offset, which then
+ * advances by adv bytes. */
+static void append_cmpl_entry(gen_out *g, json_t *dst, json_t *tok, json_t *lp, json_t *top, size_t adv) {
+    json_array_append_new(json_object_get(dst, "text_offset"), json_integer((json_int_t)g->text_offset));
+    g->text_offset += adv;
+    json_array_append_new(json_object_get(dst, "tokens"), tok);
+    json_array_append_new(json_object_get(dst, "token_logprobs"), lp);
+    json_array_append_new(json_object_get(dst, "top_logprobs"), top);
+}
+
 /* Records the logprobs of one token: a chat entry ({token, logprob, bytes, top_logprobs}) or a
  * completions entry (parallel arrays) appended to dst. */
 static void add_logprob(gen_out *g, json_t *dst, const kiln_token_event *ev) {
@@ -486,24 +496,18 @@ static void add_logprob(gen_out *g, json_t *dst, const kiln_token_event *ev) {
             json_object_set_new(top, json_string_value(ts), json_real((double)ev->top[i].logprob));
         json_decref(ts);
     }
-    json_array_append_new(json_object_get(dst, "text_offset"), json_integer((json_int_t)g->text_offset));
-    g->text_offset += ev->prompt ? piece_len(g->model, ev->token) : strlen(json_string_value(tok));
-    json_array_append_new(json_object_get(dst, "tokens"), tok);
-    json_array_append_new(json_object_get(dst, "token_logprobs"), json_real((double)ev->logprob));
-    json_array_append_new(json_object_get(dst, "top_logprobs"), top);
+    const size_t adv = ev->prompt ? piece_len(g->model, ev->token) : strlen(json_string_value(tok));
+    append_cmpl_entry(g, dst, tok, json_real((double)ev->logprob), top, adv);
 }
 
-/* The completions entry of the prompt's first token (echo with logprobs): no logprob, no
- * alternatives, as OpenAI gives it. */
+/* The completions entry of the prompt's first token (echo with logprobs), at offset 0: no logprob,
+ * no alternatives, as OpenAI gives it. */
 static void add_first_prompt_token(gen_out *g, json_t *dst, kiln_token t) {
     json_t *tok, *bytes;
     token_text(g->model, t, &tok, &bytes);
     json_decref(bytes);
-    json_array_append_new(json_object_get(dst, "text_offset"), json_integer(0));
-    g->text_offset = piece_len(g->model, t);
-    json_array_append_new(json_object_get(dst, "tokens"), tok);
-    json_array_append_new(json_object_get(dst, "token_logprobs"), json_null());
-    json_array_append_new(json_object_get(dst, "top_logprobs"), json_null());
+    g->text_offset = 0;
+    append_cmpl_entry(g, dst, tok, json_null(), json_null(), piece_len(g->model, t));
 }
 
 /* An empty logprobs container: chat {"content": [], "refusal": null}'s array, or the completions
