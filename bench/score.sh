@@ -2,7 +2,7 @@
 # bench/score.sh - what scoring a text costs: `/v1/completions` with `echo` and `logprobs` and
 # `max_tokens: 0` (every prompt token's logprob: how evaluation harnesses score a text) against the
 # plain prefill of the same prompt (`max_tokens: 0`, no echo), alternating, on `kiln serve` over a
-# synthetic preset (generated into the git-ignored bench/models/ as bench/serve.sh does), with the
+# synthetic preset (bench/lib.sh: generated into the git-ignored bench/models/), with the
 # prefix cache off so that every request computes its whole prompt. Prints the median seconds of
 # each and the ratio.
 # Usage: bench/score.sh [-m PRESET:TYPE] [-t THREADS] [-n PROMPT_TOKENS (about)] [-r ROUNDS] [-l LOGPROBS]
@@ -12,22 +12,13 @@ SPEC=llama-3.2-1b:Q4_0 THREADS="" N=512 ROUNDS=5 LP=1
 while getopts m:t:n:r:l: o; do
   case $o in m) SPEC=$OPTARG;; t) THREADS=$OPTARG;; n) N=$OPTARG;; r) ROUNDS=$OPTARG;; l) LP=$OPTARG;; *) exit 2;; esac
 done
+. bench/lib.sh
 make -s all >/dev/null
-mkdir -p bench/models
-preset=${SPEC%%:*} type=${SPEC#*:}
-f="bench/models/$preset-$type.gguf"
-[ -f "$f" ] || build/kiln-gen --preset "$preset" --type "$type" --seed 1 -o "$f" >&2
+bench_model "$SPEC"
 log=$(mktemp) body=$(mktemp) times=$(mktemp)
-# shellcheck disable=SC2086
-build/kiln serve -m "$f" --port 0 --prompt-cache 0 -c $((N + 256)) ${THREADS:+-t $THREADS} 2>"$log" &
-pid=$!
 trap 'kill $pid 2>/dev/null; rm -f "$log" "$body" "$times"' EXIT
-for _ in $(seq 1 600); do
-  port=$(sed -n 's/.*listening on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$log")
-  [ -n "$port" ] && break
-  sleep 0.1
-done
-[ -n "$port" ] || { cat "$log" >&2; exit 1; }
+# shellcheck disable=SC2086
+bench_serve --prompt-cache 0 -c $((N + 256)) ${THREADS:+-t $THREADS}
 # A prompt of about N tokens of ids (the synthetic vocabulary spells no text), BOS first.
 ids=$(awk -v n="$N" 'BEGIN { s = "1"; for (i = 1; i < n; i++) s = s "," (100 + (i * 7919) % 20000); print s }')
 ask() { # ask NAME JSON-EXTRA: one request, its seconds appended to $times as "NAME SECONDS"

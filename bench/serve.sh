@@ -11,24 +11,15 @@ while getopts m:b:t: o; do
   case $o in m) SPEC=$OPTARG;; b) BATCH=$OPTARG;; t) THREADS=$OPTARG;; *) exit 2;; esac
 done
 shift $((OPTIND - 1))
+. bench/lib.sh
 make -s all >/dev/null
-mkdir -p bench/models
-preset=${SPEC%%:*} type=${SPEC#*:}
-f="bench/models/$preset-$type.gguf"
-[ -f "$f" ] || build/kiln-gen --preset "$preset" --type "$type" --seed 1 -o "$f" >&2
+bench_model "$SPEC"
 tflag=""
 [ -n "$THREADS" ] && tflag="-t $THREADS"
 log=$(mktemp)
-# shellcheck disable=SC2086
-build/kiln serve -m "$f" --port 0 --batch "$BATCH" -c 1024 $tflag 2>"$log" &
-pid=$!
 trap 'kill $pid 2>/dev/null; rm -f "$log"' EXIT
-for _ in $(seq 1 600); do
-  port=$(sed -n 's/.*listening on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "$log")
-  [ -n "$port" ] && break
-  sleep 0.1
-done
-[ -n "$port" ] || { cat "$log" >&2; exit 1; }
+# shellcheck disable=SC2086
+bench_serve --batch "$BATCH" -c 1024 $tflag
 echo "Model: $preset $type, kiln serve --batch $BATCH $tflag; $(date -u +%Y-%m-%d)"
 echo
 node bench/load.mjs "http://127.0.0.1:$port" "$@"

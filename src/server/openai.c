@@ -1244,18 +1244,16 @@ void srv_completions(srv_req *r) {
             ids = srv_tokenize_prompt(r, "prompt", json_string_value(e), json_string_length(e), &n_ids);
         else ids = prompt_ids(r, e, what, &n_ids);
         if (!ids) goto done;
-        srv_job *lead = j;
-        if (p > 0 && !(lead = clone_choice(r, j, 0))) { /* j's parameters, this prompt */
+        srv_job *lead = p == 0 ? j : clone_choice(r, j, 0); /* j's parameters, this prompt */
+        if (!lead) {
             free(ids);
             goto done;
         }
-        if (p > 0) jobs[n_jobs++] = lead;
+        if (total > 1) jobs[n_jobs++] = lead;
         free(lead->prompt);
         lead->prompt = ids;
         lead->n_prompt = n_ids;
         if (echo && !set_echo(r, lead->user, e, ids, n_ids)) goto done;
-        if (total == 1) break;
-        if (p == 0) jobs[n_jobs++] = j;
         for (int c = 1; c < g->n; c++) {
             srv_job *cj = clone_choice(r, lead, c);
             if (!cj) goto done;
