@@ -16,11 +16,12 @@ kiln_status kn_sampler_init(kn_sampler *s, const kiln_sampler_params *p, int32_t
     s->p.logit_bias = NULL;
     s->n_vocab = n_vocab;
     s->cands = kn_calloc((size_t)n_vocab, sizeof *s->cands);
+    s->scratch = kn_calloc((size_t)n_vocab, sizeof *s->scratch);
     s->work = kn_calloc((size_t)n_vocab, sizeof *s->work);
     s->counts = kn_calloc((size_t)n_vocab, sizeof *s->counts);
     s->hist = kn_calloc((size_t)KN_MAX(p->penalty_last_n, 1), sizeof *s->hist);
     s->bias = kn_calloc(KN_MAX(p->n_logit_bias, 1), sizeof *s->bias);
-    if (!s->cands || !s->work || !s->counts || !s->hist || !s->bias) {
+    if (!s->cands || !s->scratch || !s->work || !s->counts || !s->hist || !s->bias) {
         kn_sampler_free(s);
         return KILN_ERR_NOMEM;
     }
@@ -38,6 +39,7 @@ kiln_status kn_sampler_init(kn_sampler *s, const kiln_sampler_params *p, int32_t
 
 void kn_sampler_free(kn_sampler *s) {
     free(s->cands);
+    free(s->scratch);
     free(s->work);
     free(s->counts);
     free(s->hist);
@@ -70,12 +72,6 @@ int32_t kn_argmax(const float *x, int32_t n) {
         }
     }
     return best;
-}
-
-static int cmp_cand(const void *a, const void *b) {
-    const kn_cand *x = a, *y = b;
-    if (x->logit != y->logit) return x->logit > y->logit ? -1 : 1;
-    return x->id < y->id ? -1 : (x->id > y->id);
 }
 
 /* Applies penalties and bias into s->work. */
@@ -116,6 +112,29 @@ static int32_t argmax_nan_as_ninf(const float *x, int32_t n) {
     return i;
 }
 
+/* The k (< the finite candidates) best of s->work into s->cands[0..k), sorted: the first k finite
+ * ones sorted, then one comparison with the k-th best for each later token (ids ascend, so a later
+ * token must be strictly greater to enter; -inf never is), an insertion for the few that enter. */
+static void select_top_k(kn_sampler *s, int32_t k) {
+    kn_cand *c = s->cands;
+    int32_t n = 0, i = 0;
+    for (; n < k; i++)
+        if (s->work[i] > -INFINITY) c[n++] = (kn_cand){s->work[i], 0.0f, i};
+    kn_cand_sort(c, (size_t)k, s->scratch);
+    float last = c[k - 1].logit;
+    for (; i < s->n_vocab; i++) {
+        const float v = s->work[i];
+        if (!(v > last)) continue;
+        int32_t j = k - 1;
+        while (j > 0 && v > c[j - 1].logit) {
+            c[j] = c[j - 1];
+            j--;
+        }
+        c[j] = (kn_cand){v, 0.0f, i};
+        last = c[k - 1].logit;
+    }
+}
+
 /* Greedy with nothing to adjust: the logits need no copy. */
 static bool plain_greedy(const kn_sampler *s) {
     const kiln_sampler_params *p = &s->p;
@@ -124,42 +143,11 @@ static bool plain_greedy(const kn_sampler *s) {
             (p->repeat_penalty == 1.0f && p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f));
 }
 
-int32_t kn_sampler_sample(kn_sampler *s, const float *logits) {
+/* top-p, min-p and the draw over cands[0..n): sorted, with probabilities, the max first; every
+ * candidate the truncation can keep (a prefix of the sorted order may stand for them all when it
+ * holds every candidate min-p keeps, or more than top_p of the mass). */
+static int32_t truncate_and_draw(kn_sampler *s, int32_t n) {
     const kiln_sampler_params *p = &s->p;
-    if (plain_greedy(s)) return argmax_nan_as_ninf(logits, s->n_vocab);
-    adjust(s, logits);
-    if (p->temperature <= 0.0f) return kn_argmax(s->work, s->n_vocab);
-
-    /* Candidates with a finite logit, sorted descending (ties by id), cut to top-k. */
-    int32_t n = 0;
-    for (int32_t i = 0; i < s->n_vocab; i++)
-        if (s->work[i] > -INFINITY) s->cands[n++] = (kn_cand){s->work[i], 0.0f, i};
-    if (n == 0) return kn_argmax(logits, s->n_vocab);
-    int32_t k = p->top_k > 0 && p->top_k < n ? p->top_k : n;
-    if (k < n) {
-        /* Partial selection: keep the k best at the front with a bounded insertion pass. */
-        qsort(s->cands, (size_t)k, sizeof *s->cands, cmp_cand);
-        for (int32_t i = k; i < n; i++) {
-            kn_cand c = s->cands[i];
-            if (cmp_cand(&c, &s->cands[k - 1]) >= 0) continue;
-            int32_t j = k - 1;
-            while (j > 0 && cmp_cand(&c, &s->cands[j - 1]) < 0) {
-                s->cands[j] = s->cands[j - 1];
-                j--;
-            }
-            s->cands[j] = c;
-        }
-    } else {
-        qsort(s->cands, (size_t)n, sizeof *s->cands, cmp_cand);
-    }
-    n = k;
-    /* temperature + softmax (the max is cands[0]) */
-    double sum = 0.0;
-    for (int32_t i = 0; i < n; i++) {
-        s->cands[i].p = expf((s->cands[i].logit - s->cands[0].logit) / p->temperature);
-        sum += s->cands[i].p;
-    }
-    for (int32_t i = 0; i < n; i++) s->cands[i].p = (float)(s->cands[i].p / sum);
     /* top-p: the smallest prefix whose mass reaches top_p */
     if (p->top_p < 1.0f) {
         double cum = 0.0;
@@ -186,4 +174,82 @@ int32_t kn_sampler_sample(kn_sampler *s, const float *logits) {
         if (r < acc) return s->cands[i].id;
     }
     return s->cands[n - 1].id;
+}
+
+/* Every finite candidate of s->work into s->cands in id order with its probability: (float)(e / S),
+ * e = expf((logit - mx) / temperature), S the sum of e in id order. Returns the count. */
+static int32_t wide_probs(kn_sampler *s, float mx) {
+    const float t = s->p.temperature;
+    double sum = 0.0;
+    int32_t n = 0;
+    for (int32_t i = 0; i < s->n_vocab; i++) {
+        const float w = s->work[i];
+        if (!(w > -INFINITY)) continue;
+        const float e = expf((w - mx) / t);
+        s->cands[n++] = (kn_cand){w, e, i};
+        sum += e;
+    }
+    for (int32_t i = 0; i < n; i++) s->cands[i].p = (float)(s->cands[i].p / sum);
+    return n;
+}
+
+/* Moves the candidates of c[n] with p >= theta to the front, in their order; returns how many. */
+static int32_t gather(kn_cand *c, int32_t n, float theta) {
+    int32_t g = 0;
+    for (int32_t i = 0; i < n; i++)
+        if (c[i].p >= theta) c[g++] = c[i];
+    return g;
+}
+
+/* Sampling with top-k off (or above the finite candidates), mx the greatest finite logit. The
+ * softmax runs over every candidate, but only the prefix of the sorted order that top-p and min-p can
+ * keep is sorted: with min-p on, the candidates it keeps (p >= min_p * the best: expf is monotonic,
+ * so they are a prefix); with top-p alone, the most likely ones holding top_p of the mass and a margin
+ * over the rounding of the sums (all of them when that needs probabilities under 1e-30); with
+ * neither, no order at all: the draw walks the candidates in id order. */
+static int32_t sample_wide(kn_sampler *s, float mx) {
+    const kiln_sampler_params *p = &s->p;
+    int32_t n = wide_probs(s, mx);
+    if (p->top_p >= 1.0f && p->min_p <= 0.0f) return truncate_and_draw(s, n);
+    float pmax = 0.0f;
+    for (int32_t i = 0; i < n; i++) pmax = s->cands[i].p > pmax ? s->cands[i].p : pmax;
+    float theta = pmax * p->min_p;
+    if (p->min_p <= 0.0f) { /* lower the bar until the gathered mass passes top_p */
+        for (theta = pmax / 1024; theta > 0.0f; theta = theta < 1e-30f ? 0.0f : theta / 64) {
+            double mass = 0.0;
+            for (int32_t i = 0; i < n; i++) mass += s->cands[i].p >= theta ? s->cands[i].p : 0.0f;
+            if (mass >= p->top_p + 1e-9) break;
+        }
+    }
+    n = gather(s->cands, n, theta);
+    kn_cand_sort(s->cands, (size_t)n, s->scratch);
+    return truncate_and_draw(s, n);
+}
+
+int32_t kn_sampler_sample(kn_sampler *s, const float *logits) {
+    const kiln_sampler_params *p = &s->p;
+    if (plain_greedy(s)) return argmax_nan_as_ninf(logits, s->n_vocab);
+    adjust(s, logits);
+    if (p->temperature <= 0.0f) return kn_argmax(s->work, s->n_vocab);
+
+    int32_t n = 0; /* the candidates: tokens with a finite logit */
+    float mx = -INFINITY;
+    for (int32_t i = 0; i < s->n_vocab; i++) {
+        n += s->work[i] > -INFINITY;
+        mx = s->work[i] > mx ? s->work[i] : mx;
+    }
+    if (n == 0) return kn_argmax(logits, s->n_vocab);
+    if (mx == INFINITY) return kn_argmax(s->work, s->n_vocab); /* certain: the first +inf */
+    if (p->top_k <= 0 || p->top_k >= n) return sample_wide(s, mx);
+
+    /* top-k: the k best sorted, then temperature and softmax over them (the max is cands[0]) */
+    const int32_t k = p->top_k;
+    select_top_k(s, k);
+    double sum = 0.0;
+    for (int32_t i = 0; i < k; i++) {
+        s->cands[i].p = expf((s->cands[i].logit - s->cands[0].logit) / p->temperature);
+        sum += s->cands[i].p;
+    }
+    for (int32_t i = 0; i < k; i++) s->cands[i].p = (float)(s->cands[i].p / sum);
+    return truncate_and_draw(s, k);
 }

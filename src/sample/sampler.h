@@ -10,21 +10,17 @@
 #define KN_SAMPLER_H
 
 #include "base/base.h"
+#include "sample/candsort.h"
 #include "sample/rng.h"
-
-typedef struct kn_cand {
-    float logit;
-    float p;
-    int32_t id;
-} kn_cand;
 
 typedef struct kn_sampler {
     kiln_sampler_params p; /* logit_bias copied into bias_* */
     int32_t n_vocab;
     kn_rng rng;
-    kn_cand *cands; /* [n_vocab] */
-    float *work;    /* [n_vocab] adjusted logits */
-    int32_t *hist;  /* [penalty_last_n] ring of recent tokens */
+    kn_cand *cands;   /* [n_vocab] */
+    kn_cand *scratch; /* [n_vocab] for kn_cand_sort */
+    float *work;      /* [n_vocab] adjusted logits */
+    int32_t *hist;    /* [penalty_last_n] ring of recent tokens */
     int32_t n_hist, hist_pos;
     int32_t *counts;       /* [n_vocab] occurrences inside the window */
     kiln_logit_bias *bias; /* [n_bias] validated copy */

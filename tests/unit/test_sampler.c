@@ -1,6 +1,8 @@
 /*
  * test_sampler.c - the sampler chain: greedy ties and NaN, penalties, logit bias, top-k/top-p/min-p
- * truncation, seeded determinism, and parameter validation.
+ * truncation, seeded determinism, and parameter validation; the candidate sort against qsort, and
+ * sampling over whole vocabularies (top-k off, where only a prefix is sorted) against a plain
+ * reference that sorts everything.
  */
 #include "harness.h"
 
@@ -191,6 +193,152 @@ static void test_validation(void) {
     CHECK(strstr(kn_error_msg(), "logit_bias") != NULL);
 }
 
+static int cmp_ref(const void *a, const void *b) {
+    const kn_cand *x = a, *y = b;
+    if (x->logit != y->logit) return x->logit > y->logit ? -1 : 1;
+    return x->id < y->id ? -1 : (x->id > y->id);
+}
+
+static uint32_t lcg(uint32_t *r) {
+    *r = *r * 1664525u + 1013904223u;
+    return *r >> 8;
+}
+
+/* A normal variate (Box-Muller) from the test's generator. */
+static float gauss(uint32_t *r) {
+    const double u1 = (lcg(r) + 1.0) / 16777218.0, u2 = (lcg(r) + 1.0) / 16777218.0;
+    return (float)(sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+/* Logits of one of several shapes: flat, peaked, heavy ties, -inf holes, signed zeros, huge range. */
+static void fill_logits(float *l, int n, int shape, uint32_t *r) {
+    for (int i = 0; i < n; i++) {
+        const float g = gauss(r);
+        switch (shape) {
+            case 0: l[i] = 0.1f * g; break;
+            case 1: l[i] = 3.0f * g; break;
+            case 2: l[i] = 12.0f * g; break;
+            case 3: l[i] = (float)(int)(2 * g) * 0.5f; break; /* few distinct values: ties */
+            case 4: l[i] = lcg(r) % 3 == 0 ? -INFINITY : 4.0f * g; break;
+            case 5: l[i] = lcg(r) % 2 ? 0.0f : -0.0f; break;
+            default: l[i] = ldexpf(g, (int)(lcg(r) % 60) - 30); break;
+        }
+    }
+}
+
+/* kn_cand_sort equals qsort with the sampler's order (ids ascending on ties, -0.0 == +0.0) on short
+ * arrays (qsort inside), long ones (the radix passes) and keys that leave digits constant. */
+static void test_cand_sort(void) {
+    enum { N = 40000 };
+    kn_cand *a = malloc(N * sizeof *a), *b = malloc(N * sizeof *b), *tmp = malloc(N * sizeof *tmp);
+    float *l = malloc(N * sizeof *l);
+    CHECK(a && b && tmp && l);
+    const int sizes[] = {1, 7, 255, 256, 1000, N};
+    uint32_t r = 99;
+    int bad = 0;
+    for (int si = 0; si < 6; si++)
+        for (int shape = 0; shape < 7; shape++) {
+            const int n = sizes[si];
+            fill_logits(l, n, shape, &r);
+            if (shape == 6 && n > 2) l[1] = INFINITY, l[2] = -INFINITY;
+            for (int i = 0; i < n; i++) a[i] = b[i] = (kn_cand){l[i], 0.0f, i};
+            kn_cand_sort(a, (size_t)n, tmp);
+            qsort(b, (size_t)n, sizeof *b, cmp_ref);
+            for (int i = 0; i < n; i++) bad += a[i].id != b[i].id;
+        }
+    free(a);
+    free(b);
+    free(tmp);
+    free(l);
+    CHECKF(bad == 0, "%d misplaced", bad);
+}
+
+/* The sampler's rules written plainly (no penalties or bias): every finite candidate sorted; top-k
+ * off: probabilities over the candidates summed in id order, and with top-p and min-p off the draw
+ * walks them in id order; top-k on: the k best, summed in sorted order. */
+static int32_t ref_sample(const kiln_sampler_params *p, const float *l, int n_vocab, kn_rng *rng, kn_cand *c) {
+    int32_t n = 0;
+    for (int32_t i = 0; i < n_vocab; i++)
+        if (l[i] > -INFINITY) c[n++] = (kn_cand){l[i], 0.0f, i};
+    if (n == 0) return 0;
+    const bool wide = p->top_k <= 0 || p->top_k >= n;
+    float mx = -INFINITY;
+    for (int32_t i = 0; i < n; i++) mx = c[i].logit > mx ? c[i].logit : mx;
+    double sum = 0;
+    if (wide) {
+        for (int32_t i = 0; i < n; i++) sum += c[i].p = expf((c[i].logit - mx) / p->temperature);
+        for (int32_t i = 0; i < n; i++) c[i].p = (float)(c[i].p / sum);
+        if (!(p->top_p >= 1.0f && p->min_p <= 0.0f)) qsort(c, (size_t)n, sizeof *c, cmp_ref);
+    } else {
+        qsort(c, (size_t)n, sizeof *c, cmp_ref);
+        n = p->top_k;
+        for (int32_t i = 0; i < n; i++) sum += c[i].p = expf((c[i].logit - mx) / p->temperature);
+        for (int32_t i = 0; i < n; i++) c[i].p = (float)(c[i].p / sum);
+    }
+    if (p->top_p < 1.0f) {
+        double cum = 0;
+        for (int32_t i = 0; i < n; i++)
+            if ((cum += c[i].p) >= p->top_p) {
+                n = i + 1;
+                break;
+            }
+    }
+    if (p->min_p > 0.0f) {
+        int32_t keep = 1;
+        while (keep < n && c[keep].p >= p->min_p * c[0].p) keep++;
+        n = keep;
+    }
+    double total = 0, acc = 0;
+    for (int32_t i = 0; i < n; i++) total += c[i].p;
+    const double u = kn_rng_uniform(rng) * total;
+    for (int32_t i = 0; i < n; i++)
+        if (u < (acc += c[i].p)) return c[i].id;
+    return c[n - 1].id;
+}
+
+/* Whole-vocabulary sampling (top-k off or above the candidates), which sorts only what top-p and
+ * min-p can keep, draws exactly what the plain reference draws, seed for seed, over vocabulary sizes,
+ * logit shapes and settings; top-k on is checked the same way. */
+static void test_wide_matches_reference(void) {
+    enum { NV = 3000 };
+    float *l = malloc(NV * sizeof *l);
+    kn_cand *c = malloc(NV * sizeof *c);
+    CHECK(l && c);
+    const int vocabs[] = {40, 300, NV};
+    const float temps[] = {0.5f, 1.0f, 1.7f}, top_ps[] = {0.5f, 0.95f, 0.999f, 1.0f}, min_ps[] = {0, 0.05f, 0.3f};
+    const int top_ks[] = {0, 5, 1000000};
+    uint32_t r = 7;
+    int runs = 0, bad = 0;
+    for (int vi = 0; vi < 3; vi++)
+        for (int shape = 0; shape < 7; shape++) {
+            const int nv = vocabs[vi];
+            fill_logits(l, nv, shape, &r);
+            for (int ki = 0; ki < 3; ki++)
+                for (int ti = 0; ti < 3; ti++)
+                    for (int pi = 0; pi < 4; pi++)
+                        for (int mi = 0; mi < 3; mi++) {
+                            kiln_sampler_params p = kiln_sampler_default_params();
+                            p.top_k = top_ks[ki];
+                            p.temperature = temps[ti];
+                            p.top_p = top_ps[pi];
+                            p.min_p = min_ps[mi];
+                            p.penalty_last_n = 0;
+                            p.seed = (uint64_t)runs + 1;
+                            kn_sampler s;
+                            CHECK(kn_sampler_init(&s, &p, nv) == KILN_OK);
+                            kn_rng rng;
+                            kn_rng_seed(&rng, p.seed);
+                            for (int d = 0; d < 8; d++)
+                                bad += kn_sampler_sample(&s, l) != ref_sample(&p, l, nv, &rng, c);
+                            kn_sampler_free(&s);
+                            runs++;
+                        }
+        }
+    free(l);
+    free(c);
+    CHECKF(bad == 0, "%d of %d draws differ", bad, runs * 8);
+}
+
 int main(void) {
     RUN(test_greedy_lowest_id_on_ties);
     RUN(test_greedy_fast_path_matches_adjusted);
@@ -199,5 +347,7 @@ int main(void) {
     RUN(test_truncation);
     RUN(test_seed_determinism);
     RUN(test_validation);
+    RUN(test_cand_sort);
+    RUN(test_wide_matches_reference);
     return kt_summary();
 }
