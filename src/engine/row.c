@@ -160,7 +160,7 @@ static int emit(kn_row *r, kiln_token tok, const float *logits) {
     if (r->gp.logprobs >= 0) {
         ev.n_top = (size_t)r->gp.logprobs;
         if (r->gm) ev.n_top = KN_MIN(ev.n_top, (size_t)r->n_allowed); /* never a disallowed token */
-        ev.logprob = kn_logprobs(logits, r->model->hp.n_vocab, tok, ev.n_top, r->top);
+        ev.logprob = kn_logprobs(r->model->kernels, logits, r->model->hp.n_vocab, tok, ev.n_top, r->top);
     }
     return r->gp.on_token(&ev, r->gp.user);
 }
@@ -174,7 +174,7 @@ static int emit_prompt(kn_row *r, int32_t n, const float *logits) {
     for (int32_t j = 0; j < n && r->n_fed + (size_t)j + 1 < r->n_prompt; j++) {
         const kiln_token tok = r->prompt[r->n_fed + (size_t)j + 1];
         kiln_token_event ev = {.token = tok, .top = r->top, .n_top = (size_t)r->gp.prompt_logprobs, .prompt = true};
-        ev.logprob = kn_logprobs(logits + (size_t)j * V, (int32_t)V, tok, ev.n_top, r->top);
+        ev.logprob = kn_logprobs(r->model->kernels, logits + (size_t)j * V, (int32_t)V, tok, ev.n_top, r->top);
         if (r->gp.on_token(&ev, r->gp.user)) return 1;
     }
     return 0;

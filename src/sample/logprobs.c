@@ -1,24 +1,24 @@
 /*
  * logprobs.c - log-softmax of one logits row and its top-N entries (see logprobs.h).
  *
- * logprob(i) = logit(i) - max - log(sum_j exp(logit(j) - max)), summed in double so large
- * vocabularies keep full float precision. The top-N list is kept by insertion into a sorted array
+ * logprob(i) = logit(i) - max - log(sum_j exp(logit(j) - max)): the sum is the kernel set's
+ * kn_sumexp_fn (float exponentials summed in double lanes, so large vocabularies keep full float
+ * precision, the same bits on every set). The top-N list is kept by insertion into a sorted array
  * of at most KILN_MAX_TOP_LOGPROBS entries, which costs one comparison for most tokens.
  */
 #include "sample/logprobs.h"
 
 #include <math.h>
 
-float kn_logprobs(const float *logits, int32_t n_vocab, int32_t token, size_t n_top, kiln_top_logprob *top) {
+float kn_logprobs(const kn_kernels *ks, const float *logits, int32_t n_vocab, int32_t token, size_t n_top,
+                  kiln_top_logprob *top) {
     if (n_top > KILN_MAX_TOP_LOGPROBS) n_top = KILN_MAX_TOP_LOGPROBS;
     if (n_top > (size_t)n_vocab) n_top = (size_t)n_vocab;
     float mx = -INFINITY;
     for (int32_t i = 0; i < n_vocab; i++)
         if (logits[i] > mx) mx = logits[i];
     if (!isfinite(mx)) mx = 0;
-    double sum = 0;
-    for (int32_t i = 0; i < n_vocab; i++) sum += exp((double)logits[i] - mx);
-    const float lse = (float)(mx + log(sum));
+    const float lse = (float)(mx + log(ks->sumexp(logits, n_vocab, mx)));
     size_t n = 0; /* entries filled in top[], sorted by logit descending, id ascending */
     for (int32_t i = 0; i < n_vocab && n_top; i++) {
         float v = logits[i];

@@ -8,10 +8,12 @@
 #define KN_LOGPROBS_H
 
 #include "base/base.h"
+#include "tensor/kernels.h"
 
 /* logits[n_vocab] -> the logprob of `token`, and the n_top (<= KILN_MAX_TOP_LOGPROBS) most likely
- * tokens in top[], most likely first, lowest id on ties. Two passes over the vocabulary; no
- * allocation. */
-float kn_logprobs(const float *logits, int32_t n_vocab, int32_t token, size_t n_top, kiln_top_logprob *top);
+ * tokens in top[], most likely first, lowest id on ties; the exponentials summed by ks->sumexp (the
+ * same bits whichever set). Three passes over the vocabulary; no allocation. */
+float kn_logprobs(const kn_kernels *ks, const float *logits, int32_t n_vocab, int32_t token, size_t n_top,
+                  kiln_top_logprob *top);
 
 #endif

@@ -95,7 +95,8 @@ void kn_kernels_init_avx2_vnni(kn_kernels *k, bool vnni) {
     k->name = vnni ? "avx2vnni" : "avx2";
 #if defined(__x86_64__)
     kn_avx2_init_attn(k);
-    k->glu = kn_glu_avx2; /* act.c */
+    k->glu = kn_glu_avx2;       /* act.c */
+    k->sumexp = kn_sumexp_avx2; /* sumexp.c */
 #endif
     kn_avx2_init_legacy(k);
 #if defined(__x86_64__)

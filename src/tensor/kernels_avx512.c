@@ -9,7 +9,8 @@
 
 void kn_kernels_init_avx512(kn_kernels *k) {
     k->name = "avx512";
-    k->glu = kn_glu_avx512; /* act.c */
+    k->glu = kn_glu_avx512;       /* act.c */
+    k->sumexp = kn_sumexp_avx512; /* sumexp.c */
     kn_avx512_init_legacy(k);
     kn_avx512_init_kquants(k);
     kn_avx512_init_lowbit(k);

@@ -228,7 +228,8 @@ bool kn_neon_init_float(kn_kernels *k) {
 void kn_kernels_init_neon(kn_kernels *k) {
     k->name = "neon";
 #if defined(__aarch64__)
-    k->glu = kn_glu_neon; /* act.c */
+    k->glu = kn_glu_neon;       /* act.c */
+    k->sumexp = kn_sumexp_neon; /* sumexp.c */
 #endif
     kn_neon_init_float(k);
     const kn_cpu *c = kn_cpu_features();

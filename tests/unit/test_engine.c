@@ -302,7 +302,8 @@ static void test_prompt_logprobs(void) {
     kiln_session *s = NULL;
     CHECK(kiln_session_new(m, &sp, &s) == KILN_OK);
     CHECK(kiln_session_eval(s, t, (size_t)n, true) == KILN_OK);
-    for (int i = 0; i + 1 < n; i++) ref_lp[i] = kn_logprobs(kiln_session_logits(s, i), V, t[i + 1], 3, ref_top[i]);
+    for (int i = 0; i + 1 < n; i++)
+        ref_lp[i] = kn_logprobs(kn_kernels_get(KN_KERNELS_AUTO), kiln_session_logits(s, i), V, t[i + 1], 3, ref_top[i]);
     kiln_session_free(s);
 
     static pl_log plain, with, side;

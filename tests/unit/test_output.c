@@ -126,13 +126,14 @@ static void test_logprobs_unit(void) {
     float logits[6] = {1.0f, 3.0f, 3.0f, -2.0f, NAN, 0.5f};
     logits[4] = -INFINITY;
     kiln_top_logprob top[KILN_MAX_TOP_LOGPROBS];
-    float lp = kn_logprobs(logits, 6, 2, 3, top);
+    const kn_kernels *k = kn_kernels_get(KN_KERNELS_AUTO);
+    float lp = kn_logprobs(k, logits, 6, 2, 3, top);
     CHECK(top[0].token == 1 && top[1].token == 2 && top[2].token == 0); /* ties: lower id first */
     CHECK_NEAR(top[0].logprob, lp, 1e-6);
     double sum = 0;
     for (int i = 0; i < 6; i++) sum += exp((double)logits[i] - 3.0);
     CHECK_NEAR(lp, -log(sum), 1e-5);
-    CHECK(kn_logprobs(logits, 6, 4, 0, top) == -INFINITY);
+    CHECK(kn_logprobs(k, logits, 6, 4, 0, top) == -INFINITY);
 }
 
 typedef struct collect {
