@@ -18,7 +18,7 @@ float kn_logprobs(const kn_kernels *ks, const float *logits, int32_t n_vocab, in
     for (int32_t i = 0; i < n_vocab; i++)
         if (logits[i] > mx) mx = logits[i];
     if (!isfinite(mx)) mx = 0;
-    const float lse = (float)(mx + log(ks->sumexp(logits, n_vocab, mx)));
+    const float lse = (float)(mx + log(ks->sumexp(logits, n_vocab, mx, 1.0f, NULL)));
     size_t n = 0; /* entries filled in top[], sorted by logit descending, id ascending */
     for (int32_t i = 0; i < n_vocab && n_top; i++) {
         float v = logits[i];

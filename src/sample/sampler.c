@@ -3,6 +3,8 @@
  */
 #include "sample/sampler.h"
 
+#include "tensor/kernels.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -176,52 +178,43 @@ static int32_t truncate_and_draw(kn_sampler *s, int32_t n) {
     return s->cands[n - 1].id;
 }
 
-/* Every finite candidate of s->work into s->cands in id order with its probability: (float)(e / S),
- * e = expf((logit - mx) / temperature), S the sum of e in id order. Returns the count. */
-static int32_t wide_probs(kn_sampler *s, float mx) {
-    const float t = s->p.temperature;
-    double sum = 0.0;
-    int32_t n = 0;
-    for (int32_t i = 0; i < s->n_vocab; i++) {
-        const float w = s->work[i];
-        if (!(w > -INFINITY)) continue;
-        const float e = expf((w - mx) / t);
-        s->cands[n++] = (kn_cand){w, e, i};
-        sum += e;
-    }
-    for (int32_t i = 0; i < n; i++) s->cands[i].p = (float)(s->cands[i].p / sum);
-    return n;
-}
-
-/* Moves the candidates of c[n] with p >= theta to the front, in their order; returns how many. */
-static int32_t gather(kn_cand *c, int32_t n, float theta) {
-    int32_t g = 0;
-    for (int32_t i = 0; i < n; i++)
-        if (c[i].p >= theta) c[g++] = c[i];
-    return g;
-}
-
-/* Sampling with top-k off (or above the finite candidates), mx the greatest finite logit. The
- * softmax runs over every candidate, but only the prefix of the sorted order that top-p and min-p can
- * keep is sorted: with min-p on, the candidates it keeps (p >= min_p * the best: expf is monotonic,
- * so they are a prefix); with top-p alone, the most likely ones holding top_p of the mass and a margin
- * over the rounding of the sums (all of them when that needs probabilities under 1e-30); with
- * neither, no order at all: the draw walks the candidates in id order. */
+/* Sampling with top-k off (or above the finite candidates), mx the greatest finite logit. Every
+ * token's exponential e = e^((logit - mx) / temperature) and their sum S come from the kernel set's
+ * kn_sumexp_fn (the same bits on every set; -inf gives 0); a candidate's probability is (float)(e /
+ * S). Only the prefix of the sorted order that top-p and min-p can keep is gathered and sorted: with
+ * min-p on, the tokens whose e comes within 1e-4 of min_p (p >= min_p * the best, the best's e being
+ * 1: expf_ref is monotonic, so they are a prefix); with top-p alone, the most likely ones holding
+ * top_p of the mass and a margin over the rounding of the sums (all of them when that needs
+ * exponentials under 1e-30); with neither, no order at all: the draw walks the exponentials in id
+ * order. */
 static int32_t sample_wide(kn_sampler *s, float mx) {
     const kiln_sampler_params *p = &s->p;
-    int32_t n = wide_probs(s, mx);
-    if (p->top_p >= 1.0f && p->min_p <= 0.0f) return truncate_and_draw(s, n);
-    float pmax = 0.0f;
-    for (int32_t i = 0; i < n; i++) pmax = s->cands[i].p > pmax ? s->cands[i].p : pmax;
-    float theta = pmax * p->min_p;
+    const int32_t V = s->n_vocab;
+    float *e = (float *)(void *)s->scratch; /* [V]: free until the candidates are gathered */
+    const double sum = kn_kernels_get(KN_KERNELS_AUTO)->sumexp(s->work, V, mx, 1.0f / p->temperature, e);
+    if (p->top_p >= 1.0f && p->min_p <= 0.0f) {
+        const double r = kn_rng_uniform(&s->rng) * sum;
+        double acc = 0.0;
+        int32_t last = 0;
+        for (int32_t i = 0; i < V; i++) {
+            if (!(s->work[i] > -INFINITY)) continue;
+            acc += e[i];
+            last = i;
+            if (r < acc) return i;
+        }
+        return last;
+    }
+    float theta = p->min_p * (1.0f - 1e-4f);
     if (p->min_p <= 0.0f) { /* lower the bar until the gathered mass passes top_p */
-        for (theta = pmax / 1024; theta > 0.0f; theta = theta < 1e-30f ? 0.0f : theta / 64) {
+        for (theta = 1.0f / 1024; theta > 0.0f; theta = theta < 1e-30f ? 0.0f : theta / 64) {
             double mass = 0.0;
-            for (int32_t i = 0; i < n; i++) mass += s->cands[i].p >= theta ? s->cands[i].p : 0.0f;
-            if (mass >= p->top_p + 1e-9) break;
+            for (int32_t i = 0; i < V; i++) mass += e[i] >= theta ? e[i] : 0.0f;
+            if (mass >= (p->top_p + 1e-6) * sum) break;
         }
     }
-    n = gather(s->cands, n, theta);
+    int32_t n = 0;
+    for (int32_t i = 0; i < V; i++)
+        if (e[i] >= theta && s->work[i] > -INFINITY) s->cands[n++] = (kn_cand){s->work[i], (float)(e[i] / sum), i};
     kn_cand_sort(s->cands, (size_t)n, s->scratch);
     return truncate_and_draw(s, n);
 }

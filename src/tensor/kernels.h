@@ -142,14 +142,14 @@ void kn_glu_avx2(float *gate, const float *up, int64_t n, bool gelu);   /* x86-6
 void kn_glu_avx512(float *gate, const float *up, int64_t n, bool gelu); /* x86-64, AVX-512F */
 void kn_glu_neon(float *gate, const float *up, int64_t n, bool gelu);   /* ARM64 */
 
-/* The normalizer of a log-softmax over n elements: sum_i kn_expf_ref(x[i] - sub) in double, element i
- * added to lane i % 16 in index order, the 16 lanes then added from 0 to 15 (sumexp.c), which every set
- * computes bit for bit. */
-typedef double (*kn_sumexp_fn)(const float *x, int64_t n, float sub);
-double kn_sumexp_ref(const float *x, int64_t n, float sub);
-double kn_sumexp_avx2(const float *x, int64_t n, float sub);   /* x86-64, AVX2 + FMA */
-double kn_sumexp_avx512(const float *x, int64_t n, float sub); /* x86-64, AVX-512F */
-double kn_sumexp_neon(const float *x, int64_t n, float sub);   /* ARM64 */
+/* The normalizer of a softmax over n elements: sum_i e_i in double, e_i = kn_expf_ref((x[i] - sub) *
+ * scale) (stored to e[i] unless e is NULL), element i added to lane i % 16 in index order, the 16 lanes
+ * then added from 0 to 15 (sumexp.c), which every set computes bit for bit. */
+typedef double (*kn_sumexp_fn)(const float *x, int64_t n, float sub, float scale, float *e);
+double kn_sumexp_ref(const float *x, int64_t n, float sub, float scale, float *e);
+double kn_sumexp_avx2(const float *x, int64_t n, float sub, float scale, float *e);   /* x86-64, AVX2 + FMA */
+double kn_sumexp_avx512(const float *x, int64_t n, float sub, float scale, float *e); /* x86-64, AVX-512F */
+double kn_sumexp_neon(const float *x, int64_t n, float sub, float scale, float *e);   /* ARM64 */
 
 typedef struct kn_kernels {
     const char *name; /* "ref", "avx2", "avx2vnni", "avx512", "neon", "neon+dotprod", "neon+i8mm" */
@@ -157,7 +157,7 @@ typedef struct kn_kernels {
     kn_attend_fn attend_kv[KN_KVT_COUNT];      /* per KV format (kvq.h), K and V alike; NULL: attend_f16 /
                                                   attend_f32 for those formats, else the reference */
     kn_glu_fn glu;                             /* the gated activation (never NULL) */
-    kn_sumexp_fn sumexp;                       /* a log-softmax's normalizer (never NULL) */
+    kn_sumexp_fn sumexp;                       /* a softmax's normalizer (never NULL) */
     int tile_r, tile_t;                        /* largest tile the gemm kernels take */
     kn_gemm_fn gemm[KN_DTYPE_COUNT];           /* per weight type; NULL: use the reference */
     kn_from_float_fn quantize[KN_DTYPE_COUNT]; /* per activation type; NULL: use the reference */

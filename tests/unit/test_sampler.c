@@ -7,6 +7,7 @@
 #include "harness.h"
 
 #include "sample/sampler.h"
+#include "tensor/kernels.h"
 
 #define V 8
 
@@ -254,24 +255,33 @@ static void test_cand_sort(void) {
 }
 
 /* The sampler's rules written plainly (no penalties or bias): every finite candidate sorted; top-k
- * off: probabilities over the candidates summed in id order, and with top-p and min-p off the draw
- * walks them in id order; top-k on: the k best, summed in sorted order. */
-static int32_t ref_sample(const kiln_sampler_params *p, const float *l, int n_vocab, kn_rng *rng, kn_cand *c) {
+ * off: e = kn_expf_ref((logit - max) * (1 / temperature)) and their sum as kn_sumexp_ref gives them, p
+ * = (float)(e / sum), and with top-p and min-p off the draw walks the exponentials in id order; top-k
+ * on: the k best, expf and the sum in sorted order. */
+static int32_t ref_sample(const kiln_sampler_params *p, const float *l, int n_vocab, kn_rng *rng, kn_cand *c,
+                          float *e) {
     int32_t n = 0;
-    for (int32_t i = 0; i < n_vocab; i++)
-        if (l[i] > -INFINITY) c[n++] = (kn_cand){l[i], 0.0f, i};
-    if (n == 0) return 0;
-    const bool wide = p->top_k <= 0 || p->top_k >= n;
     float mx = -INFINITY;
-    for (int32_t i = 0; i < n; i++) mx = c[i].logit > mx ? c[i].logit : mx;
-    double sum = 0;
-    if (wide) {
-        for (int32_t i = 0; i < n; i++) sum += c[i].p = expf((c[i].logit - mx) / p->temperature);
-        for (int32_t i = 0; i < n; i++) c[i].p = (float)(c[i].p / sum);
-        if (!(p->top_p >= 1.0f && p->min_p <= 0.0f)) qsort(c, (size_t)n, sizeof *c, cmp_ref);
+    for (int32_t i = 0; i < n_vocab; i++) {
+        if (l[i] > -INFINITY) c[n++] = (kn_cand){l[i], 0.0f, i};
+        mx = l[i] > mx ? l[i] : mx;
+    }
+    if (n == 0) return 0;
+    if (p->top_k <= 0 || p->top_k >= n) {
+        const double sum = kn_sumexp_ref(l, n_vocab, mx, 1.0f / p->temperature, e);
+        if (p->top_p >= 1.0f && p->min_p <= 0.0f) {
+            double acc = 0;
+            const double u = kn_rng_uniform(rng) * sum;
+            for (int32_t i = 0; i < n; i++)
+                if (u < (acc += e[c[i].id])) return c[i].id;
+            return c[n - 1].id;
+        }
+        for (int32_t i = 0; i < n; i++) c[i].p = (float)(e[c[i].id] / sum);
+        qsort(c, (size_t)n, sizeof *c, cmp_ref);
     } else {
         qsort(c, (size_t)n, sizeof *c, cmp_ref);
         n = p->top_k;
+        double sum = 0;
         for (int32_t i = 0; i < n; i++) sum += c[i].p = expf((c[i].logit - mx) / p->temperature);
         for (int32_t i = 0; i < n; i++) c[i].p = (float)(c[i].p / sum);
     }
@@ -303,7 +313,8 @@ static void test_wide_matches_reference(void) {
     enum { NV = 3000 };
     float *l = malloc(NV * sizeof *l);
     kn_cand *c = malloc(NV * sizeof *c);
-    CHECK(l && c);
+    float *e = malloc(NV * sizeof *e);
+    CHECK(l && c && e);
     const int vocabs[] = {40, 300, NV};
     const float temps[] = {0.5f, 1.0f, 1.7f}, top_ps[] = {0.5f, 0.95f, 0.999f, 1.0f}, min_ps[] = {0, 0.05f, 0.3f};
     const int top_ks[] = {0, 5, 1000000};
@@ -329,13 +340,14 @@ static void test_wide_matches_reference(void) {
                             kn_rng rng;
                             kn_rng_seed(&rng, p.seed);
                             for (int d = 0; d < 8; d++)
-                                bad += kn_sampler_sample(&s, l) != ref_sample(&p, l, nv, &rng, c);
+                                bad += kn_sampler_sample(&s, l) != ref_sample(&p, l, nv, &rng, c, e);
                             kn_sampler_free(&s);
                             runs++;
                         }
         }
     free(l);
     free(c);
+    free(e);
     CHECKF(bad == 0, "%d of %d draws differ", bad, runs * 8);
 }
 
