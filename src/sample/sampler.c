@@ -223,7 +223,8 @@ int32_t kn_sampler_sample(kn_sampler *s, const float *logits) {
     const kiln_sampler_params *p = &s->p;
     if (plain_greedy(s)) return argmax_nan_as_ninf(logits, s->n_vocab);
     adjust(s, logits);
-    if (p->temperature <= 0.0f) return kn_argmax(s->work, s->n_vocab);
+    /* greedy, also for a temperature so small (subnormal) that its inverse overflows */
+    if (p->temperature <= 0.0f || isinf(1.0f / p->temperature)) return kn_argmax(s->work, s->n_vocab);
 
     int32_t n = 0; /* the candidates: tokens with a finite logit */
     float mx = -INFINITY;

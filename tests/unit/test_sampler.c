@@ -144,6 +144,17 @@ static void test_truncation(void) {
     for (int i = 0; i < 200; i++) CHECK(kn_sampler_sample(&s, l) == 0);
     kn_sampler_free(&s);
 
+    /* a subnormal temperature (its inverse overflows) samples greedily, top-k on or off */
+    p.temperature = 1e-45f;
+    for (int k = 0; k < 2; k++) {
+        p.top_k = k ? 3 : 0;
+        s = make(p);
+        for (int i = 0; i < 20; i++) CHECK(kn_sampler_sample(&s, l) == 0);
+        kn_sampler_free(&s);
+    }
+    p.temperature = 1.0f;
+    p.top_k = 0;
+
     /* min-p 0.3: tokens with p >= 0.3 * p0 = e^-1.2 ratio -> ids 0 and 1 (e^-1 = 0.37) */
     p.top_p = 1.0f;
     p.min_p = 0.3f;
