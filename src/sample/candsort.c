@@ -3,9 +3,9 @@
  * ties (see candsort.h).
  *
  * A least-significant-digit radix sort over the logit's bits, three passes of 11 bits each through a
- * scratch array: the sampler sorts the whole vocabulary (top-k off) every step, and on a 128k
- * vocabulary qsort's ~2 million comparisons cost as much as a decode step of a 1B model, while
- * three linear passes cost a millisecond. Each pass is stable, so candidates given in ascending id
+ * scratch array: with top-k off a step may sort tens of thousands of candidates (a flat distribution
+ * under top-p), where qsort's comparisons cost as much as a decode step of a 1B model and three
+ * linear passes a fraction of a millisecond. Each pass is stable, so candidates given in ascending id
  * order keep it among equal logits, which is the tie rule. A pass whose digit is the same for every
  * candidate is skipped (the high digits of logits in a narrow range usually are).
  */
