@@ -23,6 +23,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "tensor/kernels.h"
+
 static int kt_pass, kt_fail, kt_skip;
 static int kt_cur_failed, kt_cur_skipped;
 static char kt_skip_why[256];
@@ -92,6 +94,16 @@ static inline const char *kt_data(const char *rel) {
 }
 
 static inline int kt_exists(const char *path) { return access(path, R_OK) == 0; }
+
+/* The part of a kernel test that checks the set called name ("avx2", "avx2vnni", "avx512"): check(set)
+ * must return 0 where this CPU runs that set, after the "KSET name: what tested" line tests/run.sh sums
+ * up (so a green run says which sets it covered); skipped where it cannot. */
+static inline void kt_check_named_set(const char *name, const char *what, int (*check)(const kn_kernels *)) {
+    const kn_kernels *set = kn_kernels_named(name);
+    if (!set) SKIP("this CPU cannot run the %s kernel set", name);
+    printf("KSET %s: %s tested\n", name, what);
+    CHECK(check(set) == 0);
+}
 
 /* Reads a whole file into a malloc'd NUL-terminated buffer; NULL on failure. */
 static inline char *kt_read_file(const char *path, size_t *len) {

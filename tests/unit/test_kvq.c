@@ -270,14 +270,8 @@ static int check_set_formats(const kn_kernels *set) {
     return bad;
 }
 
-static void check_named(const char *name) {
-    const kn_kernels *set = kn_kernels_named(name);
-    if (!set) SKIP("this CPU cannot run the %s kernel set", name);
-    printf("KSET %s: KV formats tested\n", name);
-    CHECK(check_set_formats(set) == 0);
-}
-static void test_avx2_formats(void) { check_named("avx2"); }
-static void test_avx512_formats(void) { check_named("avx512"); }
+static void test_avx2_formats(void) { kt_check_named_set("avx2", "KV formats", check_set_formats); }
+static void test_avx512_formats(void) { kt_check_named_set("avx512", "KV formats", check_set_formats); }
 static void test_best_formats(void) { CHECK(check_set_formats(kn_kernels_get(KN_KERNELS_AUTO)) == 0); }
 
 /* kn_kv_attend over a cache of formats (tk, tv, rotation) against a double-precision softmax over

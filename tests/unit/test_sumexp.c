@@ -94,15 +94,9 @@ static void test_best_equals_ref(void) {
     CHECK(check_set(best) == 0);
 }
 
-static void check_named(const char *name) {
-    const kn_kernels *set = kn_kernels_named(name);
-    if (!set) SKIP("this CPU cannot run the %s kernel set", name);
-    printf("KSET %s: log-softmax sum tested\n", name);
-    CHECK(check_set(set) == 0);
-}
-static void test_avx2_equals_ref(void) { check_named("avx2"); }
-static void test_avx2vnni_equals_ref(void) { check_named("avx2vnni"); }
-static void test_avx512_equals_ref(void) { check_named("avx512"); }
+static void test_avx2_equals_ref(void) { kt_check_named_set("avx2", "log-softmax sum", check_set); }
+static void test_avx2vnni_equals_ref(void) { kt_check_named_set("avx2vnni", "log-softmax sum", check_set); }
+static void test_avx512_equals_ref(void) { kt_check_named_set("avx512", "log-softmax sum", check_set); }
 
 int main(void) {
     RUN(test_ref_vs_double);
