@@ -76,8 +76,11 @@ int32_t kn_argmax(const float *x, int32_t n) {
     return best;
 }
 
-/* Applies penalties and bias into s->work. */
-static void adjust(kn_sampler *s, const float *logits) {
+/* Applies penalties and bias into s->work, NaN read as -inf; returns the candidates (tokens above
+ * -inf) and sets *mx to the greatest logit (-inf when none). The last pass keeps four maxima and
+ * counts apart, so no dependency chain bounds it (the greatest value is the same in any order; a
+ * -0.0 / +0.0 tie changes nothing downstream). */
+static int32_t adjust(kn_sampler *s, const float *logits, float *mx) {
     memcpy(s->work, logits, (size_t)s->n_vocab * sizeof(float));
     const kiln_sampler_params *p = &s->p;
     bool pen = p->repeat_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f;
@@ -98,8 +101,27 @@ static void adjust(kn_sampler *s, const float *logits) {
             if (s->counts[s->hist[i]] < 0) s->counts[s->hist[i]] = -s->counts[s->hist[i]];
     }
     for (size_t i = 0; i < s->n_bias; i++) s->work[s->bias[i].token] += s->bias[i].bias;
-    for (int32_t i = 0; i < s->n_vocab; i++)
-        if (s->work[i] != s->work[i]) s->work[i] = -INFINITY;
+    float *w = s->work, m0 = -INFINITY, m1 = -INFINITY, m2 = -INFINITY, m3 = -INFINITY;
+    int32_t c0 = 0, c1 = 0, c2 = 0, c3 = 0, i = 0;
+#define KN_SCAN(j, m, c)                                                                                               \
+    do {                                                                                                               \
+        const float v = w[j];                                                                                          \
+        if (v != v) w[j] = -INFINITY; /* NaN: neither counted nor a maximum */                                         \
+        c += v > -INFINITY;                                                                                            \
+        m = v > m ? v : m;                                                                                             \
+    } while (0)
+    for (; i + 4 <= s->n_vocab; i += 4) {
+        KN_SCAN(i, m0, c0);
+        KN_SCAN(i + 1, m1, c1);
+        KN_SCAN(i + 2, m2, c2);
+        KN_SCAN(i + 3, m3, c3);
+    }
+    for (; i < s->n_vocab; i++) KN_SCAN(i, m0, c0);
+#undef KN_SCAN
+    m0 = m1 > m0 ? m1 : m0;
+    m2 = m3 > m2 ? m3 : m2;
+    *mx = m2 > m0 ? m2 : m0;
+    return c0 + c1 + c2 + c3;
 }
 
 /* kn_argmax of x[n] with every NaN read as -inf (what adjust() makes of it): the first index of the
@@ -178,63 +200,60 @@ static int32_t truncate_and_draw(kn_sampler *s, int32_t n) {
     return s->cands[n - 1].id;
 }
 
-/* Sampling with top-k off (or above the finite candidates), mx the greatest finite logit. Every
- * token's exponential e = e^((logit - mx) / temperature) and their sum S come from the kernel set's
- * kn_sumexp_fn (the same bits on every set; -inf gives 0); a candidate's probability is (float)(e /
- * S). Only the prefix of the sorted order that top-p and min-p can keep is gathered and sorted: with
- * min-p on, the tokens whose e comes within 1e-4 of min_p (p >= min_p * the best, the best's e being
- * 1: expf_ref is monotonic, so they are a prefix); with top-p alone, the most likely ones holding
+/* Sampling with top-k off (or above the n finite candidates), mx the greatest finite logit. The
+ * candidates' logits in id order (s->work itself when every token is one, else packed, as a grammar's
+ * mask leaves few) give their exponentials e = e^((logit - mx) / temperature) and the sum S through
+ * the kernel set's kn_sumexp_fn (the same bits on every set); a candidate's probability is (float)(e
+ * / S). Only the prefix of the sorted order that top-p and min-p can keep is gathered and sorted: with
+ * min-p on, the candidates whose e comes within 1e-4 of min_p (p >= min_p * the best, the best's e
+ * being 1: expf_ref is monotonic, so they are a prefix); with top-p alone, the most likely ones holding
  * top_p of the mass and a margin over the rounding of the sums (all of them when that needs
  * exponentials under 1e-30); with neither, no order at all: the draw walks the exponentials in id
  * order. */
-static int32_t sample_wide(kn_sampler *s, float mx) {
+static int32_t sample_wide(kn_sampler *s, int32_t n, float mx) {
     const kiln_sampler_params *p = &s->p;
-    const int32_t V = s->n_vocab;
-    float *e = (float *)(void *)s->scratch; /* [V]: free until the candidates are gathered */
-    const double sum = kn_kernels_get(KN_KERNELS_AUTO)->sumexp(s->work, V, mx, 1.0f / p->temperature, e);
+    float *logit = s->work, *e = (float *)(void *)s->scratch; /* scratch is free until the gather */
+    int32_t *id = NULL;                                       /* NULL: candidate j is token j */
+    if (n < s->n_vocab) {
+        logit = e + n;
+        id = (int32_t *)(void *)(logit + n);
+        const float *w = s->work;
+        for (int32_t i = 0, j = 0; j < n; i++) /* stops at the last candidate */
+            if (w[i] > -INFINITY) logit[j] = w[i], id[j++] = i;
+    }
+    const double sum = kn_kernels_get(KN_KERNELS_AUTO)->sumexp(logit, n, mx, 1.0f / p->temperature, e);
     if (p->top_p >= 1.0f && p->min_p <= 0.0f) {
         const double r = kn_rng_uniform(&s->rng) * sum;
         double acc = 0.0;
-        int32_t last = 0;
-        for (int32_t i = 0; i < V; i++) {
-            if (!(s->work[i] > -INFINITY)) continue;
-            acc += e[i];
-            last = i;
-            if (r < acc) return i;
-        }
-        return last;
+        int32_t j = 0;
+        while (j < n - 1 && !(r < (acc += e[j]))) j++;
+        return id ? id[j] : j;
     }
     float theta = p->min_p * (1.0f - 1e-4f);
     if (p->min_p <= 0.0f) { /* lower the bar until the gathered mass passes top_p */
         for (theta = 1.0f / 1024; theta > 0.0f; theta = theta < 1e-30f ? 0.0f : theta / 64) {
             double mass = 0.0;
-            for (int32_t i = 0; i < V; i++) mass += e[i] >= theta ? e[i] : 0.0f;
+            for (int32_t j = 0; j < n; j++) mass += e[j] >= theta ? e[j] : 0.0f;
             if (mass >= (p->top_p + 1e-6) * sum) break;
         }
     }
-    int32_t n = 0;
-    for (int32_t i = 0; i < V; i++)
-        if (e[i] >= theta && s->work[i] > -INFINITY) s->cands[n++] = (kn_cand){s->work[i], (float)(e[i] / sum), i};
-    kn_cand_sort(s->cands, (size_t)n, s->scratch);
-    return truncate_and_draw(s, n);
+    int32_t g = 0;
+    for (int32_t j = 0; j < n; j++)
+        if (e[j] >= theta) s->cands[g++] = (kn_cand){logit[j], (float)(e[j] / sum), id ? id[j] : j};
+    kn_cand_sort(s->cands, (size_t)g, s->scratch);
+    return truncate_and_draw(s, g);
 }
 
 int32_t kn_sampler_sample(kn_sampler *s, const float *logits) {
     const kiln_sampler_params *p = &s->p;
     if (plain_greedy(s)) return argmax_nan_as_ninf(logits, s->n_vocab);
-    adjust(s, logits);
+    float mx;
+    const int32_t n = adjust(s, logits, &mx); /* the candidates: tokens above -inf */
     /* greedy, also for a temperature so small (subnormal) that its inverse overflows */
     if (p->temperature <= 0.0f || isinf(1.0f / p->temperature)) return kn_argmax(s->work, s->n_vocab);
-
-    int32_t n = 0; /* the candidates: tokens with a finite logit */
-    float mx = -INFINITY;
-    for (int32_t i = 0; i < s->n_vocab; i++) {
-        n += s->work[i] > -INFINITY;
-        mx = s->work[i] > mx ? s->work[i] : mx;
-    }
     if (n == 0) return kn_argmax(logits, s->n_vocab);
     if (mx == INFINITY) return kn_argmax(s->work, s->n_vocab); /* certain: the first +inf */
-    if (p->top_k <= 0 || p->top_k >= n) return sample_wide(s, mx);
+    if (p->top_k <= 0 || p->top_k >= n) return sample_wide(s, n, mx);
 
     /* top-k: the k best sorted, then temperature and softmax over them (the max is cands[0]) */
     const int32_t k = p->top_k;

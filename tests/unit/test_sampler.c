@@ -266,11 +266,12 @@ static void test_cand_sort(void) {
 }
 
 /* The sampler's rules written plainly (no penalties or bias): every finite candidate sorted; top-k
- * off: e = kn_expf_ref((logit - max) * (1 / temperature)) and their sum as kn_sumexp_ref gives them, p
- * = (float)(e / sum), and with top-p and min-p off the draw walks the exponentials in id order; top-k
- * on: the k best, expf and the sum in sorted order. */
-static int32_t ref_sample(const kiln_sampler_params *p, const float *l, int n_vocab, kn_rng *rng, kn_cand *c,
-                          float *e) {
+ * off: e = kn_expf_ref((logit - max) * (1 / temperature)) and their sum as kn_sumexp_ref gives them
+ * over the candidates' logits in id order, p = (float)(e / sum), and with top-p and min-p off the draw
+ * walks the exponentials in id order; top-k on: the k best, expf and the sum in sorted order. e and
+ * cl are scratch of n_vocab floats. */
+static int32_t ref_sample(const kiln_sampler_params *p, const float *l, int n_vocab, kn_rng *rng, kn_cand *c, float *e,
+                          float *cl) {
     int32_t n = 0;
     float mx = -INFINITY;
     for (int32_t i = 0; i < n_vocab; i++) {
@@ -279,15 +280,16 @@ static int32_t ref_sample(const kiln_sampler_params *p, const float *l, int n_vo
     }
     if (n == 0) return 0;
     if (p->top_k <= 0 || p->top_k >= n) {
-        const double sum = kn_sumexp_ref(l, n_vocab, mx, 1.0f / p->temperature, e);
+        for (int32_t i = 0; i < n; i++) cl[i] = c[i].logit;
+        const double sum = kn_sumexp_ref(cl, n, mx, 1.0f / p->temperature, e);
         if (p->top_p >= 1.0f && p->min_p <= 0.0f) {
             double acc = 0;
             const double u = kn_rng_uniform(rng) * sum;
             for (int32_t i = 0; i < n; i++)
-                if (u < (acc += e[c[i].id])) return c[i].id;
+                if (u < (acc += e[i])) return c[i].id;
             return c[n - 1].id;
         }
-        for (int32_t i = 0; i < n; i++) c[i].p = (float)(e[c[i].id] / sum);
+        for (int32_t i = 0; i < n; i++) c[i].p = (float)(e[i] / sum);
         qsort(c, (size_t)n, sizeof *c, cmp_ref);
     } else {
         qsort(c, (size_t)n, sizeof *c, cmp_ref);
@@ -324,8 +326,8 @@ static void test_wide_matches_reference(void) {
     enum { NV = 3000 };
     float *l = malloc(NV * sizeof *l);
     kn_cand *c = malloc(NV * sizeof *c);
-    float *e = malloc(NV * sizeof *e);
-    CHECK(l && c && e);
+    float *e = malloc(NV * sizeof *e), *cl = malloc(NV * sizeof *cl);
+    CHECK(l && c && e && cl);
     const int vocabs[] = {40, 300, NV};
     const float temps[] = {0.5f, 1.0f, 1.7f}, top_ps[] = {0.5f, 0.95f, 0.999f, 1.0f}, min_ps[] = {0, 0.05f, 0.3f};
     const int top_ks[] = {0, 5, 1000000};
@@ -351,7 +353,7 @@ static void test_wide_matches_reference(void) {
                             kn_rng rng;
                             kn_rng_seed(&rng, p.seed);
                             for (int d = 0; d < 8; d++)
-                                bad += kn_sampler_sample(&s, l) != ref_sample(&p, l, nv, &rng, c, e);
+                                bad += kn_sampler_sample(&s, l) != ref_sample(&p, l, nv, &rng, c, e, cl);
                             kn_sampler_free(&s);
                             runs++;
                         }
@@ -359,6 +361,7 @@ static void test_wide_matches_reference(void) {
     free(l);
     free(c);
     free(e);
+    free(cl);
     CHECKF(bad == 0, "%d of %d draws differ", bad, runs * 8);
 }
 
