@@ -609,24 +609,24 @@ static bool partition(kn_jr *r, const kn_jstr *s, kn_jv sepv, bool rev, kn_jv *o
                 break;
             }
     }
+    const char *part[3] = {s->s, sep->s, s->s}; /* no separator: the whole string first (last reversed) */
+    size_t len[3] = {rev ? 0 : s->len, 0, rev ? s->len : 0};
+    if (at != SIZE_MAX) {
+        part[2] = s->s + at + sep->len;
+        len[0] = at;
+        len[1] = sep->len;
+        len[2] = s->len - at - sep->len;
+    }
     kn_jlist *l = kn_jlist_new(r, 3);
     if (!l) return false;
-    kn_jv p[3];
-    bool ok;
-    if (at == SIZE_MAX) {
-        ok = rev ? kn_jmk_str(r, "", 0, false, &p[0]) && kn_jmk_str(r, "", 0, false, &p[1]) &&
-                       kn_jmk_str(r, s->s, s->len, false, &p[2])
-                 : kn_jmk_str(r, s->s, s->len, false, &p[0]) && kn_jmk_str(r, "", 0, false, &p[1]) &&
-                       kn_jmk_str(r, "", 0, false, &p[2]);
-    } else {
-        ok = kn_jmk_str(r, s->s, at, false, &p[0]) && kn_jmk_str(r, sep->s, sep->len, false, &p[1]) &&
-             kn_jmk_str(r, s->s + at + sep->len, s->len - at - sep->len, false, &p[2]);
+    /* each piece into the list as it is made: a failure (the work budget) drops what was made */
+    for (int i = 0; i < 3; i++) {
+        kn_jv piece;
+        if (!kn_jmk_str(r, part[i], len[i], false, &piece) || !kn_jlist_push(r, l, piece)) {
+            kn_jv_drop(kn_jv_list(l, true));
+            return false;
+        }
     }
-    if (!ok) {
-        kn_jv_drop(kn_jv_list(l, true));
-        return false;
-    }
-    for (int i = 0; i < 3; i++) l->v[l->n++] = p[i];
     *out = kn_jv_list(l, true);
     return true;
 }
