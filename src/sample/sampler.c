@@ -125,13 +125,24 @@ static int32_t adjust(kn_sampler *s, const float *logits, float *mx) {
 }
 
 /* kn_argmax of x[n] with every NaN read as -inf (what adjust() makes of it): the first index of the
- * greatest value, 0 when every value is NaN or -inf. Two passes without a data-dependent branch in
- * the first (it vectorizes): the greatest value, then its first index. */
+ * greatest value, 0 when every value is NaN or -inf. Two passes: the greatest value (four chains of
+ * compares without a data-dependent branch, so no one chain's latency bounds the loop; a NaN compares
+ * false and is skipped), then its first index (-0.0 equals +0.0 there, as in kn_argmax). */
 static int32_t argmax_nan_as_ninf(const float *x, int32_t n) {
-    float m = -INFINITY;
-    for (int32_t i = 0; i < n; i++) m = x[i] > m ? x[i] : m; /* a NaN compares false: skipped */
-    if (m == -INFINITY) return 0;
+    float m0 = -INFINITY, m1 = -INFINITY, m2 = -INFINITY, m3 = -INFINITY;
     int32_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        m0 = x[i] > m0 ? x[i] : m0;
+        m1 = x[i + 1] > m1 ? x[i + 1] : m1;
+        m2 = x[i + 2] > m2 ? x[i + 2] : m2;
+        m3 = x[i + 3] > m3 ? x[i + 3] : m3;
+    }
+    for (; i < n; i++) m0 = x[i] > m0 ? x[i] : m0;
+    m0 = m1 > m0 ? m1 : m0;
+    m2 = m3 > m2 ? m3 : m2;
+    const float m = m2 > m0 ? m2 : m0;
+    if (m == -INFINITY) return 0;
+    i = 0;
     while (x[i] != m) i++;
     return i;
 }
