@@ -5,7 +5,9 @@
  *
  * The logits are synthetic rows of two shapes: "zipf", a language model's usual shape (the token of
  * rank k at logit -1.2 ln k plus noise, ranks scattered over the ids: a few likely tokens, a long
- * tail), and "flat" (normal, sd 2: top-p must walk thousands of candidates, the worst case for it).
+ * tail), "flat" (normal, sd 2: top-p must walk thousands of candidates, the worst case for it) and
+ * "masked" (zipf with all but 30 tokens at -inf, as a grammar's mask leaves a row: fewer candidates
+ * than top-k, so even the defaults take the whole-vocabulary path).
  * Settings: greedy; the defaults (top-k 40, top-p 0.95, min-p 0.05, temperature 0.8); top-k off with
  * the other defaults; top-k and min-p off (top-p 0.95 alone); everything off (temperature 1, a plain
  * draw over the vocabulary); logprobs with 0 and 5 alternatives (KILN_KERNELS picks the set that sums
@@ -45,7 +47,9 @@ static double urand(void) { /* [0, 1) */
 
 static float normal(void) { return (float)(sqrt(-2 * log(1 - urand())) * cos(6.283185307179586 * urand())); }
 
-/* rows[ROWS][V] of the shape (0 zipf, 1 flat). */
+static const char *const shape_names[] = {"zipf", "flat", "masked"};
+
+/* rows[ROWS][V] of the shape (0 zipf, 1 flat, 2 masked). */
 static void fill(float *rows, int V, int shape) {
     int *perm = malloc((size_t)V * sizeof *perm);
     for (int i = 0; i < V; i++) perm[i] = i;
@@ -61,6 +65,8 @@ static void fill(float *rows, int V, int shape) {
             perm[j] = t;
         }
         for (int k = 0; k < V; k++) l[perm[k]] = -1.2f * logf((float)(k + 1)) + 0.3f * normal();
+        if (shape == 2)
+            for (int k = 30; k < V; k++) l[perm[k]] = -INFINITY;
     }
     free(perm);
 }
@@ -134,9 +140,9 @@ int main(int argc, char **argv) {
         if (V < 2) break;
         float *rows = malloc((size_t)ROWS * (size_t)V * sizeof *rows);
         if (!rows) return 1;
-        for (int shape = 0; shape < 2; shape++) {
+        for (int shape = 0; shape < 3; shape++) {
             fill(rows, V, shape);
-            printf("| %d | %s |", V, shape ? "flat" : "zipf");
+            printf("| %d | %s |", V, shape_names[shape]);
             for (int k = 0; k < ns; k++) printf(" %.1f |", time_setting(&settings[k], rows, V, reps));
             printf("\n");
             fflush(stdout);
