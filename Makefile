@@ -137,7 +137,7 @@ test: setup
 # them (ARM64_SKIP_SRC= does the same by hand). No debug information (-g0): the build is for running.
 ARM64_CC    ?= aarch64-linux-gnu-gcc
 ARM64_BUILD ?= build-arm64
-ARM64_TESTS ?= test_kernels_neon test_kernels_k test_attend test_glu test_sumexp test_quant test_pack test_model_types
+ARM64_TESTS ?= test_kernels_neon test_kernels_k test_attend test_glu test_sumexp test_logit_scan test_quant test_pack test_model_types
 ARM64_LIBS   = -static -lpcre2-8 -ljansson -lsqlite3 -lm -lpthread
 ARM64_SKIP_SRC ?= src/text/jinja/%.c src/text/toolcall%.c src/text/chat.c src/sample/schema%.c \
                   src/sample/grammar_api.c src/engine/engine.c src/engine/scheduler.c src/engine/text_api.c \

@@ -11,7 +11,8 @@
  * Settings: greedy; the defaults (top-k 40, top-p 0.95, min-p 0.05, temperature 0.8); top-k off with
  * the other defaults; top-k and min-p off (top-p 0.95 alone); everything off (temperature 1, a plain
  * draw over the vocabulary); logprobs with 0 and 5 alternatives (KILN_KERNELS picks the set that sums
- * the exponentials). Each figure is the median over -r repetitions of a pass over 16 rows.
+ * the exponentials). Each figure is the median over -r repetitions of a pass over 16 rows, timed in
+ * the thread's CPU time (a busy machine's other work does not count).
  *
  * Usage: build/bench/sampling [-r REPS] [-V VOCAB,...]
  */
@@ -28,7 +29,7 @@ enum { ROWS = 16, MAX_REPS = 64 };
 
 static double now_s(void) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 

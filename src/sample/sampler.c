@@ -63,27 +63,22 @@ void kn_sampler_accept(kn_sampler *s, int32_t token) {
 }
 
 int32_t kn_argmax(const float *x, int32_t n) {
-    int32_t best = 0;
-    float bv = -INFINITY;
-    bool any = false;
-    for (int32_t i = 0; i < n; i++) {
-        if (x[i] > bv || (!any && x[i] == x[i])) { /* strict >: the lowest id wins ties */
-            bv = x[i];
-            best = i;
-            any = true;
-        }
-    }
-    return best;
+    const int64_t i = kn_kernels_get(KN_KERNELS_AUTO)->argmax(x, n);
+    return i < 0 ? 0 : (int32_t)i;
 }
 
 /* Applies penalties and bias into s->work, NaN read as -inf; returns the candidates (tokens above
- * -inf) and sets *mx to the greatest logit (-inf when none). The last pass keeps four maxima and
- * counts apart, so no dependency chain bounds it (the greatest value is the same in any order; a
- * -0.0 / +0.0 tie changes nothing downstream). */
+ * -inf) and sets *mx to the greatest logit (-inf when none). With nothing to apply, the kernel set's
+ * clean pass is the copy. */
 static int32_t adjust(kn_sampler *s, const float *logits, float *mx) {
-    memcpy(s->work, logits, (size_t)s->n_vocab * sizeof(float));
     const kiln_sampler_params *p = &s->p;
-    bool pen = p->repeat_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f;
+    bool pen =
+        s->n_hist > 0 && (p->repeat_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f);
+    const float *src = logits;
+    if (pen || s->n_bias) {
+        memcpy(s->work, logits, (size_t)s->n_vocab * sizeof(float));
+        src = s->work;
+    }
     if (pen) {
         /* Each distinct token of the window once: a visited token's count is negated while the
          * window is walked, then restored, so this stays O(window). */
@@ -101,50 +96,16 @@ static int32_t adjust(kn_sampler *s, const float *logits, float *mx) {
             if (s->counts[s->hist[i]] < 0) s->counts[s->hist[i]] = -s->counts[s->hist[i]];
     }
     for (size_t i = 0; i < s->n_bias; i++) s->work[s->bias[i].token] += s->bias[i].bias;
-    float *w = s->work, m0 = -INFINITY, m1 = -INFINITY, m2 = -INFINITY, m3 = -INFINITY;
-    int32_t c0 = 0, c1 = 0, c2 = 0, c3 = 0, i = 0;
-#define KN_SCAN(j, m, c)                                                                                               \
-    do {                                                                                                               \
-        const float v = w[j];                                                                                          \
-        if (v != v) w[j] = -INFINITY; /* NaN: neither counted nor a maximum */                                         \
-        c += v > -INFINITY;                                                                                            \
-        m = v > m ? v : m;                                                                                             \
-    } while (0)
-    for (; i + 4 <= s->n_vocab; i += 4) {
-        KN_SCAN(i, m0, c0);
-        KN_SCAN(i + 1, m1, c1);
-        KN_SCAN(i + 2, m2, c2);
-        KN_SCAN(i + 3, m3, c3);
-    }
-    for (; i < s->n_vocab; i++) KN_SCAN(i, m0, c0);
-#undef KN_SCAN
-    m0 = m1 > m0 ? m1 : m0;
-    m2 = m3 > m2 ? m3 : m2;
-    *mx = m2 > m0 ? m2 : m0;
-    return c0 + c1 + c2 + c3;
+    int64_t n;
+    *mx = kn_kernels_get(KN_KERNELS_AUTO)->logits_clean(src, s->work, s->n_vocab, &n);
+    return (int32_t)n;
 }
 
 /* kn_argmax of x[n] with every NaN read as -inf (what adjust() makes of it): the first index of the
- * greatest value, 0 when every value is NaN or -inf. Two passes: the greatest value (four chains of
- * compares without a data-dependent branch, so no one chain's latency bounds the loop; a NaN compares
- * false and is skipped), then its first index (-0.0 equals +0.0 there, as in kn_argmax). */
+ * greatest value, 0 when every value is NaN or -inf. */
 static int32_t argmax_nan_as_ninf(const float *x, int32_t n) {
-    float m0 = -INFINITY, m1 = -INFINITY, m2 = -INFINITY, m3 = -INFINITY;
-    int32_t i = 0;
-    for (; i + 4 <= n; i += 4) {
-        m0 = x[i] > m0 ? x[i] : m0;
-        m1 = x[i + 1] > m1 ? x[i + 1] : m1;
-        m2 = x[i + 2] > m2 ? x[i + 2] : m2;
-        m3 = x[i + 3] > m3 ? x[i + 3] : m3;
-    }
-    for (; i < n; i++) m0 = x[i] > m0 ? x[i] : m0;
-    m0 = m1 > m0 ? m1 : m0;
-    m2 = m3 > m2 ? m3 : m2;
-    const float m = m2 > m0 ? m2 : m0;
-    if (m == -INFINITY) return 0;
-    i = 0;
-    while (x[i] != m) i++;
-    return i;
+    const int64_t i = kn_kernels_get(KN_KERNELS_AUTO)->argmax(x, n);
+    return i < 0 || x[i] == -INFINITY ? 0 : (int32_t)i;
 }
 
 /* The k (< the finite candidates) best of s->work into s->cands[0..k), sorted: the first k finite
@@ -152,20 +113,21 @@ static int32_t argmax_nan_as_ninf(const float *x, int32_t n) {
  * token must be strictly greater to enter; -inf never is), an insertion for the few that enter. */
 static void select_top_k(kn_sampler *s, int32_t k) {
     kn_cand *c = s->cands;
+    const float *w = s->work;
     int32_t n = 0, i = 0;
     for (; n < k; i++)
-        if (s->work[i] > -INFINITY) c[n++] = (kn_cand){s->work[i], 0.0f, i};
+        if (w[i] > -INFINITY) c[n++] = (kn_cand){w[i], 0.0f, i};
     kn_cand_sort(c, (size_t)k, s->scratch);
+    const kn_above_fn above = kn_kernels_get(KN_KERNELS_AUTO)->above;
     float last = c[k - 1].logit;
-    for (; i < s->n_vocab; i++) {
-        const float v = s->work[i];
-        if (!(v > last)) continue;
+    while ((i += (int32_t)above(w + i, s->n_vocab - i, last)) < s->n_vocab) {
+        const float v = w[i];
         int32_t j = k - 1;
         while (j > 0 && v > c[j - 1].logit) {
             c[j] = c[j - 1];
             j--;
         }
-        c[j] = (kn_cand){v, 0.0f, i};
+        c[j] = (kn_cand){v, 0.0f, i++};
         last = c[k - 1].logit;
     }
 }

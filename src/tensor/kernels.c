@@ -104,6 +104,9 @@ static void init_ref(kn_kernels *k) {
     k->attend_f32 = kn_attend_f32_ref;
     k->glu = kn_glu_ref;
     k->sumexp = kn_sumexp_ref;
+    k->logits_clean = kn_logits_clean_ref;
+    k->argmax = kn_argmax_ref;
+    k->above = kn_above_ref;
     k->tile_r = 4;
     k->tile_t = 4;
     k->gemm[KN_F32] = gemm_ref_f32;

@@ -151,13 +151,38 @@ double kn_sumexp_avx2(const float *x, int64_t n, float sub, float scale, float *
 double kn_sumexp_avx512(const float *x, int64_t n, float sub, float scale, float *e); /* x86-64, AVX-512F */
 double kn_sumexp_neon(const float *x, int64_t n, float sub, float scale, float *e);   /* ARM64 */
 
+/* The sampler's passes over a logits row (logit_scan.c), each giving the reference's result on every
+ * set (n below 2^31):
+ *   clean:  w[i] = x[i] with NaN read as -inf (x may be w); *count = the w[i] above -inf; returns the
+ *           greatest w[i], -inf when none (a -0.0 / +0.0 tie may give either zero);
+ *   argmax: the first index of the greatest non-NaN x[i] (-0.0 equals +0.0), -1 when every x[i] is NaN;
+ *   above:  the first index i with x[i] > t (a NaN never is), n when none. */
+typedef float (*kn_logits_clean_fn)(const float *x, float *w, int64_t n, int64_t *count);
+typedef int64_t (*kn_argmax_fn)(const float *x, int64_t n);
+typedef int64_t (*kn_above_fn)(const float *x, int64_t n, float t);
+float kn_logits_clean_ref(const float *x, float *w, int64_t n, int64_t *count);
+float kn_logits_clean_avx2(const float *x, float *w, int64_t n, int64_t *count);   /* x86-64, AVX2 */
+float kn_logits_clean_avx512(const float *x, float *w, int64_t n, int64_t *count); /* x86-64, AVX-512F */
+float kn_logits_clean_neon(const float *x, float *w, int64_t n, int64_t *count);   /* ARM64 */
+int64_t kn_argmax_ref(const float *x, int64_t n);
+int64_t kn_argmax_avx2(const float *x, int64_t n);
+int64_t kn_argmax_avx512(const float *x, int64_t n);
+int64_t kn_argmax_neon(const float *x, int64_t n);
+int64_t kn_above_ref(const float *x, int64_t n, float t);
+int64_t kn_above_avx2(const float *x, int64_t n, float t);
+int64_t kn_above_avx512(const float *x, int64_t n, float t);
+int64_t kn_above_neon(const float *x, int64_t n, float t);
+
 typedef struct kn_kernels {
     const char *name; /* "ref", "avx2", "avx2vnni", "avx512", "neon", "neon+dotprod", "neon+i8mm" */
     kn_attend_fn attend_f16, attend_f32;
-    kn_attend_fn attend_kv[KN_KVT_COUNT];      /* per KV format (kvq.h), K and V alike; NULL: attend_f16 /
-                                                  attend_f32 for those formats, else the reference */
-    kn_glu_fn glu;                             /* the gated activation (never NULL) */
-    kn_sumexp_fn sumexp;                       /* a softmax's normalizer (never NULL) */
+    kn_attend_fn attend_kv[KN_KVT_COUNT]; /* per KV format (kvq.h), K and V alike; NULL: attend_f16 /
+                                             attend_f32 for those formats, else the reference */
+    kn_glu_fn glu;                        /* the gated activation (never NULL) */
+    kn_sumexp_fn sumexp;                  /* a softmax's normalizer (never NULL) */
+    kn_logits_clean_fn logits_clean;      /* the sampler's passes (never NULL) */
+    kn_argmax_fn argmax;
+    kn_above_fn above;
     int tile_r, tile_t;                        /* largest tile the gemm kernels take */
     kn_gemm_fn gemm[KN_DTYPE_COUNT];           /* per weight type; NULL: use the reference */
     kn_from_float_fn quantize[KN_DTYPE_COUNT]; /* per activation type; NULL: use the reference */

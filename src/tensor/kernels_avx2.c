@@ -95,8 +95,11 @@ void kn_kernels_init_avx2_vnni(kn_kernels *k, bool vnni) {
     k->name = vnni ? "avx2vnni" : "avx2";
 #if defined(__x86_64__)
     kn_avx2_init_attn(k);
-    k->glu = kn_glu_avx2;       /* act.c */
-    k->sumexp = kn_sumexp_avx2; /* sumexp.c */
+    k->glu = kn_glu_avx2;                   /* act.c */
+    k->sumexp = kn_sumexp_avx2;             /* sumexp.c */
+    k->logits_clean = kn_logits_clean_avx2; /* logit_scan.c */
+    k->argmax = kn_argmax_avx2;
+    k->above = kn_above_avx2;
 #endif
     kn_avx2_init_legacy(k);
 #if defined(__x86_64__)

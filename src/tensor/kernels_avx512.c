@@ -9,8 +9,11 @@
 
 void kn_kernels_init_avx512(kn_kernels *k) {
     k->name = "avx512";
-    k->glu = kn_glu_avx512;       /* act.c */
-    k->sumexp = kn_sumexp_avx512; /* sumexp.c */
+    k->glu = kn_glu_avx512;                   /* act.c */
+    k->sumexp = kn_sumexp_avx512;             /* sumexp.c */
+    k->logits_clean = kn_logits_clean_avx512; /* logit_scan.c */
+    k->argmax = kn_argmax_avx512;
+    k->above = kn_above_avx512;
     kn_avx512_init_legacy(k);
     kn_avx512_init_kquants(k);
     kn_avx512_init_lowbit(k);

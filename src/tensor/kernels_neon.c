@@ -228,8 +228,11 @@ bool kn_neon_init_float(kn_kernels *k) {
 void kn_kernels_init_neon(kn_kernels *k) {
     k->name = "neon";
 #if defined(__aarch64__)
-    k->glu = kn_glu_neon;       /* act.c */
-    k->sumexp = kn_sumexp_neon; /* sumexp.c */
+    k->glu = kn_glu_neon;                   /* act.c */
+    k->sumexp = kn_sumexp_neon;             /* sumexp.c */
+    k->logits_clean = kn_logits_clean_neon; /* logit_scan.c */
+    k->argmax = kn_argmax_neon;
+    k->above = kn_above_neon;
 #endif
     kn_neon_init_float(k);
     const kn_cpu *c = kn_cpu_features();
