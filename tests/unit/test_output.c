@@ -136,6 +136,57 @@ static void test_logprobs_unit(void) {
     CHECK(kn_logprobs(k, logits, 6, 4, 0, top) == -INFINITY);
 }
 
+/* The top-N list of kn_logprobs against sorting the whole row (logit descending, id ascending, NaN
+ * left out), for every kernel set this CPU runs, over rows with ties, NaN and -inf and N = 0 .. 20
+ * (the list shorter than N when fewer values are not NaN). */
+static void test_logprobs_top_matches_sort(void) {
+    enum { V = 3000 };
+    static float x[V];
+    static int32_t order[V];
+    uint64_t r = 0x243F6A8885A308D3ULL;
+    int bad = 0, runs = 0;
+    const char *sets[] = {"ref", "avx2", "avx2vnni", "avx512", "neon"};
+    for (int si = 0; si < 5; si++) {
+        const kn_kernels *k = kn_kernels_named(sets[si]);
+        if (!k) continue;
+        for (int shape = 0; shape < 4; shape++) {
+            const int32_t n = shape == 3 ? 40 : V;
+            for (int32_t i = 0; i < n; i++) {
+                r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+                const uint32_t u = (uint32_t)(r >> 33);
+                x[i] = shape == 0   ? (float)(u % 100000) / 977.0f /* distinct mostly */
+                       : shape == 1 ? (float)(u % 7)               /* many ties */
+                       : u % 3 == 0 ? NAN                          /* NaN and -inf */
+                       : u % 3 == 1 ? -INFINITY
+                                    : (float)(u % 11) - 5.0f;
+                if (shape == 3) x[i] = u % 5 ? NAN : (float)(u % 4); /* fewer values than N */
+            }
+            int32_t m = 0;
+            for (int32_t i = 0; i < n; i++)
+                if (x[i] == x[i]) order[m++] = i;
+            for (int32_t a = 1; a < m; a++) /* insertion sort: logit descending, id ascending */
+                for (int32_t b = a; b > 0 && x[order[b]] > x[order[b - 1]]; b--) {
+                    const int32_t t = order[b];
+                    order[b] = order[b - 1];
+                    order[b - 1] = t;
+                }
+            for (size_t nt = 0; nt <= 20; nt++) {
+                kiln_top_logprob top[KILN_MAX_TOP_LOGPROBS];
+                memset(top, 0, sizeof top);
+                const float lp = kn_logprobs(k, x, n, 0, nt, top);
+                const float lse = x[0] == x[0] ? x[0] - lp : NAN;
+                runs++;
+                for (size_t j = 0; j < nt && j < (size_t)m; j++)
+                    if (top[j].token != order[j] || (lse == lse && fabsf(top[j].logprob - (x[order[j]] - lse)) > 1e-4f))
+                        bad++;
+                if (nt > (size_t)m && top[m].token != 0) bad++; /* nothing past the values there are */
+            }
+        }
+    }
+    printf("  %d lists, %d entries wrong\n", runs, bad);
+    CHECK(runs > 0 && bad == 0);
+}
+
 typedef struct collect {
     char text[8192];
     size_t n;
@@ -213,6 +264,7 @@ int main(void) {
     RUN(test_stop_errors);
     RUN(test_stop_random);
     RUN(test_logprobs_unit);
+    RUN(test_logprobs_top_matches_sort);
     RUN(test_generate_stop_and_logprobs);
     return kt_summary();
 }
