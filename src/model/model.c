@@ -14,6 +14,7 @@
 #include "model/hf.h"
 #include "model/load.h"
 
+#include "base/pool.h"
 #include "base/sha256.h"
 #include "sample/gmask.h"
 
@@ -189,6 +190,7 @@ struct kn_loader {
     size_t mat_total;                             /* bytes of all matrices (known after pass 1) */
     bool (*progress)(float fraction, void *user); /* kiln_model_params.progress, or NULL */
     void *progress_user;
+    kn_pool *pool; /* pass 2 with copied weights: threads that repack (NULL: the caller alone) */
 };
 typedef struct kn_loader loader;
 
@@ -219,6 +221,24 @@ static kiln_status check_shape3(const kn_gguf_tensor *t, const char *name, int64
 
 static kiln_status check_shape(const kn_gguf_tensor *t, const char *name, int64_t ne0, int64_t ne1) {
     return check_shape3(t, name, ne0, ne1, 1);
+}
+
+/* A run of panels to repack, split into n_tasks contiguous shares (the destination's first touch,
+ * the kernel's zeroing of its pages, is spread over the threads with it). */
+typedef struct pack_job {
+    kn_dtype type;
+    const uint8_t *src;
+    uint8_t *dst;
+    size_t panel_bytes;
+    int64_t cols, n_panels, n_tasks;
+} pack_job;
+
+static void pack_task(void *ctx, int64_t task, int worker) {
+    (void)worker;
+    const pack_job *j = ctx;
+    const int64_t a = j->n_panels * task / j->n_tasks, b = j->n_panels * (task + 1) / j->n_tasks;
+    kn_p16_pack(j->type, j->src + (size_t)a * j->panel_bytes, (b - a) * KN_P16_ROWS, j->cols,
+                j->dst + (size_t)a * j->panel_bytes);
 }
 
 /* A weight matrix [rows][cols] stored with ne = {cols, rows}. Pass 1 (copy == false) only checks
@@ -254,7 +274,14 @@ static kiln_status get_matrix(loader *L, const char *name, int64_t cols, int64_t
             const int64_t step = (int64_t)KN_MAX(PROGRESS_STEP / pb, 1);
             for (int64_t p0 = 0; p0 < rows / KN_P16_ROWS; p0 += step) {
                 const int64_t np = KN_MIN(step, rows / KN_P16_ROWS - p0);
-                kn_p16_pack(w->type, t->data + (size_t)p0 * pb, np * KN_P16_ROWS, cols, dst + (size_t)p0 * pb);
+                pack_job job = {w->type,
+                                t->data + (size_t)p0 * pb,
+                                dst + (size_t)p0 * pb,
+                                pb,
+                                cols,
+                                np,
+                                KN_MIN(np, 4 * (int64_t)kn_pool_threads(L->pool))};
+                kn_pool_run(L->pool, job.n_tasks, pack_task, &job);
                 if ((st = report(L, L->mat_used + (size_t)(p0 + np) * pb))) return st;
             }
             w->packed = true;
@@ -582,7 +609,11 @@ static kiln_status load(kiln_model *m, const char *path, const kiln_model_params
         m->weight_mem = kn_alloc_aligned(KN_MAX(L.mat_used, 1));
         if (!m->weight_mem) return KILN_ERR_NOMEM;
     }
-    if ((st = map_tensors(&L, true))) return st; /* pass 2: convert and copy */
+    /* the repack of copied weights runs on the machine's cores (up to 8: then memory bounds it) */
+    if (!keep_mapping && kn_pool_new(KN_MAX(KN_MIN(kn_physical_cores(), 8), 1), &L.pool) != KILN_OK) L.pool = NULL;
+    st = map_tensors(&L, true); /* pass 2: convert and copy */
+    kn_pool_free(L.pool);
+    if (st) return st;
     if ((st = report(&L, L.mat_total))) return st;
     if (!keep_mapping) {
         kn_gguf_close(&m->gguf); /* everything needed was copied */

@@ -31,7 +31,7 @@ typedef struct layout {
     size_t block_bytes; /* bytes per plain block; a group is 16 of them */
 } layout;
 
-static layout layout_of(kn_dtype t) {
+static inline __attribute__((always_inline)) layout layout_of(kn_dtype t) {
     switch (t) {
         case KN_Q4_0: return (layout){2, {{0, 2, 0}, {2, 16, 0}}, 32, sizeof(kn_block_q4_0)};
         case KN_Q4_1: return (layout){3, {{0, 2, 0}, {2, 2, 0}, {4, 16, 0}}, 32, sizeof(kn_block_q4_1)};
@@ -52,26 +52,33 @@ static layout layout_of(kn_dtype t) {
 }
 
 /* Copies row l's block from plain bytes to its group (to_group) or from the group to plain bytes:
- * src is the plain block and dst the group, or the other way round. */
-static void move_block(const layout *L, const uint8_t *src, uint8_t *dst, int l, bool to_group) {
+ * src is the plain block and dst the group, or the other way round. Every copy has a constant size
+ * (1, 2 or 4 bytes), so none is a call: a model's load repacks every matrix through here. */
+static inline __attribute__((always_inline)) void move_block(const layout *L, const uint8_t *src, uint8_t *dst, int l,
+                                                             bool to_group) {
     size_t goff = 0;
     for (int i = 0; i < L->n_fields; i++) {
         const field *f = &L->f[i];
-        for (int j = 0; j < (f->size <= 2 ? 1 : f->size / 4); j++) {
-            /* a 2-byte (1-byte) field is lane l of a 32-byte (16-byte) run; a 4k-byte one is dword l of k vectors */
-            const size_t g = goff + (f->size <= 2 ? f->size * (size_t)l : 64 * (size_t)j + 4 * (size_t)l);
-            const size_t b = (size_t)f->off + 4 * (size_t)j, len = f->size <= 2 ? f->size : 4;
-            uint32_t v = 0;
-            memcpy(&v, src + (to_group ? b : g), len);
-            if (len == 4) v ^= f->flip;
-            memcpy(dst + (to_group ? g : b), &v, len);
+        if (f->size <= 2) { /* a 2-byte (1-byte) field is lane l of a 32-byte (16-byte) run */
+            const size_t g = goff + f->size * (size_t)l, b = f->off;
+            if (f->size == 2) memcpy(dst + (to_group ? g : b), src + (to_group ? b : g), 2);
+            else dst[to_group ? g : b] = src[to_group ? b : g];
+        } else { /* a 4k-byte field is dword l of k vectors */
+            for (int j = 0; j < f->size / 4; j++) {
+                const size_t g = goff + 64 * (size_t)j + 4 * (size_t)l, b = (size_t)f->off + 4 * (size_t)j;
+                uint32_t v;
+                memcpy(&v, src + (to_group ? b : g), 4);
+                v ^= f->flip;
+                memcpy(dst + (to_group ? g : b), &v, 4);
+            }
         }
         goff += (size_t)KN_P16_ROWS * f->size;
     }
 }
 
-void kn_p16_pack(kn_dtype t, const uint8_t *src, int64_t rows, int64_t cols, uint8_t *dst) {
-    const layout L = layout_of(t);
+/* kn_p16_pack with the layout inlined as a constant (one copy of this loop per type). */
+static inline __attribute__((always_inline)) void pack_as(const layout L, const uint8_t *src, int64_t rows,
+                                                          int64_t cols, uint8_t *dst) {
     const int64_t nb = cols / L.block_elems;
     const size_t rb = (size_t)nb * L.block_bytes, gb = KN_P16_ROWS * L.block_bytes;
     for (int64_t p = 0; p < rows / KN_P16_ROWS; p++) {
@@ -81,6 +88,18 @@ void kn_p16_pack(kn_dtype t, const uint8_t *src, int64_t rows, int64_t cols, uin
             for (int64_t b = 0; b < nb; b++)
                 move_block(&L, row + (size_t)b * L.block_bytes, panel + (size_t)b * gb, l, true);
         }
+    }
+}
+
+void kn_p16_pack(kn_dtype t, const uint8_t *src, int64_t rows, int64_t cols, uint8_t *dst) {
+    switch (t) { /* each type's layout a constant: the load of a 1B Q4_0 model packed 700 MB at 0.8 GB/s */
+        case KN_Q4_0: pack_as(layout_of(KN_Q4_0), src, rows, cols, dst); break;
+        case KN_Q4_1: pack_as(layout_of(KN_Q4_1), src, rows, cols, dst); break;
+        case KN_Q8_0: pack_as(layout_of(KN_Q8_0), src, rows, cols, dst); break;
+        case KN_Q4_K: pack_as(layout_of(KN_Q4_K), src, rows, cols, dst); break;
+        case KN_Q5_K: pack_as(layout_of(KN_Q5_K), src, rows, cols, dst); break;
+        case KN_Q6_K: pack_as(layout_of(KN_Q6_K), src, rows, cols, dst); break;
+        default: pack_as(layout_of(t), src, rows, cols, dst); break; /* the formats of fewer models */
     }
 }
 
