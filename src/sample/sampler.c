@@ -191,8 +191,12 @@ static int32_t sample_wide(kn_sampler *s, int32_t n, float mx) {
         logit = e + n;
         id = (int32_t *)(void *)(logit + n);
         const float *w = s->work;
-        for (int32_t i = 0, j = 0; j < n; i++) /* stops at the last candidate */
-            if (w[i] > -INFINITY) logit[j] = w[i], id[j++] = i;
+        const kn_above_fn above = kn_kernels_get(KN_KERNELS_AUTO)->above;
+        for (int32_t i = 0, j = 0; j < n;) { /* a grammar's mask: a few candidates, runs of -inf between */
+            i += (int32_t)above(w + i, s->n_vocab - i, -INFINITY);
+            do logit[j] = w[i], id[j++] = i++;
+            while (j < n && w[i] > -INFINITY); /* stops at the last candidate */
+        }
     }
     const double sum = kn_kernels_get(KN_KERNELS_AUTO)->sumexp(logit, n, mx, 1.0f / p->temperature, e);
     if (p->top_p >= 1.0f && p->min_p <= 0.0f) {
