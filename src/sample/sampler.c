@@ -185,20 +185,20 @@ static int32_t truncate_and_draw(kn_sampler *s, int32_t n) {
  * order. */
 static int32_t sample_wide(kn_sampler *s, int32_t n, float mx) {
     const kiln_sampler_params *p = &s->p;
+    const kn_kernels *ks = kn_kernels_get(KN_KERNELS_AUTO);
     float *logit = s->work, *e = (float *)(void *)s->scratch; /* scratch is free until the gather */
     int32_t *id = NULL;                                       /* NULL: candidate j is token j */
     if (n < s->n_vocab) {
         logit = e + n;
         id = (int32_t *)(void *)(logit + n);
         const float *w = s->work;
-        const kn_above_fn above = kn_kernels_get(KN_KERNELS_AUTO)->above;
         for (int32_t i = 0, j = 0; j < n;) { /* a grammar's mask: a few candidates, runs of -inf between */
-            i += (int32_t)above(w + i, s->n_vocab - i, -INFINITY);
+            i += (int32_t)ks->above(w + i, s->n_vocab - i, -INFINITY);
             do logit[j] = w[i], id[j++] = i++;
             while (j < n && w[i] > -INFINITY); /* stops at the last candidate */
         }
     }
-    const double sum = kn_kernels_get(KN_KERNELS_AUTO)->sumexp(logit, n, mx, 1.0f / p->temperature, e);
+    const double sum = ks->sumexp(logit, n, mx, 1.0f / p->temperature, e);
     if (p->top_p >= 1.0f && p->min_p <= 0.0f) {
         const double r = kn_rng_uniform(&s->rng) * sum;
         double acc = 0.0;
@@ -214,9 +214,12 @@ static int32_t sample_wide(kn_sampler *s, int32_t n, float mx) {
             if (mass >= (p->top_p + 1e-6) * sum) break;
         }
     }
-    int32_t g = 0;
-    for (int32_t j = 0; j < n; j++)
-        if (e[j] >= theta) s->cands[g++] = (kn_cand){logit[j], (float)(e[j] / sum), id ? id[j] : j};
+    int32_t g = 0; /* e[j] >= theta: found a vector at a time (no e is NaN), then taken in runs */
+    const float bar = nextafterf(theta, -INFINITY);
+    for (int32_t j = 0; (j += (int32_t)ks->above(e + j, n - j, bar)) < n;) {
+        do s->cands[g++] = (kn_cand){logit[j], (float)(e[j] / sum), id ? id[j] : j};
+        while (++j < n && e[j] >= theta);
+    }
     kn_cand_sort(s->cands, (size_t)g, s->scratch);
     return truncate_and_draw(s, g);
 }
