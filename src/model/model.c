@@ -190,7 +190,7 @@ struct kn_loader {
     size_t mat_total;                             /* bytes of all matrices (known after pass 1) */
     bool (*progress)(float fraction, void *user); /* kiln_model_params.progress, or NULL */
     void *progress_user;
-    kn_pool *pool; /* pass 2 with copied weights: threads that repack (NULL: the caller alone) */
+    kn_pool *pool; /* pass 2 with copied weights: threads that copy and repack (NULL: the caller alone) */
 };
 typedef struct kn_loader loader;
 
@@ -223,22 +223,33 @@ static kiln_status check_shape(const kn_gguf_tensor *t, const char *name, int64_
     return check_shape3(t, name, ne0, ne1, 1);
 }
 
-/* A run of panels to repack, split into n_tasks contiguous shares (the destination's first touch,
- * the kernel's zeroing of its pages, is spread over the threads with it). */
-typedef struct pack_job {
+/* A run of bytes to move into model memory, split into n_tasks contiguous shares of whole units (the
+ * destination's first touch, the kernel's zeroing of its pages, is spread over the threads with it):
+ * panels of `unit` bytes repacked (pack) or n bytes copied. */
+typedef struct move_job {
+    bool pack;
     kn_dtype type;
     const uint8_t *src;
     uint8_t *dst;
-    size_t panel_bytes;
-    int64_t cols, n_panels, n_tasks;
-} pack_job;
+    size_t unit, n;        /* bytes per unit (a panel when packing), bytes in all */
+    int64_t cols, n_tasks; /* the matrix's columns (pack) */
+} move_job;
 
-static void pack_task(void *ctx, int64_t task, int worker) {
+static void move_task(void *ctx, int64_t task, int worker) {
     (void)worker;
-    const pack_job *j = ctx;
-    const int64_t a = j->n_panels * task / j->n_tasks, b = j->n_panels * (task + 1) / j->n_tasks;
-    kn_p16_pack(j->type, j->src + (size_t)a * j->panel_bytes, (b - a) * KN_P16_ROWS, j->cols,
-                j->dst + (size_t)a * j->panel_bytes);
+    const move_job *j = ctx;
+    const int64_t units = (int64_t)((j->n + j->unit - 1) / j->unit);
+    const size_t a = (size_t)(units * task / j->n_tasks) * j->unit,
+                 b = KN_MIN((size_t)(units * (task + 1) / j->n_tasks) * j->unit, j->n);
+    if (j->pack) kn_p16_pack(j->type, j->src + a, (int64_t)((b - a) / j->unit) * KN_P16_ROWS, j->cols, j->dst + a);
+    else memcpy(j->dst + a, j->src + a, b - a);
+}
+
+/* Moves job's bytes on the loader's threads (4 shares per thread, at most one per unit). */
+static void run_move(const loader *L, move_job *job) {
+    const int64_t units = (int64_t)((job->n + job->unit - 1) / job->unit);
+    job->n_tasks = KN_MIN(units, 4 * (int64_t)kn_pool_threads(L->pool));
+    kn_pool_run(L->pool, job->n_tasks, move_task, job);
 }
 
 /* A weight matrix [rows][cols] stored with ne = {cols, rows}. Pass 1 (copy == false) only checks
@@ -274,21 +285,17 @@ static kiln_status get_matrix(loader *L, const char *name, int64_t cols, int64_t
             const int64_t step = (int64_t)KN_MAX(PROGRESS_STEP / pb, 1);
             for (int64_t p0 = 0; p0 < rows / KN_P16_ROWS; p0 += step) {
                 const int64_t np = KN_MIN(step, rows / KN_P16_ROWS - p0);
-                pack_job job = {w->type,
-                                t->data + (size_t)p0 * pb,
-                                dst + (size_t)p0 * pb,
-                                pb,
-                                cols,
-                                np,
-                                KN_MIN(np, 4 * (int64_t)kn_pool_threads(L->pool))};
-                kn_pool_run(L->pool, job.n_tasks, pack_task, &job);
+                move_job job = {true, w->type, t->data + (size_t)p0 * pb, dst + (size_t)p0 * pb, pb, (size_t)np * pb,
+                                cols, 0};
+                run_move(L, &job);
                 if ((st = report(L, L->mat_used + (size_t)(p0 + np) * pb))) return st;
             }
             w->packed = true;
         } else if (copy) {
             for (size_t off = 0; off < nbytes; off += PROGRESS_STEP) {
                 const size_t n = KN_MIN(PROGRESS_STEP, nbytes - off);
-                memcpy(dst + off, t->data + off, n);
+                move_job job = {false, w->type, t->data + off, dst + off, (size_t)1 << 16, n, cols, 0};
+                run_move(L, &job);
                 if ((st = report(L, L->mat_used + off + n))) return st;
             }
         }
@@ -609,7 +616,7 @@ static kiln_status load(kiln_model *m, const char *path, const kiln_model_params
         m->weight_mem = kn_alloc_aligned(KN_MAX(L.mat_used, 1));
         if (!m->weight_mem) return KILN_ERR_NOMEM;
     }
-    /* the repack of copied weights runs on the machine's cores (up to 8: then memory bounds it) */
+    /* the copy and repack of the weights run on the machine's cores (up to 8: then memory bounds it) */
     if (!keep_mapping && kn_pool_new(KN_MAX(KN_MIN(kn_physical_cores(), 8), 1), &L.pool) != KILN_OK) L.pool = NULL;
     st = map_tensors(&L, true); /* pass 2: convert and copy */
     kn_pool_free(L.pool);
