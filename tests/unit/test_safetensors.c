@@ -146,7 +146,9 @@ static void test_sharded(void) {
     CHECK(kn_st_open_dir(dir, &st) == KILN_OK);
     CHECK(st.n_files == 2 && st.n_tensors == 2);
     const kn_st_tensor *y = kn_st_find(&st, "y");
-    CHECK(y && ((const float *)y->data)[1] == 4.0f);
+    float y1 = 0; /* the header's length leaves the data unaligned: read it as bytes */
+    if (y) memcpy(&y1, (const uint8_t *)y->data + sizeof y1, sizeof y1);
+    CHECK(y && y1 == 4.0f);
     kn_st_close(&st);
     /* wrong shard */
     write_text(
