@@ -109,8 +109,8 @@ static int32_t argmax_nan_as_ninf(const float *x, int32_t n) {
 }
 
 /* The k (< the finite candidates) best of s->work into s->cands[0..k), sorted: the first k finite
- * ones sorted, then one comparison with the k-th best for each later token (ids ascend, so a later
- * token must be strictly greater to enter; -inf never is), an insertion for the few that enter. */
+ * ones sorted, then each later token greater than the k-th best, found by the kernel set's above
+ * (ids ascend, so a later token must be strictly greater to enter; -inf never is), inserted. */
 static void select_top_k(kn_sampler *s, int32_t k) {
     kn_cand *c = s->cands;
     const float *w = s->work;

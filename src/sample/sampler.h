@@ -42,7 +42,8 @@ void kn_sampler_accept(kn_sampler *s, int32_t token);
 /* Picks a token from logits[n_vocab] (not modified). */
 int32_t kn_sampler_sample(kn_sampler *s, const float *logits);
 
-/* The greedy choice over x[n]: highest value, lowest index on ties; NaN never wins. */
+/* The greedy choice over x[n]: highest value, lowest index on ties (-0.0 equals +0.0); NaN never
+ * wins (0 when every value is NaN). The kernel set's argmax (logit_scan.c). */
 int32_t kn_argmax(const float *x, int32_t n);
 
 #endif
