@@ -231,24 +231,23 @@ typedef struct move_job {
     kn_dtype type;
     const uint8_t *src;
     uint8_t *dst;
-    size_t unit, n;        /* bytes per unit (a panel when packing), bytes in all */
-    int64_t cols, n_tasks; /* the matrix's columns (pack) */
+    size_t unit, n;                 /* bytes per unit (a panel when packing), bytes in all */
+    int64_t cols, n_units, n_tasks; /* the matrix's columns (pack); set by run_move */
 } move_job;
 
 static void move_task(void *ctx, int64_t task, int worker) {
     (void)worker;
     const move_job *j = ctx;
-    const int64_t units = (int64_t)((j->n + j->unit - 1) / j->unit);
-    const size_t a = (size_t)(units * task / j->n_tasks) * j->unit,
-                 b = KN_MIN((size_t)(units * (task + 1) / j->n_tasks) * j->unit, j->n);
+    const size_t a = (size_t)(j->n_units * task / j->n_tasks) * j->unit,
+                 b = KN_MIN((size_t)(j->n_units * (task + 1) / j->n_tasks) * j->unit, j->n);
     if (j->pack) kn_p16_pack(j->type, j->src + a, (int64_t)((b - a) / j->unit) * KN_P16_ROWS, j->cols, j->dst + a);
     else memcpy(j->dst + a, j->src + a, b - a);
 }
 
 /* Moves job's bytes on the loader's threads (4 shares per thread, at most one per unit). */
 static void run_move(const loader *L, move_job *job) {
-    const int64_t units = (int64_t)((job->n + job->unit - 1) / job->unit);
-    job->n_tasks = KN_MIN(units, 4 * (int64_t)kn_pool_threads(L->pool));
+    job->n_units = (int64_t)((job->n + job->unit - 1) / job->unit);
+    job->n_tasks = KN_MIN(job->n_units, 4 * (int64_t)kn_pool_threads(L->pool));
     kn_pool_run(L->pool, job->n_tasks, move_task, job);
 }
 
@@ -285,8 +284,8 @@ static kiln_status get_matrix(loader *L, const char *name, int64_t cols, int64_t
             const int64_t step = (int64_t)KN_MAX(PROGRESS_STEP / pb, 1);
             for (int64_t p0 = 0; p0 < rows / KN_P16_ROWS; p0 += step) {
                 const int64_t np = KN_MIN(step, rows / KN_P16_ROWS - p0);
-                move_job job = {true, w->type, t->data + (size_t)p0 * pb, dst + (size_t)p0 * pb, pb, (size_t)np * pb,
-                                cols, 0};
+                move_job job = {
+                    true, w->type, t->data + (size_t)p0 * pb, dst + (size_t)p0 * pb, pb, (size_t)np * pb, cols, 0, 0};
                 run_move(L, &job);
                 if ((st = report(L, L->mat_used + (size_t)(p0 + np) * pb))) return st;
             }
@@ -294,7 +293,7 @@ static kiln_status get_matrix(loader *L, const char *name, int64_t cols, int64_t
         } else if (copy) {
             for (size_t off = 0; off < nbytes; off += PROGRESS_STEP) {
                 const size_t n = KN_MIN(PROGRESS_STEP, nbytes - off);
-                move_job job = {false, w->type, t->data + off, dst + off, (size_t)1 << 16, n, cols, 0};
+                move_job job = {false, w->type, t->data + off, dst + off, (size_t)1 << 16, n, cols, 0, 0};
                 run_move(L, &job);
                 if ((st = report(L, L->mat_used + off + n))) return st;
             }
