@@ -328,24 +328,26 @@ static bool case_words(kn_jr *r, kn_jv v, bool title, kn_jv *out) {
     const kn_jstr *x = s.u.s;
     kn_jbuf b;
     kn_jbuf_init(&b, r);
+    kn_jstage st = {.b = &b};
     bool ok = true, start = true;
     for (size_t i = 0; ok && i < x->len;) {
         size_t adv;
         uint32_t cp = kn_ju_cp(x->s, x->len, i, &adv);
-        if (cp == KN_UTF8_INVALID) ok = kn_jbuf_put(&b, x->s + i, adv);
+        if (cp == KN_UTF8_INVALID) ok = kn_jstage_put(&st, x->s + i, adv);
         else {
             bool boundary =
                 title && (cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<' || kn_ju_isspace(cp));
             if (boundary) {
-                ok = kn_jbuf_putcp(&b, cp);
+                ok = kn_jstage_putcp(&st, cp);
                 start = true;
             } else {
-                ok = kn_jbuf_putcp(&b, start ? kn_ju_upper(cp) : kn_ju_lower(cp));
+                ok = kn_jstage_putcp(&st, start ? kn_ju_upper(cp) : kn_ju_lower(cp));
                 start = false;
             }
         }
         i += adv;
     }
+    ok = ok && kn_jstage_flush(&st);
     bool safe = !title && x->safe;
     kn_jv_drop(s);
     if (!ok) {

@@ -521,6 +521,40 @@ bool kn_ju_isdigit(uint32_t cp);
 /* Appends cp as UTF-8. */
 bool kn_jbuf_putcp(kn_jbuf *b, uint32_t cp);
 
+/* A staging area in front of a kn_jbuf for writers that make a character at a time (the case
+ * mappings): the bytes reach kn_jbuf_put, its work count and output limit, 256 at a time instead of
+ * one call per character. The text and the outcome are those of putting each piece in turn (a
+ * budget or limit passed fails the put that reaches it, or kn_jstage_flush, which the writer calls
+ * once at the end). */
+typedef struct kn_jstage {
+    kn_jbuf *b;
+    size_t n;
+    char s[256];
+} kn_jstage;
+static inline bool kn_jstage_flush(kn_jstage *st) {
+    const size_t n = st->n;
+    st->n = 0;
+    return kn_jbuf_put(st->b, st->s, n);
+}
+static inline bool kn_jstage_put(kn_jstage *st, const void *p, size_t n) {
+    if (n > sizeof st->s - st->n) {
+        if (!kn_jstage_flush(st)) return false;
+        if (n > sizeof st->s) return kn_jbuf_put(st->b, p, n);
+    }
+    __builtin_memcpy(st->s + st->n, p, n);
+    st->n += n;
+    return true;
+}
+static inline bool kn_jstage_putc(kn_jstage *st, char c) {
+    if (st->n == sizeof st->s && !kn_jstage_flush(st)) return false;
+    st->s[st->n++] = c;
+    return true;
+}
+static inline bool kn_jstage_putcp(kn_jstage *st, uint32_t cp) {
+    uint8_t u[4];
+    return kn_jstage_put(st, u, kn_utf8_encode(cp, u));
+}
+
 /* ---- builtins (builtins.c, predicates.c, globals.c) ------------------------------------- */
 
 /* Index of the filter / test / global function called name, -1 when there is none. */

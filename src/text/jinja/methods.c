@@ -228,6 +228,7 @@ static const char *special_case(uint32_t cp, bool upper) {
 static bool map_case(kn_jr *r, const kn_jstr *s, int mode, kn_jv *out) {
     kn_jbuf b;
     kn_jbuf_init(&b, r);
+    kn_jstage st = {.b = &b};
     bool ok = true;
     for (size_t i = 0; ok && i < s->len;) {
         unsigned char c = (unsigned char)s->s[i];
@@ -236,23 +237,23 @@ static bool map_case(kn_jr *r, const kn_jstr *s, int mode, kn_jv *out) {
             if (mode == 0 || (mode == 2 && c >= 'A' && c <= 'Z')) {
                 if (c >= 'A' && c <= 'Z') d = (char)(c + 32);
             } else if (c >= 'a' && c <= 'z') d = (char)(c - 32);
-            ok = kn_jbuf_putc(&b, d);
+            ok = kn_jstage_putc(&st, d);
             i++;
             continue;
         }
         size_t adv;
         uint32_t cp = kn_ju_cp(s->s, s->len, i, &adv);
         const char *special = special_case(cp, mode == 1 || (mode == 2 && kn_ju_lower(cp) == cp));
-        if (cp == KN_UTF8_INVALID) ok = kn_jbuf_put(&b, s->s + i, adv);
-        else if (special) ok = kn_jbuf_puts(&b, special);
+        if (cp == KN_UTF8_INVALID) ok = kn_jstage_put(&st, s->s + i, adv);
+        else if (special) ok = kn_jstage_put(&st, special, strlen(special));
         else {
             uint32_t lo = kn_ju_lower(cp), up = kn_ju_upper(cp);
             uint32_t m = mode == 0 ? lo : mode == 1 ? up : (cp != lo ? lo : up);
-            ok = kn_jbuf_putcp(&b, m);
+            ok = kn_jstage_putcp(&st, m);
         }
         i += adv;
     }
-    if (!ok) {
+    if (!ok || !kn_jstage_flush(&st)) {
         kn_jbuf_free(&b);
         return false;
     }
@@ -635,12 +636,13 @@ static bool partition(kn_jr *r, const kn_jstr *s, kn_jv sepv, bool rev, kn_jv *o
 static bool py_title(kn_jr *r, const kn_jstr *s, bool capitalize_only, kn_jv *out) {
     kn_jbuf b;
     kn_jbuf_init(&b, r);
+    kn_jstage st = {.b = &b};
     bool ok = true, prev_cased = false, first = true;
     for (size_t i = 0; ok && i < s->len;) {
         size_t adv;
         uint32_t cp = kn_ju_cp(s->s, s->len, i, &adv);
         if (cp == KN_UTF8_INVALID) {
-            ok = kn_jbuf_put(&b, s->s + i, adv);
+            ok = kn_jstage_put(&st, s->s + i, adv);
             i += adv;
             prev_cased = false;
             first = false;
@@ -650,11 +652,11 @@ static bool py_title(kn_jr *r, const kn_jstr *s, bool capitalize_only, kn_jv *ou
         if (capitalize_only) m = first ? kn_ju_upper(cp) : kn_ju_lower(cp);
         else m = prev_cased ? kn_ju_lower(cp) : kn_ju_upper(cp);
         prev_cased = kn_ju_lower(cp) != cp || kn_ju_upper(cp) != cp;
-        ok = kn_jbuf_putcp(&b, m);
+        ok = kn_jstage_putcp(&st, m);
         first = false;
         i += adv;
     }
-    return take(&b, ok, out);
+    return take(&b, ok && kn_jstage_flush(&st), out);
 }
 
 /* ---- str.format ------------------------------------------------------------------------------ */
