@@ -65,9 +65,9 @@ static void run_p16(const kn_kernels *k, kn_dtype t, const uint8_t *w, int64_t r
                     int64_t N, float *y) {
     const kn_p16_fn g = k->p16[t];
     const size_t pb = kn_row_bytes(t, cols) * KN_P16_ROWS, xs = kn_q8x_row_bytes(t, cols);
-    const int T = k->p16_tile_t;
     for (int64_t b0 = 0; b0 < N; b0 += 64) {
         const int64_t b1 = b0 + 64 < N ? b0 + 64 : N;
+        const int T = kn_p16_tile(k, b1 - b0);
         for (int64_t p = 0; p < rows / KN_P16_ROWS; p += KN_P16_PANELS) {
             const int np = (int)(rows / KN_P16_ROWS - p < KN_P16_PANELS ? rows / KN_P16_ROWS - p : KN_P16_PANELS);
             for (int64_t n = b0; n < b1; n += T) {

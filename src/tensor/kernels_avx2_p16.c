@@ -24,8 +24,9 @@
  * (vpshufb; plus 128 for VNNI, whose Q8X rows carry the offset 128) and, for MXFP4, E8M0 scales.
  * Shapes: decode (1 or 2 tokens) walks each panel once, both halves per quad, so the panel is one
  * sequential stream, software-prefetched about 1 KB ahead (PF_DIST); prefill (3 .. TILE_T tokens) takes one half at a
- * time with all the tokens (the first half's pass prefetching as decode does), each code vector unpacked once and used
- * by every token (the activation rows stay in L1 across halves and panels). A call takes up to KN_P16_PANELS panels.
+ * time with all the tokens, each code vector unpacked once and used by every token (the activation rows stay in L1
+ * across halves and panels), the first call over new panels prefetching the next panel (kn_p16_first_call). A call
+ * takes up to KN_P16_PANELS panels.
  */
 #include "tensor/kernels.h"
 
@@ -57,6 +58,16 @@
  * prefill's first pass slower (2026-12-05, docs/benchmarks.md). Set once by kn_avx2_init_p16. */
 static bool g_pf_dec4 = true;
 #define PF_DEC(GB) ((GB) >= 400 || g_pf_dec4)
+
+/* A prefill's first call over a pair of panels streams them from memory; the calls after it (the matmul
+ * runs every token tile of a block over the same panels, kn_matmul) find them in the caches. With few
+ * tokens (a server's batched decode step: 8 rows are a 6-token and a 2-token call) that stream is most
+ * of the time, and when only the first half's pass read memory (1 KB ahead, as decode) the core waited
+ * on it there and left the memory idle through the other passes. So the first call's passes prefetch the
+ * next panel instead, half of its bytes during each half's pass, block for block (the panel after the
+ * call's last one is the next call's first: a thread's panels lie in order); the later calls do not
+ * prefetch. kn_p16_first_call(w) (pack.h) tells the first call. 8 tokens times a 75 MB matrix ran 1.1x
+ * (Q4_0) to 1.3x (Q8_0) faster, 256 tokens level (Zen 5, docs/benchmarks.md 2026-12-06 day). */
 
 AI __m256i bc32(const uint8_t *p) { return _mm256_set1_epi32(kn_ld_i32(p)); }
 AI __m256i ld256(const uint8_t *p) { return _mm256_loadu_si256((const __m256i *)p); }
@@ -167,10 +178,12 @@ AI __m256 dw_e8m0(const uint8_t *g, int h) {
 /* NAME##_tile: halves h0 .. h0+NH-1 of the panel at w (NH = 2: rows 0..15, else rows 8 h0 ..) times NT
  * activation rows of XB bytes per block, out[t * ldo + 8 (h - h0) + i]. Per block: the exact integer
  * sum p of each (half, token) through the engine (ZERO, STEP, SUM), plus the row's offset correction c
- * when ADD_C, then the float steps of MODE with dw = DW(group, half), mw = MW(group, half). */
+ * when ADD_C, then the float steps of MODE with dw = DW(group, half), mw = MW(group, half). A prefill
+ * pass (NH = 1) given pf prefetches GB / 2 bytes from it per block (the next panel's half: see
+ * kn_p16_first_call above), as the K tiles below do per sub-block. */
 #define DEFINE_LEG(NAME, ATTR, GB, XB, CODE, DW, MW, ZERO, STEP, SUM, ADD_C, MODE)                                     \
     ATTR AI void NAME##_tile(int64_t nb, const uint8_t *w, const uint8_t *x, size_t xs, float *out, size_t ldo,        \
-                             const int h0, const int NH, const int NT) {                                               \
+                             const uint8_t *pf, const int h0, const int NH, const int NT) {                            \
         __m256 acc[2][TILE_T];                                                                                         \
         UNROLL for (int h = 0; h < NH; h++) UNROLL for (int t = 0; t < NT; t++) acc[h][t] = _mm256_setzero_ps();       \
         for (int64_t b = 0; b < nb; b++) {                                                                             \
@@ -178,7 +191,8 @@ AI __m256 dw_e8m0(const uint8_t *g, int h) {
             __m256i S[2][TILE_T];                                                                                      \
             UNROLL for (int h = 0; h < NH; h++) UNROLL for (int t = 0; t < NT; t++) S[h][t] = ZERO();                  \
             UNROLL for (int j = 0; j < 8; j++) {                                                                       \
-                if ((NH == 2 ? PF_DEC(GB) : h0 == 0) && j % (8 / PF_PIECES(GB)) == 0)                                  \
+                if (NH == 1 && pf && j == 0) kn_prefetch_piece(pf + (size_t)b * ((GB) / 2), (GB) / 2, 0);              \
+                if (NH == 2 && PF_DEC(GB) && j % (8 / PF_PIECES(GB)) == 0)                                             \
                     kn_prefetch_piece(g + (j / (8 / PF_PIECES(GB))) * ((GB) / PF_PIECES(GB)), (GB) / PF_PIECES(GB),    \
                                       PF_DIST(GB));                                                                    \
                 __m256i W[2], A[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};                                 \
@@ -309,7 +323,7 @@ AI __m256i code_k6(const uint8_t *g, int s, int j, int h) {
  * as kn_q4_k_vec_dot_q8_k / kn_q5_k_vec_dot_q8_k. */
 #define DEFINE_K45(NAME, ATTR, Q5, QPS, ZERO, STEP, SCALE)                                                             \
     ATTR AI void NAME##_tile(int64_t nsb, const uint8_t *w, const uint8_t *x, size_t xs, float *out, size_t ldo,       \
-                             const int h0, const int NH, const int NT) {                                               \
+                             const uint8_t *pf, const int h0, const int NH, const int NT) {                            \
         const size_t GB = 16 * (Q5 ? sizeof(kn_block_q5_k) : sizeof(kn_block_q4_k));                                   \
         __m256 sa[2][TILE_T], sm[2][TILE_T];                                                                           \
         UNROLL for (int h = 0; h < NH; h++) UNROLL for (int t = 0; t < NT; t++) sa[h][t] = sm[h][t] =                  \
@@ -326,7 +340,8 @@ AI __m256i code_k6(const uint8_t *g, int s, int j, int h) {
              * GCC hoisted their loads and scales and spilled (Q5_K prefill 1.45x, decode 1.1x rolled) */              \
             _Pragma("GCC unroll 1") for (int s2 = 0; s2 < 8; s2 += 2) UNROLL for (int s1 = 0; s1 < 2; s1++) {          \
                 const int s = s2 + s1;                                                                                 \
-                if (NH == 2 || h0 == 0) kn_prefetch_piece(g + s * (GB / 8), GB / 8, PF_DIST(GB));                      \
+                if (NH == 2) kn_prefetch_piece(g + s * (GB / 8), GB / 8, PF_DIST(GB));                                 \
+                else if (pf) kn_prefetch_piece(pf + (size_t)sb * (GB / 2) + s * (GB / 16), GB / 16, 0);                \
                 UNROLL for (int j0 = 0; j0 < 8; j0 += QPS) {                                                           \
                     __m256i S[2][TILE_T];                                                                              \
                     UNROLL for (int h = 0; h < NH; h++) UNROLL for (int t = 0; t < NT; t++) S[h][t] = ZERO();          \
@@ -465,7 +480,7 @@ DEFINE_K45(q5_k_p, PLAIN, 1, 4, V_ZERO, P_STEP, P_SCALE)
             _mm256_storeu_ps(out + (size_t)t * ldo + 8 * h, sa[h][t]);                                                 \
     }                                                                                                                  \
     ATTR AI void NAME##_tile(int64_t nsb, const uint8_t *w, const uint8_t *x, size_t xs, float *out, size_t ldo,       \
-                             const int h0, const int NH, const int NT) {                                               \
+                             const uint8_t *pf, const int h0, const int NH, const int NT) {                            \
         if (NH == 2) {                                                                                                 \
             NAME##_dec(nsb, w, x, xs, out, ldo, NT);                                                                   \
             return;                                                                                                    \
@@ -480,7 +495,7 @@ DEFINE_K45(q5_k_p, PLAIN, 1, 4, V_ZERO, P_STEP, P_SCALE)
                 _mm256_setzero_si256();                                                                                \
             _Pragma("GCC unroll 16") for (int s = 0; s < 16; s++) {                                                    \
                 __m256i sc32[2], sc16[2];                                                                              \
-                if (h0 == 0) kn_prefetch_piece(g + s * (GB / 16), GB / 16, PF_DIST(GB));                               \
+                if (pf) kn_prefetch_piece(pf + (size_t)sb * (GB / 2) + s * (GB / 32), GB / 32, 0);                     \
                 UNROLL for (int h = 0; h < NH; h++) {                                                                  \
                     const __m256i v = ld256(g + 3072 + 64 * (s / 4) + 32 * (h0 + h));                                  \
                     sc32[h] = sbyte_of(v, s % 4), sc16[h] = sbyte_of16(v, s % 4);                                      \
@@ -513,33 +528,30 @@ DEFINE_K6(q6_k_p, PLAIN, 2, V_ZERO, P_STEP, P_SCALE)
 
 /* NAME##_tile over the np panels of the call: decode (nt <= 2) both halves of a panel at once, prefill
  * one half at a time. NB: blocks (or super-blocks) per row; PB: bytes of a panel. */
-#define P16_NT(NAME, NH, H, NT_)                                                                                       \
+#define P16_NT(NAME, H, NT_)                                                                                           \
     switch (NT_) {                                                                                                     \
-        case 1: NAME##_tile(nb, p, x, xs, o, ldo, H, NH, 1); break;                                                    \
-        case 2: NAME##_tile(nb, p, x, xs, o, ldo, H, NH, 2); break;                                                    \
-        case 3: NAME##_tile(nb, p, x, xs, o, ldo, H, NH, 3); break;                                                    \
-        case 4: NAME##_tile(nb, p, x, xs, o, ldo, H, NH, 4); break;                                                    \
-        case 5: NAME##_tile(nb, p, x, xs, o, ldo, H, NH, 5); break;                                                    \
-        default: NAME##_tile(nb, p, x, xs, o, ldo, H, NH, 6); break;                                                   \
+        case 3: NAME##_tile(nb, p, x, xs, o, ldo, pf, H, 1, 3); break;                                                 \
+        case 4: NAME##_tile(nb, p, x, xs, o, ldo, pf, H, 1, 4); break;                                                 \
+        case 5: NAME##_tile(nb, p, x, xs, o, ldo, pf, H, 1, 5); break;                                                 \
+        default: NAME##_tile(nb, p, x, xs, o, ldo, pf, H, 1, 6); break;                                                \
     }
 #define DEFINE_ENTRY(NAME, ATTR, BLOCK_ELEMS, GROUP_BYTES)                                                             \
     ATTR static void NAME(int64_t n, const uint8_t *w, int np, const uint8_t *x, size_t xs, int nt, float *out,        \
                           size_t ldo) {                                                                                \
         const int64_t nb = n / (BLOCK_ELEMS);                                                                          \
         const size_t pb = (size_t)nb * (GROUP_BYTES);                                                                  \
+        const bool stream = nt > 2 && kn_p16_first_call(w);                                                            \
         for (int q = 0; q < np; q++) {                                                                                 \
             const uint8_t *p = w + q * pb;                                                                             \
-            if (nt == 1) {                                                                                             \
-                float *o = out + 16 * q;                                                                               \
-                NAME##_tile(nb, p, x, xs, o, ldo, 0, 2, 1);                                                            \
-            } else if (nt == 2) {                                                                                      \
-                float *o = out + 16 * q;                                                                               \
-                NAME##_tile(nb, p, x, xs, o, ldo, 0, 2, 2);                                                            \
-            } else {                                                                                                   \
-                for (int h = 0; h < 2; h++) {                                                                          \
-                    float *o = out + 16 * q + 8 * h;                                                                   \
-                    P16_NT(NAME, 1, h, nt)                                                                             \
-                }                                                                                                      \
+            if (nt <= 2) {                                                                                             \
+                if (nt == 1) NAME##_tile(nb, p, x, xs, out + 16 * q, ldo, NULL, 0, 2, 1);                              \
+                else NAME##_tile(nb, p, x, xs, out + 16 * q, ldo, NULL, 0, 2, 2);                                      \
+                continue;                                                                                              \
+            }                                                                                                          \
+            for (int h = 0; h < 2; h++) {                                                                              \
+                float *o = out + 16 * q + 8 * h;                                                                       \
+                const uint8_t *pf = stream ? p + pb + h * (pb / 2) : NULL; /* the next panel's half h */               \
+                P16_NT(NAME, h, nt)                                                                                    \
             }                                                                                                          \
         }                                                                                                              \
     }

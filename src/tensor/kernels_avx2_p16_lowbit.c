@@ -64,10 +64,11 @@ AI __m256i xs_scale(const uint8_t *g, int h, int j) {
  * Q8KC rows, out[t * ldo + 8 (h - h0) + i]. Sub-block j's contribution for one (half, token): VNNI:
  * sumi += ls * (vpdpbusd chain from c[j]); plain: sumi += vpmaddwd(pairs, ls in both int16 halves) quad by
  * quad. Decode (NH = 2) walks each group once, both halves per quad, prefetching ahead: one sequential
- * stream per panel. */
+ * stream per panel; the first prefill call over a panel prefetches the next one through pf, as the
+ * kernels of kernels_avx2_p16.c do. */
 #define DEFINE_XS(NAME, ATTR, VN)                                                                                      \
     ATTR AI void NAME##_tile(int64_t nsb, const uint8_t *w, const uint8_t *x, size_t xs, float *out, size_t ldo,       \
-                             const int h0, const int NH, const int NT) {                                               \
+                             const uint8_t *pf, const int h0, const int NH, const int NT) {                            \
         const size_t GB = 16 * sizeof(kn_block_iq4_xs);                                                                \
         const __m256i lut = table_of(VN);                                                                              \
         __m256 sa[2][TILE_T];                                                                                          \
@@ -78,7 +79,8 @@ AI __m256i xs_scale(const uint8_t *g, int h, int j) {
             UNROLL for (int h = 0; h < NH; h++) UNROLL for (int t = 0; t < NT; t++) sumi[h][t] =                       \
                 _mm256_setzero_si256();                                                                                \
             _Pragma("GCC unroll 1") for (int j = 0; j < 8; j++) {                                                      \
-                if (NH == 2 || h0 == 0) kn_prefetch_piece(g + j * (GB / 8), GB / 8, PF_AHEAD);                         \
+                if (NH == 2) kn_prefetch_piece(g + j * (GB / 8), GB / 8, PF_AHEAD);                                    \
+                else if (pf) kn_prefetch_piece(pf + (size_t)sb * (GB / 2) + j * (GB / 16), GB / 16, 0);                \
                 __m256i ls[2], ls16[2], S[2][TILE_T];                                                                  \
                 UNROLL for (int h = 0; h < NH; h++) {                                                                  \
                     ls[h] = xs_scale(g, h0 + h, j);                                                                    \
@@ -128,22 +130,24 @@ DEFINE_XS(iq4_xs_p, PLAIN, 0)
 
 #define T_CASE(NAME, N)                                                                                                \
     case N:                                                                                                            \
-        NAME##_tile(nb, p, xt, xs, o, ldo, h, 1, N);                                                                   \
+        NAME##_tile(nb, p, xt, xs, o, ldo, pf, h, 1, N);                                                               \
         break;
 #define DEFINE_ENTRY(NAME, ATTR, BLOCK_ELEMS, GROUP_BYTES)                                                             \
     ATTR static void NAME(int64_t n, const uint8_t *w, int np, const uint8_t *x, size_t xs, int nt, float *out,        \
                           size_t ldo) {                                                                                \
         const int64_t nb = n / (BLOCK_ELEMS);                                                                          \
         const size_t pb = (size_t)nb * (GROUP_BYTES);                                                                  \
+        const bool stream = nt > 2 && kn_p16_first_call(w);                                                            \
         for (int q = 0; q < np; q++) {                                                                                 \
             if (nt <= 2) {                                                                                             \
-                if (nt == 1) NAME##_tile(nb, w + q * pb, x, xs, out + 16 * q, ldo, 0, 2, 1);                           \
-                else NAME##_tile(nb, w + q * pb, x, xs, out + 16 * q, ldo, 0, 2, 2);                                   \
+                if (nt == 1) NAME##_tile(nb, w + q * pb, x, xs, out + 16 * q, ldo, NULL, 0, 2, 1);                     \
+                else NAME##_tile(nb, w + q * pb, x, xs, out + 16 * q, ldo, NULL, 0, 2, 2);                             \
                 continue;                                                                                              \
             }                                                                                                          \
             for (int h = 0; h < 2; h++)                                                                                \
                 for (int t0 = 0; t0 < nt; t0 += TILE_T) {                                                              \
                     const uint8_t *p = w + q * pb, *xt = x + (size_t)t0 * xs;                                          \
+                    const uint8_t *pf = stream && t0 == 0 ? p + pb + h * (pb / 2) : NULL; /* next panel's half h */    \
                     float *o = out + (size_t)t0 * ldo + 16 * q + 8 * h;                                                \
                     switch (nt - t0 < TILE_T ? nt - t0 : TILE_T) {                                                     \
                         T_CASE(NAME, 1)                                                                                \
@@ -151,7 +155,7 @@ DEFINE_XS(iq4_xs_p, PLAIN, 0)
                         T_CASE(NAME, 3)                                                                                \
                         T_CASE(NAME, 4)                                                                                \
                         T_CASE(NAME, 5)                                                                                \
-                        default: NAME##_tile(nb, p, xt, xs, o, ldo, h, 1, 6); break;                                   \
+                        default: NAME##_tile(nb, p, xt, xs, o, ldo, pf, h, 1, 6); break;                               \
                     }                                                                                                  \
                 }                                                                                                      \
         }                                                                                                              \

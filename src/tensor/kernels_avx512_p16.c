@@ -37,17 +37,10 @@
  * matmul runs every token tile of a block over the same panels, kn_matmul) find them in the caches. With
  * few tokens (a server's batched decode step: 8 rows are an 8-token prefill) that stream is most of the
  * time, so the first pass prefetches PF_PREFILL bytes ahead of each block column, as the AVX2 kernels do.
- * first_pass(w) tells it by the panels' address, per thread: true when the previous prefill call of
- * this thread was on other panels. The later passes do not prefetch: on 512 tokens that cost 5-10%.
- * Every format does (Q4_K a piece of its group per sub-block); Q8_0, which gained nothing from it while
- * an 8-token run took 5 + 3 tokens, runs 1.2x faster with it in one 8-token pass (and 0.8x without). */
+ * kn_p16_first_call(w) (pack.h) tells it by the panels' address. The later passes do not prefetch: on 512 tokens that
+ * cost 5-10%. Every format does (Q4_K a piece of its group per sub-block); Q8_0, which gained nothing from it while an
+ * 8-token run took 5 + 3 tokens, runs 1.2x faster with it in one 8-token pass (and 0.8x without). */
 #define PF_PREFILL 2048
-static _Thread_local const uint8_t *g_last_panels;
-AI bool first_pass(const uint8_t *w) {
-    const bool first = w != g_last_panels;
-    g_last_panels = w;
-    return first;
-}
 
 /* The 8 code vectors of the nibble codes at qs (pack.h; a Q4_0 group's after d): W[j] holds the codes of
  * elements 4j .. 4j+3 of each row's block, unsigned 0..15. */
@@ -202,7 +195,7 @@ AI void leg_step(const int MODE, __m512 *acc, __m512i p, __m512 dw, __m512 mw, _
             for (int q = 0; q < NP; q++) NAME##_dec(n, w + q * pb, x, xs, out + 16 * q, ldo, NT);                      \
             return;                                                                                                    \
         }                                                                                                              \
-        const bool stream = first_pass(w);                                                                             \
+        const bool stream = kn_p16_first_call(w);                                                                      \
         __m512 acc[KN_P16_PANELS][TILE_T];                                                                             \
         UNROLL for (int q = 0; q < NP; q++) UNROLL for (int t = 0; t < NT; t++) acc[q][t] = _mm512_setzero_ps();       \
         for (int64_t b = 0; b < nb; b++) {                                                                             \
@@ -366,7 +359,7 @@ AI void q4_k_gemm(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, floa
                   const int NT, const int Q5) {
     const size_t GB = GB_K45(Q5), pb = (size_t)(n / 256) * GB;
     const __m512i m4 = _mm512_set1_epi8(0x0F);
-    const bool stream = first_pass(w);
+    const bool stream = kn_p16_first_call(w);
     __m512 sa[KN_P16_PANELS][TILE_T], sm[KN_P16_PANELS][TILE_T];
     UNROLL for (int q = 0; q < NP; q++) UNROLL for (int t = 0; t < NT; t++) sa[q][t] = sm[q][t] = _mm512_setzero_ps();
     for (int64_t sb = 0; sb < n / 256; sb++) {
@@ -526,7 +519,7 @@ AI void q6_k_tile(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, floa
 AI void q6_k_gemm(int64_t n, const uint8_t *w, const uint8_t *x, size_t xs, float *out, size_t ldo, const int NP,
                   const int NT) {
     const size_t GB = 16 * sizeof(kn_block_q6_k), pb = (size_t)(n / 256) * GB;
-    const bool stream = first_pass(w);
+    const bool stream = kn_p16_first_call(w);
     __m512 sa[KN_P16_PANELS][TILE_T];
     UNROLL for (int q = 0; q < NP; q++) UNROLL for (int t = 0; t < NT; t++) sa[q][t] = _mm512_setzero_ps();
     for (int64_t sb = 0; sb < n / 256; sb++) {

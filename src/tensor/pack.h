@@ -93,6 +93,17 @@ __attribute__((always_inline)) static inline void kn_prefetch_piece(const uint8_
     for (uintptr_t l = a & ~(uintptr_t)63; l < a + gb; l += 64) __builtin_prefetch((const void *)l, 0, 3);
 }
 
+/* True when w, the panels of a prefill call of a panel kernel, differ from those of this thread's
+ * previous prefill call into the same kernel file (each file that includes this has its own record):
+ * the first call over a pair of panels streams them from memory, the matmul's later token tiles over
+ * them find them in the caches (kn_matmul runs every token tile of a block over the same panels). */
+static inline bool kn_p16_first_call(const uint8_t *w) {
+    static _Thread_local const uint8_t *last;
+    const bool first = w != last;
+    last = w;
+    return first;
+}
+
 #define KN_P16_ROWS   16
 #define KN_Q8X_BLOCK  40  /* bytes of a Q8X (Q8X1) activation block of 32: qs[32], float d, int32 c (float s) */
 #define KN_Q8KX_BLOCK 276 /* bytes of a Q8KX activation block of 256: qs[256], float d, int16 bs[8] */
