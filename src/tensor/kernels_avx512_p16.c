@@ -36,10 +36,12 @@
 /* A prefill tile's first pass over its panels streams them from memory; the token tiles after it (the
  * matmul runs every token tile of a block over the same panels, kn_matmul) find them in the caches. With
  * few tokens (a server's batched decode step: 8 rows are an 8-token prefill) that stream is most of the
- * time, so the first pass prefetches PF_PREFILL bytes ahead of each block column, as the AVX2 kernels do.
- * kn_p16_first_call(w) (pack.h) tells it by the panels' address. The later passes do not prefetch: on 512 tokens that
- * cost 5-10%. Every format does (Q4_K a piece of its group per sub-block); Q8_0, which gained nothing from it while an
- * 8-token run took 5 + 3 tokens, runs 1.2x faster with it in one 8-token pass (and 0.8x without). */
+ * time, so the first pass prefetches PF_PREFILL bytes ahead of each block column (one pass over both
+ * halves: it reads memory all along; the AVX2 kernels' half passes prefetch the next panel instead).
+ * kn_p16_first_call(w) (pack.h) tells it by the panels' address. The later passes do not prefetch: on
+ * 512 tokens that cost 5-10%. Every format does (Q4_K a piece of its group per sub-block); Q8_0, which
+ * gained nothing from it while an 8-token run took 5 + 3 tokens, runs 1.2x faster with it in one 8-token
+ * pass (and 0.8x without). */
 #define PF_PREFILL 2048
 
 /* The 8 code vectors of the nibble codes at qs (pack.h; a Q4_0 group's after d): W[j] holds the codes of
