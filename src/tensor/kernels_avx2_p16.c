@@ -190,8 +190,8 @@ AI __m256 dw_e8m0(const uint8_t *g, int h) {
             const uint8_t *g = w + (size_t)b * (GB), *xb = x + (size_t)b * (XB);                                       \
             __m256i S[2][TILE_T];                                                                                      \
             UNROLL for (int h = 0; h < NH; h++) UNROLL for (int t = 0; t < NT; t++) S[h][t] = ZERO();                  \
+            if (pf) kn_prefetch_piece(pf + (size_t)b * ((GB) / 2), (GB) / 2, 0); /* prefill only */                    \
             UNROLL for (int j = 0; j < 8; j++) {                                                                       \
-                if (NH == 1 && pf && j == 0) kn_prefetch_piece(pf + (size_t)b * ((GB) / 2), (GB) / 2, 0);              \
                 if (NH == 2 && PF_DEC(GB) && j % (8 / PF_PIECES(GB)) == 0)                                             \
                     kn_prefetch_piece(g + (j / (8 / PF_PIECES(GB))) * ((GB) / PF_PIECES(GB)), (GB) / PF_PIECES(GB),    \
                                       PF_DIST(GB));                                                                    \

@@ -331,16 +331,6 @@ static bool case_words(kn_jr *r, kn_jv v, bool title, kn_jv *out) {
     kn_jstage st = {.b = &b};
     bool ok = true, start = true;
     for (size_t i = 0; ok && i < x->len;) {
-        const unsigned char c = (unsigned char)x->s[i];
-        if (c < 0x80) { /* ASCII: the same steps without the decoding and the tables */
-            const bool boundary = title && (c == '-' || c == '(' || c == '{' || c == '[' || c == '<' || c == ' ' ||
-                                            (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x1f));
-            const bool lower = c >= 'a' && c <= 'z', upper = c >= 'A' && c <= 'Z';
-            ok = kn_jstage_putc(&st, (char)(boundary ? c : start && lower ? c - 32 : !start && upper ? c + 32 : c));
-            start = boundary;
-            i++;
-            continue;
-        }
         size_t adv;
         uint32_t cp = kn_ju_cp(x->s, x->len, i, &adv);
         if (cp == KN_UTF8_INVALID) ok = kn_jstage_put(&st, x->s + i, adv);
