@@ -91,8 +91,10 @@ static void prep_tokens(const block_ctx *c, int64_t t0, int64_t t1) {
         kn_kv *kv = c->rows[s->tok_row[t]].kv;
         if (ly->attn.rope.n_rot) {
             const bool long_ctx = kv->n_ctx > ly->attn.rope.n_ctx_orig;
-            kn_rope(q, nh, hd, pos, &ly->attn.rope, long_ctx);
-            kn_rope(k, nkv, hd, pos, &ly->attn.rope, long_ctx);
+            float cs[KN_ROPE_MAX_HALF], sn[KN_ROPE_MAX_HALF];
+            kn_rope_angles(&ly->attn.rope, pos, long_ctx, cs, sn);
+            kn_rope_apply(q, nh, hd, &ly->attn.rope, cs, sn);
+            kn_rope_apply(k, nkv, hd, &ly->attn.rope, cs, sn);
         }
         kn_kv_store(kv, c->l, pos, k, s->v + t * kvd);
     }

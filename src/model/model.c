@@ -37,7 +37,6 @@ kiln_model_params kiln_model_default_params(void) {
 #define MAX_LAYERS    4096
 #define MAX_FF        (1 << 20)
 #define MAX_HEADS     4096
-#define MAX_HEAD_DIM  4096
 
 kiln_status kn_meta_int(const kiln_model *m, const char *suffix, bool required, int64_t lo, int64_t hi, int32_t *out) {
     const kn_gguf *g = &m->gguf;
@@ -130,13 +129,14 @@ static kiln_status read_hparams(kiln_model *m) {
         return kn_error(KILN_ERR_FORMAT, "head count %d is not a multiple of the KV head count %d", hp->n_head,
                         hp->n_head_kv);
     hp->head_dim = hp->n_embd / hp->n_head;
-    if ((st = kn_meta_int(m, "attention.key_length", false, 2, MAX_HEAD_DIM, &hp->head_dim))) return st;
+    if ((st = kn_meta_int(m, "attention.key_length", false, 2, KN_MAX_HEAD_DIM, &hp->head_dim))) return st;
     int32_t vdim = hp->head_dim;
-    if ((st = kn_meta_int(m, "attention.value_length", false, 2, MAX_HEAD_DIM, &vdim))) return st;
+    if ((st = kn_meta_int(m, "attention.value_length", false, 2, KN_MAX_HEAD_DIM, &vdim))) return st;
     if (vdim != hp->head_dim)
         return kn_error(KILN_ERR_UNSUPPORTED, "key length %d differs from value length %d", hp->head_dim, vdim);
-    if (hp->head_dim < 2 || hp->head_dim % 2 != 0)
-        return kn_error(KILN_ERR_FORMAT, "head dimension %d must be even and positive", hp->head_dim);
+    if (hp->head_dim < 2 || hp->head_dim % 2 != 0 || hp->head_dim > KN_MAX_HEAD_DIM)
+        return kn_error(KILN_ERR_FORMAT, "head dimension %d must be even, positive and at most %d", hp->head_dim,
+                        KN_MAX_HEAD_DIM);
     hp->n_rot = hp->head_dim;
     if ((st = kn_meta_int(m, "rope.dimension_count", false, 2, hp->head_dim, &hp->n_rot))) return st;
     if (hp->n_rot % 2 != 0) return kn_error(KILN_ERR_FORMAT, "rope dimension count %d is odd", hp->n_rot);

@@ -75,6 +75,9 @@ typedef struct kn_weight {
     bool packed;
 } kn_weight;
 
+/* The widest attention head a model may have (the loader refuses wider ones). */
+#define KN_MAX_HEAD_DIM 4096
+
 /* How one layer rotates q and k (tensor/ops.h kn_rope). */
 typedef struct kn_rope_cfg {
     kn_rope_style style;

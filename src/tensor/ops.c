@@ -290,11 +290,10 @@ void kn_geglu(float *gate, const float *up, int64_t n_total, kn_pool *pool, cons
     glu(gate, up, n_total, pool, ks, true);
 }
 
-void kn_rope(float *x, int n_heads, int head_dim, int32_t pos, const kn_rope_cfg *r, bool long_ctx) {
+void kn_rope_angles(const kn_rope_cfg *r, int32_t pos, bool long_ctx, float *cs, float *sn) {
     const int n_rot = r->n_rot, half = n_rot / 2;
     const float base = r->base, pos_scale = r->pos_scale;
     const float *freq_div = long_ctx && r->freq_div_long ? r->freq_div_long : r->freq_div;
-    const kn_rope_style style = r->style;
     for (int j = 0; j < half; j++) {
         float freq = 1.0f / powf(base, (float)(2 * j) / (float)n_rot);
         if (freq_div) freq /= freq_div[j];
@@ -304,16 +303,35 @@ void kn_rope(float *x, int n_heads, int head_dim, int32_t pos, const kn_rope_cfg
             const float mix = (1.0f - KN_MIN(1.0f, KN_MAX(0.0f, y))) * r->yarn_ext;
             theta = theta * (1.0f - mix) + (float)pos * freq * mix;
         }
-        float c = cosf(theta) * r->mscale, s = sinf(theta) * r->mscale;
-        for (int h = 0; h < n_heads; h++) {
-            float *v = x + (int64_t)h * head_dim;
-            int i0 = style == KN_ROPE_NORM ? 2 * j : j;
-            int i1 = style == KN_ROPE_NORM ? 2 * j + 1 : j + half;
-            float a = v[i0], b = v[i1];
-            v[i0] = a * c - b * s;
-            v[i1] = a * s + b * c;
+        cs[j] = cosf(theta) * r->mscale;
+        sn[j] = sinf(theta) * r->mscale;
+    }
+}
+
+void kn_rope_apply(float *x, int n_heads, int head_dim, const kn_rope_cfg *r, const float *cs, const float *sn) {
+    const int half = r->n_rot / 2;
+    for (int h = 0; h < n_heads; h++) {
+        float *v = x + (int64_t)h * head_dim;
+        if (r->style == KN_ROPE_NORM) { /* pairs (2j, 2j + 1) */
+            for (int j = 0; j < half; j++) {
+                const float a = v[2 * j], b = v[2 * j + 1];
+                v[2 * j] = a * cs[j] - b * sn[j];
+                v[2 * j + 1] = a * sn[j] + b * cs[j];
+            }
+        } else { /* pairs (j, j + half) */
+            for (int j = 0; j < half; j++) {
+                const float a = v[j], b = v[j + half];
+                v[j] = a * cs[j] - b * sn[j];
+                v[j + half] = a * sn[j] + b * cs[j];
+            }
         }
     }
+}
+
+void kn_rope(float *x, int n_heads, int head_dim, int32_t pos, const kn_rope_cfg *r, bool long_ctx) {
+    float cs[KN_ROPE_MAX_HALF], sn[KN_ROPE_MAX_HALF];
+    kn_rope_angles(r, pos, long_ctx, cs, sn);
+    kn_rope_apply(x, n_heads, head_dim, r, cs, sn);
 }
 
 void kn_softcap(float *x, int64_t n, float cap) {

@@ -74,6 +74,16 @@ void kn_layernorm(float *out, const float *x, const float *weight, const float *
  * context exceeds r->n_ctx_orig (LongRoPE takes the long divisors). */
 void kn_rope(float *x, int n_heads, int head_dim, int32_t pos, const kn_rope_cfg *r, bool long_ctx);
 
+/* The most rotated pairs per head. */
+#define KN_ROPE_MAX_HALF (KN_MAX_HEAD_DIM / 2)
+
+/* kn_rope in two steps, so that the q and k rows of one token share the angles: cs[j] and sn[j]
+ * (j < r->n_rot / 2) = cos and sin of pair j's angle at pos, times r->mscale ... */
+void kn_rope_angles(const kn_rope_cfg *r, int32_t pos, bool long_ctx, float *cs, float *sn);
+
+/* ... and x's heads rotated by them (the same values kn_rope gives). */
+void kn_rope_apply(float *x, int n_heads, int head_dim, const kn_rope_cfg *r, const float *cs, const float *sn);
+
 /* x[n] = cap * tanh(x[n] / cap): soft-capping of logits (cap > 0). */
 void kn_softcap(float *x, int64_t n, float cap);
 

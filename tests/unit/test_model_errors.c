@@ -1,7 +1,7 @@
 /*
  * test_model_errors.c - model files that are valid GGUF but wrong for kiln get a clear error naming
  * the problem: an unknown architecture, a missing tensor, a tensor of the wrong shape, a missing
- * hyperparameter, an inconsistent head count. Each case copies a generated tiny model with one edit.
+ * hyperparameter, an inconsistent head count, a head too wide. Each case copies a generated tiny model with one edit.
  */
 #include "harness.h"
 
@@ -148,6 +148,12 @@ static void test_bad_head_count(void) {
     expect_failure(&e, KILN_ERR_FORMAT, "head count");
 }
 
+/* A head width derived from the embedding (no key_length) past the widest head kiln rotates. */
+static void test_head_too_wide(void) {
+    edit e = {.key_u32 = "qwen2.embedding_length", .val_u32 = 65536};
+    expect_failure(&e, KILN_ERR_FORMAT, "head dimension 8192 must be even, positive and at most 4096");
+}
+
 static void test_vocab_mismatch(void) {
     edit e = {.shrink_tensor = "token_embd.weight"};
     expect_failure(&e, KILN_ERR_FORMAT, "token_embd.weight");
@@ -161,6 +167,7 @@ int main(void) {
     RUN(test_wrong_shape);
     RUN(test_missing_hparam);
     RUN(test_bad_head_count);
+    RUN(test_head_too_wide);
     RUN(test_vocab_mismatch);
     return kt_summary();
 }
