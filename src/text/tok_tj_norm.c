@@ -23,12 +23,6 @@ void kn_tj_norm_free(kn_tj_norm *nm) {
     memset(nm, 0, sizeof *nm);
 }
 
-static bool put_cp(kn_bvec *o, uint32_t cp) {
-    uint8_t enc[4];
-    size_t k = kn_utf8_encode(cp, enc);
-    return kn_bvec_append(o, enc, k);
-}
-
 /* The tokenizers library's Chinese-character ranges (BertNormalizer pads them with spaces). */
 static bool is_cjk(uint32_t cp) {
     return (cp >= 0x4E00 && cp <= 0x9FFF) || (cp >= 0x3400 && cp <= 0x4DBF) || (cp >= 0x20000 && cp <= 0x2A6DF) ||
@@ -41,18 +35,22 @@ static bool is_cjk(uint32_t cp) {
 typedef bool (*char_fn)(const kn_tj_norm *nm, uint32_t cp, uint32_t rep[3], int *nrep);
 
 static kiln_status map_chars(const kn_tj_norm *nm, const char *in, size_t n, char_fn f, kn_bvec *out) {
+    enum { MAX_OUT = 3 * 4 }; /* the most bytes one character becomes: 3 code points of 4 bytes */
     out->n = 0;
     for (size_t i = 0; i < n;) {
+        if (out->cap - out->n < MAX_OUT && !kn_reserve((void **)&out->v, &out->cap, out->n + MAX_OUT, 1))
+            return KILN_ERR_NOMEM;
+        uint8_t *o = (uint8_t *)out->v; /* room for MAX_OUT bytes at o + out->n */
         size_t adv;
         uint32_t cp = kn_utf8_decode((const uint8_t *)in + i, n - i, &adv);
         if (cp == KN_UTF8_INVALID) {
-            if (!kn_bvec_append(out, in + i, adv)) return KILN_ERR_NOMEM;
+            memcpy(o + out->n, in + i, adv); /* adv <= 3: one ill-formed sequence */
+            out->n += adv;
         } else {
             uint32_t rep[3];
             int nrep = 0;
             if (f(nm, cp, rep, &nrep))
-                for (int k = 0; k < nrep; k++)
-                    if (!put_cp(out, rep[k])) return KILN_ERR_NOMEM;
+                for (int k = 0; k < nrep; k++) out->n += kn_utf8_encode(rep[k], o + out->n);
         }
         i += adv;
     }
