@@ -6,6 +6,8 @@
  */
 #include "text/unicode.h"
 
+#include <string.h>
+
 /* Decodes one character; see unicode.h. The accepted ranges follow Unicode Table 3-7 (well-formed
  * byte sequences), so overlongs and surrogates are rejected at the second byte. */
 uint32_t kn_utf8_decode(const uint8_t *s, size_t len, size_t *adv) {
@@ -84,7 +86,17 @@ size_t kn_utf8_encode(uint32_t cp, uint8_t out[4]) {
     return 4;
 }
 
+/* The class of an ASCII character, without the table search (the same answers: test_unicode). */
+static uint8_t ascii_flags(uint32_t c) {
+    if (c < 0x20 || c == 0x7F) return KN_UCD_OTHER;
+    if (c == ' ') return KN_UCD_SEPARATOR;
+    if (c >= '0' && c <= '9') return KN_UCD_NUMBER;
+    if ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') return KN_UCD_LETTER;
+    return strchr("$+<=>^`|~", (int)c) ? KN_UCD_SYMBOL : KN_UCD_PUNCT;
+}
+
 uint8_t kn_ucd_flags(uint32_t cp) {
+    if (cp < 0x80) return ascii_flags(cp);
     if (cp > 0x10FFFF) return KN_UCD_OTHER;
     /* last range whose start <= cp */
     size_t lo = 0, hi = kn_ucd_n_ranges;
