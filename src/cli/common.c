@@ -162,6 +162,8 @@ static const usage_entry usages[] = {
      "                       from the chat template; `kiln parse --list-formats` names them)\n"
      "  --max-tokens N       new tokens when a request gives no max_tokens (default -1: to the\n"
      "                       end of text or of the context)\n"
+     "  --max-tokens-limit N the most new tokens any request gets: a larger max_tokens, or none,\n"
+     "                       ends at N with finish_reason \"length\" (default 0: no limit)\n"
      "  --batch N            requests generated together, continuously batched (default 8;\n"
      "                       1 = one at a time)\n"
      "  --max-queue N        requests that may wait for a free row (default 64; beyond: 429)\n"

@@ -199,6 +199,7 @@ typedef enum opt_id {
     OPT_PORT,
     OPT_API_KEY,
     OPT_MAX_TOKENS,
+    OPT_MAX_TOKENS_LIMIT,
     OPT_BATCH,
     OPT_MAX_QUEUE,
     OPT_PREFILL_CHUNK,
@@ -223,7 +224,8 @@ typedef enum opt_id {
  * --print-config names a value's source from given[], never by comparing it with a default. */
 typedef struct serve_opts {
     const char *host, *api_key, *cors, *allow_hosts;
-    int port, max_tokens, batch, max_queue, prefill_chunk, ssd_idle, max_body_mb, timeout, max_conns, max_conns_per_ip;
+    int port, max_tokens, max_tokens_limit, batch, max_queue, prefill_chunk, ssd_idle, max_body_mb, timeout;
+    int max_conns, max_conns_per_ip;
     float kv_budget_gb, prompt_cache_gb, ssd_max_gb;
     int max_models, load_timeout; /* --max-models (0: no count limit), --model-load-timeout */
     float models_memory_gb;       /* --models-memory (-1: the machine's share) */
@@ -248,6 +250,7 @@ static const struct opt_def {
     [OPT_PORT] = {"--port", 'i', offsetof(serve_opts, port), 0, 65535},
     [OPT_API_KEY] = {"--api-key", 's', offsetof(serve_opts, api_key), 0, 0},
     [OPT_MAX_TOKENS] = {"--max-tokens", 'i', offsetof(serve_opts, max_tokens), -1, 1 << 30},
+    [OPT_MAX_TOKENS_LIMIT] = {"--max-tokens-limit", 'i', offsetof(serve_opts, max_tokens_limit), 0, 1 << 30},
     [OPT_BATCH] = {"--batch", 'i', offsetof(serve_opts, batch), 1, 1024},
     [OPT_MAX_QUEUE] = {"--max-queue", 'i', offsetof(serve_opts, max_queue), 1, 1 << 20},
     [OPT_PREFILL_CHUNK] = {"--prefill-chunk", 'i', offsetof(serve_opts, prefill_chunk), 1, 65536},
@@ -545,6 +548,8 @@ static void print_config(const cli_common *c, const plan *p, const serve_opts *o
     printf("%-15s %d   (%s)\n", "prefill-chunk", o->prefill_chunk, opt_src(o, OPT_PREFILL_CHUNK, "default"));
     printf("%-15s %d   (%s)\n", "max-queue", o->max_queue, opt_src(o, OPT_MAX_QUEUE, "default"));
     printf("%-15s %d   (%s)\n", "max-tokens", o->max_tokens, opt_src(o, OPT_MAX_TOKENS, "default: to the end"));
+    printf("%-15s %d   (%s)\n", "max-tokens-limit", o->max_tokens_limit,
+           opt_src(o, OPT_MAX_TOKENS_LIMIT, "default: none"));
     printf("%-15s %d MiB   (%s)\n", "max-body", o->max_body_mb, opt_src(o, OPT_MAX_BODY, "default"));
     printf("%-15s %s   (%s)\n", "host", o->host, opt_src(o, OPT_HOST, "default: loopback only"));
     printf("%-15s %d   (%s)\n", "port", p->port, p->port_src);
@@ -983,6 +988,7 @@ static int run_server(const serve_run *run, size_t model) {
         .port = run->p->port,
         .api_key = o.api_key,
         .max_tokens = o.max_tokens,
+        .max_tokens_limit = o.max_tokens_limit,
         .max_body = (size_t)o.max_body_mb << 20,
         .max_queue = o.max_queue,
         .timeout_s = (unsigned)o.timeout,

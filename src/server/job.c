@@ -122,6 +122,8 @@ static void on_done(kiln_status st, const kiln_generate_result *res, void *user)
 
 kiln_status srv_job_submit(srv *s, srv_job *j) {
     kiln_generate_params gp = j->gp;
+    const int limit = s->cfg.max_tokens_limit;
+    if (limit > 0 && (gp.max_tokens < 0 || gp.max_tokens > limit)) gp.max_tokens = limit;
     gp.on_token = on_token;
     gp.on_done = on_done;
     gp.user = j;

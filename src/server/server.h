@@ -69,6 +69,7 @@ typedef struct srv_config {
     const char *api_key;          /* NULL: no authentication; else needed on every route but /health
                                      and the chat page's files */
     int max_tokens;               /* default max_tokens when a request gives none; -1 = to context end */
+    int max_tokens_limit;         /* the most new tokens a request gets, whatever it asks (0: no limit) */
     size_t max_body;              /* request body cap in bytes (413 beyond) */
     int max_queue;                /* requests waiting for a row (429 beyond) */
     unsigned timeout_s;           /* a connection waiting this long on its client (for request bytes,
@@ -176,8 +177,8 @@ void srv_job_ref(srv_job *j);
 void srv_job_unref(srv_job *j);
 /* Appends bytes to j->out (lock held). False when out of memory. */
 bool srv_job_append(srv_job *j, const char *s, size_t n);
-/* Hands the job to the engine (which holds a reference until it is done). KILN_ERR_BUSY when the
- * queue is full or the server is stopping. */
+/* Hands the job to the engine (which holds a reference until it is done), its max_tokens at most
+ * s->cfg.max_tokens_limit. KILN_ERR_BUSY when the queue is full or the server is stopping. */
 kiln_status srv_job_submit(srv *s, srv_job *j);
 /* The client went away: the request stops at the engine's next step (or never starts). */
 void srv_job_cancel(srv_job *j);

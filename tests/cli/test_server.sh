@@ -67,6 +67,30 @@ case "$models" in
   *) fail serve_model_id_not_utf8 "$models $(head -c 300 "$TMP/id.err")" ;;
 esac
 
+# --max-tokens-limit: a request asking for more (or for no limit) ends at the limit with "length";
+# one asking for fewer gets what it asked; --print-config names the flag.
+"$KILN" serve -m "$M" --max-tokens-limit 3 --print-config >"$TMP/cfg" 2>&1
+if grep -q "^max-tokens-limit *3 *(flag --max-tokens-limit)" "$TMP/cfg"; then pass serve_max_tokens_limit_config
+else fail serve_max_tokens_limit_config "$(head -c 800 "$TMP/cfg")"; fi
+: >"$TMP/lim.err"
+"$KILN" serve -m "$M" --max-tokens-limit 3 --port 0 --no-open >/dev/null 2>"$TMP/lim.err" &
+pid=$!
+i=0
+while [ $i -lt 100 ] && kill -0 $pid 2>/dev/null && ! grep -q "listening on" "$TMP/lim.err"; do sleep 0.1; i=$((i + 1)); done
+port=$(sed -n 's/.*listening on http:\/\/[^ ]*:\([0-9][0-9]*\) .*/\1/p' "$TMP/lim.err")
+ask() { curl -s -H 'Content-Type: application/json' "http://127.0.0.1:$port/v1/completions" -d "$1"; }
+more=$(ask '{"prompt": "Once upon a time", "max_tokens": 50, "ignore_eos": true}')
+unset_=$(ask '{"prompt": "Once upon a time", "ignore_eos": true}')
+fewer=$(ask '{"prompt": "Once upon a time", "max_tokens": 2, "ignore_eos": true}')
+kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null
+case "$more" in *'"finish_reason":"length"'*'"completion_tokens":3,'*) pass serve_max_tokens_limit_clamps ;;
+  *) fail serve_max_tokens_limit_clamps "$more $(head -c 300 "$TMP/lim.err")" ;; esac
+case "$unset_" in *'"finish_reason":"length"'*'"completion_tokens":3,'*) pass serve_max_tokens_limit_unset ;;
+  *) fail serve_max_tokens_limit_unset "$unset_" ;; esac
+case "$fewer" in *'"completion_tokens":2,'*) pass serve_max_tokens_limit_fewer ;;
+  *) fail serve_max_tokens_limit_fewer "$fewer" ;; esac
+expect_exit serve_max_tokens_limit_negative 2 "$KILN" serve -m "$M" --max-tokens-limit -1 --print-config
+
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
   skip server_tests "node and npm are needed (Node 20 or later)"; exit 0
 fi

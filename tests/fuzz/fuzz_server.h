@@ -4,8 +4,9 @@
  * one exchange over a fresh connection per input.
  *
  * The server is started once per process with small bounds so that an input costs milliseconds: a
- * context of 128 tokens per row, two rows, a queue of 8, a default of 2 new tokens, a body cap of
- * 1 MiB and a read timeout of 2 s. It is never stopped (the fuzzing process ends with it).
+ * context of 128 tokens per row, two rows, a queue of 8, at most 2 new tokens per request (whatever
+ * it asks: --max-tokens-limit), a body cap of 1 MiB and a read timeout of 2 s. It is never stopped
+ * (the fuzzing process ends with it).
  */
 #ifndef KILN_FUZZ_SERVER_H
 #define KILN_FUZZ_SERVER_H
@@ -48,6 +49,7 @@ static void fz_srv_start(void) {
         .host = "127.0.0.1",
         .port = 0,
         .max_tokens = 2,
+        .max_tokens_limit = 2,
         .max_body = 1u << 20,
         .max_queue = 8,
         .timeout_s = 2,
