@@ -1,0 +1,127 @@
+/*
+ * tokenize.c - micro-benchmark of text -> tokens (kn_tokenize) on one thread: what a long prompt or
+ * an embedding request pays before the model runs.
+ *
+ * Tokenizers: the vocabularies of the test data (../shared/data/tokenizer-tests/llama.cpp-vocab, or
+ * $KILN_TEST_DATA): SentencePiece (llama-spm), byte-level BPE (gpt-2) and WordPiece (bert-bge), and
+ * the WordPiece tokenizer.json of the fuzzing seeds (tests/fuzz/corpus/tokenizer_json/wp_json:
+ * BertNormalizer with lowercasing and accent stripping, the per-character normalizers of the Hugging
+ * Face pipeline). Texts, 256 KB each: "ascii" (English prose) and "mixed" (the same with accented
+ * Latin, a dash and CJK every few words). Each figure is the best of -r passes over the text, in MB of
+ * text a second and millions of tokens a second, timed in the thread's CPU time.
+ *
+ * Usage: build/bench/tokenize [-r REPS]   (run from the repository root)
+ */
+#include "model/gguf.h"
+#include "text/tokenizer.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define TEXT_BYTES (256u << 10)
+
+static double cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* A TEXT_BYTES text of repeated `unit`s (malloc'd, NUL-terminated); *len its length. */
+static char *make_text(const char *unit, size_t *len) {
+    const size_t ul = strlen(unit);
+    char *s = malloc(TEXT_BYTES + 1);
+    if (!s) exit(1);
+    size_t n = 0;
+    while (n + ul <= TEXT_BYTES) {
+        memcpy(s + n, unit, ul);
+        n += ul;
+    }
+    s[n] = 0;
+    *len = n;
+    return s;
+}
+
+static kn_tokenizer *load_gguf(const char *path) {
+    kn_gguf g;
+    if (kn_gguf_open(path, &g) != KILN_OK) return NULL;
+    kn_tokenizer *t = NULL;
+    if (kn_tokenizer_load(&g, &t) != KILN_OK) t = NULL;
+    kn_gguf_close(&g);
+    return t;
+}
+
+/* The tokenizer.json part (up to the first NUL) of a fuzzing seed. */
+static kn_tokenizer *load_json(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    static char buf[1 << 20];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    kn_tokenizer *t = NULL;
+    if (kn_tokenizer_load_hf(buf, strlen(buf), NULL, 0, &t) != KILN_OK) t = NULL;
+    return t;
+}
+
+/* One row: the best of reps passes of text through t. */
+static void run(const char *name, const kn_tokenizer *t, const char *text_name, const char *text, size_t len,
+                int reps) {
+    static int32_t ids[TEXT_BYTES];
+    double best = 1e30;
+    size_t n = 0;
+    for (int r = 0; r < reps; r++) {
+        const double t0 = cpu_s();
+        if (kn_tokenize(t, text, len, false, false, ids, TEXT_BYTES, &n) != KILN_OK) {
+            printf("| %s | %s | failed: %s | |\n", name, text_name, kn_error_msg());
+            return;
+        }
+        const double d = cpu_s() - t0;
+        if (d < best) best = d;
+    }
+    printf("| %s | %s | %.2f | %.2f | %zu |\n", name, text_name, (double)len / best / 1e6, (double)n / best / 1e6, n);
+}
+
+int main(int argc, char **argv) {
+    int reps = 7;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "-r") == 0 && i + 1 < argc) reps = atoi(argv[++i]);
+        else {
+            fprintf(stderr, "usage: %s [-r REPS]\n", argv[0]);
+            return 2;
+        }
+    }
+    if (reps < 1) reps = 1;
+    const char *root = getenv("KILN_TEST_DATA");
+    if (!root || !*root) root = "../shared/data";
+    size_t ascii_len, mixed_len;
+    char *ascii = make_text("The quick brown fox jumps over the lazy dog, and then it runs away. ", &ascii_len);
+    char *mixed = make_text("The Quick brown fox, naïve café — 東京 déjà vu! Ünïcödé text. ", &mixed_len);
+    static const struct {
+        const char *name, *file; /* a GGUF vocabulary under root, or a tokenizer.json seed in the tree */
+        bool json;
+    } toks[] = {
+        {"llama-spm (SentencePiece)", "tokenizer-tests/llama.cpp-vocab/ggml-vocab-llama-spm.gguf", false},
+        {"gpt-2 (byte-level BPE)", "tokenizer-tests/llama.cpp-vocab/ggml-vocab-gpt-2.gguf", false},
+        {"bert-bge (WordPiece)", "tokenizer-tests/llama.cpp-vocab/ggml-vocab-bert-bge.gguf", false},
+        {"tokenizer.json WordPiece + BertNormalizer", "tests/fuzz/corpus/tokenizer_json/wp_json", true},
+    };
+    printf("| tokenizer | text | MB/s | M tokens/s | tokens |\n| --- | --- | ---: | ---: | ---: |\n");
+    for (size_t i = 0; i < sizeof toks / sizeof toks[0]; i++) {
+        char path[1024];
+        if (toks[i].json) snprintf(path, sizeof path, "%s", toks[i].file);
+        else snprintf(path, sizeof path, "%s/%s", root, toks[i].file);
+        kn_tokenizer *t = toks[i].json ? load_json(path) : load_gguf(path);
+        if (!t) {
+            printf("| %s | | cannot load %s | | |\n", toks[i].name, path);
+            continue;
+        }
+        run(toks[i].name, t, "ascii", ascii, ascii_len, reps);
+        run(toks[i].name, t, "mixed", mixed, mixed_len, reps);
+        kn_tokenizer_free(t);
+    }
+    free(ascii);
+    free(mixed);
+    return 0;
+}
