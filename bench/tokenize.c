@@ -10,7 +10,10 @@
  * Latin, a dash and CJK every few words). Each figure is the best of -r passes over the text, in MB of
  * text a second and millions of tokens a second, timed in the thread's CPU time.
  *
- * Usage: build/bench/tokenize [-r REPS]   (run from the repository root)
+ * Usage: build/bench/tokenize [-r REPS] [FILE...]   (run from the repository root)
+ *   FILE: more tokenizers, each a GGUF file's vocabulary or (named *.json) a tokenizer.json, e.g. a
+ *   model's GGUF and the tokenizer.json `build/kiln-hf` writes from it (the same vocabulary, the two
+ *   loaders' encoders).
  */
 #include "model/gguf.h"
 #include "text/tokenizer.h"
@@ -52,17 +55,31 @@ static kn_tokenizer *load_gguf(const char *path) {
     return t;
 }
 
-/* The tokenizer.json part (up to the first NUL) of a fuzzing seed. */
+/* A tokenizer.json file, or the tokenizer.json part (up to the first NUL) of a fuzzing seed. */
 static kn_tokenizer *load_json(const char *path) {
     FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    static char buf[1 << 20];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    if (!f) {
+        kn_error(KILN_ERR_IO, "cannot open '%s'", path);
+        return NULL;
+    }
+    char *buf = NULL;
+    size_t n = 0, cap = 0, r;
+    do {
+        if (cap - n < 65536 && !(buf = realloc(buf, cap = 2 * cap + 65536))) exit(1);
+        n += r = fread(buf + n, 1, cap - n - 1, f);
+    } while (r > 0);
     fclose(f);
     buf[n] = 0;
     kn_tokenizer *t = NULL;
     if (kn_tokenizer_load_hf(buf, strlen(buf), NULL, 0, &t) != KILN_OK) t = NULL;
+    free(buf);
     return t;
+}
+
+/* True when path names a tokenizer.json (ends in ".json"). */
+static bool is_json(const char *path) {
+    const size_t n = strlen(path);
+    return n >= 5 && strcmp(path + n - 5, ".json") == 0;
 }
 
 /* One row: the best of reps passes of text through t. */
@@ -85,10 +102,13 @@ static void run(const char *name, const kn_tokenizer *t, const char *text_name, 
 
 int main(int argc, char **argv) {
     int reps = 7;
+    const char *extra[16];
+    int n_extra = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-r") == 0 && i + 1 < argc) reps = atoi(argv[++i]);
+        else if (argv[i][0] != '-' && n_extra < 16) extra[n_extra++] = argv[i];
         else {
-            fprintf(stderr, "usage: %s [-r REPS]\n", argv[0]);
+            fprintf(stderr, "usage: %s [-r REPS] [FILE.gguf | tokenizer.json]... (at most 16)\n", argv[0]);
             return 2;
         }
     }
@@ -119,6 +139,16 @@ int main(int argc, char **argv) {
         }
         run(toks[i].name, t, "ascii", ascii, ascii_len, reps);
         run(toks[i].name, t, "mixed", mixed, mixed_len, reps);
+        kn_tokenizer_free(t);
+    }
+    for (int i = 0; i < n_extra; i++) {
+        kn_tokenizer *t = is_json(extra[i]) ? load_json(extra[i]) : load_gguf(extra[i]);
+        if (!t) {
+            printf("| %s | | cannot load: %s | | |\n", extra[i], kn_error_msg());
+            continue;
+        }
+        run(extra[i], t, "ascii", ascii, ascii_len, reps);
+        run(extra[i], t, "mixed", mixed, mixed_len, reps);
         kn_tokenizer_free(t);
     }
     free(ascii);

@@ -37,16 +37,6 @@ typedef struct bpe_state {
     kn_heap heap;
 } bpe_state;
 
-static bool add_bigram(bpe_state *st, int32_t l, int32_t r) {
-    if (l < 0 || r < 0) return true;
-    const kn_symbol *a = &st->sym[l], *b = &st->sym[r];
-    const char *w = st->word.v;
-    int32_t rank = kn_bpe_rank(st->t, w + a->off, a->n, w + b->off, b->n);
-    if (rank < 0) return true;
-    kn_bigram bg = {.prio = -rank, .left = l, .right = r, .size = a->n + b->n};
-    return kn_heap_push(&st->heap, bg);
-}
-
 /* Emits the tokens of one symbol: the token with its text, or else its characters one by one
  * (a character that is not a token either is dropped, as llama.cpp does). */
 static bool emit_symbol(const kn_tokenizer *t, const char *s, size_t n, kn_ivec *out) {
@@ -82,19 +72,7 @@ static kiln_status encode_word(bpe_state *st, kn_ivec *out) {
         off += cl;
     }
     st->sym[n_sym - 1].next = -1;
-    st->heap.n = 0;
-    for (int32_t i = 1; i < n_sym; i++)
-        if (!add_bigram(st, i - 1, i)) return KILN_ERR_NOMEM;
-    while (st->heap.n) {
-        kn_bigram bg = kn_heap_pop(&st->heap);
-        kn_symbol *l = &st->sym[bg.left], *r = &st->sym[bg.right];
-        if (l->n == 0 || r->n == 0 || l->n + r->n != bg.size) continue; /* stale */
-        l->n += r->n;
-        r->n = 0;
-        l->next = r->next;
-        if (r->next >= 0) st->sym[r->next].prev = bg.left;
-        if (!add_bigram(st, l->prev, bg.left) || !add_bigram(st, bg.left, l->next)) return KILN_ERR_NOMEM;
-    }
+    if (!kn_bpe_merge(t, w, st->sym, n_sym, &st->heap)) return KILN_ERR_NOMEM;
     for (int32_t i = 0; i != -1; i = st->sym[i].next)
         if (!emit_symbol(t, w + st->sym[i].off, st->sym[i].n, out)) return KILN_ERR_NOMEM;
     return KILN_OK;

@@ -115,10 +115,12 @@ typedef struct kn_heap {
 bool kn_heap_push(kn_heap *h, kn_bigram b);
 kn_bigram kn_heap_pop(kn_heap *h); /* h->n > 0 */
 
-/* A symbol in a merge list: bytes [off, off+n) of the text being encoded; n == 0 once merged away. */
+/* A symbol in a merge list: bytes [off, off+n) of the text being encoded; n == 0 once merged away;
+ * h the kn_hash_bytes of its bytes while kn_bpe_merge runs. */
 typedef struct kn_symbol {
     int32_t prev, next;
     uint32_t off, n;
+    uint64_t h;
 } kn_symbol;
 
 /* ---- pretok.c -------------------------------------------------------------------------------- */
@@ -200,8 +202,11 @@ void kn_tok_apply_eog_rules(kn_tokenizer *t);
 
 /* Text -> id lookup; -1 when text is not a token. */
 int32_t kn_tok_lookup(const kn_tokenizer *t, const char *s, size_t n);
-/* BPE merge rank of the pair (a, b); -1 when there is no such merge. */
-int32_t kn_bpe_rank(const kn_tokenizer *t, const char *a, size_t an, const char *b, size_t bn);
+/* BPE merging of one word w: sym[0..n_sym) are its symbols (characters), a list in order
+ * (prev / next, the last one's next -1). Merges the adjacent pair with the lowest merge rank
+ * (ties: the leftmost) until no adjacent pair has a rank; the merged symbols are those still of
+ * n > 0, from sym[0] along next. heap is scratch. False when out of memory. */
+bool kn_bpe_merge(const kn_tokenizer *t, const char *w, kn_symbol *sym, int32_t n_sym, kn_heap *heap);
 /* Builds by_text over the vocabulary (first id wins for duplicate texts). */
 kiln_status kn_tok_build_index(kn_tokenizer *t);
 /* Builds the merge hash over merge_* arrays (first rank wins for duplicates). */

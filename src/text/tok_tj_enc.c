@@ -161,14 +161,6 @@ typedef struct enc_state {
     kn_tj_words words, tmp;
 } enc_state;
 
-static bool add_bigram(enc_state *st, int32_t l, int32_t r) {
-    if (l < 0 || r < 0) return true;
-    const kn_symbol *a = &st->sym[l], *b = &st->sym[r];
-    int32_t rank = kn_bpe_rank(st->t, st->word.v + a->off, a->n, st->word.v + b->off, b->n);
-    if (rank < 0) return true;
-    return kn_heap_push(&st->heap, (kn_bigram){.prio = -rank, .left = l, .right = r, .size = a->n + b->n});
-}
-
 static bool push_unk(const kn_tokenizer *t, kn_ivec *out) { return t->unk < 0 || kn_ivec_push(out, t->unk); }
 
 /* Emits the token of one final BPE symbol (see the file comment). */
@@ -210,19 +202,7 @@ static kiln_status bpe_word(enc_state *st, const char *w, size_t wn, kn_ivec *ou
     if (n_sym == 0) return KILN_OK;
     st->sym[n_sym - 1].n += (uint32_t)(n - wn); /* the end-of-word suffix belongs to the last character */
     st->sym[n_sym - 1].next = -1;
-    st->heap.n = 0;
-    for (int32_t i = 1; i < n_sym; i++)
-        if (!add_bigram(st, i - 1, i)) return KILN_ERR_NOMEM;
-    while (st->heap.n) {
-        kn_bigram bg = kn_heap_pop(&st->heap);
-        kn_symbol *l = &st->sym[bg.left], *r = &st->sym[bg.right];
-        if (l->n == 0 || r->n == 0 || l->n + r->n != bg.size || l->next != bg.right) continue; /* stale */
-        l->n += r->n;
-        r->n = 0;
-        l->next = r->next;
-        if (r->next >= 0) st->sym[r->next].prev = bg.left;
-        if (!add_bigram(st, l->prev, bg.left) || !add_bigram(st, bg.left, l->next)) return KILN_ERR_NOMEM;
-    }
+    if (!kn_bpe_merge(t, st->word.v, st->sym, n_sym, &st->heap)) return KILN_ERR_NOMEM;
     for (int32_t i = 0; i != -1; i = st->sym[i].next)
         if (!bpe_emit(t, st->word.v + st->sym[i].off, st->sym[i].n, out)) return KILN_ERR_NOMEM;
     return KILN_OK;

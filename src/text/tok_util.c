@@ -18,8 +18,16 @@ uint64_t kn_hash_bytes(const void *p, size_t n) {
         h = (h ^ w) * 0xff51afd7ed558ccdull;
         h ^= h >> 32;
     }
+    /* the last n (< 8) bytes as a little-endian word, read without a variable-length copy */
     uint64_t w = 0;
-    memcpy(&w, s, n);
+    if (n >= 4) {
+        uint32_t lo, hi;
+        memcpy(&lo, s, 4);
+        memcpy(&hi, s + n - 4, 4);
+        w = lo | (uint64_t)hi << (8 * (n - 4)); /* the overlap holds the same bytes in both */
+    } else if (n) {
+        w = (uint64_t)s[0] | (uint64_t)s[n / 2] << (8 * (n / 2)) | (uint64_t)s[n - 1] << (8 * (n - 1));
+    }
     h = (h ^ w) * 0xc4ceb9fe1a85ec53ull;
     return h ^ (h >> 29);
 }
@@ -134,11 +142,9 @@ int32_t kn_tok_lookup(const kn_tokenizer *t, const char *s, size_t n) {
 
 /* ---- merge pair -> rank ----------------------------------------------------------------------- */
 
-/* The hash of a merge pair combines the hashes of its two parts, so a lookup from two separate
- * symbols needs no concatenated string. */
-static uint64_t pair_hash(const char *a, size_t an, const char *b, size_t bn) {
-    return mix(kn_hash_bytes(a, an) * 0x9E3779B97F4A7C15ull + kn_hash_bytes(b, bn));
-}
+/* The hash of a merge pair combines the hashes of its two parts (kn_hash_bytes of each), so a
+ * lookup from two separate symbols needs no concatenated string, and a symbol is hashed once. */
+static uint64_t pair_hash(uint64_t ha, uint64_t hb) { return mix(ha * 0x9E3779B97F4A7C15ull + hb); }
 
 static bool merge_is(const kn_tokenizer *t, int32_t rank, const char *a, size_t an, const char *b, size_t bn) {
     const char *m = t->merge_text + t->merge_off[rank];
@@ -157,7 +163,7 @@ kiln_status kn_bpe_build_index(kn_tokenizer *t) {
         const char *a = t->merge_text + t->merge_off[r];
         size_t an = t->merge_a_len[r], bn = t->merge_len[r] - an - 1;
         const char *b = a + an + 1;
-        uint64_t i = pair_hash(a, an, b, bn) & t->merge_mask;
+        uint64_t i = pair_hash(kn_hash_bytes(a, an), kn_hash_bytes(b, bn)) & t->merge_mask;
         for (;;) {
             int32_t other = t->merge_slots[i];
             if (other < 0) {
@@ -171,15 +177,47 @@ kiln_status kn_bpe_build_index(kn_tokenizer *t) {
     return KILN_OK;
 }
 
-int32_t kn_bpe_rank(const kn_tokenizer *t, const char *a, size_t an, const char *b, size_t bn) {
+/* The merge rank of symbols a and b of w: -1 when there is no such merge. */
+static int32_t bpe_rank(const kn_tokenizer *t, const char *w, const kn_symbol *sa, const kn_symbol *sb) {
+    const char *a = w + sa->off, *b = w + sb->off;
+    const size_t an = sa->n, bn = sb->n;
     if (!t->merge_slots || an + bn + 1 > t->max_merge_len) return -1;
-    uint64_t i = pair_hash(a, an, b, bn) & t->merge_mask;
+    uint64_t i = pair_hash(sa->h, sb->h) & t->merge_mask;
     for (;;) {
         int32_t r = t->merge_slots[i];
         if (r < 0) return -1;
         if (merge_is(t, r, a, an, b, bn)) return r;
         i = (i + 1) & t->merge_mask;
     }
+}
+
+/* Pushes the bigram of symbols l and r when they have a merge (either may be -1: none). */
+static bool add_bigram(const kn_tokenizer *t, const char *w, const kn_symbol *sym, kn_heap *heap, int32_t l,
+                       int32_t r) {
+    if (l < 0 || r < 0) return true;
+    const int32_t rank = bpe_rank(t, w, &sym[l], &sym[r]);
+    return rank < 0 ||
+           kn_heap_push(heap, (kn_bigram){.prio = -rank, .left = l, .right = r, .size = sym[l].n + sym[r].n});
+}
+
+bool kn_bpe_merge(const kn_tokenizer *t, const char *w, kn_symbol *sym, int32_t n_sym, kn_heap *heap) {
+    for (int32_t i = 0; i < n_sym; i++) sym[i].h = kn_hash_bytes(w + sym[i].off, sym[i].n);
+    heap->n = 0;
+    for (int32_t i = 1; i < n_sym; i++)
+        if (!add_bigram(t, w, sym, heap, i - 1, i)) return false;
+    while (heap->n) {
+        kn_bigram bg = kn_heap_pop(heap);
+        kn_symbol *l = &sym[bg.left], *r = &sym[bg.right];
+        if (l->n == 0 || r->n == 0 || l->n + r->n != bg.size || l->next != bg.right) continue; /* stale */
+        l->n += r->n;
+        l->h = kn_hash_bytes(w + l->off, l->n);
+        r->n = 0;
+        l->next = r->next;
+        if (r->next >= 0) sym[r->next].prev = bg.left;
+        if (!add_bigram(t, w, sym, heap, l->prev, bg.left) || !add_bigram(t, w, sym, heap, bg.left, l->next))
+            return false;
+    }
+    return true;
 }
 
 /* ---- u64 -> i32 ------------------------------------------------------------------------------- */
