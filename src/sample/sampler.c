@@ -173,6 +173,30 @@ static int32_t truncate_and_draw(kn_sampler *s, int32_t n) {
     return s->cands[n - 1].id;
 }
 
+/* The bar for top-p alone: the highest edge of a quarter octave (a float whose low 21 bits are 0)
+ * such that the exponentials e[0..n) (each in [0, 1]) at or above it hold at least target of the
+ * mass; 0 when none does. The candidates above it are a prefix of the sorted order that holds the
+ * prefix top-p keeps, and at most a quarter octave of exponentials more. One pass: the mass of each
+ * quarter octave, summed in double, indexed by the float's exponent and top two mantissa bits. */
+static float top_p_bar(const float *e, int32_t n, double target) {
+    enum { SHIFT = 21, N_BINS = (0x3F800000 >> SHIFT) + 1 }; /* 1.0f is in the last bin */
+    double mass[N_BINS] = {0};
+    for (int32_t j = 0; j < n; j++) {
+        uint32_t u;
+        memcpy(&u, &e[j], sizeof u);
+        mass[KN_MIN(u >> SHIFT, N_BINS - 1u)] += e[j];
+    }
+    double acc = 0.0;
+    for (uint32_t b = N_BINS - 1; b > 0; b--)
+        if ((acc += mass[b]) >= target) {
+            const uint32_t u = b << SHIFT;
+            float bar;
+            memcpy(&bar, &u, sizeof bar);
+            return bar;
+        }
+    return 0.0f;
+}
+
 /* Sampling with top-k off (or above the n finite candidates), mx the greatest finite logit. The
  * candidates' logits in id order (s->work itself when every token is one, else packed, as a grammar's
  * mask leaves few) give their exponentials e = e^((logit - mx) / temperature) and the sum S through
@@ -180,9 +204,8 @@ static int32_t truncate_and_draw(kn_sampler *s, int32_t n) {
  * / S). Only the prefix of the sorted order that top-p and min-p can keep is gathered and sorted: with
  * min-p on, the candidates whose e comes within 1e-4 of min_p (p >= min_p * the best, the best's e
  * being 1: expf_ref is monotonic, so they are a prefix); with top-p alone, the most likely ones holding
- * top_p of the mass and a margin over the rounding of the sums (all of them when that needs
- * exponentials under 1e-30); with neither, no order at all: the draw walks the exponentials in id
- * order. */
+ * top_p of the mass and a margin over the rounding of the sums (top_p_bar); with neither, no order
+ * at all: the draw walks the exponentials in id order. */
 static int32_t sample_wide(kn_sampler *s, int32_t n, float mx) {
     const kiln_sampler_params *p = &s->p;
     const kn_kernels *ks = kn_kernels_get(KN_KERNELS_AUTO);
@@ -206,14 +229,7 @@ static int32_t sample_wide(kn_sampler *s, int32_t n, float mx) {
         while (j < n - 1 && !(r < (acc += e[j]))) j++;
         return id ? id[j] : j;
     }
-    float theta = p->min_p * (1.0f - 1e-4f);
-    if (p->min_p <= 0.0f) { /* lower the bar until the gathered mass passes top_p */
-        for (theta = 1.0f / 1024; theta > 0.0f; theta = theta < 1e-30f ? 0.0f : theta / 64) {
-            double mass = 0.0;
-            for (int32_t j = 0; j < n; j++) mass += e[j] >= theta ? e[j] : 0.0f;
-            if (mass >= (p->top_p + 1e-6) * sum) break;
-        }
-    }
+    const float theta = p->min_p > 0.0f ? p->min_p * (1.0f - 1e-4f) : top_p_bar(e, n, (p->top_p + 1e-6) * sum);
     int32_t g = 0; /* e[j] >= theta: found a vector at a time (no e is NaN), then taken in runs */
     const float bar = nextafterf(theta, -INFINITY);
     for (int32_t j = 0; (j += (int32_t)ks->above(e + j, n - j, bar)) < n;) {
