@@ -175,9 +175,10 @@ static int32_t truncate_and_draw(kn_sampler *s, int32_t n) {
 
 /* The bar for top-p alone: the highest edge of a quarter octave (a float whose low 21 bits are 0)
  * such that the exponentials e[0..n) (each in [0, 1]) at or above it hold at least target of the
- * mass; 0 when none does. The candidates above it are a prefix of the sorted order that holds the
- * prefix top-p keeps, and at most a quarter octave of exponentials more. One pass: the mass of each
- * quarter octave, summed in double, indexed by the float's exponent and top two mantissa bits. */
+ * mass; 0 when none does. The candidates at or above it are a prefix of the sorted order that holds
+ * the prefix top-p keeps, and at most a quarter octave of exponentials more. One pass, with no
+ * branch on the values: the mass of each quarter octave, summed in double, indexed by the float's
+ * exponent and top two mantissa bits. */
 static float top_p_bar(const float *e, int32_t n, double target) {
     enum { SHIFT = 21, N_BINS = (0x3F800000 >> SHIFT) + 1 }; /* 1.0f is in the last bin */
     double mass[N_BINS] = {0};
