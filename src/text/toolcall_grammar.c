@@ -229,7 +229,7 @@ static kiln_status fail(gb *b, kiln_status st, size_t tool, const char *what, co
 }
 
 /* Compiles schema (NULL: any object) and splices its GBNF with prefix; false after fail(). */
-static bool schema_rules(gb *b, size_t tool, json_t *schema, bool strict, const char *prefix, const char *what) {
+static bool schema_rules(gb *b, size_t tool, const json_t *schema, bool strict, const char *prefix, const char *what) {
     char *text = schema ? json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY) : strdup("{\"type\":\"object\"}");
     if (!text) return fail(b, KILN_ERR_NOMEM, tool, what, ""), false;
     kiln_grammar_params gp = kiln_grammar_default_params();
@@ -245,7 +245,7 @@ static bool schema_rules(gb *b, size_t tool, json_t *schema, bool strict, const 
 }
 
 /* Whether a parameter's schema admits a string (its value is then written as raw text). */
-static bool admits_string(json_t *s) {
+static bool admits_string(const json_t *s) {
     json_t *t = json_object_get(s, "type");
     if (!t) return !json_object_get(s, "properties") && !json_object_get(s, "items");
     if (json_is_string(t)) return strcmp(json_string_value(t), "string") == 0;
@@ -300,7 +300,8 @@ static bool xml_params(gb *b, size_t t) {
         for (size_t r = 0; r < json_array_size(req); r++)
             if (json_is_string(json_array_get(req, r)) && strcmp(json_string_value(json_array_get(req, r)), key) == 0)
                 required |= 1ull << j;
-        if (admits_string(ps)) {
+        const json_t *pd = kn_tc_deref(schema, ps); /* a $ref'd parameter: the schema it names */
+        if (admits_string(pd)) {
             int u = until(b, b->fd->vclose);
             if (u < 0) return fail(b, KILN_ERR_INTERNAL, ti, "", "bad closing marker"), false;
             snprintf(vrule[j], sizeof vrule[j], "u%d-0", u);
@@ -308,7 +309,11 @@ static bool xml_params(gb *b, size_t t) {
             char prefix[32], what[96];
             snprintf(prefix, sizeof prefix, "t%zup%zu-", ti, j);
             snprintf(what, sizeof what, ".properties.%s", key);
-            if (!schema_rules(b, ti, ps, strict, prefix, what)) return false;
+            json_t *alone = kn_tc_schema_alone(schema, pd); /* its own $refs into $defs resolve */
+            if (!alone) return fail(b, KILN_ERR_NOMEM, ti, what, ""), false;
+            const bool ok = schema_rules(b, ti, alone, strict, prefix, what);
+            json_decref(alone);
+            if (!ok) return false;
             snprintf(vrule[j], sizeof vrule[j], "(w t%zup%zu-root w \"%s\")", ti, j, b->fd->vclose);
         }
         j++;

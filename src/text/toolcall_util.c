@@ -543,9 +543,53 @@ static const json_t *find_tool(const kn_tcp *p, const char *tool, size_t n) {
     return NULL;
 }
 
-/* Whether a schema's type admits only-or-also strings (type "string", a type list with "string",
- * an enum of strings, or such a schema in anyOf / oneOf). */
-static bool schema_is_string(const json_t *s, int depth) {
+const json_t *kn_tc_deref(const json_t *root, const json_t *s) {
+    for (int hop = 0; hop < 8 && json_is_object(s); hop++) {
+        const char *ref = json_string_value(json_object_get(s, "$ref"));
+        if (!ref || ref[0] != '#' || (ref[1] && ref[1] != '/')) break;
+        const json_t *at = root;
+        for (const char *q = ref + 1; at && *q == '/';) {
+            char tok[256];
+            size_t n = 0;
+            for (q++; *q && *q != '/'; q++) {
+                char c = *q;
+                if (c == '~' && (q[1] == '0' || q[1] == '1')) c = *++q == '0' ? '~' : '/';
+                if (n + 1 >= sizeof tok) return s; /* a key longer than any schema's */
+                tok[n++] = c;
+            }
+            tok[n] = 0;
+            if (json_is_object(at)) at = json_object_get(at, tok);
+            else if (json_is_array(at)) {
+                char *end;
+                unsigned long i = strtoul(tok, &end, 10);
+                at = n && !*end ? json_array_get(at, i) : NULL;
+            } else at = NULL;
+        }
+        if (!at || at == s) break;
+        s = at;
+    }
+    return s;
+}
+
+json_t *kn_tc_schema_alone(const json_t *root, const json_t *s) {
+    json_t *c = json_copy((json_t *)s);
+    if (!c) return NULL;
+    static const char *const containers[] = {"$defs", "definitions"};
+    for (int i = 0; i < 2; i++) {
+        json_t *d = json_object_get(root, containers[i]);
+        if (d && !json_object_get(c, containers[i]) && json_object_set(c, containers[i], d) != 0) {
+            json_decref(c);
+            return NULL;
+        }
+    }
+    return c;
+}
+
+/* Whether schema s (inside the document root) admits only-or-also strings (type "string", a type
+ * list with "string", an enum of strings, or such a schema in anyOf / oneOf), local $refs looked
+ * through. */
+static bool schema_is_string(const json_t *root, const json_t *s, int depth) {
+    s = kn_tc_deref(root, s);
     if (!json_is_object(s) || depth > 4) return false;
     const json_t *t = json_object_get(s, "type");
     if (json_is_string(t)) return strcmp(json_string_value(t), "string") == 0;
@@ -566,7 +610,7 @@ static bool schema_is_string(const json_t *s, int depth) {
     for (int a = 0; a < 2; a++) {
         const json_t *l = json_object_get(s, alts[a]);
         for (size_t i = 0; i < json_array_size(l); i++)
-            if (schema_is_string(json_array_get(l, i), depth + 1)) return true;
+            if (schema_is_string(root, json_array_get(l, i), depth + 1)) return true;
     }
     return false;
 }
@@ -574,8 +618,8 @@ static bool schema_is_string(const json_t *s, int depth) {
 bool kn_tc_param_is_string(const kn_tcp *p, const char *tool, const char *key) {
     const json_t *f = find_tool(p, tool, strlen(tool));
     if (!f) return false;
-    const json_t *props = json_object_get(json_object_get(f, "parameters"), "properties");
-    return schema_is_string(json_object_get(props, key), 0);
+    const json_t *params = json_object_get(f, "parameters");
+    return schema_is_string(params, json_object_get(json_object_get(params, "properties"), key), 0);
 }
 
 bool kn_tc_args_value(kn_tcp *p, int32_t call, const char *value, size_t n, bool as_string) {

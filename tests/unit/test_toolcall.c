@@ -847,6 +847,14 @@ static void test_family_cases(void) {
          "parameter>\n<parameter=o>\n{\"k\": "
          "[true, null]}\n</parameter>\n</function>\n</tool_call>",
          {"\"arguments\":\"{\\\"s\\\":\\\"42\\\",\\\"n\\\":4.5,\\\"o\\\":{\\\"k\\\":[true,null]}}\""}},
+        /* a parameter that is a $ref to a string (Pydantic's shape) is a string, whatever it looks like */
+        {"qwen3-coder",
+         "[{\"type\": \"function\", \"function\": {\"name\": \"w\", \"parameters\": {\"properties\": {\"s\": "
+         "{\"$ref\": \"#/$defs/Code\"}, \"o\": {\"$ref\": \"#/$defs/Obj\"}}, \"$defs\": {\"Code\": {\"type\": "
+         "\"string\"}, \"Obj\": {\"type\": \"object\"}}}}}]",
+         "<tool_call>\n<function=w>\n<parameter=s>\n42\n</parameter>\n<parameter=o>\n{\"k\": 1}\n</parameter>\n"
+         "</function>\n</tool_call>",
+         {"\"arguments\":\"{\\\"s\\\":\\\"42\\\",\\\"o\\\":{\\\"k\\\":1}}\""}},
         {"lfm2",
          NULL,
          "<|tool_call_start|>[f(a='it\\'s', b=[1, (2, 3)], c=None, d=True)]<|tool_call_end|>",

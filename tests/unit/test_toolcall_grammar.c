@@ -440,12 +440,45 @@ static void test_shapes(void) {
     kiln_grammar_free(g);
 }
 
+/* XML-like formats compile each parameter's schema alone: a parameter that is a $ref, or whose
+ * schema refers into the parameters' $defs (as Pydantic writes nested models), is still enforced
+ * under the schema it names (it used to be taken as raw text, or to fail: "does not resolve"). */
+static void test_xml_refs(void) {
+    const char *tools =
+        "[{\"type\": \"function\", \"function\": {\"name\": \"put\", \"parameters\": {\"type\": \"object\", "
+        "\"properties\": {\"item\": {\"$ref\": \"#/$defs/Item\"}, \"tags\": {\"type\": \"array\", \"items\": "
+        "{\"$ref\": \"#/$defs/Tag\"}}, \"label\": {\"$ref\": \"#/$defs/Label\"}}, \"required\": [\"item\"], "
+        "\"$defs\": {\"Item\": {\"type\": \"object\", \"properties\": {\"n\": {\"type\": \"integer\"}, \"next\": "
+        "{\"$ref\": \"#/$defs/Item\"}}, \"required\": [\"n\"]}, \"Tag\": {\"enum\": [\"a\", \"b\"]}, "
+        "\"Label\": {\"type\": \"string\"}}}}}]";
+    kiln_grammar *g = build("qwen3-coder", tools, KILN_TOOL_CHOICE_REQUIRED, NULL, true, NULL);
+    CHECK(g);
+    if (!g) return;
+#define CALL(item, rest)                                                                                               \
+    "<tool_call>\n<function=put>\n<parameter=item>\n" item "\n</parameter>\n" rest "</function>\n</tool_call>"
+    CHECK(accepts(g, CALL("{\"n\": 1}", "")));
+    CHECK(accepts(
+        g, CALL("{\"n\": 1, \"next\": {\"n\": 2}}",
+                "<parameter=tags>\n[\"a\", \"b\"]\n</parameter>\n<parameter=label>\nany <b>text</b>\n</parameter>\n")));
+    CHECK(!accepts(g, CALL("hello", "")));                    /* the $ref'd object is JSON, not raw text */
+    CHECK(!accepts(g, CALL("{\"n\": \"1\"}", "")));           /* under the schema it names */
+    CHECK(!accepts(g, CALL("{\"n\": 1, \"next\": {}}", ""))); /* recursively */
+    CHECK(!accepts(g, CALL("{\"n\": 1}", "<parameter=tags>\n[\"c\"]\n</parameter>\n"))); /* a nested $ref */
+#undef CALL
+    kiln_grammar_free(g);
+    g = build("glm-4.5", tools, KILN_TOOL_CHOICE_REQUIRED, NULL, true, NULL);
+    CHECK(g && accepts(g, "<tool_call>put\n<arg_key>item</arg_key>\n<arg_value>{\"n\": 3}</arg_value>\n</tool_call>"));
+    CHECK(g && !accepts(g, "<tool_call>put\n<arg_key>item</arg_key>\n<arg_value>3</arg_value>\n</tool_call>"));
+    kiln_grammar_free(g);
+}
+
 int main(void) {
     const char *path = kt_data("tool-calls/vectors.json");
     if (kt_exists(path)) g_vectors = json_load_file(path, 0, NULL);
     RUN(test_vectors);
     RUN(test_errors);
     RUN(test_shapes);
+    RUN(test_xml_refs);
     json_decref(g_vectors);
     return kt_summary();
 }
