@@ -317,15 +317,17 @@ int kn_tc_jstr_stream(kn_tcp *p, kn_tc_jdec *jd, kn_tc_sink sink);
 /* Appends s[n] to sink. */
 bool kn_tc_sink_add(kn_tcp *p, kn_tc_sink sink, const char *s, size_t n);
 
-/* Whether parameter key of tool name is declared with type string (a string type, or a list of
- * types with "string" in it, an enum of strings, an anyOf / oneOf with such a member; a schema that
- * is a local $ref is looked through, kn_tc_deref). Unknown tools and parameters: false. */
+/* Whether schema s (inside the document root) admits only-or-also strings: type "string" or a type
+ * list with "string" in it, an enum of strings, a string const, or such a schema in anyOf / oneOf /
+ * allOf; local $refs looked through (kn_tc_deref). A schema that says none of these: false. */
+bool kn_tc_schema_is_string(const json_t *root, const json_t *s);
+/* kn_tc_schema_is_string of parameter key of tool name. Unknown tools and parameters: false. */
 bool kn_tc_param_is_string(const kn_tcp *p, const char *tool, const char *key);
 /* The schema s stands for in the document root: while s is an object whose "$ref" is a local JSON
  * pointer ("#", "#/$defs/Name", "#/properties/a/items", with ~0 / ~1 escapes), the value it points
  * to, up to 8 hops; s itself when it has no such $ref or the pointer does not resolve. */
 const json_t *kn_tc_deref(const json_t *root, const json_t *s);
-/* A copy of schema s (an object) able to stand alone inside the document root: root's definition
+/* A copy of schema s able to stand alone inside the document root: when s is an object, root's definition
  * containers ("$defs", "definitions") are added where s has none, so that the local $refs of
  * generated schemas ("#/$defs/Name", as Pydantic writes them) still resolve. A new reference; NULL
  * when out of memory. Other pointers into root ("#/properties/...") do not resolve in the copy. */

@@ -244,15 +244,16 @@ static bool schema_rules(gb *b, size_t tool, const json_t *schema, bool strict, 
     return true;
 }
 
-/* Whether a parameter's schema admits a string (its value is then written as raw text). */
-static bool admits_string(const json_t *s) {
-    json_t *t = json_object_get(s, "type");
-    if (!t) return !json_object_get(s, "properties") && !json_object_get(s, "items");
-    if (json_is_string(t)) return strcmp(json_string_value(t), "string") == 0;
-    size_t i;
-    json_t *e;
-    json_array_foreach(t, i, e) if (json_is_string(e) && strcmp(json_string_value(e), "string") == 0) return true;
-    return false;
+/* Whether parameter schema s of the parameters schema root admits a string (its value is then
+ * written as raw text): one that says so (kn_tc_schema_is_string), or one that says nothing of its
+ * type at all (no type, enum, const, combinator, properties or items: any value; or no object). */
+static bool admits_string(const json_t *root, const json_t *s) {
+    s = kn_tc_deref(root, s);
+    static const char *const says[] = {"type",  "enum",       "const", "anyOf", "oneOf",
+                                       "allOf", "properties", "items", "$ref"};
+    bool any = true; /* also a schema that is no object (true, or nonsense the compiler refuses) */
+    for (size_t i = 0; any && i < sizeof says / sizeof *says; i++) any = !json_object_get(s, says[i]);
+    return any || kn_tc_schema_is_string(root, s);
 }
 
 /* Writes pattern with @N (name), @A (arguments rule of allowed tool t), @P (its parameters rule),
@@ -301,7 +302,7 @@ static bool xml_params(gb *b, size_t t) {
             if (json_is_string(json_array_get(req, r)) && strcmp(json_string_value(json_array_get(req, r)), key) == 0)
                 required |= 1ull << j;
         const json_t *pd = kn_tc_deref(schema, ps); /* a $ref'd parameter: the schema it names */
-        if (admits_string(pd)) {
+        if (admits_string(schema, pd)) {
             int u = until(b, b->fd->vclose);
             if (u < 0) return fail(b, KILN_ERR_INTERNAL, ti, "", "bad closing marker"), false;
             snprintf(vrule[j], sizeof vrule[j], "u%d-0", u);

@@ -573,7 +573,7 @@ const json_t *kn_tc_deref(const json_t *root, const json_t *s) {
 
 json_t *kn_tc_schema_alone(const json_t *root, const json_t *s) {
     json_t *c = json_copy((json_t *)s);
-    if (!c) return NULL;
+    if (!c || !json_is_object(c)) return c;
     static const char *const containers[] = {"$defs", "definitions"};
     for (int i = 0; i < 2; i++) {
         json_t *d = json_object_get(root, containers[i]);
@@ -585,9 +585,6 @@ json_t *kn_tc_schema_alone(const json_t *root, const json_t *s) {
     return c;
 }
 
-/* Whether schema s (inside the document root) admits only-or-also strings (type "string", a type
- * list with "string", an enum of strings, or such a schema in anyOf / oneOf), local $refs looked
- * through. */
 static bool schema_is_string(const json_t *root, const json_t *s, int depth) {
     s = kn_tc_deref(root, s);
     if (!json_is_object(s) || depth > 4) return false;
@@ -606,8 +603,10 @@ static bool schema_is_string(const json_t *root, const json_t *s, int depth) {
             if (!json_is_string(json_array_get(e, i))) return false;
         return true;
     }
-    const char *alts[] = {"anyOf", "oneOf"};
-    for (int a = 0; a < 2; a++) {
+    const json_t *c = json_object_get(s, "const");
+    if (c) return json_is_string(c);
+    const char *alts[] = {"anyOf", "oneOf", "allOf"};
+    for (int a = 0; a < 3; a++) {
         const json_t *l = json_object_get(s, alts[a]);
         for (size_t i = 0; i < json_array_size(l); i++)
             if (schema_is_string(root, json_array_get(l, i), depth + 1)) return true;
@@ -615,11 +614,13 @@ static bool schema_is_string(const json_t *root, const json_t *s, int depth) {
     return false;
 }
 
+bool kn_tc_schema_is_string(const json_t *root, const json_t *s) { return schema_is_string(root, s, 0); }
+
 bool kn_tc_param_is_string(const kn_tcp *p, const char *tool, const char *key) {
     const json_t *f = find_tool(p, tool, strlen(tool));
     if (!f) return false;
     const json_t *params = json_object_get(f, "parameters");
-    return schema_is_string(params, json_object_get(json_object_get(params, "properties"), key), 0);
+    return kn_tc_schema_is_string(params, json_object_get(json_object_get(params, "properties"), key));
 }
 
 bool kn_tc_args_value(kn_tcp *p, int32_t call, const char *value, size_t n, bool as_string) {

@@ -446,7 +446,8 @@ static void test_shapes(void) {
 static void test_xml_refs(void) {
     const char *tools =
         "[{\"type\": \"function\", \"function\": {\"name\": \"put\", \"parameters\": {\"type\": \"object\", "
-        "\"properties\": {\"item\": {\"$ref\": \"#/$defs/Item\"}, \"tags\": {\"type\": \"array\", \"items\": "
+        "\"properties\": {\"item\": {\"$ref\": \"#/$defs/Item\"}, \"opt\": {\"anyOf\": [{\"$ref\": "
+        "\"#/$defs/Item\"}, {\"type\": \"null\"}]}, \"tags\": {\"type\": \"array\", \"items\": "
         "{\"$ref\": \"#/$defs/Tag\"}}, \"label\": {\"$ref\": \"#/$defs/Label\"}}, \"required\": [\"item\"], "
         "\"$defs\": {\"Item\": {\"type\": \"object\", \"properties\": {\"n\": {\"type\": \"integer\"}, \"next\": "
         "{\"$ref\": \"#/$defs/Item\"}}, \"required\": [\"n\"]}, \"Tag\": {\"enum\": [\"a\", \"b\"]}, "
@@ -464,6 +465,10 @@ static void test_xml_refs(void) {
     CHECK(!accepts(g, CALL("{\"n\": \"1\"}", "")));           /* under the schema it names */
     CHECK(!accepts(g, CALL("{\"n\": 1, \"next\": {}}", ""))); /* recursively */
     CHECK(!accepts(g, CALL("{\"n\": 1}", "<parameter=tags>\n[\"c\"]\n</parameter>\n"))); /* a nested $ref */
+    /* Optional[Item]: JSON under anyOf [Item, null] */
+    CHECK(accepts(g, CALL("{\"n\": 1}", "<parameter=opt>\nnull\n</parameter>\n")));
+    CHECK(accepts(g, CALL("{\"n\": 1}", "<parameter=opt>\n{\"n\": 2}\n</parameter>\n")));
+    CHECK(!accepts(g, CALL("{\"n\": 1}", "<parameter=opt>\nnone\n</parameter>\n")));
 #undef CALL
     kiln_grammar_free(g);
     g = build("glm-4.5", tools, KILN_TOOL_CHOICE_REQUIRED, NULL, true, NULL);
