@@ -28,6 +28,7 @@
  * text up to the reasoning's close and a second block of calls after the first (a model that wrote
  * a call while thinking, then the real one).
  */
+#include "sample/schema.h"
 #include "text/toolcall.h"
 
 #include <stdio.h>
@@ -228,19 +229,33 @@ static kiln_status fail(gb *b, kiln_status st, size_t tool, const char *what, co
     return kn_error(b->st, "tools[%zu].function.parameters%s: %s", tool, what, cause);
 }
 
-/* Compiles schema (NULL: any object) and splices its GBNF with prefix; false after fail(). */
+/* Converts schema (NULL: any object) to GBNF and splices it with prefix; false after fail(). The
+ * whole grammar is compiled once, at the end. A schema with a $ref is compiled on its own too, as
+ * kiln_grammar_compile does: only a recursion through a $ref can make a converted schema match no
+ * finite value, which the compile finds, and its error then names this tool (in the whole grammar
+ * that tool's calls would just be impossible). */
 static bool schema_rules(gb *b, size_t tool, const json_t *schema, bool strict, const char *prefix, const char *what) {
     char *text = schema ? json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY) : strdup("{\"type\":\"object\"}");
     if (!text) return fail(b, KILN_ERR_NOMEM, tool, what, ""), false;
-    kiln_grammar_params gp = kiln_grammar_default_params();
-    gp.kind = KILN_GRAMMAR_JSON_SCHEMA;
-    gp.strict = strict;
+    kiln_status st;
+    char *gbnf = NULL;
     kiln_grammar *g = NULL;
-    kiln_status st = kiln_grammar_compile(text, strlen(text), &gp, &g);
+    if (strstr(text, "\"$ref\"")) {
+        kiln_grammar_params gp = kiln_grammar_default_params();
+        gp.kind = KILN_GRAMMAR_JSON_SCHEMA;
+        gp.strict = strict;
+        st = kiln_grammar_compile(text, strlen(text), &gp, &g);
+    } else if (strlen(text) > KILN_GRAMMAR_MAX_TEXT) {
+        st = kn_error(KILN_ERR_INVALID_ARG, "the schema is %zu bytes; at most %u are accepted", strlen(text),
+                      KILN_GRAMMAR_MAX_TEXT);
+    } else {
+        st = kn_schema_to_gbnf(text, strlen(text), strict, &gbnf);
+    }
     free(text);
     if (st) return fail(b, st, tool, what, kn_error_msg()), false;
-    splice(b->f, kiln_grammar_gbnf(g), prefix);
+    splice(b->f, g ? kiln_grammar_gbnf(g) : gbnf, prefix);
     kiln_grammar_free(g);
+    free(gbnf);
     return true;
 }
 

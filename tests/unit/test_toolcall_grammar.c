@@ -364,6 +364,13 @@ static void test_errors(void) {
     p.tools = "[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"type\": \"wat\"}}}]";
     CHECK(kiln_tool_grammar(&p, &g) == KILN_ERR_INVALID_ARG && !g);
     CHECKF(strncmp(kiln_last_error(), "tools[0].function.parameters", 28) == 0, "%s", kiln_last_error());
+    /* converts, but no finite value satisfies it (found by the compile): the tool is named, not dropped */
+    p.tools = "[{\"type\": \"function\", \"function\": {\"name\": \"g\"}}, {\"type\": \"function\", \"function\": "
+              "{\"name\": \"f\", \"parameters\": {\"type\": \"object\", \"properties\": {\"a\": {\"$ref\": \"#\"}}, "
+              "\"required\": [\"a\"]}}}]";
+    CHECK(kiln_tool_grammar(&p, &g) == KILN_ERR_INVALID_ARG && !g);
+    CHECKF(strncmp(kiln_last_error(), "tools[1].function.parameters: schema #: no finite", 49) == 0, "%s",
+           kiln_last_error());
     p.tools = "[{\"type\": \"function\", \"function\": {\"name\": \"f g\"}}]";
     CHECK(kiln_tool_grammar(&p, &g) == KILN_ERR_INVALID_ARG);
     CHECKF(strncmp(kiln_last_error(), "tools[0].function.name", 22) == 0, "%s", kiln_last_error());
