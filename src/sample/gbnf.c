@@ -1239,9 +1239,10 @@ kiln_status kn_gbnf_parse(const char *text, size_t len, kn_gprog *out) { return 
 kiln_status kn_gbnf_parse_ex(const char *text, size_t len, unsigned flags, kn_gprog *out) {
     memset(out, 0, sizeof *out);
     if (!text && len) return kn_error(KILN_ERR_INVALID_ARG, "the grammar text is NULL");
-    if (len > KILN_GRAMMAR_MAX_TEXT)
+    const unsigned cap = flags & KN_GBNF_GENERATED ? KN_GBNF_MAX_GENERATED : KILN_GRAMMAR_MAX_TEXT;
+    if (len > cap)
         return kn_error(KILN_ERR_INVALID_ARG, "line 1, column 1: the grammar is %zu bytes; at most %u are accepted",
-                        len, KILN_GRAMMAR_MAX_TEXT);
+                        len, cap);
     gb *p = calloc(1, sizeof *p);
     if (!p) return kn_error(KILN_ERR_NOMEM, "out of memory compiling the grammar");
     memset(p->byte_set, 0xff, sizeof p->byte_set);

@@ -10,6 +10,10 @@
 #include <string.h>
 
 kiln_status kn_gbnf_compile(const char *text, size_t len, kiln_grammar **out) {
+    return kn_gbnf_compile_ex(text, len, 0, out);
+}
+
+kiln_status kn_gbnf_compile_ex(const char *text, size_t len, unsigned flags, kiln_grammar **out) {
     if (!out) return kn_error(KILN_ERR_INVALID_ARG, "out is NULL");
     *out = NULL;
     /* the text is kept and printed as a C string (kiln_grammar_gbnf): a NUL byte, even in a
@@ -22,7 +26,7 @@ kiln_status kn_gbnf_compile(const char *text, size_t len, kiln_grammar **out) {
     }
     kiln_grammar *g = kn_calloc(1, sizeof *g);
     if (!g) return KILN_ERR_NOMEM;
-    kiln_status st = kn_gbnf_parse(text, len, &g->prog);
+    kiln_status st = kn_gbnf_parse_ex(text, len, flags, &g->prog);
     if (st) {
         free(g);
         return st;

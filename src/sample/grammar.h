@@ -32,6 +32,9 @@
  * too ambiguous for the matcher ("the grammar is too ambiguous: ...", see kn_gprog_check). gbnf is kept
  * (a copy) as the grammar's kiln_grammar_gbnf. */
 kiln_status kn_gbnf_compile(const char *text, size_t len, kiln_grammar **out);
+/* kn_gbnf_compile with kn_gbnf_parse_ex's flags (grammar_prog.h): KN_GBNF_GENERATED for a grammar
+ * kiln wrote itself. */
+kiln_status kn_gbnf_compile_ex(const char *text, size_t len, unsigned flags, kiln_grammar **out);
 
 /* The largest m and n of x{m}, x{m,} and x{m,n} (each copy costs program size and parser states). */
 #define KN_GBNF_MAX_REPEAT 10000

@@ -3,9 +3,10 @@
  * which a generation runs to enforce tool_choice (a lazy grammar for "auto", an eager one for
  * "required" or a named function).
  *
- * The grammar is GBNF text assembled here and compiled with kiln_grammar_compile:
- *   - each allowed tool's "parameters" schema is compiled on its own (JSON Schema) and the GBNF it
- *     compiled to is spliced in with its rule names prefixed "t<i>-" (tool i), so the rules of two
+ * The grammar is GBNF text assembled here and compiled once (kn_gbnf_compile_ex, as a generated
+ * grammar: larger than a client's grammar text may be, bounded by the program's size):
+ *   - each allowed tool's "parameters" schema is converted on its own (JSON Schema) and the GBNF it
+ *     converted to is spliced in with its rule names prefixed "t<i>-" (tool i), so the rules of two
  *     schemas (each has its "root", "string", "ws", ...) cannot collide; its arguments are rule
  *     t<i>-root. The XML-like formats (Qwen3-Coder, GLM) write one element per parameter: a
  *     parameter whose schema admits a string is raw text up to the element's close, any other is
@@ -28,6 +29,8 @@
  * text up to the reasoning's close and a second block of calls after the first (a model that wrote
  * a call while thinking, then the real one).
  */
+#include "sample/grammar.h"
+#include "sample/grammar_prog.h"
 #include "sample/schema.h"
 #include "text/toolcall.h"
 
@@ -567,10 +570,13 @@ kiln_status kiln_tool_grammar(const kiln_tool_grammar_params *params, kiln_gramm
             const char *trig[4];
             size_t nt = 0;
             for (; nt < 3 && fd->trig[nt]; nt++) trig[nt] = fd->trig[nt];
-            kiln_grammar_params gp = kiln_grammar_default_params();
-            gp.triggers = lazy ? trig : NULL;
-            gp.n_triggers = lazy ? nt : 0;
-            st = kiln_grammar_compile(text, len, &gp, out);
+            /* generated text: the GBNF compiler's cap on program size bounds it, not the cap on a
+             * client's grammar text (the XML-like formats write one schema's rules per parameter) */
+            st = kn_gbnf_compile_ex(text, len, KN_GBNF_GENERATED, out);
+            if (!st && lazy && (st = kn_grammar_set_triggers(*out, trig, nt))) {
+                kiln_grammar_free(*out);
+                *out = NULL;
+            }
             if (st && st != KILN_ERR_NOMEM) {
                 char cause[KN_ERRMSG_MAX];
                 snprintf(cause, sizeof cause, "%s", kn_error_msg());

@@ -484,6 +484,39 @@ static void test_xml_refs(void) {
     kiln_grammar_free(g);
 }
 
+/* Many tools in an XML-like format write a grammar larger than a client's grammar may be (one
+ * schema's rules per parameter): it compiles all the same, bounded by the program's size. */
+static void test_large_tool_set(void) {
+    enum { N_TOOLS = 64, N_PARAMS = 6 };
+    size_t cap = 1u << 20, n = 0;
+    char *tools = malloc(cap);
+    CHECK(tools);
+    if (!tools) return;
+    n += (size_t)snprintf(tools + n, cap - n, "[");
+    for (int t = 0; t < N_TOOLS; t++) {
+        n += (size_t)snprintf(tools + n, cap - n,
+                              "%s{\"type\": \"function\", \"function\": {\"name\": \"tool_%d\", \"parameters\": "
+                              "{\"type\": \"object\", \"properties\": {",
+                              t ? ", " : "", t);
+        for (int k = 0; k < N_PARAMS; k++)
+            n += (size_t)snprintf(tools + n, cap - n,
+                                  "%s\"p%d\": {\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"integer\"}, "
+                                  "\"b\": {\"type\": \"array\", \"items\": {\"type\": \"number\"}}}}",
+                                  k ? ", " : "", k);
+        n += (size_t)snprintf(tools + n, cap - n, "}}}}");
+    }
+    snprintf(tools + n, cap - n, "]");
+    kiln_grammar *g = build("qwen3-coder", tools, KILN_TOOL_CHOICE_AUTO, NULL, true, NULL);
+    CHECK(g);
+    if (g) {
+        CHECKF(strlen(kiln_grammar_gbnf(g)) > KILN_GRAMMAR_MAX_TEXT, "%zu bytes", strlen(kiln_grammar_gbnf(g)));
+        CHECK(accepts(g, "ok <tool_call>\n<function=tool_63>\n<parameter=p5>\n{\"a\": 1, \"b\": [2.5]}\n</parameter>\n"
+                         "</function>\n</tool_call>"));
+    }
+    kiln_grammar_free(g);
+    free(tools);
+}
+
 int main(void) {
     const char *path = kt_data("tool-calls/vectors.json");
     if (kt_exists(path)) g_vectors = json_load_file(path, 0, NULL);
@@ -491,6 +524,7 @@ int main(void) {
     RUN(test_errors);
     RUN(test_shapes);
     RUN(test_xml_refs);
+    RUN(test_large_tool_set);
     json_decref(g_vectors);
     return kt_summary();
 }
