@@ -478,6 +478,21 @@ static void test_xml_refs(void) {
     CHECK(!accepts(g, CALL("{\"n\": 1}", "<parameter=opt>\nnone\n</parameter>\n")));
 #undef CALL
     kiln_grammar_free(g);
+    /* JSON pointers: an escaped key ("x~1y" is "x/y"), a sibling parameter, an array index */
+    const char *ptrs =
+        "[{\"type\": \"function\", \"function\": {\"name\": \"q\", \"parameters\": {\"type\": \"object\", "
+        "\"properties\": {\"a\": {\"$ref\": \"#/$defs/x~1y\"}, \"b\": {\"$ref\": \"#/properties/a\"}, \"c\": "
+        "{\"$ref\": \"#/$defs/list/1\"}}, \"required\": [\"a\", \"b\", \"c\"], \"$defs\": {\"x/y\": {\"type\": "
+        "\"integer\"}, \"list\": [{\"type\": \"string\"}, {\"type\": \"boolean\"}]}}}}]";
+    g = build("qwen3-coder", ptrs, KILN_TOOL_CHOICE_REQUIRED, NULL, true, NULL);
+    CHECK(g);
+#define Q(a, b, c)                                                                                                     \
+    "<tool_call>\n<function=q>\n<parameter=a>\n" a "\n</parameter>\n<parameter=b>\n" b                                 \
+    "\n</parameter>\n<parameter=c>\n" c "\n</parameter>\n</function>\n</tool_call>"
+    CHECK(g && accepts(g, Q("1", "2", "true")));
+    CHECK(g && !accepts(g, Q("x", "2", "true")) && !accepts(g, Q("1", "x", "true")) && !accepts(g, Q("1", "2", "x")));
+#undef Q
+    kiln_grammar_free(g);
     g = build("glm-4.5", tools, KILN_TOOL_CHOICE_REQUIRED, NULL, true, NULL);
     CHECK(g && accepts(g, "<tool_call>put\n<arg_key>item</arg_key>\n<arg_value>{\"n\": 3}</arg_value>\n</tool_call>"));
     CHECK(g && !accepts(g, "<tool_call>put\n<arg_key>item</arg_key>\n<arg_value>3</arg_value>\n</tool_call>"));
