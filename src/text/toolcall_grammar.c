@@ -294,6 +294,29 @@ static void expand(gb *b, const char *pat, size_t t, const char *key, const char
     }
 }
 
+/* The values a string parameter of an XML-like format may take when its schema s lists them (an
+ * enum whose members are all strings, or a string const): a JSON array (a new reference) for the
+ * grammar to write those only, as the raw text of the value; NULL when s lists none, or when a value
+ * could not be told apart from the markup around it (it holds the close marker, or begins or ends
+ * with a newline the format trims), which leaves the value free text up to the close. */
+static json_t *raw_choices(const json_t *s, const char *close, bool trim) {
+    const json_t *c = json_object_get(s, "const"), *e = json_object_get(s, "enum");
+    json_t *v = json_is_string(c)                        ? json_pack("[O]", c)
+                : json_is_array(e) && json_array_size(e) ? json_incref((json_t *)e)
+                                                         : NULL;
+    size_t i;
+    json_t *x;
+    json_array_foreach(v, i, x) {
+        const char *t = json_string_value(x);
+        const size_t n = json_string_length(x);
+        if (!t || memchr(t, 0, n) || strstr(t, close) || (trim && n && (t[0] == '\n' || t[n - 1] == '\n'))) {
+            json_decref(v);
+            return NULL;
+        }
+    }
+    return v;
+}
+
 /* The XML parameters of allowed tool t: rule x<i>-<set> is the rest of the call once the parameters
  * in set are written. False after fail(). */
 static bool xml_params(gb *b, size_t t) {
@@ -302,6 +325,8 @@ static bool xml_params(gb *b, size_t t) {
     json_t *props = json_object_get(schema, "properties");
     json_t *req = json_object_get(schema, "required");
     const bool strict = json_is_true(json_object_get(b->fns[t], "strict"));
+    /* whether the parser drops a value's first and last newline (toolcall_xml.c) */
+    const bool trim = b->tf->family == &kn_tc_fam_xml && ((const kn_tc_xml_cfg *)b->tf->cfg)->trim_newline;
     size_t np = json_is_object(props) ? json_object_size(props) : 0;
     const char *keys[64];
     char vrule[64][64];
@@ -320,7 +345,22 @@ static bool xml_params(gb *b, size_t t) {
             if (json_is_string(json_array_get(req, r)) && strcmp(json_string_value(json_array_get(req, r)), key) == 0)
                 required |= 1ull << j;
         const json_t *pd = kn_tc_deref(schema, ps); /* a $ref'd parameter: the schema it names */
-        if (admits_string(schema, pd)) {
+        json_t *choices = admits_string(schema, pd) ? raw_choices(pd, b->fd->vclose, trim) : NULL;
+        if (choices) { /* one of the listed strings, as the parser will read it (trimmed) */
+            const char *nl = trim ? "\"\\n\"? " : "";
+            fprintf(b->f, "t%zue%zu ::= %s(", ti, j, nl);
+            size_t i;
+            json_t *x;
+            json_array_foreach(choices, i, x) {
+                if (i) fputs(" | ", b->f);
+                lit_n(b->f, json_string_value(x), json_string_length(x));
+            }
+            fprintf(b->f, ") %s", nl);
+            lit_n(b->f, b->fd->vclose, strlen(b->fd->vclose));
+            fputc('\n', b->f);
+            json_decref(choices);
+            snprintf(vrule[j], sizeof vrule[j], "t%zue%zu", ti, j);
+        } else if (admits_string(schema, pd)) {
             int u = until(b, b->fd->vclose);
             if (u < 0) return fail(b, KILN_ERR_INTERNAL, ti, "", "bad closing marker"), false;
             snprintf(vrule[j], sizeof vrule[j], "u%d-0", u);

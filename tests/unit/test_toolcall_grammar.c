@@ -499,6 +499,31 @@ static void test_xml_refs(void) {
     kiln_grammar_free(g);
 }
 
+/* A string parameter with listed values (enum, const) in an XML-like format: one of them, as raw
+ * text, with the newlines the format's parser trims around it (Qwen3-Coder) or none (GLM). */
+static void test_xml_enums(void) {
+    const char *tools =
+        "[{\"type\": \"function\", \"function\": {\"name\": \"w\", \"parameters\": {\"type\": \"object\", "
+        "\"properties\": {\"unit\": {\"type\": \"string\", \"enum\": [\"celsius\", \"deg F\"]}, \"mode\": "
+        "{\"$ref\": \"#/$defs/Mode\"}, \"note\": {\"enum\": [\"a</parameter>b\", \"c\"]}}, \"required\": [\"unit\"], "
+        "\"$defs\": {\"Mode\": {\"const\": \"fast\"}}}}}]";
+    kiln_grammar *g = build("qwen3-coder", tools, KILN_TOOL_CHOICE_REQUIRED, NULL, true, NULL);
+    CHECK(g);
+#define W(v, rest) "<tool_call>\n<function=w>\n<parameter=unit>" v "</parameter>\n" rest "</function>\n</tool_call>"
+    CHECK(g && accepts(g, W("\ncelsius\n", "")) && accepts(g, W("deg F", "")));
+    CHECK(g && accepts(g, W("\ncelsius\n", "<parameter=mode>\nfast\n</parameter>\n")));
+    CHECK(g && !accepts(g, W("\nkelvin\n", "")) && !accepts(g, W("\n celsius\n", "")));
+    CHECK(g && !accepts(g, W("\ncelsius\n", "<parameter=mode>\nslow\n</parameter>\n")));
+    /* a listed value that holds the close marker: free text, as before */
+    CHECK(g && accepts(g, W("\ncelsius\n", "<parameter=note>\nanything\n</parameter>\n")));
+#undef W
+    kiln_grammar_free(g);
+    g = build("glm-4.5", tools, KILN_TOOL_CHOICE_REQUIRED, NULL, true, NULL);
+    CHECK(g && accepts(g, "<tool_call>w\n<arg_key>unit</arg_key>\n<arg_value>celsius</arg_value>\n</tool_call>"));
+    CHECK(g && !accepts(g, "<tool_call>w\n<arg_key>unit</arg_key>\n<arg_value>\ncelsius</arg_value>\n</tool_call>"));
+    kiln_grammar_free(g);
+}
+
 /* Many tools in an XML-like format write a grammar larger than a client's grammar may be (one
  * schema's rules per parameter): it compiles all the same, bounded by the program's size. */
 static void test_large_tool_set(void) {
@@ -539,6 +564,7 @@ int main(void) {
     RUN(test_errors);
     RUN(test_shapes);
     RUN(test_xml_refs);
+    RUN(test_xml_enums);
     RUN(test_large_tool_set);
     json_decref(g_vectors);
     return kt_summary();
