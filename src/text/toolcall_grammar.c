@@ -9,14 +9,16 @@
  *     converted to is spliced in with its rule names prefixed "t<i>-" (tool i), so the rules of two
  *     schemas (each has its "root", "string", "ws", ...) cannot collide; its arguments are rule
  *     t<i>-root. The XML-like formats (Qwen3-Coder, GLM) write one element per parameter: a
- *     parameter whose schema admits a string is raw text up to the element's close, any other is
+ *     parameter whose schema admits a string is raw text up to the element's close (one of its
+ *     values when the schema lists them: a string enum or const), any other is
  *     JSON under its own schema (prefix "t<i>p<j>-"); the elements come in any order, each at most
  *     once and the required ones all present (one rule per set of parameters written so far, up to
  *     XML_EXACT_MAX parameters; beyond, any sequence of the declared parameters);
  *   - the wrapper's own rules have names no prefixed name can take: "root", "body", "call", "w"
  *     (white space between markup: a space, a line break or two and an indent), "wt" (white space at
  *     the end), "s" (an optional space: after a JSON key, around a colon), "u<k>-<q>" (text up to a closing marker, a
- * KMP automaton over code points), "x<i>-<set>" (XML parameters), "py..." (Llama's built-in calls);
+ * KMP automaton over code points), "x<i>-<set>" (XML parameters), "t<i>e<j>" (the listed values
+ * of parameter j), "py..." (Llama's built-in calls);
  *   - a format is a row of FORMATS: the block's opener, one call (a pattern where @N is the
  *     function's name and @A its arguments rule, @P its XML parameters), the separator between
  *     calls, the block's close, and the lazy grammar's triggers (the openers). gpt-oss, Llama 3.x
@@ -262,11 +264,11 @@ static bool schema_rules(gb *b, size_t tool, const json_t *schema, bool strict, 
     return true;
 }
 
-/* Whether parameter schema s of the parameters schema root admits a string (its value is then
- * written as raw text): one that says so (kn_tc_schema_is_string), or one that says nothing of its
- * type at all (no type, enum, const, combinator, properties or items: any value; or no object). */
+/* Whether parameter schema s (its $ref looked through) of the parameters schema root admits a
+ * string (its value is then written as raw text): one that says so (kn_tc_schema_is_string), or one
+ * that says nothing of its type at all (no type, enum, const, combinator, properties or items: any
+ * value; or no object). */
 static bool admits_string(const json_t *root, const json_t *s) {
-    s = kn_tc_deref(root, s);
     static const char *const says[] = {"type",  "enum",       "const", "anyOf", "oneOf",
                                        "allOf", "properties", "items", "$ref"};
     bool any = true; /* also a schema that is no object (true, or nonsense the compiler refuses) */
@@ -345,7 +347,8 @@ static bool xml_params(gb *b, size_t t) {
             if (json_is_string(json_array_get(req, r)) && strcmp(json_string_value(json_array_get(req, r)), key) == 0)
                 required |= 1ull << j;
         const json_t *pd = kn_tc_deref(schema, ps); /* a $ref'd parameter: the schema it names */
-        json_t *choices = admits_string(schema, pd) ? raw_choices(pd, b->fd->vclose, trim) : NULL;
+        const bool raw = admits_string(schema, pd);
+        json_t *choices = raw ? raw_choices(pd, b->fd->vclose, trim) : NULL;
         if (choices) { /* one of the listed strings, as the parser will read it (trimmed) */
             const char *nl = trim ? "\"\\n\"? " : "";
             fprintf(b->f, "t%zue%zu ::= %s(", ti, j, nl);
@@ -360,7 +363,7 @@ static bool xml_params(gb *b, size_t t) {
             fputc('\n', b->f);
             json_decref(choices);
             snprintf(vrule[j], sizeof vrule[j], "t%zue%zu", ti, j);
-        } else if (admits_string(schema, pd)) {
+        } else if (raw) {
             int u = until(b, b->fd->vclose);
             if (u < 0) return fail(b, KILN_ERR_INTERNAL, ti, "", "bad closing marker"), false;
             snprintf(vrule[j], sizeof vrule[j], "u%d-0", u);
