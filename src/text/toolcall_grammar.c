@@ -242,19 +242,20 @@ static kiln_status fail(gb *b, kiln_status st, size_t tool, const char *what, co
 static bool schema_rules(gb *b, size_t tool, const json_t *schema, bool strict, const char *prefix, const char *what) {
     char *text = schema ? json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY) : strdup("{\"type\":\"object\"}");
     if (!text) return fail(b, KILN_ERR_NOMEM, tool, what, ""), false;
+    const size_t len = strlen(text);
     kiln_status st;
     char *gbnf = NULL;
     kiln_grammar *g = NULL;
-    if (strstr(text, "\"$ref\"")) {
+    if (len > KILN_GRAMMAR_MAX_TEXT) { /* kiln_grammar_compile's own bound, for both paths */
+        st = kn_error(KILN_ERR_INVALID_ARG, "the schema is %zu bytes; at most %u are accepted", len,
+                      KILN_GRAMMAR_MAX_TEXT);
+    } else if (strstr(text, "\"$ref\"")) {
         kiln_grammar_params gp = kiln_grammar_default_params();
         gp.kind = KILN_GRAMMAR_JSON_SCHEMA;
         gp.strict = strict;
-        st = kiln_grammar_compile(text, strlen(text), &gp, &g);
-    } else if (strlen(text) > KILN_GRAMMAR_MAX_TEXT) {
-        st = kn_error(KILN_ERR_INVALID_ARG, "the schema is %zu bytes; at most %u are accepted", strlen(text),
-                      KILN_GRAMMAR_MAX_TEXT);
+        st = kiln_grammar_compile(text, len, &gp, &g);
     } else {
-        st = kn_schema_to_gbnf(text, strlen(text), strict, &gbnf);
+        st = kn_schema_to_gbnf(text, len, strict, &gbnf);
     }
     free(text);
     if (st) return fail(b, st, tool, what, kn_error_msg()), false;
