@@ -15,15 +15,19 @@ else fail kv_paging_print_config "$(grep kv-paging "$TMP/on" "$TMP/off" | head -
 expect_exit kv_paging_bad 2 "$KILN" serve -m "$M" --kv-paging maybe --print-config
 
 if ! command -v curl >/dev/null 2>&1; then skip kv_paging_serve "curl is needed"; exit 0; fi
-PORT=$((20000 + $$ % 20000))
-# serve FLAGS...: starts a server, sends 3 greedy completions (the second repeats the first's long
-# prompt: a prefix hit), writes their texts to $TMP/texts.$1 and /stats to $TMP/stats.$1.
+# serve FLAGS...: starts a server on a free port (--port 0; the port read from its "listening on"
+# line), sends 3 greedy completions (the second repeats the first's long prompt: a prefix hit), writes
+# their texts to $TMP/texts.$1 and /stats to $TMP/stats.$1.
 serve() {
   tag=$1; shift
-  "$KILN" serve -m "$M" -c 256 -t 1 --port "$PORT" --no-open --no-isolation "$@" >"$TMP/log.$tag" 2>&1 &
+  : >"$TMP/log.$tag"
+  "$KILN" serve -m "$M" -c 256 -t 1 --port 0 --no-open --no-isolation "$@" >"$TMP/log.$tag" 2>&1 &
   pid=$!
   i=0
-  while [ $i -lt 100 ] && ! curl -s -o /dev/null "http://127.0.0.1:$PORT/health"; do sleep 0.1; i=$((i + 1)); done
+  while [ $i -lt 200 ] && kill -0 $pid 2>/dev/null && ! grep -q "listening on" "$TMP/log.$tag"; do
+    sleep 0.1; i=$((i + 1))
+  done
+  PORT=$(sed -n 's/.*listening on http:\/\/[^ ]*:\([0-9][0-9]*\) .*/\1/p' "$TMP/log.$tag" | head -n 1)
   : >"$TMP/texts.$tag"
   for p in "Once upon a time, there was a little girl named Lily. She liked to play in the park with her" \
            "Once upon a time, there was a little girl named Lily. She liked to play in the park with her dog" \
@@ -37,7 +41,6 @@ serve() {
   wait "$pid" 2>/dev/null
 }
 serve on
-PORT=$((PORT + 1))
 serve off --kv-paging off
 if [ "$(wc -l <"$TMP/texts.on")" -eq 3 ] && cmp -s "$TMP/texts.on" "$TMP/texts.off"; then pass kv_paging_same_output
 else fail kv_paging_same_output "$(cat "$TMP/texts.on" "$TMP/texts.off" "$TMP/log.on" | head -c 600)"; fi
