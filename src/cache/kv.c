@@ -329,30 +329,42 @@ void kn_kv_store(kn_kv *kv, int32_t l, int32_t pos, const float *k, const float 
 }
 
 void kn_kv_attend(const kn_kernels *ks, const kn_kv *kv, int32_t l, int32_t p0, int32_t n, int32_t kv_off, int hd,
-                  const float *q, int nq, float scale, float cap, float *out) {
-    const int32_t off = kv_off, g = kv_off / kv->head_dim; /* g: the head, when rotated (then hd = head_dim) */
+                  int nkv, const float *q, int nq, float scale, float cap, float *out) {
+    const int32_t off = kv_off, g0 = kv_off / kv->head_dim; /* g0: the first head, when rotated (hd = head_dim) */
+    const int nh = nkv * nq;
     float qr[KN_ATTEND_MAX_Q * KN_KV_MAX_ROT_HD];
+    if (kv->fmt.rot_k &&
+        (size_t)nh * (size_t)hd > sizeof qr / sizeof *qr) { /* the rotated queries one head at a time */
+        for (int g = 0; g < nkv; g++)
+            kn_kv_attend(ks, kv, l, p0, n, kv_off + g * hd, hd, 1, q + (size_t)g * nq * hd, nq, scale, cap,
+                         out + (size_t)g * nq * hd);
+        return;
+    }
     if (kv->fmt.rot_k) {
-        memcpy(qr, q, (size_t)nq * (size_t)hd * sizeof *qr);
-        for (int h = 0; h < nq; h++) kn_hadamard_fwd(qr + (size_t)h * (size_t)hd, signs_of(kv, l, g), hd);
+        memcpy(qr, q, (size_t)nh * (size_t)hd * sizeof *qr);
+        for (int h = 0; h < nh; h++) kn_hadamard_fwd(qr + (size_t)h * (size_t)hd, signs_of(kv, l, g0 + h / nq), hd);
         q = qr;
     }
     /* The rows in place, block by block (one block when contiguous). */
     const uint8_t *const *blk = (const uint8_t *const *)kv->blk + p0 / kv->bt;
     const size_t bt = (size_t)kv->bt;
-    const kn_attend_rows rows = {
-        .kb = blk,
-        .vb = blk,
-        .koff = (size_t)l * bt * kv->k_row + kn_kv__off(kv->k_head, kv->k_elt, kv->head_dim, off),
-        .voff = kv->k_blk + (size_t)l * bt * kv->v_row + kn_kv__off(kv->v_head, kv->v_elt, kv->head_dim, off),
-        .kstride = kv->k_row,
-        .vstride = kv->v_row,
-        .first = p0 % kv->bt,
-        .bt = kv->bt};
+    const size_t koff = kn_kv__off(kv->k_head, kv->k_elt, kv->head_dim, off),
+                 voff = kn_kv__off(kv->v_head, kv->v_elt, kv->head_dim, off);
+    const kn_attend_rows rows = {.kb = blk,
+                                 .vb = blk,
+                                 .koff = (size_t)l * bt * kv->k_row + koff,
+                                 .voff = kv->k_blk + (size_t)l * bt * kv->v_row + voff,
+                                 .kstride = kv->k_row,
+                                 .vstride = kv->v_row,
+                                 .first = p0 % kv->bt,
+                                 .bt = kv->bt,
+                                 .nkv = nkv,
+                                 .khead = kn_kv__off(kv->k_head, kv->k_elt, kv->head_dim, off + hd) - koff,
+                                 .vhead = kn_kv__off(kv->v_head, kv->v_elt, kv->head_dim, off + hd) - voff};
     if (cap > 0 || kv->fmt.k != kv->fmt.v) kn_attend_kv_ref(kv->fmt.k, kv->fmt.v, &rows, n, q, nq, hd, scale, cap, out);
     else kn_kernels_attend(ks, kv->fmt.k)(&rows, n, q, nq, hd, scale, out);
     if (kv->fmt.rot_v)
-        for (int h = 0; h < nq; h++) kn_hadamard_inv(out + (size_t)h * (size_t)hd, signs_of(kv, l, g), hd);
+        for (int h = 0; h < nh; h++) kn_hadamard_inv(out + (size_t)h * (size_t)hd, signs_of(kv, l, g0 + h / nq), hd);
 }
 
 const float *kn_kv_query(const kn_kv *kv, int32_t l, int32_t kv_off, int hd, const float *q, float *dst) {

@@ -146,14 +146,15 @@ static inline const void *kn_kv_v_at(const kn_kv *kv, int32_t l, int32_t pos, in
            kn_kv__off(kv->v_head, kv->v_elt, kv->head_dim, off);
 }
 
-/* Attention of the nq query heads q[nq][hd] (nq <= KN_ATTEND_MAX_Q) that share the KV head whose
- * elements start at kv_off (a multiple of hd), over positions [p0, p0 + n) of layer l: rotates the
- * queries when K is rotated, runs ks's kernel for the format (K and V of one format; the reference
- * for mixed formats and for soft-capped scores, cap > 0), and rotates the output back when V is
- * rotated. out[nq][hd]. hd must be the cache's head_dim unless the cache is a plain unrotated F16 /
- * F32 one (kn_kv_init), whose rows any head size can split. */
+/* Attention of nkv consecutive KV heads, the first one's elements at kv_off (a multiple of hd), each
+ * with nq query heads (nq <= KN_ATTEND_MAX_Q, nkv * nq <= KN_ATTEND_MAX_HEADS), over positions
+ * [p0, p0 + n) of layer l, in one sweep over the positions (kn_attend_rows): rotates the queries when K
+ * is rotated, runs ks's kernel for the format (K and V of one format; the reference for mixed formats
+ * and for soft-capped scores, cap > 0), and rotates the output back when V is rotated.
+ * q[nkv][nq][hd] -> out[nkv][nq][hd]. hd must be the cache's head_dim unless the cache is a plain
+ * unrotated F16 / F32 one (kn_kv_init), whose rows any head size can split. */
 void kn_kv_attend(const kn_kernels *ks, const kn_kv *kv, int32_t l, int32_t p0, int32_t n, int32_t kv_off, int hd,
-                  const float *q, int nq, float scale, float cap, float *out);
+                  int nkv, const float *q, int nq, float scale, float cap, float *out);
 
 /* q[hd] as the keys of the head at kv_off of layer l are stored: q itself, or (when K is rotated)
  * R q in dst[hd]; and the key of (l, pos) at kv_off dotted with it in element order (sum += k[i] *

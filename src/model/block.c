@@ -31,15 +31,15 @@ void kn_block_qkv(const kiln_model *m, kn_scratch *s, int l, int64_t N) {
 /* The first cached position a token at pos attends to in a layer of the given window (0: all). */
 static int32_t window_start(int32_t window, int32_t pos) { return window > 0 && pos >= window ? pos - window + 1 : 0; }
 
-/* Causal attention of nq query heads of one token that share the KV head at kv_off, over its row's
- * KV positions [p0, pos] (p0: the window's first position): the kernel set's fused attention (online
- * softmax, no score vector; see tensor/attend.c), given the K and V rows from p0 on; soft-capped
- * scores (Gemma 2) take the reference kernel, the only one that caps.
- * q[nq][hd] -> out[nq][hd]. */
+/* Causal attention of one token's query heads for nkv consecutive KV heads from the one at kv_off, nq
+ * query heads each, over its row's KV positions [p0, pos] (p0: the window's first position): the
+ * kernel set's fused attention (online softmax, no score vector; see tensor/attend.c), given the K and
+ * V rows from p0 on; soft-capped scores (Gemma 2) take the reference kernel, the only one that caps.
+ * q[nkv][nq][hd] -> out[nkv][nq][hd]. */
 static void attend_heads(const kn_kernels *ks, const kn_kv *kv, int l, const kn_layer_attn *a, int32_t pos, int kv_off,
-                         int nq, int hd, const float *q, float *out) {
+                         int nkv, int nq, int hd, const float *q, float *out) {
     const int32_t p0 = window_start(a->window, pos);
-    kn_kv_attend(ks, kv, l, p0, pos + 1 - p0, kv_off, hd, q, nq, a->scale, a->softcap, out);
+    kn_kv_attend(ks, kv, l, p0, pos + 1 - p0, kv_off, hd, nkv, q, nq, a->scale, a->softcap, out);
 }
 
 /* Attention sinks: out[nq][hd] (the softmax over the row's positions [p0, pos]) becomes the softmax
@@ -66,12 +66,20 @@ static void apply_sinks(const kn_kv *kv, int l, const kn_layer_attn *a, int32_t 
 }
 
 /* The per-token and per-(token, head chunk) steps of one block, as pool tasks. */
+/* How a token's attention is cut into units, one kernel call each (attn_split_of). */
+typedef struct attn_split {
+    int per_token; /* units per token */
+    int kvh;       /* KV heads per unit (the last unit of a token may have fewer) when chunk == 0 */
+    int chunk;     /* else: query heads per unit, one KV head's heads cut in chunks of this many */
+} attn_split;
+
 typedef struct block_ctx {
     const kiln_model *m;
     kn_scratch *s;
     kn_batch_row *rows;
     int l;
     int64_t N, n_tasks;
+    attn_split split;
 } block_ctx;
 
 /* Tokens [t0, t1): q/k norm, RoPE, append k and v to the row's cache. Each token writes only its own
@@ -105,36 +113,59 @@ static void prep_task(void *arg, int64_t task, int worker) {
     prep_tokens(c, c->N * task / c->n_tasks, c->N * (task + 1) / c->n_tasks);
 }
 
-/* A KV head's group of gqa = n_head / n_head_kv query heads is split into the fewest chunks of at
- * most KN_ATTEND_MAX_Q heads, of `chunk` heads each (the last may be shorter); one chunk of one token
- * is an attention unit. */
-static int chunks_per_group(const kn_hparams *hp) {
-    return (hp->n_head / hp->n_head_kv + KN_ATTEND_MAX_Q - 1) / KN_ATTEND_MAX_Q;
+/* Query heads' accumulators of one attention call at most (floats): 16 KB, kept in L1. */
+#define ATTN_CALL_FLOATS 4096
+
+/* The units of N tokens' attention on nt threads. When a KV head's gqa = n_head / n_head_kv query heads
+ * fit one call (KN_ATTEND_MAX_Q), a unit is a run of consecutive KV heads with all their query heads:
+ * one sweep over the cache reads those heads' rows side by side (kn_attend_rows), as few runs per token
+ * as the kernels' bounds allow (KN_ATTEND_MAX_HEADS heads, ATTN_CALL_FLOATS), more when the tokens
+ * alone would leave threads idle (a decode step of one row on two threads: two halves). Otherwise a
+ * unit is a chunk of one KV head's query heads, as few chunks of at most KN_ATTEND_MAX_Q as there can
+ * be. Each head's values are the same whatever the units (the kernels' contract). */
+static attn_split attn_split_of(const kn_hparams *hp, int64_t N, int nt) {
+    const int nkv = hp->n_head_kv, gqa = hp->n_head / nkv;
+    if (gqa > KN_ATTEND_MAX_Q) {
+        const int per_group = (gqa + KN_ATTEND_MAX_Q - 1) / KN_ATTEND_MAX_Q;
+        return (attn_split){.per_token = nkv * per_group, .kvh = 1, .chunk = (gqa + per_group - 1) / per_group};
+    }
+    const int most = KN_MAX(1, KN_MIN(KN_ATTEND_MAX_HEADS, ATTN_CALL_FLOATS / hp->head_dim) / gqa);
+    int runs = (nkv + most - 1) / most;
+    if (N * runs < nt) runs = (int)KN_MIN((int64_t)nkv, (nt + N - 1) / N);
+    const int kvh = (nkv + runs - 1) / runs;
+    return (attn_split){.per_token = (nkv + kvh - 1) / kvh, .kvh = kvh, .chunk = 0};
 }
 
-static int64_t units_per_token(const kn_hparams *hp) { return (int64_t)hp->n_head_kv * chunks_per_group(hp); }
-
-/* Attention units [i0, i1) of att[N][qd]: unit i = (token i / units_per_token, chunk i % units_per_token).
- * Each unit writes only its own heads of its own token. */
+/* Attention units [i0, i1) of att[N][qd]: unit i is unit i % per_token of token i / per_token. Each
+ * unit writes only its own heads of its own token. */
 static void attend_units(const block_ctx *c, int64_t i0, int64_t i1) {
     const kn_hparams *hp = &c->m->hp;
     const kn_layer_attn *a = &c->m->layers[c->l].attn;
     const kn_scratch *s = c->s;
-    const int hd = hp->head_dim, nh = hp->n_head, gqa = nh / hp->n_head_kv, per_group = chunks_per_group(hp);
-    const int chunk = (gqa + per_group - 1) / per_group, per_token = hp->n_head_kv * per_group;
+    const attn_split *sp = &c->split;
+    const int hd = hp->head_dim, nh = hp->n_head, gqa = nh / hp->n_head_kv;
     const int64_t qd = (int64_t)nh * hd;
     for (int64_t i = i0; i < i1; i++) {
-        const int64_t t = i / per_token;
-        const int u = (int)(i % per_token), g = u / per_group, h0 = g * gqa + (u % per_group) * chunk;
-        const int nq = KN_MIN(chunk, (g + 1) * gqa - h0);
+        const int64_t t = i / sp->per_token;
+        const int u = (int)(i % sp->per_token);
+        int g, h0, nkv, nq; /* the unit: KV heads g .. g + nkv - 1, query heads from h0, nq per KV head */
+        if (sp->chunk) {
+            const int per_group = sp->per_token / hp->n_head_kv;
+            g = u / per_group, h0 = g * gqa + (u % per_group) * sp->chunk, nkv = 1;
+            nq = KN_MIN(sp->chunk, (g + 1) * gqa - h0);
+        } else {
+            g = u * sp->kvh, h0 = g * gqa, nkv = KN_MIN(sp->kvh, hp->n_head_kv - g), nq = gqa;
+        }
         /* bidirectional: every position of the row's call, whose K and V prep_tokens stored first */
         const kn_batch_row *br = &c->rows[s->tok_row[t]];
         const int32_t pos = a->bidir ? br->kv->n_past + br->n_tokens - 1 : s->tok_pos[t];
-        attend_heads(c->m->kernels, br->kv, c->l, a, pos, g * hd, nq, hd, s->q + t * qd + (int64_t)h0 * hd,
-                     s->att + t * qd + (int64_t)h0 * hd);
+        float *out = s->att + t * qd + (int64_t)h0 * hd;
+        const float *q = s->q + t * qd + (int64_t)h0 * hd;
+        attend_heads(c->m->kernels, br->kv, c->l, a, pos, g * hd, nkv, nq, hd, q, out);
         if (a->sinks)
-            apply_sinks(c->rows[s->tok_row[t]].kv, c->l, a, s->tok_pos[t], g * hd, nq, hd,
-                        s->q + t * qd + (int64_t)h0 * hd, a->sinks + h0, s->att + t * qd + (int64_t)h0 * hd);
+            for (int k = 0; k < nkv; k++)
+                apply_sinks(br->kv, c->l, a, s->tok_pos[t], (g + k) * hd, nq, hd, q + (int64_t)k * nq * hd,
+                            a->sinks + h0 + k * nq, out + (int64_t)k * nq * hd);
     }
 }
 
@@ -142,7 +173,7 @@ static void attend_units(const block_ctx *c, int64_t i0, int64_t i1) {
  * tasks are claimed first and the cheap ones fill the end of the run. */
 static void attend_task(void *arg, int64_t task, int worker) {
     const block_ctx *c = arg;
-    const int64_t units = c->N * units_per_token(&c->m->hp), r = c->n_tasks - 1 - task;
+    const int64_t units = c->N * c->split.per_token, r = c->n_tasks - 1 - task;
     attend_units(c, units * r / c->n_tasks, units * (r + 1) / c->n_tasks);
 }
 
@@ -168,8 +199,9 @@ void kn_block_attend(const kiln_model *m, kn_scratch *s, kn_batch_row *rows, int
     } else {
         prep_tokens(&c, 0, N);
     }
-    /* att[N][qd]: every (token, head chunk) unit is independent */
-    const int64_t units = N * units_per_token(hp);
+    /* att[N][qd]: every (token, heads) unit is independent */
+    c.split = attn_split_of(hp, N, nt);
+    const int64_t units = N * c.split.per_token;
     int64_t work = 0; /* multiply-adds, roughly */
     for (int64_t t = 0; t < N; t++)
         work += (int64_t)(s->tok_pos[t] + 1 - window_start(a->window, s->tok_pos[t])) * nh * hd;

@@ -17,6 +17,9 @@
  * No T x T score matrix exists: a block's 16 scores live in registers. kn_attend_blocked runs it over
  * any row helpers that compute the reference's bits (the AVX2 set passes its SIMD ones).
  *
+ * A call of several KV heads (kn_attend_rows.nkv) sweeps the blocks once: each block's rows are taken
+ * by every head in turn, with the same float steps per head as a call of its own.
+ *
  * Every KV format of kvq.h has reference row helpers here: an element's value is kn_kvq_elem's
  * (a quantized element is one float product, scale times code or centroid), and the dot and axpy
  * steps are the F16 ones above over those values. kn_attend_kv_ref runs any pair of K and V formats
@@ -108,40 +111,52 @@ static const struct {
     [KN_KVT_TQ3] = {dot_tq3, axpy_tq3},
 };
 
-/* The algorithm above for one head: q[hd] -> out[hd], over the rows *r locates. */
-static void attend_one(kn_kv_dot_fn dot, kn_kv_axpy_fn axpy, const kn_attend_rows *r, int32_t n, const float *q, int hd,
-                       float scale, float cap, float *out) {
-    float m = -INFINITY, lsum[16] = {0}, s[16];
-    const uint8_t *kp[16], *vp[16];
-    memset(out, 0, (size_t)hd * sizeof(float));
+/* The algorithm above for the nkv * nq heads of a call, q[nkv][nq][hd] -> out[nkv][nq][hd], over the
+ * rows *r locates: one sweep over the blocks of positions, each block's rows taken by every KV head in
+ * turn (each head's float steps are the one-head algorithm's). */
+static void attend_heads(kn_kv_dot_fn dot, kn_kv_axpy_fn axpy, const kn_attend_rows *r, int32_t n, const float *q,
+                         int nq, int hd, float scale, float cap, float *out) {
+    const int nkv = kn_attend_nkv(r), nh = nkv * nq;
+    float m[KN_ATTEND_MAX_HEADS], lsum[KN_ATTEND_MAX_HEADS][16], s[16];
+    for (int h = 0; h < nh; h++) m[h] = -INFINITY;
+    memset(lsum, 0, sizeof lsum);
+    memset(out, 0, (size_t)nh * (size_t)hd * sizeof(float));
     for (int32_t p0 = 0; p0 < n; p0 += 16) {
         const int cnt = n - p0 < 16 ? (int)(n - p0) : 16;
-        kn_attend_rows_at(r, p0, cnt, kp, vp);
-        float bm = -INFINITY;
-        for (int j = 0; j < cnt; j++) {
-            s[j] = dot(kp[j], q, hd) * scale;
-            if (cap > 0) s[j] = cap * tanhf(s[j] / cap);
-            bm = s[j] > bm ? s[j] : bm;
-        }
-        if (bm > m) {
-            const float c = kn_expf_ref(m - bm);
-            for (int j = 0; j < 16; j++) lsum[j] *= c;
-            for (int i = 0; i < hd; i++) out[i] *= c;
-            m = bm;
-        }
-        for (int j = 0; j < cnt; j++) {
-            const float w = kn_expf_ref(s[j] - m);
-            lsum[j] += w;
-            axpy(w, vp[j], out, hd);
+        const uint8_t *kp0[16], *vp0[16];
+        kn_attend_rows_at(r, p0, cnt, kp0, vp0);
+        for (int h = 0; h < nh; h++) {
+            const size_t g = (size_t)(h / nq);
+            const float *qh = q + (size_t)h * hd;
+            float *oh = out + (size_t)h * hd;
+            float bm = -INFINITY;
+            for (int j = 0; j < cnt; j++) {
+                s[j] = dot(kp0[j] + g * r->khead, qh, hd) * scale;
+                if (cap > 0) s[j] = cap * tanhf(s[j] / cap);
+                bm = s[j] > bm ? s[j] : bm;
+            }
+            if (bm > m[h]) {
+                const float c = kn_expf_ref(m[h] - bm);
+                for (int j = 0; j < 16; j++) lsum[h][j] *= c;
+                for (int i = 0; i < hd; i++) oh[i] *= c;
+                m[h] = bm;
+            }
+            for (int j = 0; j < cnt; j++) {
+                const float w = kn_expf_ref(s[j] - m[h]);
+                lsum[h][j] += w;
+                axpy(w, vp0[j] + g * r->vhead, oh, hd);
+            }
         }
     }
-    const float inv = 1.0f / kn_reduce16(lsum);
-    for (int i = 0; i < hd; i++) out[i] *= inv;
+    for (int h = 0; h < nh; h++) {
+        const float inv = 1.0f / kn_reduce16(lsum[h]);
+        for (int i = 0; i < hd; i++) out[(size_t)h * hd + i] *= inv;
+    }
 }
 
 void kn_attend_blocked(kn_kv_dot_fn dot, kn_kv_axpy_fn axpy, const kn_attend_rows *r, int32_t n, const float *q, int nq,
                        int hd, float scale, float *out) {
-    for (int h = 0; h < nq; h++) attend_one(dot, axpy, r, n, q + (size_t)h * hd, hd, scale, 0.0f, out + (size_t)h * hd);
+    attend_heads(dot, axpy, r, n, q, nq, hd, scale, 0.0f, out);
 }
 
 void kn_attend_f16_ref(const kn_attend_rows *r, int32_t n, const float *q, int nq, int hd, float scale, float *out) {
@@ -154,15 +169,12 @@ void kn_attend_f32_ref(const kn_attend_rows *r, int32_t n, const float *q, int n
 
 void kn_attend_softcap_ref(const kn_attend_rows *r, int32_t n, const float *q, int nq, int hd, float scale, float cap,
                            bool f16, float *out) {
-    for (int h = 0; h < nq; h++)
-        attend_one(f16 ? dot_f16_ref : dot_f32_ref, f16 ? axpy_f16_ref : axpy_f32_ref, r, n, q + (size_t)h * hd, hd,
-                   scale, cap, out + (size_t)h * hd);
+    attend_heads(f16 ? dot_f16_ref : dot_f32_ref, f16 ? axpy_f16_ref : axpy_f32_ref, r, n, q, nq, hd, scale, cap, out);
 }
 
 void kn_attend_kv_ref(kn_kvt tk, kn_kvt tv, const kn_attend_rows *r, int32_t n, const float *q, int nq, int hd,
                       float scale, float cap, float *out) {
-    for (int h = 0; h < nq; h++)
-        attend_one(g_rows[tk].dot, g_rows[tv].axpy, r, n, q + (size_t)h * hd, hd, scale, cap, out + (size_t)h * hd);
+    attend_heads(g_rows[tk].dot, g_rows[tv].axpy, r, n, q, nq, hd, scale, cap, out);
 }
 
 /* The reference kn_attend_fn of each quantized format. */

@@ -52,13 +52,31 @@ typedef void (*kn_kv_axpy_fn)(float a, const void *v, float *y, int n);
  * kb[i / bt] + koff + (i % bt) * kstride and its V head slice at vb[i / bt] + voff + (i % bt) * vstride
  * (bytes). A contiguous cache is one block (kn_attend_rows_flat); a paged one (cache/pool.h) has blocks
  * of a few positions, which the kernels read in place: they take the row pointers of each group of 16
- * positions from kn_attend_rows_at and compute exactly as over a contiguous cache. */
+ * positions from kn_attend_rows_at and compute exactly as over a contiguous cache.
+ * A call may cover nkv KV heads of the same rows (0 or 1: one): head g's slices lie g * khead and
+ * g * vhead bytes after head 0's. The kernels then sweep the positions once for all of them, block by
+ * block, so that a position's heads, stored side by side, are read together: one head at a time strides
+ * through the cache a whole row per position, which the hardware prefetchers follow poorly. */
 typedef struct kn_attend_rows {
     const uint8_t *const *kb, *const *vb; /* block base addresses */
     size_t koff, voff;                    /* added to every block's base */
     size_t kstride, vstride;              /* bytes from one position's row to the next within a block */
     int32_t first, bt;                    /* row of position 0; positions per block (>= 1) */
+    int32_t nkv;                          /* KV heads of the call (0 or 1: one) */
+    size_t khead, vhead;                  /* bytes from one KV head's slice to the next (nkv > 1) */
 } kn_attend_rows;
+
+/* The KV heads of a call (at least 1). */
+static inline int kn_attend_nkv(const kn_attend_rows *r) { return r->nkv > 1 ? r->nkv : 1; }
+
+/* The rows of KV head g of a call, as a call of that one head. */
+static inline kn_attend_rows kn_attend_rows_head(const kn_attend_rows *r, int g) {
+    kn_attend_rows h = *r;
+    h.koff += (size_t)g * r->khead;
+    h.voff += (size_t)g * r->vhead;
+    h.nkv = 1;
+    return h;
+}
 
 /* The rows of one contiguous range: position p's K at *k + p * kstride, its V at *v + p * vstride (k and v
  * must outlive the use of the result). */
@@ -82,30 +100,34 @@ static inline void kn_attend_rows_at(const kn_attend_rows *r, int32_t p0, int cn
     }
 }
 
-/* Prefetches (into L1) the K and V rows of positions p .. p + 15 (those below n), `bytes` each (the
- * format's head vector, kn_kvq_head_bytes): an attention kernel's look-ahead a block or two before it
- * reads them. A head's rows lie a whole cache row apart (every KV head of a position is stored together),
- * a stride the hardware prefetchers follow poorly: one core read the caches of a batched decode step
- * (every row's, every layer's, from memory, paged) at 5.5 GB/s without it, 8 with it (bench/attend.c, Zen 5). */
+/* Prefetches (into L1) the K and V rows of positions p .. p + 15 (those below n): the call's heads'
+ * slices, `bytes` each (the format's head vector, kn_kvq_head_bytes), and what lies between them: an
+ * attention kernel's look-ahead a block or two before it reads them. A head's rows lie a whole cache row
+ * apart (every KV head of a position is stored together), a stride the hardware prefetchers follow
+ * poorly: one core read the caches of a batched decode step (every row's, every layer's, from memory,
+ * paged) at 5.5 GB/s without it, 8 with it, one head a call (bench/attend.c, Zen 5). */
 static inline void kn_attend_prefetch(const kn_attend_rows *r, int32_t p, int32_t n, size_t bytes) {
     if (p >= n) return;
     const uint8_t *kp[16], *vp[16];
     const int cnt = n - p < 16 ? (int)(n - p) : 16;
+    const size_t more = (size_t)(kn_attend_nkv(r) - 1), kb = more * r->khead + bytes, vb = more * r->vhead + bytes;
     kn_attend_rows_at(r, p, cnt, kp, vp);
-    for (int j = 0; j < cnt; j++) kn_prefetch_piece(kp[j], bytes, 0), kn_prefetch_piece(vp[j], bytes, 0);
+    for (int j = 0; j < cnt; j++) kn_prefetch_piece(kp[j], kb, 0), kn_prefetch_piece(vp[j], vb, 0);
 }
 
 /* Blocks of 16 positions an attention kernel prefetches ahead of the one it computes (kn_attend_prefetch;
  * 1 to 4 measured alike). */
 #define KN_ATTEND_PF_BLOCKS 2
 
-/* Attention of nq query heads q[nq][hd] (1 <= nq <= KN_ATTEND_MAX_Q) that share one KV head, over n
- * cached positions of that head (rows as *r says), K and V in one format: for each head h,
- *   out[h][hd] = sum_p softmax_p(scale * k_p . q[h]) v_p
+/* Attention of nq query heads (1 <= nq <= KN_ATTEND_MAX_Q) per KV head, for the nkv KV heads of *r
+ * (kn_attend_nkv; nkv * nq <= KN_ATTEND_MAX_HEADS), over n cached positions (rows as *r says), K and V
+ * in one format: q[nkv][nq][hd] -> out[nkv][nq][hd], for each KV head g and query head h,
+ *   out[g][h][hd] = sum_p softmax_p(scale * k_gp . q[g][h]) v_gp
  * with the blocked online softmax of attend.c, which every set computes bit for bit: each head's
- * output is the one-head algorithm's, whatever nq (the heads only share the loads of K and V), and
- * whatever the blocks the rows lie in. */
-#define KN_ATTEND_MAX_Q 8
+ * output is the one-head algorithm's, whatever nq and nkv (the heads only share the loads of K and V,
+ * and the sweep over the positions), and whatever the blocks the rows lie in. */
+#define KN_ATTEND_MAX_Q     8
+#define KN_ATTEND_MAX_HEADS 32
 typedef void (*kn_attend_fn)(const kn_attend_rows *r, int32_t n, const float *q, int nq, int hd, float scale,
                              float *out);
 void kn_attend_f16_ref(const kn_attend_rows *r, int32_t n, const float *q, int nq, int hd, float scale, float *out);

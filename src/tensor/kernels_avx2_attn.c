@@ -108,19 +108,21 @@ AI __m256 ld_tq3(const uint8_t *p, int i, const int NC) {
     return _mm256_mul_ps(_mm256_set1_ps(ld_scale(p)), _mm256_permutevar8x32_ps(_mm256_loadu_ps(kn_tq3_centroids), idx));
 }
 
-/* Attention of nq heads with NC = hd / 16 pairs of vectors per row. Per block of 16 positions: each
- * head's scores (8 positions at a time), its online-softmax step and weights w[h][16]; then the V pass,
- * 16 elements at a time for up to VG heads. Every head's float steps are the one-head algorithm's. */
+/* Attention of nkv * nq heads with NC = hd / 16 pairs of vectors per row. Per block of 16 positions, for
+ * each KV head in turn: each of its query heads' scores (8 positions at a time), its online-softmax step
+ * and weights w[h][16]; then the V pass, 16 elements at a time for up to VG heads. Every head's float
+ * steps are the one-head algorithm's. */
 #define DEFINE_ATTEND(NAME, LD, FMT)                                                                                   \
     AI void NAME##_nc(const kn_attend_rows *rw, int32_t n, const float *q, int nq, int hd, float scale, float *out,    \
                       const int NC) {                                                                                  \
-        _Alignas(32) float O[KN_ATTEND_MAX_Q][MAX_HD], wj[KN_ATTEND_MAX_Q][16], sc[16];                                \
-        float m[KN_ATTEND_MAX_Q];                                                                                      \
-        __m256 lsum[KN_ATTEND_MAX_Q][2];                                                                               \
-        for (int h = 0; h < nq; h++) {                                                                                 \
+        const int nkv = kn_attend_nkv(rw), nh = nkv * nq;                                                              \
+        _Alignas(32) float O[KN_ATTEND_MAX_HEADS * MAX_HD], wj[KN_ATTEND_MAX_HEADS][16], sc[16];                       \
+        float m[KN_ATTEND_MAX_HEADS];                                                                                  \
+        __m256 lsum[KN_ATTEND_MAX_HEADS][2];                                                                           \
+        for (int h = 0; h < nh; h++) {                                                                                 \
             m[h] = -INFINITY;                                                                                          \
             lsum[h][0] = lsum[h][1] = _mm256_setzero_ps();                                                             \
-            for (int c = 0; c < 2 * NC; c++) _mm256_store_ps(O[h] + 8 * c, _mm256_setzero_ps());                       \
+            for (int c = 0; c < 2 * NC; c++) _mm256_store_ps(O + h * hd + 8 * c, _mm256_setzero_ps());                 \
         }                                                                                                              \
         const size_t hb = kn_kvq_head_bytes(FMT, hd);                                                                  \
         for (int32_t p = 16; p < 16 * KN_ATTEND_PF_BLOCKS; p += 16) kn_attend_prefetch(rw, p, n, hb);                  \
@@ -129,73 +131,81 @@ AI __m256 ld_tq3(const uint8_t *p, int i, const int NC) {
             const uint8_t *kp[16], *vp[16];                                                                            \
             kn_attend_rows_at(rw, p0, cnt, kp, vp);                                                                    \
             kn_attend_prefetch(rw, p0 + 16 * KN_ATTEND_PF_BLOCKS, n, hb);                                              \
-            for (int h = 0; h < nq; h++) {                                                                             \
-                const float *qh = q + (size_t)h * hd;                                                                  \
-                __m256 s2[2];                                                                                          \
-                for (int half = 0; half < 2; half++) {                                                                 \
-                    __m256 r[8];                                                                                       \
-                    UNROLL for (int j = 0; j < 8; j++) {                                                               \
-                        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();                                     \
-                        if (8 * half + j < cnt) {                                                                      \
-                            const uint8_t *kr = kp[8 * half + j];                                                      \
-                            UNROLL for (int c = 0; c < NC; c++) {                                                      \
-                                a0 = _mm256_fmadd_ps(LD(kr, 16 * c, NC), _mm256_loadu_ps(qh + 16 * c), a0);            \
-                                a1 = _mm256_fmadd_ps(LD(kr, 16 * c + 8, NC), _mm256_loadu_ps(qh + 16 * c + 8), a1);    \
+            for (int kvh = 0; kvh < nkv; kvh++) {                                                                      \
+                if (kvh > 0)                                                                                           \
+                    for (int j = 0; j < cnt; j++) kp[j] += rw->khead, vp[j] += rw->vhead;                              \
+                const int he = (kvh + 1) * nq;                                                                         \
+                for (int h = kvh * nq; h < he; h++) {                                                                  \
+                    const float *qh = q + (size_t)h * hd;                                                              \
+                    __m256 s2[2];                                                                                      \
+                    for (int half = 0; half < 2; half++) {                                                             \
+                        __m256 r[8];                                                                                   \
+                        UNROLL for (int j = 0; j < 8; j++) {                                                           \
+                            __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();                                 \
+                            if (8 * half + j < cnt) {                                                                  \
+                                const uint8_t *kr = kp[8 * half + j];                                                  \
+                                UNROLL for (int c = 0; c < NC; c++) {                                                  \
+                                    a0 = _mm256_fmadd_ps(LD(kr, 16 * c, NC), _mm256_loadu_ps(qh + 16 * c), a0);        \
+                                    a1 =                                                                               \
+                                        _mm256_fmadd_ps(LD(kr, 16 * c + 8, NC), _mm256_loadu_ps(qh + 16 * c + 8), a1); \
+                                }                                                                                      \
+                            }                                                                                          \
+                            r[j] = _mm256_add_ps(a0, a1);                                                              \
+                        }                                                                                              \
+                        s2[half] = _mm256_mul_ps(reduce8x8(r), _mm256_set1_ps(scale));                                 \
+                    }                                                                                                  \
+                    _mm256_storeu_ps(sc, s2[0]);                                                                       \
+                    _mm256_storeu_ps(sc + 8, s2[1]);                                                                   \
+                    float bm = -INFINITY;                                                                              \
+                    for (int j = 0; j < cnt; j++) bm = sc[j] > bm ? sc[j] : bm;                                        \
+                    if (bm > m[h]) {                                                                                   \
+                        const __m256 cv = _mm256_set1_ps(kn_expf_ref(m[h] - bm));                                      \
+                        lsum[h][0] = _mm256_mul_ps(lsum[h][0], cv);                                                    \
+                        lsum[h][1] = _mm256_mul_ps(lsum[h][1], cv);                                                    \
+                        for (int c = 0; c < 2 * NC; c++)                                                               \
+                            _mm256_store_ps(O + h * hd + 8 * c,                                                        \
+                                            _mm256_mul_ps(_mm256_load_ps(O + h * hd + 8 * c), cv));                    \
+                        m[h] = bm;                                                                                     \
+                    }                                                                                                  \
+                    for (int j = cnt; j < 16; j++) sc[j] = -INFINITY; /* weight 0 */                                   \
+                    const __m256 mv = _mm256_set1_ps(m[h]);                                                            \
+                    const __m256 w0 = kn_expf8(_mm256_sub_ps(_mm256_loadu_ps(sc), mv));                                \
+                    const __m256 w1 = kn_expf8(_mm256_sub_ps(_mm256_loadu_ps(sc + 8), mv));                            \
+                    lsum[h][0] = _mm256_add_ps(lsum[h][0], w0);                                                        \
+                    lsum[h][1] = _mm256_add_ps(lsum[h][1], w1);                                                        \
+                    _mm256_storeu_ps(wj[h], w0);                                                                       \
+                    _mm256_storeu_ps(wj[h] + 8, w1);                                                                   \
+                }                                                                                                      \
+                for (int h0 = kvh * nq; h0 < he; h0 += VG) {                                                           \
+                    const int gn = he - h0 < VG ? he - h0 : VG;                                                        \
+                    for (int c = 0; c < NC; c++) {                                                                     \
+                        __m256 R[VG][2];                                                                               \
+                        UNROLL for (int g = 0; g < VG; g++) {                                                          \
+                            R[g][0] = g < gn ? _mm256_load_ps(O + (h0 + g) * hd + 16 * c) : _mm256_setzero_ps();       \
+                            R[g][1] = g < gn ? _mm256_load_ps(O + (h0 + g) * hd + 16 * c + 8) : _mm256_setzero_ps();   \
+                        }                                                                                              \
+                        for (int j = 0; j < cnt; j++) {                                                                \
+                            const uint8_t *vr = vp[j];                                                                 \
+                            const __m256 V0 = LD(vr, 16 * c, NC), V1 = LD(vr, 16 * c + 8, NC);                         \
+                            UNROLL for (int g = 0; g < VG; g++) if (g < gn) {                                          \
+                                const __m256 a = _mm256_set1_ps(wj[h0 + g][j]);                                        \
+                                R[g][0] = _mm256_fmadd_ps(a, V0, R[g][0]);                                             \
+                                R[g][1] = _mm256_fmadd_ps(a, V1, R[g][1]);                                             \
                             }                                                                                          \
                         }                                                                                              \
-                        r[j] = _mm256_add_ps(a0, a1);                                                                  \
-                    }                                                                                                  \
-                    s2[half] = _mm256_mul_ps(reduce8x8(r), _mm256_set1_ps(scale));                                     \
-                }                                                                                                      \
-                _mm256_storeu_ps(sc, s2[0]);                                                                           \
-                _mm256_storeu_ps(sc + 8, s2[1]);                                                                       \
-                float bm = -INFINITY;                                                                                  \
-                for (int j = 0; j < cnt; j++) bm = sc[j] > bm ? sc[j] : bm;                                            \
-                if (bm > m[h]) {                                                                                       \
-                    const __m256 cv = _mm256_set1_ps(kn_expf_ref(m[h] - bm));                                          \
-                    lsum[h][0] = _mm256_mul_ps(lsum[h][0], cv);                                                        \
-                    lsum[h][1] = _mm256_mul_ps(lsum[h][1], cv);                                                        \
-                    for (int c = 0; c < 2 * NC; c++)                                                                   \
-                        _mm256_store_ps(O[h] + 8 * c, _mm256_mul_ps(_mm256_load_ps(O[h] + 8 * c), cv));                \
-                    m[h] = bm;                                                                                         \
-                }                                                                                                      \
-                for (int j = cnt; j < 16; j++) sc[j] = -INFINITY; /* weight 0 */                                       \
-                const __m256 mv = _mm256_set1_ps(m[h]);                                                                \
-                const __m256 w0 = kn_expf8(_mm256_sub_ps(_mm256_loadu_ps(sc), mv));                                    \
-                const __m256 w1 = kn_expf8(_mm256_sub_ps(_mm256_loadu_ps(sc + 8), mv));                                \
-                lsum[h][0] = _mm256_add_ps(lsum[h][0], w0);                                                            \
-                lsum[h][1] = _mm256_add_ps(lsum[h][1], w1);                                                            \
-                _mm256_storeu_ps(wj[h], w0);                                                                           \
-                _mm256_storeu_ps(wj[h] + 8, w1);                                                                       \
-            }                                                                                                          \
-            for (int h0 = 0; h0 < nq; h0 += VG) {                                                                      \
-                const int gn = nq - h0 < VG ? nq - h0 : VG;                                                            \
-                for (int c = 0; c < NC; c++) {                                                                         \
-                    __m256 R[VG][2];                                                                                   \
-                    UNROLL for (int g = 0; g < VG; g++) {                                                              \
-                        R[g][0] = g < gn ? _mm256_load_ps(O[h0 + g] + 16 * c) : _mm256_setzero_ps();                   \
-                        R[g][1] = g < gn ? _mm256_load_ps(O[h0 + g] + 16 * c + 8) : _mm256_setzero_ps();               \
-                    }                                                                                                  \
-                    for (int j = 0; j < cnt; j++) {                                                                    \
-                        const uint8_t *vr = vp[j];                                                                     \
-                        const __m256 V0 = LD(vr, 16 * c, NC), V1 = LD(vr, 16 * c + 8, NC);                             \
                         UNROLL for (int g = 0; g < VG; g++) if (g < gn) {                                              \
-                            const __m256 a = _mm256_set1_ps(wj[h0 + g][j]);                                            \
-                            R[g][0] = _mm256_fmadd_ps(a, V0, R[g][0]);                                                 \
-                            R[g][1] = _mm256_fmadd_ps(a, V1, R[g][1]);                                                 \
+                            _mm256_store_ps(O + (h0 + g) * hd + 16 * c, R[g][0]);                                      \
+                            _mm256_store_ps(O + (h0 + g) * hd + 16 * c + 8, R[g][1]);                                  \
                         }                                                                                              \
-                    }                                                                                                  \
-                    UNROLL for (int g = 0; g < VG; g++) if (g < gn) {                                                  \
-                        _mm256_store_ps(O[h0 + g] + 16 * c, R[g][0]);                                                  \
-                        _mm256_store_ps(O[h0 + g] + 16 * c + 8, R[g][1]);                                              \
                     }                                                                                                  \
                 }                                                                                                      \
             }                                                                                                          \
         }                                                                                                              \
-        for (int h = 0; h < nq; h++) {                                                                                 \
+        for (int h = 0; h < nh; h++) {                                                                                 \
             const __m256 inv = _mm256_set1_ps(1.0f / reduce16(lsum[h][0], lsum[h][1]));                                \
             for (int c = 0; c < 2 * NC; c++)                                                                           \
-                _mm256_storeu_ps(out + (size_t)h * hd + 8 * c, _mm256_mul_ps(_mm256_load_ps(O[h] + 8 * c), inv));      \
+                _mm256_storeu_ps(out + (size_t)h * hd + 8 * c,                                                         \
+                                 _mm256_mul_ps(_mm256_load_ps(O + h * hd + 8 * c), inv));                              \
         }                                                                                                              \
     }
 

@@ -120,7 +120,7 @@ AI __m512 ld_tq3(const uint8_t *p, int i, const int NC) {
  * in all, at most KN_ATTEND_MAX_Q heads. */
 #define VGROUP(NC) ((NC) >= 16 ? 1 : 16 / (NC) > KN_ATTEND_MAX_Q ? KN_ATTEND_MAX_Q : 16 / (NC))
 
-/* The V pass of one block for GN heads o[GN][NC * 16] (in memory between blocks): positions j < cnt
+/* The V pass of one block for GN heads o[GN][ostride] (in memory between blocks): positions j < cnt
  * in order, out_h = fma(w[h][j], v_j, out_h), each V row loaded (and converted) once for the GN heads. */
 #define DEFINE_VPASS(NAME, LD)                                                                                         \
     AI void NAME(float *o, size_t ostride, const float *wj, const uint8_t *const *vp, int cnt, const int NC,           \
@@ -141,23 +141,23 @@ AI __m512 ld_tq3(const uint8_t *p, int i, const int NC) {
             _mm512_store_ps(o + h * ostride + 16 * c, R[h * NC + c]);                                                  \
     }
 
-/* Attention of nq heads with NC = hd / 16 vectors per row (a constant where the entry specializes it,
- * so the per-head vectors stay in registers). Per block of 16 positions: each head's 16 scores
- * (its K pass, reading the block's K rows from L1 after the first head), its online-softmax step
- * and weights w[h][16]; then the V pass for groups of VGROUP(NC) heads. Every head's float steps are
- * the one-head algorithm's, in the same order. */
+/* Attention of nkv * nq heads with NC = hd / 16 vectors per row (a constant where the entry specializes
+ * it, so the per-head vectors stay in registers). Per block of 16 positions, for each KV head g in
+ * turn: each of its query heads' 16 scores (its K pass, reading the block's K rows of head g from L1
+ * after the first query head), its online-softmax step and weights w[h][16]; then the V pass for
+ * groups of VGROUP(NC) heads. Every head's float steps are the one-head algorithm's, in the same order. */
 #define DEFINE_ATTEND(NAME, LD, FMT)                                                                                   \
     DEFINE_VPASS(NAME##_vpass, LD)                                                                                     \
     AI void NAME##_nc(const kn_attend_rows *rw, int32_t n, const float *q, int nq, int hd, float scale, float *out,    \
                       const int NC) {                                                                                  \
-        const int G = VGROUP(NC);                                                                                      \
-        _Alignas(64) float O[KN_ATTEND_MAX_Q][MAX_HD], wj[KN_ATTEND_MAX_Q][16];                                        \
-        float m[KN_ATTEND_MAX_Q];                                                                                      \
-        __m512 lsum[KN_ATTEND_MAX_Q];                                                                                  \
-        for (int h = 0; h < nq; h++) {                                                                                 \
+        const int G = VGROUP(NC), nkv = kn_attend_nkv(rw), nh = nkv * nq;                                              \
+        _Alignas(64) float O[KN_ATTEND_MAX_HEADS * MAX_HD], wj[KN_ATTEND_MAX_HEADS][16];                               \
+        float m[KN_ATTEND_MAX_HEADS];                                                                                  \
+        __m512 lsum[KN_ATTEND_MAX_HEADS];                                                                              \
+        for (int h = 0; h < nh; h++) {                                                                                 \
             m[h] = -INFINITY;                                                                                          \
             lsum[h] = _mm512_setzero_ps();                                                                             \
-            UNROLL for (int c = 0; c < NC; c++) _mm512_store_ps(O[h] + 16 * c, _mm512_setzero_ps());                   \
+            UNROLL for (int c = 0; c < NC; c++) _mm512_store_ps(O + h * hd + 16 * c, _mm512_setzero_ps());             \
         }                                                                                                              \
         /* K rows in a format other than F32 are converted once per block into KF for all the heads */                 \
         _Alignas(64) float KF[16 * MAX_HD];                                                                            \
@@ -170,41 +170,45 @@ AI __m512 ld_tq3(const uint8_t *p, int i, const int NC) {
             const uint8_t *kp[16], *vp[16];                                                                            \
             kn_attend_rows_at(rw, p0, cnt, kp, vp);                                                                    \
             kn_attend_prefetch(rw, p0 + 16 * KN_ATTEND_PF_BLOCKS, n, hb);                                              \
-            if (conv)                                                                                                  \
-                UNROLL for (int j = 0; j < 16; j++) if (j < cnt) UNROLL for (int c = 0; c < NC; c++)                   \
-                    _mm512_store_ps(KF + 16 * (NC * j + c), LD(kp[j], 16 * c, NC));                                    \
-            for (int h = 0; h < nq; h++) {                                                                             \
-                const float *qh = q + (size_t)h * hd;                                                                  \
-                __m512 acc[16];                                                                                        \
-                UNROLL for (int j = 0; j < 16; j++) {                                                                  \
-                    acc[j] = _mm512_setzero_ps();                                                                      \
-                    if (j < cnt)                                                                                       \
-                        UNROLL for (int c = 0; c < NC; c++) acc[j] =                                                   \
-                            _mm512_fmadd_ps(conv ? _mm512_load_ps(KF + 16 * (NC * j + c)) : LD(kp[j], 16 * c, NC),     \
-                                            _mm512_loadu_ps(qh + 16 * c), acc[j]);                                     \
+            for (int g = 0; g < nkv; g++) {                                                                            \
+                if (g > 0)                                                                                             \
+                    for (int j = 0; j < cnt; j++) kp[j] += rw->khead, vp[j] += rw->vhead;                              \
+                if (conv)                                                                                              \
+                    UNROLL for (int j = 0; j < 16; j++) if (j < cnt) UNROLL for (int c = 0; c < NC; c++)               \
+                        _mm512_store_ps(KF + 16 * (NC * j + c), LD(kp[j], 16 * c, NC));                                \
+                for (int h = g * nq; h < (g + 1) * nq; h++) {                                                          \
+                    const float *qh = q + (size_t)h * hd;                                                              \
+                    __m512 acc[16];                                                                                    \
+                    UNROLL for (int j = 0; j < 16; j++) {                                                              \
+                        acc[j] = _mm512_setzero_ps();                                                                  \
+                        if (j < cnt)                                                                                   \
+                            UNROLL for (int c = 0; c < NC; c++) acc[j] =                                               \
+                                _mm512_fmadd_ps(conv ? _mm512_load_ps(KF + 16 * (NC * j + c)) : LD(kp[j], 16 * c, NC), \
+                                                _mm512_loadu_ps(qh + 16 * c), acc[j]);                                 \
+                    }                                                                                                  \
+                    __m512 sv = _mm512_mul_ps(reduce16x16(acc), _mm512_set1_ps(scale));                                \
+                    sv = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), valid, sv);                                     \
+                    const float bm = _mm512_reduce_max_ps(sv);                                                         \
+                    if (bm > m[h]) {                                                                                   \
+                        const __m512 cv = kn_expf16(_mm512_set1_ps(m[h] - bm));                                        \
+                        lsum[h] = _mm512_mul_ps(lsum[h], cv);                                                          \
+                        UNROLL for (int c = 0; c < NC; c++) _mm512_store_ps(                                           \
+                            O + h * hd + 16 * c, _mm512_mul_ps(_mm512_load_ps(O + h * hd + 16 * c), cv));              \
+                        m[h] = bm;                                                                                     \
+                    }                                                                                                  \
+                    const __m512 w = kn_expf16(_mm512_sub_ps(sv, _mm512_set1_ps(m[h])));                               \
+                    lsum[h] = _mm512_add_ps(lsum[h], w);                                                               \
+                    _mm512_store_ps(wj[h], w);                                                                         \
                 }                                                                                                      \
-                __m512 sv = _mm512_mul_ps(reduce16x16(acc), _mm512_set1_ps(scale));                                    \
-                sv = _mm512_mask_mov_ps(_mm512_set1_ps(-INFINITY), valid, sv);                                         \
-                const float bm = _mm512_reduce_max_ps(sv);                                                             \
-                if (bm > m[h]) {                                                                                       \
-                    const __m512 cv = kn_expf16(_mm512_set1_ps(m[h] - bm));                                            \
-                    lsum[h] = _mm512_mul_ps(lsum[h], cv);                                                              \
-                    UNROLL for (int c = 0; c < NC; c++)                                                                \
-                        _mm512_store_ps(O[h] + 16 * c, _mm512_mul_ps(_mm512_load_ps(O[h] + 16 * c), cv));              \
-                    m[h] = bm;                                                                                         \
-                }                                                                                                      \
-                const __m512 w = kn_expf16(_mm512_sub_ps(sv, _mm512_set1_ps(m[h])));                                   \
-                lsum[h] = _mm512_add_ps(lsum[h], w);                                                                   \
-                _mm512_store_ps(wj[h], w);                                                                             \
+                int h = g * nq;                                                                                        \
+                for (; h + G <= (g + 1) * nq; h += G) NAME##_vpass(O + h * hd, (size_t)hd, wj[h], vp, cnt, NC, G);     \
+                for (; h < (g + 1) * nq; h++) NAME##_vpass(O + h * hd, (size_t)hd, wj[h], vp, cnt, NC, 1);             \
             }                                                                                                          \
-            int h = 0;                                                                                                 \
-            for (; h + G <= nq; h += G) NAME##_vpass(O[h], MAX_HD, wj[h], vp, cnt, NC, G);                             \
-            for (; h < nq; h++) NAME##_vpass(O[h], MAX_HD, wj[h], vp, cnt, NC, 1);                                     \
         }                                                                                                              \
-        for (int h = 0; h < nq; h++) {                                                                                 \
+        for (int h = 0; h < nh; h++) {                                                                                 \
             const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(lsum[h]));                                   \
-            UNROLL for (int c = 0; c < NC; c++)                                                                        \
-                _mm512_storeu_ps(out + (size_t)h * hd + 16 * c, _mm512_mul_ps(_mm512_load_ps(O[h] + 16 * c), inv));    \
+            UNROLL for (int c = 0; c < NC; c++) _mm512_storeu_ps(                                                      \
+                out + (size_t)h * hd + 16 * c, _mm512_mul_ps(_mm512_load_ps(O + h * hd + 16 * c), inv));               \
         }                                                                                                              \
     }
 

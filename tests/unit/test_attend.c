@@ -6,7 +6,8 @@
  *   - the best set's and every set's this CPU runs (avx2, avx2vnni, avx512) against the reference bit for bit
  * (tolerance 0: the blocked algorithm is specified to the float step), for F16 and F32 caches, head sizes 8 .. 256
  * (multiples of 16 take the AVX-512 vector path, others the reference one), lengths around the 16-position blocks and 1
- * .. KN_ATTEND_MAX_Q query heads per call (each head's output equals a one-head call's).
+ * .. KN_ATTEND_MAX_Q query heads per call (each head's output equals a one-head call's), and 2 .. 4 KV heads per
+ * call (rows of several heads) against one reference call per KV head.
  */
 #include "harness.h"
 
@@ -134,19 +135,58 @@ static int check_set(const kn_kernels *best) {
     return 0;
 }
 
+/* Several KV heads in one call (rows of nkv heads, hd + 4 elements apart) equal one reference call per
+ * KV head, bit for bit. */
+static int check_set_heads(const kn_kernels *set) {
+    const int hds[] = {8, 48, 64, 128, 256};
+    const int ns[] = {1, 16, 17, 100};
+    const int nkvs[] = {2, 3, 4}, nqs[] = {1, 4, KN_ATTEND_MAX_Q};
+    enum { MAXHD = 256 };
+    static float q[KN_ATTEND_MAX_HEADS * MAXHD], o1[KN_ATTEND_MAX_HEADS * MAXHD], o2[KN_ATTEND_MAX_HEADS * MAXHD];
+    for (int f16 = 0; f16 < 2; f16++)
+        for (size_t a = 0; a < sizeof hds / sizeof hds[0]; a++)
+            for (size_t c = 0; c < sizeof ns / sizeof ns[0]; c++)
+                for (size_t k = 0; k < sizeof nkvs / sizeof nkvs[0]; k++) {
+                    const int hd = hds[a], n = ns[c], nkv = nkvs[k], nq = nqs[(a + c + k) % 3], nh = nkv * nq;
+                    kvbuf b;
+                    kv_make(&b, n, nkv * (hd + 4), f16);
+                    for (int i = 0; i < nh * hd; i++) q[i] = frand() * 2.0f;
+                    const uint8_t *kk = b.k, *vv = b.v;
+                    kn_attend_rows r = kn_attend_rows_flat(&kk, &vv, b.stride, b.stride);
+                    r.nkv = nkv, r.khead = r.vhead = (size_t)(hd + 4) * (f16 ? 2 : 4);
+                    for (int g = 0; g < nkv; g++) {
+                        const kn_attend_rows one = kn_attend_rows_head(&r, g);
+                        (f16 ? kn_attend_f16_ref : kn_attend_f32_ref)(&one, n, q + g * nq * hd, nq, hd, 0.3f,
+                                                                      o1 + g * nq * hd);
+                    }
+                    (f16 ? set->attend_f16 : set->attend_f32)(&r, n, q, nq, hd, 0.3f, o2);
+                    kv_free(&b);
+                    if (memcmp(o1, o2, sizeof(float) * (size_t)(nh * hd)) != 0) {
+                        printf("  %s f16=%d hd=%d n=%d nkv=%d nq=%d: differs\n", set->name, f16, hd, n, nkv, nq);
+                        return -1;
+                    }
+                }
+    return 0;
+}
+
+static int check_set_all(const kn_kernels *set) { return check_set(set) || check_set_heads(set) ? -1 : 0; }
+
+static void test_ref_heads(void) { CHECK(check_set_heads(kn_kernels_get(KN_KERNELS_REF)) == 0); }
+
 static void test_best_equals_ref(void) {
     const kn_kernels *best = kn_kernels_get(KN_KERNELS_AUTO);
     if (best->attend_f16 == kn_attend_f16_ref) SKIP("kernel set %s uses the reference attention", best->name);
-    CHECK(check_set(best) == 0);
+    CHECK(check_set_all(best) == 0);
 }
 
-static void test_avx2_equals_ref(void) { kt_check_named_set("avx2", "attention", check_set); }
-static void test_avx2vnni_equals_ref(void) { kt_check_named_set("avx2vnni", "attention", check_set); }
-static void test_avx512_equals_ref(void) { kt_check_named_set("avx512", "attention", check_set); }
+static void test_avx2_equals_ref(void) { kt_check_named_set("avx2", "attention", check_set_all); }
+static void test_avx2vnni_equals_ref(void) { kt_check_named_set("avx2vnni", "attention", check_set_all); }
+static void test_avx512_equals_ref(void) { kt_check_named_set("avx512", "attention", check_set_all); }
 
 int main(void) {
     RUN(test_expf);
     RUN(test_ref_vs_double);
+    RUN(test_ref_heads);
     RUN(test_best_equals_ref);
     RUN(test_avx2_equals_ref);
     RUN(test_avx2vnni_equals_ref);

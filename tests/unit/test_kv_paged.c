@@ -91,21 +91,24 @@ static void test_paged_equals_contiguous(void) {
                 if (memcmp(kn_kv_k_at(&c, 1, p, HD), kn_kv_k_at(&pg, 1, p, HD), c.k_head) ||
                     memcmp(kn_kv_v_at(&c, 1, p, 0), kn_kv_v_at(&pg, 1, p, 0), c.v_row))
                     bad++;
-            float q[4 * 64], o1[4 * 64], o2[4 * 64];
-            for (int i = 0; i < 4 * HD; i++) q[i] = sinf((float)i * 0.37f);
+            float q[6 * 64], o1[6 * 64], o2[6 * 64];
+            for (int i = 0; i < 6 * HD; i++) q[i] = sinf((float)i * 0.37f);
             const int32_t p0s[] = {0, 5, 16, 33, 99};
             for (int s = 0; s < 2; s++)
                 for (size_t a = 0; a < sizeof p0s / sizeof *p0s; a++)
-                    for (int cap = 0; cap < 2; cap++) {
-                        const int32_t p0 = p0s[a], n = N - p0;
-                        kn_kv_attend(sets[s], &c, 1, p0, n, HD, HD, q, 3, 0.125f, cap ? 20.0f : 0.0f, o1);
-                        kn_kv_attend(sets[s], &pg, 1, p0, n, HD, HD, q, 3, 0.125f, cap ? 20.0f : 0.0f, o2);
-                        if (memcmp(o1, o2, sizeof(float) * 3 * HD)) {
-                            if (bad++ < 5)
-                                printf("  %s/%s %s p0 %d cap %d: paged differs\n", kn_kvq_traits_get(f.k)->name,
-                                       kn_kvq_traits_get(f.v)->name, sets[s]->name, p0, cap);
+                    for (int cap = 0; cap < 2; cap++)
+                        for (int nkv = 1; nkv <= NH; nkv++) { /* the second head alone; both heads in one call */
+                            const int32_t p0 = p0s[a], n = N - p0, off = (NH - nkv) * HD;
+                            const float cp = cap ? 20.0f : 0.0f;
+                            kn_kv_attend(sets[s], &c, 1, p0, n, off, HD, nkv, q, 3, 0.125f, cp, o1);
+                            kn_kv_attend(sets[s], &pg, 1, p0, n, off, HD, nkv, q, 3, 0.125f, cp, o2);
+                            if (memcmp(o1, o2, sizeof(float) * 3 * (size_t)(nkv * HD))) {
+                                if (bad++ < 5)
+                                    printf("  %s/%s %s p0 %d cap %d nkv %d: paged differs\n",
+                                           kn_kvq_traits_get(f.k)->name, kn_kvq_traits_get(f.v)->name, sets[s]->name,
+                                           p0, cap, nkv);
+                            }
                         }
-                    }
             kn_kv_free(&pg);
             kn_kv_free(&c);
             kn_kvp_get_stats(&pool, &(kn_kvp_stats){0});

@@ -6,8 +6,9 @@
  *     Q4_0 half a step of their block, TQ4/TQ3 the Lloyd-Max distortion of rotated vectors, also
  *     with outlier channels);
  *   - every kernel set's attention kernel against the reference, bit for bit, per format, head size,
- *     length and query-head count; mixed K/V formats and rotation through kn_kv_attend against a
- *     double-precision softmax over the dequantized cache;
+ *     length, query-head count and KV heads per call; mixed K/V formats and rotation through
+ *     kn_kv_attend against a double-precision softmax over the dequantized cache, and several KV heads
+ *     in one kn_kv_attend call against one call per head;
  *   - format codes (the SSD key) round-trip and differ per format; names parse, bad names list the
  *     types;
  *   - on stories260K: every type gives the same logits for any prompt chunk size (batch
@@ -192,15 +193,18 @@ static void test_cache_distortion(void) {
 
 /* ---- kernels ------------------------------------------------------------------------------------ */
 
-/* n positions of K and V head vectors of format t (stride: head bytes + 8 bytes of padding). */
-static uint8_t *rows(kn_kvt t, int n, int hd, size_t *stride) {
-    *stride = kn_kvq_head_bytes(t, hd) + 8;
+/* n positions of nkv K or V head vectors of format t, side by side (stride: nkv head vectors + 8 bytes
+ * of padding). */
+static uint8_t *rows(kn_kvt t, int n, int hd, int nkv, size_t *stride) {
+    const size_t hb = kn_kvq_head_bytes(t, hd);
+    *stride = (size_t)nkv * hb + 8;
     uint8_t *b = calloc((size_t)n, *stride);
     float x[512];
-    for (int p = 0; p < n; p++) {
-        for (int i = 0; i < hd; i++) x[i] = grand();
-        kn_kvq_store(t, x, b + (size_t)p * *stride, hd);
-    }
+    for (int p = 0; p < n; p++)
+        for (int g = 0; g < nkv; g++) {
+            for (int i = 0; i < hd; i++) x[i] = grand();
+            kn_kvq_store(t, x, b + (size_t)p * *stride + (size_t)g * hb, hd);
+        }
     return b;
 }
 
@@ -208,7 +212,7 @@ static uint8_t *rows(kn_kvt t, int n, int hd, size_t *stride) {
  * KN_KVP_BLOCK positions laid out in reverse order in one buffer, K and V apart within a block, the
  * first position at row 5 of its block: the row addresses a paged cache gives the kernels. */
 static void paged_attend(const kn_kernels *set, kn_kvt t, const uint8_t *k, const uint8_t *v, size_t stride, int n,
-                         const float *q, int nq, int hd, float *out) {
+                         const float *q, int nkv, int nq, int hd, float *out) {
     const int bt = KN_KVP_BLOCK, first = 5, nb = (first + n + bt - 1) / bt;
     const size_t kstride = stride + 4, vstride = stride + 12, vo = (size_t)bt * kstride + 64;
     const size_t bb = vo + (size_t)bt * vstride;
@@ -227,11 +231,17 @@ static void paged_attend(const kn_kernels *set, kn_kvt t, const uint8_t *k, cons
                               .kstride = kstride,
                               .vstride = vstride,
                               .first = first,
-                              .bt = bt};
+                              .bt = bt,
+                              .nkv = nkv,
+                              .khead = kn_kvq_head_bytes(t, hd),
+                              .vhead = kn_kvq_head_bytes(t, hd)};
     kn_kernels_attend(set, t)(&r, n, q, nq, hd, 0.125f, out);
     free(buf);
 }
 
+/* Set's kernel for every format, head size, length and query heads per KV head, over nkv = 1 or 3 KV
+ * heads a call (contiguous and paged), against the reference called for each KV head alone: bit for
+ * bit. */
 static int check_set_formats(const kn_kernels *set) {
     const int hds[] = {8, 16, 32, 48, 64, 80, 96, 112, 128, 256};
     const int ns[] = {1, 15, 16, 17, 100};
@@ -240,33 +250,38 @@ static int check_set_formats(const kn_kernels *set) {
     for (int t = 0; t < KN_KVT_COUNT; t++)
         for (size_t a = 0; a < sizeof hds / sizeof *hds; a++)
             for (size_t b = 0; b < sizeof ns / sizeof *ns; b++)
-                for (size_t c = 0; c < sizeof nqs / sizeof *nqs; c++) {
-                    const int hd = hds[a], n = ns[b], nq = nqs[c];
-                    size_t stride;
-                    uint8_t *k = rows((kn_kvt)t, n, hd, &stride), *v = rows((kn_kvt)t, n, hd, &stride);
-                    float *q = malloc(sizeof(float) * (size_t)(nq * hd)),
-                          *o1 = malloc(sizeof(float) * (size_t)(nq * hd)),
-                          *o2 = malloc(sizeof(float) * (size_t)(nq * hd));
-                    for (int i = 0; i < nq * hd; i++) q[i] = frand();
-                    const uint8_t *kk = k, *vv = v;
-                    const kn_attend_rows flat = kn_attend_rows_flat(&kk, &vv, stride, stride);
-                    kn_attend_ref_for((kn_kvt)t)(&flat, n, q, nq, hd, 0.125f, o1);
-                    kn_kernels_attend(set, (kn_kvt)t)(&flat, n, q, nq, hd, 0.125f, o2);
-                    if (memcmp(o1, o2, sizeof(float) * (size_t)(nq * hd)) != 0) {
-                        if (bad++ < 5)
-                            printf("  %s: %s hd %d n %d nq %d differs from the reference\n", set->name,
-                                   kn_kvq_traits_get((kn_kvt)t)->name, hd, n, nq);
+                for (size_t c = 0; c < sizeof nqs / sizeof *nqs; c++)
+                    for (int nkv = 1; nkv <= 3; nkv += 2) {
+                        const int hd = hds[a], n = ns[b], nq = nqs[c], nh = nkv * nq;
+                        const size_t hb = kn_kvq_head_bytes((kn_kvt)t, hd), ob = sizeof(float) * (size_t)(nh * hd);
+                        size_t stride;
+                        uint8_t *k = rows((kn_kvt)t, n, hd, nkv, &stride), *v = rows((kn_kvt)t, n, hd, nkv, &stride);
+                        float *q = malloc(ob), *o1 = malloc(ob), *o2 = malloc(ob);
+                        for (int i = 0; i < nh * hd; i++) q[i] = frand();
+                        const uint8_t *kk = k, *vv = v;
+                        kn_attend_rows flat = kn_attend_rows_flat(&kk, &vv, stride, stride);
+                        flat.nkv = nkv, flat.khead = flat.vhead = hb;
+                        for (int g = 0; g < nkv; g++) {
+                            const kn_attend_rows one = kn_attend_rows_head(&flat, g);
+                            const size_t at = (size_t)(g * nq * hd);
+                            kn_attend_ref_for((kn_kvt)t)(&one, n, q + at, nq, hd, 0.125f, o1 + at);
+                        }
+                        kn_kernels_attend(set, (kn_kvt)t)(&flat, n, q, nq, hd, 0.125f, o2);
+                        if (memcmp(o1, o2, ob) != 0) {
+                            if (bad++ < 5)
+                                printf("  %s: %s hd %d n %d nq %d nkv %d differs from the reference\n", set->name,
+                                       kn_kvq_traits_get((kn_kvt)t)->name, hd, n, nq, nkv);
+                        }
+                        /* The same rows scattered over blocks (paged KV): the same bits. */
+                        memset(o2, 0, ob);
+                        paged_attend(set, (kn_kvt)t, k, v, stride, n, q, nkv, nq, hd, o2);
+                        if (memcmp(o1, o2, ob) != 0) {
+                            if (bad++ < 5)
+                                printf("  %s: %s hd %d n %d nq %d nkv %d over blocks differs from the reference\n",
+                                       set->name, kn_kvq_traits_get((kn_kvt)t)->name, hd, n, nq, nkv);
+                        }
+                        free(k), free(v), free(q), free(o1), free(o2);
                     }
-                    /* The same rows scattered over blocks (paged KV): the same bits. */
-                    memset(o2, 0, sizeof(float) * (size_t)(nq * hd));
-                    paged_attend(set, (kn_kvt)t, k, v, stride, n, q, nq, hd, o2);
-                    if (memcmp(o1, o2, sizeof(float) * (size_t)(nq * hd)) != 0) {
-                        if (bad++ < 5)
-                            printf("  %s: %s hd %d n %d nq %d over blocks differs from the reference\n", set->name,
-                                   kn_kvq_traits_get((kn_kvt)t)->name, hd, n, nq);
-                    }
-                    free(k), free(v), free(q), free(o1), free(o2);
-                }
     return bad;
 }
 
@@ -292,7 +307,7 @@ static double attend_error(kn_kvt tk, kn_kvt tv, bool rot) {
     }
     float q[nq * hd], out[nq * hd];
     for (int i = 0; i < nq * hd; i++) q[i] = frand();
-    kn_kv_attend(kn_kernels_get(KN_KERNELS_AUTO), &kv, 1, 0, n, g * hd, hd, q, nq, 0.125f, 0.0f, out);
+    kn_kv_attend(kn_kernels_get(KN_KERNELS_AUTO), &kv, 1, 0, n, g * hd, hd, 1, q, nq, 0.125f, 0.0f, out);
     double worst = 0;
     for (int h = 0; h < nq; h++) {
         double s[n], m = -INFINITY, sum = 0;
@@ -320,6 +335,53 @@ static void test_kv_attend(void) {
     CHECK(attend_error(KN_KVT_Q8_0, KN_KVT_F16, false) < 1e-5); /* mixed: the reference */
     CHECK(attend_error(KN_KVT_Q4_0, KN_KVT_BF16, true) < 1e-5);
     CHECK(attend_error(KN_KVT_TQ4, KN_KVT_TQ3, true) < 1e-5);
+}
+
+/* kn_kv_attend of several KV heads in one call equals one call per head, bit for bit, for plain,
+ * quantized and rotated caches (each head's queries rotated by its own signs), mixed formats and
+ * capped scores (the reference), and queries too large to rotate at once (then one head at a time). */
+static void test_kv_attend_heads(void) {
+    const struct {
+        kn_kvt k, v;
+        bool rot;
+        int hd, nq;
+        float cap;
+    } cases[] = {
+        {KN_KVT_F16, KN_KVT_F16, false, 64, 4, 0.0f},  {KN_KVT_Q8_0, KN_KVT_Q8_0, true, 128, 3, 0.0f},
+        {KN_KVT_TQ4, KN_KVT_TQ4, true, 64, 8, 0.0f},   {KN_KVT_Q8_0, KN_KVT_F16, false, 48, 2, 0.0f},
+        {KN_KVT_F32, KN_KVT_F32, false, 32, 1, 30.0f}, {KN_KVT_Q4_0, KN_KVT_Q4_0, true, 1024, 8, 0.0f},
+    };
+    const int nh = 4, n = 37;
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        const int hd = cases[c].hd, nq = cases[c].nq;
+        kn_kv_format f = {.k = cases[c].k, .v = cases[c].v, .rot_k = cases[c].rot, .rot_v = cases[c].rot};
+        kn_kv kv;
+        CHECK(kn_kv_init_fmt(&kv, &f, 2, n, nh, hd) == KILN_OK);
+        float *x = malloc(sizeof(float) * (size_t)(nh * hd)), *y = malloc(sizeof(float) * (size_t)(nh * hd));
+        for (int p = 0; p < n; p++) {
+            for (int i = 0; i < nh * hd; i++) x[i] = grand(), y[i] = grand();
+            kn_kv_store(&kv, 1, p, x, y);
+        }
+        const size_t sz = sizeof(float) * (size_t)(nh * nq * hd);
+        float *q = malloc(sz), *o1 = malloc(sz), *o2 = malloc(sz);
+        for (int i = 0; i < nh * nq * hd; i++) q[i] = frand();
+        const kn_kernels *sets[2] = {kn_kernels_get(KN_KERNELS_AUTO), kn_kernels_get(KN_KERNELS_REF)};
+        for (int s = 0; s < 2; s++) {
+            for (int g = 0; g < nh; g++) {
+                const size_t at = (size_t)(g * nq * hd);
+                kn_kv_attend(sets[s], &kv, 1, 2, n - 2, g * hd, hd, 1, q + at, nq, 0.125f, cases[c].cap, o1 + at);
+            }
+            /* heads 1 .. 3 in one call, then all four */
+            kn_kv_attend(sets[s], &kv, 1, 2, n - 2, hd, hd, nh - 1, q + nq * hd, nq, 0.125f, cases[c].cap,
+                         o2 + nq * hd);
+            CHECKF(memcmp(o1 + nq * hd, o2 + nq * hd, sz / nh * (nh - 1)) == 0, "case %zu, %s: heads 1-3 differ", c,
+                   sets[s]->name);
+            kn_kv_attend(sets[s], &kv, 1, 2, n - 2, 0, hd, nh, q, nq, 0.125f, cases[c].cap, o2);
+            CHECKF(memcmp(o1, o2, sz) == 0, "case %zu, %s: all heads differ", c, sets[s]->name);
+        }
+        free(x), free(y), free(q), free(o1), free(o2);
+        kn_kv_free(&kv);
+    }
 }
 
 /* ---- codes and names ---------------------------------------------------------------------------- */
@@ -478,6 +540,7 @@ int main(void) {
     RUN(test_avx2_formats);
     RUN(test_avx512_formats);
     RUN(test_kv_attend);
+    RUN(test_kv_attend_heads);
     RUN(test_codes);
     RUN(test_names);
     RUN(test_model_types);
