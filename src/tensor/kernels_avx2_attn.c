@@ -1,6 +1,8 @@
 /*
- * kernels_avx2_attn.c - AVX2 attention kernel (kn_attend_fn) for the query heads that share one KV head:
- * the blocked online softmax of attend.c, 16 positions per block, bit-identical to the reference.
+ * kernels_avx2_attn.c - AVX2 attention kernel (kn_attend_fn) for the query heads of one or several KV heads:
+ * the blocked online softmax of attend.c, 16 positions per block, bit-identical to the reference; the KV
+ * heads of a call (kn_attend_rows.nkv) take each block in turn, so that one sweep reads a position's heads
+ * together.
  *
  * A position's score is its dot product kept as two 8-lane fma accumulators (lanes = element index % 16,
  * as the reference row dot), added lane to lane (kn_reduce16's first step); 8 positions are then

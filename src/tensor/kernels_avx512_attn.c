@@ -1,6 +1,7 @@
 /*
  * kernels_avx512_attn.c - AVX-512 attention kernel (kn_attend_fn): the blocked online softmax of
- * attend.c, 16 positions per block, bit-identical to the reference.
+ * attend.c, 16 positions per block, bit-identical to the reference; the KV heads of a call
+ * (kn_attend_rows.nkv) take each block in turn, so that one sweep reads a position's heads together.
  *
  * A block's 16 scores come from 16 dot products kept as 16-lane fma accumulators (lane = element
  * index % 16, as the reference row dot of attend.c) and reduced all at once by a transposing tree whose every
