@@ -53,33 +53,38 @@ float kn_expf_ref(float x) {
     return y * scale;
 }
 
+/* Element i of an F16 (f16) or F32 row at any byte address. */
+static inline float row_elem(const void *r, int i, bool f16) {
+    if (f16) {
+        uint16_t h;
+        memcpy(&h, (const uint8_t *)r + 2 * (size_t)i, 2);
+        return kn_fp16_to_fp32(h);
+    }
+    float f;
+    memcpy(&f, (const uint8_t *)r + 4 * (size_t)i, 4);
+    return f;
+}
+
 /* Reference row helpers, in the order the SIMD versions compute (so every kernel set gives the same
  * bits): a dot product puts the first n - n % 8 products in 16 lanes by index % 16 with fused
  * multiply-adds, reduces the lanes by kn_reduce16, then adds the remaining products one by one;
- * axpy is y[i] = fmaf(a, v[i], y[i]). */
+ * axpy is y[i] = fmaf(a, v[i], y[i]). Rows may start at any byte (a paged cache's rows do not need to
+ * be aligned). */
 static float dot_ref(const void *k, const float *q, int n, bool f16) {
     float acc[16] = {0};
     const int body = n - n % 8;
-    for (int i = 0; i < body; i++) {
-        const float kv = f16 ? kn_fp16_to_fp32(((const uint16_t *)k)[i]) : ((const float *)k)[i];
-        acc[i & 15] = fmaf(kv, q[i], acc[i & 15]);
-    }
+    for (int i = 0; i < body; i++) acc[i & 15] = fmaf(row_elem(k, i, f16), q[i], acc[i & 15]);
     float s = kn_reduce16(acc);
-    for (int i = body; i < n; i++) {
-        const float kv = f16 ? kn_fp16_to_fp32(((const uint16_t *)k)[i]) : ((const float *)k)[i];
-        s += kv * q[i];
-    }
+    for (int i = body; i < n; i++) s += row_elem(k, i, f16) * q[i];
     return s;
 }
 static float dot_f16_ref(const void *k, const float *q, int n) { return dot_ref(k, q, n, true); }
 static float dot_f32_ref(const void *k, const float *q, int n) { return dot_ref(k, q, n, false); }
 static void axpy_f16_ref(float a, const void *v, float *y, int n) {
-    const uint16_t *h = v;
-    for (int i = 0; i < n; i++) y[i] = fmaf(a, kn_fp16_to_fp32(h[i]), y[i]);
+    for (int i = 0; i < n; i++) y[i] = fmaf(a, row_elem(v, i, true), y[i]);
 }
 static void axpy_f32_ref(float a, const void *v, float *y, int n) {
-    const float *f = v;
-    for (int i = 0; i < n; i++) y[i] = fmaf(a, f[i], y[i]);
+    for (int i = 0; i < n; i++) y[i] = fmaf(a, row_elem(v, i, false), y[i]);
 }
 
 /* The row helpers of the other formats: the same steps over kn_kvq_elem's values. */
