@@ -333,14 +333,13 @@ void kn_kv_attend(const kn_kernels *ks, const kn_kv *kv, int32_t l, int32_t p0, 
     const int32_t off = kv_off, g0 = kv_off / kv->head_dim; /* g0: the first head, when rotated (hd = head_dim) */
     const int nh = nkv * nq;
     float qr[KN_ATTEND_MAX_Q * KN_KV_MAX_ROT_HD];
-    if (kv->fmt.rot_k &&
-        (size_t)nh * (size_t)hd > sizeof qr / sizeof *qr) { /* the rotated queries one head at a time */
-        for (int g = 0; g < nkv; g++)
-            kn_kv_attend(ks, kv, l, p0, n, kv_off + g * hd, hd, 1, q + (size_t)g * nq * hd, nq, scale, cap,
-                         out + (size_t)g * nq * hd);
-        return;
-    }
     if (kv->fmt.rot_k) {
+        if ((size_t)nh * (size_t)hd > sizeof qr / sizeof *qr) { /* too many to rotate at once: a head a call */
+            for (int g = 0; g < nkv; g++)
+                kn_kv_attend(ks, kv, l, p0, n, kv_off + g * hd, hd, 1, q + (size_t)g * nq * hd, nq, scale, cap,
+                             out + (size_t)g * nq * hd);
+            return;
+        }
         memcpy(qr, q, (size_t)nh * (size_t)hd * sizeof *qr);
         for (int h = 0; h < nh; h++) kn_hadamard_fwd(qr + (size_t)h * (size_t)hd, signs_of(kv, l, g0 + h / nq), hd);
         q = qr;

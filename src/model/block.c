@@ -65,7 +65,6 @@ static void apply_sinks(const kn_kv *kv, int l, const kn_layer_attn *a, int32_t 
     }
 }
 
-/* The per-token and per-(token, head chunk) steps of one block, as pool tasks. */
 /* How a token's attention is cut into units, one kernel call each (attn_split_of). */
 typedef struct attn_split {
     int per_token; /* units per token */
@@ -73,6 +72,7 @@ typedef struct attn_split {
     int chunk;     /* else: query heads per unit, one KV head's heads cut in chunks of this many */
 } attn_split;
 
+/* The per-token and per-(token, heads) steps of one block, as pool tasks. */
 typedef struct block_ctx {
     const kiln_model *m;
     kn_scratch *s;
