@@ -94,6 +94,7 @@ static bool fz_srv_exchange(const void *req, size_t n, bool half_close, char *re
     *reply_len = 0;
     reply[0] = 0;
     bool wr_open = true;
+    if (n == 0 && half_close) shutdown(fd, SHUT_WR); /* nothing to send: the write side closes at once */
     while (true) {
         const int left = (int)(end - fz_now_ms());
         if (left <= 0) {
