@@ -59,6 +59,16 @@ AI float reduce16(__m256 lo, __m256 hi) {
     return _mm_cvtss_f32(s);
 }
 
+/* The largest of the 16 lanes lo (0..7) and hi (8..15), NaN lanes left out (as the reference's
+ * `s > m ? s : m` from -inf): vmaxps returns its second operand when either is NaN. */
+AI float max16(__m256 lo, __m256 hi) {
+    __m256 v = _mm256_max_ps(hi, _mm256_max_ps(lo, _mm256_set1_ps(-INFINITY)));
+    v = _mm256_max_ps(v, _mm256_permute2f128_ps(v, v, 1));
+    v = _mm256_max_ps(v, _mm256_shuffle_ps(v, v, _MM_SHUFFLE(1, 0, 3, 2)));
+    v = _mm256_max_ps(v, _mm256_shuffle_ps(v, v, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm256_cvtss_f32(v);
+}
+
 /* Elements i .. i + 7 (i a multiple of 8) of a K or V head vector p of NC * 16 elements, as fp32:
  * kn_kvq_elem's values (a quantized element is one float product, scale times code or centroid).
  * B = kn_kvq_block(NC * 16): 32 for an even NC, else 16. */
@@ -110,11 +120,40 @@ AI __m256 ld_tq3(const uint8_t *p, int i, const int NC) {
     return _mm256_mul_ps(_mm256_set1_ps(ld_scale(p)), _mm256_permutevar8x32_ps(_mm256_loadu_ps(kn_tq3_centroids), idx));
 }
 
+/* The V pass of one block for GN heads o[GN][ostride] (in memory between blocks), 16 elements at a time:
+ * positions j < cnt in order, out_h = fma(w[h][j], v_j, out_h), each V chunk loaded (and converted)
+ * once for the GN heads (GN a constant at each call, so that no head is tested in the loop). */
+#define DEFINE_VPASS(NAME, LD)                                                                                         \
+    AI void NAME(float *o, int ostride, const float *wj, const uint8_t *const *vp, int cnt, const int NC,              \
+                 const int GN) {                                                                                       \
+        for (int c = 0; c < NC; c++) {                                                                                 \
+            __m256 R[VG][2];                                                                                           \
+            UNROLL for (int g = 0; g < GN; g++) {                                                                      \
+                R[g][0] = _mm256_load_ps(o + g * ostride + 16 * c);                                                    \
+                R[g][1] = _mm256_load_ps(o + g * ostride + 16 * c + 8);                                                \
+            }                                                                                                          \
+            for (int j = 0; j < cnt; j++) {                                                                            \
+                const __m256 V0 = LD(vp[j], 16 * c, NC), V1 = LD(vp[j], 16 * c + 8, NC);                               \
+                UNROLL for (int g = 0; g < GN; g++) {                                                                  \
+                    const __m256 a = _mm256_set1_ps(wj[16 * g + j]);                                                   \
+                    R[g][0] = _mm256_fmadd_ps(a, V0, R[g][0]);                                                         \
+                    R[g][1] = _mm256_fmadd_ps(a, V1, R[g][1]);                                                         \
+                }                                                                                                      \
+            }                                                                                                          \
+            UNROLL for (int g = 0; g < GN; g++) {                                                                      \
+                _mm256_store_ps(o + g * ostride + 16 * c, R[g][0]);                                                    \
+                _mm256_store_ps(o + g * ostride + 16 * c + 8, R[g][1]);                                                \
+            }                                                                                                          \
+        }                                                                                                              \
+    }
+
 /* Attention of nkv * nq heads with NC = hd / 16 pairs of vectors per row. Per block of 16 positions, for
  * each KV head in turn: each of its query heads' scores (8 positions at a time), its online-softmax step
- * and weights w[h][16]; then the V pass, 16 elements at a time for up to VG heads. Every head's float
- * steps are the one-head algorithm's. */
+ * and weights w[h][16] (the block's largest score a vector maximum, as the AVX-512 kernel's); then the
+ * V pass, 16 elements at a time for up to VG heads. Every head's float steps are the one-head
+ * algorithm's. */
 #define DEFINE_ATTEND(NAME, LD, FMT)                                                                                   \
+    DEFINE_VPASS(NAME##_vpass, LD)                                                                                     \
     AI void NAME##_nc(const kn_attend_rows *rw, int32_t n, const float *q, int nq, int hd, float scale, float *out,    \
                       const int NC) {                                                                                  \
         const int nkv = kn_attend_nkv(rw), nh = nkv * nq;                                                              \
@@ -156,10 +195,14 @@ AI __m256 ld_tq3(const uint8_t *p, int i, const int NC) {
                         }                                                                                              \
                         s2[half] = _mm256_mul_ps(reduce8x8(r), _mm256_set1_ps(scale));                                 \
                     }                                                                                                  \
-                    _mm256_storeu_ps(sc, s2[0]);                                                                       \
-                    _mm256_storeu_ps(sc + 8, s2[1]);                                                                   \
-                    float bm = -INFINITY;                                                                              \
-                    for (int j = 0; j < cnt; j++) bm = sc[j] > bm ? sc[j] : bm;                                        \
+                    if (cnt < 16) { /* the positions past the end: score -inf, weight 0 */                             \
+                        _mm256_storeu_ps(sc, s2[0]);                                                                   \
+                        _mm256_storeu_ps(sc + 8, s2[1]);                                                               \
+                        for (int j = cnt; j < 16; j++) sc[j] = -INFINITY;                                              \
+                        s2[0] = _mm256_loadu_ps(sc);                                                                   \
+                        s2[1] = _mm256_loadu_ps(sc + 8);                                                               \
+                    }                                                                                                  \
+                    const float bm = max16(s2[0], s2[1]);                                                              \
                     if (bm > m[h]) {                                                                                   \
                         const __m256 cv = _mm256_set1_ps(kn_expf_ref(m[h] - bm));                                      \
                         lsum[h][0] = _mm256_mul_ps(lsum[h][0], cv);                                                    \
@@ -169,36 +212,20 @@ AI __m256 ld_tq3(const uint8_t *p, int i, const int NC) {
                                             _mm256_mul_ps(_mm256_load_ps(O + h * hd + 8 * c), cv));                    \
                         m[h] = bm;                                                                                     \
                     }                                                                                                  \
-                    for (int j = cnt; j < 16; j++) sc[j] = -INFINITY; /* weight 0 */                                   \
                     const __m256 mv = _mm256_set1_ps(m[h]);                                                            \
-                    const __m256 w0 = kn_expf8(_mm256_sub_ps(_mm256_loadu_ps(sc), mv));                                \
-                    const __m256 w1 = kn_expf8(_mm256_sub_ps(_mm256_loadu_ps(sc + 8), mv));                            \
+                    const __m256 w0 = kn_expf8(_mm256_sub_ps(s2[0], mv));                                              \
+                    const __m256 w1 = kn_expf8(_mm256_sub_ps(s2[1], mv));                                              \
                     lsum[h][0] = _mm256_add_ps(lsum[h][0], w0);                                                        \
                     lsum[h][1] = _mm256_add_ps(lsum[h][1], w1);                                                        \
                     _mm256_storeu_ps(wj[h], w0);                                                                       \
                     _mm256_storeu_ps(wj[h] + 8, w1);                                                                   \
                 }                                                                                                      \
                 for (int h0 = kvh * nq; h0 < he; h0 += VG) {                                                           \
-                    const int gn = he - h0 < VG ? he - h0 : VG;                                                        \
-                    for (int c = 0; c < NC; c++) {                                                                     \
-                        __m256 R[VG][2];                                                                               \
-                        UNROLL for (int g = 0; g < VG; g++) {                                                          \
-                            R[g][0] = g < gn ? _mm256_load_ps(O + (h0 + g) * hd + 16 * c) : _mm256_setzero_ps();       \
-                            R[g][1] = g < gn ? _mm256_load_ps(O + (h0 + g) * hd + 16 * c + 8) : _mm256_setzero_ps();   \
-                        }                                                                                              \
-                        for (int j = 0; j < cnt; j++) {                                                                \
-                            const uint8_t *vr = vp[j];                                                                 \
-                            const __m256 V0 = LD(vr, 16 * c, NC), V1 = LD(vr, 16 * c + 8, NC);                         \
-                            UNROLL for (int g = 0; g < VG; g++) if (g < gn) {                                          \
-                                const __m256 a = _mm256_set1_ps(wj[h0 + g][j]);                                        \
-                                R[g][0] = _mm256_fmadd_ps(a, V0, R[g][0]);                                             \
-                                R[g][1] = _mm256_fmadd_ps(a, V1, R[g][1]);                                             \
-                            }                                                                                          \
-                        }                                                                                              \
-                        UNROLL for (int g = 0; g < VG; g++) if (g < gn) {                                              \
-                            _mm256_store_ps(O + (h0 + g) * hd + 16 * c, R[g][0]);                                      \
-                            _mm256_store_ps(O + (h0 + g) * hd + 16 * c + 8, R[g][1]);                                  \
-                        }                                                                                              \
+                    switch (he - h0 < VG ? he - h0 : VG) {                                                             \
+                        case 1: NAME##_vpass(O + h0 * hd, hd, wj[h0], vp, cnt, NC, 1); break;                          \
+                        case 2: NAME##_vpass(O + h0 * hd, hd, wj[h0], vp, cnt, NC, 2); break;                          \
+                        case 3: NAME##_vpass(O + h0 * hd, hd, wj[h0], vp, cnt, NC, 3); break;                          \
+                        default: NAME##_vpass(O + h0 * hd, hd, wj[h0], vp, cnt, NC, VG); break;                        \
                     }                                                                                                  \
                 }                                                                                                      \
             }                                                                                                          \
