@@ -23,6 +23,10 @@
 #define KN_SCHEMA_WS_RULE    "ws ::= | \" \" | \"\\n\" [ \\t]{0,48}\n"
 #define KN_REGEX_MAX_NFA     60000 /* NFA states one pattern may expand into */
 #define KN_DFA_MAX_STATES    6000  /* states of one string automaton */
+/* Pattern positions (NFA states) the states of one pattern's subset construction may hold in all: its
+ * work. A few thousand states of a few thousand positions each is quadratic: ">*>{4890}" held 12 M and
+ * took 2.5 s to compile; at this bound a pattern costs well under a second. */
+#define KN_DFA_MAX_HELD      2000000
 #define KN_CP_MAX            0x10FFFFu
 #define KN_SCHEMA_ERRMSG_MAX 400
 

@@ -785,7 +785,10 @@ static void closure(const nfa *a, int *set, int *n, unsigned char *mark, bool bo
 
 static kn_dfa *dfa_trim_min(kn_dfa *d);
 
-static kn_dfa *subset(const nfa *a, int start, int final) {
+/* The DFA of NFA a (start, final state), trimmed and minimized; NULL when out of memory, when it would
+ * pass KN_DFA_MAX_STATES (tl_toobig) or when its states would hold more than KN_DFA_MAX_HELD NFA
+ * states in all (*too_complex). */
+static kn_dfa *subset(const nfa *a, int start, int final, bool *too_complex) {
     kn_dfa *d = calloc(1, sizeof *d);
     int *set = malloc((size_t)a->n * sizeof *set), *tmp = malloc((size_t)a->n * sizeof *tmp);
     unsigned char *mark = malloc((size_t)a->n);
@@ -822,6 +825,7 @@ static kn_dfa *subset(const nfa *a, int start, int final) {
         memcpy(sets[0] + 1, set, (size_t)n * sizeof *set);
     }
     /* worklist: states are processed in id order */
+    size_t held = (size_t)n; /* NFA states the DFA states hold so far */
     for (int cur = 0; cur < d->n; cur++) {
         int cn = sets[cur][0];
         const int *cs = sets[cur] + 1;
@@ -870,6 +874,11 @@ static kn_dfa *subset(const nfa *a, int start, int final) {
             closure(a, set, &m, mark, false, false);
             int id = imap_get(&map, set, m);
             if (id < 0) {
+                if ((held += (size_t)m) > KN_DFA_MAX_HELD) {
+                    *too_complex = true;
+                    ok = false;
+                    goto done;
+                }
                 int mm = m;
                 memcpy(tmp, set, (size_t)m * sizeof *set);
                 closure(a, tmp, &mm, mark, false, true);
@@ -944,9 +953,15 @@ kn_dfa *kn_dfa_regex(const char *pattern, char *err, size_t errcap) {
         snprintf(err, errcap, "out of memory");
     } else {
         tl_toobig = false;
-        d = subset(&a, s0, s1);
+        bool too_complex = false;
+        d = subset(&a, s0, s1, &too_complex);
         if (!d && tl_toobig)
             snprintf(err, errcap, "the pattern needs more than %d automaton states", KN_DFA_MAX_STATES);
+        else if (!d && too_complex)
+            snprintf(err, errcap,
+                     "the pattern is too costly to compile (its automaton's states would hold more than %d "
+                     "pattern positions in all)",
+                     KN_DFA_MAX_HELD);
         else if (!d) snprintf(err, errcap, "out of memory");
     }
     nfa_free(&a);

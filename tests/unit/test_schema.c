@@ -502,6 +502,23 @@ static void test_errors(void) {
     }
     kiln_grammar_free(g);
     CHECK(fails_with("{\"type\":\"string\",\"pattern\":\"^[a-z]{6001}$\"}", "more than 6000 automaton states"));
+    /* Few states but each holding thousands of pattern positions: a star before a long count (the
+     * grammar fuzzer's timeout: ">*>?>{4890}" took 2.5 s to compile) is refused by its work. */
+    CHECK(fails_with("{\"type\":\"string\",\"pattern\":\"^>*>?>{4890}$\"}", "too costly to compile"));
+    CHECK(fails_with("{\"type\":\"string\",\"pattern\":\"^a*a{2500}$\"}", "more than 2000000 pattern positions"));
+    kiln_grammar *h = compile_schema("{\"type\":\"string\",\"pattern\":\"^a*a{1000}$\"}", false);
+    char *as = malloc(1004);
+    if (as) {
+        memset(as, 'a', 1003);
+        as[0] = as[1002] = '"', as[1003] = 0; /* exactly 1001 a's */
+        CHECK(h && accepts(h, as));
+        as[1001] = '"', as[1002] = 0; /* 1000 */
+        CHECK(h && accepts(h, as));
+        as[1000] = '"', as[1001] = 0; /* 999 */
+        CHECK(h && !accepts(h, as));
+        free(as);
+    }
+    kiln_grammar_free(h);
 }
 
 /* A required name no property declares, over a thousand characters long: the names besides the
