@@ -281,6 +281,9 @@ const BAD = [
   ['schema_unsupported_regex', { json_schema: { type: 'object', properties: { x: { type: 'string', pattern: '(?<=a)b' } } } },
     'json_schema', /does not compile: .*\/properties\/x/],
   ['schema_unknown_type', { json_schema: { type: 'frob' } }, 'json_schema', /does not compile/],
+  // a star before a long count: its automaton would cost seconds to build (refused by its work)
+  ['schema_costly_regex', rf({ name: 'x', schema: { type: 'string', pattern: '^>*>?>{4890}$' } }),
+    'response_format.json_schema.schema', /does not compile: .*too costly to compile/],
   ['two_grammar_and_rf', { grammar: YESNO, ...rf({ name: 'x', schema: SCHEMA }) }, 'grammar', /both constrain the output/],
   ['two_json_schema_and_json_object', { json_schema: SCHEMA, response_format: { type: 'json_object' } }, 'json_schema', /both constrain/],
   ['two_grammar_and_json_schema', { json_schema: SCHEMA, grammar: YESNO }, 'grammar', /both constrain/],
