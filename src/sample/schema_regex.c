@@ -85,6 +85,74 @@ bool kn_cset_has(const kn_cset *s, uint32_t c) {
     return false;
 }
 
+/* ---- int-sequence maps ----------------------------------------------------------------------- */
+
+/* A hash map from int sequences (sets of states, pairs) to ids. */
+typedef struct imap {
+    int **keys; /* keys[i][0] = length, then the ints */
+    int *vals;
+    size_t cap, n;
+} imap;
+
+static uint64_t ihash(const int *k, int n) {
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < n; i++) h = (h ^ (uint32_t)k[i]) * 1099511628211ull;
+    return h ^ (h >> 29);
+}
+
+static void imap_free(imap *m) {
+    for (size_t i = 0; i < m->cap; i++) free(m->keys ? m->keys[i] : NULL);
+    free(m->keys);
+    free(m->vals);
+}
+
+static int imap_get(const imap *m, const int *k, int n) {
+    if (!m->cap) return -1;
+    for (size_t i = ihash(k, n) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
+        int *e = m->keys[i];
+        if (!e) return -1;
+        if (e[0] == n && !memcmp(e + 1, k, (size_t)n * sizeof *k)) return m->vals[i];
+    }
+}
+
+/* Maps k[0..n) to v (k not already there); returns the map's own copy of the key (its length first,
+ * then the ints, kept until imap_free), NULL when out of memory. */
+static const int *imap_put(imap *m, const int *k, int n, int v) {
+    if ((m->n + 1) * 2 > m->cap) {
+        size_t nc = m->cap ? m->cap * 2 : 64;
+        int **nk = calloc(nc, sizeof *nk);
+        int *nv = calloc(nc, sizeof *nv);
+        if (!nk || !nv) {
+            free(nk);
+            free(nv);
+            return NULL;
+        }
+        for (size_t i = 0; i < m->cap; i++) {
+            int *e = m->keys[i];
+            if (!e) continue;
+            size_t j = ihash(e + 1, e[0]) & (nc - 1);
+            while (nk[j]) j = (j + 1) & (nc - 1);
+            nk[j] = e;
+            nv[j] = m->vals[i];
+        }
+        free(m->keys);
+        free(m->vals);
+        m->keys = nk;
+        m->vals = nv;
+        m->cap = nc;
+    }
+    int *e = malloc((size_t)(n + 1) * sizeof *e);
+    if (!e) return NULL;
+    e[0] = n;
+    memcpy(e + 1, k, (size_t)n * sizeof *k);
+    size_t j = ihash(k, n) & (m->cap - 1);
+    while (m->keys[j]) j = (j + 1) & (m->cap - 1);
+    m->keys[j] = e;
+    m->vals[j] = v;
+    m->n++;
+    return e;
+}
+
 /* ---- NFA ------------------------------------------------------------------------------------- */
 
 enum { NE_EPS, NE_SET, NE_BOL, NE_EOL };
@@ -101,8 +169,9 @@ typedef struct nstate {
 typedef struct nfa {
     nstate *s;
     int n, cap;
-    kn_cset *sets;
+    kn_cset *sets; /* distinct: a class parsed again (each copy of a counted atom) shares its id */
     int nsets, capsets;
+    imap setids; /* a set's ranges (lo, hi, lo, hi, ...) -> its index in sets */
     bool nomem, toobig;
 } nfa;
 
@@ -141,22 +210,38 @@ static void nfa_edge(nfa *a, int from, int kind, int to, int set) {
     s->e[s->n++] = (nedge){kind, to, set};
 }
 
-/* Takes ownership of *cs. */
+/* The index of set *cs in a->sets, added if no equal set is there; takes ownership of *cs. -1 when
+ * out of memory. Sharing ids keeps the subset construction's work per distinct class, not per copy. */
 static int nfa_set(nfa *a, kn_cset *cs) {
+    int nk = 2 * cs->n, id = -1;
+    int *key = malloc((size_t)(nk ? nk : 1) * sizeof *key);
+    if (!key) goto fail;
+    for (int i = 0; i < cs->n; i++) {
+        key[2 * i] = (int)cs->r[i].lo; /* code points fit an int */
+        key[2 * i + 1] = (int)cs->r[i].hi;
+    }
+    if ((id = imap_get(&a->setids, key, nk)) >= 0) {
+        free(key);
+        kn_cset_free(cs);
+        return id;
+    }
     if (a->nsets == a->capsets) {
         int nc = a->capsets ? a->capsets * 2 : 16;
         kn_cset *s = realloc(a->sets, (size_t)nc * sizeof *s);
-        if (!s) {
-            a->nomem = true;
-            kn_cset_free(cs);
-            return -1;
-        }
+        if (!s) goto fail;
         a->sets = s;
         a->capsets = nc;
     }
+    if (!imap_put(&a->setids, key, nk, a->nsets)) goto fail;
+    free(key);
     a->sets[a->nsets] = *cs;
     *cs = (kn_cset){0};
     return a->nsets++;
+fail:
+    free(key);
+    a->nomem = true;
+    kn_cset_free(cs);
+    return -1;
 }
 
 static void nfa_free(nfa *a) {
@@ -164,6 +249,7 @@ static void nfa_free(nfa *a) {
     free(a->s);
     for (int i = 0; i < a->nsets; i++) kn_cset_free(&a->sets[i]);
     free(a->sets);
+    imap_free(&a->setids);
 }
 
 /* ---- regex parser: text -> NFA fragments ----------------------------------------------------- */
@@ -689,166 +775,148 @@ static int dfa_next(const kn_dfa *d, int st, uint32_t c) {
     return -1;
 }
 
-/* A hash map from int sequences (sets of states, pairs) to ids. */
-typedef struct imap {
-    int **keys; /* keys[i][0] = length, then the ints */
-    int *vals;
-    size_t cap, n;
-} imap;
-
-static uint64_t ihash(const int *k, int n) {
-    uint64_t h = 1469598103934665603ull;
-    for (int i = 0; i < n; i++) h = (h ^ (uint32_t)k[i]) * 1099511628211ull;
-    return h ^ (h >> 29);
-}
-
-static void imap_free(imap *m) {
-    for (size_t i = 0; i < m->cap; i++) free(m->keys ? m->keys[i] : NULL);
-    free(m->keys);
-    free(m->vals);
-}
-
-static int imap_get(const imap *m, const int *k, int n) {
-    if (!m->cap) return -1;
-    for (size_t i = ihash(k, n) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
-        int *e = m->keys[i];
-        if (!e) return -1;
-        if (e[0] == n && !memcmp(e + 1, k, (size_t)n * sizeof *k)) return m->vals[i];
-    }
-}
-
-static bool imap_put(imap *m, const int *k, int n, int v) {
-    if ((m->n + 1) * 2 > m->cap) {
-        size_t nc = m->cap ? m->cap * 2 : 64;
-        int **nk = calloc(nc, sizeof *nk);
-        int *nv = calloc(nc, sizeof *nv);
-        if (!nk || !nv) {
-            free(nk);
-            free(nv);
-            return false;
-        }
-        for (size_t i = 0; i < m->cap; i++) {
-            int *e = m->keys[i];
-            if (!e) continue;
-            size_t j = ihash(e + 1, e[0]) & (nc - 1);
-            while (nk[j]) j = (j + 1) & (nc - 1);
-            nk[j] = e;
-            nv[j] = m->vals[i];
-        }
-        free(m->keys);
-        free(m->vals);
-        m->keys = nk;
-        m->vals = nv;
-        m->cap = nc;
-    }
-    int *e = malloc((size_t)(n + 1) * sizeof *e);
-    if (!e) return false;
-    e[0] = n;
-    memcpy(e + 1, k, (size_t)n * sizeof *k);
-    size_t j = ihash(k, n) & (m->cap - 1);
-    while (m->keys[j]) j = (j + 1) & (m->cap - 1);
-    m->keys[j] = e;
-    m->vals[j] = v;
-    m->n++;
-    return true;
-}
-
 /* ---- subset construction --------------------------------------------------------------------- */
-
-static int cmp_int(const void *a, const void *b) {
-    int x = *(const int *)a, y = *(const int *)b;
-    return (x > y) - (x < y);
-}
 
 static int cmp_u32(const void *a, const void *b) {
     uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
     return (x > y) - (x < y);
 }
 
-/* Epsilon closure of set[0..*n) in place (set has room for a->n ints; mark is scratch of a->n). */
-static void closure(const nfa *a, int *set, int *n, unsigned char *mark, bool bol, bool eol) {
-    memset(mark, 0, (size_t)a->n);
-    for (int i = 0; i < *n; i++) mark[set[i]] = 1;
+/* Marks over n items that all clear in O(1): item i is marked when v[i] == gen. */
+typedef struct stamps {
+    uint32_t *v;
+    uint32_t gen;
+    size_t n;
+} stamps;
+
+static bool stamps_init(stamps *m, size_t n) {
+    m->v = calloc(n ? n : 1, sizeof *m->v);
+    m->gen = 0;
+    m->n = n;
+    return m->v != NULL;
+}
+
+/* Clears every mark. */
+static void stamps_clear(stamps *m) {
+    if (++m->gen == 0) {
+        memset(m->v, 0, m->n * sizeof *m->v);
+        m->gen = 1;
+    }
+}
+
+/* Sorts v[0..n) of values in [0, KN_REGEX_MAX_NFA) ascending; scratch has room for n ints. A radix
+ * sort, a byte a pass: the subset construction sorts every set it reaches, thousands of positions
+ * each in the costliest patterns, where qsort's comparisons were most of the time. */
+_Static_assert(KN_REGEX_MAX_NFA <= 1 << 16, "sort_states sorts values of two bytes");
+static void sort_states(int *v, int n, int *scratch) {
+    if (n < 32) {
+        for (int i = 1; i < n; i++) {
+            int x = v[i], j = i;
+            for (; j > 0 && v[j - 1] > x; j--) v[j] = v[j - 1];
+            v[j] = x;
+        }
+        return;
+    }
+    int *src = v, *dst = scratch;
+    for (int shift = 0; shift < 16; shift += 8) { /* KN_REGEX_MAX_NFA < 2^16: two passes */
+        int count[257] = {0};
+        for (int i = 0; i < n; i++) count[((src[i] >> shift) & 255) + 1]++;
+        for (int b = 0; b < 256; b++) count[b + 1] += count[b];
+        for (int i = 0; i < n; i++) dst[count[(src[i] >> shift) & 255]++] = src[i];
+        int *t = src;
+        src = dst;
+        dst = t;
+    }
+    /* an even number of passes leaves the result in v */
+}
+
+/* Epsilon closure of set[0..*n) in place (set has room for a->n ints; mk has a->n items), sorted
+ * when scratch (room for a->n ints) is given. */
+static void closure(const nfa *a, int *set, int *n, stamps *mk, int *scratch, bool bol, bool eol) {
+    stamps_clear(mk);
+    for (int i = 0; i < *n; i++) mk->v[set[i]] = mk->gen;
     for (int i = 0; i < *n; i++) {
         const nstate *s = &a->s[set[i]];
         for (int k = 0; k < s->n; k++) {
             const nedge *e = &s->e[k];
             bool follow = e->kind == NE_EPS || (e->kind == NE_BOL && bol) || (e->kind == NE_EOL && eol);
-            if (follow && !mark[e->to]) {
-                mark[e->to] = 1;
+            if (follow && mk->v[e->to] != mk->gen) {
+                mk->v[e->to] = mk->gen;
                 set[(*n)++] = e->to;
             }
         }
     }
-    qsort(set, (size_t)*n, sizeof *set, cmp_int);
+    if (scratch) sort_states(set, *n, scratch);
 }
 
 static kn_dfa *dfa_trim_min(kn_dfa *d);
 
 /* The DFA of NFA a (start, final state), trimmed and minimized; NULL when out of memory, when it would
- * pass KN_DFA_MAX_STATES (tl_toobig) or when its states would hold more than KN_DFA_MAX_HELD NFA
- * states in all (*too_complex). */
+ * pass KN_DFA_MAX_STATES (tl_toobig), or when building it would take more than KN_DFA_MAX_WORK steps
+ * or its states would hold more than KN_DFA_MAX_HELD NFA states in all (*too_complex). */
 static kn_dfa *subset(const nfa *a, int start, int final, bool *too_complex) {
     kn_dfa *d = calloc(1, sizeof *d);
     int *set = malloc((size_t)a->n * sizeof *set), *tmp = malloc((size_t)a->n * sizeof *tmp);
-    unsigned char *mark = malloc((size_t)a->n);
+    int *classes = malloc((size_t)(a->nsets ? a->nsets : 1) * sizeof *classes);
+    stamps mark = {0}, seen = {0}, hit = {0}; /* over NFA states; over sets twice */
     uint32_t *bounds = NULL;
     size_t capb = 0;
     imap map = {0};
-    int **sets = NULL; /* sets[i]: the NFA set of DFA state i (len first) */
+    const int **sets = NULL; /* sets[i]: the NFA set of DFA state i (len first; map's keys) */
     int capsets = 0;
-    bool ok = d && set && tmp && mark;
+    bool ok = d && set && tmp && classes && stamps_init(&mark, (size_t)a->n) && stamps_init(&seen, (size_t)a->nsets) &&
+              stamps_init(&hit, (size_t)a->nsets);
     if (!ok) goto done;
     /* the start state: ^ may hold here only */
     int n = 1;
     set[0] = start;
-    closure(a, set, &n, mark, true, false);
+    closure(a, set, &n, &mark, tmp, true, false);
     {
         /* register the start state (^ holds there only) */
         int m = n;
         memcpy(tmp, set, (size_t)n * sizeof *set);
-        closure(a, tmp, &m, mark, true, true);
+        closure(a, tmp, &m, &mark, NULL, true, true);
         bool acc = false;
         for (int i = 0; i < m; i++) acc |= tmp[i] == final;
         capsets = 64;
         sets = malloc((size_t)capsets * sizeof *sets);
-        if (!sets || dfa_add_state(d, acc) != 0 || !imap_put(&map, set, n, 0)) {
+        if (!sets || dfa_add_state(d, acc) != 0 || !(sets[0] = imap_put(&map, set, n, 0))) {
             ok = false;
             goto done;
         }
-        sets[0] = malloc((size_t)(n + 1) * sizeof **sets);
-        if (!sets[0]) {
-            ok = false;
-            goto done;
-        }
-        sets[0][0] = n;
-        memcpy(sets[0] + 1, set, (size_t)n * sizeof *set);
     }
     /* worklist: states are processed in id order */
-    size_t held = (size_t)n; /* NFA states the DFA states hold so far */
+    size_t work = 0, held = (size_t)n; /* NFA states visited so far; held by the DFA's states */
     for (int cur = 0; cur < d->n; cur++) {
         int cn = sets[cur][0];
         const int *cs = sets[cur] + 1;
-        size_t nb = 0;
+        /* the distinct classes leaving this state, and the code point intervals they cut */
+        int nc = 0;
+        stamps_clear(&seen);
         for (int i = 0; i < cn; i++) {
             const nstate *s = &a->s[cs[i]];
-            for (int k = 0; k < s->n; k++) {
-                if (s->e[k].kind != NE_SET) continue;
-                const kn_cset *c = &a->sets[s->e[k].set];
-                for (int r = 0; r < c->n; r++) {
-                    if (nb + 2 > capb) {
-                        size_t nc2 = capb ? capb * 2 : 64;
-                        uint32_t *nbp = realloc(bounds, nc2 * sizeof *nbp);
-                        if (!nbp) {
-                            ok = false;
-                            goto done;
-                        }
-                        bounds = nbp;
-                        capb = nc2;
-                    }
-                    bounds[nb++] = c->r[r].lo;
-                    bounds[nb++] = c->r[r].hi + 1;
+            for (int k = 0; k < s->n; k++)
+                if (s->e[k].kind == NE_SET && seen.v[s->e[k].set] != seen.gen) {
+                    seen.v[s->e[k].set] = seen.gen;
+                    classes[nc++] = s->e[k].set;
                 }
+        }
+        size_t nb = 0;
+        for (int j = 0; j < nc; j++) {
+            const kn_cset *c = &a->sets[classes[j]];
+            for (int r = 0; r < c->n; r++) {
+                if (nb + 2 > capb) {
+                    size_t nc2 = capb ? capb * 2 : 64;
+                    uint32_t *nbp = realloc(bounds, nc2 * sizeof *nbp);
+                    if (!nbp) {
+                        ok = false;
+                        goto done;
+                    }
+                    bounds = nbp;
+                    capb = nc2;
+                }
+                bounds[nb++] = c->r[r].lo;
+                bounds[nb++] = c->r[r].hi + 1;
             }
         }
         if (!nb) continue;
@@ -858,20 +926,28 @@ static kn_dfa *subset(const nfa *a, int start, int final, bool *too_complex) {
             if (!u || bounds[u - 1] != bounds[i]) bounds[u++] = bounds[i];
         for (size_t b = 0; b + 1 < u; b++) {
             uint32_t lo = bounds[b], hi = bounds[b + 1] - 1;
+            stamps_clear(&hit); /* the classes holding this interval */
+            for (int j = 0; j < nc; j++)
+                if (kn_cset_has(&a->sets[classes[j]], lo)) hit.v[classes[j]] = hit.gen;
             int m = 0;
-            memset(mark, 0, (size_t)a->n);
+            stamps_clear(&mark);
             for (int i = 0; i < cn; i++) {
                 const nstate *s = &a->s[cs[i]];
                 for (int k = 0; k < s->n; k++) {
-                    if (s->e[k].kind != NE_SET || mark[s->e[k].to]) continue;
-                    if (kn_cset_has(&a->sets[s->e[k].set], lo)) {
-                        mark[s->e[k].to] = 1;
-                        set[m++] = s->e[k].to;
+                    const nedge *e = &s->e[k];
+                    if (e->kind == NE_SET && hit.v[e->set] == hit.gen && mark.v[e->to] != mark.gen) {
+                        mark.v[e->to] = mark.gen;
+                        set[m++] = e->to;
                     }
                 }
             }
             if (!m) continue;
-            closure(a, set, &m, mark, false, false);
+            closure(a, set, &m, &mark, tmp, false, false);
+            if ((work += (size_t)cn + (size_t)m) > KN_DFA_MAX_WORK) {
+                *too_complex = true;
+                ok = false;
+                goto done;
+            }
             int id = imap_get(&map, set, m);
             if (id < 0) {
                 if ((held += (size_t)m) > KN_DFA_MAX_HELD) {
@@ -881,31 +957,28 @@ static kn_dfa *subset(const nfa *a, int start, int final, bool *too_complex) {
                 }
                 int mm = m;
                 memcpy(tmp, set, (size_t)m * sizeof *set);
-                closure(a, tmp, &mm, mark, false, true);
+                closure(a, tmp, &mm, &mark, NULL, false, true);
                 bool acc = false;
                 for (int i = 0; i < mm; i++) acc |= tmp[i] == final;
                 id = dfa_add_state(d, acc);
-                if (id < 0 || !imap_put(&map, set, m, id)) {
+                if (id < 0) {
                     ok = false;
                     goto done;
                 }
                 if (id >= capsets) {
-                    int nc = capsets * 2;
-                    int **ns = realloc(sets, (size_t)nc * sizeof *ns);
+                    int nc2 = capsets * 2;
+                    const int **ns = realloc(sets, (size_t)nc2 * sizeof *ns);
                     if (!ns) {
                         ok = false;
                         goto done;
                     }
                     sets = ns;
-                    capsets = nc;
+                    capsets = nc2;
                 }
-                sets[id] = malloc((size_t)(m + 1) * sizeof **sets);
-                if (!sets[id]) {
+                if (!(sets[id] = imap_put(&map, set, m, id))) {
                     ok = false;
                     goto done;
                 }
-                sets[id][0] = m;
-                memcpy(sets[id] + 1, set, (size_t)m * sizeof *set);
             }
             if (!dfa_add_tr(d, cur, lo, hi, id)) {
                 ok = false;
@@ -914,14 +987,15 @@ static kn_dfa *subset(const nfa *a, int start, int final, bool *too_complex) {
         }
     }
 done:
-    if (sets)
-        for (int i = 0; i < (d ? d->n : 0) && i < capsets; i++) free(sets[i]);
     free(sets);
     imap_free(&map);
     free(bounds);
     free(set);
     free(tmp);
-    free(mark);
+    free(classes);
+    free(mark.v);
+    free(seen.v);
+    free(hit.v);
     if (!ok) {
         kn_dfa_free(d);
         return NULL;
@@ -959,9 +1033,9 @@ kn_dfa *kn_dfa_regex(const char *pattern, char *err, size_t errcap) {
             snprintf(err, errcap, "the pattern needs more than %d automaton states", KN_DFA_MAX_STATES);
         else if (!d && too_complex)
             snprintf(err, errcap,
-                     "the pattern is too costly to compile (its automaton's states would hold more than %d "
-                     "pattern positions in all)",
-                     KN_DFA_MAX_HELD);
+                     "the pattern is too costly to compile (its automaton would take more than %d steps "
+                     "or hold more than %d pattern positions)",
+                     KN_DFA_MAX_WORK, KN_DFA_MAX_HELD);
         else if (!d) snprintf(err, errcap, "out of memory");
     }
     nfa_free(&a);

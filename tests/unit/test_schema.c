@@ -503,9 +503,32 @@ static void test_errors(void) {
     kiln_grammar_free(g);
     CHECK(fails_with("{\"type\":\"string\",\"pattern\":\"^[a-z]{6001}$\"}", "more than 6000 automaton states"));
     /* Few states but each holding thousands of pattern positions: a star before a long count (the
-     * grammar fuzzer's timeout: ">*>?>{4890}" took 2.5 s to compile) is refused by its work. */
+     * grammar fuzzer's timeout: ">*>?>{4890}" took 2.5 s to compile) is refused by its cost. */
     CHECK(fails_with("{\"type\":\"string\",\"pattern\":\"^>*>?>{4890}$\"}", "too costly to compile"));
-    CHECK(fails_with("{\"type\":\"string\",\"pattern\":\"^a*a{2500}$\"}", "more than 2000000 pattern positions"));
+    CHECK(fails_with("{\"type\":\"string\",\"pattern\":\"^a*a{2500}$\"}", "more than 4000000 pattern positions"));
+    /* A negated class before a long count, unanchored (the search's ".*" is the star): many intervals
+     * per state, each scanning the state's thousands of positions (the grammar fuzzer's slow unit: 2.2 s
+     * to refuse). Refused by the steps it takes. */
+    CHECK(fails_with("{\"type\":\"string\",\"pattern\":\"[^ua-z[2>&+0-9]{2003}$\"}", "more than 20000000 steps"));
+    kiln_grammar *t = compile_schema("{\"type\":\"string\",\"pattern\":\"[^a]{500}$\"}", false);
+    char *tail = malloc(505);
+    if (tail) {
+        /* "a", then 500 b's: ends in 500 characters other than a */
+        memset(tail, 'b', 504);
+        tail[0] = '"', tail[1] = 'a', tail[502] = '"', tail[503] = 0;
+        CHECK(t && accepts(t, tail));
+        tail[501] = '"', tail[502] = 0; /* "a", then 499 b's */
+        CHECK(t && !accepts(t, tail));
+        tail[1] = 'b', tail[501] = 'a', tail[502] = '"'; /* 500 b's, then "a" */
+        CHECK(t && !accepts(t, tail));
+        free(tail);
+    }
+    kiln_grammar_free(t);
+    /* Copies of one class share it; different classes at the same places stay apart. */
+    kiln_grammar *c = compile_schema("{\"type\":\"string\",\"pattern\":\"^[ab][ab]c[ab]([bc]|[ab]){2}$\"}", false);
+    CHECK(c && accepts(c, "\"abcbca\"") && accepts(c, "\"bacaab\""));
+    CHECK(c && !accepts(c, "\"abcccc\"") && !accepts(c, "\"cbcbca\"") && !accepts(c, "\"abcbc\""));
+    kiln_grammar_free(c);
     kiln_grammar *h = compile_schema("{\"type\":\"string\",\"pattern\":\"^a*a{1000}$\"}", false);
     char *as = malloc(1004);
     if (as) {
