@@ -7,10 +7,11 @@
  * A position's score is its dot product kept as two 8-lane fma accumulators (lanes = element index % 16,
  * as the reference row dot), added lane to lane (kn_reduce16's first step); 8 positions are then
  * reduced at once by a transposing tree whose additions are kn_reduce16's next steps (lanes i + 4, i + 2,
- * i + 1). The block's exponentials are one vector evaluation of kn_expf_ref's steps; V rows are
- * accumulated in position order with fused multiply-adds, each V chunk loaded once for a group of up to
- * 4 heads (the heads of a KV head share the K and V rows, which stay in L1 between heads). Head sizes
- * that are not a multiple of 16 (or above 256) take the blocked attention over the AVX2 row helpers.
+ * i + 1), each K chunk loaded (and converted) once for two query heads of a KV head. The block's
+ * exponentials are one vector evaluation of kn_expf_ref's steps; V rows are accumulated in position
+ * order with fused multiply-adds, each V chunk loaded once for a group of up to 4 heads (the heads of a
+ * KV head share the K and V rows, which stay in L1 between heads). Head sizes that are not a multiple
+ * of 16 (or above 256) take the blocked attention over the AVX2 row helpers.
  *
  * Every KV format of kvq.h has a kernel here: the same algorithm over a loader that turns 8 elements
  * of a head vector into floats exactly as kn_kvq_elem does (BF16 shifted, Q8_0 / Q4_0 codes times
@@ -33,6 +34,7 @@
 #define MAX_HD 256
 #define UNROLL _Pragma("GCC unroll 16")
 #define VG     4 /* heads per V pass at most */
+#define KG     2 /* heads per K pass at most */
 
 /* Lane p of the result = the rest of kn_reduce16 for position p, given r[p] = its 16 lanes already
  * folded to 8 (lane i = acc[i] + acc[i + 8]): lanes i + 4 onto i, then i + 2, then i + 1. */
@@ -147,12 +149,41 @@ AI __m256 ld_tq3(const uint8_t *p, int i, const int NC) {
         }                                                                                                              \
     }
 
+/* The scores of one block of cnt positions for GH query heads q[GH][hd] (GH a constant at each call:
+ * 1 or KG), times scale, positions 0..7 in s[g][0] and 8..15 in s[g][1]: each K chunk is loaded (and
+ * converted) once for the GH heads, every head's products and sums in the one-head order. */
+#define DEFINE_KPASS(NAME, LD)                                                                                         \
+    AI void NAME(__m256 s[][2], const uint8_t *const *kp, int cnt, const float *q, int hd, float scale, const int NC,  \
+                 const int GH) {                                                                                       \
+        for (int half = 0; half < 2; half++) {                                                                         \
+            __m256 r[KG][8];                                                                                           \
+            UNROLL for (int j = 0; j < 8; j++) {                                                                       \
+                __m256 a[KG][2];                                                                                       \
+                UNROLL for (int g = 0; g < GH; g++) a[g][0] = a[g][1] = _mm256_setzero_ps();                           \
+                if (8 * half + j < cnt) {                                                                              \
+                    const uint8_t *kr = kp[8 * half + j];                                                              \
+                    UNROLL for (int c = 0; c < NC; c++) {                                                              \
+                        const __m256 K0 = LD(kr, 16 * c, NC), K1 = LD(kr, 16 * c + 8, NC);                             \
+                        UNROLL for (int g = 0; g < GH; g++) {                                                          \
+                            const float *qh = q + (size_t)g * hd + 16 * c;                                             \
+                            a[g][0] = _mm256_fmadd_ps(K0, _mm256_loadu_ps(qh), a[g][0]);                               \
+                            a[g][1] = _mm256_fmadd_ps(K1, _mm256_loadu_ps(qh + 8), a[g][1]);                           \
+                        }                                                                                              \
+                    }                                                                                                  \
+                }                                                                                                      \
+                UNROLL for (int g = 0; g < GH; g++) r[g][j] = _mm256_add_ps(a[g][0], a[g][1]);                         \
+            }                                                                                                          \
+            UNROLL for (int g = 0; g < GH; g++) s[g][half] = _mm256_mul_ps(reduce8x8(r[g]), _mm256_set1_ps(scale));    \
+        }                                                                                                              \
+    }
+
 /* Attention of nkv * nq heads with NC = hd / 16 pairs of vectors per row. Per block of 16 positions, for
- * each KV head in turn: each of its query heads' scores (8 positions at a time), its online-softmax step
- * and weights w[h][16] (the block's largest score a vector maximum, as the AVX-512 kernel's); then the
- * V pass, 16 elements at a time for up to VG heads. Every head's float steps are the one-head
- * algorithm's. */
+ * each KV head in turn: its query heads' scores (8 positions at a time, KG heads a K pass), each head's
+ * online-softmax step and weights w[h][16] (the block's largest score a vector maximum, as the AVX-512
+ * kernel's); then the V pass, 16 elements at a time for up to VG heads. Every head's float steps are the
+ * one-head algorithm's. */
 #define DEFINE_ATTEND(NAME, LD, FMT)                                                                                   \
+    DEFINE_KPASS(NAME##_kpass, LD)                                                                                     \
     DEFINE_VPASS(NAME##_vpass, LD)                                                                                     \
     AI void NAME##_nc(const kn_attend_rows *rw, int32_t n, const float *q, int nq, int hd, float scale, float *out,    \
                       const int NC) {                                                                                  \
@@ -176,49 +207,39 @@ AI __m256 ld_tq3(const uint8_t *p, int i, const int NC) {
                 if (kvh > 0)                                                                                           \
                     for (int j = 0; j < cnt; j++) kp[j] += rw->khead, vp[j] += rw->vhead;                              \
                 const int he = (kvh + 1) * nq;                                                                         \
-                for (int h = kvh * nq; h < he; h++) {                                                                  \
-                    const float *qh = q + (size_t)h * hd;                                                              \
-                    __m256 s2[2];                                                                                      \
-                    for (int half = 0; half < 2; half++) {                                                             \
-                        __m256 r[8];                                                                                   \
-                        UNROLL for (int j = 0; j < 8; j++) {                                                           \
-                            __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();                                 \
-                            if (8 * half + j < cnt) {                                                                  \
-                                const uint8_t *kr = kp[8 * half + j];                                                  \
-                                UNROLL for (int c = 0; c < NC; c++) {                                                  \
-                                    a0 = _mm256_fmadd_ps(LD(kr, 16 * c, NC), _mm256_loadu_ps(qh + 16 * c), a0);        \
-                                    a1 =                                                                               \
-                                        _mm256_fmadd_ps(LD(kr, 16 * c + 8, NC), _mm256_loadu_ps(qh + 16 * c + 8), a1); \
-                                }                                                                                      \
-                            }                                                                                          \
-                            r[j] = _mm256_add_ps(a0, a1);                                                              \
+                for (int h0 = kvh * nq; h0 < he; h0 += KG) {                                                           \
+                    const int gh = he - h0 < KG ? he - h0 : KG;                                                        \
+                    __m256 S[KG][2];                                                                                   \
+                    if (gh == KG) NAME##_kpass(S, kp, cnt, q + (size_t)h0 * hd, hd, scale, NC, KG);                    \
+                    else NAME##_kpass(S, kp, cnt, q + (size_t)h0 * hd, hd, scale, NC, 1);                              \
+                    for (int g = 0; g < gh; g++) {                                                                     \
+                        const int h = h0 + g;                                                                          \
+                        __m256 *s2 = S[g];                                                                             \
+                        if (cnt < 16) { /* the positions past the end: score -inf, weight 0 */                         \
+                            _mm256_storeu_ps(sc, s2[0]);                                                               \
+                            _mm256_storeu_ps(sc + 8, s2[1]);                                                           \
+                            for (int j = cnt; j < 16; j++) sc[j] = -INFINITY;                                          \
+                            s2[0] = _mm256_loadu_ps(sc);                                                               \
+                            s2[1] = _mm256_loadu_ps(sc + 8);                                                           \
                         }                                                                                              \
-                        s2[half] = _mm256_mul_ps(reduce8x8(r), _mm256_set1_ps(scale));                                 \
+                        const float bm = max16(s2[0], s2[1]);                                                          \
+                        if (bm > m[h]) {                                                                               \
+                            const __m256 cv = _mm256_set1_ps(kn_expf_ref(m[h] - bm));                                  \
+                            lsum[h][0] = _mm256_mul_ps(lsum[h][0], cv);                                                \
+                            lsum[h][1] = _mm256_mul_ps(lsum[h][1], cv);                                                \
+                            for (int c = 0; c < 2 * NC; c++)                                                           \
+                                _mm256_store_ps(O + h * hd + 8 * c,                                                    \
+                                                _mm256_mul_ps(_mm256_load_ps(O + h * hd + 8 * c), cv));                \
+                            m[h] = bm;                                                                                 \
+                        }                                                                                              \
+                        const __m256 mv = _mm256_set1_ps(m[h]);                                                        \
+                        const __m256 w0 = kn_expf8(_mm256_sub_ps(s2[0], mv));                                          \
+                        const __m256 w1 = kn_expf8(_mm256_sub_ps(s2[1], mv));                                          \
+                        lsum[h][0] = _mm256_add_ps(lsum[h][0], w0);                                                    \
+                        lsum[h][1] = _mm256_add_ps(lsum[h][1], w1);                                                    \
+                        _mm256_storeu_ps(wj[h], w0);                                                                   \
+                        _mm256_storeu_ps(wj[h] + 8, w1);                                                               \
                     }                                                                                                  \
-                    if (cnt < 16) { /* the positions past the end: score -inf, weight 0 */                             \
-                        _mm256_storeu_ps(sc, s2[0]);                                                                   \
-                        _mm256_storeu_ps(sc + 8, s2[1]);                                                               \
-                        for (int j = cnt; j < 16; j++) sc[j] = -INFINITY;                                              \
-                        s2[0] = _mm256_loadu_ps(sc);                                                                   \
-                        s2[1] = _mm256_loadu_ps(sc + 8);                                                               \
-                    }                                                                                                  \
-                    const float bm = max16(s2[0], s2[1]);                                                              \
-                    if (bm > m[h]) {                                                                                   \
-                        const __m256 cv = _mm256_set1_ps(kn_expf_ref(m[h] - bm));                                      \
-                        lsum[h][0] = _mm256_mul_ps(lsum[h][0], cv);                                                    \
-                        lsum[h][1] = _mm256_mul_ps(lsum[h][1], cv);                                                    \
-                        for (int c = 0; c < 2 * NC; c++)                                                               \
-                            _mm256_store_ps(O + h * hd + 8 * c,                                                        \
-                                            _mm256_mul_ps(_mm256_load_ps(O + h * hd + 8 * c), cv));                    \
-                        m[h] = bm;                                                                                     \
-                    }                                                                                                  \
-                    const __m256 mv = _mm256_set1_ps(m[h]);                                                            \
-                    const __m256 w0 = kn_expf8(_mm256_sub_ps(s2[0], mv));                                              \
-                    const __m256 w1 = kn_expf8(_mm256_sub_ps(s2[1], mv));                                              \
-                    lsum[h][0] = _mm256_add_ps(lsum[h][0], w0);                                                        \
-                    lsum[h][1] = _mm256_add_ps(lsum[h][1], w1);                                                        \
-                    _mm256_storeu_ps(wj[h], w0);                                                                       \
-                    _mm256_storeu_ps(wj[h] + 8, w1);                                                                   \
                 }                                                                                                      \
                 for (int h0 = kvh * nq; h0 < he; h0 += VG) {                                                           \
                     switch (he - h0 < VG ? he - h0 : VG) {                                                             \
