@@ -7,7 +7,7 @@
  * A position's score is its dot product kept as two 8-lane fma accumulators (lanes = element index % 16,
  * as the reference row dot), added lane to lane (kn_reduce16's first step); 8 positions are then
  * reduced at once by a transposing tree whose additions are kn_reduce16's next steps (lanes i + 4, i + 2,
- * i + 1), each K chunk loaded (and converted) once for two query heads of a KV head. The block's
+ * i + 1), each K chunk loaded (and converted) once for up to four query heads of a KV head. The block's
  * exponentials are one vector evaluation of kn_expf_ref's steps; V rows are accumulated in position
  * order with fused multiply-adds, each V chunk loaded once for a group of up to 4 heads (the heads of a
  * KV head share the K and V rows, which stay in L1 between heads). Head sizes that are not a multiple
@@ -34,7 +34,7 @@
 #define MAX_HD 256
 #define UNROLL _Pragma("GCC unroll 16")
 #define VG     4 /* heads per V pass at most */
-#define KG     2 /* heads per K pass at most */
+#define KG     4 /* heads per K pass at most */
 
 /* Lane p of the result = the rest of kn_reduce16 for position p, given r[p] = its 16 lanes already
  * folded to 8 (lane i = acc[i] + acc[i + 8]): lanes i + 4 onto i, then i + 2, then i + 1. */
@@ -150,7 +150,7 @@ AI __m256 ld_tq3(const uint8_t *p, int i, const int NC) {
     }
 
 /* The scores of one block of cnt positions for GH query heads q[GH][hd] (GH a constant at each call:
- * 1 or KG), times scale, positions 0..7 in s[g][0] and 8..15 in s[g][1]: each K chunk is loaded (and
+ * 1, 2 or KG), times scale, positions 0..7 in s[g][0] and 8..15 in s[g][1]: each K chunk is loaded (and
  * converted) once for the GH heads, every head's products and sums in the one-head order. */
 #define DEFINE_KPASS(NAME, LD)                                                                                         \
     AI void NAME(__m256 s[][2], const uint8_t *const *kp, int cnt, const float *q, int hd, float scale, const int NC,  \
@@ -207,11 +207,12 @@ AI __m256 ld_tq3(const uint8_t *p, int i, const int NC) {
                 if (kvh > 0)                                                                                           \
                     for (int j = 0; j < cnt; j++) kp[j] += rw->khead, vp[j] += rw->vhead;                              \
                 const int he = (kvh + 1) * nq;                                                                         \
-                for (int h0 = kvh * nq; h0 < he; h0 += KG) {                                                           \
-                    const int gh = he - h0 < KG ? he - h0 : KG;                                                        \
+                for (int h0 = kvh * nq, gh; h0 < he; h0 += gh) {                                                       \
                     __m256 S[KG][2];                                                                                   \
-                    if (gh == KG) NAME##_kpass(S, kp, cnt, q + (size_t)h0 * hd, hd, scale, NC, KG);                    \
-                    else NAME##_kpass(S, kp, cnt, q + (size_t)h0 * hd, hd, scale, NC, 1);                              \
+                    const float *qg = q + (size_t)h0 * hd;                                                             \
+                    if (he - h0 >= 4) NAME##_kpass(S, kp, cnt, qg, hd, scale, NC, gh = 4);                             \
+                    else if (he - h0 >= 2) NAME##_kpass(S, kp, cnt, qg, hd, scale, NC, gh = 2);                        \
+                    else NAME##_kpass(S, kp, cnt, qg, hd, scale, NC, gh = 1);                                          \
                     for (int g = 0; g < gh; g++) {                                                                     \
                         const int h = h0 + g;                                                                          \
                         __m256 *s2 = S[g];                                                                             \
