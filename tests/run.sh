@@ -6,32 +6,61 @@
 # wall time follows its output ("# took N s"), and the slowest are listed before the totals, so the
 # suite's time budget can be watched. A program still running after KILN_TEST_TIMEOUT seconds (600
 # by default) is killed and counts as a failure, so one hang cannot take the whole suite's time.
+# The unit-test programs run KILN_TEST_JOBS at a time (2 by default, as many as the machines have
+# cores; they are single-threaded for the most part and keep their files in directories of their
+# own), their output printed afterwards in name order; the CLI scripts, which start servers and
+# time their answers, run one at a time.
 BUILD=${BUILD:-build}
 export BUILD
+
+# ---- one unit-test program (called by this script itself, through xargs) ----
+# run.sh --one DIR PROGRAM: runs PROGRAM into DIR/NAME.out, its exit status in .st, its seconds in .time.
+if [ "$1" = "--one" ]; then
+  out="$2/$(basename "$3")"
+  t0=$(date +%s)
+  timeout -k 10 "${KILN_TEST_TIMEOUT:-600}" "$3" >"$out.out" 2>&1
+  echo $? >"$out.st"
+  echo $(($(date +%s) - t0)) >"$out.time"
+  exit 0
+fi
 log=$(mktemp)
 one=$(mktemp)
 times=$(mktemp)
-trap 'rm -f "$log" "$one" "$times"' EXIT
-run_one() {
-  echo "== $*"
-  t0=$(date +%s)
-  timeout -k 10 "${KILN_TEST_TIMEOUT:-600}" "$@" >"$one" 2>&1
-  st=$?
-  [ $st -eq 124 ] && echo "FAIL $* (killed after ${KILN_TEST_TIMEOUT:-600} s: hung or far too slow)" >>"$one"
+units=$(mktemp -d)
+trap 'rm -rf "$log" "$one" "$times" "$units"' EXIT
+# report NAME STATUS SECONDS: prints the output in $one of the program NAME that ended with STATUS
+# after SECONDS, and adds it to the totals.
+report() {
+  echo "== $1"
+  [ "$2" -eq 124 ] && echo "FAIL $1 (killed after ${KILN_TEST_TIMEOUT:-600} s: hung or far too slow)" >>"$one"
   cat "$one"
-  dt=$(($(date +%s) - t0))
-  echo "$dt $*" >>"$times"
-  echo "# took $dt s"
+  echo "$3 $1" >>"$times"
+  echo "# took $3 s"
   cat "$one" >>"$log"
-  if [ $st -ne 0 ] && ! grep -q '^FAIL ' "$one"; then
-    echo "FAIL $* (exit status $st)" | tee -a "$log"
+  if [ "$2" -ne 0 ] && ! grep -q '^FAIL ' "$one"; then
+    echo "FAIL $1 (exit status $2)" | tee -a "$log"
   fi
 }
 for t in "$BUILD"/tests/test_*; do
-  [ -x "$t" ] && run_one "$t"
+  [ -x "$t" ] && printf '%s\n' "$t"
+done | xargs -P "${KILN_TEST_JOBS:-2}" -I{} sh "$0" --one "$units" {}
+for t in "$BUILD"/tests/test_*; do
+  [ -x "$t" ] || continue
+  u="$units/$(basename "$t")"
+  if [ -f "$u.st" ]; then
+    cp "$u.out" "$one"
+    report "$t" "$(cat "$u.st")" "$(cat "$u.time")"
+  else
+    echo "FAIL $t (did not run)" >"$one"
+    report "$t" 1 0
+  fi
 done
 for t in tests/cli/*.sh; do
-  [ -f "$t" ] && run_one sh "$t"
+  [ -f "$t" ] || continue
+  t0=$(date +%s)
+  timeout -k 10 "${KILN_TEST_TIMEOUT:-600}" sh "$t" >"$one" 2>&1
+  st=$?
+  report "sh $t" $st $(($(date +%s) - t0))
 done
 pass=$(grep -c '^PASS ' "$log")
 fail=$(grep -c '^FAIL ' "$log")
