@@ -28,32 +28,41 @@ void kn_cset_free(kn_cset *s) {
     s->n = s->cap = 0;
 }
 
+/* Room for one more range in s; false when out of memory. */
+static bool cset_room(kn_cset *s) {
+    if (s->n < s->cap) return true;
+    int nc = s->cap ? s->cap * 2 : 8;
+    kn_crange *r = realloc(s->r, (size_t)nc * sizeof *r);
+    if (!r) return false;
+    s->r = r;
+    s->cap = nc;
+    return true;
+}
+
 bool kn_cset_add(kn_cset *s, uint32_t lo, uint32_t hi) {
     if (lo > hi) return true;
-    if (s->n == s->cap) {
-        int nc = s->cap ? s->cap * 2 : 8;
-        kn_crange *r = realloc(s->r, (size_t)nc * sizeof *r);
-        if (!r) return false;
-        s->r = r;
-        s->cap = nc;
+    /* i: the first range that ends at lo - 1 or later (it may touch or overlap [lo, hi]); ranges are
+     * sorted and apart, so their ends are sorted too */
+    int i = 0, j = s->n;
+    while (i < j) {
+        const int mid = i + (j - i) / 2;
+        if (lo > 0 && s->r[mid].hi < lo - 1) i = mid + 1;
+        else j = mid;
     }
-    /* insert in order, then merge overlapping or adjacent neighbours */
-    int i = s->n;
-    while (i > 0 && s->r[i - 1].lo > lo) {
-        s->r[i] = s->r[i - 1];
-        i--;
+    /* [i, j): the ranges that touch or overlap [lo, hi], merged into one */
+    for (j = i; j < s->n && (hi == UINT32_MAX || s->r[j].lo <= hi + 1); j++) {
+        if (s->r[j].lo < lo) lo = s->r[j].lo;
+        if (s->r[j].hi > hi) hi = s->r[j].hi;
+    }
+    if (j == i) { /* none: insert */
+        if (!cset_room(s)) return false;
+        memmove(s->r + i + 1, s->r + i, (size_t)(s->n - i) * sizeof *s->r);
+        s->n++;
+    } else { /* keep the first, drop the others */
+        memmove(s->r + i + 1, s->r + j, (size_t)(s->n - j) * sizeof *s->r);
+        s->n -= j - i - 1;
     }
     s->r[i] = (kn_crange){lo, hi};
-    s->n++;
-    int w = 0;
-    for (int k = 1; k < s->n; k++) {
-        if (s->r[k].lo <= s->r[w].hi + 1 || s->r[w].hi == UINT32_MAX) {
-            if (s->r[k].hi > s->r[w].hi) s->r[w].hi = s->r[k].hi;
-        } else {
-            s->r[++w] = s->r[k];
-        }
-    }
-    s->n = w + 1;
     return true;
 }
 
@@ -258,6 +267,22 @@ typedef struct frag {
     int start, end;
 } frag;
 
+/* A copy of fragment f, whose states are [first, last) (an atom's, made one after another): the
+ * states again at the end of a, with their edges (those leaving the range kept as they are) and
+ * classes (shared). A counted atom x{n} is n copies; copying costs the atom's states, not its text
+ * parsed again (a class of thousands of characters repeated thousands of times took minutes). */
+static frag nfa_copy(nfa *a, int first, int last, frag f) {
+    const int off = a->n - first;
+    for (int i = first; i < last; i++) {
+        if (nfa_state(a) < 0) return (frag){-1, -1};
+        for (int k = 0; k < a->s[i].n; k++) {
+            const nedge e = a->s[i].e[k]; /* by value: nfa_edge may move the edge arrays */
+            nfa_edge(a, i + off, e.kind, e.to >= first && e.to < last ? e.to + off : e.to, e.set);
+        }
+    }
+    return (frag){f.start + off, f.end + off};
+}
+
 typedef struct rx {
     const char *p; /* the pattern (UTF-8) */
     size_t len, pos;
@@ -430,8 +455,20 @@ static int rx_escape(rx *r, bool in_class, uint32_t *cp, kn_cset *cs) {
     return 1;
 }
 
+/* Appends [lo, hi] to raw, unsorted (the class parser's buffer); false when out of memory. */
+static bool crange_push(kn_cset *raw, uint32_t lo, uint32_t hi) {
+    if (!cset_room(raw)) return false;
+    raw->r[raw->n++] = (kn_crange){lo, hi};
+    return true;
+}
+
+static int cmp_crange(const void *a, const void *b) {
+    const kn_crange *x = a, *y = b;
+    return (x->lo > y->lo) - (x->lo < y->lo);
+}
+
 static frag rx_class(rx *r) {
-    kn_cset cs = {0};
+    kn_cset cs = {0}, raw = {0}; /* raw: the class's characters and ranges as written, sorted at the end */
     bool neg = false;
     r->pos++; /* '[' */
     if (r->pos < r->len && r->p[r->pos] == '^') neg = true, r->pos++;
@@ -478,7 +515,7 @@ static frag rx_class(rx *r) {
                     rx_fail(r, "character class range out of order");
                     break;
                 }
-                if (!kn_cset_add(&cs, lo, hi)) r->a->nomem = true;
+                if (!crange_push(&raw, lo, hi)) r->a->nomem = true;
                 kn_cset_free(&tmp);
                 continue;
             }
@@ -486,8 +523,14 @@ static frag rx_class(rx *r) {
             kn_cset_free(&tmp);
             r->pos = save;
         }
-        if (k == 1 && !kn_cset_add(&cs, lo, lo)) r->a->nomem = true;
+        if (k == 1 && !crange_push(&raw, lo, lo)) r->a->nomem = true;
     }
+    /* in order, each range joins the set at its end: a class of many characters in any order costs
+     * a sort, not an insertion each */
+    if (raw.n) qsort(raw.r, (size_t)raw.n, sizeof *raw.r, cmp_crange);
+    for (int i = 0; i < raw.n; i++)
+        if (!kn_cset_add(&cs, raw.r[i].lo, raw.r[i].hi)) r->a->nomem = true;
+    kn_cset_free(&raw);
     if (neg && !kn_cset_negate(&cs)) r->a->nomem = true;
     if (r->failed) {
         kn_cset_free(&cs);
@@ -621,9 +664,10 @@ static frag rx_seq(rx *r) {
             f = rx_concat(r, f, (frag){s, e});
             continue;
         }
-        size_t at = r->pos;
+        const int first = r->a->n; /* the atom's states: [first, last) */
         frag t = rx_atom(r);
         if (r->failed) break;
+        const int last = r->a->n;
         size_t after = r->pos;
         long m = 1, n = 1;
         if (r->pos < r->len) {
@@ -643,8 +687,7 @@ static frag rx_seq(rx *r) {
             f = rx_concat(r, f, t);
             continue;
         }
-        size_t end = r->pos;
-        /* copies: t is the first; each further one re-parses the atom's text */
+        /* copies: t is the first; each further one a copy of its states */
         long copies = n < 0 ? (m > 0 ? m : 1) : (n > 0 ? n : 1);
         frag *parts = malloc((size_t)copies * sizeof *parts);
         if (!parts) {
@@ -652,11 +695,7 @@ static frag rx_seq(rx *r) {
             break;
         }
         parts[0] = t;
-        for (long i = 1; i < copies && !r->failed && !r->a->toobig && !r->a->nomem; i++) {
-            r->pos = at;
-            parts[i] = rx_atom(r);
-        }
-        r->pos = end;
+        for (long i = 1; i < copies && !r->a->toobig && !r->a->nomem; i++) parts[i] = nfa_copy(r->a, first, last, t);
         if (r->failed || r->a->toobig || r->a->nomem) {
             free(parts);
             break;
@@ -857,22 +896,27 @@ static kn_dfa *dfa_trim_min(kn_dfa *d);
 static kn_dfa *subset(const nfa *a, int start, int final, bool *too_complex) {
     kn_dfa *d = calloc(1, sizeof *d);
     int *set = malloc((size_t)a->n * sizeof *set), *tmp = malloc((size_t)a->n * sizeof *tmp);
+    /* the distinct classes leaving the current state, and a cursor into each one's ranges */
     int *classes = malloc((size_t)(a->nsets ? a->nsets : 1) * sizeof *classes);
+    int *cursor = malloc((size_t)(a->nsets ? a->nsets : 1) * sizeof *cursor);
     stamps mark = {0}, seen = {0}, hit = {0}; /* over NFA states; over sets twice */
     uint32_t *bounds = NULL;
     size_t capb = 0;
     imap map = {0};
-    const int **sets = NULL; /* sets[i]: the NFA set of DFA state i (len first; map's keys) */
+    const int **sets = NULL; /* sets[i]: the NFA set of DFA state i (len first; map's keys but the start's) */
+    int *start_set = NULL;
     int capsets = 0;
-    bool ok = d && set && tmp && classes && stamps_init(&mark, (size_t)a->n) && stamps_init(&seen, (size_t)a->nsets) &&
-              stamps_init(&hit, (size_t)a->nsets);
+    bool ok = d && set && tmp && classes && cursor && stamps_init(&mark, (size_t)a->n) &&
+              stamps_init(&seen, (size_t)a->nsets) && stamps_init(&hit, (size_t)a->nsets);
     if (!ok) goto done;
     /* the start state: ^ may hold here only */
     int n = 1;
     set[0] = start;
     closure(a, set, &n, &mark, tmp, true, false);
     {
-        /* register the start state (^ holds there only) */
+        /* register the start state (^ holds there only). It stays out of the map: a later state of the
+         * same NFA set is another state, since its acceptance is decided without ^ ("$^" accepts the
+         * empty string only) */
         int m = n;
         memcpy(tmp, set, (size_t)n * sizeof *set);
         closure(a, tmp, &m, &mark, NULL, true, true);
@@ -880,10 +924,14 @@ static kn_dfa *subset(const nfa *a, int start, int final, bool *too_complex) {
         for (int i = 0; i < m; i++) acc |= tmp[i] == final;
         capsets = 64;
         sets = malloc((size_t)capsets * sizeof *sets);
-        if (!sets || dfa_add_state(d, acc) != 0 || !(sets[0] = imap_put(&map, set, n, 0))) {
+        start_set = malloc((size_t)(n + 1) * sizeof *start_set);
+        if (!sets || !start_set || dfa_add_state(d, acc) != 0) {
             ok = false;
             goto done;
         }
+        start_set[0] = n;
+        memcpy(start_set + 1, set, (size_t)n * sizeof *set);
+        sets[0] = start_set;
     }
     /* worklist: states are processed in id order */
     size_t work = 0, held = (size_t)n; /* NFA states visited so far; held by the DFA's states */
@@ -924,11 +972,18 @@ static kn_dfa *subset(const nfa *a, int start, int final, bool *too_complex) {
         size_t u = 0;
         for (size_t i = 0; i < nb; i++)
             if (!u || bounds[u - 1] != bounds[i]) bounds[u++] = bounds[i];
+        for (int j = 0; j < nc; j++) cursor[j] = 0;
         for (size_t b = 0; b + 1 < u; b++) {
             uint32_t lo = bounds[b], hi = bounds[b + 1] - 1;
-            stamps_clear(&hit); /* the classes holding this interval */
-            for (int j = 0; j < nc; j++)
-                if (kn_cset_has(&a->sets[classes[j]], lo)) hit.v[classes[j]] = hit.gen;
+            /* the classes holding this interval: each class's ranges are sorted and the intervals come
+             * in order, so a cursor per class walks its ranges once per state (a class of thousands of
+             * ranges tested range by range per interval took seconds) */
+            stamps_clear(&hit);
+            for (int j = 0; j < nc; j++) {
+                const kn_cset *c = &a->sets[classes[j]];
+                while (cursor[j] < c->n && c->r[cursor[j]].hi < lo) cursor[j]++;
+                if (cursor[j] < c->n && c->r[cursor[j]].lo <= lo) hit.v[classes[j]] = hit.gen;
+            }
             int m = 0;
             stamps_clear(&mark);
             for (int i = 0; i < cn; i++) {
@@ -988,11 +1043,13 @@ static kn_dfa *subset(const nfa *a, int start, int final, bool *too_complex) {
     }
 done:
     free(sets);
+    free(start_set);
     imap_free(&map);
     free(bounds);
     free(set);
     free(tmp);
     free(classes);
+    free(cursor);
     free(mark.v);
     free(seen.v);
     free(hit.v);
@@ -1020,11 +1077,13 @@ kn_dfa *kn_dfa_regex(const char *pattern, char *err, size_t errcap) {
     nfa_edge(&a, f.end, NE_EPS, s1, 0);
     nfa_edge(&a, s1, NE_SET, s1, anyset);
     kn_dfa *d = NULL;
-    if (r.failed) {
-    } else if (a.toobig) {
+    /* the NFA's bound or memory first: the parse stops there, and whatever it then says of the
+     * rest of the pattern ("missing )") is not the pattern's fault */
+    if (a.toobig) {
         snprintf(err, errcap, "the pattern expands to more than %d automaton states", KN_REGEX_MAX_NFA);
     } else if (a.nomem) {
         snprintf(err, errcap, "out of memory");
+    } else if (r.failed) {
     } else {
         tl_toobig = false;
         bool too_complex = false;

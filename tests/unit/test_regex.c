@@ -1,0 +1,282 @@
+/*
+ * test_regex.c - the regular expressions of JSON Schema patterns (schema_regex.c) against PCRE2, and
+ * the code point sets they are built from against a bitmap.
+ *
+ * The differential test draws thousands of small patterns (literals, '.', classes with ranges and
+ * negation, groups, alternation, the quantifiers * + ? {m} {m,} {m,n} and their lazy forms, ^ and $)
+ * over a five-letter alphabet and checks, for every string of up to six letters, that the automaton
+ * kn_dfa_regex builds accepts exactly the strings in which PCRE2 finds a match (PCRE2_UTF and
+ * PCRE2_DOLLAR_ENDONLY: ECMAScript's $ without the m flag). Counted repetitions are copies of the
+ * atom's states, a class is sorted once however its characters are written, and the subset
+ * construction shares one class among its copies: each of those is checked here against an engine
+ * that does none of it.
+ */
+#include "harness.h"
+#include "sample/schema_internal.h"
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+#include <stdio.h>
+#include <string.h>
+
+static uint32_t rng = 12345;
+static uint32_t next(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 17;
+    rng ^= rng << 5;
+    return rng;
+}
+static int pick(int n) { return (int)(next() % (uint32_t)n); }
+
+/* ---- code point sets against a bitmap ------------------------------------------------------- */
+
+#define UNIVERSE 400
+
+/* s is sorted, its ranges apart (not even adjacent), and holds exactly the code points of bits. */
+static bool cset_is(const kn_cset *s, const bool *bits) {
+    for (int i = 0; i < s->n; i++) {
+        if (s->r[i].lo > s->r[i].hi) return false;
+        if (i > 0 && s->r[i].lo <= s->r[i - 1].hi + 1) return false;
+    }
+    for (uint32_t c = 0; c < UNIVERSE + 8; c++)
+        if (kn_cset_has(s, c) != (c < UNIVERSE && bits[c])) return false;
+    return true;
+}
+
+/* Random ranges added in random order (single points, short and long ranges, overlapping, adjacent,
+ * nested): after every addition the set is canonical and equals the bitmap of what was added. */
+static void test_cset_add(void) {
+    for (int round = 0; round < 300; round++) {
+        kn_cset s = {0};
+        bool bits[UNIVERSE] = {false};
+        const int adds = 1 + pick(60);
+        bool ok = true;
+        for (int k = 0; k < adds && ok; k++) {
+            uint32_t lo = (uint32_t)pick(UNIVERSE), len = pick(4) == 0 ? (uint32_t)pick(80) : (uint32_t)pick(3);
+            uint32_t hi = lo + len < UNIVERSE ? lo + len : UNIVERSE - 1;
+            CHECK(kn_cset_add(&s, lo, hi));
+            for (uint32_t c = lo; c <= hi; c++) bits[c] = true;
+            ok = cset_is(&s, bits);
+            CHECKF(ok, "round %d: after adding [%u, %u] the set is wrong (%d ranges)", round, lo, hi, s.n);
+        }
+        kn_cset_free(&s);
+    }
+    /* the ends of the code space: ranges up to UINT32_MAX merge without overflowing */
+    kn_cset s = {0};
+    CHECK(kn_cset_add(&s, 10, 20) && kn_cset_add(&s, UINT32_MAX - 5, UINT32_MAX) &&
+          kn_cset_add(&s, UINT32_MAX - 9, UINT32_MAX - 6) && kn_cset_add(&s, 0, 9));
+    CHECK(s.n == 2 && s.r[0].lo == 0 && s.r[0].hi == 20 && s.r[1].lo == UINT32_MAX - 9 && s.r[1].hi == UINT32_MAX);
+    CHECK(kn_cset_add(&s, 21, UINT32_MAX - 10));
+    CHECK(s.n == 1 && s.r[0].lo == 0 && s.r[0].hi == UINT32_MAX);
+    kn_cset_free(&s);
+}
+
+/* ---- patterns against PCRE2 ------------------------------------------------------------------- */
+
+static const char ALPHA[] = "abcde";
+
+static void gen_alt(char *p, size_t cap, size_t *n, int depth);
+
+static void put(char *p, size_t cap, size_t *n, const char *s) {
+    size_t k = strlen(s);
+    if (*n + k < cap) {
+        memcpy(p + *n, s, k);
+        *n += k;
+        p[*n] = 0;
+    }
+}
+
+/* A class: optionally negated, items in random order (letters, ranges a-c, letters outside the
+ * alphabet), so that kn_cset_add sees sorted, reversed, overlapping and repeated input. */
+static void gen_class(char *p, size_t cap, size_t *n) {
+    put(p, cap, n, pick(3) == 0 ? "[^" : "[");
+    const int items = 1 + pick(4);
+    for (int i = 0; i < items; i++) {
+        char item[4] = {ALPHA[pick(5)], 0, 0, 0};
+        if (pick(3) == 0) {
+            const int lo = pick(5), hi = lo + pick(5 - lo);
+            item[0] = ALPHA[lo], item[1] = '-', item[2] = ALPHA[hi];
+        } else if (pick(6) == 0) {
+            item[0] = 'x';
+        }
+        put(p, cap, n, item);
+    }
+    put(p, cap, n, "]");
+}
+
+static void gen_atom(char *p, size_t cap, size_t *n, int depth) {
+    const int k = pick(depth > 0 ? 10 : 7);
+    const bool group = k >= 7;
+    if (k < 3) {
+        char c[2] = {ALPHA[pick(5)], 0};
+        put(p, cap, n, c);
+    } else if (k == 3) {
+        put(p, cap, n, ".");
+    } else if (k < 7) {
+        gen_class(p, cap, n);
+    } else {
+        put(p, cap, n, pick(2) ? "(" : "(?:");
+        gen_alt(p, cap, n, depth - 1);
+        put(p, cap, n, ")");
+    }
+    /* a quantifier; not {0} after a group: PCRE2 then finds no match of "(x|^){0}c" in "ac", where
+     * ECMAScript (and kiln) find one */
+    static const char *const q[] = {"*", "+", "?", "{2}", "{0}", "{1,3}", "{2,}", "{0,2}", "{3}"};
+    if (pick(3) == 0) {
+        const int qi = pick(9);
+        put(p, cap, n, group && qi == 4 ? "{0,2}" : q[qi]);
+        if (pick(5) == 0) put(p, cap, n, "?"); /* lazy: the same language */
+    }
+}
+
+static void gen_seq(char *p, size_t cap, size_t *n, int depth) {
+    if (pick(6) == 0) put(p, cap, n, "^");
+    const int atoms = pick(4);
+    for (int i = 0; i < atoms; i++) gen_atom(p, cap, n, depth);
+    if (pick(6) == 0) put(p, cap, n, "$");
+}
+
+static void gen_alt(char *p, size_t cap, size_t *n, int depth) {
+    gen_seq(p, cap, n, depth);
+    while (pick(4) == 0) {
+        put(p, cap, n, "|");
+        gen_seq(p, cap, n, depth);
+    }
+}
+
+/* pat compiled by PCRE2 with ECMAScript's semantics for these patterns; NULL when it refuses it. */
+static pcre2_code *pcre(const char *pat) {
+    int ecode;
+    PCRE2_SIZE eoff;
+    return pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_DOLLAR_ENDONLY, &ecode, &eoff, NULL);
+}
+
+/* pat compiled by both; NULL when either refuses it (why says which), *re NULL too. */
+static kn_dfa *both(const char *pat, pcre2_code **re, char *why, size_t cap) {
+    kn_dfa *d = kn_dfa_regex(pat, why, cap);
+    *re = pcre(pat);
+    if (*re && d) return d;
+    if (d) snprintf(why, cap, "PCRE2 refuses it");
+    kn_dfa_free(d);
+    pcre2_code_free(*re);
+    *re = NULL;
+    return NULL;
+}
+
+static bool pcre_finds(pcre2_code *re, pcre2_match_data *md, const char *s, size_t n) {
+    return pcre2_match(re, (PCRE2_SPTR)s, n, 0, 0, md, NULL) >= 0;
+}
+
+/* Every string of up to 6 letters of the alphabet: the automaton accepts it exactly when PCRE2 finds
+ * the pattern in it. Returns the number of strings that disagree (the first few printed). */
+static int compare(const char *pat, const kn_dfa *d, pcre2_code *re, pcre2_match_data *md) {
+    int bad = 0;
+    char s[8];
+    for (int len = 0; len <= 6; len++) {
+        int total = 1;
+        for (int i = 0; i < len; i++) total *= 5;
+        for (int x = 0; x < total; x++) {
+            for (int i = 0, v = x; i < len; i++, v /= 5) s[i] = ALPHA[v % 5];
+            s[len] = 0;
+            const bool want = pcre_finds(re, md, s, (size_t)len);
+            const bool got = kn_dfa_match(d, s, (size_t)len);
+            if (want != got && bad++ < 3)
+                printf("  /%s/ on \"%s\": PCRE2 %s, kiln %s\n", pat, s, want ? "matches" : "does not",
+                       got ? "accepts" : "rejects");
+        }
+    }
+    return bad;
+}
+
+static void test_vs_pcre2(void) {
+    pcre2_match_data *md = pcre2_match_data_create(8, NULL);
+    int compared = 0, failed = 0, skipped = 0;
+    for (int i = 0; i < 3000; i++) {
+        char pat[256] = {0};
+        size_t n = 0;
+        gen_alt(pat, sizeof pat, &n, 2);
+        pcre2_code *re = pcre(pat);
+        char err[256];
+        kn_dfa *d = kn_dfa_regex(pat, err, sizeof err);
+        if (!re) { /* the generator writes only what both should take */
+            CHECKF(false, "PCRE2 refuses /%s/", pat);
+            kn_dfa_free(d);
+            continue;
+        }
+        if (!d && (strstr(err, "automaton states") || strstr(err, "too costly"))) {
+            skipped++; /* past a bound on the automaton: refused by design */
+            pcre2_code_free(re);
+            continue;
+        }
+        CHECKF(d != NULL, "/%s/: %s", pat, err);
+        if (d) {
+            const int bad = compare(pat, d, re, md);
+            failed += bad > 0;
+            CHECKF(bad == 0, "/%s/: %d strings disagree", pat, bad);
+            compared++;
+        }
+        kn_dfa_free(d);
+        pcre2_code_free(re);
+    }
+    printf("  %d patterns compared with PCRE2 on 19,531 strings each, %d disagreeing, %d past the automaton "
+           "bounds\n",
+           compared, failed, skipped);
+    pcre2_match_data_free(md);
+}
+
+/* Long counted repetitions of groups and classes: copies of the atom's states, against PCRE2 on
+ * strings around the counts. */
+static void test_counted_copies(void) {
+    static const char *const pats[] = {"^(?:ab|c){40}$", "^(a[bc]?){5,60}d$", "(?:[^a]b){30}$", "^([a-c]{2}|e){0,50}$"};
+    pcre2_match_data *md = pcre2_match_data_create(8, NULL);
+    for (size_t i = 0; i < sizeof pats / sizeof *pats; i++) {
+        pcre2_code *re;
+        char why[256];
+        kn_dfa *d = both(pats[i], &re, why, sizeof why);
+        CHECKF(d, "/%s/: %s", pats[i], why);
+        for (int t = 0; t < 2000; t++) {
+            /* strings of repeated units, sometimes one unit altered */
+            static const char *const units[] = {"ab", "c", "a", "ac", "bb", "d", "e", "aa"};
+            char s[400];
+            size_t n = 0;
+            const int reps = pick(70);
+            for (int k = 0; k < reps && n + 3 < sizeof s; k++) {
+                const char *u = units[pick(3) == 0 ? pick(8) : (int)(i * 2 % 8)];
+                memcpy(s + n, u, strlen(u));
+                n += strlen(u);
+            }
+            if (pick(2)) s[n++] = 'd';
+            const bool want = pcre_finds(re, md, s, n);
+            CHECKF(kn_dfa_match(d, s, n) == want, "/%s/ on \"%.*s\": PCRE2 %d", pats[i], (int)n, s, want);
+        }
+        kn_dfa_free(d);
+        pcre2_code_free(re);
+    }
+    pcre2_match_data_free(md);
+}
+
+/* Fixed patterns: assertions in odd places (the start state is not the state of the same NFA set
+ * reached later: "$^" once accepted every string) and classes of many characters in any order. */
+static void test_fixed(void) {
+    static const char *const pats[] = {
+        "$^", "^$", "$$", "^^", "(?:a|$)(e|^$)", "a|$^", "(^|b)(c|$)", "[edcba]+$", "^[ecaeb-dd]{2}[^edc]"};
+    pcre2_match_data *md = pcre2_match_data_create(8, NULL);
+    for (size_t i = 0; i < sizeof pats / sizeof *pats; i++) {
+        pcre2_code *re;
+        char why[256];
+        kn_dfa *d = both(pats[i], &re, why, sizeof why);
+        CHECKF(d, "/%s/: %s", pats[i], why);
+        CHECKF(compare(pats[i], d, re, md) == 0, "/%s/ disagrees with PCRE2", pats[i]);
+        kn_dfa_free(d);
+        pcre2_code_free(re);
+    }
+    pcre2_match_data_free(md);
+}
+
+int main(void) {
+    RUN(test_cset_add);
+    RUN(test_fixed);
+    RUN(test_vs_pcre2);
+    RUN(test_counted_copies);
+    return kt_summary();
+}
