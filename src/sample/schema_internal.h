@@ -23,6 +23,10 @@
 #define KN_SCHEMA_WS_RULE    "ws ::= | \" \" | \"\\n\" [ \\t]{0,48}\n"
 #define KN_REGEX_MAX_NFA     60000 /* NFA states one pattern may expand into */
 #define KN_DFA_MAX_STATES    6000  /* states of one string automaton */
+/* Transitions of one string automaton: each is a code point range written into the grammar (a byte at
+ * least), and a schema's grammar is at most KILN_GRAMMAR_MAX_TEXT (1 MiB); a pattern's class of 1,000
+ * characters under a maxLength of 5,000 made 5,000,000 and took 7 s to refuse as a grammar too large. */
+#define KN_DFA_MAX_TRANS     500000
 /* The bounds on one pattern's subset construction besides its states: the steps it may take (the
  * pattern positions, NFA states, it visits: those of the state it leaves and of the state it reaches,
  * for every interval of every state) and the positions its states may hold in all (their memory, 4
@@ -117,6 +121,7 @@ typedef struct kn_dstate {
 typedef struct kn_dfa {
     kn_dstate *s;
     int n, cap;
+    int ntr; /* transitions in all (at most KN_DFA_MAX_TRANS) */
 } kn_dfa;
 
 void kn_dfa_free(kn_dfa *d);
@@ -130,13 +135,13 @@ kn_dfa *kn_dfa_literals(const char *const *s, const size_t *len, int n);
 /* Every string of min..max code points (max < 0: no maximum). */
 kn_dfa *kn_dfa_length(long min, long max);
 /* Intersection, complement (within all strings), both as new automata; NULL when out of memory or
- * the result would pass KN_DFA_MAX_STATES. Results are trimmed (every state can reach acceptance)
- * and minimized. */
+ * the result would pass KN_DFA_MAX_STATES or KN_DFA_MAX_TRANS. Results are trimmed (every state can
+ * reach acceptance) and minimized. */
 kn_dfa *kn_dfa_and(const kn_dfa *a, const kn_dfa *b);
 kn_dfa *kn_dfa_not(const kn_dfa *a);
 /* Whether the latest kn_dfa_literals, _length, _and or _not of this thread that returned NULL did so
- * because the automaton would pass KN_DFA_MAX_STATES (a limit of the input: a schema error) rather
- * than for want of memory. */
+ * because the automaton would pass KN_DFA_MAX_STATES or KN_DFA_MAX_TRANS (a limit of the input: a
+ * schema error) rather than for want of memory. */
 bool kn_dfa_toobig(void);
 /* cls[i] = the equivalence class (0 .. result-1) of each state i with live[i] (it can reach
  * acceptance), -1 for the others; states of one class accept the same strings. Returns the number

@@ -85,7 +85,9 @@ void ks_node_free(node *n) {
 }
 
 void ks_dfa_fail(ctx *c, const char *path, const char *kw, const char *what) {
-    if (kn_dfa_toobig()) ks_fail(c, path, kw, "%s need more than %d automaton states", what, KN_DFA_MAX_STATES);
+    if (kn_dfa_toobig())
+        ks_fail(c, path, kw, "%s need more than %d automaton states or %d transitions", what, KN_DFA_MAX_STATES,
+                KN_DFA_MAX_TRANS);
     else ks_nomem(c);
 }
 

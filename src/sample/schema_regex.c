@@ -784,12 +784,16 @@ static int dfa_add_state(kn_dfa *d, bool acc) {
 }
 
 /* Appends a transition; ranges must come in increasing order; merges with the previous one when
- * adjacent with the same target. */
+ * adjacent with the same target. False when out of memory or past KN_DFA_MAX_TRANS (tl_toobig). */
 static bool dfa_add_tr(kn_dfa *d, int st, uint32_t lo, uint32_t hi, int to) {
     kn_dstate *s = &d->s[st];
     if (s->ntr && s->tr[s->ntr - 1].to == to && s->tr[s->ntr - 1].hi + 1 == lo) {
         s->tr[s->ntr - 1].hi = hi;
         return true;
+    }
+    if (d->ntr >= KN_DFA_MAX_TRANS) {
+        tl_toobig = true;
+        return false;
     }
     if (s->ntr == s->cap) {
         int nc = s->cap ? s->cap * 2 : 4;
@@ -799,6 +803,7 @@ static bool dfa_add_tr(kn_dfa *d, int st, uint32_t lo, uint32_t hi, int to) {
         s->cap = nc;
     }
     s->tr[s->ntr++] = (kn_dtrans){lo, hi, to};
+    d->ntr++;
     return true;
 }
 
@@ -891,8 +896,9 @@ static void closure(const nfa *a, int *set, int *n, stamps *mk, int *scratch, bo
 static kn_dfa *dfa_trim_min(kn_dfa *d);
 
 /* The DFA of NFA a (start, final state), trimmed and minimized; NULL when out of memory, when it would
- * pass KN_DFA_MAX_STATES (tl_toobig), or when building it would take more than KN_DFA_MAX_WORK steps
- * or its states would hold more than KN_DFA_MAX_HELD NFA states in all (*too_complex). */
+ * pass KN_DFA_MAX_STATES or KN_DFA_MAX_TRANS (tl_toobig), or when building it would take more than
+ * KN_DFA_MAX_WORK steps or its states would hold more than KN_DFA_MAX_HELD NFA states in all
+ * (*too_complex). */
 static kn_dfa *subset(const nfa *a, int start, int final, bool *too_complex) {
     kn_dfa *d = calloc(1, sizeof *d);
     int *set = malloc((size_t)a->n * sizeof *set), *tmp = malloc((size_t)a->n * sizeof *tmp);
@@ -1089,7 +1095,8 @@ kn_dfa *kn_dfa_regex(const char *pattern, char *err, size_t errcap) {
         bool too_complex = false;
         d = subset(&a, s0, s1, &too_complex);
         if (!d && tl_toobig)
-            snprintf(err, errcap, "the pattern needs more than %d automaton states", KN_DFA_MAX_STATES);
+            snprintf(err, errcap, "the pattern needs more than %d automaton states or %d transitions",
+                     KN_DFA_MAX_STATES, KN_DFA_MAX_TRANS);
         else if (!d && too_complex)
             snprintf(err, errcap,
                      "the pattern is too costly to compile (its automaton would take more than %d steps "
