@@ -594,7 +594,7 @@ const char *ks_compile(ctx *c, conj *in, const char *hint, int depth) {
                     ks_approx(c, n.path, "type", "numbers that are not integers are enforced as numbers");
                 if (!n.lo.set && !n.hi.set && n.mult10 < 0 && !integer) {
                     kn_sbuf_printf(&body, "%s%s", alts++ ? " | " : "", ks_use(c, U_NUMBER));
-                } else if (kn_num_body(&nb, n.lo, n.hi, integer, integer ? -1 : n.mult10, &ap)) {
+                } else if (kn_num_body(&nb, &c->g, n.lo, n.hi, integer, integer ? -1 : n.mult10, &ap)) {
                     kn_sbuf_printf(&body, "%s%s", alts++ ? " | " : "", nb.p);
                 }
                 if (ap) ks_approx(c, n.path, "minimum", "a bound that is not an integer is widened to one");

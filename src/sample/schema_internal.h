@@ -167,13 +167,14 @@ typedef struct kn_nbound {
     double v;
 } kn_nbound;
 
-/* Writes the body of a rule matching the JSON numbers in [lo, hi] to b: integers only when integer
+/* Writes the body of a rule matching the JSON numbers in [lo, hi] to b (the digits of a long bound may
+ * take rules of their own, written to g): integers only when integer
  * (no fraction, no exponent), else a decimal number; with a bound, no exponent is written (a subset
  * of JSON's notations for the same values). mult10: >= 0 limits fractions to that many digits
  * (multipleOf 10^-mult10), < 0 = no limit. *approx is set when a bound was not an integer and was
  * widened to one (numbers) or rounded inward exactly (integers do not need that: exact). Returns
  * false when the range is empty. */
-bool kn_num_body(kn_sbuf *b, kn_nbound lo, kn_nbound hi, bool integer, int mult10, bool *approx);
+bool kn_num_body(kn_sbuf *b, kn_gout *g, kn_nbound lo, kn_nbound hi, bool integer, int mult10, bool *approx);
 
 /* ---- formats (schema_format.c) --------------------------------------------------------------- */
 

@@ -69,9 +69,43 @@ static bool all_of(const char *s, size_t n, char c) {
     return true;
 }
 
+/* Where digits_between writes: its groups nest a level per digit where the bounds differ (a double's
+ * 309), past what the GBNF compiler takes (100 levels); every NUM_NEST levels the rest goes into a rule
+ * of its own in g. */
+#define NUM_NEST 16
+typedef struct numout {
+    kn_gout *g;
+    int depth; /* groups open around the current point */
+} numout;
+
+static void digits_between(kn_sbuf *out, numout *no, const char *a, const char *b, size_t n);
+
+/* digits_between one group deeper: in place, or as a new rule named in place when NUM_NEST groups
+ * are open. */
+static void digits_nested(kn_sbuf *out, numout *no, const char *a, const char *b, size_t n) {
+    if (no->depth < NUM_NEST) {
+        no->depth++;
+        digits_between(out, no, a, b, n);
+        no->depth--;
+        return;
+    }
+    kn_sbuf sub;
+    kn_sbuf_init(&sub, out->limit);
+    numout inner = {no->g, 0};
+    digits_between(&sub, &inner, a, b, n);
+    const char *name = kn_gout_name(no->g, "num");
+    if (!name || sub.nomem) out->nomem = true;
+    else if (sub.over) out->over = true;
+    else {
+        kn_gout_rule(no->g, name, sub.p);
+        kn_sbuf_puts(out, name);
+    }
+    kn_sbuf_free(&sub);
+}
+
 /* Digit strings of length n (leading zeros allowed) between a[0..n) and b[0..n), a <= b. Writes a
- * sequence or a parenthesized alternation. */
-static void digits_between(kn_sbuf *out, const char *a, const char *b, size_t n) {
+ * sequence, a parenthesized alternation or a rule's name (no). */
+static void digits_between(kn_sbuf *out, numout *no, const char *a, const char *b, size_t n) {
     if (!n) return;
     if (!memcmp(a, b, n)) {
         kn_sbuf_printf(out, "\"%.*s\"", (int)n, a);
@@ -84,7 +118,7 @@ static void digits_between(kn_sbuf *out, const char *a, const char *b, size_t n)
     }
     if (a[0] == b[0]) {
         kn_sbuf_printf(out, "\"%c\" ", a[0]);
-        digits_between(out, a + 1, b + 1, n - 1);
+        digits_between(out, no, a + 1, b + 1, n - 1);
         return;
     }
     char nines[NUM_DIGITS + 1], zeros[NUM_DIGITS + 1];
@@ -96,7 +130,7 @@ static void digits_between(kn_sbuf *out, const char *a, const char *b, size_t n)
     kn_sbuf_puts(out, "(");
     if (!lo_full) {
         kn_sbuf_printf(out, "\"%c\" ", a[0]);
-        digits_between(out, a + 1, nines, n - 1);
+        digits_nested(out, no, a + 1, nines, n - 1);
         alts++;
     }
     if (first <= last) {
@@ -109,24 +143,25 @@ static void digits_between(kn_sbuf *out, const char *a, const char *b, size_t n)
     if (!hi_full) {
         if (alts++) kn_sbuf_puts(out, " | ");
         kn_sbuf_printf(out, "\"%c\" ", b[0]);
-        digits_between(out, zeros, b + 1, n - 1);
+        digits_nested(out, no, zeros, b + 1, n - 1);
     }
     kn_sbuf_puts(out, ")");
 }
 
 /* The integers in [lo, hi] (hi NULL: no maximum), written without leading zeros. lo <= hi. */
-static void int_range(kn_sbuf *out, const mag *lo, const mag *hi) {
+static void int_range(kn_sbuf *out, kn_gout *g, const mag *lo, const mag *hi) {
+    numout no = {g, 0};
     size_t ll = strlen(lo->d), lh = hi ? strlen(hi->d) : 0;
     char nines[NUM_DIGITS + 1];
     int alts = 0;
     kn_sbuf_puts(out, "(");
     if (hi && ll == lh) {
-        digits_between(out, lo->d, hi->d, ll);
+        digits_between(out, &no, lo->d, hi->d, ll);
         alts++;
     } else {
         /* the lengths of lo: lo..99..9 */
         memset(nines, '9', ll);
-        digits_between(out, lo->d, nines, ll);
+        digits_between(out, &no, lo->d, nines, ll);
         alts++;
         /* the lengths in between, and above when unbounded */
         if (!hi) {
@@ -137,7 +172,7 @@ static void int_range(kn_sbuf *out, const mag *lo, const mag *hi) {
             memset(lowest, '0', lh);
             lowest[0] = '1';
             kn_sbuf_puts(out, " | ");
-            digits_between(out, lowest, hi->d, lh);
+            digits_between(out, &no, lowest, hi->d, lh);
         }
     }
     (void)alts;
@@ -171,8 +206,8 @@ static void frac(kn_sbuf *out, int f, int mult10) {
 
 /* Magnitudes a = I.F with lo <= a <= hi (exclusive per flags; hi NULL: no maximum), integer or
  * not. Appends alternatives to out, separated by " | " after *alts of them. */
-static void half(kn_sbuf *out, int *alts, const char *sign, mag lo, bool lo_excl, const mag *hi, bool hi_excl,
-                 bool integer, int mult10) {
+static void half(kn_sbuf *out, kn_gout *g, int *alts, const char *sign, mag lo, bool lo_excl, const mag *hi,
+                 bool hi_excl, bool integer, int mult10) {
     if (integer) {
         mag a = lo, b = {{0}};
         if (lo_excl) mag_inc(&a);
@@ -190,7 +225,7 @@ static void half(kn_sbuf *out, int *alts, const char *sign, mag lo, bool lo_excl
         }
         if ((*alts)++) kn_sbuf_puts(out, " | ");
         kn_sbuf_puts(out, sign);
-        int_range(out, &a, hi ? &b : NULL);
+        int_range(out, g, &a, hi ? &b : NULL);
         return;
     }
     int c = hi ? mag_cmp(&lo, hi) : -1;
@@ -217,7 +252,7 @@ static void half(kn_sbuf *out, int *alts, const char *sign, mag lo, bool lo_excl
     if (mid) {
         if ((*alts)++) kn_sbuf_puts(out, " | ");
         kn_sbuf_puts(out, sign);
-        int_range(out, &a, hi ? &b : NULL);
+        int_range(out, g, &a, hi ? &b : NULL);
         frac(out, F_ANY, mult10);
     }
     /* I = hi */
@@ -228,7 +263,7 @@ static void half(kn_sbuf *out, int *alts, const char *sign, mag lo, bool lo_excl
     }
 }
 
-bool kn_num_body(kn_sbuf *b, kn_nbound lo, kn_nbound hi, bool integer, int mult10, bool *approx) {
+bool kn_num_body(kn_sbuf *b, kn_gout *g, kn_nbound lo, kn_nbound hi, bool integer, int mult10, bool *approx) {
     if (!lo.set && !hi.set && !integer && mult10 < 0) {
         kn_sbuf_puts(b, "\"-\"? (\"0\" | [1-9] [0-9]*) (\".\" [0-9]+)? ([eE] [-+]? [0-9]+)?");
         return true;
@@ -256,7 +291,7 @@ bool kn_num_body(kn_sbuf *b, kn_nbound lo, kn_nbound hi, bool integer, int mult1
         mag_of(&l, 0);
         if (lo.set && lo.v >= 0) mag_of(&l, lo.v), lx = lo.excl;
         if (hi.set) mag_of(&h, hi.v);
-        half(b, &alts, "", l, lx, hi.set ? &h : NULL, hi.set && hi.excl, integer, mult10);
+        half(b, g, &alts, "", l, lx, hi.set ? &h : NULL, hi.set && hi.excl, integer, mult10);
     }
     /* negative values: x = -a, a > 0 */
     if (!lo.set || lo.v < 0) {
@@ -265,7 +300,7 @@ bool kn_num_body(kn_sbuf *b, kn_nbound lo, kn_nbound hi, bool integer, int mult1
         mag_of(&l, 0);
         if (hi.set && hi.v < 0) mag_of(&l, -hi.v), lx = hi.excl;
         if (lo.set) mag_of(&h, -lo.v);
-        half(b, &alts, "\"-\" ", l, lx, lo.set ? &h : NULL, lo.set && lo.excl, integer, mult10);
+        half(b, g, &alts, "\"-\" ", l, lx, lo.set ? &h : NULL, lo.set && lo.excl, integer, mult10);
     }
     kn_sbuf_puts(b, ")");
     return alts > 0;

@@ -133,6 +133,36 @@ static void test_enum_const(void) {
     CHECK(fails_with("{\"enum\":[\"a\"],\"type\":\"integer\"}", "no JSON value"));
 }
 
+/* s with its last digit (not 9) one higher. */
+static void bump_last(char *s) { s[strlen(s) - 1]++; }
+
+/* Bounds of hundreds of digits (a double's largest, 1.8e308, as .NET schema generators write for any
+ * double; 1e200, as the double nearest it): the digits of such a bound once nested a group each, past the GBNF
+ * compiler's 100 levels ("groups are nested more than 100 deep"); now exact, the deep part in rules of its own. */
+static void test_long_bounds(void) {
+    kiln_grammar *g = compile_schema(
+        "{\"type\":\"number\",\"minimum\":-1.7976931348623157e308,\"maximum\":1.7976931348623157e308}", false);
+    CHECKF(g, "%s", kiln_last_error());
+    char max[400], neg[402];
+    snprintf(max, sizeof max, "%.0f", 1.7976931348623157e308); /* its exact 309 digits */
+    snprintf(neg, sizeof neg, "-%s", max);
+    CHECK(g && accepts(g, "0") && accepts(g, "-2.5") && accepts(g, "123456789.25") && accepts(g, max) &&
+          accepts(g, neg));
+    bump_last(max), bump_last(neg); /* one past each bound */
+    CHECK(g && !accepts(g, max) && !accepts(g, neg));
+    kiln_grammar_free(g);
+    g = compile_schema("{\"type\":\"integer\",\"minimum\":3,\"maximum\":1e200}", false);
+    CHECKF(g, "%s", kiln_last_error());
+    char big[220];
+    snprintf(big, sizeof big, "%.0f", 1e200); /* the double nearest 1e200: 200 digits, 9999...8448 */
+    CHECK(g && accepts(g, big) && accepts(g, "3") && !accepts(g, "2"));
+    bump_last(big);
+    CHECK(g && !accepts(g, big));
+    big[0] = '1', memset(big + 1, '0', 200), big[201] = 0; /* 10^200, past it */
+    CHECK(g && !accepts(g, big));
+    kiln_grammar_free(g);
+}
+
 static void test_integer_ranges(void) {
     static const struct {
         const char *schema;
@@ -1005,6 +1035,7 @@ int main(void) {
     RUN(test_types);
     RUN(test_enum_const);
     RUN(test_integer_ranges);
+    RUN(test_long_bounds);
     RUN(test_number_ranges);
     RUN(test_strings);
     RUN(test_patterns);
