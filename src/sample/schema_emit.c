@@ -147,15 +147,20 @@ bool ks_emit_string(ctx *c, node *n, kn_sbuf *b, const char *hint) {
     kn_dfa *d = n->str;
     kn_dfa *own = NULL;
     if (lo > 0 || hi >= 0) {
+        /* the lengths with the pattern; past the automata's bounds, the minimum alone; past them
+         * too, neither (a superset either way, reported: maxLength 10,000 next to "^[^<>]*$" was
+         * refused, since its length automaton alone passes the bounds) */
         kn_dfa *l = kn_dfa_length(lo, hi);
-        if (!l) {
-            ks_fail(c, n->path ? n->path : "", "maxLength", "length bounds too large next to a pattern or format");
-            return false;
-        }
-        own = kn_dfa_and(d, l);
+        own = l ? kn_dfa_and(d, l) : NULL;
         kn_dfa_free(l);
-        if (!own)
-            ks_approx(c, n->path ? n->path : "", "maxLength",
+        bool whole = own != NULL;
+        if (!own && hi >= 0 && lo > 0) {
+            l = kn_dfa_length(lo, -1);
+            own = l ? kn_dfa_and(d, l) : NULL;
+            kn_dfa_free(l);
+        }
+        if (!whole)
+            ks_approx(c, n->path ? n->path : "", !own && lo > 0 ? "minLength" : "maxLength",
                       "a length next to a pattern or format whose combination is too large is not enforced");
         if (own) d = own;
     }

@@ -235,6 +235,21 @@ static void test_number_ranges(void) {
     CHECK(fails_with("{\"type\":\"number\",\"multipleOf\":3}", "#/multipleOf"));
 }
 
+/* A length whose automaton passes the bounds next to a pattern: the minimum alone is enforced, the
+ * maximum reported as not (it was refused: "length bounds too large next to a pattern or format"). */
+static void test_long_length_with_pattern(void) {
+    const char *schema = "{\"type\":\"string\",\"minLength\":3,\"maxLength\":10000,\"pattern\":\"^[^<>]*$\"}";
+    kiln_grammar *g = compile_schema(schema, false);
+    CHECKF(g, "%s", kiln_last_error());
+    CHECK(g && accepts(g, "\"abc\"") && accepts(g, "\"a b c d\"") && !accepts(g, "\"ab\"") && !accepts(g, "\"a<bc\""));
+    kiln_grammar_free(g);
+    char *gbnf = NULL;
+    kn_schema_info info;
+    CHECK(kn_schema_to_gbnf_info(schema, strlen(schema), false, &gbnf, &info) == KILN_OK && info.approx &&
+          strstr(info.approx_what, "#/maxLength"));
+    free(gbnf);
+}
+
 static void test_strings(void) {
     kiln_grammar *g = compile_schema("{\"type\":\"string\",\"minLength\":2,\"maxLength\":3}", false);
     CHECK(g);
@@ -1038,6 +1053,7 @@ int main(void) {
     RUN(test_long_bounds);
     RUN(test_number_ranges);
     RUN(test_strings);
+    RUN(test_long_length_with_pattern);
     RUN(test_patterns);
     RUN(test_formats);
     RUN(test_objects);
