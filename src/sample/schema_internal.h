@@ -71,8 +71,9 @@ void kn_sbuf_gbnf_lit(kn_sbuf *b, const char *s, size_t n);
 /* ---- GBNF output ----------------------------------------------------------------------------- */
 
 typedef struct kn_gout {
-    kn_sbuf text; /* the rules written so far */
-    char **names; /* open hash set of rule names in use */
+    kn_sbuf text;   /* the rules written so far */
+    char **names;   /* open hash set of rule names in use */
+    unsigned *next; /* next[i]: the suffix kn_gout_name tries first for the hint names[i] */
     size_t nnames, capnames;
     int nrules;
     bool used_jesc; /* a rule refers to "jesc" (JSON escapes), which the caller writes */

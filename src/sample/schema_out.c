@@ -83,6 +83,7 @@ void kn_gout_init(kn_gout *g) {
 void kn_gout_free(kn_gout *g) {
     for (size_t i = 0; i < g->capnames; i++) free(g->names[i]);
     free(g->names);
+    free(g->next);
     kn_sbuf_free(&g->text);
 }
 
@@ -92,26 +93,35 @@ static uint64_t shash(const char *s) {
     return h;
 }
 
-static bool name_used(const kn_gout *g, const char *s) {
-    if (!g->capnames) return false;
+/* The slot of s in g's name set, -1 when s is not there. */
+static long name_slot(const kn_gout *g, const char *s) {
+    if (!g->capnames) return -1;
     for (size_t i = shash(s) & (g->capnames - 1); g->names[i]; i = (i + 1) & (g->capnames - 1))
-        if (!strcmp(g->names[i], s)) return true;
-    return false;
+        if (!strcmp(g->names[i], s)) return (long)i;
+    return -1;
 }
 
 static const char *name_add(kn_gout *g, const char *s) {
     if ((g->nnames + 1) * 2 > g->capnames) {
         size_t nc = g->capnames ? g->capnames * 2 : 256;
         char **nn = calloc(nc, sizeof *nn);
-        if (!nn) return NULL;
+        unsigned *nx = calloc(nc, sizeof *nx);
+        if (!nn || !nx) {
+            free(nn);
+            free(nx);
+            return NULL;
+        }
         for (size_t i = 0; i < g->capnames; i++) {
             if (!g->names[i]) continue;
             size_t j = shash(g->names[i]) & (nc - 1);
             while (nn[j]) j = (j + 1) & (nc - 1);
             nn[j] = g->names[i];
+            nx[j] = g->next[i];
         }
         free(g->names);
+        free(g->next);
         g->names = nn;
+        g->next = nx;
         g->capnames = nc;
     }
     char *d = strdup(s);
@@ -136,11 +146,18 @@ const char *kn_gout_name(kn_gout *g, const char *hint) {
     while (n && base[n - 1] == '-') n--;
     if (!n) base[n++] = 'r';
     base[n] = 0;
-    if (!name_used(g, base)) return name_add(g, base);
+    long at = name_slot(g, base);
+    if (at < 0) return name_add(g, base);
+    /* base-k for the first k not taken, from where the last search for base stopped (names are never
+     * removed, so the ones below stay taken; searching from 1 each time made a schema of 2,000
+     * properties quadratic: 0.9 s) */
     char buf[80];
-    for (unsigned k = 1;; k++) {
+    for (unsigned k = g->next[at] ? g->next[at] : 1;; k++) {
         snprintf(buf, sizeof buf, "%s-%u", base, k);
-        if (!name_used(g, buf)) return name_add(g, buf);
+        if (name_slot(g, buf) >= 0) continue;
+        const char *r = name_add(g, buf);
+        if (r && (at = name_slot(g, base)) >= 0) g->next[at] = k + 1; /* name_add may have moved it */
+        return r;
     }
 }
 
