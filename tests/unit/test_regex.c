@@ -9,7 +9,8 @@
  * PCRE2_DOLLAR_ENDONLY: ECMAScript's $ without the m flag). Counted repetitions are copies of the
  * atom's states, a class is sorted once however its characters are written, and the subset
  * construction shares one class among its copies: each of those is checked here against an engine
- * that does none of it.
+ * that does none of it. Fixed patterns cover assertions in odd places, and the automata's bounds
+ * (transitions) are checked at their edges.
  */
 #include "harness.h"
 #include "sample/schema_internal.h"
