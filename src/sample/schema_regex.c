@@ -8,13 +8,15 @@
  * assertions hold only at the start (^) and end ($) of the whole string, as in ECMAScript without
  * the m flag. Supported: literals, escapes (\d \w \s \D \W \S \t \n \r \v \f \0 \xHH \uHHHH \cX and
  * escaped punctuation), classes with ranges and negation, '.', groups (capturing, (?:...) and
- * (?<name>...)), alternation, * + ? {m} {m,} {m,n} and their lazy forms, ^ and $. Refused with a
- * message naming the offset: backreferences, lookaround, word boundaries, unknown letter escapes.
+ * (?<name>...)), alternation, * + ? {m} {m,} {m,n} and their lazy forms, ^ and $, and \p{..} / \P{..}
+ * of the general categories (as with ECMAScript's u flag). Refused with a message naming the offset:
+ * backreferences, lookaround, word boundaries, subcategories, unknown letter escapes.
  *
  * Automata: intersection, complement, literal sets and length ranges, trimmed and minimized
  * (schema_dfa_min.c), so every string constraint of a schema combines into one automaton.
  */
 #include "sample/schema_internal.h"
+#include "text/unicode.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -347,6 +349,59 @@ static bool rx_hex(rx *r, int n, uint32_t *out) {
     return true;
 }
 
+/* The general categories \p{..} names (ECMAScript's u-flag syntax), by short and long name, as the
+ * classes of the Unicode tables the tokenizers use (text/unicode.h). */
+static const struct {
+    const char *name, *longname;
+    uint8_t mask;
+} uprops[] = {
+    {"L", "Letter", KN_UCD_LETTER},
+    {"N", "Number", KN_UCD_NUMBER},
+    {"P", "Punctuation", KN_UCD_PUNCT},
+    {"S", "Symbol", KN_UCD_SYMBOL},
+    {"Z", "Separator", KN_UCD_SEPARATOR},
+    {"C", "Other", KN_UCD_OTHER},
+    {"M", "Mark", KN_UCD_MARK_NONSPACING | KN_UCD_MARK_OTHER},
+};
+
+/* Adds the code points of the general categories in mask (negated: every other one) to cs. */
+static bool add_property(kn_cset *cs, uint8_t mask, bool negated) {
+    kn_cset t = {0};
+    bool ok = true;
+    for (uint32_t c = 0; c < 0x80 && ok; c++)
+        if (kn_ucd_flags(c) & mask) ok = kn_cset_add(&t, c, c);
+    for (size_t i = 0; i < kn_ucd_n_ranges && ok; i++) {
+        const uint32_t end = i + 1 < kn_ucd_n_ranges ? kn_ucd_ranges[i + 1].start - 1 : KN_CP_MAX;
+        const uint32_t start = kn_ucd_ranges[i].start < 0x80 ? 0x80 : kn_ucd_ranges[i].start;
+        if ((kn_ucd_ranges[i].flags & mask) && end >= start) ok = kn_cset_add(&t, start, end);
+    }
+    if (ok && negated) ok = kn_cset_negate(&t);
+    ok = ok && kn_cset_add_set(cs, &t);
+    kn_cset_free(&t);
+    return ok;
+}
+
+/* \p{NAME} / \P{NAME} (r->pos at the brace): the general category NAME added to cs, negated for \P.
+ * False (with the failure set) when NAME is not one of uprops. */
+static bool rx_property(rx *r, bool negated, kn_cset *cs) {
+    const char *close = r->pos < r->len && r->p[r->pos] == '{' ? memchr(r->p + r->pos, '}', r->len - r->pos) : NULL;
+    if (!close) {
+        rx_fail(r, "\\p and \\P need a {name}");
+        return false;
+    }
+    const char *name = r->p + r->pos + 1;
+    const size_t n = (size_t)(close - name);
+    for (size_t i = 0; i < sizeof uprops / sizeof *uprops; i++)
+        if ((strlen(uprops[i].name) == n && !memcmp(name, uprops[i].name, n)) ||
+            (strlen(uprops[i].longname) == n && !memcmp(name, uprops[i].longname, n))) {
+            r->pos += n + 2;
+            if (!add_property(cs, uprops[i].mask, negated)) r->a->nomem = true;
+            return true;
+        }
+    rx_fail(r, "unsupported Unicode property (kiln knows the general categories L, M, N, P, S, Z and C)");
+    return false;
+}
+
 static bool add_class_escape(kn_cset *cs, char c) {
     kn_cset t = {0};
     bool ok = true;
@@ -439,8 +494,8 @@ static int rx_escape(rx *r, bool in_class, uint32_t *cp, kn_cset *cs) {
             return 0;
         case 'B': rx_fail(r, "word boundaries (\\B) are not supported"); return 0;
         case 'k': rx_fail(r, "backreferences (\\k) are not supported"); return 0;
-        case 'p':
-        case 'P': rx_fail(r, "Unicode property escapes are not supported"); return 0;
+        case 'p': /* a general category, as ECMAScript with the u flag */
+        case 'P': r->pos++; return rx_property(r, c == 'P', cs) ? 2 : 0;
         default: break;
     }
     if (c >= '1' && c <= '9') {

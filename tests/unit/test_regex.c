@@ -316,11 +316,58 @@ static void test_bounds(void) {
     free(p);
 }
 
+/* \p{..} and \P{..} (the general categories, ECMAScript's u-flag syntax) against PCRE2 on every code
+ * point below U+3000 and every 13th above (no surrogates: not text), one alone and in a class; the
+ * tables are Unicode 14.0, as Debian's PCRE2 10.42. The long names are the short ones; a subcategory
+ * is refused with a message. */
+static void test_properties(void) {
+    static const char *const pats[] = {"^\\p{L}$",          "^\\p{N}$",    "^\\p{P}$", "^\\p{S}$",
+                                       "^\\p{Z}$",          "^\\p{C}$",    "^\\p{M}$", "^\\P{L}$",
+                                       "^[\\p{N}\\p{Z}x]$", "^[^\\p{L}]$", "^\\P{M}$"};
+    pcre2_match_data *md = pcre2_match_data_create(8, NULL);
+    int bad = 0;
+    for (size_t i = 0; i < sizeof pats / sizeof *pats; i++) {
+        pcre2_code *re;
+        char why[256];
+        kn_dfa *d = both(pats[i], &re, why, sizeof why);
+        CHECKF(d, "/%s/: %s", pats[i], why);
+        for (uint32_t c = 0; c <= KN_CP_MAX; c += c < 0x3000 ? 1 : 13) {
+            if (c >= 0xD800 && c <= 0xDFFF) continue;
+            char s[4];
+            const size_t n = c < 0x80 ? 1 : c < 0x800 ? 2 : c < 0x10000 ? 3 : 4;
+            if (n == 1) s[0] = (char)c;
+            else if (n == 2) s[0] = (char)(0xC0 | c >> 6), s[1] = (char)(0x80 | (c & 0x3F));
+            else if (n == 3)
+                s[0] = (char)(0xE0 | c >> 12), s[1] = (char)(0x80 | ((c >> 6) & 0x3F)),
+                s[2] = (char)(0x80 | (c & 0x3F));
+            else
+                s[0] = (char)(0xF0 | c >> 18), s[1] = (char)(0x80 | ((c >> 12) & 0x3F)),
+                s[2] = (char)(0x80 | ((c >> 6) & 0x3F)), s[3] = (char)(0x80 | (c & 0x3F));
+            if (kn_dfa_match(d, s, n) != pcre_finds(re, md, s, n) && bad++ < 5)
+                printf("  /%s/ on U+%04X: PCRE2 %d\n", pats[i], c, pcre_finds(re, md, s, n));
+        }
+        kn_dfa_free(d);
+        pcre2_code_free(re);
+    }
+    CHECKF(bad == 0, "%d code points disagree", bad);
+    pcre2_match_data_free(md);
+    /* the long names (which PCRE2 10.42 does not take) are the short ones */
+    char err[256];
+    kn_dfa *l = kn_dfa_regex("^\\p{Letter}\\P{Mark}$", err, sizeof err);
+    CHECKF(l, "%s", err);
+    CHECK(kn_dfa_match(l, "a1", 2) && kn_dfa_match(l, "\xc3\xa9x", 3) && !kn_dfa_match(l, "1a", 2) &&
+          !kn_dfa_match(l, "e\xcc\x81", 3)); /* e and a combining acute: a mark */
+    kn_dfa_free(l);
+    CHECK(!kn_dfa_regex("\\p{Lu}", err, sizeof err) && strstr(err, "unsupported Unicode property"));
+    CHECK(!kn_dfa_regex("a\\p", err, sizeof err) && strstr(err, "need a {name}"));
+}
+
 int main(void) {
     RUN(test_cset_add);
     RUN(test_fixed);
     RUN(test_vs_pcre2);
     RUN(test_counted_copies);
     RUN(test_bounds);
+    RUN(test_properties);
     return kt_summary();
 }
