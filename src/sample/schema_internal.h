@@ -3,11 +3,11 @@
  *
  * - kn_sbuf: a growable text buffer with a cap (the GBNF being written).
  * - kn_gout: the GBNF output: unique rule names and the rules' text.
- * - kn_cset / kn_dfa (schema_regex.c): sets of code points and deterministic automata over code
- *   points. Every string constraint (pattern, format, length, enum of strings, property-name rules,
- *   `not` of those) becomes one automaton, so constraints intersect and complement exactly, and an
- *   automaton is written out as one GBNF rule per state, matching the string's JSON text (quotes and
- *   escapes included).
+ * - kn_cset / kn_dfa (schema_regex.c; written out by schema_dfa_emit.c): sets of code points and
+ *   deterministic automata over code points. Every string constraint (pattern, format, length, enum
+ *   of strings, property-name rules, `not` of those) becomes one automaton, so constraints intersect
+ *   and complement exactly, and an automaton is written out as one GBNF rule per state, matching the
+ *   string's JSON text (quotes and escapes included).
  * - schema_num.c: integer and number ranges as digit grammars.
  * - schema_format.c: the string formats kiln knows, as regular expressions.
  */

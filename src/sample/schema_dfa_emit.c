@@ -1,0 +1,175 @@
+/*
+ * schema_dfa_emit.c - a deterministic automaton over code points (schema_regex.c) written out as the
+ * GBNF rules of a JSON string: one rule per state, each character of a transition either literal (in a
+ * class, or a negated class when shorter) or as the JSON escape it needs, so that the grammar admits
+ * exactly the JSON string texts whose content the automaton accepts.
+ */
+#include "sample/schema_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Appends a code point as a character-class member. */
+static void class_cp(kn_sbuf *b, uint32_t c) {
+    if ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '"')
+        kn_sbuf_printf(b, "%c", (char)c);
+    else if (c == '\\') kn_sbuf_puts(b, "\\\\");
+    else if (c < 0x80) kn_sbuf_printf(b, "\\x%02X", (unsigned)c);
+    else if (c < 0x10000) kn_sbuf_printf(b, "\\u%04X", (unsigned)c);
+    else kn_sbuf_printf(b, "\\U%08X", (unsigned)c);
+}
+
+/* Appends the GBNF alternatives that write one character from the ranges t[0..n) (all with the same
+ * target) as JSON string text: the literal characters in one class, escapes as literals. Returns
+ * the number of alternatives written. */
+static int emit_chars(kn_sbuf *b, const kn_dtrans *t, int n, bool *used_jesc) {
+    int alts = 0;
+    /* literal: everything but '"', '\\', control characters and surrogates; written as a class
+     * or as a negated one, whichever is shorter */
+    kn_cset lit = {0}, neg = {0};
+    bool ok = true;
+    for (int i = 0; i < n && ok; i++) ok = kn_cset_add(&lit, t[i].lo, t[i].hi);
+    kn_cset specials = {0};
+    ok = ok && kn_cset_add(&specials, 0, 0x1F) && kn_cset_add(&specials, '"', '"') &&
+         kn_cset_add(&specials, '\\', '\\') && kn_cset_add(&specials, 0xD800, 0xDFFF);
+    ok = ok && kn_cset_add_set(&neg, &lit) && kn_cset_negate(&neg) && kn_cset_add_set(&neg, &specials); /* not L */
+    kn_cset_free(&lit);
+    ok = ok && kn_cset_add_set(&lit, &neg) && kn_cset_negate(&lit); /* L minus the specials */
+    kn_cset_free(&specials);
+    if (ok && lit.n) {
+        kn_sbuf pos, ng;
+        kn_sbuf_init(&pos, 1 << 20);
+        kn_sbuf_init(&ng, 1 << 20);
+        for (int i = 0; i < lit.n; i++) {
+            class_cp(&pos, lit.r[i].lo);
+            if (lit.r[i].hi > lit.r[i].lo) {
+                if (lit.r[i].hi > lit.r[i].lo + 1) kn_sbuf_puts(&pos, "-");
+                class_cp(&pos, lit.r[i].hi);
+            }
+        }
+        for (int i = 0; i < neg.n; i++) {
+            uint32_t lo = neg.r[i].lo, hi = neg.r[i].hi;
+            if (lo >= 0xD800 && hi <= 0xDFFF) continue; /* the compiler leaves surrogates out anyway */
+            if (lo >= 0xD800 && lo <= 0xDFFF) lo = 0xE000;
+            if (hi >= 0xD800 && hi <= 0xDFFF) hi = 0xD7FF;
+            class_cp(&ng, lo);
+            if (hi > lo) {
+                if (hi > lo + 1) kn_sbuf_puts(&ng, "-");
+                class_cp(&ng, hi);
+            }
+        }
+        if (neg.n && ng.len < pos.len) kn_sbuf_printf(b, "[^%s]", ng.p);
+        else kn_sbuf_printf(b, "[%s]", pos.p);
+        alts++;
+        kn_sbuf_free(&pos);
+        kn_sbuf_free(&ng);
+    }
+    kn_cset_free(&lit);
+    kn_cset_free(&neg);
+    /* escapes: one shared rule when every character that has one is in the set (the usual case) */
+    bool all_esc = true;
+    for (uint32_t c = 0; c <= '\\' && all_esc; c++) {
+        if (c >= 0x20 && c != '"' && c != '/' && c != '\\') continue;
+        bool in = false;
+        for (int i = 0; i < n && !in; i++) in = c >= t[i].lo && c <= t[i].hi;
+        all_esc = in;
+    }
+    if (all_esc) {
+        kn_sbuf_printf(b, "%sjesc", alts ? " | " : "");
+        *used_jesc = true;
+        return alts + 1;
+    }
+    for (int i = 0; i < n; i++) {
+        uint32_t lo = t[i].lo, hi = t[i].hi;
+        if (lo > '\\') break;
+        for (uint32_t c = lo; c <= hi && c <= '\\'; c++) {
+            const char *esc = NULL;
+            switch (c) {
+                case '"': esc = "\"\\\\\\\"\""; break; /* "\\\"" */
+                case '\\': esc = "\"\\\\\\\\\""; break;
+                case '/': esc = "\"\\\\/\""; break;
+                case '\b': esc = "\"\\\\b\""; break;
+                case '\f': esc = "\"\\\\f\""; break;
+                case '\n': esc = "\"\\\\n\""; break;
+                case '\r': esc = "\"\\\\r\""; break;
+                case '\t': esc = "\"\\\\t\""; break;
+                default: break;
+            }
+            if (esc) {
+                kn_sbuf_printf(b, "%s%s", alts ? " | " : "", esc);
+                alts++;
+            }
+            if (c < 0x20) {
+                static const char hex[] = "0123456789abcdef";
+                unsigned lo4 = c & 0xF;
+                kn_sbuf_printf(b, "%s\"\\\\u00%c%c\"", alts ? " | " : "", c < 0x10 ? '0' : '1', hex[lo4]);
+                if (lo4 >= 10) kn_sbuf_printf(b, " | \"\\\\u00%c%c\"", c < 0x10 ? '0' : '1', hex[lo4] - 'a' + 'A');
+                alts += 1 + (lo4 >= 10);
+            }
+        }
+    }
+    return alts;
+}
+
+const char *kn_dfa_emit_string(kn_gout *g, const kn_dfa *d, const char *hint) {
+    const char *base = kn_gout_name(g, hint);
+    if (!base) return NULL;
+    char **names = calloc((size_t)d->n, sizeof *names);
+    kn_sbuf body;
+    kn_sbuf_init(&body, KN_SCHEMA_MAX_GBNF);
+    const char *ret = NULL;
+    if (!names) goto done;
+    for (int i = 0; i < d->n; i++) {
+        char h[96];
+        snprintf(h, sizeof h, "%s-%d", base, i);
+        const char *nm = kn_gout_name(g, h);
+        if (!nm) goto done;
+        names[i] = (char *)nm;
+    }
+    body.len = 0;
+    kn_sbuf_printf(&body, "\"\\\"\" %s", names[0]);
+    kn_gout_rule(g, base, body.p);
+    for (int i = 0; i < d->n; i++) {
+        const kn_dstate *s = &d->s[i];
+        body.len = 0;
+        int alts = 0;
+        if (s->acc) {
+            kn_sbuf_puts(&body, "\"\\\"\"");
+            alts++;
+        }
+        /* group transitions by target */
+        bool *done_t = calloc((size_t)s->ntr + 1, sizeof *done_t);
+        kn_dtrans *grp = malloc(((size_t)s->ntr + 1) * sizeof *grp);
+        if (!done_t || !grp) {
+            free(done_t);
+            free(grp);
+            goto done;
+        }
+        for (int k = 0; k < s->ntr; k++) {
+            if (done_t[k]) continue;
+            int ng = 0;
+            for (int j = k; j < s->ntr; j++)
+                if (!done_t[j] && s->tr[j].to == s->tr[k].to) grp[ng++] = s->tr[j], done_t[j] = true;
+            kn_sbuf chars;
+            kn_sbuf_init(&chars, KN_SCHEMA_MAX_GBNF);
+            int na = emit_chars(&chars, grp, ng, &g->used_jesc);
+            if (na) {
+                if (alts) kn_sbuf_puts(&body, " | ");
+                if (na > 1) kn_sbuf_printf(&body, "(%s) %s", chars.p, names[s->tr[k].to]);
+                else kn_sbuf_printf(&body, "%s %s", chars.p, names[s->tr[k].to]);
+                alts++;
+            }
+            kn_sbuf_free(&chars);
+        }
+        free(done_t);
+        free(grp);
+        if (!alts) kn_sbuf_puts(&body, "[^\\x00-\\U0010FFFF]"); /* unreachable: trimmed automata */
+        kn_gout_rule(g, names[i], body.p);
+    }
+    if (!body.nomem && !body.over) ret = base;
+done:
+    kn_sbuf_free(&body);
+    free(names);
+    return ret;
+}
