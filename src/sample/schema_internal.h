@@ -127,6 +127,34 @@ typedef struct kn_dfa {
 
 void kn_dfa_free(kn_dfa *d);
 
+/* Building automata (schema_dfa.c), for schema_regex.c's subset construction and the operations. */
+/* A new state, its id; -1 when out of memory or past KN_DFA_MAX_STATES (kn_dfa_toobig). */
+int kn_dfa_add_state(kn_dfa *d, bool acc);
+/* Appends a transition of state st; ranges must come in increasing order; merges with the previous
+ * one when adjacent with the same target. False when out of memory or past KN_DFA_MAX_TRANS
+ * (kn_dfa_toobig). */
+bool kn_dfa_add_tr(kn_dfa *d, int st, uint32_t lo, uint32_t hi, int to);
+/* The state after code point c from state st, -1 when none. */
+int kn_dfa_next(const kn_dfa *d, int st, uint32_t c);
+/* d trimmed (every state can reach acceptance) and minimized, as a new automaton; d is freed. NULL
+ * when out of memory. */
+kn_dfa *kn_dfa_trim_min(kn_dfa *d);
+void kn_dfa_toobig_clear(void); /* before an operation that reports through kn_dfa_toobig */
+/* The UTF-8 code point at text[*pos] (pos < len), *pos moved past it; bytes that do not form one stand
+ * for themselves. */
+uint32_t kn_cp_next(const char *text, size_t len, size_t *pos);
+
+/* A hash map from int sequences (sets of states, pairs) to ids. */
+typedef struct kn_imap {
+    int **keys; /* keys[i][0] = length, then the ints */
+    int *vals;
+    size_t cap, n;
+} kn_imap;
+void kn_imap_free(kn_imap *m);
+/* The id of k[0..n), -1 when absent. */
+int kn_imap_get(const kn_imap *m, const int *k, int n);
+const int *kn_imap_put(kn_imap *m, const int *k, int n, int v);
+
 /* The strings in which the ECMAScript regex pattern finds a match (JSON Schema's `pattern`: a
  * search, anchored only where ^ and $ say so). NULL on error with err[errcap] filled ("unsupported
  * lookahead at offset 3", ...). */
