@@ -210,7 +210,7 @@ AI __m256 ld_tq3(const uint8_t *p, int i, const int NC) {
                 for (int h0 = kvh * nq, gh; h0 < he; h0 += gh) {                                                       \
                     __m256 S[KG][2];                                                                                   \
                     const float *qg = q + (size_t)h0 * hd;                                                             \
-                    if (he - h0 >= 4) NAME##_kpass(S, kp, cnt, qg, hd, scale, NC, gh = 4);                             \
+                    if (he - h0 >= KG) NAME##_kpass(S, kp, cnt, qg, hd, scale, NC, gh = KG);                           \
                     else if (he - h0 >= 2) NAME##_kpass(S, kp, cnt, qg, hd, scale, NC, gh = 2);                        \
                     else NAME##_kpass(S, kp, cnt, qg, hd, scale, NC, gh = 1);                                          \
                     for (int g = 0; g < gh; g++) {                                                                     \
