@@ -93,6 +93,9 @@ kiln_status cli_constraint_compile(const cli_constraint *c, const char *verb, ki
     if (st)
         fprintf(stderr, "kiln %s: %s does not compile: %s\n", verb, source_name(c),
                 *kiln_last_error() ? kiln_last_error() : kiln_status_str(st));
+    else if (kiln_grammar_approximation(*out))
+        fprintf(stderr, "kiln %s: note: %s is enforced approximately (docs/structured-output.md): %s\n", verb,
+                source_name(c), kiln_grammar_approximation(*out));
     free(file);
     return st;
 }

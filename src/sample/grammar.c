@@ -56,6 +56,7 @@ void kiln_grammar_free(kiln_grammar *g) {
     for (size_t i = 0; i < g->n_triggers; i++) free(g->triggers[i]);
     free(g->triggers);
     free(g->gbnf);
+    free(g->approx);
     free(g);
 }
 
@@ -117,6 +118,17 @@ bool kn_grammar_find_trigger(const kiln_grammar *g, const char *text, size_t len
 }
 
 const char *kiln_grammar_gbnf(const kiln_grammar *g) { return g ? g->gbnf : ""; }
+
+kiln_status kn_grammar_set_approx(kiln_grammar *g, const char *what) {
+    if (!what || !*what) return KILN_OK;
+    char *copy = kn_strdup(what);
+    if (!copy) return kn_error(KILN_ERR_NOMEM, "out of memory");
+    free(g->approx);
+    g->approx = copy;
+    return KILN_OK;
+}
+
+const char *kiln_grammar_approximation(const kiln_grammar *g) { return g ? g->approx : NULL; }
 
 /* Runs a store over the text, compacting it whenever it fills (only the current state matters). */
 bool kiln_grammar_accepts(const kiln_grammar *g, const char *text, size_t len) {

@@ -44,6 +44,10 @@ kiln_status kn_gbnf_compile_ex(const char *text, size_t len, unsigned flags, kil
  * the grammar's language has a sentence that begins with each. KILN_ERR_INVALID_ARG names a bad one. */
 kiln_status kn_grammar_set_triggers(kiln_grammar *g, const char *const *triggers, size_t n);
 
+/* Records on g what its schema enforces only approximately (kiln_grammar_approximation): a copy of
+ * what, which names the keyword; NULL or "" records nothing. KILN_ERR_NOMEM when the copy fails. */
+kiln_status kn_grammar_set_approx(kiln_grammar *g, const char *what);
+
 /* The longest trigger of a lazy grammar, 0 for an eager one. */
 size_t kn_grammar_trigger_max(const kiln_grammar *g);
 

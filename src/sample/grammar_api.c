@@ -45,10 +45,15 @@ kiln_status kiln_grammar_compile(const char *text, size_t len, const kiln_gramma
         return st ? st : with_triggers(&p, out);
     }
     char *gbnf = NULL;
-    st = kn_schema_to_gbnf(text ? text : "", len, p.strict, &gbnf);
+    kn_schema_info info;
+    st = kn_schema_to_gbnf_info(text ? text : "", len, p.strict, &gbnf, &info);
     if (st) return st;
     st = kn_gbnf_compile(gbnf, strlen(gbnf), out);
     free(gbnf);
+    if (!st && info.approx && (st = kn_grammar_set_approx(*out, info.approx_what))) {
+        kiln_grammar_free(*out);
+        *out = NULL;
+    }
     /* The conversion keeps a schema no finite value satisfies (a required property whose $ref leads
      * back to an enclosing schema); the grammar's own check finds its root matches nothing. */
     if (st == KILN_ERR_INVALID_ARG && strstr(kiln_last_error(), "rule 'root' matches no text"))

@@ -85,6 +85,8 @@ struct kiln_grammar {
     char **triggers; /* [n_triggers] NUL-terminated copies: a lazy grammar's triggers (none: eager) */
     size_t n_triggers;
     size_t trigger_max; /* the longest trigger's length */
+    char *approx;       /* NULL, or the first keyword of the schema(s) it came from that it enforces only
+                           approximately (kiln_grammar_approximation) */
 };
 
 /* Diagnostics for tests: the largest stack depth among a state's stacks (0 for a state that holds

@@ -597,7 +597,13 @@ const char *ks_compile(ctx *c, conj *in, const char *hint, int depth) {
                 } else if (kn_num_body(&nb, &c->g, n.lo, n.hi, integer, integer ? -1 : n.mult10, &ap)) {
                     kn_sbuf_printf(&body, "%s%s", alts++ ? " | " : "", nb.p);
                 }
-                if (ap) ks_approx(c, n.path, "minimum", "a bound that is not an integer is widened to one");
+                if (ap) { /* the keyword of the first bound widened */
+                    const bool low = n.lo.set && floor(n.lo.v) != n.lo.v;
+                    const bool excl = low ? n.lo.excl : n.hi.excl;
+                    ks_approx(c, n.path,
+                              low ? (excl ? "exclusiveMinimum" : "minimum") : (excl ? "exclusiveMaximum" : "maximum"),
+                              "a bound that is not an integer is widened to one");
+                }
                 if (nb.over || nb.nomem) ks_nomem(c);
                 kn_sbuf_free(&nb);
             }

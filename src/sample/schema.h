@@ -18,6 +18,18 @@
  * kn_error message names the JSON pointer and keyword. */
 kiln_status kn_schema_to_gbnf(const char *json, size_t len, bool strict, char **gbnf);
 
+#define KN_SCHEMA_ERRMSG_MAX 400
+
+/* What a conversion did besides succeeding. */
+typedef struct kn_schema_info {
+    bool approx;                            /* some keyword was enforced approximately */
+    char approx_what[KN_SCHEMA_ERRMSG_MAX]; /* the first such: "#/pointer/keyword: how" */
+    int rules;                              /* rules written */
+} kn_schema_info;
+
+/* kn_schema_to_gbnf, also filling *info (may be NULL). */
+kiln_status kn_schema_to_gbnf_info(const char *json, size_t len, bool strict, char **gbnf, kn_schema_info *info);
+
 /* The GBNF of JSON mode: any JSON object (static text). */
 const char *kn_json_object_gbnf(void);
 

@@ -15,37 +15,27 @@
 #define KN_SCHEMA_INTERNAL_H
 
 #include "base/base.h"
+#include "sample/schema.h"
 
 #include <stdarg.h>
 
-#define KN_SCHEMA_MAX_GBNF   (16u << 20) /* bytes of GBNF a schema may compile to */
+#define KN_SCHEMA_MAX_GBNF (16u << 20) /* bytes of GBNF a schema may compile to */
 /* JSON whitespace, bounded: nothing, one space, or a newline and up to 48 blanks (indentation). */
-#define KN_SCHEMA_WS_RULE    "ws ::= | \" \" | \"\\n\" [ \\t]{0,48}\n"
-#define KN_REGEX_MAX_NFA     60000 /* NFA states one pattern may expand into */
-#define KN_DFA_MAX_STATES    6000  /* states of one string automaton */
+#define KN_SCHEMA_WS_RULE  "ws ::= | \" \" | \"\\n\" [ \\t]{0,48}\n"
+#define KN_REGEX_MAX_NFA   60000 /* NFA states one pattern may expand into */
+#define KN_DFA_MAX_STATES  6000  /* states of one string automaton */
 /* Transitions of one string automaton: each is a code point range written into the grammar (a byte at
  * least), and a schema's grammar is at most KILN_GRAMMAR_MAX_TEXT (1 MiB); a pattern's class of 1,000
  * characters under a maxLength of 5,000 made 5,000,000 and took 7 s to refuse as a grammar too large. */
-#define KN_DFA_MAX_TRANS     500000
+#define KN_DFA_MAX_TRANS   500000
 /* The bounds on one pattern's subset construction besides its states: the steps it may take (the
  * pattern positions, NFA states, it visits: those of the state it leaves and of the state it reaches,
  * for every interval of every state) and the positions its states may hold in all (their memory, 4
  * bytes each). A few thousand states of a few thousand positions each is quadratic: ">*>{4890}" took
  * 2.5 s to compile without them, "[^a]{2003}$" 2.2 s; at them a pattern costs a quarter second. */
-#define KN_DFA_MAX_WORK      20000000
-#define KN_DFA_MAX_HELD      4000000
-#define KN_CP_MAX            0x10FFFFu
-#define KN_SCHEMA_ERRMSG_MAX 400
-
-/* What a conversion did besides succeeding (for tests and tools). */
-typedef struct kn_schema_info {
-    bool approx;                            /* some keyword was enforced approximately */
-    char approx_what[KN_SCHEMA_ERRMSG_MAX]; /* the first such: "#/pointer: keyword: how" */
-    int rules;                              /* rules written */
-} kn_schema_info;
-
-/* kn_schema_to_gbnf, also filling *info (may be NULL). */
-kiln_status kn_schema_to_gbnf_info(const char *json, size_t len, bool strict, char **gbnf, kn_schema_info *info);
+#define KN_DFA_MAX_WORK    20000000
+#define KN_DFA_MAX_HELD    4000000
+#define KN_CP_MAX          0x10FFFFu
 
 /* Every JSON escape of a character that needs one ('"', '\\', control characters) and of '/'. */
 #define KN_SCHEMA_JESC_RULE "jesc ::= \"\\\\\" ( [\"\\\\/bfnrt] | \"u00\" [01] [0-9a-fA-F] )\n"

@@ -237,7 +237,22 @@ static void tools_error(srv_req *r, const kiln_tool_grammar_params *p, kiln_stat
     }
 }
 
-/* Compiles w (through the cache) into *out; false after sending the error (unless w->quiet). */
+/* Notes on r the first approximation of a grammar it uses, escaped for a header: bytes outside
+ * printable ASCII become \xHH (a property name may hold any character). */
+static void note_approx(srv_req *r, const srv_grammar *sg) {
+    const char *a = kiln_grammar_approximation(sg->g);
+    if (!a || r->approx[0]) return;
+    size_t n = 0;
+    for (; *a && n + 5 < sizeof r->approx; a++) {
+        const unsigned char c = (unsigned char)*a;
+        if (c >= 0x20 && c < 0x7f) r->approx[n++] = (char)c;
+        else n += (size_t)snprintf(r->approx + n, sizeof r->approx - n, "\\x%02X", c);
+    }
+    r->approx[n] = 0;
+}
+
+/* Compiles w (through the cache) into *out, noting an approximation on r; false after sending the
+ * error (unless w->quiet). */
 static bool compile(srv_req *r, const wanted *w, srv_grammar **out) {
     char *dumped = NULL;
     const char *text = "";
@@ -264,6 +279,7 @@ static bool compile(srv_req *r, const wanted *w, srv_grammar **out) {
     srv_grammar *sg = cache_find(w->kind, w->strict, hash, text, len);
     if (sg) {
         free(dumped);
+        note_approx(r, sg);
         *out = sg;
         return true;
     }
@@ -299,6 +315,7 @@ static bool compile(srv_req *r, const wanted *w, srv_grammar **out) {
     *sg = (srv_grammar){
         .g = sg->g, .kind = w->kind, .strict = w->strict, .hash = hash, .text = copy, .len = len, .refs = 1};
     *out = cache_add(sg);
+    note_approx(r, *out);
     return true;
 }
 

@@ -108,6 +108,7 @@ void srv_cors_headers(srv_req *r, struct MHD_Response *resp) {
     if (!o || !cors_allowed(s, o)) return;
     MHD_add_response_header(resp, MHD_HTTP_HEADER_ACCESS_CONTROL_ALLOW_ORIGIN, o);
     MHD_add_response_header(resp, MHD_HTTP_HEADER_VARY, MHD_HTTP_HEADER_ORIGIN);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_ACCESS_CONTROL_EXPOSE_HEADERS, SRV_APPROX_HEADER);
 }
 
 /* The headers a preflight may ask for: what it asks for when that is a plain list of header

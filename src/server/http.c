@@ -282,7 +282,8 @@ static void log_request(srv_req *r, double t_start) {
     if (!r->server->cfg.verbose) return;
     char url[512];
     srv_text_sanitize(url, sizeof url, r->url, strlen(r->url), false);
-    fprintf(stderr, "%s %s %u %.1f ms\n", r->method, url, r->status, now_ms() - t_start);
+    fprintf(stderr, "%s %s %u %.1f ms%s%s\n", r->method, url, r->status, now_ms() - t_start,
+            r->approx[0] ? "; schema enforced approximately: " : "", r->approx);
 }
 
 /* Serves a request whose body has been read: the guards of guard.c, the size limit, the chat
@@ -506,6 +507,7 @@ void srv_send_response(srv_req *r, unsigned status, struct MHD_Response *resp) {
         return;
     }
     srv_cors_headers(r, resp);
+    if (r->approx[0]) MHD_add_response_header(resp, SRV_APPROX_HEADER, r->approx);
     if (srv_pool_close_connections()) /* each request is routed by the supervisor (pool.c) */
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     if (!iso_queueing_stream) iso_send(SRV_ISO_RESP, iso_id(r->conn), 0, 0);

@@ -218,7 +218,14 @@ typedef struct srv_req {
     const char *body; /* NUL-terminated */
     size_t body_len;
     unsigned status; /* status of the response queued (for the log line) */
+    /* The first approximation of the request's schemas (kiln_grammar_approximation), as printable
+     * ASCII; sent as SRV_APPROX_HEADER and logged. "" when its output is enforced exactly. */
+    char approx[400];
 } srv_req;
+
+/* The response header that says a request's schema (response_format, a tool's parameters) is
+ * enforced approximately, and where: "#/properties/email/format: the format's usual shape ...". */
+#define SRV_APPROX_HEADER "X-Kiln-Schema-Approximation"
 
 /* Starts listening (MHD daemon with its own threads). Prints nothing; the caller reports
  * s->bound_port. False with a message on stderr when the address cannot be bound. */

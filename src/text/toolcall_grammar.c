@@ -111,6 +111,7 @@ typedef struct gb {
     size_t n;
     int n_until;
     kiln_status st;
+    char approx[KN_ERRMSG_MAX]; /* the first approximation of a tool's schema ("" while none) */
 } gb;
 
 /* ---- GBNF text ---------------------------------------------------------------------------------- */
@@ -234,6 +235,13 @@ static kiln_status fail(gb *b, kiln_status st, size_t tool, const char *what, co
     return kn_error(b->st, "tools[%zu].function.parameters%s: %s", tool, what, cause);
 }
 
+/* Keeps how (NULL: nothing) as the grammar's approximation, naming tool's parameters and what in
+ * them, unless an earlier one is kept. */
+static void note_approx(gb *b, size_t tool, const char *what, const char *how) {
+    if (how && !b->approx[0])
+        snprintf(b->approx, sizeof b->approx, "tools[%zu].function.parameters%s: %s", tool, what, how);
+}
+
 /* Converts schema (NULL: any object) to GBNF and splices it with prefix; false after fail(). The
  * whole grammar is compiled once, at the end. A schema with a $ref is compiled on its own too, as
  * kiln_grammar_compile does: only a recursion through a $ref can make a converted schema match no
@@ -246,6 +254,7 @@ static bool schema_rules(gb *b, size_t tool, const json_t *schema, bool strict, 
     kiln_status st;
     char *gbnf = NULL;
     kiln_grammar *g = NULL;
+    kn_schema_info info = {0};
     if (len > KILN_GRAMMAR_MAX_TEXT) { /* kiln_grammar_compile's own bound, for both paths */
         st = kn_error(KILN_ERR_INVALID_ARG, "the schema is %zu bytes; at most %u are accepted", len,
                       KILN_GRAMMAR_MAX_TEXT);
@@ -255,10 +264,11 @@ static bool schema_rules(gb *b, size_t tool, const json_t *schema, bool strict, 
         gp.strict = strict;
         st = kiln_grammar_compile(text, len, &gp, &g);
     } else {
-        st = kn_schema_to_gbnf(text, len, strict, &gbnf);
+        st = kn_schema_to_gbnf_info(text, len, strict, &gbnf, &info);
     }
     free(text);
     if (st) return fail(b, st, tool, what, kn_error_msg()), false;
+    note_approx(b, tool, what, g ? kiln_grammar_approximation(g) : info.approx ? info.approx_what : NULL);
     splice(b->f, g ? kiln_grammar_gbnf(g) : gbnf, prefix);
     kiln_grammar_free(g);
     free(gbnf);
@@ -365,6 +375,18 @@ static bool xml_params(gb *b, size_t t) {
             json_decref(choices);
             snprintf(vrule[j], sizeof vrule[j], "t%zue%zu", ti, j);
         } else if (raw) {
+            /* the first keyword of the parameter's schema that raw text leaves unchecked */
+            static const char *const kws[] = {"enum",  "const", "pattern", "format", "minLength", "maxLength",
+                                              "allOf", "anyOf", "oneOf",   "not",    "if"};
+            for (size_t k = 0; k < sizeof kws / sizeof *kws; k++)
+                if (json_object_get(pd, kws[k])) {
+                    char what[96], how[96];
+                    snprintf(what, sizeof what, ".properties.%s", key);
+                    snprintf(how, sizeof how, "#/%s: the value is raw text up to its close, %s is not enforced", kws[k],
+                             kws[k]);
+                    note_approx(b, ti, what, how);
+                    break;
+                }
             int u = until(b, b->fd->vclose);
             if (u < 0) return fail(b, KILN_ERR_INTERNAL, ti, "", "bad closing marker"), false;
             snprintf(vrule[j], sizeof vrule[j], "u%d-0", u);
@@ -617,7 +639,8 @@ kiln_status kiln_tool_grammar(const kiln_tool_grammar_params *params, kiln_gramm
             /* generated text: the GBNF compiler's cap on program size bounds it, not the cap on a
              * client's grammar text (the XML-like formats write one schema's rules per parameter) */
             st = kn_gbnf_compile_ex(text, len, KN_GBNF_GENERATED, out);
-            if (!st && lazy && (st = kn_grammar_set_triggers(*out, trig, nt))) {
+            if (!st && ((lazy && (st = kn_grammar_set_triggers(*out, trig, nt))) ||
+                        (st = kn_grammar_set_approx(*out, b.approx)))) {
                 kiln_grammar_free(*out);
                 *out = NULL;
             }

@@ -233,6 +233,34 @@ await test('structured_strict_mode', async () => {
   assert.ok(commaOffered(loose), 'without strict: no comma was offered after the value');
 }, 60000);
 
+await test('structured_approximation_reported', async () => {
+  // A schema kiln enforces only approximately says so in a response header (the official client
+  // reads it with .withResponse()), streaming or not, from the compile and from the cache; an
+  // exact schema, JSON mode and a grammar send none.
+  const H = 'x-kiln-schema-approximation';
+  const approx = { type: 'object', properties: { id: { oneOf: [{ type: 'integer' }, { type: 'string', maxLength: 3 }] } } };
+  const fmt = (schema) => ({ type: 'json_schema', json_schema: { name: 's', schema } });
+  for (const stream of [false, true, false]) {
+    const { data, response } = await client.chat.completions.create(chatReq({
+      response_format: fmt(approx), max_tokens: 30, temperature: 0, stream,
+    })).withResponse();
+    if (stream) for await (const _ of data); // eslint-disable-line no-unused-vars
+    assert.equal(response.headers.get(H),
+      '#/properties/id/oneOf: enforced as anyOf: a value valid under several branches is accepted', `stream ${stream}`);
+  }
+  for (const extra of [{ response_format: RESPONSE_FORMAT }, { response_format: { type: 'json_object' } },
+    { grammar: YESNO }]) {
+    const { response } = await client.chat.completions.create(chatReq({ ...extra, max_tokens: 5 })).withResponse();
+    assert.equal(response.headers.get(H), null, JSON.stringify(extra).slice(0, 80));
+  }
+  // a tool's parameters: the header names the tool
+  const tools = [{ type: 'function', function: { name: 'f', parameters: { type: 'object', properties: { x: { type: 'string' } } } } },
+    { type: 'function', function: { name: 'g', parameters: { type: 'object', properties: { to: { type: 'string', format: 'email' } } } } }];
+  const { response } = await client.chat.completions.create(chatReq({ tools, tool_choice: 'required', max_tokens: 30 })).withResponse();
+  assert.equal(response.headers.get(H),
+    "tools[1].function.parameters: #/properties/to/format: the format's usual shape is enforced, not its full grammar");
+}, 60000);
+
 await test('structured_many_schemas_through_the_cache', async () => {
   // More distinct schemas than the cache holds, at once and twice over: entries leave the cache
   // while requests still use them, and each request keeps its own grammar.

@@ -1045,8 +1045,40 @@ static void test_corpus(void) {
     CHECK(irej_exact == ninv_exact);
 }
 
+/* kiln_grammar_approximation: the first keyword enforced approximately, by its JSON pointer, through
+ * a $ref too; NULL for an exact schema, a GBNF grammar and JSON mode. */
+static void test_approximation_reported(void) {
+    static const struct {
+        const char *schema, *want; /* want NULL: exact */
+    } cases[] = {
+        {"{\"type\":\"object\",\"properties\":{\"d\":{\"type\":\"string\",\"format\":\"date\"}}}", NULL},
+        {"{\"properties\":{\"a\":{\"$ref\":\"#/$defs/"
+         "U\"}},\"$defs\":{\"U\":{\"type\":\"array\",\"uniqueItems\":true}}}",
+         "#/$defs/U/uniqueItems: repeated items are not prevented"},
+        {"{\"type\":\"number\",\"maximum\":2.5}", "#/maximum: "},
+        {"{\"oneOf\":[{\"type\":\"integer\"},{\"type\":\"string\",\"format\":\"email\"}]}",
+         "#/oneOf: enforced as anyOf"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        kiln_grammar *g = compile_schema(cases[i].schema, false);
+        const char *a = kiln_grammar_approximation(g);
+        CHECKF(g && (cases[i].want ? a && strstr(a, cases[i].want) == a : !a), "%s: %s", cases[i].schema,
+               a ? a : "(exact)");
+        kiln_grammar_free(g);
+    }
+    kiln_grammar_params p = kiln_grammar_default_params();
+    kiln_grammar *g = NULL;
+    CHECK(kiln_grammar_compile("root ::= \"a\"", 12, &p, &g) == KILN_OK && !kiln_grammar_approximation(g));
+    kiln_grammar_free(g);
+    p.kind = KILN_GRAMMAR_JSON_OBJECT;
+    CHECK(kiln_grammar_compile(NULL, 0, &p, &g) == KILN_OK && !kiln_grammar_approximation(g));
+    kiln_grammar_free(g);
+    CHECK(!kiln_grammar_approximation(NULL));
+}
+
 int main(void) {
     RUN(test_json_mode);
+    RUN(test_approximation_reported);
     RUN(test_types);
     RUN(test_enum_const);
     RUN(test_integer_ranges);

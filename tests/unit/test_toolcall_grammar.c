@@ -557,6 +557,36 @@ static void test_large_tool_set(void) {
     free(tools);
 }
 
+/* kiln_grammar_approximation of a tool grammar names the first tool whose schema kiln enforces only
+ * approximately, in the JSON formats (the whole schema) and the XML-like ones (per parameter, through
+ * a $ref too); exact schemas leave it NULL. */
+static void test_approximation(void) {
+    const char *exact = "[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"type\": "
+                        "\"object\", \"properties\": {\"x\": {\"type\": \"string\", \"description\": \"d\"}, "
+                        "\"n\": {\"type\": \"integer\", \"minimum\": 1}}}}}]";
+    const char *approx =
+        "[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"type\": \"object\"}}}, "
+        "{\"type\": \"function\", \"function\": {\"name\": \"g\", \"parameters\": {\"type\": \"object\", "
+        "\"properties\": {\"to\": {\"$ref\": \"#/$defs/E\"}, \"n\": {\"oneOf\": [{\"type\": \"integer\"}]}}, "
+        "\"$defs\": {\"E\": {\"type\": \"string\", \"format\": \"email\"}}}}}]";
+    static const struct {
+        const char *format, *tools, *want; /* want NULL: exact */
+    } cases[] = {
+        {"hermes", NULL, NULL},
+        {"hermes", NULL, "tools[1].function.parameters: #/$defs/E/format: the format's usual shape"},
+        {"qwen3-coder", NULL, NULL},
+        {"qwen3-coder", NULL, "tools[1].function.parameters.properties.to: #/format: the value is raw text"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        kiln_grammar *g =
+            build(cases[i].format, cases[i].want ? approx : exact, KILN_TOOL_CHOICE_REQUIRED, NULL, true, NULL);
+        const char *a = kiln_grammar_approximation(g);
+        CHECKF(g && (cases[i].want ? a && strstr(a, cases[i].want) == a : !a), "%s: %s", cases[i].format,
+               a ? a : "(exact)");
+        kiln_grammar_free(g);
+    }
+}
+
 int main(void) {
     const char *path = kt_data("tool-calls/vectors.json");
     if (kt_exists(path)) g_vectors = json_load_file(path, 0, NULL);
@@ -566,6 +596,7 @@ int main(void) {
     RUN(test_xml_refs);
     RUN(test_xml_enums);
     RUN(test_large_tool_set);
+    RUN(test_approximation);
     json_decref(g_vectors);
     return kt_summary();
 }
