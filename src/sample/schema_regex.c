@@ -272,31 +272,82 @@ static bool rx_hex(rx *r, int n, uint32_t *out) {
     return true;
 }
 
-/* The general categories \p{..} names (ECMAScript's u-flag syntax), by short and long name, as the
- * classes of the Unicode tables the tokenizers use (text/unicode.h). */
+/* The general categories \p{..} names (ECMAScript's u-flag syntax: Unicode's property value aliases),
+ * as sets of enum kn_gc (text/unicode.h). */
+#define GC(x)     (1u << KN_GC_##x)
+#define GC_ALL    ((1u << KN_GC_COUNT) - 1)
+#define GC_LETTER (GC(LU) | GC(LL) | GC(LT) | GC(LM) | GC(LO))
+#define GC_PUNCT  (GC(PC) | GC(PD) | GC(PS) | GC(PE) | GC(PI) | GC(PF) | GC(PO))
 static const struct {
-    const char *name, *longname;
-    uint8_t mask;
+    const char *name, *longname, *alias;
+    uint32_t gcs;
 } uprops[] = {
-    {"L", "Letter", KN_UCD_LETTER},
-    {"N", "Number", KN_UCD_NUMBER},
-    {"P", "Punctuation", KN_UCD_PUNCT},
-    {"S", "Symbol", KN_UCD_SYMBOL},
-    {"Z", "Separator", KN_UCD_SEPARATOR},
-    {"C", "Other", KN_UCD_OTHER},
-    {"M", "Mark", KN_UCD_MARK_NONSPACING | KN_UCD_MARK_OTHER},
+    {"L", "Letter", NULL, GC_LETTER},
+    {"LC", "Cased_Letter", NULL, GC(LU) | GC(LL) | GC(LT)},
+    {"Lu", "Uppercase_Letter", NULL, GC(LU)},
+    {"Ll", "Lowercase_Letter", NULL, GC(LL)},
+    {"Lt", "Titlecase_Letter", NULL, GC(LT)},
+    {"Lm", "Modifier_Letter", NULL, GC(LM)},
+    {"Lo", "Other_Letter", NULL, GC(LO)},
+    {"M", "Mark", "Combining_Mark", GC(MN) | GC(MC) | GC(ME)},
+    {"Mn", "Nonspacing_Mark", NULL, GC(MN)},
+    {"Mc", "Spacing_Mark", NULL, GC(MC)},
+    {"Me", "Enclosing_Mark", NULL, GC(ME)},
+    {"N", "Number", NULL, GC(ND) | GC(NL) | GC(NO)},
+    {"Nd", "Decimal_Number", "digit", GC(ND)},
+    {"Nl", "Letter_Number", NULL, GC(NL)},
+    {"No", "Other_Number", NULL, GC(NO)},
+    {"P", "Punctuation", "punct", GC_PUNCT},
+    {"Pc", "Connector_Punctuation", NULL, GC(PC)},
+    {"Pd", "Dash_Punctuation", NULL, GC(PD)},
+    {"Ps", "Open_Punctuation", NULL, GC(PS)},
+    {"Pe", "Close_Punctuation", NULL, GC(PE)},
+    {"Pi", "Initial_Punctuation", NULL, GC(PI)},
+    {"Pf", "Final_Punctuation", NULL, GC(PF)},
+    {"Po", "Other_Punctuation", NULL, GC(PO)},
+    {"S", "Symbol", NULL, GC(SM) | GC(SC) | GC(SK) | GC(SO)},
+    {"Sm", "Math_Symbol", NULL, GC(SM)},
+    {"Sc", "Currency_Symbol", NULL, GC(SC)},
+    {"Sk", "Modifier_Symbol", NULL, GC(SK)},
+    {"So", "Other_Symbol", NULL, GC(SO)},
+    {"Z", "Separator", NULL, GC(ZS) | GC(ZL) | GC(ZP)},
+    {"Zs", "Space_Separator", NULL, GC(ZS)},
+    {"Zl", "Line_Separator", NULL, GC(ZL)},
+    {"Zp", "Paragraph_Separator", NULL, GC(ZP)},
+    {"C", "Other", NULL, GC(CC) | GC(CF) | GC(CS) | GC(CO) | GC(CN)},
+    {"Cc", "Control", "cntrl", GC(CC)},
+    {"Cf", "Format", NULL, GC(CF)},
+    {"Cs", "Surrogate", NULL, GC(CS)},
+    {"Co", "Private_Use", NULL, GC(CO)},
+    {"Cn", "Unassigned", NULL, GC(CN)},
 };
 
-/* Adds the code points of the general categories in mask (negated: every other one) to cs. */
-static bool add_property(kn_cset *cs, uint8_t mask, bool negated) {
+static bool named(const char *s, size_t n, const char *name) {
+    return name && strlen(name) == n && !memcmp(s, name, n);
+}
+
+/* The general categories property s[n] stands for: a General_Category value (its short or long name
+ * or its alias, alone or after "General_Category=" or "gc="), or the binary property Any (every
+ * category) or Assigned (all but Cn); 0 for any other name. */
+static uint32_t property_gcs(const char *s, size_t n) {
+    const size_t k = n > 3 && !memcmp(s, "gc=", 3) ? 3 : n > 17 && !memcmp(s, "General_Category=", 17) ? 17 : 0;
+    if (!k && named(s, n, "Any")) return GC_ALL;
+    if (!k && named(s, n, "Assigned")) return GC_ALL & ~GC(CN);
+    for (size_t i = 0; i < sizeof uprops / sizeof *uprops; i++)
+        if (named(s + k, n - k, uprops[i].name) || named(s + k, n - k, uprops[i].longname) ||
+            named(s + k, n - k, uprops[i].alias))
+            return uprops[i].gcs;
+    return 0;
+}
+
+/* Adds the code points of the general categories in gcs, or (gcs 0) ASCII's, negated: every other
+ * one, to cs. */
+static bool add_property(kn_cset *cs, uint32_t gcs, bool negated) {
     kn_cset t = {0};
-    bool ok = true;
-    for (uint32_t c = 0; c < 0x80 && ok; c++)
-        if (kn_ucd_flags(c) & mask) ok = kn_cset_add(&t, c, c);
-    for (size_t i = 0; i < kn_ucd_n_ranges && ok; i++) {
+    bool ok = gcs || kn_cset_add(&t, 0, 0x7F);
+    for (size_t i = 0; i < kn_ucd_n_ranges && gcs && ok; i++) {
         const uint32_t end = i + 1 < kn_ucd_n_ranges ? kn_ucd_ranges[i + 1].start - 1 : KN_CP_MAX;
-        const uint32_t start = kn_ucd_ranges[i].start < 0x80 ? 0x80 : kn_ucd_ranges[i].start;
-        if ((kn_ucd_ranges[i].flags & mask) && end >= start) ok = kn_cset_add(&t, start, end);
+        if (gcs >> kn_ucd_ranges[i].gc & 1) ok = kn_cset_add(&t, kn_ucd_ranges[i].start, end);
     }
     if (ok && negated) ok = kn_cset_negate(&t);
     ok = ok && kn_cset_add_set(cs, &t);
@@ -304,8 +355,8 @@ static bool add_property(kn_cset *cs, uint8_t mask, bool negated) {
     return ok;
 }
 
-/* \p{NAME} / \P{NAME} (r->pos at the brace): the general category NAME added to cs, negated for \P.
- * False (with the failure set) when NAME is not one of uprops. */
+/* \p{NAME} / \P{NAME} (r->pos at the brace): the code points of property NAME (property_gcs, or
+ * ASCII) added to cs, negated for \P. False (with the failure set) for any other NAME. */
 static bool rx_property(rx *r, bool negated, kn_cset *cs) {
     const char *close = r->pos < r->len && r->p[r->pos] == '{' ? memchr(r->p + r->pos, '}', r->len - r->pos) : NULL;
     if (!close) {
@@ -314,15 +365,21 @@ static bool rx_property(rx *r, bool negated, kn_cset *cs) {
     }
     const char *name = r->p + r->pos + 1;
     const size_t n = (size_t)(close - name);
-    for (size_t i = 0; i < sizeof uprops / sizeof *uprops; i++)
-        if ((strlen(uprops[i].name) == n && !memcmp(name, uprops[i].name, n)) ||
-            (strlen(uprops[i].longname) == n && !memcmp(name, uprops[i].longname, n))) {
-            r->pos += n + 2;
-            if (!add_property(cs, uprops[i].mask, negated)) r->a->nomem = true;
-            return true;
-        }
-    rx_fail(r, "unsupported Unicode property (kiln knows the general categories L, M, N, P, S, Z and C)");
-    return false;
+    const uint32_t gcs = property_gcs(name, n);
+    if (!gcs && !named(name, n, "ASCII")) {
+        const char *eq = memchr(name, '=', n);
+        const size_t k = eq ? (size_t)(eq - name) : 0;
+        if (named(name, k, "Script") || named(name, k, "sc") || named(name, k, "Script_Extensions") ||
+            named(name, k, "scx"))
+            rx_fail(r, "Unicode scripts (\\p{Script=..}) are not supported");
+        else
+            rx_fail(r, "unsupported Unicode property (kiln knows the general categories, e.g. L, Lu, Nd, P, and Any, "
+                       "ASCII, Assigned)");
+        return false;
+    }
+    r->pos += n + 2;
+    if (!add_property(cs, gcs, negated)) r->a->nomem = true;
+    return true;
 }
 
 static bool add_class_escape(kn_cset *cs, char c) {

@@ -1,6 +1,6 @@
 /*
  * unicode.c - UTF-8 decoding/encoding and lookups in the generated Unicode tables (unicode_data.c):
- * category class, White_Space, simple lowercase and canonical decomposition. Every function accepts
+ * general category and its class, White_Space, simple lowercase and canonical decomposition. Every function accepts
  * any input: ill-formed UTF-8 is reported, never read past, and code points beyond U+10FFFF get the
  * "other" class.
  */
@@ -95,9 +95,8 @@ static uint8_t ascii_flags(uint32_t c) {
     return strchr("$+<=>^`|~", (int)c) ? KN_UCD_SYMBOL : KN_UCD_PUNCT;
 }
 
-uint8_t kn_ucd_flags(uint32_t cp) {
-    if (cp < 0x80) return ascii_flags(cp);
-    if (cp > 0x10FFFF) return KN_UCD_OTHER;
+uint8_t kn_ucd_category(uint32_t cp) {
+    if (cp > 0x10FFFF) return KN_GC_CN;
     /* last range whose start <= cp */
     size_t lo = 0, hi = kn_ucd_n_ranges;
     while (hi - lo > 1) {
@@ -105,7 +104,23 @@ uint8_t kn_ucd_flags(uint32_t cp) {
         if (kn_ucd_ranges[mid].start <= cp) lo = mid;
         else hi = mid;
     }
-    return kn_ucd_ranges[lo].flags;
+    return kn_ucd_ranges[lo].gc;
+}
+
+uint8_t kn_ucd_flags(uint32_t cp) {
+    static const uint8_t of[KN_GC_COUNT] = {
+        [KN_GC_LU] = KN_UCD_LETTER,     [KN_GC_LL] = KN_UCD_LETTER,     [KN_GC_LT] = KN_UCD_LETTER,
+        [KN_GC_LM] = KN_UCD_LETTER,     [KN_GC_LO] = KN_UCD_LETTER,     [KN_GC_MN] = KN_UCD_MARK_NONSPACING,
+        [KN_GC_MC] = KN_UCD_MARK_OTHER, [KN_GC_ME] = KN_UCD_MARK_OTHER, [KN_GC_ND] = KN_UCD_NUMBER,
+        [KN_GC_NL] = KN_UCD_NUMBER,     [KN_GC_NO] = KN_UCD_NUMBER,     [KN_GC_PC] = KN_UCD_PUNCT,
+        [KN_GC_PD] = KN_UCD_PUNCT,      [KN_GC_PS] = KN_UCD_PUNCT,      [KN_GC_PE] = KN_UCD_PUNCT,
+        [KN_GC_PI] = KN_UCD_PUNCT,      [KN_GC_PF] = KN_UCD_PUNCT,      [KN_GC_PO] = KN_UCD_PUNCT,
+        [KN_GC_SM] = KN_UCD_SYMBOL,     [KN_GC_SC] = KN_UCD_SYMBOL,     [KN_GC_SK] = KN_UCD_SYMBOL,
+        [KN_GC_SO] = KN_UCD_SYMBOL,     [KN_GC_ZS] = KN_UCD_SEPARATOR,  [KN_GC_ZL] = KN_UCD_SEPARATOR,
+        [KN_GC_ZP] = KN_UCD_SEPARATOR,  [KN_GC_CC] = KN_UCD_OTHER,      [KN_GC_CF] = KN_UCD_OTHER,
+        [KN_GC_CS] = KN_UCD_OTHER,      [KN_GC_CO] = KN_UCD_OTHER,      [KN_GC_CN] = KN_UCD_OTHER,
+    };
+    return cp < 0x80 ? ascii_flags(cp) : of[kn_ucd_category(cp)];
 }
 
 bool kn_ucd_is_whitespace(uint32_t cp) {
