@@ -173,9 +173,9 @@ static json_t *find_anchor(json_t *s, const char *name, int depth) {
     return NULL;
 }
 
-static bool resolve(ctx *c, sref from, json_t *ref, sref *out) {
+bool ks_resolve(ctx *c, sref from, const json_t *ref, sref *out, bool quiet) {
     if (!json_is_string(ref)) {
-        ks_fail(c, from.path, "$ref", "must be a string");
+        if (!quiet) ks_fail(c, from.path, "$ref", "must be a string");
         return false;
     }
     const char *r = json_string_value(ref);
@@ -189,8 +189,9 @@ static bool resolve(ctx *c, sref from, json_t *ref, sref *out) {
     }
     if (!*r) r = "#";
     if (r[0] != '#') {
-        ks_fail(c, from.path, "$ref",
-                "remote reference \"%.120s\" is not supported (only references inside the schema)", r);
+        if (!quiet)
+            ks_fail(c, from.path, "$ref",
+                    "remote reference \"%.120s\" is not supported (only references inside the schema)", r);
         return false;
     }
     if (!r[1]) {
@@ -200,10 +201,10 @@ static bool resolve(ctx *c, sref from, json_t *ref, sref *out) {
     if (r[1] != '/') {
         json_t *a = find_anchor(c->root, r + 1, 0);
         if (!a) {
-            ks_fail(c, from.path, "$ref", "\"%.120s\" does not resolve", r);
+            if (!quiet) ks_fail(c, from.path, "$ref", "\"%.120s\" does not resolve", r);
             return false;
         }
-        *out = ks_mk(a, ks_path_join(c, "", r));
+        *out = ks_mk(a, quiet ? "" : ks_path_join(c, "", r));
         return true;
     }
     /* a JSON pointer in a URI fragment: percent-decoding, then ~1 and ~0 */
@@ -262,7 +263,7 @@ static bool resolve(ctx *c, sref from, json_t *ref, sref *out) {
     }
     free(dec);
     if (!ok) {
-        ks_fail(c, from.path, "$ref", "\"%.120s\" does not resolve", json_string_value(ref));
+        if (!quiet) ks_fail(c, from.path, "$ref", "\"%.120s\" does not resolve", json_string_value(ref));
         return false;
     }
     *out = ks_mk(cur, r + 1); /* the pointer as written, kept alive by the document */
@@ -447,7 +448,7 @@ static void flatten(ctx *c, sref x, conj *out, bool *unsat, int depth) {
     json_t *ref = json_object_get(x.s, "$ref");
     if (ref) {
         sref t;
-        if (!resolve(c, x, ref, &t)) return;
+        if (!ks_resolve(c, x, ref, &t, false)) return;
         flatten(c, t, out, unsat, depth + 1);
     }
     json_t *all = json_object_get(x.s, "allOf");
@@ -561,7 +562,7 @@ const char *ks_compile(ctx *c, conj *in, const char *hint, int depth) {
     if (at >= 0) {
         json_t *list = json_object_get(f.v[at].s, kw);
         if (!json_is_array(list) || !json_array_size(list)) ks_fail(c, f.v[at].path, kw, "must be a non-empty array");
-        if (kw[0] == 'o' && json_array_size(list) > 1)
+        if (kw[0] == 'o' && json_array_size(list) > 1 && !ks_oneof_disjoint(c, list, &f))
             ks_approx(c, f.v[at].path, kw, "enforced as anyOf: a value valid under several branches is accepted");
         size_t i;
         json_t *alt;

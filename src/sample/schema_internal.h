@@ -263,7 +263,8 @@ typedef struct ctx {
     unsigned used;
     keycache keys[256];
     int nkeys;
-    bool cheap_keys; /* additional property names need not differ from the declared ones */
+    bool cheap_keys;  /* additional property names need not differ from the declared ones */
+    long oneof_steps; /* schemas ks_oneof_disjoint looked at so far */
 } ctx;
 
 #define MAX_COMPILES 20000 /* conjunctions compiled per schema at most */
@@ -299,6 +300,16 @@ typedef struct node {
     bool unique;
     const char *path, *unique_path;
 } node;
+
+/* Resolves the $ref value ref of schema from (a local reference: "#", a JSON pointer, an anchor)
+ * into *out. False when it does not resolve, after ks_fail naming from's path unless quiet (a quiet
+ * resolution gives an anchor's target the path ""). */
+bool ks_resolve(ctx *c, sref from, const json_t *ref, sref *out, bool quiet);
+/* Whether no JSON value is valid under two of the oneOf branches in list, each conjoined with the
+ * schemas of sib (the oneOf's own schema and the rest of its conjunction), so that anyOf enforces it
+ * exactly: as far as their types, values and the values of the properties they both require show
+ * (schema_oneof.c). False when not shown, never for branches that share a value. */
+bool ks_oneof_disjoint(ctx *c, const json_t *list, const conj *sib);
 
 /* Errors and approximations: the first of each is kept, with the JSON pointer and keyword. */
 void ks_fail(ctx *c, const char *path, const char *kw, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
