@@ -2,9 +2,9 @@
  * schema_format.c - the string formats kiln enforces, as regular expressions for schema_regex.c.
  *
  * Exact: date (with month lengths and leap years), time and date-time (RFC 3339; a leap second :60
- * is accepted at any minute), uuid, ipv4. Approximate (the usual shape, documented in
- * docs/structured-output.md): email, hostname, uri, uri-reference, iri, iri-reference, url, ipv6,
- * duration. Formats JSON Schema defines but kiln does not check (KN_FMT_IGNORED) are listed too; any
+ * is accepted at any minute), duration (RFC 3339 appendix A), uuid, ipv4, ipv6 (RFC 4291), email
+ * (RFC 5321's Mailbox). Approximate (the usual shape, documented in docs/structured-output.md):
+ * hostname, uri, uri-reference, iri, iri-reference, url. Formats JSON Schema defines but kiln does not check (KN_FMT_IGNORED) are listed too; any
  * other name is not a JSON Schema format and is an annotation (KN_FMT_UNKNOWN).
  */
 #include "sample/schema_internal.h"
@@ -21,6 +21,25 @@
 #define LABEL "[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 #define OCTET "(25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)"
 #define URICH "[^\\x00-\\x20\"<>\\\\^`{|}\\x7f]"
+#define IPV4  OCTET "(\\." OCTET "){3}"
+/* RFC 4291 2.2: eight groups, "::" for one or more groups of zeros (once), the last two groups
+ * possibly an IPv4 address; one alternative per count of groups on each side of the "::" */
+#define H16   HEX "{1,4}"
+#define IPV6  "((" H16 ":){7}" H16 "|(" H16 ":){1,7}:|(" H16 ":){1,6}:" H16 "|(" H16 ":){1,5}(:" H16 "){1,2}|(" \
+              H16 ":){1,4}(:" H16 "){1,3}|(" H16 ":){1,3}(:" H16 "){1,4}|(" H16 ":){1,2}(:" H16 "){1,5}|" H16     \
+              ":(:" H16 "){1,6}|:((:" H16 "){1,7}|:)|(" H16 ":){6}" IPV4 "|::(" H16 ":){0,5}" IPV4 "|" H16          \
+              "::(" H16 ":){0,4}" IPV4 "|(" H16 ":){2}:(" H16 ":){0,3}" IPV4 "|(" H16 ":){3}:(" H16 ":){0,2}" IPV4  \
+              "|(" H16 ":){4}:(" H16 ":)?" IPV4 "|(" H16 ":){5}:" IPV4 ")"
+/* RFC 5321 4.1.2 Mailbox: a dot-string or a quoted string, "@", a domain or an address literal
+ * (IPv4, or IPv6 after a case-insensitive "IPv6:" tag; no other tag is registered) */
+#define ATEXT "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]"
+#define QSTR  "\"([\\x20\\x21\\x23-\\x5b\\x5d-\\x7e]|\\\\[\\x20-\\x7e])*\""
+#define SUBD  "[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?"
+#define EMAIL "(" ATEXT "+(\\." ATEXT "+)*|" QSTR ")@(" SUBD "(\\." SUBD ")*|\\[(" IPV4 "|[Ii][Pp][Vv]6:" IPV6 ")\\])"
+/* RFC 3339 appendix A: a week, or a date part and a time part, each unit at most once and in order
+ * without gaps after the first (P1Y2M3D, PT4H5M; not P1Y3D nor PT4H6S) */
+#define DUR   "P((\\d+D|\\d+M(\\d+D)?|\\d+Y(\\d+M(\\d+D)?)?)(T(\\d+H(\\d+M(\\d+S)?)?|\\d+M(\\d+S)?|\\d+S))?|" \
+              "T(\\d+H(\\d+M(\\d+S)?)?|\\d+M(\\d+S)?|\\d+S)|\\d+W)"
 
 static const struct {
     const char *name;
@@ -31,16 +50,16 @@ static const struct {
     {"time", KN_FMT_EXACT, "^" TIME "$"},
     {"date-time", KN_FMT_EXACT, "^" DATE "[Tt]" TIME "$"},
     {"uuid", KN_FMT_EXACT, "^" HEX "{8}-" HEX "{4}-" HEX "{4}-" HEX "{4}-" HEX "{12}$"},
-    {"ipv4", KN_FMT_EXACT, "^" OCTET "(\\." OCTET "){3}$"},
-    {"email", KN_FMT_APPROX, "^[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]{1,64}@" LABEL "(\\." LABEL ")*$"},
+    {"ipv4", KN_FMT_EXACT, "^" IPV4 "$"},
+    {"ipv6", KN_FMT_EXACT, "^" IPV6 "$"},
+    {"email", KN_FMT_EXACT, "^" EMAIL "$"},
+    {"duration", KN_FMT_EXACT, "^" DUR "$"},
     {"hostname", KN_FMT_APPROX, "^" LABEL "(\\." LABEL ")*$"},
     {"uri", KN_FMT_APPROX, "^[A-Za-z][A-Za-z0-9+.-]*:" URICH "*$"},
     {"url", KN_FMT_APPROX, "^[A-Za-z][A-Za-z0-9+.-]*:" URICH "*$"},
     {"iri", KN_FMT_APPROX, "^[A-Za-z][A-Za-z0-9+.-]*:" URICH "*$"},
     {"uri-reference", KN_FMT_APPROX, "^" URICH "*$"},
     {"iri-reference", KN_FMT_APPROX, "^" URICH "*$"},
-    {"ipv6", KN_FMT_APPROX, "^[0-9a-fA-F:.]{2,45}$"},
-    {"duration", KN_FMT_APPROX, "^P(\\d+W|(\\d+Y)?(\\d+M)?(\\d+D)?(T(\\d+H)?(\\d+M)?(\\d+S)?)?)$"},
     {"idn-email", KN_FMT_IGNORED, NULL},
     {"idn-hostname", KN_FMT_IGNORED, NULL},
     {"uri-template", KN_FMT_IGNORED, NULL},

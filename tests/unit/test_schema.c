@@ -83,6 +83,134 @@ static uint32_t rnd(uint32_t n) {
 
 /* ---- keywords ---------------------------------------------------------------------------------- */
 
+/* Checks that schema (one string format) accepts every string of ok[] and none of bad[] (each
+ * written as a JSON string, escapes and all). */
+static void check_strings(const char *format, const char *const *ok, size_t nok, const char *const *bad, size_t nbad) {
+    json_t *s = json_pack("{ssss}", "type", "string", "format", format);
+    char *text = json_dumps(s, 0);
+    kiln_grammar *g = compile_schema(text, false);
+    CHECKF(g, "%s: %s", format, kiln_last_error());
+    for (size_t i = 0; g && i < nok + nbad; i++) {
+        json_t *v = json_string(i < nok ? ok[i] : bad[i - nok]);
+        char *q = json_dumps(v, JSON_ENCODE_ANY);
+        CHECKF(accepts(g, q) == (i < nok), "%s %s %s", format, i < nok ? "rejects" : "accepts", q);
+        free(q);
+        json_decref(v);
+    }
+    kiln_grammar_free(g);
+    free(text);
+    json_decref(s);
+}
+#define CHECK_STRINGS(format, ok, bad) check_strings(format, ok, sizeof ok / sizeof *ok, bad, sizeof bad / sizeof *bad)
+
+/* The formats enforced exactly besides dates and times: email (RFC 5321's Mailbox), ipv6 (RFC
+ * 4291's text forms), duration (RFC 3339 appendix A). */
+static void test_formats_exact(void) {
+    static const char *const email_ok[] = {"jane.roe@example.org",
+                                           "x~y@host.net",
+                                           "~x@host.net",
+                                           "+tag@sub.host.net",
+                                           "\"a b\"@host.net",
+                                           "\"a..b\"@host.net",
+                                           "\"a@b\"@host.net",
+                                           "\"\"@host.net",
+                                           "\"\\q\"@host.net",
+                                           "\"\\\"\"@host.net",
+                                           "u@[10.0.0.1]",
+                                           "u@[IPv6:fe80::1]",
+                                           "u@[ipv6:1:2:3:4:5:6:7:8]",
+                                           "u@9.9.9.9",
+                                           "u@a--b.io",
+                                           "u@7up.io",
+                                           "u@localhost",
+                                           "a.b.c@d.e",
+                                           "!#$%&'*+/=?^_`{|}~-@x.y"};
+    static const char *const email_bad[] = {"plain",
+                                            ".a@host.net",
+                                            "a.@host.net",
+                                            "a..b@host.net",
+                                            "a@b=c.net",
+                                            "a@[10.0.0.256]",
+                                            "a@x.io, b@y.io",
+                                            "<a@x.io>",
+                                            "@host.net",
+                                            "a@",
+                                            "a b@host.net",
+                                            "\xc3\xa9@host.net",
+                                            "a@h\xc3\xa9.net",
+                                            "a@host.net\n",
+                                            " a@host.net",
+                                            "a\tb@host.net",
+                                            "\"a\"b@host.net",
+                                            "\"a@host.net",
+                                            "a@b@host.net",
+                                            "[1.2.3.4]@host.net",
+                                            "",
+                                            "a@-host.net",
+                                            "a@host-.net",
+                                            "a@.host.net",
+                                            "a@host.net.",
+                                            "a@host..net",
+                                            "a@[1.2.3.4",
+                                            "a@[]",
+                                            "a@[1.2.3]",
+                                            "a@[1.2.3.4.5]",
+                                            "a@[word]",
+                                            "a@b[1.2.3.4]",
+                                            "a,b@host.net",
+                                            "a(c)@host.net",
+                                            "a@b(c).net",
+                                            "a\"@host.net",
+                                            "\"a\\\xc2\xa9\"@host.net",
+                                            "a@[IPv6:1::2::3]",
+                                            "a@[IPv4:1.2.3.4]"};
+    CHECK_STRINGS("email", email_ok, email_bad);
+    static const char *const ipv6_ok[] = {"::1",
+                                          "::",
+                                          "::ab12",
+                                          "fe80::",
+                                          "::1:2:3",
+                                          "1:2::3",
+                                          "1:2:3:4:5:6:7:8",
+                                          "1:2:3:4:5:6:7::",
+                                          "::2:3:4:5:6:7:8",
+                                          "1::2:3:4:5:6:7",
+                                          "1::a:10.0.0.1",
+                                          "::ffff:10.0.0.1",
+                                          "1:2:3:4:5:6:10.0.0.1",
+                                          "1:2:3:4:5::10.0.0.1",
+                                          "ABCD:ef01::"};
+    static const char *const ipv6_bad[] = {"12345::",
+                                           "::12345",
+                                           "1:2:3:4:5:6:7:8:9",
+                                           "::x",
+                                           ":1:2:3:4:5:6:7",
+                                           "1:2:3:4:5:6:7:",
+                                           ":1::2",
+                                           "1::2::3",
+                                           "1::10.0.256.1",
+                                           "1::10.0.ab.1",
+                                           "1:2:::3",
+                                           "1:2:3:4:5:6:7",
+                                           "1",
+                                           "10.0.0.1",
+                                           "1:2:3:4:1.2.3",
+                                           " ::1",
+                                           "::1 ",
+                                           "fe80::/10",
+                                           "fe80::1%lo",
+                                           "1:2:3:4:5:6:7:1.2.3.4",
+                                           "1:2:3:4:5:6::1.2.3.4",
+                                           "1:2:3:4:5:6:7::8",
+                                           "::ffff:300.1.1.1"};
+    CHECK_STRINGS("ipv6", ipv6_ok, ipv6_bad);
+    static const char *const dur_ok[] = {"P3DT10H20M1S", "P7Y",   "PT0S", "P0D",     "P2M",     "PT2M",
+                                         "PT48H",        "P1Y6M", "P5W",  "P1Y2M3D", "PT1H30M", "P1DT2H"};
+    static const char *const dur_bad[] = {"PT2D", "P",  "PT",    "P3D1Y",  "P1D2H", "P4S",  "P1Y1W", "P2",
+                                          "PT2",  "2Y", "P1Y3D", "PT1H5S", "P0.5D", "P-2D", "P1W2D", "p1d"};
+    CHECK_STRINGS("duration", dur_ok, dur_bad);
+}
+
 static void test_json_mode(void) {
     kiln_grammar_params p = kiln_grammar_default_params();
     p.kind = KILN_GRAMMAR_JSON_OBJECT;
@@ -342,7 +470,9 @@ static void test_formats(void) {
         free(text);
         json_decref(s);
     }
-    CHECK(!is_approx("{\"format\":\"date\"}") && is_approx("{\"format\":\"email\"}"));
+    CHECK(!is_approx("{\"format\":\"date\"}") && is_approx("{\"format\":\"uri\"}"));
+    CHECK(!is_approx("{\"format\":\"email\"}") && !is_approx("{\"format\":\"ipv6\"}") &&
+          !is_approx("{\"format\":\"duration\"}"));
     /* a format JSON Schema does not define is an annotation */
     kiln_grammar *g = compile_schema("{\"type\":\"string\",\"format\":\"non-blank\"}", false);
     CHECK(g && accepts(g, "\"\"") && !is_approx("{\"format\":\"non-blank\"}"));
@@ -1057,7 +1187,7 @@ static void test_approximation_reported(void) {
          "U\"}},\"$defs\":{\"U\":{\"type\":\"array\",\"uniqueItems\":true}}}",
          "#/$defs/U/uniqueItems: repeated items are not prevented"},
         {"{\"type\":\"number\",\"maximum\":2.5}", "#/maximum: "},
-        {"{\"oneOf\":[{\"type\":\"integer\"},{\"type\":\"string\",\"format\":\"email\"}]}", "#/oneOf/1/format: "},
+        {"{\"oneOf\":[{\"type\":\"integer\"},{\"type\":\"string\",\"format\":\"uri\"}]}", "#/oneOf/1/format: "},
         {"{\"oneOf\":[{\"type\":\"integer\"},{\"type\":\"number\"}]}", "#/oneOf: enforced as anyOf"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
@@ -1089,6 +1219,7 @@ int main(void) {
     RUN(test_long_length_with_pattern);
     RUN(test_patterns);
     RUN(test_formats);
+    RUN(test_formats_exact);
     RUN(test_objects);
     RUN(test_arrays);
     RUN(test_combinators);
