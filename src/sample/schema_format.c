@@ -4,8 +4,9 @@
  * Exact: date (with month lengths and leap years), time and date-time (RFC 3339; a leap second :60
  * is accepted at any minute), duration (RFC 3339 appendix A), uuid, ipv4, ipv6 (RFC 4291), email
  * (RFC 5321's Mailbox). Approximate (the usual shape, documented in docs/structured-output.md):
- * hostname, uri, uri-reference, iri, iri-reference, url. Formats JSON Schema defines but kiln does not check (KN_FMT_IGNORED) are listed too; any
- * other name is not a JSON Schema format and is an annotation (KN_FMT_UNKNOWN).
+ * hostname, uri, uri-reference, iri, iri-reference, url. Formats JSON Schema defines but kiln does
+ * not check (KN_FMT_IGNORED) are listed too; any other name is not a JSON Schema format and is an
+ * annotation (KN_FMT_UNKNOWN).
  */
 #include "sample/schema_internal.h"
 
