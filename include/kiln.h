@@ -723,7 +723,7 @@ KILN_API const char *kiln_grammar_gbnf(const kiln_grammar *grammar);
  * and for a JSON Schema whose every keyword kiln enforces exactly. Else the first keyword it enforces
  * only approximately (a superset: every valid instance is still admitted, some invalid ones too;
  * docs/structured-output.md lists each), as its JSON pointer and what is enforced, e.g.
- * "#/properties/homepage/format: the format's usual shape is enforced, not its full grammar"; for a tool
+ * "#/properties/host/format: the format's usual shape is enforced, not its full grammar"; for a tool
  * grammar (kiln_tool_grammar) prefixed with the tool's parameters, "tools[0].function.parameters: ...".
  * Owned by the grammar. Use it to warn a user, or to refuse a schema where only exact will do. */
 KILN_API const char *kiln_grammar_approximation(const kiln_grammar *grammar);

@@ -3,8 +3,8 @@
  *
  * Exact: date (with month lengths and leap years), time and date-time (RFC 3339; a leap second :60
  * is accepted at any minute), duration (RFC 3339 appendix A), uuid, ipv4, ipv6 (RFC 4291), email
- * (RFC 5321's Mailbox). Approximate (the usual shape, documented in docs/structured-output.md):
- * hostname, uri, uri-reference, iri, iri-reference, url. Formats JSON Schema defines but kiln does
+ * (RFC 5321's Mailbox), uri and uri-reference (RFC 3986). Approximate (the usual shape, documented in
+ * docs/structured-output.md): hostname, iri, iri-reference, url. Formats JSON Schema defines but kiln does
  * not check (KN_FMT_IGNORED) are listed too; any other name is not a JSON Schema format and is an
  * annotation (KN_FMT_UNKNOWN).
  */
@@ -37,6 +37,18 @@
 #define QSTR  "\"([\\x20\\x21\\x23-\\x5b\\x5d-\\x7e]|\\\\[\\x20-\\x7e])*\""
 #define SUBD  "[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?"
 #define EMAIL "(" ATEXT "+(\\." ATEXT "+)*|" QSTR ")@(" SUBD "(\\." SUBD ")*|\\[(" IPV4 "|[Ii][Pp][Vv]6:" IPV6 ")\\])"
+/* RFC 3986: a URI (scheme ":" hierarchical part, query, fragment) and a URI reference (a URI or a
+ * relative reference, whose first segment holds no ":"). A host is an IP literal or a reg-name
+ * (which covers IPv4 addresses); characters outside the grammar appear only percent-encoded. */
+#define PCT   "%" HEX HEX
+#define PCHAR "([A-Za-z0-9._~!$&'()*+,;=:@-]|" PCT ")"
+#define QCHAR "([A-Za-z0-9._~!$&'()*+,;=:@/?-]|" PCT ")"
+#define AUTH  "(([A-Za-z0-9._~!$&'()*+,;=:-]|" PCT ")*@)?(\\[(" IPV6 "|[vV]" HEX "+\\.[A-Za-z0-9._~!$&'()*+,;=:-]+)\\]|" \
+              "([A-Za-z0-9._~!$&'()*+,;=-]|" PCT ")*)(:\\d*)?"
+#define PABE  "(/" PCHAR "*)*"
+#define TAIL  "(\\?" QCHAR "*)?(#" QCHAR "*)?"
+#define URI   "[A-Za-z][A-Za-z0-9+.-]*:(//" AUTH PABE "|/(" PCHAR "+" PABE ")?|" PCHAR "+" PABE ")?" TAIL
+#define RREF  "(//" AUTH PABE "|/(" PCHAR "+" PABE ")?|([A-Za-z0-9._~!$&'()*+,;=@-]|" PCT ")+" PABE ")?" TAIL
 /* RFC 3339 appendix A: a week, or a date part and a time part, each unit at most once and in order
  * without gaps after the first (P1Y2M3D, PT4H5M; not P1Y3D nor PT4H6S) */
 #define DUR   "P((\\d+D|\\d+M(\\d+D)?|\\d+Y(\\d+M(\\d+D)?)?)(T(\\d+H(\\d+M(\\d+S)?)?|\\d+M(\\d+S)?|\\d+S))?|" \
@@ -56,10 +68,10 @@ static const struct {
     {"email", KN_FMT_EXACT, "^" EMAIL "$"},
     {"duration", KN_FMT_EXACT, "^" DUR "$"},
     {"hostname", KN_FMT_APPROX, "^" LABEL "(\\." LABEL ")*$"},
-    {"uri", KN_FMT_APPROX, "^[A-Za-z][A-Za-z0-9+.-]*:" URICH "*$"},
+    {"uri", KN_FMT_EXACT, "^" URI "$"},
     {"url", KN_FMT_APPROX, "^[A-Za-z][A-Za-z0-9+.-]*:" URICH "*$"},
     {"iri", KN_FMT_APPROX, "^[A-Za-z][A-Za-z0-9+.-]*:" URICH "*$"},
-    {"uri-reference", KN_FMT_APPROX, "^" URICH "*$"},
+    {"uri-reference", KN_FMT_EXACT, "^(" URI "|" RREF ")$"},
     {"iri-reference", KN_FMT_APPROX, "^" URICH "*$"},
     {"idn-email", KN_FMT_IGNORED, NULL},
     {"idn-hostname", KN_FMT_IGNORED, NULL},

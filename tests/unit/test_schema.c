@@ -104,7 +104,7 @@ static void check_strings(const char *format, const char *const *ok, size_t nok,
 #define CHECK_STRINGS(format, ok, bad) check_strings(format, ok, sizeof ok / sizeof *ok, bad, sizeof bad / sizeof *bad)
 
 /* The formats enforced exactly besides dates and times: email (RFC 5321's Mailbox), ipv6 (RFC
- * 4291's text forms), duration (RFC 3339 appendix A). */
+ * 4291's text forms), duration (RFC 3339 appendix A), uri and uri-reference (RFC 3986). */
 static void test_formats_exact(void) {
     static const char *const email_ok[] = {"jane.roe@example.org",
                                            "x~y@host.net",
@@ -209,6 +209,39 @@ static void test_formats_exact(void) {
     static const char *const dur_bad[] = {"PT2D", "P",  "PT",    "P3D1Y",  "P1D2H", "P4S",  "P1Y1W", "P2",
                                           "PT2",  "2Y", "P1Y3D", "PT1H5S", "P0.5D", "P-2D", "P1W2D", "p1d"};
     CHECK_STRINGS("duration", dur_ok, dur_bad);
+    static const char *const uri_ok[] = {"https://host.example/p/a_(b)?q=1&r=%20#f",
+                                         "http://-.~_!$&'()*+,;=:%40:80%2f::@host.example",
+                                         "ldap://[2001:db8::7]/c=GB?objectClass?one",
+                                         "http://[v1.ab:cd]/",
+                                         "http://10.1.2.3:8080",
+                                         "mailto:ann@host.example",
+                                         "tel:+1-555-0100",
+                                         "urn:isbn:0451450523",
+                                         "file:///etc/hosts",
+                                         "x:",
+                                         "a+b.c-d:/",
+                                         "http://u:p@host:/"};
+    static const char *const uri_bad[] = {"//host/p",
+                                          "/p",
+                                          "p",
+                                          "http://a b",
+                                          "://x",
+                                          "a,b:c",
+                                          "http://[::1",
+                                          "http://[@host/",
+                                          "http://host/%zz",
+                                          "http://host/%",
+                                          "1a:b",
+                                          "http://h/a#b#c",
+                                          "http://h/\xc3\xa9",
+                                          "http://a:b:c/",
+                                          "http://[1::2::3]/",
+                                          "x"};
+    CHECK_STRINGS("uri", uri_ok, uri_bad);
+    static const char *const ref_ok[] = {"https://h/p?q#f", "//h/p?q#f", "/p",   "p",     "#f",        "",
+                                         "a/b:c",           "?q",        "../x", "./a:b", "//[::1]:80"};
+    static const char *const ref_bad[] = {"\\\\h\\s", "#f\\g", "1a:b", "a b", "%", "#a#b", "//a b", "//h/\xc3\xa9"};
+    CHECK_STRINGS("uri-reference", ref_ok, ref_bad);
 }
 
 static void test_json_mode(void) {
@@ -470,9 +503,10 @@ static void test_formats(void) {
         free(text);
         json_decref(s);
     }
-    CHECK(!is_approx("{\"format\":\"date\"}") && is_approx("{\"format\":\"uri\"}"));
+    CHECK(!is_approx("{\"format\":\"date\"}") && is_approx("{\"format\":\"hostname\"}"));
     CHECK(!is_approx("{\"format\":\"email\"}") && !is_approx("{\"format\":\"ipv6\"}") &&
-          !is_approx("{\"format\":\"duration\"}"));
+          !is_approx("{\"format\":\"duration\"}") && !is_approx("{\"format\":\"uri\"}") &&
+          !is_approx("{\"format\":\"uri-reference\"}"));
     /* a format JSON Schema does not define is an annotation */
     kiln_grammar *g = compile_schema("{\"type\":\"string\",\"format\":\"non-blank\"}", false);
     CHECK(g && accepts(g, "\"\"") && !is_approx("{\"format\":\"non-blank\"}"));
@@ -1173,7 +1207,7 @@ static void test_corpus(void) {
     CHECK(compiled >= 96);
     CHECK(vok == nvalid_c);
     CHECK(irej_exact == ninv_exact);
-    CHECK(exact >= 83); /* oneOf of disjoint branches is exact (schema_oneof.c): 77 before */
+    CHECK(exact >= 84); /* 77 before disjoint oneOf branches and the exact email and uri formats */
 }
 
 /* kiln_grammar_approximation: the first keyword enforced approximately, by its JSON pointer, through
@@ -1187,7 +1221,7 @@ static void test_approximation_reported(void) {
          "U\"}},\"$defs\":{\"U\":{\"type\":\"array\",\"uniqueItems\":true}}}",
          "#/$defs/U/uniqueItems: repeated items are not prevented"},
         {"{\"type\":\"number\",\"maximum\":2.5}", "#/maximum: "},
-        {"{\"oneOf\":[{\"type\":\"integer\"},{\"type\":\"string\",\"format\":\"uri\"}]}", "#/oneOf/1/format: "},
+        {"{\"oneOf\":[{\"type\":\"integer\"},{\"type\":\"string\",\"format\":\"hostname\"}]}", "#/oneOf/1/format: "},
         {"{\"oneOf\":[{\"type\":\"integer\"},{\"type\":\"number\"}]}", "#/oneOf: enforced as anyOf"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {

@@ -568,7 +568,7 @@ static void test_approximation(void) {
         "[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"type\": \"object\"}}}, "
         "{\"type\": \"function\", \"function\": {\"name\": \"g\", \"parameters\": {\"type\": \"object\", "
         "\"properties\": {\"to\": {\"$ref\": \"#/$defs/E\"}, \"n\": {\"oneOf\": [{\"type\": \"integer\"}]}}, "
-        "\"$defs\": {\"E\": {\"type\": \"string\", \"format\": \"uri\"}}}}}]";
+        "\"$defs\": {\"E\": {\"type\": \"string\", \"format\": \"hostname\"}}}}}]";
     static const struct {
         const char *format, *tools, *want; /* want NULL: exact */
     } cases[] = {
