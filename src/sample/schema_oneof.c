@@ -4,13 +4,14 @@
  * The compiler enforces oneOf as anyOf, which admits a value valid under several branches. When no
  * two branches share a value that is no approximation: a value valid under one is then valid under
  * exactly one. This file proves that for the common shapes, from the keywords that say directly what
- * a schema admits: its JSON types (type, nullable, the values of enum / const), its values (enum /
- * const), and for objects a property both branches require whose values cannot agree (the
- * discriminator of a tagged union: {"kind": {"const": "circle"}} against {"kind": {"const":
- * "square"}}). Every JSON Schema keyword restricts, so reading only some of a schema's keywords (and
- * those of its $ref target and allOf members, which restrict it too) over-approximates what it
- * admits: "disjoint" is never said of branches that share a value. Anything else is reported as the
- * approximation it is.
+ * a schema admits: its JSON types (type, nullable, the values of enum / const, the types of its
+ * anyOf / oneOf branches), its values (enum / const), and for objects a property every common value
+ * has (a branch or the schema around the oneOf requires it) whose values cannot agree in the two
+ * branches (the discriminator of a tagged union: {"kind": {"const": "circle"}} against {"kind":
+ * {"const": "square"}}) or that one of them forbids. Every JSON Schema keyword restricts, so reading
+ * only some of a schema's keywords (and those of its $ref target and allOf members, which restrict it
+ * too) over-approximates what it admits: "disjoint" is never said of branches that share a value.
+ * Anything else is reported as the approximation it is.
  */
 #include "sample/schema_internal.h"
 

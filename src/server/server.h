@@ -224,7 +224,7 @@ typedef struct srv_req {
 } srv_req;
 
 /* The response header that says a request's schema (response_format, a tool's parameters) is
- * enforced approximately, and where: "#/properties/email/format: the format's usual shape ...". */
+ * enforced approximately, and where: "#/properties/host/format: the format's usual shape ...". */
 #define SRV_APPROX_HEADER "X-Kiln-Schema-Approximation"
 
 /* Starts listening (MHD daemon with its own threads). Prints nothing; the caller reports
