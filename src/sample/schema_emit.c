@@ -362,6 +362,12 @@ bool ks_emit_object(ctx *c, node *n, kn_sbuf *b, const char *hint, int depth) {
                 kn_dfa *pd = pat_get(c, pp, pk, n->osrc.v[j].path);
                 if (!pd) break;
                 kn_dfa *kd = kn_dfa_and(base, pd);
+                /* names an earlier pattern matches too (outside rest) have their value checked against
+                 * one of the two schemas: an approximation only when there are such names */
+                kn_dfa *earlier = kd ? kn_dfa_not(rest) : NULL, *both = earlier ? kn_dfa_and(kd, earlier) : NULL;
+                const bool shared = !both || !kn_dfa_is_empty(both);
+                kn_dfa_free(earlier);
+                kn_dfa_free(both);
                 kn_dfa *np = kn_dfa_not(pd);
                 kn_dfa *nr = np ? kn_dfa_and(rest, np) : NULL;
                 kn_dfa_free(np);
@@ -376,7 +382,7 @@ bool ks_emit_object(ctx *c, node *n, kn_sbuf *b, const char *hint, int depth) {
                     kn_dfa_free(kd);
                     continue;
                 }
-                if (npat > 1 || n->osrc.n > 1)
+                if (shared)
                     ks_approx(c, n->osrc.v[j].path, "patternProperties",
                               "a name matching several patterns is checked against one of their schemas");
                 conj k = {0};

@@ -1207,7 +1207,7 @@ static void test_corpus(void) {
     CHECK(compiled >= 96);
     CHECK(vok == nvalid_c);
     CHECK(irej_exact == ninv_exact);
-    CHECK(exact >= 84); /* 77 before disjoint oneOf branches and the exact email and uri formats */
+    CHECK(exact >= 87); /* 77 before disjoint oneOf branches and patterns, the exact email and uri formats */
 }
 
 /* kiln_grammar_approximation: the first keyword enforced approximately, by its JSON pointer, through
@@ -1223,6 +1223,12 @@ static void test_approximation_reported(void) {
         {"{\"type\":\"number\",\"maximum\":2.5}", "#/maximum: "},
         {"{\"oneOf\":[{\"type\":\"integer\"},{\"type\":\"string\",\"format\":\"hostname\"}]}", "#/oneOf/1/format: "},
         {"{\"oneOf\":[{\"type\":\"integer\"},{\"type\":\"number\"}]}", "#/oneOf: enforced as anyOf"},
+        /* patterns no name matches together are exact; overlapping ones are not */
+        {"{\"patternProperties\":{\"^a\":{\"type\":\"integer\"},\"^b\":{\"type\":\"string\"}}}", NULL},
+        {"{\"patternProperties\":{\"^a\":{\"type\":\"integer\"},\"b$\":{\"type\":\"string\"}}}",
+         "#/patternProperties: a name matching several patterns"},
+        {"{\"allOf\":[{\"patternProperties\":{\"^a\":{}}},{\"patternProperties\":{\"^a\":{\"type\":\"string\"}}}]}",
+         "#/allOf/1/patternProperties: a name matching several patterns"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         kiln_grammar *g = compile_schema(cases[i].schema, false);
@@ -1239,6 +1245,11 @@ static void test_approximation_reported(void) {
     CHECK(kiln_grammar_compile(NULL, 0, &p, &g) == KILN_OK && !kiln_grammar_approximation(g));
     kiln_grammar_free(g);
     CHECK(!kiln_grammar_approximation(NULL));
+    /* the disjoint patterns' values are checked each under its own schema */
+    g = compile_schema("{\"patternProperties\":{\"^a\":{\"type\":\"integer\"},\"^b\":{\"type\":\"string\"}}}", false);
+    CHECK(g && accepts(g, "{\"a1\":1,\"b1\":\"x\"}") && !accepts(g, "{\"a1\":\"x\"}") && !accepts(g, "{\"b1\":1}") &&
+          accepts(g, "{\"c\":[]}"));
+    kiln_grammar_free(g);
 }
 
 int main(void) {
