@@ -496,6 +496,38 @@ static memo *memo_find(ctx *c, const uintptr_t *key, int n) {
     return NULL;
 }
 
+json_t *ks_conj_values(ctx *c, const conj *in) {
+    conj f = {0};
+    bool unsat = false;
+    for (int i = 0; i < in->n && !c->failed; i++) flatten(c, in->v[i], &f, &unsat, 0);
+    bool plain = !c->failed && !unsat && f.n;
+    for (int i = 0; i < f.n && plain; i++)
+        plain = !json_object_get(f.v[i].s, "anyOf") && !json_object_get(f.v[i].s, "oneOf");
+    json_t *out = NULL;
+    if (plain) {
+        node n = {.types = T_ALL, .maxlen = -1, .mult10 = -1, .maxitems = -1, .maxprops = -1, .req = json_array()};
+        n.path = f.v[0].path;
+        for (int i = 0; i < f.n && !c->failed; i++) ks_merge(c, &n, f.v[i]);
+        if (!c->failed && n.req && n.enums && (out = json_array())) {
+            size_t i, j;
+            json_t *v, *w;
+            json_array_foreach(n.enums, i, v) {
+                bool dup = false;
+                json_array_foreach(out, j, w) dup = dup || ks_values_equal(v, w);
+                if (json_is_object(v) || json_is_array(v)) { /* values kiln writes without checking them */
+                    json_decref(out);
+                    out = NULL;
+                    break;
+                }
+                if (!dup && ks_value_ok(&n, v) && json_array_append(out, v)) ks_nomem(c);
+            }
+        }
+        ks_node_free(&n);
+    }
+    ks_conj_free(&f);
+    return out;
+}
+
 /* The rule of the values valid under every schema of in; NULL when none is (or on failure). */
 const char *ks_compile(ctx *c, conj *in, const char *hint, int depth) {
     if (c->failed) return NULL;

@@ -587,18 +587,26 @@ bool ks_emit_array(ctx *c, node *n, kn_sbuf *b, int depth) {
         if (!pos[i] && (hi < 0 || hi > (long)i)) hi = (long)i;
     }
     const char *tail = NULL;
+    json_t *uvals = NULL; /* uniqueItems over items of listed values: those values */
     if ((hi < 0 || hi > (long)np) && !c->failed) {
         conj k = {0};
         bool unsat = false;
         item_conj(c, n, np, true, &k, &unsat);
         tail = unsat ? NULL : (k.n ? ks_compile(c, &k, "item", depth + 1) : ks_use(c, U_VALUE));
+        if (tail && n->unique && np == 0 && k.n) uvals = ks_conj_values(c, &k);
         ks_conj_free(&k);
         if (!tail) hi = (long)np;
     }
-    if (n->unique && (hi < 0 || hi > 1))
-        ks_approx(c, n->unique_path, "uniqueItems", "repeated items are not prevented");
     bool ok = !c->failed && !(hi >= 0 && lo > hi);
-    if (ok) {
+    int uniq = -1;
+    if (ok && uvals && (hi < 0 || hi > 1)) {
+        uniq = ks_emit_unique(c, uvals, lo, hi, b);
+        ok = uniq > 0 && !c->failed;
+    }
+    json_decref(uvals);
+    if (uniq < 0 && n->unique && (hi < 0 || hi > 1))
+        ks_approx(c, n->unique_path, "uniqueItems", "repeated items are not prevented");
+    if (ok && uniq < 0) {
         kn_sbuf_puts(b, "\"[\" ws");
         if (hi == 0) {
             kn_sbuf_puts(b, " \"]\"");

@@ -350,6 +350,14 @@ const char *ks_emit_enum(ctx *c, node *n, const char *hint);
 bool ks_emit_string(ctx *c, node *n, kn_sbuf *b, const char *hint);
 bool ks_emit_object(ctx *c, node *n, kn_sbuf *b, const char *hint, int depth);
 bool ks_emit_array(ctx *c, node *n, kn_sbuf *b, int depth);
+/* The values valid under every schema of in when they are a finite list of scalars (an enum or const
+ * with no anyOf / oneOf left to distribute): a new array without two equal values; else NULL. */
+json_t *ks_conj_values(ctx *c, const conj *in);
+/* An array of distinct values of vals (scalars, pairwise different), lo to hi of them (hi < 0: any
+ * number), in any order, into b: "[" ws ... "]", one rule per set of values written so far. 1 when
+ * written, 0 when no such array exists (lo above the number of values), -1 when the sets would take
+ * too many rules (the caller enforces the array without uniqueness then). (schema_unique.c) */
+int ks_emit_unique(ctx *c, const json_t *vals, long lo, long hi, kn_sbuf *b);
 /* The rule of the values valid under every schema of in; NULL when none is (or on failure). */
 const char *ks_compile(ctx *c, conj *in, const char *hint, int depth);
 

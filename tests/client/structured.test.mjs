@@ -233,6 +233,24 @@ await test('structured_strict_mode', async () => {
   assert.ok(commaOffered(loose), 'without strict: no comma was offered after the value');
 }, 60000);
 
+await test('structured_unique_enum_samples_valid', async () => {
+  // A multi-select (uniqueItems over listed values) is enforced exactly: hot seeded samples, which
+  // repeat values when they may, all validate, and no approximation is reported.
+  const schema = {
+    type: 'array', items: { enum: ['red', 'green', 'blue', 'cyan', 'pink'] }, uniqueItems: true, minItems: 2, maxItems: 4,
+  };
+  const check = new Ajv({ strict: true }).compile(schema);
+  const rs = await Promise.all(Array.from({ length: 12 }, (_, i) => client.chat.completions.create(chatReq({
+    response_format: { type: 'json_schema', json_schema: { name: 'colors', schema } },
+    temperature: 1.5, seed: 100 + i, max_tokens: MAX,
+  })).withResponse()));
+  for (const { data, response } of rs) {
+    const text = data.choices[0].message.content;
+    assert.ok(check(JSON.parse(text)), `invalid: ${text}`);
+    assert.equal(response.headers.get('x-kiln-schema-approximation'), null);
+  }
+}, 60000);
+
 await test('structured_approximation_reported', async () => {
   // A schema kiln enforces only approximately says so in a response header (the official client
   // reads it with .withResponse()), streaming or not, from the compile and from the cache; an

@@ -1252,8 +1252,71 @@ static void test_approximation_reported(void) {
     kiln_grammar_free(g);
 }
 
+/* uniqueItems over items of listed values (schema_unique.c): exact for every array of up to six of
+ * the values against the rule "distinct, minItems to maxItems of them", reported as exact; a list too
+ * long for its rules keeps the approximation. */
+static void test_unique_values(void) {
+    static const char *const vals[] = {"\"a\"", "\"b\"", "3", "null", "true", "\"c\""};
+    static const struct {
+        int k;
+        long lo, hi; /* hi < 0: no maxItems */
+    } cases[] = {{3, 0, -1}, {3, 1, 2}, {4, 2, 3}, {6, 0, -1}, {5, 5, -1}, {2, 3, -1}};
+    for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
+        const int k = cases[ci].k;
+        char schema[512];
+        int w =
+            snprintf(schema, sizeof schema, "{\"type\":\"array\",\"uniqueItems\":true,\"minItems\":%ld,", cases[ci].lo);
+        if (cases[ci].hi >= 0) w += snprintf(schema + w, sizeof schema - (size_t)w, "\"maxItems\":%ld,", cases[ci].hi);
+        w += snprintf(schema + w, sizeof schema - (size_t)w, "\"items\":{\"enum\":[");
+        for (int i = 0; i < k; i++) w += snprintf(schema + w, sizeof schema - (size_t)w, "%s%s", i ? "," : "", vals[i]);
+        snprintf(schema + w, sizeof schema - (size_t)w, "]}}");
+        kiln_grammar *g = compile_schema(schema, false);
+        if (cases[ci].lo > k) { /* more items than distinct values: no array, a schema error */
+            CHECKF(!g && strstr(kiln_last_error(), "no JSON value is valid"), "%s: %s", schema, kiln_last_error());
+            continue;
+        }
+        CHECKF(g && !is_approx(schema), "%s: %s", schema, g ? "reported as approximate" : kiln_last_error());
+        /* every sequence of up to k + 1 picks from the k values (and one other value) */
+        int bad = 0;
+        for (int len = 0; g && len <= k + 1 && len <= 6; len++) {
+            long total = 1;
+            for (int i = 0; i < len; i++) total *= k + 1;
+            for (long code = 0; code < total; code++) {
+                char text[256] = "[";
+                unsigned used = 0;
+                bool distinct = true, listed = true;
+                for (long i = 0, x = code; i < len; i++, x /= k + 1) {
+                    const int v = (int)(x % (k + 1));
+                    listed = listed && v < k;
+                    distinct = distinct && !(used >> v & 1);
+                    used |= 1u << v;
+                    strcat(text, i ? "," : "");
+                    strcat(text, v < k ? vals[v] : "\"zz\"");
+                }
+                strcat(text, "]");
+                const bool want =
+                    listed && distinct && len >= cases[ci].lo && (cases[ci].hi < 0 || len <= cases[ci].hi);
+                if (accepts(g, text) != want && bad++ < 3)
+                    printf("  %s: %s %s\n", schema, want ? "rejects" : "accepts", text);
+            }
+        }
+        CHECKF(bad == 0, "%s: %d arrays wrong", schema, bad);
+        kiln_grammar_free(g);
+    }
+    /* integers equal by value are one value (written 1): [1, 1.0] repeats */
+    kiln_grammar *g = compile_schema("{\"type\":\"array\",\"uniqueItems\":true,\"items\":{\"enum\":[1,1.0,2]}}", false);
+    CHECK(g && accepts(g, "[1,2]") && accepts(g, "[2,1]") && !accepts(g, "[1,1.0]") && !accepts(g, "[1,1]"));
+    kiln_grammar_free(g);
+    /* 16 values, at most two of them: exact; ten values without a maxItems: too many sets, reported */
+    CHECK(!is_approx("{\"uniqueItems\":true,\"maxItems\":2,\"items\":{\"enum\":[0,1,2,3,4,5,6,7,8,9,10,11,12,13,"
+                     "14,15]}}"));
+    CHECK(is_approx("{\"uniqueItems\":true,\"items\":{\"enum\":[0,1,2,3,4,5,6,7,8,9]}}"));
+    CHECK(is_approx("{\"uniqueItems\":true,\"items\":{\"type\":\"string\"}}"));
+}
+
 int main(void) {
     RUN(test_json_mode);
+    RUN(test_unique_values);
     RUN(test_approximation_reported);
     RUN(test_types);
     RUN(test_enum_const);
