@@ -496,6 +496,15 @@ static memo *memo_find(ctx *c, const uintptr_t *key, int n) {
     return NULL;
 }
 
+/* The constraints of the flattened conjunction f (no anyOf / oneOf left to distribute) merged into one
+ * node; free it with ks_node_free. */
+static node merged(ctx *c, const conj *f) {
+    node n = {.types = T_ALL, .maxlen = -1, .mult10 = -1, .maxitems = -1, .maxprops = -1, .req = json_array()};
+    n.path = f->v[0].path;
+    for (int i = 0; i < f->n && !c->failed; i++) ks_merge(c, &n, f->v[i]);
+    return n;
+}
+
 json_t *ks_conj_values(ctx *c, const conj *in) {
     conj f = {0};
     bool unsat = false;
@@ -505,9 +514,7 @@ json_t *ks_conj_values(ctx *c, const conj *in) {
         plain = !json_object_get(f.v[i].s, "anyOf") && !json_object_get(f.v[i].s, "oneOf");
     json_t *out = NULL;
     if (plain) {
-        node n = {.types = T_ALL, .maxlen = -1, .mult10 = -1, .maxitems = -1, .maxprops = -1, .req = json_array()};
-        n.path = f.v[0].path;
-        for (int i = 0; i < f.n && !c->failed; i++) ks_merge(c, &n, f.v[i]);
+        node n = merged(c, &f);
         if (!c->failed && n.req && n.enums && (out = json_array())) {
             size_t i, j;
             json_t *v, *w;
@@ -608,9 +615,7 @@ const char *ks_compile(ctx *c, conj *in, const char *hint, int depth) {
             if (an) kn_sbuf_printf(&body, "%s%s", alts++ ? " | " : "", an);
         }
     } else {
-        node n = {.types = T_ALL, .maxlen = -1, .mult10 = -1, .maxitems = -1, .maxprops = -1, .req = json_array()};
-        n.path = f.v[0].path;
-        for (int i = 0; i < f.n && !c->failed; i++) ks_merge(c, &n, f.v[i]);
+        node n = merged(c, &f);
         if (!n.req) ks_nomem(c);
         if (!c->failed && n.enums) {
             const char *en = ks_emit_enum(c, &n, hint);
