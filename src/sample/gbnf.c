@@ -86,6 +86,11 @@ typedef struct gb {
     int32_t *set_tab; /* open addressing over set ids, -1 = empty */
     size_t set_tab_cap;
 
+    kn_gop *ops; /* the counter operations */
+    size_t n_ops, cap_ops;
+    int32_t *op_tab; /* open addressing over op ids, -1 = empty */
+    size_t op_tab_cap;
+
     int32_t byte_set[256]; /* the set id of each single byte, or -1 until needed */
     gb_cprange *ranges;    /* the class being parsed */
     size_t n_ranges, cap_ranges;
@@ -641,6 +646,94 @@ static bool gb_parse_literal(gb *p, gb_vec *seq) {
     return true;
 }
 
+/* ---- numbers ------------------------------------------------------------------------------- */
+
+/* A decimal number at the cursor, at most limit (what: its name for the message). */
+static bool gb_number(gb *p, long *out, long limit, const char *what) {
+    size_t at = p->pos;
+    long v = 0;
+    while (gb_peek(p, 0) >= '0' && gb_peek(p, 0) <= '9') {
+        if (v <= limit) v = v * 10 + (p->src[p->pos] - '0');
+        p->pos++;
+    }
+    if (v > limit)
+        return gb_fail(p, at, "%s %.*s is above the limit of %ld", what, (int)(p->pos - at), p->src + at, limit);
+    *out = v;
+    return true;
+}
+
+/* A repetition bound at the cursor (at most KN_GBNF_MAX_REPEAT). */
+static bool gb_bound(gb *p, long *out) { return gb_number(p, out, KN_GBNF_MAX_REPEAT, "repetition bound"); }
+
+/* ---- counters ------------------------------------------------------------------------------- */
+
+/* The element of counter operation o (interned, through a hash table: equal operations are one
+ * element, so alternatives that begin with the same guard are factored together). */
+static int32_t gb_op_id(gb *p, kn_gop o) {
+    if (p->n_ops * 2 >= p->op_tab_cap) {
+        size_t nc = p->op_tab_cap ? p->op_tab_cap * 2 : 64;
+        int32_t *nt = malloc(nc * sizeof *nt);
+        if (!nt) return gb_nomem(p), -1;
+        memset(nt, 0xff, nc * sizeof *nt);
+        for (size_t i = 0; i < p->n_ops; i++) {
+            size_t h = gb_hash_bytes(&p->ops[i], sizeof o) & (nc - 1);
+            while (nt[h] >= 0) h = (h + 1) & (nc - 1);
+            nt[h] = (int32_t)i;
+        }
+        free(p->op_tab);
+        p->op_tab = nt;
+        p->op_tab_cap = nc;
+    }
+    size_t h = gb_hash_bytes(&o, sizeof o) & (p->op_tab_cap - 1);
+    for (; p->op_tab[h] >= 0; h = (h + 1) & (p->op_tab_cap - 1))
+        if (!memcmp(&p->ops[p->op_tab[h]], &o, sizeof o)) return KN_GP_OP(p->op_tab[h]);
+    if (!gb_grow(p, (void **)&p->ops, &p->cap_ops, p->n_ops + 1, sizeof *p->ops)) return -1;
+    p->ops[p->n_ops] = o;
+    p->op_tab[h] = (int32_t)p->n_ops;
+    return KN_GP_OP(p->n_ops++);
+}
+
+/* A counter bound at the cursor and the character end after it (consumed). */
+static bool gb_guard_bound(gb *p, long *out, int end) {
+    char buf[24];
+    if (gb_peek(p, 0) < '0' || gb_peek(p, 0) > '9')
+        return gb_fail(p, p->pos, "expected '{lo,hi}' in a counter guard, found %s", gb_what(p, p->pos, buf));
+    if (!gb_number(p, out, KN_GBNF_MAX_COUNT, "counter bound")) return false;
+    if (gb_peek(p, 0) != end)
+        return gb_fail(p, p->pos, "expected '{lo,hi}' in a counter guard, found %s", gb_what(p, p->pos, buf));
+    p->pos++;
+    return true;
+}
+
+/* A counter operation at the cursor (on '@'): "@count" pushes a counter, "@+N{lo,hi}" adds N to
+ * it and requires lo <= value <= hi, "@{lo,hi}" only requires it. Appended to seq. */
+static bool gb_parse_op(gb *p, gb_vec *seq) {
+    size_t at = p->pos++;
+    char buf[24];
+    kn_gop o = {0};
+    if (p->pos + 5 <= p->len && !memcmp(p->src + p->pos, "count", 5) && !gb_is_word(gb_peek(p, 5))) {
+        p->pos += 5;
+        o.push = 1;
+    } else {
+        long inc = 0, lo, hi;
+        if (gb_peek(p, 0) == '+') {
+            p->pos++;
+            if (gb_peek(p, 0) < '0' || gb_peek(p, 0) > '9')
+                return gb_fail(p, p->pos, "expected a number after '@+', found %s", gb_what(p, p->pos, buf));
+            if (!gb_number(p, &inc, KN_GBNF_MAX_COUNT, "counter bound")) return false;
+        }
+        if (gb_peek(p, 0) != '{')
+            return gb_fail(p, p->pos, "expected '@count', '@+N{lo,hi}' or '@{lo,hi}', found %s",
+                           gb_what(p, p->pos, buf));
+        p->pos++;
+        if (!gb_guard_bound(p, &lo, ',') || !gb_guard_bound(p, &hi, '}')) return false;
+        if (lo > hi) return gb_fail(p, at, "bad counter guard {%ld,%ld}: the minimum is above the maximum", lo, hi);
+        o.inc = (int32_t)inc, o.lo = (int32_t)lo, o.hi = (int32_t)hi;
+    }
+    int32_t e = gb_op_id(p, o);
+    return e >= 0 && gb_emit(p, seq, e, at);
+}
+
 /* ---- repetition ----------------------------------------------------------------------------- */
 
 /* Rewrites seq[item ..] (the last item) as repeated m..n times (n < 0: unbounded), the operator
@@ -684,21 +777,6 @@ static bool gb_repeat(gb *p, gb_vec *seq, size_t item, int32_t owner, long m, lo
         prev = r;
     }
     return prev < 0 || gb_vec_push(p, seq, KN_GP_REF(prev), at);
-}
-
-/* A decimal bound at the cursor (at most KN_GBNF_MAX_REPEAT). */
-static bool gb_bound(gb *p, long *out) {
-    size_t at = p->pos;
-    long v = 0;
-    while (gb_peek(p, 0) >= '0' && gb_peek(p, 0) <= '9') {
-        if (v <= KN_GBNF_MAX_REPEAT) v = v * 10 + (p->src[p->pos] - '0');
-        p->pos++;
-    }
-    if (v > KN_GBNF_MAX_REPEAT)
-        return gb_fail(p, at, "repetition bound %.*s is above the limit of %d", (int)(p->pos - at), p->src + at,
-                       KN_GBNF_MAX_REPEAT);
-    *out = v;
-    return true;
 }
 
 /* ---- rules and sequences -------------------------------------------------------------------- */
@@ -788,6 +866,9 @@ static bool gb_sequence(gb *p, gb_vec *seq, int32_t owner, int depth, bool neste
             if (n >= 0 && m > n)
                 return gb_fail(p, at, "bad repetition bounds {%ld,%ld}: the minimum is above the maximum", m, n);
             if (!gb_repeat(p, seq, item, owner, m, n, at)) return false;
+        } else if (c == '@') {
+            item = seq->n;
+            if (!gb_parse_op(p, seq)) return false;
         } else if (c == '<') {
             return gb_fail(p, at, "token references (<...>) are not supported: write the text as a literal");
         } else {
@@ -851,7 +932,7 @@ typedef struct gb_an {
 } gb_an;
 
 static bool gb_is_empty_set(const gb *p, int32_t sym) {
-    return sym >= 0 && !(p->sets[sym][0] | p->sets[sym][1] | p->sets[sym][2] | p->sets[sym][3]);
+    return sym >= 0 && !KN_GP_IS_OP(sym) && !(p->sets[sym][0] | p->sets[sym][1] | p->sets[sym][2] | p->sets[sym][3]);
 }
 
 /* Marks in flag[] the rules that derive the empty string (productive = false) or some finite byte
@@ -867,9 +948,9 @@ static bool gb_fixpoint(gb *p, bool productive, uint8_t *flag) {
     for (size_t a = 0; ok && a < na; a++) { /* cnt[a]: references not yet known to qualify; -1 = never */
         const gb_alt *al = &p->alts[a];
         for (uint32_t i = 0; i < al->len && cnt[a] >= 0; i++) {
-            int32_t s = p->pool.v[al->start + i];
+            int32_t s = p->pool.v[al->start + i]; /* a counter op: nullable and productive */
             if (s < 0) cnt[a]++;
-            else if (!productive || gb_is_empty_set(p, s)) cnt[a] = -1;
+            else if (!KN_GP_IS_OP(s) && (!productive || gb_is_empty_set(p, s))) cnt[a] = -1;
         }
         if (cnt[a] < 0) continue;
         for (uint32_t i = 0; i < al->len; i++) {
@@ -942,6 +1023,10 @@ static bool gb_left_recursion(gb *p, const gb_an *an) {
             }
             int32_t s = p->pool.v[al->start + (uint32_t)f->sym];
             size_t s_at = (size_t)p->pool.at[al->start + (uint32_t)f->sym];
+            if (KN_GP_IS_OP(s)) { /* matches the empty string */
+                f->sym++;
+                continue;
+            }
             if (s >= 0) {
                 f->alt++, f->sym = 0;
                 continue;
@@ -975,12 +1060,14 @@ static bool gb_emit_program(gb *p, const gb_an *an, kn_gprog *out) {
     size_t nr = p->n_rules;
     size_t sz_elem = n_elem * 4, sz_off = (nr + 1) * 4, sz_pos = n_alt * 4;
     size_t head = (sz_elem + sz_off + sz_pos + 31) & ~(size_t)31;
-    char *mem = calloc(1, head + p->n_sets * 32 + 32);
+    char *mem = calloc(1, head + p->n_sets * 32 + p->n_ops * sizeof(kn_gop) + 32);
     if (!mem) return gb_nomem(p);
     int32_t *elem = (int32_t *)mem, *alt_off = (int32_t *)(mem + sz_elem),
             *alt_pos = (int32_t *)(mem + sz_elem + sz_off);
     uint64_t(*sets)[4] = (uint64_t(*)[4])(mem + head);
     if (p->n_sets) memcpy(sets, p->sets, p->n_sets * 32);
+    kn_gop *ops = (kn_gop *)(mem + head + p->n_sets * 32);
+    if (p->n_ops) memcpy(ops, p->ops, p->n_ops * sizeof *ops);
     int32_t e = 0, k = 0;
     for (size_t r = 0; r < nr; r++) {
         alt_off[r] = k;
@@ -1002,6 +1089,8 @@ static bool gb_emit_program(gb *p, const gb_an *an, kn_gprog *out) {
                       .alt_pos = alt_pos,
                       .n_set = (int32_t)p->n_sets,
                       .set = (const uint64_t(*)[4])sets,
+                      .n_op = (int32_t)p->n_ops,
+                      .op = ops,
                       .mem = mem};
     return true;
 }
@@ -1230,7 +1319,7 @@ static bool gb_finish(gb *p, kn_gprog *out) {
 
 static void gb_free(gb *p) {
     free(p->rules), free(p->names), free(p->pool.v), free(p->pool.at), free(p->alts), free(p->sets), free(p->set_tab),
-        free(p->ranges);
+        free(p->ranges), free(p->ops), free(p->op_tab);
     for (int i = 0; i <= KN_GBNF_MAX_NESTING; i++) free(p->scratch[i].v), free(p->scratch[i].at);
 }
 

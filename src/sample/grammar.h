@@ -25,7 +25,11 @@
  * Accepts the dialect llama.cpp's server accepts: rules "name ::= alternatives" (names of letters,
  * digits and '-'), "root" required, '#' comments to end of line, literals "..." with escapes
  * (\n \r \t \\ \" \[ \] \xHH \uHHHH \UHHHHHHHH), character classes [...] with ranges and negation
- * [^...], '.', groups (...), alternation |, postfix * + ? {m} {m,} {m,n}, and rule references.
+ * [^...], '.', groups (...), alternation |, postfix * + ? {m} {m,} {m,n}, and rule references;
+ * and kiln's counters (grammar_prog.h): "@count" pushes a counter, "@+N{lo,hi}" adds N to the
+ * nearest one and goes on only when lo <= its value <= hi, "@{lo,hi}" only checks it. A branch whose
+ * guards can never pass after it began is the grammar writer's to avoid (generation would then stop
+ * with "no token ... can continue"); kiln's own JSON Schema grammars never hold one.
  * Errors (KILN_ERR_INVALID_ARG, message "line L, column C: ..." through kn_error): a syntax error,
  * an undefined rule, a missing root, left recursion (a rule that can reach itself without consuming
  * a byte), a program larger than the cap, a repetition bound above KN_GBNF_MAX_REPEAT, a grammar
@@ -38,6 +42,8 @@ kiln_status kn_gbnf_compile_ex(const char *text, size_t len, unsigned flags, kil
 
 /* The largest m and n of x{m}, x{m,} and x{m,n} (each copy costs program size and parser states). */
 #define KN_GBNF_MAX_REPEAT 10000
+/* The largest N, lo and hi of a counter operation (a counter costs no program size per value). */
+#define KN_GBNF_MAX_COUNT  (1 << 24)
 
 /* Sets a lazy grammar's triggers (kiln_grammar_params.triggers): copies the n strings (each 1 to
  * KILN_GRAMMAR_MAX_TRIGGER_LEN bytes, n at most KILN_GRAMMAR_MAX_TRIGGERS) into g, after checking that

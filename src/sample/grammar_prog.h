@@ -4,10 +4,18 @@
  * they use grammar.h.
  *
  * A program is a flat array of elements. Each rule has one or more alternatives; an alternative is
- * a run of elements ended by KN_GP_END. An element is a terminal (>= 0: the index of a 256-bit byte
- * set, matching one byte) or a reference to a rule (<= -2, KN_GP_REF(rule)). A position in the
- * program is an element index; a parser stack is a list of positions (the top is where matching
- * continues, the others are return positions just after the references that pushed them).
+ * a run of elements ended by KN_GP_END. An element is a terminal (0 <= e < KN_GP_OP_BASE: the index
+ * of a 256-bit byte set, matching one byte), a reference to a rule (<= -2, KN_GP_REF(rule)) or a
+ * counter operation (>= KN_GP_OP_BASE, KN_GP_OP(i): entry i of the op table, matching the empty
+ * string). A position in the program is an element index; a parser stack is a list of positions
+ * (the top is where matching continues, the others are return positions just after the references
+ * that pushed them) and counter frames.
+ *
+ * Counters bound lengths without a rule per length (GBNF "@count" and "@+N{lo,hi}"): a push op
+ * puts a counter frame (value 0) under the rest of its alternative, popped with it; a guard op adds
+ * inc to the nearest counter frame below it on the stack and lets the stack go on only when
+ * lo <= value <= hi (a stack with no counter below a guard dies). A string of at most 2,083
+ * characters in a 170-state format is then 170 rules, not their product with the lengths.
  *
  * Invariants the compiler guarantees and the store relies on:
  *   - every rule reachable from the root has at least one alternative, every byte set in a kept
@@ -26,9 +34,19 @@
 
 #include <stdatomic.h>
 
-#define KN_GP_END     (-1)
-#define KN_GP_REF(r)  (-2 - (int32_t)(r)) /* element that calls rule r */
-#define KN_GP_RULE(e) (-2 - (e))          /* the rule a reference element calls */
+#define KN_GP_END      (-1)
+#define KN_GP_REF(r)   (-2 - (int32_t)(r)) /* element that calls rule r */
+#define KN_GP_RULE(e)  (-2 - (e))          /* the rule a reference element calls */
+#define KN_GP_OP_BASE  (1 << 29)           /* byte sets are numbered below it */
+#define KN_GP_OP(i)    (KN_GP_OP_BASE + (int32_t)(i))
+#define KN_GP_IS_OP(e) ((e) >= KN_GP_OP_BASE)
+
+/* A counter operation: push a counter frame (value 0), or add inc to the nearest one and require
+ * lo <= value <= hi. Values stay within [0, KN_GBNF_MAX_COUNT]. */
+typedef struct kn_gop {
+    int32_t push;
+    int32_t inc, lo, hi;
+} kn_gop;
 
 /* Limits of the compiler (hostile grammars fail with a message instead of exhausting memory). */
 #define KN_GBNF_MAX_NESTING 100       /* nested groups (...) at most */
@@ -42,6 +60,8 @@ typedef struct kn_gprog {
     const int32_t *alt_pos; /* [alt_off[n_rule]]: the position where each alternative starts */
     int32_t n_set;
     const uint64_t (*set)[4]; /* [n_set][4]: bit b % 64 of word b / 64 = byte b matches */
+    int32_t n_op;
+    const kn_gop *op; /* [n_op]: the counter operations KN_GP_OP(i) elements name */
     int32_t root;
     void *mem; /* the one allocation holding the arrays above */
 } kn_gprog;

@@ -13,7 +13,9 @@
  * continues at each alternative of the rule (a reference that ends its alternative is a tail call:
  * the frame is replaced, so right recursion such as x* runs in constant depth), and the end of an
  * alternative pops to the parent. The expansion is a worklist over node ids with a per-step visited
- * mark, so shared work is done once; the program has no left recursion, so it terminates.
+ * mark, so shared work is done once; the program has no left recursion, so it terminates. Counter
+ * frames (grammar_prog.h) are nodes with a negative position holding the value: a push op adds one,
+ * a guard replaces the nearest one (and the frames above it), and popping one is like an end.
  *
  * Each state has a lazily allocated table of its 256 transitions (0 = not computed, 1 = dead,
  * else next state + 2; a state not stepped yet shares an all-unknown table), so a repeated
@@ -49,6 +51,12 @@ typedef struct gs_slot {
 } gs_slot;
 
 #define GS_NO_KEY UINT64_MAX
+
+/* A counter frame is a stack node whose position is negative: GS_COUNTER(value). A guard looks for
+ * its counter at most GS_COUNTER_DEPTH frames down. */
+#define GS_COUNTER(v)       (-2 - (v))
+#define GS_COUNTER_VALUE(p) (-2 - (p))
+#define GS_COUNTER_DEPTH    64
 
 struct kn_gstore {
     kn_gstore_head h; /* trans[cap_states] (gs_unknown until the state's first step) and n_states */
@@ -88,7 +96,7 @@ struct kn_gstore {
     int32_t start; /* -2 until computed */
     size_t bytes, cap, hard;
     const char *failed;
-    bool ambiguous; /* the failure was too many stacks (a property of the grammar), not memory */
+    bool ambiguous; /* the failure was a property of the grammar (too many stacks, a counter too deep), not memory */
     char failed_buf[128];
 };
 
@@ -103,11 +111,13 @@ static bool gs_fail(kn_gstore *s, const char *why) {
 }
 
 #define GS_TOO_AMBIGUOUS "too many parser stacks (the grammar is too ambiguous)"
+#define GS_TOO_DEEP      "a counter guard is more than 64 parser frames above its counter"
 
-/* Fails for the grammar's ambiguity: a state would hold more stacks than the matcher allows. */
-static bool gs_fail_ambiguous(kn_gstore *s) {
+/* Fails for a property of the grammar: a state would hold more stacks than the matcher allows
+ * (GS_TOO_AMBIGUOUS), or a guard's counter is too deep (GS_TOO_DEEP). */
+static bool gs_fail_grammar(kn_gstore *s, const char *why) {
     if (!s->failed) s->ambiguous = true;
-    return gs_fail(s, GS_TOO_AMBIGUOUS);
+    return gs_fail(s, why);
 }
 
 /* Resizes *buf from old to n elements of elt bytes (new bytes zeroed), counting the difference
@@ -306,21 +316,49 @@ static inline bool gs_visit(kn_gstore *s, int32_t id) {
     if (id == GS_FAIL) return false;
     if (s->seen[id] == s->epoch) return true;
     s->seen[id] = s->epoch;
-    if (++s->visits > GS_MAX_VISITS) return gs_fail_ambiguous(s);
+    if (++s->visits > GS_MAX_VISITS) return gs_fail_grammar(s, GS_TOO_AMBIGUOUS);
     return gs_push(s, &s->work, &s->n_work, &s->cap_work, id);
+}
+
+/* The node that continues at pos after counter op o, on the stack par (o at pos - 1); -1 when the
+ * stack dies there (a guard fails or finds no counter), GS_FAIL when memory runs out or the counter
+ * is deeper than GS_COUNTER_DEPTH frames. A guard rebuilds the frames above the counter it changes
+ * (in kiln's own grammars, none or one; the bound keeps a step's work constant: a guard under
+ * 20,000 nested frames took 18 s to accept 40 KB). */
+static int32_t gs_counter_op(kn_gstore *s, const kn_gop *o, int32_t pos, int32_t par) {
+    if (o->push) {
+        int32_t c = gs_node(s, GS_COUNTER(0), par);
+        return c == GS_FAIL ? GS_FAIL : gs_node(s, pos, c);
+    }
+    int32_t chain[GS_COUNTER_DEPTH]; /* the frames above the counter */
+    int n = 0, c = par;
+    for (; c >= 0 && s->npos[c] >= 0; c = s->npar[c]) {
+        if (n == GS_COUNTER_DEPTH) return gs_fail_grammar(s, GS_TOO_DEEP), GS_FAIL;
+        chain[n++] = s->npos[c];
+    }
+    if (c < 0) return -1;
+    int32_t v = GS_COUNTER_VALUE(s->npos[c]) + o->inc;
+    if (v < o->lo || v > o->hi) return -1;
+    int32_t b = gs_node(s, GS_COUNTER(v), s->npar[c]);
+    while (n && b != GS_FAIL) b = gs_node(s, chain[--n], b);
+    return b == GS_FAIL ? GS_FAIL : gs_node(s, pos, b);
 }
 
 /* Expands the queued nodes until every stack has a terminal on top (into out) or is empty (acc). */
 static bool gs_expand(kn_gstore *s) {
     const int32_t *elem = s->p->elem, *alt_off = s->p->alt_off, *alt_pos = s->p->alt_pos;
     while (s->n_work) {
-        int32_t id = s->work[--s->n_work], pos = s->npos[id], e = elem[pos], par = s->npar[id];
-        if (e >= 0) {
-            if (s->n_out >= KN_GS_MAX_STACKS) return gs_fail_ambiguous(s);
+        int32_t id = s->work[--s->n_work], pos = s->npos[id], par = s->npar[id];
+        int32_t e = pos >= 0 ? elem[pos] : KN_GP_END; /* a counter frame pops like an end */
+        if (e >= 0 && !KN_GP_IS_OP(e)) {
+            if (s->n_out >= KN_GS_MAX_STACKS) return gs_fail_grammar(s, GS_TOO_AMBIGUOUS);
             if (!gs_push(s, &s->out, &s->n_out, &s->cap_out, id)) return false;
         } else if (e == KN_GP_END) {
             if (par < 0) s->acc = true;
             else if (!gs_visit(s, par)) return false;
+        } else if (e >= 0) {
+            int32_t next = gs_counter_op(s, &s->p->op[e - KN_GP_OP_BASE], pos + 1, par);
+            if (next != -1 && !gs_visit(s, next)) return false;
         } else {
             int32_t r = KN_GP_RULE(e);
             if (elem[pos + 1] != KN_GP_END && (par = gs_node(s, pos + 1, par)) == GS_FAIL) return false;
@@ -536,7 +574,7 @@ kiln_status kn_gprog_check(const kn_gprog *p, char *why, size_t cap) {
     kiln_status st = set_seen ? KILN_OK : KILN_ERR_NOMEM;
     int32_t start = st ? KN_GS_DEAD : kn_gstore_start(s);
     int32_t bad = -2, bad_byte = -1; /* the state whose step failed (-1: the start) and the byte */
-    if (!st && start < 0 && s->ambiguous) bad = -1;
+    if (!st && start < 0 && s->ambiguous && !strcmp(s->failed, GS_TOO_AMBIGUOUS)) bad = -1;
     if (!st && start == 0) par[0] = -1, depth[0] = 0;
     for (int32_t q = 0; !st && bad == -2 && start == 0 && q < s->h.n_states && q < KN_GS_CHECK_STATES; q++) {
         uint64_t sig[256] = {0};
@@ -558,8 +596,10 @@ kiln_status kn_gprog_check(const kn_gprog *p, char *why, size_t cap) {
             cls[h] = sig[b];
             int32_t n0 = s->h.n_states, next = kn_gstore_step(s, q, (uint8_t)b);
             if (next < 0 && s->failed) {
-                if (s->ambiguous) bad = q, bad_byte = b;
-                else st = KILN_OK, q = KN_GS_CHECK_STATES; /* the check's own memory: stop, not the grammar's fault */
+                if (s->ambiguous && !strcmp(s->failed, GS_TOO_AMBIGUOUS)) bad = q, bad_byte = b;
+                else
+                    st = KILN_OK, q = KN_GS_CHECK_STATES; /* the check's memory, or a counter too deep (the
+                                                             matcher says so when it happens): stop */
             } else if (next >= n0 && next < KN_GS_CHECK_STATES) {
                 par[next] = q, via[next] = (uint8_t)b, depth[next] = depth[q] + 1;
             }

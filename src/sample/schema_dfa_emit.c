@@ -112,7 +112,7 @@ static int emit_chars(kn_sbuf *b, const kn_dtrans *t, int n, bool *used_jesc) {
     return alts;
 }
 
-const char *kn_dfa_emit_string(kn_gout *g, const kn_dfa *d, const char *hint) {
+const char *kn_dfa_emit_string(kn_gout *g, const kn_dfa *d, const char *hint, const kn_dfa_count *cnt) {
     const char *base = kn_gout_name(g, hint);
     if (!base) return NULL;
     char **names = calloc((size_t)d->n, sizeof *names);
@@ -128,13 +128,14 @@ const char *kn_dfa_emit_string(kn_gout *g, const kn_dfa *d, const char *hint) {
         names[i] = (char *)nm;
     }
     body.len = 0;
-    kn_sbuf_printf(&body, "\"\\\"\" %s", names[0]);
+    kn_sbuf_printf(&body, "\"\\\"\" %s%s", cnt ? "@count " : "", names[0]);
     kn_gout_rule(g, base, body.p);
     for (int i = 0; i < d->n; i++) {
         const kn_dstate *s = &d->s[i];
         body.len = 0;
         int alts = 0;
-        if (s->acc) {
+        if (s->acc && (!cnt || (cnt->lo[i] <= cnt->hi[i] && cnt->hi[i] >= cnt->min))) {
+            if (cnt && cnt->min > 0) kn_sbuf_printf(&body, "@{%ld,%ld} ", cnt->min, cnt->max);
             kn_sbuf_puts(&body, "\"\\\"\"");
             alts++;
         }
@@ -148,6 +149,10 @@ const char *kn_dfa_emit_string(kn_gout *g, const kn_dfa *d, const char *hint) {
         }
         for (int k = 0; k < s->ntr; k++) {
             if (done_t[k]) continue;
+            const int to = s->tr[k].to;
+            char guard[48] = "";
+            if (cnt && cnt->lo[to] > cnt->hi[to]) continue; /* never entered with an allowed count */
+            if (cnt) snprintf(guard, sizeof guard, "@+1{%d,%d} ", cnt->lo[to], cnt->hi[to]);
             int ng = 0;
             for (int j = k; j < s->ntr; j++)
                 if (!done_t[j] && s->tr[j].to == s->tr[k].to) grp[ng++] = s->tr[j], done_t[j] = true;
@@ -156,8 +161,8 @@ const char *kn_dfa_emit_string(kn_gout *g, const kn_dfa *d, const char *hint) {
             int na = emit_chars(&chars, grp, ng, &g->used_jesc);
             if (na) {
                 if (alts) kn_sbuf_puts(&body, " | ");
-                if (na > 1) kn_sbuf_printf(&body, "(%s) %s", chars.p, names[s->tr[k].to]);
-                else kn_sbuf_printf(&body, "%s %s", chars.p, names[s->tr[k].to]);
+                if (na > 1) kn_sbuf_printf(&body, "(%s) %s%s", chars.p, guard, names[to]);
+                else kn_sbuf_printf(&body, "%s %s%s", chars.p, guard, names[to]);
                 alts++;
             }
             kn_sbuf_free(&chars);

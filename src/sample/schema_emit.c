@@ -126,30 +126,46 @@ const char *ks_emit_enum(ctx *c, node *n, const char *hint) {
 bool ks_emit_string(ctx *c, node *n, kn_sbuf *b, const char *hint) {
     long lo = n->minlen, hi = n->maxlen;
     if (hi >= 0 && lo > hi) return false;
-    if (lo > KN_GBNF_MAX_REPEAT) {
-        ks_fail(c, n->path ? n->path : "", "minLength", "kiln enforces minLength up to %d", KN_GBNF_MAX_REPEAT);
-        return false;
-    }
-    if (hi > KN_GBNF_MAX_REPEAT) {
-        ks_approx(c, n->path ? n->path : "", "maxLength", "a maxLength above 10000 is not enforced");
+    if (hi > KN_GBNF_MAX_COUNT) {
+        ks_approx(c, n->path ? n->path : "", "maxLength", "a maxLength above 16777216 is not enforced");
         hi = -1;
+    }
+    if (hi < 0 && lo > KN_GBNF_MAX_REPEAT) { /* without a maximum, a repetition: char{lo,} */
+        ks_fail(c, n->path ? n->path : "", "minLength", "kiln enforces minLength up to %d without a maxLength",
+                KN_GBNF_MAX_REPEAT);
+        return false;
     }
     if (!n->str) {
         if (lo == 0 && hi < 0) {
             kn_sbuf_puts(b, ks_use(c, U_STRING));
         } else {
-            ks_use(c, U_CHAR);
+            ks_use(c, U_CHAR); /* a maximum: a counter beside the characters, checked again at the end */
             if (hi < 0) kn_sbuf_printf(b, "\"\\\"\" char{%ld,} \"\\\"\"", lo);
-            else kn_sbuf_printf(b, "\"\\\"\" char{%ld,%ld} \"\\\"\"", lo, hi);
+            else if (lo == 0) kn_sbuf_printf(b, "\"\\\"\" @count (char @+1{0,%ld})* \"\\\"\"", hi);
+            else kn_sbuf_printf(b, "\"\\\"\" @count (char @+1{0,%ld})* @{%ld,%ld} \"\\\"\"", hi, lo, hi);
         }
         return true;
     }
     kn_dfa *d = n->str;
+    if (hi >= 0) { /* a counter beside the automaton, when its guards are exact */
+        int *glo = malloc((size_t)d->n * sizeof *glo), *ghi = malloc((size_t)d->n * sizeof *ghi);
+        kn_len_guards r = glo && ghi ? kn_dfa_len_guards(d, lo, hi, glo, ghi) : KN_LEN_NOMEM;
+        const char *nm = NULL;
+        if (r == KN_LEN_OK) {
+            kn_dfa_count cnt = {lo, hi, glo, ghi};
+            if (!(nm = kn_dfa_emit_string(&c->g, d, hint, &cnt))) ks_nomem(c);
+            else kn_sbuf_puts(b, nm);
+        } else if (r == KN_LEN_NOMEM) {
+            ks_nomem(c);
+        }
+        free(glo);
+        free(ghi);
+        if (r != KN_LEN_NO) return r == KN_LEN_OK && nm;
+    }
     kn_dfa *own = NULL;
     if (lo > 0 || hi >= 0) {
-        /* the lengths with the pattern; past the automata's bounds, the minimum alone; past them
-         * too, neither (a superset either way, reported: maxLength 10,000 next to "^[^<>]*$" was
-         * refused, since its length automaton alone passes the bounds) */
+        /* a minimum alone, or lengths guards cannot say exactly: the product of the automata; past
+         * their bounds, the minimum alone; past them too, neither (a superset either way, reported) */
         kn_dfa *l = kn_dfa_length(lo, hi);
         own = l ? kn_dfa_and(d, l) : NULL;
         kn_dfa_free(l);
@@ -168,7 +184,7 @@ bool ks_emit_string(ctx *c, node *n, kn_sbuf *b, const char *hint) {
     if (ok) {
         if (kn_dfa_is_all(d)) kn_sbuf_puts(b, ks_use(c, U_STRING));
         else {
-            const char *nm = kn_dfa_emit_string(&c->g, d, hint);
+            const char *nm = kn_dfa_emit_string(&c->g, d, hint, NULL);
             if (!nm) ks_nomem(c);
             else kn_sbuf_puts(b, nm);
         }
@@ -254,7 +270,7 @@ static const char *key_rule(ctx *c, const kn_dfa *rest, json_t *names, const nod
                 return c->keys[k].name;
             }
     }
-    const char *name = kn_dfa_emit_string(&c->g, rest, "k");
+    const char *name = kn_dfa_emit_string(&c->g, rest, "k", NULL);
     if (!name) ks_nomem(c);
     if (sig && name && c->nkeys < (int)(sizeof c->keys / sizeof *c->keys)) {
         c->keys[c->nkeys++] = (keycache){sig, name};
@@ -391,7 +407,7 @@ bool ks_emit_object(ctx *c, node *n, kn_sbuf *b, const char *hint, int depth) {
                 const char *val = ks_compile(c, &k, "pattern-value", depth + 1);
                 ks_conj_free(&k);
                 if (val) {
-                    const char *kr = kn_dfa_emit_string(&c->g, kd, "pkey");
+                    const char *kr = kn_dfa_emit_string(&c->g, kd, "pkey", NULL);
                     if (!kr) ks_nomem(c);
                     adds[nadds++] = (kv){NULL, kr, val, false};
                 }

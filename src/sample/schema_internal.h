@@ -171,12 +171,28 @@ bool kn_dfa_is_empty(const kn_dfa *d);
 bool kn_dfa_is_all(const kn_dfa *d);
 bool kn_dfa_match(const kn_dfa *d, const char *s, size_t n);
 
+/* The guards of a string of min..max characters in d's language (schema_dfa_len.c): lo[q], hi[q]
+ * (arrays of d->n) are the counts with which state q may be entered (lo > hi: never). KN_LEN_OK
+ * when they are exact (every entry they allow can be completed, every completion is allowed);
+ * KN_LEN_EMPTY when no such string exists; KN_LEN_NO when guards cannot say it exactly (a gap in
+ * the completions' lengths, or more work than the bound: take the product); KN_LEN_NOMEM. */
+typedef enum kn_len_guards { KN_LEN_OK, KN_LEN_EMPTY, KN_LEN_NO, KN_LEN_NOMEM } kn_len_guards;
+kn_len_guards kn_dfa_len_guards(const kn_dfa *d, long min, long max, int *lo, int *hi);
+
+/* A counted string for kn_dfa_emit_string: the length range and kn_dfa_len_guards' guards. */
+typedef struct kn_dfa_count {
+    long min, max;
+    const int *lo, *hi;
+} kn_dfa_count;
+
 /* Writes the rules of a JSON string (from its opening quote to its closing one) whose content is in
  * d's language, one rule per state named prefix-N; returns the name of the first (owned by g), NULL
  * on error. A character is written as itself, or as JSON's escapes where it needs one (\" \\ \/ \b
  * \f \n \r \t and \u00XX for control characters); d must not be empty. The rules may refer to
- * "jesc" (sets g->used_jesc): KN_SCHEMA_JESC_RULE, which the caller writes once. */
-const char *kn_dfa_emit_string(kn_gout *g, const kn_dfa *d, const char *hint);
+ * "jesc" (sets g->used_jesc): KN_SCHEMA_JESC_RULE, which the caller writes once. With cnt (else
+ * NULL), the content is also cnt->min..cnt->max characters long: a counter counts them, each state
+ * entered under its guard. */
+const char *kn_dfa_emit_string(kn_gout *g, const kn_dfa *d, const char *hint, const kn_dfa_count *cnt);
 
 /* ---- numbers (schema_num.c) ---------------------------------------------------------------------- */
 
@@ -204,8 +220,9 @@ typedef enum kn_fmt_kind {
     KN_FMT_IGNORED, /* a format JSON Schema defines that kiln does not check (documented) */
 } kn_fmt_kind;
 
-/* The regex of format name (NULL unless EXACT or APPROX). */
-kn_fmt_kind kn_format_regex(const char *name, const char **regex);
+/* The regex of format name (NULL unless EXACT or APPROX), and the length in characters the format
+ * allows at most (hostname's 253; -1: none), which the regex does not say. */
+kn_fmt_kind kn_format_regex(const char *name, const char **regex, long *maxlen);
 
 /* ---- the converter's walk (schema.c, schema_merge.c, schema_emit.c) ------------------------------ */
 

@@ -262,19 +262,25 @@ static void merge_not(ctx *c, node *n, json_t *v, const char *path) {
     json_decref(list);
 }
 
-static void merge_format(ctx *c, node *n, json_t *v, const char *path) {
+/* format into n; its own maximum length joins n's maxLength, or for property names (keys: an
+ * automaton alone, no counter) is reported as not enforced. */
+static void merge_format(ctx *c, node *n, json_t *v, const char *path, bool keys) {
     if (!json_is_string(v)) {
         ks_fail(c, path, "format", "must be a string");
         return;
     }
     const char *re;
-    kn_fmt_kind k = kn_format_regex(json_string_value(v), &re);
+    long maxlen;
+    kn_fmt_kind k = kn_format_regex(json_string_value(v), &re, &maxlen);
     if (k == KN_FMT_UNKNOWN) return;
     if (k == KN_FMT_IGNORED) {
         ks_approx(c, path, "format", "this format is not checked");
         return;
     }
     if (k == KN_FMT_APPROX) ks_approx(c, path, "format", "the format's usual shape is enforced, not its full grammar");
+    if (maxlen >= 0 && keys)
+        ks_approx(c, path, "format", "the format's total length is not enforced on property names");
+    else if (maxlen >= 0 && (n->maxlen < 0 || maxlen < n->maxlen)) n->maxlen = maxlen;
     ks_dfa_and_into(c, &n->str, ks_pattern_dfa(c, re, path, "format"), path, "format");
 }
 
@@ -296,7 +302,7 @@ static void merge_propnames(ctx *c, node *n, json_t *v, const char *path) {
                 ks_dfa_and_into(c, &k.str,
                                 ks_pattern_dfa(c, json_string_value(x), ks_path_join(c, path, "propertyNames"), kw),
                                 path, "propertyNames");
-            else if (!strcmp(kw, "format")) merge_format(c, &k, x, ks_path_join(c, path, "propertyNames"));
+            else if (!strcmp(kw, "format")) merge_format(c, &k, x, ks_path_join(c, path, "propertyNames"), true);
             else if (!strcmp(kw, "minLength")) ok = ks_nonneg_int(x, &k.minlen);
             else if (!strcmp(kw, "maxLength")) ok = ks_nonneg_int(x, &k.maxlen);
             else if (!strcmp(kw, "type")) ok = json_is_string(x) && !strcmp(json_string_value(x), "string");
@@ -376,7 +382,7 @@ void ks_merge(ctx *c, node *n, sref x) {
             }
             ks_dfa_and_into(c, &n->str, ks_pattern_dfa(c, json_string_value(v), p, k), p, k);
         } else if (!strcmp(k, "format")) {
-            merge_format(c, n, v, p);
+            merge_format(c, n, v, p, false);
         } else if (!strcmp(k, "minimum") || !strcmp(k, "maximum")) {
             if (!json_is_number(v)) {
                 ks_fail(c, p, k, "must be a number");

@@ -132,7 +132,8 @@ static void lit_n(FILE *f, const char *s, size_t n) {
 static void lit(FILE *f, const char *s) { lit_n(f, s, strlen(s)); }
 
 /* Appends gbnf with every rule name prefixed by prefix: names are the word runs ([A-Za-z0-9-]+)
- * outside string literals, character classes, repetition braces and comments. */
+ * outside string literals, character classes, repetition braces, counter operations (@count,
+ * @+N{lo,hi}) and comments. */
 static void splice(FILE *f, const char *g, const char *prefix) {
     for (size_t i = 0; g[i];) {
         char c = g[i];
@@ -144,6 +145,9 @@ static void splice(FILE *f, const char *g, const char *prefix) {
                 fputc(g[i++], f);
             }
             if (g[i]) fputc(g[i++], f);
+        } else if (c == '@') {
+            fputc(g[i++], f);
+            while ((g[i] >= 'a' && g[i] <= 'z') || (g[i] >= '0' && g[i] <= '9') || g[i] == '+') fputc(g[i++], f);
         } else if (c == '{' || c == '#') {
             char close = c == '{' ? '}' : '\n';
             while (g[i] && g[i] != close) fputc(g[i++], f);

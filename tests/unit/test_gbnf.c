@@ -147,6 +147,62 @@ static void test_errors(void) {
     }
 }
 
+/* Counters (@count, @+N{lo,hi}, @{lo,hi}): lengths without a rule per length, nested counters, a
+ * guard with no counter below it, and the errors of the syntax. */
+static void test_counters(void) {
+    kiln_grammar *g = compile("root ::= \"<\" @count s\ns ::= @{2,4} \">\" | [a-z] @+1{0,4} s");
+    CHECK(g);
+    CHECK(accepts(g, "<ab>") && accepts(g, "<abcd>"));
+    CHECK(!accepts(g, "<a>") && !accepts(g, "<abcde>") && !accepts(g, "<>") && !accepts(g, "<ab"));
+    kiln_grammar_free(g);
+    /* groups of one or two a's, two or three groups: the inner counter pops with its group */
+    CHECK((g = compile("root ::= @count (grp @+1{0,3})+ @{2,3}\ngrp ::= \"(\" @count (\"a\" @+1{0,2})+ \")\"")));
+    CHECK(accepts(g, "(a)(aa)") && accepts(g, "(a)(a)(aa)"));
+    CHECK(!accepts(g, "(a)") && !accepts(g, "(aaa)(a)") && !accepts(g, "(a)(a)(a)(a)") && !accepts(g, "()(a)"));
+    kiln_grammar_free(g);
+    /* a guard with no counter below it stops its stack */
+    CHECK((g = compile("root ::= \"a\" @{0,0} | \"b\"")));
+    CHECK(accepts(g, "b") && !accepts(g, "a"));
+    kiln_grammar_free(g);
+    /* the frames above the counter are rebuilt by a guard: a counted item inside a helper rule */
+    CHECK((g = compile("root ::= @count x* \".\"\nx ::= y \"-\"\ny ::= \"a\" @+1{0,2}")));
+    CHECK(accepts(g, "a-a-.") && !accepts(g, "a-a-a-."));
+    kiln_grammar_free(g);
+    /* a guard looks for its counter at most 64 frames down: deeper, the matcher fails with a message
+     * (the work of a step stays bounded), at 64 it still counts */
+    CHECK((g = compile("root ::= @count x\nx ::= \"(\" x \")\" | \"a\" @+1{0,3}")));
+    kn_gstore *st = NULL;
+    CHECK(kn_gstore_new(g, 0, &st) == KILN_OK);
+    int32_t q = kn_gstore_start(st);
+    for (int i = 0; i < 100 && q != KN_GS_DEAD; i++) {
+        q = kn_gstore_step(st, q, '(');
+        int32_t a = kn_gstore_step(st, q, 'a');
+        CHECKF((a != KN_GS_DEAD) == (i < 64), "depth %d: %s", i + 1, kn_gstore_failed(st) ? kn_gstore_failed(st) : "-");
+    }
+    CHECK(kn_gstore_failed(st) && strstr(kn_gstore_failed(st), "counter guard is more than 64"));
+    CHECK(kn_gstore_fail_status(st) == KILN_ERR_UNSUPPORTED);
+    kn_gstore_free(st);
+    kiln_grammar_free(g);
+    static const struct {
+        const char *gbnf, *msg;
+    } bad[] = {
+        {"root ::= @{5,3} \"a\"", "line 1, column 10: bad counter guard {5,3}: the minimum is above the maximum"},
+        {"root ::= @x", "line 1, column 11: expected '@count', '@+N{lo,hi}' or '@{lo,hi}', found 'x'"},
+        {"root ::= @counter", "line 1, column 11: expected '@count', '@+N{lo,hi}' or '@{lo,hi}', found 'c'"},
+        {"root ::= @+{1,2}", "line 1, column 12: expected a number after '@+', found '{'"},
+        {"root ::= @{1}", "line 1, column 13: expected '{lo,hi}' in a counter guard, found '}'"},
+        {"root ::= @{1,16777217}", "line 1, column 14: counter bound 16777217 is above the limit of 16777216"},
+        {"root ::= @count x\nx ::= @{0,1} x | \"a\"",
+         "line 2, column 14: left recursion in rule 'x': it can reach itself without matching a byte"},
+    };
+    for (size_t i = 0; i < KN_ARRAY_LEN(bad); i++) {
+        kiln_grammar *gr = (kiln_grammar *)1;
+        kiln_status rc = kn_gbnf_compile(bad[i].gbnf, strlen(bad[i].gbnf), &gr);
+        CHECKF(rc == KILN_ERR_INVALID_ARG && gr == NULL, "case %zu: status %d", i, (int)rc);
+        CHECKF(strcmp(kn_error_msg(), bad[i].msg) == 0, "case %zu: got \"%s\"", i, kn_error_msg());
+    }
+}
+
 /* The caps: text size, nesting depth, program size; each fails with a message, no crash. */
 static void test_limits(void) {
     size_t n = KILN_GRAMMAR_MAX_TEXT + 1;
@@ -811,6 +867,7 @@ static void test_ambiguity_refused(void) {
 int main(void) {
     RUN(test_literals);
     RUN(test_repetition);
+    RUN(test_counters);
     RUN(test_refcount);
     RUN(test_errors);
     RUN(test_limits);

@@ -445,6 +445,23 @@ static void test_shapes(void) {
                           "to=functions.g <|constrain|>json<|message|>{\"s\": \"v\"}"));
     CHECK(!accepts(g, "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"a\": 1}"));
     kiln_grammar_free(g);
+    /* lengths are counted (GBNF counter operations): spliced under the tool's prefix, they stay
+     * operations (a prefixed "@t0-count" did not compile) */
+    const char *lt = "[{\"type\": \"function\", \"function\": {\"name\": \"k\", \"parameters\": {\"type\": \"object\", "
+                     "\"properties\": {\"s\": {\"type\": \"string\", \"maxLength\": 3}, \"h\": {\"type\": \"string\", "
+                     "\"format\": \"hostname\", \"maxLength\": 5}}, \"required\": [\"s\", \"h\"]}}}]";
+    g = build("hermes", lt, KILN_TOOL_CHOICE_REQUIRED, NULL, true, NULL);
+    CHECK(
+        g &&
+        accepts(g, "<tool_call>\n{\"name\": \"k\", \"arguments\": {\"s\": \"abc\", \"h\": \"a.b.c\"}}\n</tool_call>"));
+    CHECK(
+        !accepts(g, "<tool_call>\n{\"name\": \"k\", \"arguments\": {\"s\": \"abcd\", \"h\": \"a.b\"}}\n</tool_call>"));
+    CHECK(
+        !accepts(g, "<tool_call>\n{\"name\": \"k\", \"arguments\": {\"s\": \"ab\", \"h\": \"a.b.cd\"}}\n</tool_call>"));
+    kiln_grammar_free(g);
+    g = build("qwen3-coder", lt, KILN_TOOL_CHOICE_REQUIRED, NULL, true, NULL);
+    CHECK(g);
+    kiln_grammar_free(g);
 }
 
 /* XML-like formats compile each parameter's schema alone: a parameter that is a $ref, or whose
@@ -568,7 +585,7 @@ static void test_approximation(void) {
         "[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"type\": \"object\"}}}, "
         "{\"type\": \"function\", \"function\": {\"name\": \"g\", \"parameters\": {\"type\": \"object\", "
         "\"properties\": {\"to\": {\"$ref\": \"#/$defs/E\"}, \"n\": {\"oneOf\": [{\"type\": \"integer\"}]}}, "
-        "\"$defs\": {\"E\": {\"type\": \"string\", \"format\": \"hostname\"}}}}}]";
+        "\"$defs\": {\"E\": {\"type\": \"string\", \"format\": \"url\"}}}}}]";
     static const struct {
         const char *format, *tools, *want; /* want NULL: exact */
     } cases[] = {
