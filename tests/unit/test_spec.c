@@ -369,7 +369,10 @@ static void engine_run(kiln_model *m, kiln_spec_method method, kiln_model *draft
     kiln_engine *e = NULL;
     CHECK(kiln_engine_new(m, &ep, &e) == KILN_OK);
     if (!e) return;
-    if (method == KILN_SPEC_DRAFT) e->spec.force_k = DRAFT_K; /* before any request: the scheduler waits */
+    /* before any request (the scheduler waits): DRAFT_K proposals a step, not the cost model's choice,
+     * which reads measured pass times (on a loaded machine the n-gram rows once proposed 12 tokens
+     * in all, none of them accepted) */
+    if (method != KILN_SPEC_NONE) e->spec.force_k = DRAFT_K;
     static kiln_token p[2 * N_REQ][80];
     for (int round = 0; round < 2; round++) {
         kiln_request *r[N_REQ];
