@@ -280,6 +280,69 @@ static const char *key_rule(ctx *c, const kn_dfa *rest, json_t *names, const nod
     return name;
 }
 
+/* The object's patterns (patternProperties of every source, in order): the automaton, the value's
+ * schema and path, the source. */
+typedef struct pat {
+    kn_dfa *d; /* owned by the context's pattern cache */
+    json_t *schema;
+    int src;
+    const char *path;
+} pat;
+
+/* A set of names: exactly the patterns with in[i] match them. */
+typedef struct region {
+    kn_dfa *d;
+    uint8_t *in; /* [number of patterns] */
+} region;
+
+#define MAX_REGIONS 256
+
+/* Splits the names of base by the patterns p[np] that match them, into the non-empty regions r[]
+ * (MAX_REGIONS at most: overlapping patterns make up to 2^np; disjoint ones np + 1). The count, or
+ * -1 after a failure (reported). */
+static int split_names(ctx *c, const node *n, const kn_dfa *base, const pat *p, int np, region *r) {
+    const char *path = n->path ? n->path : "";
+    int nr = 0;
+    r[0].d = kn_dfa_and(base, base);
+    r[0].in = calloc((size_t)np + 1, 1);
+    if (!r[0].d || !r[0].in) return ks_nomem(c), -1;
+    nr = 1;
+    for (int i = 0; i < np; i++) {
+        kn_dfa *out = p[i].d ? kn_dfa_not(p[i].d) : NULL;
+        if (!out) return ks_fail(c, path, "patternProperties", "the property name patterns are too complex"), -1;
+        for (int k = 0, cur = nr; k < cur; k++) {
+            kn_dfa *yes = kn_dfa_and(r[k].d, p[i].d), *no = yes ? kn_dfa_and(r[k].d, out) : NULL;
+            if (!no) {
+                kn_dfa_free(yes), kn_dfa_free(out);
+                return ks_fail(c, path, "patternProperties", "the property name patterns are too complex"), -1;
+            }
+            if (kn_dfa_is_empty(yes) || kn_dfa_is_empty(no)) { /* all or none of the region: no split */
+                if (!kn_dfa_is_empty(yes)) r[k].in[i] = 1;
+                kn_dfa_free(yes), kn_dfa_free(no);
+                continue;
+            }
+            if (nr == MAX_REGIONS) {
+                kn_dfa_free(yes), kn_dfa_free(no), kn_dfa_free(out);
+                return ks_fail(c, path, "patternProperties",
+                               "the property name patterns overlap in more than %d combinations", MAX_REGIONS),
+                       -1;
+            }
+            r[nr].in = malloc((size_t)np + 1);
+            if (!r[nr].in) {
+                kn_dfa_free(yes), kn_dfa_free(no), kn_dfa_free(out);
+                return ks_nomem(c), -1;
+            }
+            memcpy(r[nr].in, r[k].in, (size_t)np + 1);
+            r[nr].in[i] = 1;
+            r[nr++].d = yes;
+            kn_dfa_free(r[k].d);
+            r[k].d = no;
+        }
+        kn_dfa_free(out);
+    }
+    return nr;
+}
+
 typedef struct kv {
     const char *key; /* property name (declared) or NULL */
     const char *keyrule, *val;
@@ -364,57 +427,57 @@ bool ks_emit_object(ctx *c, node *n, kn_sbuf *b, const char *hint, int depth) {
         json_t *pp = json_object_get(n->osrc.v[j].s, "patternProperties");
         npat += pp ? (int)json_object_size(pp) : 0;
     }
-    adds = calloc((size_t)npat + 2, sizeof *adds);
+    adds = calloc(MAX_REGIONS + 2, sizeof *adds);
     if (!adds) ok = false, ks_nomem(c);
     kn_dfa *rest = NULL; /* keys no pattern matches */
     if (ok && base && !c->failed) {
-        rest = kn_dfa_and(base, base);
-        for (int j = 0; j < n->osrc.n && rest && !c->failed; j++) {
+        /* the names besides the declared ones, split by the patterns that match them: a region's
+         * value is under every source's patterns that match, or the source's additionalProperties */
+        pat *pats = calloc((size_t)npat + 1, sizeof *pats);
+        region *rg = calloc(MAX_REGIONS, sizeof *rg);
+        int np = 0, nreg = -1;
+        for (int j = 0; pats && j < n->osrc.n; j++) {
             json_t *pp = json_object_get(n->osrc.v[j].s, "patternProperties");
             const char *pk;
             json_t *pv;
-            if (!pp) continue;
-            json_object_foreach(pp, pk, pv) {
-                kn_dfa *pd = pat_get(c, pp, pk, n->osrc.v[j].path);
-                if (!pd) break;
-                kn_dfa *kd = kn_dfa_and(base, pd);
-                /* names an earlier pattern matches too (outside rest) have their value checked against
-                 * one of the two schemas: an approximation only when there are such names */
-                kn_dfa *earlier = kd ? kn_dfa_not(rest) : NULL, *both = earlier ? kn_dfa_and(kd, earlier) : NULL;
-                const bool shared = !both || !kn_dfa_is_empty(both);
-                kn_dfa_free(earlier);
-                kn_dfa_free(both);
-                kn_dfa *np = kn_dfa_not(pd);
-                kn_dfa *nr = np ? kn_dfa_and(rest, np) : NULL;
-                kn_dfa_free(np);
-                kn_dfa_free(rest);
-                rest = nr;
-                if (!kd || !rest) {
-                    kn_dfa_free(kd);
-                    ks_fail(c, n->osrc.v[j].path, "patternProperties", "the property name patterns are too complex");
-                    break;
+            if (pp) json_object_foreach(pp, pk, pv) {
+                    const char *pp_path = ks_path_join(c, n->osrc.v[j].path, "patternProperties");
+                    pats[np++] = (pat){pat_get(c, pp, pk, n->osrc.v[j].path), pv, j, ks_path_join(c, pp_path, pk)};
                 }
-                if (kn_dfa_is_empty(kd)) {
-                    kn_dfa_free(kd);
-                    continue;
-                }
-                if (shared)
-                    ks_approx(c, n->osrc.v[j].path, "patternProperties",
-                              "a name matching several patterns is checked against one of their schemas");
-                conj k = {0};
-                ks_conj_add(c, &k,
-                            ks_mk(pv, ks_path_join(c, ks_path_join(c, n->osrc.v[j].path, "patternProperties"), pk)));
-                const char *val = ks_compile(c, &k, "pattern-value", depth + 1);
-                ks_conj_free(&k);
-                if (val) {
-                    const char *kr = kn_dfa_emit_string(&c->g, kd, "pkey", NULL);
-                    if (!kr) ks_nomem(c);
-                    adds[nadds++] = (kv){NULL, kr, val, false};
-                }
-                kn_dfa_free(kd);
+        }
+        if (!pats || !rg) ks_nomem(c);
+        else nreg = split_names(c, n, base, pats, np, rg);
+        for (int k = 0; k < nreg && !c->failed; k++) {
+            if (kn_dfa_is_empty(rg[k].d)) continue;
+            bool any = false;
+            for (int i = 0; i < np; i++) any |= rg[k].in[i];
+            if (!any) { /* no pattern matches: additionalProperties, below */
+                rest = rg[k].d;
+                rg[k].d = NULL;
+                continue;
+            }
+            conj k2 = {0};
+            bool unsat = false;
+            for (int j = 0; j < n->osrc.n; j++) {
+                bool matched = false;
+                for (int i = 0; i < np; i++)
+                    if (pats[i].src == j && rg[k].in[i])
+                        ks_conj_add(c, &k2, ks_mk(pats[i].schema, pats[i].path)), matched = true;
+                json_t *ap = matched ? NULL : json_object_get(n->osrc.v[j].s, "additionalProperties");
+                if (ap) ks_conj_add(c, &k2, ks_mk(ap, ks_path_join(c, n->osrc.v[j].path, "additionalProperties")));
+                else if (!matched && c->strict) unsat = true;
+            }
+            const char *val = unsat ? NULL : ks_compile(c, &k2, "pattern-value", depth + 1);
+            ks_conj_free(&k2);
+            if (val) {
+                const char *kr = kn_dfa_emit_string(&c->g, rg[k].d, "pkey", NULL);
+                if (!kr) ks_nomem(c);
+                adds[nadds++] = (kv){NULL, kr, val, false};
             }
         }
-        if (!rest && !c->failed) ks_nomem(c);
+        for (int k = 0; k < MAX_REGIONS && rg; k++) kn_dfa_free(rg[k].d), free(rg[k].in);
+        free(rg);
+        free(pats);
     }
     if (ok && rest && !c->failed && !kn_dfa_is_empty(rest)) {
         conj k = {0};

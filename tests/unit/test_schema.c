@@ -1270,12 +1270,11 @@ static void test_approximation_reported(void) {
         {"{\"type\":\"number\",\"maximum\":2.5}", "#/maximum: "},
         {"{\"oneOf\":[{\"type\":\"integer\"},{\"type\":\"string\",\"format\":\"url\"}]}", "#/oneOf/1/format: "},
         {"{\"oneOf\":[{\"type\":\"integer\"},{\"type\":\"number\"}]}", "#/oneOf: enforced as anyOf"},
-        /* patterns no name matches together are exact; overlapping ones are not */
+        /* patterns are exact, overlapping or not (the names are split by the patterns that match) */
         {"{\"patternProperties\":{\"^a\":{\"type\":\"integer\"},\"^b\":{\"type\":\"string\"}}}", NULL},
-        {"{\"patternProperties\":{\"^a\":{\"type\":\"integer\"},\"b$\":{\"type\":\"string\"}}}",
-         "#/patternProperties: a name matching several patterns"},
+        {"{\"patternProperties\":{\"^a\":{\"type\":\"integer\"},\"b$\":{\"type\":\"string\"}}}", NULL},
         {"{\"allOf\":[{\"patternProperties\":{\"^a\":{}}},{\"patternProperties\":{\"^a\":{\"type\":\"string\"}}}]}",
-         "#/allOf/1/patternProperties: a name matching several patterns"},
+         NULL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         kiln_grammar *g = compile_schema(cases[i].schema, false);
@@ -1292,6 +1291,40 @@ static void test_approximation_reported(void) {
     CHECK(kiln_grammar_compile(NULL, 0, &p, &g) == KILN_OK && !kiln_grammar_approximation(g));
     kiln_grammar_free(g);
     CHECK(!kiln_grammar_approximation(NULL));
+    /* a name several patterns match is under all of their schemas; under another source's
+     * additionalProperties when none of that source's patterns matches it (it was not: {"x1": 5}
+     * passed the second source's string-only additionalProperties) */
+    static const struct {
+        const char *schema, *ok[4], *bad[4];
+    } regions[] = {
+        {"{\"patternProperties\":{\"^a\":{\"type\":\"integer\"},\"b$\":{\"minimum\":10}}}",
+         {"{\"ab\":12}", "{\"a\":5}", "{\"b\":\"s\"}", "{\"c\":null}"},
+         {"{\"ab\":5}", "{\"ab\":\"s\"}", "{\"b\":5}", "{\"a\":\"s\"}"}},
+        {"{\"type\":\"object\",\"allOf\":[{\"patternProperties\":{\"^x\":{\"type\":\"integer\"}}},"
+         "{\"additionalProperties\":{\"type\":\"string\"}}]}",
+         {"{\"y\":\"s\"}", "{}"},
+         {"{\"x1\":5}", "{\"x1\":\"s\"}", "{\"y\":5}"}},
+        {"{\"allOf\":[{\"patternProperties\":{\"^a\":{\"maximum\":5}}},{\"patternProperties\":{\"a$\":{\"type\":"
+         "\"integer\"}},\"additionalProperties\":false}]}",
+         {"{\"a\":3}", "{\"ba\":9}", "{\"aba\":5}"},
+         {"{\"a\":7}", "{\"ab\":1}", "{\"ba\":\"s\"}", "{\"aa\":2.5}"}},
+    };
+    for (size_t i = 0; i < sizeof regions / sizeof *regions; i++) {
+        g = compile_schema(regions[i].schema, false);
+        CHECKF(g && !kiln_grammar_approximation(g), "%s", regions[i].schema);
+        for (int k = 0; k < 4 && regions[i].ok[k]; k++)
+            CHECKF(accepts(g, regions[i].ok[k]), "%s rejects %s", regions[i].schema, regions[i].ok[k]);
+        for (int k = 0; k < 4 && regions[i].bad[k]; k++)
+            CHECKF(!accepts(g, regions[i].bad[k]), "%s accepts %s", regions[i].schema, regions[i].bad[k]);
+        kiln_grammar_free(g);
+    }
+    /* patterns overlapping in more combinations than kiln splits names into: an error */
+    char many[600] = "{\"patternProperties\":{";
+    for (int k = 0; k < 9; k++)
+        snprintf(many + strlen(many), sizeof many - strlen(many), "%s\"%c\":{}", k ? "," : "", 'a' + k);
+    strcat(many, "}}");
+    g = compile_schema(many, false);
+    CHECKF(!g && strstr(kiln_last_error(), "more than 256 combinations"), "%s", kiln_last_error());
     /* the disjoint patterns' values are checked each under its own schema */
     g = compile_schema("{\"patternProperties\":{\"^a\":{\"type\":\"integer\"},\"^b\":{\"type\":\"string\"}}}", false);
     CHECK(g && accepts(g, "{\"a1\":1,\"b1\":\"x\"}") && !accepts(g, "{\"a1\":\"x\"}") && !accepts(g, "{\"b1\":1}") &&
