@@ -626,21 +626,20 @@ const char *ks_compile(ctx *c, conj *in, const char *hint, int depth) {
             if (n.types & T_NUM) {
                 kn_sbuf nb;
                 kn_sbuf_init(&nb, KN_SCHEMA_MAX_GBNF);
-                bool ap = false;
+                int widened = 0;
                 bool integer = !(n.types & T_FRAC);
                 if (!(n.types & T_INT))
                     ks_approx(c, n.path, "type", "numbers that are not integers are enforced as numbers");
                 if (!n.lo.set && !n.hi.set && n.mult10 < 0 && !integer) {
                     kn_sbuf_printf(&body, "%s%s", alts++ ? " | " : "", ks_use(c, U_NUMBER));
-                } else if (kn_num_body(&nb, &c->g, n.lo, n.hi, integer, integer ? -1 : n.mult10, &ap)) {
+                } else if (kn_num_body(&nb, &c->g, n.lo, n.hi, integer, integer ? -1 : n.mult10, &widened)) {
                     kn_sbuf_printf(&body, "%s%s", alts++ ? " | " : "", nb.p);
                 }
-                if (ap) { /* the keyword of the first bound widened */
-                    const bool low = n.lo.set && floor(n.lo.v) != n.lo.v;
-                    const bool excl = low ? n.lo.excl : n.hi.excl;
+                if (widened) { /* the keyword of the first bound widened */
+                    const bool low = widened == 1, excl = low ? n.lo.excl : n.hi.excl;
                     ks_approx(c, n.path,
                               low ? (excl ? "exclusiveMinimum" : "minimum") : (excl ? "exclusiveMaximum" : "maximum"),
-                              "a bound that is not an integer is widened to one");
+                              "a bound with more than 40 fraction digits is widened to an integer");
                 }
                 if (nb.over || nb.nomem) ks_nomem(c);
                 kn_sbuf_free(&nb);

@@ -206,10 +206,10 @@ typedef struct kn_nbound {
  * take rules of their own, written to g): integers only when integer
  * (no fraction, no exponent), else a decimal number; with a bound, no exponent is written (a subset
  * of JSON's notations for the same values). mult10: >= 0 limits fractions to that many digits
- * (multipleOf 10^-mult10), < 0 = no limit. *approx is set when a bound was not an integer and was
- * widened to one (numbers) or rounded inward exactly (integers do not need that: exact). Returns
- * false when the range is empty. */
-bool kn_num_body(kn_sbuf *b, kn_gout *g, kn_nbound lo, kn_nbound hi, bool integer, int mult10, bool *approx);
+ * (multipleOf 10^-mult10), < 0 = no limit. A bound of a number with more fraction digits than kiln
+ * compares is widened to an integer: *widened is then 1 (lo, first) or 2 (hi); else it is left as is.
+ * Returns false when the range is empty. */
+bool kn_num_body(kn_sbuf *b, kn_gout *g, kn_nbound lo, kn_nbound hi, bool integer, int mult10, int *widened);
 
 /* ---- formats (schema_format.c) --------------------------------------------------------------- */
 

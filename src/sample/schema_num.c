@@ -5,10 +5,12 @@
  * Integers are exact: a range [lo, hi] of decimal digit strings of any length becomes alternatives
  * of digit classes (e.g. [17, 342] = "1" [7-9] | [2-9] [0-9] | [1-2] [0-9] [0-9] | "3" [0-3] [0-9] |
  * "3" "4" [0-2]), with a separate alternative for the negative half. Numbers split into an integer
- * part I (ranged like an integer) and a fraction F, and need only three fraction languages: any,
- * zero (absent or all zeros) and non-zero: for an integer bound B, x >= B is I >= B with any F, x > B
- * is I > B or I = B with F non-zero, x <= B is I < B or I = B with F zero. A bound that is not an
- * integer is widened to the nearest integer outside it (documented approximation), and a bounded
+ * part I (ranged like an integer) and a fraction F. For an integer bound B three fraction languages
+ * do: any, zero (absent or all zeros) and non-zero: x >= B is I >= B with any F, x > B is I > B or
+ * I = B with F non-zero, x <= B is I < B or I = B with F zero. A bound with fraction digits (the
+ * shortest decimal that reads back as the bound's double: 2.5, 0.1) compares F with its digits, a
+ * digit at a time (frac_rest): x >= 2.25 is I > 2, or I = 2 with F >= "25". Past FRAC_DIGITS of them
+ * (1e-60) the bound is widened to the nearest integer outside it (documented approximation). A bounded
  * number is written without an exponent (the same values in plain notation).
  */
 #include "sample/schema_internal.h"
@@ -204,10 +206,164 @@ static void frac(kn_sbuf *out, int f, int mult10) {
     }
 }
 
+/* ---- fractions against a bound's digits ---------------------------------------------------- */
+
+/* A bound of the fraction digits s (after the "."), compared digit by digit with f (padded with
+ * zeros, as both are): s >= f or s > f for a lower bound, s <= f or s < f for an upper one. */
+typedef struct fbound {
+    const char *f; /* the bound's fraction digits, no trailing zero; NULL: no bound */
+    bool excl;
+} fbound;
+
+/* The digit strings from position j on (possibly empty) that keep lo and hi, those tight (the digits
+ * so far equal to theirs) marked lo_t / hi_t, at most m significant fraction digits in all (m < 0:
+ * any). Appends a GBNF expression to out; false when there are none. */
+static bool frac_rest(kn_sbuf *out, fbound lo, fbound hi, int j, bool lo_t, bool hi_t, int m) {
+    const int nl = lo_t ? (int)strlen(lo.f) : 0, nh = hi_t ? (int)strlen(hi.f) : 0;
+    if (lo_t && j >= nl && !lo.excl) lo_t = false; /* s >= f whatever follows */
+    const bool lo_nz = lo_t && j >= nl;            /* s > f: a nonzero digit must follow */
+    const bool hi_zero = hi_t && j >= nh;          /* s <= f: only zeros may follow; s < f: nothing */
+    if (hi_zero && (hi.excl || lo_nz)) return false;
+    if (hi_zero) return kn_sbuf_puts(out, "\"0\"*"), true;
+    const int r = m < 0 ? -1 : m > j ? m - j : 0; /* free positions left (m >= 0) */
+    if (!lo_t && !hi_t) {
+        if (r < 0) kn_sbuf_puts(out, "[0-9]*");
+        else if (r == 0) kn_sbuf_puts(out, "\"0\"*");
+        else kn_sbuf_printf(out, "([0-9]{0,%d} [1-9])? \"0\"*", r - 1);
+        return true;
+    }
+    if (lo_nz && !hi_t) {
+        if (r < 0) kn_sbuf_puts(out, "\"0\"* [1-9] [0-9]*");
+        else if (r == 0) return false;
+        else kn_sbuf_printf(out, "[0-9]{0,%d} [1-9] \"0\"*", r - 1);
+        return true;
+    }
+    /* a digit at a time: ending here keeps hi (what is left of f > 0) but not a tight lo */
+    int alts = 0;
+    kn_sbuf_puts(out, "(");
+    if (!lo_t) kn_sbuf_puts(out, "\"\""), alts++;
+    const char dl = lo_t && j < nl ? lo.f[j] : '0', dh = hi_t && j < nh ? hi.f[j] : '0';
+    const char top = r == 0 ? '0' : '9';
+    for (char c = '0'; c <= top;) {
+        /* the run of digits from c with the same outcome: loose (1), tight (2) or out (0) */
+        const int ol = !lo_t || c > dl ? 1 : c == dl ? 2 : 0, oh = !hi_t || c < dh ? 1 : c == dh ? 2 : 0;
+        char e = c;
+        while (e < top) {
+            const char d = (char)(e + 1);
+            const int pl = !lo_t || d > dl ? 1 : d == dl ? 2 : 0, ph = !hi_t || d < dh ? 1 : d == dh ? 2 : 0;
+            if (pl != ol || ph != oh || ol == 2 || oh == 2) break;
+            e = d;
+        }
+        if (ol && oh) {
+            kn_sbuf sub;
+            kn_sbuf_init(&sub, out->limit);
+            if (frac_rest(&sub, lo, hi, j + 1, ol == 2, oh == 2, m)) {
+                if (alts++) kn_sbuf_puts(out, " | ");
+                if (c == e) kn_sbuf_printf(out, "\"%c\" %s", c, sub.p);
+                else kn_sbuf_printf(out, "[%c-%c] %s", c, e, sub.p);
+            }
+            if (sub.nomem) out->nomem = true;
+            if (sub.over) out->over = true;
+            kn_sbuf_free(&sub);
+        }
+        c = (char)(e + 1);
+    }
+    kn_sbuf_puts(out, ")");
+    return alts > 0;
+}
+
+/* Writes sign I and a fraction that keeps lo and hi (a bound's digits, or NULL), as
+ * " | "-separated alternatives after *alts. */
+static void frac_bounded(kn_sbuf *out, int *alts, const char *sign, const mag *i, fbound lo, fbound hi, int m) {
+    kn_sbuf digits;
+    kn_sbuf_init(&digits, out->limit);
+    /* at least one digit after the ".": the first one by hand, then frac_rest */
+    bool any = false;
+    fbound l = lo, h = hi;
+    const bool lo_t = l.f != NULL, hi_t = h.f != NULL;
+    if (!lo_t) l.f = "";
+    if (!hi_t) h.f = "";
+    kn_sbuf_puts(&digits, "(");
+    const char dl = lo_t && l.f[0] ? l.f[0] : '0', dh = hi_t && h.f[0] ? h.f[0] : '0';
+    const bool lo_open = lo_t && !l.f[0] && !l.excl; /* s >= 0 */
+    const char top = m == 0 ? '0' : '9';
+    for (char c = '0'; c <= top; c++) {
+        const bool tl = lo_t && !lo_open && c == dl, th = hi_t && c == dh;
+        if (lo_t && !lo_open && c < dl) continue;
+        if (hi_t && c > dh) continue;
+        kn_sbuf sub;
+        kn_sbuf_init(&sub, out->limit);
+        if (frac_rest(&sub, l, h, 1, tl, th, m)) {
+            kn_sbuf_printf(&digits, "%s\"%c\" %s", any ? " | " : "", c, sub.p);
+            any = true;
+        }
+        if (sub.nomem) digits.nomem = true;
+        if (sub.over) digits.over = true;
+        kn_sbuf_free(&sub);
+    }
+    kn_sbuf_puts(&digits, ")");
+    /* no fraction at all: the value is I, which keeps lo when lo is "I" itself (s >= 0) and keeps hi
+     * unless hi is "I" exclusive */
+    const bool bare = (!lo_t || lo_open) && (!hi_t || h.f[0] || !h.excl);
+    if (any || bare) {
+        if ((*alts)++) kn_sbuf_puts(out, " | ");
+        kn_sbuf_printf(out, "%s\"%s\"", sign, i->d);
+        if (any) kn_sbuf_printf(out, bare ? " (\".\" %s)?" : " \".\" %s", digits.p);
+    }
+    if (digits.nomem) out->nomem = true;
+    if (digits.over) out->over = true;
+    kn_sbuf_free(&digits);
+}
+
+/* A magnitude as a decimal: integer digits and fraction digits (no trailing zero). */
+#define FRAC_DIGITS 40
+typedef struct dec {
+    mag i;
+    char f[FRAC_DIGITS + 1];
+} dec;
+
+/* |v| as the shortest decimal that reads back as v; false when its fraction passes FRAC_DIGITS. */
+static bool dec_of(dec *d, double v) {
+    char buf[64];
+    v = fabs(v);
+    if (floor(v) == v) { /* an integer: all of its digits, as the double holds it */
+        mag_of(&d->i, v);
+        d->f[0] = 0;
+        return true;
+    }
+    for (int p = 1; p <= 17; p++) {
+        snprintf(buf, sizeof buf, "%.*e", p - 1, v);
+        if (strtod(buf, NULL) == v) break;
+    }
+    char digits[24];
+    int nd = 0, e = 0;
+    for (const char *q = buf; *q && *q != 'e'; q++)
+        if (*q >= '0' && *q <= '9' && nd < 20) digits[nd++] = *q;
+    const char *x = strchr(buf, 'e');
+    if (x) e = atoi(x + 1);
+    int point = e + 1; /* digits before the point */
+    if (point > NUM_DIGITS || -point + nd > FRAC_DIGITS) return false;
+    size_t k = 0;
+    for (int p = 0; p < point; p++) d->i.d[k++] = p < nd ? digits[p] : '0';
+    d->i.d[k] = 0;
+    if (!k) snprintf(d->i.d, sizeof d->i.d, "0");
+    size_t kf = 0;
+    for (int p = point < 0 ? point : 0; p < 0; p++) d->f[kf++] = '0';
+    for (int p = point > 0 ? point : 0; p < nd; p++) d->f[kf++] = digits[p];
+    while (kf && d->f[kf - 1] == '0') kf--;
+    d->f[kf] = 0;
+    size_t z = 0; /* leading zeros of the integer part */
+    while (d->i.d[z] == '0' && d->i.d[z + 1]) z++;
+    memmove(d->i.d, d->i.d + z, strlen(d->i.d + z) + 1);
+    return true;
+}
+
 /* Magnitudes a = I.F with lo <= a <= hi (exclusive per flags; hi NULL: no maximum), integer or
  * not. Appends alternatives to out, separated by " | " after *alts of them. */
-static void half(kn_sbuf *out, kn_gout *g, int *alts, const char *sign, mag lo, bool lo_excl, const mag *hi,
+static void half(kn_sbuf *out, kn_gout *g, int *alts, const char *sign, dec lo_d, bool lo_excl, const dec *hi_d,
                  bool hi_excl, bool integer, int mult10) {
+    mag lo = lo_d.i;
+    const mag *hi = hi_d ? &hi_d->i : NULL;
     if (integer) {
         mag a = lo, b = {{0}};
         if (lo_excl) mag_inc(&a);
@@ -230,13 +386,19 @@ static void half(kn_sbuf *out, kn_gout *g, int *alts, const char *sign, mag lo, 
     }
     int c = hi ? mag_cmp(&lo, hi) : -1;
     if (c > 0) return;
-    /* I = lo */
-    int f_lo = f_and(lo_excl ? F_NONZERO : F_ANY, c == 0 ? (hi_excl ? F_NONE : F_ZERO) : F_ANY);
-    if (mult10 == 0 && f_lo == F_NONZERO) f_lo = F_NONE;
-    if (f_lo != F_NONE) {
-        if ((*alts)++) kn_sbuf_puts(out, " | ");
-        kn_sbuf_printf(out, "%s\"%s\"", sign, lo.d);
-        frac(out, f_lo, mult10);
+    /* I = lo: a bound with fraction digits takes frac_bounded; integer bounds the three languages */
+    const bool lo_frac = lo_d.f[0], hi_frac = hi_d && hi_d->f[0];
+    if (lo_frac || (c == 0 && hi_frac)) {
+        frac_bounded(out, alts, sign, &lo, (fbound){lo_d.f, lo_excl},
+                     c == 0 ? (fbound){hi_d->f, hi_excl} : (fbound){NULL, false}, mult10);
+    } else {
+        int f_lo = f_and(lo_excl ? F_NONZERO : F_ANY, c == 0 ? (hi_excl ? F_NONE : F_ZERO) : F_ANY);
+        if (mult10 == 0 && f_lo == F_NONZERO) f_lo = F_NONE;
+        if (f_lo != F_NONE) {
+            if ((*alts)++) kn_sbuf_puts(out, " | ");
+            kn_sbuf_printf(out, "%s\"%s\"", sign, lo.d);
+            frac(out, f_lo, mult10);
+        }
     }
     if (c == 0) return;
     /* lo < I < hi */
@@ -256,14 +418,16 @@ static void half(kn_sbuf *out, kn_gout *g, int *alts, const char *sign, mag lo, 
         frac(out, F_ANY, mult10);
     }
     /* I = hi */
-    if (hi && !hi_excl) {
+    if (hi && hi_frac) {
+        frac_bounded(out, alts, sign, hi, (fbound){NULL, false}, (fbound){hi_d->f, hi_excl}, mult10);
+    } else if (hi && !hi_excl) {
         if ((*alts)++) kn_sbuf_puts(out, " | ");
         kn_sbuf_printf(out, "%s\"%s\"", sign, hi->d);
         frac(out, F_ZERO, mult10);
     }
 }
 
-bool kn_num_body(kn_sbuf *b, kn_gout *g, kn_nbound lo, kn_nbound hi, bool integer, int mult10, bool *approx) {
+bool kn_num_body(kn_sbuf *b, kn_gout *g, kn_nbound lo, kn_nbound hi, bool integer, int mult10, int *widened) {
     if (!lo.set && !hi.set && !integer && mult10 < 0) {
         kn_sbuf_puts(b, "\"-\"? (\"0\" | [1-9] [0-9]*) (\".\" [0-9]+)? ([eE] [-+]? [0-9]+)?");
         return true;
@@ -272,34 +436,35 @@ bool kn_num_body(kn_sbuf *b, kn_gout *g, kn_nbound lo, kn_nbound hi, bool intege
         kn_sbuf_puts(b, "\"-\"? (\"0\" | [1-9] [0-9]*)");
         return true;
     }
-    /* integer bounds: integers round inward exactly; numbers widen outward (approximation) */
+    /* bounds that are not integers: integers round inward; numbers compare their fraction digits
+     * with the bound's (written as the shortest decimal that reads back as it), or, past FRAC_DIGITS
+     * of them, widen outward (approximation) */
+    dec probe;
     if (lo.set && floor(lo.v) != lo.v) {
         if (integer) lo = (kn_nbound){true, false, ceil(lo.v)};
-        else lo = (kn_nbound){true, false, floor(lo.v)}, *approx = true;
+        else if (!dec_of(&probe, lo.v)) lo = (kn_nbound){true, false, floor(lo.v)}, *widened = 1;
     }
     if (hi.set && floor(hi.v) != hi.v) {
         if (integer) hi = (kn_nbound){true, false, floor(hi.v)};
-        else hi = (kn_nbound){true, false, ceil(hi.v)}, *approx = true;
+        else if (!dec_of(&probe, hi.v)) hi = (kn_nbound){true, false, ceil(hi.v)}, *widened = *widened ? *widened : 2;
     }
     if (lo.set && hi.set && (lo.v > hi.v || (lo.v == hi.v && (lo.excl || hi.excl)))) return false;
     int alts = 0;
     kn_sbuf_puts(b, "(");
     /* non-negative magnitudes: x >= 0 */
     if (!hi.set || hi.v > 0 || (hi.v == 0 && !hi.excl)) {
-        mag l, h;
+        dec l = {{"0"}, ""}, h = {{"0"}, ""};
         bool lx = false;
-        mag_of(&l, 0);
-        if (lo.set && lo.v >= 0) mag_of(&l, lo.v), lx = lo.excl;
-        if (hi.set) mag_of(&h, hi.v);
+        if (lo.set && lo.v >= 0) dec_of(&l, lo.v), lx = lo.excl;
+        if (hi.set) dec_of(&h, hi.v);
         half(b, g, &alts, "", l, lx, hi.set ? &h : NULL, hi.set && hi.excl, integer, mult10);
     }
     /* negative values: x = -a, a > 0 */
     if (!lo.set || lo.v < 0) {
-        mag l, h;
+        dec l = {{"0"}, ""}, h = {{"0"}, ""};
         bool lx = true; /* a > 0 unless the upper bound says more */
-        mag_of(&l, 0);
-        if (hi.set && hi.v < 0) mag_of(&l, -hi.v), lx = hi.excl;
-        if (lo.set) mag_of(&h, -lo.v);
+        if (hi.set && hi.v < 0) dec_of(&l, -hi.v), lx = hi.excl;
+        if (lo.set) dec_of(&h, -lo.v);
         half(b, g, &alts, "\"-\" ", l, lx, lo.set ? &h : NULL, lo.set && lo.excl, integer, mult10);
     }
     kn_sbuf_puts(b, ")");
