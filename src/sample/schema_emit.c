@@ -632,14 +632,6 @@ static void item_conj(ctx *c, const node *n, size_t i, bool tail, conj *out, boo
 
 bool ks_emit_array(ctx *c, node *n, kn_sbuf *b, int depth) {
     long lo = n->minitems, hi = n->maxitems;
-    if (lo > KN_GBNF_MAX_REPEAT) {
-        ks_fail(c, n->path ? n->path : "", "minItems", "kiln enforces minItems up to %d", KN_GBNF_MAX_REPEAT);
-        return false;
-    }
-    if (hi > KN_GBNF_MAX_REPEAT) {
-        ks_approx(c, n->path ? n->path : "", "maxItems", "a maxItems above 10000 is not enforced");
-        hi = -1;
-    }
     size_t np = 0;
     for (int j = 0; j < n->asrc.n; j++) {
         json_t *items = json_object_get(n->asrc.v[j].s, "items");
@@ -650,6 +642,19 @@ bool ks_emit_array(ctx *c, node *n, kn_sbuf *b, int depth) {
         ks_fail(c, n->asrc.v[0].path, "prefixItems", "too many positions");
         return false;
     }
+    /* counts past the repetition limit: a counter beside the items (without prefixItems) */
+    if (hi > (np ? KN_GBNF_MAX_REPEAT : KN_GBNF_MAX_COUNT)) {
+        ks_approx(c, n->path ? n->path : "", "maxItems",
+                  np ? "a maxItems above 10000 next to prefixItems is not enforced"
+                     : "a maxItems above 16777216 is not enforced");
+        hi = -1;
+    }
+    if (lo > KN_GBNF_MAX_REPEAT && (hi < 0 || np)) {
+        ks_fail(c, n->path ? n->path : "", "minItems", "kiln enforces minItems up to %d without a maxItems",
+                KN_GBNF_MAX_REPEAT);
+        return false;
+    }
+    const bool counted = !np && hi > KN_GBNF_MAX_REPEAT;
     const char **pos = calloc(np + 1, sizeof *pos);
     if (!pos) {
         ks_nomem(c);
@@ -700,7 +705,10 @@ bool ks_emit_array(ctx *c, node *n, kn_sbuf *b, int depth) {
             if (tail && (hi < 0 || hi > (long)np)) {
                 long tmin = lo > (long)np ? lo - (long)np : 0, tmax = hi < 0 ? -1 : hi - (long)np;
                 char rep[48];
-                if (np == 0) {
+                if (counted) { /* "[" ws @count (item (, item)*)? @{lo,hi} "]" */
+                    kn_sbuf_printf(b, " @count ( %s ws @+1{0,%ld} ( \",\" ws %s ws @+1{0,%ld} )* )? @{%ld,%ld}", tail,
+                                   hi, tail, hi, lo, hi);
+                } else if (np == 0) {
                     /* the first item, then repetitions with a comma */
                     long rmin = tmin > 0 ? tmin - 1 : 0, rmax = tmax < 0 ? -1 : tmax - 1;
                     if (rmax < 0) snprintf(rep, sizeof rep, rmin ? "{%ld,}" : "*", rmin);
