@@ -6,7 +6,8 @@
  * classes [...] / [^...] with the escapes \n \r \t \\ \" \[ \] \xHH \uHHHH \UHHHHHHHH (each escape
  * is a code point, so "\xe9" is U+00E9, two bytes in UTF-8), '.', groups, '|', and the postfix
  * operators * + ? {m} {m,} {m,n}, which apply to everything since the last item began (as in
- * llama.cpp: "a"{2}* repeats "aa").
+ * llama.cpp: "a"{2}* repeats "aa"); and kiln's counter operations "@count", "@+N{lo,hi}" and
+ * "@{lo,hi}" (grammar_prog.h), elements that match the empty string, interned in an op table.
  *
  * Compilation is one pass of recursive descent (depth capped by KN_GBNF_MAX_NESTING) building rules
  * whose alternatives are runs of symbols, then three linear analyses: which rules can match the

@@ -18,32 +18,46 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Past this many edge visits (edges times max), the caller takes the product instead. */
-#define LEN_MAX_WORK 40000000L
+/* Past this much work ((distinct edges + states) times max + 1: the lengths' passes, then one window
+ * per state), the caller takes the product instead. A uri with maxLength 2083 is about 10^6; the
+ * bound keeps a hostile schema's string at a few milliseconds and half a megabyte of bits. */
+#define LEN_MAX_WORK 4000000L
+
+/* The distinct targets of state q's transitions into t[] (at most q's transition count); their count. */
+static int targets(const kn_dstate *q, int *t) {
+    int n = 0;
+    for (int i = 0; i < q->ntr; i++) {
+        int k = 0;
+        while (k < n && t[k] != q->tr[i].to) k++;
+        if (k == n) t[n++] = q->tr[i].to;
+    }
+    return n;
+}
 
 kn_len_guards kn_dfa_len_guards(const kn_dfa *d, long min, long max, int *lo, int *hi) {
     if (max < 0 || min > max || d->n <= 0) return KN_LEN_NO;
     /* the distinct edges (q -> t), as reversed adjacency: pred[poff[t] .. poff[t+1]) */
+    int most = 0;
+    for (int q = 0; q < d->n; q++) most = d->s[q].ntr > most ? d->s[q].ntr : most;
+    int *tg = malloc(((size_t)most + 1) * sizeof *tg);
+    if (!tg) return KN_LEN_NOMEM;
     size_t ne = 0;
-    for (int q = 0; q < d->n; q++) ne += (size_t)d->s[q].ntr;
-    if (ne && (long)ne > LEN_MAX_WORK / (max + 1)) return KN_LEN_NO;
+    for (int q = 0; q < d->n; q++) ne += (size_t)targets(&d->s[q], tg);
+    if ((long)(ne + (size_t)d->n) > LEN_MAX_WORK / (max + 1)) return free(tg), KN_LEN_NO;
     int *poff = calloc((size_t)d->n + 1, sizeof *poff), *pred = malloc((ne ? ne : 1) * sizeof *pred);
-    const size_t words = (size_t)max / 64 + 1;
+    const size_t words = (size_t)max / 64 + 1, sw = (size_t)d->n / 64 + 1;
     uint64_t *reach = calloc((size_t)d->n * words, sizeof *reach); /* bit L of state q: a completion of length L */
-    uint64_t *cur = malloc(((size_t)d->n / 64 + 1) * sizeof *cur), *nxt = malloc(((size_t)d->n / 64 + 1) * sizeof *nxt);
-    int *cnt = malloc(((size_t)max + 2) * sizeof *cnt);
+    uint64_t *cur = calloc(sw, sizeof *cur), *nxt = malloc(sw * sizeof *nxt);
     kn_len_guards r = KN_LEN_NOMEM;
-    if (!poff || !pred || !reach || !cur || !nxt || !cnt) goto done;
+    if (!poff || !pred || !reach || !cur || !nxt) goto done;
     for (int q = 0; q < d->n; q++)
-        for (int i = 0; i < d->s[q].ntr; i++) poff[d->s[q].tr[i].to + 1]++;
+        for (int i = 0, n = targets(&d->s[q], tg); i < n; i++) poff[tg[i] + 1]++;
     for (int t = 0; t < d->n; t++) poff[t + 1] += poff[t];
     for (int q = 0; q < d->n; q++) /* (poff[t] is advanced while filling, then shifted back) */
-        for (int i = 0; i < d->s[q].ntr; i++) pred[poff[d->s[q].tr[i].to]++] = q;
+        for (int i = 0, n = targets(&d->s[q], tg); i < n; i++) pred[poff[tg[i]]++] = q;
     for (int t = d->n; t > 0; t--) poff[t] = poff[t - 1];
     poff[0] = 0;
     /* lengths: cur = the states with a completion of length L */
-    const size_t sw = (size_t)d->n / 64 + 1;
-    memset(cur, 0, sw * sizeof *cur);
     for (int q = 0; q < d->n; q++)
         if (d->s[q].acc) cur[q / 64] |= 1ull << (q % 64), reach[(size_t)q * words] |= 1;
     for (long L = 1; L <= max; L++) {
@@ -62,25 +76,29 @@ kn_len_guards kn_dfa_len_guards(const kn_dfa *d, long min, long max, int *lo, in
         uint64_t *sw_ = cur;
         cur = nxt, nxt = sw_;
     }
-    /* per state: the counts k in [0, max] with a completion length in [min - k, max - k] */
+    /* per state: the counts k in [0, max] with a completion length in [min - k, max - k], found
+     * with k going down from max: the window's right end grows by one each step, its left end
+     * (min - k, once positive) too */
     r = KN_LEN_OK;
     for (int q = 0; q < d->n && r == KN_LEN_OK; q++) {
         const uint64_t *bits = reach + (size_t)q * words;
-        cnt[0] = 0; /* cnt[L + 1]: completions of length <= L */
-        for (long L = 0; L <= max; L++) cnt[L + 1] = cnt[L] + (int)(bits[L / 64] >> (L % 64) & 1);
-        int first = -1, last = -1;
-        for (long k = q ? 1 : 0; k <= max; k++) { /* only the start is entered with count 0 */
-            long a = min - k > 0 ? min - k : 0, b = max - k;
-            if (cnt[b + 1] - cnt[a] == 0) continue;
-            if (last >= 0 && last != k - 1) r = KN_LEN_NO; /* a gap: not one interval */
+#define BIT(L) ((int)(bits[(L) / 64] >> ((L) % 64) & 1))
+        long a = 0, b = -1, inside = 0;             /* the window [a, b] of lengths, and its set bits */
+        int first = -1, last = -1;                  /* the allowed counts found, going down */
+        for (long k = max; k >= (q ? 1 : 0); k--) { /* only the start is entered with count 0 */
+            for (; b < max - k; b++) inside += BIT(b + 1);
+            for (; a < min - k; a++) inside -= BIT(a);
+            if (!inside) continue;
+            if (last >= 0 && last != k + 1) r = KN_LEN_NO; /* a gap: not one interval */
             if (first < 0) first = (int)k;
             last = (int)k;
         }
-        lo[q] = first < 0 ? 1 : first;
-        hi[q] = first < 0 ? 0 : last;
+#undef BIT
+        lo[q] = first < 0 ? 1 : last;
+        hi[q] = first < 0 ? 0 : first;
     }
     if (r == KN_LEN_OK && lo[0] > 0) r = KN_LEN_EMPTY; /* the start cannot be completed */
 done:
-    free(poff), free(pred), free(reach), free(cur), free(nxt), free(cnt);
+    free(tg), free(poff), free(pred), free(reach), free(cur), free(nxt);
     return r;
 }

@@ -302,11 +302,10 @@ typedef struct region {
  * -1 after a failure (reported). */
 static int split_names(ctx *c, const node *n, const kn_dfa *base, const pat *p, int np, region *r) {
     const char *path = n->path ? n->path : "";
-    int nr = 0;
     r[0].d = kn_dfa_and(base, base);
     r[0].in = calloc((size_t)np + 1, 1);
     if (!r[0].d || !r[0].in) return ks_nomem(c), -1;
-    nr = 1;
+    int nr = 1;
     for (int i = 0; i < np; i++) {
         kn_dfa *out = p[i].d ? kn_dfa_not(p[i].d) : NULL;
         if (!out) return ks_fail(c, path, "patternProperties", "the property name patterns are too complex"), -1;
