@@ -295,11 +295,11 @@ typedef struct region {
     uint8_t *in; /* [number of patterns] */
 } region;
 
-#define MAX_REGIONS 256
+#define MAX_REGIONS 64
 
 /* Splits the names of base by the patterns p[np] that match them, into the non-empty regions r[]
- * (MAX_REGIONS at most: overlapping patterns make up to 2^np; disjoint ones np + 1). The count, or
- * -1 after a failure (reported). */
+ * (MAX_REGIONS at most: overlapping patterns make up to 2^np; disjoint ones np + 1). The count, -1
+ * after a failure (reported), -2 past MAX_REGIONS (r[] freed: the caller splits greedily). */
 static int split_names(ctx *c, const node *n, const kn_dfa *base, const pat *p, int np, region *r) {
     const char *path = n->path ? n->path : "";
     r[0].d = kn_dfa_and(base, base);
@@ -322,9 +322,8 @@ static int split_names(ctx *c, const node *n, const kn_dfa *base, const pat *p, 
             }
             if (nr == MAX_REGIONS) {
                 kn_dfa_free(yes), kn_dfa_free(no), kn_dfa_free(out);
-                return ks_fail(c, path, "patternProperties",
-                               "the property name patterns overlap in more than %d combinations", MAX_REGIONS),
-                       -1;
+                for (int f = 0; f < nr; f++) kn_dfa_free(r[f].d), free(r[f].in), r[f] = (region){0};
+                return -2;
             }
             r[nr].in = malloc((size_t)np + 1);
             if (!r[nr].in) {
@@ -339,6 +338,39 @@ static int split_names(ctx *c, const node *n, const kn_dfa *base, const pat *p, 
         }
         kn_dfa_free(out);
     }
+    return nr;
+}
+
+/* The greedy split past MAX_REGIONS: pattern i's region holds the names it matches and no earlier
+ * pattern does (np + 1 regions at most, the last the names no pattern matches), reported as an
+ * approximation: a name matching several patterns is under the first one's schema. The count, or -1
+ * after a failure (reported). */
+static int split_greedy(ctx *c, const node *n, const kn_dfa *base, const pat *p, int np, region *r) {
+    const char *path = n->path ? n->path : "";
+    kn_dfa *rest = kn_dfa_and(base, base);
+    int nr = 0;
+    for (int i = 0; i < np && rest && nr < MAX_REGIONS - 1; i++) {
+        kn_dfa *out = p[i].d ? kn_dfa_not(p[i].d) : NULL, *yes = out ? kn_dfa_and(rest, p[i].d) : NULL;
+        kn_dfa *no = yes ? kn_dfa_and(rest, out) : NULL;
+        kn_dfa_free(out);
+        kn_dfa_free(rest);
+        rest = no;
+        r[nr].in = calloc((size_t)np + 1, 1);
+        if (!no || !r[nr].in) {
+            kn_dfa_free(yes), kn_dfa_free(rest);
+            return ks_fail(c, path, "patternProperties", "the property name patterns are too complex"), -1;
+        }
+        r[nr].in[i] = 1;
+        r[nr++].d = yes;
+    }
+    r[nr].in = calloc((size_t)np + 1, 1);
+    if (!rest || !r[nr].in || nr == MAX_REGIONS - 1) {
+        kn_dfa_free(rest);
+        return ks_fail(c, path, "patternProperties", "the property name patterns are too complex"), -1;
+    }
+    r[nr++].d = rest;
+    ks_approx(c, path, "patternProperties",
+              "names matching several of these patterns (more than 64 combinations) are under the first one's schema");
     return nr;
 }
 
@@ -445,7 +477,7 @@ bool ks_emit_object(ctx *c, node *n, kn_sbuf *b, const char *hint, int depth) {
                 }
         }
         if (!pats || !rg) ks_nomem(c);
-        else nreg = split_names(c, n, base, pats, np, rg);
+        else if ((nreg = split_names(c, n, base, pats, np, rg)) == -2) nreg = split_greedy(c, n, base, pats, np, rg);
         for (int k = 0; k < nreg && !c->failed; k++) {
             if (kn_dfa_is_empty(rg[k].d)) continue;
             bool any = false;

@@ -1320,13 +1320,16 @@ static void test_approximation_reported(void) {
             CHECKF(!accepts(g, regions[i].bad[k]), "%s accepts %s", regions[i].schema, regions[i].bad[k]);
         kiln_grammar_free(g);
     }
-    /* patterns overlapping in more combinations than kiln splits names into: an error */
+    /* patterns overlapping in more combinations than kiln splits names into (64): each name under
+     * the first pattern that matches it, reported */
     char many[600] = "{\"patternProperties\":{";
     for (int k = 0; k < 9; k++)
         snprintf(many + strlen(many), sizeof many - strlen(many), "%s\"%c\":{}", k ? "," : "", 'a' + k);
     strcat(many, "}}");
     g = compile_schema(many, false);
-    CHECKF(!g && strstr(kiln_last_error(), "more than 256 combinations"), "%s", kiln_last_error());
+    CHECKF(g && kiln_grammar_approximation(g) && strstr(kiln_grammar_approximation(g), "more than 64 combinations"),
+           "%s", g ? kiln_grammar_approximation(g) : kiln_last_error());
+    kiln_grammar_free(g);
     /* the disjoint patterns' values are checked each under its own schema */
     g = compile_schema("{\"patternProperties\":{\"^a\":{\"type\":\"integer\"},\"^b\":{\"type\":\"string\"}}}", false);
     CHECK(g && accepts(g, "{\"a1\":1,\"b1\":\"x\"}") && !accepts(g, "{\"a1\":\"x\"}") && !accepts(g, "{\"b1\":1}") &&
