@@ -215,20 +215,21 @@ typedef struct fbound {
     bool excl;
 } fbound;
 
-/* The digit strings from position j on (possibly empty) that keep lo and hi, those tight (the digits
- * so far equal to theirs) marked lo_t / hi_t, at most m significant fraction digits in all (m < 0:
- * any). Appends a GBNF expression to out; false when there are none. */
-static bool frac_rest(kn_sbuf *out, fbound lo, fbound hi, int j, bool lo_t, bool hi_t, int m) {
+/* The digit strings from position j on (possibly empty, unless nonempty) that keep lo and hi, those
+ * tight (the digits so far equal to theirs) marked lo_t / hi_t, at most m significant fraction
+ * digits in all (m < 0: any). Appends a GBNF expression to out; false when there are none. */
+static bool frac_rest(kn_sbuf *out, fbound lo, fbound hi, int j, bool lo_t, bool hi_t, int m, bool nonempty) {
     const int nl = lo_t ? (int)strlen(lo.f) : 0, nh = hi_t ? (int)strlen(hi.f) : 0;
     if (lo_t && j >= nl && !lo.excl) lo_t = false; /* s >= f whatever follows */
     const bool lo_nz = lo_t && j >= nl;            /* s > f: a nonzero digit must follow */
     const bool hi_zero = hi_t && j >= nh;          /* s <= f: only zeros may follow; s < f: nothing */
     if (hi_zero && (hi.excl || lo_nz)) return false;
-    if (hi_zero) return kn_sbuf_puts(out, "\"0\"*"), true;
+    if (hi_zero) return kn_sbuf_puts(out, nonempty ? "\"0\"+" : "\"0\"*"), true;
     const int r = m < 0 ? -1 : m > j ? m - j : 0; /* free positions left (m >= 0) */
     if (!lo_t && !hi_t) {
-        if (r < 0) kn_sbuf_puts(out, "[0-9]*");
-        else if (r == 0) kn_sbuf_puts(out, "\"0\"*");
+        if (r < 0) kn_sbuf_puts(out, nonempty ? "[0-9]+" : "[0-9]*");
+        else if (r == 0) kn_sbuf_puts(out, nonempty ? "\"0\"+" : "\"0\"*");
+        else if (nonempty) kn_sbuf_printf(out, "([0-9]{0,%d} [1-9] \"0\"* | \"0\"+)", r - 1);
         else kn_sbuf_printf(out, "([0-9]{0,%d} [1-9])? \"0\"*", r - 1);
         return true;
     }
@@ -241,7 +242,7 @@ static bool frac_rest(kn_sbuf *out, fbound lo, fbound hi, int j, bool lo_t, bool
     /* a digit at a time: ending here keeps hi (what is left of f > 0) but not a tight lo */
     int alts = 0;
     kn_sbuf_puts(out, "(");
-    if (!lo_t) kn_sbuf_puts(out, "\"\""), alts++;
+    if (!lo_t && !nonempty) kn_sbuf_puts(out, "\"\""), alts++;
     const char dl = lo_t && j < nl ? lo.f[j] : '0', dh = hi_t && j < nh ? hi.f[j] : '0';
     const char top = r == 0 ? '0' : '9';
     for (char c = '0'; c <= top;) {
@@ -257,7 +258,7 @@ static bool frac_rest(kn_sbuf *out, fbound lo, fbound hi, int j, bool lo_t, bool
         if (ol && oh) {
             kn_sbuf sub;
             kn_sbuf_init(&sub, out->limit);
-            if (frac_rest(&sub, lo, hi, j + 1, ol == 2, oh == 2, m)) {
+            if (frac_rest(&sub, lo, hi, j + 1, ol == 2, oh == 2, m, false)) {
                 if (alts++) kn_sbuf_puts(out, " | ");
                 if (c == e) kn_sbuf_printf(out, "\"%c\" %s", c, sub.p);
                 else kn_sbuf_printf(out, "[%c-%c] %s", c, e, sub.p);
@@ -275,36 +276,15 @@ static bool frac_rest(kn_sbuf *out, fbound lo, fbound hi, int j, bool lo_t, bool
 /* Writes sign I and a fraction that keeps lo and hi (a bound's digits, or NULL), as
  * " | "-separated alternatives after *alts. */
 static void frac_bounded(kn_sbuf *out, int *alts, const char *sign, const mag *i, fbound lo, fbound hi, int m) {
-    kn_sbuf digits;
+    const bool lo_t = lo.f != NULL, hi_t = hi.f != NULL;
+    if (!lo_t) lo.f = "";
+    if (!hi_t) hi.f = "";
+    kn_sbuf digits; /* at least one digit after the "." */
     kn_sbuf_init(&digits, out->limit);
-    /* at least one digit after the ".": the first one by hand, then frac_rest */
-    bool any = false;
-    fbound l = lo, h = hi;
-    const bool lo_t = l.f != NULL, hi_t = h.f != NULL;
-    if (!lo_t) l.f = "";
-    if (!hi_t) h.f = "";
-    kn_sbuf_puts(&digits, "(");
-    const char dl = lo_t && l.f[0] ? l.f[0] : '0', dh = hi_t && h.f[0] ? h.f[0] : '0';
-    const bool lo_open = lo_t && !l.f[0] && !l.excl; /* s >= 0 */
-    const char top = m == 0 ? '0' : '9';
-    for (char c = '0'; c <= top; c++) {
-        const bool tl = lo_t && !lo_open && c == dl, th = hi_t && c == dh;
-        if (lo_t && !lo_open && c < dl) continue;
-        if (hi_t && c > dh) continue;
-        kn_sbuf sub;
-        kn_sbuf_init(&sub, out->limit);
-        if (frac_rest(&sub, l, h, 1, tl, th, m)) {
-            kn_sbuf_printf(&digits, "%s\"%c\" %s", any ? " | " : "", c, sub.p);
-            any = true;
-        }
-        if (sub.nomem) digits.nomem = true;
-        if (sub.over) digits.over = true;
-        kn_sbuf_free(&sub);
-    }
-    kn_sbuf_puts(&digits, ")");
+    const bool any = frac_rest(&digits, lo, hi, 0, lo_t, hi_t, m, true);
     /* no fraction at all: the value is I, which keeps lo when lo is "I" itself (s >= 0) and keeps hi
      * unless hi is "I" exclusive */
-    const bool bare = (!lo_t || lo_open) && (!hi_t || h.f[0] || !h.excl);
+    const bool bare = (!lo_t || (!lo.f[0] && !lo.excl)) && (!hi_t || hi.f[0] || !hi.excl);
     if (any || bare) {
         if ((*alts)++) kn_sbuf_puts(out, " | ");
         kn_sbuf_printf(out, "%s\"%s\"", sign, i->d);
