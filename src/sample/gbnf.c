@@ -1061,7 +1061,7 @@ static bool gb_emit_program(gb *p, const gb_an *an, kn_gprog *out) {
     size_t nr = p->n_rules;
     size_t sz_elem = n_elem * 4, sz_off = (nr + 1) * 4, sz_pos = n_alt * 4;
     size_t head = (sz_elem + sz_off + sz_pos + 31) & ~(size_t)31;
-    char *mem = calloc(1, head + p->n_sets * 32 + p->n_ops * sizeof(kn_gop) + 32);
+    char *mem = calloc(1, head + p->n_sets * 32 + p->n_ops * sizeof(kn_gop) + (2 * p->n_ops + 1) * 4 + 32);
     if (!mem) return gb_nomem(p);
     int32_t *elem = (int32_t *)mem, *alt_off = (int32_t *)(mem + sz_elem),
             *alt_pos = (int32_t *)(mem + sz_elem + sz_off);
@@ -1069,6 +1069,7 @@ static bool gb_emit_program(gb *p, const gb_an *an, kn_gprog *out) {
     if (p->n_sets) memcpy(sets, p->sets, p->n_sets * 32);
     kn_gop *ops = (kn_gop *)(mem + head + p->n_sets * 32);
     if (p->n_ops) memcpy(ops, p->ops, p->n_ops * sizeof *ops);
+    int32_t *bound = (int32_t *)(ops + p->n_ops);
     int32_t e = 0, k = 0;
     for (size_t r = 0; r < nr; r++) {
         alt_off[r] = k;
@@ -1093,6 +1094,10 @@ static bool gb_emit_program(gb *p, const gb_an *an, kn_gprog *out) {
                       .n_op = (int32_t)p->n_ops,
                       .op = ops,
                       .mem = mem};
+    if (!kn_gprog_count_facts(out, bound)) {
+        kn_gprog_free(out);
+        return gb_nomem(p);
+    }
     return true;
 }
 

@@ -22,7 +22,10 @@
  *     it to skip asking the store again.
  *   - A cache of masks by parser state (direct-mapped, bounded), since states recur: inside a
  *     string, between the items of an array. State ids change when the store is compacted, so the
- *     cache and the learnt classes are cleared then.
+ *     cache and the learnt classes are cleared then. A state holding counts (a string with a
+ *     maxLength) is first replaced by the state with each count at the first value of its class
+ *     (kn_gstore_canon: values that no guard tells apart within a token's length), so that its
+ *     masks recur too while the count is far from its bounds.
  * KN_GMATCH_PLAIN keeps the reference: each token's text stepped byte by byte, which the tests
  * compare against the fast path bit for bit.
  */
@@ -548,7 +551,9 @@ static int32_t add_eog(kn_gmatch *m, int32_t s, uint64_t *mask) {
 const uint64_t *kn_gmatch_mask(kn_gmatch *m, int32_t *n_allowed) {
     m->err = NULL;
     m->stats.masks++;
-    const int32_t s = m->cur;
+    /* the state whose counters sit at the first values of their classes: the same mask, so a
+     * string with a maxLength finds its masks in the cache while far from its bounds */
+    const int32_t s = (m->flags & KN_GMATCH_PLAIN) ? m->cur : kn_gstore_canon(m->store, m->cur, m->t->max_depth);
     const bool cached = m->c_slots && !m->strip; /* the first mask with a stripped space is its own */
     uint64_t *mask = m->mask;
     if (cached) {

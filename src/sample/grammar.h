@@ -115,6 +115,13 @@ bool kn_gstore_final(kn_gstore *s, int32_t state);
 size_t kn_gstore_bytes(const kn_gstore *s);
 bool kn_gstore_full(const kn_gstore *s);
 
+/* A state that allows the same texts of up to span bytes as state does: state with each counter's
+ * value moved to the first value of its class (kn_gprog_count_class), so that the token masks of
+ * a string with a maxLength share one cache entry while the count is far from its bounds. state
+ * itself when no value moves, when the grammar's count step is unbounded, when the store is full
+ * or when memory runs out (the answer is then exact, only not shared). Memoized per state. */
+int32_t kn_gstore_canon(kn_gstore *s, int32_t state, int32_t span);
+
 /* Forgets every state but keep, which gets a new id (returned); ids from before are invalid. */
 int32_t kn_gstore_compact(kn_gstore *s, int32_t keep);
 

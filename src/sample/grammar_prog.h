@@ -63,11 +63,25 @@ typedef struct kn_gprog {
     int32_t n_op;
     const kn_gop *op; /* [n_op]: the counter operations KN_GP_OP(i) elements name */
     int32_t root;
-    void *mem; /* the one allocation holding the arrays above */
+    /* what counter values behave alike (gcount.c): the most the moves between two bytes add to one
+     * counter (-1: unbounded or not known), and the guards' boundaries (0, each lo, each hi + 1) */
+    int32_t count_step;
+    int32_t n_bound;
+    const int32_t *bound; /* [n_bound] ascending */
+    void *mem;            /* the one allocation holding the arrays above */
 } kn_gprog;
 
 /* Whether byte b is in set s of program p. */
 static inline bool kn_gp_match(const kn_gprog *p, int32_t s, uint8_t b) { return (p->set[s][b >> 6] >> (b & 63)) & 1; }
+
+/* Fills in p's count_step, n_bound and bound (which points at bound_buf[2 * n_op + 1]); false when
+ * memory runs out. Called by the compiler once the program is laid out. */
+bool kn_gprog_count_facts(kn_gprog *p, int32_t *bound_buf);
+
+/* The first value of v's class: a counter at v and one at the returned value pass and fail every
+ * guard alike over any text that adds at most ahead to them (ahead: the bytes looked ahead times
+ * count_step). v itself when no other value is known to behave alike. */
+int32_t kn_gprog_count_class(const kn_gprog *p, int32_t v, int64_t ahead);
 
 /* Parses and compiles GBNF text[len] into *out (see kn_gbnf_compile in grammar.h for the dialect and
  * the errors). On failure nothing is allocated and kn_error holds "line L, column C: ...". The

@@ -76,6 +76,8 @@ struct kn_gstore {
     uint32_t *soff;
     int32_t *scnt;
     uint8_t *sacc;
+    int32_t *canon; /* kn_gstore_canon's answer for span canon_span, -1 = not known */
+    int32_t canon_span;
     size_t cap_states;
     int32_t *pool;
     size_t n_pool, cap_pool;
@@ -252,7 +254,8 @@ static int32_t gs_state(kn_gstore *s, const int32_t *ids, int32_t n, bool acc) {
         if (!gs_resize(s, (void **)&s->h.trans, s->cap_states, nc, sizeof *s->h.trans) ||
             !gs_resize(s, (void **)&s->soff, s->cap_states, nc, sizeof *s->soff) ||
             !gs_resize(s, (void **)&s->scnt, s->cap_states, nc, sizeof *s->scnt) ||
-            !gs_resize(s, (void **)&s->sacc, s->cap_states, nc, sizeof *s->sacc))
+            !gs_resize(s, (void **)&s->sacc, s->cap_states, nc, sizeof *s->sacc) ||
+            !gs_resize(s, (void **)&s->canon, s->cap_states, nc, sizeof *s->canon))
             return GS_FAIL;
         s->cap_states = nc;
     }
@@ -267,6 +270,7 @@ static int32_t gs_state(kn_gstore *s, const int32_t *ids, int32_t n, bool acc) {
     s->soff[id] = (uint32_t)s->n_pool;
     s->scnt[id] = n;
     s->sacc[id] = acc;
+    s->canon[id] = -1;
     s->h.trans[id] = (int32_t *)gs_unknown;
     s->n_pool += (size_t)n;
     s->state_tab[h] = id;
@@ -397,9 +401,10 @@ static int32_t gs_result(kn_gstore *s) {
 static void gs_clear(kn_gstore *s) {
     for (size_t i = 0; i < s->n_slabs; i++) free(s->slabs[i]);
     free(s->slabs), free(s->npos), free(s->npar), free(s->seen), free(s->node_tab);
-    free(s->h.trans), free(s->soff), free(s->scnt), free(s->sacc), free(s->pool), free(s->state_tab);
+    free(s->h.trans), free(s->soff), free(s->scnt), free(s->sacc), free(s->canon), free(s->pool), free(s->state_tab);
     s->slabs = NULL, s->npos = s->npar = NULL, s->seen = NULL, s->node_tab = NULL;
-    s->h.trans = NULL, s->soff = NULL, s->scnt = NULL, s->sacc = NULL, s->pool = NULL, s->state_tab = NULL;
+    s->h.trans = NULL, s->soff = NULL, s->scnt = NULL, s->sacc = NULL, s->canon = NULL, s->pool = NULL;
+    s->state_tab = NULL;
     s->n_slabs = s->cap_slabs = s->slab_used = 0;
     s->n_nodes = s->cap_nodes = s->node_tab_cap = 0;
     s->node_tab_bits = 0;
@@ -530,6 +535,66 @@ int32_t kn_gstore_compact(kn_gstore *s, int32_t keep) {
     }
     free(ids), free(map), free(chain), free(opos), free(opar);
     return st == GS_FAIL ? KN_GS_DEAD : st;
+}
+
+/* Stack id with each counter frame's value moved to its class's first (kn_gprog_count_class with
+ * ahead), into *out: the frames above the deepest moved counter rebuilt (their positions in
+ * s->work). False on failure (memory: the caller keeps the state as it is). */
+static bool gs_canon_stack(kn_gstore *s, int32_t id, int64_t ahead, int32_t *out) {
+    s->n_work = 0;
+    size_t deepest = SIZE_MAX; /* index in work of the deepest counter whose value moves */
+    for (int32_t c = id; c >= 0; c = s->npar[c]) {
+        int32_t pos = s->npos[c];
+        if (pos < -1) {
+            int32_t v = GS_COUNTER_VALUE(pos), w = kn_gprog_count_class(s->p, v, ahead);
+            if (w != v) pos = GS_COUNTER(w), deepest = s->n_work;
+        }
+        if (!gs_push(s, &s->work, &s->n_work, &s->cap_work, pos)) return false;
+        if (deepest == s->n_work - 1) *out = s->npar[c]; /* the tail below it stays */
+    }
+    if (deepest == SIZE_MAX) {
+        *out = id;
+        return true;
+    }
+    for (size_t k = deepest + 1; k-- > 0;)
+        if ((*out = gs_node(s, s->work[k], *out)) == GS_FAIL) return false;
+    return true;
+}
+
+int32_t kn_gstore_canon(kn_gstore *s, int32_t state, int32_t span) {
+    const kn_gprog *p = s->p;
+    if (state < 0 || state >= s->h.n_states || !p->n_op || p->count_step < 0 || s->bytes >= s->cap || s->failed)
+        return state;
+    if (span != s->canon_span) {
+        for (int32_t i = 0; i < s->h.n_states; i++) s->canon[i] = -1;
+        s->canon_span = span;
+    }
+    if (s->canon[state] >= 0) return s->canon[state];
+    const int64_t ahead = (int64_t)p->count_step * span;
+    s->n_out = 0;
+    bool ok = true;
+    for (int32_t i = 0, n = s->scnt[state]; ok && i < n; i++) {
+        int32_t id = -1;
+        ok = gs_canon_stack(s, s->pool[s->soff[state] + (uint32_t)i], ahead, &id) &&
+             gs_push(s, &s->out, &s->n_out, &s->cap_out, id);
+    }
+    int32_t c = state;
+    if (ok) {
+        if (s->n_out <= 32) gs_sort(s->out, s->n_out); /* stacks that now agree are one */
+        else qsort(s->out, s->n_out, sizeof *s->out, gs_cmp);
+        size_t u = 0;
+        for (size_t i = 0; i < s->n_out; i++)
+            if (!u || s->out[i] != s->out[u - 1]) s->out[u++] = s->out[i];
+        c = gs_state(s, s->out, (int32_t)u, s->sacc[state]);
+    }
+    if (!ok || c == GS_FAIL) { /* memory: the state as it is (exact), and no failure left behind */
+        s->failed = NULL;
+        s->ambiguous = false;
+        return state;
+    }
+    s->canon[state] = c;
+    s->canon[c] = c; /* a class's first values stay */
+    return c;
 }
 
 int32_t kn_gstore_n_stacks(const kn_gstore *s, int32_t state) {

@@ -4,11 +4,12 @@
  * end-of-generation only when the text is a sentence, the first space of a SentencePiece text),
  * and the fast path (trie walk, whole subtrees, mask cache) equal to the reference (every token
  * stepped byte by byte) bit for bit, on several grammars over real vocabularies, also when the
- * state store is compacted under a tiny memory cap.
+ * state store is compacted under a tiny memory cap, and inside counted strings at every count.
  */
 #include "harness.h"
 
 #include "model/model.h"
+#include "sample/grammar_prog.h"
 #include "sample/vtrie.h"
 
 #include <pthread.h>
@@ -477,6 +478,102 @@ static void test_plain_tokens_and_exceptions(void) {
     kn_vtrie_free(t);
 }
 
+/* Feeds text and then fill repeated (at most n_fill times, until the grammar refuses it) one byte at
+ * a time to the reference and each fast variant, comparing their masks at every byte; *hits gets
+ * the cache hits of the cached fast variant. False with why[] filled on a difference. */
+static bool sweep(const kiln_grammar *g, const kn_vtrie *t, const char *text, char fill, int n_fill, uint64_t *hits,
+                  char *why, size_t cap) {
+    kn_gmatch *m[N_VARIANTS] = {0};
+    bool ok = true;
+    for (int v = 0; v < N_VARIANTS && ok; v++) {
+        kn_gmatch_opts o = {.flags = VARIANT[v]};
+        ok = kn_gmatch_new_ex(g, t, false, &o, &m[v]) == KILN_OK;
+    }
+    if (!ok) snprintf(why, cap, "a matcher could not be created");
+    const size_t n_text = strlen(text);
+    bool done = false;
+    for (size_t k = 0; ok && !done && k < n_text + (size_t)n_fill; k++) {
+        int32_t n[N_VARIANTS];
+        const uint64_t *mask[N_VARIANTS];
+        for (int v = 0; v < N_VARIANTS; v++) mask[v] = kn_gmatch_mask(m[v], &n[v]);
+        for (int v = 1; v < N_VARIANTS && ok; v++)
+            if (n[v] != n[0] || memcmp(mask[v], mask[0], (size_t)t->words * 8)) {
+                snprintf(why, cap, "after %zu bytes: variant %u allows %d tokens, the reference %d", k, VARIANT[v],
+                         n[v], n[0]);
+                ok = false;
+            }
+        const char b = k < n_text ? text[k] : fill;
+        for (int v = 0; v < N_VARIANTS && ok && !done; v++)
+            if (kn_gmatch_feed(m[v], &b, 1) != KILN_OK) {
+                if (v == 0 && k >= n_text) done = true; /* the fill ran into the bound */
+                else {
+                    snprintf(why, cap, "after %zu bytes: variant %u refused the byte", k, VARIANT[v]);
+                    ok = false;
+                }
+            }
+    }
+    kn_gmatch_stats st;
+    kn_gmatch_get_stats(m[1], &st);
+    *hits = st.cache_hits;
+    for (int v = 0; v < N_VARIANTS; v++) kn_gmatch_free(m[v]);
+    return ok;
+}
+
+/* Strings with a maxLength and other counted grammars: the fast path replaces a state by the one
+ * whose counts sit at the first value of their class (kn_gstore_canon) and finds its mask in the
+ * cache; every mask must still equal the reference's, at every count up to the bounds (a class one
+ * value too long shows there: the vocabulary's longest tokens are pure filler), and on random walks.
+ * The last grammar counts after a call to itself (its count step is unbounded): nothing is merged. */
+static void test_counted_masks_equal_reference(void) {
+    static const char *pieces[] = {"a", "b", "\"", "\\", " ", "é", ","};
+    enum { A = 7, N = A + A * A + A * A * A + 3 };
+    static char buf[N][16];
+    static const char *text[N];
+    int32_t n = strings_of(pieces, A, buf, 0);
+    for (int32_t i = 0; i < n; i++) text[i] = buf[i];
+    text[n++] = "aaaaaaa";
+    text[n++] = "aaaaaaaa"; /* the longest token: 8 bytes of filler */
+    text[n++] = "";
+    uint32_t len[N];
+    for (int32_t i = 0; i < n; i++) len[i] = (uint32_t)strlen(text[i]);
+    const int32_t eog[] = {n - 1};
+    kn_vtrie *t = NULL;
+    CHECK(kn_vtrie_new(n, text, len, eog, 1, &t) == KILN_OK);
+    CHECK(t->max_depth == 8);
+    static const struct {
+        const char *src, *prefix;
+        bool schema, merged; /* whether masks at different counts must share cache entries */
+    } cases[] = {
+        {"{\"type\":\"string\",\"maxLength\":40}", "\"", true, true},
+        {"{\"type\":\"string\",\"minLength\":5,\"maxLength\":30}", "\"", true, true},
+        {"{\"type\":\"string\",\"pattern\":\"^(ab|a)*$\",\"maxLength\":33}", "\"", true, true},
+        {"{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"string\",\"maxLength\":36},\"y\":{\"type\":\"array\","
+         "\"items\":{\"type\":\"string\",\"minLength\":2,\"maxLength\":9},\"maxItems\":3}},\"required\":[\"x\",\"y\"]}",
+         "{\"x\":\"", true, true},
+        {"root ::= @count (w @+1{0,6})* @{1,6}\nw ::= \"\\\"\" @count ([ab] @+1{0,30})* @{2,30} \"\\\"\"\n", "\"",
+         false, true},
+        {"root ::= @count r\nr ::= \"a\" r @+1{0,30} | \"b\"\n", "", false, false},
+    };
+    for (size_t i = 0; i < KN_ARRAY_LEN(cases); i++) {
+        kiln_grammar_params p = kiln_grammar_default_params();
+        if (cases[i].schema) p.kind = KILN_GRAMMAR_JSON_SCHEMA;
+        kiln_grammar *g = NULL;
+        CHECKF(kiln_grammar_compile(cases[i].src, strlen(cases[i].src), &p, &g) == KILN_OK, "case %zu: %s", i,
+               kiln_last_error());
+        if (!g) continue;
+        CHECKF((g->prog.count_step >= 0) == cases[i].merged, "case %zu: count step %d", i, g->prog.count_step);
+        char why[256] = "";
+        uint64_t hits = 0;
+        CHECKF(sweep(g, t, cases[i].prefix, 'a', 45, &hits, why, sizeof why), "case %zu: %s", i, why);
+        if (cases[i].merged) CHECKF(hits >= 10, "case %zu: %llu cache hits in the sweep", i, (unsigned long long)hits);
+        walk_result r;
+        const bool ok = lockstep(g, t, false, 4242 + i, 12, 40, 0, &r);
+        CHECKF(ok, "case %zu: %s", i, r.why);
+        kiln_grammar_free(g);
+    }
+    kn_vtrie_free(t);
+}
+
 /* Under a tiny store cap the store is compacted (state ids change) again and again: masks stay
  * equal to the reference, and the cache keeps working after each compaction. */
 static void test_cache_survives_compaction(void) {
@@ -641,6 +738,7 @@ int main(void) {
     RUN(test_strip_first_space);
     RUN(test_fast_equals_reference_synthetic);
     RUN(test_plain_tokens_and_exceptions);
+    RUN(test_counted_masks_equal_reference);
     RUN(test_fast_equals_reference_stories);
     RUN(test_fast_equals_reference_spm);
     RUN(test_fast_equals_reference_bpe);
