@@ -3,7 +3,8 @@
  * the plain-layout tile kernels (kn_kernels.gemm, 4 rows x 4 tokens) against the 16-row panel kernels
  * (kn_kernels.p16) on the same Q4_0 / Q4_1 / Q8_0 / Q4_K / Q5_K / Q6_K / IQ4_NL / IQ4_XS / MXFP4 matrices (KILN_KERNELS
  * picks the set; for a type the set keeps plain, the panel kernel of the best AVX2 set runs beside its plain
- * kernel); the types without panel kernels (Q2_K, Q3_K) get the plain figures only.
+ * kernel); the types without panel kernels (Q2_K, Q3_K, and the float formats F32, F16, BF16) get the plain
+ * figures only.
  *
  *   decode (1 token): a stack of matrices far larger than the caches, each read once per pass;
  *                     reported as GB/s of weights streamed.
@@ -112,9 +113,9 @@ int main(int argc, char **argv) {
         printf("kernel set %s has no panel kernels\n", k->name);
         return 0;
     }
-    const kn_dtype types[] = {KN_Q4_0, KN_Q4_1, KN_Q8_0,   KN_Q4_K,   KN_Q5_K, KN_Q6_K,
-                              KN_Q2_K, KN_Q3_K, KN_IQ4_NL, KN_IQ4_XS, KN_MXFP4};
-    const int64_t rows = 2048, stack = 24; /* 24 matrices: 226 MB in Q4_0 at the default width */
+    const kn_dtype types[] = {KN_Q4_0, KN_Q4_1,   KN_Q8_0,   KN_Q4_K,  KN_Q5_K, KN_Q6_K, KN_Q2_K,
+                              KN_Q3_K, KN_IQ4_NL, KN_IQ4_XS, KN_MXFP4, KN_F32,  KN_F16,  KN_BF16};
+    const int64_t rows = 2048;
     printf("kernel set %s, one thread, matrices %lld x %lld, %d repetitions (median), %s time\n", k->name,
            (long long)rows, (long long)cols, reps, g_cpu_clock ? "CPU" : "wall-clock");
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
@@ -128,6 +129,8 @@ int main(int argc, char **argv) {
         const int panel = ps->p16[t] != NULL;
         const kn_from_float_fn aq = kn_kernels_quantize(k, at);
         const size_t mb = kn_row_bytes(t, cols) * (size_t)rows;
+        /* matrices enough for about 226 MB (24 in Q4_0 at the default width), at least 2 */
+        const int64_t fit = (int64_t)(((size_t)226 << 20) / mb), stack = fit > 2 ? fit : 2;
         uint8_t *plain = malloc(mb * stack), *packed = malloc(mb * stack);
         float *f = malloc(sizeof(float) * (size_t)cols * (size_t)NP),
               *y = malloc(sizeof(float) * (size_t)rows * (size_t)NP);
