@@ -537,13 +537,15 @@ int32_t kn_gstore_compact(kn_gstore *s, int32_t keep) {
     return st == GS_FAIL ? KN_GS_DEAD : st;
 }
 
-/* Stack id with each counter frame's value moved to its class's first (kn_gprog_count_class with
- * ahead), into *out: the frames above the deepest moved counter rebuilt (their positions in
- * s->work). False on failure (memory: the caller keeps the state as it is). */
+/* Stack id with the value of each counter frame among its top GS_COUNTER_DEPTH frames moved to its
+ * class's first (kn_gprog_count_class with ahead), into *out: the frames above the deepest moved
+ * counter rebuilt (their positions in s->work). Deeper counters keep their values (exact, only not
+ * shared), so a new state's walk is bounded however deeply the text is nested. False on failure
+ * (memory: the caller keeps the state as it is). */
 static bool gs_canon_stack(kn_gstore *s, int32_t id, int64_t ahead, int32_t *out) {
     s->n_work = 0;
     size_t deepest = SIZE_MAX; /* index in work of the deepest counter whose value moves */
-    for (int32_t c = id; c >= 0; c = s->npar[c]) {
+    for (int32_t c = id; c >= 0 && s->n_work < GS_COUNTER_DEPTH; c = s->npar[c]) {
         int32_t pos = s->npos[c];
         if (pos < -1) {
             int32_t v = GS_COUNTER_VALUE(pos), w = kn_gprog_count_class(s->p, v, ahead);

@@ -524,6 +524,9 @@ static bool sweep(const kiln_grammar *g, const kn_vtrie *t, const char *text, ch
  * cache; every mask must still equal the reference's, at every count up to the bounds (a class one
  * value too long shows there: the vocabulary's longest tokens are pure filler), and on random walks.
  * The last grammar counts after a call to itself (its count step is unbounded): nothing is merged. */
+#define PARENS10 "(((((((((("
+#define PARENS80 PARENS10 PARENS10 PARENS10 PARENS10 PARENS10 PARENS10 PARENS10 PARENS10
+
 static void test_counted_masks_equal_reference(void) {
     static const char *pieces[] = {"a", "b", "\"", "\\", " ", "é", ","};
     enum { A = 7, N = A + A * A + A * A * A + 3 };
@@ -553,6 +556,8 @@ static void test_counted_masks_equal_reference(void) {
         {"root ::= @count (w @+1{0,6})* @{1,6}\nw ::= \"\\\"\" @count ([ab] @+1{0,30})* @{2,30} \"\\\"\"\n", "\"",
          false, true},
         {"root ::= @count r\nr ::= \"a\" r @+1{0,30} | \"b\"\n", "", false, false},
+        /* a counted string 80 frames deep: only the top frames' counters move, and they do */
+        {"root ::= \"(\" root \")\" | \"\\\"\" @count ([ab] @+1{0,40})* \"\\\"\"\n", PARENS80 "\"", false, true},
     };
     for (size_t i = 0; i < KN_ARRAY_LEN(cases); i++) {
         kiln_grammar_params p = kiln_grammar_default_params();
