@@ -31,7 +31,8 @@
  * stream (see prefetch_next_tile).
  *
  * Float formats: per (row, token) one 8-lane fp32 accumulator, fma over chunks of 8 elements (the tail
- * through a zero-padded copy), horizontal sum at the end.
+ * through a zero-padded copy), horizontal sum at the end; decode prefetches the next tile only for rows
+ * of at most FLOAT_PF_MAX_ROW bytes.
  *
  * Tile contract (kernels.h): each output's sequence of float operations depends only on n and the
  * row's and token's data, never on nr / nt, so a tile call equals 1x1 calls bit for bit. Only
@@ -474,6 +475,12 @@ AI __m256 w_bf16(const uint8_t *p) {
 /* GEMM tile kernel NAME for a float weight format of ES bytes per element (kn_gemm_fn contract,
  * kernels.h), any n >= 0: LOADW(p) gives the 8 weights at p as fp32. The tail of n % 8 elements goes
  * through zero-padded copies. The tokens are processed in passes of at most 2. */
+/* Float rows longer than this many bytes are left to the hardware prefetchers in decode: a tile of
+ * 4 such rows is 16 KB or more, and prefetching the next one into L1 evicts the data in use (Zen 3,
+ * `build/bench/kernels -T F32,F16`: F32 rows of 8-32 KB 1.17-1.4x faster without it, F16 rows of 8-16
+ * KB 1.1-1.4x; rows of 1-2 KB, as in small models, 1.3-1.7x slower without it, 4 KB about level). */
+#define FLOAT_PF_MAX_ROW 4096
+
 #define DEFINE_GEMM_FLOAT(NAME, ES, LOADW)                                                                             \
     AI void NAME##_pass(int64_t n, const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, float *out, size_t ldo,   \
                         const int NR, const int NT, const int PF) {                                                    \
@@ -509,7 +516,7 @@ AI __m256 w_bf16(const uint8_t *p) {
     }                                                                                                                  \
     AI void NAME##_tile(int64_t n, const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, float *out, size_t ldo,   \
                         const int NR, const int NT) {                                                                  \
-        NAME##_pass(n, w, ws, x, xs, out, ldo, NR, NT < 2 ? NT : 2, NT == 1);                                          \
+        NAME##_pass(n, w, ws, x, xs, out, ldo, NR, NT < 2 ? NT : 2, NT == 1 && ws <= FLOAT_PF_MAX_ROW);                \
         if (NT > 2) NAME##_pass(n, w, ws, x + 2 * xs, xs, out + 2 * ldo, ldo, NR, NT - 2, 0);                          \
     }                                                                                                                  \
     static void NAME(int64_t n, const uint8_t *w, size_t ws, int nr, const uint8_t *x, size_t xs, int nt, float *out,  \
