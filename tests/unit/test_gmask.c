@@ -406,6 +406,24 @@ static int32_t strings_of(const char *const *alpha, int a, char (*buf)[16], int3
     return n;
 }
 
+/* A trie over every string of 1 to 3 of the a pieces (into buf, listed in text), then the n_extra
+ * texts of extra, then an empty end-of-generation token; NULL on failure. */
+static kn_vtrie *pieces_trie(const char *const *pieces, int a, const char *const *extra, int n_extra, char (*buf)[16],
+                             const char **text) {
+    int32_t n = strings_of(pieces, a, buf, 0);
+    for (int32_t i = 0; i < n; i++) text[i] = buf[i];
+    for (int i = 0; i < n_extra; i++) text[n++] = extra[i];
+    text[n++] = "";
+    uint32_t *len = malloc((size_t)n * sizeof *len);
+    if (!len) return NULL;
+    for (int32_t i = 0; i < n; i++) len[i] = (uint32_t)strlen(text[i]);
+    const int32_t eog[] = {n - 1};
+    kn_vtrie *t = NULL;
+    if (kn_vtrie_new(n, text, len, eog, 1, &t)) t = NULL;
+    free(len);
+    return t;
+}
+
 /* A synthetic vocabulary of every string of 1 to 3 bytes over an alphabet of ASCII and pieces of
  * UTF-8 characters, plus every string of 1 to 3 characters over a well-formed alphabet, so every
  * subtree summary case (ill-formed, truncated, multi-byte, all inside a loop) occurs. */
@@ -450,14 +468,8 @@ static void test_plain_tokens_and_exceptions(void) {
     enum { A = 13, N = A + A * A + A * A * A + 1 };
     static char buf[N][16];
     static const char *text[N];
-    int32_t n = strings_of(pieces, A, buf, 0);
-    for (int32_t i = 0; i < n; i++) text[i] = buf[i];
-    text[n++] = "";
-    uint32_t len[N];
-    for (int32_t i = 0; i < n; i++) len[i] = (uint32_t)strlen(text[i]);
-    const int32_t eog[] = {n - 1};
-    kn_vtrie *t = NULL;
-    CHECK(kn_vtrie_new(n, text, len, eog, 1, &t) == KILN_OK);
+    kn_vtrie *t = pieces_trie(pieces, A, NULL, 0, buf, text);
+    CHECK(t);
     CHECK(t->exc && t->n_plain > 0 && t->exc->n_text > t->n_text / 4);
     CHECK(t->n_plain + t->exc->n_text == t->n_text);
     const char *grammars[] = {JSON_GBNF, "root ::= \"\\\"\" [^\"\\\\\\x00-\\x1F]* \"\\\"\"\n",
@@ -523,26 +535,18 @@ static bool sweep(const kiln_grammar *g, const kn_vtrie *t, const char *text, ch
  * whose counts sit at the first value of their class (kn_gstore_canon) and finds its mask in the
  * cache; every mask must still equal the reference's, at every count up to the bounds (a class one
  * value too long shows there: the vocabulary's longest tokens are pure filler), and on random walks.
- * The last grammar counts after a call to itself (its count step is unbounded): nothing is merged. */
+ * One grammar counts after a call to itself (its count step is unbounded): nothing is merged there. */
 #define PARENS10 "(((((((((("
 #define PARENS80 PARENS10 PARENS10 PARENS10 PARENS10 PARENS10 PARENS10 PARENS10 PARENS10
 
 static void test_counted_masks_equal_reference(void) {
     static const char *pieces[] = {"a", "b", "\"", "\\", " ", "é", ","};
+    static const char *filler[] = {"aaaaaaa", "aaaaaaaa"}; /* the longest token: 8 bytes of filler */
     enum { A = 7, N = A + A * A + A * A * A + 3 };
     static char buf[N][16];
     static const char *text[N];
-    int32_t n = strings_of(pieces, A, buf, 0);
-    for (int32_t i = 0; i < n; i++) text[i] = buf[i];
-    text[n++] = "aaaaaaa";
-    text[n++] = "aaaaaaaa"; /* the longest token: 8 bytes of filler */
-    text[n++] = "";
-    uint32_t len[N];
-    for (int32_t i = 0; i < n; i++) len[i] = (uint32_t)strlen(text[i]);
-    const int32_t eog[] = {n - 1};
-    kn_vtrie *t = NULL;
-    CHECK(kn_vtrie_new(n, text, len, eog, 1, &t) == KILN_OK);
-    CHECK(t->max_depth == 8);
+    kn_vtrie *t = pieces_trie(pieces, A, filler, 2, buf, text);
+    CHECK(t && t->max_depth == 8);
     static const struct {
         const char *src, *prefix;
         bool schema, merged; /* whether masks at different counts must share cache entries */
