@@ -549,10 +549,9 @@ static bool gs_canon_stack(kn_gstore *s, int32_t id, int64_t ahead, int32_t *out
         int32_t pos = s->npos[c];
         if (pos < -1) {
             int32_t v = GS_COUNTER_VALUE(pos), w = kn_gprog_count_class(s->p, v, ahead);
-            if (w != v) pos = GS_COUNTER(w), deepest = s->n_work;
+            if (w != v) pos = GS_COUNTER(w), deepest = s->n_work, *out = s->npar[c]; /* the tail below stays */
         }
         if (!gs_push(s, &s->work, &s->n_work, &s->cap_work, pos)) return false;
-        if (deepest == s->n_work - 1) *out = s->npar[c]; /* the tail below it stays */
     }
     if (deepest == SIZE_MAX) {
         *out = id;

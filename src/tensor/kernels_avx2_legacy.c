@@ -472,15 +472,15 @@ AI __m256 w_bf16(const uint8_t *p) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
 }
 
-/* GEMM tile kernel NAME for a float weight format of ES bytes per element (kn_gemm_fn contract,
- * kernels.h), any n >= 0: LOADW(p) gives the 8 weights at p as fp32. The tail of n % 8 elements goes
- * through zero-padded copies. The tokens are processed in passes of at most 2. */
 /* Float rows longer than this many bytes are left to the hardware prefetchers in decode: a tile of
  * 4 such rows is 16 KB or more, and prefetching the next one into L1 evicts the data in use (Zen 3,
  * `build/bench/kernels -T F32,F16`: F32 rows of 8-32 KB 1.17-1.4x faster without it, F16 rows of 8-16
  * KB 1.1-1.4x; rows of 1-2 KB, as in small models, 1.3-1.7x slower without it, 4 KB about level). */
 #define FLOAT_PF_MAX_ROW 4096
 
+/* GEMM tile kernel NAME for a float weight format of ES bytes per element (kn_gemm_fn contract,
+ * kernels.h), any n >= 0: LOADW(p) gives the 8 weights at p as fp32. The tail of n % 8 elements goes
+ * through zero-padded copies. The tokens are processed in passes of at most 2. */
 #define DEFINE_GEMM_FLOAT(NAME, ES, LOADW)                                                                             \
     AI void NAME##_pass(int64_t n, const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, float *out, size_t ldo,   \
                         const int NR, const int NT, const int PF) {                                                    \
