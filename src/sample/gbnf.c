@@ -17,9 +17,11 @@
  * literal character is a run of single-byte terminals; a class is split into ranges of equal
  * UTF-8 length and equal leading bytes, each a run of byte-range terminals (the standard way to
  * turn code-point ranges into byte automata), so a token that ends inside a character is matched
- * byte by byte like any other. Negated classes and '.' cover U+0000..U+10FFFF without the
- * surrogates. Repetitions become generated rules: x* is S ::= x S | "" with S's self-reference last
- * (a tail call for the matcher), x{m,n} is m copies of x followed by n-m nested optional rules.
+ * byte by byte like any other (a class written again, as the schema compiler writes a pattern's
+ * class once per automaton state, calls the rule of its first copy). Negated classes and '.' cover
+ * U+0000..U+10FFFF without the surrogates. Repetitions become generated rules: x* is
+ * S ::= x S | "" with S's self-reference last (a tail call for the matcher), x{m,n} is m copies of
+ * x followed by n-m nested optional rules.
  *
  * Stricter than llama.cpp where it would silently do something surprising: a rule defined twice, a
  * backwards range [z-a] and an empty class [] are errors. Simplifications that keep the language:
@@ -64,6 +66,15 @@ typedef struct gb_cprange {
     uint32_t lo, hi;
 } gb_cprange;
 
+/* A class compiled to a helper rule: its ranges (merged, ascending) are ranges[off .. off+n) of the
+ * builder's memo pool. */
+typedef struct gb_cmemo {
+    uint32_t hash;
+    int32_t rule; /* -1: an empty slot */
+    bool neg;
+    size_t off, n;
+} gb_cmemo;
+
 typedef struct gb {
     const char *src;
     size_t len, pos;
@@ -95,6 +106,11 @@ typedef struct gb {
     int32_t byte_set[256]; /* the set id of each single byte, or -1 until needed */
     gb_cprange *ranges;    /* the class being parsed */
     size_t n_ranges, cap_ranges;
+
+    gb_cmemo *cmemo; /* open addressing over the classes compiled to helper rules so far */
+    size_t cmemo_cap, n_cmemo;
+    gb_cprange *cmemo_ranges; /* their ranges */
+    size_t n_cmemo_ranges, cap_cmemo_ranges;
 } gb;
 
 #define GB_NONE ((size_t)-1)
@@ -510,6 +526,55 @@ static bool gb_seq_merge_at(gb *p, gb_seqs *q, bool last) {
     return true;
 }
 
+/* ---- classes compiled once ------------------------------------------------------------------ */
+
+/* A grammar written by a program repeats its classes: the schema compiler writes a pattern's class once
+ * per automaton state that reads it (20 copies of the thousands of ranges of [\p{L}\p{N}] for {1,20}).
+ * Each distinct multi-byte class becomes one helper rule, which every later copy calls; the language
+ * is the same, the program holds one copy, and the UTF-8 split runs once. */
+
+static uint32_t gb_class_hash(const gb_cprange *r, size_t n, bool neg) {
+    return gb_hash_bytes(r, n * sizeof *r) ^ (neg ? 0x9e3779b9u : 0);
+}
+
+/* The helper rule of an earlier class equal to (r[0..n), neg), -1 when there is none. */
+static int32_t gb_class_find(const gb *p, const gb_cprange *r, size_t n, bool neg, uint32_t h) {
+    if (!p->cmemo_cap) return -1;
+    for (size_t i = h & (p->cmemo_cap - 1);; i = (i + 1) & (p->cmemo_cap - 1)) {
+        const gb_cmemo *e = &p->cmemo[i];
+        if (e->rule < 0) return -1;
+        if (e->hash == h && e->neg == neg && e->n == n && !memcmp(p->cmemo_ranges + e->off, r, n * sizeof *r))
+            return e->rule;
+    }
+}
+
+static void gb_class_slot(gb_cmemo *tab, size_t cap, gb_cmemo e) {
+    size_t i = e.hash & (cap - 1);
+    while (tab[i].rule >= 0) i = (i + 1) & (cap - 1);
+    tab[i] = e;
+}
+
+/* Remembers that the class (r[0..n), neg) became helper rule; false when out of memory. */
+static bool gb_class_remember(gb *p, const gb_cprange *r, size_t n, bool neg, uint32_t h, int32_t rule) {
+    if ((p->n_cmemo + 1) * 2 > p->cmemo_cap) {
+        size_t nc = p->cmemo_cap ? p->cmemo_cap * 2 : 16;
+        gb_cmemo *nt = malloc(nc * sizeof *nt);
+        if (!nt) return gb_nomem(p);
+        for (size_t i = 0; i < nc; i++) nt[i].rule = -1;
+        for (size_t i = 0; i < p->cmemo_cap; i++)
+            if (p->cmemo[i].rule >= 0) gb_class_slot(nt, nc, p->cmemo[i]);
+        free(p->cmemo);
+        p->cmemo = nt;
+        p->cmemo_cap = nc;
+    }
+    if (!gb_grow(p, (void **)&p->cmemo_ranges, &p->cap_cmemo_ranges, p->n_cmemo_ranges + n, sizeof *r)) return false;
+    memcpy(p->cmemo_ranges + p->n_cmemo_ranges, r, n * sizeof *r);
+    gb_class_slot(p->cmemo, p->cmemo_cap, (gb_cmemo){h, rule, neg, p->n_cmemo_ranges, n});
+    p->n_cmemo_ranges += n;
+    p->n_cmemo++;
+    return true;
+}
+
 /* Fewer, wider runs: same leading bytes first (ranges that share a lead byte), then same tails. */
 static bool gb_seq_merge(gb *p, gb_seqs *q) {
     return gb_seq_merge_at(p, q, true) && gb_seq_merge_at(p, q, false) && gb_seq_merge_at(p, q, true);
@@ -517,7 +582,7 @@ static bool gb_seq_merge(gb *p, gb_seqs *q) {
 
 /* Appends to seq the symbols of the class of code points p->ranges (negated when neg): one
  * terminal when every member is one byte, an inline run when it is one run, else a reference to a
- * new rule with one alternative per run. */
+ * rule with one alternative per run (made for the first copy of the class, called by the others). */
 static bool gb_class(gb *p, gb_vec *seq, bool neg, int32_t owner, size_t at) {
     gb_cprange *r = p->ranges;
     size_t n = p->n_ranges;
@@ -531,6 +596,9 @@ static bool gb_class(gb *p, gb_vec *seq, bool neg, int32_t owner, size_t at) {
         }
     }
     n = m;
+    const uint32_t key = gb_class_hash(r, n, neg);
+    const int32_t known = gb_class_find(p, r, n, neg, key);
+    if (known >= 0) return gb_emit(p, seq, KN_GP_REF(known), at);
     gb_seqs runs = {0};
     uint64_t one[4] = {0}; /* the one-byte members */
     bool ok = true;
@@ -588,7 +656,7 @@ static bool gb_class(gb *p, gb_vec *seq, bool neg, int32_t owner, size_t at) {
         ok = ok && gb_budget(p, (size_t)runs.v[i].n, at) && gb_add_alt(p, h, syms, ats, (size_t)runs.v[i].n, at);
     }
     free(runs.v);
-    return ok && gb_emit(p, seq, KN_GP_REF(h), at);
+    return ok && gb_class_remember(p, r, n, neg, key, h) && gb_emit(p, seq, KN_GP_REF(h), at);
 }
 
 static bool gb_add_range(gb *p, uint32_t lo, uint32_t hi) {
@@ -1325,7 +1393,7 @@ static bool gb_finish(gb *p, kn_gprog *out) {
 
 static void gb_free(gb *p) {
     free(p->rules), free(p->names), free(p->pool.v), free(p->pool.at), free(p->alts), free(p->sets), free(p->set_tab),
-        free(p->ranges), free(p->ops), free(p->op_tab);
+        free(p->ranges), free(p->ops), free(p->op_tab), free(p->cmemo), free(p->cmemo_ranges);
     for (int i = 0; i <= KN_GBNF_MAX_NESTING; i++) free(p->scratch[i].v), free(p->scratch[i].at);
 }
 

@@ -387,11 +387,28 @@ static int gs_cmp(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+/* Whether v[0..n) is in descending order; reversed if so. */
+static bool gs_reverse_descending(int32_t *v, size_t n) {
+    for (size_t i = 1; i < n; i++)
+        if (v[i - 1] < v[i]) return false;
+    for (size_t i = 0, j = n - 1; i < j; i++, j--) {
+        int32_t t = v[i];
+        v[i] = v[j];
+        v[j] = t;
+    }
+    return true;
+}
+
 /* The state of the expansion's result (KN_GS_DEAD when it is empty), GS_FAIL on failure. */
 static int32_t gs_result(kn_gstore *s) {
     if (!s->n_out && !s->acc) return KN_GS_DEAD;
-    if (s->n_out <= 32) gs_sort(s->out, s->n_out);
-    else qsort(s->out, s->n_out, sizeof *s->out, gs_cmp);
+    /* the expansion pops its work list, so a rule's alternatives (stacks made in order) mostly come
+     * out in descending order: the worst case of the insertion sort, 30 stacks of a class of
+     * \p{L} at every character */
+    if (s->n_out > 1 && !gs_reverse_descending(s->out, s->n_out)) {
+        if (s->n_out <= 32) gs_sort(s->out, s->n_out);
+        else qsort(s->out, s->n_out, sizeof *s->out, gs_cmp);
+    }
     return gs_state(s, s->out, (int32_t)s->n_out, s->acc);
 }
 

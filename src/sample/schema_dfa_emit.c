@@ -10,14 +10,22 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Appends a code point as a character-class member. */
+/* Appends a code point as a character-class member (formatted by hand: a class of \p{L} is
+ * thousands of members, written once per state that reads it). */
 static void class_cp(kn_sbuf *b, uint32_t c) {
-    if ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '"')
-        kn_sbuf_printf(b, "%c", (char)c);
-    else if (c == '\\') kn_sbuf_puts(b, "\\\\");
-    else if (c < 0x80) kn_sbuf_printf(b, "\\x%02X", (unsigned)c);
-    else if (c < 0x10000) kn_sbuf_printf(b, "\\u%04X", (unsigned)c);
-    else kn_sbuf_printf(b, "\\U%08X", (unsigned)c);
+    char t[10];
+    size_t n = 0;
+    if ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '"') {
+        t[n++] = (char)c;
+    } else if (c == '\\') {
+        t[n++] = '\\', t[n++] = '\\';
+    } else {
+        const int digits = c < 0x80 ? 2 : c < 0x10000 ? 4 : 8; /* \xHH, \uHHHH, \UHHHHHHHH */
+        t[n++] = '\\';
+        t[n++] = c < 0x80 ? 'x' : c < 0x10000 ? 'u' : 'U';
+        for (int i = digits - 1; i >= 0; i--) t[n++] = "0123456789ABCDEF"[(c >> (4 * i)) & 15];
+    }
+    kn_sbuf_put(b, t, n);
 }
 
 /* Appends the GBNF alternatives that write one character from the ranges t[0..n) (all with the same
@@ -59,8 +67,10 @@ static int emit_chars(kn_sbuf *b, const kn_dtrans *t, int n, bool *used_jesc) {
                 class_cp(&ng, hi);
             }
         }
-        if (neg.n && ng.len < pos.len) kn_sbuf_printf(b, "[^%s]", ng.p);
-        else kn_sbuf_printf(b, "[%s]", pos.p);
+        const bool use_neg = neg.n && ng.len < pos.len;
+        kn_sbuf_puts(b, use_neg ? "[^" : "[");
+        kn_sbuf_cat(b, use_neg ? &ng : &pos);
+        kn_sbuf_puts(b, "]");
         alts++;
         kn_sbuf_free(&pos);
         kn_sbuf_free(&ng);
@@ -112,12 +122,51 @@ static int emit_chars(kn_sbuf *b, const kn_dtrans *t, int n, bool *used_jesc) {
     return alts;
 }
 
+/* The text of the last groups of transitions written, by their ranges: the states of a counted class
+ * ([\p{L}\p{N}]{1,20}: 20 states) read the same characters, thousands of ranges each time. */
+#define CHARS_MEMO 8
+typedef struct chars_memo {
+    kn_dtrans *r[CHARS_MEMO]; /* the group's ranges (targets ignored); NULL: an empty slot */
+    int n[CHARS_MEMO];
+    kn_sbuf text[CHARS_MEMO];
+    int alts[CHARS_MEMO];
+    int next; /* the slot to replace next */
+} chars_memo;
+
+static bool same_ranges(const kn_dtrans *a, const kn_dtrans *b, int n) {
+    for (int i = 0; i < n; i++)
+        if (a[i].lo != b[i].lo || a[i].hi != b[i].hi) return false;
+    return true;
+}
+
+/* emit_chars(out, t, n, used_jesc) through memo m: a group of the same ranges as one of the last
+ * CHARS_MEMO is copied. (A group that needed jesc set *used_jesc when it was first written.) */
+static int emit_chars_memo(chars_memo *m, kn_sbuf *out, const kn_dtrans *t, int n, bool *used_jesc) {
+    for (int q = 0; q < CHARS_MEMO; q++)
+        if (m->r[q] && m->n[q] == n && same_ranges(m->r[q], t, n)) {
+            kn_sbuf_cat(out, &m->text[q]);
+            return m->alts[q];
+        }
+    const int q = m->next;
+    m->next = (q + 1) % CHARS_MEMO;
+    free(m->r[q]);
+    kn_sbuf_free(&m->text[q]);
+    kn_sbuf_init(&m->text[q], KN_SCHEMA_MAX_GBNF);
+    m->alts[q] = emit_chars(&m->text[q], t, n, used_jesc);
+    m->r[q] = malloc((size_t)n * sizeof *t);
+    if (m->r[q]) memcpy(m->r[q], t, (size_t)n * sizeof *t);
+    m->n[q] = n;
+    kn_sbuf_cat(out, &m->text[q]);
+    return m->alts[q];
+}
+
 const char *kn_dfa_emit_string(kn_gout *g, const kn_dfa *d, const char *hint, const kn_dfa_count *cnt) {
     const char *base = kn_gout_name(g, hint);
     if (!base) return NULL;
     char **names = calloc((size_t)d->n, sizeof *names);
     kn_sbuf body;
     kn_sbuf_init(&body, KN_SCHEMA_MAX_GBNF);
+    chars_memo groups = {0};
     const char *ret = NULL;
     if (!names) goto done;
     for (int i = 0; i < d->n; i++) {
@@ -158,11 +207,12 @@ const char *kn_dfa_emit_string(kn_gout *g, const kn_dfa *d, const char *hint, co
                 if (!done_t[j] && s->tr[j].to == s->tr[k].to) grp[ng++] = s->tr[j], done_t[j] = true;
             kn_sbuf chars;
             kn_sbuf_init(&chars, KN_SCHEMA_MAX_GBNF);
-            int na = emit_chars(&chars, grp, ng, &g->used_jesc);
+            int na = emit_chars_memo(&groups, &chars, grp, ng, &g->used_jesc);
             if (na) {
                 if (alts) kn_sbuf_puts(&body, " | ");
-                if (na > 1) kn_sbuf_printf(&body, "(%s) %s%s", chars.p, guard, names[to]);
-                else kn_sbuf_printf(&body, "%s %s%s", chars.p, guard, names[to]);
+                kn_sbuf_puts(&body, na > 1 ? "(" : "");
+                kn_sbuf_cat(&body, &chars);
+                kn_sbuf_printf(&body, "%s %s%s", na > 1 ? ")" : "", guard, names[to]);
                 alts++;
             }
             kn_sbuf_free(&chars);
@@ -174,6 +224,7 @@ const char *kn_dfa_emit_string(kn_gout *g, const kn_dfa *d, const char *hint, co
     }
     if (!body.nomem && !body.over) ret = base;
 done:
+    for (int q = 0; q < CHARS_MEMO; q++) free(groups.r[q]), kn_sbuf_free(&groups.text[q]);
     kn_sbuf_free(&body);
     free(names);
     return ret;

@@ -53,6 +53,8 @@ void kn_sbuf_init(kn_sbuf *b, size_t limit);
 void kn_sbuf_free(kn_sbuf *b);
 void kn_sbuf_put(kn_sbuf *b, const char *s, size_t n);
 void kn_sbuf_puts(kn_sbuf *b, const char *s);
+/* Appends o's text to b; o's overflow or failed allocation becomes b's. */
+void kn_sbuf_cat(kn_sbuf *b, const kn_sbuf *o);
 void kn_sbuf_printf(kn_sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Appends s[n] as the body of a GBNF literal (without the quotes): \" \\ and control bytes
  * escaped, everything else (UTF-8 included) as is. */

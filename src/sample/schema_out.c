@@ -31,12 +31,18 @@ void kn_sbuf_put(kn_sbuf *b, const char *s, size_t n) {
         b->p = p;
         b->cap = nc;
     }
-    memcpy(b->p + b->len, s, n);
+    if (n) memcpy(b->p + b->len, s, n); /* s may be NULL when n is 0 */
     b->len += n;
     b->p[b->len] = 0;
 }
 
 void kn_sbuf_puts(kn_sbuf *b, const char *s) { kn_sbuf_put(b, s, strlen(s)); }
+
+void kn_sbuf_cat(kn_sbuf *b, const kn_sbuf *o) {
+    b->over |= o->over;
+    b->nomem |= o->nomem;
+    kn_sbuf_put(b, o->p, o->len);
+}
 
 void kn_sbuf_printf(kn_sbuf *b, const char *fmt, ...) {
     char small[512];

@@ -5,7 +5,8 @@
  *
  * A pattern is parsed straight into a Thompson NFA (a counted repetition {m,n} copies its atom's
  * states), with ^ and $ as assertion edges; a subset construction makes it a DFA over code point
- * ranges, bounded in its states, transitions, steps and the positions its states hold, so that no
+ * ranges (the intervals a state's classes cut are followed once per distinct set of classes holding
+ * them), bounded in its states, transitions, steps and the positions its states hold, so that no
  * pattern costs more than a fraction of a second. JSON Schema patterns search: the NFA is wrapped in
  * "any string" loops, and the assertions hold only at the start (^) and end ($) of the whole string,
  * as in ECMAScript without the m flag. Supported: literals, escapes (\d \w \s \D \W \S \t \n \r \v \f
@@ -861,6 +862,16 @@ static void closure(const nfa *a, int *set, int *n, stamps *mk, int *scratch, bo
     if (scratch) sort_states(set, *n, scratch);
 }
 
+#define SIG_MEMO 16 /* successors remembered per DFA state, by the set of classes that lead there */
+
+/* The memo slot (of n_sig; slot q's classes are key[q * stride ..], len[q] of them) holding the
+ * classes hits[0..nh), n_sig when none does. */
+static int sig_find(const int *key, const int *len, int n_sig, size_t stride, const int *hits, int nh) {
+    for (int q = 0; q < n_sig; q++)
+        if (len[q] == nh && !memcmp(key + (size_t)q * stride, hits, (size_t)nh * sizeof *hits)) return q;
+    return n_sig;
+}
+
 /* The DFA of NFA a (start, final state), trimmed and minimized; NULL when out of memory, when it would
  * pass KN_DFA_MAX_STATES or KN_DFA_MAX_TRANS (kn_dfa_toobig), or when building it would take more than
  * KN_DFA_MAX_WORK steps or its states would hold more than KN_DFA_MAX_HELD NFA states in all
@@ -869,8 +880,15 @@ static kn_dfa *subset(const nfa *a, int start, int final, bool *too_complex) {
     kn_dfa *d = calloc(1, sizeof *d);
     int *set = malloc((size_t)a->n * sizeof *set), *tmp = malloc((size_t)a->n * sizeof *tmp);
     /* the distinct classes leaving the current state, and a cursor into each one's ranges */
-    int *classes = malloc((size_t)(a->nsets ? a->nsets : 1) * sizeof *classes);
-    int *cursor = malloc((size_t)(a->nsets ? a->nsets : 1) * sizeof *cursor);
+    const size_t nsets = (size_t)(a->nsets ? a->nsets : 1);
+    int *classes = malloc(nsets * sizeof *classes);
+    int *cursor = malloc(nsets * sizeof *cursor);
+    /* the classes holding the current interval (indices into classes), and the memo of this state's
+     * successors: sig_key[q * nsets ..] (sig_len[q] ints) are the classes of an interval already
+     * followed, sig_to[q] the state they lead to (-1: none) */
+    int *hits = malloc(nsets * sizeof *hits);
+    int *sig_key = malloc(SIG_MEMO * nsets * sizeof *sig_key);
+    int sig_len[SIG_MEMO], sig_to[SIG_MEMO];
     stamps mark = {0}, seen = {0}, hit = {0}; /* over NFA states; over sets twice */
     uint32_t *bounds = NULL;
     size_t capb = 0;
@@ -878,7 +896,7 @@ static kn_dfa *subset(const nfa *a, int start, int final, bool *too_complex) {
     const int **sets = NULL; /* sets[i]: the NFA set of DFA state i (len first; map's keys but the start's) */
     int *start_set = NULL;
     int capsets = 0;
-    bool ok = d && set && tmp && classes && cursor && stamps_init(&mark, (size_t)a->n) &&
+    bool ok = d && set && tmp && classes && cursor && hits && sig_key && stamps_init(&mark, (size_t)a->n) &&
               stamps_init(&seen, (size_t)a->nsets) && stamps_init(&hit, (size_t)a->nsets);
     if (!ok) goto done;
     /* the start state: ^ may hold here only */
@@ -945,16 +963,37 @@ static kn_dfa *subset(const nfa *a, int start, int final, bool *too_complex) {
         for (size_t i = 0; i < nb; i++)
             if (!u || bounds[u - 1] != bounds[i]) bounds[u++] = bounds[i];
         for (int j = 0; j < nc; j++) cursor[j] = 0;
+        int n_sig = 0;
         for (size_t b = 0; b + 1 < u; b++) {
             uint32_t lo = bounds[b], hi = bounds[b + 1] - 1;
             /* the classes holding this interval: each class's ranges are sorted and the intervals come
              * in order, so a cursor per class walks its ranges once per state (a class of thousands of
              * ranges tested range by range per interval took seconds) */
-            stamps_clear(&hit);
+            int nh = 0;
             for (int j = 0; j < nc; j++) {
                 const kn_cset *c = &a->sets[classes[j]];
                 while (cursor[j] < c->n && c->r[cursor[j]].hi < lo) cursor[j]++;
-                if (cursor[j] < c->n && c->r[cursor[j]].lo <= lo) hit.v[classes[j]] = hit.gen;
+                if (cursor[j] < c->n && c->r[cursor[j]].lo <= lo) hits[nh++] = j;
+            }
+            if (!nh) continue;
+            /* intervals held by the same classes lead to the same state: a class of many ranges (\p{L})
+             * cuts hundreds of intervals, most of them followed already */
+            int q = sig_find(sig_key, sig_len, n_sig, nsets, hits, nh);
+            if (q < n_sig) {
+                if (sig_to[q] >= 0 && !kn_dfa_add_tr(d, cur, lo, hi, sig_to[q])) {
+                    ok = false;
+                    goto done;
+                }
+                continue;
+            }
+            stamps_clear(&hit);
+            for (int i = 0; i < nh; i++) hit.v[classes[hits[i]]] = hit.gen;
+            if (n_sig < SIG_MEMO) { /* remembered once followed (sig_to set below) */
+                memcpy(sig_key + (size_t)n_sig * nsets, hits, (size_t)nh * sizeof *hits);
+                sig_len[n_sig] = nh;
+                sig_to[n_sig++] = -1;
+            } else {
+                q = -1;
             }
             int m = 0;
             stamps_clear(&mark);
@@ -968,7 +1007,7 @@ static kn_dfa *subset(const nfa *a, int start, int final, bool *too_complex) {
                     }
                 }
             }
-            if (!m) continue;
+            if (!m) continue; /* sig_to stays -1 */
             closure(a, set, &m, &mark, tmp, false, false);
             if ((work += (size_t)cn + (size_t)m) > KN_DFA_MAX_WORK) {
                 *too_complex = true;
@@ -1007,6 +1046,7 @@ static kn_dfa *subset(const nfa *a, int start, int final, bool *too_complex) {
                     goto done;
                 }
             }
+            if (q >= 0) sig_to[q] = id;
             if (!kn_dfa_add_tr(d, cur, lo, hi, id)) {
                 ok = false;
                 goto done;
@@ -1022,6 +1062,8 @@ done:
     free(tmp);
     free(classes);
     free(cursor);
+    free(hits);
+    free(sig_key);
     free(mark.v);
     free(seen.v);
     free(hit.v);

@@ -864,6 +864,50 @@ static void test_ambiguity_refused(void) {
     kiln_grammar_free(g);
 }
 
+/* Program elements of grammar text g (-1 when it does not compile). */
+static int32_t program_size(const char *g) {
+    kn_gprog p;
+    if (kn_gbnf_parse(g, strlen(g), &p) != KILN_OK) return -1;
+    const int32_t n = p.n_elem;
+    kn_gprog_free(&p);
+    return n;
+}
+
+/* A multi-byte class written again is compiled once (one helper rule that every copy calls): 20
+ * copies of a class of Greek, Cyrillic and kana cost about one copy and 20 calls; the language is
+ * unchanged, a class and its negation stay apart, and so do classes one range apart. */
+static void test_shared_classes(void) {
+    static const char cls[] = "[a-z\u00e9\u0391-\u03A9\u0410-\u044F\u3041-\u3096]";
+    char one[256], many[4096];
+    snprintf(one, sizeof one, "root ::= %s", cls);
+    size_t n = (size_t)snprintf(many, sizeof many, "root ::= %s", cls);
+    for (int i = 1; i < 20; i++) n += (size_t)snprintf(many + n, sizeof many - n, " (\"-\" | %s)", cls);
+    const int32_t p1 = program_size(one), p20 = program_size(many);
+    CHECKF(p1 > 20 && p20 > 0 && p20 < p1 + 19 * 8, "one copy %d elements, twenty %d", p1, p20);
+    kiln_grammar *g = compile(many);
+    CHECK(g);
+    char text[128];
+    size_t k = 0, last = 0;
+    for (int i = 0; i < 20; i++) {
+        last = k;
+        k += (size_t)snprintf(text + k, sizeof text - k, "%s",
+                              i % 3 == 0   ? "\u0416"
+                              : i % 3 == 1 ? "\xce\xa9"
+                                           : "\xe3\x81\x82");
+    }
+    CHECK(g && kiln_grammar_accepts(g, text, k));
+    text[last] = '-'; /* the last character replaced by the alternative "-" */
+    CHECK(g && kiln_grammar_accepts(g, text, last + 1));
+    CHECK(g && !kiln_grammar_accepts(g, "\u0416", 2)); /* 19 characters short */
+    kiln_grammar_free(g);
+    g = compile("root ::= [^a-z\u00e9] [a-z\u00e9] [^a-z\u00e9]");
+    CHECK(g && accepts(g, "\xc3\xb1\xc3\xa9\xc3\xb1") && !accepts(g, "\xc3\xa9\xc3\xb1\xc3\xa9") && !accepts(g, "xyx"));
+    kiln_grammar_free(g);
+    g = compile("root ::= [\u0430-\u044F] [\u0430-\u044E] [\u0430-\u044F]");
+    CHECK(g && accepts(g, "\xd1\x8f\xd1\x8e\xd1\x8f") && !accepts(g, "\xd1\x8f\xd1\x8f\xd1\x8f"));
+    kiln_grammar_free(g);
+}
+
 int main(void) {
     RUN(test_literals);
     RUN(test_repetition);
@@ -882,5 +926,6 @@ int main(void) {
     RUN(test_factoring_random_enums);
     RUN(test_big_enums);
     RUN(test_ambiguity_refused);
+    RUN(test_shared_classes);
     return kt_summary();
 }

@@ -317,6 +317,54 @@ static void test_bounds(void) {
     free(p);
 }
 
+/* Classes that cut a state's code points into many intervals, which the subset construction
+ * follows once per distinct set of classes holding them (remembered up to 16 per state): letters
+ * and digits of every script with a few ASCII characters, overlapping classes, and 21 staggered
+ * classes (26 distinct sets in one state, past the memo), against PCRE2 on every string of up to
+ * three characters from a sample of 14 (ASCII, Latin, Greek, Cyrillic, kana, CJK, an Arabic digit,
+ * a combining mark, a space of another kind). */
+static void test_many_intervals(void) {
+    static const char *const pats[] = {
+        "^[\\p{L}\\p{N} _-]{1,3}$",
+        "^[\\P{L}\\p{N} _-]{1,2}\\P{Z}$",
+        "^\\p{Lu}[\\p{L}\\p{M}' -]{0,2}$",
+        "^(?:\\p{L}|\\p{N}x|[\\p{Ll}\\p{Nd}]y)+$",
+        "[\\p{Lo}\\p{Nd}]{2}",
+        "^(?:[a-e]0|[b-f]1|[c-g]2|[d-h]3|[e-i]4|[f-j]5|[g-k]6|[h-l]7|[i-m]8|[j-n]9|[k-o]a|[l-p]b|[m-q]c|"
+        "[n-r]d|[o-s]e|[p-t]f|[q-u]g|[r-v]h|[s-w]i|[t-x]j|[u-y]k)+$",
+    };
+    static const uint32_t sample[] = {'a',   'Z',   '5',    ' ',    '_',   '-',   0xE9,
+                                      0x3A9, 0x436, 0x30AB, 0x4E00, 0x663, 0x301, 0x3000};
+    const int ns = (int)(sizeof sample / sizeof *sample);
+    pcre2_match_data *md = pcre2_match_data_create(8, NULL);
+    for (size_t i = 0; i < sizeof pats / sizeof *pats; i++) {
+        pcre2_code *re;
+        char why[256];
+        kn_dfa *d = both(pats[i], &re, why, sizeof why);
+        CHECKF(d, "/%s/: %s", pats[i], why);
+        int bad = 0;
+        for (int len = 0; d && len <= 3; len++) {
+            int total = 1;
+            for (int k = 0; k < len; k++) total *= ns;
+            for (int x = 0; x < total; x++) {
+                char s[16];
+                size_t n = 0;
+                for (int k = 0, v = x; k < len; k++, v /= ns) n += kn_utf8_encode(sample[v % ns], (uint8_t *)s + n);
+                const bool want = pcre_finds(re, md, s, n);
+                if (kn_dfa_match(d, s, n) != want && bad++ < 3)
+                    printf("  /%s/ on \"%.*s\": PCRE2 %d\n", pats[i], (int)n, s, want);
+            }
+        }
+        CHECKF(bad == 0, "/%s/: %d strings disagree", pats[i], bad);
+        /* the staggered classes between two letters: the digit or letter after each must match */
+        if (i + 1 == sizeof pats / sizeof *pats)
+            CHECK(kn_dfa_match(d, "a0k6u", 5) == false && kn_dfa_match(d, "a0k6uk", 6) && !kn_dfa_match(d, "a1", 2));
+        kn_dfa_free(d);
+        pcre2_code_free(re);
+    }
+    pcre2_match_data_free(md);
+}
+
 /* \p{..} and \P{..} (the general categories, ECMAScript's u-flag syntax) against PCRE2 on every code
  * point below U+3000 and every 13th above (no surrogates: not text), one alone and in a class: every
  * category and subcategory by its short name; long names, aliases, "gc=", Any, ASCII and Assigned
@@ -395,5 +443,6 @@ int main(void) {
     RUN(test_counted_copies);
     RUN(test_bounds);
     RUN(test_properties);
+    RUN(test_many_intervals);
     return kt_summary();
 }
