@@ -77,6 +77,7 @@ static void test_cset_add(void) {
 /* ---- patterns against PCRE2 ------------------------------------------------------------------- */
 
 static const char ALPHA[] = "abcde";
+static const uint32_t ALPHA_CP[] = {'a', 'b', 'c', 'd', 'e'}; /* the same, as code points */
 
 static void gen_alt(char *p, size_t cap, size_t *n, int depth);
 
@@ -170,25 +171,50 @@ static bool pcre_finds(pcre2_code *re, pcre2_match_data *md, const char *s, size
     return pcre2_match(re, (PCRE2_SPTR)s, n, 0, 0, md, NULL) >= 0;
 }
 
-/* Every string of up to 5 letters of the alphabet: the automaton accepts it exactly when PCRE2 finds
- * the pattern in it. Returns the number of strings that disagree (the first few printed). */
-static int compare(const char *pat, const kn_dfa *d, pcre2_code *re, pcre2_match_data *md) {
+/* Every string of up to max_len characters of alpha[0..n_alpha) (code points): the automaton accepts
+ * it exactly when PCRE2 finds the pattern in it. Returns the number of strings that disagree (the
+ * first few printed). */
+static int compare_over(const char *pat, const kn_dfa *d, pcre2_code *re, pcre2_match_data *md, const uint32_t *alpha,
+                        int n_alpha, int max_len) {
     int bad = 0;
-    char s[8];
-    for (int len = 0; len <= 5; len++) {
+    char s[64];
+    for (int len = 0; len <= max_len; len++) {
         int total = 1;
-        for (int i = 0; i < len; i++) total *= 5;
+        for (int i = 0; i < len; i++) total *= n_alpha;
         for (int x = 0; x < total; x++) {
-            for (int i = 0, v = x; i < len; i++, v /= 5) s[i] = ALPHA[v % 5];
-            s[len] = 0;
-            const bool want = pcre_finds(re, md, s, (size_t)len);
-            const bool got = kn_dfa_match(d, s, (size_t)len);
+            size_t n = 0;
+            for (int i = 0, v = x; i < len; i++, v /= n_alpha)
+                n += kn_utf8_encode(alpha[v % n_alpha], (uint8_t *)s + n);
+            const bool want = pcre_finds(re, md, s, n);
+            const bool got = kn_dfa_match(d, s, n);
             if (want != got && bad++ < 3)
-                printf("  /%s/ on \"%s\": PCRE2 %s, kiln %s\n", pat, s, want ? "matches" : "does not",
+                printf("  /%s/ on \"%.*s\": PCRE2 %s, kiln %s\n", pat, (int)n, s, want ? "matches" : "does not",
                        got ? "accepts" : "rejects");
         }
     }
     return bad;
+}
+
+/* Every string of up to 5 letters of the alphabet, as compare_over. */
+static int compare(const char *pat, const kn_dfa *d, pcre2_code *re, pcre2_match_data *md) {
+    return compare_over(pat, d, re, md, ALPHA_CP, 5, 5);
+}
+
+/* Each of pats[0..n) compiles and agrees with PCRE2 on every string of up to max_len characters of
+ * alpha[0..n_alpha). */
+static void check_patterns(const char *const *pats, size_t n, const uint32_t *alpha, int n_alpha, int max_len) {
+    pcre2_match_data *md = pcre2_match_data_create(8, NULL);
+    for (size_t i = 0; i < n; i++) {
+        pcre2_code *re;
+        char why[256];
+        kn_dfa *d = both(pats[i], &re, why, sizeof why);
+        CHECKF(d, "/%s/: %s", pats[i], why);
+        CHECKF(!d || compare_over(pats[i], d, re, md, alpha, n_alpha, max_len) == 0, "/%s/ disagrees with PCRE2",
+               pats[i]);
+        kn_dfa_free(d);
+        pcre2_code_free(re);
+    }
+    pcre2_match_data_free(md);
 }
 
 static void test_vs_pcre2(void) {
@@ -263,17 +289,7 @@ static void test_counted_copies(void) {
 static void test_fixed(void) {
     static const char *const pats[] = {
         "$^", "^$", "$$", "^^", "(?:a|$)(e|^$)", "a|$^", "(^|b)(c|$)", "[edcba]+$", "^[ecaeb-dd]{2}[^edc]"};
-    pcre2_match_data *md = pcre2_match_data_create(8, NULL);
-    for (size_t i = 0; i < sizeof pats / sizeof *pats; i++) {
-        pcre2_code *re;
-        char why[256];
-        kn_dfa *d = both(pats[i], &re, why, sizeof why);
-        CHECKF(d, "/%s/: %s", pats[i], why);
-        CHECKF(compare(pats[i], d, re, md) == 0, "/%s/ disagrees with PCRE2", pats[i]);
-        kn_dfa_free(d);
-        pcre2_code_free(re);
-    }
-    pcre2_match_data_free(md);
+    check_patterns(pats, sizeof pats / sizeof *pats, ALPHA_CP, 5, 5);
 }
 
 /* "^[c0 c1 ... c999]" + tail: a class of 1,000 two-byte characters (U+0100, U+0102, ...) apart. */
@@ -335,34 +351,12 @@ static void test_many_intervals(void) {
     };
     static const uint32_t sample[] = {'a',   'Z',   '5',    ' ',    '_',   '-',   0xE9,
                                       0x3A9, 0x436, 0x30AB, 0x4E00, 0x663, 0x301, 0x3000};
-    const int ns = (int)(sizeof sample / sizeof *sample);
-    pcre2_match_data *md = pcre2_match_data_create(8, NULL);
-    for (size_t i = 0; i < sizeof pats / sizeof *pats; i++) {
-        pcre2_code *re;
-        char why[256];
-        kn_dfa *d = both(pats[i], &re, why, sizeof why);
-        CHECKF(d, "/%s/: %s", pats[i], why);
-        int bad = 0;
-        for (int len = 0; d && len <= 3; len++) {
-            int total = 1;
-            for (int k = 0; k < len; k++) total *= ns;
-            for (int x = 0; x < total; x++) {
-                char s[16];
-                size_t n = 0;
-                for (int k = 0, v = x; k < len; k++, v /= ns) n += kn_utf8_encode(sample[v % ns], (uint8_t *)s + n);
-                const bool want = pcre_finds(re, md, s, n);
-                if (kn_dfa_match(d, s, n) != want && bad++ < 3)
-                    printf("  /%s/ on \"%.*s\": PCRE2 %d\n", pats[i], (int)n, s, want);
-            }
-        }
-        CHECKF(bad == 0, "/%s/: %d strings disagree", pats[i], bad);
-        /* the staggered classes between two letters: the digit or letter after each must match */
-        if (i + 1 == sizeof pats / sizeof *pats)
-            CHECK(kn_dfa_match(d, "a0k6u", 5) == false && kn_dfa_match(d, "a0k6uk", 6) && !kn_dfa_match(d, "a1", 2));
-        kn_dfa_free(d);
-        pcre2_code_free(re);
-    }
-    pcre2_match_data_free(md);
+    check_patterns(pats, sizeof pats / sizeof *pats, sample, (int)(sizeof sample / sizeof *sample), 3);
+    /* the staggered classes between two letters: the digit or letter after each must match */
+    char err[256];
+    kn_dfa *d = kn_dfa_regex(pats[sizeof pats / sizeof *pats - 1], err, sizeof err);
+    CHECK(d && !kn_dfa_match(d, "a0k6u", 5) && kn_dfa_match(d, "a0k6uk", 6) && !kn_dfa_match(d, "a1", 2));
+    kn_dfa_free(d);
 }
 
 /* \p{..} and \P{..} (the general categories, ECMAScript's u-flag syntax) against PCRE2 on every code
