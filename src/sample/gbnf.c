@@ -586,7 +586,9 @@ static bool gb_seq_merge(gb *p, gb_seqs *q) {
 static bool gb_class(gb *p, gb_vec *seq, bool neg, int32_t owner, size_t at) {
     gb_cprange *r = p->ranges;
     size_t n = p->n_ranges;
-    qsort(r, n, sizeof *r, gb_cmp_range);
+    bool sorted = true; /* as a program writes them */
+    for (size_t i = 1; i < n && sorted; i++) sorted = r[i - 1].lo < r[i].lo;
+    if (!sorted) qsort(r, n, sizeof *r, gb_cmp_range);
     size_t m = 0;
     for (size_t i = 0; i < n; i++) { /* merge overlapping and adjacent ranges */
         if (m && r[i].lo <= r[m - 1].hi + 1) {

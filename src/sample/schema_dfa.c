@@ -18,6 +18,33 @@ static uint64_t ihash(const int *k, int n) {
     return h ^ (h >> 29);
 }
 
+void kn_sort_u64(uint64_t *v, size_t n, uint64_t *tmp) {
+    if (n < 64) {
+        for (size_t i = 1; i < n; i++) {
+            uint64_t x = v[i];
+            size_t j = i;
+            for (; j > 0 && v[j - 1] > x; j--) v[j] = v[j - 1];
+            v[j] = x;
+        }
+        return;
+    }
+    uint64_t any = 0, all = ~(uint64_t)0;
+    for (size_t i = 0; i < n; i++) any |= v[i], all &= v[i];
+    const uint64_t varies = any ^ all; /* the bits not the same in every value */
+    uint64_t *src = v, *dst = tmp;
+    for (int shift = 0; shift < 64; shift += 8) {
+        if (!(varies >> shift & 255)) continue;
+        size_t count[257] = {0};
+        for (size_t i = 0; i < n; i++) count[(src[i] >> shift & 255) + 1]++;
+        for (int b = 0; b < 256; b++) count[b + 1] += count[b];
+        for (size_t i = 0; i < n; i++) dst[count[src[i] >> shift & 255]++] = src[i];
+        uint64_t *t = src;
+        src = dst;
+        dst = t;
+    }
+    if (src != v) memcpy(v, src, n * sizeof *v);
+}
+
 void kn_imap_free(kn_imap *m) {
     for (size_t i = 0; i < m->cap; i++) free(m->keys ? m->keys[i] : NULL);
     free(m->keys);

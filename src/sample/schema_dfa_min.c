@@ -23,11 +23,6 @@ typedef struct touch {
     int len;        /* ints in sig */
 } touch;
 
-static int u64_cmp(const void *a, const void *b) {
-    const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return (x > y) - (x < y);
-}
-
 static bool sig_eq(const touch *a, const touch *b) {
     return a->len == b->len && !memcmp(a->sig, b->sig, (size_t)a->len * sizeof *a->sig);
 }
@@ -48,6 +43,7 @@ int kn_dfa_classes(const kn_dfa *d, const bool *live, int *cls) {
     int *first = calloc((size_t)n + 1, sizeof *first); /* reversed edges into t: rin[first[t] .. first[t+1]) */
     uint64_t *rin = malloc((m + 1) * sizeof *rin);     /* (source << 32) | transition index */
     uint64_t *pre = malloc((m + 1) * sizeof *pre);     /* the reversed edges into one splitter */
+    uint64_t *pre_tmp = malloc((m + 1) * sizeof *pre_tmp);
     int *sig = malloc((2 * m + 1) * sizeof *sig);
     touch *tl = malloc(((size_t)n + 1) * sizeof *tl);
     int *elems = malloc(((size_t)n + 1) * sizeof *elems); /* the states, block by block */
@@ -56,7 +52,8 @@ int kn_dfa_classes(const kn_dfa *d, const bool *live, int *cls) {
     int *work = malloc(((size_t)n + 2) * sizeof *work); /* the splitters to come */
     int *cut = malloc(((size_t)n + 3) * sizeof *cut);   /* where the parts of a divided block start */
     int nb = -1;
-    if (!first || !rin || !pre || !sig || !tl || !elems || !loc || !bfirst || !bend || !work || !cut) goto done;
+    if (!first || !rin || !pre || !pre_tmp || !sig || !tl || !elems || !loc || !bfirst || !bend || !work || !cut)
+        goto done;
     for (int i = 0; i < n; i++)
         for (int k = 0; live[i] && k < d->s[i].ntr; k++)
             if (live[d->s[i].tr[k].to]) first[d->s[i].tr[k].to + 1]++;
@@ -80,7 +77,7 @@ int kn_dfa_classes(const kn_dfa *d, const bool *live, int *cls) {
         size_t np = 0;
         for (int p = bfirst[B]; p < bend[B]; p++)
             for (int e = first[elems[p]]; e < first[elems[p] + 1]; e++) pre[np++] = rin[e];
-        qsort(pre, np, sizeof *pre, u64_cmp); /* by source, then transition: ranges in order */
+        kn_sort_u64(pre, np, pre_tmp); /* by source, then transition: ranges in order */
         int nt = 0, ns = 0;
         for (size_t a = 0; a < np;) {
             const int q = (int)(pre[a] >> 32), off = ns;
@@ -128,6 +125,7 @@ done:
     free(first);
     free(rin);
     free(pre);
+    free(pre_tmp);
     free(sig);
     free(tl);
     free(elems);

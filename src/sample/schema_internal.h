@@ -76,7 +76,7 @@ void kn_gout_free(kn_gout *g);
 /* A fresh rule name derived from hint (letters, digits, '-'; anything else becomes '-'), unique in
  * g. Returned string is owned by g. NULL when out of memory. */
 const char *kn_gout_name(kn_gout *g, const char *hint);
-/* Appends "name ::= body\n". */
+/* Appends "name ::= body\n" (a NULL body, a buffer that could not be allocated, fails g). */
 void kn_gout_rule(kn_gout *g, const char *name, const char *body);
 bool kn_gout_failed(const kn_gout *g);
 
@@ -135,6 +135,10 @@ void kn_dfa_toobig_clear(void); /* before an operation that reports through kn_d
 /* The UTF-8 code point at text[*pos] (pos < len), *pos moved past it; bytes that do not form one stand
  * for themselves. */
 uint32_t kn_cp_next(const char *text, size_t len, size_t *pos);
+
+/* Sorts v[0..n) ascending; tmp has room for n values. A radix sort, one pass per byte in which the
+ * values differ: the automata sort thousands of range ends and reversed edges per state. */
+void kn_sort_u64(uint64_t *v, size_t n, uint64_t *tmp);
 
 /* A hash map from int sequences (sets of states, pairs) to ids. */
 typedef struct kn_imap {

@@ -168,7 +168,14 @@ const char *kn_gout_name(kn_gout *g, const char *hint) {
 }
 
 void kn_gout_rule(kn_gout *g, const char *name, const char *body) {
-    kn_sbuf_printf(&g->text, "%s ::= %s\n", name, body);
+    if (!body) { /* the body's buffer could not be allocated */
+        g->text.nomem = true;
+        return;
+    }
+    kn_sbuf_puts(&g->text, name); /* not printf: a body can be hundreds of kilobytes */
+    kn_sbuf_puts(&g->text, " ::= ");
+    kn_sbuf_puts(&g->text, body);
+    kn_sbuf_puts(&g->text, "\n");
     g->nrules++;
 }
 

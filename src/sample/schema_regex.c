@@ -790,11 +790,6 @@ static frag rx_disj(rx *r) {
 
 /* ---- subset construction --------------------------------------------------------------------- */
 
-static int cmp_u32(const void *a, const void *b) {
-    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-    return (x > y) - (x < y);
-}
-
 /* Marks over n items that all clear in O(1): item i is marked when v[i] == gen. */
 typedef struct stamps {
     uint32_t *v;
@@ -889,8 +884,8 @@ static kn_dfa *subset(const nfa *a, int start, int final, bool *too_complex) {
     int *hits = malloc(nsets * sizeof *hits);
     int *sig_key = malloc(SIG_MEMO * nsets * sizeof *sig_key);
     int sig_len[SIG_MEMO], sig_to[SIG_MEMO];
-    stamps mark = {0}, seen = {0}, hit = {0}; /* over NFA states; over sets twice */
-    uint32_t *bounds = NULL;
+    stamps mark = {0}, seen = {0}, hit = {0};    /* over NFA states; over sets twice */
+    uint64_t *bounds = NULL, *bounds_tmp = NULL; /* the code points where a class's ranges start or end */
     size_t capb = 0;
     kn_imap map = {0};
     const int **sets = NULL; /* sets[i]: the NFA set of DFA state i (len first; map's keys but the start's) */
@@ -945,12 +940,14 @@ static kn_dfa *subset(const nfa *a, int start, int final, bool *too_complex) {
             for (int r = 0; r < c->n; r++) {
                 if (nb + 2 > capb) {
                     size_t nc2 = capb ? capb * 2 : 64;
-                    uint32_t *nbp = realloc(bounds, nc2 * sizeof *nbp);
-                    if (!nbp) {
+                    uint64_t *nbp = realloc(bounds, nc2 * sizeof *nbp);
+                    if (nbp) bounds = nbp;
+                    uint64_t *ntp = nbp ? realloc(bounds_tmp, nc2 * sizeof *ntp) : NULL;
+                    if (!ntp) {
                         ok = false;
                         goto done;
                     }
-                    bounds = nbp;
+                    bounds_tmp = ntp;
                     capb = nc2;
                 }
                 bounds[nb++] = c->r[r].lo;
@@ -958,14 +955,14 @@ static kn_dfa *subset(const nfa *a, int start, int final, bool *too_complex) {
             }
         }
         if (!nb) continue;
-        qsort(bounds, nb, sizeof *bounds, cmp_u32);
+        kn_sort_u64(bounds, nb, bounds_tmp);
         size_t u = 0;
         for (size_t i = 0; i < nb; i++)
             if (!u || bounds[u - 1] != bounds[i]) bounds[u++] = bounds[i];
         for (int j = 0; j < nc; j++) cursor[j] = 0;
         int n_sig = 0;
         for (size_t b = 0; b + 1 < u; b++) {
-            uint32_t lo = bounds[b], hi = bounds[b + 1] - 1;
+            uint32_t lo = (uint32_t)bounds[b], hi = (uint32_t)bounds[b + 1] - 1;
             /* the classes holding this interval: each class's ranges are sorted and the intervals come
              * in order, so a cursor per class walks its ranges once per state (a class of thousands of
              * ranges tested range by range per interval took seconds) */
@@ -1058,6 +1055,7 @@ done:
     free(start_set);
     kn_imap_free(&map);
     free(bounds);
+    free(bounds_tmp);
     free(set);
     free(tmp);
     free(classes);

@@ -171,6 +171,34 @@ static bool pcre_finds(pcre2_code *re, pcre2_match_data *md, const char *s, size
     return pcre2_match(re, (PCRE2_SPTR)s, n, 0, 0, md, NULL) >= 0;
 }
 
+static int cmp_u64(const void *a, const void *b) {
+    const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* kn_sort_u64 against qsort: sizes around the insertion sort's cut (64) and large ones; values that
+ * differ in one byte only, in the low bytes, in scattered bytes, in the top bit, and all equal. */
+static void test_sort_u64(void) {
+    static const size_t sizes[] = {0, 1, 2, 63, 64, 65, 1000, 100000};
+    static const uint64_t masks[] = {0xFF00, 0xFFFFF, 0xFF00FF00FF00FF00ull, 0x80000000000000FFull, 0, ~0ull};
+    uint64_t *v = malloc(100000 * sizeof *v), *w = malloc(100000 * sizeof *w), *tmp = malloc(100000 * sizeof *tmp);
+    CHECK(v && w && tmp);
+    for (size_t si = 0; v && w && tmp && si < sizeof sizes / sizeof *sizes; si++)
+        for (size_t mi = 0; mi < sizeof masks / sizeof *masks; mi++) {
+            const size_t n = sizes[si];
+            for (size_t i = 0; i < n; i++) {
+                const uint64_t r = (uint64_t)next() << 32 | next();
+                v[i] = w[i] = (0x0123456789ABCDEFull & ~masks[mi]) | (r & masks[mi]);
+            }
+            kn_sort_u64(v, n, tmp);
+            qsort(w, n, sizeof *w, cmp_u64);
+            CHECKF(!memcmp(v, w, n * sizeof *v), "n %zu, mask %016llx", n, (unsigned long long)masks[mi]);
+        }
+    free(v);
+    free(w);
+    free(tmp);
+}
+
 /* Every string of up to max_len characters of alpha[0..n_alpha) (code points): the automaton accepts
  * it exactly when PCRE2 finds the pattern in it. Returns the number of strings that disagree (the
  * first few printed). */
@@ -432,6 +460,7 @@ static void test_properties(void) {
 
 int main(void) {
     RUN(test_cset_add);
+    RUN(test_sort_u64);
     RUN(test_fixed);
     RUN(test_vs_pcre2);
     RUN(test_counted_copies);
