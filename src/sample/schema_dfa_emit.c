@@ -139,13 +139,14 @@ static bool same_ranges(const kn_dtrans *a, const kn_dtrans *b, int n) {
     return true;
 }
 
-/* emit_chars(out, t, n, used_jesc) through memo m: a group of the same ranges as one of the last
- * CHARS_MEMO is copied. (A group that needed jesc set *used_jesc when it was first written.) */
-static int emit_chars_memo(chars_memo *m, kn_sbuf *out, const kn_dtrans *t, int n, bool *used_jesc) {
+/* The text emit_chars writes for the ranges t[0..n) (*alts: its alternatives), from memo m when a group
+ * of the same ranges is among the last CHARS_MEMO (a group that needed jesc set *used_jesc when it was
+ * first written). Owned by m, valid until the next call. */
+static const kn_sbuf *emit_chars_memo(chars_memo *m, const kn_dtrans *t, int n, bool *used_jesc, int *alts) {
     for (int q = 0; q < CHARS_MEMO; q++)
         if (m->r[q] && m->n[q] == n && same_ranges(m->r[q], t, n)) {
-            kn_sbuf_cat(out, &m->text[q]);
-            return m->alts[q];
+            *alts = m->alts[q];
+            return &m->text[q];
         }
     const int q = m->next;
     m->next = (q + 1) % CHARS_MEMO;
@@ -156,8 +157,8 @@ static int emit_chars_memo(chars_memo *m, kn_sbuf *out, const kn_dtrans *t, int 
     m->r[q] = malloc((size_t)n * sizeof *t);
     if (m->r[q]) memcpy(m->r[q], t, (size_t)n * sizeof *t);
     m->n[q] = n;
-    kn_sbuf_cat(out, &m->text[q]);
-    return m->alts[q];
+    *alts = m->alts[q];
+    return &m->text[q];
 }
 
 const char *kn_dfa_emit_string(kn_gout *g, const kn_dfa *d, const char *hint, const kn_dfa_count *cnt) {
@@ -205,17 +206,15 @@ const char *kn_dfa_emit_string(kn_gout *g, const kn_dfa *d, const char *hint, co
             int ng = 0;
             for (int j = k; j < s->ntr; j++)
                 if (!done_t[j] && s->tr[j].to == s->tr[k].to) grp[ng++] = s->tr[j], done_t[j] = true;
-            kn_sbuf chars;
-            kn_sbuf_init(&chars, KN_SCHEMA_MAX_GBNF);
-            int na = emit_chars_memo(&groups, &chars, grp, ng, &g->used_jesc);
+            int na = 0;
+            const kn_sbuf *chars = emit_chars_memo(&groups, grp, ng, &g->used_jesc, &na);
             if (na) {
                 if (alts) kn_sbuf_puts(&body, " | ");
                 kn_sbuf_puts(&body, na > 1 ? "(" : "");
-                kn_sbuf_cat(&body, &chars);
+                kn_sbuf_cat(&body, chars);
                 kn_sbuf_printf(&body, "%s %s%s", na > 1 ? ")" : "", guard, names[to]);
                 alts++;
             }
-            kn_sbuf_free(&chars);
         }
         free(done_t);
         free(grp);
