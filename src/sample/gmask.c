@@ -15,11 +15,13 @@
  *     state S to one and the same live state S1, and S1 does the same for the summary, and so on for
  *     as many characters as the subtree's longest token has bytes (or until the chain comes back to
  *     itself), every token of the subtree is allowed without visiting it. Multi-byte characters
- *     count when every well-formed UTF-8 character leads from the state to that same next state
- *     (checked once per state by exploring the store over the continuation bytes) and the
- *     subtree's texts are well-formed UTF-8. What each state does with each ASCII byte is learnt
- *     lazily (a few classes of bytes by destination), as summaries ask for it; the walk also uses
- *     it to skip asking the store again.
+ *     count when every well-formed UTF-8 character with one of the subtree's lead bytes leads from
+ *     the state to that same next state (checked once per state and lead byte by exploring the
+ *     store over the continuation bytes: a kind of characters at once, by lead byte when a class
+ *     such as \p{L} splits it) and the subtree's texts are well-formed UTF-8. What each state does
+ *     with each ASCII byte is learnt lazily (a few classes of bytes by destination), as summaries
+ *     ask for it; the walk also uses it to skip asking the store again. A chain that held is
+ *     remembered by its first state, so that the next summaries within it pass at once.
  *   - A cache of masks by parser state (direct-mapped, bounded), since states recur: inside a
  *     string, between the items of an array. State ids change when the store is compacted, so the
  *     cache and the learnt classes are cleared then. A state holding counts (a string with a
@@ -45,6 +47,7 @@
 
 #define N_CLASSES 4 /* destinations of ASCII bytes remembered per state */
 #define UNKNOWN   INT32_MIN
+#define RUN_LOOP  UINT32_MAX
 
 /* What is known of where a parser state goes: its ASCII bytes grouped by destination state. */
 typedef struct state_info {
@@ -53,9 +56,15 @@ typedef struct state_info {
     int32_t dest[N_CLASSES];    /* a live destination */
     uint64_t cls[N_CLASSES][2]; /* the ASCII bytes that lead there */
     uint64_t tested[2];         /* ASCII bytes asked about: in a class, dead, or beyond N_CLASSES */
-    int32_t utf8_dest;          /* the state the multi-byte characters of the kinds in u8_ok lead to */
-    uint16_t u8_ok;             /* kinds (kn_u8_kind) whose every character leads to utf8_dest */
-    uint16_t u8_bad;            /* kinds known not to */
+    int32_t utf8_dest;          /* the state the multi-byte characters of the lead bytes in u8_ok lead to */
+    uint64_t u8_ok;             /* lead bytes (kn_u8_lead_bit) whose every character leads to utf8_dest */
+    uint64_t u8_bad;            /* lead bytes known not to */
+    uint16_t u8_split;          /* kinds (kn_u8_kind) whose characters go different ways: asked by lead byte */
+    /* a chain of subtree_ok that held: every summary within these ASCII and lead bytes keeps the
+     * state alive for run_len characters (RUN_LOOP: any number; 0: nothing known) */
+    uint64_t run_ascii[2];
+    uint64_t run_leads;
+    uint32_t run_len;
 } state_info;
 
 struct kn_gmatch {
@@ -286,87 +295,142 @@ static bool visit(kn_gmatch *m, int32_t state, int q, bool *full) {
     return false;
 }
 
-/* The one live state every well-formed multi-byte UTF-8 character of kind k (kn_u8_kind) leads to
- * from state s (every prefix alive on the way), or KN_GS_DEAD when there is none. Explores the
- * store over (state, validator state) pairs; gives up (KN_GS_DEAD) beyond UTF8_STEPS_MAX steps or
- * UTF8_VISITED_SLOTS pairs. */
-static int32_t utf8_kind_dest(kn_gmatch *m, int32_t s, int k) {
-    static const uint8_t lead[KN_U8_KINDS][2] = {{0xC2, 0xDF}, {0xE0, 0xE0}, {0xE1, 0xEC}, {0xED, 0xED},
-                                                 {0xEE, 0xEF}, {0xF0, 0xF0}, {0xF1, 0xF3}, {0xF4, 0xF4}};
+/* Files dest, reached over a byte that leaves the validator in state q2, in an exploration of
+ * utf8_leads_dest: a character's end must be *to (set by the first), a state inside one is queued
+ * once. False when the exploration fails: dest dead, a second end, or the visited table full. */
+static bool file_dest(kn_gmatch *m, int32_t dest, int q2, int32_t *to, size_t *n_todo) {
+    bool full = false;
+    if (dest < 0) return false;
+    if (q2 == KN_U8_BOUNDARY) {
+        if (*to == UNKNOWN) *to = dest;
+        return dest == *to;
+    }
+    if (visit(m, dest, q2, &full)) m->todo[(*n_todo)++] = (uint64_t)(uint32_t)dest << 4 | (uint64_t)q2;
+    return !full;
+}
+
+/* The one live state every well-formed multi-byte UTF-8 character with a lead byte in [lo, hi] (one
+ * kind's, kn_u8_kind) leads to from state s (every prefix alive on the way), or KN_GS_DEAD when
+ * there is none. Explores the store over (state, validator state) pairs, each over its whole range
+ * of next bytes in one step where the state takes them alike (kn_gstore_step_range), byte by byte
+ * where not; gives up (KN_GS_DEAD) beyond UTF8_STEPS_MAX steps or UTF8_VISITED_SLOTS pairs. */
+static int32_t utf8_leads_dest(kn_gmatch *m, int32_t s, int lo, int hi) {
+    static const uint8_t next[KN_U8_STATES][2] = {{0, 0},       {0x80, 0xBF}, {0x80, 0xBF}, {0x80, 0xBF},
+                                                  {0xA0, 0xBF}, {0x80, 0x9F}, {0x90, 0xBF}, {0x80, 0x8F}};
     memset(m->visited, 0, sizeof m->visited);
     size_t n_todo = 0, steps = 0;
-    bool full = false;
     int32_t to = UNKNOWN;
-    for (int b = lead[k][0]; b <= lead[k][1]; b++) {
-        const int32_t s2 = kn_gstore_step(m->store, s, (uint8_t)b);
+    bool ok = true;
+    for (bool first = true; ok && (first || n_todo); first = false) {
+        int32_t s1 = s;
+        int q = KN_U8_BOUNDARY, a = lo, b = hi;
+        if (!first) {
+            const uint64_t item = m->todo[--n_todo];
+            s1 = (int32_t)(item >> 4);
+            q = (int)(item & 15);
+            a = next[q][0];
+            b = next[q][1];
+        }
+        const int q2 = kn_u8_next(q, (uint8_t)a); /* the same for every byte of [a, b] */
+        const int32_t d = kn_gstore_step_range(m->store, s1, (uint8_t)a, (uint8_t)b);
         steps++;
-        if (s2 < 0) return m->stats.probes += steps, KN_GS_DEAD;
-        const int q = kn_u8_next(KN_U8_BOUNDARY, (uint8_t)b);
-        if (visit(m, s2, q, &full)) m->todo[n_todo++] = (uint64_t)(uint32_t)s2 << 4 | (uint64_t)q;
-        if (full) return m->stats.probes += steps, KN_GS_DEAD;
-    }
-    while (n_todo) {
-        const uint64_t item = m->todo[--n_todo];
-        const int32_t s1 = (int32_t)(item >> 4);
-        const int q = (int)(item & 15);
-        for (int c = 0x80; c <= 0xBF; c++) {
-            const int q2 = kn_u8_next(q, (uint8_t)c);
-            if (q2 < 0) continue;
-            const int32_t s2 = kn_gstore_step(m->store, s1, (uint8_t)c);
-            if (++steps > UTF8_STEPS_MAX || s2 < 0) return m->stats.probes += steps, KN_GS_DEAD;
-            if (q2 == KN_U8_BOUNDARY) {
-                if (to == UNKNOWN) to = s2;
-                else if (s2 != to) return m->stats.probes += steps, KN_GS_DEAD;
-            } else if (visit(m, s2, q2, &full)) {
-                m->todo[n_todo++] = (uint64_t)(uint32_t)s2 << 4 | (uint64_t)q2;
-            }
-            if (full) return m->stats.probes += steps, KN_GS_DEAD;
+        if (d != KN_GS_MIXED) {
+            ok = file_dest(m, d, q2, &to, &n_todo);
+            continue;
+        }
+        for (int c = a; ok && c <= b; c++) {
+            ok = ++steps <= UTF8_STEPS_MAX && file_dest(m, kn_gstore_step(m->store, s1, (uint8_t)c), q2, &to, &n_todo);
         }
     }
     m->stats.probes += steps;
-    return to == UNKNOWN ? KN_GS_DEAD : to;
+    return ok && to != UNKNOWN ? to : KN_GS_DEAD;
 }
 
-/* The one live state every multi-byte character of the kinds in `kinds` leads to from e's state,
- * or UNKNOWN. Explores each kind once per state. */
-static int32_t utf8_dest(kn_gmatch *m, state_info *e, uint16_t kinds) {
-    if (kinds & e->u8_bad) return UNKNOWN;
-    for (uint16_t todo = kinds & (uint16_t)~e->u8_ok; todo; todo &= (uint16_t)(todo - 1)) {
-        const int k = __builtin_ctz(todo);
-        const int32_t d = utf8_kind_dest(m, e->state, k); /* (leaves the infos alone) */
-        if (d < 0 || (e->u8_ok && d != e->utf8_dest)) {
-            e->u8_bad |= (uint16_t)(1u << k);
-            return UNKNOWN;
+/* The one live state every multi-byte character with a lead byte in `leads` (kn_u8_lead_bit) leads
+ * to from e's state, or UNKNOWN. A kind's lead bytes are explored together first (once per state:
+ * inside a string every character goes the same way); a kind whose characters go different ways
+ * (a class such as \p{L}) is then explored one lead byte at a time, as the summaries ask. */
+static int32_t utf8_dest(kn_gmatch *m, state_info *e, uint64_t leads) {
+    static const uint8_t kind_lead[KN_U8_KINDS][2] = {{0xC2, 0xDF}, {0xE0, 0xE0}, {0xE1, 0xEC}, {0xED, 0xED},
+                                                      {0xEE, 0xEF}, {0xF0, 0xF0}, {0xF1, 0xF3}, {0xF4, 0xF4}};
+    if (leads & e->u8_bad) return UNKNOWN;
+    for (uint64_t todo = leads & ~e->u8_ok; todo; todo = leads & ~e->u8_ok) {
+        const int lead = KN_U8_LEAD_FIRST + __builtin_ctzll(todo);
+        const int k = kn_u8_kind((uint8_t)lead);
+        const bool whole = !(e->u8_split >> k & 1);
+        const int lo = whole ? kind_lead[k][0] : lead, hi = whole ? kind_lead[k][1] : lead;
+        const uint64_t span = (kn_u8_lead_bit((uint8_t)hi) << 1) - kn_u8_lead_bit((uint8_t)lo);
+        const int32_t d = utf8_leads_dest(m, e->state, lo, hi); /* (leaves the infos alone) */
+        if (d >= 0 && (!e->u8_ok || d == e->utf8_dest)) {
+            e->utf8_dest = d;
+            e->u8_ok |= span;
+            continue;
         }
-        e->utf8_dest = d;
-        e->u8_ok |= (uint16_t)(1u << k);
+        if (d < 0 && whole && lo < hi) {
+            e->u8_split |= (uint16_t)(1u << k); /* its lead bytes one by one */
+            continue;
+        }
+        e->u8_bad |= d < 0 ? kn_u8_lead_bit((uint8_t)lead) : span;
+        return UNKNOWN;
     }
     return e->utf8_dest;
+}
+
+/* The class of e's ASCII bytes that lead to state d (none: zeros). */
+static const uint64_t *class_to(const state_info *e, int32_t d) {
+    static const uint64_t none[2];
+    for (int32_t k = 0; k < e->n_cls; k++)
+        if (e->dest[k] == d) return e->cls[k];
+    return none;
 }
 
 /* Whether every token of a subtree with summary sum and at most `below` bytes per token keeps state
  * s alive: each character the summary allows moves s to one live state s1, s1 to one live s2, and
  * so on for `below` characters, or until the chain reaches a state that goes to itself. *sic is s's
- * info when known (else NULL), and is set to it. */
+ * info when known (else NULL), and is set to it. A chain that holds is remembered in s's info as the
+ * characters every one of its steps takes alike (the intersection of the classes it went through),
+ * so that the summaries of the next subtrees within them pass at once: the siblings of a walk
+ * through a string ask the same state about a few hundred summaries of the same characters. */
 static bool subtree_ok(kn_gmatch *m, int32_t s, const kn_vsum *sum, uint32_t below, state_info **sic) {
     const bool nonascii = sum->flags & KN_VSUM_NONASCII;
     if (nonascii && !(sum->flags & KN_VSUM_UTF8)) return false;
     const bool has_ascii = sum->ascii[0] | sum->ascii[1];
     state_info *e = *sic;
     if (!e && !(e = *sic = info_of(m, s))) return false;
-    for (uint32_t i = 0; i < below; i++) {
-        if (i && !(e = info_of(m, s))) return false;
+    const uint64_t leads = nonascii ? sum->leads : 0;
+    if (below <= e->run_len && !(sum->ascii[0] & ~e->run_ascii[0]) && !(sum->ascii[1] & ~e->run_ascii[1]) &&
+        !(leads & ~e->run_leads))
+        return true;
+    state_info *const first = e;
+    uint64_t ascii[2] = {~0ull, ~0ull}, alike_leads = ~0ull; /* what every step so far takes alike */
+    uint32_t len = 0;
+    for (; len < below; len++) {
+        if (len && !(e = info_of(m, s))) return false;
         int32_t next = has_ascii ? common_dest(m, e, sum->ascii) : UNKNOWN;
         if (has_ascii && next == UNKNOWN) return false;
         if (nonascii) {
-            const int32_t u = utf8_dest(m, e, sum->kinds);
+            const int32_t u = utf8_dest(m, e, leads);
             if (u == UNKNOWN || (has_ascii && u != next)) return false;
             next = u;
         }
-        if (next == s) return true; /* a loop: any number of characters more */
+        const uint64_t *c = class_to(e, next);
+        ascii[0] &= c[0];
+        ascii[1] &= c[1];
+        alike_leads &= e->utf8_dest == next ? e->u8_ok : 0;
+        if (next == s) { /* a loop: any number of characters more */
+            len = RUN_LOOP;
+            break;
+        }
         s = next;
     }
-    return below < KN_VTRIE_BELOW_MAX; /* a saturated depth needs a loop */
+    if (len == below && below >= KN_VTRIE_BELOW_MAX) return false; /* a saturated depth needs a loop */
+    if (len >= first->run_len || !first->run_len) {
+        first->run_ascii[0] = ascii[0];
+        first->run_ascii[1] = ascii[1];
+        first->run_leads = alike_leads;
+        first->run_len = len;
+    }
+    return true;
 }
 
 /* ---- the walk ----------------------------------------------------------------------------------- */

@@ -105,6 +105,14 @@ static inline int32_t kn_gstore_step(kn_gstore *s, int32_t state, uint8_t b) {
     return kn_gstore_step_slow(s, state, b);
 }
 
+#define KN_GS_MIXED (-2) /* kn_gstore_step_range: the bytes of the range lead different ways */
+
+/* The state every byte of [lo, hi] leads to from state (KN_GS_DEAD when none continues), computed
+ * in one step and memoized for every byte of the range when each stack of the state takes all of
+ * its bytes or none (a class of continuation bytes, a run of letters); else KN_GS_MIXED (the bytes
+ * may lead different ways: step them one by one). A failure as kn_gstore_step's. */
+int32_t kn_gstore_step_range(kn_gstore *s, int32_t state, uint8_t lo, uint8_t hi);
+
 /* The text so far is a whole sentence of the language. */
 bool kn_gstore_accepting(const kn_gstore *s, int32_t state);
 

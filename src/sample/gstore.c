@@ -496,6 +496,30 @@ int32_t kn_gstore_step_slow(kn_gstore *s, int32_t state, uint8_t b) {
     return next;
 }
 
+int32_t kn_gstore_step_range(kn_gstore *s, int32_t state, uint8_t lo, uint8_t hi) {
+    if (state < 0 || state >= s->h.n_states || lo > hi) return kn_gstore_step(s, state, lo);
+    uint64_t range[4] = {0};
+    for (int w = lo >> 6; w <= hi >> 6; w++) {
+        const int a = w == lo >> 6 ? lo & 63 : 0, b = w == hi >> 6 ? hi & 63 : 63;
+        range[w] = (b == 63 ? ~0ull : (1ull << (b + 1)) - 1) & ~((1ull << a) - 1);
+    }
+    const kn_gprog *p = s->p;
+    const uint32_t off = s->soff[state];
+    for (int32_t i = 0, n = s->scnt[state]; i < n; i++) {
+        const uint64_t *set = p->set[p->elem[s->npos[s->pool[off + (uint32_t)i]]]];
+        uint64_t in = 0, out = 0;
+        for (int w = 0; w < 4; w++) {
+            in |= set[w] & range[w];
+            out |= range[w] & ~set[w];
+        }
+        if (in && out) return KN_GS_MIXED; /* this stack takes some of the bytes only */
+    }
+    const int32_t next = kn_gstore_step(s, state, lo);
+    if (next < 0 && kn_gstore_failed(s)) return next;
+    for (int b = lo + 1; b <= hi; b++) s->h.trans[state][b] = next + 2;
+    return next;
+}
+
 bool kn_gstore_accepting(const kn_gstore *s, int32_t state) {
     return state >= 0 && state < s->h.n_states && s->sacc[state];
 }

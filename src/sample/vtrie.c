@@ -91,12 +91,12 @@ typedef struct sum_work {
     uint64_t ascii[2];
     uint8_t nonascii;
     uint8_t valid;  /* bit q: every text below the node is well-formed from validator state q */
-    uint16_t kinds; /* lead bytes below, by kind */
+    uint64_t leads; /* lead bytes below (kn_u8_lead_bit) */
 } sum_work;
 
 static uint64_t hash_sum(const kn_vsum *s) {
     uint64_t h = s->ascii[0] * 0x9E3779B97F4A7C15ull ^
-                 (s->ascii[1] + s->flags + ((uint64_t)s->kinds << 16)) * 0xC2B2AE3D27D4EB4Full;
+                 (s->ascii[1] + s->flags + s->leads * 0x165667B19E3779F9ull) * 0xC2B2AE3D27D4EB4Full;
     return h ^ (h >> 29);
 }
 
@@ -128,7 +128,7 @@ static kiln_status build_sums(kn_vtrie *t) {
             s->ascii[1] |= cw->ascii[1];
             if (b < 128) s->ascii[b >> 6] |= 1ull << (b & 63);
             s->nonascii |= cw->nonascii | (b >= 128);
-            s->kinds |= cw->kinds | (kn_u8_kind(b) >= 0 ? 1u << kn_u8_kind(b) : 0u);
+            s->leads |= cw->leads | kn_u8_lead_bit(b);
             nd[i].below = (uint8_t)KN_MAX(nd[i].below, KN_MIN(nd[c].below + 1, KN_VTRIE_BELOW_MAX));
             for (int q = 0; q < KN_U8_STATES; q++) {
                 const int q2 = kn_u8_next(q, b);
@@ -138,12 +138,12 @@ static kiln_status build_sums(kn_vtrie *t) {
         if (nd[i].skip == i + 1) continue; /* a leaf */
         kn_vsum key = {.ascii = {s->ascii[0], s->ascii[1]},
                        .flags = (uint16_t)((s->nonascii ? KN_VSUM_NONASCII : 0u) | (s->valid & 1 ? KN_VSUM_UTF8 : 0u)),
-                       .kinds = s->kinds};
+                       .leads = s->leads};
         uint64_t h = hash_sum(&key) & (cap - 1);
         while (slots[h]) {
             const kn_vsum *o = &t->sums[slots[h]];
             if (o->ascii[0] == key.ascii[0] && o->ascii[1] == key.ascii[1] && o->flags == key.flags &&
-                o->kinds == key.kinds)
+                o->leads == key.leads)
                 break;
             h = (h + 1) & (cap - 1);
         }
@@ -217,7 +217,7 @@ static kiln_status build_plain(kn_vtrie *t) {
         for (uint32_t k = 0; k < l; k++) {
             if (p[k] < 128) ps->ascii[p[k] >> 6] |= 1ull << (p[k] & 63);
             else ps->flags |= KN_VSUM_NONASCII;
-            if (kn_u8_kind(p[k]) >= 0) ps->kinds |= (uint16_t)(1u << kn_u8_kind(p[k]));
+            ps->leads |= kn_u8_lead_bit(p[k]);
         }
     }
     t->plain_sum[0].flags |= KN_VSUM_UTF8;

@@ -10,10 +10,12 @@
  * lo = n_text, so nodes[i + 1] and nodes[skip] always exist.
  *
  * Every node with tokens strictly below it carries a summary of its subtree (an index into sums[],
- * 0 = none): the ASCII bytes that occur below the node, whether any byte >= 0x80 does, and whether
- * every token's bytes below the node are well-formed UTF-8 read from a character boundary (a token
- * may stop in the middle of its last character); and `below`, the most bytes a token has below the
- * node (255: that many or more). The matcher accepts a whole subtree at once when its parser state
+ * 0 = none): the ASCII bytes that occur below the node, the lead bytes of the multi-byte characters
+ * (one bit per lead byte: a lead byte names a block of 64 to 262,144 code points, so a class such as
+ * \p{L} that splits a kind of characters still holds most blocks whole), whether any byte >= 0x80
+ * occurs, and whether every token's bytes below the node are well-formed UTF-8 read from a character
+ * boundary (a token may stop in the middle of its last character); and `below`, the most bytes a
+ * token has below the node (255: that many or more). The matcher accepts a whole subtree at once when its parser state
  * moves the same way on every character the summary allows, for as many characters as `below`.
  *
  * Plain tokens and exceptions. Most tokens are plain text: short runs (vtrie.c: PLAIN_MAX_CHARS) of
@@ -65,10 +67,17 @@ static inline int kn_u8_kind(uint8_t lead) {
     return lead == 0xF4 ? KN_U8_KIND_F4 : -1;
 }
 
+/* The lead bytes of multi-byte characters, C2..F4, as bits 0..50 of a uint64_t (0 for other bytes). */
+#define KN_U8_LEAD_FIRST 0xC2
+#define KN_U8_LEAD_LAST  0xF4
+static inline uint64_t kn_u8_lead_bit(uint8_t b) {
+    return b >= KN_U8_LEAD_FIRST && b <= KN_U8_LEAD_LAST ? 1ull << (b - KN_U8_LEAD_FIRST) : 0;
+}
+
 typedef struct kn_vsum {
     uint64_t ascii[2]; /* bit b: byte b (< 128) occurs below the node */
+    uint64_t leads;    /* kn_u8_lead_bit of every lead byte below the node */
     uint16_t flags;    /* KN_VSUM_* */
-    uint16_t kinds;    /* bit k: a lead byte of kind k (kn_u8_kind) occurs below the node */
 } kn_vsum;
 
 typedef struct kn_vnode {

@@ -490,6 +490,74 @@ static void test_plain_tokens_and_exceptions(void) {
     kn_vtrie_free(t);
 }
 
+/* Store steps of the first mask after text, with the given variant flags; -1 on failure. */
+static long long steps_after(const kiln_grammar *g, const kn_vtrie *t, const char *text, unsigned flags) {
+    kn_gmatch_opts o = {.flags = flags};
+    kn_gmatch *m = NULL;
+    if (kn_gmatch_new_ex(g, t, false, &o, &m) != KILN_OK) return -1;
+    int32_t n = 0;
+    long long steps = -1;
+    if (kn_gmatch_feed(m, text, strlen(text)) == KILN_OK && kn_gmatch_mask(m, &n) && n > 0) {
+        kn_gmatch_stats st;
+        kn_gmatch_get_stats(m, &st);
+        steps = (long long)st.nodes;
+    }
+    kn_gmatch_free(m);
+    return steps;
+}
+
+/* Character classes that split a kind of UTF-8 characters (\p{L} holds é but not ×, ア but not the
+ * ideographic space, 中 but not the hexagram ䷀; \P{Z} the reverse for the space): the fast path
+ * tells multi-byte characters apart by lead byte, so its masks must equal the reference's where a
+ * lead byte's characters go different ways; and where each lead byte's characters all go one way
+ * (д, 是, 말 are letters, as is every character with their lead bytes), whole subtrees of them are
+ * accepted at once: the first mask inside a string of letters and digits, or of anything but
+ * separators, steps the store a tenth as often as a walk of every node. */
+static void test_class_splits_lead_bytes(void) {
+    static const char *mixed[] = {"a",  "7",  " ",  "_", "д", "是", "é", "\xc3\x97", "\xe3\x80\x80",
+                                  "ア", "中", "䷀", "😀"};
+    static const char *whole[] = {"a", "Z", "7", "д", "是", "말"};
+    /* the whole ones, then under "a" characters whose lead bytes are split: a state learns of 是's
+     * lead byte (under "7") before it meets ䷀'s, which shares its kind */
+    static const char *extra[] = {"\"", "a䷀", "a\xc3\x97", "a\xe3\x80\x80"};
+    enum { A = 13, B = 6, N = A + A * A + A * A * A + 2, NB = B + B * B + B * B * B + 5 };
+    static char buf[N][16], bufb[NB][16], bufc[NB][16];
+    static const char *text[N], *textb[NB], *textc[NB];
+    kn_vtrie *t = pieces_trie(mixed, A, extra, 1, buf, text);
+    kn_vtrie *tb = pieces_trie(whole, B, extra, 1, bufb, textb);
+    kn_vtrie *tc = pieces_trie(whole, B, extra, 4, bufc, textc);
+    CHECK(t && tb && tc);
+    static const char *schemas[] = {
+        "{\"type\":\"string\",\"pattern\":\"^[\\\\p{L}\\\\p{N} _-]{1,20}$\"}",
+        "{\"type\":\"string\",\"pattern\":\"^\\\\P{Z}[^\\\\n]{0,18}\\\\P{Z}$\"}",
+        "{\"type\":\"string\",\"pattern\":\"^[\\\\p{Lo}\\\\p{Nd}]*$\"}",
+        "{\"type\":\"string\",\"pattern\":\"^[\\\\p{L}\\\\p{N} _-]*$\"}",
+    };
+    kiln_grammar_params p = kiln_grammar_default_params();
+    p.kind = KILN_GRAMMAR_JSON_SCHEMA;
+    for (size_t i = 0; i < KN_ARRAY_LEN(schemas); i++) {
+        kiln_grammar *g = NULL;
+        CHECKF(kiln_grammar_compile(schemas[i], strlen(schemas[i]), &p, &g) == KILN_OK, "schema %zu: %s", i,
+               kiln_last_error());
+        if (!g) continue;
+        walk_result r;
+        bool ok = lockstep(g, t, false, 31 + i, 12, 30, 0, &r);
+        CHECKF(ok, "schema %zu, mixed lead bytes: %s", i, r.why);
+        ok = lockstep(g, tb, false, 77 + i, 12, 30, 0, &r);
+        CHECKF(ok, "schema %zu, whole lead bytes: %s", i, r.why);
+        ok = lockstep(g, tc, false, 91 + i, 12, 30, 0, &r);
+        CHECKF(ok, "schema %zu, whole lead bytes and split ones under \"a\": %s", i, r.why);
+        const long long fast = steps_after(g, tb, "\"", 0), all = steps_after(g, tb, "\"", KN_GMATCH_NO_SUBTREE);
+        CHECKF(fast >= 0 && all > 0 && (i == 2 || fast * 10 < all),
+               "schema %zu: %lld store steps, %lld without subtrees", i, fast, all);
+        if (getenv("KT_VERBOSE")) printf("  schema %zu: %lld store steps, %lld without subtrees\n", i, fast, all);
+        kiln_grammar_free(g);
+    }
+    kn_vtrie_free(t);
+    kn_vtrie_free(tb);
+    kn_vtrie_free(tc);
+}
+
 /* Feeds text and then fill repeated (at most n_fill times, until the grammar refuses it) one byte at
  * a time to the reference and each fast variant, comparing their masks at every byte; *hits gets
  * the cache hits of the cached fast variant. False with why[] filled on a difference. */
@@ -747,6 +815,7 @@ int main(void) {
     RUN(test_strip_first_space);
     RUN(test_fast_equals_reference_synthetic);
     RUN(test_plain_tokens_and_exceptions);
+    RUN(test_class_splits_lead_bytes);
     RUN(test_counted_masks_equal_reference);
     RUN(test_fast_equals_reference_stories);
     RUN(test_fast_equals_reference_spm);

@@ -2,7 +2,8 @@
  * test_gstore.c - the matcher's state store (gstore.c): deterministic ids, memoized steps that agree
  * with fresh computation, constant stack depth for repetitions over 100 KB, compaction that keeps
  * the current state working, the memory cap (full, then failure past twice the cap), the cap on
- * stacks per state, accepting and final states, and a store outliving its grammar's last reference.
+ * stacks per state, accepting and final states, a store outliving its grammar's last reference, and
+ * steps over a range of bytes at once.
  */
 #include "harness.h"
 #include "sample/grammar_prog.h"
@@ -373,6 +374,63 @@ static void test_accepting_final(void) {
     kn_gstore_free(s);
 }
 
+/* kn_gstore_step_range along random walks of grammars with byte classes, UTF-8 classes and a
+ * schema's \p{L} pattern: where it names one destination for a range, every byte of the range,
+ * stepped afresh (kn_gstore_step_slow) and through the memo, leads there; both answers occur. */
+static void test_step_range(void) {
+    static const uint8_t ranges[][2] = {{0x80, 0xBF}, {0xA0, 0xBF}, {0x80, 0x9F}, {0xC2, 0xDF}, {0xE1, 0xEC},
+                                        {'a', 'z'},   {'0', '9'},   {0, 255},     {'a', 'a'}};
+    const char *files[] = {"json.gbnf", "japanese.gbnf", "c.gbnf", NULL};
+    const char *schema = "{\"type\":\"string\",\"pattern\":\"^[\\\\p{L} ]{0,30}$\"}";
+    int uniform = 0, live = 0, mixed = 0;
+    uint64_t rng = 99;
+    for (size_t f = 0; f < KN_ARRAY_LEN(files); f++) {
+        kiln_grammar *g = NULL;
+        if (files[f]) {
+            g = compile_file(files[f]);
+        } else {
+            kiln_grammar_params p = kiln_grammar_default_params();
+            p.kind = KILN_GRAMMAR_JSON_SCHEMA;
+            CHECK(kiln_grammar_compile(schema, strlen(schema), &p, &g) == KILN_OK);
+        }
+        CHECK(g);
+        kn_gstore *s;
+        CHECK(kn_gstore_new(g, 0, &s) == KILN_OK);
+        for (int walk = 0; walk < 8; walk++) {
+            int32_t st = kn_gstore_start(s);
+            for (int i = 0; i < 60 && st >= 0; i++) {
+                for (size_t r = 0; r < KN_ARRAY_LEN(ranges); r++) {
+                    const uint8_t lo = ranges[r][0], hi = ranges[r][1];
+                    const int32_t d = kn_gstore_step_range(s, st, lo, hi);
+                    if (d == KN_GS_MIXED) {
+                        mixed++;
+                        continue;
+                    }
+                    uniform++;
+                    live += d >= 0;
+                    for (int b = lo; b <= hi; b++) {
+                        CHECKF(kn_gstore_step_slow(s, st, (uint8_t)b) == d, "%s: byte %d of [%d, %d]",
+                               files[f] ? files[f] : "schema", b, lo, hi);
+                        CHECK(kn_gstore_step(s, st, (uint8_t)b) == d);
+                    }
+                }
+                uint8_t opts[256];
+                int m = 0;
+                for (int b = 0; b < 256; b++)
+                    if (kn_gstore_step(s, st, (uint8_t)b) >= 0) opts[m++] = (uint8_t)b;
+                if (!m) break;
+                rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+                st = kn_gstore_step(s, st, opts[rng % (uint64_t)m]);
+            }
+        }
+        CHECK(!kn_gstore_failed(s));
+        CHECK(kn_gstore_step_range(s, KN_GS_DEAD, 0x80, 0xBF) == KN_GS_DEAD);
+        kn_gstore_free(s);
+        kiln_grammar_free(g);
+    }
+    CHECKF(live > 100 && mixed > 100 && uniform > live, "%d uniform (%d live), %d mixed", uniform, live, mixed);
+}
+
 int main(void) {
     RUN(test_determinism);
     RUN(test_memo_agrees);
@@ -382,5 +440,6 @@ int main(void) {
     RUN(test_many_literals);
     RUN(test_too_many_stacks);
     RUN(test_accepting_final);
+    RUN(test_step_range);
     return kt_summary();
 }
