@@ -18,10 +18,13 @@
  *     count when every well-formed UTF-8 character with one of the subtree's lead bytes leads from
  *     the state to that same next state (checked once per state and lead byte by exploring the
  *     store over the continuation bytes: a kind of characters at once, by lead byte when a class
- *     such as \p{L} splits it) and the subtree's texts are well-formed UTF-8. What each state does
- *     with each ASCII byte is learnt lazily (a few classes of bytes by destination), as summaries
- *     ask for it; the walk also uses it to skip asking the store again. A chain that held is
- *     remembered by its first state, so that the next summaries within it pass at once.
+ *     such as \p{L} splits it) and the subtree's texts are well-formed UTF-8. A node inside a
+ *     character counts too when every way of ending the character leads to one state (the
+ *     store steps a range of continuation bytes at once), from which the rest of the texts
+ *     chain. What each state does with each ASCII byte is learnt lazily (a few classes of bytes
+ *     by destination), as summaries ask for it; the walk also uses it to skip asking the store
+ *     again. A chain that held is remembered by its first state, so that the next summaries
+ *     within it pass at once.
  *   - A cache of masks by parser state (direct-mapped, bounded), since states recur: inside a
  *     string, between the items of an array. State ids change when the store is compacted, so the
  *     cache and the learnt classes are cleared then. A state holding counts (a string with a
@@ -65,6 +68,8 @@ typedef struct state_info {
     uint64_t run_ascii[2];
     uint64_t run_leads;
     uint32_t run_len;
+    int8_t end_q;     /* char_end's memo: the validator state it was asked for (-1: none) */
+    int32_t end_dest; /* and its answer */
 } state_info;
 
 struct kn_gmatch {
@@ -215,7 +220,7 @@ static state_info *info_of(kn_gmatch *m, int32_t s) {
         !(m->li_chunk[m->li_n / INFO_CHUNK] = malloc(INFO_CHUNK * sizeof(state_info))))
         return NULL;
     state_info *e = info_at(m, m->li_n);
-    *e = (state_info){.state = s, .utf8_dest = UNKNOWN};
+    *e = (state_info){.state = s, .utf8_dest = UNKNOWN, .end_q = -1};
     m->li_tab[h] = ++m->li_n;
     return e;
 }
@@ -295,6 +300,11 @@ static bool visit(kn_gmatch *m, int32_t state, int q, bool *full) {
     return false;
 }
 
+/* The continuation bytes that may come next in each state of the UTF-8 validator (vtrie.h) inside a
+ * character: every one of them leads to the same next validator state. */
+static const uint8_t U8_CONT[KN_U8_STATES][2] = {{0, 0},       {0x80, 0xBF}, {0x80, 0xBF}, {0x80, 0xBF},
+                                                 {0xA0, 0xBF}, {0x80, 0x9F}, {0x90, 0xBF}, {0x80, 0x8F}};
+
 /* Files dest, reached over a byte that leaves the validator in state q2, in an exploration of
  * utf8_leads_dest: a character's end must be *to (set by the first), a state inside one is queued
  * once. False when the exploration fails: dest dead, a second end, or the visited table full. */
@@ -315,8 +325,6 @@ static bool file_dest(kn_gmatch *m, int32_t dest, int q2, int32_t *to, size_t *n
  * of next bytes in one step where the state takes them alike (kn_gstore_step_range), byte by byte
  * where not; gives up (KN_GS_DEAD) beyond UTF8_STEPS_MAX steps or UTF8_VISITED_SLOTS pairs. */
 static int32_t utf8_leads_dest(kn_gmatch *m, int32_t s, int lo, int hi) {
-    static const uint8_t next[KN_U8_STATES][2] = {{0, 0},       {0x80, 0xBF}, {0x80, 0xBF}, {0x80, 0xBF},
-                                                  {0xA0, 0xBF}, {0x80, 0x9F}, {0x90, 0xBF}, {0x80, 0x8F}};
     memset(m->visited, 0, sizeof m->visited);
     size_t n_todo = 0, steps = 0;
     int32_t to = UNKNOWN;
@@ -328,8 +336,8 @@ static int32_t utf8_leads_dest(kn_gmatch *m, int32_t s, int lo, int hi) {
             const uint64_t item = m->todo[--n_todo];
             s1 = (int32_t)(item >> 4);
             q = (int)(item & 15);
-            a = next[q][0];
-            b = next[q][1];
+            a = U8_CONT[q][0];
+            b = U8_CONT[q][1];
         }
         const int q2 = kn_u8_next(q, (uint8_t)a); /* the same for every byte of [a, b] */
         const int32_t d = kn_gstore_step_range(m->store, s1, (uint8_t)a, (uint8_t)b);
@@ -384,20 +392,20 @@ static const uint64_t *class_to(const state_info *e, int32_t d) {
     return none;
 }
 
-/* Whether every token of a subtree with summary sum and at most `below` bytes per token keeps state
- * s alive: each character the summary allows moves s to one live state s1, s1 to one live s2, and
- * so on for `below` characters, or until the chain reaches a state that goes to itself. *sic is s's
- * info when known (else NULL), and is set to it. A chain that holds is remembered in s's info as the
- * characters every one of its steps takes alike (the intersection of the classes it went through),
- * so that the summaries of the next subtrees within them pass at once: the siblings of a walk
- * through a string ask the same state about a few hundred summaries of the same characters. */
-static bool subtree_ok(kn_gmatch *m, int32_t s, const kn_vsum *sum, uint32_t below, state_info **sic) {
-    const bool nonascii = sum->flags & KN_VSUM_NONASCII;
-    if (nonascii && !(sum->flags & KN_VSUM_UTF8)) return false;
+/* Whether every text of `below` characters at most over the ASCII bytes and lead bytes of sum
+ * keeps state s alive: each character the summary allows moves s to one live state s1, s1 to one
+ * live s2, and so on for `below` characters, or until the chain reaches a state that goes to
+ * itself. *sic is s's info when known (else NULL), and is set to it. A chain that holds is
+ * remembered in s's info as the characters every one of its steps takes alike (the intersection of
+ * the classes it went through), so that the summaries of the next subtrees within them pass at
+ * once: the siblings of a walk through a string ask the same state about a few hundred summaries
+ * of the same characters. */
+static bool chain_ok(kn_gmatch *m, int32_t s, const kn_vsum *sum, uint32_t below, state_info **sic) {
     const bool has_ascii = sum->ascii[0] | sum->ascii[1];
+    const uint64_t leads = sum->leads;
+    if (!has_ascii && !leads) return true; /* the texts only end a character */
     state_info *e = *sic;
     if (!e && !(e = *sic = info_of(m, s))) return false;
-    const uint64_t leads = nonascii ? sum->leads : 0;
     if (below <= e->run_len && !(sum->ascii[0] & ~e->run_ascii[0]) && !(sum->ascii[1] & ~e->run_ascii[1]) &&
         !(leads & ~e->run_leads))
         return true;
@@ -408,7 +416,7 @@ static bool subtree_ok(kn_gmatch *m, int32_t s, const kn_vsum *sum, uint32_t bel
         if (len && !(e = info_of(m, s))) return false;
         int32_t next = has_ascii ? common_dest(m, e, sum->ascii) : UNKNOWN;
         if (has_ascii && next == UNKNOWN) return false;
-        if (nonascii) {
+        if (leads) {
             const int32_t u = utf8_dest(m, e, leads);
             if (u == UNKNOWN || (has_ascii && u != next)) return false;
             next = u;
@@ -431,6 +439,37 @@ static bool subtree_ok(kn_gmatch *m, int32_t s, const kn_vsum *sum, uint32_t bel
         first->run_len = len;
     }
     return true;
+}
+
+/* The one live state every way of ending the character begun in state s leads to, the character's
+ * remaining bytes allowed by validator state q (inside a character), or KN_GS_DEAD; remembered in
+ * e, s's info, for the last q asked. */
+static int32_t char_end(kn_gmatch *m, state_info *e, int q) {
+    if (e->end_q == q) return e->end_dest;
+    e->end_q = (int8_t)q;
+    int32_t s = e->state;
+    while (q != KN_U8_BOUNDARY && s >= 0) {
+        s = kn_gstore_step_range(m->store, s, U8_CONT[q][0], U8_CONT[q][1]);
+        m->stats.probes++;
+        q = kn_u8_next(q, U8_CONT[q][0]);
+    }
+    e->end_dest = s < 0 ? KN_GS_DEAD : s; /* (KN_GS_MIXED: the bytes go different ways) */
+    return e->end_dest;
+}
+
+/* Whether every token of a subtree with summary sum and at most `below` bytes per token keeps state
+ * s alive (chain_ok over the summary's characters). Texts that begin inside a character (the node
+ * is inside one) first end it: every way of ending it must lead to one state, from which the rest
+ * of the texts chain. *sic as chain_ok's. */
+static bool subtree_ok(kn_gmatch *m, int32_t s, const kn_vsum *sum, uint32_t below, state_info **sic) {
+    if (sum->valid & 1u << KN_U8_BOUNDARY) return chain_ok(m, s, sum, below, sic);
+    const unsigned inside = sum->valid & ~(1u << KN_U8_BOUNDARY);
+    if (!inside || (!*sic && !(*sic = info_of(m, s)))) return false; /* not UTF-8 from any state */
+    const int32_t d = char_end(m, *sic, __builtin_ctz(inside));
+    if (d < 0) return false;
+    state_info *de = NULL;
+    m->stats.inside++;
+    return chain_ok(m, d, sum, below < KN_VTRIE_BELOW_MAX ? below - 1 : below, &de);
 }
 
 /* ---- the walk ----------------------------------------------------------------------------------- */

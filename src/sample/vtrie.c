@@ -89,14 +89,13 @@ static kiln_status build_nodes(kn_vtrie *t, uint64_t total_bytes) {
 /* What a subtree holds, while summaries are computed. */
 typedef struct sum_work {
     uint64_t ascii[2];
-    uint8_t nonascii;
     uint8_t valid;  /* bit q: every text below the node is well-formed from validator state q */
     uint64_t leads; /* lead bytes below (kn_u8_lead_bit) */
 } sum_work;
 
 static uint64_t hash_sum(const kn_vsum *s) {
     uint64_t h = s->ascii[0] * 0x9E3779B97F4A7C15ull ^
-                 (s->ascii[1] + s->flags + s->leads * 0x165667B19E3779F9ull) * 0xC2B2AE3D27D4EB4Full;
+                 (s->ascii[1] + s->valid + s->leads * 0x165667B19E3779F9ull) * 0xC2B2AE3D27D4EB4Full;
     return h ^ (h >> 29);
 }
 
@@ -127,7 +126,6 @@ static kiln_status build_sums(kn_vtrie *t) {
             s->ascii[0] |= cw->ascii[0];
             s->ascii[1] |= cw->ascii[1];
             if (b < 128) s->ascii[b >> 6] |= 1ull << (b & 63);
-            s->nonascii |= cw->nonascii | (b >= 128);
             s->leads |= cw->leads | kn_u8_lead_bit(b);
             nd[i].below = (uint8_t)KN_MAX(nd[i].below, KN_MIN(nd[c].below + 1, KN_VTRIE_BELOW_MAX));
             for (int q = 0; q < KN_U8_STATES; q++) {
@@ -136,13 +134,11 @@ static kiln_status build_sums(kn_vtrie *t) {
             }
         }
         if (nd[i].skip == i + 1) continue; /* a leaf */
-        kn_vsum key = {.ascii = {s->ascii[0], s->ascii[1]},
-                       .flags = (uint16_t)((s->nonascii ? KN_VSUM_NONASCII : 0u) | (s->valid & 1 ? KN_VSUM_UTF8 : 0u)),
-                       .leads = s->leads};
+        kn_vsum key = {.ascii = {s->ascii[0], s->ascii[1]}, .leads = s->leads, .valid = s->valid};
         uint64_t h = hash_sum(&key) & (cap - 1);
         while (slots[h]) {
             const kn_vsum *o = &t->sums[slots[h]];
-            if (o->ascii[0] == key.ascii[0] && o->ascii[1] == key.ascii[1] && o->flags == key.flags &&
+            if (o->ascii[0] == key.ascii[0] && o->ascii[1] == key.ascii[1] && o->valid == key.valid &&
                 o->leads == key.leads)
                 break;
             h = (h + 1) & (cap - 1);
@@ -216,12 +212,10 @@ static kiln_status build_plain(kn_vtrie *t) {
         t->plain_below[g] = (uint8_t)KN_MAX(t->plain_below[g], KN_MIN(chars, KN_VTRIE_BELOW_MAX));
         for (uint32_t k = 0; k < l; k++) {
             if (p[k] < 128) ps->ascii[p[k] >> 6] |= 1ull << (p[k] & 63);
-            else ps->flags |= KN_VSUM_NONASCII;
             ps->leads |= kn_u8_lead_bit(p[k]);
         }
     }
-    t->plain_sum[0].flags |= KN_VSUM_UTF8;
-    t->plain_sum[1].flags |= KN_VSUM_UTF8;
+    t->plain_sum[0].valid = t->plain_sum[1].valid = 1 << KN_U8_BOUNDARY;
     if (n_exc && t->n_plain) st = vtrie_new(n, text, len, NULL, 0, false, &t->exc);
 done:
     free(text);

@@ -12,11 +12,12 @@
  * Every node with tokens strictly below it carries a summary of its subtree (an index into sums[],
  * 0 = none): the ASCII bytes that occur below the node, the lead bytes of the multi-byte characters
  * (one bit per lead byte: a lead byte names a block of 64 to 262,144 code points, so a class such as
- * \p{L} that splits a kind of characters still holds most blocks whole), whether any byte >= 0x80
- * occurs, and whether every token's bytes below the node are well-formed UTF-8 read from a character
- * boundary (a token may stop in the middle of its last character); and `below`, the most bytes a
- * token has below the node (255: that many or more). The matcher accepts a whole subtree at once when its parser state
- * moves the same way on every character the summary allows, for as many characters as `below`.
+ * \p{L} that splits a kind of characters still holds most blocks whole), and from which states of a
+ * UTF-8 validator every token's bytes below the node are well-formed (a character boundary, or
+ * inside a character when the node is; a token may stop in the middle of its last character); and
+ * `below`, the most bytes a token has below the node (255: that many or more). The matcher accepts
+ * a whole subtree at once when its parser state moves the same way on every character the summary
+ * allows, for as many characters as `below`.
  *
  * Plain tokens and exceptions. Most tokens are plain text: short runs (vtrie.c: PLAIN_MAX_CHARS) of
  * printable ASCII other than '"' and '\\' and of well-formed UTF-8 (the last character may be cut),
@@ -36,11 +37,6 @@
 
 #define KN_VTRIE_MAX_TEXT  1024 /* bytes of one token's text at most (KN_TOK_MAX_PIECE) */
 #define KN_VTRIE_BELOW_MAX 255  /* kn_vnode.below saturates here */
-
-enum {
-    KN_VSUM_NONASCII = 1, /* some byte below the node is >= 0x80 */
-    KN_VSUM_UTF8 = 2,     /* every text below the node is well-formed UTF-8 (truncation allowed) */
-};
 
 /* The kinds of multi-byte UTF-8 characters, by lead byte (each kind has its own continuations). */
 enum {
@@ -77,7 +73,10 @@ static inline uint64_t kn_u8_lead_bit(uint8_t b) {
 typedef struct kn_vsum {
     uint64_t ascii[2]; /* bit b: byte b (< 128) occurs below the node */
     uint64_t leads;    /* kn_u8_lead_bit of every lead byte below the node */
-    uint16_t flags;    /* KN_VSUM_* */
+    uint8_t valid;     /* bit q: every text below the node is well-formed UTF-8 read from validator
+                          state q (kn_u8_next; a text may stop inside its last character): bit 0
+                          (KN_U8_BOUNDARY) for texts of whole characters, another for texts that
+                          begin by ending a character */
 } kn_vsum;
 
 typedef struct kn_vnode {

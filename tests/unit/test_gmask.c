@@ -348,6 +348,7 @@ static bool lockstep(const kiln_grammar *g, const kn_vtrie *t, bool strip, uint6
         res->fast.masks += st.masks;
         res->fast.cache_hits += st.cache_hits;
         res->fast.subtrees += st.subtrees;
+        res->fast.inside += st.inside;
         res->fast.plain += st.plain;
         res->fast.nodes += st.nodes;
         res->fast.compactions += st.compactions;
@@ -535,6 +536,7 @@ static void test_class_splits_lead_bytes(void) {
     };
     kiln_grammar_params p = kiln_grammar_default_params();
     p.kind = KILN_GRAMMAR_JSON_SCHEMA;
+    uint64_t inside = 0;
     for (size_t i = 0; i < KN_ARRAY_LEN(schemas); i++) {
         kiln_grammar *g = NULL;
         CHECKF(kiln_grammar_compile(schemas[i], strlen(schemas[i]), &p, &g) == KILN_OK, "schema %zu: %s", i,
@@ -543,6 +545,7 @@ static void test_class_splits_lead_bytes(void) {
         walk_result r;
         bool ok = lockstep(g, t, false, 31 + i, 12, 30, 0, &r);
         CHECKF(ok, "schema %zu, mixed lead bytes: %s", i, r.why);
+        inside += r.fast.inside;
         ok = lockstep(g, tb, false, 77 + i, 12, 30, 0, &r);
         CHECKF(ok, "schema %zu, whole lead bytes: %s", i, r.why);
         ok = lockstep(g, tc, false, 91 + i, 12, 30, 0, &r);
@@ -553,6 +556,7 @@ static void test_class_splits_lead_bytes(void) {
         if (getenv("KT_VERBOSE")) printf("  schema %zu: %lld store steps, %lld without subtrees\n", i, fast, all);
         kiln_grammar_free(g);
     }
+    CHECK(inside > 0); /* subtrees were asked about from inside a character */
     kn_vtrie_free(t);
     kn_vtrie_free(tb);
     kn_vtrie_free(tc);
