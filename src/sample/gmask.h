@@ -96,7 +96,7 @@ typedef struct kn_gmatch_stats {
     uint64_t cache_hits;  /* of those, answered from the cache */
     uint64_t nodes;       /* trie nodes stepped by the walks */
     uint64_t subtrees;    /* subtrees accepted whole */
-    uint64_t inside;      /* of those asked about, subtrees whose texts begin inside a character */
+    uint64_t inside;      /* subtrees inside a character checked on from where every ending of it leads */
     uint64_t plain;       /* masks that allowed every plain token at once (vtrie.h) and walked the rest */
     uint64_t probes;      /* store steps spent learning what states do (byte classes, UTF-8) */
     uint64_t compactions; /* times the store was compacted (the cache cleared) */
