@@ -4,7 +4,9 @@
  * end-of-generation only when the text is a sentence, the first space of a SentencePiece text),
  * and the fast path (trie walk, whole subtrees, mask cache) equal to the reference (every token
  * stepped byte by byte) bit for bit, on several grammars over real vocabularies, also when the
- * state store is compacted under a tiny memory cap, and inside counted strings at every count.
+ * state store is compacted under a tiny memory cap, inside counted strings at every count, and
+ * inside strings of Unicode classes that split a kind of characters (by lead byte, inside a
+ * character) on synthetic vocabularies and a real one of 102,400 tokens.
  */
 #include "harness.h"
 
@@ -60,6 +62,7 @@ static kiln_model *load_vocab(const char *rel) {
 #define STORIES   "models/stories260K/stories260K.gguf"
 #define VOCAB_SPM "tokenizer-tests/llama.cpp-vocab/ggml-vocab-llama-spm.gguf"
 #define VOCAB_BPE "tokenizer-tests/llama.cpp-vocab/ggml-vocab-gpt-2.gguf"
+#define VOCAB_CJK "tokenizer-tests/llama.cpp-vocab/ggml-vocab-deepseek-llm.gguf"
 
 static bool bit(const uint64_t *mask, int32_t id) { return mask[id >> 6] >> (id & 63) & 1; }
 
@@ -389,6 +392,36 @@ static void compare_on(const char *rel, int walks, int steps) {
     CHECK(subtrees > 0); /* the fast paths were taken, so the comparison means something */
     CHECK(hits > 0);
     CHECK(plain > 0);
+    kiln_model_free(m);
+}
+
+/* Strings under Unicode classes (the patterns of bench/grammar/patterns) over a vocabulary of
+ * 102,400 tokens, a third of them Chinese: lead bytes the classes hold whole, lead bytes they split
+ * (the hexagrams beside the commonest ideographs, CJK punctuation beside kana), nodes inside a
+ * character; every mask equals the reference's. */
+static void test_fast_equals_reference_unicode_classes(void) {
+    kiln_model *m = load_vocab(VOCAB_CJK);
+    if (!m) SKIP("no %s", VOCAB_CJK);
+    const kn_vtrie *t = kn_model_vtrie(m);
+    CHECK(t);
+    static const char *patterns[] = {"^[\\\\p{L}\\\\p{N} _-]{1,20}$", "^\\\\p{Lu}[\\\\p{L}\\\\p{M}' -]{0,39}$",
+                                     "^\\\\P{Z}[^\\\\n]{0,58}\\\\P{Z}$", "^#[\\\\p{L}\\\\p{N}_]{1,30}$"};
+    kiln_grammar_params p = kiln_grammar_default_params();
+    p.kind = KILN_GRAMMAR_JSON_SCHEMA;
+    uint64_t subtrees = 0, inside = 0;
+    for (size_t i = 0; i < KN_ARRAY_LEN(patterns); i++) {
+        char schema[256];
+        snprintf(schema, sizeof schema, "{\"type\":\"string\",\"pattern\":\"%s\"}", patterns[i]);
+        kiln_grammar *g = NULL;
+        CHECKF(kiln_grammar_compile(schema, strlen(schema), &p, &g) == KILN_OK, "%s: %s", schema, kiln_last_error());
+        walk_result r;
+        const bool ok = lockstep(g, t, false, 1234 + i, 3, 25, 0, &r);
+        kiln_grammar_free(g);
+        CHECKF(ok, "%s: %s", schema, r.why);
+        subtrees += r.fast.subtrees;
+        inside += r.fast.inside;
+    }
+    CHECK(subtrees > 0 && inside > 0);
     kiln_model_free(m);
 }
 
@@ -824,6 +857,7 @@ int main(void) {
     RUN(test_fast_equals_reference_stories);
     RUN(test_fast_equals_reference_spm);
     RUN(test_fast_equals_reference_bpe);
+    RUN(test_fast_equals_reference_unicode_classes);
     RUN(test_cache_survives_compaction);
     RUN(test_tokenized_document_allowed);
     RUN(test_stuck_grammar);
