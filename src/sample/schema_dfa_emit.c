@@ -124,13 +124,17 @@ static int emit_chars(kn_sbuf *b, const kn_dtrans *t, int n, bool *used_jesc) {
 
 /* The text of the last groups of transitions written, by their ranges: the states of a counted class
  * ([\p{L}\p{N}]{1,20}: 20 states) read the same characters, thousands of ranges each time. */
-#define CHARS_MEMO 8
+#define CHARS_MEMO     8
+/* A group whose text is at least this long is written once, as a rule of its own that the states
+ * reading it name: the 41 states of ^[\p{L}\p{N} _-]{1,20}\P{Z}$ read two classes of 10 KB each,
+ * which written into every state made 747 KB of GBNF and a program twenty times the size. */
+#define CHARS_RULE_MIN 256
 typedef struct chars_memo {
     kn_dtrans *r[CHARS_MEMO]; /* the group's ranges (targets ignored); NULL: an empty slot */
     int n[CHARS_MEMO];
-    kn_sbuf text[CHARS_MEMO];
-    int alts[CHARS_MEMO];
-    int next; /* the slot to replace next */
+    kn_sbuf text[CHARS_MEMO]; /* the alternatives, or the name of the rule holding them */
+    int alts[CHARS_MEMO];     /* the alternatives text[] holds (1 for a rule's name) */
+    int next;                 /* the slot to replace next */
 } chars_memo;
 
 static bool same_ranges(const kn_dtrans *a, const kn_dtrans *b, int n) {
@@ -140,9 +144,11 @@ static bool same_ranges(const kn_dtrans *a, const kn_dtrans *b, int n) {
 }
 
 /* The text emit_chars writes for the ranges t[0..n) (*alts: its alternatives), from memo m when a group
- * of the same ranges is among the last CHARS_MEMO (a group that needed jesc set *used_jesc when it was
- * first written). Owned by m, valid until the next call. */
-static const kn_sbuf *emit_chars_memo(chars_memo *m, const kn_dtrans *t, int n, bool *used_jesc, int *alts) {
+ * of the same ranges is among the last CHARS_MEMO (a group that needed jesc set g->used_jesc when it
+ * was first written); a text of CHARS_RULE_MIN bytes or more is written to g as a rule named from
+ * base and its name returned instead. Owned by m, valid until the next call. */
+static const kn_sbuf *emit_chars_memo(chars_memo *m, kn_gout *g, const char *base, const kn_dtrans *t, int n,
+                                      int *alts) {
     for (int q = 0; q < CHARS_MEMO; q++)
         if (m->r[q] && m->n[q] == n && same_ranges(m->r[q], t, n)) {
             *alts = m->alts[q];
@@ -153,7 +159,16 @@ static const kn_sbuf *emit_chars_memo(chars_memo *m, const kn_dtrans *t, int n, 
     free(m->r[q]);
     kn_sbuf_free(&m->text[q]);
     kn_sbuf_init(&m->text[q], KN_SCHEMA_MAX_GBNF);
-    m->alts[q] = emit_chars(&m->text[q], t, n, used_jesc);
+    m->alts[q] = emit_chars(&m->text[q], t, n, &g->used_jesc);
+    if (m->text[q].len >= CHARS_RULE_MIN && !m->text[q].nomem && !m->text[q].over) {
+        char h[96];
+        snprintf(h, sizeof h, "%s-chars", base);
+        const char *nm = kn_gout_name(g, h);
+        kn_gout_rule(g, nm, nm ? m->text[q].p : NULL);
+        m->text[q].len = 0;
+        kn_sbuf_puts(&m->text[q], nm ? nm : "");
+        m->alts[q] = 1;
+    }
     m->r[q] = malloc((size_t)n * sizeof *t);
     if (m->r[q]) memcpy(m->r[q], t, (size_t)n * sizeof *t);
     m->n[q] = n;
@@ -207,7 +222,7 @@ const char *kn_dfa_emit_string(kn_gout *g, const kn_dfa *d, const char *hint, co
             for (int j = k; j < s->ntr; j++)
                 if (!done_t[j] && s->tr[j].to == s->tr[k].to) grp[ng++] = s->tr[j], done_t[j] = true;
             int na = 0;
-            const kn_sbuf *chars = emit_chars_memo(&groups, grp, ng, &g->used_jesc, &na);
+            const kn_sbuf *chars = emit_chars_memo(&groups, g, base, grp, ng, &na);
             if (na) {
                 if (alts) kn_sbuf_puts(&body, " | ");
                 kn_sbuf_puts(&body, na > 1 ? "(" : "");
