@@ -857,41 +857,149 @@ static void closure(const nfa *a, int *set, int *n, stamps *mk, int *scratch, bo
     if (scratch) sort_states(set, *n, scratch);
 }
 
-#define SIG_MEMO 16 /* successors remembered per DFA state, by the set of classes that lead there */
+/* ---- the intervals a state's classes cut -------------------------------------------------------- */
 
-/* The memo slot (of n_sig; slot q's classes are key[q * stride ..], len[q] of them) holding the
- * classes hits[0..nh), n_sig when none does. */
-static int sig_find(const int *key, const int *len, int n_sig, size_t stride, const int *hits, int nh) {
-    for (int q = 0; q < n_sig; q++)
-        if (len[q] == nh && !memcmp(key + (size_t)q * stride, hits, (size_t)nh * sizeof *hits)) return q;
-    return n_sig;
+/* The code point intervals that the ranges of a list of classes cut, each with its signature (the
+ * classes holding it), kept for the last PART_MEMO lists: the states of a counted class
+ * ([\p{L}\p{M}' -]{0,39}: 40 states) leave by the same classes, whose thousands of ranges were sorted
+ * and walked again in every state. */
+#define PART_MEMO 8
+typedef struct cpart {
+    int *cls, nc;                  /* the classes (set indices), ascending: the key; NULL: an empty slot */
+    uint32_t *lo, *hi;             /* [n_iv]: the intervals some class holds, ascending */
+    int *sig, n_iv;                /* [n_iv]: the signature of each interval */
+    int *sig_cls, *sig_off, n_sig; /* signature k holds the classes sig_cls[sig_off[k] .. sig_off[k + 1]) */
+} cpart;
+
+static void part_free(cpart *p) {
+    free(p->cls);
+    free(p->lo);
+    free(p->hi);
+    free(p->sig);
+    free(p->sig_cls);
+    free(p->sig_off);
+    *p = (cpart){0};
+}
+
+/* Fills the empty p with the intervals that classes cls[0..nc) (ascending, nc > 0) of a cut; false when
+ * memory runs out (p then to be freed). */
+static bool part_build(const nfa *a, cpart *p, const int *cls, int nc) {
+    size_t nb = 0;
+    for (int j = 0; j < nc; j++) nb += 2 * (size_t)a->sets[cls[j]].n;
+    uint64_t *bounds = malloc((nb + 1) * sizeof *bounds), *tmp = malloc((nb + 1) * sizeof *tmp);
+    int *cursor = calloc((size_t)nc, sizeof *cursor), *hits = malloc((size_t)nc * sizeof *hits);
+    kn_imap sigs = {0};
+    size_t cap_cls = (size_t)nc, n_cls = 0;
+    p->cls = malloc((size_t)nc * sizeof *p->cls);
+    p->lo = malloc((nb + 1) * sizeof *p->lo);
+    p->hi = malloc((nb + 1) * sizeof *p->hi);
+    p->sig = malloc((nb + 1) * sizeof *p->sig);
+    p->sig_off = malloc((nb + 2) * sizeof *p->sig_off);
+    p->sig_cls = malloc(cap_cls * sizeof *p->sig_cls);
+    bool ok = bounds && tmp && cursor && hits && p->cls && p->lo && p->hi && p->sig && p->sig_off && p->sig_cls;
+    if (!ok) goto done;
+    memcpy(p->cls, cls, (size_t)nc * sizeof *cls);
+    p->nc = nc;
+    nb = 0;
+    for (int j = 0; j < nc; j++) {
+        const kn_cset *c = &a->sets[cls[j]];
+        for (int r = 0; r < c->n; r++) {
+            bounds[nb++] = c->r[r].lo;
+            bounds[nb++] = (uint64_t)c->r[r].hi + 1;
+        }
+    }
+    kn_sort_u64(bounds, nb, tmp);
+    size_t u = 0;
+    for (size_t i = 0; i < nb; i++)
+        if (!u || bounds[u - 1] != bounds[i]) bounds[u++] = bounds[i];
+    p->sig_off[0] = 0;
+    for (size_t b = 0; b + 1 < u; b++) {
+        const uint32_t lo = (uint32_t)bounds[b], hi = (uint32_t)bounds[b + 1] - 1;
+        /* the classes holding this interval: each class's ranges are sorted and the intervals come
+         * in order, so a cursor per class walks its ranges once */
+        int nh = 0;
+        for (int j = 0; j < nc; j++) {
+            const kn_cset *c = &a->sets[cls[j]];
+            while (cursor[j] < c->n && c->r[cursor[j]].hi < lo) cursor[j]++;
+            if (cursor[j] < c->n && c->r[cursor[j]].lo <= lo) hits[nh++] = cls[j];
+        }
+        if (!nh) continue;
+        int k = kn_imap_get(&sigs, hits, nh);
+        if (k < 0) {
+            if (n_cls + (size_t)nh > cap_cls) {
+                while (n_cls + (size_t)nh > cap_cls) cap_cls *= 2;
+                int *g = realloc(p->sig_cls, cap_cls * sizeof *g);
+                if (!g) {
+                    ok = false;
+                    goto done;
+                }
+                p->sig_cls = g;
+            }
+            k = p->n_sig;
+            if (!kn_imap_put(&sigs, hits, nh, k)) {
+                ok = false;
+                goto done;
+            }
+            memcpy(p->sig_cls + n_cls, hits, (size_t)nh * sizeof *hits);
+            n_cls += (size_t)nh;
+            p->sig_off[++p->n_sig] = (int)n_cls;
+        }
+        p->lo[p->n_iv] = lo;
+        p->hi[p->n_iv] = hi;
+        p->sig[p->n_iv++] = k;
+    }
+done:
+    free(bounds);
+    free(tmp);
+    free(cursor);
+    free(hits);
+    kn_imap_free(&sigs);
+    return ok;
+}
+
+/* The partition of parts[PART_MEMO] keyed by cls[0..nc) (ascending), built into the slot *next names
+ * when absent; NULL when memory runs out. */
+static const cpart *part_get(const nfa *a, cpart *parts, int *next, const int *cls, int nc) {
+    for (int q = 0; q < PART_MEMO; q++)
+        if (parts[q].cls && parts[q].nc == nc && !memcmp(parts[q].cls, cls, (size_t)nc * sizeof *cls)) return &parts[q];
+    cpart *p = &parts[*next];
+    *next = (*next + 1) % PART_MEMO;
+    part_free(p);
+    if (!part_build(a, p, cls, nc)) {
+        part_free(p);
+        return NULL;
+    }
+    return p;
+}
+
+/* Sorts the ints v[0..n) (>= 0) ascending; w has room for 2n values. */
+static void sort_ints(int *v, int n, uint64_t *w) {
+    for (int i = 0; i < n; i++) w[i] = (uint64_t)v[i];
+    kn_sort_u64(w, (size_t)n, w + n);
+    for (int i = 0; i < n; i++) v[i] = (int)w[i];
 }
 
 /* The DFA of NFA a (start, final state), trimmed and minimized; NULL when out of memory, when it would
  * pass KN_DFA_MAX_STATES or KN_DFA_MAX_TRANS (kn_dfa_toobig), or when building it would take more than
  * KN_DFA_MAX_WORK steps or its states would hold more than KN_DFA_MAX_HELD NFA states in all
- * (*too_complex). */
+ * (*too_complex). A state's successors are found once per signature of the intervals its classes cut
+ * (every interval held by the same classes leads to the same state). */
 static kn_dfa *subset(const nfa *a, int start, int final, bool *too_complex) {
     kn_dfa *d = calloc(1, sizeof *d);
     int *set = malloc((size_t)a->n * sizeof *set), *tmp = malloc((size_t)a->n * sizeof *tmp);
-    /* the distinct classes leaving the current state, and a cursor into each one's ranges */
     const size_t nsets = (size_t)(a->nsets ? a->nsets : 1);
-    int *classes = malloc(nsets * sizeof *classes);
-    int *cursor = malloc(nsets * sizeof *cursor);
-    /* the classes holding the current interval (indices into classes), and the memo of this state's
-     * successors: sig_key[q * nsets ..] (sig_len[q] ints) are the classes of an interval already
-     * followed, sig_to[q] the state they lead to (-1: none) */
-    int *hits = malloc(nsets * sizeof *hits);
-    int *sig_key = malloc(SIG_MEMO * nsets * sizeof *sig_key);
-    int sig_len[SIG_MEMO], sig_to[SIG_MEMO];
-    stamps mark = {0}, seen = {0}, hit = {0};    /* over NFA states; over sets twice */
-    uint64_t *bounds = NULL, *bounds_tmp = NULL; /* the code points where a class's ranges start or end */
-    size_t capb = 0;
+    int *classes = malloc(nsets * sizeof *classes);      /* the distinct classes leaving the current state */
+    uint64_t *csort = malloc(2 * nsets * sizeof *csort); /* sort_ints' room */
+    int *to = NULL;                                      /* [n_sig]: the state each signature leads to, -1: none */
+    int cap_to = 0;
+    cpart parts[PART_MEMO] = {{0}};
+    int next_part = 0;
+    stamps mark = {0}, seen = {0}, hit = {0}; /* over NFA states; over sets twice */
     kn_imap map = {0};
     const int **sets = NULL; /* sets[i]: the NFA set of DFA state i (len first; map's keys but the start's) */
     int *start_set = NULL;
     int capsets = 0;
-    bool ok = d && set && tmp && classes && cursor && hits && sig_key && stamps_init(&mark, (size_t)a->n) &&
+    bool ok = d && set && tmp && classes && csort && stamps_init(&mark, (size_t)a->n) &&
               stamps_init(&seen, (size_t)a->nsets) && stamps_init(&hit, (size_t)a->nsets);
     if (!ok) goto done;
     /* the start state: ^ may hold here only */
@@ -923,7 +1031,6 @@ static kn_dfa *subset(const nfa *a, int start, int final, bool *too_complex) {
     for (int cur = 0; cur < d->n; cur++) {
         int cn = sets[cur][0];
         const int *cs = sets[cur] + 1;
-        /* the distinct classes leaving this state, and the code point intervals they cut */
         int nc = 0;
         stamps_clear(&seen);
         for (int i = 0; i < cn; i++) {
@@ -934,77 +1041,41 @@ static kn_dfa *subset(const nfa *a, int start, int final, bool *too_complex) {
                     classes[nc++] = s->e[k].set;
                 }
         }
-        size_t nb = 0;
-        for (int j = 0; j < nc; j++) {
-            const kn_cset *c = &a->sets[classes[j]];
-            for (int r = 0; r < c->n; r++) {
-                if (nb + 2 > capb) {
-                    size_t nc2 = capb ? capb * 2 : 64;
-                    uint64_t *nbp = realloc(bounds, nc2 * sizeof *nbp);
-                    if (nbp) bounds = nbp;
-                    uint64_t *ntp = nbp ? realloc(bounds_tmp, nc2 * sizeof *ntp) : NULL;
-                    if (!ntp) {
-                        ok = false;
-                        goto done;
-                    }
-                    bounds_tmp = ntp;
-                    capb = nc2;
-                }
-                bounds[nb++] = c->r[r].lo;
-                bounds[nb++] = c->r[r].hi + 1;
-            }
+        if (!nc) continue;
+        sort_ints(classes, nc, csort);
+        const cpart *p = part_get(a, parts, &next_part, classes, nc);
+        if (!p) {
+            ok = false;
+            goto done;
         }
-        if (!nb) continue;
-        kn_sort_u64(bounds, nb, bounds_tmp);
-        size_t u = 0;
-        for (size_t i = 0; i < nb; i++)
-            if (!u || bounds[u - 1] != bounds[i]) bounds[u++] = bounds[i];
-        for (int j = 0; j < nc; j++) cursor[j] = 0;
-        int n_sig = 0;
-        for (size_t b = 0; b + 1 < u; b++) {
-            uint32_t lo = (uint32_t)bounds[b], hi = (uint32_t)bounds[b + 1] - 1;
-            /* the classes holding this interval: each class's ranges are sorted and the intervals come
-             * in order, so a cursor per class walks its ranges once per state (a class of thousands of
-             * ranges tested range by range per interval took seconds) */
-            int nh = 0;
-            for (int j = 0; j < nc; j++) {
-                const kn_cset *c = &a->sets[classes[j]];
-                while (cursor[j] < c->n && c->r[cursor[j]].hi < lo) cursor[j]++;
-                if (cursor[j] < c->n && c->r[cursor[j]].lo <= lo) hits[nh++] = j;
+        if (p->n_sig > cap_to) {
+            int *nt = realloc(to, (size_t)p->n_sig * sizeof *nt);
+            if (!nt) {
+                ok = false;
+                goto done;
             }
-            if (!nh) continue;
-            /* intervals held by the same classes lead to the same state: a class of many ranges (\p{L})
-             * cuts hundreds of intervals, most of them followed already */
-            int q = sig_find(sig_key, sig_len, n_sig, nsets, hits, nh);
-            if (q < n_sig) {
-                if (sig_to[q] >= 0 && !kn_dfa_add_tr(d, cur, lo, hi, sig_to[q])) {
-                    ok = false;
-                    goto done;
-                }
-                continue;
-            }
+            to = nt;
+            cap_to = p->n_sig;
+        }
+        /* the state each signature leads to, in the order the intervals first name them (so states
+         * are numbered as the intervals reach them) */
+        for (int k = 0; k < p->n_sig; k++) {
+            to[k] = -1;
             stamps_clear(&hit);
-            for (int i = 0; i < nh; i++) hit.v[classes[hits[i]]] = hit.gen;
-            if (n_sig < SIG_MEMO) { /* remembered once followed (sig_to set below) */
-                memcpy(sig_key + (size_t)n_sig * nsets, hits, (size_t)nh * sizeof *hits);
-                sig_len[n_sig] = nh;
-                sig_to[n_sig++] = -1;
-            } else {
-                q = -1;
-            }
+            for (int i = p->sig_off[k]; i < p->sig_off[k + 1]; i++) hit.v[p->sig_cls[i]] = hit.gen;
             int m = 0;
             stamps_clear(&mark);
             for (int i = 0; i < cn; i++) {
                 const nstate *s = &a->s[cs[i]];
-                for (int k = 0; k < s->n; k++) {
-                    const nedge *e = &s->e[k];
-                    if (e->kind == NE_SET && hit.v[e->set] == hit.gen && mark.v[e->to] != mark.gen) {
-                        mark.v[e->to] = mark.gen;
-                        set[m++] = e->to;
+                for (int e = 0; e < s->n; e++) {
+                    const nedge *ed = &s->e[e];
+                    if (ed->kind == NE_SET && hit.v[ed->set] == hit.gen && mark.v[ed->to] != mark.gen) {
+                        mark.v[ed->to] = mark.gen;
+                        set[m++] = ed->to;
                     }
                 }
             }
-            if (!m) continue; /* sig_to stays -1 */
+            if (!m) continue;
             closure(a, set, &m, &mark, tmp, false, false);
             if ((work += (size_t)cn + (size_t)m) > KN_DFA_MAX_WORK) {
                 *too_complex = true;
@@ -1043,25 +1114,24 @@ static kn_dfa *subset(const nfa *a, int start, int final, bool *too_complex) {
                     goto done;
                 }
             }
-            if (q >= 0) sig_to[q] = id;
-            if (!kn_dfa_add_tr(d, cur, lo, hi, id)) {
+            to[k] = id;
+        }
+        for (int i = 0; i < p->n_iv; i++)
+            if (to[p->sig[i]] >= 0 && !kn_dfa_add_tr(d, cur, p->lo[i], p->hi[i], to[p->sig[i]])) {
                 ok = false;
                 goto done;
             }
-        }
     }
 done:
     free(sets);
     free(start_set);
     kn_imap_free(&map);
-    free(bounds);
-    free(bounds_tmp);
     free(set);
     free(tmp);
     free(classes);
-    free(cursor);
-    free(hits);
-    free(sig_key);
+    free(csort);
+    free(to);
+    for (int q = 0; q < PART_MEMO; q++) part_free(&parts[q]);
     free(mark.v);
     free(seen.v);
     free(hit.v);
