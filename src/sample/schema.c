@@ -726,9 +726,9 @@ static kiln_status convert(const char *json, size_t len, bool strict, bool cheap
         if (c.used & U_NEVER) kn_sbuf_puts(&out, "never ::= [^\\x00-\\U0010FFFF]\n");
         if (c.g.used_jesc) kn_sbuf_puts(&out, KN_SCHEMA_JESC_RULE);
         kn_sbuf_puts(&out, KN_SCHEMA_WS_RULE);
-        if (kn_gout_failed(&c.g) || out.over)
+        if (c.g.text.over || out.over)
             ks_fail(&c, "", NULL, "the schema's grammar is larger than %u bytes", (unsigned)KN_SCHEMA_MAX_GBNF);
-        else if (out.nomem) ks_nomem(&c);
+        else if (c.g.text.nomem || out.nomem) ks_nomem(&c);
     }
     kiln_status st = KILN_OK;
     if (c.failed) {

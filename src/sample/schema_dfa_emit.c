@@ -30,7 +30,7 @@ static void class_cp(kn_sbuf *b, uint32_t c) {
 
 /* Appends the GBNF alternatives that write one character from the ranges t[0..n) (all with the same
  * target) as JSON string text: the literal characters in one class, escapes as literals. Returns
- * the number of alternatives written. */
+ * the number of alternatives written; b fails (nomem) when memory runs out. */
 static int emit_chars(kn_sbuf *b, const kn_dtrans *t, int n, bool *used_jesc) {
     int alts = 0;
     /* literal: everything but '"', '\\', control characters and surrogates; written as a class
@@ -77,6 +77,7 @@ static int emit_chars(kn_sbuf *b, const kn_dtrans *t, int n, bool *used_jesc) {
     }
     kn_cset_free(&lit);
     kn_cset_free(&neg);
+    if (!ok) b->nomem = true; /* not a narrower grammar: the class is missing */
     /* escapes: one shared rule when every character that has one is in the set (the usual case) */
     bool all_esc = true;
     for (uint32_t c = 0; c <= '\\' && all_esc; c++) {
@@ -223,6 +224,8 @@ const char *kn_dfa_emit_string(kn_gout *g, const kn_dfa *d, const char *hint, co
                 if (!done_t[j] && s->tr[j].to == s->tr[k].to) grp[ng++] = s->tr[j], done_t[j] = true;
             int na = 0;
             const kn_sbuf *chars = emit_chars_memo(&groups, g, base, grp, ng, &na);
+            body.nomem |= chars->nomem; /* even with no alternative written: a group is missing */
+            body.over |= chars->over;
             if (na) {
                 if (alts) kn_sbuf_puts(&body, " | ");
                 kn_sbuf_puts(&body, na > 1 ? "(" : "");

@@ -74,11 +74,10 @@ typedef struct kn_gout {
 void kn_gout_init(kn_gout *g);
 void kn_gout_free(kn_gout *g);
 /* A fresh rule name derived from hint (letters, digits, '-'; anything else becomes '-'), unique in
- * g. Returned string is owned by g. NULL when out of memory. */
+ * g. Returned string is owned by g. NULL when out of memory, which fails g. */
 const char *kn_gout_name(kn_gout *g, const char *hint);
 /* Appends "name ::= body\n" (a NULL body, a buffer that could not be allocated, fails g). */
 void kn_gout_rule(kn_gout *g, const char *name, const char *body);
-bool kn_gout_failed(const kn_gout *g);
 
 /* ---- code point sets --------------------------------------------------------------------------- */
 

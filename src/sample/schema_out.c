@@ -107,6 +107,8 @@ static long name_slot(const kn_gout *g, const char *s) {
     return -1;
 }
 
+/* Adds s to g's name set; NULL when memory runs out, which fails g (a caller that goes on without
+ * the rule must not leave a narrower grammar behind). */
 static const char *name_add(kn_gout *g, const char *s) {
     if ((g->nnames + 1) * 2 > g->capnames) {
         size_t nc = g->capnames ? g->capnames * 2 : 256;
@@ -115,6 +117,7 @@ static const char *name_add(kn_gout *g, const char *s) {
         if (!nn || !nx) {
             free(nn);
             free(nx);
+            g->text.nomem = true;
             return NULL;
         }
         for (size_t i = 0; i < g->capnames; i++) {
@@ -131,7 +134,10 @@ static const char *name_add(kn_gout *g, const char *s) {
         g->capnames = nc;
     }
     char *d = strdup(s);
-    if (!d) return NULL;
+    if (!d) {
+        g->text.nomem = true;
+        return NULL;
+    }
     size_t j = shash(s) & (g->capnames - 1);
     while (g->names[j]) j = (j + 1) & (g->capnames - 1);
     g->names[j] = d;
@@ -178,5 +184,3 @@ void kn_gout_rule(kn_gout *g, const char *name, const char *body) {
     kn_sbuf_puts(&g->text, "\n");
     g->nrules++;
 }
-
-bool kn_gout_failed(const kn_gout *g) { return g->text.over || g->text.nomem; }

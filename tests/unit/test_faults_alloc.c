@@ -2,7 +2,8 @@
  * test_faults_alloc.c - allocation failures injected into the library: loading a model and
  * generating with the N-th allocation failing, for N = 1..K (K: every allocation a clean load and
  * generation make), ends with a clean error status and a message, or succeeds with the same text;
- * it never crashes, and it leaks nothing.
+ * it never crashes, and it leaks nothing. Three paths: a session, the engine (with its prefix
+ * cache), and a generation constrained by a JSON Schema compiled in the attempt.
  *
  * The library calls malloc, calloc, realloc, posix_memalign and strdup directly in many places (and
  * kn_calloc / kn_alloc_aligned in src/base/util.c), so this program links with them wrapped
@@ -153,11 +154,59 @@ static kiln_status attempt_engine(const char *path, long fail, char *out, size_t
     return st;
 }
 
+/* Constrained output: a JSON Schema with a pattern of a Unicode class (regex, automaton, GBNF,
+ * matcher) compiled, then a greedy generation under it (the grammar's masks over the vocabulary).
+ * An allocation failure absorbed must leave the grammar whole: the same text comes out. */
+#define SCHEMA                                                                                                         \
+    "{\"type\":\"object\",\"required\":[\"name\",\"n\"],\"properties\":{"                                              \
+    "\"name\":{\"type\":\"string\",\"pattern\":\"^\\\\p{Lu}[a-z_]{0,6}$\"},"                                           \
+    "\"n\":{\"type\":\"integer\",\"minimum\":0,\"maximum\":99},"                                                       \
+    "\"tags\":{\"type\":\"array\",\"items\":{\"enum\":[\"a\",\"b\"]},\"maxItems\":2}}}"
+static kiln_status attempt_grammar(const char *path, long fail, char *out, size_t cap, char *why, size_t why_cap) {
+    out[0] = why[0] = 0;
+    n_calls = 0;
+    fail_at = fail;
+    kiln_model *m = NULL;
+    kiln_session *s = NULL;
+    kiln_grammar *g = NULL;
+    __atomic_store_n(&armed, true, __ATOMIC_RELAXED);
+    kiln_status st = kiln_model_load(path, NULL, &m);
+    if (!st) {
+        kiln_grammar_params p = kiln_grammar_default_params();
+        p.kind = KILN_GRAMMAR_JSON_SCHEMA;
+        st = kiln_grammar_compile(SCHEMA, strlen(SCHEMA), &p, &g);
+    }
+    if (!st) {
+        kiln_session_params sp = kiln_session_default_params();
+        sp.n_threads = 2;
+        sp.n_ctx = 96;
+        st = kiln_session_new(m, &sp, &s);
+    }
+    if (!st) {
+        kiln_generate_params gp = kiln_generate_default_params();
+        gp.max_tokens = 40;
+        gp.sampling.temperature = 0;
+        gp.grammar = g;
+        text_buf b = {out, 0, cap};
+        gp.on_token = on_token;
+        gp.user = &b;
+        st = kiln_generate(s, PROMPT, &gp, NULL);
+    }
+    __atomic_store_n(&armed, false, __ATOMIC_RELAXED);
+    if (st) snprintf(why, why_cap, "%s", kiln_last_error());
+    kiln_session_free(s);
+    kiln_grammar_free(g);
+    kiln_model_free(m);
+    return st;
+}
+
 static size_t heap_in_use(void) { return mallinfo2().uordblks; }
 
 typedef kiln_status (*attempt_fn)(const char *path, long fail, char *out, size_t cap, char *why, size_t why_cap);
 
-static void run_failures(attempt_fn try_one, const char *what) {
+/* Runs try_one with the N-th allocation failing: every N under AddressSanitizer or when every_n, else
+ * the first 64 and ~96 spread over the rest. */
+static void run_failures(attempt_fn try_one, const char *what, bool every_n) {
     const char *path = kt_data("models/stories260K/stories260K.gguf");
     if (!kt_exists(path)) SKIP("no %s", path);
     char ref[4096], out[4096], why[1024];
@@ -168,10 +217,9 @@ static void run_failures(attempt_fn try_one, const char *what) {
     CHECKF(K > 10, "only %ld allocations counted: is the allocator wrapped?", K);
     CHECK(strlen(ref) > 0);
 #ifdef __SANITIZE_ADDRESS__
-    const long step = 1, dense = K;
-#else
-    const long dense = 64, step = K / 96 > 1 ? K / 96 : 1; /* ~160 attempts */
+    every_n = true;
 #endif
+    const long dense = every_n ? K : 64, step = every_n || K / 96 <= 1 ? 1 : K / 96;
     long tried = 0, failed_clean = 0, succeeded = 0;
     const char *only = getenv("KILN_FAULT_N"); /* one N alone (to look at it under valgrind or gdb) */
     for (long n = only ? atol(only) : 1; n <= K; n = only ? K + 1 : n < dense ? n + 1 : n + step) {
@@ -205,10 +253,15 @@ static void run_failures(attempt_fn try_one, const char *what) {
 }
 
 static void test_alloc_failures_session(void) {
-    run_failures(attempt, "model load + session + generation of 8 tokens");
+    run_failures(attempt, "model load + session + generation of 8 tokens", false);
 }
 static void test_alloc_failures_engine(void) {
-    run_failures(attempt_engine, "model load + engine + two requests (the second a prefix-cache hit)");
+    run_failures(attempt_engine, "model load + engine + two requests (the second a prefix-cache hit)", false);
+}
+
+static void test_alloc_failures_grammar(void) {
+    /* every N: a failure the compiler absorbs wrongly is one allocation among a thousand */
+    run_failures(attempt_grammar, "model load + JSON Schema compile + constrained generation of 40 tokens", true);
 }
 
 static void quiet(kiln_log_level level, const char *msg, void *user) {
@@ -233,5 +286,6 @@ int main(int argc, char **argv) {
     kiln_set_log(quiet, NULL, KILN_LOG_ERROR); /* the failures' messages are expected: not printed */
     RUN(test_alloc_failures_session);
     RUN(test_alloc_failures_engine);
+    RUN(test_alloc_failures_grammar);
     return kt_summary();
 }
