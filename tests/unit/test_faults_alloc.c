@@ -200,6 +200,55 @@ static kiln_status attempt_grammar(const char *path, long fail, char *out, size_
     return st;
 }
 
+/* Tool calls: the call grammars of two formats (JSON arguments in hermes, XML-like in qwen3-coder)
+ * for two tools, each compiled and generated under (tool_choice "required"), one after the other. */
+#define TOOLS                                                                                                          \
+    "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"strict\":true,\"parameters\":{"                  \
+    "\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\",\"maxLength\":12},"                             \
+    "\"unit\":{\"enum\":[\"c\",\"f\"]}},\"required\":[\"city\",\"unit\"],\"additionalProperties\":false}}},"           \
+    "{\"type\":\"function\",\"function\":{\"name\":\"add\",\"parameters\":{\"type\":\"object\",\"properties\":{"       \
+    "\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"number\",\"minimum\":0}},\"required\":[\"a\"]}}}]"
+static kiln_status attempt_tools(const char *path, long fail, char *out, size_t cap, char *why, size_t why_cap) {
+    static const char *const formats[] = {"hermes", "qwen3-coder"};
+    out[0] = why[0] = 0;
+    n_calls = 0;
+    fail_at = fail;
+    kiln_model *m = NULL;
+    kiln_session *s = NULL;
+    text_buf b = {out, 0, cap};
+    __atomic_store_n(&armed, true, __ATOMIC_RELAXED);
+    kiln_status st = kiln_model_load(path, NULL, &m);
+    if (!st) {
+        kiln_session_params sp = kiln_session_default_params();
+        sp.n_threads = 2;
+        sp.n_ctx = 96;
+        st = kiln_session_new(m, &sp, &s);
+    }
+    for (int f = 0; f < 2 && !st; f++) {
+        kiln_tool_grammar_params tp = kiln_tool_grammar_default_params();
+        tp.format = formats[f];
+        tp.tools = TOOLS;
+        tp.choice = KILN_TOOL_CHOICE_REQUIRED;
+        kiln_grammar *g = NULL;
+        st = kiln_tool_grammar(&tp, &g);
+        if (!st) {
+            kiln_generate_params gp = kiln_generate_default_params();
+            gp.max_tokens = 32;
+            gp.sampling.temperature = 0;
+            gp.grammar = g;
+            gp.on_token = on_token;
+            gp.user = &b;
+            st = kiln_generate(s, PROMPT, &gp, NULL);
+        }
+        kiln_grammar_free(g);
+    }
+    __atomic_store_n(&armed, false, __ATOMIC_RELAXED);
+    if (st) snprintf(why, why_cap, "%s", kiln_last_error());
+    kiln_session_free(s);
+    kiln_model_free(m);
+    return st;
+}
+
 static size_t heap_in_use(void) { return mallinfo2().uordblks; }
 
 typedef kiln_status (*attempt_fn)(const char *path, long fail, char *out, size_t cap, char *why, size_t why_cap);
@@ -264,6 +313,16 @@ static void test_alloc_failures_grammar(void) {
     run_failures(attempt_grammar, "model load + JSON Schema compile + constrained generation of 40 tokens", true);
 }
 
+static void test_alloc_failures_tools(void) {
+    run_failures(attempt_tools, "model load + tool-call grammars of two formats + generations under them", true);
+    char out[4096], why[512];
+    if (attempt_tools(kt_data("models/stories260K/stories260K.gguf"), 0, out, sizeof out, why, sizeof why)) return;
+    /* the calls begin as each format writes them (white space as the grammars allow) */
+    const char *json = strstr(out, "<tool_call>"), *xml = json ? strstr(json + 1, "<tool_call>") : NULL;
+    CHECKF(json && xml && strstr(json, "\"name\"") && strstr(xml, "<function="),
+           "the grammars did not shape the text: %s", out);
+}
+
 static void quiet(kiln_log_level level, const char *msg, void *user) {
     (void)level;
     (void)msg;
@@ -287,5 +346,6 @@ int main(int argc, char **argv) {
     RUN(test_alloc_failures_session);
     RUN(test_alloc_failures_engine);
     RUN(test_alloc_failures_grammar);
+    RUN(test_alloc_failures_tools);
     return kt_summary();
 }
