@@ -55,6 +55,10 @@ typedef struct kn_tcbuf {
 } kn_tcbuf;
 
 bool kn_tcbuf_add(kn_tcbuf *b, const char *s, size_t n);
+/* The allocation failures kn_tcbuf_add met in this thread: kn_tc_scan fails the parser when a step met
+ * one, whatever the step made of it (a reader that took it for "no value here" turns a call into
+ * content). */
+extern _Thread_local unsigned long kn_tcbuf_nomem;
 static inline bool kn_tcbuf_addc(kn_tcbuf *b, char c) { return kn_tcbuf_add(b, &c, 1); }
 static inline bool kn_tcbuf_adds(kn_tcbuf *b, const char *s) { return kn_tcbuf_add(b, s, strlen(s)); }
 /* Appends s[n] as the body of a JSON string (escaped, no quotes). */
@@ -258,8 +262,9 @@ struct kn_tcp {
 int kn_tc_match(kn_tcp *p, const pcre2_code *re, bool anchored, size_t *ms, size_t *me);
 /* The span of named group `name` of the last match: false when it did not take part. */
 bool kn_tc_group(kn_tcp *p, const pcre2_code *re, const char *name, size_t *s, size_t *e);
-/* Compiles pattern (with %TOOLS% expanded) into *out; false with a message on failure. */
-bool kn_tc_compile(kn_tcp *p, const char *pattern, pcre2_code **out);
+/* Compiles pattern (with %TOOLS% expanded) into *out: KILN_ERR_NOMEM, or KILN_ERR_INTERNAL for a pattern
+ * that does not compile, with the error recorded. */
+kiln_status kn_tc_compile(kn_tcp *p, const char *pattern, pcre2_code **out);
 
 /* Output, used by the driver and the families. Each returns false when out of memory or past a
  * limit (the parser then stops; feed reports it). */

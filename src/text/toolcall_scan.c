@@ -28,34 +28,34 @@
 
 enum { MK_THINK_OPEN = 1, MK_THINK_CLOSE, MK_STRIP, MK_OPEN };
 
-/* Adds a compiled marker. pattern is a regex, or a literal when literal. */
-static bool add_mark(kn_tcp *p, const char *pattern, bool literal, uint8_t kind, int16_t index, uint8_t flags) {
+/* Adds a compiled marker. pattern is a regex, or a literal when literal. KILN_ERR_NOMEM, or
+ * KILN_ERR_INTERNAL for a pattern that does not compile, with the error recorded. */
+static kiln_status add_mark(kn_tcp *p, const char *pattern, bool literal, uint8_t kind, int16_t index, uint8_t flags) {
     kn_tcbuf pat = {0};
     if (literal) {
         /* \Q...\E quotes everything but a "\E" inside, which no marker has */
         if (!kn_tcbuf_adds(&pat, "\\Q") || !kn_tcbuf_adds(&pat, pattern) || !kn_tcbuf_adds(&pat, "\\E")) {
             kn_tcbuf_free(&pat);
-            return false;
+            return kn_error(KILN_ERR_NOMEM, "out of memory");
         }
         pattern = pat.p;
     }
     kn_re *nm = realloc(p->marks, (p->n_marks + 1) * sizeof *nm);
     if (!nm) {
         kn_tcbuf_free(&pat);
-        kn_error(KILN_ERR_NOMEM, "out of memory");
-        return false;
+        return kn_error(KILN_ERR_NOMEM, "out of memory");
     }
     p->marks = nm;
     kn_re *m = &p->marks[p->n_marks];
     memset(m, 0, sizeof *m);
-    bool ok = kn_tc_compile(p, pattern, &m->code);
+    const kiln_status st = kn_tc_compile(p, pattern, &m->code);
     kn_tcbuf_free(&pat);
-    if (!ok) return false;
+    if (st) return st;
     m->kind = kind;
     m->index = index;
     m->flags = flags;
     p->n_marks++;
-    return true;
+    return KILN_OK;
 }
 
 /* The length of s[n] without trailing white space. */
@@ -98,20 +98,19 @@ static void leave_think(kn_tcp *p) {
 kiln_status kn_tc_scan_init(kn_tcp *p, const char *prompt, bool thinking_open) {
     const kn_tc_format *f = p->fmt;
     bool tools = json_array_size(p->tools) > 0;
-    for (int i = 0; i < KN_TC_MAX_THINK && f->think[i].open; i++)
-        if (!add_mark(p, f->think[i].open, true, MK_THINK_OPEN, (int16_t)i, 0) ||
-            !add_mark(p, f->think[i].close, true, MK_THINK_CLOSE, (int16_t)i, 0))
-            return KILN_ERR_NOMEM;
-    for (int i = 0; i < KN_TC_MAX_STRIP && f->strip[i]; i++)
-        if (!add_mark(p, f->strip[i], true, MK_STRIP, (int16_t)i, 0)) return KILN_ERR_NOMEM;
-    for (int i = 0; i < KN_TC_MAX_OPENERS && f->open[i].re; i++) {
+    kiln_status st = KILN_OK;
+    for (int i = 0; i < KN_TC_MAX_THINK && f->think[i].open && !st; i++)
+        if (!(st = add_mark(p, f->think[i].open, true, MK_THINK_OPEN, (int16_t)i, 0)))
+            st = add_mark(p, f->think[i].close, true, MK_THINK_CLOSE, (int16_t)i, 0);
+    for (int i = 0; i < KN_TC_MAX_STRIP && f->strip[i] && !st; i++)
+        st = add_mark(p, f->strip[i], true, MK_STRIP, (int16_t)i, 0);
+    for (int i = 0; i < KN_TC_MAX_OPENERS && f->open[i].re && !st; i++) {
         if (!p->parse_calls && !(f->open[i].flags & KN_OP_ALWAYS)) continue;
         if ((f->open[i].flags & KN_OP_TOOLS) && !tools) continue;
-        if (!add_mark(p, f->open[i].re, false, MK_OPEN, (int16_t)i, f->open[i].flags))
-            return KILN_ERR_INTERNAL; /* kn_tc_compile recorded why */
+        st = add_mark(p, f->open[i].re, false, MK_OPEN, (int16_t)i, f->open[i].flags);
     }
-    for (int i = 0; i < KN_TC_MAX_FRE && f->fre[i]; i++)
-        if (!kn_tc_compile(p, f->fre[i], &p->fre[i])) return KILN_ERR_INTERNAL; /* kn_tc_compile recorded why */
+    for (int i = 0; i < KN_TC_MAX_FRE && f->fre[i] && !st; i++) st = kn_tc_compile(p, f->fre[i], &p->fre[i]);
+    if (st) return st;
     p->md = pcre2_match_data_create(20, NULL);
     if (!p->md) return kn_error(KILN_ERR_NOMEM, "out of memory");
 
@@ -301,6 +300,7 @@ void kn_tc_scan(kn_tcp *p) {
         size_t pos = p->pos;
         kn_tc_mode mode = p->mode;
         int st = p->blk.st;
+        const unsigned long nomem = kn_tcbuf_nomem;
         kn_tc_step r;
         if (p->mode == KN_MODE_CONTENT) r = scan_content(p);
         else if (p->mode == KN_MODE_THINK) r = scan_think(p);
@@ -311,6 +311,10 @@ void kn_tc_scan(kn_tcp *p) {
                 p->mode = KN_MODE_CONTENT;
                 r = KN_TC_MORE;
             }
+        }
+        if (kn_tcbuf_nomem != nomem) {
+            kn_tc_fail(p, KILN_ERR_NOMEM, "out of memory");
+            break;
         }
         if (r == KN_TC_NEED) {
             if (!p->at_end || p->pos >= p->in.n || p->mode == KN_MODE_BLOCK) break;

@@ -17,15 +17,23 @@
 
 /* ---- buffers ----------------------------------------------------------------------------------- */
 
+_Thread_local unsigned long kn_tcbuf_nomem;
+
 bool kn_tcbuf_add(kn_tcbuf *b, const char *s, size_t n) {
     if (b->n + n + 1 > b->cap) {
         size_t nc = b->cap ? b->cap : 64;
         while (nc < b->n + n + 1) {
-            if (nc > SIZE_MAX / 2) return false;
+            if (nc > SIZE_MAX / 2) {
+                kn_tcbuf_nomem++;
+                return false;
+            }
             nc *= 2;
         }
         char *np = realloc(b->p, nc);
-        if (!np) return false;
+        if (!np) {
+            kn_tcbuf_nomem++;
+            return false;
+        }
         b->p = np;
         b->cap = nc;
     }
@@ -142,7 +150,7 @@ static bool jstr_decode(const char *s, size_t n, kn_tcbuf *out) {
 
 /* ---- regexes ------------------------------------------------------------------------------------ */
 
-bool kn_tc_compile(kn_tcp *p, const char *pattern, pcre2_code **out) {
+kiln_status kn_tc_compile(kn_tcp *p, const char *pattern, pcre2_code **out) {
     kn_tcbuf pat = {0};
     const char *at = strstr(pattern, "%TOOLS%");
     bool ok = true;
@@ -172,19 +180,21 @@ bool kn_tc_compile(kn_tcp *p, const char *pattern, pcre2_code **out) {
     }
     if (!ok) {
         kn_tcbuf_free(&pat);
-        kn_error(KILN_ERR_NOMEM, "out of memory");
-        return false;
+        return kn_error(KILN_ERR_NOMEM, "out of memory");
     }
     int err;
     PCRE2_SIZE off;
     *out = pcre2_compile((PCRE2_SPTR)pat.p, pat.n, 0, &err, &off, NULL);
-    if (!*out) {
+    kiln_status st = KILN_OK;
+    if (!*out && err == PCRE2_ERROR_NOMEMORY) {
+        st = kn_error(KILN_ERR_NOMEM, "out of memory");
+    } else if (!*out) {
         PCRE2_UCHAR msg[160];
         pcre2_get_error_message(err, msg, sizeof msg);
-        kn_error(KILN_ERR_INTERNAL, "tool-call pattern %s: %s at %zu", pattern, (const char *)msg, (size_t)off);
+        st = kn_error(KILN_ERR_INTERNAL, "tool-call pattern %s: %s at %zu", pattern, (const char *)msg, (size_t)off);
     }
     kn_tcbuf_free(&pat);
-    return *out != NULL;
+    return st;
 }
 
 int kn_tc_match(kn_tcp *p, const pcre2_code *re, bool anchored, size_t *ms, size_t *me) {

@@ -249,6 +249,82 @@ static kiln_status attempt_tools(const char *path, long fail, char *out, size_t 
     return st;
 }
 
+/* Chat text: two chat templates (Qwen3's and Llama 3.1's, with tools and a tool call in the history)
+ * rendered, and replies with calls parsed into messages, 7 bytes a feed. out gets each text's length
+ * and hash (the prompts are longer than out). */
+#define CHAT                                                                                                           \
+    "{\"messages\":[{\"role\":\"system\",\"content\":\"You are terse.\"},{\"role\":\"user\",\"content\":\"Weather "    \
+    "in Paris?\"},{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\","      \
+    "\"function\":{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Paris\",\"unit\":\"c\"}}}]},{\"role\":\"tool\"," \
+    "\"tool_call_id\":\"c1\",\"content\":\"21 C\"},{\"role\":\"user\",\"content\":\"And in "                           \
+    "\u00c5re?\"}],\"tools\":" TOOLS ",\"add_generation_prompt\":true}"
+/* Replies in four families' markup, each with a call (reasoning, XML parameters, a Python-like list,
+ * harmony channels). */
+static const struct {
+    const char *format, *reply;
+} replies[] = {
+    {"hermes", "<think>Look it up.</think>Sure.<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+               "\"\u00c5re\", \"unit\": \"c\"}}\n</tool_call>"},
+    {"qwen3-coder", "<tool_call>\n<function=get_weather>\n<parameter=city>\n\u00c5re\n</parameter>\n<parameter=unit>"
+                    "\nc\n</parameter>\n</function>\n</tool_call>"},
+    {"lfm2", "<|tool_call_start|>[add(a=1, b=2.5), get_weather(city='it\\'s', unit=\"f\")]<|tool_call_end|>"},
+    {"gpt-oss", "<|channel|>analysis<|message|>think<|end|><|start|>assistant<|channel|>commentary "
+                "to=functions.add <|constrain|>json<|message|>{\"a\":1}<|call|>"},
+};
+/* Appends "len:hash " of text[len] to b. */
+static void put_digest(text_buf *b, const char *text, size_t len) {
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < len; i++) h = (h ^ (unsigned char)text[i]) * 1099511628211ull;
+    const int n = snprintf(b->p + b->n, b->cap - b->n, "%zu:%016llx ", len, (unsigned long long)h);
+    if (n > 0 && (size_t)n < b->cap - b->n) b->n += (size_t)n;
+}
+
+static kiln_status attempt_chat(const char *path, long fail, char *out, size_t cap, char *why, size_t why_cap) {
+    (void)path;
+    static const char *const names[] = {"chat-templates/llama.cpp-2026/Qwen-Qwen3-0.6B.jinja",
+                                        "chat-templates/llama.cpp-2026/meta-llama-Llama-3.1-8B-Instruct.jinja"};
+    static char *tmpl[2];
+    static size_t tmpl_len[2];
+    for (int t = 0; t < 2; t++)
+        if (!tmpl[t] && !(tmpl[t] = kt_read_file(kt_data(names[t]), &tmpl_len[t]))) {
+            snprintf(why, why_cap, "no %s", names[t]);
+            return KILN_ERR_IO;
+        }
+    out[0] = why[0] = 0;
+    n_calls = 0;
+    fail_at = fail;
+    text_buf b = {out, 0, cap};
+    __atomic_store_n(&armed, true, __ATOMIC_RELAXED);
+    kiln_status st = KILN_OK;
+    for (int t = 0; t < 2 && !st; t++) {
+        char *text = NULL;
+        size_t len = 0;
+        if (!(st = kiln_template_render(tmpl[t], tmpl_len[t], CHAT, strlen(CHAT), &text, &len)))
+            put_digest(&b, text, len);
+        kiln_free(text);
+    }
+    for (size_t r = 0; r < sizeof replies / sizeof *replies && !st; r++) {
+        kiln_chat_parser_params pp = kiln_chat_parser_default_params();
+        pp.format = replies[r].format;
+        pp.tools = TOOLS;
+        pp.id_seed = 7;
+        kiln_chat_parser *p = NULL;
+        st = kiln_chat_parser_new(&pp, &p);
+        const char *reply = replies[r].reply;
+        for (size_t at = 0, n = strlen(reply); !st && at < n; at += 7)
+            st = kiln_chat_parser_feed(p, reply + at, n - at < 7 ? n - at : 7);
+        if (!st) st = kiln_chat_parser_finish(p);
+        char *msg = NULL;
+        size_t msg_len = 0;
+        if (!st && !(st = kiln_chat_parser_message(p, &msg, &msg_len))) put_digest(&b, msg, msg_len);
+        kiln_free(msg);
+        kiln_chat_parser_free(p);
+    }
+    __atomic_store_n(&armed, false, __ATOMIC_RELAXED);
+    if (st) snprintf(why, why_cap, "%s", kiln_last_error());
+    return st;
+}
+
 static size_t heap_in_use(void) { return mallinfo2().uordblks; }
 
 typedef kiln_status (*attempt_fn)(const char *path, long fail, char *out, size_t cap, char *why, size_t why_cap);
@@ -323,6 +399,10 @@ static void test_alloc_failures_tools(void) {
            "the grammars did not shape the text: %s", out);
 }
 
+static void test_alloc_failures_chat(void) {
+    run_failures(attempt_chat, "two chat templates rendered + replies in four formats parsed into messages", true);
+}
+
 static void quiet(kiln_log_level level, const char *msg, void *user) {
     (void)level;
     (void)msg;
@@ -347,5 +427,6 @@ int main(int argc, char **argv) {
     RUN(test_alloc_failures_engine);
     RUN(test_alloc_failures_grammar);
     RUN(test_alloc_failures_tools);
+    RUN(test_alloc_failures_chat);
     return kt_summary();
 }

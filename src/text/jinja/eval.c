@@ -1015,11 +1015,11 @@ kiln_status kn_jinja_render(const kn_jtmpl *t, const json_t *ctx, char **out, si
     root->root = true;
     root->all_next = NULL;
     r.all_scopes = root;
-    root->n = t->n_syms;
     root->vals = calloc(t->n_syms ? t->n_syms : 1, sizeof *root->vals);
     root->present = calloc(t->n_syms ? t->n_syms : 1, 1);
     kiln_status st = KILN_OK;
     if (!root->vals || !root->present) st = kn_error(KILN_ERR_NOMEM, "out of memory");
+    else root->n = t->n_syms; /* scope_clear walks n symbols of both arrays */
     r.root = r.scope = root;
     const char *key;
     json_t *val;
