@@ -882,8 +882,10 @@ static void part_free(cpart *p) {
 }
 
 /* Fills the empty p with the intervals that classes cls[0..nc) (ascending, nc > 0) of a cut; false when
- * memory runs out (p then to be freed). */
-static bool part_build(const nfa *a, cpart *p, const int *cls, int nc) {
+ * memory runs out, or when *work (the subset construction's steps: a step per class per interval)
+ * passes KN_DFA_MAX_WORK or the signatures would hold more than KN_DFA_MAX_HELD classes in all
+ * (*too_complex); p is then to be freed. */
+static bool part_build(const nfa *a, cpart *p, const int *cls, int nc, size_t *work, bool *too_complex) {
     size_t nb = 0;
     for (int j = 0; j < nc; j++) nb += 2 * (size_t)a->sets[cls[j]].n;
     uint64_t *bounds = malloc((nb + 1) * sizeof *bounds), *tmp = malloc((nb + 1) * sizeof *tmp);
@@ -915,6 +917,11 @@ static bool part_build(const nfa *a, cpart *p, const int *cls, int nc) {
     p->sig_off[0] = 0;
     for (size_t b = 0; b + 1 < u; b++) {
         const uint32_t lo = (uint32_t)bounds[b], hi = (uint32_t)bounds[b + 1] - 1;
+        if ((*work += (size_t)nc) > KN_DFA_MAX_WORK || n_cls > KN_DFA_MAX_HELD) {
+            *too_complex = true;
+            ok = false;
+            goto done;
+        }
         /* the classes holding this interval: each class's ranges are sorted and the intervals come
          * in order, so a cursor per class walks its ranges once */
         int nh = 0;
@@ -958,14 +965,15 @@ done:
 }
 
 /* The partition of parts[PART_MEMO] keyed by cls[0..nc) (ascending), built into the slot *next names
- * when absent; NULL when memory runs out. */
-static const cpart *part_get(const nfa *a, cpart *parts, int *next, const int *cls, int nc) {
+ * when absent; NULL when part_build fails. */
+static const cpart *part_get(const nfa *a, cpart *parts, int *next, const int *cls, int nc, size_t *work,
+                             bool *too_complex) {
     for (int q = 0; q < PART_MEMO; q++)
         if (parts[q].cls && parts[q].nc == nc && !memcmp(parts[q].cls, cls, (size_t)nc * sizeof *cls)) return &parts[q];
     cpart *p = &parts[*next];
     *next = (*next + 1) % PART_MEMO;
     part_free(p);
-    if (!part_build(a, p, cls, nc)) {
+    if (!part_build(a, p, cls, nc, work, too_complex)) {
         part_free(p);
         return NULL;
     }
@@ -1043,7 +1051,7 @@ static kn_dfa *subset(const nfa *a, int start, int final, bool *too_complex) {
         }
         if (!nc) continue;
         sort_ints(classes, nc, csort);
-        const cpart *p = part_get(a, parts, &next_part, classes, nc);
+        const cpart *p = part_get(a, parts, &next_part, classes, nc, &work, too_complex);
         if (!p) {
             ok = false;
             goto done;
