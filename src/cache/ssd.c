@@ -749,7 +749,7 @@ static kiln_status load(kn_ssd *s) {
     kiln_status st = kn_ssdx_each(s->index, collect_row, &rs);
     if (!st && rs.nomem) st = kn_error(KILN_ERR_NOMEM, "out of memory reading the SSD cache index");
     const char **known = st ? NULL : malloc((rs.n + 1) * sizeof *known);
-    if (!st && !known) st = KILN_ERR_NOMEM;
+    if (!st && !known) st = kn_error(KILN_ERR_NOMEM, "out of memory reading the SSD cache index");
     size_t n_known = 0;
     if (!st) kn_ssdx_begin(s->index);
     for (size_t i = 0; !st && i < rs.n; i++) {
@@ -845,7 +845,8 @@ kiln_status kn_ssd_open(const kn_ssd_params *p, kn_ssd **out) {
         bool recreated = false;
         if (asprintf(&path, "%s/index.sqlite", p->dir) < 0) path = NULL;
         if (asprintf(&broken, "%s/quarantine/index.sqlite.%lld", p->dir, (long long)wall_ms()) < 0) broken = NULL;
-        st = path && broken ? kn_ssdx_open(path, broken, &s->index, &recreated) : KILN_ERR_NOMEM;
+        st = path && broken ? kn_ssdx_open(path, broken, &s->index, &recreated)
+                            : kn_error(KILN_ERR_NOMEM, "out of memory opening the SSD cache");
         if (recreated) s->quarantined++;
         free(path);
         free(broken);

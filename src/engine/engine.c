@@ -283,7 +283,7 @@ static kiln_status validate(const kiln_engine *e, const kiln_token *prompt, size
     /* The vocabulary trie of constrained output is built here, on the caller's thread, the first
      * time a request has a grammar, not on the scheduler's while other rows wait. */
     if (gp->grammar && !(gp->render_special ? kn_model_vtrie_special(e->model) : kn_model_vtrie(e->model)))
-        return KILN_ERR_NOMEM;
+        return kn_error(KILN_ERR_NOMEM, "out of memory building the vocabulary's trie for the grammar");
     return KILN_OK;
 }
 
@@ -291,6 +291,7 @@ static kiln_status validate(const kiln_engine *e, const kiln_token *prompt, size
  * caller's buffers can go. */
 static kiln_status copy_inputs(kiln_request *r, const kiln_token *prompt, size_t n, const kiln_generate_params *gp) {
     r->gp = *gp;
+    r->gp.n_stop = 0;                                /* the stop strings r holds so far (kn_request_unref frees them) */
     if (gp->grammar) kn_grammar_retain(gp->grammar); /* the caller may free its grammar at once */
     r->n_prompt = n;
     r->prompt = malloc(n * sizeof *prompt);
@@ -298,7 +299,6 @@ static kiln_status copy_inputs(kiln_request *r, const kiln_token *prompt, size_t
     r->bias = kn_calloc(gp->sampling.n_logit_bias + 1, sizeof *r->bias);
     if (!r->prompt || !r->stop || !r->bias) return KILN_ERR_NOMEM;
     memcpy(r->prompt, prompt, n * sizeof *prompt);
-    r->gp.n_stop = 0;
     for (size_t i = 0; i < gp->n_stop; i++) {
         if (!(r->stop[i] = kn_strdup(gp->stop[i]))) return KILN_ERR_NOMEM;
         r->gp.n_stop++;
@@ -319,7 +319,7 @@ kiln_status kiln_engine_submit(kiln_engine *e, const kiln_token *prompt, size_t 
     kiln_status st = validate(e, prompt, n_prompt, &gp);
     if (st) return st;
     kiln_request *r = kn_calloc(1, sizeof *r);
-    if (!r) return KILN_ERR_NOMEM;
+    if (!r) return kn_error(KILN_ERR_NOMEM, "out of memory copying a request");
     atomic_init(&r->refs, 2);
     atomic_init(&r->cancel, false);
     r->engine = e;

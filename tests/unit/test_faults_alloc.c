@@ -200,6 +200,73 @@ static kiln_status attempt_grammar(const char *path, long fail, char *out, size_
     return st;
 }
 
+/* The server's path with everything on: an engine with the prefix cache and its SSD tier (a fresh
+ * directory per attempt, entries written as soon as cached) and n-gram speculative decoding; two
+ * requests for the same prompt under a JSON Schema, with logprobs (2 alternatives) and a stop string,
+ * the second from the cache. */
+static kiln_status attempt_engine_all(const char *path, long fail, char *out, size_t cap, char *why, size_t why_cap) {
+    static kiln_grammar *g;
+    static unsigned serial;
+    if (!g) {
+        kiln_grammar_params gp = kiln_grammar_default_params();
+        gp.kind = KILN_GRAMMAR_JSON_SCHEMA;
+        if (kiln_grammar_compile(SCHEMA, strlen(SCHEMA), &gp, &g)) {
+            snprintf(why, why_cap, "%s", kiln_last_error());
+            return KILN_ERR_INVALID_ARG;
+        }
+    }
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/ssd-%u", kt_tmpdir(), serial++);
+    out[0] = why[0] = 0;
+    n_calls = 0;
+    fail_at = fail;
+    kiln_model *m = NULL;
+    kiln_engine *e = NULL;
+    __atomic_store_n(&armed, true, __ATOMIC_RELAXED);
+    kiln_status st = kiln_model_load(path, NULL, &m);
+    if (!st) {
+        kiln_engine_params ep = kiln_engine_default_params();
+        ep.n_ctx = 128;
+        ep.max_rows = 2;
+        ep.n_threads = 2;
+        ep.prompt_cache = 1 << 20;
+        ep.ssd_dir = dir;
+        ep.ssd_demote_idle_s = 0;
+        ep.spec = KILN_SPEC_NGRAM;
+        st = kiln_engine_new(m, &ep, &e);
+    }
+    kiln_token prompt[64];
+    size_t n_prompt = 0;
+    if (!st) st = kiln_tokenize(m, PROMPT, strlen(PROMPT), true, false, prompt, 64, &n_prompt);
+    text_buf b = {out, 0, cap};
+    static const char *const stop[] = {"\"n\""};
+    for (int k = 0; k < 2 && !st; k++) {
+        kiln_generate_params gp = kiln_generate_default_params();
+        gp.max_tokens = 24;
+        gp.sampling.temperature = 0;
+        gp.grammar = g;
+        gp.logprobs = 2;
+        gp.stop = stop;
+        gp.n_stop = 1;
+        gp.on_token = on_token;
+        gp.user = &b;
+        kiln_request *req = NULL;
+        st = kiln_engine_submit(e, prompt, n_prompt, &gp, &req);
+        if (!st) {
+            kiln_generate_result res;
+            st = kiln_request_wait(req, &res);
+            if (st) snprintf(why, why_cap, "%s", res.error[0] ? res.error : kiln_last_error());
+            kiln_request_free(req);
+        }
+    }
+    kiln_engine_free(e);
+    __atomic_store_n(&armed, false, __ATOMIC_RELAXED);
+    if (st && !why[0]) snprintf(why, why_cap, "%s", kiln_last_error());
+    kiln_model_free(m);
+    nftw(dir, kt_rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    return st;
+}
+
 /* Tool calls: the call grammars of two formats (JSON arguments in hermes, XML-like in qwen3-coder)
  * for two tools, each compiled and generated under (tool_choice "required"), one after the other. */
 #define TOOLS                                                                                                          \
@@ -389,6 +456,11 @@ static void test_alloc_failures_grammar(void) {
     run_failures(attempt_grammar, "model load + JSON Schema compile + constrained generation of 40 tokens", true);
 }
 
+static void test_alloc_failures_engine_all(void) {
+    run_failures(attempt_engine_all,
+                 "model load + engine with SSD tier and n-gram drafts + two constrained requests with logprobs", true);
+}
+
 static void test_alloc_failures_tools(void) {
     run_failures(attempt_tools, "model load + tool-call grammars of two formats + generations under them", true);
     char out[4096], why[512];
@@ -426,6 +498,7 @@ int main(int argc, char **argv) {
     RUN(test_alloc_failures_session);
     RUN(test_alloc_failures_engine);
     RUN(test_alloc_failures_grammar);
+    RUN(test_alloc_failures_engine_all);
     RUN(test_alloc_failures_tools);
     RUN(test_alloc_failures_chat);
     return kt_summary();
