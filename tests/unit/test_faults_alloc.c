@@ -267,6 +267,24 @@ static kiln_status attempt_engine_all(const char *path, long fail, char *out, si
     return st;
 }
 
+/* A Hugging Face directory (config.json, model.safetensors, tokenizer.json: stories260K written by
+ * kiln-hf, once, unarmed) loaded and 8 greedy tokens generated; path names the GGUF it came from. */
+static kiln_status attempt_hf(const char *path, long fail, char *out, size_t cap, char *why, size_t why_cap) {
+    static char dir[600];
+    if (!dir[0]) {
+        const char *b = getenv("BUILD");
+        char cmd[2048];
+        snprintf(dir, sizeof dir, "%s/stories-hf", kt_tmpdir());
+        snprintf(cmd, sizeof cmd, "%s/kiln-hf %s %s 2>/dev/null", b && *b ? b : "build", path, dir);
+        if (system(cmd) != 0) {
+            snprintf(why, why_cap, "%s failed", cmd);
+            dir[0] = 0;
+            return KILN_ERR_IO;
+        }
+    }
+    return attempt(dir, fail, out, cap, why, why_cap);
+}
+
 /* Tool calls: the call grammars of two formats (JSON arguments in hermes, XML-like in qwen3-coder)
  * for two tools, each compiled and generated under (tool_choice "required"), one after the other. */
 #define TOOLS                                                                                                          \
@@ -461,6 +479,11 @@ static void test_alloc_failures_engine_all(void) {
                  "model load + engine with SSD tier and n-gram drafts + two constrained requests with logprobs", true);
 }
 
+static void test_alloc_failures_hf(void) {
+    run_failures(attempt_hf, "Hugging Face directory load (safetensors, tokenizer.json) + generation of 8 tokens",
+                 true);
+}
+
 static void test_alloc_failures_tools(void) {
     run_failures(attempt_tools, "model load + tool-call grammars of two formats + generations under them", true);
     char out[4096], why[512];
@@ -499,6 +522,7 @@ int main(int argc, char **argv) {
     RUN(test_alloc_failures_engine);
     RUN(test_alloc_failures_grammar);
     RUN(test_alloc_failures_engine_all);
+    RUN(test_alloc_failures_hf);
     RUN(test_alloc_failures_tools);
     RUN(test_alloc_failures_chat);
     return kt_summary();
