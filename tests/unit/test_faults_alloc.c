@@ -109,51 +109,6 @@ static kiln_status attempt(const char *path, long fail, char *out, size_t cap, c
     return st;
 }
 
-/* The server's path: an engine (scheduler thread, prefix cache) serving the same prompt twice,
- * the second from the cache. The texts of both go to out, one after the other. */
-static kiln_status attempt_engine(const char *path, long fail, char *out, size_t cap, char *why, size_t why_cap) {
-    out[0] = why[0] = 0;
-    n_calls = 0;
-    fail_at = fail;
-    kiln_model *m = NULL;
-    kiln_engine *e = NULL;
-    __atomic_store_n(&armed, true, __ATOMIC_RELAXED);
-    kiln_status st = kiln_model_load(path, NULL, &m);
-    if (!st) {
-        kiln_engine_params ep = kiln_engine_default_params();
-        ep.n_ctx = 64;
-        ep.max_rows = 2;
-        ep.n_threads = 2;
-        ep.prompt_cache = 1 << 20;
-        st = kiln_engine_new(m, &ep, &e);
-    }
-    kiln_token prompt[64];
-    size_t n_prompt = 0;
-    if (!st) st = kiln_tokenize(m, PROMPT, strlen(PROMPT), true, false, prompt, 64, &n_prompt);
-    text_buf b = {out, 0, cap};
-    for (int k = 0; k < 2 && !st; k++) {
-        kiln_generate_params gp = kiln_generate_default_params();
-        gp.max_tokens = N_TOKENS;
-        gp.ignore_eos = true;
-        gp.sampling.temperature = 0;
-        gp.on_token = on_token;
-        gp.user = &b;
-        kiln_request *req = NULL;
-        st = kiln_engine_submit(e, prompt, n_prompt, &gp, &req);
-        if (!st) {
-            kiln_generate_result res;
-            st = kiln_request_wait(req, &res);
-            if (st) snprintf(why, why_cap, "%s", res.error[0] ? res.error : kiln_last_error());
-            kiln_request_free(req);
-        }
-    }
-    __atomic_store_n(&armed, false, __ATOMIC_RELAXED);
-    if (st && !why[0]) snprintf(why, why_cap, "%s", kiln_last_error());
-    kiln_engine_free(e);
-    kiln_model_free(m);
-    return st;
-}
-
 /* Constrained output: a JSON Schema with a pattern of a Unicode class (regex, automaton, GBNF,
  * matcher) compiled, then a greedy generation under it (the grammar's masks over the vocabulary).
  * An allocation failure absorbed must leave the grammar whole: the same text comes out. */
@@ -200,14 +155,15 @@ static kiln_status attempt_grammar(const char *path, long fail, char *out, size_
     return st;
 }
 
-/* The server's path with everything on: an engine with the prefix cache and its SSD tier (a fresh
- * directory per attempt, entries written as soon as cached) and n-gram speculative decoding; two
- * requests for the same prompt under a JSON Schema, with logprobs (2 alternatives) and a stop string,
- * the second from the cache. */
-static kiln_status attempt_engine_all(const char *path, long fail, char *out, size_t cap, char *why, size_t why_cap) {
+/* The server's path: an engine (scheduler thread, prefix cache) serving the same prompt twice, the
+ * second from the cache; the texts of both go to out. With all: also the cache's SSD tier (a fresh
+ * directory per attempt, entries written as soon as cached) and n-gram speculative decoding, and the
+ * requests under SCHEMA with logprobs (2 alternatives) and a stop string. */
+static kiln_status engine_attempt(const char *path, long fail, char *out, size_t cap, char *why, size_t why_cap,
+                                  bool all) {
     static kiln_grammar *g;
     static unsigned serial;
-    if (!g) {
+    if (all && !g) {
         kiln_grammar_params gp = kiln_grammar_default_params();
         gp.kind = KILN_GRAMMAR_JSON_SCHEMA;
         if (kiln_grammar_compile(SCHEMA, strlen(SCHEMA), &gp, &g)) {
@@ -226,13 +182,15 @@ static kiln_status attempt_engine_all(const char *path, long fail, char *out, si
     kiln_status st = kiln_model_load(path, NULL, &m);
     if (!st) {
         kiln_engine_params ep = kiln_engine_default_params();
-        ep.n_ctx = 128;
+        ep.n_ctx = all ? 128 : 64;
         ep.max_rows = 2;
         ep.n_threads = 2;
         ep.prompt_cache = 1 << 20;
-        ep.ssd_dir = dir;
-        ep.ssd_demote_idle_s = 0;
-        ep.spec = KILN_SPEC_NGRAM;
+        if (all) {
+            ep.ssd_dir = dir;
+            ep.ssd_demote_idle_s = 0;
+            ep.spec = KILN_SPEC_NGRAM;
+        }
         st = kiln_engine_new(m, &ep, &e);
     }
     kiln_token prompt[64];
@@ -242,14 +200,19 @@ static kiln_status attempt_engine_all(const char *path, long fail, char *out, si
     static const char *const stop[] = {"\"n\""};
     for (int k = 0; k < 2 && !st; k++) {
         kiln_generate_params gp = kiln_generate_default_params();
-        gp.max_tokens = 24;
         gp.sampling.temperature = 0;
-        gp.grammar = g;
-        gp.logprobs = 2;
-        gp.stop = stop;
-        gp.n_stop = 1;
         gp.on_token = on_token;
         gp.user = &b;
+        if (all) {
+            gp.max_tokens = 24;
+            gp.grammar = g;
+            gp.logprobs = 2;
+            gp.stop = stop;
+            gp.n_stop = 1;
+        } else {
+            gp.max_tokens = N_TOKENS;
+            gp.ignore_eos = true;
+        }
         kiln_request *req = NULL;
         st = kiln_engine_submit(e, prompt, n_prompt, &gp, &req);
         if (!st) {
@@ -263,8 +226,16 @@ static kiln_status attempt_engine_all(const char *path, long fail, char *out, si
     __atomic_store_n(&armed, false, __ATOMIC_RELAXED);
     if (st && !why[0]) snprintf(why, why_cap, "%s", kiln_last_error());
     kiln_model_free(m);
-    nftw(dir, kt_rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    if (all) nftw(dir, kt_rm_entry, 16, FTW_DEPTH | FTW_PHYS);
     return st;
+}
+
+static kiln_status attempt_engine(const char *path, long fail, char *out, size_t cap, char *why, size_t why_cap) {
+    return engine_attempt(path, fail, out, cap, why, why_cap, false);
+}
+
+static kiln_status attempt_engine_all(const char *path, long fail, char *out, size_t cap, char *why, size_t why_cap) {
+    return engine_attempt(path, fail, out, cap, why, why_cap, true);
 }
 
 /* A Hugging Face directory (config.json, model.safetensors, tokenizer.json: stories260K written by
