@@ -908,8 +908,17 @@ static bool gb_sequence(gb *p, gb_vec *seq, int32_t owner, int depth, bool neste
                 return false;
             }
         } else if (c == '*' || c == '+' || c == '?') {
-            p->pos++;
-            m = c == '+', n = c == '?' ? 1 : -1;
+            /* operators in a row are one: e++ is e+, e?? is e?, any other mix e*; nested, each would
+             * multiply the matcher's parser stacks (twelve '+' cost 40 ms a mask on a 151,669-token
+             * vocabulary, just below the ambiguity limit) */
+            bool all_plus = true, all_opt = true;
+            for (; c == '*' || c == '+' || c == '?'; c = gb_peek(p, 0)) {
+                all_plus = all_plus && c == '+';
+                all_opt = all_opt && c == '?';
+                p->pos++;
+                gb_space(p, nested);
+            }
+            m = all_plus, n = all_opt ? 1 : -1;
             if (!gb_repeat(p, seq, item, owner, m, n, at)) return false;
         } else if (c == '{') {
             p->pos++;

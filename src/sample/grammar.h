@@ -25,7 +25,8 @@
  * Accepts the dialect llama.cpp's server accepts: rules "name ::= alternatives" (names of letters,
  * digits and '-'), "root" required, '#' comments to end of line, literals "..." with escapes
  * (\n \r \t \\ \" \[ \] \xHH \uHHHH \UHHHHHHHH), character classes [...] with ranges and negation
- * [^...], '.', groups (...), alternation |, postfix * + ? {m} {m,} {m,n}, and rule references;
+ * [^...], '.', groups (...), alternation |, postfix * + ? {m} {m,} {m,n} (* + ? in a row are one:
+ * e++ is e+, e?? is e?, any other mix e*), and rule references;
  * and kiln's counters (grammar_prog.h): "@count" pushes a counter, "@+N{lo,hi}" adds N to the
  * nearest one and goes on only when lo <= its value <= hi, "@{lo,hi}" only checks it. A branch whose
  * guards can never pass after it began is the grammar writer's to avoid (generation would then stop

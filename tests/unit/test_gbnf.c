@@ -57,6 +57,29 @@ static void test_repetition(void) {
     CHECK(!accepts(g, "aaaa1"));
     CHECK(!accepts(g, "aa"));
     kiln_grammar_free(g);
+    /* operators in a row are one: e++ is e+, e?? is e?, any other mix e* (forty '+' compile: nested
+     * they were refused as too ambiguous, and twelve cost the matcher 150 times a plain class) */
+    static const struct {
+        const char *ops;
+        bool empty, one, many;
+    } rows[] = {{"++", false, true, true}, {"??", true, true, false}, {"? ?", true, true, false},
+                {"+?", true, true, true},  {"?+", true, true, true},  {"*+", true, true, true},
+                {"+ *", true, true, true}, {"?*?", true, true, true}, {"+++{2}", false, false, true}};
+    for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
+        char text[64];
+        snprintf(text, sizeof text, "root ::= \"<\" \"a\"%s \">\"", rows[i].ops);
+        CHECKF((g = compile(text)), "%s: %s", text, kiln_last_error());
+        if (!g) continue;
+        CHECKF(accepts(g, "<>") == rows[i].empty, "%s and no a", text);
+        CHECKF(accepts(g, "<a>") == rows[i].one, "%s and one a", text);
+        CHECKF(accepts(g, "<aaaa>") == rows[i].many, "%s and four", text);
+        kiln_grammar_free(g);
+    }
+    char plus40[128] = "root ::= [a-z ]";
+    for (int i = 0; i < 40; i++) strcat(plus40, "+");
+    CHECKF((g = compile(plus40)), "%s", kiln_last_error());
+    CHECK(g && accepts(g, "ab c") && !accepts(g, ""));
+    kiln_grammar_free(g);
 }
 
 static void test_refcount(void) {
