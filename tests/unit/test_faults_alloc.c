@@ -76,6 +76,26 @@ static int on_token(const kiln_token_event *ev, void *user) {
     return 0;
 }
 
+/* A session of n_ctx positions over m, two threads. */
+static kiln_status open_session(kiln_model *m, int n_ctx, kiln_session **s) {
+    kiln_session_params sp = kiln_session_default_params();
+    sp.n_threads = 2;
+    sp.n_ctx = n_ctx;
+    return kiln_session_new(m, &sp, s);
+}
+
+/* max_tokens greedy tokens after PROMPT (under g when not NULL), their text appended to b. */
+static kiln_status greedy(kiln_session *s, const kiln_grammar *g, int32_t max_tokens, bool ignore_eos, text_buf *b) {
+    kiln_generate_params gp = kiln_generate_default_params();
+    gp.max_tokens = max_tokens;
+    gp.ignore_eos = ignore_eos;
+    gp.sampling.temperature = 0;
+    gp.grammar = g;
+    gp.on_token = on_token;
+    gp.user = b;
+    return kiln_generate(s, PROMPT, &gp, NULL);
+}
+
 /* One load + generation with the fail_at-th allocation failing (0: none). Returns the status; the
  * text generated goes to out (cap bytes), the library's message to why. */
 static kiln_status attempt(const char *path, long fail, char *out, size_t cap, char *why, size_t why_cap) {
@@ -86,22 +106,9 @@ static kiln_status attempt(const char *path, long fail, char *out, size_t cap, c
     kiln_session *s = NULL;
     __atomic_store_n(&armed, true, __ATOMIC_RELAXED);
     kiln_status st = kiln_model_load(path, NULL, &m);
-    if (!st) {
-        kiln_session_params sp = kiln_session_default_params();
-        sp.n_threads = 2;
-        sp.n_ctx = 64;
-        st = kiln_session_new(m, &sp, &s);
-    }
-    if (!st) {
-        kiln_generate_params gp = kiln_generate_default_params();
-        gp.max_tokens = N_TOKENS;
-        gp.ignore_eos = true;
-        gp.sampling.temperature = 0;
-        text_buf b = {out, 0, cap};
-        gp.on_token = on_token;
-        gp.user = &b;
-        st = kiln_generate(s, PROMPT, &gp, NULL);
-    }
+    if (!st) st = open_session(m, 64, &s);
+    text_buf b = {out, 0, cap};
+    if (!st) st = greedy(s, NULL, N_TOKENS, true, &b);
     __atomic_store_n(&armed, false, __ATOMIC_RELAXED);
     if (st) snprintf(why, why_cap, "%s", kiln_last_error());
     kiln_session_free(s);
@@ -131,22 +138,9 @@ static kiln_status attempt_grammar(const char *path, long fail, char *out, size_
         p.kind = KILN_GRAMMAR_JSON_SCHEMA;
         st = kiln_grammar_compile(SCHEMA, strlen(SCHEMA), &p, &g);
     }
-    if (!st) {
-        kiln_session_params sp = kiln_session_default_params();
-        sp.n_threads = 2;
-        sp.n_ctx = 96;
-        st = kiln_session_new(m, &sp, &s);
-    }
-    if (!st) {
-        kiln_generate_params gp = kiln_generate_default_params();
-        gp.max_tokens = 40;
-        gp.sampling.temperature = 0;
-        gp.grammar = g;
-        text_buf b = {out, 0, cap};
-        gp.on_token = on_token;
-        gp.user = &b;
-        st = kiln_generate(s, PROMPT, &gp, NULL);
-    }
+    if (!st) st = open_session(m, 96, &s);
+    text_buf b = {out, 0, cap};
+    if (!st) st = greedy(s, g, 40, false, &b);
     __atomic_store_n(&armed, false, __ATOMIC_RELAXED);
     if (st) snprintf(why, why_cap, "%s", kiln_last_error());
     kiln_session_free(s);
@@ -274,12 +268,7 @@ static kiln_status attempt_tools(const char *path, long fail, char *out, size_t 
     text_buf b = {out, 0, cap};
     __atomic_store_n(&armed, true, __ATOMIC_RELAXED);
     kiln_status st = kiln_model_load(path, NULL, &m);
-    if (!st) {
-        kiln_session_params sp = kiln_session_default_params();
-        sp.n_threads = 2;
-        sp.n_ctx = 96;
-        st = kiln_session_new(m, &sp, &s);
-    }
+    if (!st) st = open_session(m, 96, &s);
     for (int f = 0; f < 2 && !st; f++) {
         kiln_tool_grammar_params tp = kiln_tool_grammar_default_params();
         tp.format = formats[f];
@@ -287,15 +276,7 @@ static kiln_status attempt_tools(const char *path, long fail, char *out, size_t 
         tp.choice = KILN_TOOL_CHOICE_REQUIRED;
         kiln_grammar *g = NULL;
         st = kiln_tool_grammar(&tp, &g);
-        if (!st) {
-            kiln_generate_params gp = kiln_generate_default_params();
-            gp.max_tokens = 32;
-            gp.sampling.temperature = 0;
-            gp.grammar = g;
-            gp.on_token = on_token;
-            gp.user = &b;
-            st = kiln_generate(s, PROMPT, &gp, NULL);
-        }
+        if (!st) st = greedy(s, g, 32, false, &b);
         kiln_grammar_free(g);
     }
     __atomic_store_n(&armed, false, __ATOMIC_RELAXED);
