@@ -6,9 +6,11 @@
  * $KILN_TEST_DATA): SentencePiece (llama-spm), byte-level BPE (gpt-2) and WordPiece (bert-bge), and
  * the WordPiece tokenizer.json of the fuzzing seeds (tests/fuzz/corpus/tokenizer_json/wp_json:
  * BertNormalizer with lowercasing and accent stripping, the per-character normalizers of the Hugging
- * Face pipeline). Texts, 256 KB each: "ascii" (English prose) and "mixed" (the same with accented
- * Latin, a dash and CJK every few words). Each figure is the best of -r passes over the text, in MB of
- * text a second and millions of tokens a second, timed in the thread's CPU time.
+ * Face pipeline), and a Unigram tokenizer.json made here from llama-spm's pieces and scores (the size
+ * and shape of XLM-RoBERTa's or T5's vocabulary). Texts, 256 KB each: "ascii" (English prose),
+ * "mixed" (the same with accented Latin, a dash and CJK every few words) and "cjk" (Japanese prose,
+ * no spaces: one long word for the pre-tokenizers that split at spaces). Each figure is the best of -r passes over the
+ * text, in MB of text a second and millions of tokens a second, timed in the thread's CPU time.
  *
  * Usage: build/bench/tokenize [-r REPS] [FILE...]   (run from the repository root)
  *   FILE: more tokenizers, each a GGUF file's vocabulary or (named *.json) a tokenizer.json, e.g. a
@@ -16,7 +18,10 @@
  *   loaders' encoders).
  */
 #include "model/gguf.h"
+#include "text/tok_internal.h"
 #include "text/tokenizer.h"
+
+#include <jansson.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,6 +81,34 @@ static kn_tokenizer *load_json(const char *path) {
     return t;
 }
 
+/* A Unigram tokenizer.json over spm's pieces and scores (a vocabulary of the size and shape of a
+ * SentencePiece unigram model's, such as XLM-RoBERTa's or T5's): the control and unknown tokens as
+ * special added tokens, a Metaspace pre-tokenizer and decoder. NULL when it cannot be made. */
+static kn_tokenizer *unigram_from(const kn_tokenizer *spm) {
+    json_t *vocab = json_array(), *added = json_array();
+    for (int32_t id = 0; id < spm->n_vocab; id++) {
+        const kn_tok_info *ti = &spm->tok[id];
+        json_array_append_new(vocab,
+                              json_pack("[s#f]", spm->text + ti->text_off, (int)ti->text_len, (double)ti->score));
+        if (ti->attr & (KN_ATTR_CONTROL | KN_ATTR_UNKNOWN))
+            json_array_append_new(added,
+                                  json_pack("{sissbsbsbsbsb}", "id", (int)id, "content", spm->text + ti->text_off,
+                                            "single_word", 0, "lstrip", 0, "rstrip", 0, "normalized", 0, "special", 1));
+    }
+    json_t *meta = json_pack("{sssssssb}", "type", "Metaspace", "replacement", "\xe2\x96\x81", "prepend_scheme",
+                             "always", "split", 1);
+    json_t *root = json_pack("{sssosOsos{sssisosb}}", "version", "1.0", "added_tokens", added, "pre_tokenizer", meta,
+                             "decoder", json_deep_copy(meta), "model", "type", "Unigram", "unk_id", (int)spm->unk,
+                             "vocab", vocab, "byte_fallback", 0);
+    json_decref(meta);
+    char *text = root ? json_dumps(root, JSON_COMPACT) : NULL;
+    json_decref(root);
+    kn_tokenizer *t = NULL;
+    if (!text || kn_tokenizer_load_hf(text, strlen(text), NULL, 0, &t) != KILN_OK) t = NULL;
+    free(text);
+    return t;
+}
+
 /* True when path names a tokenizer.json (ends in ".json"). */
 static bool is_json(const char *path) {
     const size_t n = strlen(path);
@@ -115,9 +148,10 @@ int main(int argc, char **argv) {
     if (reps < 1) reps = 1;
     const char *root = getenv("KILN_TEST_DATA");
     if (!root || !*root) root = "../shared/data";
-    size_t ascii_len, mixed_len;
+    size_t ascii_len, mixed_len, cjk_len;
     char *ascii = make_text("The quick brown fox jumps over the lazy dog, and then it runs away. ", &ascii_len);
     char *mixed = make_text("The Quick brown fox, naïve café — 東京 déjà vu! Ünïcödé text. ", &mixed_len);
+    char *cjk = make_text("東京は日本の首都であり、世界で最も人口の多い都市圏の一つです。", &cjk_len);
     static const struct {
         const char *name, *file; /* a GGUF vocabulary under root, or a tokenizer.json seed in the tree */
         bool json;
@@ -126,6 +160,8 @@ int main(int argc, char **argv) {
         {"gpt-2 (byte-level BPE)", "tokenizer-tests/llama.cpp-vocab/ggml-vocab-gpt-2.gguf", false},
         {"bert-bge (WordPiece)", "tokenizer-tests/llama.cpp-vocab/ggml-vocab-bert-bge.gguf", false},
         {"tokenizer.json WordPiece + BertNormalizer", "tests/fuzz/corpus/tokenizer_json/wp_json", true},
+        {"tokenizer.json Unigram (llama-spm's pieces)", "tokenizer-tests/llama.cpp-vocab/ggml-vocab-llama-spm.gguf",
+         false},
     };
     printf("| tokenizer | text | MB/s | M tokens/s | tokens |\n| --- | --- | ---: | ---: | ---: |\n");
     for (size_t i = 0; i < sizeof toks / sizeof toks[0]; i++) {
@@ -133,12 +169,18 @@ int main(int argc, char **argv) {
         if (toks[i].json) snprintf(path, sizeof path, "%s", toks[i].file);
         else snprintf(path, sizeof path, "%s/%s", root, toks[i].file);
         kn_tokenizer *t = toks[i].json ? load_json(path) : load_gguf(path);
+        if (t && strstr(toks[i].name, "Unigram")) {
+            kn_tokenizer *u = unigram_from(t);
+            kn_tokenizer_free(t);
+            t = u;
+        }
         if (!t) {
             printf("| %s | | cannot load %s | | |\n", toks[i].name, path);
             continue;
         }
         run(toks[i].name, t, "ascii", ascii, ascii_len, reps);
         run(toks[i].name, t, "mixed", mixed, mixed_len, reps);
+        run(toks[i].name, t, "cjk", cjk, cjk_len, reps);
         kn_tokenizer_free(t);
     }
     for (int i = 0; i < n_extra; i++) {
@@ -149,9 +191,11 @@ int main(int argc, char **argv) {
         }
         run(extra[i], t, "ascii", ascii, ascii_len, reps);
         run(extra[i], t, "mixed", mixed, mixed_len, reps);
+        run(extra[i], t, "cjk", cjk, cjk_len, reps);
         kn_tokenizer_free(t);
     }
     free(ascii);
     free(mixed);
+    free(cjk);
     return 0;
 }

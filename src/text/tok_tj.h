@@ -111,6 +111,9 @@ typedef struct kn_tj {
     int n_pre_ids, n_post_ids;
     /* added tokens: matched in the raw text, and in the normalized text (normalized: true) */
     kn_tj_trie raw, normed;
+    /* Unigram: every token text, ending at the id kn_tok_lookup gives for it (unigram.c walks it to
+     * find the pieces that start at a position, stopping where no longer piece can match) */
+    kn_tj_trie pieces;
     /* decoding */
     bool strip_first_space; /* decoder Strip(" ", 1, 0) or Metaspace prepend: drop a text's first space */
     /* tokenizer_config.json */
@@ -132,6 +135,10 @@ kiln_status kn_tj_trie_add(kn_tj_trie *tr, const char *s, size_t n, int32_t id);
 int32_t kn_tj_trie_match(const kn_tj_trie *tr, const kn_tokenizer *t, const uint8_t *s, size_t len, bool parse_special,
                          size_t *mlen);
 void kn_tj_trie_free(kn_tj_trie *tr);
+/* The child of node along byte b; -1 when there is none. */
+static inline int32_t kn_tj_trie_child(const kn_tj_trie *tr, int32_t node, uint8_t b) {
+    return kn_u64map_get(&tr->edges, ((uint64_t)node << 8) | b);
+}
 
 /* ---- normalizers (tok_tj_norm.c) --------------------------------------------------------------- */
 /* Applies the pipeline to in[0..n) into out (cleared first). */

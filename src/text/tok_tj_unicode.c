@@ -92,21 +92,51 @@ static bool decompose(uint32_t cp, bool compat, cpvec *out) {
     return true;
 }
 
-/* Normalizes one run of code points (in place in *v) and appends its UTF-8 to out. */
+/* Sorts the m non-starters c[0..m) by combining class, stably (canonical ordering): by insertion
+ * when there are a few, else by counting, so that a run of thousands of marks (zalgo text, or a
+ * hostile request's) costs linear time, not quadratic. False when memory runs out. */
+static bool order_marks(uint32_t *c, size_t m) {
+    if (m <= 16) {
+        for (size_t i = 1; i < m; i++) {
+            const uint32_t x = c[i];
+            const uint8_t cx = ccc(x);
+            size_t j = i;
+            for (; j > 0 && ccc(c[j - 1]) > cx; j--) c[j] = c[j - 1];
+            c[j] = x;
+        }
+        return true;
+    }
+    uint8_t *cls = malloc(m);
+    uint32_t *tmp = malloc(m * sizeof *tmp);
+    if (!cls || !tmp) {
+        free(cls);
+        free(tmp);
+        return false;
+    }
+    size_t at[257] = {0}; /* at[k + 1]: how many have class k; then where class k goes */
+    for (size_t i = 0; i < m; i++) at[(cls[i] = ccc(c[i])) + 1]++;
+    for (int k = 0; k < 256; k++) at[k + 1] += at[k];
+    for (size_t i = 0; i < m; i++) tmp[at[cls[i]]++] = c[i];
+    memcpy(c, tmp, m * sizeof *c);
+    free(cls);
+    free(tmp);
+    return true;
+}
+
+/* Normalizes one run of code points (in place in *v) and appends its UTF-8 to out. False when
+ * memory runs out. */
 static bool finish_run(cpvec *v, bool do_compose, kn_bvec *out) {
     uint32_t *c = v->v;
     size_t n = v->n;
-    /* canonical ordering: a stable insertion sort of each run of non-starters by class */
-    for (size_t i = 1; i < n; i++) {
-        uint8_t ci = ccc(c[i]);
-        if (ci == 0) continue;
-        size_t j = i;
-        uint32_t x = c[i];
-        while (j > 0 && ccc(c[j - 1]) > ci) {
-            c[j] = c[j - 1];
-            j--;
+    for (size_t i = 0; i < n;) { /* each run of non-starters in canonical order */
+        if (ccc(c[i]) == 0) {
+            i++;
+            continue;
         }
-        c[j] = x;
+        size_t j = i + 1;
+        while (j < n && ccc(c[j]) != 0) j++;
+        if (!order_marks(c + i, j - i)) return false;
+        i = j;
     }
     if (do_compose && n > 1) {
         size_t starter = 0, w = 1;

@@ -1,7 +1,8 @@
 /*
  * unigram.c - the Unigram model of a tokenizer.json (SentencePiece's unigram language model): the
  * segmentation of a word with the highest total score, by dynamic programming over its byte
- * positions (Viterbi). Every vocabulary piece that matches at a position is a candidate; a character
+ * positions (Viterbi). Every vocabulary piece that matches at a position is a candidate (found by
+ * walking the trie of the vocabulary's texts from there, which stops where no piece continues); a character
  * that no piece covers is the unknown token with the lowest score minus 10, as the tokenizers
  * library scores it. Ties keep the earlier-found candidate (shorter start, then shorter piece).
  * With byte_fallback an unknown character becomes its <0xNN> tokens instead.
@@ -33,17 +34,24 @@ kiln_status kn_unigram_encode(const kn_tokenizer *t, const char *w, size_t n, kn
             continue;
         }
         bool single = false;
-        for (size_t e = s + cl; e <= n && e - s <= t->max_token_len;) {
-            int32_t id = kn_tok_lookup(t, w + s, e - s);
+        const kn_tj_trie *tr = &t->tj->pieces;
+        size_t next = s + cl; /* the next character boundary: a piece must end at one */
+        for (size_t e = s, node = 0; e < n;) {
+            const int32_t child = kn_tj_trie_child(tr, (int32_t)node, (uint8_t)w[e++]);
+            if (child < 0) break; /* no piece continues: none longer matches here */
+            node = (size_t)child;
+            if (e != next) continue;
+            const int32_t id = tr->term[node];
             if (id >= 0 && (t->tok[id].attr & (KN_ATTR_NORMAL | KN_ATTR_USER_DEFINED | KN_ATTR_BYTE))) {
                 double sc = best[s] + (t->tok[id].attr & KN_ATTR_USER_DEFINED ? 0.0 : t->tok[id].score);
                 if (e == s + cl) single = true;
                 if (sc > best[e]) best[e] = sc, from[e] = (int32_t)s, tok[e] = id;
             }
-            if (e >= n) break;
-            size_t adv;
-            kn_utf8_decode((const uint8_t *)w + e, n - e, &adv);
-            e += adv;
+            if (e < n) {
+                size_t adv;
+                kn_utf8_decode((const uint8_t *)w + e, n - e, &adv);
+                next = e + adv;
+            }
         }
         if (!single) {
             double sc = best[s] + unk_score;

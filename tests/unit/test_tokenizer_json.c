@@ -9,6 +9,7 @@
 #include "harness.h"
 #include "text/tok_json.h"
 #include "text/tok_tj.h"
+#include "text/unicode.h"
 
 #include <string.h>
 
@@ -112,6 +113,87 @@ static void test_unigram(void) {
     kn_tokenizer_free(t);
 }
 
+/* A Unigram vocabulary whose pieces share prefixes with gaps ("abcd" without "abc"), tie in score
+ * ("ab" against "a" + "b"), span multi-byte characters, repeat a text (the lowest id is the piece),
+ * and cover some bytes only (<0x63>, <0xC3>, <0xA9>) for byte_fallback. */
+static const char UG_REF_JSON[] =
+    "{\"model\":{\"type\":\"Unigram\",\"unk_id\":0,\"byte_fallback\":true,\"vocab\":[[\"<unk>\",0],"
+    "[\"a\",-1],[\"b\",-1],[\"ab\",-2],[\"abcd\",-2.5],[\"bcd\",-2],[\"d\",-1.5],[\"\xc3\xa9\",-1],"
+    "[\"a\xc3\xa9\",-1.5],[\"\xe4\xb8\xad\",-2],[\"\xe4\xb8\xad\xe6\x96\x87\",-3],[\"\xe6\x96\x87\",-2],"
+    "[\"\xe2\x96\x81\",-1],[\"\xe2\x96\x81"
+    "a\",-1.5],[\"ab\",-0.5],[\"dd\",-2.9],[\"<0x63>\",-4],"
+    "[\"<0xC3>\",-4],[\"<0xA9>\",-4]]}}";
+
+/* The reference segmentation: every piece of every length (kn_tok_lookup) at every character
+ * boundary, Viterbi with the earlier candidate kept on ties, unknown characters as bytes when all
+ * have a byte token, else one unknown token. */
+static void ref_unigram(const kn_tokenizer *t, const char *w, size_t n, kn_ivec *out) {
+    double best[64];
+    int32_t from[64], tok[64];
+    for (size_t i = 0; i <= n; i++) best[i] = -1e300, from[i] = tok[i] = -1;
+    best[0] = 0;
+    for (size_t s = 0, cl; s < n; s += cl) {
+        kn_utf8_decode((const uint8_t *)w + s, n - s, &cl);
+        bool single = false;
+        for (size_t e = s + cl, adv; e <= n; e += adv) {
+            const int32_t id = kn_tok_lookup(t, w + s, e - s);
+            if (id >= 0 && (t->tok[id].attr & KN_ATTR_NORMAL)) {
+                single |= e == s + cl;
+                if (best[s] + t->tok[id].score > best[e])
+                    best[e] = best[s] + t->tok[id].score, from[e] = (int32_t)s, tok[e] = id;
+            }
+            if (e == n) break;
+            kn_utf8_decode((const uint8_t *)w + e, n - e, &adv);
+        }
+        const double unk = best[s] + t->tj->unigram_min_score - 10.0;
+        if (!single && unk > best[s + cl]) best[s + cl] = unk, from[s + cl] = (int32_t)s, tok[s + cl] = -1;
+    }
+    size_t ends[64], k = 0;
+    for (size_t e = n; e > 0; e = (size_t)from[e]) ends[k++] = e;
+    while (k-- > 0) {
+        const size_t e = ends[k], s = (size_t)from[e];
+        bool bytes = tok[e] < 0;
+        for (size_t b = s; b < e && bytes; b++) bytes = t->byte_tok[(uint8_t)w[b]] >= 0;
+        if (tok[e] >= 0) kn_ivec_push(out, tok[e]);
+        else if (bytes)
+            for (size_t b = s; b < e; b++) kn_ivec_push(out, t->byte_tok[(uint8_t)w[b]]);
+        else kn_ivec_push(out, t->unk);
+    }
+}
+
+/* kn_unigram_encode against the reference over 20,000 random words of up to 12 parts (letters,
+ * accented and CJK characters, the metaspace, a stray byte). */
+static void test_unigram_reference(void) {
+    kn_tokenizer *t = load(UG_REF_JSON, NULL);
+    CHECK(t);
+    if (!t) return;
+    static const char *const parts[] = {
+        "a", "b", "c", "d", "\xc3\xa9", "\xe4\xb8\xad", "\xe6\x96\x87", "\xe2\x96\x81", "z", "\xff"};
+    uint64_t rng = 7;
+    int bad = 0;
+    for (int it = 0; it < 20000 && bad < 3; it++) {
+        char w[48];
+        size_t n = 0;
+        for (int k = 1 + (int)((rng = rng * 6364136223846793005ull + 1442695040888963407ull) >> 60) % 12; k > 0; k--) {
+            const char *p =
+                parts[(rng = rng * 6364136223846793005ull + 1442695040888963407ull) >> 33 & 7 ? (rng >> 40) % 10 : 0];
+            memcpy(w + n, p, strlen(p));
+            n += strlen(p);
+        }
+        kn_ivec got = {0}, want = {0};
+        CHECK(kn_unigram_encode(t, w, n, &got) == KILN_OK);
+        ref_unigram(t, w, n, &want);
+        if (got.n != want.n || memcmp(got.v, want.v, got.n * sizeof *got.v)) {
+            printf("  word %d (%zu bytes): %zu tokens, the reference %zu\n", it, n, got.n, want.n);
+            bad++;
+        }
+        free(got.v);
+        free(want.v);
+    }
+    CHECK(bad == 0);
+    kn_tokenizer_free(t);
+}
+
 /* Splits "a-b--c" at "-" with behaviour b; compares the pieces joined by '|'. */
 static bool split_is(kn_tj_behavior b, bool invert, const char *want) {
     const char *s = "a-b--c";
@@ -164,6 +246,34 @@ static void test_unicode_forms(void) {
     CHECK(form_is("a\xff"
                   "e\xcc\x81",
                   true, false, "a\xff\xc3\xa9"));
+}
+
+/* A base letter and k rounds of the marks acute (230), grave below (220) and tilde overlay (1), in
+ * that order: canonical ordering puts every overlay first, then the below, then the above marks
+ * (stable, the equal ones in place), and NFC composes the first acute with the a. Thousands of
+ * marks in a row take a linear pass (a quadratic sort took seconds on a run of 40,000). */
+static void test_long_mark_runs(void) {
+    enum { K = 30000 };
+    char *in = malloc(1 + 6 * (size_t)K + 1), *nfd = malloc(1 + 6 * (size_t)K + 1),
+         *nfc = malloc(2 + 6 * (size_t)K + 1);
+    if (!in || !nfd || !nfc) abort();
+    size_t n = 0;
+    in[n++] = 'a';
+    for (int k = 0; k < K; k++) n += (size_t)sprintf(in + n, "\xcc\x81\xcc\x96\xcc\xb4");
+    static const char *const order[] = {"\xcc\xb4", "\xcc\x96", "\xcc\x81"};
+    size_t d = 0, c = 0;
+    nfd[d++] = 'a';
+    c += (size_t)sprintf(nfc, "\xc3\xa1"); /* the a with the first acute */
+    for (int o = 0; o < 3; o++)
+        for (int k = 0; k < K; k++) {
+            d += (size_t)sprintf(nfd + d, "%s", order[o]);
+            if (o < 2 || k > 0) c += (size_t)sprintf(nfc + c, "%s", order[o]);
+        }
+    CHECK(form_is(in, false, false, nfd));
+    CHECK(form_is(in, true, false, nfc));
+    free(in);
+    free(nfd);
+    free(nfc);
 }
 
 static void test_config(void) {
@@ -246,8 +356,10 @@ int main(void) {
     RUN(test_json_reader);
     RUN(test_wordpiece);
     RUN(test_unigram);
+    RUN(test_unigram_reference);
     RUN(test_split_behaviors);
     RUN(test_unicode_forms);
+    RUN(test_long_mark_runs);
     RUN(test_config);
     RUN(test_errors);
     return kt_summary();
