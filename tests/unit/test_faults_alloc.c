@@ -151,7 +151,7 @@ static kiln_status attempt_grammar(const char *path, long fail, char *out, size_
 
 /* The server's path: an engine (scheduler thread, prefix cache) serving the same prompt twice, the
  * second from the cache; the texts of both go to out. With all: also the cache's SSD tier (a fresh
- * directory per attempt, entries written as soon as cached) and n-gram speculative decoding, and the
+ * directory per attempt, entries written by a flush after each request) and n-gram speculative decoding, and the
  * requests under SCHEMA with logprobs (2 alternatives) and a stop string. */
 static kiln_status engine_attempt(const char *path, long fail, char *out, size_t cap, char *why, size_t why_cap,
                                   bool all) {
@@ -182,7 +182,7 @@ static kiln_status engine_attempt(const char *path, long fail, char *out, size_t
         ep.prompt_cache = 1 << 20;
         if (all) {
             ep.ssd_dir = dir;
-            ep.ssd_demote_idle_s = 0;
+            ep.ssd_demote_idle_s = 86400; /* never by the clock: written by the flush after each request */
             ep.spec = KILN_SPEC_NGRAM;
         }
         st = kiln_engine_new(m, &ep, &e);
@@ -215,6 +215,9 @@ static kiln_status engine_attempt(const char *path, long fail, char *out, size_t
             if (st) snprintf(why, why_cap, "%s", res.error[0] ? res.error : kiln_last_error());
             kiln_request_free(req);
         }
+        /* the request's entries to SSD now, while this thread waits: the same allocations every run
+         * (a writer woken by the clock wrote an entry or not, as the requests' timing fell) */
+        if (all && !st) st = kiln_engine_flush_cache(e, 60000);
     }
     kiln_engine_free(e);
     __atomic_store_n(&armed, false, __ATOMIC_RELAXED);
