@@ -9,7 +9,9 @@
  * Face pipeline), and a Unigram tokenizer.json made here from llama-spm's pieces and scores (the size
  * and shape of XLM-RoBERTa's or T5's vocabulary). Texts, 256 KB each: "ascii" (English prose),
  * "mixed" (the same with accented Latin, a dash and CJK every few words) and "cjk" (Japanese prose,
- * no spaces: one long word for the pre-tokenizers that split at spaces). Each figure is the best of -r passes over the
+ * no spaces: one long word for the pre-tokenizers that split at spaces). A second table times the
+ * normalization forms NFC and NFKC alone (as Qwen's tokenizer.json asks for NFC), with the quick
+ * check and the full way side by side. Each figure is the best of -r passes over the
  * text, in MB of text a second and millions of tokens a second, timed in the thread's CPU time.
  *
  * Usage: build/bench/tokenize [-r REPS] [FILE...]   (run from the repository root)
@@ -19,6 +21,7 @@
  */
 #include "model/gguf.h"
 #include "text/tok_internal.h"
+#include "text/tok_tj.h"
 #include "text/tokenizer.h"
 
 #include <jansson.h>
@@ -133,6 +136,28 @@ static void run(const char *name, const kn_tokenizer *t, const char *text_name, 
     printf("| %s | %s | %.2f | %.2f | %zu |\n", name, text_name, (double)len / best / 1e6, (double)n / best / 1e6, n);
 }
 
+/* One row of the normalization forms alone: NFC and NFKC of text with the quick check (quiet
+ * characters copied) and the full way (every character decomposed, reordered, composed), best of reps. */
+static void run_forms(const char *text_name, const char *text, size_t len, int reps) {
+    kn_bvec out = {0};
+    double mbs[4];
+    for (int k = 0; k < 4; k++) {
+        double best = 1e30;
+        for (int r = 0; r < reps; r++) {
+            const double t0 = cpu_s();
+            const kiln_status st = k & 1 ? kn_tj_unicode_form_full(text, len, true, k >> 1, &out)
+                                         : kn_tj_unicode_form(text, len, true, k >> 1, &out);
+            const double d = cpu_s() - t0;
+            if (st != KILN_OK) exit(1);
+            if (d < best) best = d;
+        }
+        mbs[k] = (double)len / best / 1e6;
+    }
+    printf("| %s | %.1f | %.1f | %.2fx | %.1f | %.1f | %.2fx |\n", text_name, mbs[0], mbs[1], mbs[0] / mbs[1], mbs[2],
+           mbs[3], mbs[2] / mbs[3]);
+    free(out.v);
+}
+
 int main(int argc, char **argv) {
     int reps = 7;
     const char *extra[16];
@@ -194,6 +219,11 @@ int main(int argc, char **argv) {
         run(extra[i], t, "cjk", cjk, cjk_len, reps);
         kn_tokenizer_free(t);
     }
+    printf("\n| text | NFC MB/s | NFC full way | ratio | NFKC MB/s | NFKC full way | ratio |\n"
+           "| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    run_forms("ascii", ascii, ascii_len, reps);
+    run_forms("mixed", mixed, mixed_len, reps);
+    run_forms("cjk", cjk, cjk_len, reps);
     free(ascii);
     free(mixed);
     free(cjk);

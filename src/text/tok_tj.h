@@ -156,6 +156,9 @@ void kn_tj_charsmap_free(kn_tj_charsmap *cm);
 
 /* Unicode forms over UTF-8 (ill-formed bytes pass through unchanged). */
 kiln_status kn_tj_unicode_form(const char *in, size_t n, bool compose, bool compat, kn_bvec *out);
+/* The same without the quick check (every character decomposed, reordered and composed): the
+ * reference of the tests. */
+kiln_status kn_tj_unicode_form_full(const char *in, size_t n, bool compose, bool compat, kn_bvec *out);
 
 /* ---- pre-tokenizers (tok_tj_pre.c) ------------------------------------------------------------- */
 /* Words of one text section: bytes in buf, spans into it. */

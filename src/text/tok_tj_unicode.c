@@ -10,6 +10,7 @@
 #include "text/tok_tj.h"
 #include "text/unicode.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -168,28 +169,89 @@ static bool finish_run(cpvec *v, bool do_compose, kn_bvec *out) {
     return true;
 }
 
-kiln_status kn_tj_unicode_form(const char *in, size_t n, bool do_compose, bool compat, kn_bvec *out) {
+/* ---- the quick check ---------------------------------------------------------------------------- */
+
+#define QUIET_END 0x20000 /* planes 0 and 1 have a quick-check bit; beyond, every character is loud */
+
+/* A bit per code point below QUIET_END, set when the character is loud: a normalization form may
+ * change it or let it interact with its neighbours (a nonzero combining class, a decomposition, the
+ * second of a composition, a Hangul syllable or vowel / trailing jamo). Every other character, a
+ * quiet one, stays as it is and cuts the text: nothing before it reorders or composes with anything
+ * after it (it may still be the first of a composition, so the last quiet character before a loud
+ * one joins the loud one's run). [0]: the canonical forms, [1]: the compatibility forms too. */
+static uint64_t loud_bits[2][QUIET_END / 64];
+static pthread_once_t loud_once = PTHREAD_ONCE_INIT;
+
+static void mark_loud(uint32_t cp, bool compat_only) {
+    if (cp >= QUIET_END) return;
+    for (int k = compat_only; k < 2; k++) loud_bits[k][cp >> 6] |= 1ull << (cp & 63);
+}
+
+static void loud_init(void) {
+    for (size_t i = 0; i < kn_ucd_n_ccc; i++)
+        if (kn_ucd_ccc[i][1]) mark_loud(kn_ucd_ccc[i][0], false);
+    for (size_t i = 0; i < kn_ucd_n_nfd_table; i++) mark_loud(kn_ucd_nfd_table[i][0], false);
+    for (size_t i = 0; i < kn_ucd_n_comp; i++) mark_loud(kn_ucd_comp[i][1], false);
+    for (uint32_t cp = SBASE; cp < SBASE + SCOUNT; cp++) mark_loud(cp, false);
+    for (uint32_t cp = VBASE; cp < VBASE + VCOUNT; cp++) mark_loud(cp, false);
+    for (uint32_t cp = TBASE + 1; cp < TBASE + TCOUNT; cp++) mark_loud(cp, false);
+    for (size_t i = 0; i < kn_ucd_n_nfkd; i++) mark_loud(kn_ucd_nfkd[i][0], true);
+}
+
+static inline bool quiet(const uint64_t *loud, uint32_t cp) {
+    return cp < QUIET_END && !(loud[cp >> 6] >> (cp & 63) & 1);
+}
+
+/* The form of in[0..n) into out (cleared first). quick: quiet characters are copied as they are and
+ * cut the text into short runs; without it every character takes the full way (the reference the
+ * tests compare the quick check with). */
+static kiln_status unicode_form(const char *in, size_t n, bool do_compose, bool compat, bool quick, kn_bvec *out) {
+    pthread_once(&loud_once, loud_init);
+    const uint64_t *loud = loud_bits[compat];
     out->n = 0;
-    /* fast path: ASCII is invariant under every form */
-    size_t a = 0;
-    while (a < n && (uint8_t)in[a] < 0x80) a++;
-    if (!kn_bvec_append(out, in, a)) return KILN_ERR_NOMEM;
-    if (a == n) return KILN_OK;
-    /* the character before the first non-ASCII one may compose with what follows */
-    if (a > 0) {
-        a--;
-        out->n--;
-    }
     cpvec run = {0};
     bool ok = true;
-    for (size_t i = a; i < n && ok;) {
+    size_t plain = 0, last = 0; /* in[plain..i): quiet characters not written yet (run empty), the last at last */
+    for (size_t i = 0; i < n && ok;) {
+        if (quick && (uint8_t)in[i] < 0x80) { /* a stretch of ASCII, all quiet */
+            if (run.n) {
+                ok = finish_run(&run, do_compose, out);
+                plain = i;
+            }
+            while (++i < n && (uint8_t)in[i] < 0x80) {}
+            last = i - 1;
+            continue;
+        }
         size_t adv;
-        uint32_t cp = kn_utf8_decode((const uint8_t *)in + i, n - i, &adv);
-        if (cp == KN_UTF8_INVALID) ok = finish_run(&run, do_compose, out) && kn_bvec_append(out, in + i, adv);
-        else ok = decompose(cp, compat, &run);
+        const uint32_t cp = kn_utf8_decode((const uint8_t *)in + i, n - i, &adv);
+        if (quick && cp != KN_UTF8_INVALID && quiet(loud, cp)) {
+            if (run.n) {
+                ok = finish_run(&run, do_compose, out);
+                plain = i;
+            }
+            last = i;
+            i += adv;
+            continue;
+        }
+        if (run.n == 0 && plain < i) { /* the last quiet character may compose with this one */
+            size_t la;
+            ok = kn_bvec_append(out, in + plain, last - plain) &&
+                 decompose(kn_utf8_decode((const uint8_t *)in + last, n - last, &la), compat, &run);
+        }
+        if (cp == KN_UTF8_INVALID) ok = ok && finish_run(&run, do_compose, out) && kn_bvec_append(out, in + i, adv);
+        else ok = ok && decompose(cp, compat, &run);
         i += adv;
+        plain = i;
     }
-    if (ok) ok = finish_run(&run, do_compose, out);
+    if (ok) ok = run.n ? finish_run(&run, do_compose, out) : kn_bvec_append(out, in + plain, n - plain);
     free(run.v);
     return ok ? KILN_OK : KILN_ERR_NOMEM;
+}
+
+kiln_status kn_tj_unicode_form(const char *in, size_t n, bool do_compose, bool compat, kn_bvec *out) {
+    return unicode_form(in, n, do_compose, compat, true, out);
+}
+
+kiln_status kn_tj_unicode_form_full(const char *in, size_t n, bool do_compose, bool compat, kn_bvec *out) {
+    return unicode_form(in, n, do_compose, compat, false, out);
 }

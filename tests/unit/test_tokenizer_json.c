@@ -276,6 +276,73 @@ static void test_long_mark_runs(void) {
     free(nfc);
 }
 
+/* The quick check (quiet characters copied, cutting the text) against the full way, over 50,000
+ * random strings of characters that decompose, reorder, compose (Latin, Hangul, kana, Kannada,
+ * Greek with iota subscript), only under the compatibility forms (the fi ligature, fullwidth A),
+ * sit beyond the BMP (an emoji, a musical note that decomposes), and ill-formed bytes. */
+static void test_unicode_quick_check(void) {
+    static const char *const parts[] = {"a",
+                                        "e",
+                                        "A",
+                                        " ",
+                                        "\xcc\x81",
+                                        "\xcc\x96",
+                                        "\xcc\xb4",
+                                        "\xcc\xa7",
+                                        "\xcd\x85",
+                                        "\xc3\xa9",
+                                        "\xe1\xba\xb9",
+                                        "\xe2\x84\xab",
+                                        "\xc3\x85",
+                                        "\xef\xac\x81",
+                                        "\xef\xbc\xa1",
+                                        "\xe1\x84\x80",
+                                        "\xe1\x85\xa1",
+                                        "\xe1\x86\xa8",
+                                        "\xea\xb0\x80",
+                                        "\xea\xb0\x81",
+                                        "\xe3\x81\x8b",
+                                        "\xe3\x82\x99",
+                                        "\xe3\x81\x8c",
+                                        "\xe0\xb3\x86",
+                                        "\xe0\xb3\x82",
+                                        "\xe0\xb3\x95",
+                                        "\xce\xb1",
+                                        "\xe1\xbe\xb3",
+                                        "\xe6\x9d\xb1",
+                                        "\xf0\x9f\x98\x80",
+                                        "\xf0\x9d\x85\x9e",
+                                        "\xff",
+                                        "\xe4\xb8",
+                                        "\xd0\xb8",
+                                        "\xd0\xb9",
+                                        "\xcc\x86"};
+    enum { NP = sizeof parts / sizeof *parts };
+    uint64_t rng = 11;
+    int bad = 0;
+    for (int it = 0; it < 50000 && bad < 3; it++) {
+        char s[128];
+        size_t n = 0;
+        for (int k = 1 + (int)((rng = rng * 6364136223846793005ull + 1442695040888963407ull) >> 59) % 16; k > 0; k--) {
+            const char *p = parts[((rng = rng * 6364136223846793005ull + 1442695040888963407ull) >> 33) % NP];
+            memcpy(s + n, p, strlen(p));
+            n += strlen(p);
+        }
+        for (int form = 0; form < 4; form++) {
+            kn_bvec q = {0}, f = {0};
+            CHECK(kn_tj_unicode_form(s, n, form & 1, form >> 1, &q) == KILN_OK);
+            CHECK(kn_tj_unicode_form_full(s, n, form & 1, form >> 1, &f) == KILN_OK);
+            if (q.n != f.n || memcmp(q.v, f.v, q.n)) {
+                printf("  string %d, form %d: %zu bytes, the full way %zu\n", it, form, q.n, f.n);
+                bad++;
+            }
+            free(q.v);
+            free(f.v);
+        }
+    }
+    CHECK(bad == 0);
+}
+
 static void test_config(void) {
     const char *cfg = "{\"bos_token\": {\"content\": \"</s>\"}, \"eos_token\": \"<unk>\", \"add_bos_token\": true,"
                       " \"chat_template\": [{\"name\": \"default\", \"template\": \"{{ x }}\"},"
@@ -360,6 +427,7 @@ int main(void) {
     RUN(test_split_behaviors);
     RUN(test_unicode_forms);
     RUN(test_long_mark_runs);
+    RUN(test_unicode_quick_check);
     RUN(test_config);
     RUN(test_errors);
     return kt_summary();
