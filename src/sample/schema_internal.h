@@ -23,18 +23,26 @@
 /* JSON whitespace, bounded: nothing, one space, or a newline and up to 48 blanks (indentation). */
 #define KN_SCHEMA_WS_RULE  "ws ::= | \" \" | \"\\n\" [ \\t]{0,48}\n"
 #define KN_REGEX_MAX_NFA   60000 /* NFA states one pattern may expand into */
-#define KN_DFA_MAX_STATES  6000  /* states of one string automaton */
+#ifndef KN_DFA_MAX_STATES /* the fuzzing build sets its own bounds (Makefile: FUZZ_DEFS) */
+#define KN_DFA_MAX_STATES 6000 /* states of one string automaton */
+#endif
 /* Transitions of one string automaton: each is a code point range written into the grammar (a byte at
  * least), and a schema's grammar is at most KILN_GRAMMAR_MAX_TEXT (1 MiB); a pattern's class of 1,000
  * characters under a maxLength of 5,000 made 5,000,000 and took 7 s to refuse as a grammar too large. */
-#define KN_DFA_MAX_TRANS   500000
+#ifndef KN_DFA_MAX_TRANS
+#define KN_DFA_MAX_TRANS 500000
+#endif
 /* The bounds on one pattern's subset construction besides its states: the steps it may take (the
  * pattern positions, NFA states, it visits: those of the state it leaves and of the state it reaches,
  * for every interval of every state) and the positions its states may hold in all (their memory, 4
  * bytes each). A few thousand states of a few thousand positions each is quadratic: ">*>{4890}" took
  * 2.5 s to compile without them, "[^a]{2003}$" 2.2 s; at them a pattern costs a quarter second. */
-#define KN_DFA_MAX_WORK    20000000
-#define KN_DFA_MAX_HELD    4000000
+#ifndef KN_DFA_MAX_WORK
+#define KN_DFA_MAX_WORK 20000000
+#endif
+#ifndef KN_DFA_MAX_HELD
+#define KN_DFA_MAX_HELD 4000000
+#endif
 #define KN_CP_MAX          0x10FFFFu
 
 /* Every JSON escape of a character that needs one ('"', '\\', control characters) and of '/'. */
