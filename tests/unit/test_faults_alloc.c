@@ -19,6 +19,7 @@
  */
 #include "harness.h"
 
+#include "engine/session.h"
 #include "kiln.h"
 
 #include <errno.h>
@@ -84,8 +85,10 @@ static kiln_status open_session(kiln_model *m, int n_ctx, kiln_session **s) {
     return kiln_session_new(m, &sp, s);
 }
 
-/* max_tokens greedy tokens after PROMPT (under g when not NULL), their text appended to b. */
-static kiln_status greedy(kiln_session *s, const kiln_grammar *g, int32_t max_tokens, bool ignore_eos, text_buf *b) {
+/* max_tokens greedy tokens after PROMPT (under g when not NULL), their text appended to b; res (may
+ * be NULL) gets the generation's result. */
+static kiln_status greedy(kiln_session *s, const kiln_grammar *g, int32_t max_tokens, bool ignore_eos, text_buf *b,
+                          kiln_generate_result *res) {
     kiln_generate_params gp = kiln_generate_default_params();
     gp.max_tokens = max_tokens;
     gp.ignore_eos = ignore_eos;
@@ -93,7 +96,7 @@ static kiln_status greedy(kiln_session *s, const kiln_grammar *g, int32_t max_to
     gp.grammar = g;
     gp.on_token = on_token;
     gp.user = b;
-    return kiln_generate(s, PROMPT, &gp, NULL);
+    return kiln_generate(s, PROMPT, &gp, res);
 }
 
 /* One load + generation with the fail_at-th allocation failing (0: none). Returns the status; the
@@ -108,10 +111,46 @@ static kiln_status attempt(const char *path, long fail, char *out, size_t cap, c
     kiln_status st = kiln_model_load(path, NULL, &m);
     if (!st) st = open_session(m, 64, &s);
     text_buf b = {out, 0, cap};
-    if (!st) st = greedy(s, NULL, N_TOKENS, true, &b);
+    if (!st) st = greedy(s, NULL, N_TOKENS, true, &b, NULL);
     __atomic_store_n(&armed, false, __ATOMIC_RELAXED);
     if (st) snprintf(why, why_cap, "%s", kiln_last_error());
     kiln_session_free(s);
+    kiln_model_free(m);
+    return st;
+}
+
+/* Speculative decoding with a draft model: the model loaded twice (the second as the draft, the
+ * same vocabulary), a session whose draft proposes 3 tokens every step, and 24 greedy tokens. draft_proposed:
+ * the tokens the draft proposed in the clean attempt (a failure may leave the row undrafted). */
+static int32_t draft_proposed;
+static kiln_status attempt_draft(const char *path, long fail, char *out, size_t cap, char *why, size_t why_cap) {
+    out[0] = why[0] = 0;
+    n_calls = 0;
+    fail_at = fail;
+    kiln_model *m = NULL, *d = NULL;
+    kiln_session *s = NULL;
+    __atomic_store_n(&armed, true, __ATOMIC_RELAXED);
+    kiln_status st = kiln_model_load(path, NULL, &m);
+    if (!st) st = kiln_model_load(path, NULL, &d);
+    if (!st) {
+        kiln_session_params sp = kiln_session_default_params();
+        sp.n_threads = 2;
+        sp.n_ctx = 64;
+        sp.spec = KILN_SPEC_DRAFT;
+        sp.draft_model = d;
+        sp.spec_max = 4;
+        st = kiln_session_new(m, &sp, &s);
+    }
+    /* a draft as costly as the model would be kept off by the cost model: 3 proposals every step */
+    if (!st) s->spec.force_k = 3;
+    text_buf b = {out, 0, cap};
+    kiln_generate_result res = {0};
+    if (!st) st = greedy(s, NULL, 24, true, &b, &res);
+    if (!st && fail == 0) draft_proposed = res.n_spec_proposed;
+    __atomic_store_n(&armed, false, __ATOMIC_RELAXED);
+    if (st) snprintf(why, why_cap, "%s", kiln_last_error());
+    kiln_session_free(s);
+    kiln_model_free(d);
     kiln_model_free(m);
     return st;
 }
@@ -140,7 +179,7 @@ static kiln_status attempt_grammar(const char *path, long fail, char *out, size_
     }
     if (!st) st = open_session(m, 96, &s);
     text_buf b = {out, 0, cap};
-    if (!st) st = greedy(s, g, 40, false, &b);
+    if (!st) st = greedy(s, g, 40, false, &b, NULL);
     __atomic_store_n(&armed, false, __ATOMIC_RELAXED);
     if (st) snprintf(why, why_cap, "%s", kiln_last_error());
     kiln_session_free(s);
@@ -279,7 +318,7 @@ static kiln_status attempt_tools(const char *path, long fail, char *out, size_t 
         tp.choice = KILN_TOOL_CHOICE_REQUIRED;
         kiln_grammar *g = NULL;
         st = kiln_tool_grammar(&tp, &g);
-        if (!st) st = greedy(s, g, 32, false, &b);
+        if (!st) st = greedy(s, g, 32, false, &b, NULL);
         kiln_grammar_free(g);
     }
     __atomic_store_n(&armed, false, __ATOMIC_RELAXED);
@@ -420,6 +459,10 @@ static void run_failures(attempt_fn try_one, const char *what, bool every_n) {
 static void test_alloc_failures_session(void) {
     run_failures(attempt, "model load + session + generation of 8 tokens", false);
 }
+static void test_alloc_failures_draft(void) {
+    run_failures(attempt_draft, "two model loads + a session drafting with the second + 24 greedy tokens", true);
+    CHECKF(draft_proposed > 0, "the draft proposed %d tokens: speculation did not run", (int)draft_proposed);
+}
 static void test_alloc_failures_engine(void) {
     run_failures(attempt_engine, "model load + engine + two requests (the second a prefix-cache hit)", false);
 }
@@ -474,6 +517,7 @@ int main(int argc, char **argv) {
 #endif
     kiln_set_log(quiet, NULL, KILN_LOG_ERROR); /* the failures' messages are expected: not printed */
     RUN(test_alloc_failures_session);
+    RUN(test_alloc_failures_draft);
     RUN(test_alloc_failures_engine);
     RUN(test_alloc_failures_grammar);
     RUN(test_alloc_failures_engine_all);
