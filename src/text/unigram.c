@@ -36,10 +36,10 @@ kiln_status kn_unigram_encode(const kn_tokenizer *t, const char *w, size_t n, kn
         bool single = false;
         const kn_tj_trie *tr = &t->tj->pieces;
         size_t next = s + cl; /* the next character boundary: a piece must end at one */
-        for (size_t e = s, node = 0; e < n;) {
-            const int32_t child = kn_tj_trie_child(tr, (int32_t)node, (uint8_t)w[e++]);
-            if (child < 0) break; /* no piece continues: none longer matches here */
-            node = (size_t)child;
+        int32_t node = 0;
+        for (size_t e = s; e < n;) {
+            node = kn_tj_trie_child(tr, node, (uint8_t)w[e++]);
+            if (node < 0) break; /* no piece continues: none longer matches here */
             if (e != next) continue;
             const int32_t id = tr->term[node];
             if (id >= 0 && (t->tok[id].attr & (KN_ATTR_NORMAL | KN_ATTR_USER_DEFINED | KN_ATTR_BYTE))) {
