@@ -92,6 +92,18 @@ typedef struct kn_tj_trie {
     uint8_t first[32]; /* bitmap of first bytes */
 } kn_tj_trie;
 
+/* A byte trie of every token text of a Unigram model (ending at the id kn_tok_lookup gives for the
+ * text), compact: nodes in breadth-first order, so that a node's children are consecutive and in
+ * byte order (9 bytes a node: 3.8 MB for a 151k vocabulary). unigram.c walks it from each position
+ * of a word to find the pieces that start there, stopping where no piece continues. */
+typedef struct kn_tj_ptrie {
+    uint32_t *first;   /* [n + 1]: node x's children are the nodes first[x] .. first[x + 1] - 1 */
+    uint8_t *label;    /* [n]: the byte of the edge into the node */
+    int32_t *term;     /* [n]: the token whose text ends at the node, -1 */
+    int32_t root[256]; /* the root's child along each byte, -1 */
+    uint32_t n;        /* nodes (0: none built) */
+} kn_tj_ptrie;
+
 typedef struct kn_tj {
     kn_tj_model model;
     kn_tj_norm *norm;
@@ -111,9 +123,8 @@ typedef struct kn_tj {
     int n_pre_ids, n_post_ids;
     /* added tokens: matched in the raw text, and in the normalized text (normalized: true) */
     kn_tj_trie raw, normed;
-    /* Unigram: every token text, ending at the id kn_tok_lookup gives for it (unigram.c walks it to
-     * find the pieces that start at a position, stopping where no longer piece can match) */
-    kn_tj_trie pieces;
+    /* Unigram: the trie of the vocabulary (unigram.c) */
+    kn_tj_ptrie pieces;
     /* decoding */
     bool strip_first_space; /* decoder Strip(" ", 1, 0) or Metaspace prepend: drop a text's first space */
     /* tokenizer_config.json */
@@ -135,10 +146,6 @@ kiln_status kn_tj_trie_add(kn_tj_trie *tr, const char *s, size_t n, int32_t id);
 int32_t kn_tj_trie_match(const kn_tj_trie *tr, const kn_tokenizer *t, const uint8_t *s, size_t len, bool parse_special,
                          size_t *mlen);
 void kn_tj_trie_free(kn_tj_trie *tr);
-/* The child of node along byte b; -1 when there is none. */
-static inline int32_t kn_tj_trie_child(const kn_tj_trie *tr, int32_t node, uint8_t b) {
-    return kn_u64map_get(&tr->edges, ((uint64_t)node << 8) | b);
-}
 
 /* ---- normalizers (tok_tj_norm.c) --------------------------------------------------------------- */
 /* Applies the pipeline to in[0..n) into out (cleared first). */
@@ -183,5 +190,8 @@ kiln_status kn_tj_split(const pcre2_code *re, const char *lit, size_t lit_len, k
 kiln_status kn_tj_encode(const kn_tokenizer *t, const char *text, size_t len, bool parse_special, kn_ivec *out);
 /* Unigram (unigram.c): appends the ids of one pre-tokenized word. */
 kiln_status kn_unigram_encode(const kn_tokenizer *t, const char *w, size_t n, kn_ivec *out);
+/* Builds t->tj->pieces from the vocabulary. */
+kiln_status kn_unigram_build_trie(kn_tokenizer *t);
+void kn_tj_ptrie_free(kn_tj_ptrie *p);
 
 #endif

@@ -653,12 +653,7 @@ static kiln_status build_tries(loader *L) {
         }
     }
     free(norm.v);
-    if (tj->model != KN_TJ_UNIGRAM) return st;
-    for (int32_t id = 0; id < t->n_vocab && !st; id++) {
-        const char *s = t->text + t->tok[id].text_off;
-        const size_t n = t->tok[id].text_len;
-        if (n && kn_tok_lookup(t, s, n) == id) st = kn_tj_trie_add(&tj->pieces, s, n, id);
-    }
+    if (!st && tj->model == KN_TJ_UNIGRAM) st = kn_unigram_build_trie(t);
     return st;
 }
 
@@ -841,7 +836,7 @@ void kn_tj_free(kn_tj *tj) {
     free(tj->eow_suffix);
     kn_tj_trie_free(&tj->raw);
     kn_tj_trie_free(&tj->normed);
-    kn_tj_trie_free(&tj->pieces);
+    kn_tj_ptrie_free(&tj->pieces);
     free(tj->chat_template);
     for (int i = 0; i < tj->n_tmpl; i++) {
         free(tj->tmpl_names[i]);
