@@ -161,6 +161,20 @@ static void ref_unigram(const kn_tokenizer *t, const char *w, size_t n, kn_ivec 
     }
 }
 
+/* A random string of 1..max_parts of the np parts into out (room for max_parts of the longest); its
+ * length. */
+static size_t random_text(uint64_t *rng, const char *const *parts, int np, int max_parts, char *out) {
+    size_t n = 0;
+    *rng = *rng * 6364136223846793005ull + 1442695040888963407ull;
+    for (int k = 1 + (int)((*rng >> 33) % (uint64_t)max_parts); k > 0; k--) {
+        *rng = *rng * 6364136223846793005ull + 1442695040888963407ull;
+        const char *p = parts[(*rng >> 33) % (uint64_t)np];
+        memcpy(out + n, p, strlen(p));
+        n += strlen(p);
+    }
+    return n;
+}
+
 /* kn_unigram_encode against the reference over 20,000 random words of up to 12 parts (letters,
  * accented and CJK characters, the metaspace, a stray byte). */
 static void test_unigram_reference(void) {
@@ -173,13 +187,7 @@ static void test_unigram_reference(void) {
     int bad = 0;
     for (int it = 0; it < 20000 && bad < 3; it++) {
         char w[48];
-        size_t n = 0;
-        for (int k = 1 + (int)((rng = rng * 6364136223846793005ull + 1442695040888963407ull) >> 60) % 12; k > 0; k--) {
-            const char *p =
-                parts[(rng = rng * 6364136223846793005ull + 1442695040888963407ull) >> 33 & 7 ? (rng >> 40) % 10 : 0];
-            memcpy(w + n, p, strlen(p));
-            n += strlen(p);
-        }
+        const size_t n = random_text(&rng, parts, sizeof parts / sizeof *parts, 12, w);
         kn_ivec got = {0}, want = {0};
         CHECK(kn_unigram_encode(t, w, n, &got) == KILN_OK);
         ref_unigram(t, w, n, &want);
@@ -322,12 +330,7 @@ static void test_unicode_quick_check(void) {
     int bad = 0;
     for (int it = 0; it < 50000 && bad < 3; it++) {
         char s[128];
-        size_t n = 0;
-        for (int k = 1 + (int)((rng = rng * 6364136223846793005ull + 1442695040888963407ull) >> 59) % 16; k > 0; k--) {
-            const char *p = parts[((rng = rng * 6364136223846793005ull + 1442695040888963407ull) >> 33) % NP];
-            memcpy(s + n, p, strlen(p));
-            n += strlen(p);
-        }
+        const size_t n = random_text(&rng, parts, NP, 16, s);
         for (int form = 0; form < 4; form++) {
             kn_bvec q = {0}, f = {0};
             CHECK(kn_tj_unicode_form(s, n, form & 1, form >> 1, &q) == KILN_OK);
