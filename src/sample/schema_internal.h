@@ -23,7 +23,8 @@
 /* JSON whitespace, bounded: nothing, one space, or a newline and up to 48 blanks (indentation). */
 #define KN_SCHEMA_WS_RULE  "ws ::= | \" \" | \"\\n\" [ \\t]{0,48}\n"
 #define KN_REGEX_MAX_NFA   60000 /* NFA states one pattern may expand into */
-#ifndef KN_DFA_MAX_STATES /* the fuzzing build sets its own bounds (Makefile: FUZZ_DEFS) */
+/* The automaton bounds are #ifndef: the fuzzing build sets its own (the Makefile's FUZZ_DEFS). */
+#ifndef KN_DFA_MAX_STATES
 #define KN_DFA_MAX_STATES 6000 /* states of one string automaton */
 #endif
 /* Transitions of one string automaton: each is a code point range written into the grammar (a byte at
@@ -43,7 +44,7 @@
 #ifndef KN_DFA_MAX_HELD
 #define KN_DFA_MAX_HELD 4000000
 #endif
-#define KN_CP_MAX          0x10FFFFu
+#define KN_CP_MAX 0x10FFFFu
 
 /* Every JSON escape of a character that needs one ('"', '\\', control characters) and of '/'. */
 #define KN_SCHEMA_JESC_RULE "jesc ::= \"\\\\\" ( [\"\\\\/bfnrt] | \"u00\" [01] [0-9a-fA-F] )\n"
