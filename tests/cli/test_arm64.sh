@@ -18,8 +18,8 @@ ARM64_CC=${ARM64_CC:-aarch64-linux-gnu-gcc}
 ARM64_BUILD=${ARM64_BUILD:-build-arm64}
 SYSROOT=${ARM64_SYSROOT:-/usr/aarch64-linux-gnu}
 # A hang's bound per emulated program. test_model_types, the longest, takes 110-160 s under qemu with
-# the machine's two cores to itself and its neighbour, and went past 240 s in two suites that shared the
-# cores with other work (fuzzers, a sanitizer build): twice its slowest quiet time.
+# the machine's two cores to itself and its neighbour, and 240-282 s in suites that shared the cores with
+# other work (two fuzzers, a sanitizer build).
 LIMIT=${ARM64_TEST_LIMIT:-480}
 export ARM64_BUILD ARM64_SYSROOT="$SYSROOT" ARM64_TEST_LIMIT="$LIMIT"
 
