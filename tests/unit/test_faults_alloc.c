@@ -2,8 +2,11 @@
  * test_faults_alloc.c - allocation failures injected into the library: loading a model and
  * generating with the N-th allocation failing, for N = 1..K (K: every allocation a clean load and
  * generation make), ends with a clean error status and a message, or succeeds with the same text;
- * it never crashes, and it leaks nothing. Three paths: a session, the engine (with its prefix
- * cache), and a generation constrained by a JSON Schema compiled in the attempt.
+ * it never crashes, and it leaks nothing. Eight paths: a session; a session drafting with a draft
+ * model; the engine with its prefix cache; a generation under a JSON Schema compiled in the attempt;
+ * the engine with the SSD tier, n-gram drafts, a schema, logprobs and a stop string; a Hugging Face
+ * directory; the tool-call grammars of two formats; chat templates and reply parsing
+ * (docs/reliability.md has the table).
  *
  * The library calls malloc, calloc, realloc, posix_memalign and strdup directly in many places (and
  * kn_calloc / kn_alloc_aligned in src/base/util.c), so this program links with them wrapped
