@@ -180,13 +180,14 @@ int main(int argc, char **argv) {
     static const struct {
         const char *name, *file; /* a GGUF vocabulary under root, or a tokenizer.json seed in the tree */
         bool json;
+        bool unigram; /* the GGUF vocabulary's pieces and scores as a Unigram tokenizer.json */
     } toks[] = {
-        {"llama-spm (SentencePiece)", "tokenizer-tests/llama.cpp-vocab/ggml-vocab-llama-spm.gguf", false},
-        {"gpt-2 (byte-level BPE)", "tokenizer-tests/llama.cpp-vocab/ggml-vocab-gpt-2.gguf", false},
-        {"bert-bge (WordPiece)", "tokenizer-tests/llama.cpp-vocab/ggml-vocab-bert-bge.gguf", false},
-        {"tokenizer.json WordPiece + BertNormalizer", "tests/fuzz/corpus/tokenizer_json/wp_json", true},
+        {"llama-spm (SentencePiece)", "tokenizer-tests/llama.cpp-vocab/ggml-vocab-llama-spm.gguf", false, false},
+        {"gpt-2 (byte-level BPE)", "tokenizer-tests/llama.cpp-vocab/ggml-vocab-gpt-2.gguf", false, false},
+        {"bert-bge (WordPiece)", "tokenizer-tests/llama.cpp-vocab/ggml-vocab-bert-bge.gguf", false, false},
+        {"tokenizer.json WordPiece + BertNormalizer", "tests/fuzz/corpus/tokenizer_json/wp_json", true, false},
         {"tokenizer.json Unigram (llama-spm's pieces)", "tokenizer-tests/llama.cpp-vocab/ggml-vocab-llama-spm.gguf",
-         false},
+         false, true},
     };
     printf("| tokenizer | text | MB/s | M tokens/s | tokens |\n| --- | --- | ---: | ---: | ---: |\n");
     for (size_t i = 0; i < sizeof toks / sizeof toks[0]; i++) {
@@ -194,7 +195,7 @@ int main(int argc, char **argv) {
         if (toks[i].json) snprintf(path, sizeof path, "%s", toks[i].file);
         else snprintf(path, sizeof path, "%s/%s", root, toks[i].file);
         kn_tokenizer *t = toks[i].json ? load_json(path) : load_gguf(path);
-        if (t && strstr(toks[i].name, "Unigram")) {
+        if (t && toks[i].unigram) {
             kn_tokenizer *u = unigram_from(t);
             kn_tokenizer_free(t);
             t = u;
