@@ -249,5 +249,16 @@ clean:
 
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(DEV_OBJ:.o=.d) $(WEB_OBJ:.o=.d)
 
-# test_faults_alloc fails the N-th allocation of the library: it links with the allocator wrapped.
-$(BUILD)/tests/test_faults_alloc: TEST_LDFLAGS = -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=posix_memalign,--wrap=strdup
+# The allocation-failure tests link with the allocator wrapped (tests/unit/faults_alloc.h).
+ALLOC_WRAP = -Wl,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=posix_memalign,--wrap=strdup
+# test_faults_alloc fails the N-th allocation of the library.
+$(BUILD)/tests/test_faults_alloc: TEST_LDFLAGS = $(ALLOC_WRAP)
+$(BUILD)/tests/test_faults_alloc: tests/unit/faults_alloc.h
+# test_faults_alloc_server fails the N-th allocation of the server's code and the library under it,
+# with requests to a server inside the program (tests/fuzz/fuzz_server.h): it links the server's objects.
+$(BUILD)/tests/test_faults_alloc_server: tests/unit/test_faults_alloc_server.c tests/unit/harness.h \
+  tests/unit/faults_alloc.h tests/fuzz/fuzz.h tests/fuzz/fuzz_server.h $(SERVER_OBJ) $(WEB_OBJ) $(DEV_LIB) \
+  $(BUILD)/libkiln.a $(BUILD)/flags
+	@mkdir -p $(dir $@)
+	$(CC) $(ALLCFLAGS) $(INTERNAL_INC) -Isrc/server -Itests/unit -Itests/fuzz -o $@ $< $(SERVER_OBJ) $(WEB_OBJ) \
+	  $(DEV_LIB) $(BUILD)/libkiln.a $(LIBS) $(CLI_LIBS) $(ALLOC_WRAP)

@@ -687,8 +687,7 @@ static void stream_delta(srv_job *j, const kiln_chat_delta *d) {
 /* Feeds text to the parser (finish: ends its input) and, streaming, sends the deltas it has. */
 static void parse_text(srv_job *j, const char *text, size_t len, bool finish) {
     msg_out *g = j->user;
-    if (!g->parse_failed && len && kiln_chat_parser_feed(g->parser, text, len) != KILN_OK) g->parse_failed = true;
-    if (finish && !g->parse_failed && kiln_chat_parser_finish(g->parser) != KILN_OK) g->parse_failed = true;
+    srv_chat_parser_step(j, g->parser, &g->parse_failed, text, len, finish);
     if (!g->stream) return;
     kiln_chat_delta d;
     while (kiln_chat_parser_next(g->parser, &d)) stream_delta(j, &d);

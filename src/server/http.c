@@ -58,6 +58,7 @@ typedef struct conn_ctx {
     char *body;
     size_t len, cap;
     bool too_large;
+    bool no_memory;      /* the body could not be held: answered 503 (its bytes are dropped like too_large's) */
     bool answered_early; /* answered before its body was read: linger before closing */
     size_t dropped;      /* bytes read and dropped after the body passed the limit */
     double t_start;
@@ -89,8 +90,9 @@ static bool collect(conn_ctx *c, const char *data, size_t n, size_t max) {
         size_t cap = c->cap ? c->cap : 4096;
         while (cap < c->len + n + 1) cap *= 2;
         char *b = realloc(c->body, cap);
-        if (!b) {
-            c->too_large = true; /* treated like an oversized body: the request cannot be held */
+        if (!b) { /* read on and dropped like an oversized body, answered as the server's fault */
+            c->too_large = c->no_memory = true;
+            c->dropped = c->len + n;
             free(c->body);
             c->body = NULL;
             c->len = c->cap = 0;
@@ -132,6 +134,32 @@ static void send_too_large(srv_req *r) {
     srv_send_error(r, 413, "invalid_request_error", NULL, "request_too_large",
                    "the request body is larger than the limit of %zu bytes", r->server->cfg.max_body);
 }
+
+/* A request the server has no memory to hold (its state or its body): 503, which clients retry. */
+static void send_no_memory(srv_req *r) {
+    srv_send_error(r, 503, "server_error", NULL, NULL, "out of memory: the server cannot hold the request now");
+}
+
+/* jansson's allocations (json_set_alloc_funcs in srv_http_start), counted when they fail on this
+ * thread: during an access handler's call (on_request resets the count), or while the engine's
+ * thread makes a job's events (job.c). Callers cannot always tell by jansson's results: its parser
+ * reports an allocation that failed as a syntax error, or not at all (a string comes out without
+ * the bytes it could not save), and a value added to an array or object that could not be made is
+ * left out. A request that met one is answered 503 (srv_send_response), whatever its route made of
+ * it; a job that met one ends as failed (srv_job.lost). */
+static _Thread_local unsigned json_alloc_failures;
+
+static void *json_alloc(size_t n) {
+    void *p = malloc(n);
+    if (!p) json_alloc_failures++;
+    return p;
+}
+
+unsigned srv_json_alloc_failures(void) { return json_alloc_failures; }
+
+/* The state of every connection whose own could not be allocated: its request was answered at once
+ * (send_no_memory) and what it sends is dropped. Shared and never written. */
+static conn_ctx no_memory_ctx = {.answered_early = true};
 
 /* ---- the child's side of isolation (isolate.h) ------------------------------------------------- */
 
@@ -292,6 +320,8 @@ static void serve(srv_req *r, const conn_ctx *c) {
     srv *s = r->server;
     if (!srv_guard(r)) {
         /* refused, or a preflight answered */
+    } else if (c->no_memory) {
+        send_no_memory(r);
     } else if (c->too_large) {
         send_too_large(r);
     } else if (srv_web_serve(r)) {
@@ -313,10 +343,20 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                                   const char *version, const char *upload, size_t *upload_size, void **con_cls) {
     srv *s = cls;
     conn_ctx *c = *con_cls;
+    json_alloc_failures = 0; /* this call's */
     srv_req r = {
         .server = s, .conn = conn, .method = method, .url = url, .api = srv_route_api(url), .body = "", .body_len = 0};
+    if (c == &no_memory_ctx) { /* answered already: the body is dropped */
+        *upload_size = 0;
+        return MHD_YES;
+    }
     if (!c) { /* the headers are in, the body (if any) is not */
-        if (!(c = calloc(1, sizeof *c))) return MHD_NO;
+        if (!(c = calloc(1, sizeof *c))) {
+            queued = false;
+            send_no_memory(&r);
+            *con_cls = &no_memory_ctx;
+            return queued ? MHD_YES : MHD_NO; /* nothing could be queued either: the connection closes */
+        }
         c->t_start = now_ms();
         *con_cls = c;
         srv_stats_request(&s->stats);
@@ -339,6 +379,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
     queued = false;
     serve(&r, c);
+    if (!queued && json_alloc_failures) send_no_memory(&r); /* the route gave up without an answer */
     MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, s->cfg.timeout_s); /* restarts the clock */
     log_request(&r, c->t_start);
     /* No response (the client went away while its request ran, or one could not be made): the
@@ -377,8 +418,10 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     if (!c) return;
     if (c->answered_early && t == MHD_REQUEST_TERMINATED_COMPLETED_OK) linger(conn, s->cfg.timeout_s);
     iso_send(SRV_ISO_IDLE, iso_id(conn), 0, 0);
-    free(c->body);
-    free(c);
+    if (c != &no_memory_ctx) {
+        free(c->body);
+        free(c);
+    }
     *con_cls = NULL;
 }
 
@@ -445,6 +488,7 @@ static bool start_isolated(srv *s, unsigned flags) {
 
 bool srv_http_start(srv *s) {
     mallopt(M_ARENA_MAX, SRV_ARENA_MAX); /* before the connection threads; the engine's keep theirs */
+    json_set_alloc_funcs(json_alloc, free);
     /* poll, not select: connection sockets may be numbered past FD_SETSIZE */
     if (iso_ctl >= 0)
         return start_isolated(s, MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC |
@@ -501,6 +545,11 @@ void srv_http_stop(srv *s) {
 /* ---- responses --------------------------------------------------------------------------------- */
 
 void srv_send_response(srv_req *r, unsigned status, struct MHD_Response *resp) {
+    if (json_alloc_failures && status != 500 && status != 503) { /* what was made may lack a part */
+        if (resp) MHD_destroy_response(resp);
+        send_no_memory(r);
+        return;
+    }
     if (!resp) {
         r->status = 500;
         srv_stats_error(&r->server->stats, 500);
@@ -635,8 +684,8 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
             ret = (ssize_t)n;
             break;
         }
-        if (j->done) {
-            ret = MHD_CONTENT_READER_END_OF_STREAM;
+        if (j->done) { /* a stream whose end was lost is cut off: the client sees it did not end */
+            ret = j->lost ? MHD_CONTENT_READER_END_WITH_ERROR : MHD_CONTENT_READER_END_OF_STREAM;
             break;
         }
         timed_wait(j, 50);
@@ -714,6 +763,11 @@ json_t *srv_parse_body(srv_req *r) {
     if (r->body_len && !srv_json_body(r)) return NULL;
     json_error_t e;
     json_t *j = json_loadb(r->body, r->body_len, JSON_REJECT_DUPLICATES, &e);
+    if (json_alloc_failures) { /* not a syntax error, whatever jansson says, nor a whole value */
+        json_decref(j);
+        send_no_memory(r);
+        return NULL;
+    }
     if (!j) {
         srv_send_error(r, 400, "invalid_request_error", NULL, "invalid_json",
                        "the request body is not valid JSON: %s (line %d, column %d)", e.text, e.line, e.column);

@@ -55,7 +55,10 @@ bool srv_job_append(srv_job *j, const char *s, size_t n) {
         size_t cap = j->cap_out ? j->cap_out : 1024;
         while (cap < j->n_out + n) cap *= 2;
         char *o = realloc(j->out, cap);
-        if (!o) return false;
+        if (!o) {
+            j->lost = true;
+            return false;
+        }
         j->out = o;
         j->cap_out = cap;
     }
@@ -91,10 +94,13 @@ static int on_token(const kiln_token_event *ev, void *user) {
         debug_abort(j);
     }
     pthread_mutex_lock(&j->mu);
+    const unsigned failures = srv_json_alloc_failures();
     j->on_event(j, ev);
+    if (srv_json_alloc_failures() != failures) j->lost = true;
+    const bool lost = j->lost;
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
-    return atomic_load(&j->cancel) ? 1 : 0;
+    return atomic_load(&j->cancel) || lost ? 1 : 0; /* lost: stops at once, ends as failed (on_done) */
 }
 
 static void on_done(kiln_status st, const kiln_generate_result *res, void *user) {
@@ -112,8 +118,17 @@ static void on_done(kiln_status st, const kiln_generate_result *res, void *user)
     j->result = *res;
     /* the message goes into a stream's error event as it is: valid UTF-8, cut at a character */
     const char *why = res->error && res->error[0] ? res->error : kiln_status_str(st);
+    if (j->lost) { /* the client would get a reply with a part missing: it gets an error instead */
+        j->status = KILN_ERR_NOMEM;
+        why = "out of memory: part of the output could not be made";
+        j->lost = false;
+    }
     srv_text_sanitize(j->error, sizeof j->error, why, strlen(why), true);
+    const unsigned failures = srv_json_alloc_failures();
+    const size_t kept = j->n_out;
     j->on_event(j, NULL);
+    if (srv_json_alloc_failures() != failures) j->lost = true;
+    if (j->lost) j->n_out = kept; /* the end is incomplete: none of it goes out, and the stream is cut off */
     j->done = true;
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);

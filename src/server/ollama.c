@@ -431,8 +431,7 @@ static void add_stats(json_t *e, const ollama_out *o, const kiln_generate_result
  * come (tool calls go out whole at the end). */
 static void parse_text(srv_job *j, const char *text, size_t len, bool finish) {
     ollama_out *o = j->user;
-    if (!o->parse_failed && len && kiln_chat_parser_feed(o->parser, text, len) != KILN_OK) o->parse_failed = true;
-    if (finish && !o->parse_failed && kiln_chat_parser_finish(o->parser) != KILN_OK) o->parse_failed = true;
+    srv_chat_parser_step(j, o->parser, &o->parse_failed, text, len, finish);
     if (!o->stream) return;
     kiln_chat_delta d;
     while (kiln_chat_parser_next(o->parser, &d))

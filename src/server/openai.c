@@ -648,8 +648,7 @@ static json_t *delta_chunk(gen_out *g, const kiln_chat_delta *d) {
 /* Feeds text to the parser (finish: ends its input) and, streaming, sends the deltas it has. */
 static void parse_text(srv_job *j, const char *text, size_t len, bool finish) {
     gen_out *g = j->user;
-    if (!g->parse_failed && len && kiln_chat_parser_feed(g->parser, text, len) != KILN_OK) g->parse_failed = true;
-    if (finish && !g->parse_failed && kiln_chat_parser_finish(g->parser) != KILN_OK) g->parse_failed = true;
+    srv_chat_parser_step(j, g->parser, &g->parse_failed, text, len, finish);
     if (!g->stream) return;
     kiln_chat_delta d;
     while (kiln_chat_parser_next(g->parser, &d)) emit_sse(j, delta_chunk(g, &d));
@@ -981,6 +980,15 @@ static srv_job *new_job(srv_req *r, bool chat) {
     j->free_user = gen_out_free;
     j->on_event = on_event;
     return j;
+}
+
+void srv_chat_parser_step(srv_job *j, kiln_chat_parser *parser, bool *failed, const char *text, size_t len,
+                          bool finish) {
+    if (*failed) return;
+    kiln_status st = len ? kiln_chat_parser_feed(parser, text, len) : KILN_OK;
+    if (!st && finish) st = kiln_chat_parser_finish(parser);
+    if (st) *failed = true;
+    if (st == KILN_ERR_NOMEM) j->lost = true;
 }
 
 bool srv_chat_parser_setup(srv_req *r, srv_job *j, const srv_tools *t, const char *prompt, kiln_chat_parser **parser) {

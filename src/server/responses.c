@@ -560,8 +560,7 @@ static void add_delta(srv_job *j, const kiln_chat_delta *d) {
 
 static void parse_text(srv_job *j, const char *text, size_t len, bool finish) {
     resp_out *g = j->user;
-    if (!g->parse_failed && len && kiln_chat_parser_feed(g->parser, text, len) != KILN_OK) g->parse_failed = true;
-    if (finish && !g->parse_failed && kiln_chat_parser_finish(g->parser) != KILN_OK) g->parse_failed = true;
+    srv_chat_parser_step(j, g->parser, &g->parse_failed, text, len, finish);
     kiln_chat_delta d;
     while (kiln_chat_parser_next(g->parser, &d)) add_delta(j, &d);
 }

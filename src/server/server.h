@@ -162,6 +162,11 @@ struct srv_job {
     bool done;          /* the engine finished with the job */
     kiln_status status; /* the generation's status once done */
     char error[512];    /* why the generation failed (the engine's message) */
+    /* Output was lost: an append or a jansson allocation failed while an event was made. The
+     * generation then stops and ends as failed (KILN_ERR_NOMEM, an error event in a stream); set
+     * after the end, the end itself was lost: a stream is cut off after the events before it (no
+     * part of the end, such as a success marker, goes out). */
+    bool lost;
     kiln_generate_result result;
     char *out; /* bytes produced for the client and not yet sent (streaming) */
     size_t n_out, cap_out;
@@ -175,8 +180,10 @@ struct srv_job {
 srv_job *srv_job_new(void);
 void srv_job_ref(srv_job *j);
 void srv_job_unref(srv_job *j);
-/* Appends bytes to j->out (lock held). False when out of memory. */
+/* Appends bytes to j->out (lock held). False (and j->lost set) when out of memory. */
 bool srv_job_append(srv_job *j, const char *s, size_t n);
+/* jansson's allocations that failed on this thread (http.c counts them). */
+unsigned srv_json_alloc_failures(void);
 /* Hands the job to the engine (which holds a reference until it is done), its max_tokens at most
  * s->cfg.max_tokens_limit. KILN_ERR_BUSY when the queue is full or the server is stopping. */
 kiln_status srv_job_submit(srv *s, srv_job *j);
@@ -420,5 +427,11 @@ bool srv_tools_grammar(srv_req *r, const srv_tools *t, const char *format, const
  * unless an output constraint is already set). Sets j->gp.render_special for the
  * format. False after sending the error. */
 bool srv_chat_parser_setup(srv_req *r, srv_job *j, const srv_tools *t, const char *prompt, kiln_chat_parser **parser);
+/* Feeds len bytes of the reply to job j's parser (finish: then ends its input), unless the parser
+ * has failed before (*failed). A parser that fails keeps what it parsed before, and the rest of the
+ * reply goes unparsed (*failed set); one that ran out of memory lost part of the reply, and marks
+ * the job lost (it ends as failed). Called on the engine's thread with the job's lock held. */
+void srv_chat_parser_step(srv_job *j, kiln_chat_parser *parser, bool *failed, const char *text, size_t len,
+                          bool finish);
 
 #endif

@@ -140,7 +140,7 @@ static int fz_srv_status(const char *reply) {
 /* A reply is sound: a 500 means the server failed on a client's input (libmicrohttpd's own 501 and
  * 505 for a method or HTTP version it does not know, and 503 when busy, are answers to the client),
  * so the harness aborts with the reply. With KILN_FUZZ_VERBOSE set, every exchange is shown. */
-static void fz_srv_check(const char *req, size_t n, const char *reply) {
+static inline void fz_srv_check(const char *req, size_t n, const char *reply) {
     static int verbose = -1;
     if (verbose < 0) verbose = getenv("KILN_FUZZ_VERBOSE") != NULL;
     if (verbose) /* the request line and the reply's head, to look at what the seeds reach */

@@ -8,59 +8,25 @@
  * directory; the tool-call grammars of two formats; chat templates and reply parsing
  * (docs/reliability.md has the table).
  *
- * The library calls malloc, calloc, realloc, posix_memalign and strdup directly in many places (and
- * kn_calloc / kn_alloc_aligned in src/base/util.c), so this program links with them wrapped
- * (-Wl,--wrap=..., see the Makefile): every call from the library's objects (and this file's) passes
- * through __wrap_*, which counts the calls while armed and fails the N-th. Allocations inside other
- * libraries (libc's own, jansson, pcre2, sqlite) are not wrapped.
+ * The failing allocator is faults_alloc.h's: the library's calls of malloc, calloc, realloc,
+ * posix_memalign and strdup (and kn_calloc / kn_alloc_aligned in src/base/util.c) are wrapped at
+ * link time, counted while armed, and the N-th fails. Allocations inside other libraries (libc's
+ * own, jansson, pcre2, sqlite) are not counted.
  *
- * Leaks: the heap's bytes in use (mallinfo2, with one arena so that every thread's allocations
- * count; glibc's thread cache and fast bins off) are the same after an attempt as before it (each N runs twice: the
- * first may leave what libc makes once, such as the text of an error); under AddressSanitizer (`make asan`)
- * LeakSanitizer checks too, and every N runs; otherwise a sample of N (the first ones, then evenly spread) keeps `make
- * test` cheap.
+ * Leaks: the heap's bytes in use are the same after an attempt as before it (each N runs twice: the
+ * first may leave what libc makes once, such as the text of an error); under AddressSanitizer (`make
+ * asan`) LeakSanitizer checks instead, and every N runs; otherwise a sample of N (the first ones, then
+ * evenly spread) keeps `make test` cheap where a path does not ask for every N.
  */
+#include "faults_alloc.h"
 #include "harness.h"
 
 #include "engine/session.h"
 #include "kiln.h"
 
-#include <errno.h>
-#include <malloc.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-
-void *__real_malloc(size_t n);
-void *__real_calloc(size_t n, size_t m);
-void *__real_realloc(void *p, size_t n);
-int __real_posix_memalign(void **p, size_t a, size_t n);
-char *__real_strdup(const char *s);
-
-static bool armed;
-static long n_calls, fail_at; /* calls counted while armed; the one that fails (0: none) */
-static long n_failed;         /* failures injected */
-
-/* Whether this call fails: the fail_at-th call while armed. */
-static bool fail_now(void) {
-    if (!__atomic_load_n(&armed, __ATOMIC_RELAXED)) return false;
-    const long k = __atomic_add_fetch(&n_calls, 1, __ATOMIC_RELAXED);
-    if (k != fail_at) return false;
-    __atomic_add_fetch(&n_failed, 1, __ATOMIC_RELAXED);
-    return true;
-}
-
-void *__wrap_malloc(size_t n) { return fail_now() ? NULL : __real_malloc(n); }
-void *__wrap_calloc(size_t n, size_t m) { return fail_now() ? NULL : __real_calloc(n, m); }
-void *__wrap_realloc(void *p, size_t n) { return fail_now() ? NULL : __real_realloc(p, n); }
-int __wrap_posix_memalign(void **p, size_t a, size_t n) { return fail_now() ? ENOMEM : __real_posix_memalign(p, a, n); }
-char *__wrap_strdup(const char *s) {
-    if (fail_now()) {
-        errno = ENOMEM;
-        return NULL;
-    }
-    return __real_strdup(s);
-}
 
 #define PROMPT   "Once upon a time"
 #define N_TOKENS 8
@@ -102,20 +68,18 @@ static kiln_status greedy(kiln_session *s, const kiln_grammar *g, int32_t max_to
     return kiln_generate(s, PROMPT, &gp, res);
 }
 
-/* One load + generation with the fail_at-th allocation failing (0: none). Returns the status; the
+/* One load + generation with the fail-th allocation failing (0: none). Returns the status; the
  * text generated goes to out (cap bytes), the library's message to why. */
 static kiln_status attempt(const char *path, long fail, char *out, size_t cap, char *why, size_t why_cap) {
     out[0] = why[0] = 0;
-    n_calls = 0;
-    fail_at = fail;
     kiln_model *m = NULL;
     kiln_session *s = NULL;
-    __atomic_store_n(&armed, true, __ATOMIC_RELAXED);
+    fa_arm(fail);
     kiln_status st = kiln_model_load(path, NULL, &m);
     if (!st) st = open_session(m, 64, &s);
     text_buf b = {out, 0, cap};
     if (!st) st = greedy(s, NULL, N_TOKENS, true, &b, NULL);
-    __atomic_store_n(&armed, false, __ATOMIC_RELAXED);
+    fa_disarm();
     if (st) snprintf(why, why_cap, "%s", kiln_last_error());
     kiln_session_free(s);
     kiln_model_free(m);
@@ -128,11 +92,9 @@ static kiln_status attempt(const char *path, long fail, char *out, size_t cap, c
 static int32_t draft_proposed;
 static kiln_status attempt_draft(const char *path, long fail, char *out, size_t cap, char *why, size_t why_cap) {
     out[0] = why[0] = 0;
-    n_calls = 0;
-    fail_at = fail;
     kiln_model *m = NULL, *d = NULL;
     kiln_session *s = NULL;
-    __atomic_store_n(&armed, true, __ATOMIC_RELAXED);
+    fa_arm(fail);
     kiln_status st = kiln_model_load(path, NULL, &m);
     if (!st) st = kiln_model_load(path, NULL, &d);
     if (!st) {
@@ -150,7 +112,7 @@ static kiln_status attempt_draft(const char *path, long fail, char *out, size_t 
     kiln_generate_result res = {0};
     if (!st) st = greedy(s, NULL, 24, true, &b, &res);
     if (!st && fail == 0) draft_proposed = res.n_spec_proposed;
-    __atomic_store_n(&armed, false, __ATOMIC_RELAXED);
+    fa_disarm();
     if (st) snprintf(why, why_cap, "%s", kiln_last_error());
     kiln_session_free(s);
     kiln_model_free(d);
@@ -168,12 +130,10 @@ static kiln_status attempt_draft(const char *path, long fail, char *out, size_t 
     "\"tags\":{\"type\":\"array\",\"items\":{\"enum\":[\"a\",\"b\"]},\"maxItems\":2}}}"
 static kiln_status attempt_grammar(const char *path, long fail, char *out, size_t cap, char *why, size_t why_cap) {
     out[0] = why[0] = 0;
-    n_calls = 0;
-    fail_at = fail;
     kiln_model *m = NULL;
     kiln_session *s = NULL;
     kiln_grammar *g = NULL;
-    __atomic_store_n(&armed, true, __ATOMIC_RELAXED);
+    fa_arm(fail);
     kiln_status st = kiln_model_load(path, NULL, &m);
     if (!st) {
         kiln_grammar_params p = kiln_grammar_default_params();
@@ -183,7 +143,7 @@ static kiln_status attempt_grammar(const char *path, long fail, char *out, size_
     if (!st) st = open_session(m, 96, &s);
     text_buf b = {out, 0, cap};
     if (!st) st = greedy(s, g, 40, false, &b, NULL);
-    __atomic_store_n(&armed, false, __ATOMIC_RELAXED);
+    fa_disarm();
     if (st) snprintf(why, why_cap, "%s", kiln_last_error());
     kiln_session_free(s);
     kiln_grammar_free(g);
@@ -210,11 +170,9 @@ static kiln_status engine_attempt(const char *path, long fail, char *out, size_t
     char dir[600];
     snprintf(dir, sizeof dir, "%s/ssd-%u", kt_tmpdir(), serial++);
     out[0] = why[0] = 0;
-    n_calls = 0;
-    fail_at = fail;
     kiln_model *m = NULL;
     kiln_engine *e = NULL;
-    __atomic_store_n(&armed, true, __ATOMIC_RELAXED);
+    fa_arm(fail);
     kiln_status st = kiln_model_load(path, NULL, &m);
     if (!st) {
         kiln_engine_params ep = kiln_engine_default_params();
@@ -262,7 +220,7 @@ static kiln_status engine_attempt(const char *path, long fail, char *out, size_t
         if (all && !st) st = kiln_engine_flush_cache(e, 60000);
     }
     kiln_engine_free(e);
-    __atomic_store_n(&armed, false, __ATOMIC_RELAXED);
+    fa_disarm();
     if (st && !why[0]) snprintf(why, why_cap, "%s", kiln_last_error());
     kiln_model_free(m);
     if (all) nftw(dir, kt_rm_entry, 16, FTW_DEPTH | FTW_PHYS);
@@ -306,12 +264,10 @@ static kiln_status attempt_hf(const char *path, long fail, char *out, size_t cap
 static kiln_status attempt_tools(const char *path, long fail, char *out, size_t cap, char *why, size_t why_cap) {
     static const char *const formats[] = {"hermes", "qwen3-coder"};
     out[0] = why[0] = 0;
-    n_calls = 0;
-    fail_at = fail;
     kiln_model *m = NULL;
     kiln_session *s = NULL;
     text_buf b = {out, 0, cap};
-    __atomic_store_n(&armed, true, __ATOMIC_RELAXED);
+    fa_arm(fail);
     kiln_status st = kiln_model_load(path, NULL, &m);
     if (!st) st = open_session(m, 96, &s);
     for (int f = 0; f < 2 && !st; f++) {
@@ -324,7 +280,7 @@ static kiln_status attempt_tools(const char *path, long fail, char *out, size_t 
         if (!st) st = greedy(s, g, 32, false, &b, NULL);
         kiln_grammar_free(g);
     }
-    __atomic_store_n(&armed, false, __ATOMIC_RELAXED);
+    fa_disarm();
     if (st) snprintf(why, why_cap, "%s", kiln_last_error());
     kiln_session_free(s);
     kiln_model_free(m);
@@ -373,10 +329,8 @@ static kiln_status attempt_chat(const char *path, long fail, char *out, size_t c
             return KILN_ERR_IO;
         }
     out[0] = why[0] = 0;
-    n_calls = 0;
-    fail_at = fail;
     text_buf b = {out, 0, cap};
-    __atomic_store_n(&armed, true, __ATOMIC_RELAXED);
+    fa_arm(fail);
     kiln_status st = KILN_OK;
     for (int t = 0; t < 2 && !st; t++) {
         char *text = NULL;
@@ -402,12 +356,10 @@ static kiln_status attempt_chat(const char *path, long fail, char *out, size_t c
         kiln_free(msg);
         kiln_chat_parser_free(p);
     }
-    __atomic_store_n(&armed, false, __ATOMIC_RELAXED);
+    fa_disarm();
     if (st) snprintf(why, why_cap, "%s", kiln_last_error());
     return st;
 }
-
-static size_t heap_in_use(void) { return mallinfo2().uordblks; }
 
 typedef kiln_status (*attempt_fn)(const char *path, long fail, char *out, size_t cap, char *why, size_t why_cap);
 
@@ -420,7 +372,7 @@ static void run_failures(attempt_fn try_one, const char *what, bool every_n) {
     /* clean runs: the reference text, the number of allocations K, the heap's resting size */
     CHECKF(try_one(path, 0, ref, sizeof ref, why, sizeof why) == KILN_OK, "%s", why);
     CHECK(try_one(path, 0, ref, sizeof ref, why, sizeof why) == KILN_OK);
-    const long K = n_calls;
+    const long K = fa_calls;
     CHECKF(K > 10, "only %ld allocations counted: is the allocator wrapped?", K);
     CHECK(strlen(ref) > 0);
 #ifdef __SANITIZE_ADDRESS__
@@ -433,12 +385,12 @@ static void run_failures(attempt_fn try_one, const char *what, bool every_n) {
         /* twice: the first may leave what libc keeps once made (its message catalogue for the
          * error's text, say); the second must leave nothing */
         try_one(path, n, out, sizeof out, why, sizeof why);
-        const size_t before = heap_in_use();
-        n_failed = 0;
+        const size_t before = fa_heap_in_use();
+        fa_failed = 0;
         const kiln_status st = try_one(path, n, out, sizeof out, why, sizeof why);
-        const size_t after = heap_in_use();
+        const size_t after = fa_heap_in_use();
         tried++;
-        CHECKF(n_failed == 1, "N=%ld: %ld failures injected", n, n_failed);
+        CHECKF(fa_failed == 1, "N=%ld: %ld failures injected", n, fa_failed);
         if (st) {
             CHECKF(why[0] != 0, "N=%ld: status %s without a message", n, kiln_status_str(st));
             failed_clean++;
@@ -507,17 +459,7 @@ static void quiet(kiln_log_level level, const char *msg, void *user) {
 
 int main(int argc, char **argv) {
     (void)argc;
-#ifndef __SANITIZE_ADDRESS__
-    /* glibc's per-thread cache holds freed chunks that mallinfo2 counts as in use: off, which
-     * takes an environment variable read at start, so the program starts itself again */
-    if (!getenv("KILN_FAULTS_REEXEC")) {
-        setenv("KILN_FAULTS_REEXEC", "1", 1);
-        setenv("GLIBC_TUNABLES", "glibc.malloc.tcache_count=0", 1);
-        execv("/proc/self/exe", argv);
-    }
-    mallopt(M_MXFAST, 0);    /* no fast bins either */
-    mallopt(M_ARENA_MAX, 1); /* every thread's allocations in the arena mallinfo2 reports */
-#endif
+    fa_setup(argv);
     kiln_set_log(quiet, NULL, KILN_LOG_ERROR); /* the failures' messages are expected: not printed */
     RUN(test_alloc_failures_session);
     RUN(test_alloc_failures_draft);
