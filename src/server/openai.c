@@ -550,7 +550,8 @@ static json_t *envelope(gen_out *g, const char *object, json_t *choice) {
 }
 
 /* Appends one SSE event "data: <json>\n\n" to the job's output (lock held), or to its sink's
- * (taking the sink's lock); steals obj. */
+ * (taking the sink's lock); steals obj. An event that cannot be made or appended marks the output
+ * lost (srv_job.lost). */
 static void emit_sse(srv_job *j, json_t *obj) {
     gen_out *g = j->user;
     char *s = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
@@ -559,7 +560,7 @@ static void emit_sse(srv_job *j, json_t *obj) {
     if (g->sink) pthread_mutex_lock(&dst->mu);
     if (!s || !srv_job_append(dst, "data: ", 6) || !srv_job_append(dst, s, strlen(s)) ||
         !srv_job_append(dst, "\n\n", 2))
-        g->oom = true;
+        g->oom = dst->lost = true;
     if (g->sink) {
         pthread_cond_broadcast(&dst->cv);
         pthread_mutex_unlock(&dst->mu);
@@ -568,29 +569,34 @@ static void emit_sse(srv_job *j, json_t *obj) {
 }
 
 /* A streaming choice ended (its lock held): its usage joins the sink's; the last one sends the
- * usage chunk (when asked) and [DONE] and ends the sink's stream. */
-static void end_choice(srv_job *j) {
+ * usage chunk (when asked) and [DONE] and ends the sink's stream. failures: this thread's count of
+ * jansson's failures when the choice's end began. A part of the end that could not be made whole
+ * marks the sink lost: then, as when any output of the stream was lost, no [DONE] goes out, and
+ * the stream is cut off after what it has (stream_read). */
+static void end_choice(srv_job *j, unsigned failures) {
     gen_out *g = j->user;
     srv_job *sink = g->sink;
     gen_out *sg = sink->user;
     pthread_mutex_lock(&sink->mu);
+    const bool end_lost = srv_json_alloc_failures() != failures; /* this choice's end was not made whole */
+    if (end_lost) sink->lost = true;
     if (g->index % g->n == 0) { /* the first choice of its prompt */
         sg->total.n_prompt += j->result.n_prompt;
         sg->total.n_cached += j->result.n_cached;
     }
     sg->total.n_generated += j->result.n_generated;
     if (--sg->pending == 0) {
-        if (g->include_usage) {
+        if (g->include_usage && !sink->lost) {
             json_t *o = envelope(g, g->chat ? "chat.completion.chunk" : "text_completion", NULL);
             if (o) json_object_set_new(o, "usage", usage(&sg->total));
             char *txt = o ? json_dumps(o, JSON_COMPACT) : NULL;
             json_decref(o);
-            if (!txt || !srv_job_append(sink, "data: ", 6) || !srv_job_append(sink, txt, strlen(txt)) ||
-                !srv_job_append(sink, "\n\n", 2))
-                g->oom = true;
+            if (!txt || srv_json_alloc_failures() != failures || !srv_job_append(sink, "data: ", 6) ||
+                !srv_job_append(sink, txt, strlen(txt)) || !srv_job_append(sink, "\n\n", 2))
+                sink->lost = true;
             free(txt);
         }
-        if (!srv_job_append(sink, "data: [DONE]\n\n", 14)) g->oom = true;
+        if (!sink->lost) srv_job_append(sink, "data: [DONE]\n\n", 14);
         sink->done = true;
     }
     pthread_cond_broadcast(&sink->cv);
@@ -701,6 +707,7 @@ static void on_event(srv_job *j, const kiln_token_event *ev) {
     }
     /* End of the generation: the final chunk, usage, [DONE] (streaming only). */
     if (!g->stream) return;
+    const unsigned failures = srv_json_alloc_failures();
     if (j->status == KILN_OK) {
         emit_sse(j, chunk(g, NULL, 0, g->chat ? chat_finish(g, j->result.stop) : finish_reason(j->result.stop)));
         if (g->include_usage && !g->sink) {
@@ -714,7 +721,7 @@ static void on_event(srv_job *j, const kiln_token_event *ev) {
         emit_sse(j, json_pack("{s:{s:s, s:s, s:n, s:n}}", "error", "message", msg, "type", type, "param", "code"));
     }
     if (g->sink) {
-        end_choice(j);
+        end_choice(j, failures);
         return;
     }
     if (!srv_job_append(j, "data: [DONE]\n\n", 14)) g->oom = true;

@@ -84,6 +84,19 @@ static void replace_all(char *s, size_t cap, const char *re, const char *with) {
     regfree(&rx);
 }
 
+static int compare_lines(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* Sorts the lines of s in place. */
+static void sort_lines(char *s) {
+    static char *line[4096], copy[REPLY_MAX];
+    size_t n = 0, len = strlen(s);
+    memcpy(copy, s, len + 1);
+    for (char *p = strtok(copy, "\n"); p && n < 4096; p = strtok(NULL, "\n")) line[n++] = p;
+    qsort(line, n, sizeof line[0], compare_lines);
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) o += (size_t)sprintf(s + o, "%s\n", line[i]);
+}
+
 /* The status and the body of the reply in raw, with what varies between runs taken out; *whole:
  * false when a stream was cut off. */
 static int normalize(const char *raw, char *out, size_t cap, bool *whole) {
@@ -103,6 +116,7 @@ typedef struct path {
     const char *body;  /* its JSON */
     const char *error; /* a stream's error event holds this */
     const char *end;   /* a stream that ends well ends with this */
+    bool unordered;    /* the lines of its reply may come in any order (the events of two choices) */
 } path;
 
 static const path paths[] = {
@@ -111,28 +125,32 @@ static const path paths[] = {
      "cat\"}],\"temperature\":0,\"max_tokens\":8,\"logprobs\":true,\"top_logprobs\":2,\"stop\":[\"zz\"],"
      "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"cat\",\"schema\":{\"type\":\"object\","
      "\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":12}},\"required\":[\"name\"]}}}}",
-     "\"error\"", NULL},
+     "\"error\"", NULL, false},
     {"chat completion streamed with a tool the model must call", "/v1/chat/completions",
      "{\"messages\":[{\"role\":\"user\",\"content\":\"Weather in Paris?\"}],\"stream\":true,\"stream_options\":"
      "{\"include_usage\":true},\"temperature\":0,\"max_tokens\":8,\"tool_choice\":\"required\",\"tools\":[{\"type\":"
      "\"function\",\"function\":{\"name\":\"get_weather\",\"description\":\"The weather\",\"parameters\":{\"type\":"
      "\"object\",\"properties\":{\"city\":{\"type\":\"string\"}},\"required\":[\"city\"]}}}]}",
-     "\"error\"", "data: [DONE]"},
+     "\"error\"", "data: [DONE]", false},
     {"Anthropic message streamed", "/v1/messages",
      "{\"model\":\"stories260K\",\"max_tokens\":8,\"temperature\":0,\"stream\":true,\"system\":\"Be brief.\","
      "\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"Once upon a time\"}]}]}",
-     "event: error", "event: message_stop"},
+     "event: error", "event: message_stop", false},
     {"Ollama chat streamed", "/api/chat",
      "{\"model\":\"stories260K\",\"messages\":[{\"role\":\"user\",\"content\":\"Once upon a time\"}],\"options\":"
      "{\"num_predict\":8,\"temperature\":0}}",
-     "\"error\"", "\"done\":true"},
+     "\"error\"", "\"done\":true", false},
     {"Responses API streamed", "/v1/responses",
      "{\"instructions\":\"Be brief.\",\"input\":\"Once upon a time\",\"max_output_tokens\":8,\"temperature\":0,"
      "\"stream\":true,\"store\":false}",
-     "response.failed", "response.completed"},
+     "response.failed", "response.completed", false},
+    {"chat completion streamed, two choices with usage", "/v1/chat/completions",
+     "{\"messages\":[{\"role\":\"user\",\"content\":\"Once upon a time\"}],\"n\":2,\"seed\":3,\"stream\":true,"
+     "\"stream_options\":{\"include_usage\":true},\"max_tokens\":8}",
+     "\"error\"", "data: [DONE]", true},
     {"completions, two choices", "/v1/completions",
      "{\"prompt\":\"Once upon a time\",\"max_tokens\":8,\"n\":2,\"temperature\":0.8,\"seed\":7,\"echo\":true}",
-     "\"error\"", NULL},
+     "\"error\"", NULL, false},
 };
 
 /* Waits for the engine to finish with every request (the reply can come before it has). */
@@ -160,7 +178,9 @@ static int exchange(const path *p, long fail, char *out, size_t cap, bool *whole
     fa_disarm();
     if (!ok) abort();
     if (getenv("KILN_FAULT_VERBOSE")) printf("# N=%ld: %s\n", fail, reply);
-    return normalize(reply, out, cap, whole);
+    const int st = normalize(reply, out, cap, whole);
+    if (p->unordered) sort_lines(out);
+    return st;
 }
 
 /* The heap's bytes in use less the engine's KV memory, which grows to its cap as rows need it and
@@ -268,7 +288,8 @@ static void test_server_alloc_chat_tools_stream(void) { run_path(&paths[1]); }
 static void test_server_alloc_anthropic_stream(void) { run_path(&paths[2]); }
 static void test_server_alloc_ollama_stream(void) { run_path(&paths[3]); }
 static void test_server_alloc_responses_stream(void) { run_path(&paths[4]); }
-static void test_server_alloc_completions(void) { run_path(&paths[5]); }
+static void test_server_alloc_chat_choices_stream(void) { run_path(&paths[5]); }
+static void test_server_alloc_completions(void) { run_path(&paths[6]); }
 
 static void quiet(kiln_log_level level, const char *msg, void *user) {
     (void)level;
@@ -285,6 +306,7 @@ int main(int argc, char **argv) {
     RUN(test_server_alloc_anthropic_stream);
     RUN(test_server_alloc_ollama_stream);
     RUN(test_server_alloc_responses_stream);
+    RUN(test_server_alloc_chat_choices_stream);
     RUN(test_server_alloc_completions);
     return kt_summary();
 }
