@@ -148,6 +148,11 @@ static const path paths[] = {
      "{\"messages\":[{\"role\":\"user\",\"content\":\"Once upon a time\"}],\"n\":2,\"seed\":3,\"stream\":true,"
      "\"stream_options\":{\"include_usage\":true},\"max_tokens\":8}",
      "\"error\"", "data: [DONE]", true},
+    {"Ollama's model description", "/api/show", "{\"model\":\"stories260K\",\"verbose\":true}", "\"error\"", NULL,
+     false},
+    {"tokenize with pieces", "/tokenize",
+     "{\"content\":\"Once upon a time, caf\\u00e9\",\"add_special\":true,\"with_pieces\":true}", "\"error\"", NULL,
+     false},
     {"completions, two choices", "/v1/completions",
      "{\"prompt\":\"Once upon a time\",\"max_tokens\":8,\"n\":2,\"temperature\":0.8,\"seed\":7,\"echo\":true}",
      "\"error\"", NULL, false},
@@ -289,7 +294,9 @@ static void test_server_alloc_anthropic_stream(void) { run_path(&paths[2]); }
 static void test_server_alloc_ollama_stream(void) { run_path(&paths[3]); }
 static void test_server_alloc_responses_stream(void) { run_path(&paths[4]); }
 static void test_server_alloc_chat_choices_stream(void) { run_path(&paths[5]); }
-static void test_server_alloc_completions(void) { run_path(&paths[6]); }
+static void test_server_alloc_ollama_show(void) { run_path(&paths[6]); }
+static void test_server_alloc_tokenize(void) { run_path(&paths[7]); }
+static void test_server_alloc_completions(void) { run_path(&paths[8]); }
 
 static void quiet(kiln_log_level level, const char *msg, void *user) {
     (void)level;
@@ -307,6 +314,8 @@ int main(int argc, char **argv) {
     RUN(test_server_alloc_ollama_stream);
     RUN(test_server_alloc_responses_stream);
     RUN(test_server_alloc_chat_choices_stream);
+    RUN(test_server_alloc_ollama_show);
+    RUN(test_server_alloc_tokenize);
     RUN(test_server_alloc_completions);
     return kt_summary();
 }
