@@ -146,13 +146,30 @@ static void send_no_memory(srv_req *r) {
  * reports an allocation that failed as a syntax error, or not at all (a string comes out without
  * the bytes it could not save), and a value added to an array or object that could not be made is
  * left out. A request that met one is answered 503 (srv_send_response), whatever its route made of
- * it; a job that met one ends as failed (srv_job.lost). */
+ * it; a job that met one ends as failed (srv_job.lost).
+ *
+ * jansson itself should not see the failure at all: its lexer ignores an append to a string's text
+ * that failed, and a string whose closing quote was not saved is then copied past the end of its
+ * buffer (jansson 2.14: a heap overflow, seen when test_faults_alloc let jansson's allocations
+ * fail). So a failed allocation lets go of JSON_RESERVE bytes kept for the purpose and is tried once
+ * more (still counted); the reserve is made again when a request begins (json_reserve_refill). */
+#define JSON_RESERVE (1u << 20)
 static _Thread_local unsigned json_alloc_failures;
+static void *json_reserve;
 
 static void *json_alloc(size_t n) {
     void *p = malloc(n);
-    if (!p) json_alloc_failures++;
-    return p;
+    if (p) return p;
+    json_alloc_failures++;
+    free(__atomic_exchange_n(&json_reserve, NULL, __ATOMIC_ACQ_REL));
+    return malloc(n);
+}
+
+/* Makes the reserve again after json_alloc let go of it (or before the first request). */
+static void json_reserve_refill(void) {
+    if (__atomic_load_n(&json_reserve, __ATOMIC_ACQUIRE)) return;
+    void *r = malloc(JSON_RESERVE), *none = NULL;
+    if (r && !__atomic_compare_exchange_n(&json_reserve, &none, r, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) free(r);
 }
 
 unsigned srv_json_alloc_failures(void) { return json_alloc_failures; }
@@ -351,6 +368,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return MHD_YES;
     }
     if (!c) { /* the headers are in, the body (if any) is not */
+        json_reserve_refill();
         if (!(c = calloc(1, sizeof *c))) {
             queued = false;
             send_no_memory(&r);
@@ -489,6 +507,7 @@ static bool start_isolated(srv *s, unsigned flags) {
 bool srv_http_start(srv *s) {
     mallopt(M_ARENA_MAX, SRV_ARENA_MAX); /* before the connection threads; the engine's keep theirs */
     json_set_alloc_funcs(json_alloc, free);
+    json_reserve_refill();
     /* poll, not select: connection sockets may be numbered past FD_SETSIZE */
     if (iso_ctl >= 0)
         return start_isolated(s, MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC |
