@@ -18,6 +18,8 @@
 #ifndef KT_FAULTS_ALLOC_H
 #define KT_FAULTS_ALLOC_H
 
+#include "kiln.h"
+
 #include <errno.h>
 #include <execinfo.h>
 #include <malloc.h>
@@ -76,8 +78,16 @@ char *__wrap_strdup(const char *s) {
 
 static inline size_t fa_heap_in_use(void) { return mallinfo2().uordblks; }
 
-/* Makes fa_heap_in_use exact (see the top of this file): call first in main. */
+static void fa_quiet(kiln_log_level level, const char *msg, void *user) {
+    (void)level;
+    (void)msg;
+    (void)user;
+}
+
+/* Makes fa_heap_in_use exact (see the top of this file), and keeps the library's log quiet (the
+ * failures' messages are expected): call first in main. */
 static inline void fa_setup(char **argv) {
+    kiln_set_log(fa_quiet, NULL, KILN_LOG_ERROR);
 #ifndef __SANITIZE_ADDRESS__
     if (!getenv("KILN_FAULTS_REEXEC")) {
         setenv("KILN_FAULTS_REEXEC", "1", 1);

@@ -455,16 +455,9 @@ static void test_alloc_failures_chat(void) {
     run_failures(attempt_chat, "two chat templates rendered + replies in four formats parsed into messages", true);
 }
 
-static void quiet(kiln_log_level level, const char *msg, void *user) {
-    (void)level;
-    (void)msg;
-    (void)user;
-}
-
 int main(int argc, char **argv) {
     (void)argc;
     fa_setup(argv);
-    kiln_set_log(quiet, NULL, KILN_LOG_ERROR); /* the failures' messages are expected: not printed */
     RUN(test_alloc_failures_session);
     RUN(test_alloc_failures_draft);
     RUN(test_alloc_failures_engine);

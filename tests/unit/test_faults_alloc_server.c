@@ -298,16 +298,9 @@ static void test_server_alloc_ollama_show(void) { run_path(&paths[6]); }
 static void test_server_alloc_tokenize(void) { run_path(&paths[7]); }
 static void test_server_alloc_completions(void) { run_path(&paths[8]); }
 
-static void quiet(kiln_log_level level, const char *msg, void *user) {
-    (void)level;
-    (void)msg;
-    (void)user;
-}
-
 int main(int argc, char **argv) {
     (void)argc;
     fa_setup(argv);
-    kiln_set_log(quiet, NULL, KILN_LOG_ERROR); /* the failures' messages are expected: not printed */
     RUN(test_server_alloc_chat_schema);
     RUN(test_server_alloc_chat_tools_stream);
     RUN(test_server_alloc_anthropic_stream);
