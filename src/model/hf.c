@@ -5,6 +5,7 @@
  * Gemma's +1 on norms, per-expert tensors stacked, MLX groups) is changed here, once, at open.
  */
 #include "model/hf.h"
+#include "base/json.h"
 
 #include "model/arch.h"
 #include "tensor/quant.h"
@@ -330,10 +331,11 @@ static kiln_status read_generation(builder *b) {
     if (stat(path, &sb) != 0) return KILN_OK;
     if ((size_t)sb.st_size > MAX_CONFIG_FILE) return kn_error(KILN_ERR_FORMAT, "%s is over the size limit", path);
     json_error_t jerr;
-    json_t *g = json_load_file(path, 0, &jerr);
+    json_t *g = kn_json_load_file(path, 0, &jerr);
     if (!g || !json_is_object(g)) {
         json_decref(g);
-        return kn_error(KILN_ERR_FORMAT, "%s: line %d: %s", path, jerr.line, g ? "not an object" : jerr.text);
+        return kn_error(g ? KILN_ERR_FORMAT : kn_json_status(&jerr, KILN_ERR_FORMAT), "%s: line %d: %s", path,
+                        jerr.line, g ? "not an object" : jerr.text);
     }
     static const struct {
         const char *hf, *kiln;
@@ -413,10 +415,11 @@ static kiln_status read_tokenizer_files(builder *b) {
     json_t *cfg = NULL;
     if (h->tok_cfg) {
         json_error_t jerr;
-        cfg = json_loadb(h->tok_cfg, h->tok_cfg_len, 0, &jerr);
+        cfg = kn_json_loadb(h->tok_cfg, h->tok_cfg_len, 0, &jerr);
         if (!json_is_object(cfg)) {
+            const kiln_status bad = cfg ? KILN_ERR_FORMAT : kn_json_status(&jerr, KILN_ERR_FORMAT);
             json_decref(cfg);
-            return kn_error(KILN_ERR_FORMAT, "%s/tokenizer_config.json: line %d: %s", h->dir, jerr.line,
+            return kn_error(bad, "%s/tokenizer_config.json: line %d: %s", h->dir, jerr.line,
                             cfg ? "not an object" : jerr.text);
         }
         json_t *t = json_object_get(cfg, "chat_template");
@@ -1082,10 +1085,10 @@ static kiln_status hf_open(const char *dir, kn_gguf *g, bool headers_only) {
         st = kn_error(KILN_ERR_FORMAT, "%s is over the size limit", path);
         goto fail;
     }
-    h->config_root = json_load_file(path, 0, &jerr);
+    h->config_root = kn_json_load_file(path, 0, &jerr);
     if (!json_is_object(h->config_root)) {
-        st =
-            kn_error(KILN_ERR_FORMAT, "%s: line %d: %s", path, jerr.line, h->config_root ? "not an object" : jerr.text);
+        st = kn_error(h->config_root ? KILN_ERR_FORMAT : kn_json_status(&jerr, KILN_ERR_FORMAT), "%s: line %d: %s",
+                      path, jerr.line, h->config_root ? "not an object" : jerr.text);
         goto fail;
     }
     h->config = h->config_root;

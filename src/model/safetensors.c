@@ -8,6 +8,7 @@
  * directory. Messages name the file and the tensor.
  */
 #include "model/safetensors.h"
+#include "base/json.h"
 
 #include <dirent.h>
 #include <jansson.h>
@@ -157,9 +158,10 @@ static kiln_status parse_one(const char *path, kn_mapping map, kn_safetensors *s
     if (hlen < 2 || map.data[8] != '{')
         return kn_error(KILN_ERR_FORMAT, "%s: not a safetensors file (the header is not a JSON object)", path);
     json_error_t jerr;
-    json_t *root = json_loadb((const char *)map.data + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &jerr);
+    json_t *root = kn_json_loadb((const char *)map.data + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &jerr);
     if (!root)
-        return kn_error(KILN_ERR_FORMAT, "%s: bad header JSON at byte %d: %s", path, jerr.position + 8, jerr.text);
+        return kn_error(kn_json_status(&jerr, KILN_ERR_FORMAT), "%s: bad header JSON at byte %d: %s", path,
+                        jerr.position + 8, jerr.text);
     if (!json_is_object(root)) {
         json_decref(root);
         return kn_error(KILN_ERR_FORMAT, "%s: the header is not a JSON object", path);
@@ -264,8 +266,8 @@ static int cmp_cstr(const void *a, const void *b) { return strcmp(*(char *const 
 
 static kiln_status open_index(const char *dir, const char *ipath, kn_safetensors *st) {
     json_error_t jerr;
-    json_t *root = json_load_file(ipath, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root) return kn_error(KILN_ERR_FORMAT, "%s: line %d: %s", ipath, jerr.line, jerr.text);
+    json_t *root = kn_json_load_file(ipath, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root) return kn_error(kn_json_status(&jerr, KILN_ERR_FORMAT), "%s: line %d: %s", ipath, jerr.line, jerr.text);
     kiln_status s = KILN_OK;
     json_t *wm = json_object_get(root, "weight_map");
     if (!json_is_object(wm)) {

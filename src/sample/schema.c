@@ -17,6 +17,7 @@
  * Duplicate keys in the schema text are an error (JSON_REJECT_DUPLICATES).
  */
 #include "sample/schema.h"
+#include "base/json.h"
 #include "sample/grammar.h"
 #include "sample/schema_internal.h"
 
@@ -687,12 +688,12 @@ const char *ks_compile(ctx *c, conj *in, const char *hint, int depth) {
 /* One conversion; cheap: additional property names are not told apart from declared ones. */
 static kiln_status convert(const char *json, size_t len, bool strict, bool cheap, char **gbnf, kn_schema_info *info) {
     json_error_t je;
-    json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &je);
+    json_t *root = kn_json_loadb(json, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &je);
     if (!root && strstr(je.text, "too big"))
-        root = json_loadb(json, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL, &je);
+        root = kn_json_loadb(json, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL, &je);
     if (!root)
-        return kn_error(KILN_ERR_INVALID_ARG, "the schema is not valid JSON: line %d, column %d: %s", je.line,
-                        je.column, je.text);
+        return kn_error(kn_json_status(&je, KILN_ERR_INVALID_ARG),
+                        "the schema is not valid JSON: line %d, column %d: %s", je.line, je.column, je.text);
     ctx c = {.root = root, .strict = strict, .cheap_keys = cheap};
     kn_gout_init(&c.g);
     static const char *const reserved[] = {"root",   "ws",   "value",  "object", "array",

@@ -40,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -151,8 +152,9 @@ static void send_no_memory(srv_req *r) {
  * jansson itself should not see the failure at all: its lexer ignores an append to a string's text
  * that failed, and a string whose closing quote was not saved is then copied past the end of its
  * buffer (jansson 2.14: a heap overflow, seen when test_faults_alloc let jansson's allocations
- * fail). So a failed allocation lets go of JSON_RESERVE bytes kept for the purpose and is tried once
- * more (still counted); the reserve is made again when a request begins (json_reserve_refill). */
+ * fail). So a failed allocation lets go of JSON_RESERVE bytes of address space kept for the purpose
+ * (a mapping never touched, outside the heap) and is tried once more (still counted); the reserve
+ * is mapped again when a request begins (json_reserve_refill). */
 #define JSON_RESERVE (1u << 20)
 static _Thread_local unsigned json_alloc_failures;
 static void *json_reserve;
@@ -161,15 +163,18 @@ static void *json_alloc(size_t n) {
     void *p = malloc(n);
     if (p) return p;
     json_alloc_failures++;
-    free(__atomic_exchange_n(&json_reserve, NULL, __ATOMIC_ACQ_REL));
+    void *r = __atomic_exchange_n(&json_reserve, NULL, __ATOMIC_ACQ_REL);
+    if (r) munmap(r, JSON_RESERVE);
     return malloc(n);
 }
 
-/* Makes the reserve again after json_alloc let go of it (or before the first request). */
+/* Maps the reserve again after json_alloc let go of it (or before the first request). */
 static void json_reserve_refill(void) {
     if (__atomic_load_n(&json_reserve, __ATOMIC_ACQUIRE)) return;
-    void *r = malloc(JSON_RESERVE), *none = NULL;
-    if (r && !__atomic_compare_exchange_n(&json_reserve, &none, r, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) free(r);
+    void *r = mmap(NULL, JSON_RESERVE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0), *none = NULL;
+    if (r == MAP_FAILED) return;
+    if (!__atomic_compare_exchange_n(&json_reserve, &none, r, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+        munmap(r, JSON_RESERVE);
 }
 
 unsigned srv_json_alloc_failures(void) { return json_alloc_failures; }

@@ -16,6 +16,7 @@
  * whose content is missing or null contributes nothing (and no separator). Any other content is
  * KILN_ERR_INVALID_ARG.
  */
+#include "base/json.h"
 #include "model/model.h"
 #include "text/jinja/jinja.h"
 #include "text/tokenizer.h"
@@ -36,10 +37,10 @@ static kiln_status parse_object(const char *json, size_t len, const char *what, 
         return KILN_OK;
     }
     json_error_t err;
-    json_t *j = json_loadb(json, len, JSON_ALLOW_NUL, &err);
+    json_t *j = kn_json_loadb(json, len, JSON_ALLOW_NUL, &err);
     if (!j)
-        return kn_error(KILN_ERR_INVALID_ARG, "%s is not valid JSON: line %d, column %d: %s", what, err.line,
-                        err.column, err.text);
+        return kn_error(kn_json_status(&err, KILN_ERR_INVALID_ARG), "%s is not valid JSON: line %d, column %d: %s",
+                        what, err.line, err.column, err.text);
     if (!json_is_object(j)) {
         json_decref(j);
         return kn_error(KILN_ERR_INVALID_ARG, "%s must be a JSON object", what);

@@ -11,6 +11,7 @@
  * one event covers its first delta and everything it has so far.
  */
 #include "text/toolcall.h"
+#include "base/json.h"
 
 #include <fcntl.h>
 #include <stdarg.h>
@@ -263,10 +264,10 @@ kiln_status kiln_chat_parser_new(const kiln_chat_parser_params *params, kiln_cha
     json_t *tools = NULL;
     if (pp.tools) {
         json_error_t err;
-        tools = json_loads(pp.tools, 0, &err);
+        tools = kn_json_loads(pp.tools, 0, &err);
         if (!tools)
-            return kn_error(KILN_ERR_INVALID_ARG, "tools are not valid JSON: line %d, column %d: %s", err.line,
-                            err.column, err.text);
+            return kn_error(kn_json_status(&err, KILN_ERR_INVALID_ARG),
+                            "tools are not valid JSON: line %d, column %d: %s", err.line, err.column, err.text);
         kiln_status st = check_tools(tools);
         if (st) {
             json_decref(tools);

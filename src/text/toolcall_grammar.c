@@ -31,6 +31,7 @@
  * text up to the reasoning's close and a second block of calls after the first (a model that wrote
  * a call while thinking, then the real one).
  */
+#include "base/json.h"
 #include "sample/grammar.h"
 #include "sample/grammar_prog.h"
 #include "sample/schema.h"
@@ -581,7 +582,8 @@ kiln_status kiln_tool_grammar(const kiln_tool_grammar_params *params, kiln_gramm
     if (params->choice == KILN_TOOL_CHOICE_NAMED && !params->name)
         return kn_error(KILN_ERR_INVALID_ARG, "a named tool choice needs the function's name");
     json_error_t jerr;
-    json_t *tools = json_loads(params->tools, JSON_REJECT_DUPLICATES, &jerr);
+    json_t *tools = kn_json_loads(params->tools, JSON_REJECT_DUPLICATES, &jerr);
+    if (!tools && kn_json_status(&jerr, KILN_OK)) return kn_error(KILN_ERR_NOMEM, "out of memory");
     if (!json_is_array(tools) || !json_array_size(tools)) {
         json_decref(tools);
         return kn_error(KILN_ERR_INVALID_ARG, "tools: a non-empty JSON array of functions is required");

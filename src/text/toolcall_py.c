@@ -10,6 +10,7 @@
  * strings in either quote, True / False / None, numbers, lists, dicts and tuples). Gemma's
  * arguments are read whole, then converted (unquoted keys, <|"|> string quotes).
  */
+#include "base/json.h"
 #include "text/toolcall.h"
 
 #include <stdio.h>
@@ -131,7 +132,8 @@ static bool py_value(kn_tcp *p, const char *s, size_t n) {
     bool ok = py_to_json(s, n, &j) && j.n;
     if (ok) {
         json_error_t err;
-        json_t *v = json_loadb(j.p, j.n, JSON_DECODE_ANY, &err);
+        json_t *v = kn_json_loadb(j.p, j.n, JSON_DECODE_ANY, &err);
+        if (!v && kn_json_status(&err, KILN_OK)) kn_tcbuf_nomem++; /* fails the parser's step */
         ok = v != NULL;
         json_decref(v);
     }

@@ -8,6 +8,7 @@
  * 1 (read, consumed), 0 (not there: the input says otherwise) or -1 (the input so far is too short
  * to say; only while more input may come). That lets each family decide every byte exactly once.
  */
+#include "base/json.h"
 #include "text/toolcall.h"
 
 #include <stdarg.h>
@@ -640,7 +641,8 @@ bool kn_tc_args_value(kn_tcp *p, int32_t call, const char *value, size_t n, bool
         while (e > a && is_ws(value[e - 1])) e--;
         if (e > a) {
             json_error_t err;
-            json_t *j = json_loadb(value + a, e - a, JSON_DECODE_ANY | JSON_ALLOW_NUL, &err);
+            json_t *j = kn_json_loadb(value + a, e - a, JSON_DECODE_ANY | JSON_ALLOW_NUL, &err);
+            if (!j && kn_json_status(&err, KILN_OK)) kn_tcbuf_nomem++; /* fails the parser's step */
             if (j) {
                 /* the value as the model wrote it, spaces outside strings dropped */
                 char *d = json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));

@@ -24,6 +24,8 @@
 #include "engine/session.h"
 #include "kiln.h"
 
+#include <jansson.h>
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -458,6 +460,9 @@ static void test_alloc_failures_chat(void) {
 int main(int argc, char **argv) {
     (void)argc;
     fa_setup(argv);
+    /* jansson's allocations fail too (malloc: the wrapper); the library's allocator for jansson
+     * (src/base/json.c) stands on this one from its first use */
+    json_set_alloc_funcs(malloc, free);
     RUN(test_alloc_failures_session);
     RUN(test_alloc_failures_draft);
     RUN(test_alloc_failures_engine);
