@@ -190,7 +190,7 @@ static int exchange(const path *p, long fail, char *out, size_t cap, bool *whole
 
 /* The heap's bytes in use less the engine's KV memory, which grows to its cap as rows need it and
  * is kept (a failure that costs a cached prefix makes the next request take a block), once two
- * readings a millisecond apart agree (a connection's thread may still be ending); *cache: the
+ * readings 0.2 ms apart agree (a connection's thread may still be ending); *cache: the
  * prefix cache's entries and bytes, which change when a request cut short stores a shorter prefix. */
 static size_t heap_less_kv(uint64_t *cache) {
     size_t last = SIZE_MAX;
@@ -201,7 +201,7 @@ static size_t heap_less_kv(uint64_t *cache) {
         *cache = (uint64_t)es.cache_entries << 40 ^ es.cache_bytes;
         if (now == last) break;
         last = now;
-        nanosleep(&(struct timespec){0, 1000000}, NULL);
+        nanosleep(&(struct timespec){0, 200000}, NULL);
     }
     return last;
 }
