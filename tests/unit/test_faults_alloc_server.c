@@ -148,6 +148,21 @@ static const path paths[] = {
      "{\"messages\":[{\"role\":\"user\",\"content\":\"Once upon a time\"}],\"n\":2,\"seed\":3,\"stream\":true,"
      "\"stream_options\":{\"include_usage\":true},\"max_tokens\":8}",
      "\"error\"", "data: [DONE]", true},
+    {"Anthropic message with tools, a tool_use and its tool_result in the history", "/v1/messages",
+     "{\"model\":\"stories260K\",\"max_tokens\":8,\"temperature\":0,\"system\":[{\"type\":\"text\",\"text\":\"sys\"}],"
+     "\"messages\":[{\"role\":\"user\",\"content\":\"Weather in Paris?\"},{\"role\":\"assistant\",\"content\":[{"
+     "\"type\":\"text\",\"text\":\"Let me look.\"},{\"type\":\"tool_use\",\"id\":\"t1\",\"name\":\"get_weather\","
+     "\"input\":{\"city\":\"Paris\"}}]},{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":"
+     "\"t1\",\"content\":\"sunny\"}]}],\"tools\":[{\"name\":\"get_weather\",\"description\":\"The weather\","
+     "\"input_schema\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}}}}]}",
+     "\"error\"", NULL, false},
+    {"Ollama chat with tools, a call and its tool message in the history", "/api/chat",
+     "{\"model\":\"stories260K\",\"stream\":false,\"options\":{\"num_predict\":8,\"temperature\":0},\"messages\":["
+     "{\"role\":\"user\",\"content\":\"Weather in Paris?\"},{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[{"
+     "\"function\":{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Paris\"}}}]},{\"role\":\"tool\",\"content\":"
+     "\"sunny\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":"
+     "\"object\",\"properties\":{\"city\":{\"type\":\"string\"}}}}}]}",
+     "\"error\"", NULL, false},
     {"Ollama's model description", "/api/show", "{\"model\":\"stories260K\",\"verbose\":true}", "\"error\"", NULL,
      false},
     {"tokenize with pieces", "/tokenize",
@@ -294,9 +309,11 @@ static void test_server_alloc_anthropic_stream(void) { run_path(&paths[2]); }
 static void test_server_alloc_ollama_stream(void) { run_path(&paths[3]); }
 static void test_server_alloc_responses_stream(void) { run_path(&paths[4]); }
 static void test_server_alloc_chat_choices_stream(void) { run_path(&paths[5]); }
-static void test_server_alloc_ollama_show(void) { run_path(&paths[6]); }
-static void test_server_alloc_tokenize(void) { run_path(&paths[7]); }
-static void test_server_alloc_completions(void) { run_path(&paths[8]); }
+static void test_server_alloc_anthropic_tools(void) { run_path(&paths[6]); }
+static void test_server_alloc_ollama_tools(void) { run_path(&paths[7]); }
+static void test_server_alloc_ollama_show(void) { run_path(&paths[8]); }
+static void test_server_alloc_tokenize(void) { run_path(&paths[9]); }
+static void test_server_alloc_completions(void) { run_path(&paths[10]); }
 
 int main(int argc, char **argv) {
     (void)argc;
@@ -307,6 +324,8 @@ int main(int argc, char **argv) {
     RUN(test_server_alloc_ollama_stream);
     RUN(test_server_alloc_responses_stream);
     RUN(test_server_alloc_chat_choices_stream);
+    RUN(test_server_alloc_anthropic_tools);
+    RUN(test_server_alloc_ollama_tools);
     RUN(test_server_alloc_ollama_show);
     RUN(test_server_alloc_tokenize);
     RUN(test_server_alloc_completions);
