@@ -238,8 +238,11 @@ fuzz-smoke-bins:
 	  FUZZ_NOCOV_FLAGS=-fno-sanitize=fuzzer-no-link FUZZ_OBJ_FLAGS=-Wno-error fuzz-bins
 
 $(BUILD)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz.h tests/fuzz/fuzz_server.h $(DEV_LIB) $(BUILD)/libkiln.a $(SERVER_OBJ) $(WEB_OBJ) $(BUILD)/flags
-	$(CC) $(ALLCFLAGS) -fsanitize=fuzzer $(INTERNAL_INC) -Isrc/server -Itests/fuzz -o $@ $< $(SERVER_OBJ) $(WEB_OBJ) \
-	  $(DEV_LIB) $(BUILD)/libkiln.a $(LIBS) $(CLI_LIBS)
+	$(CC) $(ALLCFLAGS) -fsanitize=fuzzer $(INTERNAL_INC) -Isrc/server -Itests/fuzz -Itests/unit -o $@ $< $(SERVER_OBJ) \
+	  $(WEB_OBJ) $(DEV_LIB) $(BUILD)/libkiln.a $(LIBS) $(CLI_LIBS) $(FUZZ_LDFLAGS)
+# fuzz_api_faults fails one allocation of its second exchange: it links with the allocator wrapped.
+$(BUILD)/fuzz_api_faults: FUZZ_LDFLAGS = $(ALLOC_WRAP)
+$(BUILD)/fuzz_api_faults: tests/unit/faults_alloc.h
 
 fuzz-smoke: fuzz
 	@FUZZ_BUILD=$(FUZZ_BUILD) sh tests/fuzz/smoke.sh $(FUZZ_SECONDS)
