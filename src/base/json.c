@@ -28,20 +28,23 @@ static void reserve_refill(void) {
 
 /* prev_malloc's memory; when it fails, the reserve goes back and it is asked once more. */
 static void *json_malloc(size_t n) {
-    void *p = prev_malloc(n);
+    const json_malloc_t below = __atomic_load_n(&prev_malloc, __ATOMIC_ACQUIRE);
+    void *p = below(n);
     if (!p) {
         void *r = __atomic_exchange_n(&reserve, NULL, __ATOMIC_ACQ_REL);
         if (r) munmap(r, RESERVE_BYTES);
-        p = prev_malloc(n);
+        p = below(n);
         if (!p) failures++;
     }
     return p;
 }
 
 static void install(void) {
-    json_free_t prev_free;
-    json_get_alloc_funcs(&prev_malloc, &prev_free);
-    json_set_alloc_funcs(json_malloc, prev_free);
+    json_malloc_t m;
+    json_free_t f;
+    json_get_alloc_funcs(&m, &f);
+    __atomic_store_n(&prev_malloc, m, __ATOMIC_RELEASE); /* before jansson can call json_malloc */
+    json_set_alloc_funcs(json_malloc, f);
 }
 
 /* The library's allocator in place (once), its reserve made. */
