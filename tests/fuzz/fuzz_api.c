@@ -14,38 +14,13 @@
  */
 #include "fuzz_server.h"
 
-static const char *const routes[] = {
-    "/v1/chat/completions",
-    "/v1/completions",
-    "/v1/responses",
-    "/v1/messages",
-    "/v1/messages/count_tokens",
-    "/api/chat",
-    "/api/generate",
-    "/api/show",
-    "/tokenize",
-    "/detokenize",
-    "/apply-template",
-};
-#define N_ROUTES (sizeof routes / sizeof routes[0])
-
 static char reply[FZ_SRV_REPLY_MAX];
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size == 0 || size > (256u << 10)) return 0;
-    const char *route = routes[data[0] % N_ROUTES];
-    const char *body = (const char *)data + 1;
-    size_t body_len = size - 1;
-    const size_t head_cap = 256;
-    char *msg = malloc(head_cap + body_len);
-    if (!msg) abort();
-    int h = snprintf(msg, head_cap,
-                     "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                     "Connection: close\r\nContent-Length: %zu\r\n\r\n",
-                     route, body_len);
-    memcpy(msg + h, body, body_len);
-    size_t n = 0;
-    if (fz_srv_exchange(msg, (size_t)h + body_len, false, reply, &n)) fz_srv_check(msg, (size_t)h + body_len, reply);
+    size_t n = 0, got = 0;
+    char *msg = fz_api_request(data[0], data + 1, size - 1, &n);
+    if (fz_srv_exchange(msg, n, false, reply, &got)) fz_srv_check(msg, n, reply);
     free(msg);
     return 0;
 }

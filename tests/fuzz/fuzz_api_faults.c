@@ -19,21 +19,6 @@
 #include "faults_alloc.h"
 #include "fuzz_server.h"
 
-static const char *const routes[] = {
-    "/v1/chat/completions",
-    "/v1/completions",
-    "/v1/responses",
-    "/v1/messages",
-    "/v1/messages/count_tokens",
-    "/api/chat",
-    "/api/generate",
-    "/api/show",
-    "/tokenize",
-    "/detokenize",
-    "/apply-template",
-};
-#define N_ROUTES (sizeof routes / sizeof routes[0])
-
 static char reply[FZ_SRV_REPLY_MAX];
 
 /* One exchange of msg[n] with the fail-th allocation failing (0: none, counting only); its status
@@ -63,18 +48,9 @@ static void fail(const char *why, int clean, int status, long at, const char *ms
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 3 || size > (256u << 10)) return 0;
-    const char *route = routes[data[0] % N_ROUTES];
     const unsigned pick = (unsigned)data[1] | (unsigned)data[2] << 8;
-    const char *body = (const char *)data + 3;
-    const size_t body_len = size - 3, head_cap = 256;
-    char *msg = malloc(head_cap + body_len);
-    if (!msg) abort();
-    const int h = snprintf(msg, head_cap,
-                           "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                           "Connection: close\r\nContent-Length: %zu\r\n\r\n",
-                           route, body_len);
-    memcpy(msg + h, body, body_len);
-    const size_t n = (size_t)h + body_len;
+    size_t n = 0;
+    char *msg = fz_api_request(data[0], data + 3, size - 3, &n);
     const int clean = exchange(msg, n, 0);
     fz_srv_check(msg, n, reply);
     const long count = __atomic_load_n(&fa_calls, __ATOMIC_RELAXED);

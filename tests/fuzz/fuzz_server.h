@@ -130,6 +130,36 @@ static bool fz_srv_exchange(const void *req, size_t n, bool half_close, char *re
     return true;
 }
 
+/* The request the api harnesses (fuzz_api.c, fuzz_api_faults.c) send: body[len] POSTed as JSON to
+ * the route that b picks (OpenAI chat/completions and completions, Responses, Anthropic messages and
+ * count_tokens, Ollama chat, generate and show, tokenize, detokenize, apply-template), on a connection
+ * that closes after it. malloc'd; *n its length. */
+static inline char *fz_api_request(uint8_t b, const uint8_t *body, size_t len, size_t *n) {
+    static const char *const routes[] = {
+        "/v1/chat/completions",
+        "/v1/completions",
+        "/v1/responses",
+        "/v1/messages",
+        "/v1/messages/count_tokens",
+        "/api/chat",
+        "/api/generate",
+        "/api/show",
+        "/tokenize",
+        "/detokenize",
+        "/apply-template",
+    };
+    const size_t head_cap = 256;
+    char *msg = malloc(head_cap + len);
+    if (!msg) abort();
+    const int h = snprintf(msg, head_cap,
+                           "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                           "Connection: close\r\nContent-Length: %zu\r\n\r\n",
+                           routes[b % (sizeof routes / sizeof routes[0])], len);
+    memcpy(msg + h, body, len);
+    *n = (size_t)h + len;
+    return msg;
+}
+
 /* The status code of an HTTP reply, or 0 when it has no status line. */
 static int fz_srv_status(const char *reply) {
     int code = 0;
