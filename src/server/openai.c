@@ -578,8 +578,8 @@ static void end_choice(srv_job *j, unsigned failures) {
     srv_job *sink = g->sink;
     gen_out *sg = sink->user;
     pthread_mutex_lock(&sink->mu);
-    const bool end_lost = srv_json_alloc_failures() != failures; /* this choice's end was not made whole */
-    if (end_lost) sink->lost = true;
+    /* this choice's end was not made whole */
+    if (srv_json_alloc_failures() != failures) sink->lost = true;
     if (g->index % g->n == 0) { /* the first choice of its prompt */
         sg->total.n_prompt += j->result.n_prompt;
         sg->total.n_cached += j->result.n_cached;
