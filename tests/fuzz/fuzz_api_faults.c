@@ -28,7 +28,10 @@ static int exchange(const char *msg, size_t n, long fail) {
     fa_arm(fail);
     const bool ok = fz_srv_exchange(msg, n, false, reply, &got);
     fa_disarm();
-    if (!ok) abort();
+    if (!ok) { /* the server's listening socket gone, or this process out of descriptors */
+        fprintf(stderr, "fuzz: no connection to the server: %s\n", strerror(errno));
+        abort();
+    }
     return fz_srv_status(reply);
 }
 
