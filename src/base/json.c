@@ -72,9 +72,7 @@ json_t *kn_json_loadb(const char *buf, size_t len, size_t flags, json_error_t *e
 }
 
 json_t *kn_json_loads(const char *text, size_t flags, json_error_t *err) {
-    setup();
-    const unsigned before = failures;
-    return checked(json_loads(text, flags, err), before, err);
+    return kn_json_loadb(text, strlen(text), flags, err);
 }
 
 json_t *kn_json_load_file(const char *path, size_t flags, json_error_t *err) {
