@@ -3,7 +3,8 @@
  *
  * - kn_sbuf: a growable text buffer with a cap (the GBNF being written).
  * - kn_gout: the GBNF output: unique rule names and the rules' text.
- * - kn_cset / kn_dfa (schema_regex.c; written out by schema_dfa_emit.c): sets of code points and
+ * - kn_cset / kn_nfa / kn_dfa (schema_regex.c, schema_regex_dfa.c; written out by schema_dfa_emit.c):
+ *   sets of code points, a pattern's NFA and
  *   deterministic automata over code points. Every string constraint (pattern, format, length, enum
  *   of strings, property-name rules, `not` of those) becomes one automaton, so constraints intersect
  *   and complement exactly, and an automaton is written out as one GBNF rule per state, matching the
@@ -158,6 +159,33 @@ void kn_imap_free(kn_imap *m);
 /* The id of k[0..n), -1 when absent. */
 int kn_imap_get(const kn_imap *m, const int *k, int n);
 const int *kn_imap_put(kn_imap *m, const int *k, int n, int v);
+
+/* A Thompson NFA over code points, as schema_regex.c parses a pattern into it: edges on nothing (EPS),
+ * on a set of code points (SET, an index into sets) and on the assertions ^ (BOL) and $ (EOL). */
+enum { KN_NE_EPS, KN_NE_SET, KN_NE_BOL, KN_NE_EOL };
+
+typedef struct kn_nedge {
+    int kind, to, set; /* set: index into kn_nfa.sets (KN_NE_SET) */
+} kn_nedge;
+
+typedef struct kn_nstate {
+    kn_nedge *e;
+    int n, cap;
+} kn_nstate;
+
+typedef struct kn_nfa {
+    kn_nstate *s;
+    int n, cap;
+    kn_cset *sets; /* distinct: a class parsed again (each copy of a counted atom) shares its id */
+    int nsets, capsets;
+    kn_imap setids; /* a set's ranges (lo, hi, lo, hi, ...) -> its index in sets */
+    bool nomem, toobig;
+} kn_nfa;
+/* The DFA of NFA a (start, final state), trimmed and minimized (schema_regex_dfa.c); NULL when out of
+ * memory, when it would pass KN_DFA_MAX_STATES or KN_DFA_MAX_TRANS (kn_dfa_toobig), or when building it
+ * would take more than KN_DFA_MAX_WORK steps or its states would hold more than KN_DFA_MAX_HELD NFA
+ * states in all (*too_complex). */
+kn_dfa *kn_nfa_subset(const kn_nfa *a, int start, int final, bool *too_complex);
 
 /* The strings in which the ECMAScript regex pattern finds a match (JSON Schema's `pattern`: a
  * search, anchored only where ^ and $ say so). NULL on error with err[errcap] filled ("unsupported

@@ -4,10 +4,9 @@
  * schema_dfa_emit.c).
  *
  * A pattern is parsed straight into a Thompson NFA (a counted repetition {m,n} copies its atom's
- * states), with ^ and $ as assertion edges; a subset construction makes it a DFA over code point
- * ranges (the intervals a state's classes cut are followed once per distinct set of classes holding
- * them), bounded in its states, transitions, steps and the positions its states hold, so that no
- * pattern costs more than a fraction of a second. JSON Schema patterns search: the NFA is wrapped in
+ * states), with ^ and $ as assertion edges; the subset construction (schema_regex_dfa.c) makes it a
+ * DFA over code point ranges, bounded so that no pattern costs more than a fraction of a second.
+ * JSON Schema patterns search: the NFA is wrapped in
  * "any string" loops, and the assertions hold only at the start (^) and end ($) of the whole string,
  * as in ECMAScript without the m flag. Supported: literals, escapes (\d \w \s \D \W \S \t \n \r \v \f
  * \0 \xHH \uHHHH \cX and escaped punctuation), classes with ranges and negation, '.', groups
@@ -102,34 +101,14 @@ bool kn_cset_has(const kn_cset *s, uint32_t c) {
 
 /* ---- NFA ------------------------------------------------------------------------------------- */
 
-enum { NE_EPS, NE_SET, NE_BOL, NE_EOL };
-
-typedef struct nedge {
-    int kind, to, set; /* set: index into nfa.sets (NE_SET) */
-} nedge;
-
-typedef struct nstate {
-    nedge *e;
-    int n, cap;
-} nstate;
-
-typedef struct nfa {
-    nstate *s;
-    int n, cap;
-    kn_cset *sets; /* distinct: a class parsed again (each copy of a counted atom) shares its id */
-    int nsets, capsets;
-    kn_imap setids; /* a set's ranges (lo, hi, lo, hi, ...) -> its index in sets */
-    bool nomem, toobig;
-} nfa;
-
-static int nfa_state(nfa *a) {
+static int nfa_state(kn_nfa *a) {
     if (a->n >= KN_REGEX_MAX_NFA) {
         a->toobig = true;
         return -1;
     }
     if (a->n == a->cap) {
         int nc = a->cap ? a->cap * 2 : 64;
-        nstate *s = realloc(a->s, (size_t)nc * sizeof *s);
+        kn_nstate *s = realloc(a->s, (size_t)nc * sizeof *s);
         if (!s) {
             a->nomem = true;
             return -1;
@@ -137,16 +116,16 @@ static int nfa_state(nfa *a) {
         a->s = s;
         a->cap = nc;
     }
-    a->s[a->n] = (nstate){0};
+    a->s[a->n] = (kn_nstate){0};
     return a->n++;
 }
 
-static void nfa_edge(nfa *a, int from, int kind, int to, int set) {
+static void nfa_edge(kn_nfa *a, int from, int kind, int to, int set) {
     if (from < 0 || to < 0) return;
-    nstate *s = &a->s[from];
+    kn_nstate *s = &a->s[from];
     if (s->n == s->cap) {
         int nc = s->cap ? s->cap * 2 : 2;
-        nedge *e = realloc(s->e, (size_t)nc * sizeof *e);
+        kn_nedge *e = realloc(s->e, (size_t)nc * sizeof *e);
         if (!e) {
             a->nomem = true;
             return;
@@ -154,12 +133,12 @@ static void nfa_edge(nfa *a, int from, int kind, int to, int set) {
         s->e = e;
         s->cap = nc;
     }
-    s->e[s->n++] = (nedge){kind, to, set};
+    s->e[s->n++] = (kn_nedge){kind, to, set};
 }
 
 /* The index of set *cs in a->sets, added if no equal set is there; takes ownership of *cs. -1 when
  * out of memory. Sharing ids keeps the subset construction's work per distinct class, not per copy. */
-static int nfa_set(nfa *a, kn_cset *cs) {
+static int nfa_set(kn_nfa *a, kn_cset *cs) {
     int nk = 2 * cs->n, id = -1;
     int *key = malloc((size_t)(nk ? nk : 1) * sizeof *key);
     if (!key) goto fail;
@@ -191,7 +170,7 @@ fail:
     return -1;
 }
 
-static void nfa_free(nfa *a) {
+static void nfa_free(kn_nfa *a) {
     for (int i = 0; i < a->n; i++) free(a->s[i].e);
     free(a->s);
     for (int i = 0; i < a->nsets; i++) kn_cset_free(&a->sets[i]);
@@ -209,12 +188,12 @@ typedef struct frag {
  * states again at the end of a, with their edges (those leaving the range kept as they are) and
  * classes (shared). A counted atom x{n} is n copies; copying costs the atom's states, not its text
  * parsed again (a class of thousands of characters repeated thousands of times took minutes). */
-static frag nfa_copy(nfa *a, int first, int last, frag f) {
+static frag nfa_copy(kn_nfa *a, int first, int last, frag f) {
     const int off = a->n - first;
     for (int i = first; i < last; i++) {
         if (nfa_state(a) < 0) return (frag){-1, -1};
         for (int k = 0; k < a->s[i].n; k++) {
-            const nedge e = a->s[i].e[k]; /* by value: nfa_edge may move the edge arrays */
+            const kn_nedge e = a->s[i].e[k]; /* by value: nfa_edge may move the edge arrays */
             nfa_edge(a, i + off, e.kind, e.to >= first && e.to < last ? e.to + off : e.to, e.set);
         }
     }
@@ -224,7 +203,7 @@ static frag nfa_copy(nfa *a, int first, int last, frag f) {
 typedef struct rx {
     const char *p; /* the pattern (UTF-8) */
     size_t len, pos;
-    nfa *a;
+    kn_nfa *a;
     char *err;
     size_t errcap;
     bool failed;
@@ -239,14 +218,14 @@ static void rx_fail(rx *r, const char *what) {
 
 static frag frag_empty(rx *r) {
     int s = nfa_state(r->a), e = nfa_state(r->a);
-    nfa_edge(r->a, s, NE_EPS, e, 0);
+    nfa_edge(r->a, s, KN_NE_EPS, e, 0);
     return (frag){s, e};
 }
 
 static frag frag_set(rx *r, kn_cset *cs) {
     int s = nfa_state(r->a), e = nfa_state(r->a);
     int id = nfa_set(r->a, cs);
-    if (id >= 0) nfa_edge(r->a, s, NE_SET, e, id);
+    if (id >= 0) nfa_edge(r->a, s, KN_NE_SET, e, id);
     return (frag){s, e};
 }
 
@@ -674,16 +653,16 @@ static bool rx_braces(rx *r, long *m, long *n) {
 }
 
 static frag rx_concat(rx *r, frag a, frag b) {
-    nfa_edge(r->a, a.end, NE_EPS, b.start, 0);
+    nfa_edge(r->a, a.end, KN_NE_EPS, b.start, 0);
     return (frag){a.start, b.end};
 }
 
 static frag rx_star(rx *r, frag a) {
     int s = nfa_state(r->a), e = nfa_state(r->a);
-    nfa_edge(r->a, s, NE_EPS, a.start, 0);
-    nfa_edge(r->a, s, NE_EPS, e, 0);
-    nfa_edge(r->a, a.end, NE_EPS, a.start, 0);
-    nfa_edge(r->a, a.end, NE_EPS, e, 0);
+    nfa_edge(r->a, s, KN_NE_EPS, a.start, 0);
+    nfa_edge(r->a, s, KN_NE_EPS, e, 0);
+    nfa_edge(r->a, a.end, KN_NE_EPS, a.start, 0);
+    nfa_edge(r->a, a.end, KN_NE_EPS, e, 0);
     return (frag){s, e};
 }
 
@@ -696,7 +675,7 @@ static frag rx_seq(rx *r) {
         if (c == '^' || c == '$') {
             r->pos++;
             int s = nfa_state(r->a), e = nfa_state(r->a);
-            nfa_edge(r->a, s, c == '^' ? NE_BOL : NE_EOL, e, 0);
+            nfa_edge(r->a, s, c == '^' ? KN_NE_BOL : KN_NE_EOL, e, 0);
             f = rx_concat(r, f, (frag){s, e});
             continue;
         }
@@ -746,7 +725,7 @@ static frag rx_seq(rx *r) {
                         /* x+ = x x*: reuse p as the mandatory copy would need another; use the star's
                          * structure with an edge that forbids skipping: s minus its skip edge */
                         s = (frag){p.start, p.end};
-                        nfa_edge(r->a, p.end, NE_EPS, p.start, 0);
+                        nfa_edge(r->a, p.end, KN_NE_EPS, p.start, 0);
                     }
                     f = rx_concat(r, f, s);
                 } else {
@@ -761,10 +740,10 @@ static frag rx_seq(rx *r) {
             if (n > m) {
                 int tail_end = nfa_state(r->a);
                 for (long i = m; i < n; i++) {
-                    nfa_edge(r->a, i == m ? f.end : parts[i - 1].end, NE_EPS, parts[i].start, 0);
-                    nfa_edge(r->a, i == m ? f.end : parts[i - 1].end, NE_EPS, tail_end, 0);
+                    nfa_edge(r->a, i == m ? f.end : parts[i - 1].end, KN_NE_EPS, parts[i].start, 0);
+                    nfa_edge(r->a, i == m ? f.end : parts[i - 1].end, KN_NE_EPS, tail_end, 0);
                 }
-                nfa_edge(r->a, parts[n - 1].end, NE_EPS, tail_end, 0);
+                nfa_edge(r->a, parts[n - 1].end, KN_NE_EPS, tail_end, 0);
                 f.end = tail_end;
             }
         }
@@ -777,381 +756,19 @@ static frag rx_disj(rx *r) {
     frag f = rx_seq(r);
     if (r->failed || r->pos >= r->len || r->p[r->pos] != '|') return f;
     int s = nfa_state(r->a), e = nfa_state(r->a);
-    nfa_edge(r->a, s, NE_EPS, f.start, 0);
-    nfa_edge(r->a, f.end, NE_EPS, e, 0);
+    nfa_edge(r->a, s, KN_NE_EPS, f.start, 0);
+    nfa_edge(r->a, f.end, KN_NE_EPS, e, 0);
     while (!r->failed && r->pos < r->len && r->p[r->pos] == '|') {
         r->pos++;
         frag g = rx_seq(r);
-        nfa_edge(r->a, s, NE_EPS, g.start, 0);
-        nfa_edge(r->a, g.end, NE_EPS, e, 0);
+        nfa_edge(r->a, s, KN_NE_EPS, g.start, 0);
+        nfa_edge(r->a, g.end, KN_NE_EPS, e, 0);
     }
     return (frag){s, e};
 }
 
-/* ---- subset construction --------------------------------------------------------------------- */
-
-/* Marks over n items that all clear in O(1): item i is marked when v[i] == gen. */
-typedef struct stamps {
-    uint32_t *v;
-    uint32_t gen;
-    size_t n;
-} stamps;
-
-static bool stamps_init(stamps *m, size_t n) {
-    m->v = calloc(n ? n : 1, sizeof *m->v);
-    m->gen = 0;
-    m->n = n;
-    return m->v != NULL;
-}
-
-/* Clears every mark. */
-static void stamps_clear(stamps *m) {
-    if (++m->gen == 0) {
-        memset(m->v, 0, m->n * sizeof *m->v);
-        m->gen = 1;
-    }
-}
-
-/* Sorts v[0..n) of values in [0, KN_REGEX_MAX_NFA) ascending; scratch has room for n ints. A radix
- * sort, a byte a pass: the subset construction sorts every set it reaches, thousands of positions
- * each in the costliest patterns, where qsort's comparisons were most of the time. */
-_Static_assert(KN_REGEX_MAX_NFA <= 1 << 16, "sort_states sorts values of two bytes");
-static void sort_states(int *v, int n, int *scratch) {
-    if (n < 32) {
-        for (int i = 1; i < n; i++) {
-            int x = v[i], j = i;
-            for (; j > 0 && v[j - 1] > x; j--) v[j] = v[j - 1];
-            v[j] = x;
-        }
-        return;
-    }
-    int *src = v, *dst = scratch;
-    for (int shift = 0; shift < 16; shift += 8) { /* KN_REGEX_MAX_NFA < 2^16: two passes */
-        int count[257] = {0};
-        for (int i = 0; i < n; i++) count[((src[i] >> shift) & 255) + 1]++;
-        for (int b = 0; b < 256; b++) count[b + 1] += count[b];
-        for (int i = 0; i < n; i++) dst[count[(src[i] >> shift) & 255]++] = src[i];
-        int *t = src;
-        src = dst;
-        dst = t;
-    }
-    /* an even number of passes leaves the result in v */
-}
-
-/* Epsilon closure of set[0..*n) in place (set has room for a->n ints; mk has a->n items), sorted
- * when scratch (room for a->n ints) is given. */
-static void closure(const nfa *a, int *set, int *n, stamps *mk, int *scratch, bool bol, bool eol) {
-    stamps_clear(mk);
-    for (int i = 0; i < *n; i++) mk->v[set[i]] = mk->gen;
-    for (int i = 0; i < *n; i++) {
-        const nstate *s = &a->s[set[i]];
-        for (int k = 0; k < s->n; k++) {
-            const nedge *e = &s->e[k];
-            bool follow = e->kind == NE_EPS || (e->kind == NE_BOL && bol) || (e->kind == NE_EOL && eol);
-            if (follow && mk->v[e->to] != mk->gen) {
-                mk->v[e->to] = mk->gen;
-                set[(*n)++] = e->to;
-            }
-        }
-    }
-    if (scratch) sort_states(set, *n, scratch);
-}
-
-/* ---- the intervals a state's classes cut -------------------------------------------------------- */
-
-/* The code point intervals that the ranges of a list of classes cut, each with its signature (the
- * classes holding it), kept for the last PART_MEMO lists: the states of a counted class
- * ([\p{L}\p{M}' -]{0,39}: 40 states) leave by the same classes, whose thousands of ranges were sorted
- * and walked again in every state. */
-#define PART_MEMO 8
-typedef struct cpart {
-    int *cls, nc;                  /* the classes (set indices), ascending: the key; NULL: an empty slot */
-    uint32_t *lo, *hi;             /* [n_iv]: the intervals some class holds, ascending */
-    int *sig, n_iv;                /* [n_iv]: the signature of each interval */
-    int *sig_cls, *sig_off, n_sig; /* signature k holds the classes sig_cls[sig_off[k] .. sig_off[k + 1]) */
-} cpart;
-
-static void part_free(cpart *p) {
-    free(p->cls);
-    free(p->lo);
-    free(p->hi);
-    free(p->sig);
-    free(p->sig_cls);
-    free(p->sig_off);
-    *p = (cpart){0};
-}
-
-/* Fills the empty p with the intervals that classes cls[0..nc) (ascending, nc > 0) of a cut; false when
- * memory runs out, or when *work (the subset construction's steps: a step per class per interval)
- * passes KN_DFA_MAX_WORK or the signatures would hold more than KN_DFA_MAX_HELD classes in all
- * (*too_complex); p is then to be freed. */
-static bool part_build(const nfa *a, cpart *p, const int *cls, int nc, size_t *work, bool *too_complex) {
-    size_t nb = 0;
-    for (int j = 0; j < nc; j++) nb += 2 * (size_t)a->sets[cls[j]].n;
-    uint64_t *bounds = malloc((nb + 1) * sizeof *bounds), *tmp = malloc((nb + 1) * sizeof *tmp);
-    int *cursor = calloc((size_t)nc, sizeof *cursor), *hits = malloc((size_t)nc * sizeof *hits);
-    kn_imap sigs = {0};
-    size_t cap_cls = (size_t)nc, n_cls = 0;
-    p->cls = malloc((size_t)nc * sizeof *p->cls);
-    p->lo = malloc((nb + 1) * sizeof *p->lo);
-    p->hi = malloc((nb + 1) * sizeof *p->hi);
-    p->sig = malloc((nb + 1) * sizeof *p->sig);
-    p->sig_off = malloc((nb + 2) * sizeof *p->sig_off);
-    p->sig_cls = malloc(cap_cls * sizeof *p->sig_cls);
-    bool ok = bounds && tmp && cursor && hits && p->cls && p->lo && p->hi && p->sig && p->sig_off && p->sig_cls;
-    if (!ok) goto done;
-    memcpy(p->cls, cls, (size_t)nc * sizeof *cls);
-    p->nc = nc;
-    nb = 0;
-    for (int j = 0; j < nc; j++) {
-        const kn_cset *c = &a->sets[cls[j]];
-        for (int r = 0; r < c->n; r++) {
-            bounds[nb++] = c->r[r].lo;
-            bounds[nb++] = (uint64_t)c->r[r].hi + 1;
-        }
-    }
-    kn_sort_u64(bounds, nb, tmp);
-    size_t u = 0;
-    for (size_t i = 0; i < nb; i++)
-        if (!u || bounds[u - 1] != bounds[i]) bounds[u++] = bounds[i];
-    p->sig_off[0] = 0;
-    for (size_t b = 0; b + 1 < u; b++) {
-        const uint32_t lo = (uint32_t)bounds[b], hi = (uint32_t)bounds[b + 1] - 1;
-        if ((*work += (size_t)nc) > KN_DFA_MAX_WORK || n_cls > KN_DFA_MAX_HELD) {
-            *too_complex = true;
-            ok = false;
-            goto done;
-        }
-        /* the classes holding this interval: each class's ranges are sorted and the intervals come
-         * in order, so a cursor per class walks its ranges once */
-        int nh = 0;
-        for (int j = 0; j < nc; j++) {
-            const kn_cset *c = &a->sets[cls[j]];
-            while (cursor[j] < c->n && c->r[cursor[j]].hi < lo) cursor[j]++;
-            if (cursor[j] < c->n && c->r[cursor[j]].lo <= lo) hits[nh++] = cls[j];
-        }
-        if (!nh) continue;
-        int k = kn_imap_get(&sigs, hits, nh);
-        if (k < 0) {
-            if (n_cls + (size_t)nh > cap_cls) {
-                while (n_cls + (size_t)nh > cap_cls) cap_cls *= 2;
-                int *g = realloc(p->sig_cls, cap_cls * sizeof *g);
-                if (!g) {
-                    ok = false;
-                    goto done;
-                }
-                p->sig_cls = g;
-            }
-            k = p->n_sig;
-            if (!kn_imap_put(&sigs, hits, nh, k)) {
-                ok = false;
-                goto done;
-            }
-            memcpy(p->sig_cls + n_cls, hits, (size_t)nh * sizeof *hits);
-            n_cls += (size_t)nh;
-            p->sig_off[++p->n_sig] = (int)n_cls;
-        }
-        p->lo[p->n_iv] = lo;
-        p->hi[p->n_iv] = hi;
-        p->sig[p->n_iv++] = k;
-    }
-done:
-    free(bounds);
-    free(tmp);
-    free(cursor);
-    free(hits);
-    kn_imap_free(&sigs);
-    return ok;
-}
-
-/* The partition of parts[PART_MEMO] keyed by cls[0..nc) (ascending), built into the slot *next names
- * when absent; NULL when part_build fails. */
-static const cpart *part_get(const nfa *a, cpart *parts, int *next, const int *cls, int nc, size_t *work,
-                             bool *too_complex) {
-    for (int q = 0; q < PART_MEMO; q++)
-        if (parts[q].cls && parts[q].nc == nc && !memcmp(parts[q].cls, cls, (size_t)nc * sizeof *cls)) return &parts[q];
-    cpart *p = &parts[*next];
-    *next = (*next + 1) % PART_MEMO;
-    part_free(p);
-    if (!part_build(a, p, cls, nc, work, too_complex)) {
-        part_free(p);
-        return NULL;
-    }
-    return p;
-}
-
-/* Sorts the ints v[0..n) (>= 0) ascending; w has room for 2n values. */
-static void sort_ints(int *v, int n, uint64_t *w) {
-    for (int i = 0; i < n; i++) w[i] = (uint64_t)v[i];
-    kn_sort_u64(w, (size_t)n, w + n);
-    for (int i = 0; i < n; i++) v[i] = (int)w[i];
-}
-
-/* The DFA of NFA a (start, final state), trimmed and minimized; NULL when out of memory, when it would
- * pass KN_DFA_MAX_STATES or KN_DFA_MAX_TRANS (kn_dfa_toobig), or when building it would take more than
- * KN_DFA_MAX_WORK steps or its states would hold more than KN_DFA_MAX_HELD NFA states in all
- * (*too_complex). A state's successors are found once per signature of the intervals its classes cut
- * (every interval held by the same classes leads to the same state). */
-static kn_dfa *subset(const nfa *a, int start, int final, bool *too_complex) {
-    kn_dfa *d = calloc(1, sizeof *d);
-    int *set = malloc((size_t)a->n * sizeof *set), *tmp = malloc((size_t)a->n * sizeof *tmp);
-    const size_t nsets = (size_t)(a->nsets ? a->nsets : 1);
-    int *classes = malloc(nsets * sizeof *classes);      /* the distinct classes leaving the current state */
-    uint64_t *csort = malloc(2 * nsets * sizeof *csort); /* sort_ints' room */
-    int *to = NULL;                                      /* [n_sig]: the state each signature leads to, -1: none */
-    int cap_to = 0;
-    cpart parts[PART_MEMO] = {{0}};
-    int next_part = 0;
-    stamps mark = {0}, seen = {0}, hit = {0}; /* over NFA states; over sets twice */
-    kn_imap map = {0};
-    const int **sets = NULL; /* sets[i]: the NFA set of DFA state i (len first; map's keys but the start's) */
-    int *start_set = NULL;
-    int capsets = 0;
-    bool ok = d && set && tmp && classes && csort && stamps_init(&mark, (size_t)a->n) &&
-              stamps_init(&seen, (size_t)a->nsets) && stamps_init(&hit, (size_t)a->nsets);
-    if (!ok) goto done;
-    /* the start state: ^ may hold here only */
-    int n = 1;
-    set[0] = start;
-    closure(a, set, &n, &mark, tmp, true, false);
-    {
-        /* register the start state (^ holds there only). It stays out of the map: a later state of the
-         * same NFA set is another state, since its acceptance is decided without ^ ("$^" accepts the
-         * empty string only) */
-        int m = n;
-        memcpy(tmp, set, (size_t)n * sizeof *set);
-        closure(a, tmp, &m, &mark, NULL, true, true);
-        bool acc = false;
-        for (int i = 0; i < m; i++) acc |= tmp[i] == final;
-        capsets = 64;
-        sets = malloc((size_t)capsets * sizeof *sets);
-        start_set = malloc((size_t)(n + 1) * sizeof *start_set);
-        if (!sets || !start_set || kn_dfa_add_state(d, acc) != 0) {
-            ok = false;
-            goto done;
-        }
-        start_set[0] = n;
-        memcpy(start_set + 1, set, (size_t)n * sizeof *set);
-        sets[0] = start_set;
-    }
-    /* worklist: states are processed in id order */
-    size_t work = 0, held = (size_t)n; /* NFA states visited so far; held by the DFA's states */
-    for (int cur = 0; cur < d->n; cur++) {
-        int cn = sets[cur][0];
-        const int *cs = sets[cur] + 1;
-        int nc = 0;
-        stamps_clear(&seen);
-        for (int i = 0; i < cn; i++) {
-            const nstate *s = &a->s[cs[i]];
-            for (int k = 0; k < s->n; k++)
-                if (s->e[k].kind == NE_SET && seen.v[s->e[k].set] != seen.gen) {
-                    seen.v[s->e[k].set] = seen.gen;
-                    classes[nc++] = s->e[k].set;
-                }
-        }
-        if (!nc) continue;
-        sort_ints(classes, nc, csort);
-        const cpart *p = part_get(a, parts, &next_part, classes, nc, &work, too_complex);
-        if (!p) {
-            ok = false;
-            goto done;
-        }
-        if (p->n_sig > cap_to) {
-            int *nt = realloc(to, (size_t)p->n_sig * sizeof *nt);
-            if (!nt) {
-                ok = false;
-                goto done;
-            }
-            to = nt;
-            cap_to = p->n_sig;
-        }
-        /* the state each signature leads to, in the order the intervals first name them (so states
-         * are numbered as the intervals reach them) */
-        for (int k = 0; k < p->n_sig; k++) {
-            to[k] = -1;
-            stamps_clear(&hit);
-            for (int i = p->sig_off[k]; i < p->sig_off[k + 1]; i++) hit.v[p->sig_cls[i]] = hit.gen;
-            int m = 0;
-            stamps_clear(&mark);
-            for (int i = 0; i < cn; i++) {
-                const nstate *s = &a->s[cs[i]];
-                for (int e = 0; e < s->n; e++) {
-                    const nedge *ed = &s->e[e];
-                    if (ed->kind == NE_SET && hit.v[ed->set] == hit.gen && mark.v[ed->to] != mark.gen) {
-                        mark.v[ed->to] = mark.gen;
-                        set[m++] = ed->to;
-                    }
-                }
-            }
-            if (!m) continue;
-            closure(a, set, &m, &mark, tmp, false, false);
-            if ((work += (size_t)cn + (size_t)m) > KN_DFA_MAX_WORK) {
-                *too_complex = true;
-                ok = false;
-                goto done;
-            }
-            int id = kn_imap_get(&map, set, m);
-            if (id < 0) {
-                if ((held += (size_t)m) > KN_DFA_MAX_HELD) {
-                    *too_complex = true;
-                    ok = false;
-                    goto done;
-                }
-                int mm = m;
-                memcpy(tmp, set, (size_t)m * sizeof *set);
-                closure(a, tmp, &mm, &mark, NULL, false, true);
-                bool acc = false;
-                for (int i = 0; i < mm; i++) acc |= tmp[i] == final;
-                id = kn_dfa_add_state(d, acc);
-                if (id < 0) {
-                    ok = false;
-                    goto done;
-                }
-                if (id >= capsets) {
-                    int nc2 = capsets * 2;
-                    const int **ns = realloc(sets, (size_t)nc2 * sizeof *ns);
-                    if (!ns) {
-                        ok = false;
-                        goto done;
-                    }
-                    sets = ns;
-                    capsets = nc2;
-                }
-                if (!(sets[id] = kn_imap_put(&map, set, m, id))) {
-                    ok = false;
-                    goto done;
-                }
-            }
-            to[k] = id;
-        }
-        for (int i = 0; i < p->n_iv; i++)
-            if (to[p->sig[i]] >= 0 && !kn_dfa_add_tr(d, cur, p->lo[i], p->hi[i], to[p->sig[i]])) {
-                ok = false;
-                goto done;
-            }
-    }
-done:
-    free(sets);
-    free(start_set);
-    kn_imap_free(&map);
-    free(set);
-    free(tmp);
-    free(classes);
-    free(csort);
-    free(to);
-    for (int q = 0; q < PART_MEMO; q++) part_free(&parts[q]);
-    free(mark.v);
-    free(seen.v);
-    free(hit.v);
-    if (!ok) {
-        kn_dfa_free(d);
-        return NULL;
-    }
-    return kn_dfa_trim_min(d);
-}
-
 kn_dfa *kn_dfa_regex(const char *pattern, char *err, size_t errcap) {
-    nfa a = {0};
+    kn_nfa a = {0};
     rx r = {.p = pattern, .len = strlen(pattern), .a = &a, .err = err, .errcap = errcap};
     if (errcap) err[0] = 0;
     /* .* (pattern) .* with "any" including line terminators */
@@ -1159,13 +776,13 @@ kn_dfa *kn_dfa_regex(const char *pattern, char *err, size_t errcap) {
     if (!kn_cset_add(&any, 0, KN_CP_MAX)) a.nomem = true;
     int s0 = nfa_state(&a);
     int anyset = nfa_set(&a, &any);
-    nfa_edge(&a, s0, NE_SET, s0, anyset);
+    nfa_edge(&a, s0, KN_NE_SET, s0, anyset);
     frag f = rx_disj(&r);
     if (!r.failed && r.pos < r.len) rx_fail(&r, "unmatched )");
     int s1 = nfa_state(&a);
-    nfa_edge(&a, s0, NE_EPS, f.start, 0);
-    nfa_edge(&a, f.end, NE_EPS, s1, 0);
-    nfa_edge(&a, s1, NE_SET, s1, anyset);
+    nfa_edge(&a, s0, KN_NE_EPS, f.start, 0);
+    nfa_edge(&a, f.end, KN_NE_EPS, s1, 0);
+    nfa_edge(&a, s1, KN_NE_SET, s1, anyset);
     kn_dfa *d = NULL;
     /* the NFA's bound or memory first: the parse stops there, and whatever it then says of the
      * rest of the pattern ("missing )") is not the pattern's fault */
@@ -1177,7 +794,7 @@ kn_dfa *kn_dfa_regex(const char *pattern, char *err, size_t errcap) {
     } else {
         kn_dfa_toobig_clear();
         bool too_complex = false;
-        d = subset(&a, s0, s1, &too_complex);
+        d = kn_nfa_subset(&a, s0, s1, &too_complex);
         if (!d && kn_dfa_toobig())
             snprintf(err, errcap, "the pattern needs more than %d automaton states or %d transitions",
                      KN_DFA_MAX_STATES, KN_DFA_MAX_TRANS);
