@@ -141,9 +141,10 @@ static void send_no_memory(srv_req *r) {
     srv_send_error(r, 503, "server_error", NULL, NULL, "out of memory: the server cannot hold the request now");
 }
 
-/* jansson's allocations (json_set_alloc_funcs in srv_http_start), counted when they fail on this
- * thread: during an access handler's call (on_request resets the count), or while the engine's
- * thread makes a job's events (job.c). Callers cannot always tell by jansson's results: its parser
+/* jansson's allocations (srv_json_alloc_install: srv_http_start, and an isolated server's
+ * supervisor), counted when they fail on this thread: during an access handler's call (on_request
+ * resets the count), while the engine's thread makes a job's events (job.c), or while the
+ * supervisor reads a request's model (pool.c). Callers cannot always tell by jansson's results: its parser
  * reports an allocation that failed as a syntax error, or not at all (a string comes out without
  * the bytes it could not save), and a value added to an array or object that could not be made is
  * left out. A request that met one is answered 503 (srv_send_response), whatever its route made of
@@ -178,6 +179,16 @@ static void json_reserve_refill(void) {
 }
 
 unsigned srv_json_alloc_failures(void) { return json_alloc_failures; }
+
+void srv_json_alloc_install(void) {
+    json_set_alloc_funcs(json_alloc, free);
+    json_reserve_refill();
+}
+
+void srv_json_alloc_begin(void) {
+    json_alloc_failures = 0;
+    json_reserve_refill();
+}
 
 /* The state of every connection whose own could not be allocated: its request was answered at once
  * (send_no_memory) and what it sends is dropped. Shared and never written. */
@@ -511,8 +522,7 @@ static bool start_isolated(srv *s, unsigned flags) {
 
 bool srv_http_start(srv *s) {
     mallopt(M_ARENA_MAX, SRV_ARENA_MAX); /* before the connection threads; the engine's keep theirs */
-    json_set_alloc_funcs(json_alloc, free);
-    json_reserve_refill();
+    srv_json_alloc_install();
     /* poll, not select: connection sockets may be numbered past FD_SETSIZE */
     if (iso_ctl >= 0)
         return start_isolated(s, MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC |

@@ -528,8 +528,10 @@ bool srv_pool_peek_request(const char *buf, size_t n, bool stalled, size_t max_b
         return false;
     }
     const size_t blen = have < want ? have : want;
+    srv_json_alloc_begin();
     srv_pool_body_model(body, blen, out->complete && !te, out->api == SRV_API_OLLAMA, out->model, sizeof out->model);
     if (out->complete && !te && out->api == SRV_API_OLLAMA) srv_pool_body_keep(url, body, blen, &out->keep);
+    out->nomem = srv_json_alloc_failures() != 0;
     return true;
 }
 

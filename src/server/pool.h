@@ -158,11 +158,14 @@ typedef struct srv_pool_peek {
     char model[256];      /* the model the body names ("" when none) */
     bool ps;              /* GET or HEAD of /api/ps */
     srv_pool_keep keep;   /* the keep_alive of an Ollama request (complete body) */
+    bool nomem;           /* an allocation failed while the body was read: model and keep are not to be
+                             trusted (the request is answered 503, not routed by them) */
 } srv_pool_peek;
 
 /* Reads a request's start, buf[0..n) (bytes peeked from its socket): false when more bytes are
  * needed (and may come: !stalled; a declared body over max_body is not waited for); otherwise
- * fills *out, routing by what there is. */
+ * fills *out, routing by what there is. jansson's allocations are counted (srv_json_alloc_install
+ * first): one that failed sets out->nomem. */
 bool srv_pool_peek_request(const char *buf, size_t n, bool stalled, size_t max_body, srv_pool_peek *out);
 
 /* The error body of a request naming an unknown model (404), in its API's shape; a new reference. */

@@ -184,6 +184,12 @@ void srv_job_unref(srv_job *j);
 bool srv_job_append(srv_job *j, const char *s, size_t n);
 /* jansson's allocations that failed on this thread (http.c counts them). */
 unsigned srv_json_alloc_failures(void);
+/* Points jansson at the server's counting allocator (its reserve mapped): once per process, before
+ * the first parse. */
+void srv_json_alloc_install(void);
+/* Resets this thread's count of failures and maps the reserve again if a failure used it: before
+ * work whose JSON must be whole (a request's parse). */
+void srv_json_alloc_begin(void);
 /* Hands the job to the engine (which holds a reference until it is done), its max_tokens at most
  * s->cfg.max_tokens_limit. KILN_ERR_BUSY when the queue is full or the server is stopping. */
 kiln_status srv_job_submit(srv *s, srv_job *j);

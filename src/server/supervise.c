@@ -153,18 +153,31 @@ uint64_t srv_iso_sent(int fd) {
 
 /* ---- the parent's own answers ------------------------------------------------------------------ */
 
-/* A whole HTTP response with a JSON body; the connection then closes. */
+/* A whole HTTP response with a JSON body (a new reference, NULL when it could not be made); the
+ * connection then closes. A body that could not be made or written out makes the answer a 503 "out
+ * of memory" (no allocation is needed for it): a client must not take an empty body for the answer. */
 static void answer(int fd, unsigned status, const char *reason, json_t *body) {
     char *b = body ? json_dumps(body, JSON_COMPACT) : NULL;
     json_decref(body);
-    const char *text = b ? b : "{}";
-    char *resp = NULL;
-    const int n = asprintf(&resp,
+    const char *text = b;
+    if (!b) {
+        status = 503;
+        reason = "Service Unavailable";
+        text = "{\"error\":{\"message\":\"out of memory: the server cannot answer now\",\"type\":\"server_error\"}}";
+    }
+    char buf[4096]; /* head and body in one write where they fit (one segment, no wait for an ACK) */
+    const size_t tl = strlen(text);
+    const int h = snprintf(buf, sizeof buf,
                            "HTTP/1.1 %u %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
-                           "Cache-Control: no-cache\r\nConnection: close\r\n\r\n%s",
-                           status, reason, strlen(text), text);
-    if (n > 0) write_all(fd, resp, (size_t)n);
-    free(resp);
+                           "Cache-Control: no-cache\r\nConnection: close\r\n\r\n",
+                           status, reason, tl);
+    if ((size_t)h + tl < sizeof buf) {
+        memcpy(buf + h, text, tl);
+        write_all(fd, buf, (size_t)h + tl);
+    } else {
+        write_all(fd, buf, (size_t)h);
+        write_all(fd, text, tl);
+    }
     free(b);
 }
 
@@ -511,6 +524,13 @@ static bool busy(const sup *s, int w) {
 static void route(sup *s, uint32_t id, const srv_pool_peek *pk) {
     conn *c = &s->c[id];
     c->api = pk->api;
+    if (pk->nomem) { /* its model unknown: routing by "" would hand it to the default model */
+        answer(c->fd, 503, "Service Unavailable",
+               srv_pool_error_body(c->api, 503, "out_of_memory",
+                                   "out of memory: the server cannot read the request's model now"));
+        conn_close(s, id, true);
+        return;
+    }
     int w = pk->model[0] && !pk->health ? srv_pool_index(pk->model) : srv_pool_any();
     bool running = false, ready = false; /* some engine is (being) started or restarted; one is ready */
     for (int k = 0; k < SRV_POOL_MAX; k++) {
@@ -743,6 +763,7 @@ int srv_supervise(const srv_supervisor *sv) {
     s.cap = (size_t)sv->max_conns + 1;
     s.c = calloc(s.cap, sizeof *s.c);
     s.peek = malloc(PEEK_MAX);
+    srv_json_alloc_install(); /* the requests' models are read with it counting (pool.c) */
     if (!s.c || !s.peek || !srv_pool_table_get()) {
         fprintf(stderr, "kiln serve: out of memory\n");
         goto out;

@@ -15,6 +15,9 @@
  *
  * A reply is compared with what varies between runs taken out: the HTTP head's Date, the chunk
  * sizes of a stream (how the bytes were cut depends on timing), ids, creation times, durations.
+ * The isolated server's supervisor (a second process) is not run here; what it reads of a request to
+ * route it (pool.c's peek) is, with each of its allocations failing (test_supervisor_alloc_peek).
+ *
  * KILN_FAULT_N=N tries one N alone (KILN_FAULT_BT=1 shows where it fails), KILN_FAULT_PATH=TEXT
  * the paths whose name holds TEXT; KILN_FAULT_VERBOSE prints each reply.
  */
@@ -22,6 +25,7 @@
 #include "harness.h"
 
 #include "fuzz_server.h"
+#include "pool.h"
 
 #include <jansson.h>
 #include <regex.h>
@@ -315,6 +319,67 @@ static void test_server_alloc_ollama_show(void) { run_path(&paths[8]); }
 static void test_server_alloc_tokenize(void) { run_path(&paths[9]); }
 static void test_server_alloc_completions(void) { run_path(&paths[10]); }
 
+/* What an isolated server's supervisor reads of a request before routing it (pool.c), with the N-th
+ * allocation failing (jansson's, through the server's counting allocator): the model, the keep_alive
+ * and the route must come out as without the failure, and a failure must be reported (nomem: the
+ * supervisor then answers 503). Before nomem, a failure could leave the model unread, and the request
+ * went to the default model's engine, which refused it with a 400 "model_not_routed". */
+static bool peek_same(const srv_pool_peek *a, const srv_pool_peek *b) {
+    return a->complete == b->complete && a->health == b->health && a->api == b->api && a->ps == b->ps &&
+           !strcmp(a->model, b->model) && a->keep.applies == b->keep.applies && a->keep.ms == b->keep.ms &&
+           a->keep.unload == b->keep.unload && a->keep.chat == b->keep.chat;
+}
+
+static void test_supervisor_alloc_peek(void) {
+    static const struct {
+        const char *url, *body;
+        size_t declared; /* the Content-Length (0: the body's): more, and the body is still coming */
+    } requests[] = {
+        /* the whole body: "model" after the messages */
+        {"/v1/chat/completions",
+         "{\"messages\":[{\"role\":\"user\",\"content\":\"Once upon a time\"}],\"max_tokens\":4,"
+         "\"stream\":true,\"model\":\"stories15M\",\"n\":1}",
+         0},
+        /* Ollama: "name" when "model" is null, and an unload call's keep_alive */
+        {"/api/chat", "{\"model\":null,\"name\":\"stories260K\",\"messages\":[],\"keep_alive\":0}", 0},
+        /* a body still coming (routed when stalled): "model" read alone, its escapes decoded */
+        {"/v1/completions", "{\"model\":\"stories\\u0031\\u0035M\",\"prompt\":\"Once upon", 5000},
+    };
+    srv_json_alloc_install();
+    for (size_t k = 0; k < sizeof requests / sizeof *requests; k++) {
+        char rq[1024];
+        const size_t len = strlen(requests[k].body);
+        snprintf(rq, sizeof rq, "POST %s HTTP/1.1\r\nHost: k\r\nContent-Length: %zu\r\n\r\n%s", requests[k].url,
+                 requests[k].declared ? requests[k].declared : len, requests[k].body);
+        const bool stalled = requests[k].declared != 0;
+        srv_pool_peek want, got;
+        fa_arm(0);
+        CHECK(srv_pool_peek_request(rq, strlen(rq), stalled, 1u << 20, &want));
+        const long n_calls = fa_calls;
+        fa_disarm();
+        CHECK(!want.nomem && want.model[0]);
+        long reported = 0;
+        for (long n = 1; n <= n_calls; n++) {
+            const size_t heap = fa_heap_in_use();
+            const long failed = fa_failed;
+            fa_arm(n);
+            CHECK(srv_pool_peek_request(rq, strlen(rq), stalled, 1u << 20, &got));
+            fa_disarm();
+            CHECK(fa_failed == failed + 1);
+            if (!got.nomem || !peek_same(&got, &want)) {
+                CHECK(got.nomem);
+                CHECK(peek_same(&got, &want));
+                printf("# request %zu, allocation %ld: nomem %d, model '%s' (want '%s')\n", k, n, got.nomem, got.model,
+                       want.model);
+                return;
+            }
+            reported++;
+            CHECK(fa_heap_in_use() <= heap);
+        }
+        printf("# request %zu: model '%s', %ld allocations, each failure reported\n", k, want.model, reported);
+    }
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     fa_setup(argv);
@@ -329,5 +394,6 @@ int main(int argc, char **argv) {
     RUN(test_server_alloc_ollama_show);
     RUN(test_server_alloc_tokenize);
     RUN(test_server_alloc_completions);
+    RUN(test_supervisor_alloc_peek);
     return kt_summary();
 }
