@@ -20,6 +20,8 @@
 #include "text/tok_tj.h"
 #include "text/unicode.h"
 
+#include <float.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,10 +71,11 @@ static kiln_status read_vocab(loader *L, int32_t model) {
         int64_t id;
         if (unigram) {
             int32_t piece = j->v[c].first, score = piece >= 0 ? j->v[piece].next : -1;
+            double sc = 0;
             if (j->v[c].type != KN_J_ARR || j->v[c].n != 2 || kn_json_type(j, piece) != KN_J_STR ||
-                kn_json_type(j, score) != KN_J_NUM) {
+                !kn_json_num(j, score, &sc) || !isfinite(sc)) {
                 snprintf(path, sizeof path, "model.vocab[%u]", k);
-                return fmt(path, "is not a [piece, score] pair");
+                return fmt(path, "is not a [piece, score] pair with a finite score");
             }
             id = k;
             bytes += j->v[piece].len;
@@ -119,7 +122,9 @@ static kiln_status read_vocab(loader *L, int32_t model) {
             kn_json_num(j, j->v[piece].next, &score);
             s = j->buf + j->v[piece].off;
             len = j->v[piece].len;
-            t->tok[id].score = (float)score;
+            /* within a float's range: the segmentation's unknown step scores below the lowest piece,
+             * which must be finite for every text to have a segmentation (unigram.c) */
+            t->tok[id].score = (float)fmax(-FLT_MAX, fmin(FLT_MAX, score));
         } else {
             kn_json_int(j, c, 0, KN_TJ_MAX_VOCAB - 1, &id);
             s = j->buf + j->v[c].key_off;

@@ -167,7 +167,8 @@ kiln_status kn_unigram_encode(const kn_tokenizer *t, const char *w, size_t n, kn
         }
         s += cl;
     }
-    /* walk back, then emit in order */
+    /* walk back, then emit in order; the end is always reached (the unknown step adds a finite score
+     * to a reachable position: every piece's score is a finite float, tok_tj_load.c) */
     size_t cnt = 0;
     for (size_t e = n; e > 0; e = (size_t)from[e]) cnt++;
     size_t *ends = malloc(cnt * sizeof *ends);

@@ -400,6 +400,22 @@ static void test_errors(void) {
     CHECK(kn_tokenizer_load_hf("{}", (size_t)1 << 40, NULL, 0, &t) == KILN_ERR_FORMAT && !t);
 }
 
+/* A Unigram score beyond a float's range is held as the float's extreme, so the lowest score and the
+ * unknown step below it stay finite: "z" (unknown) once made the end of "abz" unreachable, and the
+ * segmentation's walk back read before its arrays (fuzz_tokenizer_json). A score that is not a finite
+ * number (1e400) is refused. */
+static void test_unigram_extreme_scores(void) {
+    kn_tokenizer *t = load("{\"model\":{\"type\":\"Unigram\",\"unk_id\":0,\"vocab\":[[\"<unk>\",0],[\"a\",-1],"
+                           "[\"b\",-5.7e69],[\"ab\",-3]]}}",
+                           NULL);
+    CHECK(t);
+    CHECK(t && encodes(t, "abz", (int32_t[]){3, 0}, 2));
+    CHECK(t && encodes(t, "zbz", (int32_t[]){0, 2, 0}, 3));
+    kn_tokenizer_free(t);
+    CHECK(fails("{\"model\":{\"type\":\"Unigram\",\"vocab\":[[\"<unk>\",0],[\"b\",-1e400]]}}", NULL, KILN_ERR_FORMAT,
+                "model.vocab[1] is not a [piece, score] pair with a finite score"));
+}
+
 static void test_json_reader(void) {
     const char *s = "{\"a\": [1, -2.5e3, true, null, \"x\\u00e9\\ud83e\\udd99\\n\"], \"b\": {}}";
     kn_json j;
@@ -426,6 +442,7 @@ int main(void) {
     RUN(test_json_reader);
     RUN(test_wordpiece);
     RUN(test_unigram);
+    RUN(test_unigram_extreme_scores);
     RUN(test_unigram_reference);
     RUN(test_split_behaviors);
     RUN(test_unicode_forms);
