@@ -81,6 +81,13 @@ json_t *kn_json_load_file(const char *path, size_t flags, json_error_t *err) {
     return checked(json_load_file(path, flags, err), before, err);
 }
 
+unsigned kn_json_mark(void) {
+    setup();
+    return failures;
+}
+
+bool kn_json_failed_since(unsigned mark) { return failures != mark; }
+
 kiln_status kn_json_status(const json_error_t *err, kiln_status other) {
     return json_error_code(err) == json_error_out_of_memory ? KILN_ERR_NOMEM : other;
 }

@@ -29,4 +29,12 @@ json_t *kn_json_load_file(const char *path, size_t flags, json_error_t *err);
 /* KILN_ERR_NOMEM when err says an allocation failed, else other (the input's fault). */
 kiln_status kn_json_status(const json_error_t *err, kiln_status other);
 
+/* Building values (json_pack, json_object_set_new, json_array_append, ...) has the same weakness: a
+ * value that could not be made is left out of its array or object, and a call whose result goes
+ * unchecked then yields a smaller value (a schema without one of its `required` names). Work that
+ * builds takes a mark first (the library's allocator installed, its reserve made) and asks at its
+ * end whether jansson saw an allocation fail on this thread since: then it fails as out of memory. */
+unsigned kn_json_mark(void);
+bool kn_json_failed_since(unsigned mark);
+
 #endif

@@ -694,6 +694,7 @@ static kiln_status convert(const char *json, size_t len, bool strict, bool cheap
     if (!root)
         return kn_error(kn_json_status(&je, KILN_ERR_INVALID_ARG),
                         "the schema is not valid JSON: line %d, column %d: %s", je.line, je.column, je.text);
+    const unsigned mark = kn_json_mark(); /* the compile builds values: a part left out fails it */
     ctx c = {.root = root, .strict = strict, .cheap_keys = cheap};
     kn_gout_init(&c.g);
     static const char *const reserved[] = {"root",   "ws",   "value",  "object", "array",
@@ -729,7 +730,7 @@ static kiln_status convert(const char *json, size_t len, bool strict, bool cheap
         kn_sbuf_puts(&out, KN_SCHEMA_WS_RULE);
         if (c.g.text.over || out.over)
             ks_fail(&c, "", NULL, "the schema's grammar is larger than %u bytes", (unsigned)KN_SCHEMA_MAX_GBNF);
-        else if (c.g.text.nomem || out.nomem) ks_nomem(&c);
+        else if (c.g.text.nomem || out.nomem || kn_json_failed_since(mark)) ks_nomem(&c);
     }
     kiln_status st = KILN_OK;
     if (c.failed) {

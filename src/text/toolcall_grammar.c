@@ -590,6 +590,7 @@ kiln_status kiln_tool_grammar(const kiln_tool_grammar_params *params, kiln_gramm
     }
     gb b = {.fd = fd, .tf = tf};
     kiln_status st = KILN_OK;
+    const unsigned mark = kn_json_mark(); /* values built below (a schema alone, a list of choices) */
     for (size_t i = 0; i < json_array_size(tools) && !st; i++) {
         json_t *fn = function_of(json_array_get(tools, i));
         json_t *name = json_object_get(fn, "name");
@@ -638,6 +639,7 @@ kiln_status kiln_tool_grammar(const kiln_tool_grammar_params *params, kiln_gramm
         }
         st = b.st;
         if (fclose(b.f) && !st) st = kn_error(KILN_ERR_NOMEM, "out of memory");
+        if (!st && kn_json_failed_since(mark)) st = kn_error(KILN_ERR_NOMEM, "out of memory");
         if (!st) {
             const char *trig[4];
             size_t nt = 0;
