@@ -438,11 +438,13 @@ static kiln_status read_tokenizer_files(builder *b) {
             }
         }
         /* the rest of the config, canonical, for the tokenizer hash (a template edit must not change it) */
+        const unsigned mark = kn_json_mark(); /* a copy without a part would hash as another config */
         json_t *rest = json_deep_copy(cfg);
         json_object_del(rest, "chat_template");
         char *dump = json_dumps(rest, JSON_COMPACT | JSON_SORT_KEYS);
         json_decref(rest);
-        st = dump ? set_str(b, "tokenizer.huggingface.config", dump, strlen(dump)) : KILN_ERR_NOMEM;
+        st = dump && !kn_json_failed_since(mark) ? set_str(b, "tokenizer.huggingface.config", dump, strlen(dump))
+                                                 : KILN_ERR_NOMEM;
         free(dump);
         if (st) {
             json_decref(cfg);
