@@ -155,7 +155,7 @@ static void send_no_memory(srv_req *r) {
  * buffer (jansson 2.14: a heap overflow, seen when test_faults_alloc let jansson's allocations
  * fail). So a failed allocation lets go of JSON_RESERVE bytes of address space kept for the purpose
  * (a mapping never touched, outside the heap) and is tried once more (still counted); the reserve
- * is mapped again when a request begins (json_reserve_refill). */
+ * is mapped again when the next call for a request begins (srv_json_alloc_begin). */
 #define JSON_RESERVE (1u << 20)
 static _Thread_local unsigned json_alloc_failures;
 static void *json_reserve;
@@ -376,7 +376,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                                   const char *version, const char *upload, size_t *upload_size, void **con_cls) {
     srv *s = cls;
     conn_ctx *c = *con_cls;
-    json_alloc_failures = 0; /* this call's */
+    srv_json_alloc_begin(); /* this call's failures; the reserve back if one used it */
     srv_req r = {
         .server = s, .conn = conn, .method = method, .url = url, .api = srv_route_api(url), .body = "", .body_len = 0};
     if (c == &no_memory_ctx) { /* answered already: the body is dropped */
@@ -384,7 +384,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return MHD_YES;
     }
     if (!c) { /* the headers are in, the body (if any) is not */
-        json_reserve_refill();
         if (!(c = calloc(1, sizeof *c))) {
             queued = false;
             send_no_memory(&r);
