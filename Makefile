@@ -64,8 +64,10 @@ $(DEV_OBJ): OBJFLAGS = $(INTERNAL_INC)
 # $(BUILD)/flags holds the compile flags and is rewritten only when they change; everything compiled
 # depends on it, so a new OPT or CFLAGS, or a changed include or visibility rule, rebuilds what it
 # affects, while an unrelated edit of this file rebuilds nothing. (FORCE runs the check every time;
-# make looks at the file's time again afterwards.)
-FLAGS_NOW = $(CC) $(ALLCFLAGS) | $(LIB_FLAGS) | $(CLI_FLAGS) | $(INTERNAL_INC) | $(OMPFLAGS)
+# make looks at the file's time again afterwards.) The fuzzing builds add the files compiled without
+# coverage or comparison tracing, so that a change of those lists reaches an existing build folder.
+FLAGS_NOW = $(CC) $(ALLCFLAGS) | $(LIB_FLAGS) | $(CLI_FLAGS) | $(INTERNAL_INC) | $(OMPFLAGS)$(if \
+  $(FUZZ_NOCMP_FLAGS), | $(FUZZ_NOCOV_OBJ) $(FUZZ_NOCOV_FLAGS) | $(FUZZ_NOCMP_OBJ) $(FUZZ_NOCMP_FLAGS))
 $(BUILD)/flags: FORCE
 	@mkdir -p $(dir $@)
 	@echo '$(FLAGS_NOW)' | cmp -s - $@ || echo '$(FLAGS_NOW)' >$@
