@@ -45,36 +45,49 @@ static const char SCHEMA[] =
     "\"then\":{\"required\":[\"c\"]},\"not\":{\"required\":[\"a\"],\"properties\":{\"a\":{\"const\":\"w\"}}},"
     "\"additionalProperties\":false}";
 
-static void test_schema_exhausted(void) {
-    char *want = NULL;
-    CHECK(kn_schema_to_gbnf(SCHEMA, strlen(SCHEMA), false, &want) == KILN_OK);
-    const long parse = parse_calls(SCHEMA, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY);
+/* The grammar text make gives for arg (a new string in *text), KILN_ERR_NOMEM or another status. */
+typedef kiln_status (*maker)(const char *arg, char **text);
+
+static kiln_status schema_gbnf(const char *schema, char **text) {
+    return kn_schema_to_gbnf(schema, strlen(schema), false, text);
+}
+
+/* Runs make(arg) with jansson exhausted from each allocation after the parse of input (flags) on:
+ * each must give the reference text or KILN_ERR_NOMEM with no text, and some must run out. */
+static void run_exhausted(const char *name, maker make, const char *arg, const char *input, size_t flags) {
+    char *want = NULL, *got = NULL;
+    CHECK(make(arg, &want) == KILN_OK);
+    const long parse = parse_calls(input, flags);
     j_calls = 0;
-    char *g = NULL;
-    CHECK(kn_schema_to_gbnf(SCHEMA, strlen(SCHEMA), false, &g) == KILN_OK && !strcmp(g, want));
-    free(g);
+    CHECK(make(arg, &got) == KILN_OK && !strcmp(got, want));
+    free(got);
     const long total = j_calls;
     CHECK(total > parse);
     long refused = 0, same = 0;
     for (long n = parse + 1; n <= total; n++) {
         j_calls = 0;
         j_fail_from = n;
-        g = NULL;
-        const kiln_status st = kn_schema_to_gbnf(SCHEMA, strlen(SCHEMA), false, &g);
+        got = NULL;
+        const kiln_status st = make(arg, &got);
         j_fail_from = 0;
-        if (st == KILN_ERR_NOMEM && !g) {
+        if (st == KILN_ERR_NOMEM && !got) {
             refused++;
             continue;
         }
-        if (st != KILN_OK || strcmp(g, want)) printf("  from allocation %ld: status %d\n%s\n", n, st, g ? g : "");
-        CHECK(st == KILN_OK && !strcmp(g, want));
-        free(g);
+        const bool ok = st == KILN_OK && !strcmp(got, want);
+        if (!ok) printf("  %s, from allocation %ld: status %d\n%s\n", name, n, st, got ? got : "");
+        free(got);
+        CHECK(ok);
         same++;
     }
-    printf("# schema: %ld allocations after the parse's %ld: %ld out of memory, %ld the reference\n", total - parse,
+    printf("# %s: %ld allocations after the parse's %ld: %ld out of memory, %ld the reference\n", name, total - parse,
            parse, refused, same);
     CHECK(refused > 0);
     free(want);
+}
+
+static void test_schema_exhausted(void) {
+    run_exhausted("schema", schema_gbnf, SCHEMA, SCHEMA, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY);
 }
 
 /* Tools of a JSON-arguments format (hermes: the parameters' schemas compiled) and of an XML-like one
@@ -87,45 +100,24 @@ static const char TOOLS[] =
     "{\"color\":{\"const\":\"red\"},\"size\":{\"$ref\":\"#/$defs/s\"}},\"required\":[\"color\"],"
     "\"$defs\":{\"s\":{\"enum\":[\"small\",\"large\"]}}}}}]";
 
-static void tool_grammar_exhausted(const char *format) {
+static kiln_status tool_gbnf(const char *format, char **text) {
     kiln_tool_grammar_params p = kiln_tool_grammar_default_params();
     p.format = format;
     p.tools = TOOLS;
     p.choice = KILN_TOOL_CHOICE_REQUIRED;
     kiln_grammar *g = NULL;
-    CHECK(kiln_tool_grammar(&p, &g) == KILN_OK);
-    char *want = strdup(kiln_grammar_gbnf(g));
+    const kiln_status st = kiln_tool_grammar(&p, &g);
+    *text = st ? NULL : strdup(kiln_grammar_gbnf(g));
     kiln_grammar_free(g);
-    const long parse = parse_calls(TOOLS, JSON_REJECT_DUPLICATES);
-    j_calls = 0;
-    CHECK(kiln_tool_grammar(&p, &g) == KILN_OK);
-    kiln_grammar_free(g);
-    const long total = j_calls;
-    long refused = 0, same = 0;
-    for (long n = parse + 1; n <= total; n++) {
-        j_calls = 0;
-        j_fail_from = n;
-        g = NULL;
-        const kiln_status st = kiln_tool_grammar(&p, &g);
-        j_fail_from = 0;
-        if (st == KILN_ERR_NOMEM && !g) {
-            refused++;
-            continue;
-        }
-        const bool ok = st == KILN_OK && !strcmp(kiln_grammar_gbnf(g), want);
-        if (!ok) printf("  %s, from allocation %ld: status %d\n%s\n", format, n, st, g ? kiln_grammar_gbnf(g) : "");
-        kiln_grammar_free(g);
-        CHECK(ok);
-        same++;
-    }
-    printf("# tool grammar (%s): %ld allocations after the parse's %ld: %ld out of memory, %ld the reference\n", format,
-           total - parse, parse, refused, same);
-    CHECK(refused > 0);
-    free(want);
+    return st || *text ? st : KILN_ERR_NOMEM;
 }
 
-static void test_tool_grammar_hermes_exhausted(void) { tool_grammar_exhausted("hermes"); }
-static void test_tool_grammar_xml_exhausted(void) { tool_grammar_exhausted("qwen3-coder"); }
+static void test_tool_grammar_hermes_exhausted(void) {
+    run_exhausted("tool grammar (hermes)", tool_gbnf, "hermes", TOOLS, JSON_REJECT_DUPLICATES);
+}
+static void test_tool_grammar_xml_exhausted(void) {
+    run_exhausted("tool grammar (qwen3-coder)", tool_gbnf, "qwen3-coder", TOOLS, JSON_REJECT_DUPLICATES);
+}
 
 int main(void) {
     kiln_set_log(NULL, NULL, KILN_LOG_ERROR);
