@@ -251,7 +251,9 @@ KILN_API bool kiln_model_add_bos(const kiln_model *model);
 /* Tokenizes len bytes of text. add_special: prepend BOS (and append EOS) as the model's metadata
  * says. parse_special: text such as "<|eot_id|>" becomes the special token instead of plain text.
  * Writes up to cap ids to out and the total count to *n_out. KILN_ERR_BUFFER_SMALL when cap is too
- * small (*n_out then holds the needed count). */
+ * small (*n_out then holds the needed count). KILN_ERR_INVALID_ARG, kiln_last_error() naming the
+ * character, when the text holds one the tokenizer cannot encode (a tokenizer.json whose model has no
+ * unknown token, where Hugging Face's tokenizers fails too); nothing is dropped silently. */
 KILN_API kiln_status kiln_tokenize(const kiln_model *model, const char *text, size_t len, bool add_special,
                                    bool parse_special, kiln_token *out, size_t cap, size_t *n_out);
 

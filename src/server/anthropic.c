@@ -903,8 +903,9 @@ void srv_messages_count_tokens(srv_req *r) {
         oom(r);
         goto done;
     }
-    if (kiln_tokenize_chat(r->server->model, prompt, len, ids, len + 2, &n) != KILN_OK) {
-        srv_send_error(r, 500, "server_error", NULL, NULL, "tokenization failed: %s", kiln_last_error());
+    const kiln_status st = kiln_tokenize_chat(r->server->model, prompt, len, ids, len + 2, &n);
+    if (st != KILN_OK) {
+        srv_send_tokenize_error(r, "messages", st);
         goto done;
     }
     srv_send_json(r, 200, json_pack("{s:i}", "input_tokens", (json_int_t)n));

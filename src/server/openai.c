@@ -263,6 +263,14 @@ static bool parse_common(srv_req *r, json_t *req, srv_job *j, gen_out *g) {
 
 /* ---- prompt ------------------------------------------------------------------------------------- */
 
+void srv_send_tokenize_error(srv_req *r, const char *param, kiln_status st) {
+    if (st == KILN_ERR_INVALID_ARG) {
+        srv_send_error(r, 400, "invalid_request_error", param, "invalid_value", "%s", kiln_last_error());
+        return;
+    }
+    srv_send_error(r, 500, "server_error", NULL, NULL, "tokenization failed: %s", kiln_last_error());
+}
+
 kiln_token *srv_tokenize_prompt(srv_req *r, const char *param, const char *text, size_t len, size_t *n_out) {
     const kiln_model *m = r->server->model;
     size_t cap = len + 2, n = 0;
@@ -271,8 +279,9 @@ kiln_token *srv_tokenize_prompt(srv_req *r, const char *param, const char *text,
         oom(r);
         return NULL;
     }
-    if (kiln_tokenize_chat(m, text, len, ids, cap, &n) != KILN_OK) {
-        srv_send_error(r, 500, "server_error", NULL, NULL, "tokenization failed: %s", kiln_last_error());
+    const kiln_status st = kiln_tokenize_chat(m, text, len, ids, cap, &n);
+    if (st != KILN_OK) {
+        srv_send_tokenize_error(r, param, st);
         free(ids);
         return NULL;
     }

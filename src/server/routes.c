@@ -97,8 +97,12 @@ static void tokenize(srv_req *r) {
         const kiln_model *m = r->server->model;
         size_t len = json_string_length(content), n = 0;
         kiln_token *ids = malloc((len + 2) * sizeof *ids);
-        if (!ids || kiln_tokenize(m, json_string_value(content), len, add_special, parse_special, ids, len + 2, &n)) {
-            srv_send_error(r, 500, "server_error", NULL, NULL, "tokenization failed: %s", kiln_last_error());
+        kiln_status st;
+        if (!ids) {
+            srv_send_error(r, 500, "server_error", NULL, NULL, "out of memory");
+        } else if ((st = kiln_tokenize(m, json_string_value(content), len, add_special, parse_special, ids, len + 2,
+                                       &n)) != KILN_OK) {
+            srv_send_tokenize_error(r, "content", st);
         } else {
             json_t *arr = json_array();
             for (size_t i = 0; i < n; i++)

@@ -359,6 +359,9 @@ bool srv_get_bool(srv_req *r, json_t *o, const char *key, bool *out);
  * sending the error (400 naming param when it does not leave room in the context for one new
  * token). */
 kiln_token *srv_tokenize_prompt(srv_req *r, const char *param, const char *text, size_t len, size_t *n_out);
+/* Sends the error of a failed kiln_tokenize(_chat) that returned st: 400 naming param for text the
+ * model's tokenizer cannot encode (KILN_ERR_INVALID_ARG), 500 for anything else. */
+void srv_send_tokenize_error(srv_req *r, const char *param, kiln_status st);
 /* Renders a chat request's messages with the model's template into a malloc'd prompt; NULL after
  * sending 400. */
 char *srv_render_chat(srv_req *r, json_t *req, size_t *len);

@@ -112,6 +112,10 @@ typedef struct kn_tj {
     int n_pre;
     /* model options */
     bool byte_fallback, fuse_unk;
+    int32_t unk;       /* the model's unknown token, what encoding uses (-1: none); t->unk may also come
+                        * from tokenizer_config.json, which the tokenizers library does not encode with */
+    bool unk_required; /* text no piece covers fails the encode when there is no unknown token (Unigram,
+                        * WordPiece, a BPE naming an unk_token its vocabulary lacks); else it is dropped */
     char *cont_prefix; /* BPE continuing_subword_prefix / WordPiece "##" (NULL: none) */
     size_t cont_prefix_len;
     char *eow_suffix; /* BPE end_of_word_suffix */
@@ -188,6 +192,12 @@ kiln_status kn_tj_split(const pcre2_code *re, const char *lit, size_t lit_len, k
 /* ---- encoding (tok_tj_enc.c) ------------------------------------------------------------------- */
 /* Appends the ids of text[0..len) (no post-processor tokens) to out. */
 kiln_status kn_tj_encode(const kn_tokenizer *t, const char *text, size_t len, bool parse_special, kn_ivec *out);
+/* Appends the unknown token for the text s[0..n) that no piece covers. Without one the text is dropped
+ * (a BPE naming no unk_token) or, as the tokenizers library does, the encode fails with
+ * KILN_ERR_INVALID_ARG naming the text's first character (tj->unk_required). */
+kiln_status kn_tj_push_unk(const kn_tokenizer *t, const char *s, size_t n, kn_ivec *out);
+/* That failure: KILN_ERR_INVALID_ARG naming the first character of s[0..n). */
+kiln_status kn_tj_no_unk(const char *s, size_t n);
 /* Unigram (unigram.c): appends the ids of one pre-tokenized word. */
 kiln_status kn_unigram_encode(const kn_tokenizer *t, const char *w, size_t n, kn_ivec *out);
 /* Builds t->tj->pieces from the vocabulary. */

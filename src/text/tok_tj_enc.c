@@ -161,22 +161,34 @@ typedef struct enc_state {
     kn_tj_words words, tmp;
 } enc_state;
 
-static bool push_unk(const kn_tokenizer *t, kn_ivec *out) { return t->unk < 0 || kn_ivec_push(out, t->unk); }
+kiln_status kn_tj_push_unk(const kn_tokenizer *t, const char *s, size_t n, kn_ivec *out) {
+    if (t->tj->unk >= 0) return kn_ivec_push(out, t->tj->unk) ? KILN_OK : KILN_ERR_NOMEM;
+    return t->tj->unk_required ? kn_tj_no_unk(s, n) : KILN_OK;
+}
+
+kiln_status kn_tj_no_unk(const char *s, size_t n) {
+    size_t adv;
+    const uint32_t cp = kn_utf8_decode((const uint8_t *)s, n, &adv);
+    return kn_error(KILN_ERR_INVALID_ARG,
+                    "the tokenizer cannot encode the text at U+%04X: no piece of its vocabulary covers it "
+                    "and its tokenizer.json has no unknown token",
+                    (unsigned)cp);
+}
 
 /* Emits the token of one final BPE symbol (see the file comment). */
-static bool bpe_emit(const kn_tokenizer *t, const char *s, size_t n, kn_ivec *out) {
+static kiln_status bpe_emit(const kn_tokenizer *t, const char *s, size_t n, kn_ivec *out) {
     int32_t id = kn_tok_lookup(t, s, n);
-    if (id >= 0) return kn_ivec_push(out, id);
+    if (id >= 0) return kn_ivec_push(out, id) ? KILN_OK : KILN_ERR_NOMEM;
     if (t->tj->byte_fallback) {
         bool all = true;
         for (size_t i = 0; i < n && all; i++) all = t->byte_tok[(uint8_t)s[i]] >= 0;
         if (all) {
             for (size_t i = 0; i < n; i++)
-                if (!kn_ivec_push(out, t->byte_tok[(uint8_t)s[i]])) return false;
-            return true;
+                if (!kn_ivec_push(out, t->byte_tok[(uint8_t)s[i]])) return KILN_ERR_NOMEM;
+            return KILN_OK;
         }
     }
-    return push_unk(t, out);
+    return kn_tj_push_unk(t, s, n, out);
 }
 
 static kiln_status bpe_word(enc_state *st, const char *w, size_t wn, kn_ivec *out) {
@@ -203,9 +215,10 @@ static kiln_status bpe_word(enc_state *st, const char *w, size_t wn, kn_ivec *ou
     st->sym[n_sym - 1].n += (uint32_t)(n - wn); /* the end-of-word suffix belongs to the last character */
     st->sym[n_sym - 1].next = -1;
     if (!kn_bpe_merge(t, st->word.v, st->sym, n_sym, &st->heap)) return KILN_ERR_NOMEM;
-    for (int32_t i = 0; i != -1; i = st->sym[i].next)
-        if (!bpe_emit(t, st->word.v + st->sym[i].off, st->sym[i].n, out)) return KILN_ERR_NOMEM;
-    return KILN_OK;
+    kiln_status rc = KILN_OK;
+    for (int32_t i = 0; rc == KILN_OK && i != -1; i = st->sym[i].next)
+        rc = bpe_emit(t, st->word.v + st->sym[i].off, st->sym[i].n, out);
+    return rc;
 }
 
 static kiln_status wordpiece_word(enc_state *st, const char *w, size_t wn, kn_ivec *out) {
@@ -217,7 +230,7 @@ static kiln_status wordpiece_word(enc_state *st, const char *w, size_t wn, kn_iv
         kn_utf8_decode((const uint8_t *)w + i, wn - i, &adv);
         i += adv;
     }
-    if (chars > (size_t)tj->max_word_chars) return push_unk(t, out) ? KILN_OK : KILN_ERR_NOMEM;
+    if (chars > (size_t)tj->max_word_chars) return kn_tj_push_unk(t, w, wn, out);
     size_t mark = out->n;
     for (size_t start = 0; start < wn;) {
         int32_t found = -1;
@@ -235,7 +248,7 @@ static kiln_status wordpiece_word(enc_state *st, const char *w, size_t wn, kn_iv
         }
         if (found < 0) {
             out->n = mark;
-            return push_unk(t, out) ? KILN_OK : KILN_ERR_NOMEM;
+            return kn_tj_push_unk(t, w, wn, out);
         }
         if (!kn_ivec_push(out, found)) return KILN_ERR_NOMEM;
         start = end;
@@ -273,10 +286,10 @@ static kiln_status encode_text(enc_state *st, const char *s, size_t n, size_t se
             }
             if (rc) return rc;
         }
-        if (tj->fuse_unk && t->unk >= 0) { /* runs of the unknown token become one */
+        if (tj->fuse_unk && tj->unk >= 0) { /* runs of the unknown token become one */
             size_t o = mark;
             for (size_t i = mark; i < out->n; i++)
-                if (!(out->v[i] == t->unk && o > mark && out->v[o - 1] == t->unk)) out->v[o++] = out->v[i];
+                if (!(out->v[i] == tj->unk && o > mark && out->v[o - 1] == tj->unk)) out->v[o++] = out->v[i];
             out->n = o;
         }
     }

@@ -710,16 +710,21 @@ static kiln_status load(loader *L) {
         tj->max_word_chars = (int32_t)mx;
     } else {
         int64_t unk_id;
-        if (kn_json_int(j, kn_json_get(j, model, "unk_id"), 0, t->n_vocab - 1, &unk_id)) t->unk = (int32_t)unk_id;
+        if (kn_json_int(j, kn_json_get(j, model, "unk_id"), 0, t->n_vocab - 1, &unk_id)) tj->unk = (int32_t)unk_id;
         tj->byte_fallback = kn_json_bool(j, kn_json_get(j, model, "byte_fallback"), false);
         tj->fuse_unk = true;
+        tj->unk_required = true;
         double mn = 0;
         for (int32_t id = 0; id < t->n_vocab; id++)
             if (t->tok[id].score < mn) mn = t->tok[id].score;
         tj->unigram_min_score = mn;
     }
-    if (tj->model != KN_TJ_UNIGRAM && (s = kn_json_str(j, kn_json_get(j, model, "unk_token"), &n)))
-        t->unk = kn_tok_lookup(t, s, n);
+    if (tj->model != KN_TJ_UNIGRAM) { /* WordPiece's unk_token defaults to "[UNK]"; a BPE may name none */
+        s = kn_json_str(j, kn_json_get(j, model, "unk_token"), &n);
+        if (!s && tj->model == KN_TJ_WORDPIECE) s = "[UNK]", n = 5;
+        if (s) tj->unk = kn_tok_lookup(t, s, n), tj->unk_required = true;
+    }
+    t->unk = tj->unk;
     prefer_added(t);
     if (t->unk >= 0 && !(t->tok[t->unk].attr & KN_ATTR_CONTROL)) t->tok[t->unk].attr = KN_ATTR_UNKNOWN;
 
@@ -818,7 +823,7 @@ kiln_status kn_tokenizer_load_hf(const char *tokenizer_json, size_t len, const c
     }
     kn_tokenizer *t = L.t;
     t->tj = L.tj;
-    t->bos = t->eos = t->eot = t->eom = t->unk = t->sep = t->pad = -1;
+    t->bos = t->eos = t->eot = t->eom = t->unk = t->sep = t->pad = L.tj->unk = -1;
     st = load(&L);
     kn_json_free(&L.j);
     kn_json_free(&L.c);

@@ -5,7 +5,9 @@
  * walking the trie of the vocabulary's texts from there, which stops where no piece continues); a character
  * that no piece covers is the unknown token with the lowest score minus 10, as the tokenizers
  * library scores it. Ties keep the earlier-found candidate (shorter start, then shorter piece).
- * With byte_fallback an unknown character becomes its <0xNN> tokens instead.
+ * With byte_fallback an unknown character becomes its <0xNN> tokens instead. Without an unk_id a
+ * character with no piece of its own fails the encode where its unknown step would improve the
+ * segmentation, byte_fallback or not, as the tokenizers library does.
  */
 #include "text/tok_tj.h"
 #include "text/unicode.h"
@@ -163,6 +165,12 @@ kiln_status kn_unigram_encode(const kn_tokenizer *t, const char *w, size_t n, kn
         }
         if (!single) {
             double sc = best[s] + unk_score;
+            if (sc > best[s + cl] && t->tj->unk < 0) { /* the tokenizers library fails here (MissingUnkId) */
+                free(best);
+                free(from);
+                free(tok);
+                return kn_tj_no_unk(w + s, n - s);
+            }
             if (sc > best[s + cl]) best[s + cl] = sc, from[s + cl] = (int32_t)s, tok[s + cl] = -1;
         }
         s += cl;
@@ -186,8 +194,8 @@ kiln_status kn_unigram_encode(const kn_tokenizer *t, const char *w, size_t n, kn
         if (all) {
             for (size_t b = s; b < e && st == KILN_OK; b++)
                 if (!kn_ivec_push(out, t->byte_tok[(uint8_t)w[b]])) st = KILN_ERR_NOMEM;
-        } else if (t->unk >= 0 && !kn_ivec_push(out, t->unk)) {
-            st = KILN_ERR_NOMEM;
+        } else {
+            st = kn_tj_push_unk(t, w + s, e - s, out);
         }
     }
     free(ends);

@@ -167,3 +167,40 @@ grep -E "^local/st260k +llama +[0-9.]+K +F32" "$TMP/ls.txt" >/dev/null && pass h
   fail hf_dir_listed "$(cat "$TMP/ls.txt")"
 HF_HUB_CACHE="$TMP/hub" "$KILN" run local/st260k -p "Once" -n 8 --temp 0 >"$TMP/byname.txt" 2>/dev/null
 grep -q "Once upon a time" "$TMP/byname.txt" && pass hf_dir_runs_by_name || fail hf_dir_runs_by_name "$(cat "$TMP/byname.txt")"
+
+# Text the tokenizer cannot encode (no byte fallback, an unk_token its vocabulary lacks) is refused as
+# Hugging Face's tokenizers refuses it, never dropped from the prompt: `kiln run` exits 1 naming the
+# character; the server answers 400 (the text is the client's) on each API and goes on serving.
+if ! command -v python3 >/dev/null 2>&1 || ! command -v curl >/dev/null 2>&1; then
+  skip hf_unencodable "python3 and curl are needed"; exit 0; fi
+cp -r "$TMP/f32" "$TMP/nounk"
+python3 - "$TMP/nounk/tokenizer.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+j["model"]["byte_fallback"] = False
+j["model"]["unk_token"] = "<nope>"
+json.dump(j, open(sys.argv[1], "w"))
+PY
+expect_exit hf_unencodable_run 1 "$KILN" run -m "$TMP/nounk" -p "Once 日" -n 1
+grep -q "cannot encode the text at U+65E5" "$TMP/err" && pass hf_unencodable_run_named ||
+  fail hf_unencodable_run_named "$(cat "$TMP/err")"
+: >"$TMP/s.err"
+"$KILN" serve -m "$TMP/nounk" --port 0 --no-open >/dev/null 2>"$TMP/s.err" &
+pid=$!
+i=0
+while [ $i -lt 200 ] && kill -0 $pid 2>/dev/null && ! grep -q "listening on" "$TMP/s.err"; do sleep 0.1; i=$((i + 1)); done
+base="http://127.0.0.1:$(sed -n 's/.*listening on http:\/\/[^ ]*:\([0-9][0-9]*\) .*/\1/p' "$TMP/s.err" | head -n 1)"
+# post NAME PATH BODY WANT_STATUS WANT_TEXT: one request, its status and a text of its body checked.
+post() {
+  c=$(curl -s --max-time 60 -o "$TMP/r.json" -w '%{http_code}' -H 'Content-Type: application/json' \
+    --data-binary "$3" "$base$2")
+  if [ "$c" = "$4" ] && grep -q "$5" "$TMP/r.json"; then pass "$1"; else fail "$1" "status $c: $(head -c 300 "$TMP/r.json")"; fi
+}
+post hf_unencodable_tokenize /tokenize '{"content":"Once 日"}' 400 '"param": *"content".*U+65E5\|U+65E5.*"param": *"content"'
+post hf_unencodable_chat /v1/chat/completions '{"messages":[{"role":"user","content":"日"}],"max_tokens":2}' 400 \
+  'invalid_request_error'
+post hf_unencodable_completion /v1/completions '{"prompt":"Once 日","max_tokens":2}' 400 'U+65E5'
+post hf_unencodable_anthropic_count /v1/messages/count_tokens '{"model":"nounk","messages":[{"role":"user","content":"日"}]}' \
+  400 'invalid_request_error'
+post hf_unencodable_then_serves /v1/completions '{"prompt":"Once","max_tokens":2}' 200 '"text"'
+kill -TERM $pid; wait $pid

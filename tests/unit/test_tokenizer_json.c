@@ -416,6 +416,55 @@ static void test_unigram_extreme_scores(void) {
                 "model.vocab[1] is not a [piece, score] pair with a finite score"));
 }
 
+/* Encoding text fails with KILN_ERR_INVALID_ARG and a message containing `part`. */
+static bool encode_fails(const kn_tokenizer *t, const char *text, const char *part) {
+    int32_t got[64];
+    size_t cnt = 0;
+    kiln_status st = kn_tokenize(t, text, strlen(text), false, false, got, 64, &cnt);
+    bool ok = st == KILN_ERR_INVALID_ARG && strstr(kn_error_msg(), part);
+    if (!ok) printf("  %s: got %d '%s', want INVALID_ARG with '%s'\n", text, (int)st, kn_error_msg(), part);
+    return ok;
+}
+
+/* Text no piece covers, with no unknown token to stand for it, as the tokenizers library treats it:
+ * Unigram without unk_id fails where a character with no piece of its own would take the unknown step
+ * (byte_fallback or not: MissingUnkId), WordPiece's unk_token defaults to "[UNK]" and fails when its
+ * vocabulary lacks it, a BPE naming an unk_token its vocabulary lacks fails, and a BPE naming none
+ * drops the text. Nothing is dropped silently where the library would refuse. */
+static void test_missing_unknown_token(void) {
+    kn_tokenizer *t = load("{\"model\":{\"type\":\"Unigram\",\"byte_fallback\":true,\"vocab\":[[\"a\",-1],"
+                           "[\"b\",-1],[\"<0x7A>\",-5],[\"cd\",-1]]}}",
+                           NULL);
+    CHECK(t && encodes(t, "ab", (int32_t[]){0, 1}, 2));
+    CHECK(t && encode_fails(t, "abz", "cannot encode the text at U+007A"));
+    CHECK(t && encode_fails(t, "cd", "U+0063")); /* "c" alone is no piece, though "cd" is */
+    kn_tokenizer_free(t);
+
+    const char *wp = "{\"model\":{\"type\":\"WordPiece\",\"vocab\":{\"a\":0,\"[UNK]\":1}},"
+                     "\"pre_tokenizer\":{\"type\":\"Whitespace\"}}";
+    t = load(wp, NULL);
+    CHECK(t && encodes(t, "a b a", (int32_t[]){0, 1, 0}, 3));
+    kn_tokenizer_free(t);
+    t = load("{\"model\":{\"type\":\"WordPiece\",\"unk_token\":\"<unk>\",\"vocab\":{\"a\":0,\"[UNK]\":1}},"
+             "\"pre_tokenizer\":{\"type\":\"Whitespace\"}}",
+             NULL);
+    CHECK(t && encodes(t, "a", (int32_t[]){0}, 1));
+    CHECK(t && encode_fails(t, "a \xc3\xa9 a", "U+00E9"));
+    kn_tokenizer_free(t);
+
+    const char *bpe = "{\"model\":{\"type\":\"BPE\",%s\"vocab\":{\"a\":0,\"b\":1,\"ab\":2},\"merges\":[\"a b\"]}}";
+    char json[256];
+    snprintf(json, sizeof json, bpe, "");
+    t = load(json, NULL);
+    CHECK(t && encodes(t, "abzb", (int32_t[]){2, 1}, 2));
+    kn_tokenizer_free(t);
+    snprintf(json, sizeof json, bpe, "\"unk_token\":\"<unk>\",");
+    t = load(json, NULL);
+    CHECK(t && encodes(t, "abb", (int32_t[]){2, 1}, 2));
+    CHECK(t && encode_fails(t, "abzb", "U+007A"));
+    kn_tokenizer_free(t);
+}
+
 static void test_json_reader(void) {
     const char *s = "{\"a\": [1, -2.5e3, true, null, \"x\\u00e9\\ud83e\\udd99\\n\"], \"b\": {}}";
     kn_json j;
@@ -443,6 +492,7 @@ int main(void) {
     RUN(test_wordpiece);
     RUN(test_unigram);
     RUN(test_unigram_extreme_scores);
+    RUN(test_missing_unknown_token);
     RUN(test_unigram_reference);
     RUN(test_split_behaviors);
     RUN(test_unicode_forms);
