@@ -7,12 +7,14 @@
  *   3. each word goes through the model: BPE (merge ranks over characters, lowest rank first, ties
  *      leftmost; ignore_merges; a symbol not in the vocabulary becomes its <0xNN> byte tokens with
  *      byte_fallback, else the unknown token, else nothing), WordPiece (greedy longest match with the
- *      continuing prefix) or Unigram (unigram.c); fuse_unk joins runs of unknown tokens.
+ *      continuing prefix) or Unigram (unigram.c); fuse_unk joins runs of unknown tokens. Where the
+ *      model needs an unknown token it lacks, the encode fails instead (kn_tj_push_unk).
  * The tries live here too.
  */
 #include "text/tok_tj.h"
 #include "text/unicode.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -169,10 +171,13 @@ kiln_status kn_tj_push_unk(const kn_tokenizer *t, const char *s, size_t n, kn_iv
 kiln_status kn_tj_no_unk(const char *s, size_t n) {
     size_t adv;
     const uint32_t cp = kn_utf8_decode((const uint8_t *)s, n, &adv);
+    char at[24];
+    if (cp == KN_UTF8_INVALID) snprintf(at, sizeof at, "the byte 0x%02X", (unsigned)(uint8_t)s[0]);
+    else snprintf(at, sizeof at, "U+%04X", (unsigned)cp);
     return kn_error(KILN_ERR_INVALID_ARG,
-                    "the tokenizer cannot encode the text at U+%04X: no piece of its vocabulary covers it "
-                    "and its tokenizer.json has no unknown token",
-                    (unsigned)cp);
+                    "the tokenizer cannot encode the text at %s: no piece of its vocabulary covers it and its "
+                    "tokenizer.json has no unknown token",
+                    at);
 }
 
 /* Emits the token of one final BPE symbol (see the file comment). */

@@ -462,6 +462,7 @@ static void test_missing_unknown_token(void) {
     t = load(json, NULL);
     CHECK(t && encodes(t, "abb", (int32_t[]){2, 1}, 2));
     CHECK(t && encode_fails(t, "abzb", "U+007A"));
+    CHECK(t && encode_fails(t, "ab\xff", "at the byte 0xFF"));
     kn_tokenizer_free(t);
 }
 
