@@ -202,13 +202,14 @@ static inline bool quiet(const uint64_t *loud, uint32_t cp) {
     return cp < QUIET_END && !(loud[cp >> 6] >> (cp & 63) & 1);
 }
 
-/* The form of in[0..n) into out (cleared first). quick: quiet characters are copied as they are and
- * cut the text into short runs; without it every character takes the full way (the reference the
- * tests compare the quick check with). */
+/* The form of in[0..n) into out (cleared first; in may be NULL when n is 0). quick: quiet characters
+ * are copied as they are and cut the text into short runs; without it every character takes the full
+ * way (the reference the tests compare the quick check with). */
 static kiln_status unicode_form(const char *in, size_t n, bool do_compose, bool compat, bool quick, kn_bvec *out) {
+    out->n = 0;
+    if (n == 0) return KILN_OK; /* an earlier step's empty output has no buffer */
     pthread_once(&loud_once, loud_init);
     const uint64_t *loud = loud_bits[compat];
-    out->n = 0;
     cpvec run = {0};
     bool ok = true;
     size_t plain = 0, last = 0; /* in[plain..i): quiet characters not written yet (run empty), the last at last */
