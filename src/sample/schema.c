@@ -539,6 +539,11 @@ json_t *ks_conj_values(ctx *c, const conj *in) {
 /* The rule of the values valid under every schema of in; NULL when none is (or on failure). */
 const char *ks_compile(ctx *c, conj *in, const char *hint, int depth) {
     if (c->failed) return NULL;
+    if (c->g.text.over) { /* the grammar is past what may run: the rest would be written for nothing */
+        c->too_big = true;
+        ks_fail(c, "", NULL, "the schema's grammar is larger than %u bytes", KILN_GRAMMAR_MAX_TEXT);
+        return NULL;
+    }
     if (depth > 400 || ++c->calls > MAX_COMPILES) {
         ks_fail(c, in->n ? in->v[0].path : "", NULL, "the schema is too complex (more than %d sub-schemas to combine)",
                 MAX_COMPILES);
@@ -686,7 +691,11 @@ const char *ks_compile(ctx *c, conj *in, const char *hint, int depth) {
 /* ---- entry ----------------------------------------------------------------------------------- */
 
 /* One conversion; cheap: additional property names are not told apart from declared ones. */
-static kiln_status convert(const char *json, size_t len, bool strict, bool cheap, char **gbnf, kn_schema_info *info) {
+/* Compiles the schema into *gbnf. *too_big: the grammar outgrew KILN_GRAMMAR_MAX_TEXT (the compile
+ * stops as its rules pass that size: nothing larger may run). */
+static kiln_status convert(const char *json, size_t len, bool strict, bool cheap, char **gbnf, kn_schema_info *info,
+                           bool *too_big) {
+    *too_big = false;
     json_error_t je;
     json_t *root = kn_json_loadb(json, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &je);
     if (!root && strstr(je.text, "too big"))
@@ -697,6 +706,7 @@ static kiln_status convert(const char *json, size_t len, bool strict, bool cheap
     const unsigned mark = kn_json_mark(); /* the compile builds values: a part left out fails it */
     ctx c = {.root = root, .strict = strict, .cheap_keys = cheap};
     kn_gout_init(&c.g);
+    c.g.text.limit = KILN_GRAMMAR_MAX_TEXT;
     static const char *const reserved[] = {"root",   "ws",   "value",  "object", "array",
                                            "string", "char", "number", "never",  "jesc"};
     for (size_t i = 0; i < sizeof reserved / sizeof *reserved; i++) kn_gout_name(&c.g, reserved[i]);
@@ -728,11 +738,13 @@ static kiln_status convert(const char *json, size_t len, bool strict, bool cheap
         if (c.used & U_NEVER) kn_sbuf_puts(&out, "never ::= [^\\x00-\\U0010FFFF]\n");
         if (c.g.used_jesc) kn_sbuf_puts(&out, KN_SCHEMA_JESC_RULE);
         kn_sbuf_puts(&out, KN_SCHEMA_WS_RULE);
-        if (c.g.text.over || out.over)
-            ks_fail(&c, "", NULL, "the schema's grammar is larger than %u bytes", (unsigned)KN_SCHEMA_MAX_GBNF);
-        else if (c.g.text.nomem || out.nomem || kn_json_failed_since(mark)) ks_nomem(&c);
+        if (c.g.text.over || out.over || out.len > KILN_GRAMMAR_MAX_TEXT) {
+            c.too_big = true;
+            ks_fail(&c, "", NULL, "the schema's grammar is larger than %u bytes", KILN_GRAMMAR_MAX_TEXT);
+        } else if (c.g.text.nomem || out.nomem || kn_json_failed_since(mark)) ks_nomem(&c);
     }
     kiln_status st = KILN_OK;
+    *too_big = c.too_big;
     if (c.failed) {
         st = kn_error(c.st, "%s", c.err);
         kn_sbuf_free(&out);
@@ -761,20 +773,14 @@ kiln_status kn_schema_to_gbnf_info(const char *json, size_t len, bool strict, ch
     *gbnf = NULL;
     if (info) *info = (kn_schema_info){0};
     if (!json) return kn_error(KILN_ERR_INVALID_ARG, "the schema is NULL");
-    kiln_status st = convert(json, len, strict, false, gbnf, info);
-    if (st == KILN_OK && strlen(*gbnf) > KILN_GRAMMAR_MAX_TEXT) {
-        /* too large for the GBNF compiler: the names of additional properties are the first thing
-         * to give up (each object's list of names it must not repeat is most of a big grammar) */
-        free(*gbnf);
-        *gbnf = NULL;
-        st = convert(json, len, strict, true, gbnf, info);
-        if (st == KILN_OK && strlen(*gbnf) > KILN_GRAMMAR_MAX_TEXT) {
-            free(*gbnf);
-            *gbnf = NULL;
-            st = kn_error(KILN_ERR_INVALID_ARG, "schema #: the schema's grammar is larger than %u bytes",
-                          KILN_GRAMMAR_MAX_TEXT);
-        }
-    }
+    bool too_big;
+    kiln_status st = convert(json, len, strict, false, gbnf, info, &too_big);
+    /* too large for the GBNF compiler: the names of additional properties are the first thing to give
+     * up (each object's list of names it must not repeat is most of a big grammar) */
+    if (too_big) st = convert(json, len, strict, true, gbnf, info, &too_big);
+    if (too_big)
+        st = kn_error(KILN_ERR_INVALID_ARG, "schema #: the schema's grammar is larger than %u bytes",
+                      KILN_GRAMMAR_MAX_TEXT);
     return st;
 }
 

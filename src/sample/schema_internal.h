@@ -323,6 +323,7 @@ typedef struct ctx {
     keycache keys[256];
     int nkeys;
     bool cheap_keys;  /* additional property names need not differ from the declared ones */
+    bool too_big;     /* the rules outgrew KILN_GRAMMAR_MAX_TEXT: the compile stopped there */
     long oneof_steps; /* schemas ks_oneof_disjoint looked at so far */
 } ctx;
 
