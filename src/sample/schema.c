@@ -536,12 +536,17 @@ json_t *ks_conj_values(ctx *c, const conj *in) {
     return out;
 }
 
+/* The rules outgrew what may run (KILN_GRAMMAR_MAX_TEXT): the compile stops there. */
+static void grammar_too_big(ctx *c) {
+    c->too_big = true;
+    ks_fail(c, "", NULL, "the schema's grammar is larger than %u bytes", KILN_GRAMMAR_MAX_TEXT);
+}
+
 /* The rule of the values valid under every schema of in; NULL when none is (or on failure). */
 const char *ks_compile(ctx *c, conj *in, const char *hint, int depth) {
     if (c->failed) return NULL;
-    if (c->g.text.over) { /* the grammar is past what may run: the rest would be written for nothing */
-        c->too_big = true;
-        ks_fail(c, "", NULL, "the schema's grammar is larger than %u bytes", KILN_GRAMMAR_MAX_TEXT);
+    if (c->g.text.over) { /* the rest would be written for nothing */
+        grammar_too_big(c);
         return NULL;
     }
     if (depth > 400 || ++c->calls > MAX_COMPILES) {
@@ -690,9 +695,9 @@ const char *ks_compile(ctx *c, conj *in, const char *hint, int depth) {
 
 /* ---- entry ----------------------------------------------------------------------------------- */
 
-/* One conversion; cheap: additional property names are not told apart from declared ones. */
-/* Compiles the schema into *gbnf. *too_big: the grammar outgrew KILN_GRAMMAR_MAX_TEXT (the compile
- * stops as its rules pass that size: nothing larger may run). */
+/* One conversion into *gbnf; cheap: additional property names are not told apart from declared ones.
+ * *too_big: the grammar outgrew KILN_GRAMMAR_MAX_TEXT (the compile stops as its rules pass that size:
+ * nothing larger may run). */
 static kiln_status convert(const char *json, size_t len, bool strict, bool cheap, char **gbnf, kn_schema_info *info,
                            bool *too_big) {
     *too_big = false;
@@ -706,7 +711,6 @@ static kiln_status convert(const char *json, size_t len, bool strict, bool cheap
     const unsigned mark = kn_json_mark(); /* the compile builds values: a part left out fails it */
     ctx c = {.root = root, .strict = strict, .cheap_keys = cheap};
     kn_gout_init(&c.g);
-    c.g.text.limit = KILN_GRAMMAR_MAX_TEXT;
     static const char *const reserved[] = {"root",   "ws",   "value",  "object", "array",
                                            "string", "char", "number", "never",  "jesc"};
     for (size_t i = 0; i < sizeof reserved / sizeof *reserved; i++) kn_gout_name(&c.g, reserved[i]);
@@ -715,7 +719,7 @@ static kiln_status convert(const char *json, size_t len, bool strict, bool cheap
     const char *r = ks_compile(&c, &top, "schema", 0);
     ks_conj_free(&top);
     kn_sbuf out;
-    kn_sbuf_init(&out, KN_SCHEMA_MAX_GBNF);
+    kn_sbuf_init(&out, KILN_GRAMMAR_MAX_TEXT);
     if (!c.failed && !r) ks_fail(&c, "", NULL, "no JSON value is valid under the schema");
     if (!c.failed) {
         kn_sbuf_printf(&out, "root ::= %s\n", r);
@@ -738,10 +742,8 @@ static kiln_status convert(const char *json, size_t len, bool strict, bool cheap
         if (c.used & U_NEVER) kn_sbuf_puts(&out, "never ::= [^\\x00-\\U0010FFFF]\n");
         if (c.g.used_jesc) kn_sbuf_puts(&out, KN_SCHEMA_JESC_RULE);
         kn_sbuf_puts(&out, KN_SCHEMA_WS_RULE);
-        if (c.g.text.over || out.over || out.len > KILN_GRAMMAR_MAX_TEXT) {
-            c.too_big = true;
-            ks_fail(&c, "", NULL, "the schema's grammar is larger than %u bytes", KILN_GRAMMAR_MAX_TEXT);
-        } else if (c.g.text.nomem || out.nomem || kn_json_failed_since(mark)) ks_nomem(&c);
+        if (c.g.text.over || out.over) grammar_too_big(&c);
+        else if (c.g.text.nomem || out.nomem || kn_json_failed_since(mark)) ks_nomem(&c);
     }
     kiln_status st = KILN_OK;
     *too_big = c.too_big;

@@ -83,7 +83,7 @@ void kn_sbuf_gbnf_lit(kn_sbuf *b, const char *s, size_t n) {
 
 void kn_gout_init(kn_gout *g) {
     *g = (kn_gout){0};
-    kn_sbuf_init(&g->text, KN_SCHEMA_MAX_GBNF);
+    kn_sbuf_init(&g->text, KILN_GRAMMAR_MAX_TEXT); /* nothing larger may run */
 }
 
 void kn_gout_free(kn_gout *g) {
